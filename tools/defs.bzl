@@ -1,0 +1,135 @@
+"""Bazel macros of the sleepwake suite: one pytest-backed py_test, and the GPU matrix built from it.
+
+Modelled on JAX's jax_multiplatform_test: one macro expands a test source into per-configuration
+targets with per-configuration tags, plus test_suites to select slices. Every parameter here changes
+what is generated.
+"""
+
+# Runner name -> the value of VLLM_USE_V2_MODEL_RUNNER and the pytest id prefix. The launcher sets the
+# variable for the server explicitly: left unset, vLLM >= mid-2026 picks V2 for dense models and an
+# "MRV1" cell would silently test MRV2.
+RUNNERS = {
+    "mrv1": "MRV1",
+    "mrv2": "MRV2",
+}
+
+EXECUTION_MODES = ["eager", "graph"]
+
+# Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
+# the names TF/XLA/JAX runners already select on.
+GPU_TAGS = ["gpu", "requires-gpu-nvidia", "sleep_wake"]
+
+_MODEL_CONFIG = "//tools/model:synthetic_qwen3/config.json"
+_MODEL = "//tools/model:synthetic_qwen3"
+_GPU_IDENTITY = "@sleepwake_gpu//:identity.txt"
+
+def _is_test_file(src):
+    base = src.split("/")[-1]
+    return base.endswith(".py") and (base.startswith("test_") or base.endswith("_test.py"))
+
+def sleepwake_py_test(
+        name,
+        srcs,
+        deps = [],
+        data = [],
+        env = {},
+        tags = [],
+        size = "small",
+        timeout = None,
+        shard_count = None,
+        args = []):
+    """A py_test whose main is tools/pytest_main.py, collecting the test files among srcs.
+
+    Args:
+      name: target name.
+      srcs: Python sources; files named test_*.py or *_test.py are handed to pytest.
+      deps: py_library dependencies.
+      data: runfiles.
+      env: environment for the test process ($(rootpath ...) is expanded).
+      tags: Bazel tags.
+      size: Bazel test size.
+      timeout: Bazel test timeout; None keeps the size's default.
+      shard_count: Bazel shards; pytest_main keeps each test class inside one shard.
+      args: extra pytest arguments after the test files.
+    """
+    test_files = [s for s in srcs if _is_test_file(s)]
+    if not test_files:
+        fail("sleepwake_py_test %s: no test_*.py or *_test.py among srcs %s" % (name, srcs))
+    pkg = native.package_name()
+    native.py_test(
+        name = name,
+        srcs = srcs + ["//tools:pytest_main.py"],
+        main = "//tools:pytest_main.py",
+        deps = deps + ["//tools:pytest_bazel"],
+        data = data,
+        env = env,
+        args = [(pkg + "/" + f) if pkg else f for f in test_files] + args,
+        tags = tags,
+        size = size,
+        timeout = timeout,
+        shard_count = shard_count,
+        python_version = "PY3",
+        srcs_version = "PY3",
+    )
+
+def cell_name(test_class, runner, mode):
+    """The one naming pattern of matrix cells: <class>_<runner>_<mode>, e.g. scheduler_gate_mrv1_eager."""
+    return "%s_%s_%s" % (test_class, runner, mode)
+
+def sleep_wake_matrix(
+        name,
+        classes,
+        deps,
+        runners = RUNNERS.keys(),
+        modes = EXECUTION_MODES,
+        timeout = "long",
+        shard_counts = {}):
+    """One GPU py_test per test class x runner x execution mode, plus test_suites to pick slices.
+
+    Args:
+      name: the test_suite holding every cell.
+      classes: dict of class short name (used in target names and tags) -> test source file.
+      deps: libraries the test files import (fixtures, client, launcher).
+      runners: subset of RUNNERS to generate.
+      modes: subset of EXECUTION_MODES to generate.
+      timeout: Bazel timeout of each cell. A cell starts one vLLM server (48-110 s measured, more when
+        cells share CPUs); the tests themselves bound every wait, so a hang fails inside the timeout.
+      shard_counts: class short name -> shard_count, for classes large enough to split (a shard keeps
+        a pytest class whole, so this pays only for files holding several classes, e.g. real models).
+    """
+    by_runner = {r: [] for r in runners}
+    by_mode = {m: [] for m in modes}
+    by_class = {c: [] for c in classes}
+    for test_class, src in classes.items():
+        for runner in runners:
+            if runner not in RUNNERS:
+                fail("unknown runner %s; known: %s" % (runner, RUNNERS.keys()))
+            for mode in modes:
+                if mode not in EXECUTION_MODES:
+                    fail("unknown execution mode %s; known: %s" % (mode, EXECUTION_MODES))
+                cell = cell_name(test_class, runner, mode)
+                sleepwake_py_test(
+                    name = cell,
+                    srcs = [src],
+                    deps = deps,
+                    data = [_MODEL, _MODEL_CONFIG, _GPU_IDENTITY],
+                    env = {
+                        "SLEEPWAKE_RUNNER": runner,
+                        "SLEEPWAKE_EXECUTION_MODE": mode,
+                        "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
+                        "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
+                    },
+                    tags = GPU_TAGS + [runner, mode, test_class],
+                    size = "large",
+                    timeout = timeout,
+                    shard_count = shard_counts.get(test_class),
+                )
+                by_runner[runner].append(cell)
+                by_mode[mode].append(cell)
+                by_class[test_class].append(cell)
+
+    # test_suite's tag filtering would drop `manual` cells; the lists are explicit instead.
+    for group in [by_runner, by_mode, by_class]:
+        for suite, cells in group.items():
+            native.test_suite(name = suite, tests = [":" + c for c in cells])
+    native.test_suite(name = name, tests = [":" + m for m in modes])
