@@ -51,6 +51,8 @@ def _gpu_runtime_impl(rctx):
         lines.append("fingerprint: " + fingerprint)
     rctx.file("identity.txt", "\n".join(lines) + "\n")
     rctx.file("BUILD.bazel", """
+load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
+
 package(default_visibility = ["//visibility:public"])
 
 exports_files(["identity.txt"])

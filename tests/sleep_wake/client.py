@@ -1,0 +1,236 @@
+"""A small HTTP client for a vLLM server's sleep-mode and completions endpoints.
+
+Every call carries a bounded timeout: a hung server fails the test instead of hanging it (#45326).
+Plain `requests.request` per call (no shared Session) so the client is safe to use from threads.
+"""
+
+import dataclasses
+import json
+import time
+
+import requests
+
+from tests.sleep_wake import metrics
+from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS
+
+
+class ServerResponseError(RuntimeError):
+    """A non-2xx answer (or a malformed body) from the server."""
+
+    def __init__(self, message: str, status: int | None = None, body: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+@dataclasses.dataclass
+class Completion:
+    token_ids: list          # per choice: list[int]
+    logprobs: list | None    # per choice: list[float] (sampled token's logprob), None if not asked
+    finish_reasons: list     # per choice
+    cached_tokens: int | None  # usage.prompt_tokens_details.cached_tokens
+    text: list               # per choice
+    raw: dict
+
+
+@dataclasses.dataclass
+class StreamResult:
+    finish_reasons: list     # per choice index; None where the stream ended without one
+    token_ids: list          # per choice: list[int] received so far
+    num_tokens: int          # tokens received over all choices
+    error: str | None        # error event, HTTP status, or transport failure; None if clean
+    timed_out: bool = False  # the server stopped sending within the timeout (a hang)
+    status: int | None = None
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineState:
+    """Both sleep flags read back to back: /is_sleeping and the vllm:engine_sleep_state gauge."""
+    is_sleeping: bool
+    gauge: dict
+
+
+def _tags_params(tags):
+    return [("tags", t) for t in tags] if tags else []
+
+
+class SleepWakeClient:
+    def __init__(self, url: str, timeout_s: float = 60.0):
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    # --- transport ---------------------------------------------------------------------------
+    def raw(self, method: str, path: str, **kw) -> requests.Response:
+        """One request with the client's timeout unless `timeout` is given (for misuse tests)."""
+        kw.setdefault("timeout", self.timeout_s)
+        return requests.request(method, self.url + path, **kw)
+
+    def _ok(self, method: str, path: str, **kw) -> requests.Response:
+        resp = self.raw(method, path, **kw)
+        if not 200 <= resp.status_code < 300:
+            raise ServerResponseError(
+                f"{method} {path} returned HTTP {resp.status_code}: {resp.text[:500]}",
+                resp.status_code, resp.text)
+        return resp
+
+    def _json(self, method: str, path: str, **kw) -> dict:
+        resp = self._ok(method, path, **kw)
+        try:
+            return resp.json()
+        except ValueError:
+            raise ServerResponseError(f"{method} {path}: body is not JSON: {resp.text[:500]!r}",
+                                      resp.status_code, resp.text) from None
+
+    # --- sleep API ---------------------------------------------------------------------------
+    def sleep(self, level: int | str = 1, mode: str | None = None, check: bool = True) -> requests.Response:
+        params = {"level": str(level)}
+        if mode is not None:
+            params["mode"] = mode
+        return (self._ok if check else self.raw)("POST", "/sleep", params=params)
+
+    def wake_up(self, tags: list[str] | None = None, check: bool = True) -> requests.Response:
+        return (self._ok if check else self.raw)("POST", "/wake_up", params=_tags_params(tags))
+
+    def is_sleeping(self) -> bool:
+        body = self._json("GET", "/is_sleeping")
+        value = body.get("is_sleeping")
+        if not isinstance(value, bool):
+            raise ServerResponseError(f"/is_sleeping: expected a bool 'is_sleeping', got {body!r}")
+        return value
+
+    def metrics_text(self) -> str:
+        return self._ok("GET", "/metrics").text
+
+    def sleep_state(self) -> dict[str, float]:
+        return metrics.sleep_state(self.metrics_text())
+
+    def state(self) -> EngineState:
+        return EngineState(self.is_sleeping(), self.sleep_state())
+
+    def load(self) -> int:
+        body = self._json("GET", "/load")
+        if "server_load" not in body:
+            raise ServerResponseError(f"/load: no 'server_load' in {body!r}")
+        return int(body["server_load"])
+
+    def reload_weights(self) -> dict:
+        resp = self._ok("POST", "/collective_rpc", json={"method": "reload_weights"})
+        return resp.json() if resp.content else {}
+
+    def reset_prefix_cache(self) -> None:
+        body = self._json("POST", "/reset_prefix_cache")
+        if body.get("success") is False:
+            raise ServerResponseError(
+                "/reset_prefix_cache answered success=false: blocks are still held by running "
+                "requests; call it only when no request is in flight")
+
+    def health(self) -> bool:
+        """True on HTTP 200; False when the server answers otherwise or cannot be reached."""
+        try:
+            return self.raw("GET", "/health").status_code == 200
+        except requests.RequestException:
+            return False
+
+    # --- completions -------------------------------------------------------------------------
+    def completion_body(self, prompt, max_tokens=GOLDEN_MAX_TOKENS, temperature=0.0, ignore_eos=True,
+                        logprobs=None, seed=None, n=1, stream=False, **extra) -> dict:
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
+                "ignore_eos": ignore_eos, "n": n, "return_token_ids": True, "stream": stream}
+        if logprobs is not None:
+            body["logprobs"] = logprobs
+        if seed is not None:
+            body["seed"] = seed
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(extra)
+        return body
+
+    def complete(self, prompt, max_tokens=GOLDEN_MAX_TOKENS, temperature=0.0, ignore_eos=True,
+                 logprobs: int | None = None, seed=None, n=1, timeout_s=None, **extra) -> Completion:
+        body = self.completion_body(prompt, max_tokens, temperature, ignore_eos, logprobs, seed, n,
+                                    **extra)
+        raw = self._json("POST", "/v1/completions", json=body, timeout=timeout_s or self.timeout_s)
+        return parse_completion(raw, want_logprobs=logprobs is not None)
+
+    def complete_stream(self, prompt, max_tokens=GOLDEN_MAX_TOKENS, temperature=0.0, ignore_eos=True,
+                        seed=None, n=1, timeout_s=None, **extra) -> StreamResult:
+        """A streamed completion that never raises for server-side trouble: it reports it.
+
+        timeout_s bounds both each read and the whole stream.
+        """
+        timeout_s = timeout_s or self.timeout_s
+        body = self.completion_body(prompt, max_tokens, temperature, ignore_eos, None, seed, n,
+                                    stream=True, **extra)
+        result = StreamResult(finish_reasons=[None] * n, token_ids=[[] for _ in range(n)],
+                              num_tokens=0, error=None)
+        start = time.monotonic()
+        try:
+            with self.raw("POST", "/v1/completions", json=body, stream=True, timeout=timeout_s) as resp:
+                result.status = resp.status_code
+                if resp.status_code != 200:
+                    result.error = f"HTTP {resp.status_code}: {resp.text[:500]}"
+                    return result
+                for line in resp.iter_lines(decode_unicode=True):
+                    if time.monotonic() - start > timeout_s:
+                        result.timed_out = True
+                        result.error = f"stream still open after {timeout_s:g} s"
+                        return result
+                    if _consume_sse_line(line, result):
+                        break
+                else:
+                    if result.error is None:
+                        result.error = "stream closed without [DONE]"
+        except requests.Timeout as e:
+            result.timed_out, result.error = True, f"timeout after {timeout_s:g} s: {e}"
+        except requests.RequestException as e:
+            result.error = f"transport error: {e!r}"
+        finally:
+            result.seconds = time.monotonic() - start
+        return result
+
+
+def _consume_sse_line(line: str, result: StreamResult) -> bool:
+    """Fold one SSE line into result; True at [DONE]."""
+    if not line or not line.startswith("data:"):
+        return False
+    data = line[len("data:"):].strip()
+    if data == "[DONE]":
+        return True
+    event = json.loads(data)
+    if "error" in event:
+        result.error = f"error event: {event['error']}"
+        return False
+    for choice in event.get("choices", []):
+        i = choice.get("index", 0)
+        while i >= len(result.token_ids):
+            result.token_ids.append([])
+            result.finish_reasons.append(None)
+        ids = choice.get("token_ids") or []
+        result.token_ids[i].extend(ids)
+        result.num_tokens += len(ids)
+        if choice.get("finish_reason") is not None:
+            result.finish_reasons[i] = choice["finish_reason"]
+    return False
+
+
+def parse_completion(raw: dict, want_logprobs: bool = False) -> Completion:
+    """A Completion from a /v1/completions body requested with return_token_ids=true."""
+    try:
+        choices = sorted(raw["choices"], key=lambda c: c.get("index", 0))
+        token_ids = []
+        for c in choices:
+            if c.get("token_ids") is None:
+                raise ServerResponseError(
+                    f"choice {c.get('index')} has no token_ids: was return_token_ids sent? {c!r}")
+            token_ids.append(list(c["token_ids"]))
+        logprobs = None
+        if want_logprobs:
+            logprobs = [list((c.get("logprobs") or {}).get("token_logprobs") or []) for c in choices]
+        details = (raw.get("usage") or {}).get("prompt_tokens_details") or {}
+        return Completion(token_ids=token_ids, logprobs=logprobs,
+                          finish_reasons=[c.get("finish_reason") for c in choices],
+                          cached_tokens=details.get("cached_tokens"),
+                          text=[c.get("text", "") for c in choices], raw=raw)
+    except (KeyError, TypeError) as e:
+        raise ServerResponseError(f"malformed completion body ({e!r}): {json.dumps(raw)[:500]}") from None

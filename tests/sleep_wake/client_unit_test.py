@@ -1,0 +1,141 @@
+"""SleepWakeClient against FakeVllm, a local HTTP server with vLLM 0.26.0's sleep semantics."""
+
+import socket
+import time
+
+import pytest
+import requests
+
+from tests.sleep_wake import metrics
+from tests.sleep_wake.client import ServerResponseError, SleepWakeClient, parse_completion
+from tests.sleep_wake.fake_vllm import FakeVllm
+from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+
+
+@pytest.fixture
+def fake():
+    with FakeVllm() as f:
+        yield f
+
+
+@pytest.fixture
+def client(fake):
+    return SleepWakeClient(fake.url, timeout_s=5)
+
+
+def last(fake, path):
+    return [r for r in fake.requests if r["path"] == path][-1]
+
+
+def test_sleep_and_wake_build_query(client, fake):
+    client.sleep(level=2, mode="wait")
+    assert last(fake, "/sleep")["query"] == {"level": ["2"], "mode": ["wait"]}
+    client.sleep()
+    assert last(fake, "/sleep")["query"] == {"level": ["1"]}
+    client.wake_up(["weights", "kv_cache"])
+    assert last(fake, "/wake_up")["query"] == {"tags": ["weights", "kv_cache"]}
+    client.wake_up()
+    assert last(fake, "/wake_up")["query"] == {}
+
+
+def test_flags_and_gauge(client):
+    assert client.is_sleeping() is False and client.sleep_state() == metrics.GAUGE_AWAKE
+    client.sleep(level=1)
+    state = client.state()
+    assert state.is_sleeping and state.gauge == metrics.GAUGE_LEVEL1
+    client.wake_up()
+    assert not client.is_sleeping()
+
+
+def test_sleep_check_raises_with_status(client):
+    with pytest.raises(ServerResponseError, match="HTTP 400") as e:
+        client.sleep(level="abc")
+    assert e.value.status == 400
+    assert client.sleep(level="abc", check=False).status_code == 400
+
+
+def test_completion_request_and_parse(client, fake):
+    c = client.complete(PROMPTS[0], logprobs=1)
+    body = last(fake, "/v1/completions")["body"]
+    assert body["return_token_ids"] is True and body["ignore_eos"] is True
+    assert body["max_tokens"] == GOLDEN_MAX_TOKENS and body["temperature"] == 0.0
+    assert body["logprobs"] == 1 and body["n"] == 1 and body["stream"] is False and "seed" not in body
+    assert len(c.token_ids) == 1 and len(c.token_ids[0]) == GOLDEN_MAX_TOKENS
+    assert len(c.logprobs[0]) == GOLDEN_MAX_TOKENS and c.finish_reasons == ["length"]
+    assert c.cached_tokens == 0
+    again = client.complete(PROMPTS[0])
+    assert again.token_ids == c.token_ids and again.logprobs is None and again.cached_tokens > 0
+
+
+def test_completion_extra_and_sampling(client, fake):
+    c = client.complete(PROMPTS[1], max_tokens=4, temperature=1.0, seed=7, n=2, top_p=0.9)
+    body = last(fake, "/v1/completions")["body"]
+    assert body["seed"] == 7 and body["n"] == 2 and body["top_p"] == 0.9
+    assert len(c.token_ids) == 2 and all(len(t) == 4 for t in c.token_ids)
+
+
+def test_completion_error_raises(client):
+    with pytest.raises(ServerResponseError, match="n must be 1") as e:
+        client.complete(PROMPTS[0], n=2)
+    assert e.value.status == 400
+
+
+def test_parse_completion_requires_token_ids():
+    with pytest.raises(ServerResponseError, match="return_token_ids"):
+        parse_completion({"choices": [{"index": 0, "text": "x"}]})
+    with pytest.raises(ServerResponseError, match="malformed"):
+        parse_completion({"no": "choices"})
+
+
+def test_stream_matches_non_stream(client, fake):
+    s = client.complete_stream(PROMPTS[2])
+    assert s.error is None and not s.timed_out and s.status == 200
+    assert s.finish_reasons == ["length"] and s.num_tokens == GOLDEN_MAX_TOKENS
+    assert s.token_ids == client.complete(PROMPTS[2]).token_ids
+    assert last(fake, "/v1/completions")["body"]["stream"] is False
+    stream_body = [r for r in fake.requests if r["path"] == "/v1/completions"][0]["body"]
+    assert stream_body["stream"] is True and stream_body["stream_options"] == {"include_usage": True}
+
+
+def test_stream_reports_http_error(client):
+    s = client.complete_stream(PROMPTS[0], n=2)
+    assert s.status == 400 and "n must be 1" in s.error
+
+
+def test_load_reload_reset_health(client, fake):
+    assert client.load() == 0
+    client.sleep(level=2)
+    client.wake_up(["weights"])
+    assert client.reload_weights() == {"results": [None]}
+    assert last(fake, "/collective_rpc")["body"] == {"method": "reload_weights"}
+    client.wake_up(["kv_cache"])
+    client.reset_prefix_cache()
+    assert client.health()
+
+
+def test_health_false_when_unreachable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert SleepWakeClient(f"http://127.0.0.1:{port}", timeout_s=1).health() is False
+
+
+def test_hung_server_times_out(fake):
+    fake.hang_paths.add("/is_sleeping")
+    client = SleepWakeClient(fake.url, timeout_s=0.3)
+    start = time.monotonic()
+    with pytest.raises(requests.Timeout):
+        client.is_sleeping()
+    assert time.monotonic() - start < 3
+
+
+def test_hung_stream_reports_timeout(fake):
+    fake.hang_paths.add("/v1/completions")
+    s = SleepWakeClient(fake.url, timeout_s=0.3).complete_stream(PROMPTS[0])
+    assert s.timed_out and "timeout" in s.error
+
+
+def test_raw_passes_through(client):
+    resp = client.raw("POST", "/collective_rpc", json={})
+    assert resp.status_code == 400
+    assert client.raw("GET", "/no_such_path").status_code == 404

@@ -1,0 +1,124 @@
+"""Fixtures of the sleep/wake suite: the matrix cell, one vLLM server per test class, its golden output.
+
+The launcher is imported inside the fixtures, so the CPU unit tests in this package never need it.
+"""
+
+import os
+import re
+import time
+
+import pytest
+
+from tests.sleep_wake import cells, measure, metrics, thresholds
+from tests.sleep_wake.client import SleepWakeClient
+from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+
+
+def pytest_generate_tests(metafunc):
+    """Every test needing the cell (directly or through `server`) gets the id suffix [MRV1-eager]."""
+    if "cell" not in metafunc.fixturenames:
+        return
+    try:
+        spec = cells.cell_from_env()
+        param, ident = spec, spec.id
+    except cells.CellConfigError as e:
+        # Collection still works; every test of the cell then fails with the reason.
+        param, ident = str(e), "unconfigured"
+    metafunc.parametrize("cell", [param], ids=[ident], indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def cell(request) -> cells.CellSpec:
+    if isinstance(request.param, str):
+        pytest.fail(request.param)
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def recorder() -> measure.Recorder:
+    try:
+        cell_id = cells.cell_from_env().id
+    except cells.CellConfigError:
+        cell_id = None
+    return measure.Recorder(cell_id=cell_id)
+
+
+def _log_dir(name: str) -> str:
+    path = os.path.join(measure.outputs_dir(), re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _start_server(name: str, cell, recorder, nodeid: str):
+    """A started VllmServer context (caller exits it) with its start-up time recorded."""
+    from tools.launcher.config import ServerConfig
+    from tools.launcher.server import VllmServer
+
+    config = ServerConfig.from_env(_log_dir(name))
+    if (config.runner, config.execution_mode) != (cell.runner, cell.mode):
+        pytest.fail(f"ServerConfig.from_env built runner={config.runner} mode={config.execution_mode} "
+                    f"but the cell is {cell.id}: the environment is inconsistent")
+    context = VllmServer(config, lease=True)
+    start = time.monotonic()
+    server = context.__enter__()
+    # Includes waiting for the GPU lease; the server log has the engine's own timings.
+    recorder.record(nodeid, "server_start_s", time.monotonic() - start, "s", url=server.url,
+                    command=list(server.command), log=server.log_path)
+    return context, server
+
+
+@pytest.fixture(scope="class")
+def server(request, cell, recorder):
+    """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/."""
+    context, srv = _start_server(request.node.name, cell, recorder, request.node.nodeid)
+    try:
+        yield srv
+    finally:
+        context.__exit__(None, None, None)
+
+
+@pytest.fixture
+def isolated_server(request, cell, recorder):
+    """A fresh server for one test: for tests whose steps leave state a shared server must not carry
+    (dead engine after a crash race, accumulated leaks, a level-2 state without reload). Do not use it
+    in a class that also uses `server`: with one GPU slot the second lease would wait for the first."""
+    context, srv = _start_server(request.node.name, cell, recorder, request.node.nodeid)
+    try:
+        yield srv
+    finally:
+        context.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="class")
+def client(server) -> SleepWakeClient:
+    return SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max"))
+
+
+@pytest.fixture(scope="class")
+def golden(client) -> dict:
+    """prompt -> Completion (greedy, ignore_eos, GOLDEN_MAX_TOKENS, logprobs=1), taken right after start."""
+    out = {}
+    for prompt in PROMPTS:
+        c = client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
+        if len(c.token_ids[0]) != GOLDEN_MAX_TOKENS or c.finish_reasons != ["length"]:
+            pytest.fail(f"golden run for {prompt!r}: expected {GOLDEN_MAX_TOKENS} tokens ending by "
+                        f"length, got {len(c.token_ids[0])} ending {c.finish_reasons}")
+        out[prompt] = c
+    return out
+
+
+@pytest.fixture(autouse=True)
+def awake(request):
+    """For tests on the class server: awake and healthy before; woken (fully) after, so one failing
+    test does not cascade. A level-2 test must reload weights itself (a plain wake gives garbage)."""
+    if "server" not in request.fixturenames:
+        yield None
+        return
+    client = request.getfixturevalue("client")
+    assert client.health(), f"server {client.url} is not healthy before the test (see its log)"
+    state = client.state()
+    assert not state.is_sleeping and state.gauge == metrics.GAUGE_AWAKE, (
+        f"server must be awake before the test: is_sleeping={state.is_sleeping} gauge={state.gauge}")
+    yield client
+    if client.health() and client.is_sleeping():
+        client.wake_up()

@@ -1,0 +1,112 @@
+"""Recording measurements, checking them against thresholds, and bounded waiting."""
+
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+
+from tests.sleep_wake import thresholds
+
+MEASUREMENTS_FILE = "measurements.jsonl"
+
+
+def outputs_dir() -> str:
+    """Bazel's undeclared-outputs dir (ends up in outputs.zip), or a temp dir outside Bazel."""
+    path = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or os.path.join(
+        tempfile.gettempdir(), f"sleepwake-outputs-{os.getpid()}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def current_test() -> str:
+    """The running pytest node id (from PYTEST_CURRENT_TEST), or "" outside a test."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+
+
+class Recorder:
+    """Appends one JSON object per measurement to measurements.jsonl (thread-safe)."""
+
+    def __init__(self, path: str | None = None, cell_id: str | None = None):
+        self.path = path or os.path.join(outputs_dir(), MEASUREMENTS_FILE)
+        self.cell_id = cell_id
+        self._lock = threading.Lock()
+
+    def record(self, test_name: str, key: str, value, unit: str, **extra) -> dict:
+        entry = {"time": time.time(), "cell": self.cell_id, "test": test_name or current_test(),
+                 "key": key, "value": value, "unit": unit, **extra}
+        line = json.dumps(entry, sort_keys=True, default=str)
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        return entry
+
+    def entries(self) -> list[dict]:
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+
+def _check(recorder, name, measured, cell_id, what, at_most: bool) -> None:
+    t = thresholds.threshold(name)
+    bound = thresholds.get(name, cell_id)
+    ok = measured <= bound if at_most else measured >= bound
+    recorder.record(current_test(), name, measured, t.unit, bound=bound,
+                    kind="at_most" if at_most else "at_least", layer=t.layer, ok=ok, what=what)
+    if not ok:
+        relation = "<=" if at_most else ">="
+        raise AssertionError(
+            f"{what}: measured {measured:g} {t.unit}, expected {relation} {bound:g} (threshold "
+            f"{name!r}, cell {cell_id}, layer {t.layer}, source: {t.source}). Triage: "
+            f"{thresholds.POLICY[t.layer]}")
+
+
+def check_at_most(recorder, name: str, measured: float, cell_id: str | None, what: str) -> None:
+    """Record `measured`, then assert it is <= the threshold `name` for the cell."""
+    _check(recorder, name, measured, cell_id, what, at_most=True)
+
+
+def check_at_least(recorder, name: str, measured: float, cell_id: str | None, what: str) -> None:
+    """Record `measured`, then assert it is >= the threshold `name` for the cell."""
+    _check(recorder, name, measured, cell_id, what, at_most=False)
+
+
+def wait_until(predicate, timeout_s: float, poll_s: float = 0.05, what: str = "condition") -> float:
+    """Poll `predicate` until truthy; return the seconds it took. AssertionError after timeout_s."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    while True:
+        last = predicate()
+        if last:
+            return time.monotonic() - start
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}; last value {last!r}")
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+
+def assert_holds(predicate, duration_s: float, poll_s: float = 0.1, what: str = "condition") -> None:
+    """Assert `predicate` stays truthy for the whole of duration_s (a bounded observation window)."""
+    start = time.monotonic()
+    while True:
+        value = predicate()
+        elapsed = time.monotonic() - start
+        if not value:
+            raise AssertionError(f"{what} stopped holding after {elapsed:.2f} s of the {duration_s:g} s "
+                                 f"observation window; last value {value!r}")
+        if elapsed >= duration_s:
+            return
+        time.sleep(min(poll_s, duration_s - elapsed))
+
+
+def timed(fn, *args, **kwargs):
+    """(result, seconds) of one call, on the monotonic clock."""
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def median(samples) -> float:
+    if not samples:
+        raise ValueError("median of no samples")
+    return float(statistics.median(samples))

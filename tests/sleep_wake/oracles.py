@@ -1,0 +1,62 @@
+"""Assertions shared by the test classes: sleep flags and golden output.
+
+Messages say what was expected, what was seen, at which step, and which vLLM issue the check guards.
+"""
+
+from tests.sleep_wake import metrics, thresholds
+from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+
+
+def expect_state(client, *, sleeping: bool, gauge: dict, step: str, issue: str) -> None:
+    """/is_sleeping == sleeping and vllm:engine_sleep_state == gauge, read back to back."""
+    seen = client.state()
+    if seen.is_sleeping != sleeping or seen.gauge != gauge:
+        raise AssertionError(
+            f"[{issue}] after {step}: expected is_sleeping={sleeping} gauge={_fmt(gauge)}, "
+            f"seen is_sleeping={seen.is_sleeping} gauge={_fmt(seen.gauge)}")
+
+
+def expect_awake(client, *, step: str, issue: str) -> None:
+    expect_state(client, sleeping=False, gauge=metrics.GAUGE_AWAKE, step=step, issue=issue)
+
+
+def expect_partially_asleep(client, *, step: str, issue: str) -> None:
+    """After a wake_up that leaves a tag asleep: /is_sleeping true (contract, #44483) and the gauge as
+    pinned by the known divergence gauge_awake_while_partially_asleep (fails if vLLM changes it)."""
+    d = thresholds.divergence("gauge_awake_while_partially_asleep")
+    seen = client.state()
+    if not seen.is_sleeping:
+        raise AssertionError(f"[{issue}] after {step}: expected is_sleeping=True while a tag is still "
+                             f"asleep (#44483), seen False (gauge {_fmt(seen.gauge)})")
+    if seen.gauge != d.observed:
+        raise AssertionError(
+            f"[{issue}] after {step}: expected gauge {_fmt(d.observed)} per known divergence {d.name} "
+            f"(vLLM {d.vllm_version}: {d.reason}), seen {_fmt(seen.gauge)}. If vLLM changed this on "
+            f"purpose, update thresholds.KNOWN_DIVERGENCES (documented: {d.documented}).")
+
+
+def _fmt(gauge: dict) -> str:
+    """(awake,weights_offloaded,discard_all), e.g. (0,1,0)."""
+    values = [gauge.get(k) for k in metrics.SLEEP_STATE_LABELS]
+    return "(" + ",".join(f"{v:g}" if isinstance(v, (int, float)) else "?" for v in values) + ")"
+
+
+def expect_tokens(completion, golden_completion, *, prompt: str, step: str, issue: str) -> None:
+    """Greedy token ids identical to the golden run, full length, cut by length (ignore_eos)."""
+    got, want = completion.token_ids[0], golden_completion.token_ids[0]
+    if got != want:
+        first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        raise AssertionError(
+            f"[{issue}] after {step}: token ids for {prompt!r} differ from golden at position {first}: "
+            f"expected {want}, seen {got} (text {completion.text[0]!r})")
+    if completion.finish_reasons[0] != "length":
+        raise AssertionError(
+            f"[{issue}] after {step}: expected finish_reason 'length' (ignore_eos, max_tokens "
+            f"{GOLDEN_MAX_TOKENS}) for {prompt!r}, seen {completion.finish_reasons[0]!r}")
+
+
+def expect_golden(client, golden: dict, *, step: str, issue: str, prompts=None) -> None:
+    """Every prompt (default: all of PROMPTS) regenerates its golden token ids."""
+    for prompt in prompts or PROMPTS:
+        expect_tokens(client.complete(prompt, GOLDEN_MAX_TOKENS), golden[prompt],
+                      prompt=prompt, step=step, issue=issue)

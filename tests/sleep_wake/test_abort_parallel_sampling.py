@@ -1,0 +1,77 @@
+"""A seeded n=4 sampled request (parallel sampling: one parent, four child requests) is streaming
+when /sleep?mode=abort arrives: every choice ends promptly, nothing leaks (NVML bytes after wake,
+/load), and the engine serves golden and seeded output afterwards (#45520, #45326)."""
+
+from tests.sleep_wake import measure, metrics, oracles, thresholds
+from tests.sleep_wake.background import background
+from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.sleep_wake.test_concurrent_race import generated_tokens, wait_decoding
+from tests.sleep_wake.test_physical_memory import settled_gpu_bytes
+
+ISSUE = "#45520/#45326 abort during parallel sampling"
+N = 4
+SEED = 1234
+PROMPT = PROMPTS[2]  # shorter than one KV block: never a prefix-cache hit, so runs compute alike
+STREAM_MAX_TOKENS = 768  # still decoding when /sleep lands
+
+
+def _sampled(client):
+    # temperature 0 with n > 1 is a 400 in vLLM 0.26.0 ("n must be 1 when using greedy sampling").
+    return client.complete(PROMPT, GOLDEN_MAX_TOKENS, temperature=1.0, seed=SEED, n=N)
+
+
+class TestAbortDuringParallelSampling:
+    def test_abort_ends_every_choice_without_leak(self, server, client, golden, recorder, cell):
+        test = measure.current_test()
+        reference = _sampled(client)
+        again = _sampled(client)
+        # The seeded tier's oracle: without it "the same ids after wake" would prove nothing.
+        assert again.token_ids == reference.token_ids and len(reference.token_ids) == N, (
+            f"seeded n={N} sampling is not reproducible before any sleep: expected {reference.token_ids}, "
+            f"seen {again.token_ids}")
+        awake = settled_gpu_bytes(server, "awake, before the aborted request")
+        recorder.record(test, "awake_bytes", awake, "bytes")
+
+        with background(client) as pool:
+            since = generated_tokens(client)
+            stream = pool.submit(client.complete_stream, PROMPT, STREAM_MAX_TOKENS, temperature=1.0,
+                                 seed=SEED, n=N, timeout_s=thresholds.get("request_completion_s_max"))
+            wait_decoding(client, [stream], 1, since, 2 * N)
+            sleep_s = measure.timed(client.sleep, level=1, mode="abort")[1]
+            waited = measure.wait_until(stream.done, thresholds.get("request_completion_s_max"),
+                                        what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort")
+            result = stream.result()
+        measure.check_at_most(recorder, "abort_s_max", sleep_s + waited, cell.id,
+                              f"[{ISSUE}] seconds from /sleep?mode=abort to the end of the n={N} stream")
+        recorder.record(test, "aborted_stream", {"finish_reasons": result.finish_reasons,
+                                                 "tokens": [len(t) for t in result.token_ids],
+                                                 "error": result.error}, "")
+        assert not result.timed_out, f"[{ISSUE}] the n={N} stream hung: {result.error}"
+        if result.error is None:
+            ends = [(r, len(t)) for r, t in zip(result.finish_reasons, result.token_ids)]
+            assert all(r == "abort" or (r == "length" and n == STREAM_MAX_TOKENS) for r, n in ends), (
+                f"[{ISSUE}] expected each of the {N} choices to end with finish_reason 'abort' (or "
+                f"'length' at {STREAM_MAX_TOKENS} tokens), seen (finish_reason, tokens) {ends}")
+        else:
+            assert result.error.startswith("error event"), (
+                f"[{ISSUE}] expected each choice to end with a finish reason or the stream with an "
+                f"abort error event, seen {result.error}")
+
+        measure.wait_until(lambda: client.load() == 0, thresholds.get("request_completion_s_max"),
+                           what=f"[{ISSUE}] /load back to 0 after the abort (a child request leaked)")
+        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
+                             step="sleep level 1 (mode abort) during parallel sampling", issue=ISSUE)
+        client.wake_up()
+        oracles.expect_awake(client, step="full wake after the abort", issue=ISSUE)
+        tolerance = thresholds.get("wake_restore_bytes_max", cell.id)
+        woken = settled_gpu_bytes(server, "after the abort and a full wake",
+                                  done=lambda b: abs(b - awake) <= tolerance)
+        recorder.record(test, "woken_bytes", woken, "bytes")
+        measure.check_at_most(recorder, "wake_restore_bytes_max", abs(woken - awake), cell.id,
+                              f"[{ISSUE}] |bytes after abort + wake - awake bytes before| "
+                              f"(before {awake}, after {woken})")
+        oracles.expect_golden(client, golden, step="abort during parallel sampling and wake", issue=ISSUE)
+        after = _sampled(client)
+        assert after.token_ids == reference.token_ids, (
+            f"[{ISSUE}] seeded n={N} sampling after abort and wake: expected {reference.token_ids}, "
+            f"seen {after.token_ids}")

@@ -1,0 +1,41 @@
+"""Ten level-1 sleep/wake cycles: the server's NVML bytes asleep and awake stay flat and the output
+stays golden (#21336 grew every cycle until garbage at cycle 4; #36651, #34600)."""
+
+from tests.sleep_wake import measure, metrics, oracles
+from tests.sleep_wake.prompts import PROMPTS
+from tests.sleep_wake.test_physical_memory import settled_gpu_bytes
+
+CYCLES = 10
+ISSUE = "#21336/#36651 leak across cycles"
+
+
+class TestMemoryLeakCycle:
+    def test_bytes_flat_over_ten_cycles(self, server, client, golden, recorder, cell):
+        test = measure.current_test()
+        recorder.record(test, "awake_bytes_before_cycles", settled_gpu_bytes(server, "before cycle 1"),
+                        "bytes")
+        series = {"asleep": [], "awake": []}
+        for cycle in range(1, CYCLES + 1):
+            client.sleep(level=1)
+            oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
+                                 step=f"cycle {cycle}: sleep level 1", issue=ISSUE)
+            series["asleep"].append(settled_gpu_bytes(server, f"asleep in cycle {cycle}"))
+            client.wake_up()
+            oracles.expect_awake(client, step=f"cycle {cycle}: full wake", issue=ISSUE)
+            series["awake"].append(settled_gpu_bytes(server, f"awake in cycle {cycle}"))
+            # A request every cycle: a leak may need the KV cache to be written between cycles.
+            prompt = PROMPTS[cycle % len(PROMPTS)]
+            oracles.expect_tokens(client.complete(prompt), golden[prompt], prompt=prompt,
+                                  step=f"cycle {cycle}", issue=ISSUE)
+            for state, values in series.items():
+                recorder.record(test, f"{state}_bytes", values[-1], "bytes", cycle=cycle)
+        for state, values in series.items():
+            spread = max(values[1:]) - min(values[1:])
+            growth = values[-1] - values[0]
+            measure.check_at_most(recorder, "cycle_bytes_flat_max", spread, cell.id,
+                                  f"[{ISSUE}] max - min of {state} bytes over cycles 2..{CYCLES}: {values}")
+            measure.check_at_most(recorder, "cycle_bytes_flat_max", abs(growth), cell.id,
+                                  f"[{ISSUE}] |{state} bytes in cycle {CYCLES} - cycle 1|: {values}")
+            measure.check_at_most(recorder, "leak_bytes_per_cycle_max", growth / (CYCLES - 1), cell.id,
+                                  f"[{ISSUE}] {state} bytes growth per cycle, cycle 1 to {CYCLES}: {values}")
+        oracles.expect_golden(client, golden, step=f"{CYCLES} sleep/wake cycles", issue=ISSUE)

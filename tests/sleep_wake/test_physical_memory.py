@@ -1,0 +1,181 @@
+"""Physical GPU memory of the server's own processes (NVML, per process, so valid on a shared GPU)
+across sleep and wake: level 1 and level 2 free it and a full wake restores it (#11743, #32714,
+#47654), a weights-only wake maps back the checkpoint's bytes and no KV cache, and the bytes that stay
+resident while asleep are measured per execution mode (graph mode keeps its graph pool, #45648).
+
+The module-level helpers are shared with other test files of the suite (see the lead's report).
+"""
+
+import glob
+import json
+import os
+import struct
+
+from tests.sleep_wake import measure, metrics, oracles, thresholds
+
+MiB = 1 << 20
+# Two NVML readings one poll apart that differ by less than this count as settled: cuMem maps and
+# unmaps in 2 MiB granules, so anything smaller is not a change of the pools.
+SETTLE_BYTES = 2 * MiB
+SETTLE_POLL_S = 0.25
+
+
+def settled_gpu_bytes(server, what: str, done=None) -> int:
+    """server.gpu_bytes() once `done(bytes)` holds or three readings a poll apart agree.
+
+    NVML's per-process numbers can trail an unmap or map by a moment, so one reading right after a
+    sleep or wake may be stale. Bounded by the memory_settle_s_max threshold.
+    """
+    readings = [server.gpu_bytes()]
+
+    def settled():
+        readings.append(server.gpu_bytes())
+        last3 = readings[-3:]
+        return (done is not None and done(readings[-1])) or (
+            len(last3) == 3 and max(last3) - min(last3) < SETTLE_BYTES)
+
+    try:
+        measure.wait_until(settled, thresholds.get("memory_settle_s_max"), poll_s=SETTLE_POLL_S,
+                           what=f"NVML bytes of the server to settle {what}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; readings {readings[-6:]} bytes") from None
+    if readings[-1] <= 0:
+        raise AssertionError(
+            f"NVML reports 0 bytes for the server's PIDs {server.pids()} {what}: NVML does not see "
+            "these processes (a PID namespace other than the host's?), so per-process memory cannot "
+            "be measured here; run the cell on a host or container sharing the host's PID namespace")
+    return readings[-1]
+
+
+def recover_from_level2(client) -> None:
+    """vLLM's documented level-2 recovery: wake weights, reload them from the checkpoint, wake the
+    KV cache. A plain wake leaves garbage weights (#29341, #54235)."""
+    client.wake_up(["weights"])
+    client.reload_weights()
+    client.wake_up(["kv_cache"])
+
+
+def checkpoint_tensor_bytes(model_dir: str) -> int:
+    """Sum of the tensor bytes of the checkpoint's *.safetensors files, read from their headers."""
+    paths = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
+    if not paths:
+        raise AssertionError(
+            f"no *.safetensors in {model_dir!r}: the weights-only wake is compared with the served "
+            "checkpoint's tensor bytes, so the model must be a local checkpoint directory")
+    total = 0
+    for path in paths:
+        with open(path, "rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(header_len))
+        total += sum(t["data_offsets"][1] - t["data_offsets"][0]
+                     for name, t in header.items() if name != "__metadata__")
+    return total
+
+
+def _served_model_dir(server) -> str:
+    command = list(server.command)
+    return command[command.index("--model") + 1]
+
+
+def _kv_cache_bytes() -> int:
+    return int(os.environ.get("SLEEPWAKE_KV_CACHE_BYTES", 2 << 30))
+
+
+def _record(recorder, key: str, value, unit: str = "bytes", **extra) -> None:
+    recorder.record(measure.current_test(), key, value, unit, **extra)
+
+
+def _expect_restored(server, recorder, cell, awake: int, step: str) -> None:
+    """After a full wake the server holds its awake bytes again, within wake_restore_bytes_max."""
+    tolerance = thresholds.get("wake_restore_bytes_max", cell.id)
+    woken = settled_gpu_bytes(server, f"after {step}", done=lambda b: abs(b - awake) <= tolerance)
+    _record(recorder, "woken_bytes", woken, step=step)
+    measure.check_at_most(recorder, "wake_restore_bytes_max", abs(woken - awake), cell.id,
+                          f"|bytes after {step} - awake bytes| (awake {awake}, woken {woken}; "
+                          "#32714 partial restore)")
+
+
+class TestPhysicalMemory:
+    def test_level1_frees_and_full_wake_restores(self, server, client, golden, recorder, cell):
+        awake = settled_gpu_bytes(server, "awake, before sleep level 1")
+        client.sleep(level=1)
+        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1, step="sleep level 1",
+                             issue="level-1 memory")
+        bound = awake * thresholds.get("level1_bytes_fraction_max", cell.id)
+        asleep = settled_gpu_bytes(server, "after sleep level 1", done=lambda b: b <= bound)
+        _record(recorder, "awake_bytes", awake)
+        _record(recorder, "level1_asleep_bytes", asleep, mode=cell.mode)
+        measure.check_at_most(recorder, "level1_bytes_fraction_max", asleep / awake, cell.id,
+                              f"bytes held asleep (level 1) / awake bytes ({asleep} / {awake}; "
+                              "#11743 freed nothing, #47654)")
+        measure.check_at_least(recorder, "sleep_freed_kv_fraction_min", (awake - asleep) / _kv_cache_bytes(),
+                               cell.id, f"bytes freed by level 1 / KV cache bytes ({awake - asleep} / "
+                               f"{_kv_cache_bytes()}; #11743)")
+        client.wake_up()
+        oracles.expect_awake(client, step="full wake from level 1", issue="level-1 memory")
+        _expect_restored(server, recorder, cell, awake, "full wake from level 1")
+        oracles.expect_golden(client, golden, step="level 1 and full wake", issue="level-1 memory")
+
+    def test_level2_frees_and_reload_recovers(self, server, client, golden, recorder, cell):
+        awake = settled_gpu_bytes(server, "awake, before sleep level 2")
+        client.sleep(level=2)
+        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL2, step="sleep level 2",
+                             issue="level-2 memory")
+        bound = awake * thresholds.get("level2_bytes_fraction_max", cell.id)
+        asleep = settled_gpu_bytes(server, "after sleep level 2", done=lambda b: b <= bound)
+        _record(recorder, "awake_bytes", awake)
+        _record(recorder, "level2_asleep_bytes", asleep, mode=cell.mode)
+        measure.check_at_most(recorder, "level2_bytes_fraction_max", asleep / awake, cell.id,
+                              f"bytes held asleep (level 2) / awake bytes ({asleep} / {awake}; #32714)")
+        recover_from_level2(client)
+        oracles.expect_awake(client, step="level-2 recovery (wake weights, reload, wake kv_cache)",
+                             issue="level-2 memory")
+        _expect_restored(server, recorder, cell, awake, "level-2 recovery")
+        oracles.expect_golden(client, golden, step="level 2 recovery with reload",
+                              issue="#29341/#54235 garbage after level 2")
+
+    def test_weights_only_wake_maps_weights_not_kv_cache(self, server, client, golden, recorder, cell):
+        weights = checkpoint_tensor_bytes(_served_model_dir(server))
+        kv = _kv_cache_bytes()
+        awake = settled_gpu_bytes(server, "awake, before sleep level 1")
+        client.sleep(level=1)
+        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1, step="sleep level 1",
+                             issue="weights-only wake memory")
+        asleep = settled_gpu_bytes(server, "after sleep level 1")
+        client.wake_up(["weights"])
+        oracles.expect_partially_asleep(client, step="level 1 then wake weights", issue="#44483")
+        weights_only = settled_gpu_bytes(server, "after wake_up(tags=weights)")
+        for key, value in (("checkpoint_tensor_bytes", weights), ("awake_bytes", awake),
+                           ("level1_asleep_bytes", asleep), ("weights_only_bytes", weights_only)):
+            _record(recorder, key, value)
+        mapped = weights_only - asleep
+        measure.check_at_most(recorder, "weights_wake_bytes_rel_error_max", abs(mapped - weights) / weights,
+                              cell.id, f"|bytes mapped by the weights wake - checkpoint tensor bytes| / "
+                              f"checkpoint bytes (mapped {mapped}, checkpoint {weights})")
+        measure.check_at_least(recorder, "sleep_freed_kv_fraction_min", (awake - weights_only) / kv, cell.id,
+                               f"(awake - weights-only bytes) / KV cache bytes ({awake - weights_only} / "
+                               f"{kv}): the KV cache must stay unmapped until its own wake (#44483)")
+        measure.check_at_most(recorder, "weights_wake_bytes_fraction_max", weights_only / awake, cell.id,
+                              f"weights-only bytes / awake bytes ({weights_only} / {awake})")
+        client.wake_up(["kv_cache"])
+        oracles.expect_awake(client, step="wake kv_cache after weights", issue="#44483")
+        _expect_restored(server, recorder, cell, awake, "staged wake (weights, kv_cache)")
+        oracles.expect_golden(client, golden, step="staged wake", issue="#44483/#45619")
+
+    def test_asleep_residue_per_execution_mode(self, server, client, golden, recorder, cell):
+        """What stays resident at level 1: CUDA context, non-pool allocations and, in graph mode, the
+        CUDA-graph pool, which level 1 does not release (#45648). Bounded per mode, always recorded."""
+        awake = settled_gpu_bytes(server, "awake, before sleep level 1")
+        client.sleep(level=1)
+        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1, step="sleep level 1",
+                             issue="asleep residue")
+        residue = settled_gpu_bytes(server, "after sleep level 1")
+        _record(recorder, "awake_bytes", awake)
+        _record(recorder, f"level1_residue_bytes_{cell.mode}", residue, mode=cell.mode)
+        measure.check_at_most(recorder, "level1_residue_bytes_max", residue, cell.id,
+                              f"bytes resident at level 1 in {cell.mode} mode (graph mode keeps its "
+                              "CUDA-graph pool, #45648)")
+        client.wake_up()
+        oracles.expect_awake(client, step="full wake from level 1", issue="asleep residue")
+        _expect_restored(server, recorder, cell, awake, "full wake from level 1")
+        oracles.expect_golden(client, golden, step="level 1 and full wake", issue="#45648/#55013")

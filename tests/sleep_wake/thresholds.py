@@ -1,0 +1,147 @@
+"""Every numeric bound of the suite, in one table.
+
+Triage policy (the only place it is written):
+  * layer "contract": the bound is part of what vLLM's sleep API promises (flags, output identity,
+    requests end, error statuses). A failure is a bug: file it with the test id and the server log.
+  * layer "mechanism": the bound depends on how the mechanism is implemented and on the hardware
+    (bytes freed, latency, leak per cycle). A failure is first compared against a baseline run of the
+    same cell (same runner x mode, same GPU, previous vLLM build) before filing; only a regression
+    against that baseline is a bug.
+
+`source` says where a number came from. "initial bound from REFERENCE.md facts; to be replaced by
+H200 measurement" marks a generous guess that the first GPU run replaces with a measured value.
+`per_cell` overrides the value for one runner, one mode or one runner-mode pair; add such keys only
+from measurement (e.g. graph-mode wake is known to be slower, #45648, but by how much is measured).
+"""
+
+import dataclasses
+
+from tests.sleep_wake import metrics
+from tests.sleep_wake.cells import EXECUTION_MODES, RUNNERS
+
+CONTRACT = "contract"
+MECHANISM = "mechanism"
+LAYERS = (CONTRACT, MECHANISM)
+POLICY = {
+    CONTRACT: "contract layer: a failure is a bug in vLLM's sleep API (file it with the server log)",
+    MECHANISM: ("mechanism layer: compare against a baseline run of the same cell before filing; "
+                "only a regression against that baseline is a bug"),
+}
+INITIAL = "initial bound from REFERENCE.md facts; to be replaced by H200 measurement"
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+    name: str
+    value: float
+    unit: str
+    layer: str
+    source: str
+    per_cell: dict = dataclasses.field(default_factory=dict)
+
+
+def valid_cell_keys() -> set[str]:
+    """Keys allowed in per_cell: a runner, a mode, or "runner-mode" (all lower case)."""
+    return set(RUNNERS) | set(EXECUTION_MODES) | {f"{r}-{m}" for r in RUNNERS for m in EXECUTION_MODES}
+
+
+_TABLE = [
+    # --- memory (NVML bytes of the server's process tree) ---------------------------------------
+    Threshold("level1_bytes_fraction_max", 0.6, "fraction of awake bytes", MECHANISM,
+              f"{INITIAL}: level 1 freed 29.7 -> 1.4 GB at gpu-util 0.2; with a 2 GiB KV cache and a "
+              "tiny model the ~1.4 GB that stays (CUDA context, non-pool allocations) is a larger share"),
+    Threshold("level2_bytes_fraction_max", 0.6, "fraction of awake bytes", MECHANISM,
+              f"{INITIAL}: level 2 discards weights and KV cache, so it holds no more than level 1"),
+    Threshold("weights_wake_bytes_fraction_max", 0.85, "fraction of awake bytes", MECHANISM,
+              f"{INITIAL}: after wake_up?tags=weights the KV cache (2 GiB) is still released"),
+    Threshold("sleep_freed_kv_fraction_min", 0.8, "fraction of SLEEPWAKE_KV_CACHE_BYTES", MECHANISM,
+              f"{INITIAL}: level >= 1 discards the whole KV pool (#11743: expandable_segments freed 0)"),
+    Threshold("memory_settle_s_max", 10.0, "s", MECHANISM,
+              f"{INITIAL}: sleep returns after unmapping; NVML should reflect it within seconds"),
+    Threshold("leak_bytes_per_cycle_max", 64 * MiB, "bytes per cycle", MECHANISM,
+              f"{INITIAL}: #21336 grew per cycle until garbage at cycle 4; 64 MiB/cycle is far above "
+              "allocator noise and far below a leaked KV or weight pool"),
+    # --- output --------------------------------------------------------------------------------
+    Threshold("logprob_drift_max", 1e-2, "nats (absolute, per token)", CONTRACT,
+              "level-1 sleep copies weights back bit-exact; 1e-2 tolerates kernel nondeterminism only"),
+    # --- requests end --------------------------------------------------------------------------
+    Threshold("request_completion_s_max", 60.0, "s", CONTRACT,
+              f"{INITIAL}: a 16-token greedy request on the tiny model takes well under 1 s; a "
+              "request that does not end in this bound hangs (#45326)"),
+    Threshold("race_timeout_s", 120.0, "s", CONTRACT,
+              f"{INITIAL}: every request of a generate/sleep race ends (ok or aborted) within this "
+              "(#45520 killed the engine behind a 200)"),
+    Threshold("abort_s_max", 10.0, "s", CONTRACT,
+              f"{INITIAL}: sleep?mode=abort ends in-flight requests before it returns (sleep ~0.1 s)"),
+    Threshold("held_request_window_s", 2.0, "s", CONTRACT,
+              "observation window: a request held by a partial wake must stay pending this long "
+              "(#44483); 2 s is ~100x the time the request takes when scheduled"),
+    # --- latency (median of repeats) -----------------------------------------------------------
+    Threshold("sleep_s_max", 2.0, "s", MECHANISM, f"{INITIAL}: sleep level 1 ~0.1 s on the H200"),
+    Threshold("wake_s_max", 2.0, "s", MECHANISM,
+              f"{INITIAL}: full wake ~0.03 s on the H200; graph mode 3-4.5x slower (#45648) fits"),
+    Threshold("staged_wake_s_max", 3.0, "s", MECHANISM,
+              f"{INITIAL}: wake weights + wake kv_cache, two ~0.03 s calls"),
+    Threshold("cycle_s_max", 10.0, "s", MECHANISM,
+              f"{INITIAL}: sleep (~0.1 s) + wake (~0.03 s) + one 16-token request"),
+]
+
+TABLE = {t.name: t for t in _TABLE}
+if len(TABLE) != len(_TABLE):
+    raise ValueError("duplicate threshold names in thresholds._TABLE")
+
+
+def threshold(name: str) -> Threshold:
+    try:
+        return TABLE[name]
+    except KeyError:
+        raise KeyError(f"no threshold named {name!r}; known: {sorted(TABLE)}") from None
+
+
+def get(name: str, cell_id: str | None = None) -> float:
+    """The bound for a cell: "runner-mode" key first, then mode, then runner, then the default."""
+    t = threshold(name)
+    if cell_id:
+        key = cell_id.lower()
+        runner, _, mode = key.partition("-")
+        for k in (key, mode, runner):
+            if k in t.per_cell:
+                return t.per_cell[k]
+    return t.value
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownDivergence:
+    """A behaviour of the pinned vLLM that differs from what the API documents, pinned by a test.
+
+    The test asserts `observed`; if vLLM starts giving `documented` (fixed) or anything else, the test
+    fails so the entry is revisited rather than silently drifting.
+    """
+    name: str
+    documented: object
+    observed: object
+    vllm_version: str
+    reason: str
+
+
+KNOWN_DIVERGENCES = {d.name: d for d in [
+    KnownDivergence(
+        name="gauge_awake_while_partially_asleep",
+        documented="the sleep level's gauge (e.g. weights_offloaded=1) while /is_sleeping is true",
+        observed=metrics.GAUGE_AWAKE,
+        vllm_version="0.26.0",
+        reason=("vllm/v1/engine/async_llm.py:943 AsyncLLM.wake_up calls "
+                "logger_manager.record_sleep_state(0, 0) after every wake_up, partial or not (and also "
+                "when the executor ignored an unknown tag), so vllm:engine_sleep_state reads awake "
+                "(1,0,0) while /is_sleeping stays true until every tag is resident (core.py:898-918)"),
+    ),
+]}
+
+
+def divergence(name: str) -> KnownDivergence:
+    try:
+        return KNOWN_DIVERGENCES[name]
+    except KeyError:
+        raise KeyError(f"no known divergence {name!r}; known: {sorted(KNOWN_DIVERGENCES)}") from None

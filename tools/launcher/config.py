@@ -1,0 +1,201 @@
+"""What a vLLM server is started with: ServerConfig, the exact argv and the exact environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import subprocess
+import sys
+
+from tools.launcher.errors import ConfigError, VllmNotFoundError
+
+RUNNERS = {"mrv1": "0", "mrv2": "1"}  # runner -> VLLM_USE_V2_MODEL_RUNNER
+EXECUTION_MODES = ("eager", "graph")
+MP_METHODS = ("fork", "spawn")
+# Runfiles path of the suite's synthetic checkpoint (//tools/model:synthetic_qwen3).
+DEFAULT_MODEL_RUNFILE = "tools/model/synthetic_qwen3/config.json"
+WORKSPACE = "sleepwake"
+VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
+
+
+@dataclasses.dataclass
+class ServerConfig:
+    model: str = ""  # a checkpoint dir, its config.json, or a hub name; "" = the synthetic checkpoint
+    runner: str = "mrv1"
+    execution_mode: str = "eager"
+    kv_cache_bytes: int = 2 << 30
+    max_model_len: int = 1024
+    seed: int = 0
+    log_dir: str | None = None  # None: $TEST_UNDECLARED_OUTPUTS_DIR, else a fresh temp dir
+    cache_dir: str = "/tmp/sleepwake-cache"
+    startup_timeout_s: float = 420.0
+    release_timeout_s: float = 120.0
+    mp_method: str = "fork"
+    server_args: list[str] = dataclasses.field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port
+    allow_non_loopback: bool = False
+    slots_per_gpu: int = 1
+    lock_dir: str = "/tmp/sleepwake-gpu-locks"
+    lease_timeout_s: float = 1800.0
+    # Allowed growth of the device's used memory over the pre-start baseline once the server is gone
+    # (checked only with an exclusive lease). Not zero: the CUDA driver, NVML and other tenants'
+    # contexts move by tens of MiB on their own; a leaked vLLM server holds its KV cache (GiBs).
+    release_tolerance_bytes: int = 512 << 20
+    grace_s: float = 10.0  # SIGTERM -> SIGKILL of the server's tree
+    port_retries: int = 3
+
+    @classmethod
+    def from_env(cls, log_dir: str | None = None, environ=None) -> "ServerConfig":
+        """The configuration of a GPU cell, from the environment the matrix macro sets."""
+        env = os.environ if environ is None else environ
+        return cls(
+            model=env.get("VLLM_TEST_MODEL") or env.get("SLEEPWAKE_MODEL", ""),
+            runner=env.get("SLEEPWAKE_RUNNER", "mrv1"),
+            execution_mode=env.get("SLEEPWAKE_EXECUTION_MODE", "eager"),
+            kv_cache_bytes=int(env.get("SLEEPWAKE_KV_CACHE_BYTES", 2 << 30)),
+            log_dir=log_dir or env.get("TEST_UNDECLARED_OUTPUTS_DIR"),
+            cache_dir=env.get("SLEEPWAKE_CACHE_DIR", "/tmp/sleepwake-cache"),
+            lock_dir=env.get("SLEEPWAKE_LOCK_DIR", "/tmp/sleepwake-gpu-locks"),
+            slots_per_gpu=int(env.get("SLEEPWAKE_SLOTS_PER_GPU", 1)),
+            startup_timeout_s=float(env.get("SLEEPWAKE_STARTUP_TIMEOUT_S", 420)),
+            mp_method=env.get("SLEEPWAKE_MP_METHOD", "fork"),
+        )
+
+
+def default_model(environ=None, anchor: str = __file__, argv0: str | None = None) -> str:
+    """The synthetic checkpoint's dir, found in the runfiles tree of whatever binary or test runs."""
+    env = os.environ if environ is None else environ
+    root_of_anchor = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(anchor))))
+    candidates = [os.path.join(root_of_anchor, DEFAULT_MODEL_RUNFILE)]
+    if env.get("RUNFILES_DIR"):
+        candidates.insert(0, os.path.join(env["RUNFILES_DIR"], WORKSPACE, DEFAULT_MODEL_RUNFILE))
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    candidates.append(os.path.join(argv0 + ".runfiles", WORKSPACE, DEFAULT_MODEL_RUNFILE))
+    for path in candidates:
+        if os.path.isfile(path):
+            return os.path.dirname(os.path.abspath(path))
+    raise ConfigError(
+        "the default model (runfile %s) is not in the runfiles; looked at %s. Run through Bazel with"
+        " data = [\"//tools/model:synthetic_qwen3\"], or pass --model / ServerConfig(model=...)."
+        % (DEFAULT_MODEL_RUNFILE, ", ".join(candidates)))
+
+
+def resolve_model(model: str) -> str:
+    """A checkpoint dir (absolute) from a dir or config.json path; a hub name passes unchanged."""
+    if not model:
+        return default_model()
+    if os.path.isdir(model):
+        return os.path.abspath(model)
+    if os.path.isfile(model) and os.path.basename(model) == "config.json":
+        return os.path.dirname(os.path.abspath(model))
+    # "org/name" is a hub id (served from the HF cache, offline); anything else that looks like a
+    # filesystem path is a path that is missing.
+    looks_like_path = model.startswith(("/", ".", "~")) or model.endswith(".json") or model.count("/") > 1
+    if looks_like_path:
+        raise ConfigError(
+            "model path %r does not exist (cwd %s). Pass a checkpoint dir or its config.json; under Bazel"
+            " add the checkpoint to the target's data and pass its $(rootpath)." % (model, os.getcwd()))
+    return model
+
+
+def validate(config: ServerConfig) -> None:
+    """Raises ConfigError for a configuration that cannot work or must not run."""
+    for name, value, known in (("runner", config.runner, RUNNERS), ("execution_mode", config.execution_mode,
+                               EXECUTION_MODES), ("mp_method", config.mp_method, MP_METHODS)):
+        if value not in known:
+            raise ConfigError("unknown %s %r; use one of %s" % (name, value, ", ".join(known)))
+    if not is_loopback(config.host) and not config.allow_non_loopback:
+        # VLLM_SERVER_DEV_MODE exposes /sleep, /reset_prefix_cache and /collective_rpc: anyone who can
+        # reach the port can reset or reload the server.
+        raise ConfigError(
+            "refusing to serve on non-loopback host %r: the server runs with VLLM_SERVER_DEV_MODE=1, whose"
+            " endpoints let anyone who reaches the port reset or reload it. Use 127.0.0.1, or pass"
+            " --allow_non_loopback (ServerConfig.allow_non_loopback=True) on a trusted network."
+            % config.host)
+    if config.slots_per_gpu < 1:
+        raise ConfigError("slots_per_gpu must be >= 1, got %d" % config.slots_per_gpu)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_command(config: ServerConfig, port, python: str = sys.executable) -> list[str]:
+    """The exact argv of the vLLM server."""
+    argv = [python, "-m", VLLM_ENTRYPOINT, "--model", resolve_model(config.model),
+            "--host", config.host, "--port", str(port), "--seed", str(config.seed),
+            "--max-model-len", str(config.max_model_len),
+            # Explicit bytes: --gpu-memory-utilization is a fraction of the whole device, so a second
+            # server on a shared GPU got only what the first left (0.69 GiB).
+            "--kv-cache-memory-bytes", str(config.kv_cache_bytes),
+            "--enable-sleep-mode", "--enable-server-load-tracking", "--enable-prefix-caching",
+            "--enable-prompt-tokens-details", "--max-num-seqs", "32"]
+    # Stats stay on: the sleep-state gauge lives in /metrics.
+    if config.execution_mode == "eager":
+        argv.append("--enforce-eager")
+    else:
+        argv += ["--max-cudagraph-capture-size", "32"]
+    return argv + list(config.server_args)
+
+
+def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None = None) -> dict[str, str]:
+    """The server's environment: base_env plus the variables that decide what vLLM builds."""
+    env = dict(base_env)
+    cache = os.path.abspath(config.cache_dir)
+    env.update({
+        "VLLM_SERVER_DEV_MODE": "1",
+        # Always set, never inherited: unset, vLLM picks V2 for dense models and an MRV1 cell tests MRV2.
+        "VLLM_USE_V2_MODEL_RUNNER": RUNNERS[config.runner],
+        "VLLM_USE_FLASHINFER_SAMPLER": "0",
+        "VLLM_WORKER_MULTIPROC_METHOD": config.mp_method,
+        "VLLM_LOGGING_LEVEL": "INFO",
+        "VLLM_NO_USAGE_STATS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        # One shared cache dir so cells after the first do not compile kernels and graphs cold.
+        "VLLM_CACHE_ROOT": os.path.join(cache, "vllm"),
+        "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+        "XDG_CACHE_HOME": os.path.join(cache, "xdg"),
+    })
+    if cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+        # Lease indices are NVML's, which are in PCI bus order; make CUDA count the same way.
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
+
+
+def env_diff(base_env, env) -> list[str]:
+    """Lines naming each variable that env adds or changes relative to base_env."""
+    lines = []
+    for key in sorted(env):
+        if key not in base_env:
+            lines.append("+%s=%s" % (key, env[key]))
+        elif base_env[key] != env[key]:
+            lines.append("~%s=%s (was %s)" % (key, env[key], base_env[key]))
+    return lines + ["-%s" % key for key in sorted(set(base_env) - set(env))]
+
+
+def check_importable(python: str, env, module: str = "vllm") -> None:
+    """Raises VllmNotFoundError unless `python` with `env` can find `module`.
+
+    find_spec in a child of that interpreter: it sees exactly the server's sys.path, and it does not
+    import vLLM (which takes ~20 s).
+    """
+    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+    result = subprocess.run([python, "-c", code, module], env=dict(env), capture_output=True, text=True,
+                            timeout=60)
+    if result.returncode != 0:
+        raise VllmNotFoundError(
+            "%s cannot import %s (PYTHONPATH=%r)%s. Run the server with the interpreter that has vLLM"
+            " installed (on the GPU runner: --config=gpu), or add vLLM to this interpreter's path."
+            % (python, module, env.get("PYTHONPATH", ""), (": " + result.stderr.strip()) if result.stderr.strip()
+               else ""))

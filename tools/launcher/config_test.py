@@ -1,0 +1,100 @@
+import os
+import sys
+
+import pytest
+
+from tools.launcher import config
+from tools.launcher.config import ServerConfig
+from tools.launcher.errors import ConfigError, VllmNotFoundError
+
+
+def test_command_is_exact_for_eager_and_graph(tmp_path):
+    cfg = ServerConfig(model=str(tmp_path), seed=7, max_model_len=512, kv_cache_bytes=123,
+                       server_args=["--foo", "bar"])
+    argv = config.build_command(cfg, 8001, python="/py")
+    assert argv == ["/py", "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path), "--host",
+                    "127.0.0.1", "--port", "8001", "--seed", "7", "--max-model-len", "512",
+                    "--kv-cache-memory-bytes", "123", "--enable-sleep-mode", "--enable-server-load-tracking",
+                    "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-seqs", "32",
+                    "--enforce-eager", "--foo", "bar"]
+    cfg.execution_mode = "graph"
+    graph = config.build_command(cfg, 8001)
+    assert "--enforce-eager" not in graph and graph[-4:] == ["--max-cudagraph-capture-size", "32", "--foo", "bar"]
+    assert "--disable-log-stats" not in graph  # the sleep gauge lives in /metrics
+
+
+def test_model_is_a_dir_or_its_config_json(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert config.resolve_model(str(tmp_path)) == str(tmp_path)
+    assert config.resolve_model(str(tmp_path / "config.json")) == str(tmp_path)
+    assert config.resolve_model("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"  # a hub id passes through
+
+
+@pytest.mark.parametrize("missing", ["/no/such/model", "tools/model/nothing/config.json", "./model"])
+def test_missing_model_path_says_what_to_do(missing):
+    with pytest.raises(ConfigError, match="does not exist.*Pass a checkpoint dir"):
+        config.resolve_model(missing)
+
+
+def test_default_model_comes_from_the_runfiles(tmp_path):
+    model_dir = tmp_path / "sleepwake" / "tools" / "model" / "synthetic_qwen3"
+    model_dir.mkdir(parents=True)
+    (model_dir / "config.json").write_text("{}")
+    found = config.default_model({"RUNFILES_DIR": str(tmp_path)}, anchor="/nowhere/a/b/c.py", argv0="/nowhere/x")
+    assert found == str(model_dir)
+    with pytest.raises(ConfigError, match="not in the runfiles.*--model"):
+        config.default_model({}, anchor="/nowhere/a/b/c.py", argv0="/nowhere/x")
+
+
+@pytest.mark.parametrize("runner,value", [("mrv1", "0"), ("mrv2", "1")])
+def test_env_sets_the_runner_explicitly_over_an_inherited_value(runner, value):
+    inherited = {"VLLM_USE_V2_MODEL_RUNNER": "1" if value == "0" else "0", "PATH": "/bin"}
+    env = config.build_env(ServerConfig(runner=runner, cache_dir="/c", mp_method="spawn"), inherited)
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == value
+    assert env["PATH"] == "/bin" and env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert (env["VLLM_CACHE_ROOT"], env["TRITON_CACHE_DIR"], env["TORCHINDUCTOR_CACHE_DIR"],
+            env["XDG_CACHE_HOME"]) == ("/c/vllm", "/c/triton", "/c/inductor", "/c/xdg")
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    assert config.build_env(ServerConfig(), {}, "3")["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_from_env_reads_the_cell_contract():
+    cfg = ServerConfig.from_env("/out", {
+        "SLEEPWAKE_RUNNER": "mrv2", "SLEEPWAKE_EXECUTION_MODE": "graph", "SLEEPWAKE_MODEL": "m/config.json",
+        "SLEEPWAKE_CACHE_DIR": "/cache", "SLEEPWAKE_LOCK_DIR": "/locks", "SLEEPWAKE_SLOTS_PER_GPU": "2",
+        "SLEEPWAKE_KV_CACHE_BYTES": "1024", "SLEEPWAKE_STARTUP_TIMEOUT_S": "99", "SLEEPWAKE_MP_METHOD": "spawn"})
+    assert (cfg.runner, cfg.execution_mode, cfg.model, cfg.log_dir, cfg.cache_dir, cfg.lock_dir) == (
+        "mrv2", "graph", "m/config.json", "/out", "/cache", "/locks")
+    assert (cfg.slots_per_gpu, cfg.kv_cache_bytes, cfg.startup_timeout_s, cfg.mp_method) == (2, 1024, 99.0, "spawn")
+    assert ServerConfig.from_env(None, {"SLEEPWAKE_MODEL": "a", "VLLM_TEST_MODEL": "b"}).model == "b"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "example.com", "::"])
+def test_non_loopback_host_is_refused_unless_allowed(host):
+    with pytest.raises(ConfigError, match="non-loopback.*--allow_non_loopback"):
+        config.validate(ServerConfig(host=host))
+    config.validate(ServerConfig(host=host, allow_non_loopback=True))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_loopback_hosts_are_fine(host):
+    config.validate(ServerConfig(host=host))
+
+
+def test_unknown_runner_is_refused():
+    with pytest.raises(ConfigError, match="unknown runner 'mrv3'; use one of mrv1, mrv2"):
+        config.validate(ServerConfig(runner="mrv3"))
+
+
+def test_importable_check_sees_the_servers_path(tmp_path):
+    (tmp_path / "sleepwake_probe_pkg").mkdir()
+    (tmp_path / "sleepwake_probe_pkg" / "__init__.py").write_text("raise SystemExit('must not be imported')")
+    config.check_importable(sys.executable, dict(os.environ, PYTHONPATH=str(tmp_path)), "sleepwake_probe_pkg")
+    with pytest.raises(VllmNotFoundError, match="cannot import sleepwake_probe_pkg.*--config=gpu"):
+        config.check_importable(sys.executable, dict(os.environ, PYTHONPATH=""), "sleepwake_probe_pkg")
+
+
+def test_env_diff_names_added_changed_and_removed():
+    assert config.env_diff({"A": "1", "B": "2", "C": "3"}, {"A": "1", "B": "9", "D": "4"}) == [
+        "~B=9 (was 2)", "+D=4", "-C"]

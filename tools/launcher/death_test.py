@@ -1,0 +1,84 @@
+"""The server dies with the test process, however the test process dies."""
+
+import dataclasses
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+from tools.launcher import process_tree, testing
+
+
+def _start_driver(tmp_path):
+    cfg = dataclasses.asdict(testing.fast_config(tmp_path))
+    pid_file = str(tmp_path / "pids")
+    driver = subprocess.Popen([sys.executable, testing.DRIVER, json.dumps(cfg), pid_file],
+                              stdout=subprocess.PIPE, env=testing.python_env())
+    readable, _, _ = select.select([driver.stdout], [], [], 30)
+    line = driver.stdout.readline() if readable else b""
+    if not line:
+        driver.kill()
+        driver.wait()
+        raise AssertionError("the driver did not start its server; see %s" % (tmp_path / "logs"))
+    started = json.loads(line)
+    recorded = testing.recorded_pids(pid_file)
+    assert sorted(recorded) == started["pids"] and len(recorded) == 4
+    recorded.update(process_tree.snapshot(started["supervisor"]))  # the supervisor itself too
+    return driver, recorded
+
+
+def _log_text(tmp_path):
+    logs = tmp_path / "logs"
+    return "".join((logs / name).read_text() for name in os.listdir(logs))
+
+
+def test_sigkill_of_the_test_process_takes_the_server_down(tmp_path):
+    driver, recorded = _start_driver(tmp_path)
+    driver.kill()
+    driver.wait()
+    assert testing.survivors_after(recorded) == []
+
+
+def test_sigterm_of_the_test_process_stops_the_server_in_order(tmp_path):
+    driver, recorded = _start_driver(tmp_path)
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=30) == -signal.SIGTERM
+    assert testing.survivors_after(recorded) == []
+    assert "stopping the server tree (asked to stop fast)" in _log_text(tmp_path)
+
+
+def _start_supervisor(tmp_path):
+    pid_file = str(tmp_path / "pids")
+    argv = testing.fake_command(pid_file=pid_file)(testing.fast_config(tmp_path), 0)
+    sup = subprocess.Popen([sys.executable, "-m", "tools.launcher.supervisor"], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, env=testing.python_env())
+    spec = {"argv": argv, "env": testing.python_env(), "grace_s": 0.5, "parent_pid": os.getpid()}
+    sup.stdin.write((json.dumps(spec) + "\n").encode())
+    sup.stdin.flush()
+    assert "pid" in json.loads(sup.stdout.readline())
+    deadline = time.monotonic() + 30  # the fake records its family before it serves
+    while len(testing.recorded_pids(pid_file)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    recorded = testing.recorded_pids(pid_file)
+    assert len(recorded) == 4
+    return sup, recorded
+
+
+def test_supervisor_tears_down_when_the_pipe_closes(tmp_path):
+    sup, recorded = _start_supervisor(tmp_path)
+    sup.stdin.close()  # what the kernel does when the test process dies
+    assert sup.wait(timeout=30) == 0
+    assert json.loads(sup.stdout.read().splitlines()[-1])["reason"] == "test process gone (pipe closed)"
+    assert testing.survivors_after(recorded) == []
+
+
+def test_supervisor_tears_down_on_sigterm(tmp_path):
+    sup, recorded = _start_supervisor(tmp_path)
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(timeout=30) == 0
+    assert json.loads(sup.stdout.read().splitlines()[-1])["reason"] == "got SIGTERM"
+    sup.stdin.close()
+    assert testing.survivors_after(recorded) == []

@@ -1,0 +1,112 @@
+"""GPU slots shared by concurrent test cells: one flock'd file per (GPU, slot).
+
+Like TensorFlow's parallel_gpu_execute.sh: with --local_test_jobs = GPUs x slots_per_gpu, that many
+cells run at once and each finds a free slot. flock locks belong to the open file, so a crashed or
+killed holder releases its slot by dying; the holder's identity is written into the file so a waiting
+cell can say who it is waiting for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import fcntl
+import logging
+import os
+import socket
+import time
+
+from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, LeaseTimeoutError
+
+log = logging.getLogger("sleepwake.launcher")
+
+
+@dataclasses.dataclass
+class Lease:
+    gpu: str  # the CUDA_VISIBLE_DEVICES entry for the server
+    slot: int
+    path: str
+    fd: int
+    waited_s: float
+    exclusive: bool  # the only slot of its GPU: device-wide memory belongs to this cell
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = -1
+
+
+def visible_gpus(nvml, environ) -> list[str]:
+    """GPUs this process may use: an already-set CUDA_VISIBLE_DEVICES list, else every NVML device."""
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        gpus = [gpu.strip() for gpu in listed.split(",") if gpu.strip()]
+        if not gpus:
+            raise GpuUnavailableError("CUDA_VISIBLE_DEVICES is set but empty: %s" % GPU_CELL_HINT)
+        return gpus
+    return [str(index) for index in range(nvml.device_count())]
+
+
+def owner_description(environ=None) -> str:
+    env = os.environ if environ is None else environ
+    return "pid=%d target=%s host=%s since=%s" % (
+        os.getpid(), env.get("TEST_TARGET", "(not a bazel test)"), socket.gethostname(),
+        datetime.datetime.now().isoformat(timespec="seconds"))
+
+
+def _slot_path(lock_dir: str, gpu: str, slot: int) -> str:
+    return os.path.join(lock_dir, "gpu%s.slot%d.lock" % (gpu, slot))
+
+
+def _try_lock(path: str):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def holders(lock_dir: str, gpus, slots_per_gpu: int) -> list[str]:
+    lines = []
+    for gpu in gpus:
+        for slot in range(slots_per_gpu):
+            path = _slot_path(lock_dir, gpu, slot)
+            try:
+                with open(path) as f:
+                    lines.append("%s: %s" % (path, f.read().strip() or "(holder unknown)"))
+            except OSError:
+                lines.append("%s: (no lock file)" % path)
+    return lines
+
+
+def acquire(gpus, lock_dir: str, slots_per_gpu: int = 1, timeout_s: float = 1800.0, owner: str | None = None,
+            poll_s: float = 0.25) -> Lease:
+    """Takes a free slot, waiting at most timeout_s; raises LeaseTimeoutError naming the holders."""
+    os.makedirs(lock_dir, exist_ok=True)
+    owner = owner or owner_description()
+    start = time.monotonic()
+    while True:
+        # Slot-major order: the first slot of every GPU before any second slot, to spread cells out.
+        for slot in range(slots_per_gpu):
+            for gpu in gpus:
+                path = _slot_path(lock_dir, gpu, slot)
+                fd = _try_lock(path)
+                if fd is None:
+                    continue
+                os.ftruncate(fd, 0)
+                os.write(fd, (owner + "\n").encode())
+                waited = time.monotonic() - start
+                log.info("GPU lease: took %s after waiting %.1f s", path, waited)
+                return Lease(gpu=gpu, slot=slot, path=path, fd=fd, waited_s=waited,
+                             exclusive=slots_per_gpu == 1)
+        if time.monotonic() - start >= timeout_s:
+            raise LeaseTimeoutError(
+                "no GPU slot became free within %.0f s (GPUs %s, %d slot(s) each, locks in %s). Holders:\n  %s\n"
+                "Wait for those cells, end stale ones, or run fewer at once (--local_test_jobs = GPUs x"
+                " slots_per_gpu)." % (timeout_s, ",".join(gpus), slots_per_gpu, lock_dir,
+                                      "\n  ".join(holders(lock_dir, gpus, slots_per_gpu))))
+        time.sleep(poll_s)  # flock cannot wait on "any of several files"; poll them with a deadline

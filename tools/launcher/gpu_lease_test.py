@@ -1,0 +1,87 @@
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from tools.launcher import gpu_lease, testing
+from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, LeaseTimeoutError
+from tools.launcher.nvml import FakeNvml
+
+
+def test_visible_gpus_come_from_cuda_visible_devices_else_nvml():
+    assert gpu_lease.visible_gpus(FakeNvml(device_count=3), {}) == ["0", "1", "2"]
+    assert gpu_lease.visible_gpus(FakeNvml(device_count=8), {"CUDA_VISIBLE_DEVICES": "4, 6"}) == ["4", "6"]
+    with pytest.raises(GpuUnavailableError, match=GPU_CELL_HINT):
+        gpu_lease.visible_gpus(FakeNvml(), {"CUDA_VISIBLE_DEVICES": ""})
+
+
+def test_slots_fill_every_gpu_first_then_time_out_naming_the_holders(tmp_path):
+    owner = gpu_lease.owner_description({"TEST_TARGET": "//tests:cell_a"})
+    leases = [gpu_lease.acquire(["0", "1"], str(tmp_path), 2, timeout_s=1, owner=owner) for _ in range(4)]
+    try:
+        assert [os.path.basename(lease.path) for lease in leases] == [
+            "gpu0.slot0.lock", "gpu1.slot0.lock", "gpu0.slot1.lock", "gpu1.slot1.lock"]
+        assert not any(lease.exclusive for lease in leases)
+        with pytest.raises(LeaseTimeoutError) as e:
+            gpu_lease.acquire(["0", "1"], str(tmp_path), 2, timeout_s=0.3, poll_s=0.05)
+        assert "gpu1.slot1.lock: pid=%d target=//tests:cell_a" % os.getpid() in str(e.value)
+        assert "--local_test_jobs" in str(e.value)
+    finally:
+        for lease in leases:
+            lease.release()
+    again = gpu_lease.acquire(["0"], str(tmp_path), 1, timeout_s=1)
+    assert again.exclusive and again.gpu == "0"
+    again.release()
+
+
+def test_the_wait_is_bounded_and_reported(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "sleepwake.launcher")
+    held = gpu_lease.acquire(["0"], str(tmp_path), timeout_s=1)
+    threading.Timer(0.3, held.release).start()
+    lease = gpu_lease.acquire(["0"], str(tmp_path), timeout_s=10, poll_s=0.05)
+    assert lease.waited_s >= 0.25
+    assert "after waiting" in caplog.text
+    lease.release()
+
+
+_HOLDER = textwrap.dedent("""
+    import os, sys, time
+    from tools.launcher import gpu_lease
+    lease = gpu_lease.acquire(["0", "1"], sys.argv[1], 1, timeout_s=60, poll_s=0.02)
+    marker = lease.path + ".in_use"
+    # O_EXCL: creating the marker fails if another holder of the same slot exists right now.
+    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    print(lease.gpu, flush=True)
+    if sys.argv[2] == "hold":
+        time.sleep(0.15)  # simulated work while holding the slot
+        os.unlink(marker)
+        lease.release()
+    else:
+        os.unlink(marker)
+        time.sleep(60)  # killed while holding the slot
+""")
+
+
+def test_leases_are_exclusive_across_processes(tmp_path):
+    holders = [subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "hold"], env=testing.python_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    results = [holder.communicate(timeout=60) for holder in holders]
+    assert [holder.returncode for holder in holders] == [0] * 6, [err for _, err in results]
+    assert sorted(out.strip() for out, _ in results) == ["0", "0", "0", "1", "1", "1"]
+
+
+def test_a_killed_holder_frees_its_slot(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "die"], env=testing.python_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "0"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    lease = gpu_lease.acquire(["0"], str(tmp_path), 1, timeout_s=5)
+    lease.release()

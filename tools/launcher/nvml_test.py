@@ -1,0 +1,62 @@
+import types
+
+import pytest
+
+from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, ServerReleaseError
+from tools.launcher.nvml import FakeNvml, Nvml
+from tools.launcher.server import wait_for_release
+
+GIB = 1 << 30
+
+
+class _NoDriver:
+    def nvmlInit(self):
+        raise RuntimeError("NVML Shared Library Not Found")
+
+
+def _lib(devices):
+    """A pynvml stand-in: devices is a list of (used bytes, [(pid, bytes)]), UUIDs GPU-<index>."""
+    proc = lambda pid, used: types.SimpleNamespace(pid=pid, usedGpuMemory=used)  # noqa: E731
+    return types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: len(devices),
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetHandleByUUID=lambda u: int(u.split("-")[1]),
+        nvmlDeviceGetIndex=lambda h: h, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlSystemGetDriverVersion=lambda: "570.1",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=devices[h][0]),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(p, b) for p, b in devices[h][1]])
+
+
+def test_no_nvml_says_this_is_a_gpu_cell():
+    with pytest.raises(GpuUnavailableError) as e:
+        Nvml(lib=_NoDriver())
+    assert GPU_CELL_HINT in str(e.value) and "NVML Shared Library Not Found" in str(e.value)
+    assert GPU_CELL_HINT == "this is a GPU cell; run it on a GPU runner with --config=gpu"
+
+
+def test_no_device_says_this_is_a_gpu_cell():
+    with pytest.raises(GpuUnavailableError, match="sees no NVIDIA GPU: " + GPU_CELL_HINT):
+        Nvml(lib=_lib([]))
+
+
+def test_seam_sums_process_bytes_over_devices():
+    nvml = Nvml(lib=_lib([(5 * GIB, [(10, GIB), (11, None)]), (7 * GIB, [(10, 2 * GIB)])]))
+    assert nvml.processes() == {10: 3 * GIB, 11: 0}
+    assert nvml.process_bytes([10, 11, 12]) == 3 * GIB
+    assert (nvml.device_used_bytes(1), nvml.device_name(0), nvml.driver_version()) == (7 * GIB, "NVIDIA H200", "570.1")
+    assert (nvml.index_of("1"), nvml.index_of("GPU-1")) == (1, 1)
+
+
+def test_release_waits_while_nvml_lists_server_pids_then_raises_with_numbers():
+    fake = FakeNvml(procs={41: 3 * GIB, 99: GIB})
+    with pytest.raises(ServerReleaseError, match=r"lists server PIDs \[41\] \(MiB: \{41: 3072\}\)"):
+        wait_for_release(fake, [41, 42], 0, None, 512 << 20, timeout_s=0.3, poll_s=0.05)
+    fake.procs = {99: GIB}  # someone else's process is not ours to wait for
+    wait_for_release(fake, [41, 42], 0, None, 512 << 20, timeout_s=0.3, poll_s=0.05)
+
+
+def test_release_compares_device_memory_only_with_a_baseline():
+    fake = FakeNvml(used={0: 4 * GIB})
+    with pytest.raises(ServerReleaseError, match="device 0 uses 4096 MiB vs 2048 MiB .*tolerance 512 MiB, 1536 MiB over"):
+        wait_for_release(fake, [41], 0, 2 * GIB, 512 << 20, timeout_s=0.2, poll_s=0.05)
+    wait_for_release(fake, [41], 0, None, 512 << 20, timeout_s=0.2)  # shared GPU: no baseline
+    wait_for_release(fake, [41], 0, 4 * GIB - (256 << 20), 512 << 20, timeout_s=0.2)  # within tolerance

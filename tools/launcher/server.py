@@ -1,0 +1,362 @@
+"""VllmServer: start a vLLM server for a test, check it is the one asked for, and take it down fully.
+
+    with VllmServer(ServerConfig.from_env(outputs_dir), lease=True) as server:
+        requests.get(server.url + "/health")
+
+Lifecycle: [GPU slot lease] -> supervisor + server (supervisor.py) -> GET /health == 200 -> runner
+check on the log -> ... -> teardown by the supervisor -> every PID gone -> NVML release check -> lease
+released. The server also dies with the test process, however it dies (see supervisor.py); a SIGTERM
+to the test process (Bazel's timeout) and interpreter exit stop live servers in order first.
+
+Start the server from the main thread or from a thread that outlives it: the supervisor's
+PDEATHSIG fires when the thread that started it exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+from tools.launcher import gpu_lease, ports, process_tree
+from tools.launcher.config import ServerConfig, build_command, build_env, check_importable, env_diff, validate
+from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError  # noqa: F401 (API)
+from tools.launcher.nvml import Nvml
+
+log = logging.getLogger("sleepwake.launcher")
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LOG_TAIL_LINES = 50
+V2_MARKER = "Using V2 Model Runner"  # logged by vLLM 0.26.0's gpu_worker.py only when it builds MRV2
+_MIB = 1 << 20
+
+
+def check_runner(runner: str, log_text: str) -> None:
+    """Raises ServerStartError unless the log shows that vLLM built the runner asked for."""
+    built_v2 = V2_MARKER in log_text
+    if runner == "mrv2" and not built_v2:
+        raise ServerStartError(
+            "asked for MRV2 (VLLM_USE_V2_MODEL_RUNNER=1) but the log has no %r: vLLM built the V1 runner"
+            " (this model or platform may not support V2). The cell would report V1 results as MRV2;"
+            " check the log for why vLLM fell back." % V2_MARKER)
+    if runner == "mrv1" and built_v2:
+        raise ServerStartError(
+            "asked for MRV1 (VLLM_USE_V2_MODEL_RUNNER=0) but the log says %r: the variable did not reach"
+            " the server or this vLLM ignores it. The cell would report V2 results as MRV1." % V2_MARKER)
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError as e:
+        return "(log unreadable: %s)" % e
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_for_release(nvml, pids, device_index: int, baseline: int | None, tolerance: int, timeout_s: float,
+                     poll_s: float = 0.25) -> None:
+    """Waits until NVML lists none of pids and, when baseline is given (an exclusive lease), the
+    device's used memory is within tolerance of it; raises ServerReleaseError with the numbers."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        procs = nvml.processes()
+        listed = {pid: procs[pid] for pid in pids if pid in procs}
+        used = nvml.device_used_bytes(device_index) if baseline is not None else None
+        over = used is not None and used > baseline + tolerance
+        if not listed and not over:
+            return
+        if time.monotonic() >= deadline:
+            problems = []
+            if listed:
+                problems.append("NVML still lists server PIDs %s (MiB: %s)" % (
+                    sorted(listed), {pid: round(b / _MIB) for pid, b in listed.items()}))
+            if over:
+                problems.append("device %d uses %.0f MiB vs %.0f MiB before the server started (tolerance %.0f"
+                                " MiB, %.0f MiB over)" % (device_index, used / _MIB, baseline / _MIB,
+                                                          tolerance / _MIB, (used - baseline - tolerance) / _MIB))
+            raise ServerReleaseError(
+                "GPU memory not released %.0f s after the server stopped: %s. Find the holder with"
+                " nvidia-smi and end it; until then the next cell on this GPU measures wrong numbers."
+                % (timeout_s, "; ".join(problems)))
+        time.sleep(poll_s)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as response:
+            return response.status == 200
+    except Exception:  # refused, reset, 5xx, timeout: not healthy yet
+        return False
+
+
+class VllmServer:
+    """One vLLM server. command_factory(config, port) -> argv replaces vLLM's command (tests use a fake
+    server with it; the vLLM-importable check runs only for the real command); nvml replaces NVML."""
+
+    def __init__(self, config: ServerConfig, lease: bool = False, *, nvml=None, command_factory=None,
+                 environ=None):
+        self.config = config
+        self.lease = None  # gpu_lease.Lease once taken
+        self.port = None
+        self.command = None
+        self.log_path = None
+        self.env = None
+        self._want_lease = lease
+        self._nvml = nvml
+        self._factory = command_factory
+        self._environ = dict(os.environ if environ is None else environ)
+        self._sup = None
+        self._device_index = 0
+        self._baseline = None
+        self._prepared = False
+
+    @property
+    def url(self) -> str:
+        return ports.url(self.config.host, self.port)
+
+    def __enter__(self) -> "VllmServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        try:
+            if not self._prepared:
+                self._prepare()
+            self._start(self.config.port)
+        except BaseException:  # KeyboardInterrupt too: never leave a half-started server behind
+            try:
+                self._stop_server(check_release=False)
+            finally:
+                self._release_lease()
+            raise
+
+    def stop(self) -> None:
+        """Tears the server down, checks that it released the GPU, and gives back the lease."""
+        try:
+            self._stop_server(check_release=True)
+        finally:
+            self._release_lease()
+
+    def restart(self) -> None:
+        """stop (with the release check) and start again, on the same port if it is still free."""
+        port = self.port
+        self._stop_server(check_release=True)
+        self._start(port)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the server has gone (it exited or was stopped), False if timeout passed first."""
+        if self._sup is None:
+            return True
+        try:
+            self._sup.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def pids(self) -> list[int]:
+        """PIDs of the server's process tree now (the supervisor excluded)."""
+        return sorted(process_tree.snapshot(self._sup.pid, include_root=False)) if self._sup else []
+
+    def gpu_bytes(self) -> int:
+        return self._nvml.process_bytes(self.pids())
+
+    def device_used_bytes(self) -> int:
+        return self._nvml.device_used_bytes(self._device_index)
+
+    # -- start ------------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        cfg = self.config
+        validate(cfg)
+        if self._nvml is None:
+            self._nvml = Nvml()  # GpuUnavailableError on a CPU machine: the most useful message there
+        self.env = build_env(cfg, self._environ)
+        if self._factory is None:
+            check_importable(sys.executable, self.env)
+        gpus = gpu_lease.visible_gpus(self._nvml, self._environ)
+        if self._want_lease:
+            self.lease = gpu_lease.acquire(gpus, cfg.lock_dir, cfg.slots_per_gpu, cfg.lease_timeout_s)
+            self.env = build_env(cfg, self._environ, self.lease.gpu)
+        self._device_index = self._nvml.index_of(self.lease.gpu if self.lease else gpus[0])
+        self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
+            prefix="sleepwake-vllm-")
+        for path in [self._log_dir] + [self.env[k] for k in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR",
+                                                             "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")]:
+            os.makedirs(path, exist_ok=True)
+        self._prepared = True
+
+    def _start(self, port: int) -> None:
+        cfg = self.config
+        # Device memory is the cell's to judge only when no other cell shares the GPU.
+        exclusive = self.lease is not None and self.lease.exclusive
+        self._baseline = self._nvml.device_used_bytes(self._device_index) if exclusive else None
+        taken = []
+        for _ in range(cfg.port_retries + 1):
+            port = port or ports.free_port(cfg.host)
+            self._launch(port)
+            if self._wait_healthy():
+                break
+            taken.append(port)
+            log.warning("port %d was taken (bind conflict in %s); retrying with a fresh port", port, self.log_path)
+            port = 0
+        else:
+            raise PortConflictError(
+                "every port tried was already in use (%s; %d retries). Another server is binding ports"
+                " in this range: pass a different --port/ServerConfig.port, or raise port_retries. Last log"
+                " lines of %s:\n%s" % (", ".join(map(str, taken)), cfg.port_retries, self.log_path,
+                                       log_tail(self.log_path)))
+        try:
+            check_runner(cfg.runner, log_tail(self.log_path, lines=10 ** 9))
+        except ServerStartError as e:
+            self._stop_server(check_release=False)
+            raise ServerStartError("%s Log: %s" % (e, self.log_path)) from None
+        log.info("vLLM server ready at %s (pids %s, log %s)", self.url, self.pids(), self.log_path)
+
+    def _launch(self, port: int) -> None:
+        cfg = self.config
+        self.port = port
+        self.command = list((self._factory or build_command)(cfg, port))
+        fd, self.log_path = tempfile.mkstemp(prefix="vllm-%s-%s-" % (cfg.runner, cfg.execution_mode),
+                                             suffix=".log", dir=self._log_dir)
+        with os.fdopen(fd, "w") as header:
+            header.write("# sleepwake launcher, %s\n# argv: %s\n# env changes:\n%s\n" % (
+                time.strftime("%Y-%m-%d %H:%M:%S"), json.dumps(self.command),
+                "\n".join("#   " + line for line in env_diff(self._environ, self.env))))
+            if self.lease:
+                header.write("# GPU lease: %s (waited %.1f s)\n" % (self.lease.path, self.lease.waited_s))
+        sup_env = dict(self._environ)
+        sup_env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, sup_env.get("PYTHONPATH")) if p)
+        with open(self.log_path, "ab") as log_file:
+            # The supervisor inherits the lease's lock: the slot stays taken until the tree is gone,
+            # even if this process dies first.
+            self._sup = subprocess.Popen([sys.executable, "-m", "tools.launcher.supervisor"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=log_file, env=sup_env,
+                                         pass_fds=(self.lease.fd,) if self.lease else ())
+        _live.add(self)
+        _install_handlers()
+        spec = {"argv": self.command, "env": self.env, "cwd": os.getcwd(), "grace_s": cfg.grace_s,
+                "parent_pid": os.getpid()}
+        self._sup.stdin.write((json.dumps(spec) + "\n").encode())
+        self._sup.stdin.flush()
+        if "pid" not in self._read_report(timeout_s=60):
+            self._stop_server(check_release=False)
+            raise ServerStartError("the supervisor did not start the server; last log lines of %s:\n%s"
+                                   % (self.log_path, log_tail(self.log_path)))
+
+    def _read_report(self, timeout_s: float) -> dict:
+        readable, _, _ = select.select([self._sup.stdout], [], [], timeout_s)
+        line = self._sup.stdout.readline() if readable else b""
+        return json.loads(line) if line.strip() else {}
+
+    def _wait_healthy(self) -> bool:
+        """True once /health answers 200; False if the server exited on a bind conflict; else raises."""
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while True:
+            if self._sup.poll() is not None:
+                report = self._stop_server(check_release=False)
+                if ports.is_bind_conflict(log_tail(self.log_path, lines=10 ** 9)):
+                    return False
+                raise ServerStartError(
+                    "the vLLM server exited during start-up (exit code %s) before GET %s/health answered"
+                    " 200. Fix the cause in its log; last %d lines of %s:\n%s"
+                    % (report.get("rc"), self.url, LOG_TAIL_LINES, self.log_path, log_tail(self.log_path)))
+            if _healthy(self.url):
+                return True
+            if time.monotonic() >= deadline:
+                self._stop_server(check_release=False)
+                raise ServerStartError(
+                    "the vLLM server did not answer GET %s/health with 200 within %.0f s (startup_timeout_s);"
+                    " it was stopped. If it was only slow (cold caches, shared CPUs) raise"
+                    " SLEEPWAKE_STARTUP_TIMEOUT_S; otherwise see where it hangs. Last %d lines of %s:\n%s"
+                    % (self.url, self.config.startup_timeout_s, LOG_TAIL_LINES, self.log_path,
+                       log_tail(self.log_path)))
+            try:
+                self._sup.wait(timeout=0.25)  # wakes early if the server dies
+            except subprocess.TimeoutExpired:
+                pass
+
+    # -- stop -------------------------------------------------------------------------------------
+
+    def _stop_server(self, check_release: bool, fast: bool = False) -> dict:
+        """Has the supervisor tear the tree down, verifies that every PID is gone, then (if asked) that
+        NVML no longer sees the server. Returns the supervisor's final report."""
+        sup, self._sup = self._sup, None
+        if sup is None:
+            return {}
+        _live.discard(self)
+        snap = process_tree.snapshot(sup.pid, include_root=False)
+        try:
+            sup.stdin.write(b"stop fast\n" if fast else b"stop\n")
+            sup.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # it is already finishing
+        try:
+            sup.wait(timeout=self.config.grace_s + 30)
+        except subprocess.TimeoutExpired:
+            log.error("the supervisor %d did not finish its teardown; killing its tree directly", sup.pid)
+            snap.update(process_tree.snapshot(sup.pid))
+            process_tree.signal_all(snap, signal.SIGKILL)
+            sup.wait()
+        lines = [line for line in sup.stdout.read().splitlines() if line.strip()]
+        sup.stdout.close()
+        report = json.loads(lines[-1]) if lines else {}
+        for pid in report.get("killed", []):
+            snap.setdefault(pid, None)
+        left = process_tree.wait_gone(snap, 5.0)
+        if left:
+            raise ServerReleaseError("server processes survived the teardown: %s. End them (kill -9) before"
+                                     " the next cell uses this GPU; log: %s" % (sorted(left), self.log_path))
+        if check_release:
+            wait_for_release(self._nvml, list(snap), self._device_index, self._baseline,
+                             self.config.release_tolerance_bytes, self.config.release_timeout_s)
+        return report
+
+    def _release_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+
+# Servers with a running supervisor, stopped in order at interpreter exit and on SIGTERM (Bazel's
+# timeout signal), so the normal path does not depend on the supervisor noticing a dead pipe.
+_live: set = set()
+_handlers_installed = False
+
+
+def _stop_all(fast: bool = False) -> None:
+    for server in list(_live):
+        try:
+            server._stop_server(check_release=False, fast=fast)
+        except Exception as e:  # keep stopping the others
+            log.error("stopping the vLLM server at %s failed: %s", server.url, e)
+
+
+def _on_sigterm(signum, frame) -> None:
+    log.warning("SIGTERM: stopping %d vLLM server(s) before exiting", len(_live))
+    _stop_all(fast=True)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install_handlers() -> None:
+    global _handlers_installed
+    if _handlers_installed:
+        return
+    _handlers_installed = True
+    atexit.register(_stop_all)
+    # Only where nobody else handles SIGTERM (and only the main thread may install handlers).
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)

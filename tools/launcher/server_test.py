@@ -1,0 +1,163 @@
+"""The lifecycle of VllmServer, driven with testdata/fake_server.py in place of vLLM."""
+
+import logging
+import os
+import socket
+import threading
+import urllib.request
+
+import pytest
+
+from tools.launcher import process_tree, server as server_lib, testing
+from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError, VllmNotFoundError
+from tools.launcher.nvml import FakeNvml
+from tools.launcher.server import VllmServer, check_runner
+
+GIB = 1 << 30
+
+
+@pytest.fixture
+def pid_file(tmp_path):
+    path = str(tmp_path / "pids")
+    yield path
+    assert testing.survivors_after(testing.recorded_pids(path)) == [], "fake server processes survived"
+
+
+def _server(tmp_path, pid_file, mode="ok", runner_line="env", nvml=None, lease=False, fixed_port=None, **cfg):
+    return VllmServer(testing.fast_config(tmp_path, **cfg), lease=lease, nvml=nvml or FakeNvml(),
+                      command_factory=testing.fake_command(mode, runner_line, pid_file, fixed_port),
+                      environ={k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
+
+
+def _ppid(pid):
+    return process_tree._stat(pid)[0]
+
+
+@pytest.mark.parametrize("runner", ["mrv1", "mrv2"])
+def test_serves_then_takes_down_the_whole_tree(tmp_path, pid_file, runner):
+    with _server(tmp_path, pid_file, runner=runner) as server:
+        with urllib.request.urlopen(server.url + "/health") as response:
+            assert response.status == 200
+        recorded = testing.recorded_pids(pid_file)
+        assert len(recorded) == 4 and sorted(recorded) == server.pids()
+        orphan = max(recorded)  # the double-forked, setsid'd "engine core"
+        assert _ppid(orphan) == server._sup.pid, "the supervisor should have adopted the orphan (subreaper)"
+        assert server.command[1] == testing.FAKE_SERVER and str(server.port) in server.command
+        assert server.url == "http://127.0.0.1:%d" % server.port
+        assert "fake vLLM server ready" in open(server.log_path).read()
+    assert server.pids() == []
+    assert testing.survivors_after(recorded, 0) == []
+    assert "tree of 4 process(es) gone" in open(server.log_path).read()
+
+
+@pytest.mark.parametrize("runner,runner_line,wrong", [("mrv2", "never", "built the V1 runner"),
+                                                      ("mrv1", "always", "says 'Using V2 Model Runner'")])
+def test_a_runner_other_than_asked_fails_the_start(tmp_path, pid_file, runner, runner_line, wrong):
+    with pytest.raises(ServerStartError, match=wrong):
+        _server(tmp_path, pid_file, runner=runner, runner_line=runner_line).start()
+
+
+def test_runner_check_reads_the_log_text():
+    check_runner("mrv2", "x\n(EngineCore pid=1) INFO gpu_worker.py:378] Using V2 Model Runner\n")
+    check_runner("mrv1", "INFO loading weights\n")
+    with pytest.raises(ServerStartError):
+        check_runner("mrv1", "Using V2 Model Runner")
+
+
+def test_death_at_start_raises_with_the_log_tail_and_leaves_nothing(tmp_path, pid_file):
+    with pytest.raises(ServerStartError) as e:
+        _server(tmp_path, pid_file, mode="die_at_start").start()
+    message = str(e.value)
+    assert "exited during start-up (exit code 3)" in message
+    assert "fake engine core failed" in message and "fake start-up line 79" in message
+    assert "fake start-up line 29\n" not in message  # only the last 50 lines
+
+
+def test_start_timeout_raises_and_stops_the_server(tmp_path, pid_file):
+    with pytest.raises(ServerStartError, match=r"(?s)did not answer GET .*/health with 200 within 1 s.*fake vLLM"
+                                               r" server ready"):
+        _server(tmp_path, pid_file, mode="never_healthy", startup_timeout_s=1.0).start()
+    assert len(testing.recorded_pids(pid_file)) == 4
+
+
+def test_port_conflict_is_retried_on_a_fresh_port(tmp_path, pid_file, caplog):
+    caplog.set_level(logging.WARNING, "sleepwake.launcher")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        with _server(tmp_path, pid_file, port=busy) as server:
+            assert server.port != busy
+    assert "port %d was taken" % busy in caplog.text
+
+
+def test_port_conflict_after_retries_is_an_error(tmp_path, pid_file):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        with pytest.raises(PortConflictError, match="every port tried was already in use.*1 retries"):
+            _server(tmp_path, pid_file, fixed_port=busy, port_retries=1).start()
+
+
+def test_restart_keeps_the_port_and_replaces_the_processes(tmp_path, pid_file):
+    with _server(tmp_path, pid_file) as server:
+        port, before = server.port, server.pids()
+        server.restart()
+        assert server.port == port and not set(before) & set(server.pids())
+        with urllib.request.urlopen(server.url + "/health") as response:
+            assert response.status == 200
+
+
+def test_release_waits_for_nvml_to_drop_the_pids(tmp_path, pid_file):
+    nvml = FakeNvml()
+    with pytest.raises(ServerReleaseError, match="NVML still lists server PIDs"):
+        with _server(tmp_path, pid_file, nvml=nvml) as server:
+            nvml.procs = {pid: GIB for pid in server.pids()}  # NVML lags behind the process exits
+    with _server(tmp_path, pid_file, nvml=nvml, release_timeout_s=10.0) as server:
+        nvml.procs = {pid: GIB for pid in server.pids()}
+        threading.Timer(0.3, nvml.procs.clear).start()
+    assert nvml.processes() == {}
+
+
+@pytest.mark.parametrize("slots,raises", [(1, True), (2, False)])
+def test_device_memory_is_checked_only_with_an_exclusive_lease(tmp_path, pid_file, slots, raises):
+    nvml = FakeNvml(used={0: GIB})
+    server = _server(tmp_path, pid_file, nvml=nvml, lease=True, slots_per_gpu=slots)
+    with server:
+        assert server.env["CUDA_VISIBLE_DEVICES"] == "0" and server.lease.exclusive == (slots == 1)
+        assert server.device_used_bytes() == GIB
+        nvml.used[0] = GIB + (600 << 20)  # leaked: more than the 512 MiB tolerance
+        if raises:
+            with pytest.raises(ServerReleaseError, match="device 0 uses 1624 MiB vs 1024 MiB"):
+                server.stop()
+    assert server.lease is None  # given back even when the release check fails
+
+
+def test_gpu_bytes_counts_the_servers_processes(tmp_path, pid_file):
+    nvml = FakeNvml()
+    with _server(tmp_path, pid_file, nvml=nvml, lease=True) as server:
+        nvml.procs = {server.pids()[0]: GIB, server.pids()[-1]: 2 * GIB, 1: 5 * GIB}
+        assert server.gpu_bytes() == 3 * GIB
+        nvml.procs = {}
+
+
+def test_vllm_importable_check_runs_only_for_the_real_command(tmp_path, pid_file, monkeypatch):
+    calls = []
+
+    def check(python, env, module="vllm"):
+        calls.append(module)
+        raise VllmNotFoundError("no vllm")
+
+    monkeypatch.setattr(server_lib, "check_importable", check)
+    with _server(tmp_path, pid_file):
+        assert calls == []
+    with pytest.raises(VllmNotFoundError):
+        VllmServer(testing.fast_config(tmp_path), nvml=FakeNvml()).start()
+    assert calls == ["vllm"]
+
+
+def test_missing_model_fails_before_anything_starts(tmp_path, pid_file):
+    with pytest.raises(ServerStartError, match="does not exist"):
+        _server(tmp_path, pid_file, model=str(tmp_path / "nope" / "config.json")).start()
+    assert testing.recorded_pids(pid_file) == {}

@@ -1,0 +1,132 @@
+"""A small process between the test and the vLLM server that makes the server die with the test.
+
+Why: Bazel kills a test on timeout with SIGTERM then SIGKILL, and a test process can die any other way
+(SIGKILL, a crash in a fixture). vLLM's engine core and workers outlive a killed API server (#55846),
+and they may setsid, so neither a process group nor the test's own cleanup code reaches them all.
+
+How (python -m tools.launcher.supervisor, started by server.py):
+  * stdin is a pipe from the test process. The first line is the JSON spec (argv, env, cwd, grace_s,
+    parent_pid). Later, "stop" asks for a teardown ("stop fast": with the capped grace below); EOF
+    means the test process is gone, however it died: the kernel closes the pipe's write end when its
+    last holder exits.
+  * PR_SET_CHILD_SUBREAPER: descendants orphaned by a dead parent (a double-forked or setsid'd worker)
+    are reparented to this process instead of init, so they stay in the tree snapshotted below.
+  * PR_SET_PDEATHSIG(SIGTERM): a second route for the same news, for when a forked copy of the test
+    process keeps the pipe open.
+  * The server runs in its own session, so signals aimed at the test's process group (Ctrl-C, Bazel's
+    group SIGTERM) reach only this process, which tears the tree down in order (engine core and
+    workers never see half a shutdown). The server root also gets PDEATHSIG SIGKILL as a last resort
+    for when this process itself is SIGKILLed.
+  * Teardown: snapshot every descendant, SIGTERM, grace period, snapshot again, SIGKILL survivors,
+    reap. On a signal the grace is capped so the SIGKILL lands before Bazel's own (15 s by default).
+  * stdout reports JSON lines to the test process: {"pid": N} once started, then {"reason", "rc",
+    "killed"} at the end. stderr is the server's log file, so its decisions appear in the log.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+
+from tools.launcher import process_tree
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+SIGNAL_GRACE_S = 5.0
+
+
+def prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(%d, %d) failed" % (option, value))
+
+
+def _die_with_parent() -> None:  # runs in the server's child between fork and exec
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _say(message) -> None:
+    print("[sleepwake supervisor %d] %s" % (os.getpid(), message), file=sys.stderr, flush=True)
+
+
+def _report(record: dict) -> None:
+    try:
+        print(json.dumps(record), flush=True)
+    except (BrokenPipeError, OSError):
+        pass  # the test process is gone; the log has the story
+
+
+def _read_line(fd: int) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+class _Reaper:
+    """Reaps every exited child (orphans land here), keeping the server's own exit status."""
+
+    def __init__(self, server: subprocess.Popen):
+        self.server = server
+
+    def __call__(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.server.pid:
+                self.server.returncode = os.waitstatus_to_exitcode(status)
+
+
+def main() -> int:
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    spec = json.loads(_read_line(0) or b"null")
+    if spec is None or os.getppid() != spec["parent_pid"]:
+        _say("the test process was gone before the server started; not starting it")
+        return 1
+    reasons: list[str] = []
+    signal.signal(signal.SIGTERM, lambda signum, _: reasons.append("got SIGTERM"))
+    signal.signal(signal.SIGINT, lambda signum, _: reasons.append("got SIGINT"))
+    server = subprocess.Popen(spec["argv"], env=spec["env"], cwd=spec.get("cwd"), stdin=subprocess.DEVNULL,
+                              stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT, start_new_session=True,
+                              preexec_fn=_die_with_parent)
+    _report({"pid": server.pid})
+    reap = _Reaper(server)
+    while not reasons:
+        try:
+            readable, _, _ = select.select([0], [], [], 0.2)
+        except InterruptedError:
+            continue
+        if readable:
+            line = _read_line(0).strip()
+            reasons.append({b"stop": "asked to stop", b"stop fast": "asked to stop fast"}.get(
+                line, "test process gone (pipe closed)"))
+        reap()
+        if server.returncode is None:
+            server.poll()
+        if server.returncode is not None:
+            reasons.append("server exited with code %s" % server.returncode)
+    ordered = reasons[0] == "asked to stop" or reasons[0].startswith("server exited")
+    grace = spec["grace_s"] if ordered else min(spec["grace_s"], SIGNAL_GRACE_S)
+    _say("stopping the server tree (%s): SIGTERM, %.1f s grace, then SIGKILL" % (reasons[0], grace))
+    killed = process_tree.terminate_tree(os.getpid(), grace, include_root=False, reap=reap)
+    left = process_tree.survivors(killed)
+    _say("tree of %d process(es) %s" % (len(killed), "gone" if not left else "NOT gone: %s" % sorted(left)))
+    _report({"reason": reasons[0], "rc": server.returncode, "killed": sorted(killed), "left": sorted(left)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

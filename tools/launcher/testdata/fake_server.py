@@ -1,0 +1,97 @@
+"""A stand-in for vLLM's API server in the launcher's CPU tests.
+
+Like vLLM it leaves processes behind when it dies: a worker, a worker that ignores SIGTERM, and an
+"engine core" that setsid's and is orphaned by a double fork (so only a subreaper still sees it).
+Every PID it creates is appended to --pid_file, so a test can check that none survive.
+
+Modes: ok (answers GET /health 200), never_healthy (answers 503), die_at_start (prints and exits 3).
+--runner_line: env (prints vLLM's "Using V2 Model Runner" iff VLLM_USE_V2_MODEL_RUNNER=1), always, never.
+"""
+
+import argparse
+import http.server
+import os
+import signal
+import sys
+
+
+def _record(pid_file, pid):
+    """Appends "PID START_TIME": the start time tells a reused PID from the process recorded."""
+    if pid_file:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+        with open(pid_file, "a") as f:
+            f.write("%d %s\n" % (pid, stat[stat.rindex(b")") + 2:].split()[19].decode()))
+
+
+def _idle(ignore_term=False):
+    if ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        signal.pause()
+
+
+def _fork(body):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            body()
+        finally:
+            os._exit(0)
+    return pid
+
+
+def _spawn_family(pid_file):
+    _record(pid_file, os.getpid())
+    _record(pid_file, _fork(_idle))
+    _record(pid_file, _fork(lambda: _idle(ignore_term=True)))
+    read_end, write_end = os.pipe()
+
+    def middle():
+        os.setsid()
+        os.write(write_end, b"%d\n" % _fork(_idle))
+
+    os.waitpid(_fork(middle), 0)
+    _record(pid_file, int(os.read(read_end, 64)))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--mode", choices=["ok", "never_healthy", "die_at_start"], default="ok")
+    parser.add_argument("--runner_line", choices=["env", "always", "never"], default="env")
+    parser.add_argument("--pid_file")
+    args = parser.parse_args()
+    print("fake vLLM server %d starting on %s:%d" % (os.getpid(), args.host, args.port), flush=True)
+    _spawn_family(args.pid_file)
+    if args.runner_line == "always" or (args.runner_line == "env"
+                                        and os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1"):
+        print("INFO [gpu_worker.py:378] Using V2 Model Runner", flush=True)
+    if args.mode == "die_at_start":
+        for i in range(80):
+            print("fake start-up line %d" % i)
+        print("RuntimeError: fake engine core failed to start", flush=True)
+        sys.exit(3)
+    healthy = args.mode == "ok"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if healthy and self.path == "/health" else 503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    try:
+        httpd = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
+    except OSError as e:
+        print("OSError: [Errno %d] error while attempting to bind on address: %s" % (e.errno, e.strerror),
+              flush=True)
+        sys.exit(1)
+    print("fake vLLM server ready", flush=True)
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

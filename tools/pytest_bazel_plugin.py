@@ -1,0 +1,124 @@
+"""pytest plugins mapping Bazel's test selection onto collected tests: --test_filter and sharding.
+
+tools/pytest_main.py registers one FilterPlugin and one ShardPlugin per run and reads their counts
+afterwards to tell a legitimately empty selection from a target without tests.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+def assign_groups(sizes: list[int], total: int) -> list[int]:
+    """Returns a shard index for each group, giving each group in turn to the currently smallest shard.
+
+    Ties go to the lowest index, so the result depends only on the sizes and their order.
+    """
+    loads = [0] * total
+    shards = []
+    for size in sizes:
+        shard = loads.index(min(loads))
+        loads[shard] += size
+        shards.append(shard)
+    return shards
+
+
+def group_of(item: pytest.Item) -> str:
+    """The node id of the unit a shard must keep whole: the item's outermost class, else its module."""
+    # Class-scoped fixtures (a vLLM server) must start in one shard only; the outermost class because
+    # fixtures of an outer class may serve its nested classes. Module-level tests stay with their
+    # module for the same reason (module-scoped fixtures).
+    for node in item.listchain():
+        if isinstance(node, pytest.Class):
+            return node.nodeid
+    return item.nodeid.split("::", 1)[0]
+
+
+def _keyword_matcher(text: str):
+    """Returns item -> bool evaluating `text` as a -k expression, or None if it is not one.
+
+    Uses pytest's own -k machinery so the filter means exactly what -k means. Those names are private
+    (stable since pytest 6); if they move, the filter still works as a substring of the test id.
+    """
+    try:
+        from _pytest.mark import KeywordMatcher
+        from _pytest.mark.expression import Expression
+    except ImportError:
+        print("pytest_bazel_plugin: this pytest has no _pytest.mark.expression; the test filter is"
+              " matched as a substring of test ids only", file=sys.stderr)
+        return None
+    try:
+        expression = Expression.compile(text)
+    except Exception:  # ParseError or SyntaxError, depending on the pytest version
+        return None
+
+    def matches(item: pytest.Item) -> bool:
+        try:
+            return expression.evaluate(KeywordMatcher.from_item(item))
+        except pytest.UsageError:  # e.g. `name(arg=1)`, which only -m understands
+            return False
+
+    return matches
+
+
+def _keep_only(config: pytest.Config, items: list[pytest.Item], kept: list[pytest.Item]) -> None:
+    kept_ids = {id(item) for item in kept}
+    dropped = [item for item in items if id(item) not in kept_ids]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)  # so the summary says "N deselected"
+        items[:] = kept
+
+
+class FilterPlugin:
+    """Applies Bazel's --test_filter, and counts what the target collected before any selection.
+
+    -k alone cannot take a pytest id fragment such as `TestGate::test_x[MRV1-eager]`, so a test is
+    kept if the filter is a substring of its node id (which covers class and function names too) or
+    if the filter, read as a -k expression, matches it.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self.collected = 0
+        self.selected = 0
+
+    @pytest.hookimpl(tryfirst=True)  # see every collected test, before -k/-m given as extra args
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        self.collected = len(items)
+        if self.text:
+            matcher = _keyword_matcher(self.text)
+            kept = [item for item in items
+                    if self.text in item.nodeid or (matcher is not None and matcher(item))]
+            _keep_only(config, items, kept)
+        self.selected = len(items)
+
+
+class ShardPlugin:
+    """Keeps this shard's test groups (see group_of) of whatever the other selections left."""
+
+    def __init__(self, index: int, total: int):
+        self.index = index
+        self.total = total
+        self.offered = 0
+        self.kept = 0
+
+    @pytest.hookimpl(trylast=True)  # after every other selection, so the shards partition what is left
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        self.offered = len(items)
+        if self.total > 1:
+            groups: dict[str, list[str]] = {}  # group -> node ids, in collection order
+            for item in items:
+                groups.setdefault(group_of(item), []).append(item.nodeid)
+            ordered = sorted(groups, key=lambda group: groups[group][0])
+            shards = assign_groups([len(groups[group]) for group in ordered], self.total)
+            mine = {group for group, shard in zip(ordered, shards) if shard == self.index}
+            _keep_only(config, items, [item for item in items if group_of(item) in mine])
+        self.kept = len(items)
+
+    def pytest_report_collectionfinish(self, items: list[pytest.Item]) -> list[str]:
+        if self.total <= 1:
+            return []
+        return [f"pytest_bazel_plugin: shard index {self.index} of {self.total} shards runs"
+                f" {self.kept} of {self.offered} selected tests"]

@@ -1,0 +1,214 @@
+"""Tests of tools/pytest_main.py and its plugins.
+
+Runs pytest_main as Bazel would (a subprocess, controlled environment) over testdata/pytest_main/.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from tools.pytest_bazel_plugin import assign_groups
+
+# Paths come from this file, not the cwd: under Bazel the cwd is the runfiles root.
+TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
+WORKSPACE = os.path.dirname(TOOLS_DIR)
+PYTEST_MAIN = os.path.join(TOOLS_DIR, "pytest_main.py")
+# Relative to the workspace root, as the macro passes them.
+SAMPLES = os.path.relpath(os.path.join(TOOLS_DIR, "testdata", "pytest_main"), WORKSPACE)
+
+# The outer Bazel run sets these for itself; the inner run must see only what each test sets.
+PROTOCOL_VARS = ("TESTBRIDGE_TEST_ONLY", "TEST_TOTAL_SHARDS", "TEST_SHARD_INDEX",
+                 "TEST_SHARD_STATUS_FILE", "XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE",
+                 "TEST_TARGET", "TEST_TMPDIR", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+
+SCHEDULER_GATE = {"TestSchedulerGate::test_x[MRV1-eager]", "TestSchedulerGate::test_x[MRV1-graph]",
+                  "TestSchedulerGate::test_x[MRV2-eager]", "TestSchedulerGate::test_x[MRV2-graph]",
+                  "TestSchedulerGate::test_y"}
+OTHER = {"TestOther::test_x", "TestOther::test_graph_only"}
+THIRD = {"TestThird::test_z"}
+FUNCTIONS = {"sample_functions::test_a", "sample_functions::test_b", "sample_functions::test_c"}
+
+
+def _env(tmp_path, **overrides):
+    env = {key: value for key, value in os.environ.items() if key not in PROTOCOL_VARS}
+    (tmp_path / "tmpdir").mkdir(exist_ok=True)
+    env.update(XML_OUTPUT_FILE=str(tmp_path / "test.xml"), TEST_TMPDIR=str(tmp_path / "tmpdir"),
+               TEST_PREMATURE_EXIT_FILE=str(tmp_path / "premature_exit"))
+    env.update(overrides)
+    return env
+
+
+def _command(samples, extra_args=()):
+    return [sys.executable, PYTEST_MAIN, *(os.path.join(SAMPLES, s) for s in samples), *extra_args]
+
+
+def run_main(tmp_path, samples, extra_args=(), **env):
+    """Runs pytest_main; returns (exit code, output, {short test id: outcome} from the JUnit XML)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(_command(samples, extra_args), cwd=WORKSPACE, env=_env(tmp_path, **env),
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout + proc.stderr, _testcases(tmp_path / "test.xml")
+
+
+def _testcases(xml_path):
+    if not xml_path.exists():
+        return {}
+    outcomes = {}
+    for case in ElementTree.parse(xml_path).getroot().iter("testcase"):
+        # classname is the dotted module path, plus the class for methods.
+        test_id = case.get("classname").rsplit(".", 1)[-1] + "::" + case.get("name")
+        if case.find("failure") is not None or case.find("error") is not None:
+            outcomes[test_id] = "failed"
+        else:
+            outcomes[test_id] = "skipped" if case.find("skipped") is not None else "passed"
+    return outcomes
+
+
+@pytest.mark.parametrize("test_filter,expected", [
+    ("TestSchedulerGate", SCHEDULER_GATE),  # a class name
+    ("test_x", SCHEDULER_GATE - {"TestSchedulerGate::test_y"} | {"TestOther::test_x"}),  # a test name
+    ("TestSchedulerGate::test_x[MRV1-eager]", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # an id
+    ("test_x[MRV2", {"TestSchedulerGate::test_x[MRV2-eager]", "TestSchedulerGate::test_x[MRV2-graph]"}),
+    ("sample_classes.py::TestOther::test_x", {"TestOther::test_x"}),  # a node id with its file
+    ("MRV1 and not graph", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # -k expressions
+    ("TestThird or graph_only", THIRD | {"TestOther::test_graph_only"}),
+    ("test_a", {"sample_functions::test_a"}),
+])
+def test_filter_selects_exactly_the_matching_tests(tmp_path, test_filter, expected):
+    code, output, cases = run_main(tmp_path, ["sample_classes.py", "sample_functions.py"],
+                                   TESTBRIDGE_TEST_ONLY=test_filter)
+    assert code == 0, output
+    assert set(cases) == expected, output
+    assert "deselected" in output
+
+
+@pytest.mark.parametrize("test_filter", ["no_such_test", "(", "MRV3 and eager"])
+def test_filter_matching_nothing_passes_and_says_why(tmp_path, test_filter):
+    code, output, cases = run_main(tmp_path, ["sample_classes.py"], TESTBRIDGE_TEST_ONLY=test_filter)
+    assert code == 0, output
+    assert cases == {}
+    assert f"filter {test_filter!r} matched no test in this target" in output
+
+
+def test_no_filter_runs_everything_and_writes_the_suite_name(tmp_path):
+    code, output, cases = run_main(tmp_path, ["sample_classes.py", "sample_functions.py"],
+                                   TEST_TARGET="//tools:sample")
+    assert code == 0, output
+    assert cases == dict.fromkeys(SCHEDULER_GATE | OTHER | THIRD | FUNCTIONS, "passed")
+    suite = ElementTree.parse(tmp_path / "test.xml").getroot().find("testsuite")
+    assert suite.get("name") == "//tools:sample"
+
+
+def test_extra_args_after_the_files_reach_pytest(tmp_path):
+    code, output, cases = run_main(tmp_path, ["sample_classes.py"], extra_args=["-k", "TestThird"])
+    assert code == 0, output
+    assert set(cases) == THIRD
+
+
+def _run_shards(tmp_path, total):
+    shards = []
+    for index in range(total):
+        shard_dir = tmp_path / f"shard{index}"
+        status_file = shard_dir / "shard_status"
+        code, output, cases = run_main(shard_dir, ["sample_classes.py", "sample_functions.py"],
+                                       TEST_TOTAL_SHARDS=str(total), TEST_SHARD_INDEX=str(index),
+                                       TEST_SHARD_STATUS_FILE=str(status_file))
+        assert code == 0, output
+        assert status_file.exists(), "Bazel needs the shard status file touched"
+        shards.append(set(cases))
+    return shards
+
+
+def test_shards_partition_the_tests_keeping_groups_together(tmp_path):
+    shards = _run_shards(tmp_path, 3)
+    # Groups in node id order: TestOther (2), TestSchedulerGate (5), TestThird (1), sample_functions (3),
+    # each given to the then smallest shard.
+    assert shards == [OTHER, SCHEDULER_GATE, THIRD | FUNCTIONS]
+    assert _run_shards(tmp_path / "again", 3) == shards, "sharding must be deterministic"
+
+
+def test_shard_without_a_group_passes_and_says_why(tmp_path):
+    shards = _run_shards(tmp_path, 5)  # four groups, five shards
+    assert shards == [OTHER, SCHEDULER_GATE, THIRD, FUNCTIONS, set()]
+    _, output, _ = run_main(tmp_path / "last", ["sample_classes.py", "sample_functions.py"],
+                            TEST_TOTAL_SHARDS="5", TEST_SHARD_INDEX="4")
+    assert "shard index 4 of 5 shards got no test class" in output
+
+
+def test_sharding_applies_to_the_filtered_tests(tmp_path):
+    selected = []
+    for index in range(2):
+        code, output, cases = run_main(tmp_path / str(index), ["sample_classes.py"],
+                                       TESTBRIDGE_TEST_ONLY="test_x", TEST_TOTAL_SHARDS="2",
+                                       TEST_SHARD_INDEX=str(index))
+        assert code == 0, output
+        selected.append(set(cases))
+    assert selected == [{"TestOther::test_x"}, SCHEDULER_GATE - {"TestSchedulerGate::test_y"}]
+
+
+def test_shard_index_out_of_range_fails(tmp_path):
+    code, output, _ = run_main(tmp_path, ["sample_classes.py"],
+                               TEST_TOTAL_SHARDS="2", TEST_SHARD_INDEX="2")
+    assert code != 0
+    assert "TEST_SHARD_INDEX=2 is outside 0..1" in output
+
+
+def test_assign_groups_gives_each_group_to_the_smallest_shard():
+    assert assign_groups([5, 1, 1, 1, 3], 2) == [0, 1, 1, 1, 1]
+    assert assign_groups([2, 2, 2], 3) == [0, 1, 2]
+    assert assign_groups([1, 1, 1], 5) == [0, 1, 2]
+    assert assign_groups([], 2) == []
+
+
+def test_failing_test_exits_1_and_removes_the_premature_exit_file(tmp_path):
+    code, output, cases = run_main(tmp_path, ["sample_failing.py"])
+    assert code == 1, output
+    assert cases == {"sample_failing::test_passes": "passed", "sample_failing::test_fails": "failed"}
+    assert not (tmp_path / "premature_exit").exists()
+
+
+def test_run_sets_up_the_protocol_files_and_cleans_up(tmp_path):
+    code, output, _ = run_main(tmp_path, ["sample_protocol.py"])
+    assert code == 0, output  # the sample checks the premature exit file, basetemp and cache provider
+    assert not (tmp_path / "premature_exit").exists()
+
+
+def test_process_ending_behind_pytests_back_leaves_the_premature_exit_file(tmp_path):
+    run_main(tmp_path, ["sample_exits.py"])
+    assert (tmp_path / "premature_exit").exists()
+
+
+def test_file_without_tests_fails_with_a_clear_message(tmp_path):
+    code, output, _ = run_main(tmp_path, ["sample_empty.py"])
+    assert code == 1, output
+    assert "define no tests" in output
+
+
+def test_file_without_tests_passes_under_a_filter(tmp_path):
+    code, output, _ = run_main(tmp_path, ["sample_empty.py"], TESTBRIDGE_TEST_ONLY="test_a")
+    assert code == 0, output
+
+
+def test_sigterm_tears_fixtures_down_and_writes_the_report(tmp_path):
+    proc = subprocess.Popen(_command(["sample_sigterm.py"]), cwd=WORKSPACE,
+                            env=_env(tmp_path, SAMPLE_SIGNAL_DIR=str(tmp_path)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists():
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "the sample test did not start within 60 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, output  # pytest's "interrupted"
+    assert (tmp_path / "torn_down").exists(), output
+    assert (tmp_path / "test.xml").exists(), output

@@ -1,0 +1,125 @@
+"""The remote-cache round trip, end to end, on loopback.
+
+Starts Debian's nginx as a WebDAV cache (nginx.conf.in, the config the README documents), runs a
+probe workspace's tests through it with a nested Bazel, expunges every local state, runs them again,
+and requires every test result to come back from the remote cache. This is what makes "share results
+through a remote cache in CI" a tested claim rather than a config line.
+"""
+import os
+import pathlib
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+# Not resolved: the runfiles tree holds the stub repositories beside this file (data deps).
+HERE = pathlib.Path(__file__).absolute().parent
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+BAZEL = shutil.which("bazel") or "/usr/bin/bazel"
+PROBE_TESTS = ["//:probe_a_test", "//:probe_b_test"]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fill(template, **values):
+    text = template.read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", str(value))
+    return text
+
+
+@pytest.fixture
+def cache_url(tmp_path):
+    if not os.path.exists(NGINX):
+        pytest.fail(f"nginx not found at {NGINX}: install Debian's nginx (tools/setup.sh does)")
+    prefix, root = tmp_path / "nginx", tmp_path / "cache"
+    prefix.mkdir()
+    root.mkdir()
+    port = _free_port()
+    conf = prefix / "nginx.conf"
+    # The worker writes under tmp_path, which only this user can reach; run it as this user.
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    conf.write_text(_fill(HERE / "nginx.conf.in", ROOT=root, PORT=port, PREFIX=prefix, USER=user))
+    proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(prefix)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                out = proc.communicate()[0].decode(errors="replace")
+                pytest.fail(f"nginx did not start on 127.0.0.1:{port}: {out}\n"
+                            f"{(prefix / 'error.log').read_text() if (prefix / 'error.log').exists() else ''}")
+            time.sleep(0.1)  # polling the port above: nginx has no readiness signal
+    yield f"http://127.0.0.1:{port}", prefix / "access.log"
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def _stub_repositories():
+    """The directory holding rules_cc/, rules_java/ and remote_coverage_tools/."""
+    # Under Bazel they are runfiles of their own repositories, beside this workspace's directory;
+    # run by hand from the source tree, they are under third_party/.
+    for parent in (pathlib.Path.cwd().parent, HERE.parent.parent / "third_party"):
+        if (parent / "rules_cc" / "WORKSPACE").exists():
+            return parent
+    pytest.fail("stub repositories not found: run through Bazel (data //third_party:stub_repositories)")
+
+
+@pytest.fixture
+def probe_workspace(tmp_path):
+    ws = tmp_path / "ws"
+    src = HERE / "testdata" / "workspace"
+    ws.mkdir()
+    (ws / "WORKSPACE").write_text(_fill(src / "WORKSPACE.in", STUBS=_stub_repositories()))
+    (ws / "BUILD").write_text((src / "BUILD.in").read_text())
+    for name in ("probe_a_test.py", "probe_b_test.py"):
+        shutil.copy(src / name, ws / name)
+    (ws / ".bazelversion").write_text("4\n")
+    return ws
+
+
+def _bazel(ws, output_user_root, *args):
+    # The system rc stays: Debian's points Bazel at its install base and local JDK.
+    cmd = [BAZEL, f"--output_user_root={output_user_root}", "--host_jvm_args=-Xmx1g",
+           "--nohome_rc", *args]
+    return subprocess.run(cmd, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=600)
+
+
+def test_results_come_back_from_remote_cache_after_expunge(cache_url, probe_workspace, tmp_path):
+    url, access_log = cache_url
+    root = tmp_path / "bazel_root"
+    flags = ["--remote_cache=" + url, "--remote_upload_local_results=true",
+             "--incompatible_strict_action_env", "--spawn_strategy=local", "--nosandbox_debug", "--color=no",
+             "--curses=no", "--test_output=errors"]
+    try:
+        first = _bazel(probe_workspace, root, "test", *flags, *PROBE_TESTS)
+        assert first.returncode == 0, f"first run failed:\n{first.stdout[-4000:]}"
+        puts = [l for l in access_log.read_text().splitlines() if '"PUT /ac/' in l]
+        assert puts, f"the first run uploaded no action result to {url}:\n{first.stdout[-2000:]}"
+
+        expunge = _bazel(probe_workspace, root, "clean", "--expunge")
+        assert expunge.returncode == 0, expunge.stdout[-2000:]
+
+        second = _bazel(probe_workspace, root, "test", *flags, *PROBE_TESTS)
+        assert second.returncode == 0, f"second run failed:\n{second.stdout[-4000:]}"
+        for target in PROBE_TESTS:
+            assert re.search(re.escape(target) + r"\s+\(cached\) PASSED", second.stdout), (
+                f"{target} was not served from the remote cache after expunge:\n{second.stdout[-4000:]}")
+        hits = re.search(r"(\d+) remote cache hit", second.stdout)
+        assert hits and int(hits.group(1)) >= len(PROBE_TESTS), (
+            f"expected >= {len(PROBE_TESTS)} remote cache hits:\n{second.stdout[-4000:]}")
+    finally:
+        _bazel(probe_workspace, root, "shutdown")

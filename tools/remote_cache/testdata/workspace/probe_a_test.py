@@ -1,0 +1,1 @@
+assert sum(range(10)) == 45

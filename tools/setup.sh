@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Installs everything sleepwake needs on a fresh Debian 12 / Ubuntu machine, then runs the main job.
+#
+#   tools/setup.sh                 install, then: on a GPU runner the whole matrix (tools/run_matrix.sh);
+#                                  on a host without a GPU every test that can run there (tools/test.sh)
+#   tools/setup.sh --install-only  install only (what .ci/run uses before tools/test.sh)
+#
+# Installs: Bazel (Debian's bazel-bootstrap 4.2.3) unless one is on PATH, nginx (the remote-cache test),
+# and the harness venv at /opt/sleepwake/venv from the hashed lock (pip --require-hashes). The venv
+# sits at a fixed path because its interpreter path is part of every Python action's cache key.
+# On a GPU runner it also writes /opt/sleepwake/gpu-python, a wrapper around the Python that has vLLM
+# (SLEEPWAKE_GPU_PYTHON, default: the python3 on PATH), and points --config=gpu at it in user.bazelrc.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=/opt/sleepwake/venv
+LOCK=third_party/python/requirements.lock
+GPU_PYTHON_WRAPPER=/opt/sleepwake/gpu-python
+install_only=0
+[[ "${1:-}" == "--install-only" ]] && install_only=1
+
+say() { echo "setup: $*"; }
+die() { echo "setup: ERROR: $*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "run as root (apt-get and /opt/sleepwake need it): sudo tools/setup.sh"
+
+missing=()
+command -v bazel >/dev/null || missing+=(bazel-bootstrap)
+[[ -x /usr/sbin/nginx ]] || missing+=(nginx)
+[[ -x /usr/bin/python3 ]] || missing+=(python3)
+/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+if ((${#missing[@]})); then
+  say "installing ${missing[*]} with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q || die "apt-get update failed: this host must reach the Debian package mirror"
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# nginx is installed for its binary only; the remote-cache test starts its own on loopback.
+if command -v systemctl >/dev/null && systemctl is-active --quiet nginx 2>/dev/null; then
+  systemctl stop nginx || true
+fi
+
+lock_sha=$(sha256sum "$LOCK" | cut -d' ' -f1)
+if [[ "$(cat "$VENV/.lock-sha256" 2>/dev/null)" != "$lock_sha" ]]; then
+  say "building $VENV from $LOCK (sha256 ${lock_sha:0:16})"
+  rm -rf "$VENV"
+  /usr/bin/python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes -r "$LOCK"
+  echo "$lock_sha" > "$VENV/.lock-sha256"
+else
+  say "$VENV is current (lock sha256 ${lock_sha:0:16})"
+fi
+
+gpu_count=0
+if command -v nvidia-smi >/dev/null; then
+  gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+fi
+
+if ((gpu_count > 0)); then
+  gpu_python=${SLEEPWAKE_GPU_PYTHON:-$(command -v python3)}
+  "$gpu_python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' ||
+    die "$gpu_python cannot import vllm: install vLLM 0.26.0 for it, or set SLEEPWAKE_GPU_PYTHON to a Python that has it"
+  # Bazel runs tests with a clean environment; the wrapper carries the PYTHONPATH / LD_LIBRARY_PATH
+  # that make vLLM importable here, at one fixed path (it is part of the cells' cache keys).
+  cat > "$GPU_PYTHON_WRAPPER" <<WRAP
+#!/bin/sh
+# Written by tools/setup.sh: the GPU runner's Python with vLLM, for --config=gpu.
+export PYTHONPATH="${PYTHONPATH:-}"
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+exec "$gpu_python" "\$@"
+WRAP
+  chmod +x "$GPU_PYTHON_WRAPPER"
+  line="build:gpu --repo_env=SLEEPWAKE_GPU_PYTHON=$GPU_PYTHON_WRAPPER"
+  grep -qxF "$line" user.bazelrc 2>/dev/null || echo "$line" >> user.bazelrc
+  say "GPU runner: $gpu_count GPU(s); --config=gpu uses $GPU_PYTHON_WRAPPER -> $gpu_python"
+fi
+
+((install_only)) && { say "installed"; exit 0; }
+
+if ((gpu_count > 0)); then
+  exec tools/run_matrix.sh
+fi
+say "no NVIDIA GPU on this host: running every CPU test; the 44 GPU cells of //tests/sleep_wake are"
+say "left out (tag gpu) because they start real vLLM servers. Run them on a GPU runner: tools/setup.sh there."
+exec tools/test.sh

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test this host can run: `bazel test //...` in the default (CPU) configuration, where the
+# GPU cells are filtered out by their `gpu` tag. Extra arguments go to Bazel (e.g. --config=gpu on a
+# GPU runner, --test_filter=..., --config=disk-cache). SLEEPWAKE_REMOTE_CACHE=http://host:port adds
+# --config=remote-cache with that URL. Exits non-zero when a test fails or when no test ran.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+args=()
+[[ -n "${CI:-}" ]] && args+=(--config=ci)
+[[ -n "${SLEEPWAKE_REMOTE_CACHE:-}" ]] && args+=(--config=remote-cache "--remote_cache=$SLEEPWAKE_REMOTE_CACHE")
+
+bazel test "${args[@]}" "$@" //...
+rc=$?
+case $rc in
+  0) ;;
+  4) echo "test.sh: FAILED: Bazel found no test target to run (exit 4)" >&2; exit 1 ;;
+  3) echo "test.sh: FAILED: some tests failed (exit 3); logs under bazel-testlogs/" >&2 ;;
+  *) echo "test.sh: FAILED: bazel exited $rc" >&2 ;;
+esac
+if [[ " $* " != *" --config=gpu "* ]]; then
+  echo "test.sh: GPU cells (tag gpu) were not run on this configuration; on a GPU runner: tools/run_matrix.sh"
+fi
+exit $rc
