@@ -1,7 +1,12 @@
-"""Requests sent from background threads, for tests that hold requests behind a sleeping engine."""
+"""Requests sent from background threads, for tests that hold requests behind a sleeping engine or
+race them against /sleep."""
 
 import concurrent.futures
 import contextlib
+
+from tests.sleep_wake import measure, metrics, thresholds
+
+GENERATION_TOKENS = "vllm:generation_tokens_total"
 
 
 @contextlib.contextmanager
@@ -19,3 +24,25 @@ def background(client, workers: int = 1):
             pool.shutdown(wait=True)
         raise
     pool.shutdown(wait=True)
+
+
+def generated_tokens(client) -> float:
+    """vLLM's count of generated tokens (/metrics): proof that requests are decoding, not queued."""
+    samples = [s.value for s in metrics.parse_prometheus(client.metrics_text())
+               if s.name == GENERATION_TOKENS]
+    if not samples:
+        raise AssertionError(f"{GENERATION_TOKENS} not in /metrics: the server must run with stats on")
+    return sum(samples)
+
+
+def wait_decoding(client, futures, requests: int, tokens_since: float, tokens: int) -> None:
+    """Wait until `requests` are in flight (/load) and `tokens` more were generated; fail if one of
+    the futures ended first (the race would not be exercised)."""
+    measure.wait_until(
+        lambda: any(f.done() for f in futures) or (
+            client.load() >= requests and generated_tokens(client) >= tokens_since + tokens),
+        thresholds.get("request_completion_s_max"),
+        what=f"{requests} requests in flight and {tokens} tokens generated")
+    done = [f.result() for f in futures if f.done()]
+    assert not done, (f"a request ended before /sleep was sent ({done[0]!r}), so the race was not "
+                      "exercised: raise its max_tokens")

@@ -118,6 +118,13 @@ class SleepWakeClient:
         resp = self._ok("POST", "/collective_rpc", json={"method": "reload_weights"})
         return resp.json() if resp.content else {}
 
+    def recover_from_level2(self) -> None:
+        """vLLM's documented level-2 recovery: wake weights, reload them from the checkpoint, wake
+        the KV cache. A plain wake leaves garbage weights (#29341, #54235)."""
+        self.wake_up(["weights"])
+        self.reload_weights()
+        self.wake_up(["kv_cache"])
+
     def reset_prefix_cache(self) -> None:
         body = self._json("POST", "/reset_prefix_cache")
         if body.get("success") is False:

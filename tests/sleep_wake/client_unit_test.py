@@ -1,12 +1,13 @@
 """SleepWakeClient against FakeVllm, a local HTTP server with vLLM 0.26.0's sleep semantics."""
 
+import concurrent.futures
 import socket
 import time
 
 import pytest
 import requests
 
-from tests.sleep_wake import metrics
+from tests.sleep_wake import measure, metrics
 from tests.sleep_wake.client import ServerResponseError, SleepWakeClient, parse_completion
 from tests.sleep_wake.fake_vllm import FakeVllm
 from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
@@ -139,3 +140,14 @@ def test_raw_passes_through(client):
     resp = client.raw("POST", "/collective_rpc", json={})
     assert resp.status_code == 400
     assert client.raw("GET", "/no_such_path").status_code == 404
+
+
+def test_stream_aborted_by_sleep_reports_abort(fake, client):
+    fake.token_delay_s = 0.01
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        stream = pool.submit(client.complete_stream, PROMPTS[0], max_tokens=500)
+        measure.wait_until(lambda: fake.generated_tokens > 0, 5, what="decode to start")
+        client.sleep(level=1)
+        result = stream.result(timeout=10)
+    assert result.error is None and result.finish_reasons == ["abort"]
+    assert 0 < result.num_tokens < 500

@@ -49,6 +49,15 @@ def _log_dir(name: str) -> str:
     return path
 
 
+def _identity() -> str | None:
+    """The vLLM build / GPU description the matrix passes as a runfile (informational)."""
+    path = os.environ.get("SLEEPWAKE_VLLM_IDENTITY")
+    if not path or not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip()
+
+
 def _start_server(name: str, cell, recorder, nodeid: str):
     """A started VllmServer context (caller exits it) with its start-up time recorded."""
     from tools.launcher.config import ServerConfig
@@ -63,7 +72,7 @@ def _start_server(name: str, cell, recorder, nodeid: str):
     server = context.__enter__()
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
     recorder.record(nodeid, "server_start_s", time.monotonic() - start, "s", url=server.url,
-                    command=list(server.command), log=server.log_path)
+                    command=list(server.command), log=server.log_path, vllm_identity=_identity())
     return context, server
 
 
@@ -109,8 +118,9 @@ def golden(client) -> dict:
 
 @pytest.fixture(autouse=True)
 def awake(request):
-    """For tests on the class server: awake and healthy before; woken (fully) after, so one failing
-    test does not cascade. A level-2 test must reload weights itself (a plain wake gives garbage)."""
+    """For tests on the class server: awake and healthy before; if a test leaves it asleep, woken
+    fully and its weights reloaded, so one failing test does not cascade. A passing level-2 test does
+    its own recovery (wake weights, reload, wake kv_cache): that is what it tests."""
     if "server" not in request.fixturenames:
         yield None
         return
@@ -121,4 +131,7 @@ def awake(request):
         f"server must be awake before the test: is_sleeping={state.is_sleeping} gauge={state.gauge}")
     yield client
     if client.health() and client.is_sleeping():
+        # The test failed mid-way. Reload too: after level 2 a plain wake leaves garbage weights
+        # (#29341), which would fail every later golden check for the wrong reason.
         client.wake_up()
+        client.reload_weights()

@@ -4,7 +4,8 @@ Use: python -m pytest -p tests.sleep_wake.fake_launcher tests/sleep_wake/test_*.
 (with SLEEPWAKE_RUNNER / SLEEPWAKE_EXECUTION_MODE set). It checks the test classes' own logic against
 vLLM 0.26.0's sleep semantics as fake_vllm models them; it proves nothing about vLLM itself.
 The conftest imports the launcher inside its fixtures, so registering these modules here wins.
-SLEEPWAKE_FAKE_BUGS (comma-separated, see fake_vllm.FakeVllm) re-creates known vLLM defects.
+SLEEPWAKE_FAKE_BUGS (comma-separated, see fake_vllm.FakeVllm) re-creates known vLLM defects;
+SLEEPWAKE_FAKE_TOKEN_DELAY_S sets the streaming decode pace.
 """
 
 import dataclasses
@@ -17,7 +18,9 @@ from tests.sleep_wake.fake_vllm import FakeVllm
 
 def _new_fake() -> FakeVllm:
     bugs = [b for b in os.environ.get("SLEEPWAKE_FAKE_BUGS", "").split(",") if b]
-    return FakeVllm(bugs=bugs).start()
+    # Streams decode at a visible pace so a sleep can land mid-stream (race and abort tests).
+    delay = float(os.environ.get("SLEEPWAKE_FAKE_TOKEN_DELAY_S", "0.002"))
+    return FakeVllm(token_delay_s=delay, bugs=bugs).start()
 
 
 @dataclasses.dataclass

@@ -45,6 +45,7 @@ class FakeVllm:
         self.gauge = dict(metrics.GAUGE_AWAKE)
         self.load = 0
         self.abort_epoch = 0
+        self.generated_tokens = 0  # vllm:generation_tokens_total
         self.prefix_cache: set[str] = set()
         self.requests: list[dict] = []   # every request seen: method, path, query, body
         self.hang_paths: set[str] = set()  # paths that never answer (until stop), for timeout tests
@@ -60,7 +61,7 @@ class FakeVllm:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     @property
@@ -132,20 +133,31 @@ class FakeVllm:
             for k in metrics.SLEEP_STATE_LABELS:
                 lines.append(f'vllm:engine_sleep_state{{engine="0",model_name="fake",sleep_state="{k}"}} '
                              f"{self.gauge[k]:.1f}")
-            lines += ["# TYPE vllm:num_requests_running gauge",
+            lines += ["# TYPE vllm:generation_tokens_total counter",
+                      f'vllm:generation_tokens_total{{engine="0",model_name="fake"}} '
+                      f"{float(self.generated_tokens)}",
+                      "# TYPE vllm:num_requests_running gauge",
                       f'vllm:num_requests_running{{engine="0",model_name="fake"}} {float(self.load)}']
             return "\n".join(lines) + "\n"
 
-    def wait_scheduled(self) -> bool:
-        """Block while scheduling is paused; False if the request was aborted meanwhile."""
+    def wait_scheduled(self):
+        """Block while scheduling is paused; the abort epoch the request runs in, None if aborted."""
         deadline = time.monotonic() + MAX_HOLD_S
         with self.cond:
             epoch = self.abort_epoch
             while self.paused and not self._stopping.is_set() and time.monotonic() < deadline:
                 if self.abort_epoch != epoch:
-                    return False
+                    return None
                 self.cond.wait(0.05)
-            return self.abort_epoch == epoch and not self.paused
+            return epoch if self.abort_epoch == epoch and not self.paused else None
+
+    def emit(self, n: int, epoch: int) -> bool:
+        """Count n generated tokens; False (nothing counted) if a sleep aborted the request's epoch."""
+        with self.cond:
+            if self.abort_epoch != epoch:
+                return False
+            self.generated_tokens += n
+            return True
 
     def generate(self, prompt: str, max_tokens: int, choice: int, seed) -> list[int]:
         with self.cond:
@@ -231,7 +243,8 @@ def _completions(h, fake, query, body):
     with fake.cond:
         fake.load += 1
     try:
-        scheduled = fake.wait_scheduled()
+        epoch = fake.wait_scheduled()
+        scheduled = epoch is not None
         prompt, max_tokens = body["prompt"], body.get("max_tokens", 16)
         with fake.cond:
             cached = len(prompt.split()) if prompt in fake.prefix_cache else 0
@@ -241,7 +254,9 @@ def _completions(h, fake, query, body):
             ids = fake.generate(prompt, max_tokens, i, body.get("seed")) if scheduled else []
             choices.append({"index": i, "ids": ids, "finish": "length" if scheduled else "abort"})
         if body.get("stream"):
-            return _stream(h, fake, body, choices, cached)
+            return _stream(h, fake, choices, cached, epoch)
+        if scheduled and not fake.emit(sum(len(c["ids"]) for c in choices), epoch):
+            choices = [dict(c, ids=[], finish="abort") for c in choices]
         out = []
         for c in choices:
             choice = {"index": c["index"], "text": " ".join(f"w{t}" for t in c["ids"]),
@@ -257,22 +272,29 @@ def _completions(h, fake, query, body):
             fake.load -= 1
 
 
-def _stream(h, fake, body, choices, cached):
+def _stream(h, fake, choices, cached, epoch):
+    """One token per chunk (token_delay_s apart); a sleep in abort mode ends every choice with
+    finish_reason "abort", as vLLM does for in-flight requests."""
     h.send_response(200)
     h.send_header("Content-Type", "text/event-stream")
     h.end_headers()
+
+    def send(index, ids, finish):
+        chunk = {"choices": [{"index": index, "text": "".join(f"w{t}" for t in ids), "token_ids": ids,
+                              "finish_reason": finish}]}
+        h.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
     for c in choices:
+        finish = c["finish"]
         for j, t in enumerate(c["ids"]):
-            last = j == len(c["ids"]) - 1
-            chunk = {"choices": [{"index": c["index"], "text": f"w{t}", "token_ids": [t],
-                                  "finish_reason": c["finish"] if last else None}]}
-            h.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if not fake.emit(1, epoch):
+                finish = "abort"
+                break
+            send(c["index"], [t], finish if j == len(c["ids"]) - 1 else None)
             if fake.token_delay_s:
                 time.sleep(fake.token_delay_s)  # simulated decode time
-        if not c["ids"]:
-            chunk = {"choices": [{"index": c["index"], "text": "", "token_ids": [],
-                                  "finish_reason": c["finish"]}]}
-            h.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        if finish == "abort" or not c["ids"]:
+            send(c["index"], [], finish)
     usage = {"choices": [], "usage": {"prompt_tokens_details": {"cached_tokens": cached}}}
     h.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
     h.close_connection = True

@@ -3,6 +3,8 @@
 Messages say what was expected, what was seen, at which step, and which vLLM issue the check guards.
 """
 
+import concurrent.futures
+
 from tests.sleep_wake import metrics, thresholds
 from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
@@ -53,6 +55,16 @@ def expect_tokens(completion, golden_completion, *, prompt: str, step: str, issu
         raise AssertionError(
             f"[{issue}] after {step}: expected finish_reason 'length' (ignore_eos, max_tokens "
             f"{GOLDEN_MAX_TOKENS}) for {prompt!r}, seen {completion.finish_reasons[0]!r}")
+
+
+def expect_result(future, timeout_s: float, *, step: str, issue: str):
+    """The result of a background request, or an AssertionError naming the issue (hang or failure)."""
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        raise AssertionError(f"[{issue}] {step}: request did not finish within {timeout_s:g} s") from None
+    except Exception as e:  # the server's answer (HTTP 5xx: engine died?) or a transport failure
+        raise AssertionError(f"[{issue}] {step}: request failed: {e}") from e
 
 
 def expect_golden(client, golden: dict, *, step: str, issue: str, prompts=None) -> None:

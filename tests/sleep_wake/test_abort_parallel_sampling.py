@@ -5,8 +5,8 @@ when /sleep?mode=abort arrives: every choice ends promptly, nothing leaks (NVML 
 from tests.sleep_wake import measure, metrics, oracles, thresholds
 from tests.sleep_wake.background import background
 from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
-from tests.sleep_wake.test_concurrent_race import generated_tokens, wait_decoding
-from tests.sleep_wake.test_physical_memory import settled_gpu_bytes
+from tests.sleep_wake.background import generated_tokens, wait_decoding
+from tests.sleep_wake.memory import settled_gpu_bytes
 
 ISSUE = "#45520/#45326 abort during parallel sampling"
 N = 4

@@ -3,7 +3,7 @@ stays golden (#21336 grew every cycle until garbage at cycle 4; #36651, #34600).
 
 from tests.sleep_wake import measure, metrics, oracles
 from tests.sleep_wake.prompts import PROMPTS
-from tests.sleep_wake.test_physical_memory import settled_gpu_bytes
+from tests.sleep_wake.memory import settled_gpu_bytes
 
 CYCLES = 10
 ISSUE = "#21336/#36651 leak across cycles"

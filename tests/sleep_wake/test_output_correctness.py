@@ -3,7 +3,6 @@ to the golden run taken before any sleep, and a wake never serves a stale prefix
 
 from tests.sleep_wake import measure, metrics, oracles
 from tests.sleep_wake.prompts import PROMPTS
-from tests.sleep_wake.test_physical_memory import recover_from_level2
 
 LEVEL2_CYCLES = 3
 # Several KV blocks long (only full blocks are cached), so a repeat can be served from the cache.
@@ -35,7 +34,7 @@ class TestOutputCorrectness:
             client.sleep(level=2)
             oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL2,
                                  step=f"cycle {cycle}: sleep level 2", issue="level-2 output")
-            recover_from_level2(client)
+            client.recover_from_level2()
             oracles.expect_awake(client, step=f"cycle {cycle}: level-2 recovery", issue="level-2 output")
             oracles.expect_golden(client, golden, step=f"cycle {cycle}: level 2, wake weights, "
                                   "reload_weights, wake kv_cache", issue="#29341/#54235 garbage after level 2")

@@ -3,74 +3,10 @@ across sleep and wake: level 1 and level 2 free it and a full wake restores it (
 #47654), a weights-only wake maps back the checkpoint's bytes and no KV cache, and the bytes that stay
 resident while asleep are measured per execution mode (graph mode keeps its graph pool, #45648).
 
-The module-level helpers are shared with other test files of the suite (see the lead's report).
 """
 
-import glob
-import json
-import os
-import struct
-
-from tests.sleep_wake import measure, metrics, oracles, thresholds
-
-MiB = 1 << 20
-# Two NVML readings one poll apart that differ by less than this count as settled: cuMem maps and
-# unmaps in 2 MiB granules, so anything smaller is not a change of the pools.
-SETTLE_BYTES = 2 * MiB
-SETTLE_POLL_S = 0.25
-
-
-def settled_gpu_bytes(server, what: str, done=None) -> int:
-    """server.gpu_bytes() once `done(bytes)` holds or three readings a poll apart agree.
-
-    NVML's per-process numbers can trail an unmap or map by a moment, so one reading right after a
-    sleep or wake may be stale. Bounded by the memory_settle_s_max threshold.
-    """
-    readings = [server.gpu_bytes()]
-
-    def settled():
-        readings.append(server.gpu_bytes())
-        last3 = readings[-3:]
-        return (done is not None and done(readings[-1])) or (
-            len(last3) == 3 and max(last3) - min(last3) < SETTLE_BYTES)
-
-    try:
-        measure.wait_until(settled, thresholds.get("memory_settle_s_max"), poll_s=SETTLE_POLL_S,
-                           what=f"NVML bytes of the server to settle {what}")
-    except AssertionError as e:
-        raise AssertionError(f"{e}; readings {readings[-6:]} bytes") from None
-    if readings[-1] <= 0:
-        raise AssertionError(
-            f"NVML reports 0 bytes for the server's PIDs {server.pids()} {what}: NVML does not see "
-            "these processes (a PID namespace other than the host's?), so per-process memory cannot "
-            "be measured here; run the cell on a host or container sharing the host's PID namespace")
-    return readings[-1]
-
-
-def recover_from_level2(client) -> None:
-    """vLLM's documented level-2 recovery: wake weights, reload them from the checkpoint, wake the
-    KV cache. A plain wake leaves garbage weights (#29341, #54235)."""
-    client.wake_up(["weights"])
-    client.reload_weights()
-    client.wake_up(["kv_cache"])
-
-
-def checkpoint_tensor_bytes(model_dir: str) -> int:
-    """Sum of the tensor bytes of the checkpoint's *.safetensors files, read from their headers."""
-    paths = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
-    if not paths:
-        raise AssertionError(
-            f"no *.safetensors in {model_dir!r}: the weights-only wake is compared with the served "
-            "checkpoint's tensor bytes, so the model must be a local checkpoint directory")
-    total = 0
-    for path in paths:
-        with open(path, "rb") as f:
-            (header_len,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(header_len))
-        total += sum(t["data_offsets"][1] - t["data_offsets"][0]
-                     for name, t in header.items() if name != "__metadata__")
-    return total
-
+from tests.sleep_wake import measure, memory, metrics, oracles, thresholds
+from tests.sleep_wake.memory import MiB, checkpoint_tensor_bytes, settled_gpu_bytes
 
 def _served_model_dir(server) -> str:
     command = list(server.command)
@@ -127,7 +63,7 @@ class TestPhysicalMemory:
         _record(recorder, "level2_asleep_bytes", asleep, mode=cell.mode)
         measure.check_at_most(recorder, "level2_bytes_fraction_max", asleep / awake, cell.id,
                               f"bytes held asleep (level 2) / awake bytes ({asleep} / {awake}; #32714)")
-        recover_from_level2(client)
+        client.recover_from_level2()
         oracles.expect_awake(client, step="level-2 recovery (wake weights, reload, wake kv_cache)",
                              issue="level-2 memory")
         _expect_restored(server, recorder, cell, awake, "level-2 recovery")

@@ -25,9 +25,10 @@ def _held_until_second_wake(client, golden, first: str, second: str, prompts: li
             what=(f"[{ISSUE}] requests pending and is_sleeping true while only {first} is awake (a "
                   f"request that finished here was scheduled with {second} unmapped)"))
         client.wake_up([second])
+        step = f"held request after waking {first} then {second}"
         for prompt, future in zip(prompts, held):
-            oracles.expect_tokens(future.result(timeout=bound), golden[prompt], prompt=prompt,
-                                  step=f"held request after waking {first} then {second}", issue=ISSUE)
+            completion = oracles.expect_result(future, bound, step=step, issue=ISSUE)
+            oracles.expect_tokens(completion, golden[prompt], prompt=prompt, step=step, issue=ISSUE)
     oracles.expect_awake(client, step=f"wake {first} then {second}", issue=ISSUE)
 
 

@@ -24,8 +24,9 @@ class TestSleepWakeFlags:
                 measure.assert_holds(lambda: not held.done() and client.is_sleeping(), window,
                                      what="request held while scheduling is paused (level 0)")
                 client.wake_up(wake_tags)
-                oracles.expect_tokens(held.result(timeout=bound), golden[prompt], prompt=prompt,
-                                      step=f"level 0 then {how}", issue="level-0 held request (#45326)")
+                step, issue = f"level 0 then {how}", "level-0 held request (#45326)"
+                completion = oracles.expect_result(held, bound, step=step, issue=issue)
+                oracles.expect_tokens(completion, golden[prompt], prompt=prompt, step=step, issue=issue)
             oracles.expect_awake(client, step=f"level 0 then {how}", issue="level-0 flags")
 
     def test_level1_flags(self, client, golden):

@@ -56,6 +56,14 @@ _TABLE = [
               f"{INITIAL}: level 2 discards weights and KV cache, so it holds no more than level 1"),
     Threshold("weights_wake_bytes_fraction_max", 0.85, "fraction of awake bytes", MECHANISM,
               f"{INITIAL}: after wake_up?tags=weights the KV cache (2 GiB) is still released"),
+    Threshold("level1_residue_bytes_max", 3 * GiB, "bytes", MECHANISM,
+              f"{INITIAL}: 1.4 GB stayed resident at level 1 on the H200; graph mode also keeps its "
+              "CUDA-graph pool (#45648), so a per-mode value comes from measurement"),
+    Threshold("wake_restore_bytes_max", 256 * MiB, "bytes (|woken - awake|)", MECHANISM,
+              f"{INITIAL}: a full wake remaps the same pools (2 MiB granules); #32714 restored only part"),
+    Threshold("weights_wake_bytes_rel_error_max", 0.5, "fraction of checkpoint tensor bytes", MECHANISM,
+              f"{INITIAL}: the weights pool is the checkpoint's tensors plus segment rounding and "
+              "weight-tagged buffers"),
     Threshold("sleep_freed_kv_fraction_min", 0.8, "fraction of SLEEPWAKE_KV_CACHE_BYTES", MECHANISM,
               f"{INITIAL}: level >= 1 discards the whole KV pool (#11743: expandable_segments freed 0)"),
     Threshold("memory_settle_s_max", 10.0, "s", MECHANISM,
@@ -63,6 +71,8 @@ _TABLE = [
     Threshold("leak_bytes_per_cycle_max", 64 * MiB, "bytes per cycle", MECHANISM,
               f"{INITIAL}: #21336 grew per cycle until garbage at cycle 4; 64 MiB/cycle is far above "
               "allocator noise and far below a leaked KV or weight pool"),
+    Threshold("cycle_bytes_flat_max", 512 * MiB, "bytes (spread or growth over the cycles)", MECHANISM,
+              f"{INITIAL}: asleep and awake bytes stay flat across cycles (#21336, #36651, #34600)"),
     # --- output --------------------------------------------------------------------------------
     Threshold("logprob_drift_max", 1e-2, "nats (absolute, per token)", CONTRACT,
               "level-1 sleep copies weights back bit-exact; 1e-2 tolerates kernel nondeterminism only"),
@@ -136,6 +146,18 @@ KNOWN_DIVERGENCES = {d.name: d for d in [
                 "logger_manager.record_sleep_state(0, 0) after every wake_up, partial or not (and also "
                 "when the executor ignored an unknown tag), so vllm:engine_sleep_state reads awake "
                 "(1,0,0) while /is_sleeping stays true until every tag is resident (core.py:898-918)"),
+    ),
+    KnownDivergence(
+        name="sleep_level_out_of_range_accepted",
+        documented="an error status for a level outside 0..2, state unchanged",
+        observed={"status": 200, "is_sleeping": True, "gauge": metrics.GAUGE_LEVEL0,
+                  "weights_discarded": True},
+        vllm_version="0.26.0",
+        reason=("seen on the H200 (probe, 2026-11-29): /sleep?level=3 answers 200; the router only does "
+                "int(level) and device_allocator/sleep_mode_backend.py offloads weights only for "
+                "level == 1, so level 3 discards weights like level 2 while the gauge reads (0,0,0) "
+                "(loggers.py record_sleep_state knows levels 1 and 2 only); a plain wake then serves "
+                "garbage until reload_weights"),
     ),
 ]}
 

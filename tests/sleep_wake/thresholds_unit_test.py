@@ -1,3 +1,7 @@
+import glob
+import os
+import re
+
 import pytest
 
 from tests.sleep_wake import metrics, thresholds
@@ -27,6 +31,18 @@ def test_entries_the_suites_need_exist():
               "cycle_s_max"}
     assert needed <= set(thresholds.TABLE)
     assert thresholds.get("logprob_drift_max") == 1e-2
+
+
+_REFERENCE = re.compile(r'(?:thresholds\.get|check_at_(?:most|least))\(\s*(?:recorder,\s*)?"([a-z0-9_]+)"')
+
+
+def test_every_threshold_the_test_classes_name_exists():
+    files = glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_*.py"))
+    assert files, "no test_*.py next to this test (Bazel: they are its data)"
+    named = {(os.path.basename(f), name) for f in files for name in _REFERENCE.findall(open(f).read())}
+    assert named, "no threshold references found: has the calling convention changed?"
+    missing = sorted((f, n) for f, n in named if n not in thresholds.TABLE)
+    assert not missing, f"thresholds named by test files but absent from thresholds.TABLE: {missing}"
 
 
 def test_per_cell_precedence(monkeypatch):

@@ -38,7 +38,7 @@ class ServerConfig:
     allow_non_loopback: bool = False
     slots_per_gpu: int = 1
     lock_dir: str = "/tmp/sleepwake-gpu-locks"
-    lease_timeout_s: float = 1800.0
+    lease_timeout_s: float = 600.0  # below Bazel's 900 s "long" timeout, so our error is what shows
     # Allowed growth of the device's used memory over the pre-start baseline once the server is gone
     # (checked only with an exclusive lease). Not zero: the CUDA driver, NVML and other tenants'
     # contexts move by tens of MiB on their own; a leaked vLLM server holds its KV cache (GiBs).

@@ -83,9 +83,13 @@ def holders(lock_dir: str, gpus, slots_per_gpu: int) -> list[str]:
     return lines
 
 
-def acquire(gpus, lock_dir: str, slots_per_gpu: int = 1, timeout_s: float = 1800.0, owner: str | None = None,
+def acquire(gpus, lock_dir: str, slots_per_gpu: int = 1, timeout_s: float = 600.0, owner: str | None = None,
             poll_s: float = 0.25) -> Lease:
-    """Takes a free slot, waiting at most timeout_s; raises LeaseTimeoutError naming the holders."""
+    """Takes a free slot, waiting at most timeout_s; raises LeaseTimeoutError naming the holders.
+
+    Fails at once if this process holds every slot itself (two servers in one test): nobody else
+    could free one.
+    """
     os.makedirs(lock_dir, exist_ok=True)
     owner = owner or owner_description()
     start = time.monotonic()
@@ -103,10 +107,15 @@ def acquire(gpus, lock_dir: str, slots_per_gpu: int = 1, timeout_s: float = 1800
                 log.info("GPU lease: took %s after waiting %.1f s", path, waited)
                 return Lease(gpu=gpu, slot=slot, path=path, fd=fd, waited_s=waited,
                              exclusive=slots_per_gpu == 1)
+        held = holders(lock_dir, gpus, slots_per_gpu)
+        if all(" pid=%d " % os.getpid() in line for line in held):
+            raise LeaseTimeoutError(
+                "this process already holds every GPU slot (%s), so waiting would never end. Stop the"
+                " other server before starting this one, or raise slots_per_gpu." % "; ".join(held))
         if time.monotonic() - start >= timeout_s:
             raise LeaseTimeoutError(
                 "no GPU slot became free within %.0f s (GPUs %s, %d slot(s) each, locks in %s). Holders:\n  %s\n"
                 "Wait for those cells, end stale ones, or run fewer at once (--local_test_jobs = GPUs x"
                 " slots_per_gpu)." % (timeout_s, ",".join(gpus), slots_per_gpu, lock_dir,
-                                      "\n  ".join(holders(lock_dir, gpus, slots_per_gpu))))
+                                      "\n  ".join(held)))
         time.sleep(poll_s)  # flock cannot wait on "any of several files"; poll them with a deadline

@@ -4,7 +4,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 
 import pytest
 
@@ -20,17 +19,16 @@ def test_visible_gpus_come_from_cuda_visible_devices_else_nvml():
         gpu_lease.visible_gpus(FakeNvml(), {"CUDA_VISIBLE_DEVICES": ""})
 
 
-def test_slots_fill_every_gpu_first_then_time_out_naming_the_holders(tmp_path):
+def test_slots_fill_every_gpu_first_and_a_self_deadlock_fails_at_once(tmp_path):
     owner = gpu_lease.owner_description({"TEST_TARGET": "//tests:cell_a"})
     leases = [gpu_lease.acquire(["0", "1"], str(tmp_path), 2, timeout_s=1, owner=owner) for _ in range(4)]
     try:
         assert [os.path.basename(lease.path) for lease in leases] == [
             "gpu0.slot0.lock", "gpu1.slot0.lock", "gpu0.slot1.lock", "gpu1.slot1.lock"]
         assert not any(lease.exclusive for lease in leases)
-        with pytest.raises(LeaseTimeoutError) as e:
-            gpu_lease.acquire(["0", "1"], str(tmp_path), 2, timeout_s=0.3, poll_s=0.05)
+        with pytest.raises(LeaseTimeoutError, match="this process already holds every GPU slot") as e:
+            gpu_lease.acquire(["0", "1"], str(tmp_path), 2, timeout_s=60, poll_s=0.05)
         assert "gpu1.slot1.lock: pid=%d target=//tests:cell_a" % os.getpid() in str(e.value)
-        assert "--local_test_jobs" in str(e.value)
     finally:
         for lease in leases:
             lease.release()
@@ -41,10 +39,12 @@ def test_slots_fill_every_gpu_first_then_time_out_naming_the_holders(tmp_path):
 
 def test_the_wait_is_bounded_and_reported(tmp_path, caplog):
     caplog.set_level(logging.INFO, "sleepwake.launcher")
-    held = gpu_lease.acquire(["0"], str(tmp_path), timeout_s=1)
-    threading.Timer(0.3, held.release).start()
-    lease = gpu_lease.acquire(["0"], str(tmp_path), timeout_s=10, poll_s=0.05)
-    assert lease.waited_s >= 0.25
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "hold"], env=testing.python_env(),
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "0"  # it holds gpu0 for 0.15 s from now
+    lease = gpu_lease.acquire(["0"], str(tmp_path), timeout_s=10, poll_s=0.02)
+    assert holder.wait(timeout=10) == 0
+    assert lease.waited_s > 0.05
     assert "after waiting" in caplog.text
     lease.release()
 
@@ -75,11 +75,16 @@ def test_leases_are_exclusive_across_processes(tmp_path):
     assert sorted(out.strip() for out, _ in results) == ["0", "0", "0", "1", "1", "1"]
 
 
-def test_a_killed_holder_frees_its_slot(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "die"], env=testing.python_env(),
-                              stdout=subprocess.PIPE, text=True)
+def test_the_timeout_names_the_holder_and_a_killed_holder_frees_its_slot(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "die"], stdout=subprocess.PIPE,
+                              text=True, env=dict(testing.python_env(), TEST_TARGET="//tests:cell_b"))
     try:
         assert holder.stdout.readline().strip() == "0"
+        with pytest.raises(LeaseTimeoutError) as e:
+            gpu_lease.acquire(["0"], str(tmp_path), 1, timeout_s=0.3, poll_s=0.05)
+        assert "no GPU slot became free within 0 s" in str(e.value)
+        assert "gpu0.slot0.lock: pid=%d target=//tests:cell_b" % holder.pid in str(e.value)
+        assert "--local_test_jobs" in str(e.value)
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()

@@ -28,7 +28,8 @@ import time
 import urllib.request
 
 from tools.launcher import gpu_lease, ports, process_tree
-from tools.launcher.config import ServerConfig, build_command, build_env, check_importable, env_diff, validate
+from tools.launcher.config import (ServerConfig, build_command, build_env, check_importable, env_diff,
+                                   resolve_model, validate)
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError  # noqa: F401 (API)
 from tools.launcher.nvml import Nvml
 
@@ -54,13 +55,16 @@ def check_runner(runner: str, log_text: str) -> None:
             " the server or this vLLM ignores it. The cell would report V2 results as MRV1." % V2_MARKER)
 
 
-def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
+def read_log(path: str) -> str:
     try:
         with open(path, "rb") as f:
-            text = f.read().decode(errors="replace")
+            return f.read().decode(errors="replace")
     except OSError as e:
         return "(log unreadable: %s)" % e
-    return "\n".join(text.splitlines()[-lines:])
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
+    return "\n".join(read_log(path).splitlines()[-lines:])
 
 
 def wait_for_release(nvml, pids, device_index: int, baseline: int | None, tolerance: int, timeout_s: float,
@@ -91,9 +95,13 @@ def wait_for_release(nvml, pids, device_index: int, baseline: int | None, tolera
         time.sleep(poll_s)
 
 
+# No proxies: an http_proxy in the environment must not route a loopback health check elsewhere.
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as response:
+        with _opener.open(url + "/health", timeout=2) as response:
             return response.status == 200
     except Exception:  # refused, reset, 5xx, timeout: not healthy yet
         return False
@@ -181,6 +189,7 @@ class VllmServer:
     def _prepare(self) -> None:
         cfg = self.config
         validate(cfg)
+        resolve_model(cfg.model)  # a missing checkpoint fails here, before a lease or a process
         if self._nvml is None:
             self._nvml = Nvml()  # GpuUnavailableError on a CPU machine: the most useful message there
         self.env = build_env(cfg, self._environ)
@@ -219,7 +228,7 @@ class VllmServer:
                 " lines of %s:\n%s" % (", ".join(map(str, taken)), cfg.port_retries, self.log_path,
                                        log_tail(self.log_path)))
         try:
-            check_runner(cfg.runner, log_tail(self.log_path, lines=10 ** 9))
+            check_runner(cfg.runner, read_log(self.log_path))
         except ServerStartError as e:
             self._stop_server(check_release=False)
             raise ServerStartError("%s Log: %s" % (e, self.log_path)) from None
@@ -267,7 +276,7 @@ class VllmServer:
         while True:
             if self._sup.poll() is not None:
                 report = self._stop_server(check_release=False)
-                if ports.is_bind_conflict(log_tail(self.log_path, lines=10 ** 9)):
+                if ports.is_bind_conflict(read_log(self.log_path)):
                     return False
                 raise ServerStartError(
                     "the vLLM server exited during start-up (exit code %s) before GET %s/health answered"
@@ -325,6 +334,7 @@ class VllmServer:
         return report
 
     def _release_lease(self) -> None:
+        self._prepared = False  # a later start() takes a lease again
         if self.lease is not None:
             self.lease.release()
             self.lease = None

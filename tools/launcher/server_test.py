@@ -161,3 +161,15 @@ def test_missing_model_fails_before_anything_starts(tmp_path, pid_file):
     with pytest.raises(ServerStartError, match="does not exist"):
         _server(tmp_path, pid_file, model=str(tmp_path / "nope" / "config.json")).start()
     assert testing.recorded_pids(pid_file) == {}
+
+
+def test_an_interrupt_during_start_leaves_no_server_and_no_lease(tmp_path, pid_file, monkeypatch):
+    def interrupted(url):
+        raise KeyboardInterrupt  # what pytest_main makes of Bazel's timeout SIGTERM
+
+    monkeypatch.setattr(server_lib, "_healthy", interrupted)
+    server = _server(tmp_path, pid_file, lease=True)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert server.lease is None and server.pids() == []
+    assert testing.survivors_after(testing.recorded_pids(pid_file)) == []

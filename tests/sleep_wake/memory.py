@@ -1,0 +1,59 @@
+"""Physical GPU memory of a server as NVML sees it, and the checkpoint bytes it should hold."""
+
+import glob
+import json
+import os
+import struct
+
+from tests.sleep_wake import measure, thresholds
+
+MiB = 1 << 20
+# Two NVML readings one poll apart that differ by less than this count as settled: cuMem maps and
+# unmaps in 2 MiB granules, so anything smaller is not a change of the pools.
+SETTLE_BYTES = 2 * MiB
+SETTLE_POLL_S = 0.25
+
+
+def settled_gpu_bytes(server, what: str, done=None) -> int:
+    """server.gpu_bytes() once `done(bytes)` holds or the last three readings (spanning at least one
+    poll) agree within SETTLE_BYTES.
+
+    NVML's per-process numbers can trail an unmap or map by a moment, so one reading right after a
+    sleep or wake may be stale. Bounded by the memory_settle_s_max threshold.
+    """
+    readings = [server.gpu_bytes()]
+
+    def settled():
+        readings.append(server.gpu_bytes())
+        last3 = readings[-3:]
+        return (done is not None and done(readings[-1])) or (
+            len(last3) == 3 and max(last3) - min(last3) < SETTLE_BYTES)
+
+    try:
+        measure.wait_until(settled, thresholds.get("memory_settle_s_max"), poll_s=SETTLE_POLL_S,
+                           what=f"NVML bytes of the server to settle {what}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; readings {readings[-6:]} bytes") from None
+    if readings[-1] <= 0:
+        raise AssertionError(
+            f"NVML reports 0 bytes for the server's PIDs {server.pids()} {what}: NVML does not see "
+            "these processes (a PID namespace other than the host's?), so per-process memory cannot "
+            "be measured here; run the cell on a host or container sharing the host's PID namespace")
+    return readings[-1]
+
+
+def checkpoint_tensor_bytes(model_dir: str) -> int:
+    """Sum of the tensor bytes of the checkpoint's *.safetensors files, read from their headers."""
+    paths = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
+    if not paths:
+        raise AssertionError(
+            f"no *.safetensors in {model_dir!r}: the weights-only wake is compared with the served "
+            "checkpoint's tensor bytes, so the model must be a local checkpoint directory")
+    total = 0
+    for path in paths:
+        with open(path, "rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(header_len))
+        total += sum(t["data_offsets"][1] - t["data_offsets"][0]
+                     for name, t in header.items() if name != "__metadata__")
+    return total
