@@ -25,6 +25,10 @@ class ServerConfig:
     runner: str = "mrv1"
     execution_mode: str = "eager"
     kv_cache_bytes: int = 2 << 30
+    # With explicit KV bytes vLLM 0.26.0 uses this fraction only for a start-up check (v1/worker/
+    # utils.py request_memory): free device memory must exceed fraction x total. Its 0.9 default
+    # fails every server after the first on a shared GPU, so ask for little (7 GiB of an H200).
+    gpu_memory_utilization: float = 0.05
     max_model_len: int = 1024
     seed: int = 0
     log_dir: str | None = None  # None: $TEST_UNDECLARED_OUTPUTS_DIR, else a fresh temp dir
@@ -135,6 +139,7 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
             # Explicit bytes: --gpu-memory-utilization is a fraction of the whole device, so a second
             # server on a shared GPU got only what the first left (0.69 GiB).
             "--kv-cache-memory-bytes", str(config.kv_cache_bytes),
+            "--gpu-memory-utilization", str(config.gpu_memory_utilization),
             "--enable-sleep-mode", "--enable-server-load-tracking", "--enable-prefix-caching",
             "--enable-prompt-tokens-details", "--max-num-seqs", "32"]
     # Stats stay on: the sleep-state gauge lives in /metrics.

@@ -14,7 +14,7 @@ def test_command_is_exact_for_eager_and_graph(tmp_path):
     argv = config.build_command(cfg, 8001, python="/py")
     assert argv == ["/py", "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path), "--host",
                     "127.0.0.1", "--port", "8001", "--seed", "7", "--max-model-len", "512",
-                    "--kv-cache-memory-bytes", "123", "--enable-sleep-mode", "--enable-server-load-tracking",
+                    "--kv-cache-memory-bytes", "123", "--gpu-memory-utilization", "0.05", "--enable-sleep-mode", "--enable-server-load-tracking",
                     "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-seqs", "32",
                     "--enforce-eager", "--foo", "bar"]
     cfg.execution_mode = "graph"

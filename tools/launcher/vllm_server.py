@@ -34,6 +34,9 @@ flags.DEFINE_integer("port", 0, "Port; 0 picks a free one. A bind conflict is re
 flags.DEFINE_integer("kv_cache_bytes", _DEFAULTS.kv_cache_bytes, "KV-cache size in bytes"
                      " (--kv-cache-memory-bytes). Explicit because --gpu-memory-utilization is device-wide:"
                      " a second server on a shared GPU gets only what the first left.")
+flags.DEFINE_float("gpu_memory_utilization", _DEFAULTS.gpu_memory_utilization,
+                   "--gpu-memory-utilization. With explicit --kv_cache_bytes vLLM uses it only to check at"
+                   " start that this fraction of the device is free; keep it small on a shared GPU.")
 flags.DEFINE_integer("max_model_len", _DEFAULTS.max_model_len, "--max-model-len of the server.")
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "--seed of the server.")
 flags.DEFINE_float("startup_timeout_s", _DEFAULTS.startup_timeout_s, "Seconds to wait for GET /health == 200.")
@@ -61,6 +64,7 @@ def config_from_flags() -> ServerConfig:
     return ServerConfig(
         model=FLAGS.model, runner=FLAGS.runner, execution_mode=FLAGS.execution_mode, host=FLAGS.host,
         allow_non_loopback=FLAGS.allow_non_loopback, port=FLAGS.port, kv_cache_bytes=FLAGS.kv_cache_bytes,
+        gpu_memory_utilization=FLAGS.gpu_memory_utilization,
         max_model_len=FLAGS.max_model_len, seed=FLAGS.seed, startup_timeout_s=FLAGS.startup_timeout_s,
         release_timeout_s=FLAGS.release_timeout_s, log_dir=FLAGS.log_dir or None, cache_dir=FLAGS.cache_dir,
         mp_method=FLAGS.mp_method, slots_per_gpu=FLAGS.slots_per_gpu, lock_dir=FLAGS.lock_dir,
