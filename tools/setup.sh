@@ -4,6 +4,7 @@
 #   tools/setup.sh                 install, then: on a GPU runner the whole matrix (tools/run_matrix.sh);
 #                                  on a host without a GPU every test that can run there (tools/test.sh)
 #   tools/setup.sh --install-only  install only (what .ci/run uses before tools/test.sh)
+#   tools/setup.sh ARGS...         ARGS go to Bazel (e.g. --config=disk-cache, targets)
 #
 # Installs: Bazel (Debian's bazel-bootstrap 4.2.3) unless one is on PATH, nginx (the remote-cache test),
 # and the harness venv at /opt/sleepwake/venv from the hashed lock (pip --require-hashes). The venv
@@ -17,7 +18,7 @@ VENV=/opt/sleepwake/venv
 LOCK=third_party/python/requirements.lock
 GPU_PYTHON_WRAPPER=/opt/sleepwake/gpu-python
 install_only=0
-[[ "${1:-}" == "--install-only" ]] && install_only=1
+[[ "${1:-}" == "--install-only" ]] && { install_only=1; shift; }
 
 say() { echo "setup: $*"; }
 die() { echo "setup: ERROR: $*" >&2; exit 1; }
@@ -40,7 +41,8 @@ command -v bazel >/dev/null || missing+=(bazel-bootstrap)
 if ((${#missing[@]})); then
   say "installing ${missing[*]} with apt-get"
   export DEBIAN_FRONTEND=noninteractive
-  if apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+  apt_opts=(-o Acquire::Retries=1 -o Acquire::http::Timeout=20)
+  if apt-get "${apt_opts[@]}" update -q && apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${missing[@]}"; then
     :
   elif command -v bazel >/dev/null; then
     optional "apt-get could not install ${missing[*]}"
@@ -58,7 +60,7 @@ if [[ "$(cat "$VENV/.lock-sha256" 2>/dev/null)" != "$lock_sha" ]]; then
   say "building $VENV from $LOCK (sha256 ${lock_sha:0:16})"
   rm -rf "$VENV"
   if /usr/bin/python3 -m venv "$VENV" &&
-     "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes -r "$LOCK"; then
+     "$VENV/bin/pip" install -q --disable-pip-version-check --retries 2 --no-deps --require-hashes -r "$LOCK"; then
     echo "$lock_sha" > "$VENV/.lock-sha256"
   else
     optional "could not build $VENV from $LOCK (is PyPI reachable?)"
@@ -76,8 +78,9 @@ if ((gpu_count > 0)); then
   cat > "$GPU_PYTHON_WRAPPER" <<WRAP
 #!/bin/sh
 # Written by tools/setup.sh: the GPU runner's Python with vLLM, for --config=gpu.
-export PYTHONPATH="${PYTHONPATH:-}"
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+# Prepended: Bazel's Python stub puts the runfiles on PYTHONPATH before it runs this.
+export PYTHONPATH="${PYTHONPATH:-}\${PYTHONPATH:+:\$PYTHONPATH}"
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 exec "$gpu_python" "\$@"
 WRAP
   chmod +x "$GPU_PYTHON_WRAPPER"
@@ -89,8 +92,8 @@ fi
 ((install_only)) && { say "installed"; exit 0; }
 
 if ((gpu_count > 0)); then
-  exec tools/run_matrix.sh
+  exec tools/run_matrix.sh "$@"
 fi
 say "no NVIDIA GPU on this host: running every CPU test; the 44 GPU cells of //tests/sleep_wake are"
 say "left out (tag gpu) because they start real vLLM servers. Run them on a GPU runner: tools/setup.sh there."
-exec tools/test.sh
+exec tools/test.sh "$@"

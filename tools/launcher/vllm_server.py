@@ -10,6 +10,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 
 from absl import app, flags
 
@@ -55,6 +56,8 @@ flags.DEFINE_bool("lease", False, "Take a GPU slot (flock in --lock_dir) and pin
 flags.DEFINE_integer("slots_per_gpu", _DEFAULTS.slots_per_gpu, "Servers allowed per GPU when leasing.")
 flags.DEFINE_string("lock_dir", _DEFAULTS.lock_dir, "Directory of the GPU slot lock files.")
 flags.DEFINE_multi_string("server_arg", [], "Extra argument for the vLLM server, passed through; repeatable.")
+flags.DEFINE_bool("check", False, "Start, wait until healthy, verify the runner vLLM built, stop, verify the GPU"
+                  " memory was released, then exit 0 (non-zero on any failure): a smoke test of a runner.")
 flags.DEFINE_bool("dry_run", False, "Print the command and the environment changes, then exit; starts nothing.")
 
 FLAGS = flags.FLAGS
@@ -93,16 +96,24 @@ def main(argv) -> int:
             print(dry_run(cfg, os.environ))
             return 0
         signal.signal(signal.SIGTERM, _raise_interrupt)  # same clean teardown as Ctrl-C
+        started = time.monotonic()
         with VllmServer(cfg, lease=FLAGS.lease) as server:
-            print("vLLM server ready at %s\n  command: %s\n  log: %s\nCtrl-C stops it." % (
-                server.url, shlex.join(server.command), server.log_path), flush=True)
-            try:
-                server.wait()
-                print("the server exited on its own; see %s" % server.log_path, file=sys.stderr)
-                return 1
-            except KeyboardInterrupt:
-                print("stopping the server ...", flush=True)
-        print("stopped.")
+            print("vLLM server ready at %s (%.1f s)\n  command: %s\n  log: %s" % (
+                server.url, time.monotonic() - started, shlex.join(server.command), server.log_path),
+                flush=True)
+            if FLAGS.check:
+                print("check: runner %s verified, %d GPU bytes held; stopping" % (cfg.runner, server.gpu_bytes()),
+                      flush=True)
+            else:
+                print("Ctrl-C stops it.", flush=True)
+                try:
+                    server.wait()
+                    print("the server exited on its own; see %s" % server.log_path, file=sys.stderr)
+                    return 1
+                except KeyboardInterrupt:
+                    print("stopping the server ...", flush=True)
+        # Leaving the with-block ran the release check; reaching here means it passed.
+        print("stopped; GPU memory released.")
         return 0
     except LauncherError as e:
         print("error: %s" % e, file=sys.stderr)
