@@ -4,6 +4,7 @@ Every call carries a bounded timeout: a hung server fails the test instead of ha
 Plain `requests.request` per call (no shared Session) so the client is safe to use from threads.
 """
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -56,9 +57,13 @@ def _tags_params(tags):
 
 
 class SleepWakeClient:
-    def __init__(self, url: str, timeout_s: float = 60.0):
+    def __init__(self, url: str, timeout_s: float = 60.0, memory_phase=None):
+        """memory_phase(exclusive) -> context manager: the server's VllmServer.memory_phase, which
+        keeps GPU neighbours from allocating while this server sleeps (see tools/launcher/gpu_lease.py);
+        None when the server has its GPU to itself."""
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self._memory_phase = memory_phase or (lambda exclusive: contextlib.nullcontext())
 
     # --- transport ---------------------------------------------------------------------------
     def raw(self, method: str, path: str, **kw) -> requests.Response:
@@ -87,10 +92,12 @@ class SleepWakeClient:
         params = {"level": str(level)}
         if mode is not None:
             params["mode"] = mode
-        return (self._ok if check else self.raw)("POST", "/sleep", params=params)
+        with self._memory_phase(True):
+            return (self._ok if check else self.raw)("POST", "/sleep", params=params)
 
     def wake_up(self, tags: list[str] | None = None, check: bool = True) -> requests.Response:
-        return (self._ok if check else self.raw)("POST", "/wake_up", params=_tags_params(tags))
+        with self._memory_phase(False):
+            return (self._ok if check else self.raw)("POST", "/wake_up", params=_tags_params(tags))
 
     def is_sleeping(self) -> bool:
         body = self._json("GET", "/is_sleeping")
@@ -115,7 +122,8 @@ class SleepWakeClient:
         return int(body["server_load"])
 
     def reload_weights(self) -> dict:
-        resp = self._ok("POST", "/collective_rpc", json={"method": "reload_weights"})
+        with self._memory_phase(False):
+            resp = self._ok("POST", "/collective_rpc", json={"method": "reload_weights"})
         return resp.json() if resp.content else {}
 
     def recover_from_level2(self) -> None:

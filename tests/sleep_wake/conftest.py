@@ -100,7 +100,8 @@ def isolated_server(request, cell, recorder):
 
 @pytest.fixture(scope="class")
 def client(server) -> SleepWakeClient:
-    return SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max"))
+    return SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max"),
+                           memory_phase=getattr(server, "memory_phase", None))
 
 
 @pytest.fixture(scope="class")

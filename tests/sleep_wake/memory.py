@@ -57,3 +57,24 @@ def checkpoint_tensor_bytes(model_dir: str) -> int:
         total += sum(t["data_offsets"][1] - t["data_offsets"][0]
                      for name, t in header.items() if name != "__metadata__")
     return total
+
+
+def expect_restored(server, recorder, cell_id: str, awake: int, step: str) -> int:
+    """After a full wake the server holds its awake bytes again; returns the woken bytes.
+
+    Two one-sided bounds, since the two directions mean different things: more than before is a
+    leak (#21336); less than before by more than the allocator's cache means a pool was not mapped
+    back (#32714). Eager mode legitimately comes back lower: sleep empties torch's caching allocator,
+    whose cached activation blocks are not re-reserved until a forward needs them.
+    """
+    grow_max = thresholds.get("wake_restore_bytes_max", cell_id)
+    short_max = thresholds.get("wake_shortfall_bytes_max", cell_id)
+    woken = settled_gpu_bytes(server, f"after {step}", done=lambda b: -short_max <= b - awake <= grow_max)
+    recorder.record(measure.current_test(), "woken_bytes", woken, "bytes", step=step, awake=awake)
+    measure.check_at_most(recorder, "wake_restore_bytes_max", woken - awake, cell_id,
+                          f"bytes after {step} minus awake bytes (awake {awake}, woken {woken}; growth is "
+                          "a leak, #21336)")
+    measure.check_at_most(recorder, "wake_shortfall_bytes_max", awake - woken, cell_id,
+                          f"awake bytes minus bytes after {step} (awake {awake}, woken {woken}; a pool not "
+                          "mapped back, #32714)")
+    return woken

@@ -2,11 +2,10 @@
 when /sleep?mode=abort arrives: every choice ends promptly, nothing leaks (NVML bytes after wake,
 /load), and the engine serves golden and seeded output afterwards (#45520, #45326)."""
 
-from tests.sleep_wake import measure, metrics, oracles, thresholds
-from tests.sleep_wake.background import background
-from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
-from tests.sleep_wake.background import generated_tokens, wait_decoding
+from tests.sleep_wake import measure, memory, metrics, oracles, thresholds
+from tests.sleep_wake.background import background, generated_tokens, wait_decoding
 from tests.sleep_wake.memory import settled_gpu_bytes
+from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 ISSUE = "#45520/#45326 abort during parallel sampling"
 N = 4
@@ -63,13 +62,7 @@ class TestAbortDuringParallelSampling:
                              step="sleep level 1 (mode abort) during parallel sampling", issue=ISSUE)
         client.wake_up()
         oracles.expect_awake(client, step="full wake after the abort", issue=ISSUE)
-        tolerance = thresholds.get("wake_restore_bytes_max", cell.id)
-        woken = settled_gpu_bytes(server, "after the abort and a full wake",
-                                  done=lambda b: abs(b - awake) <= tolerance)
-        recorder.record(test, "woken_bytes", woken, "bytes")
-        measure.check_at_most(recorder, "wake_restore_bytes_max", abs(woken - awake), cell.id,
-                              f"[{ISSUE}] |bytes after abort + wake - awake bytes before| "
-                              f"(before {awake}, after {woken})")
+        memory.expect_restored(server, recorder, cell.id, awake, "the abort and a full wake")
         oracles.expect_golden(client, golden, step="abort during parallel sampling and wake", issue=ISSUE)
         after = _sampled(client)
         assert after.token_ids == reference.token_ids, (

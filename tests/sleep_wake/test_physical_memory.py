@@ -2,11 +2,12 @@
 across sleep and wake: level 1 and level 2 free it and a full wake restores it (#11743, #32714,
 #47654), a weights-only wake maps back the checkpoint's bytes and no KV cache, and the bytes that stay
 resident while asleep are measured per execution mode (graph mode keeps its graph pool, #45648).
-
 """
 
+import os
+
 from tests.sleep_wake import measure, memory, metrics, oracles, thresholds
-from tests.sleep_wake.memory import MiB, checkpoint_tensor_bytes, settled_gpu_bytes
+from tests.sleep_wake.memory import checkpoint_tensor_bytes, settled_gpu_bytes
 
 def _served_model_dir(server) -> str:
     command = list(server.command)
@@ -19,16 +20,6 @@ def _kv_cache_bytes() -> int:
 
 def _record(recorder, key: str, value, unit: str = "bytes", **extra) -> None:
     recorder.record(measure.current_test(), key, value, unit, **extra)
-
-
-def _expect_restored(server, recorder, cell, awake: int, step: str) -> None:
-    """After a full wake the server holds its awake bytes again, within wake_restore_bytes_max."""
-    tolerance = thresholds.get("wake_restore_bytes_max", cell.id)
-    woken = settled_gpu_bytes(server, f"after {step}", done=lambda b: abs(b - awake) <= tolerance)
-    _record(recorder, "woken_bytes", woken, step=step)
-    measure.check_at_most(recorder, "wake_restore_bytes_max", abs(woken - awake), cell.id,
-                          f"|bytes after {step} - awake bytes| (awake {awake}, woken {woken}; "
-                          "#32714 partial restore)")
 
 
 class TestPhysicalMemory:
@@ -49,7 +40,7 @@ class TestPhysicalMemory:
                                f"{_kv_cache_bytes()}; #11743)")
         client.wake_up()
         oracles.expect_awake(client, step="full wake from level 1", issue="level-1 memory")
-        _expect_restored(server, recorder, cell, awake, "full wake from level 1")
+        memory.expect_restored(server, recorder, cell.id, awake, "full wake from level 1")
         oracles.expect_golden(client, golden, step="level 1 and full wake", issue="level-1 memory")
 
     def test_level2_frees_and_reload_recovers(self, server, client, golden, recorder, cell):
@@ -66,7 +57,7 @@ class TestPhysicalMemory:
         client.recover_from_level2()
         oracles.expect_awake(client, step="level-2 recovery (wake weights, reload, wake kv_cache)",
                              issue="level-2 memory")
-        _expect_restored(server, recorder, cell, awake, "level-2 recovery")
+        memory.expect_restored(server, recorder, cell.id, awake, "level-2 recovery")
         oracles.expect_golden(client, golden, step="level 2 recovery with reload",
                               issue="#29341/#54235 garbage after level 2")
 
@@ -95,7 +86,7 @@ class TestPhysicalMemory:
                               f"weights-only bytes / awake bytes ({weights_only} / {awake})")
         client.wake_up(["kv_cache"])
         oracles.expect_awake(client, step="wake kv_cache after weights", issue="#44483")
-        _expect_restored(server, recorder, cell, awake, "staged wake (weights, kv_cache)")
+        memory.expect_restored(server, recorder, cell.id, awake, "staged wake (weights, kv_cache)")
         oracles.expect_golden(client, golden, step="staged wake", issue="#44483/#45619")
 
     def test_asleep_residue_per_execution_mode(self, server, client, golden, recorder, cell):
@@ -113,5 +104,5 @@ class TestPhysicalMemory:
                               "CUDA-graph pool, #45648)")
         client.wake_up()
         oracles.expect_awake(client, step="full wake from level 1", issue="asleep residue")
-        _expect_restored(server, recorder, cell, awake, "full wake from level 1")
+        memory.expect_restored(server, recorder, cell.id, awake, "full wake from level 1")
         oracles.expect_golden(client, golden, step="level 1 and full wake", issue="#45648/#55013")

@@ -59,8 +59,14 @@ _TABLE = [
     Threshold("level1_residue_bytes_max", 3 * GiB, "bytes", MECHANISM,
               f"{INITIAL}: 1.4 GB stayed resident at level 1 on the H200; graph mode also keeps its "
               "CUDA-graph pool (#45648), so a per-mode value comes from measurement"),
-    Threshold("wake_restore_bytes_max", 256 * MiB, "bytes (|woken - awake|)", MECHANISM,
-              f"{INITIAL}: a full wake remaps the same pools (2 MiB granules); #32714 restored only part"),
+    Threshold("wake_restore_bytes_max", 256 * MiB, "bytes (woken - awake: growth)", MECHANISM,
+              f"{INITIAL}: a full wake remaps the same pools (2 MiB granules); growth is a leak"),
+    Threshold("wake_shortfall_bytes_max", 128 * MiB, "bytes (awake - woken: shortfall)", MECHANISM,
+              "H200, vLLM 0.26.0, 2026-11-29 (probe and first matrix run): graph cells came back to the "
+              "same bytes (3609198592 before and after); eager cells 371195904 bytes (354 MiB) lower "
+              "on MRV1 and MRV2 alike, the activation blocks torch's caching allocator held before "
+              "the sleep emptied it. A pool not mapped back costs >= the 476 MiB of weights (#32714)",
+              per_cell={"eager": 400 * MiB}),
     Threshold("weights_wake_bytes_rel_error_max", 0.5, "fraction of checkpoint tensor bytes", MECHANISM,
               f"{INITIAL}: the weights pool is the checkpoint's tensors plus segment rounding and "
               "weight-tagged buffers"),

@@ -8,6 +8,7 @@ cell can say who it is waiting for.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import fcntl
@@ -119,3 +120,42 @@ def acquire(gpus, lock_dir: str, slots_per_gpu: int = 1, timeout_s: float = 600.
                 " slots_per_gpu)." % (timeout_s, ",".join(gpus), slots_per_gpu, lock_dir,
                                       "\n  ".join(held)))
         time.sleep(poll_s)  # flock cannot wait on "any of several files"; poll them with a deadline
+
+
+def memory_lock_path(lease: Lease) -> str:
+    return os.path.join(os.path.dirname(lease.path), "gpu%s.memory.lock" % lease.gpu)
+
+
+@contextlib.contextmanager
+def memory_phase(lease: Lease | None, exclusive: bool, timeout_s: float, poll_s: float = 0.05):
+    """Orders GPU-memory phases of the servers sharing one GPU: a reader-writer flock per GPU.
+
+    Why: vLLM 0.26.0's worker judges a sleep by the device-wide free memory before and after it
+    (gpu_worker.py sleep: `assert freed_bytes >= 0, "Memory usage increased after sleeping."`). If
+    another server on the GPU allocates meanwhile (its start, its wake), the sleep fails with HTTP 500
+    after having unmapped its memory, and the engine is left inconsistent (seen on the H200 with 16
+    servers per GPU). So a sleep takes the lock exclusively; starts, wakes and weight reloads, which
+    allocate, take it shared. A lease alone on its GPU needs no lock.
+    """
+    if lease is None or lease.exclusive:
+        yield 0.0
+        return
+    fd = os.open(memory_lock_path(lease), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    start = time.monotonic()
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - start >= timeout_s:
+                    raise LeaseTimeoutError(
+                        "GPU %s memory phase lock %s not %s within %.0f s: another server on this GPU"
+                        " is starting, waking or sleeping for that long. Check the other cells' logs,"
+                        " or give each cell its own GPU (SLEEPWAKE_SLOTS_PER_GPU=1)." % (
+                            lease.gpu, memory_lock_path(lease), "exclusive" if exclusive else "shared",
+                            timeout_s)) from None
+                time.sleep(poll_s)  # a bounded wait needs LOCK_NB polling: flock has no timeout
+        yield time.monotonic() - start
+    finally:
+        os.close(fd)  # closing the descriptor releases its flock

@@ -90,3 +90,35 @@ def test_the_timeout_names_the_holder_and_a_killed_holder_frees_its_slot(tmp_pat
         holder.wait()
     lease = gpu_lease.acquire(["0"], str(tmp_path), 1, timeout_s=5)
     lease.release()
+
+
+def test_memory_phase_lets_wakes_overlap_but_keeps_a_sleep_alone(tmp_path):
+    a = gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=2, timeout_s=1)
+    b = gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=2, timeout_s=1)
+    try:
+        with gpu_lease.memory_phase(a, exclusive=False, timeout_s=1):
+            # Two shared phases (a start and a wake) overlap ...
+            with gpu_lease.memory_phase(b, exclusive=False, timeout_s=1):
+                pass
+            # ... but a neighbour's sleep waits for them, boundedly.
+            with pytest.raises(LeaseTimeoutError, match="memory phase lock"):
+                with gpu_lease.memory_phase(b, exclusive=True, timeout_s=0.3):
+                    pass
+        with gpu_lease.memory_phase(b, exclusive=True, timeout_s=1):
+            with pytest.raises(LeaseTimeoutError):
+                with gpu_lease.memory_phase(a, exclusive=False, timeout_s=0.3):
+                    pass
+        with gpu_lease.memory_phase(a, exclusive=True, timeout_s=1) as waited:
+            assert waited < 1
+    finally:
+        a.release()
+        b.release()
+
+
+def test_memory_phase_is_free_for_a_gpu_of_its_own(tmp_path):
+    lease = gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=1, timeout_s=1)
+    try:
+        with gpu_lease.memory_phase(lease, exclusive=True, timeout_s=0):
+            assert not os.path.exists(gpu_lease.memory_lock_path(lease))
+    finally:
+        lease.release()

@@ -184,6 +184,11 @@ class VllmServer:
     def device_used_bytes(self) -> int:
         return self._nvml.device_used_bytes(self._device_index)
 
+    def memory_phase(self, exclusive: bool):
+        """Context manager ordering this server's memory phases against its GPU neighbours'
+        (gpu_lease.memory_phase): exclusive around a sleep, shared around a wake or a reload."""
+        return gpu_lease.memory_phase(self.lease, exclusive, self.config.lease_timeout_s)
+
     # -- start ------------------------------------------------------------------------------------
 
     def _prepare(self) -> None:
@@ -213,15 +218,18 @@ class VllmServer:
         exclusive = self.lease is not None and self.lease.exclusive
         self._baseline = self._nvml.device_used_bytes(self._device_index) if exclusive else None
         taken = []
-        for _ in range(cfg.port_retries + 1):
-            port = port or ports.free_port(cfg.host)
-            self._launch(port)
-            if self._wait_healthy():
-                break
-            taken.append(port)
-            log.warning("port %d was taken (bind conflict in %s); retrying with a fresh port", port, self.log_path)
-            port = 0
-        else:
+        # A start allocates weights, KV cache and graphs: no neighbour on the GPU may sleep meanwhile.
+        with self.memory_phase(exclusive=False):
+            for _ in range(cfg.port_retries + 1):
+                port = port or ports.free_port(cfg.host)
+                self._launch(port)
+                if self._wait_healthy():
+                    break
+                taken.append(port)
+                log.warning("port %d was taken (bind conflict in %s); retrying with a fresh port", port,
+                            self.log_path)
+                port = 0
+        if len(taken) > cfg.port_retries:
             raise PortConflictError(
                 "every port tried was already in use (%s; %d retries). Another server is binding ports"
                 " in this range: pass a different --port/ServerConfig.port, or raise port_retries. Last log"
