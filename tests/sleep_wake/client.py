@@ -64,6 +64,25 @@ class SleepWakeClient:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._memory_phase = memory_phase or (lambda exclusive: contextlib.nullcontext())
+        self._holding = False
+
+    @contextlib.contextmanager
+    def sleep_window(self):
+        """Holds the GPU's exclusive memory phase for the whole block, so a sleep sent inside it lands
+        at once instead of queueing behind a neighbour's start: for tests that race /sleep against
+        requests already decoding (the requests would finish while the sleep waited)."""
+        if self._holding:
+            yield
+            return
+        with self._memory_phase(True):
+            self._holding = True
+            try:
+                yield
+            finally:
+                self._holding = False
+
+    def _phase(self, exclusive: bool):
+        return contextlib.nullcontext() if self._holding else self._memory_phase(exclusive)
 
     # --- transport ---------------------------------------------------------------------------
     def raw(self, method: str, path: str, **kw) -> requests.Response:
@@ -92,11 +111,11 @@ class SleepWakeClient:
         params = {"level": str(level)}
         if mode is not None:
             params["mode"] = mode
-        with self._memory_phase(True):
+        with self._phase(True):
             return (self._ok if check else self.raw)("POST", "/sleep", params=params)
 
     def wake_up(self, tags: list[str] | None = None, check: bool = True) -> requests.Response:
-        with self._memory_phase(False):
+        with self._phase(False):
             return (self._ok if check else self.raw)("POST", "/wake_up", params=_tags_params(tags))
 
     def is_sleeping(self) -> bool:
@@ -122,7 +141,7 @@ class SleepWakeClient:
         return int(body["server_load"])
 
     def reload_weights(self) -> dict:
-        with self._memory_phase(False):
+        with self._phase(False):
             resp = self._ok("POST", "/collective_rpc", json={"method": "reload_weights"})
         return resp.json() if resp.content else {}
 

@@ -32,11 +32,12 @@ class TestAbortDuringParallelSampling:
         recorder.record(test, "awake_bytes", awake, "bytes")
 
         with background(client) as pool:
-            since = generated_tokens(client)
-            stream = pool.submit(client.complete_stream, PROMPT, STREAM_MAX_TOKENS, temperature=1.0,
-                                 seed=SEED, n=N, timeout_s=thresholds.get("request_completion_s_max"))
-            wait_decoding(client, [stream], 1, since, 2 * N)
-            sleep_s = measure.timed(client.sleep, level=1, mode="abort")[1]
+            with client.sleep_window():  # the sleep must land while the n=4 request decodes
+                since = generated_tokens(client)
+                stream = pool.submit(client.complete_stream, PROMPT, STREAM_MAX_TOKENS, temperature=1.0,
+                                     seed=SEED, n=N, timeout_s=thresholds.get("request_completion_s_max"))
+                wait_decoding(client, [stream], 1, since, 2 * N)
+                sleep_s = measure.timed(client.sleep, level=1, mode="abort")[1]
             waited = measure.wait_until(stream.done, thresholds.get("request_completion_s_max"),
                                         what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort")
             result = stream.result()

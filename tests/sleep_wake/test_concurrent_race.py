@@ -53,11 +53,12 @@ class TestConcurrentRace:
     def test_sleep_during_streaming_burst(self, client, golden, recorder, cell):
         bound = thresholds.get("race_timeout_s")
         with background(client, BURST + len(PROMPTS)) as pool:
-            since = generated_tokens(client)
-            burst = [pool.submit(client.complete_stream, PROMPTS[i % len(PROMPTS)], RACE_MAX_TOKENS,
-                                 timeout_s=bound) for i in range(BURST)]
-            wait_decoding(client, burst, BURST, since, BURST)
-            _, sleep_s = measure.timed(client.sleep, level=1, mode="abort")
+            with client.sleep_window():  # the sleep must land while the burst decodes
+                since = generated_tokens(client)
+                burst = [pool.submit(client.complete_stream, PROMPTS[i % len(PROMPTS)], RACE_MAX_TOKENS,
+                                     timeout_s=bound) for i in range(BURST)]
+                wait_decoding(client, burst, BURST, since, BURST)
+                _, sleep_s = measure.timed(client.sleep, level=1, mode="abort")
             oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
                                  step="sleep level 1 (mode abort) during the burst", issue=ISSUE)
             outcomes = [_expect_ended_cleanly(ended(f, bound, f"streaming request {i}"), i)

@@ -4,6 +4,8 @@ Mechanism layer: a failure is first compared with a baseline run of the same cel
 known to be slower (#45648); per-mode bounds go into thresholds.py only once measured.
 """
 
+import pytest
+
 from tests.sleep_wake import measure, metrics, oracles
 from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
@@ -13,6 +15,14 @@ REPEATS = 5
 def _record(recorder, key, samples):
     for i, s in enumerate(samples):
         recorder.record(measure.current_test(), key, s, "s", repeat=i)
+
+
+@pytest.fixture(autouse=True)
+def _no_neighbour_waits(client):
+    """The timings are vLLM's, not the time spent queueing behind GPU neighbours' starts and wakes:
+    the test holds its GPU's exclusive memory phase throughout (client.sleep_window)."""
+    with client.sleep_window():
+        yield
 
 
 class TestSleepWakeLatency:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import socket
 
-# What a failed bind prints: vLLM's own socket (OSError [Errno 98]) and uvicorn's message both say so.
-BIND_CONFLICT_MARKERS = ("Address already in use", "[Errno 98]")
+# What a failed bind prints: vLLM's own socket (OSError [Errno 98]), uvicorn, and torch.distributed's
+# store on the engine's internal port, which vLLM picks free and another server can take first (seen
+# on the H200 with 32 servers starting at once: "DistNetworkError ... EADDRINUSE").
+BIND_CONFLICT_MARKERS = ("address already in use", "[errno 98]", "eaddrinuse")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -17,7 +19,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def is_bind_conflict(log_text: str) -> bool:
-    return any(marker in log_text for marker in BIND_CONFLICT_MARKERS)
+    text = log_text.lower()
+    return any(marker in text for marker in BIND_CONFLICT_MARKERS)
 
 
 def url(host: str, port: int) -> str:

@@ -173,3 +173,12 @@ def test_an_interrupt_during_start_leaves_no_server_and_no_lease(tmp_path, pid_f
         server.start()
     assert server.lease is None and server.pids() == []
     assert testing.survivors_after(testing.recorded_pids(pid_file)) == []
+
+
+def test_bind_conflicts_are_recognised_on_every_port_the_server_binds():
+    from tools.launcher import ports
+    assert ports.is_bind_conflict("OSError: [Errno 98] Address already in use")
+    assert ports.is_bind_conflict(
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network"
+        " address. port: 33229, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    assert not ports.is_bind_conflict("RuntimeError: CUDA out of memory")
