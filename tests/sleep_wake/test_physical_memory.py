@@ -9,6 +9,7 @@ import os
 from tests.sleep_wake import measure, memory, metrics, oracles, thresholds
 from tests.sleep_wake.memory import checkpoint_tensor_bytes, settled_gpu_bytes
 
+
 def _served_model_dir(server) -> str:
     command = list(server.command)
     return command[command.index("--model") + 1]
@@ -22,19 +23,25 @@ def _record(recorder, key: str, value, unit: str = "bytes", **extra) -> None:
     recorder.record(measure.current_test(), key, value, unit, **extra)
 
 
+def _sleep_and_measure(server, client, recorder, cell, level: int, why: str) -> tuple[int, int]:
+    """(awake, asleep) bytes around a sleep of `level`, asleep bounded by level<N>_bytes_fraction_max."""
+    awake = settled_gpu_bytes(server, f"awake, before sleep level {level}")
+    client.sleep(level=level)
+    oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_BY_LEVEL[level],
+                         step=f"sleep level {level}", issue=f"level-{level} memory")
+    name = f"level{level}_bytes_fraction_max"
+    bound = awake * thresholds.get(name, cell.id)
+    asleep = settled_gpu_bytes(server, f"after sleep level {level}", done=lambda b: b <= bound)
+    _record(recorder, "awake_bytes", awake)
+    _record(recorder, f"level{level}_asleep_bytes", asleep, mode=cell.mode)
+    measure.check_at_most(recorder, name, asleep / awake, cell.id,
+                          f"bytes held asleep (level {level}) / awake bytes ({asleep} / {awake}; {why})")
+    return awake, asleep
+
+
 class TestPhysicalMemory:
     def test_level1_frees_and_full_wake_restores(self, server, client, golden, recorder, cell):
-        awake = settled_gpu_bytes(server, "awake, before sleep level 1")
-        client.sleep(level=1)
-        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1, step="sleep level 1",
-                             issue="level-1 memory")
-        bound = awake * thresholds.get("level1_bytes_fraction_max", cell.id)
-        asleep = settled_gpu_bytes(server, "after sleep level 1", done=lambda b: b <= bound)
-        _record(recorder, "awake_bytes", awake)
-        _record(recorder, "level1_asleep_bytes", asleep, mode=cell.mode)
-        measure.check_at_most(recorder, "level1_bytes_fraction_max", asleep / awake, cell.id,
-                              f"bytes held asleep (level 1) / awake bytes ({asleep} / {awake}; "
-                              "#11743 freed nothing, #47654)")
+        awake, asleep = _sleep_and_measure(server, client, recorder, cell, 1, "#11743 freed nothing, #47654")
         measure.check_at_least(recorder, "sleep_freed_kv_fraction_min", (awake - asleep) / _kv_cache_bytes(),
                                cell.id, f"bytes freed by level 1 / KV cache bytes ({awake - asleep} / "
                                f"{_kv_cache_bytes()}; #11743)")
@@ -44,16 +51,7 @@ class TestPhysicalMemory:
         oracles.expect_golden(client, golden, step="level 1 and full wake", issue="level-1 memory")
 
     def test_level2_frees_and_reload_recovers(self, server, client, golden, recorder, cell):
-        awake = settled_gpu_bytes(server, "awake, before sleep level 2")
-        client.sleep(level=2)
-        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL2, step="sleep level 2",
-                             issue="level-2 memory")
-        bound = awake * thresholds.get("level2_bytes_fraction_max", cell.id)
-        asleep = settled_gpu_bytes(server, "after sleep level 2", done=lambda b: b <= bound)
-        _record(recorder, "awake_bytes", awake)
-        _record(recorder, "level2_asleep_bytes", asleep, mode=cell.mode)
-        measure.check_at_most(recorder, "level2_bytes_fraction_max", asleep / awake, cell.id,
-                              f"bytes held asleep (level 2) / awake bytes ({asleep} / {awake}; #32714)")
+        awake, _ = _sleep_and_measure(server, client, recorder, cell, 2, "#32714")
         client.recover_from_level2()
         oracles.expect_awake(client, step="level-2 recovery (wake weights, reload, wake kv_cache)",
                              issue="level-2 memory")
