@@ -1,0 +1,75 @@
+"""mutant_suite: one GPU py_test per catalogued mutant (plus a control), all on the MRV2-eager cell.
+
+Each target runs tests/mutants/mutant_test.py, which runs the mutant's killing classes in one pytest
+subprocess against vLLM servers that load the sleepwake_mutants plugin, and passes only if every
+listed class failed for the catalogued reason (the control: if every test passed).
+"""
+
+load("//tools:defs.bzl", "GPU_TAGS", "sleepwake_py_test")
+
+_MODEL = "//tools/model:synthetic_qwen3"
+_MODEL_CONFIG = "//tools/model:synthetic_qwen3/config.json"
+_GPU_IDENTITY = "@sleepwake_gpu//:identity.txt"
+_CLASS_PACKAGE = "//tests/sleep_wake:"
+# What mutant_test.py imports: the suite's fixtures, the harness (site_dir, verdict) and the plugin.
+_DEPS = ["//tests/sleep_wake:suite_lib", "//tests/mutants:harness"]
+
+# Mutants are observed on one cell: MRV2 (vLLM 0.26.0's default runner for dense models) in eager mode
+# (no graph capture, so servers start fastest).
+_RUNNER = "mrv2"
+_MODE = "eager"
+
+def _mutant_target(name, mutant, classes, class_files):
+    unknown = [c for c in classes if c not in class_files]
+    if unknown:
+        fail("mutant %s: classes %s are not in class_files (%s)" % (mutant, unknown, class_files.keys()))
+    if not classes:
+        fail("mutant %s: no classes; list the classes expected to kill it" % mutant)
+    files = [_CLASS_PACKAGE + class_files[c] for c in classes]
+    sleepwake_py_test(
+        name = name,
+        srcs = ["mutant_test.py"],
+        deps = _DEPS,
+        data = files + [_MODEL, _MODEL_CONFIG, _GPU_IDENTITY],
+        env = {
+            "SLEEPWAKE_RUNNER": _RUNNER,
+            "SLEEPWAKE_EXECUTION_MODE": _MODE,
+            "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
+            "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
+            "SLEEPWAKE_MUTANT_UNDER_TEST": mutant,
+            "SLEEPWAKE_MUTANT_CLASSES": ",".join(classes),
+            "SLEEPWAKE_MUTANT_CLASS_FILES": ",".join(
+                ["%s=$(rootpath %s)" % (c, f) for c, f in zip(classes, files)],
+            ),
+        },
+        tags = GPU_TAGS + ["mutant", _RUNNER, _MODE],
+        size = "large",
+        # One vLLM server per class, started one after another in the same target: a matrix cell
+        # (one class) fits "long" (900 s); several classes need "eternal" (3600 s).
+        timeout = "long" if len(classes) == 1 else "eternal",
+    )
+
+def mutant_suite(name, mutants, control_classes, class_files):
+    """mutant_<name> per mutant, mutant_control_<class> per control class, and a test_suite `name`.
+
+    Args:
+      name: the test_suite of every generated target.
+      mutants: mutant name (a key of sleepwake_mutants.MUTANTS) -> class short names expected to
+        kill it; must equal the catalogue's `kills` keys (checked at run time and by a unit test).
+      control_classes: class short names the control (the plugin loaded, no mutant) runs, one
+        target each; all must pass.
+      class_files: class short name -> its file in //tests/sleep_wake (as in sleep_wake_matrix).
+    """
+    tests = []
+    for mutant, classes in mutants.items():
+        if mutant == "none":
+            fail("'none' is the control's name; pass its classes as control_classes")
+        _mutant_target("mutant_" + mutant, mutant, classes, class_files)
+        tests.append(":mutant_" + mutant)
+    # One control per class, so the control's servers start in parallel like the mutants' do.
+    for test_class in control_classes:
+        _mutant_target("mutant_control_" + test_class, "none", [test_class], class_files)
+        tests.append(":mutant_control_" + test_class)
+
+    # Explicit lists, as in sleep_wake_matrix: a test_suite's own tag filtering would drop targets.
+    native.test_suite(name = name, tests = tests)

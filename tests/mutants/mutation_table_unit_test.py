@@ -1,0 +1,83 @@
+"""tools/mutation_table.py on sample rows, as mutant_test.py writes them (plain and zipped)."""
+
+import json
+import zipfile
+
+from tools import mutation_table
+
+
+def _row(mutant, verdicts, passed=None, problems=()):
+    passed = all(v == ("passed" if mutant == "none" else "killed") for v in verdicts.values()) \
+        if passed is None else passed
+    return {"mutant": mutant, "issue": "#1" if mutant != "none" else "", "cell": "MRV2-eager",
+            "passed": passed and not problems, "activated": mutant != "none", "problems": list(problems),
+            "classes": {c: {"verdict": v, "failed_tests": [], "messages": []} for c, v in verdicts.items()}}
+
+
+def _write(root, target, row, zipped=False):
+    outputs = root / target / "test.outputs"
+    outputs.mkdir(parents=True)
+    if zipped:
+        with zipfile.ZipFile(outputs / "outputs.zip", "w") as z:
+            z.writestr("mutation_row.json", json.dumps(row))
+            z.writestr("inner/junit.xml", "<testsuites/>")
+    else:
+        (outputs / "mutation_row.json").write_text(json.dumps(row))
+
+
+def test_all_killed(tmp_path, capsys):
+    _write(tmp_path, "mutant_a", _row("a", {"flags": "killed"}))
+    _write(tmp_path, "mutant_b", _row("b", {"latency": "killed", "flags": "killed"}), zipped=True)
+    _write(tmp_path, "mutant_control_flags", _row("none", {"flags": "passed", "latency": "passed"}))
+    (tmp_path / "mutant_c").mkdir()  # a target that wrote no row (e.g. not run) is skipped
+    out = tmp_path / "table.md"
+    assert mutation_table.main(["x", str(tmp_path), "--out", str(out), "--catalogue", ""]) == 0
+    text = capsys.readouterr().out
+    assert out.read_text() == text
+    lines = text.splitlines()
+    assert lines[0] == "| mutant | issue | cell | flags | latency | verdict |"
+    assert lines[2] == "| a | #1 | MRV2-eager | killed |  | killed |"
+    assert lines[3] == "| b | #1 | MRV2-eager | killed | killed | killed |"
+    assert lines[4] == "| (control) |  | MRV2-eager | pass | pass | control passed |"
+    assert "- flags: 2 (a, b)" in lines and "- latency: 1 (b)" in lines
+    assert "every mutant killed: yes (2/2)" in text
+    assert "every class killed at least one mutant: yes" in text
+
+
+def test_survivor_and_idle_class_fail(tmp_path, capsys):
+    _write(tmp_path, "mutant_a", _row("a", {"flags": "survived"}))
+    _write(tmp_path, "mutant_b", _row("b", {"latency": "other-failure"}))
+    _write(tmp_path, "mutant_control_flags", _row("none", {"flags": "passed", "latency": "passed"}))
+    assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
+    text = capsys.readouterr().out
+    assert "| a | #1 | MRV2-eager | survived |  | NOT KILLED |" in text
+    assert "| b | #1 | MRV2-eager |  | other | NOT KILLED |" in text
+    assert "every mutant killed: no (0/2; not killed: a, b)" in text
+    assert "none killed by: flags, latency" in text
+
+
+def test_missing_activation_is_not_a_kill(tmp_path, capsys):
+    _write(tmp_path, "mutant_a", _row("a", {"flags": "killed"}, problems=["never applied"]))
+    assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
+    assert "NOT KILLED (never applied)" in capsys.readouterr().out
+
+
+def test_a_failed_control_fails_the_table(tmp_path, capsys):
+    _write(tmp_path, "mutant_a", _row("a", {"flags": "killed"}))
+    _write(tmp_path, "mutant_control_flags", _row("none", {"flags": "other-failure"}))
+    assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
+    assert "control: FAILED" in capsys.readouterr().out
+
+
+def test_no_rows_explains(tmp_path, capsys):
+    assert mutation_table.main(["x", str(tmp_path / "absent"), "--catalogue", ""]) == 1
+    assert "run the mutants first" in capsys.readouterr().out
+
+
+def test_a_catalogued_mutant_without_a_row_is_not_killed(tmp_path, capsys):
+    package = tmp_path / "plugin" / "sleepwake_mutants"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("MUTANTS = {'a': None, 'b': None}\n")
+    _write(tmp_path / "logs", "mutant_a", _row("a", {"flags": "killed"}))
+    assert mutation_table.main(["x", str(tmp_path / "logs"), "--catalogue", str(package)]) == 1
+    assert "every mutant killed: no (1/2; no row (did not run): b)" in capsys.readouterr().out

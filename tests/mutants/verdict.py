@@ -1,0 +1,218 @@
+"""Decides from a JUnit XML report and the server logs whether the suite killed a mutant.
+
+A class kills a mutant only if one of its tests failed (or errored) with text matching the
+catalogue's regex for that class: a failure for another reason (a crash, a timeout, a broken fixture)
+does not show that the suite detects the bug, so it is reported as "other-failure", not as a kill.
+The server logs must also show that vLLM applied the mutant, else a pass would be a survival of a bug
+that was never there and a failure a kill by something else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import xml.etree.ElementTree as ET
+
+KILLED, SURVIVED, OTHER = "killed", "survived", "other-failure"
+PASSED = "passed"  # the control's verdict for a class whose tests all passed
+MESSAGE_CHARS = 300  # of each failure message in reports and mutation_row.json
+PYTEST_LOG = "pytest.log"  # the inner pytest's own output, beside the server logs; not a server log
+_PID = "SLEEPWAKEPID"  # placeholder for {pid}: letters only, so re.escape leaves it alone
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One JUnit testcase."""
+    classname: str  # e.g. tests.sleep_wake.test_scheduler_gate.TestSchedulerGate
+    name: str  # e.g. test_weights_first_holds_request_until_kv_cache[MRV2-eager]
+    outcome: str  # "passed", "failed" (failure or error) or "skipped"
+    message: str = ""  # the first failure/error message attribute (its text when that is empty)
+    text: str = ""  # every failure/error message and text, what the kill regex is searched in
+
+    @property
+    def test_id(self) -> str:
+        return f"{self.classname}::{self.name}" if self.classname else self.name
+
+
+@dataclasses.dataclass
+class ClassResult:
+    verdict: str
+    failed_tests: list[str] = dataclasses.field(default_factory=list)
+    messages: list[str] = dataclasses.field(default_factory=list)
+    passed: int = 0  # testcases of the class that passed
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "failed_tests": self.failed_tests, "messages": self.messages}
+
+
+@dataclasses.dataclass
+class Decision:
+    mutant: str  # "none" for the control
+    classes: dict[str, ClassResult]
+    problems: list[str]  # reasons the run proves nothing, whatever the class verdicts say
+    activated: bool
+
+    @property
+    def passed(self) -> bool:
+        wanted = PASSED if self.mutant == "none" else KILLED
+        return not self.problems and bool(self.classes) and all(
+            r.verdict == wanted for r in self.classes.values())
+
+    def report(self) -> str:
+        if self.mutant == "none":
+            head = "control (no mutant): " + ("every class passed" if self.passed else "FAILED")
+        else:
+            head = f"mutant {self.mutant}: " + ("killed by every listed class" if self.passed
+                                                else "NOT killed as the catalogue expects")
+        lines = [head]
+        for name, r in self.classes.items():
+            what = {KILLED: "killed", SURVIVED: "survived (no test failed)",
+                    OTHER: "failed, but not for the catalogued reason (killed for another reason)"
+                    if self.mutant != "none" else "tests failed",
+                    PASSED: "passed"}[r.verdict]
+            lines.append(f"  {name}: {what}; {r.passed} passed, {len(r.failed_tests)} failed")
+            for test, message in zip(r.failed_tests, r.messages):
+                lines.append(f"    FAILED {test}: {message}")
+        lines += ["  PROBLEM: " + p for p in self.problems]
+        return "\n".join(lines)
+
+
+def parse_junit(path: str) -> list[Case]:
+    cases = []
+    for tc in ET.parse(path).getroot().iter("testcase"):
+        bad = [c for c in tc if c.tag in ("failure", "error")]
+        skipped = any(c.tag == "skipped" for c in tc)
+        outcome = "failed" if bad else "skipped" if skipped else "passed"
+        message = ""
+        if bad:
+            message = bad[0].get("message") or (bad[0].text or "").strip()
+        text = "\n".join(f"{c.get('message', '')}\n{c.text or ''}" for c in bad)
+        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text))
+    return cases
+
+
+def class_of(case: Case, class_files: dict[str, str]) -> str | None:
+    """The class short name whose file the testcase comes from, by the module in its classname.
+
+    A collection error has an empty classname and the module path as its name; it counts too.
+    """
+    parts = case.classname.split(".") if case.classname else case.name.split(".")
+    for short, path in class_files.items():
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if stem in parts:
+            return short
+    return None
+
+
+def _result(cases: list[Case], fail_verdict) -> ClassResult:
+    failed = [c for c in cases if c.outcome == "failed"]
+    result = ClassResult(verdict="", passed=sum(c.outcome == "passed" for c in cases),
+                         failed_tests=[c.test_id for c in failed],
+                         messages=[c.message[:MESSAGE_CHARS] for c in failed])
+    result.verdict = fail_verdict(failed)
+    return result
+
+
+def judge_classes(cases: list[Case], classes: list[str], class_files: dict[str, str],
+                  kills: dict[str, str] | None) -> dict[str, ClassResult]:
+    """Per class: killed / survived / other-failure against kills (class -> regex), or for the
+    control (kills=None) passed / other-failure. A class with no testcase at all ran nothing: that
+    is a broken run (other-failure), never a survival or a pass."""
+    by_class = {c: [] for c in classes}
+    for case in cases:
+        short = class_of(case, class_files)
+        if short in by_class:
+            by_class[short].append(case)
+    out = {}
+    for short, mine in by_class.items():
+        if not mine:
+            out[short] = ClassResult(OTHER, [class_files.get(short, short)],
+                                     ["no testcase of this class in the JUnit report: it did not run"])
+            continue
+        if kills is None:
+            out[short] = _result(mine, lambda failed: OTHER if failed else PASSED)
+            continue
+        pattern = re.compile(kills[short], re.DOTALL)
+        out[short] = _result(mine, lambda failed: KILLED if any(pattern.search(c.text) for c in failed)
+                             else OTHER if failed else SURVIVED)
+    return out
+
+
+def marker_regex(template: str, **fields) -> re.Pattern:
+    """A regex for a line printed from template ("... {name} (pid {pid})"); pid matches any number.
+
+    A field passed as None matches any text."""
+    placeholders = {k: f"SLEEPWAKEFIELD{k.upper()}" for k, v in fields.items() if v is None}
+    text = re.escape(template.format(pid=_PID, **{k: placeholders.get(k, v) for k, v in fields.items()}))
+    text = text.replace(_PID, r"\d+")
+    for placeholder in placeholders.values():
+        text = text.replace(placeholder, r"\S+")
+    return re.compile(text)
+
+
+def log_lines(root: str, *patterns: re.Pattern) -> list[list[str]]:
+    """For each pattern, the server log lines under root (recursively) it matches, as FILE: LINE."""
+    found = [[] for _ in patterns]
+    for directory, _, files in os.walk(root):
+        for name in sorted(files):
+            path = os.path.join(directory, name)
+            if name == PYTEST_LOG or name.endswith((".zip", ".xml", ".json", ".jsonl")):
+                continue
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    for i, pattern in enumerate(patterns):
+                        if pattern.search(line):
+                            found[i].append(f"{os.path.relpath(path, root)}: {line.strip()}")
+    return found
+
+
+def check_classes_agree(mutant: str, build_classes: list[str], kills: dict[str, str]) -> None:
+    """BUILD.bazel and the plugin's catalogue must name the same killing classes for a mutant."""
+    if set(build_classes) != set(kills):
+        raise ValueError(
+            f"mutant {mutant}: tests/mutants/BUILD.bazel lists classes {sorted(build_classes)} but the "
+            f"catalogue (sleepwake_mutants.MUTANTS[{mutant!r}].kills) expects {sorted(kills)}. Make the "
+            "mutants dict in BUILD.bazel and the catalogue agree.")
+
+
+def decide(mutant: str, cases: list[Case], classes: list[str], class_files: dict[str, str],
+           kills: dict[str, str] | None, log_root: str, activation: str, no_mutant: str) -> Decision:
+    """The verdict of one mutant target (mutant "none", kills None: the control).
+
+    activation / no_mutant are the plugin's ACTIVATION and NO_MUTANT line templates."""
+    control = mutant == "none"
+    mine = marker_regex(activation, name=None if control else mutant)
+    any_active, idle = log_lines(log_root, marker_regex(activation, name=None), marker_regex(no_mutant))
+    problems = []
+    if control:
+        if not idle:
+            problems.append(
+                "no vLLM process printed the plugin's no-mutant line: the plugin was not loaded, so the "
+                "control does not show that loading it leaves vLLM intact. Check that the servers got the "
+                "site dir on PYTHONPATH (server log header) and that VLLM_PLUGINS, if set, names it.")
+        if any_active:
+            problems.append("the control run applied a mutant: " + "; ".join(any_active[:3]))
+        return Decision(mutant, judge_classes(cases, classes, class_files, None), problems, False)
+    activated = bool(log_lines(log_root, mine)[0])
+    if not activated:
+        problems.append(
+            f"no vLLM process printed the activation line of {mutant} "
+            f"({activation.format(name=mutant, pid='<pid>')!r}) in the logs under "
+            f"{log_root}: the mutant was never applied, so its survival or kill proves nothing. Check the "
+            "server log header for PYTHONPATH (site dir first) and SLEEPWAKE_MUTANT, and that the name is "
+            "in the catalogue.")
+    if idle:
+        problems.append("some vLLM processes loaded the plugin without applying the mutant: "
+                        + "; ".join(idle[:3]))
+    others = [line for line in any_active if not mine.search(line)]
+    if others:
+        problems.append("another mutant was applied: " + "; ".join(others[:3]))
+    return Decision(mutant, judge_classes(cases, classes, class_files, kills), problems, activated)
+
+
+def row(decision: Decision, issue: str, cell: str) -> dict:
+    """mutation_row.json: what tools/mutation_table.py tabulates."""
+    return {"mutant": decision.mutant, "issue": issue, "cell": cell, "passed": decision.passed,
+            "activated": decision.activated, "problems": decision.problems,
+            "classes": {c: r.to_json() for c, r in decision.classes.items()}}

@@ -1,0 +1,187 @@
+"""The verdict on hand-written JUnit reports and server logs: killed, survived, killed for another
+reason, the control, and runs that prove nothing (mutant never applied, plugin never loaded)."""
+
+import json
+from xml.sax.saxutils import quoteattr, escape
+
+import pytest
+
+import sleepwake_mutants
+from tests.mutants import verdict
+
+FILES = {"scheduler_gate": "tests/sleep_wake/test_scheduler_gate.py",
+         "flags": "tests/sleep_wake/test_sleep_wake_flags.py"}
+KILLS = {"scheduler_gate": r"#44483", "flags": r"expected is_sleeping=True.*gauge"}
+GATE = "tests.sleep_wake.test_scheduler_gate.TestSchedulerGate"
+FLAGS = "tests.sleep_wake.test_sleep_wake_flags.TestSleepWakeFlags"
+
+
+def passed(classname, name):
+    return classname, name, None, "", ""
+
+
+def failed(classname, name, message, text="", tag="failure"):
+    return classname, name, tag, message, text
+
+
+def junit(tmp_path, *cases):
+    body = []
+    for classname, name, tag, message, text in cases:
+        inner = f"<{tag} message={quoteattr(message)}>{escape(text)}</{tag}>" if tag else ""
+        body.append(f"<testcase classname={quoteattr(classname)} name={quoteattr(name)} time='1'>"
+                    f"{inner}</testcase>")
+    path = tmp_path / "junit.xml"
+    path.write_text("<?xml version='1.0' encoding='utf-8'?><testsuites><testsuite name='pytest'>"
+                    + "".join(body) + "</testsuite></testsuites>")
+    return verdict.parse_junit(str(path))
+
+
+def logs(tmp_path, *lines):
+    """A server log under <outputs>/<test class>/, as the suite's fixtures write it."""
+    root = tmp_path / "inner"
+    (root / "TestSchedulerGate").mkdir(parents=True, exist_ok=True)
+    (root / "TestSchedulerGate" / "vllm-mrv2-eager-1.log").write_text(
+        "# sleepwake launcher\nINFO 01-01 api_server.py:1] vLLM API server version 0.26.0\n"
+        + "".join(line + "\n" for line in lines))
+    return str(root)
+
+
+def active(name, pid=4242):
+    return "(EngineCore pid=4242) " + sleepwake_mutants.ACTIVATION.format(name=name, pid=pid)
+
+
+IDLE = sleepwake_mutants.NO_MUTANT.format(pid=77)
+
+
+def decide(tmp_path, cases, mutant="resume_on_partial_wake", classes=("scheduler_gate",),
+           log_lines=None):
+    if log_lines is None:
+        log_lines = [active(mutant)] if mutant != "none" else [IDLE]
+    kills = None if mutant == "none" else {c: KILLS[c] for c in classes}
+    return verdict.decide(mutant, cases, list(classes), FILES, kills, logs(tmp_path, *log_lines),
+                          sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT)
+
+
+def test_killed_for_the_catalogued_reason(tmp_path):
+    cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"),
+                  failed(GATE, "test_b[MRV2-eager]", "AssertionError: request ran before kv_cache (#44483)"))
+    d = decide(tmp_path, cases)
+    assert d.passed and d.activated, d.report()
+    r = d.classes["scheduler_gate"]
+    assert (r.verdict, r.failed_tests, r.passed) == ("killed", [f"{GATE}::test_b[MRV2-eager]"], 1)
+
+
+def test_the_regex_may_match_the_traceback_across_lines(tmp_path):
+    cases = junit(tmp_path, failed(FLAGS, "test_level1[MRV2-eager]", "AssertionError: state wrong",
+                                   "state:\nexpected is_sleeping=True\n  seen gauge=(1,0,0)"))
+    d = decide(tmp_path, cases, mutant="gauge_not_updated", classes=("flags",))
+    assert d.classes["flags"].verdict == "killed", d.report()
+
+
+def test_a_setup_error_with_the_reason_kills(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "failed on setup with #44483", tag="error"))
+    assert decide(tmp_path, cases).classes["scheduler_gate"].verdict == "killed"
+
+
+def test_survived_when_every_test_passes(tmp_path):
+    cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"), passed(GATE, "test_b[MRV2-eager]"))
+    d = decide(tmp_path, cases)
+    assert not d.passed
+    assert d.classes["scheduler_gate"].verdict == "survived"
+    assert "scheduler_gate: survived" in d.report()
+
+
+def test_killed_for_another_reason_is_not_a_kill(tmp_path):
+    message = "requests.exceptions.ConnectionError: " + "x" * 500
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", message, "Traceback ... refused"))
+    d = decide(tmp_path, cases)
+    r = d.classes["scheduler_gate"]
+    assert not d.passed and r.verdict == "other-failure"
+    assert r.messages == [message[:300]]
+    assert "killed for another reason" in d.report() and f"FAILED {GATE}::test_b" in d.report()
+
+
+def test_every_listed_class_must_kill(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"), passed(FLAGS, "test_level1[MRV2-eager]"))
+    d = decide(tmp_path, cases, classes=("scheduler_gate", "flags"))
+    assert not d.passed
+    assert {c: r.verdict for c, r in d.classes.items()} == {"scheduler_gate": "killed", "flags": "survived"}
+
+
+def test_a_class_that_ran_nothing_is_a_broken_run(tmp_path):
+    d = decide(tmp_path, junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483")),
+               classes=("scheduler_gate", "flags"))
+    assert d.classes["flags"].verdict == "other-failure" and not d.passed
+    assert "did not run" in d.classes["flags"].messages[0]
+
+
+def test_a_collection_error_counts_for_its_class(tmp_path):
+    cases = junit(tmp_path, failed("", "tests.sleep_wake.test_scheduler_gate", "collection failure",
+                                   "ImportError: cannot import name", tag="error"))
+    r = decide(tmp_path, cases).classes["scheduler_gate"]
+    assert r.verdict == "other-failure" and r.failed_tests == ["tests.sleep_wake.test_scheduler_gate"]
+
+
+def test_no_activation_line_means_no_verdict(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"))
+    for lines in ([], [active("leak_per_wake")], [IDLE]):
+        d = decide(tmp_path, cases, log_lines=lines)
+        assert d.classes["scheduler_gate"].verdict == "killed"
+        assert not d.passed and not d.activated, lines
+        assert "never applied" in d.report()
+
+
+def test_a_server_without_the_mutant_spoils_the_run(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"))
+    d = decide(tmp_path, cases, log_lines=[active("resume_on_partial_wake"), IDLE])
+    assert d.activated and not d.passed
+    assert "without applying the mutant" in d.report()
+
+
+def test_control_passes_when_everything_passes_with_the_plugin_loaded(tmp_path):
+    cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"), passed(FLAGS, "test_level1[MRV2-eager]"))
+    d = decide(tmp_path, cases, mutant="none", classes=("scheduler_gate", "flags"))
+    assert d.passed, d.report()
+    assert {r.verdict for r in d.classes.values()} == {"passed"}
+
+
+def test_control_fails_on_any_failure(tmp_path):
+    cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"),
+                  failed(FLAGS, "test_level1[MRV2-eager]", "AssertionError: gauge"))
+    d = decide(tmp_path, cases, mutant="none", classes=("scheduler_gate", "flags"))
+    assert not d.passed and d.classes["flags"].verdict == "other-failure"
+    assert "control (no mutant): FAILED" in d.report()
+
+
+@pytest.mark.parametrize("lines,problem", [([], "plugin was not loaded"),
+                                           ([IDLE, active("slow_wake")], "control run applied a mutant")])
+def test_control_needs_the_plugin_loaded_and_idle(tmp_path, lines, problem):
+    cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"))
+    d = decide(tmp_path, cases, mutant="none", log_lines=lines)
+    assert not d.passed and problem in d.report()
+
+
+def test_build_and_catalogue_must_agree():
+    verdict.check_classes_agree("m", ["flags", "latency"], {"latency": "x", "flags": "y"})
+    with pytest.raises(ValueError, match=r"BUILD.bazel lists classes \['flags'\] .* expects \['latency'\]"):
+        verdict.check_classes_agree("m", ["flags"], {"latency": "x"})
+
+
+def test_row_is_json(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"))
+    row = verdict.row(decide(tmp_path, cases), "#44483", "MRV2-eager")
+    assert json.loads(json.dumps(row)) == {
+        "mutant": "resume_on_partial_wake", "issue": "#44483", "cell": "MRV2-eager", "passed": True,
+        "activated": True, "problems": [],
+        "classes": {"scheduler_gate": {"verdict": "killed", "failed_tests": [f"{GATE}::test_b[MRV2-eager]"],
+                                       "messages": ["#44483"]}}}
+
+
+def test_only_server_logs_count_as_evidence(tmp_path):
+    """The inner pytest's own output may quote a line (a failure message with a log tail)."""
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"))
+    root = logs(tmp_path)
+    (tmp_path / "inner" / verdict.PYTEST_LOG).write_text(active("resume_on_partial_wake") + "\n")
+    d = verdict.decide("resume_on_partial_wake", cases, ["scheduler_gate"], FILES, KILLS, root,
+                       sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT)
+    assert not d.activated and not d.passed

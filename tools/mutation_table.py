@@ -1,0 +1,125 @@
+"""Tabulates a mutation run: which test classes killed which mutant, on which cell.
+
+Usage: python3 tools/mutation_table.py [bazel-testlogs/tests/mutants] [--out FILE] [--catalogue DIR]
+
+Reads each mutant target's test.outputs/mutation_row.json (written by tests/mutants/mutant_test.py;
+inside outputs.zip when Bazel zipped the outputs) and prints a markdown table mutant x class, the
+number of mutants each class killed, and whether every mutant was killed and every class killed one.
+A mutant of the catalogue (tests/mutants/plugin/sleepwake_mutants, read from the workspace) with no
+row counts as not killed. Exits 1 unless all of that holds (and the control, if it ran, passed).
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import zipfile
+
+ROW_FILE = "mutation_row.json"
+CONTROL = "none"
+DEFAULT_CATALOGUE = "tests/mutants/plugin/sleepwake_mutants"
+CELL_TEXT = {"killed": "killed", "survived": "survived", "other-failure": "other", "passed": "pass"}
+
+
+def _row(target_dir):
+    outputs = os.path.join(target_dir, "test.outputs")
+    path = os.path.join(outputs, ROW_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    zipped = os.path.join(outputs, "outputs.zip")
+    if os.path.exists(zipped):
+        with zipfile.ZipFile(zipped) as z:
+            if ROW_FILE in z.namelist():
+                return json.loads(z.read(ROW_FILE).decode("utf-8"))
+    return None
+
+
+def load_rows(root):
+    """Rows of every target under root that wrote one, ordered by mutant name, the control last."""
+    rows = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        row = _row(os.path.join(root, name))
+        if row is not None:
+            rows.append(row)
+    return sorted(rows, key=lambda r: (r["mutant"] == CONTROL, r["mutant"]))
+
+
+def catalogue_names(package_dir):
+    """The catalogue's mutant names, read from the plugin package's MUTANTS (no vLLM needed)."""
+    spec = importlib.util.spec_from_file_location("_sleepwake_catalogue",
+                                                  os.path.join(package_dir, "__init__.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return sorted(module.MUTANTS)
+
+
+def table(rows, expected=None):
+    """(markdown text, ok). expected: the catalogue's mutant names, or None not to check for rows."""
+    mutants = [r for r in rows if r["mutant"] != CONTROL]
+    missing = sorted(set(expected or ()) - {r["mutant"] for r in mutants})
+    controls = [r for r in rows if r["mutant"] == CONTROL]  # one per class (mutant_control_<class>)
+    control_failed = sorted(c for r in controls if not r.get("passed") for c in r["classes"])
+    classes = sorted({c for r in rows for c in r["classes"]})
+    lines = ["| mutant | issue | cell | " + " | ".join(classes) + " | verdict |",
+             "|---" * (len(classes) + 4) + "|"]
+    for r in rows:
+        cells = [CELL_TEXT.get(r["classes"][c]["verdict"], r["classes"][c]["verdict"])
+                 if c in r["classes"] else "" for c in classes]
+        if r["mutant"] == CONTROL:
+            verdict = "control passed" if r.get("passed") else "CONTROL FAILED"
+        else:
+            verdict = "killed" if r.get("passed") else "NOT KILLED"
+        if r.get("problems"):
+            verdict += " (" + "; ".join(r["problems"])[:120] + ")"
+        lines.append(f"| {'(control)' if r['mutant'] == CONTROL else r['mutant']} | {r.get('issue', '')} "
+                     f"| {r.get('cell', '')} | " + " | ".join(cells) + f" | {verdict} |")
+
+    kills = {c: sorted(r["mutant"] for r in mutants if r["classes"].get(c, {}).get("verdict") == "killed")
+             for c in classes}
+    lines += ["", "kills per class:"]
+    lines += [f"- {c}: {len(kills[c])}" + (f" ({', '.join(kills[c])})" if kills[c] else "") for c in classes]
+    survivors = [r["mutant"] for r in mutants if not r.get("passed")]
+    idle = [c for c in classes if not kills[c]]
+    all_killed = bool(mutants) and not survivors and not missing
+    lines += ["",
+              f"every mutant killed: {'yes' if all_killed else 'no'} ({len(mutants) - len(survivors)}/"
+              f"{len(mutants) + len(missing)}" + (f"; not killed: {', '.join(survivors)}" if survivors else "")
+              + (f"; no row (did not run): {', '.join(missing)}" if missing else "") + ")",
+              f"every class killed at least one mutant: {'yes' if classes and not idle else 'no'}"
+              + (f" (none killed by: {', '.join(idle)})" if idle else ""),
+              "control: " + ("missing (no mutant_control_* target ran)" if not controls
+                             else f"FAILED ({', '.join(control_failed)})" if control_failed
+                             else f"passed ({len(controls)} classes)")]
+    ok = all_killed and bool(classes) and not idle and not control_failed
+    return "\n".join(lines) + "\n", ok
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", nargs="?", default="bazel-testlogs/tests/mutants")
+    parser.add_argument("--out", help="also write the table to this file")
+    parser.add_argument("--catalogue", default=DEFAULT_CATALOGUE,
+                        help="the plugin package whose MUTANTS must all have a row; '' not to check")
+    args = parser.parse_args(argv[1:])
+    expected = None
+    if args.catalogue and os.path.isfile(os.path.join(args.catalogue, "__init__.py")):
+        expected = catalogue_names(args.catalogue)
+    elif args.catalogue:
+        print(f"note: no catalogue at {args.catalogue} (run from the workspace root): mutants that "
+              "wrote no row are not detected", file=sys.stderr)
+    rows = load_rows(args.root)
+    if not rows:
+        print(f"no {ROW_FILE} under {args.root}/*/test.outputs: run the mutants first "
+              "(tools/run_matrix.sh //tests/mutants:mutants) or pass the testlogs dir that holds them")
+        return 1
+    text, ok = table(rows, expected)
+    print(text, end="")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
