@@ -89,7 +89,11 @@ def assert_holds(predicate, duration_s: float, poll_s: float = 0.1, what: str = 
     """Assert `predicate` stays truthy for the whole of duration_s (a bounded observation window)."""
     start = time.monotonic()
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except Exception as e:  # the server died or hung mid-window: that is the finding, name it
+            raise AssertionError(f"{what} could not be observed after {time.monotonic() - start:.2f} s "
+                                 f"of the {duration_s:g} s observation window: {e!r}") from e
         elapsed = time.monotonic() - start
         if not value:
             raise AssertionError(f"{what} stopped holding after {elapsed:.2f} s of the {duration_s:g} s "

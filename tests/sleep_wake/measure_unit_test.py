@@ -79,3 +79,10 @@ def test_timed_and_median():
     assert measure.median([3, 1, 2]) == 2
     with pytest.raises(ValueError):
         measure.median([])
+
+
+def test_assert_holds_names_the_window_when_observing_fails():
+    def dies():
+        raise ConnectionError("server gone")
+    with pytest.raises(AssertionError, match=r"\[#44483\] held could not be observed .*server gone"):
+        measure.assert_holds(dies, 1.0, what="[#44483] held")
