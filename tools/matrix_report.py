@@ -11,22 +11,17 @@ import os
 import statistics
 import sys
 import xml.etree.ElementTree as ET
-import zipfile
+
+if not __package__:
+    # Run as a script (python3 tools/X.py): make the workspace root, which holds `tools`, importable.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tools import testlogs  # noqa: E402
 
 
 def _measurements(cell_dir):
-    outputs = os.path.join(cell_dir, "test.outputs")
-    path = os.path.join(outputs, "measurements.jsonl")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    zipped = os.path.join(outputs, "outputs.zip")
-    if os.path.exists(zipped):
-        with zipfile.ZipFile(zipped) as z:
-            if "measurements.jsonl" in z.namelist():
-                return [json.loads(line) for line in z.read("measurements.jsonl").decode().splitlines()
-                        if line.strip()]
-    return []
+    text = testlogs.read_output(cell_dir, "measurements.jsonl") or ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _junit(cell_dir):

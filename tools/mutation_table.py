@@ -13,7 +13,12 @@ import importlib.util
 import json
 import os
 import sys
-import zipfile
+
+if not __package__:
+    # Run as a script (python3 tools/X.py): make the workspace root, which holds `tools`, importable.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tools import testlogs  # noqa: E402
 
 ROW_FILE = "mutation_row.json"
 CONTROL = "none"
@@ -22,17 +27,8 @@ CELL_TEXT = {"killed": "killed", "survived": "survived", "other-failure": "other
 
 
 def _row(target_dir):
-    outputs = os.path.join(target_dir, "test.outputs")
-    path = os.path.join(outputs, ROW_FILE)
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    zipped = os.path.join(outputs, "outputs.zip")
-    if os.path.exists(zipped):
-        with zipfile.ZipFile(zipped) as z:
-            if ROW_FILE in z.namelist():
-                return json.loads(z.read(ROW_FILE).decode("utf-8"))
-    return None
+    text = testlogs.read_output(target_dir, ROW_FILE)
+    return None if text is None else json.loads(text)
 
 
 def load_rows(root):
