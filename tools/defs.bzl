@@ -72,6 +72,18 @@ def sleepwake_py_test(
         srcs_version = "PY3",
     )
 
+# Runfiles every GPU cell needs: the checkpoint it serves and the vLLM/GPU identity (a cache-key input).
+GPU_CELL_DATA = [_MODEL, _MODEL_CONFIG, _GPU_IDENTITY]
+
+def gpu_cell_env(runner, mode):
+    """The environment that configures a GPU cell (tests/sleep_wake/cells.py and ServerConfig.from_env)."""
+    return {
+        "SLEEPWAKE_RUNNER": runner,
+        "SLEEPWAKE_EXECUTION_MODE": mode,
+        "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
+        "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
+    }
+
 def cell_name(test_class, runner, mode):
     """The one naming pattern of matrix cells: <class>_<runner>_<mode>, e.g. scheduler_gate_mrv1_eager."""
     return "%s_%s_%s" % (test_class, runner, mode)
@@ -112,13 +124,8 @@ def sleep_wake_matrix(
                     name = cell,
                     srcs = [src],
                     deps = deps,
-                    data = [_MODEL, _MODEL_CONFIG, _GPU_IDENTITY],
-                    env = {
-                        "SLEEPWAKE_RUNNER": runner,
-                        "SLEEPWAKE_EXECUTION_MODE": mode,
-                        "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
-                        "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
-                    },
+                    data = GPU_CELL_DATA,
+                    env = gpu_cell_env(runner, mode),
                     tags = GPU_TAGS + [runner, mode, test_class],
                     size = "large",
                     timeout = timeout,

@@ -5,11 +5,8 @@ subprocess against vLLM servers that load the sleepwake_mutants plugin, and pass
 listed class failed for the catalogued reason (the control: if every test passed).
 """
 
-load("//tools:defs.bzl", "GPU_TAGS", "sleepwake_py_test")
+load("//tools:defs.bzl", "GPU_CELL_DATA", "GPU_TAGS", "gpu_cell_env", "sleepwake_py_test")
 
-_MODEL = "//tools/model:synthetic_qwen3"
-_MODEL_CONFIG = "//tools/model:synthetic_qwen3/config.json"
-_GPU_IDENTITY = "@sleepwake_gpu//:identity.txt"
 _CLASS_PACKAGE = "//tests/sleep_wake:"
 # What mutant_test.py imports: the suite's fixtures, the harness (site_dir, verdict) and the plugin.
 _DEPS = ["//tests/sleep_wake:suite_lib", "//tests/mutants:harness"]
@@ -30,18 +27,15 @@ def _mutant_target(name, mutant, classes, class_files):
         name = name,
         srcs = ["mutant_test.py"],
         deps = _DEPS,
-        data = files + [_MODEL, _MODEL_CONFIG, _GPU_IDENTITY],
-        env = {
-            "SLEEPWAKE_RUNNER": _RUNNER,
-            "SLEEPWAKE_EXECUTION_MODE": _MODE,
-            "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
-            "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
-            "SLEEPWAKE_MUTANT_UNDER_TEST": mutant,
-            "SLEEPWAKE_MUTANT_CLASSES": ",".join(classes),
-            "SLEEPWAKE_MUTANT_CLASS_FILES": ",".join(
+        data = files + GPU_CELL_DATA,
+        env = dict(
+            gpu_cell_env(_RUNNER, _MODE),
+            SLEEPWAKE_MUTANT_UNDER_TEST = mutant,
+            SLEEPWAKE_MUTANT_CLASSES = ",".join(classes),
+            SLEEPWAKE_MUTANT_CLASS_FILES = ",".join(
                 ["%s=$(rootpath %s)" % (c, f) for c, f in zip(classes, files)],
             ),
-        },
+        ),
         tags = GPU_TAGS + ["mutant", _RUNNER, _MODE],
         size = "large",
         # One vLLM server per class, started one after another in the same target: a matrix cell
