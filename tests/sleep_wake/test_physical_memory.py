@@ -4,19 +4,9 @@ across sleep and wake: level 1 and level 2 free it and a full wake restores it (
 resident while asleep are measured per execution mode (graph mode keeps its graph pool, #45648).
 """
 
-import os
-
 from tests.sleep_wake import measure, memory, metrics, oracles, thresholds
 from tests.sleep_wake.memory import checkpoint_tensor_bytes, settled_gpu_bytes
-
-
-def _served_model_dir(server) -> str:
-    command = list(server.command)
-    return command[command.index("--model") + 1]
-
-
-def _kv_cache_bytes() -> int:
-    return int(os.environ.get("SLEEPWAKE_KV_CACHE_BYTES", 2 << 30))
+from tools.launcher.config import resolve_model
 
 
 def _record(recorder, key: str, value, unit: str = "bytes", **extra) -> None:
@@ -42,9 +32,9 @@ def _sleep_and_measure(server, client, recorder, cell, level: int, why: str) -> 
 class TestPhysicalMemory:
     def test_level1_frees_and_full_wake_restores(self, server, client, golden, recorder, cell):
         awake, asleep = _sleep_and_measure(server, client, recorder, cell, 1, "#11743 freed nothing, #47654")
-        measure.check_at_least(recorder, "sleep_freed_kv_fraction_min", (awake - asleep) / _kv_cache_bytes(),
-                               cell.id, f"bytes freed by level 1 / KV cache bytes ({awake - asleep} / "
-                               f"{_kv_cache_bytes()}; #11743)")
+        kv = server.config.kv_cache_bytes
+        measure.check_at_least(recorder, "sleep_freed_kv_fraction_min", (awake - asleep) / kv, cell.id,
+                               f"bytes freed by level 1 / KV cache bytes ({awake - asleep} / {kv}; #11743)")
         client.wake_up()
         oracles.expect_awake(client, step="full wake from level 1", issue="level-1 memory")
         memory.expect_restored(server, recorder, cell.id, awake, "full wake from level 1")
@@ -60,8 +50,8 @@ class TestPhysicalMemory:
                               issue="#29341/#54235 garbage after level 2")
 
     def test_weights_only_wake_maps_weights_not_kv_cache(self, server, client, golden, recorder, cell):
-        weights = checkpoint_tensor_bytes(_served_model_dir(server))
-        kv = _kv_cache_bytes()
+        weights = checkpoint_tensor_bytes(resolve_model(server.config.model))
+        kv = server.config.kv_cache_bytes
         awake = settled_gpu_bytes(server, "awake, before sleep level 1")
         client.sleep(level=1)
         oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1, step="sleep level 1",
