@@ -9,7 +9,7 @@ load("//tools:defs.bzl", "GPU_CELL_DATA", "GPU_TAGS", "gpu_cell_env", "sleepwake
 
 _CLASS_PACKAGE = "//tests/sleep_wake:"
 # What mutant_test.py imports: the suite's fixtures, the harness (site_dir, verdict) and the plugin.
-_DEPS = ["//tests/sleep_wake:suite_lib", "//tests/mutants:harness"]
+_DEPS = ["//tests/sleep_wake:fixtures", "//tests/mutants:harness"]
 
 # Mutants are observed on one cell: MRV2 (vLLM 0.26.0's default runner for dense models) in eager mode
 # (no graph capture, so servers start fastest).

@@ -22,7 +22,7 @@ import pytest
 
 import sleepwake_mutants
 from tests.mutants import site_dir, verdict
-from tests.sleep_wake import cells, measure
+from tests.sleep_wake.lib import cells, measure
 
 # Our own bound on the inner run stays this far below Bazel's TEST_TIMEOUT: room for the SIGINT grace
 # (pytest then stops its servers and writes the JUnit report) and for judging, so that a hang ends

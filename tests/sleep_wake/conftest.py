@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from tests.sleep_wake import cells, measure, metrics, thresholds
-from tests.sleep_wake.client import SleepWakeClient
-from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.sleep_wake.lib import cells, measure, metrics, thresholds
+from tests.sleep_wake.lib.client import SleepWakeClient
+from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 
 def pytest_generate_tests(metafunc):

@@ -2,10 +2,10 @@
 when /sleep?mode=abort arrives: every choice ends promptly, nothing leaks (NVML bytes after wake,
 /load), and the engine serves golden and seeded output afterwards (#45520, #45326)."""
 
-from tests.sleep_wake import measure, memory, metrics, oracles, thresholds
-from tests.sleep_wake.background import background, generated_tokens, wait_decoding
-from tests.sleep_wake.memory import settled_gpu_bytes
-from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.sleep_wake.lib import measure, memory, metrics, oracles, thresholds
+from tests.sleep_wake.lib.background import background, generated_tokens, wait_decoding
+from tests.sleep_wake.lib.memory import settled_gpu_bytes
+from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 ISSUE = "#45520/#45326 abort during parallel sampling"
 N = 4

@@ -4,9 +4,9 @@ a 200; #45326 left requests hanging forever."""
 
 import concurrent.futures
 
-from tests.sleep_wake import measure, metrics, oracles, thresholds
-from tests.sleep_wake.background import background, generated_tokens, wait_decoding
-from tests.sleep_wake.prompts import PROMPTS
+from tests.sleep_wake.lib import measure, metrics, oracles, thresholds
+from tests.sleep_wake.lib.background import background, generated_tokens, wait_decoding
+from tests.sleep_wake.lib.prompts import PROMPTS
 
 ISSUE = "#45326/#45520 generate/sleep race"
 BURST = 8

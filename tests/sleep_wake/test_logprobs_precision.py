@@ -2,8 +2,8 @@
 within logprob_drift_max: weights come back from pinned CPU memory bit-exact, so any drift beyond
 kernel nondeterminism means corrupted weights or KV state (#21336, #29341)."""
 
-from tests.sleep_wake import measure, metrics, oracles
-from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.sleep_wake.lib import measure, metrics, oracles
+from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 ISSUE = "logprob drift after sleep/wake (#21336)"
 

@@ -1,9 +1,9 @@
 """Ten level-1 sleep/wake cycles: the server's NVML bytes asleep and awake stay flat and the output
 stays golden (#21336 grew every cycle until garbage at cycle 4; #36651, #34600)."""
 
-from tests.sleep_wake import measure, metrics, oracles
-from tests.sleep_wake.prompts import PROMPTS
-from tests.sleep_wake.memory import settled_gpu_bytes
+from tests.sleep_wake.lib import measure, metrics, oracles
+from tests.sleep_wake.lib.prompts import PROMPTS
+from tests.sleep_wake.lib.memory import settled_gpu_bytes
 
 CYCLES = 10
 ISSUE = "#21336/#36651 leak across cycles"

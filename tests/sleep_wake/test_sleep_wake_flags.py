@@ -1,9 +1,9 @@
 """/is_sleeping and the vllm:engine_sleep_state gauge agree with each other and with the level, at
 every step of sleep and wake; output is golden after each recovery."""
 
-from tests.sleep_wake import measure, metrics, oracles, thresholds
-from tests.sleep_wake.background import background
-from tests.sleep_wake.prompts import PROMPTS
+from tests.sleep_wake.lib import measure, metrics, oracles, thresholds
+from tests.sleep_wake.lib.background import background
+from tests.sleep_wake.lib.prompts import PROMPTS
 
 
 class TestSleepWakeFlags:

@@ -6,8 +6,8 @@ known to be slower (#45648); per-mode bounds go into thresholds.py only once mea
 
 import pytest
 
-from tests.sleep_wake import measure, metrics, oracles
-from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.sleep_wake.lib import measure, metrics, oracles
+from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 REPEATS = 5
 

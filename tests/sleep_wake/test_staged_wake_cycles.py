@@ -1,6 +1,6 @@
 """Repeated staged wakes (weights, then kv_cache) keep output identical and flags right each time."""
 
-from tests.sleep_wake import metrics, oracles
+from tests.sleep_wake.lib import metrics, oracles
 
 CYCLES = 5
 

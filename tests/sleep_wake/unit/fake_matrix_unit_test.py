@@ -1,4 +1,4 @@
-"""Runs the five GPU test classes of this package against FakeVllm (tests/sleep_wake/fake_launcher.py).
+"""Runs the five GPU test classes of this package against FakeVllm (tests/sleep_wake/fakes/fake_launcher.py).
 
 This checks the tests' own logic and bounds against vLLM 0.26.0's sleep semantics as the fake models
 them, and that re-created defects make the right tests fail. It says nothing about vLLM itself.
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/sleep_wake: the class files
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CLASS_FILES = ["test_sleep_wake_flags.py", "test_error_paths.py", "test_scheduler_gate.py",
                "test_staged_wake_cycles.py", "test_sleep_wake_latency.py"]
@@ -21,7 +21,7 @@ def run_classes(tmp_path, files, bugs=""):
                SLEEPWAKE_FAKE_BUGS=bugs, TEST_UNDECLARED_OUTPUTS_DIR=str(tmp_path),
                PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     env.pop("PYTEST_ADDOPTS", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "tests.sleep_wake.fake_launcher", "-q", "-rf",
+    cmd = [sys.executable, "-m", "pytest", "-p", "tests.sleep_wake.fakes.fake_launcher", "-q", "-rf",
            "-p", "no:cacheprovider", *[os.path.join(HERE, f) for f in files]]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     return proc.returncode, proc.stdout + proc.stderr

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.sleep_wake import metrics, thresholds
+from tests.sleep_wake.lib import metrics, thresholds
 
 
 @pytest.mark.parametrize("t", list(thresholds.TABLE.values()), ids=lambda t: t.name)
@@ -37,7 +37,7 @@ _REFERENCE = re.compile(r'(?:thresholds\.get|check_at_(?:most|least))\(\s*(?:rec
 
 
 def test_every_threshold_the_test_classes_name_exists():
-    files = glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_*.py"))
+    files = glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test_*.py"))
     assert files, "no test_*.py next to this test (Bazel: they are its data)"
     named = {(os.path.basename(f), name) for f in files for name in _REFERENCE.findall(open(f).read())}
     assert named, "no threshold references found: has the calling convention changed?"

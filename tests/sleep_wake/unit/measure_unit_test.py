@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from tests.sleep_wake import measure, thresholds
+from tests.sleep_wake.lib import measure, thresholds
 
 
 def test_recorder_writes_jsonl_to_bazel_outputs(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from tests.sleep_wake import metrics
+from tests.sleep_wake.lib import metrics
 
 GAUGE_TEXT = """\
 # HELP vllm:engine_sleep_state Engine sleep state

@@ -7,7 +7,7 @@ import tempfile
 import threading
 import time
 
-from tests.sleep_wake import thresholds
+from tests.sleep_wake.lib import thresholds
 
 MEASUREMENTS_FILE = "measurements.jsonl"
 

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.sleep_wake import cells
+from tests.sleep_wake.lib import cells
 
 
 @pytest.mark.parametrize("runner,mode,ident",

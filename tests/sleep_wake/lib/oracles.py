@@ -5,8 +5,8 @@ Messages say what was expected, what was seen, at which step, and which vLLM iss
 
 import concurrent.futures
 
-from tests.sleep_wake import metrics, thresholds
-from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.sleep_wake.lib import metrics, thresholds
+from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 
 def expect_state(client, *, sleeping: bool, gauge: dict, step: str, issue: str) -> None:

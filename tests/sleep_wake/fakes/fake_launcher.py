@@ -1,6 +1,6 @@
 """Pytest plugin that swaps the launcher for FakeVllm: runs the GPU test classes on a CPU.
 
-Use: python -m pytest -p tests.sleep_wake.fake_launcher tests/sleep_wake/test_*.py
+Use: python -m pytest -p tests.sleep_wake.fakes.fake_launcher tests/sleep_wake/test_*.py
 (with SLEEPWAKE_RUNNER / SLEEPWAKE_EXECUTION_MODE set). It checks the test classes' own logic against
 vLLM 0.26.0's sleep semantics as fake_vllm models them; it proves nothing about vLLM itself.
 The conftest imports the launcher inside its fixtures, so registering these modules here wins.
@@ -13,7 +13,7 @@ import os
 import sys
 import types
 
-from tests.sleep_wake.fake_vllm import FakeVllm
+from tests.sleep_wake.fakes.fake_vllm import FakeVllm
 
 
 def _new_fake() -> FakeVllm:

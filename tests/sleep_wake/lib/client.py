@@ -11,8 +11,8 @@ import time
 
 import requests
 
-from tests.sleep_wake import metrics
-from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS
+from tests.sleep_wake.lib import metrics
+from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS
 
 
 class ServerResponseError(RuntimeError):

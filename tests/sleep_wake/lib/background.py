@@ -4,7 +4,7 @@ race them against /sleep."""
 import concurrent.futures
 import contextlib
 
-from tests.sleep_wake import measure, metrics, thresholds
+from tests.sleep_wake.lib import measure, metrics, thresholds
 
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 

@@ -22,7 +22,7 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.sleep_wake import metrics
+from tests.sleep_wake.lib import metrics
 
 GiB = 1 << 30
 CONTEXT_BYTES, WEIGHT_BYTES, KV_BYTES = 1 * GiB, GiB // 2, 2 * GiB

@@ -7,10 +7,10 @@ import time
 import pytest
 import requests
 
-from tests.sleep_wake import measure, metrics
-from tests.sleep_wake.client import ServerResponseError, SleepWakeClient, parse_completion
-from tests.sleep_wake.fake_vllm import FakeVllm
-from tests.sleep_wake.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.sleep_wake.lib import measure, metrics
+from tests.sleep_wake.lib.client import ServerResponseError, SleepWakeClient, parse_completion
+from tests.sleep_wake.fakes.fake_vllm import FakeVllm
+from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 
 @pytest.fixture

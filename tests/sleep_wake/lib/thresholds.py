@@ -16,8 +16,8 @@ from measurement (e.g. graph-mode wake is known to be slower, #45648, but by how
 
 import dataclasses
 
-from tests.sleep_wake import metrics
-from tests.sleep_wake.cells import EXECUTION_MODES, RUNNERS
+from tests.sleep_wake.lib import metrics
+from tests.sleep_wake.lib.cells import EXECUTION_MODES, RUNNERS
 
 CONTRACT = "contract"
 MECHANISM = "mechanism"

@@ -5,7 +5,7 @@ import json
 import os
 import struct
 
-from tests.sleep_wake import measure, thresholds
+from tests.sleep_wake.lib import measure, thresholds
 
 MiB = 1 << 20
 # Two NVML readings one poll apart that differ by less than this count as settled: cuMem maps and
