@@ -9,14 +9,18 @@
 # Installs: Bazel (Debian's bazel-bootstrap 4.2.3) unless one is on PATH, nginx (the remote-cache test),
 # and the harness venv at /opt/sleepwake/venv from the hashed lock (pip --require-hashes). The venv
 # sits at a fixed path because its interpreter path is part of every Python action's cache key.
-# On a GPU runner it also writes /opt/sleepwake/gpu-python, a wrapper around the Python that has vLLM
-# (SLEEPWAKE_GPU_PYTHON, default: the python3 on PATH), and points --config=gpu at it in user.bazelrc.
+# On a GPU runner it also installs the harness overlay (/opt/sleepwake/harness-overlay: the lock's
+# packages that vLLM does not bring, e.g. pytest and absl-py) for the Python that has vLLM
+# (SLEEPWAKE_GPU_PYTHON, default: the python3 on PATH; SLEEPWAKE_WHEELHOUSE: wheels for a runner
+# without an index), writes /opt/sleepwake/gpu-python, a wrapper running that Python with the overlay,
+# and points --config=gpu at it in user.bazelrc. Another vLLM: rerun with another SLEEPWAKE_GPU_PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=/opt/sleepwake/venv
 LOCK=third_party/python/requirements.lock
 GPU_PYTHON_WRAPPER=/opt/sleepwake/gpu-python
+OVERLAY=/opt/sleepwake/harness-overlay
 install_only=0
 [[ "${1:-}" == "--install-only" ]] && { install_only=1; shift; }
 
@@ -72,21 +76,44 @@ fi
 if ((gpu_count > 0)); then
   gpu_python=${SLEEPWAKE_GPU_PYTHON:-$(command -v python3)}
   "$gpu_python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' ||
-    die "$gpu_python cannot import vllm: install vLLM 0.26.0 for it, or set SLEEPWAKE_GPU_PYTHON to a Python that has it"
+    die "$gpu_python cannot import vllm: install vLLM for it, or set SLEEPWAKE_GPU_PYTHON to a Python that has it"
+  # The harness's own packages (pytest, absl-py, ...) come from the lock, hash-checked, as an overlay
+  # first on the runner's path; what vLLM itself needs stays the runner's (tools/harness_overlay.py).
+  overlay_lock=$(mktemp)
+  "$gpu_python" tools/harness_overlay.py "$LOCK" > "$overlay_lock" || die "could not derive the harness overlay from $LOCK"
+  overlay_sha=$(sha256sum "$overlay_lock" | cut -d' ' -f1)
+  if [[ "$(cat "$OVERLAY/.lock-sha256" 2>/dev/null)" != "$overlay_sha" ]]; then
+    say "installing the harness overlay $OVERLAY for $gpu_python (${SLEEPWAKE_WHEELHOUSE:+wheels from $SLEEPWAKE_WHEELHOUSE, }sha256 ${overlay_sha:0:16})"
+    rm -rf "$OVERLAY"
+    # SLEEPWAKE_WHEELHOUSE: a folder of wheels for a runner without a package index; hashes still apply.
+    "$gpu_python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes --target "$OVERLAY" \
+        ${SLEEPWAKE_WHEELHOUSE:+--no-index --find-links "$SLEEPWAKE_WHEELHOUSE"} -r "$overlay_lock" ||
+      die "could not install the harness overlay with $gpu_python -m pip (no index? set SLEEPWAKE_WHEELHOUSE to a folder of the wheels in $overlay_lock)"
+    echo "$overlay_sha" > "$OVERLAY/.lock-sha256"
+  else
+    say "$OVERLAY is current (sha256 ${overlay_sha:0:16})"
+  fi
+  rm -f "$overlay_lock"
   # Bazel runs tests with a clean environment; the wrapper carries the PYTHONPATH / LD_LIBRARY_PATH
   # that make vLLM importable here, at one fixed path (it is part of the cells' cache keys).
   cat > "$GPU_PYTHON_WRAPPER" <<WRAP
 #!/bin/sh
 # Written by tools/setup.sh: the GPU runner's Python with vLLM, for --config=gpu.
-# Prepended: Bazel's Python stub puts the runfiles on PYTHONPATH before it runs this.
-export PYTHONPATH="${PYTHONPATH:-}\${PYTHONPATH:+:\$PYTHONPATH}"
+# The harness overlay first, then the runner's own path, then what Bazel's stub put there (runfiles).
+export PYTHONPATH="$OVERLAY${PYTHONPATH:+:$PYTHONPATH}\${PYTHONPATH:+:\$PYTHONPATH}"
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 exec "$gpu_python" "\$@"
 WRAP
   chmod +x "$GPU_PYTHON_WRAPPER"
+  # Everything a GPU cell imports, through the wrapper: a runner without one fails here, not in a cell.
+  missing_modules=$("$GPU_PYTHON_WRAPPER" -c 'import importlib.util
+mods = ["pytest", "absl", "pynvml", "numpy", "requests", "tokenizers", "safetensors", "psutil", "vllm", "torch"]
+print(" ".join(m for m in mods if importlib.util.find_spec(m) is None))') || die "$GPU_PYTHON_WRAPPER does not run"
+  [[ -z "$missing_modules" ]] ||
+    die "$gpu_python (with the overlay) cannot import: $missing_modules; vLLM's own dependencies must come with the runner's vLLM"
   line="build:gpu --repo_env=SLEEPWAKE_GPU_PYTHON=$GPU_PYTHON_WRAPPER"
   grep -qxF "$line" user.bazelrc 2>/dev/null || echo "$line" >> user.bazelrc
-  say "GPU runner: $gpu_count GPU(s); --config=gpu uses $GPU_PYTHON_WRAPPER -> $gpu_python"
+  say "GPU runner: $gpu_count GPU(s); --config=gpu uses $GPU_PYTHON_WRAPPER -> $gpu_python + $OVERLAY"
 fi
 
 ((install_only)) && { say "installed"; exit 0; }

@@ -1,0 +1,56 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tools import harness_overlay
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SAMPLE = os.path.join(HERE, "testdata", "harness_overlay", "sample.lock")
+LOCK = os.path.join(os.path.dirname(HERE), "third_party", "python", "requirements.lock")
+
+
+def _sample():
+    with open(SAMPLE, encoding="utf-8") as f:
+        return harness_overlay.parse_lock(f.read())
+
+
+def test_parses_pins_hashes_and_both_via_styles():
+    pins = _sample()
+    assert list(pins) == ["absl-py", "numpy", "packaging", "pluggy", "pytest", "torch", "transformers",
+                          "vllm", "uvicorn", "uvloop"]  # uvicorn[standard]==...: extras are not the name
+    assert pins["absl-py"].lines == ["absl-py==2.5.1 \\", "    --hash=sha256:aaaa \\",
+                                     "    --hash=sha256:bbbb"]
+    assert pins["numpy"].via == ["-r third_party/python/requirements.in", "torch", "vllm"]
+    assert pins["pluggy"].via == ["pytest"]
+
+
+def test_overlay_leaves_everything_vllm_pulls_in_to_the_runner():
+    names = [p.name for p in harness_overlay.overlay_pins(_sample())]
+    # numpy is the harness's too, but vLLM needs it (directly and through torch): the runner's stays.
+    # packaging is needed by pytest and by transformers (a vLLM dependency): the runner's stays.
+    assert names == ["absl-py", "pluggy", "pytest"]
+
+
+def test_a_lock_without_the_runner_package_is_refused():
+    pins = _sample()
+    del pins["vllm"]
+    with pytest.raises(ValueError, match="pins no 'vllm'"):
+        harness_overlay.overlay_pins(pins)
+
+
+def test_the_real_lock_overlay_has_the_test_runner_and_not_vllm_or_torch():
+    with open(LOCK, encoding="utf-8") as f:
+        names = {p.name for p in harness_overlay.overlay_pins(harness_overlay.parse_lock(f.read()))}
+    assert {"pytest", "absl-py"} <= names, names
+    assert not names & {"vllm", "torch", "numpy", "requests", "transformers"}, names
+
+
+def test_cli_prints_hashed_requirements_and_rejects_bad_usage(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "tools.harness_overlay", SAMPLE], capture_output=True,
+                         text=True, cwd=os.path.dirname(HERE), check=True).stdout
+    assert "pytest==9.2.0 \\\n    --hash=sha256:ffff" in out and "vllm==" not in out
+    bad = subprocess.run([sys.executable, "-m", "tools.harness_overlay", str(tmp_path / "none")],
+                         capture_output=True, text=True, cwd=os.path.dirname(HERE))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "harness_overlay:" in bad.stderr
