@@ -22,6 +22,7 @@ GPU_TAGS = ["gpu", "requires-gpu-nvidia", "sleep_wake"]
 _MODEL_CONFIG = "//tools/model:synthetic_qwen3/config.json"
 _MODEL = "//tools/model:synthetic_qwen3"
 _GPU_IDENTITY = "@sleepwake_gpu//:identity.txt"
+_LOCK = "//third_party/python:requirements.lock"
 
 def _is_test_file(src):
     base = src.split("/")[-1]
@@ -61,7 +62,9 @@ def sleepwake_py_test(
         srcs = srcs + ["//tools:pytest_main.py"],
         main = "//tools:pytest_main.py",
         deps = deps + ["//tools:pytest_bazel"],
-        data = data,
+        # The toolchains' interpreters sit at fixed paths outside Bazel's view: the lock they are built
+        # from (the CPU venv, the GPU runner's harness overlay) makes their contents part of every key.
+        data = data + [_LOCK],
         env = env,
         args = [(pkg + "/" + f) if pkg else f for f in test_files] + args,
         tags = tags,
