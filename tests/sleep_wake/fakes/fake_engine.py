@@ -27,7 +27,7 @@ from tests.sleep_wake.lib import metrics
 MiB = 1 << 20
 MAX_HOLD_S = 120.0  # a held request gives up after this, so a broken test cannot hang the fake
 BLOCK_TOKENS = 16  # vLLM caches only full KV blocks: a prompt shorter than one never hits the cache
-SLOW_WAKE_S = 0.5  # slow_wake: 2x the wake_s_max bound (the plugin's 2 s would cost 50 s a run)
+SLOW_WAKE_S = 0.3  # slow_wake: above the 0.25 s wake_s_max on its own (the plugin's 2 s would cost 50 s a run)
 LEAK_PER_WAKE = 64 * MiB  # leak_per_wake, as the plugin's torch.empty(64 << 20)
 LOGPROB_SCALE_PER_WAKE = 1.25  # weights_perturbed, as the plugin's lm_head.mul_(1.25)
 ENGINE_DEATH_DELAY_S = 0.3  # engine_dies_on_sleep_during_decode: /sleep answers 200, then the core dies

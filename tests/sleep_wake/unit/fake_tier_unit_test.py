@@ -17,7 +17,7 @@ def _bzl_dict(path: str, name: str) -> dict:
     """The literal dict assigned to `name` in a .bzl file (Starlark literals are Python literals)."""
     with open(os.path.join(SUITE, path), encoding="utf-8") as f:
         text = f.read()
-    m = re.search(r"^" + name + r" = (\{\}|\{.*?^\})", text, re.DOTALL | re.MULTILINE)
+    m = re.search(r"^" + name + r" = (\{[^\n]*\}$|\{.*?^\})", text, re.DOTALL | re.MULTILINE)
     assert m, f"no top-level `{name} = {{...}}` in tests/sleep_wake/{path}: was it reformatted?"
     return ast.literal_eval(m.group(1))
 
