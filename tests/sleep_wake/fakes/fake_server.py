@@ -10,7 +10,9 @@ models NVML from the fake engine's pools.
 
 The module has the real one's public surface: VllmServer with the same signature, methods and
 attributes, and every other public name re-exported from tools.launcher.server unchanged
-(tests/sleep_wake/unit/fake_server_surface_unit_test.py fails when the two drift apart).
+(tests/sleep_wake/unit/fake_server_surface_unit_test.py fails when the two drift apart). VllmServer
+does not subclass the real one, although a few lines (url, __enter__) are the same: a method the real
+server gains must fail that test, not run the real server's GPU code on the fake.
 
 What start() shares with the real server: validate(config), resolve_model (a missing checkpoint is a
 ConfigError), build_env (the fake decides its runner from VLLM_USE_V2_MODEL_RUNNER, as vLLM does),
