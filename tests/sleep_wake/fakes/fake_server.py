@@ -88,7 +88,10 @@ class VllmServer:
         self._start(port)
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._fake is None
+        """True once the server has gone; the fake goes only when stopped (a dead engine keeps its
+        front end up, as vLLM's does)."""
+        fake = self._fake
+        return fake is None or fake.engine.stopping.wait(timeout)
 
     def pids(self) -> list[int]:
         return [os.getpid()] if self._fake else []  # the fake's threads live in this process
