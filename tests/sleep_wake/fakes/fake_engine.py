@@ -30,7 +30,6 @@ BLOCK_TOKENS = 16  # vLLM caches only full KV blocks: a prompt shorter than one 
 SLOW_WAKE_S = 0.3  # slow_wake: above the 0.25 s wake_s_max on its own (the plugin's 2 s would cost 50 s a run)
 LEAK_PER_WAKE = 64 * MiB  # leak_per_wake, as the plugin's torch.empty(64 << 20)
 LOGPROB_SCALE_PER_WAKE = 1.25  # weights_perturbed, as the plugin's lm_head.mul_(1.25)
-ENGINE_DEATH_DELAY_S = 0.3  # engine_dies_on_sleep_during_decode: /sleep answers 200, then the core dies
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 # The defects the fake can re-create. The first group carries the names of the mutant catalogue
@@ -46,7 +45,10 @@ DEFECTS = {
     "gauge_not_updated": "/sleep does not write the sleep-state gauge",
     "slow_wake": f"each wake of the executor takes {SLOW_WAKE_S:g} s longer (#45648)",
     "weights_perturbed": "each weights wake scales logprobs by 1.25; greedy tokens unchanged (#21336)",
-    "engine_dies_on_sleep_during_decode": "/sleep during decode answers 200, then the engine dies (#45520)",
+    "engine_dies_on_sleep_during_decode": (
+        "/sleep during decode answers 200 and the engine is dead (#45520). The plugin kills the core 0.3 s "
+        "after the sleep; the fake, whose requests are faster, kills it as the sleep returns, so that no "
+        "test can finish inside the delay and miss the death"),
     "wake_awake_tag_aborts": "waking an awake executor fails the call (#31618)",
     "abort_leaves_choices_running": (
         "sleep?mode=abort never reports the end of an n>1 request's child choices (#45326). vLLM's stream "
@@ -173,13 +175,8 @@ class FakeEngine:
                         self.weights_valid = False
             if "gauge_not_updated" not in self.defects:
                 self.gauge = metrics.gauge(0, level == 1, level == 2)
-            self.cond.notify_all()
-        if decoding and "engine_dies_on_sleep_during_decode" in self.defects:
-            threading.Timer(ENGINE_DEATH_DELAY_S, self.die).start()
-
-    def die(self) -> None:
-        with self.cond:
-            self.dead = True
+            if decoding and "engine_dies_on_sleep_during_decode" in self.defects:
+                self.dead = True  # the sleep itself succeeded: /sleep still answers 200
             self.cond.notify_all()
 
     def wake_up(self, tags) -> None:
