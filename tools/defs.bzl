@@ -78,6 +78,14 @@ def sleepwake_py_test(
 # Runfiles every GPU cell needs: the checkpoint it serves and the vLLM/GPU identity (a cache-key input).
 GPU_CELL_DATA = [_MODEL, _MODEL_CONFIG, _GPU_IDENTITY]
 
+# The fake tier's server module (tests/sleep_wake/conftest.py SLEEPWAKE_SERVER_MODULE) and what it
+# needs: the few-MB checkpoint, whose tensor bytes become the fake's weights pool, and the fake itself.
+FAKE_SERVER_MODULE = "tests.sleep_wake.fakes.fake_server"
+_TINY_MODEL = "//tools/model:synthetic_qwen3_tiny"
+_TINY_MODEL_CONFIG = "//tools/model:synthetic_qwen3_tiny/config.json"
+FAKE_CELL_DATA = [_TINY_MODEL, _TINY_MODEL_CONFIG]
+FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
+
 def gpu_cell_env(runner, mode):
     """The environment that configures a GPU cell (tests/sleep_wake/cells.py and ServerConfig.from_env)."""
     return {
@@ -86,6 +94,18 @@ def gpu_cell_env(runner, mode):
         "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
         "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
     }
+
+def fake_cell_env(runner, mode, vllm_version = None):
+    """A cell's environment with the fake server (fake_server.py) in place of vLLM's."""
+    env = {
+        "SLEEPWAKE_RUNNER": runner,
+        "SLEEPWAKE_EXECUTION_MODE": mode,
+        "SLEEPWAKE_MODEL": "$(rootpath %s)" % _TINY_MODEL_CONFIG,
+        "SLEEPWAKE_SERVER_MODULE": FAKE_SERVER_MODULE,
+    }
+    if vllm_version:
+        env["SLEEPWAKE_FAKE_VLLM_VERSION"] = vllm_version
+    return env
 
 def cell_name(test_class, runner, mode):
     """The one naming pattern of matrix cells: <class>_<runner>_<mode>, e.g. scheduler_gate_mrv1_eager."""
@@ -143,3 +163,43 @@ def sleep_wake_matrix(
         for suite, cells in group.items():
             native.test_suite(name = suite, tests = [":" + c for c in cells])
     native.test_suite(name = name, tests = [":" + m for m in modes])
+
+def sleep_wake_fake_tier(name, classes, cells, deps):
+    """One CPU py_test per class x fake cell: the class's file run against the fake server.
+
+    A collection or import error fails the target like any failing test, so a class that stops
+    importing under the fake breaks CI.
+
+    Args:
+      name: the test_suite holding every target.
+      classes: dict of class short name -> test source file (classes.bzl).
+      cells: dict of class short name -> fake cells, each "<runner>_<mode>" or
+        "<runner>_<mode>_vllm<version>" (the fake then serves that release's response shapes).
+        Target names: <class>_fake_<cell>, e.g. flags_fake_mrv1_eager.
+      deps: libraries the test files import (the fixtures); the fakes are added.
+    """
+    tests = []
+    for test_class, class_cells in cells.items():
+        if test_class not in classes:
+            fail("fake tier: %s is not a class of the suite (%s)" % (test_class, classes.keys()))
+        for cell in class_cells:
+            parts = cell.split("_", 2)
+            if len(parts) < 2 or parts[0] not in RUNNERS or parts[1] not in EXECUTION_MODES:
+                fail("fake cell %s of %s: expected <runner>_<mode>[_vllm<version>]" % (cell, test_class))
+            version = None
+            if len(parts) == 3:
+                if not parts[2].startswith("vllm"):
+                    fail("fake cell %s of %s: the suffix must be vllm<version>" % (cell, test_class))
+                version = parts[2][len("vllm"):]
+            target = "%s_fake_%s" % (test_class, cell)
+            sleepwake_py_test(
+                name = target,
+                srcs = [classes[test_class]],
+                deps = deps + FAKE_CELL_DEPS,
+                data = FAKE_CELL_DATA,
+                env = fake_cell_env(parts[0], parts[1], version),
+                tags = ["fake", test_class],
+                size = "medium",
+            )
+            tests.append(":" + target)
+    native.test_suite(name = name, tests = tests)

@@ -23,6 +23,7 @@ from tools import testlogs  # noqa: E402
 ROW_FILE = "mutation_row.json"
 CONTROL = "none"
 DEFAULT_CATALOGUE = "tests/mutants/plugin/sleepwake_mutants"
+GPU_PREFIX, FAKE_PREFIX = "mutant_", "fake_mutant_"  # target names of tests/mutants/defs.bzl mutant_suite
 CELL_TEXT = {"killed": "killed", "survived": "survived", "other-failure": "other", "passed": "pass"}
 
 
@@ -31,10 +32,13 @@ def _row(target_dir):
     return None if text is None else json.loads(text)
 
 
-def load_rows(root):
-    """Rows of every target under root that wrote one, ordered by mutant name, the control last."""
+def load_rows(root, prefix=GPU_PREFIX):
+    """Rows of the targets under root named prefix* that wrote one, ordered by mutant name, the
+    control last. The prefix keeps the fake's re-creations (fake_mutant_*) out of vLLM's table."""
     rows = []
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if not name.startswith(prefix):
+            continue
         row = _row(os.path.join(root, name))
         if row is not None:
             rows.append(row)
@@ -97,6 +101,9 @@ def main(argv):
     parser.add_argument("--out", help="also write the table to this file")
     parser.add_argument("--catalogue", default=DEFAULT_CATALOGUE,
                         help="the plugin package whose MUTANTS must all have a row; '' not to check")
+    parser.add_argument("--fake", action="store_true",
+                        help="tabulate the fake server's re-creations (fake_mutant_* targets, "
+                             "//tests/mutants:fake_mutants) instead of the vLLM mutants (mutant_*)")
     args = parser.parse_args(argv[1:])
     expected = None
     if args.catalogue and os.path.isfile(os.path.join(args.catalogue, "__init__.py")):
@@ -104,7 +111,7 @@ def main(argv):
     elif args.catalogue:
         print(f"note: no catalogue at {args.catalogue} (run from the workspace root): mutants that "
               "wrote no row are not detected", file=sys.stderr)
-    rows = load_rows(args.root)
+    rows = load_rows(args.root, FAKE_PREFIX if args.fake else GPU_PREFIX)
     if not rows:
         print(f"no {ROW_FILE} under {args.root}/*/test.outputs: run the mutants first "
               "(tools/run_matrix.sh //tests/mutants:mutants) or pass the testlogs dir that holds them")

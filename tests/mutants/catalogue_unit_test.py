@@ -17,10 +17,10 @@ def _read(path):
 
 
 def _argument(build_text, name):
-    """The text of `name = {...}` or `name = [...]` in a BUILD file (a macro argument)."""
-    m = re.search(r"\n(\s*)" + name + r" = [\[{](.*?)\n\1[\]}],", build_text, re.DOTALL)
-    assert m, f"no `{name} = ...` argument found; was the BUILD file reformatted?"
-    return m.group(2)
+    """The text of `name = {...}` or `name = [...]` in a BUILD file (a top-level assignment)."""
+    m = re.search(r"\n" + name + r" = [\[{](.*?)\n[\]}]\n", build_text, re.DOTALL)
+    assert m, f"no top-level `{name} = ...` found; was the BUILD file reformatted?"
+    return m.group(1)
 
 
 def _dict_of_lists(text):
@@ -36,7 +36,7 @@ MATRIX_BUILD = _read("tests/sleep_wake/BUILD.bazel")
 
 
 def test_build_lists_exactly_the_catalogue():
-    build = {k: sorted(v) for k, v in _dict_of_lists(_argument(MUTANTS_BUILD, "mutants")).items()}
+    build = {k: sorted(v) for k, v in _dict_of_lists(_argument(MUTANTS_BUILD, "MUTANT_KILLS")).items()}
     catalogue = {name: sorted(m.kills) for name, m in sleepwake_mutants.MUTANTS.items()}
     only_build, only_catalogue = sorted(set(build) - set(catalogue)), sorted(set(catalogue) - set(build))
     assert not only_build and not only_catalogue, (

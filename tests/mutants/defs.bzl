@@ -5,7 +5,16 @@ subprocess against vLLM servers that load the sleepwake_mutants plugin, and pass
 listed class failed for the catalogued reason (the control: if every test passed).
 """
 
-load("//tools:defs.bzl", "GPU_CELL_DATA", "GPU_TAGS", "gpu_cell_env", "sleepwake_py_test")
+load(
+    "//tools:defs.bzl",
+    "FAKE_CELL_DATA",
+    "FAKE_CELL_DEPS",
+    "GPU_CELL_DATA",
+    "GPU_TAGS",
+    "fake_cell_env",
+    "gpu_cell_env",
+    "sleepwake_py_test",
+)
 
 _CLASS_PACKAGE = "//tests/sleep_wake:"
 # What mutant_test.py imports: the suite's fixtures, the harness (site_dir, verdict) and the plugin.
@@ -16,26 +25,41 @@ _DEPS = ["//tests/sleep_wake:fixtures", "//tests/mutants:harness"]
 _RUNNER = "mrv2"
 _MODE = "eager"
 
-def _mutant_target(name, mutant, classes, class_files):
+def _mutant_target(name, mutant, classes, class_files, fake):
     unknown = [c for c in classes if c not in class_files]
     if unknown:
         fail("mutant %s: classes %s are not in class_files (%s)" % (mutant, unknown, class_files.keys()))
     if not classes:
         fail("mutant %s: no classes; list the classes expected to kill it" % mutant)
     files = [_CLASS_PACKAGE + class_files[c] for c in classes]
+    env = dict(
+        SLEEPWAKE_MUTANT_UNDER_TEST = mutant,
+        SLEEPWAKE_MUTANT_CLASSES = ",".join(classes),
+        SLEEPWAKE_MUTANT_CLASS_FILES = ",".join(
+            ["%s=$(rootpath %s)" % (c, f) for c, f in zip(classes, files)],
+        ),
+    )
+    if fake:
+        # The fake server re-creates the mutant (tests/sleep_wake/fakes/fake_engine.py DEFECTS) and
+        # logs the plugin's activation line, so the same harness judges it on a CPU in seconds.
+        env.update(fake_cell_env(_RUNNER, _MODE))
+        sleepwake_py_test(
+            name = name,
+            srcs = ["mutant_test.py"],
+            deps = _DEPS + FAKE_CELL_DEPS,
+            data = files + FAKE_CELL_DATA,
+            env = env,
+            tags = ["mutant", "fake", _RUNNER, _MODE],
+            size = "medium",
+        )
+        return
+    env.update(gpu_cell_env(_RUNNER, _MODE))
     sleepwake_py_test(
         name = name,
         srcs = ["mutant_test.py"],
         deps = _DEPS,
         data = files + GPU_CELL_DATA,
-        env = dict(
-            gpu_cell_env(_RUNNER, _MODE),
-            SLEEPWAKE_MUTANT_UNDER_TEST = mutant,
-            SLEEPWAKE_MUTANT_CLASSES = ",".join(classes),
-            SLEEPWAKE_MUTANT_CLASS_FILES = ",".join(
-                ["%s=$(rootpath %s)" % (c, f) for c, f in zip(classes, files)],
-            ),
-        ),
+        env = env,
         tags = GPU_TAGS + ["mutant", _RUNNER, _MODE],
         size = "large",
         # One vLLM server per class, started one after another in the same target: a matrix cell
@@ -43,8 +67,11 @@ def _mutant_target(name, mutant, classes, class_files):
         timeout = "long" if len(classes) == 1 else "eternal",
     )
 
-def mutant_suite(name, mutants, control_classes, class_files):
+def mutant_suite(name, mutants, control_classes, class_files, fake = False):
     """mutant_<name> per mutant, mutant_control_<class> per control class, and a test_suite `name`.
+
+    With fake = True the targets (fake_mutant_<name>, fake_mutant_control_<class>) run on a CPU
+    against the fake server instead of vLLM.
 
     Args:
       name: the test_suite of every generated target.
@@ -54,16 +81,17 @@ def mutant_suite(name, mutants, control_classes, class_files):
         target each; all must pass.
       class_files: class short name -> its file in //tests/sleep_wake (as in sleep_wake_matrix).
     """
+    prefix = "fake_mutant_" if fake else "mutant_"
     tests = []
     for mutant, classes in mutants.items():
         if mutant == "none":
             fail("'none' is the control's name; pass its classes as control_classes")
-        _mutant_target("mutant_" + mutant, mutant, classes, class_files)
-        tests.append(":mutant_" + mutant)
+        _mutant_target(prefix + mutant, mutant, classes, class_files, fake)
+        tests.append(":" + prefix + mutant)
     # One control per class, so the control's servers start in parallel like the mutants' do.
     for test_class in control_classes:
-        _mutant_target("mutant_control_" + test_class, "none", [test_class], class_files)
-        tests.append(":mutant_control_" + test_class)
+        _mutant_target(prefix + "control_" + test_class, "none", [test_class], class_files, fake)
+        tests.append(":" + prefix + "control_" + test_class)
 
     # Explicit lists, as in sleep_wake_matrix: a test_suite's own tag filtering would drop targets.
     native.test_suite(name = name, tests = tests)

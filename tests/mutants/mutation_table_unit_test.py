@@ -81,3 +81,12 @@ def test_a_catalogued_mutant_without_a_row_is_not_killed(tmp_path, capsys):
     _write(tmp_path / "logs", "mutant_a", _row("a", {"flags": "killed"}))
     assert mutation_table.main(["x", str(tmp_path / "logs"), "--catalogue", str(package)]) == 1
     assert "every mutant killed: no (1/2; no row (did not run): b)" in capsys.readouterr().out
+
+
+def test_the_fakes_rows_are_tabulated_apart(tmp_path, capsys):
+    _write(tmp_path, "mutant_a", _row("a", {"flags": "survived"}, passed=False))
+    _write(tmp_path, "fake_mutant_a", _row("a", {"flags": "killed"}))
+    assert mutation_table.main(["x", str(tmp_path), "--catalogue", "", "--fake"]) == 0
+    assert "| a | #1 | MRV2-eager | killed | killed |" in capsys.readouterr().out
+    assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
+    assert "| a | #1 | MRV2-eager | survived | NOT KILLED |" in capsys.readouterr().out

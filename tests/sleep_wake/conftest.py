@@ -1,15 +1,18 @@
 """Fixtures of the sleep/wake suite: the matrix cell, one vLLM server per test class, its golden output.
 
 The launcher is imported inside the fixtures, so the CPU unit tests in this package never need it.
+The server class comes from the module named by SLEEPWAKE_SERVER_MODULE (default tools.launcher.server):
+the fake tier names tests.sleep_wake.fakes.fake_server there, which has the same public surface.
 """
 
+import importlib
 import os
 import re
 import time
 
 import pytest
 
-from tests.sleep_wake.lib import cells, measure, metrics, thresholds
+from tests.sleep_wake.lib import cells, measure, metrics, releases, thresholds
 from tests.sleep_wake.lib.client import SleepWakeClient
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
@@ -50,7 +53,7 @@ def _log_dir(name: str) -> str:
 
 
 def _identity() -> str | None:
-    """The vLLM build / GPU description the matrix passes as a runfile (informational)."""
+    """The vLLM build / GPU description the matrix passes as a runfile (a cache-key input)."""
     path = os.environ.get("SLEEPWAKE_VLLM_IDENTITY")
     if not path or not os.path.exists(path):
         return None
@@ -58,11 +61,26 @@ def _identity() -> str | None:
         return f.read().strip()
 
 
+SERVER_MODULE_ENV = "SLEEPWAKE_SERVER_MODULE"
+DEFAULT_SERVER_MODULE = "tools.launcher.server"
+
+
+def _server_class():
+    """VllmServer of the module SLEEPWAKE_SERVER_MODULE names: the one seam between the suite and
+    the server it runs against."""
+    name = os.environ.get(SERVER_MODULE_ENV) or DEFAULT_SERVER_MODULE
+    try:
+        return importlib.import_module(name).VllmServer
+    except (ImportError, AttributeError) as e:
+        pytest.fail(f"{SERVER_MODULE_ENV}={name!r} does not provide VllmServer ({e}); leave it unset for "
+                    f"{DEFAULT_SERVER_MODULE} or name a module with the same surface", pytrace=False)
+
+
 def _start_server(name: str, cell, recorder, nodeid: str):
     """A started VllmServer context (caller exits it) with its start-up time recorded."""
     from tools.launcher.config import ServerConfig
-    from tools.launcher.server import VllmServer
 
+    VllmServer = _server_class()
     config = ServerConfig.from_env(_log_dir(name))
     if (config.runner, config.execution_mode) != (cell.runner, cell.mode):
         pytest.fail(f"ServerConfig.from_env built runner={config.runner} mode={config.execution_mode} "
@@ -70,9 +88,17 @@ def _start_server(name: str, cell, recorder, nodeid: str):
     context = VllmServer(config, lease=True)
     start = time.monotonic()
     server = context.__enter__()
+    seconds = time.monotonic() - start
+    identity = _identity()
+    try:
+        served = SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max")).version()
+        releases.check_served(served, identity)
+    except BaseException:
+        context.__exit__(None, None, None)
+        raise
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
-    recorder.record(nodeid, "server_start_s", time.monotonic() - start, "s", url=server.url,
-                    command=list(server.command), log=server.log_path, vllm_identity=_identity())
+    recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command),
+                    log=server.log_path, vllm_identity=identity, vllm_version=served)
     return context, server
 
 

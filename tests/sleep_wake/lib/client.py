@@ -2,6 +2,12 @@
 
 Every call carries a bounded timeout: a hung server fails the test instead of hanging it (#45326).
 Plain `requests.request` per call (no shared Session) so the client is safe to use from threads.
+
+The client reads behaviour, not one release's response shapes (0.24.0, 0.25.0 and 0.26.0 are
+supported; tests/sleep_wake/unit/release_responses.py has each one's bodies): a 2xx answer with an
+empty body where a release reports nothing is accepted, keys a release adds are ignored, and an
+absent usage field reads None, never 0. What the suite needs stays an error whatever the release: a
+non-2xx status, success=false, a non-bool is_sleeping, a missing sleep gauge or token_ids.
 """
 
 import contextlib
@@ -65,6 +71,7 @@ class SleepWakeClient:
         self.timeout_s = timeout_s
         self._memory_phase = memory_phase or (lambda exclusive: contextlib.nullcontext())
         self._holding = False
+        self._version = None
 
     @contextlib.contextmanager
     def sleep_window(self):
@@ -99,12 +106,25 @@ class SleepWakeClient:
         return resp
 
     def _json(self, method: str, path: str, **kw) -> dict:
+        body = self._json_or_empty(method, path, **kw)
+        if body is None:
+            raise ServerResponseError(f"{method} {path}: empty body where a JSON object was expected")
+        return body
+
+    def _json_or_empty(self, method: str, path: str, **kw) -> dict | None:
+        """The JSON object of a 2xx answer, or None for an empty one (a release that reports nothing)."""
         resp = self._ok(method, path, **kw)
+        if not resp.content.strip():
+            return None
         try:
-            return resp.json()
+            body = resp.json()
         except ValueError:
             raise ServerResponseError(f"{method} {path}: body is not JSON: {resp.text[:500]!r}",
                                       resp.status_code, resp.text) from None
+        if not isinstance(body, dict):
+            raise ServerResponseError(f"{method} {path}: expected a JSON object, got {resp.text[:500]!r}",
+                                      resp.status_code, resp.text)
+        return body
 
     # --- sleep API ---------------------------------------------------------------------------
     def sleep(self, level: int | str = 1, mode: str | None = None, check: bool = True) -> requests.Response:
@@ -141,9 +161,10 @@ class SleepWakeClient:
         return int(body["server_load"])
 
     def reload_weights(self) -> dict:
+        """{"results": [one per worker]}; {} when the server answers an empty 200 (every release does
+        when collective_rpc returns None)."""
         with self._phase(False):
-            resp = self._ok("POST", "/collective_rpc", json={"method": "reload_weights"})
-        return resp.json() if resp.content else {}
+            return self._json_or_empty("POST", "/collective_rpc", json={"method": "reload_weights"}) or {}
 
     def recover_from_level2(self) -> None:
         """vLLM's documented level-2 recovery: wake weights, reload them from the checkpoint, wake
@@ -152,12 +173,32 @@ class SleepWakeClient:
         self.reload_weights()
         self.wake_up(["kv_cache"])
 
-    def reset_prefix_cache(self) -> None:
-        body = self._json("POST", "/reset_prefix_cache")
-        if body.get("success") is False:
+    def reset_prefix_cache(self) -> bool | None:
+        """True when the server reports the reset done; None when it reports nothing (an empty 200:
+        vLLM before 0.26.0 drops the engine's result). success=false raises."""
+        body = self._json_or_empty("POST", "/reset_prefix_cache")
+        if body is None:
+            return None
+        success = body.get("success")
+        if success is False:
             raise ServerResponseError(
                 "/reset_prefix_cache answered success=false: blocks are still held by running "
                 "requests; call it only when no request is in flight")
+        if success is not True:
+            raise ServerResponseError(f"/reset_prefix_cache: expected {{\"success\": bool}} or an empty "
+                                      f"body, got {body!r}")
+        return True
+
+    def version(self) -> str:
+        """The vLLM release the server runs (GET /version, {"version": "0.26.0"} in every supported
+        release); read once per client, since a server does not change its release."""
+        if self._version is None:
+            body = self._json("GET", "/version")
+            value = body.get("version")
+            if not isinstance(value, str) or not value:
+                raise ServerResponseError(f"/version: expected a string 'version', got {body!r}")
+            self._version = value
+        return self._version
 
     def health(self) -> bool:
         """True on HTTP 200; False when the server answers otherwise or cannot be reached."""
@@ -240,7 +281,10 @@ def _consume_sse_line(line: str, result: StreamResult) -> bool:
         while i >= len(result.token_ids):
             result.token_ids.append([])
             result.finish_reasons.append(None)
-        ids = choice.get("token_ids") or []
+        ids = choice.get("token_ids")
+        if ids is None:  # counting text instead would misjudge how far a request got
+            result.error = f"stream chunk without token_ids (was return_token_ids sent?): {choice!r}"
+            return False
         result.token_ids[i].extend(ids)
         result.num_tokens += len(ids)
         if choice.get("finish_reason") is not None:

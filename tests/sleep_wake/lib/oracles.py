@@ -22,19 +22,19 @@ def expect_awake(client, *, step: str, issue: str) -> None:
     expect_state(client, sleeping=False, gauge=metrics.GAUGE_AWAKE, step=step, issue=issue)
 
 
-def expect_partially_asleep(client, *, step: str, issue: str) -> None:
-    """After a wake_up that leaves a tag asleep: /is_sleeping true (contract, #44483) and the gauge as
-    pinned by the known divergence gauge_awake_while_partially_asleep (fails if vLLM changes it)."""
-    d = thresholds.divergence("gauge_awake_while_partially_asleep")
+def expect_partially_asleep(client, *, step: str, issue: str, level: int = 1) -> None:
+    """After a wake_up that leaves a tag of a level-`level` sleep asleep: /is_sleeping true (contract,
+    #44483) and the gauge the known divergence gauge_awake_while_partially_asleep pins for the
+    server's vLLM release (fails when a release changes it)."""
+    pin = thresholds.divergence("gauge_awake_while_partially_asleep", client.version())
+    want = pin.expected[level]
     seen = client.state()
     if not seen.is_sleeping:
         raise AssertionError(f"[{issue}] after {step}: expected is_sleeping=True while a tag is still "
                              f"asleep (#44483), seen False (gauge {_fmt(seen.gauge)})")
-    if seen.gauge != d.observed:
+    if seen.gauge != want:
         raise AssertionError(
-            f"[{issue}] after {step}: expected gauge {_fmt(d.observed)} per known divergence {d.name} "
-            f"(vLLM {d.vllm_version}: {d.reason}), seen {_fmt(seen.gauge)}. If vLLM changed this on "
-            f"purpose, update thresholds.KNOWN_DIVERGENCES (documented: {d.documented}).")
+            f"[{issue}] after {step}: expected gauge {_fmt(want)} {pin.describe()}; seen {_fmt(seen.gauge)}")
 
 
 def _fmt(gauge: dict) -> str:

@@ -16,7 +16,7 @@ from measurement (e.g. graph-mode wake is known to be slower, #45648, but by how
 
 import dataclasses
 
-from tests.sleep_wake.lib import metrics
+from tests.sleep_wake.lib import metrics, releases
 from tests.sleep_wake.lib.cells import EXECUTION_MODES, RUNNERS
 
 CONTRACT = "contract"
@@ -129,46 +129,100 @@ def get(name: str, cell_id: str | None = None) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class KnownDivergence:
-    """A behaviour of the pinned vLLM that differs from what the API documents, pinned by a test.
+    """A behaviour of some vLLM releases that differs from what the API documents, pinned by a test.
 
-    The test asserts `observed`; if vLLM starts giving `documented` (fixed) or anything else, the test
-    fails so the entry is revisited rather than silently drifting.
+    On a release in `versions` the pinning test asserts `observed`; on any other supported release it
+    asserts `documented`. Either way a change fails the test, so the entry is revisited (a fix: drop
+    the release from `versions`) rather than silently drifting. `observed` and `documented` are values
+    the test compares with, keyed the same way (e.g. by sleep level).
     """
     name: str
     documented: object
     observed: object
-    vllm_version: str
-    reason: str
+    versions: tuple
+    reason: str  # where each listed release does it: source lines, or the measurement
+
+
+class UnsupportedVersionError(ValueError):
+    """The server runs a vLLM release KNOWN_DIVERGENCES was not checked against."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pin:
+    """A divergence entry looked up for the running release: what the pinning test must see."""
+    entry: KnownDivergence
+    version: str
+
+    @property
+    def applies(self) -> bool:
+        return self.version in self.entry.versions
+
+    @property
+    def expected(self):
+        return self.entry.observed if self.applies else self.entry.documented
+
+    def describe(self) -> str:
+        e = self.entry
+        if self.applies:
+            return (f"per known divergence {e.name} of vLLM {self.version} ({e.reason}). If vLLM now "
+                    f"behaves as documented, drop {self.version} from the entry's versions in "
+                    "thresholds.KNOWN_DIVERGENCES")
+        return (f"as documented: vLLM {self.version} is not among the releases with known divergence "
+                f"{e.name} ({', '.join(e.versions)}); if it diverges too, list it there with the reason")
 
 
 KNOWN_DIVERGENCES = {d.name: d for d in [
     KnownDivergence(
         name="gauge_awake_while_partially_asleep",
-        documented="the sleep level's gauge (e.g. weights_offloaded=1) while /is_sleeping is true",
-        observed=metrics.GAUGE_AWAKE,
-        vllm_version="0.26.0",
-        reason=("vllm/v1/engine/async_llm.py:943 AsyncLLM.wake_up calls "
+        documented={1: metrics.GAUGE_LEVEL1, 2: metrics.GAUGE_LEVEL2},  # by the level slept at
+        observed={1: metrics.GAUGE_AWAKE, 2: metrics.GAUGE_AWAKE},
+        versions=("0.24.0", "0.25.0", "0.26.0"),
+        reason=("vllm/v1/engine/async_llm.py:943 (0.24.0, 0.25.0 and 0.26.0 alike) AsyncLLM.wake_up calls "
                 "logger_manager.record_sleep_state(0, 0) after every wake_up, partial or not (and also "
                 "when the executor ignored an unknown tag), so vllm:engine_sleep_state reads awake "
-                "(1,0,0) while /is_sleeping stays true until every tag is resident (core.py:898-918)"),
+                "(1,0,0) while /is_sleeping stays true until every tag is resident (core.py wake_up/"
+                "is_sleeping: 0.26.0 lines 898-918, 0.24.0/0.25.0 lines 799-819); seen on the H200 "
+                "with 0.26.0"),
     ),
     KnownDivergence(
         name="sleep_level_out_of_range_accepted",
-        documented="an error status for a level outside 0..2, state unchanged",
+        documented={"status": 400, "is_sleeping": False, "gauge": metrics.GAUGE_AWAKE,
+                    "weights_discarded": False},
         observed={"status": 200, "is_sleeping": True, "gauge": metrics.GAUGE_LEVEL0,
                   "weights_discarded": True},
-        vllm_version="0.26.0",
-        reason=("seen on the H200 (probe, 2026-11-29): /sleep?level=3 answers 200; the router only does "
-                "int(level) and device_allocator/sleep_mode_backend.py offloads weights only for "
-                "level == 1, so level 3 discards weights like level 2 while the gauge reads (0,0,0) "
-                "(loggers.py record_sleep_state knows levels 1 and 2 only); a plain wake then serves "
+        versions=("0.24.0", "0.25.0", "0.26.0"),
+        reason=("seen on the H200 with 0.26.0 (probe, 2026-11-29): /sleep?level=3 answers 200; the router "
+                "only does int(level) (serve/dev/sleep/api_router.py:26 in all three releases) and only "
+                "level == 1 offloads the weights (0.24.0 v1/worker/gpu_worker.py:176, 0.25.0/0.26.0 "
+                "device_allocator/sleep_mode_backend.py:125), so level 3 discards them like level 2 "
+                "while the gauge reads (0,0,0) (v1/metrics/loggers.py record_sleep_state knows levels 1 "
+                "and 2 only: 0.24.0/0.25.0 line 1231, 0.26.0 line 1268); a plain wake then serves "
                 "garbage until reload_weights"),
+    ),
+    KnownDivergence(
+        name="reset_prefix_cache_result_unreported",
+        documented=True,  # {"success": true} from an idle server
+        observed=None,  # an empty 200: the client cannot tell whether the reset happened
+        versions=("0.24.0", "0.25.0"),
+        reason=("0.24.0 and 0.25.0: serve/dev/cache/api_router.py:43 returns Response(status_code=200) "
+                "and drops the engine's bool (\"we currently do not check if the prefix cache is "
+                "successfully reset in the API server\"); 0.26.0 returns {\"success\": bool} (line 44), "
+                "false while running requests hold blocks"),
     ),
 ]}
 
 
-def divergence(name: str) -> KnownDivergence:
+def divergence(name: str, version: str) -> Pin:
+    """The entry `name` looked up for the vLLM release `version` (the server's GET /version)."""
     try:
-        return KNOWN_DIVERGENCES[name]
+        entry = KNOWN_DIVERGENCES[name]
     except KeyError:
         raise KeyError(f"no known divergence {name!r}; known: {sorted(KNOWN_DIVERGENCES)}") from None
+    public = releases.public(version)
+    if public not in releases.SUPPORTED:
+        raise UnsupportedVersionError(
+            f"the server runs vLLM {version!r}, which the known divergences were not checked against "
+            f"(supported: {', '.join(releases.SUPPORTED)}). Read its source for each entry of "
+            "thresholds.KNOWN_DIVERGENCES, list the release where it diverges, then add it to "
+            "releases.SUPPORTED.")
+    return Pin(entry, public)

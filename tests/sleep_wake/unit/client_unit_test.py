@@ -1,4 +1,4 @@
-"""SleepWakeClient against FakeVllm, a local HTTP server with vLLM 0.26.0's sleep semantics."""
+"""SleepWakeClient against FakeVllm, a local HTTP server with vLLM's sleep semantics (0.26.0's shapes)."""
 
 import concurrent.futures
 import socket
@@ -65,7 +65,11 @@ def test_completion_request_and_parse(client, fake):
     assert len(c.logprobs[0]) == GOLDEN_MAX_TOKENS and c.finish_reasons == ["length"]
     assert c.cached_tokens == 0
     again = client.complete(PROMPTS[0])
-    assert again.token_ids == c.token_ids and again.logprobs is None and again.cached_tokens > 0
+    # Shorter than one KV block: never served from the prefix cache.
+    assert again.token_ids == c.token_ids and again.logprobs is None and again.cached_tokens == 0
+    long_prompt = " ".join(PROMPTS)
+    assert client.complete(long_prompt).cached_tokens == 0
+    assert client.complete(long_prompt).cached_tokens == 32  # its two full 16-token blocks
 
 
 def test_completion_extra_and_sampling(client, fake):
@@ -110,7 +114,7 @@ def test_load_reload_reset_health(client, fake):
     assert client.reload_weights() == {"results": [None]}
     assert last(fake, "/collective_rpc")["body"] == {"method": "reload_weights"}
     client.wake_up(["kv_cache"])
-    client.reset_prefix_cache()
+    assert client.reset_prefix_cache() is True
     assert client.health()
 
 
@@ -143,10 +147,10 @@ def test_raw_passes_through(client):
 
 
 def test_stream_aborted_by_sleep_reports_abort(fake, client):
-    fake.token_delay_s = 0.01
+    fake.engine.token_delay_s = 0.01
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         stream = pool.submit(client.complete_stream, PROMPTS[0], max_tokens=500)
-        measure.wait_until(lambda: fake.generated_tokens > 0, 5, what="decode to start")
+        measure.wait_until(lambda: fake.engine.generated_tokens > 0, 5, what="decode to start")
         client.sleep(level=1)
         result = stream.result(timeout=10)
     assert result.error is None and result.finish_reasons == ["abort"]

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.sleep_wake.lib import metrics, thresholds
+from tests.sleep_wake.lib import metrics, releases, thresholds
 
 
 @pytest.mark.parametrize("t", list(thresholds.TABLE.values()), ids=lambda t: t.name)
@@ -62,8 +62,54 @@ def test_unknown_name_lists_known():
 
 
 def test_known_divergence_pins_source_line():
-    d = thresholds.divergence("gauge_awake_while_partially_asleep")
-    assert d.observed == metrics.GAUGE_AWAKE
-    assert "async_llm.py" in d.reason and d.vllm_version == "0.26.0"
-    with pytest.raises(KeyError):
-        thresholds.divergence("nope")
+    pin = thresholds.divergence("gauge_awake_while_partially_asleep", "0.26.0")
+    assert pin.applies and pin.expected == {1: metrics.GAUGE_AWAKE, 2: metrics.GAUGE_AWAKE}
+    assert "async_llm.py:943" in pin.entry.reason and "0.26.0" in pin.describe()
+    with pytest.raises(KeyError, match="gauge_awake_while_partially_asleep"):
+        thresholds.divergence("nope", "0.26.0")
+
+
+@pytest.mark.parametrize("d", list(thresholds.KNOWN_DIVERGENCES.values()), ids=lambda d: d.name)
+def test_every_divergence_is_complete(d):
+    assert d.versions and set(d.versions) <= set(releases.SUPPORTED), (
+        f"{d.name}: versions {d.versions} must be supported releases {releases.SUPPORTED}")
+    # A pin that expects the same either way could never show a fix.
+    assert d.observed != d.documented, f"{d.name}: observed and documented must differ"
+    assert all(v in d.reason for v in d.versions), f"{d.name}: the reason must cite each listed release"
+
+
+def test_lookup_is_by_release():
+    pin = thresholds.divergence("reset_prefix_cache_result_unreported", "0.25.0")
+    assert pin.applies and pin.expected is None
+    pin = thresholds.divergence("reset_prefix_cache_result_unreported", "0.26.0+cu129")
+    assert not pin.applies and pin.expected is True and pin.version == "0.26.0"
+    assert "as documented" in pin.describe()
+
+
+@pytest.mark.parametrize("version", ["0.23.0", "0.27.0", "dev", "0.26.0rc1"])
+def test_an_unsupported_release_is_refused(version):
+    with pytest.raises(thresholds.UnsupportedVersionError, match="not checked against"):
+        thresholds.divergence("gauge_awake_while_partially_asleep", version)
+
+
+_PINNED = re.compile(r'thresholds\.divergence\(\s*"([a-z0-9_]+)"')
+
+
+def test_every_divergence_is_pinned_by_a_test():
+    suite = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = glob.glob(os.path.join(suite, "test_*.py")) + glob.glob(os.path.join(suite, "lib", "*.py"))
+    pinned = {name for f in files for name in _PINNED.findall(open(f).read())}
+    unpinned = sorted(set(thresholds.KNOWN_DIVERGENCES) - pinned)
+    assert not unpinned, f"known divergences no test class or oracle looks up: {unpinned}"
+    unknown = sorted(pinned - set(thresholds.KNOWN_DIVERGENCES))
+    assert not unknown, f"tests look up divergences that thresholds.KNOWN_DIVERGENCES lacks: {unknown}"
+
+
+def test_identity_release_must_match_the_served_one():
+    identity = "python: 3.11.2 /usr/bin/python3\nvllm: 0.26.0 record-sha256=ab12\ntorch: 2.9.0 record-sha256=cd"
+    assert releases.from_identity(identity) == "0.26.0"
+    releases.check_served("0.26.0+cu129", identity)
+    releases.check_served("0.25.0", "vllm: not installed\n")  # names no release: nothing to compare
+    releases.check_served("0.25.0", None)
+    with pytest.raises(releases.ReleaseMismatchError, match="reports vLLM 0.25.0 but .* names vLLM 0.26.0"):
+        releases.check_served("0.25.0", identity)
