@@ -100,7 +100,9 @@ def _judge(cell: Cell, invocation: reading.Invocation | None) -> None:
     if cell.failures:
         cell.state = FAILED
     elif not any(c.outcome in RAN for c in cell.cases):
-        cell.state, cell.note = NO_CASES, "no test case ran (zero cases, or a filter or shard that selected none)"
+        reasons = [r for d in cell.dirs for r in reading.skip_reasons(os.path.join(d, "test.xml"))]
+        cell.state = NO_CASES
+        cell.note = "; ".join(reasons) or "no test case ran (zero cases, or a filter or shard that selected none)"
     else:
         cell.state = PASSED
 

@@ -13,6 +13,7 @@ import json
 import os
 import urllib.parse
 import urllib.request
+import xml.etree.ElementTree as ElementTree
 import zipfile
 
 from tests.mutants import verdict
@@ -54,6 +55,16 @@ def junit_cases(xml_path: str) -> list[verdict.Case]:
         return verdict.parse_junit(xml_path)
     except Exception as e:  # ElementTree.ParseError, or an OSError for an unreadable file
         raise ValueError(f"{os.path.basename(xml_path)} is not readable JUnit XML ({e})") from None
+
+
+def skip_reasons(xml_path: str) -> list[str]:
+    """The messages of the skipped cases (pytest_main's one case for a filter or shard that selected
+    nothing says why); [] when the file cannot be parsed (junit_cases says so)."""
+    try:
+        root = ElementTree.parse(xml_path).getroot()
+    except (ElementTree.ParseError, OSError):
+        return []
+    return [s.get("message", "") for s in root.iter("skipped") if s.get("message")]
 
 
 def measurements(result_dir: str) -> tuple[list[dict], int]:

@@ -19,7 +19,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:20px 28px;color:#222;max-width:13
 h1{font-size:22px;margin:0 0 6px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 h3{font-size:15px;margin:16px 0 6px} code,pre{font:12px/1.35 ui-monospace,monospace}
 pre{background:#f6f6f6;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-word;margin:4px 0}
-table.grid{border-collapse:collapse;table-layout:fixed;width:100%} .grid col.class{width:180px}
+table.grid{border-collapse:collapse;table-layout:fixed;width:100%} .grid col.class{width:215px}
 .grid th,.grid td{border:1px solid #ccc;padding:5px 7px;vertical-align:top}
 .grid td.cell{font-size:12px;overflow-wrap:anywhere} .grid th.class{text-align:left;white-space:nowrap}
 td.passed{background:#e6f4e6} td.failed{background:#fbe3e3} td.not-run{background:#f2f2f2;color:#777}

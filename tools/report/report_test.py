@@ -27,7 +27,8 @@ STATES = {
     "memory_leak_cycle_mrv2_graph": model.FAILED,
     "latency_mrv2_graph": model.FAILED,
     "flags_mrv1_eager": model.FAILED,
-    "scheduler_gate_mrv1_graph": model.NO_CASES,
+    "scheduler_gate_mrv1_graph": model.NO_CASES,  # zero test cases
+    "abort_parallel_sampling_mrv2_graph": model.NO_CASES,  # pytest_main's skipped case: a filter selected none
     "concurrent_race_mrv1_eager": model.UNREADABLE,
     STALE: model.STALE,
 }
@@ -112,6 +113,12 @@ def test_grid_has_every_cell_in_its_state(run):
     cells = {a["data-cell"]: a["data-state"] for a in doc.all("td") if "data-cell" in a}
     assert len(cells) == 44  # 11 classes x 2 runners x 2 modes, from classes.bzl
     assert {c: s for c, s in cells.items() if s != model.NOT_RUN} == STATES
+
+
+def test_a_cell_that_ran_nothing_says_why(run):
+    _, page, _, _ = run
+    cell = re.search(r'<td [^>]*data-cell="abort_parallel_sampling_mrv2_graph".*?</td>', page, re.S).group(0)
+    assert "--test_filter 'TestSleepWakeFlags' matched no test in this target." in html.unescape(cell)
 
 
 def test_each_failed_cell_shows_its_failure_messages(run):
