@@ -1,0 +1,87 @@
+"""Writes the HTML report of a matrix run (and of the mutants, when they ran) from bazel-testlogs.
+
+  bazel run //tools/report -- [TESTLOGS] [--out FILE] [--bep FILE]
+  python3 -m tools.report [TESTLOGS] [--out FILE] [--bep FILE]      (from the workspace root)
+
+Relative paths are the workspace's (bazel run runs in the runfiles tree). Exits 0 once the page is
+written, whatever the tests' outcome: the page shows results, Bazel judges them.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from tools.report import model, render
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_OUT = "sleepwake-report.html"  # beside the testlogs dir
+BEP_FILE = ".bazel-bep.json"  # where .bazelrc has every bazel test write its build events
+
+
+class UsageError(Exception):
+    pass
+
+
+def workspace() -> str:
+    """The source tree: bazel run's BUILD_WORKSPACE_DIRECTORY, else the checkout holding this file."""
+    return os.environ.get("BUILD_WORKSPACE_DIRECTORY") or REPO_ROOT
+
+
+def resolve(path: str) -> str:
+    """A path as the user meant it: relative to the workspace under bazel run, else to the cwd."""
+    base = os.environ.get("BUILD_WORKSPACE_DIRECTORY") or os.getcwd()
+    return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
+
+
+def testlogs_root(path: str) -> str:
+    """The testlogs dir holding tests/sleep_wake (or tests/mutants); also accepted: that package dir."""
+    if not os.path.isdir(path):
+        raise UsageError(f"no directory {path}: run the matrix first (tools/run_matrix.sh) or pass the "
+                         "bazel-testlogs directory of a run")
+    for package in ("sleep_wake", "mutants"):
+        if os.path.basename(path) == package and os.path.basename(os.path.dirname(path)) == "tests":
+            return os.path.dirname(os.path.dirname(path))
+    if not any(os.path.isdir(os.path.join(path, "tests", p)) for p in ("sleep_wake", "mutants")):
+        raise UsageError(f"{path} holds no tests/sleep_wake or tests/mutants results: pass the "
+                         "bazel-testlogs directory of a matrix or mutant run")
+    return path
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="tools.report", description=__doc__.splitlines()[0])
+    parser.add_argument("testlogs", nargs="?", default=None,
+                        help="the bazel-testlogs directory of the run (default: the workspace's bazel-testlogs)")
+    parser.add_argument("--out", default=None,
+                        help=f"the page to write (default: {DEFAULT_OUT} beside the testlogs directory)")
+    parser.add_argument("--bep", default=None,
+                        help=f"build event file of the bazel test, to flag stale cells (default: the workspace's "
+                             f"{BEP_FILE}, if present)")
+    parser.add_argument("--no_bep", action="store_true", help="read no build events (stale cells not flagged)")
+    return parser.parse_args(argv[1:])
+
+
+def main(argv) -> int:
+    args = parse_args(argv)
+    ws = workspace()
+    try:
+        root = testlogs_root(resolve(args.testlogs) if args.testlogs else os.path.join(ws, "bazel-testlogs"))
+        out = resolve(args.out) if args.out else os.path.join(os.path.dirname(os.path.abspath(root)), DEFAULT_OUT)
+        bep = None if args.no_bep else resolve(args.bep) if args.bep else os.path.join(ws, BEP_FILE)
+        if args.bep and not os.path.isfile(bep):
+            raise UsageError(f"no build event file {bep}: pass the --build_event_json_file of the bazel test")
+        run = model.load_run(root, ws, bep)
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(render.page(run, os.path.dirname(out)))
+    except (UsageError, OSError) as e:
+        print(f"tools.report: {e}", file=sys.stderr)
+        return 1
+    states = ", ".join(f"{n} {s}" for s, n in sorted(run.states().items()))
+    print(f"report: {out} ({len(run.cells)} cells: {states}"
+          + ("; mutants" if run.mutation else "") + ")")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,172 @@
+"""The model of a run: every cell of the runner x mode x class grid with its state, cases, logs and
+measurements; the vLLM/GPU identities; the mutation table when mutants ran."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from tests.sleep_wake.lib import cells as cell_lib
+from tools import mutation_table
+from tools.report import reading
+
+PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
+# Flagged: the cell's result proves nothing about this run.
+NO_CASES, STALE, UNREADABLE = "no cases", "stale", "unreadable"
+FLAGGED = (NO_CASES, STALE, UNREADABLE)
+RAN = ("passed", "failed")  # outcomes of a case that ran; "skipped" did not
+
+
+@dataclasses.dataclass
+class Cell:
+    test_class: str
+    runner: str
+    mode: str
+    state: str = NOT_RUN
+    note: str = ""  # why a cell is flagged
+    dirs: list[str] = dataclasses.field(default_factory=list)  # one per shard, each with a test.xml
+    cases: list = dataclasses.field(default_factory=list)  # verdict.Case
+    logs: list[reading.OutputFile] = dataclasses.field(default_factory=list)
+    records: list[dict] = dataclasses.field(default_factory=list)
+    bad_lines: int = 0  # lines of measurements.jsonl that were not JSON
+
+    @property
+    def name(self) -> str:  # the Bazel target, as tools/defs.bzl cell_name() builds it
+        return f"{self.test_class}_{self.runner}_{self.mode}"
+
+    @property
+    def id(self) -> str:  # MRV1-eager, as tests record it
+        return cell_lib.cell_id(self.runner, self.mode)
+
+    @property
+    def failures(self) -> list:
+        return [c for c in self.cases if c.outcome == "failed"]
+
+    def count(self, outcome: str) -> int:
+        return sum(c.outcome == outcome for c in self.cases)
+
+
+@dataclasses.dataclass
+class Mutation:
+    table: str  # tools/mutation_table.py's markdown
+    ok: bool
+
+
+@dataclasses.dataclass
+class Run:
+    testlogs: str
+    classes: list[str]
+    columns: list[tuple[str, str]]  # (runner, mode)
+    cells: dict[tuple[str, str, str], Cell]  # (class, runner, mode)
+    invocation: str | None  # the bazel command of the build events; None: stale cells not told apart
+    identities: dict[str, list[str]]  # vllm_identity text -> the cells that reported it
+    identity_file: tuple[str, str] | None  # (path, text) of @sleepwake_gpu's identity.txt
+    mutation: Mutation | None
+    notes: list[str]
+
+    def ordered(self) -> list[Cell]:
+        return [self.cells[(c, r, m)] for c in self.classes for r, m in self.columns]
+
+    def states(self) -> dict[str, int]:
+        out = {}
+        for cell in self.ordered():
+            out[cell.state] = out.get(cell.state, 0) + 1
+        return out
+
+
+def split_name(name: str) -> tuple[str, str, str] | None:
+    """(class, runner, mode) of a cell target name, or None for any other target."""
+    for runner in cell_lib.RUNNERS:
+        for mode in cell_lib.EXECUTION_MODES:
+            suffix = f"_{runner}_{mode}"
+            if name.endswith(suffix) and len(name) > len(suffix):
+                return name[:-len(suffix)], runner, mode
+    return None
+
+
+def _judge(cell: Cell, invocation: reading.Invocation | None) -> None:
+    """Fill the cell's cases and state from its result dirs."""
+    for result_dir in cell.dirs:
+        xml = os.path.join(result_dir, "test.xml")
+        try:
+            cell.cases += reading.junit_cases(xml)
+        except ValueError as e:
+            cell.state, cell.note = UNREADABLE, str(e)
+            return
+        if invocation is not None and os.path.realpath(xml) not in invocation.xmls:
+            cell.state = STALE
+            cell.note = "not among the results of the last bazel test (left by an earlier one)"
+    if cell.state == STALE:
+        return
+    if cell.failures:
+        cell.state = FAILED
+    elif not any(c.outcome in RAN for c in cell.cases):
+        reasons = [r for d in cell.dirs for r in reading.skip_reasons(os.path.join(d, "test.xml"))]
+        cell.state = NO_CASES
+        cell.note = "; ".join(reasons) or "no test case ran (zero cases, or a filter or shard that selected none)"
+    else:
+        cell.state = PASSED
+
+
+def _read_cell(cell: Cell, invocation) -> None:
+    _judge(cell, invocation)
+    for result_dir in cell.dirs:
+        records, bad = reading.measurements(result_dir)
+        cell.records += records
+        cell.bad_lines += bad
+        cell.logs += reading.log_files(result_dir)
+
+
+def _mutation(root: str, workspace: str) -> Mutation | None:
+    rows = mutation_table.load_rows(os.path.join(root, reading.MUTANTS_DIR))
+    if not rows:
+        return None
+    catalogue = os.path.join(workspace, mutation_table.DEFAULT_CATALOGUE)
+    expected = mutation_table.catalogue_names(catalogue) if os.path.isfile(
+        os.path.join(catalogue, "__init__.py")) else None
+    text, ok = mutation_table.table(rows, expected)
+    return Mutation(table=text, ok=ok)
+
+
+def load_run(root: str, workspace: str, bep_path: str | None) -> Run:
+    """The run whose results are under the testlogs dir `root`. bep_path: its build events, or None."""
+    notes = []
+    invocation = None
+    if bep_path and os.path.isfile(bep_path):
+        invocation = reading.read_invocation(bep_path)
+        under = os.path.realpath(root) + os.sep
+        if not any(x.startswith(under) for x in invocation.xmls):
+            notes.append(f"the build events {bep_path} name no result under {root}: they describe another "
+                         "run and were ignored, so stale cells cannot be told from this run's")
+            invocation = None
+    else:
+        notes.append(f"no build event file ({bep_path or 'none given'}): a stale cell, left in bazel-testlogs "
+                     "by an earlier bazel test, cannot be told from this run's")
+    matrix = os.path.join(root, reading.MATRIX_DIR)
+    classes = reading.class_names(workspace)
+    columns = [(r, m) for r in cell_lib.RUNNERS for m in cell_lib.EXECUTION_MODES]
+    cells = {}
+    for name in sorted(os.listdir(matrix)) if os.path.isdir(matrix) else []:
+        parts = split_name(name)
+        dirs = reading.result_dirs(os.path.join(matrix, name)) if parts else []
+        if not dirs:
+            continue
+        cells[parts] = cell = Cell(*parts, dirs=dirs)
+        _read_cell(cell, invocation)
+        if cell.bad_lines:
+            notes.append(f"{name}: {cell.bad_lines} line(s) of measurements.jsonl are not JSON and were left out")
+        if parts[0] not in classes:
+            classes.append(parts[0])
+    for key in [(c, r, m) for c in classes for r, m in columns]:
+        cells.setdefault(key, Cell(*key))
+    identities = {}
+    for cell in cells.values():
+        for r in cell.records:
+            if r.get("key") == "server_start_s" and r.get("vllm_identity"):
+                names = identities.setdefault(str(r["vllm_identity"]), [])
+                if cell.name not in names:
+                    names.append(cell.name)
+    found = reading.identity_file(root)
+    return Run(testlogs=root, classes=sorted(classes), columns=columns, cells=cells,
+               invocation=invocation.command if invocation else None, identities=identities,
+               identity_file=(found, reading.read_text(found)) if found else None,
+               mutation=_mutation(root, workspace), notes=notes)

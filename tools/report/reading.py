@@ -1,0 +1,162 @@
+"""Reading a run from bazel-testlogs: each cell's JUnit cases, its measurements and log files, which
+results the last `bazel test` produced (its build events), and the GPU identity file.
+
+tools/testlogs.py reads one undeclared output; what it does not offer (shard result dirs, log files
+inside test.outputs or outputs.zip, the test.xml paths named by the build events, the identity file)
+lives here.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import os
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ElementTree
+import zipfile
+
+from tests.mutants import verdict
+from tests.sleep_wake.lib import measure
+from tools import testlogs
+
+MATRIX_DIR = os.path.join("tests", "sleep_wake")
+MUTANTS_DIR = os.path.join("tests", "mutants")
+CLASSES_BZL = os.path.join("tests", "sleep_wake", "classes.bzl")
+# Where @sleepwake_gpu writes the identity of the vLLM build and GPU, under Bazel's output base.
+IDENTITY_FILE = os.path.join("external", "sleepwake_gpu", "identity.txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputFile:
+    """A file a test wrote: `path` itself, or the member `member` of the zip archive at `path`."""
+    path: str
+    member: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.member or os.path.basename(self.path)
+
+
+def result_dirs(target_dir: str) -> list[str]:
+    """The directories holding one test.xml each: the target's own, or one per shard or run
+    (shard_1_of_3/, run_2_of_5/)."""
+    found = []
+    for parent, dirs, files in os.walk(target_dir):
+        dirs[:] = sorted(d for d in dirs if d.startswith(("shard_", "run_")))
+        if "test.xml" in files:
+            found.append(parent)
+    return found
+
+
+def junit_cases(xml_path: str) -> list[verdict.Case]:
+    """The test cases of a JUnit XML file; ValueError (saying which file) when it cannot be parsed."""
+    try:
+        return verdict.parse_junit(xml_path)
+    except Exception as e:  # ElementTree.ParseError, or an OSError for an unreadable file
+        raise ValueError(f"{os.path.basename(xml_path)} is not readable JUnit XML ({e})") from None
+
+
+def skip_reasons(xml_path: str) -> list[str]:
+    """The messages of the skipped cases (pytest_main's one case for a filter or shard that selected
+    nothing says why); [] when the file cannot be parsed (junit_cases says so)."""
+    try:
+        root = ElementTree.parse(xml_path).getroot()
+    except (ElementTree.ParseError, OSError):
+        return []
+    return [s.get("message", "") for s in root.iter("skipped") if s.get("message")]
+
+
+def measurements(result_dir: str) -> tuple[list[dict], int]:
+    """(the records of measurements.jsonl, how many of its lines were not JSON objects)."""
+    text = testlogs.read_output(result_dir, measure.MEASUREMENTS_FILE) or ""
+    records, bad = [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            bad += 1  # a line cut short by a killed test, for one
+    return records, bad
+
+
+def log_files(result_dir: str) -> list[OutputFile]:
+    """The *.log files among the undeclared outputs (the vLLM server logs), plain or in outputs.zip."""
+    outputs = os.path.join(result_dir, "test.outputs")
+    found = []
+    for parent, dirs, files in os.walk(outputs):
+        dirs.sort()
+        found += [OutputFile(os.path.join(parent, f)) for f in sorted(files) if f.endswith(".log")]
+    zipped = os.path.join(outputs, "outputs.zip")
+    if os.path.isfile(zipped):
+        try:
+            with zipfile.ZipFile(zipped) as z:
+                found += [OutputFile(zipped, n) for n in sorted(z.namelist()) if n.endswith(".log")]
+        except zipfile.BadZipFile:
+            found.append(OutputFile(zipped, "(not a readable zip archive)"))
+    return found
+
+
+@dataclasses.dataclass
+class Invocation:
+    """What a build event file says: the command and the test.xml files of its results (real paths)."""
+    command: str
+    xmls: set[str]
+
+
+def read_invocation(bep_path: str) -> Invocation:
+    """The invocation of a BEP JSON file (`--build_event_json_file`), cached results included."""
+    words, xmls = [], set()
+    with open(bep_path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            ident = event.get("id", {})
+            if "started" in ident:
+                words.insert(0, event.get("started", {}).get("command", ""))
+            elif "pattern" in ident:
+                words += ident["pattern"].get("pattern", [])
+            for output in event.get("testResult", {}).get("testActionOutput", []):
+                uri = urllib.parse.urlparse(output.get("uri", ""))
+                if output.get("name") == "test.xml" and uri.scheme == "file":
+                    xmls.add(os.path.realpath(urllib.request.url2pathname(uri.path)))
+    return Invocation(command=" ".join(w for w in words if w), xmls=xmls)
+
+
+def identity_file(testlogs_root: str) -> str | None:
+    """The @sleepwake_gpu identity file of the Bazel output base that holds testlogs_root, if any.
+
+    bazel-testlogs resolves to <output base>/execroot/<workspace>/bazel-out/<config>/testlogs.
+    """
+    parts = os.path.realpath(testlogs_root).split(os.sep)
+    if "execroot" not in parts:
+        return None
+    base = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("execroot")]) or os.sep
+    path = os.path.join(base, IDENTITY_FILE)
+    return path if os.path.isfile(path) else None
+
+
+def class_names(workspace: str) -> list[str]:
+    """The suite's class short names, from SLEEP_WAKE_CLASSES in classes.bzl (a dict literal that
+    Starlark and Python read alike); [] when the workspace has no such file."""
+    path = os.path.join(workspace, CLASSES_BZL)
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SLEEP_WAKE_CLASSES"
+                                                for t in node.targets):
+            return sorted(ast.literal_eval(node.value))
+    return []
+
+
+def read_text(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()

@@ -1,0 +1,254 @@
+"""The HTML page of a run: summary, the runner x mode x class grid, failures, vLLM/GPU identity, memory
+charts, timings against bounds and the mutation table. Self-contained: inline CSS and SVG, no script,
+no network. Everything read from logs goes through escape(); links are relative to the page."""
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from html import escape
+
+from tools.report import model, series, svg
+from tools.report.reading import OutputFile
+
+GB, MiB = 1e9, float(1 << 20)
+MESSAGE_PREVIEW = 160  # characters of a failure message shown in the grid
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:20px 28px;color:#222;max-width:1380px}
+h1{font-size:22px;margin:0 0 6px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+h3{font-size:15px;margin:16px 0 6px} code,pre{font:12px/1.35 ui-monospace,monospace}
+pre{background:#f6f6f6;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-word;margin:4px 0}
+table.grid{border-collapse:collapse;table-layout:fixed;width:100%} .grid col.class{width:215px}
+.grid th,.grid td{border:1px solid #ccc;padding:5px 7px;vertical-align:top}
+.grid td.cell{font-size:12px;overflow-wrap:anywhere} .grid th.class{text-align:left;white-space:nowrap}
+td.passed{background:#e6f4e6} td.failed{background:#fbe3e3} td.not-run{background:#f2f2f2;color:#777}
+td.no-cases,td.stale,td.unreadable{background:#fff3cd}
+.state{font-weight:600;font-size:13px} .msg{color:#8b1a1a;margin:3px 0} .note{color:#7a5b00;margin:3px 0}
+.links a{margin-right:6px} .summary span{margin-right:14px} .bad{color:#b00020;font-weight:600}
+.ok{color:#1b7a1b;font-weight:600} .muted{color:#777} .notes li{color:#7a5b00}
+.panels{display:flex;flex-wrap:wrap;gap:8px} figure.panel{margin:0;border:1px solid #e2e2e2;padding:4px}
+figure.panel figcaption{font-size:12px;font-weight:600}
+article.failure{border-left:4px solid #d62728;padding-left:10px;margin:10px 0}
+table.mutants{border-collapse:collapse;font-size:12px} .mutants th,.mutants td{border:1px solid #ccc;padding:3px 6px}
+.mutants td.ok{background:#e6f4e6;font-weight:400} .mutants td.bad{background:#fbe3e3;font-weight:400}
+svg .title{font-size:12px;font-weight:600} svg .tick{font-size:10px;fill:#555} svg .axis{font-size:10px;fill:#333}
+svg .label{font-size:11px;fill:#222} svg .plot{fill:#fff;stroke:#bbb} svg .grid{stroke:#eee}
+svg .bound{stroke:#d62728;stroke-width:1.6;stroke-dasharray:5 3} svg .reference{stroke:#888;stroke-dasharray:2 3}
+svg .sample{fill:#1f77b4;fill-opacity:.8} li.sub{margin-left:22px;list-style:circle}
+"""
+
+
+class Page:
+    """Renders one run; `out_dir` is where the page is written, for relative links."""
+
+    def __init__(self, run: model.Run, out_dir: str):
+        self.run, self.out_dir = run, out_dir
+
+    def href(self, path: str) -> str:
+        return urllib.parse.quote(os.path.relpath(path, self.out_dir).replace(os.sep, "/"))
+
+    def link(self, path: str, text: str, title: str = "") -> str:
+        t = f' title="{escape(title)}"' if title else ""
+        return f'<a href="{self.href(path)}"{t}>{escape(text)}</a>'
+
+    def html(self) -> str:
+        body = [self.header(), self.grid(), self.failures(), self.identity(),
+                self.memory(series.GPU, "GPU memory"), self.memory(series.HOST, "Host memory"),
+                self.timings(), self.mutants()]
+        return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                "<title>sleepwake matrix report</title>"
+                f"<style>{CSS}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n")
+
+    # --- summary and grid ----------------------------------------------------------------------
+    def header(self) -> str:
+        run, states = self.run, self.run.states()
+        cases = [c for cell in run.ordered() for c in cell.cases]
+        parts = [f'<span class="{"bad" if s == model.FAILED else ""}">{escape(s)}: {n}</span>'
+                 for s, n in sorted(states.items())]
+        outcome = {o: sum(c.outcome == o for c in cases) for o in ("passed", "failed", "skipped")}
+        source = (f"the results of the bazel test <code>{escape(run.invocation)}</code>" if run.invocation
+                  else "every result found there (no build events)")
+        notes = "".join(f"<li>{escape(n)}</li>" for n in run.notes)
+        return (f"<header><h1>sleepwake matrix</h1>"
+                f'<p class="summary"><b>{len(run.cells)} cells</b> {"".join(parts)}</p>'
+                f"<p>test cases: {outcome['passed']} passed, {outcome['failed']} failed, "
+                f"{outcome['skipped']} skipped. Read from {self.link(run.testlogs, run.testlogs)}: {source}.</p>"
+                + (f'<ul class="notes">{notes}</ul>' if notes else "") + "</header>")
+
+    def grid(self) -> str:
+        run = self.run
+        runners = []
+        for r, _ in run.columns:
+            if r not in runners:
+                runners.append(r)
+        head = "<tr><th rowspan=\"2\">class</th>" + "".join(
+            f'<th colspan="{sum(1 for x, _ in run.columns if x == r)}">{escape(r.upper())}</th>' for r in runners)
+        head += "</tr><tr>" + "".join(f"<th>{escape(m)}</th>" for _, m in run.columns) + "</tr>"
+        rows = []
+        for c in run.classes:
+            tds = "".join(self.grid_cell(run.cells[(c, r, m)]) for r, m in run.columns)
+            rows.append(f'<tr><th class="class">{escape(c)}</th>{tds}</tr>')
+        return ('<section id="grid"><h2>Cells: runner &times; mode &times; class</h2>'
+                f'<table class="grid"><col class="class">{head}{"".join(rows)}</table></section>')
+
+    def grid_cell(self, cell: model.Cell) -> str:
+        css = cell.state.replace(" ", "-")
+        ran = cell.count("passed") + cell.count("failed")
+        counts = f" {cell.count('passed')}/{ran}" if ran else ""
+        inner = [f'<div class="state">{escape(cell.state)}{counts}</div>']
+        if cell.state == model.FAILED:
+            first = cell.failures[0].message.strip().splitlines() or [""]
+            preview = first[0][:MESSAGE_PREVIEW] + ("…" if len(first[0]) > MESSAGE_PREVIEW or len(first) > 1 else "")
+            inner.append(f'<div class="msg">{escape(preview)} <a href="#fail-{escape(cell.name)}">details</a></div>')
+        if cell.note:
+            inner.append(f'<div class="note">{escape(cell.note)}</div>')
+        inner.append(f'<div class="links">{self.cell_links(cell)}</div>')
+        return (f'<td class="cell {css}" data-cell="{escape(cell.name)}" data-state="{escape(cell.state)}" '
+                f'title="{escape(cell.name)}">{"".join(inner)}</td>')
+
+    def cell_links(self, cell: model.Cell) -> str:
+        links = []
+        for i, d in enumerate(cell.dirs):
+            shard = f" {i + 1}" if len(cell.dirs) > 1 else ""
+            for name, text in (("test.log", "log"), ("test.xml", "xml")):
+                if os.path.exists(os.path.join(d, name)):
+                    links.append(self.link(os.path.join(d, name), text + shard, name))
+        for i, f in enumerate(cell.logs):
+            links.append(self.output_link(f, "server log" + (f" {i + 1}" if len(cell.logs) > 1 else "")))
+        return " ".join(links)
+
+    def output_link(self, f: OutputFile, text: str) -> str:
+        if f.member is None:
+            return self.link(f.path, text, f.name)
+        return self.link(f.path, text + " (zip)", f"{f.member} in {os.path.basename(f.path)}")
+
+    # --- failures --------------------------------------------------------------------------------
+    def failures(self) -> str:
+        failed = [c for c in self.run.ordered() if c.state == model.FAILED]
+        if not failed:
+            return '<section id="failures"><h2>Failures</h2><p class="ok">no cell failed</p></section>'
+        articles = []
+        for cell in failed:
+            cases = "".join(
+                f'<div class="case"><code>{escape(case.test_id)}</code>'
+                f'<pre class="message">{escape(case.message)}</pre>'
+                f"<details><summary>full failure text</summary><pre>{escape(case.text)}</pre></details></div>"
+                for case in cell.failures)
+            articles.append(f'<article class="failure" id="fail-{escape(cell.name)}">'
+                            f"<h3>{escape(cell.name)} <span class=\"muted\">({escape(cell.id)})</span></h3>"
+                            f'<div class="links">{self.cell_links(cell)}</div>{cases}</article>')
+        return f'<section id="failures"><h2>Failures</h2>{"".join(articles)}</section>'
+
+    # --- identity --------------------------------------------------------------------------------
+    def identity(self) -> str:
+        run, parts = self.run, []
+        if len(run.identities) > 1:
+            parts.append(f'<p class="bad">the cells report {len(run.identities)} different vLLM/GPU identities</p>')
+        for text, cells in run.identities.items():
+            parts.append(f"<pre>{escape(text)}</pre><p class=\"muted\">reported by {len(cells)} cell(s) at "
+                         f"server start: {escape(', '.join(cells))}</p>")
+        if run.identity_file:
+            path, text = run.identity_file
+            parts.append(f"<h3>@sleepwake_gpu identity file</h3><p>{self.link(path, path)}</p>"
+                         f"<pre>{escape(text)}</pre>")
+        if not parts:
+            parts.append('<p class="muted">no server start recorded a vLLM identity, and no @sleepwake_gpu '
+                         "identity file was found beside the testlogs</p>")
+        return f'<section id="identity"><h2>vLLM and GPU</h2>{"".join(parts)}</section>'
+
+    # --- memory ----------------------------------------------------------------------------------
+    def memory(self, kind: str, heading: str) -> str:
+        rows: dict[str, list] = {}  # test id without the cell suffix -> [(cell, panel)], in run order
+        for cell in self.run.ordered():
+            for p in series.memory_panels(cell.records):
+                if p.kind == kind:
+                    rows.setdefault(re.sub(r"\[[^\]]*\]$", "", p.test), []).append((cell, p))
+        if not rows:
+            return ""
+        out = [f'<section id="{kind}-memory"><h2>{escape(heading)}</h2>'
+               '<p class="muted">Bytes the tests read per cycle or per phase, per cell. Dashed red: a bound '
+               "checked on these bytes; dotted grey: a reference reading. Hover a point for its value.</p>"]
+        for test, panels in rows.items():
+            figures = "".join(self.panel(cell, p) for cell, p in panels)
+            out.append(f'<h3><code>{escape(test)}</code></h3><div class="panels">{figures}</div>')
+        return "".join(out) + "</section>"
+
+    def panel(self, cell: model.Cell, p: series.Panel) -> str:
+        if p.by_cycle:
+            charts = (svg.line_chart(p.series, title="bytes", guides=p.guides, scale=GB, unit="GB",
+                                     x_name="cycle", min_span=0.1)
+                      + svg.line_chart(p.series, title="change since cycle 1", guides=p.change_guides, scale=MiB,
+                                       unit="MiB", x_name="cycle", baseline=True, min_span=8))
+        else:
+            labels = {x: lab.replace("_bytes", "") for s in p.series for (x, _), lab in zip(s.points, s.labels)}
+            charts = svg.line_chart(p.series, title="bytes per phase", guides=p.guides, scale=GB, unit="GB",
+                                    x_labels=labels, min_span=0.1)
+        return (f'<figure class="panel" data-cell="{escape(cell.name)}" data-test="{escape(p.test)}" '
+                f'data-kind="{escape(p.kind)}"><figcaption>{escape(cell.id)}</figcaption>{charts}</figure>')
+
+    # --- timings ---------------------------------------------------------------------------------
+    def timings(self) -> str:
+        starts, checks = [], {}
+        for cell in self.run.ordered():
+            t = series.starts(cell.records, cell.name)
+            if t:
+                starts.append(t)
+            for key, timing in series.timing_checks(cell.records, cell.name).items():
+                checks.setdefault(key, []).append(timing)
+        if not starts and not checks:
+            return ""
+        out = ['<section id="timings"><h2>Timings against their bounds</h2>']
+        if starts:
+            out.append(svg.strip_chart([svg.StripRow(t.cell, t.samples, None, t.bound, t.ok) for t in starts],
+                                       title="server start (s): asking the launcher for a server until it "
+                                             "answers, GPU-lease wait included"))
+            out.append(f'<p class="muted">bound: the launcher\'s start-up timeout, {series.START_BOUND:g} s '
+                       "(ServerConfig.startup_timeout_s; SLEEPWAKE_STARTUP_TIMEOUT_S overrides it)</p>")
+        order = list(series.SAMPLES_OF)  # sleep, wake, staged wake, cycle; then any other, by name
+        for key, rows in sorted(checks.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 99, kv[0])):
+            sample = series.SAMPLES_OF.get(key)
+            title = f"{key}: the checked median" + (f" of the {sample} samples" if sample else "")
+            out.append(svg.strip_chart([svg.StripRow(t.cell, t.samples, t.value, t.bound, t.ok) for t in rows],
+                                       title=title))
+        return "".join(out) + "</section>"
+
+    # --- mutants ---------------------------------------------------------------------------------
+    def mutants(self) -> str:
+        m = self.run.mutation
+        if m is None:
+            return ""
+        table, rest = markdown_table(m.table)
+        verdict = '<p class="ok">every check passed</p>' if m.ok else '<p class="bad">the mutation run fails</p>'
+        items = "".join(f'<li class="sub">{escape(line[2:])}</li>' if line.startswith("- ")
+                        else f"<li>{escape(line)}</li>" for line in rest if line.strip())
+        return f'<section id="mutants"><h2>Mutants</h2>{verdict}{table}<ul>{items}</ul></section>'
+
+
+BAD_WORDS = ("survived", "other", "NOT KILLED", "CONTROL FAILED")
+OK_WORDS = ("killed", "pass", "control passed")
+
+
+def markdown_table(text: str) -> tuple[str, list[str]]:
+    """(an HTML table of the leading markdown table in `text` (tools/mutation_table.py's), the lines after)."""
+    lines = text.splitlines()
+    rows = []
+    while lines and lines[0].startswith("|"):
+        rows.append(lines.pop(0))
+    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows if not set(r) <= set("|-")]
+    if not cells:
+        return "", lines
+    width = len(cells[0])
+    out = ["<tr>" + "".join(f"<th>{escape(c)}</th>" for c in cells[0]) + "</tr>"]
+    for row in cells[1:]:
+        row = row[:width - 1] + [" | ".join(row[width - 1:])]  # a "|" inside the verdict text
+        tds = []
+        for c in row:
+            css = "bad" if any(w in c for w in BAD_WORDS) else "ok" if c.startswith(OK_WORDS) else ""
+            tds.append(f'<td class="{css}">{escape(c)}</td>' if css else f"<td>{escape(c)}</td>")
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    return f'<table class="mutants">{"".join(out)}</table>', lines
+
+
+def page(run: model.Run, out_dir: str) -> str:
+    return Page(run, out_dir).html()

@@ -1,0 +1,248 @@
+"""The report page rendered from recorded test outputs (testdata/testlogs: a matrix and mutant run as
+Bazel leaves it) and read back: grid states, failure messages, a polyline per cell series, bounds,
+escaping, links, identity, the mutation table and the command's errors."""
+
+import html
+import html.parser
+import json
+import os
+import pathlib
+import re
+import shutil
+import urllib.parse
+import zipfile
+
+import pytest
+
+from tools.report import cli, model
+
+FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
+MATRIX = pathlib.Path("tests", "sleep_wake")
+ZIPPED = "memory_leak_cycle_mrv2_graph"  # its outputs are zipped, as Bazel does by default
+STALE = "error_paths_mrv2_eager"  # left out of the build events
+STATES = {
+    "memory_leak_cycle_mrv1_eager": model.PASSED,
+    "physical_memory_mrv1_eager": model.PASSED,
+    "latency_mrv1_eager": model.PASSED,
+    "memory_leak_cycle_mrv2_graph": model.FAILED,
+    "latency_mrv2_graph": model.FAILED,
+    "flags_mrv1_eager": model.FAILED,
+    "scheduler_gate_mrv1_graph": model.NO_CASES,  # zero test cases
+    "abort_parallel_sampling_mrv2_graph": model.NO_CASES,  # pytest_main's skipped case: a filter selected none
+    "concurrent_race_mrv1_eager": model.UNREADABLE,
+    STALE: model.STALE,
+}
+IDENTITY = "gpus: 0, NVIDIA H200, 570.133.20, 143771 MiB; 1, NVIDIA H200, 570.133.20, 143771 MiB"
+
+
+class Elements(html.parser.HTMLParser):
+    """Every start tag as (tag, attrs, index of the enclosing figure or None)."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.found, self.figure = [], None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "figure":
+            self.figure = len(self.found)
+        self.found.append((tag, dict(attrs), self.figure))
+
+    def handle_endtag(self, tag):
+        if tag == "figure":
+            self.figure = None
+
+    def all(self, tag, **attrs):
+        return [a for t, a, _ in self.found if t == tag and all(a.get(k) == v for k, v in attrs.items())]
+
+    def inside(self, figure_attrs, tag):
+        """(tag attrs) of `tag` elements inside each figure matching figure_attrs."""
+        out = []
+        for i, (t, a, _) in enumerate(self.found):
+            if t == "figure" and all(a.get(k) == v for k, v in figure_attrs.items()):
+                out.append([x for t2, x, fig in self.found if fig == i and t2 == tag])
+        return out
+
+
+def _bazel_layout(tmp_path, bep_skip=(STALE,)):
+    """The fixture as Bazel leaves it: under <output base>/execroot/.../testlogs, the GPU identity file
+    in <output base>/external, one cell's outputs zipped, and build events naming every test.xml but
+    those of bep_skip. Returns (testlogs, bep)."""
+    base = tmp_path / "output_base"
+    logs = base / "execroot" / "sleepwake" / "bazel-out" / "k8-fastbuild" / "testlogs"
+    shutil.copytree(FIXTURE, logs)
+    identity = base / "external" / "sleepwake_gpu" / "identity.txt"
+    identity.parent.mkdir(parents=True)
+    identity.write_text("python: 3.12.3 /opt/sleepwake/gpu-python\nvllm: 0.26.0 record-sha256=abc\n" + IDENTITY + "\n")
+    outputs = logs / MATRIX / ZIPPED / "test.outputs"
+    files = [p for p in sorted(outputs.rglob("*")) if p.is_file()]
+    with zipfile.ZipFile(outputs / "outputs.zip", "w") as z:
+        for p in files:
+            z.write(p, p.relative_to(outputs).as_posix())
+    shutil.rmtree(outputs / "TestMemoryLeakCycle")
+    (outputs / "measurements.jsonl").unlink()
+    events = [{"id": {"started": {}}, "started": {"command": "test"}},
+              {"id": {"pattern": {"pattern": ["//tests/sleep_wake/..."]}}}]
+    for xml in sorted(logs.rglob("test.xml")):
+        if xml.parent.name not in bep_skip:
+            events.append({"id": {"testResult": {"label": f"//tests/sleep_wake:{xml.parent.name}", "run": 1,
+                                                 "shard": 1, "attempt": 1}},
+                           "testResult": {"testActionOutput": [{"name": "test.xml", "uri": xml.as_uri()}],
+                                          "status": "PASSED"}})
+    bep = tmp_path / "bep.json"
+    bep.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return logs, bep
+
+
+def _render(tmp_path, *extra, logs=None):
+    out = tmp_path / "page" / "report.html"
+    argv = ["tools.report", str(logs), "--out", str(out)] + [str(e) for e in extra]
+    assert cli.main(argv) == 0
+    return out.read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def run(tmp_path):
+    logs, bep = _bazel_layout(tmp_path)
+    page = _render(tmp_path, "--bep", bep, logs=logs)
+    return logs, page, Elements(page), tmp_path / "page"
+
+
+def test_grid_has_every_cell_in_its_state(run):
+    _, _, doc, _ = run
+    cells = {a["data-cell"]: a["data-state"] for a in doc.all("td") if "data-cell" in a}
+    assert len(cells) == 44  # 11 classes x 2 runners x 2 modes, from classes.bzl
+    assert {c: s for c, s in cells.items() if s != model.NOT_RUN} == STATES
+
+
+def test_a_cell_that_ran_nothing_says_why(run):
+    _, page, _, _ = run
+    cell = re.search(r'<td [^>]*data-cell="abort_parallel_sampling_mrv2_graph".*?</td>', page, re.S).group(0)
+    assert "--test_filter 'TestSleepWakeFlags' matched no test in this target." in html.unescape(cell)
+
+
+def test_each_failed_cell_shows_its_failure_messages(run):
+    _, page, _, _ = run
+    articles = dict(re.findall(r'<article class="failure" id="fail-([^"]+)">(.*?)</article>', page, re.S))
+    assert set(articles) == {c for c, s in STATES.items() if s == model.FAILED}
+    leak = html.unescape(articles["memory_leak_cycle_mrv2_graph"])
+    assert "test_bytes_flat_over_ten_cycles[MRV2-graph]" in leak
+    assert ("measured 1.67772e+08 bytes (spread or growth over the cycles), expected <= 6.71089e+07 "
+            "(threshold 'cycle_bytes_flat_max'") in leak
+    assert "threshold 'wake_s_max'" in html.unescape(articles["latency_mrv2_graph"])
+    assert 'href="#fail-latency_mrv2_graph"' in page  # the grid links its red cell to the message
+
+
+def test_a_hostile_message_is_escaped(run):
+    _, page, doc, _ = run
+    assert "<script" not in page.lower() and "<img" not in page.lower()
+    assert not doc.all("script") and not doc.all("img")
+    assert "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_a_polyline_per_cell_series(run):
+    _, _, doc, _ = run
+    expected = {
+        ("memory_leak_cycle_mrv1_eager", "gpu"): {"asleep_bytes", "awake_bytes"},
+        ("memory_leak_cycle_mrv1_eager", "host"): {"host_asleep_bytes", "host_awake_bytes"},
+        (ZIPPED, "gpu"): {"asleep_bytes", "awake_bytes"},  # read from outputs.zip
+        ("physical_memory_mrv1_eager", "gpu"): {"bytes"},
+    }
+    figures = {(a["data-cell"], a["data-kind"]) for a in doc.all("figure")}
+    assert figures == set(expected)
+    for (cell, kind), names in expected.items():
+        for lines in doc.inside({"data-cell": cell, "data-kind": kind}, "polyline"):
+            assert {p["data-series"] for p in lines} == names, (cell, kind)
+            for p in lines:  # 10 cycles; or the phases awake, asleep(, weights only), woken
+                assert len(p["points"].split()) in ((10,) if cell.startswith("memory_leak") else (3, 4)), (cell, p)
+    assert len(doc.inside({"data-cell": "physical_memory_mrv1_eager"}, "polyline")) == 4  # one per test
+
+
+def test_bounds_are_drawn(run):
+    _, page, doc, _ = run
+    bounds = [(a.get("data-bound"), a.get("data-slope")) for a in doc.all("line") if a.get("class") == "bound"]
+    assert bounds.count(("420", None)) == 7  # server start, every cell that started one
+    assert bounds.count(("0.25", None)) == 3  # wake_s_max in both latency cells, staged_wake_s_max in one
+    assert ("1073741824", "0") in bounds  # level1_residue_bytes_max on the phase chart
+    assert ("67108864", "0") in bounds  # cycle_bytes_flat_max on the change-since-cycle-1 chart
+    assert ("0", "8388608") in bounds  # leak_bytes_per_cycle_max as a slope
+    over = [a for a in doc.all("rect") if a.get("class") == "value" and a.get("fill") == "#d62728"]
+    assert [a["data-value"] for a in over] == ["0.553"]  # the one median over its bound
+
+
+def test_links_point_at_the_cells_files(run):
+    logs, _, doc, out_dir = run
+    hrefs = [a["href"] for a in doc.all("a") if not a["href"].startswith("#")]
+    resolved = {os.path.normpath(out_dir / urllib.parse.unquote(h)) for h in hrefs}
+    for path in resolved:
+        assert os.path.exists(path), path
+    for cell in STATES:
+        assert str(logs / MATRIX / cell / "test.log") in resolved, cell
+    assert str(logs / MATRIX / ZIPPED / "test.outputs" / "outputs.zip") in resolved
+    assert str(logs / MATRIX / "latency_mrv1_eager" / "test.outputs" / "TestSleepWakeLatency" /
+               "vllm-mrv1-eager-k2j3h4.log") in resolved
+    assert all(not h.startswith("/") for h in hrefs)  # relative: the page moves with the testlogs
+
+
+def test_identity_of_vllm_and_gpu(run):
+    _, page, _, _ = run
+    section = html.unescape(re.search(r'<section id="identity">(.*?)</section>', page, re.S).group(1))
+    assert "vllm: 0.26.0 record-sha256=6f1c0e8a" in section  # from the server_start_s records
+    assert "reported by 7 cell(s)" in section
+    assert "output_base/external/sleepwake_gpu/identity.txt" in section and IDENTITY in section
+
+
+def test_mutation_table_when_mutants_ran(run):
+    _, page, _, _ = run
+    table = re.search(r'<table class="mutants">(.*?)</table>', page, re.S).group(1)
+    assert '<td class="ok">killed</td>' in table and '<td class="bad">survived</td>' in table
+    assert '<td class="bad">NOT KILLED</td>' in table and "(control)" in table
+    assert "the mutation run fails" in page
+
+
+def test_no_mutation_table_without_mutants(tmp_path):
+    logs, bep = _bazel_layout(tmp_path)
+    shutil.rmtree(logs / "tests" / "mutants")
+    page = _render(tmp_path, "--bep", bep, logs=logs)
+    assert '<section id="mutants"' not in page and '<table class="mutants"' not in page
+    assert 'data-state="failed"' in page  # the rest of the page is there
+
+
+def test_without_build_events_stale_cells_are_not_told_apart(tmp_path):
+    logs, _ = _bazel_layout(tmp_path)
+    doc = Elements(_render(tmp_path, "--no_bep", logs=logs))
+    states = {a["data-cell"]: a["data-state"] for a in doc.all("td") if "data-cell" in a}
+    assert states[STALE] == model.PASSED
+    assert "cannot be told from this run" in html.unescape(_render(tmp_path, "--no_bep", logs=logs))
+
+
+def test_build_events_of_another_run_are_ignored(tmp_path):
+    logs, _ = _bazel_layout(tmp_path)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"id": {"testResult": {}}, "testResult": {"testActionOutput": [
+        {"name": "test.xml", "uri": "file:///elsewhere/testlogs/x/test.xml"}]}}) + "\n")
+    page = html.unescape(_render(tmp_path, "--bep", other, logs=logs))
+    assert 'data-state="stale"' not in page and "describe another run and were ignored" in page
+
+
+def test_a_cut_measurements_line_is_reported_not_fatal(tmp_path):
+    logs, bep = _bazel_layout(tmp_path)
+    with open(logs / MATRIX / "latency_mrv1_eager" / "test.outputs" / "measurements.jsonl", "a") as f:
+        f.write('{"cell": "MRV1-eager", "key": "cycle_s", "val\n')
+    page = html.unescape(_render(tmp_path, "--bep", bep, logs=logs))
+    assert "latency_mrv1_eager: 1 line(s) of measurements.jsonl are not JSON" in page
+
+
+def test_the_package_dir_is_accepted_for_the_testlogs_dir(tmp_path):
+    logs, bep = _bazel_layout(tmp_path)
+    assert _render(tmp_path, "--bep", bep, logs=logs / MATRIX) == _render(tmp_path, "--bep", bep, logs=logs)
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: p / "missing", "no directory"),
+    (lambda p: p, "holds no tests/sleep_wake or tests/mutants results"),
+])
+def test_a_wrong_testlogs_dir_is_one_line(tmp_path, capsys, make, says):
+    assert cli.main(["tools.report", str(make(tmp_path)), "--out", str(tmp_path / "r.html")]) == 1
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "r.html").exists()
