@@ -73,6 +73,24 @@ else
   say "$VENV is current (lock sha256 ${lock_sha:0:16})"
 fi
 
+# Other vLLM releases for the engine tier on CPU (//tests/engine's per-release targets): each a
+# hash-checked overlay on the venv holding the pins that release changes (third_party/python/
+# version_overlay.py says which), put first on the path by those targets.
+for overlay_lock in third_party/python/vllm-*.overlay.lock; do
+  release=$(basename "$overlay_lock" .overlay.lock)
+  target=/opt/sleepwake/$release
+  sha=$(sha256sum "$overlay_lock" | cut -d' ' -f1)
+  [[ "$(cat "$target/.lock-sha256" 2>/dev/null)" == "$sha" ]] && continue
+  say "installing $target from $overlay_lock (sha256 ${sha:0:16})"
+  rm -rf "$target"
+  if [[ -x "$VENV/bin/pip" ]] && "$VENV/bin/pip" install -q --disable-pip-version-check --retries 2 --no-deps \
+       --require-hashes --target "$target" -r "$overlay_lock"; then
+    echo "$sha" > "$target/.lock-sha256"
+  else
+    optional "could not install $target from $overlay_lock (is PyPI reachable?)"
+  fi
+done
+
 if ((gpu_count > 0)); then
   gpu_python=${SLEEPWAKE_GPU_PYTHON:-$(command -v python3)}
   "$gpu_python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' ||
