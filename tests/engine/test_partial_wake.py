@@ -43,23 +43,15 @@ def _assert_served_after_full_residency(core):
         f"a forward pass came before the last wake; timeline: {core.timeline}")
 
 
-def test_weights_first_wake_keeps_scheduling_paused(core):
+@pytest.mark.parametrize("first,second", [("weights", "kv_cache"), ("kv_cache", "weights")],
+                         ids=["weights_first", "kv_cache_first"])
+def test_partial_wake_keeps_scheduling_paused(core, first, second):
     _sleep_with_held_request(core)
-    core.engine.wake_up(["weights"])
-    assert core.worker.resident == {"weights": True, "kv_cache": False}
-    assert core.engine.model_executor.sleeping_tags == {"kv_cache"}
-    _assert_held(core, "a weights-only wake")
-    core.engine.wake_up(["kv_cache"])
-    _assert_served_after_full_residency(core)
-
-
-def test_kv_cache_first_wake_keeps_scheduling_paused(core):
-    _sleep_with_held_request(core)
-    core.engine.wake_up(["kv_cache"])
-    assert core.worker.resident == {"weights": False, "kv_cache": True}
-    assert core.engine.model_executor.sleeping_tags == {"weights"}
-    _assert_held(core, "a kv_cache-only wake")
-    core.engine.wake_up(["weights"])
+    core.engine.wake_up([first])
+    assert core.worker.resident == {first: True, second: False}
+    assert core.engine.model_executor.sleeping_tags == {second}
+    _assert_held(core, f"a {first}-only wake")
+    core.engine.wake_up([second])
     _assert_served_after_full_residency(core)
 
 

@@ -52,8 +52,7 @@ _GATE = "tests/engine/test_partial_wake.py::"
 MUTANTS = {m.name: m for m in [
     Mutant("resume_on_partial_wake", sleepwake_mutants.MUTANTS["resume_on_partial_wake"].issue,
            sleepwake_mutants.MUTANTS["resume_on_partial_wake"].doc,
-           {_GATE + "test_weights_first_wake_keeps_scheduling_paused": r"#44483",
-            _GATE + "test_kv_cache_first_wake_keeps_scheduling_paused": r"#44483",
+           {_GATE + "test_partial_wake_keeps_scheduling_paused": r"#44483",
             _GATE + "test_scheduling_tag_does_not_resume_a_partial_wake": r"#44483",
             "tests/engine/test_http_routes.py::test_partial_wake_over_http_holds_the_request":
                 r"#44483",
