@@ -28,6 +28,7 @@ RUNS = [judge.CONTROL] + sorted(catalogue.MUTANTS)
 # what the child itself made, not all of vLLM and torch again (0.65 s of CPU an engine).
 gc.collect()
 gc.freeze()
+
 _runs: dict[str, judge.Run] = {}
 
 
