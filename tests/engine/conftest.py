@@ -1,0 +1,50 @@
+"""Fixtures of the engine tier: vLLM's real engine core around a fake worker, on the CPU.
+
+SLEEPWAKE_ENGINE_MUTANT (mutants/catalogue.py) applies one re-introduced bug before the tests run.
+vLLM is imported by the fixtures, not here: the unit tests below this directory (unit/) share this
+conftest and need no vLLM.
+"""
+
+import os
+import sys
+
+import pytest
+
+import sleepwake_mutants
+from tests.engine.mutants import catalogue
+
+
+def pytest_configure(config):
+    name = os.environ.get(catalogue.ENV, "none") or "none"
+    catalogue.apply(name)
+    line = (sleepwake_mutants.NO_MUTANT.format(pid=os.getpid()) if name == "none"
+            else sleepwake_mutants.ACTIVATION.format(name=name, pid=os.getpid()))
+    print(line, file=sys.stderr, flush=True)
+
+
+@pytest.fixture(scope="session")
+def engines():
+    from tests.engine.lib import engines
+    return engines
+
+
+@pytest.fixture(scope="session")
+def model_dir(engines, tmp_path_factory):
+    return engines.write_model_dir(str(tmp_path_factory.mktemp("tiny_qwen3")))
+
+
+@pytest.fixture
+def core(engines, model_dir):
+    """The in-process EngineCore (pause modes abort and keep), stepped by the test."""
+    built = engines.build_engine_core(model_dir)
+    yield built
+    built.shutdown()
+
+
+@pytest.fixture
+def proc(engines, model_dir):
+    """EngineCoreProc, its busy loop iterated by the test (lib/loop.py) without blocking."""
+    built = engines.build_engine_core_proc(model_dir)
+    built.engine.process_input_queue_block = False
+    yield built
+    built.shutdown()

@@ -1,0 +1,135 @@
+"""Pins the vLLM internals the engine tier builds on, so that a vLLM upgrade that moves one says which.
+
+The tier drives private parts of vLLM 0.26.0 (EngineCoreProc built without its ZMQ handshake, its
+busy-loop steps, the executor's and wrapper's attributes). Each check below fails with the name that
+moved and the file of this tier to update, instead of an AttributeError deep inside a test.
+"""
+
+import importlib.util
+import inspect
+import re
+
+import pytest
+
+from tests.engine.lib import cpu_vllm  # noqa: F401  (first: the platform plugin, then vLLM)
+import vllm.platforms
+from sleepwake_engine_platform import UNSPECIFIED
+from tests.engine.fakes.worker import FakeWorker
+from tests.engine.lib import engines
+from vllm.platforms.interface import UnspecifiedPlatform
+from vllm.v1.engine import EngineCoreRequestType
+from vllm.v1.engine.core import EngineCore, EngineCoreProc, EngineShutdownState
+from vllm.v1.executor.abstract import Executor
+from vllm.v1.executor.uniproc_executor import UniProcExecutor
+from vllm.v1.worker.worker_base import WorkerWrapperBase
+
+# (owner, name, the tier's file that uses it)
+NAMES = [
+    (EngineCoreProc, "_process_input_queue", "lib/loop.py"),
+    (EngineCoreProc, "_process_engine_step", "lib/loop.py"),
+    (EngineCoreProc, "run_busy_loop", "lib/loop.py"),
+    (EngineCoreProc, "_handle_client_request", "lib/engine_client.py"),
+    (EngineCoreProc, "ENGINE_CORE_DEAD", "lib/loop.py, lib/engine_client.py"),
+    (EngineCoreProc, "pause_scheduler", "mutants/catalogue.py"),
+    (EngineCoreProc, "_send_abort_outputs", "mutants/catalogue.py"),
+    (EngineCore, "step", "lib/steps.py"),
+    (EngineCore, "preprocess_add_request", "lib/requests.py"),
+    (EngineCore, "resume_scheduler", "test_bookkeeping.py"),
+    (EngineCore, "is_scheduler_paused", "test_*.py"),
+    (EngineShutdownState, "REQUESTED", "lib/loop.py"),
+    (EngineCoreRequestType, "UTILITY", "lib/engine_client.py"),
+    (EngineCoreRequestType, "ADD", "lib/requests.py"),
+    (EngineCoreRequestType, "WAKEUP", "lib/loop.py"),
+    (EngineCoreRequestType, "EXECUTOR_FAILED", "lib/engines.py"),
+]
+
+
+def _source(obj) -> str:
+    return inspect.getsource(obj)
+
+
+@pytest.mark.parametrize("owner,name,user", NAMES, ids=[f"{o.__name__}.{n}" for o, n, _ in NAMES])
+def test_internal_name_exists(owner, name, user):
+    assert hasattr(owner, name), (
+        f"vLLM no longer has {owner.__module__}.{owner.__name__}.{name}; update tests/engine/{user} "
+        "to what replaced it")
+
+
+def test_engine_core_proc_sets_the_attributes_the_builder_sets():
+    body = _source(EngineCoreProc.__init__)
+    sets = set(re.findall(r"self\.(\w+)\s*(?::[^=\n]*)?=(?!=)", body))
+    assert sets == set(engines.PROC_ATTRIBUTES), (
+        f"EngineCoreProc.__init__ now sets {sorted(sets - set(engines.PROC_ATTRIBUTES))} and no "
+        f"longer sets {sorted(set(engines.PROC_ATTRIBUTES) - sets)}: update build_engine_core_proc and "
+        "PROC_ATTRIBUTES in tests/engine/lib/engines.py")
+    assert "super().__init__(" in body, (
+        "EngineCoreProc.__init__ no longer delegates to EngineCore.__init__; build_engine_core_proc "
+        "in tests/engine/lib/engines.py calls EngineCore.__init__ in its place and must follow")
+
+
+def test_busy_loop_body_is_what_iterate_runs():
+    body = _source(EngineCoreProc.run_busy_loop)
+    calls = re.findall(r"self\.(\w+)\(\)", body)
+    assert calls == ["_handle_shutdown", "_process_input_queue", "_process_engine_step"], (
+        f"EngineCoreProc.run_busy_loop now calls {calls}; update iterate() in tests/engine/lib/loop.py")
+
+
+def test_utility_requests_have_the_shape_the_client_sends():
+    body = _source(EngineCoreProc._handle_client_request)
+    assert "client_idx, call_id, method_name, args = request" in body, (
+        "EngineCoreProc._handle_client_request unpacks UTILITY requests differently; update "
+        "QueueEngineClient._submit in tests/engine/lib/engine_client.py")
+
+
+def test_engine_core_init_takes_what_the_builder_passes():
+    params = list(inspect.signature(EngineCore.__init__).parameters)
+    assert params[:5] == ["self", "vllm_config", "executor_class", "log_stats",
+                          "executor_fail_callback"], (
+        f"EngineCore.__init__ is now {params}; update tests/engine/lib/engines.py")
+
+
+def test_executor_bookkeeping_and_worker_reach():
+    init = _source(Executor.__init__)
+    for name in ("is_sleeping", "sleeping_tags"):
+        assert f"self.{name}" in init, (
+            f"Executor no longer keeps self.{name}; the tests and the no_double_sleep_guard mutant "
+            "(tests/engine/mutants/catalogue.py) read it")
+    assert "self.driver_worker = WorkerWrapperBase(" in _source(UniProcExecutor._init_executor), (
+        "UniProcExecutor no longer holds its worker as driver_worker; update _attach in "
+        "tests/engine/lib/engines.py")
+    assert "self.worker = worker_class(" in _source(WorkerWrapperBase.init_worker), (
+        "WorkerWrapperBase no longer holds the worker as .worker; update _attach in "
+        "tests/engine/lib/engines.py")
+
+
+def test_fake_worker_answers_the_real_workers_method_names():
+    # Read, not imported: gpu_worker imports CUDA-only modules.
+    path = importlib.util.find_spec("vllm.v1.worker.gpu_worker").origin
+    with open(path, encoding="utf-8") as f:
+        real = set(re.findall(r"^    def (\w+)\(", f.read(), re.MULTILINE))
+    fake = {name for name, value in vars(FakeWorker).items()
+            if callable(value) and not name.startswith("_")}
+    assert fake <= real, (
+        f"FakeWorker answers {sorted(fake - real)}, which vllm/v1/worker/gpu_worker.py's Worker no "
+        "longer defines: vLLM's executor now calls other names; update tests/engine/fakes/worker.py")
+
+
+
+def test_the_platform_plugin_outranks_a_detected_gpu(monkeypatch):
+    # What `import vllm` does on a GPU runner, where the builtin CUDA check activates: the single
+    # out-of-tree platform plugin (tests/engine/platform_plugin) still decides.
+    monkeypatch.setitem(vllm.platforms.builtin_platform_plugins, "cuda",
+                        lambda: "vllm.platforms.cuda.CudaPlatform")
+    assert vllm.platforms.resolve_current_platform_cls_qualname() == UNSPECIFIED, (
+        "vLLM no longer lets one out-of-tree platform plugin win over a detected GPU; update "
+        "tests/engine/lib/cpu_vllm.py so the engine tier stays on the CPU under --config=gpu")
+
+
+def test_the_tier_ran_on_the_cpu():
+    # Last in the run (the last file, the last test): by now every engine of the run has been built,
+    # stepped, put to sleep and woken. On a GPU runner this shows the tier never made a CUDA context.
+    import torch
+
+    assert isinstance(vllm.platforms.current_platform, UnspecifiedPlatform), (
+        f"vLLM runs on {type(vllm.platforms.current_platform).__name__}; see tests/engine/lib/cpu_vllm.py")
+    assert not torch.cuda.is_initialized(), "something in the engine tier initialised CUDA"
