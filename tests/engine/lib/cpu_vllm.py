@@ -23,6 +23,7 @@ PLUGIN = "sleepwake_engine_cpu"
 if PLUGIN_DIR not in sys.path:
     sys.path.insert(0, PLUGIN_DIR)
 
+import vllm  # noqa: E402
 import vllm.platforms  # noqa: E402  (resolves the platform, through the plugin)
 from vllm.platforms.interface import UnspecifiedPlatform  # noqa: E402
 
@@ -32,3 +33,11 @@ if not isinstance(vllm.platforms.current_platform, UnspecifiedPlatform):
         f"UnspecifiedPlatform: vLLM was imported before tests/engine/lib/cpu_vllm.py, or "
         f"VLLM_PLUGINS={os.environ.get('VLLM_PLUGINS')!r} leaves out {PLUGIN}. Import cpu_vllm "
         f"first, or add {PLUGIN} to VLLM_PLUGINS")
+
+# The per-release targets put a release's overlay (/opt/sleepwake/vllm-<v>) first on the path and
+# name the release they mean to test: a missing overlay would silently test the venv's own vLLM.
+_EXPECTED = os.environ.get("SLEEPWAKE_EXPECT_VLLM")
+if _EXPECTED and vllm.__version__ != _EXPECTED:
+    raise RuntimeError(
+        f"this target tests vLLM {_EXPECTED} but imported vLLM {vllm.__version__} from "
+        f"{os.path.dirname(vllm.__file__)}: its overlay is not installed; run tools/setup.sh --install-only")
