@@ -140,9 +140,16 @@ class SleepWakeClient:
             raise ServerResponseError(f"/load: no 'server_load' in {body!r}")
         return int(body["server_load"])
 
-    def reload_weights(self) -> dict:
+    def reload_weights(self, weights_path: str | None = None) -> dict:
+        """collective_rpc reload_weights: the checkpoint the server was last loaded from, or the
+        checkpoint directory weights_path, which the workers then keep as their model path (vLLM 0.26.0
+        v1/worker/gpu_model_runner.py GPUModelRunner.reload_weights sets model_config.model to it; MRV2
+        calls the same method). The path must be absolute: the workers resolve it in their own cwd."""
+        body = {"method": "reload_weights"}
+        if weights_path is not None:
+            body["kwargs"] = {"weights_path": weights_path}
         with self._phase(False):
-            resp = self._ok("POST", "/collective_rpc", json={"method": "reload_weights"})
+            resp = self._ok("POST", "/collective_rpc", json=body)
         return resp.json() if resp.content else {}
 
     def recover_from_level2(self) -> None:
