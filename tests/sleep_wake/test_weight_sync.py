@@ -106,38 +106,42 @@ def _sleep_and_wake(client, level: int, step: str) -> None:
     oracles.expect_awake(client, step=f"{step}: full wake", issue=ISSUE)
 
 
+def _expect(client, recorder, cell, golden: dict, step: str) -> None:
+    """The checkpoint whose golden this is serves it: token ids and per-token logprobs."""
+    oracles.expect_golden_with_logprobs(client, recorder, golden, SYNC_PROMPTS, cell.id, step=step, issue=ISSUE)
+
+
+def _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level: int) -> None:
+    _expect_goldens_differ(golden_a, golden_b)
+    _push(client, level, checkpoint_b, "checkpoint B")
+    _expect(client, recorder, cell, golden_b, f"pushing checkpoint B during a level-{level} sleep")
+
+
+def _push_a_back(client, recorder, cell, golden_a, checkpoint_a, level: int, after: str) -> None:
+    """Switching back restores the first golden."""
+    _push(client, level, checkpoint_a, "checkpoint A back")
+    _expect(client, recorder, cell, golden_a, f"pushing checkpoint A back after {after}")
+
+
 class TestWeightSync:
     def test_pushed_weights_survive_level1_sleep(self, client, golden_a, golden_b, checkpoint_a,
                                                  checkpoint_b, recorder, cell):
-        _expect_goldens_differ(golden_a, golden_b)
-        _push(client, 1, checkpoint_b, "checkpoint B")
-        oracles.expect_golden_with_logprobs(client, recorder, golden_b, SYNC_PROMPTS, cell.id, issue=ISSUE,
-                                            step="pushing checkpoint B during a level-1 sleep")
+        _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=1)
         _sleep_and_wake(client, 1, "checkpoint B")
-        oracles.expect_golden_with_logprobs(client, recorder, golden_b, SYNC_PROMPTS, cell.id, issue=ISSUE,
-                                            step="checkpoint B, then a level-1 sleep and full wake")
-        _push(client, 1, checkpoint_a, "checkpoint A back")
-        oracles.expect_golden_with_logprobs(client, recorder, golden_a, SYNC_PROMPTS, cell.id, issue=ISSUE,
-                                            step="pushing checkpoint A back (the first golden)")
+        _expect(client, recorder, cell, golden_b, "checkpoint B, then a level-1 sleep and full wake")
+        _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 1, "a level-1 sleep")
 
     def test_pushed_weights_survive_cycles(self, client, golden_a, golden_b, checkpoint_a, checkpoint_b,
                                            recorder, cell):
-        _expect_goldens_differ(golden_a, golden_b)
-        _push(client, 2, checkpoint_b, "checkpoint B")
-        oracles.expect_golden_with_logprobs(client, recorder, golden_b, SYNC_PROMPTS, cell.id, issue=ISSUE,
-                                            step="pushing checkpoint B during a level-2 sleep")
+        _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=2)
         for cycle in range(1, CYCLES + 1):
             _sleep_and_wake(client, 1, f"checkpoint B, cycle {cycle}")
-            oracles.expect_golden_with_logprobs(client, recorder, golden_b, SYNC_PROMPTS, cell.id,
-                                                issue=ISSUE, step=f"checkpoint B, then level-1 cycle {cycle}")
-        _push(client, 2, checkpoint_a, "checkpoint A back")
-        oracles.expect_golden_with_logprobs(client, recorder, golden_a, SYNC_PROMPTS, cell.id, issue=ISSUE,
-                                            step="pushing checkpoint A back after the cycles")
+            _expect(client, recorder, cell, golden_b, f"checkpoint B, then level-1 cycle {cycle}")
+        _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 2, f"{CYCLES} cycles")
 
     def test_pushed_weights_survive_staged_wake(self, client, golden_a, golden_b, checkpoint_a,
                                                 checkpoint_b, recorder, cell):
-        _expect_goldens_differ(golden_a, golden_b)
-        _push(client, 1, checkpoint_b, "checkpoint B")
+        _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=1)
         client.sleep(level=1)
         oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
                              step="checkpoint B: sleep level 1", issue=ISSUE)
@@ -145,19 +149,14 @@ class TestWeightSync:
         oracles.expect_partially_asleep(client, step="checkpoint B: wake weights", issue=ISSUE)
         client.wake_up(["kv_cache"])
         oracles.expect_awake(client, step="checkpoint B: wake kv_cache", issue=ISSUE)
-        oracles.expect_golden_with_logprobs(client, recorder, golden_b, SYNC_PROMPTS, cell.id, issue=ISSUE,
-                                            step="checkpoint B, then a staged wake (weights, kv_cache)")
-        _push(client, 1, checkpoint_a, "checkpoint A back")
-        oracles.expect_golden_with_logprobs(client, recorder, golden_a, SYNC_PROMPTS, cell.id, issue=ISSUE,
-                                            step="pushing checkpoint A back after the staged wake")
+        _expect(client, recorder, cell, golden_b, "checkpoint B, then a staged wake (weights, kv_cache)")
+        _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 1, "a staged wake")
 
     def test_pushed_weights_survive_level2_reload(self, client, golden_a, golden_b, checkpoint_a,
                                                   checkpoint_b, recorder, cell):
-        _expect_goldens_differ(golden_a, golden_b)
-        _push(client, 2, checkpoint_b, "checkpoint B")
+        _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=2)
         _push(client, 2, checkpoint_b, "checkpoint B again")
-        oracles.expect_golden_with_logprobs(client, recorder, golden_b, SYNC_PROMPTS, cell.id, issue=ISSUE,
-                                            step="checkpoint B, then a level-2 sleep and reload of B")
+        _expect(client, recorder, cell, golden_b, "checkpoint B, then a level-2 sleep and reload of B")
         # The plain recovery (reload_weights without a path) reloads the last pushed checkpoint: pinned.
         d = thresholds.divergence("reload_without_path_loads_last_pushed")
         client.sleep(level=2)
@@ -165,12 +164,8 @@ class TestWeightSync:
                              step="checkpoint B: sleep level 2", issue=ISSUE)
         client.recover_from_level2()
         oracles.expect_awake(client, step="checkpoint B: level 2, plain recovery", issue=ISSUE)
-        expected = {"checkpoint B": golden_b, "checkpoint A": golden_a}[d.observed]
-        oracles.expect_golden_with_logprobs(
-            client, recorder, expected, SYNC_PROMPTS, cell.id, issue=ISSUE,
-            step=f"checkpoint B, then level 2 and reload_weights without a path ({d.observed}'s golden per "
-                 f"known divergence {d.name}: {d.reason}; if vLLM now loads {d.documented}, update "
-                 "thresholds.KNOWN_DIVERGENCES)")
-        _push(client, 2, checkpoint_a, "checkpoint A back")
-        oracles.expect_golden_with_logprobs(client, recorder, golden_a, SYNC_PROMPTS, cell.id, issue=ISSUE,
-                                            step="pushing checkpoint A back after the level-2 reloads")
+        _expect(client, recorder, cell, {"checkpoint B": golden_b, "checkpoint A": golden_a}[d.observed],
+                f"checkpoint B, then level 2 and reload_weights without a path ({d.observed}'s golden per "
+                f"known divergence {d.name}: {d.reason}; if vLLM now loads {d.documented}, update "
+                "thresholds.KNOWN_DIVERGENCES)")
+        _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 2, "the level-2 reloads")

@@ -6,7 +6,7 @@ Extra device memory comes from cudaMalloc (shared.device_alloc): exact bytes in 
 pools (no sleep releases it) and outside PyTorch's caching allocator (no cached block absorbs it).
 """
 
-from .shared import MiB, Deferred, device_alloc, device_free, wrap
+from .shared import MiB, Deferred, after, device_alloc, device_free, wrap
 
 LEAK_PER_WAKE = 8 * MiB            # leak_bytes_per_cycle_max is 4 MiB
 LEAK_ONCE = 128 * MiB              # cycle_bytes_flat_max is 64 MiB
@@ -21,27 +21,13 @@ LATE_S = 1.0
 def leak_per_wake():
     from vllm.v1.worker.gpu_worker import Worker
     leaked = []
-
-    def make(original):
-        def wake_up(self, tags=None):
-            original(self, tags)
-            leaked.append(device_alloc(LEAK_PER_WAKE))
-        return wake_up
-    wrap(Worker, "wake_up", make)
+    after(Worker, "wake_up", lambda worker: leaked.append(device_alloc(LEAK_PER_WAKE)))
 
 
 def leak_once():
     from vllm.v1.worker.gpu_worker import Worker
-    wakes, leaked = [], []
-
-    def make(original):
-        def wake_up(self, tags=None):
-            original(self, tags)
-            wakes.append(tags)
-            if len(wakes) == LEAK_ONCE_AT_WAKE:
-                leaked.append(device_alloc(LEAK_ONCE))
-        return wake_up
-    wrap(Worker, "wake_up", make)
+    leaked = []
+    after(Worker, "wake_up", lambda worker: leaked.append(device_alloc(LEAK_ONCE)), nth=LEAK_ONCE_AT_WAKE)
 
 
 def _keep_kv_mapped(select):
@@ -99,15 +85,9 @@ def kv_cache_partly_kept():
 def residue_grows():
     from vllm.v1.worker.gpu_worker import Worker
     held = []
-
-    def make(original):
-        def initialize_from_config(self, kv_cache_config):
-            original(self, kv_cache_config)
-            # Device memory outside the pools from start-up on: resident at level 1, like the
-            # CUDA-graph pool that level 1 does not release (#45648), only larger.
-            held.append(device_alloc(RESIDUE))
-        return initialize_from_config
-    wrap(Worker, "initialize_from_config", make)
+    # Device memory outside the pools from start-up on (after the KV cache is allocated): resident at
+    # level 1, like the CUDA-graph pool level 1 does not release (#45648), only larger.
+    after(Worker, "initialize_from_config", lambda worker: held.append(device_alloc(RESIDUE)))
 
 
 def late_release():
@@ -134,12 +114,6 @@ def late_remap():
         if state["pointer"] is None:
             state["pointer"] = device_alloc(LATE_REMAP)
 
-    def make_init(original):
-        def initialize_from_config(self, kv_cache_config):
-            original(self, kv_cache_config)
-            map_back()  # part of the awake bytes from start-up on
-        return initialize_from_config
-
     def make_wake(original):
         def wake_up(self, tags=None):
             original(self, tags)
@@ -162,7 +136,7 @@ def late_remap():
             map_back()
             return original(self, level)
         return sleep
-    wrap(Worker, "initialize_from_config", make_init)
+    after(Worker, "initialize_from_config", lambda worker: map_back())  # awake bytes from start-up on
     wrap(Worker, "wake_up", make_wake)
     wrap(Worker, "execute_model", make_step)
     wrap(Worker, "sleep", make_sleep)

@@ -2,7 +2,7 @@
 (vllm/device_allocator/cumem.py CuMemAllocator.sleep/wake_up, sleep_mode_backend.py CuMemBackend of
 vLLM 0.26.0). Sized against the host-memory bounds of tests/sleep_wake/lib/thresholds.py."""
 
-from .shared import MiB, wrap
+from .shared import MiB, after, wrap
 
 PINNED_LEAK_PER_SLEEP = 32 * MiB  # host_leak_bytes_per_cycle_max is 16 MiB (a power of two: PyTorch's
 PINNED_JUMP = 256 * MiB           # host allocator pins exactly this); host_cycle_flat_max is 128 MiB
@@ -43,24 +43,10 @@ def host_copy_leaked():
 def pinned_leak_per_sleep():
     from vllm.v1.worker.gpu_worker import Worker
     leaked = []
-
-    def make(original):
-        def sleep(self, level=1):
-            original(self, level)
-            leaked.append(_pinned(PINNED_LEAK_PER_SLEEP))
-        return sleep
-    wrap(Worker, "sleep", make)
+    after(Worker, "sleep", lambda worker: leaked.append(_pinned(PINNED_LEAK_PER_SLEEP)))
 
 
 def pinned_jump_once():
     from vllm.v1.worker.gpu_worker import Worker
-    sleeps, leaked = [], []
-
-    def make(original):
-        def sleep(self, level=1):
-            original(self, level)
-            sleeps.append(level)
-            if len(sleeps) == PINNED_JUMP_AT_SLEEP:
-                leaked.append(_pinned(PINNED_JUMP))
-        return sleep
-    wrap(Worker, "sleep", make)
+    leaked = []
+    after(Worker, "sleep", lambda worker: leaked.append(_pinned(PINNED_JUMP)), nth=PINNED_JUMP_AT_SLEEP)

@@ -12,6 +12,22 @@ def wrap(owner, attr: str, make: Callable) -> None:
     setattr(owner, attr, make(original))
 
 
+def after(owner, attr: str, action: Callable, nth: int | None = None) -> None:
+    """owner.attr calls action(self) after the original: on every call, or on the nth call only. For
+    the worker's methods, which vLLM calls by keyword through collective_rpc."""
+    calls = []
+
+    def make(original):
+        def method(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            calls.append(1)
+            if nth is None or len(calls) == nth:
+                action(self)
+            return result
+        return method
+    wrap(owner, attr, make)
+
+
 def device_alloc(size: int):
     """size bytes of device memory from cudaMalloc, outside PyTorch's caching allocator and the CuMem
     pools: NVML shows exactly these bytes, and no sleep or empty_cache releases them."""
