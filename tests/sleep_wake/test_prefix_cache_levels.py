@@ -25,7 +25,8 @@ def _cached_repeat(client, prompt: str, recorder):
     """The prompt's prefix-cache hit on a repeat (after a first request cached it); fails unless > 0."""
     client.complete(prompt)
     repeat = client.complete(prompt)
-    recorder.record(measure.current_test(), "cached_tokens_repeat", repeat.cached_tokens, "tokens", prompt=prompt)
+    recorder.record(measure.current_test(), "cached_tokens_repeat", repeat.cached_tokens, "tokens",
+                    prompt=prompt)
     # The oracles below compare with this hit: they mean something only if there is one.
     assert repeat.cached_tokens is not None and repeat.cached_tokens > 0, (
         f"oracle check: expected cached_tokens > 0 for a repeat of a {len(prompt.split())}-token prompt, "
@@ -44,8 +45,8 @@ class TestPrefixCacheLevels:
             client.wake_up(["scheduling"])
             oracles.expect_awake(client, step="level 0 then wake_up(tags=[scheduling])", issue=LEVEL0)
             after = client.complete(prompt)
-            recorder.record(measure.current_test(), "cached_tokens_after_level0", after.cached_tokens, "tokens",
-                            prompt=prompt)
+            recorder.record(measure.current_test(), "cached_tokens_after_level0", after.cached_tokens,
+                            "tokens", prompt=prompt)
             assert after.cached_tokens == hit.cached_tokens, (
                 f"[{LEVEL0}] expected the repeat after a level-0 pause to hit {hit.cached_tokens} cached "
                 f"tokens, as the repeat before it did, seen {after.cached_tokens!r}: level 0 reset the "
@@ -78,10 +79,10 @@ class TestPrefixCacheLevels:
             f"[{LEVEL0}] expected the paused request to resume and end by length, seen finish_reasons "
             f"{result.finish_reasons} error {result.error!r}")
         got, want = result.token_ids[0], reference.token_ids[0]
+        first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
         assert got == want, (
             f"[{LEVEL0}] the request paused mid-decode resumed with other tokens than an uninterrupted run, "
-            f"from position {next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))}"
-            ": its KV blocks did not survive the level-0 pause")
+            f"from position {first}: its KV blocks did not survive the level-0 pause")
 
     def test_levels_1_and_2_reset_prefix_cache(self, client, long_golden, recorder):
         for level, prompt in ((1, LONG_PROMPTS[1]), (2, LONG_PROMPTS[2])):
@@ -100,5 +101,5 @@ class TestPrefixCacheLevels:
             assert after.cached_tokens == 0, (
                 f"[{LEVELS12}] expected cached_tokens == 0 for the first request after a level-{level} sleep "
                 f"(it discards the KV cache), seen {after.cached_tokens!r}: discarded blocks served as hits")
-            oracles.expect_tokens(after, long_golden[prompt], prompt=prompt, step=f"level {level} and its wake",
-                                  issue=LEVELS12)
+            oracles.expect_tokens(after, long_golden[prompt], prompt=prompt,
+                                  step=f"level {level} and its wake", issue=LEVELS12)

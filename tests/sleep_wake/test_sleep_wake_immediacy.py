@@ -35,8 +35,8 @@ class TestSleepWakeImmediacy:
                 client.sleep(level=level)
                 after = server.device_used_bytes()  # the first reading: no wait, no poll
             logged = server_log.worker_sleeps(server_log.read(server.log_path))
-            recorder.record(measure.current_test(), f"level{level}_freed_immediate_bytes", before - after, "bytes",
-                            before=before, after=after,
+            recorder.record(measure.current_test(), f"level{level}_freed_immediate_bytes", before - after,
+                            "bytes", before=before, after=after,
                             vllm_logged_freed_bytes=logged[-1].freed_bytes if logged else None)
             oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_BY_LEVEL[level],
                                  step=f"sleep level {level}", issue=RELEASE)
