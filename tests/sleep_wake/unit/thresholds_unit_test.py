@@ -67,3 +67,10 @@ def test_known_divergence_pins_source_line():
     assert "async_llm.py" in d.reason and d.vllm_version == "0.26.0"
     with pytest.raises(KeyError):
         thresholds.divergence("nope")
+
+
+def test_every_known_divergence_the_test_classes_name_exists():
+    files = glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test_*.py"))
+    named = {n for f in files for n in re.findall(r'divergence\("([a-z0-9_]+)"\)', open(f).read())}
+    assert {"host_copy_cached_after_wake", "reload_without_path_loads_last_pushed"} <= named
+    assert named <= set(thresholds.KNOWN_DIVERGENCES), sorted(named - set(thresholds.KNOWN_DIVERGENCES))
