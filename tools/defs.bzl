@@ -21,6 +21,9 @@ GPU_TAGS = ["gpu", "requires-gpu-nvidia", "sleep_wake"]
 
 _MODEL_CONFIG = "//tools/model:synthetic_qwen3/config.json"
 _MODEL = "//tools/model:synthetic_qwen3"
+# Checkpoint B (same shapes, other seed): the new weights the weight-sync class pushes into a server.
+_MODEL_B_CONFIG = "//tools/model:synthetic_qwen3_b/config.json"
+_MODEL_B = "//tools/model:synthetic_qwen3_b"
 _GPU_IDENTITY = "@sleepwake_gpu//:identity.txt"
 _LOCK = "//third_party/python:requirements.lock"
 
@@ -75,8 +78,9 @@ def sleepwake_py_test(
         srcs_version = "PY3",
     )
 
-# Runfiles every GPU cell needs: the checkpoint it serves and the vLLM/GPU identity (a cache-key input).
-GPU_CELL_DATA = [_MODEL, _MODEL_CONFIG, _GPU_IDENTITY]
+# Runfiles every GPU cell needs: the checkpoint it serves, checkpoint B (pushed as new weights by the
+# weight-sync class) and the vLLM/GPU identity (a cache-key input).
+GPU_CELL_DATA = [_MODEL, _MODEL_CONFIG, _MODEL_B, _MODEL_B_CONFIG, _GPU_IDENTITY]
 
 # The fake tier's server module (tests/sleep_wake/conftest.py SLEEPWAKE_SERVER_MODULE) and what it
 # needs: the few-MB checkpoint, whose tensor bytes become the fake's weights pool, and the fake itself.
@@ -92,6 +96,7 @@ def gpu_cell_env(runner, mode):
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,
         "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
+        "SLEEPWAKE_MODEL_B": "$(rootpath %s)" % _MODEL_B_CONFIG,
         "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
     }
 
