@@ -83,11 +83,14 @@ def sleepwake_py_test(
 GPU_CELL_DATA = [_MODEL, _MODEL_CONFIG, _MODEL_B, _MODEL_B_CONFIG, _GPU_IDENTITY]
 
 # The fake tier's server module (tests/sleep_wake/conftest.py SLEEPWAKE_SERVER_MODULE) and what it
-# needs: the few-MB checkpoint, whose tensor bytes become the fake's weights pool, and the fake itself.
+# needs: the small checkpoints A and B, whose tensor bytes become the fake's weights pool and whose
+# digests what it generates, and the fake itself.
 FAKE_SERVER_MODULE = "tests.sleep_wake.fakes.fake_server"
-_TINY_MODEL = "//tools/model:synthetic_qwen3_tiny"
-_TINY_MODEL_CONFIG = "//tools/model:synthetic_qwen3_tiny/config.json"
-FAKE_CELL_DATA = [_TINY_MODEL, _TINY_MODEL_CONFIG]
+_SMALL_MODEL = "//tools/model:synthetic_qwen3_small"
+_SMALL_MODEL_CONFIG = "//tools/model:synthetic_qwen3_small/config.json"
+_SMALL_MODEL_B = "//tools/model:synthetic_qwen3_small_b"
+_SMALL_MODEL_B_CONFIG = "//tools/model:synthetic_qwen3_small_b/config.json"
+FAKE_CELL_DATA = [_SMALL_MODEL, _SMALL_MODEL_CONFIG, _SMALL_MODEL_B, _SMALL_MODEL_B_CONFIG]
 FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
 
 def gpu_cell_env(runner, mode):
@@ -105,7 +108,8 @@ def fake_cell_env(runner, mode, vllm_version = None):
     env = {
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,
-        "SLEEPWAKE_MODEL": "$(rootpath %s)" % _TINY_MODEL_CONFIG,
+        "SLEEPWAKE_MODEL": "$(rootpath %s)" % _SMALL_MODEL_CONFIG,
+        "SLEEPWAKE_MODEL_B": "$(rootpath %s)" % _SMALL_MODEL_B_CONFIG,
         "SLEEPWAKE_SERVER_MODULE": FAKE_SERVER_MODULE,
     }
     if vllm_version:

@@ -56,10 +56,12 @@ class TestAbortDuringParallelSampling:
                 f"[{ISSUE}] expected each choice to end with a finish reason or the stream with an "
                 f"abort error event, seen {result.error}")
         ends = [(r, len(t)) for r, t in zip(result.finish_reasons, result.token_ids)]
-        # Aborted: finish_reason abort, or cut short without one (nothing is streamed for a choice
-        # aborted before its first token; an error event ends the whole stream).
+        # Aborted: finish_reason abort, or none for a choice that streamed nothing (vLLM skips its empty
+        # chunks: openai/completion/serving.py, "not delta_token_ids and not previous_num_tokens[i]") or
+        # when an error event ended the whole stream. A choice that streamed tokens always gets a chunk
+        # with its finish reason, so one that ends without it was never reported finished (#45326).
         aborted = [i for i, (r, n) in enumerate(ends)
-                   if r == "abort" or (r is None and n < STREAM_MAX_TOKENS)]
+                   if r == "abort" or (r is None and n < STREAM_MAX_TOKENS and (n == 0 or result.error))]
         full = [i for i, (r, n) in enumerate(ends) if r == "length" and n == STREAM_MAX_TOKENS]
         assert len(aborted) + len(full) == N, (
             f"[{ISSUE}] expected each of the {N} choices to end aborted or by 'length' at "
