@@ -26,9 +26,7 @@ FAKE_TIER_CELLS = {
     "prefix_cache_levels": ["mrv1_eager"],
     "scheduler_gate": ["mrv1_eager"],
     "staged_wake_cycles": ["mrv1_eager"],
-    # 0.24.0: the push's cleanup calls /reset_prefix_cache, an empty 200 there; the pins are looked up
-    # for the oldest release.
-    "weight_sync": ["mrv1_eager", "mrv1_eager_vllm0.24.0"],
+    "weight_sync": ["mrv1_eager"],
 }
 
 # class short name -> why the fake cannot run it (empty: the fake runs every class).
