@@ -21,6 +21,9 @@ GPU_TAGS = ["gpu", "requires-gpu-nvidia", "sleep_wake"]
 
 _MODEL_CONFIG = "//tools/model:synthetic_qwen3/config.json"
 _MODEL = "//tools/model:synthetic_qwen3"
+# Checkpoint B (same shapes, other seed): the new weights the weight-sync class pushes into a server.
+_MODEL_B_CONFIG = "//tools/model:synthetic_qwen3_b/config.json"
+_MODEL_B = "//tools/model:synthetic_qwen3_b"
 _GPU_IDENTITY = "@sleepwake_gpu//:identity.txt"
 _LOCK = "//third_party/python:requirements.lock"
 
@@ -75,15 +78,19 @@ def sleepwake_py_test(
         srcs_version = "PY3",
     )
 
-# Runfiles every GPU cell needs: the checkpoint it serves and the vLLM/GPU identity (a cache-key input).
-GPU_CELL_DATA = [_MODEL, _MODEL_CONFIG, _GPU_IDENTITY]
+# Runfiles every GPU cell needs: the checkpoint it serves, checkpoint B (pushed as new weights by the
+# weight-sync class) and the vLLM/GPU identity (a cache-key input).
+GPU_CELL_DATA = [_MODEL, _MODEL_CONFIG, _MODEL_B, _MODEL_B_CONFIG, _GPU_IDENTITY]
 
 # The fake tier's server module (tests/sleep_wake/conftest.py SLEEPWAKE_SERVER_MODULE) and what it
-# needs: the few-MB checkpoint, whose tensor bytes become the fake's weights pool, and the fake itself.
+# needs: the small checkpoints A and B, whose tensor bytes become the fake's weights pool and whose
+# digests what it generates, and the fake itself.
 FAKE_SERVER_MODULE = "tests.sleep_wake.fakes.fake_server"
-_TINY_MODEL = "//tools/model:synthetic_qwen3_tiny"
-_TINY_MODEL_CONFIG = "//tools/model:synthetic_qwen3_tiny/config.json"
-FAKE_CELL_DATA = [_TINY_MODEL, _TINY_MODEL_CONFIG]
+_SMALL_MODEL = "//tools/model:synthetic_qwen3_small"
+_SMALL_MODEL_CONFIG = "//tools/model:synthetic_qwen3_small/config.json"
+_SMALL_MODEL_B = "//tools/model:synthetic_qwen3_small_b"
+_SMALL_MODEL_B_CONFIG = "//tools/model:synthetic_qwen3_small_b/config.json"
+FAKE_CELL_DATA = [_SMALL_MODEL, _SMALL_MODEL_CONFIG, _SMALL_MODEL_B, _SMALL_MODEL_B_CONFIG]
 FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
 
 def gpu_cell_env(runner, mode):
@@ -92,6 +99,7 @@ def gpu_cell_env(runner, mode):
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,
         "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
+        "SLEEPWAKE_MODEL_B": "$(rootpath %s)" % _MODEL_B_CONFIG,
         "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
     }
 
@@ -100,7 +108,8 @@ def fake_cell_env(runner, mode, vllm_version = None):
     env = {
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,
-        "SLEEPWAKE_MODEL": "$(rootpath %s)" % _TINY_MODEL_CONFIG,
+        "SLEEPWAKE_MODEL": "$(rootpath %s)" % _SMALL_MODEL_CONFIG,
+        "SLEEPWAKE_MODEL_B": "$(rootpath %s)" % _SMALL_MODEL_B_CONFIG,
         "SLEEPWAKE_SERVER_MODULE": FAKE_SERVER_MODULE,
     }
     if vllm_version:

@@ -3,7 +3,8 @@
 Usage: python3 tools/mutation_table.py [bazel-testlogs/tests/mutants] [--out FILE] [--catalogue DIR]
 
 Reads each mutant target's test.outputs/mutation_row.json (written by tests/mutants/mutant_test.py;
-inside outputs.zip when Bazel zipped the outputs) and prints a markdown table mutant x class, the
+inside outputs.zip when Bazel zipped the outputs) and prints a markdown table mutant x class (with the
+bound each mutant is sized against and its size, from the catalogue), the
 number of mutants each class killed, and whether every mutant was killed and every class killed one.
 A mutant of the catalogue (tests/mutants/plugin/sleepwake_mutants, read from the workspace) with no
 row counts as not killed. Exits 1 unless all of that holds (and the control, if it ran, passed).
@@ -54,6 +55,13 @@ def catalogue_names(package_dir):
     return sorted(module.MUTANTS)
 
 
+def _bound(r) -> str:
+    """The thresholds a mutant is sized against; an exact oracle (tokens, flags) fails at any size."""
+    if r["mutant"] == CONTROL:
+        return ""
+    return ", ".join(r.get("bound") or []) or "exact oracle"
+
+
 def table(rows, expected=None):
     """(markdown text, ok). expected: the catalogue's mutant names, or None not to check for rows."""
     mutants = [r for r in rows if r["mutant"] != CONTROL]
@@ -61,8 +69,8 @@ def table(rows, expected=None):
     controls = [r for r in rows if r["mutant"] == CONTROL]  # one per class (mutant_control_<class>)
     control_failed = sorted(c for r in controls if not r.get("passed") for c in r["classes"])
     classes = sorted({c for r in rows for c in r["classes"]})
-    lines = ["| mutant | issue | cell | " + " | ".join(classes) + " | verdict |",
-             "|---" * (len(classes) + 4) + "|"]
+    lines = ["| mutant | issue | bound | size | cell | " + " | ".join(classes) + " | verdict |",
+             "|---" * (len(classes) + 6) + "|"]
     for r in rows:
         cells = [CELL_TEXT.get(r["classes"][c]["verdict"], r["classes"][c]["verdict"])
                  if c in r["classes"] else "" for c in classes]
@@ -73,7 +81,8 @@ def table(rows, expected=None):
         if r.get("problems"):
             verdict += " (" + "; ".join(r["problems"])[:120] + ")"
         lines.append(f"| {'(control)' if r['mutant'] == CONTROL else r['mutant']} | {r.get('issue', '')} "
-                     f"| {r.get('cell', '')} | " + " | ".join(cells) + f" | {verdict} |")
+                     f"| {_bound(r)} | {r.get('size', '')} | {r.get('cell', '')} | " + " | ".join(cells)
+                     + f" | {verdict} |")
 
     kills = {c: sorted(r["mutant"] for r in mutants if r["classes"].get(c, {}).get("verdict") == "killed")
              for c in classes}

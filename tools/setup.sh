@@ -139,6 +139,6 @@ fi
 if ((gpu_count > 0)); then
   exec tools/run_matrix.sh "$@"
 fi
-say "no NVIDIA GPU on this host: running every CPU test; the 44 GPU cells of //tests/sleep_wake are"
+say "no NVIDIA GPU on this host: running every CPU test; the 60 GPU cells of //tests/sleep_wake are"
 say "left out (tag gpu) because they start real vLLM servers. Run them on a GPU runner: tools/setup.sh there."
 exec tools/test.sh "$@"

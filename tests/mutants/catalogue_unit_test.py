@@ -1,12 +1,16 @@
 """tests/mutants/BUILD.bazel repeats what Starlark cannot read: the catalogue's killing classes and the
-matrix's class files (from tests/sleep_wake/classes.bzl). This checks, on the CPU, that they agree."""
+matrix's class files (from tests/sleep_wake/classes.bzl). This checks, on the CPU, that they agree, that
+every catalogue entry names a patch of the plugin package, and that each mutant sized against a bound
+misses it by about twice (not ten times), so that a kill says the bound is sensitive."""
 
+import importlib
 import os
 import re
 
 import pytest
 
 import sleepwake_mutants
+from tests.sleep_wake.lib import thresholds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -48,7 +52,7 @@ def test_build_lists_exactly_the_catalogue():
 
 def test_the_classes_are_the_suites_test_files():
     classes = _dict_of_files(_read("tests/sleep_wake/classes.bzl"))
-    assert len(classes) == 11, f"parsed {len(classes)} classes from tests/sleep_wake/classes.bzl: {classes}"
+    assert len(classes) == 15, f"parsed {len(classes)} classes from tests/sleep_wake/classes.bzl: {classes}"
     for short, test_file in classes.items():
         assert os.path.exists(os.path.join(ROOT, "tests/sleep_wake", test_file)), (short, test_file)
     assert "SLEEP_WAKE_CLASSES" in MUTANTS_BUILD and "SLEEP_WAKE_CLASSES" in MATRIX_BUILD, (
@@ -70,3 +74,53 @@ def test_log_line_templates_are_what_the_verdict_expects():
     # mutant, in which process, was applied.
     assert "{name}" in sleepwake_mutants.ACTIVATION and "{pid}" in sleepwake_mutants.ACTIVATION
     assert "{pid}" in sleepwake_mutants.NO_MUTANT and "{name}" not in sleepwake_mutants.NO_MUTANT
+
+
+@pytest.mark.parametrize("name", sorted(sleepwake_mutants.MUTANTS))
+def test_every_patch_is_a_function_of_the_plugin_package(name):
+    module, sep, function = sleepwake_mutants.MUTANTS[name].patch.partition(":")
+    assert sep, f"{name}: patch must be 'module:function', got {sleepwake_mutants.MUTANTS[name].patch!r}"
+    # The package's modules import vLLM inside their functions only, so this works without vLLM.
+    assert callable(getattr(importlib.import_module(f"sleepwake_mutants.{module}"), function, None)), (
+        f"{name}: sleepwake_mutants.{module} has no function {function}")
+
+
+# The mechanism bounds issue 10 asks to probe (plus the logprob bound): each needs a mutant that misses
+# it by about twice.
+PROBED = ["leak_bytes_per_cycle_max", "cycle_bytes_flat_max", "level1_bytes_fraction_max",
+          "sleep_freed_kv_fraction_min", "level1_residue_bytes_max", "sleep_s_max", "wake_s_max",
+          "logprob_drift_max", "sleep_freed_immediate_kv_fraction_min", "wake_shortfall_immediate_bytes_max",
+          "host_leak_bytes_per_cycle_max", "host_cycle_flat_max"]
+MISS_MIN, MISS_MAX = 1.5, 3.0
+
+
+def _mutants_cell() -> str:
+    """The cell the mutants run on ("MRV2-eager"), read from tests/mutants/defs.bzl."""
+    text = _read("tests/mutants/defs.bzl")
+    runner, mode = (re.search(rf'\n_{key} = "(\w+)"', text).group(1) for key in ("RUNNER", "MODE"))
+    return f"{runner.upper()}-{mode}"
+
+
+def _miss(bound: str, value: float) -> float:
+    """How many times `value` misses the bound (> 1 fails it): value / bound for an upper bound."""
+    limit = thresholds.get(bound, _mutants_cell())
+    return value / limit if bound.endswith("_max") else limit / value
+
+
+@pytest.mark.parametrize("name", sorted(sleepwake_mutants.MUTANTS))
+def test_sized_mutants_miss_their_bound_by_about_twice(name):
+    m = sleepwake_mutants.MUTANTS[name]
+    assert m.size.strip(), f"{name}: size missing (how big the defect is, for the mutation table)"
+    unknown = [b for b in m.bound if b not in thresholds.TABLE]
+    assert not unknown, f"{name}: bound names {unknown}, which thresholds.TABLE does not have"
+    assert set(m.expected) <= set(m.bound), f"{name}: expected values for {set(m.expected) - set(m.bound)}"
+    for bound, value in m.expected.items():
+        assert MISS_MIN <= _miss(bound, value) <= MISS_MAX, (
+            f"{name}: expected {value:g} against {bound} = {thresholds.get(bound, _mutants_cell()):g} misses "
+            f"it {_miss(bound, value):.2f}x; resize the mutant to miss by {MISS_MIN}-{MISS_MAX}x")
+
+
+def test_every_probed_bound_has_a_sized_mutant():
+    sized = {b for m in sleepwake_mutants.MUTANTS.values() for b in m.expected}
+    missing = sorted(set(PROBED) - sized)
+    assert not missing, f"no mutant is sized against {missing}: add one that misses each by about 2x"

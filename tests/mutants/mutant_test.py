@@ -99,10 +99,10 @@ def test_mutant_is_killed_by_its_classes():
         pytest.fail(f"classes {missing} have no file in SLEEPWAKE_MUTANT_CLASS_FILES; mutant_suite's "
                     "class_files must name every class a mutant lists")
     if mutant == "none":
-        kills, issue = None, ""
+        kills, issue, bound, size = None, "", (), ""
     elif mutant in sleepwake_mutants.MUTANTS:
         entry = sleepwake_mutants.MUTANTS[mutant]
-        kills, issue = entry.kills, entry.issue
+        kills, issue, bound, size = entry.kills, entry.issue, entry.bound, entry.size
         try:
             verdict.check_classes_agree(mutant, classes, kills)
         except ValueError as e:
@@ -136,6 +136,6 @@ def test_mutant_is_killed_by_its_classes():
     if not os.path.exists(junit):
         decision.problems.append(f"the inner pytest wrote no JUnit report (exit {rc}); see {pytest_log}")
     with open(os.path.join(outputs, "mutation_row.json"), "w", encoding="utf-8") as f:
-        json.dump(verdict.row(decision, issue, cell), f, indent=2, sort_keys=True)
+        json.dump(verdict.row(decision, issue, cell, bound, size), f, indent=2, sort_keys=True)
     print(decision.report())
     assert decision.passed, decision.report()

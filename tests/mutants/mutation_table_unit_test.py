@@ -1,6 +1,7 @@
 """tools/mutation_table.py on sample rows, as mutant_test.py writes them (plain and zipped)."""
 
 import json
+import os
 import zipfile
 
 from tools import mutation_table
@@ -11,6 +12,7 @@ def _row(mutant, verdicts, passed=None, problems=()):
         if passed is None else passed
     return {"mutant": mutant, "issue": "#1" if mutant != "none" else "", "cell": "MRV2-eager",
             "passed": passed and not problems, "activated": mutant != "none", "problems": list(problems),
+            "bound": ["wake_s_max"] if mutant == "b" else [], "size": "2x" if mutant == "b" else "",
             "classes": {c: {"verdict": v, "failed_tests": [], "messages": []} for c, v in verdicts.items()}}
 
 
@@ -35,10 +37,11 @@ def test_all_killed(tmp_path, capsys):
     text = capsys.readouterr().out
     assert out.read_text() == text
     lines = text.splitlines()
-    assert lines[0] == "| mutant | issue | cell | flags | latency | verdict |"
-    assert lines[2] == "| a | #1 | MRV2-eager | killed |  | killed |"
-    assert lines[3] == "| b | #1 | MRV2-eager | killed | killed | killed |"
-    assert lines[4] == "| (control) |  | MRV2-eager | pass | pass | control passed |"
+    assert lines[0] == "| mutant | issue | bound | size | cell | flags | latency | verdict |"
+    assert lines[1] == "|---|---|---|---|---|---|---|---|"
+    assert lines[2] == "| a | #1 | exact oracle |  | MRV2-eager | killed |  | killed |"
+    assert lines[3] == "| b | #1 | wake_s_max | 2x | MRV2-eager | killed | killed | killed |"
+    assert lines[4] == "| (control) |  |  |  | MRV2-eager | pass | pass | control passed |"
     assert "- flags: 2 (a, b)" in lines and "- latency: 1 (b)" in lines
     assert "every mutant killed: yes (2/2)" in text
     assert "every class killed at least one mutant: yes" in text
@@ -50,8 +53,8 @@ def test_survivor_and_idle_class_fail(tmp_path, capsys):
     _write(tmp_path, "mutant_control_flags", _row("none", {"flags": "passed", "latency": "passed"}))
     assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
     text = capsys.readouterr().out
-    assert "| a | #1 | MRV2-eager | survived |  | NOT KILLED |" in text
-    assert "| b | #1 | MRV2-eager |  | other | NOT KILLED |" in text
+    assert "| a | #1 | exact oracle |  | MRV2-eager | survived |  | NOT KILLED |" in text
+    assert "| b | #1 | wake_s_max | 2x | MRV2-eager |  | other | NOT KILLED |" in text
     assert "every mutant killed: no (0/2; not killed: a, b)" in text
     assert "none killed by: flags, latency" in text
 
@@ -87,6 +90,12 @@ def test_the_fakes_rows_are_tabulated_apart(tmp_path, capsys):
     _write(tmp_path, "mutant_a", _row("a", {"flags": "survived"}, passed=False))
     _write(tmp_path, "fake_mutant_a", _row("a", {"flags": "killed"}))
     assert mutation_table.main(["x", str(tmp_path), "--catalogue", "", "--fake"]) == 0
-    assert "| a | #1 | MRV2-eager | killed | killed |" in capsys.readouterr().out
+    assert "| a | #1 | exact oracle |  | MRV2-eager | killed | killed |" in capsys.readouterr().out
     assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
-    assert "| a | #1 | MRV2-eager | survived | NOT KILLED |" in capsys.readouterr().out
+    assert "| a | #1 | exact oracle |  | MRV2-eager | survived | NOT KILLED |" in capsys.readouterr().out
+
+
+def test_reads_the_real_catalogue_from_its_init_alone():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    names = mutation_table.catalogue_names(os.path.join(root, mutation_table.DEFAULT_CATALOGUE))
+    assert len(names) >= 20 and "resume_on_partial_wake" in names and "late_release" in names

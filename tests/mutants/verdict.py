@@ -211,8 +211,9 @@ def decide(mutant: str, cases: list[Case], classes: list[str], class_files: dict
     return Decision(mutant, judge_classes(cases, classes, class_files, kills), problems, activated)
 
 
-def row(decision: Decision, issue: str, cell: str) -> dict:
-    """mutation_row.json: what tools/mutation_table.py tabulates."""
+def row(decision: Decision, issue: str, cell: str, bound=(), size: str = "") -> dict:
+    """mutation_row.json: what tools/mutation_table.py tabulates. bound and size: the catalogue's (the
+    thresholds the mutant is sized against and how big it is)."""
     return {"mutant": decision.mutant, "issue": issue, "cell": cell, "passed": decision.passed,
-            "activated": decision.activated, "problems": decision.problems,
-            "classes": {c: r.to_json() for c, r in decision.classes.items()}}
+            "activated": decision.activated, "problems": decision.problems, "bound": list(bound),
+            "size": size, "classes": {c: r.to_json() for c, r in decision.classes.items()}}

@@ -169,10 +169,10 @@ def test_build_and_catalogue_must_agree():
 
 def test_row_is_json(tmp_path):
     cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"))
-    row = verdict.row(decide(tmp_path, cases), "#44483", "MRV2-eager")
+    row = verdict.row(decide(tmp_path, cases), "#44483", "MRV2-eager", ("wake_s_max",), "0.45 s a wake")
     assert json.loads(json.dumps(row)) == {
         "mutant": "resume_on_partial_wake", "issue": "#44483", "cell": "MRV2-eager", "passed": True,
-        "activated": True, "problems": [],
+        "activated": True, "problems": [], "bound": ["wake_s_max"], "size": "0.45 s a wake",
         "classes": {"scheduler_gate": {"verdict": "killed", "failed_tests": [f"{GATE}::test_b[MRV2-eager]"],
                                        "messages": ["#44483"]}}}
 

@@ -5,6 +5,8 @@ The server class comes from the module named by SLEEPWAKE_SERVER_MODULE (default
 the fake tier names tests.sleep_wake.fakes.fake_server there, which has the same public surface.
 """
 
+import contextlib
+import dataclasses
 import importlib
 import os
 import re
@@ -12,9 +14,9 @@ import time
 
 import pytest
 
-from tests.sleep_wake.lib import cells, measure, metrics, releases, thresholds
+from tests.sleep_wake.lib import cells, measure, metrics, oracles, releases, thresholds
 from tests.sleep_wake.lib.client import SleepWakeClient
-from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.sleep_wake.lib.prompts import PROMPTS
 
 
 def pytest_generate_tests(metafunc):
@@ -76,12 +78,15 @@ def _server_class():
                     f"{DEFAULT_SERVER_MODULE} or name a module with the same surface", pytrace=False)
 
 
-def _start_server(name: str, cell, recorder, nodeid: str):
-    """A started VllmServer context (caller exits it) with its start-up time recorded."""
+def _start_server(name: str, cell, recorder, nodeid: str, model: str | None = None):
+    """A started VllmServer context (caller exits it) with its start-up time recorded; `model` replaces
+    the cell's checkpoint (SLEEPWAKE_MODEL)."""
     from tools.launcher.config import ServerConfig
 
     VllmServer = _server_class()
     config = ServerConfig.from_env(_log_dir(name))
+    if model is not None:
+        config = dataclasses.replace(config, model=model)
     if (config.runner, config.execution_mode) != (cell.runner, cell.mode):
         pytest.fail(f"ServerConfig.from_env built runner={config.runner} mode={config.execution_mode} "
                     f"but the cell is {cell.id}: the environment is inconsistent")
@@ -124,23 +129,40 @@ def isolated_server(request, cell, recorder):
         context.__exit__(None, None, None)
 
 
-@pytest.fixture(scope="class")
-def client(server) -> SleepWakeClient:
+def _client_of(server) -> SleepWakeClient:
     return SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max"),
                            memory_phase=getattr(server, "memory_phase", None))
 
 
 @pytest.fixture(scope="class")
+def server_on(request, cell, recorder):
+    """server_on(model, name) -> context manager yielding a client of a server of this cell started on
+    another checkpoint, for a class fixture that needs one (the weight-sync class's golden of checkpoint
+    B). With one GPU slot it must be exited before the class's `server` starts, so a class using it
+    makes `server` depend on that fixture."""
+    @contextlib.contextmanager
+    def start(model: str, name: str):
+        context, srv = _start_server(f"{request.node.name}_{name}", cell, recorder, request.node.nodeid,
+                                     model=model)
+        try:
+            yield _client_of(srv)
+        finally:
+            context.__exit__(None, None, None)
+    return start
+
+
+@pytest.fixture(scope="class")
+def client(server) -> SleepWakeClient:
+    return _client_of(server)
+
+
+@pytest.fixture(scope="class")
 def golden(client) -> dict:
     """prompt -> Completion (greedy, ignore_eos, GOLDEN_MAX_TOKENS, logprobs=1), taken right after start."""
-    out = {}
-    for prompt in PROMPTS:
-        c = client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
-        if len(c.token_ids[0]) != GOLDEN_MAX_TOKENS or c.finish_reasons != ["length"]:
-            pytest.fail(f"golden run for {prompt!r}: expected {GOLDEN_MAX_TOKENS} tokens ending by "
-                        f"length, got {len(c.token_ids[0])} ending {c.finish_reasons}")
-        out[prompt] = c
-    return out
+    try:
+        return oracles.take_golden(client, PROMPTS)
+    except AssertionError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(autouse=True)

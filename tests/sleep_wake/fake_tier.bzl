@@ -15,14 +15,18 @@ FAKE_TIER_CELLS = {
     "error_paths": ["mrv1_eager", "mrv1_eager_vllm0.24.0"],
     # 0.25.0: /reset_prefix_cache answers an empty 200 there (the level-2 recovery calls it).
     "flags": ["mrv1_eager", "mrv1_eager_vllm0.25.0"],
+    "host_memory": ["mrv1_eager"],
+    "immediacy": ["mrv1_eager"],
     "latency": ["mrv1_eager"],
     "logprobs_precision": ["mrv1_eager"],
     "memory_leak_cycle": ["mrv1_eager"],
     "output_correctness": ["mrv1_eager"],
     # graph: the per-mode residue bound (the resident CUDA-graph pool) and MRV2's runner check.
     "physical_memory": ["mrv1_eager", "mrv2_graph"],
+    "prefix_cache_levels": ["mrv1_eager"],
     "scheduler_gate": ["mrv1_eager"],
     "staged_wake_cycles": ["mrv1_eager"],
+    "weight_sync": ["mrv1_eager"],
 }
 
 # class short name -> why the fake cannot run it (empty: the fake runs every class).

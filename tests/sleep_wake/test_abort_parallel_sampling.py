@@ -1,6 +1,7 @@
 """A seeded n=4 sampled request (parallel sampling: one parent, four child requests) is streaming
-when /sleep?mode=abort arrives: every choice ends promptly, nothing leaks (NVML bytes after wake,
-/load), and the engine serves golden and seeded output afterwards (#45520, #45326)."""
+when /sleep?mode=abort arrives: the sleep aborts choices that could not have finished yet (seen in the
+stream, not inferred), every choice ends promptly, nothing leaks (NVML bytes after wake, /load), and
+the engine serves golden and seeded output afterwards (#45520, #45326)."""
 
 from tests.sleep_wake.lib import measure, memory, metrics, oracles, thresholds
 from tests.sleep_wake.lib.background import background, generated_tokens, wait_decoding
@@ -38,6 +39,9 @@ class TestAbortDuringParallelSampling:
                                      seed=SEED, n=N, timeout_s=thresholds.get("request_completion_s_max"))
                 wait_decoding(client, [stream], 1, since, 2 * N)
                 sleep_s = measure.timed(client.sleep, level=1, mode="abort")[1]
+            # Tokens the engine had generated for the request when /sleep answered: fewer than finishing
+            # every choice takes means the sleep landed where the choices could not all have finished.
+            at_sleep = generated_tokens(client) - since
             waited = measure.wait_until(stream.done, thresholds.get("request_completion_s_max"),
                                         what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort")
             result = stream.result()
@@ -45,17 +49,32 @@ class TestAbortDuringParallelSampling:
                               f"[{ISSUE}] seconds from /sleep?mode=abort to the end of the n={N} stream")
         recorder.record(test, "aborted_stream", {"finish_reasons": result.finish_reasons,
                                                  "tokens": [len(t) for t in result.token_ids],
-                                                 "error": result.error}, "")
+                                                 "error": result.error, "tokens_at_sleep": at_sleep}, "")
         assert not result.timed_out, f"[{ISSUE}] the n={N} stream hung: {result.error}"
-        if result.error is None:
-            ends = [(r, len(t)) for r, t in zip(result.finish_reasons, result.token_ids)]
-            assert all(r == "abort" or (r == "length" and n == STREAM_MAX_TOKENS) for r, n in ends), (
-                f"[{ISSUE}] expected each of the {N} choices to end with finish_reason 'abort' (or "
-                f"'length' at {STREAM_MAX_TOKENS} tokens), seen (finish_reason, tokens) {ends}")
-        else:
+        if result.error is not None:
             assert result.error.startswith("error event"), (
                 f"[{ISSUE}] expected each choice to end with a finish reason or the stream with an "
                 f"abort error event, seen {result.error}")
+        ends = [(r, len(t)) for r, t in zip(result.finish_reasons, result.token_ids)]
+        # Aborted: finish_reason abort, or none for a choice that streamed nothing (vLLM skips its empty
+        # chunks: openai/completion/serving.py, "not delta_token_ids and not previous_num_tokens[i]") or
+        # when an error event ended the whole stream. A choice that streamed tokens always gets a chunk
+        # with its finish reason, so one that ends without it was never reported finished (#45326).
+        aborted = [i for i, (r, n) in enumerate(ends)
+                   if r == "abort" or (r is None and n < STREAM_MAX_TOKENS and (n == 0 or result.error))]
+        full = [i for i, (r, n) in enumerate(ends) if r == "length" and n == STREAM_MAX_TOKENS]
+        assert len(aborted) + len(full) == N, (
+            f"[{ISSUE}] expected each of the {N} choices to end aborted or by 'length' at "
+            f"{STREAM_MAX_TOKENS} tokens, seen (finish_reason, tokens) {ends}")
+        assert aborted, (
+            f"[{ISSUE}] /sleep?mode=abort aborted none of the {N} choices in flight: (finish_reason, "
+            f"tokens) {ends}; {at_sleep} tokens had been generated when /sleep answered, of the "
+            f"{N * STREAM_MAX_TOKENS} that finishing every choice takes. A sleep that lets requests run to "
+            "the end (drains) instead of aborting them passes every other check here")
+        assert at_sleep < N * STREAM_MAX_TOKENS, (
+            f"oracle check: {at_sleep} tokens had been generated when /sleep answered, enough to finish all "
+            f"{N} choices of {STREAM_MAX_TOKENS} tokens, so the abort was not exercised: raise "
+            "STREAM_MAX_TOKENS")
 
         measure.wait_until(lambda: client.load() == 0, thresholds.get("request_completion_s_max"),
                            what=f"[{ISSUE}] /load back to 0 after the abort (a child request leaked)")

@@ -1,6 +1,7 @@
 """A burst of streaming requests mid-decode when /sleep?mode=abort lands: every request ends (done or
-aborted), none hangs, and the engine is alive and golden afterwards. #45520 killed the engine behind
-a 200; #45326 left requests hanging forever."""
+aborted), none hangs, and the engine is alive and golden afterwards; requests sent while asleep are
+accepted (/load) and held, none answered before wake_up is sent, then served golden. #45520 killed the
+engine behind a 200; #45326 left requests hanging forever."""
 
 import concurrent.futures
 
@@ -9,6 +10,7 @@ from tests.sleep_wake.lib.background import background, generated_tokens, wait_d
 from tests.sleep_wake.lib.prompts import PROMPTS
 
 ISSUE = "#45326/#45520 generate/sleep race"
+HELD = "#45326 requests sent while asleep are held"
 BURST = 8
 # Far longer than the time /sleep takes to land, so the burst is mid-decode (max_model_len is 1024).
 RACE_MAX_TOKENS = 768
@@ -20,6 +22,14 @@ def ended(future, bound_s: float, what: str):
         return future.result(timeout=bound_s)
     except concurrent.futures.TimeoutError:
         raise AssertionError(f"[{ISSUE}] {what} did not end within {bound_s:g} s: a hang") from None
+
+
+def _outcome(future) -> str:
+    """How a finished background request ended, for a message."""
+    try:
+        return f"finish_reasons {future.result().finish_reasons}"
+    except Exception as e:  # the server's answer or a transport failure
+        return f"failed: {e}"
 
 
 def _expect_ended_cleanly(result, i: int) -> str:
@@ -65,12 +75,18 @@ class TestConcurrentRace:
                         for i, f in enumerate(burst)]
             measure.wait_until(lambda: client.load() == 0, thresholds.get("request_completion_s_max"),
                                what=f"[{ISSUE}] /load back to 0 once the aborted burst ended")
-            # Requests arriving while asleep are held, then served on wake (#45326: they hung).
+            # Requests arriving while asleep are held until the wake, then served (#45326: they hung).
             late = [pool.submit(client.complete, p, timeout_s=bound) for p in PROMPTS]
             measure.wait_until(lambda: client.load() >= len(late) or any(f.done() for f in late),
                                thresholds.get("request_completion_s_max"),
                                what="the requests sent while asleep to be accepted (/load)")
-            assert client.is_sleeping(), f"[{ISSUE}] expected is_sleeping true while requests are held"
+            ended_early = {p: _outcome(f) for p, f in zip(PROMPTS, late) if f.done()}
+            assert not ended_early, (
+                f"[{HELD}] requests sent while asleep ended before wake_up was sent: {ended_early}")
+            measure.assert_holds(lambda: not any(f.done() for f in late) and client.is_sleeping(),
+                                 thresholds.get("held_request_window_s"),
+                                 what=f"[{HELD}] the {len(late)} accepted requests pending and is_sleeping "
+                                      "true until wake_up is sent")
             _, wake_s = measure.timed(client.wake_up)
             for p, f in zip(PROMPTS, late):
                 oracles.expect_tokens(ended(f, bound, f"request {p!r} sent while asleep"), golden[p],

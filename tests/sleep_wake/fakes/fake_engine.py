@@ -1,63 +1,47 @@
-"""The engine behind FakeVllm: vLLM's sleep-mode state machine, the GPU bytes it holds, its decode
-loop, and switches that re-create catalogued defects.
+"""The engine behind FakeVllm: vLLM's sleep-mode state machine, the weights it serves, the GPU and host
+bytes it holds, its prefix cache and decode loop, and switches that re-create catalogued defects
+(fake_defects.py).
 
 The state machine follows vLLM 0.26.0's source, which 0.24.0 and 0.25.0 share line for line
-(v1/engine/core.py sleep/wake_up/is_sleeping, v1/executor/abstract.py sleep/wake_up,
-v1/engine/async_llm.py's gauge writes):
-  * sleep(level, mode): pause scheduling (mode abort ends in-flight requests); level >= 1 clears the
-    prefix cache and puts both tags to sleep (a second sleep is a no-op); only level 1 keeps a copy of
-    the weights, so any other level >= 2 (3 included) leaves garbage until reload_weights.
+(v1/engine/core.py sleep/pause_scheduler/wake_up/is_sleeping, v1/executor/abstract.py sleep/wake_up,
+v1/engine/async_llm.py's gauge writes, v1/worker/gpu_worker.py and device_allocator/cumem.py):
+  * sleep(level, mode) pauses scheduling: mode abort ends the requests in flight, wait lets them run
+    to the end before the sleep answers, keep freezes them where they are. Level >= 1 clears the prefix
+    cache and puts both tags to sleep (a second sleep is a no-op); only level 1 copies the weights to
+    pinned host memory, so any other level >= 2 (3 included) wakes into garbage until reload_weights.
   * wake_up(tags): "scheduling" is dropped; the executor ignores the call when it is awake or when a
     tag is not asleep; scheduling resumes only once no tag is asleep (#44483). The gauge reads awake
     after every wake_up, partial or not (the divergence pinned in thresholds.KNOWN_DIVERGENCES).
+  * reload_weights(weights_path) loads the checkpoint at weights_path into the awake weights pool and
+    keeps it as the model path, so a later reload without a path loads it again (known divergence
+    reload_without_path_loads_last_pushed); into asleep (unmapped) weights it fails.
   * GPU bytes of the server's process (what NVML reports per pid): a resident context, the CUDA-graph
     pool in graph mode (kept at level 1, #45648), the weights and KV-cache pools while their tag is
     awake, and in eager mode the activation blocks torch's caching allocator keeps after a forward
     (emptied by a sleep, reserved again by the next forward).
+  * Host bytes: the level-1 copy, one pinned block per weight tensor (fake_host_memory.py), given back
+    to the caching host allocator by the wake and reused by the next sleep.
+  * The prefix cache holds full 16-token blocks of prompts; a repeat hits at most n - 1 of its n tokens
+    (the last one is always computed), in whole blocks.
+Each sleep of the executor logs vLLM's two lines (CuMemAllocator's and the worker's "Sleep mode freed").
 Timing: each decode step takes token_delay_s, so a sleep can land mid-decode.
 """
 
 import dataclasses
-import hashlib
 import threading
 import time
 
+from tests.sleep_wake.fakes import fake_checkpoint
+from tests.sleep_wake.fakes import fake_defects as d
+from tests.sleep_wake.fakes.fake_host_memory import PinnedHostMemory
 from tests.sleep_wake.lib import metrics
 
 MiB = 1 << 20
+GiB = 1 << 30
 MAX_HOLD_S = 120.0  # a held request gives up after this, so a broken test cannot hang the fake
 BLOCK_TOKENS = 16  # vLLM caches only full KV blocks: a prompt shorter than one never hits the cache
-SLOW_WAKE_S = 0.3  # slow_wake: above the 0.25 s wake_s_max on its own (the plugin's 2 s would cost 50 s a run)
-LEAK_PER_WAKE = 64 * MiB  # leak_per_wake, as the plugin's torch.empty(64 << 20)
-LOGPROB_SCALE_PER_WAKE = 1.25  # weights_perturbed, as the plugin's lm_head.mul_(1.25)
+PAUSE_MODES = ("abort", "wait", "keep")
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
-
-# The defects the fake can re-create. The first group carries the names of the mutant catalogue
-# (tests/mutants/plugin/sleepwake_mutants MUTANTS): the same bug, re-created here instead of patched
-# into vLLM, judged by the same harness (tests/mutants/mutant_test.py). The rest exist only here.
-DEFECTS = {
-    "resume_on_partial_wake": "scheduling resumes after any wake (#44483 reverted, #44395)",
-    "prefix_cache_kept": "sleep does not reset the prefix cache (#17103, #22726)",
-    "reload_weights_noop": "reload_weights does nothing: level 2 wakes into garbage (#29341, #54235)",
-    "leak_per_wake": "each wake of the executor leaks 64 MiB (#21336, #36651)",
-    "kv_cache_kept_on_sleep": "sleep does not release the KV cache (#11743, #47654)",
-    "is_sleeping_false_partial": "/is_sleeping is true only while both tags are asleep (#44483)",
-    "gauge_not_updated": "/sleep does not write the sleep-state gauge",
-    "slow_wake": f"each wake of the executor takes {SLOW_WAKE_S:g} s longer (#45648)",
-    "weights_perturbed": "each weights wake scales logprobs by 1.25; greedy tokens unchanged (#21336)",
-    "engine_dies_on_sleep_during_decode": (
-        "/sleep during decode answers 200 and the engine is dead (#45520). The plugin kills the core 0.3 s "
-        "after the sleep; the fake, whose requests are faster, kills it as the sleep returns, so that no "
-        "test can finish inside the delay and miss the death"),
-    "wake_awake_tag_aborts": "waking an awake executor fails the call (#31618)",
-    "abort_leaves_choices_running": (
-        "sleep?mode=abort never reports the end of an n>1 request's child choices (#45326). vLLM's stream "
-        "then stays open until the client gives up (60 s in the suite); the fake ends it at [DONE] with "
-        "the children's finish_reason missing, which the same oracle rejects at once"),
-    "staged_wake_loses_weights": "from the third weights-only wake on, the weights are garbage (#21336)",
-    "gauge_tracks_tags": ("the gauge keeps the sleep level until every tag is awake: the divergence "
-                          "gauge_awake_while_partially_asleep fixed, which its pinning tests must notice"),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,19 +62,11 @@ class GpuMemory:
         return cls(weights, kv_cache, activations=354 * MiB)
 
 
-def _tokens(prompt: str, n: int, choice: int, seed) -> list[int]:
-    digest = hashlib.sha256(f"{prompt}|{choice}|{seed}".encode()).digest()
-    return [(digest[i % len(digest)] * 7 + i) % 1000 + 10 for i in range(n)]
-
-
-def _logprob(token: int) -> float:
-    return -(0.1 + 0.05 * (token % 7))
-
-
 @dataclasses.dataclass
 class Choice:
     index: int
     planned: list  # the token ids this choice will generate
+    weights: str | None  # what generates them (their logprobs)
     token_ids: list = dataclasses.field(default_factory=list)
     logprobs: list = dataclasses.field(default_factory=list)
     finish_reason: str | None = None
@@ -100,28 +76,50 @@ class EngineDeadError(RuntimeError):
     pass
 
 
+def _gib(n: int) -> float:
+    return n / GiB
+
+
 class FakeEngine:
-    def __init__(self, memory: GpuMemory, token_delay_s: float = 0.0, defects=()):
-        unknown = set(defects) - set(DEFECTS)
+    def __init__(self, memory: GpuMemory, token_delay_s: float = 0.0, defects=(),
+                 checkpoint: fake_checkpoint.Checkpoint = fake_checkpoint.NONE,
+                 host: PinnedHostMemory | None = None, log=None):
+        """checkpoint: what the server started on; host: where level-1 copies are pinned; log(line):
+        the server log."""
+        unknown = set(defects) - set(d.DEFECTS)
         if unknown:
-            raise ValueError(f"unknown fake defects {sorted(unknown)}; known: {', '.join(sorted(DEFECTS))}")
+            raise ValueError(f"unknown fake defects {sorted(unknown)}; known: {', '.join(sorted(d.DEFECTS))}")
         self.memory = memory
         self.token_delay_s = token_delay_s
         self.defects = frozenset(defects)
+        self.checkpoint = checkpoint
+        self.host = host or PinnedHostMemory()
+        self.log = log or (lambda line: None)
         self.cond = threading.Condition()
         self.paused = False
+        self.frozen = False  # mode keep: requests in flight wait where they are
         self.sleeping_tags: set[str] = set()
-        self.weights_valid = True
         self.gauge = dict(metrics.GAUGE_AWAKE)
         self.load = 0  # requests accepted and not finished (/load)
         self.running = 0  # requests being decoded (they hold KV blocks)
         self.abort_epoch = 0
         self.generated_tokens = 0  # vllm:generation_tokens_total
-        self.prefix_cache: set[str] = set()
+        self.prefix_cache: set[tuple] = set()  # token prefixes of whole cached blocks
         self.activations_reserved = memory.activations > 0  # the start-up profile run did a forward
+        # The weights pool (fake_checkpoint: a digest, a mix, or None for garbage) and what a reload
+        # without a path loads (vLLM's model_config.model).
+        self.weights: str | None = checkpoint.digest
+        self.model_path = checkpoint.path
+        self.host_copy = None  # (weights, pinned blocks) while a level-1 sleep holds the copy
+        self.stale_head = None  # host_copy_predates_update: the output projection before the last push
+        self.logprob_offset = 0.0
+        self.worker_sleeps = self.worker_wakes = 0
+        self.worker_level = None  # the level of the executor's last sleep
         self.leaked = 0
+        self.late_release_until = 0.0
+        self.remap_missing = False
+        self.restore_until = 0.0
         self.weights_wakes = 0
-        self.logprob_scale = 1.0
         self.dead = False
         self.stopping = threading.Event()
 
@@ -145,39 +143,84 @@ class FakeEngine:
         with self.cond:
             return dict(self.gauge)
 
+    def _kv_resident(self) -> int:
+        if "kv_cache" not in self.sleeping_tags or "kv_cache_kept_on_sleep" in self.defects:
+            return self.memory.kv_cache
+        if "kv_cache_partly_kept" in self.defects:
+            return int(d.KV_KEPT_FRACTION * self.memory.kv_cache)
+        return 0
+
     def gpu_bytes(self) -> int:
         m = self.memory
         with self.cond:
-            kv_resident = "kv_cache" not in self.sleeping_tags or "kv_cache_kept_on_sleep" in self.defects
-            return (m.context + m.graph_pool + self.leaked
+            late = self.late_release_until > time.monotonic()
+            return (m.context + m.graph_pool + self.leaked + self._kv_resident()
                     + (0 if "weights" in self.sleeping_tags else m.weights)
-                    + (m.kv_cache if kv_resident else 0)
-                    + (m.activations if self.activations_reserved else 0))
+                    + (m.activations if self.activations_reserved else 0)
+                    + (d.RESIDUE if "residue_grows" in self.defects else 0)
+                    + (d.LATE_RELEASE if late else 0)
+                    + (d.LATE_REMAP if "late_remap" in self.defects and not self.remap_missing else 0))
 
     def device_used_bytes(self) -> int:
         return self.gpu_bytes() + self.memory.device_other
 
     # --- the sleep API ----------------------------------------------------------------------------
     def sleep(self, level: int, mode: str) -> None:
+        if mode not in PAUSE_MODES:
+            raise ValueError(f"Invalid pause mode: {mode}")
         with self.cond:
             self._check_alive()
+            if mode == "abort" and "sleep_drains_instead_of_aborting" in self.defects:
+                mode = "wait"
             decoding = self.running > 0
             if mode == "abort":
                 self.abort_epoch += 1
             self.paused = True
-            if level >= 1:
-                if "prefix_cache_kept" not in self.defects:
-                    self.prefix_cache.clear()
-                if not self.executor_sleeping:
-                    self.sleeping_tags = {"weights", "kv_cache"}
-                    self.activations_reserved = False  # sleep empties torch's caching allocator
-                    if level != 1:
-                        self.weights_valid = False
+            self.frozen = mode == "keep"
+            self.cond.notify_all()
+            if mode == "wait":  # new requests queue; the ones in flight run to the end first
+                self.cond.wait_for(lambda: not self.running or self.dead or self.stopping.is_set(), MAX_HOLD_S)
+            if (level >= 1 and "prefix_cache_kept" not in self.defects) or (
+                    level == 0 and "prefix_cache_reset_on_level0" in self.defects):
+                self.prefix_cache.clear()
+            if level >= 1 and not self.executor_sleeping:
+                self._worker_sleep(level)
             if "gauge_not_updated" not in self.defects:
                 self.gauge = metrics.gauge(0, level == 1, level == 2)
             if decoding and "engine_dies_on_sleep_during_decode" in self.defects:
                 self.dead = True  # the sleep itself succeeded: /sleep still answers 200
             self.cond.notify_all()
+
+    def _worker_sleep(self, level: int) -> None:
+        """gpu_worker.py Worker.sleep and CuMemAllocator.sleep: copy the weights (level 1), unmap both
+        pools, log what was freed."""
+        before = self.device_used_bytes()
+        self.worker_sleeps += 1
+        self.worker_level = level
+        if "slow_sleep" in self.defects:
+            time.sleep(d.SLOW_SLEEP_S)  # simulated: the defect is the time itself
+        backed_up = 0
+        if level == 1 or "level2_keeps_host_copy" in self.defects:
+            self.host_copy = (self.weights, [self.host.allocate(n) for n in self.checkpoint.tensor_bytes])
+            backed_up = self.checkpoint.total_bytes
+        kv_released = self._kv_resident()
+        self.sleeping_tags = {"weights", "kv_cache"}
+        kv_released -= self._kv_resident()
+        self.activations_reserved = False  # sleep empties torch's caching allocator
+        self.remap_missing = False
+        if "pinned_leak_per_sleep" in self.defects:
+            self.host.allocate(d.PINNED_LEAK_PER_SLEEP)  # never freed
+        if "pinned_jump_once" in self.defects and self.worker_sleeps == d.PINNED_JUMP_AT_SLEEP:
+            self.host.allocate(d.PINNED_JUMP)
+        unmapped = self.memory.weights + kv_released
+        self.log(f"CuMemAllocator: sleep freed {_gib(unmapped):.2f} GiB memory in total, of which "
+                 f"{_gib(backed_up):.2f} GiB is backed up in CPU and the rest {_gib(unmapped - backed_up):.2f} "
+                 "GiB is discarded directly.")
+        after = self.device_used_bytes()
+        self.log(f"Sleep mode freed {round(_gib(before - after), 2)} GiB memory, {round(_gib(after), 2)} GiB "
+                 "memory is still in use.")
+        if "late_release" in self.defects:  # held past vLLM's own reading, as the plugin's is
+            self.late_release_until = time.monotonic() + d.LATE_S
 
     def wake_up(self, tags) -> None:
         with self.cond:
@@ -188,10 +231,10 @@ class FakeEngine:
             if tags is None or tags:
                 woke = self._executor_wake_up(tags)
         if woke and "slow_wake" in self.defects:
-            time.sleep(SLOW_WAKE_S)  # simulated: the defect is the time itself
+            time.sleep(d.SLOW_WAKE_S)  # simulated: the defect is the time itself
         with self.cond:
             if not self.executor_sleeping or "resume_on_partial_wake" in self.defects:
-                self.paused = False
+                self.paused = self.frozen = False
             if not self.executor_sleeping or "gauge_tracks_tags" not in self.defects:
                 self.gauge = dict(metrics.GAUGE_AWAKE)
             self.cond.notify_all()
@@ -206,24 +249,56 @@ class FakeEngine:
             return None
         woken = list(tags) if tags else sorted(self.sleeping_tags)
         self.sleeping_tags -= set(woken)
+        self.worker_wakes += 1
         if "leak_per_wake" in self.defects:
-            self.leaked += LEAK_PER_WAKE
+            self.leaked += d.LEAK_PER_WAKE
+        if "leak_once" in self.defects and self.worker_wakes == d.LEAK_ONCE_AT_WAKE:
+            self.leaked += d.LEAK_ONCE
+        if "late_remap" in self.defects:
+            self.remap_missing = True
         if "weights" in woken:
-            if "weights_perturbed" in self.defects:
-                self.logprob_scale *= LOGPROB_SCALE_PER_WAKE
-            if tags == ["weights"]:
-                self.weights_wakes += 1
-                if "staged_wake_loses_weights" in self.defects and self.weights_wakes >= 3:
-                    self.weights_valid = False
+            self._restore_weights(tags)
         return woken
 
-    def reload_weights(self) -> None:
+    def _restore_weights(self, tags) -> None:
+        """CuMemAllocator.wake_up for the weights: the level-1 copy back (its pinned blocks back to the
+        host allocator's cache), or newly mapped memory holding garbage."""
+        if self.host_copy is not None:
+            self.weights, blocks = self.host_copy
+            self.host_copy = None
+            if "host_copy_leaked" not in self.defects:
+                for block in blocks:
+                    self.host.free(block)
+        else:
+            self.weights = None
+        if "host_copy_predates_update" in self.defects and self.stale_head is not None:
+            self.weights = fake_checkpoint.mixed(self.weights, self.stale_head)
+        if "weights_perturbed" in self.defects:
+            self.logprob_offset = d.LOGPROB_DRIFT
+        if "late_restore" in self.defects and self.worker_level == 1:
+            self.restore_until = time.monotonic() + d.LATE_RESTORE_S
+        if tags == ["weights"]:
+            self.weights_wakes += 1
+            if "staged_wake_loses_weights" in self.defects and self.weights_wakes >= 3:
+                self.weights = None
+
+    def reload_weights(self, weights_path: str | None = None) -> None:
         with self.cond:
             self._check_alive()
             if "weights" in self.sleeping_tags:
                 raise RuntimeError("reload_weights while the weights are asleep: their memory is unmapped")
-            if "reload_weights_noop" not in self.defects:
-                self.weights_valid = True
+            if "reload_weights_noop" in self.defects:
+                return
+            if weights_path is not None and "host_copy_predates_update" in self.defects:
+                self.stale_head = self.weights
+            if weights_path is not None and "reload_ignores_weights_path" not in self.defects:
+                pushed = fake_checkpoint.load(weights_path)
+                if pushed.tensor_bytes != self.checkpoint.tensor_bytes:
+                    raise RuntimeError(f"the checkpoint at {weights_path} has other tensor shapes than the "
+                                       f"served model ({self.checkpoint.path}): it cannot be loaded in place")
+                self.model_path = weights_path  # gpu_model_runner.py: model_config.model = weights_path
+            self.weights = (fake_checkpoint.load(self.model_path).digest if self.model_path
+                            else self.checkpoint.digest)
 
     def reset_prefix_cache(self) -> bool:
         """False while running requests hold blocks (0.26.0's documented success=false)."""
@@ -240,6 +315,9 @@ class FakeEngine:
         with self.cond:
             self._check_alive()
             self.load += 1
+            if "request_runs_while_asleep" in self.defects and self.executor_sleeping:
+                self.paused = self.frozen = False  # scheduled onto the unmapped pools at once
+                self.cond.notify_all()
             return self.abort_epoch
 
     def finish(self) -> None:
@@ -263,28 +341,42 @@ class FakeEngine:
 
     def prefill(self, prompt: str) -> tuple[int, int]:
         """(prompt tokens, of which served from the prefix cache) for a scheduled request."""
-        words = len(prompt.split())
+        words = tuple(prompt.split())
         with self.cond:
-            cached = (words // BLOCK_TOKENS) * BLOCK_TOKENS if prompt in self.prefix_cache else 0
-            self.prefix_cache.add(prompt)
+            cached = 0
+            for end in range(BLOCK_TOKENS, len(words), BLOCK_TOKENS):  # whole blocks within n - 1 tokens
+                if words[:end] not in self.prefix_cache:
+                    break
+                cached = end
+            self.prefix_cache.update(words[:end] for end in range(BLOCK_TOKENS, len(words) + 1, BLOCK_TOKENS))
             self.activations_reserved = self.memory.activations > 0
-        return words, cached
+            self.remap_missing = False  # late_remap: the forward pass maps the bytes back
+        return len(words), cached
+
+    def _serving_weights(self) -> str | None:
+        """What a forward pass computes with now: garbage while the weights are unmapped (a request
+        scheduled during a sleep) or not yet restored (late_restore)."""
+        if "weights" in self.sleeping_tags or self.restore_until > time.monotonic():
+            return None
+        return self.weights
 
     def plan(self, prompt: str, max_tokens: int, n: int, seed) -> list[Choice]:
         with self.cond:
-            valid = self.weights_valid
-        return [Choice(i, _tokens(prompt, max_tokens, i, seed) if valid else [0] * max_tokens)
+            weights = self._serving_weights()
+        return [Choice(i, fake_checkpoint.tokens(weights, prompt, max_tokens, i, seed), weights)
                 for i in range(n)]
 
     def decode_step(self, choices: list[Choice], epoch: int) -> list[tuple[Choice, list]]:
         """One token for every unfinished choice, as one engine step; [(choice, new ids)].
 
-        A sleep in abort mode ends every unfinished choice with "abort"; EngineDeadError once the
-        engine has died."""
+        A sleep in abort mode ends every unfinished choice with "abort"; one in keep mode holds the
+        step until scheduling resumes; EngineDeadError once the engine has died."""
         if self.token_delay_s:
             time.sleep(self.token_delay_s)  # simulated decode time: lets a sleep land mid-decode
         out = []
         with self.cond:
+            while self.frozen and self.abort_epoch == epoch and not self.dead and not self.stopping.is_set():
+                self.cond.wait(0.05)
             self._check_alive()
             aborted = self.abort_epoch != epoch
             for c in choices:
@@ -296,7 +388,7 @@ class FakeEngine:
                     continue
                 token = c.planned[len(c.token_ids)]
                 c.token_ids.append(token)
-                c.logprobs.append(_logprob(token) * self.logprob_scale)
+                c.logprobs.append(fake_checkpoint.logprob(c.weights, token) + self.logprob_offset)
                 self.generated_tokens += 1
                 if len(c.token_ids) == len(c.planned):
                     c.finish_reason = "length"
@@ -306,3 +398,4 @@ class FakeEngine:
     def end_decode(self) -> None:
         with self.cond:
             self.running -= 1
+            self.cond.notify_all()  # a sleep in wait mode may be waiting for the last one

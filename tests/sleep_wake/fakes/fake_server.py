@@ -18,10 +18,13 @@ What start() shares with the real server: validate(config), resolve_model (a mis
 ConfigError), build_env (the fake decides its runner from VLLM_USE_V2_MODEL_RUNNER, as vLLM does),
 the log file under config.log_dir, and check_runner on that log. The weights pool is the checkpoint's
 tensor bytes and the KV-cache pool config.kv_cache_bytes, so the memory classes compare the fake's
-bytes with the numbers they compare vLLM's with.
+bytes with the numbers they compare vLLM's with; what the fake generates depends on the checkpoint
+(fake_checkpoint.py). pids() names real processes: this one (the fake's front end and engine) and a
+child that holds the engine's pinned host memory (fake_host_memory.py), whose /proc counters the
+host-memory class reads as it reads vLLM's. The engine appends vLLM's sleep lines to the log.
 
 Environment (the test process's, which a real server would inherit):
-  SLEEPWAKE_MUTANT                a defect of fake_engine.DEFECTS to re-create (the mutant harness's switch)
+  SLEEPWAKE_MUTANT                a defect of fake_defects.DEFECTS to re-create (the mutant harness's switch)
   SLEEPWAKE_FAKE_TOKEN_DELAY_S    seconds per decode step (default 0.002)
   SLEEPWAKE_FAKE_VLLM_VERSION     the release whose response shapes the fake serves (default 0.26.0)
 """
@@ -35,8 +38,7 @@ import time
 
 import sleepwake_mutants
 
-from tests.sleep_wake.fakes import fake_engine, fake_vllm
-from tests.sleep_wake.lib import memory as nvml_bytes
+from tests.sleep_wake.fakes import fake_checkpoint, fake_defects, fake_engine, fake_host_memory, fake_vllm
 from tools.launcher import gpu_lease, ports
 from tools.launcher.server import (  # noqa: F401 (re-exported: the module's public surface)
     LOG_TAIL_LINES, V2_MARKER, Nvml, PortConflictError, ServerConfig, ServerReleaseError,
@@ -62,6 +64,7 @@ class VllmServer:
         self.env = None
         self._environ = dict(os.environ if environ is None else environ)
         self._fake = None
+        self._host = None
 
     @property
     def url(self) -> str:
@@ -81,6 +84,9 @@ class VllmServer:
         fake, self._fake = self._fake, None
         if fake is not None:
             fake.stop()
+        host, self._host = self._host, None
+        if host is not None:
+            host.stop()
 
     def restart(self) -> None:
         port = self.port
@@ -94,7 +100,8 @@ class VllmServer:
         return fake is None or fake.engine.stopping.wait(timeout)
 
     def pids(self) -> list[int]:
-        return [os.getpid()] if self._fake else []  # the fake's threads live in this process
+        """This process (the fake's threads) and the child holding its pinned host memory."""
+        return [os.getpid(), self._host.pid] if self._fake else []
 
     def gpu_bytes(self) -> int:
         return self._fake.engine.gpu_bytes() if self._fake else 0
@@ -111,40 +118,45 @@ class VllmServer:
         name = self._environ.get(sleepwake_mutants.ENV, "")
         if name in ("", "none"):
             return []
-        if name not in fake_engine.DEFECTS:
+        if name not in fake_defects.DEFECTS:
             raise ServerStartError(f"{sleepwake_mutants.ENV}={name!r} names no defect the fake re-creates;"
-                                   f" known: {', '.join(sorted(fake_engine.DEFECTS))}")
+                                   f" known: {', '.join(sorted(fake_defects.DEFECTS))}")
         return [name]
 
     def _start(self, port: int) -> None:
         cfg = self.config
         validate(cfg)
-        model_dir = resolve_model(cfg.model)
+        checkpoint = fake_checkpoint.load(resolve_model(cfg.model))
         self.env = build_env(cfg, self._environ)
         defects = self._defects()
-        memory = fake_engine.GpuMemory.for_mode(nvml_bytes.checkpoint_tensor_bytes(model_dir),
-                                                cfg.kv_cache_bytes, cfg.execution_mode)
-        fake = fake_vllm.FakeVllm(
-            float(self._environ.get("SLEEPWAKE_FAKE_TOKEN_DELAY_S", _DEFAULT_TOKEN_DELAY_S)), defects, memory,
-            self._environ.get("SLEEPWAKE_FAKE_VLLM_VERSION", _DEFAULT_VERSION), port or 0)
-        self._fake = fake.start()
-        self.port = int(fake.url.rsplit(":", 1)[1])
-        self.command = ["fake_vllm"] + build_command(cfg, self.port)[3:]  # vLLM's flags, no interpreter
+        memory = fake_engine.GpuMemory.for_mode(checkpoint.total_bytes, cfg.kv_cache_bytes, cfg.execution_mode)
         log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
             prefix="sleepwake-fake-vllm-")
         os.makedirs(log_dir, exist_ok=True)
         fd, self.log_path = tempfile.mkstemp(prefix=f"vllm-{cfg.runner}-{cfg.execution_mode}-",
                                              suffix=".log", dir=log_dir)
-        with os.fdopen(fd, "w") as f:
-            f.write(f"# sleepwake fake server (in-process FakeVllm {fake.version}), "
-                    f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n# argv: {json.dumps(self.command)}\n"
-                    f"# memory: {memory}\n")
-            if self.env["VLLM_USE_V2_MODEL_RUNNER"] == "1":
-                f.write(V2_MARKER + "\n")
-            template = sleepwake_mutants.ACTIVATION if defects else sleepwake_mutants.NO_MUTANT
-            f.write(template.format(name=",".join(defects), pid=os.getpid()) + "\n")
+        os.close(fd)
         try:
+            self._host = fake_host_memory.HostProcess()
+            fake = fake_vllm.FakeVllm(
+                float(self._environ.get("SLEEPWAKE_FAKE_TOKEN_DELAY_S", _DEFAULT_TOKEN_DELAY_S)), defects,
+                memory, self._environ.get("SLEEPWAKE_FAKE_VLLM_VERSION", _DEFAULT_VERSION), port or 0,
+                checkpoint, fake_host_memory.PinnedHostMemory(self._host), self._log)
+            self._fake = fake.start()
+            self.port = int(fake.url.rsplit(":", 1)[1])
+            self.command = ["fake_vllm"] + build_command(cfg, self.port)[3:]  # vLLM's flags, no interpreter
+            self._log(f"# sleepwake fake server (in-process FakeVllm {fake.version}), "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n# argv: {json.dumps(self.command)}\n"
+                      f"# memory: {memory}\n# checkpoint: {checkpoint.path} (digest {checkpoint.digest})")
+            if self.env["VLLM_USE_V2_MODEL_RUNNER"] == "1":
+                self._log(V2_MARKER)
+            template = sleepwake_mutants.ACTIVATION if defects else sleepwake_mutants.NO_MUTANT
+            self._log(template.format(name=",".join(defects), pid=os.getpid()))
             check_runner(cfg.runner, read_log(self.log_path))
-        except ServerStartError:
+        except BaseException:
             self.stop()
             raise
+
+    def _log(self, line: str) -> None:
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")

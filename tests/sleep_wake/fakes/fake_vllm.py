@@ -17,6 +17,7 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.sleep_wake.fakes import fake_checkpoint
 from tests.sleep_wake.fakes.fake_engine import MAX_HOLD_S, EngineDeadError, FakeEngine, GpuMemory
 from tests.sleep_wake.lib import metrics, releases
 
@@ -30,15 +31,17 @@ def _release(version: str) -> tuple[int, ...]:
 
 class FakeVllm:
     """The HTTP server. `engine` holds the state; `requests` every request seen (method, path, query,
-    body); `hang_paths` paths that never answer (until stop), for timeout tests."""
+    body); `hang_paths` paths that never answer (until stop), for timeout tests. checkpoint, host and
+    log go to FakeEngine (what it serves, where it pins host copies, where it logs)."""
 
     def __init__(self, token_delay_s: float = 0.0, defects=(), memory: GpuMemory | None = None,
-                 version: str = "0.26.0", port: int = 0):
+                 version: str = "0.26.0", port: int = 0, checkpoint=fake_checkpoint.NONE, host=None,
+                 log=None):
         if version not in releases.SUPPORTED:
             raise ValueError(f"the fake serves the shapes of vLLM {', '.join(releases.SUPPORTED)}, not "
                              f"{version!r}")
-        self.engine = FakeEngine(memory or GpuMemory(weights=GiB // 2, kv_cache=2 * GiB), token_delay_s,
-                                 defects)
+        memory = memory or GpuMemory(weights=checkpoint.total_bytes, kv_cache=2 * GiB)
+        self.engine = FakeEngine(memory, token_delay_s, defects, checkpoint, host, log)
         self.version = version
         self.port = port
         self.requests: list[dict] = []
@@ -179,7 +182,11 @@ def _collective_rpc(h, fake, query, body):
         return h._send(400, {"detail": "Missing 'method' in request body"})
     if body["method"] != "reload_weights":
         raise RuntimeError(f"the fake implements collective_rpc reload_weights only, not {body['method']!r}")
-    fake.engine.reload_weights()
+    kwargs = dict(body.get("kwargs") or {})
+    weights_path = kwargs.pop("weights_path", None)
+    if kwargs or body.get("args"):  # Worker.reload_weights would reject them too
+        raise RuntimeError(f"the fake's reload_weights takes only kwargs.weights_path, not {body!r}")
+    fake.engine.reload_weights(weights_path)
     h._send(200, {"results": [None]})  # one worker; Worker.reload_weights returns None
 
 

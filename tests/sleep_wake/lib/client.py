@@ -160,11 +160,18 @@ class SleepWakeClient:
             raise ServerResponseError(f"/load: no 'server_load' in {body!r}")
         return int(body["server_load"])
 
-    def reload_weights(self) -> dict:
-        """{"results": [one per worker]}; {} when the server answers an empty 200 (every release does
-        when collective_rpc returns None)."""
+    def reload_weights(self, weights_path: str | None = None) -> dict:
+        """collective_rpc reload_weights: the checkpoint the server was last loaded from, or the
+        checkpoint directory weights_path, which the workers then keep as their model path (vLLM 0.26.0
+        v1/worker/gpu_model_runner.py GPUModelRunner.reload_weights sets model_config.model to it; MRV2
+        calls the same method). The path must be absolute: the workers resolve it in their own cwd.
+        Returns {"results": [one per worker]}, or {} when the server answers an empty 200 (every release
+        does when collective_rpc returns None)."""
+        body = {"method": "reload_weights"}
+        if weights_path is not None:
+            body["kwargs"] = {"weights_path": weights_path}
         with self._phase(False):
-            return self._json_or_empty("POST", "/collective_rpc", json={"method": "reload_weights"}) or {}
+            return self._json_or_empty("POST", "/collective_rpc", json=body) or {}
 
     def recover_from_level2(self) -> None:
         """vLLM's documented level-2 recovery: wake weights, reload them from the checkpoint, wake

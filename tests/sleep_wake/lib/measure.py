@@ -114,3 +114,23 @@ def median(samples) -> float:
     if not samples:
         raise ValueError("median of no samples")
     return float(statistics.median(samples))
+
+
+def increments(values) -> list:
+    """values[i+1] - values[i] for each consecutive pair."""
+    return [b - a for a, b in zip(values, values[1:])]
+
+
+def median_increment(values) -> float:
+    """The median step of a series: a steady leak per cycle shows here, while one jump (a pool that
+    grew once, a late first-cycle allocation) moves it not at all; `spread` catches the jump."""
+    if len(values) < 2:
+        raise ValueError(f"median increment of a series needs two values, got {list(values)}")
+    return median(increments(values))
+
+
+def spread(values) -> float:
+    """max - min of a series."""
+    if not values:
+        raise ValueError("spread of no values")
+    return max(values) - min(values)

@@ -42,21 +42,26 @@ def settled_gpu_bytes(server, what: str, done=None) -> int:
     return readings[-1]
 
 
-def checkpoint_tensor_bytes(model_dir: str) -> int:
-    """Sum of the tensor bytes of the checkpoint's *.safetensors files, read from their headers."""
+def checkpoint_tensors(model_dir: str) -> dict[str, int]:
+    """Tensor name -> bytes over the checkpoint's *.safetensors files, read from their headers."""
     paths = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
     if not paths:
         raise AssertionError(
             f"no *.safetensors in {model_dir!r}: the weights-only wake is compared with the served "
             "checkpoint's tensor bytes, so the model must be a local checkpoint directory")
-    total = 0
+    tensors = {}
     for path in paths:
         with open(path, "rb") as f:
             (header_len,) = struct.unpack("<Q", f.read(8))
             header = json.loads(f.read(header_len))
-        total += sum(t["data_offsets"][1] - t["data_offsets"][0]
-                     for name, t in header.items() if name != "__metadata__")
-    return total
+        tensors.update({name: t["data_offsets"][1] - t["data_offsets"][0]
+                        for name, t in header.items() if name != "__metadata__"})
+    return tensors
+
+
+def checkpoint_tensor_bytes(model_dir: str) -> int:
+    """Sum of the tensor bytes of the checkpoint's *.safetensors files, read from their headers."""
+    return sum(checkpoint_tensors(model_dir).values())
 
 
 def expect_restored(server, recorder, cell_id: str, awake: int, step: str) -> int:

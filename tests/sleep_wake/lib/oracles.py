@@ -5,7 +5,7 @@ Messages say what was expected, what was seen, at which step, and which vLLM iss
 
 import concurrent.futures
 
-from tests.sleep_wake.lib import metrics, thresholds
+from tests.sleep_wake.lib import measure, metrics, thresholds
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 
@@ -72,3 +72,43 @@ def expect_golden(client, golden: dict, *, step: str, issue: str, prompts=None) 
     for prompt in prompts or PROMPTS:
         expect_tokens(client.complete(prompt, GOLDEN_MAX_TOKENS), golden[prompt],
                       prompt=prompt, step=step, issue=issue)
+
+
+def take_golden(client, prompts) -> dict:
+    """prompt -> Completion (greedy, ignore_eos, GOLDEN_MAX_TOKENS tokens, logprobs=1), each checked to be
+    full length and cut by length: the reference every output oracle compares with."""
+    out = {}
+    for prompt in prompts:
+        c = client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
+        if len(c.token_ids[0]) != GOLDEN_MAX_TOKENS or c.finish_reasons != ["length"]:
+            raise AssertionError(
+                f"golden run for {prompt!r}: expected {GOLDEN_MAX_TOKENS} tokens ending by length, got "
+                f"{len(c.token_ids[0])} ending {c.finish_reasons}")
+        out[prompt] = c
+    return out
+
+
+def logprob_drift(completion, golden_completion) -> float:
+    """max |logprob - golden logprob| over the sampled tokens (same tokens assumed: check them first)."""
+    want, got = golden_completion.logprobs[0], completion.logprobs[0]
+    if len(got) != len(want) or not want:
+        raise AssertionError(f"expected {len(want)} token logprobs (the golden's), seen {len(got)}")
+    return max(abs(a - b) for a, b in zip(got, want))
+
+
+def expect_golden_with_logprobs(client, recorder, golden: dict, prompts, cell_id, *, step: str,
+                                issue: str) -> float:
+    """Every prompt regenerates its golden token ids, and the worst per-token logprob drift over all of
+    them is within logprob_drift_max; returns that drift (all drifts are recorded)."""
+    drifts = {}
+    for prompt in prompts:
+        after = client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
+        expect_tokens(after, golden[prompt], prompt=prompt, step=step, issue=issue)
+        drifts[prompt] = logprob_drift(after, golden[prompt])
+        recorder.record(measure.current_test(), "logprob_drift", drifts[prompt], "nats", prompt=prompt,
+                        step=step, golden=golden[prompt].logprobs[0], seen=after.logprobs[0])
+    worst = max(drifts, key=drifts.get)
+    measure.check_at_most(recorder, "logprob_drift_max", drifts[worst], cell_id,
+                          f"[{issue}] after {step}: max |logprob - golden| per token, worst prompt "
+                          f"{worst!r} (all prompts: {drifts})")
+    return drifts[worst]

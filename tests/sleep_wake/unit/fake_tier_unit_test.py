@@ -8,7 +8,7 @@ import re
 
 import sleepwake_mutants
 
-from tests.sleep_wake.fakes.fake_engine import DEFECTS
+from tests.sleep_wake.fakes.fake_defects import DEFECTS, FAKE_ONLY
 
 SUITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/sleep_wake
 
@@ -48,5 +48,12 @@ def test_every_listed_class_has_a_cell_and_every_exclusion_a_reason():
 
 def test_the_fake_recreates_every_catalogued_mutant():
     missing = sorted(set(sleepwake_mutants.MUTANTS) - set(DEFECTS))
-    assert not missing, (f"mutants of the catalogue the fake does not re-create (fake_engine.DEFECTS): "
+    assert not missing, (f"mutants of the catalogue the fake does not re-create (fake_defects.DEFECTS): "
                          f"{missing}; //tests/mutants:fake_mutants would fail for them")
+
+
+def test_every_defect_is_a_catalogued_mutant_or_declared_fake_only():
+    stray = sorted(set(DEFECTS) - set(sleepwake_mutants.MUTANTS) - set(FAKE_ONLY))
+    assert not stray, (f"fake defects that are neither mutants of the catalogue nor in "
+                       f"fake_defects.FAKE_ONLY: {stray}; a renamed mutant leaves its old name here")
+    assert set(FAKE_ONLY) <= set(DEFECTS) and not set(FAKE_ONLY) & set(sleepwake_mutants.MUTANTS)

@@ -86,3 +86,16 @@ def test_assert_holds_names_the_window_when_observing_fails():
         raise ConnectionError("server gone")
     with pytest.raises(AssertionError, match=r"\[#44483\] held could not be observed .*server gone"):
         measure.assert_holds(dies, 1.0, what="[#44483] held")
+
+
+def test_median_increment_sees_a_steady_leak_not_one_jump():
+    mib = 1 << 20
+    steady = [100 * mib + 8 * mib * i for i in range(10)]
+    jump = [100 * mib] * 4 + [228 * mib] * 6
+    assert measure.median_increment(steady) == 8 * mib
+    assert measure.median_increment(jump) == 0
+    assert measure.spread(jump[1:]) == 128 * mib and measure.spread(steady[1:]) == 64 * mib
+    with pytest.raises(ValueError):
+        measure.median_increment([1])
+    with pytest.raises(ValueError):
+        measure.spread([])

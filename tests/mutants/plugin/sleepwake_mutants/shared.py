@@ -1,0 +1,72 @@
+"""Helpers the patches share: wrapping a method, raw device memory, the lm_head and a deferred action."""
+
+import threading
+from typing import Callable
+
+MiB = 1 << 20
+
+
+def wrap(owner, attr: str, make: Callable) -> None:
+    """owner.attr = make(original)."""
+    original = getattr(owner, attr)
+    setattr(owner, attr, make(original))
+
+
+def after(owner, attr: str, action: Callable, nth: int | None = None) -> None:
+    """owner.attr calls action(self) after the original: on every call, or on the nth call only. For
+    the worker's methods, which vLLM calls by keyword through collective_rpc."""
+    calls = []
+
+    def make(original):
+        def method(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            calls.append(1)
+            if nth is None or len(calls) == nth:
+                action(self)
+            return result
+        return method
+    wrap(owner, attr, make)
+
+
+def device_alloc(size: int):
+    """size bytes of device memory from cudaMalloc, outside PyTorch's caching allocator and the CuMem
+    pools: NVML shows exactly these bytes, and no sleep or empty_cache releases them."""
+    from vllm.device_allocator.cumem import libcudart
+    return libcudart.cudaMalloc(size)
+
+
+def device_free(pointer) -> None:
+    from vllm.device_allocator.cumem import libcudart
+    libcudart.cudaFree(pointer)
+
+
+def lm_head(worker):
+    """The output projection's weight tensor of the model a GPU worker serves (Qwen3ForCausalLM)."""
+    return worker.model_runner.model.lm_head.weight.data
+
+
+class Deferred:
+    """An action run `delay_s` after schedule(), or at once by flush(): never twice, never concurrently."""
+
+    def __init__(self, delay_s: float):
+        self.delay_s = delay_s
+        self._lock = threading.Lock()
+        self._action = None
+        self._timer = None
+
+    def schedule(self, action: Callable[[], None]) -> None:
+        self.flush()
+        with self._lock:
+            self._action = action
+            self._timer = threading.Timer(self.delay_s, self.flush)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def flush(self) -> None:
+        with self._lock:
+            action, self._action = self._action, None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if action is not None:
+                action()

@@ -1,0 +1,170 @@
+"""Weight sync: a server started on checkpoint A takes checkpoint B's weights the way an RL trainer pushes
+new weights between rollouts, then serves exactly what a server started on B serves, through every
+later sleep, and A's output again once A is pushed back.
+
+Push (vLLM 0.26.0): POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": B}}
+-> v1/worker/gpu_worker.py Worker.reload_weights -> v1/worker/gpu_model_runner.py
+GPUModelRunner.reload_weights (MRV2's runner calls the same method), which sets model_config.model to
+the path and loads the files in place through the model's load_weights (layerwise reload copies into
+the existing, CuMem-pooled parameters). It is sent inside a sleep, as trainers do: sleep, wake weights,
+reload, wake kv_cache (the documented level-2 recovery). The oracle is B's own golden (token ids and
+per-token logprobs) from a fresh server on B, taken before this class's server starts; the two
+checkpoints' goldens must differ, or a push that did nothing would pass.
+"""
+
+import os
+
+import pytest
+
+from tests.sleep_wake.lib import metrics, oracles, thresholds
+from tests.sleep_wake.lib.prompts import LONG_PROMPTS, PROMPTS
+from tools.launcher.config import resolve_model
+
+ISSUE = "weight sync"
+# Long prompts too: they are served partly from the prefix cache once cached, and a block computed
+# with the old weights must never serve the new ones.
+SYNC_PROMPTS = PROMPTS + LONG_PROMPTS
+CYCLES = 3
+
+
+@pytest.fixture(scope="class")
+def checkpoint_b() -> str:
+    value = os.environ.get("SLEEPWAKE_MODEL_B")
+    if not value:
+        pytest.fail("SLEEPWAKE_MODEL_B is unset: the matrix sets it to checkpoint B's config.json "
+                    "(tools/defs.bzl gpu_cell_env); outside Bazel export it yourself")
+    return resolve_model(value)  # absolute: the engine resolves weights_path in its own cwd
+
+
+@pytest.fixture(scope="class")
+def golden_b(server_on, checkpoint_b) -> dict:
+    """Checkpoint B's golden, from a server of this cell started on B and stopped again."""
+    with server_on(checkpoint_b, "checkpoint_b") as client_b:
+        try:
+            return oracles.take_golden(client_b, SYNC_PROMPTS)
+        except AssertionError as e:
+            pytest.fail(f"checkpoint B: {e}")
+
+
+@pytest.fixture(scope="class")
+def server(golden_b, server):
+    """The class's server on checkpoint A, started once B's reference server is gone (one GPU slot)."""
+    return server
+
+
+@pytest.fixture(scope="class")
+def checkpoint_a(server, checkpoint_b) -> str:
+    path = resolve_model(server.config.model)
+    if path == checkpoint_b:
+        pytest.fail(f"the cell serves {path}, which is checkpoint B itself: SLEEPWAKE_MODEL (or "
+                    "VLLM_TEST_MODEL) and SLEEPWAKE_MODEL_B must name different checkpoints")
+    return path
+
+
+@pytest.fixture(scope="class")
+def golden_a(client, golden) -> dict:
+    return {**golden, **oracles.take_golden(client, LONG_PROMPTS)}
+
+
+@pytest.fixture(autouse=True)
+def back_on_checkpoint_a(client, checkpoint_a):
+    """A test that fails with B loaded must not hand B to the next one: A is reloaded after each test
+    (awake first: a reload into a sleeping pool writes unmapped memory)."""
+    yield
+    if client.health():
+        if client.is_sleeping():
+            client.wake_up()
+        client.reload_weights(checkpoint_a)
+        client.reset_prefix_cache()
+
+
+def _expect_goldens_differ(golden_a: dict, golden_b: dict) -> None:
+    same = [p for p in SYNC_PROMPTS if golden_a[p].token_ids == golden_b[p].token_ids]
+    assert not same, (
+        f"[{ISSUE}] oracle check: checkpoints A and B give the same greedy tokens for {same}, so a push "
+        "that changed nothing would pass; B must be the generator with another seed "
+        "(//tools/model:synthetic_qwen3_b)")
+
+
+def _push(client, level: int, path: str, what: str) -> None:
+    """The trainer's step: sleep, wake the weights, load `path` into them, wake the KV cache."""
+    client.sleep(level=level)
+    oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_BY_LEVEL[level],
+                         step=f"sleep level {level} to push {what}", issue=ISSUE)
+    client.wake_up(["weights"])
+    client.reload_weights(path)
+    client.wake_up(["kv_cache"])
+    oracles.expect_awake(client, step=f"pushing {what} (sleep level {level}, wake weights, "
+                         "reload_weights, wake kv_cache)", issue=ISSUE)
+
+
+def _sleep_and_wake(client, level: int, step: str) -> None:
+    client.sleep(level=level)
+    oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_BY_LEVEL[level],
+                         step=f"{step}: sleep level {level}", issue=ISSUE)
+    client.wake_up()
+    oracles.expect_awake(client, step=f"{step}: full wake", issue=ISSUE)
+
+
+def _expect(client, recorder, cell, golden: dict, step: str) -> None:
+    """The checkpoint whose golden this is serves it: token ids and per-token logprobs."""
+    oracles.expect_golden_with_logprobs(client, recorder, golden, SYNC_PROMPTS, cell.id, step=step, issue=ISSUE)
+
+
+def _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level: int) -> None:
+    _expect_goldens_differ(golden_a, golden_b)
+    _push(client, level, checkpoint_b, "checkpoint B")
+    _expect(client, recorder, cell, golden_b, f"pushing checkpoint B during a level-{level} sleep")
+
+
+def _push_a_back(client, recorder, cell, golden_a, checkpoint_a, level: int, after: str) -> None:
+    """Switching back restores the first golden."""
+    _push(client, level, checkpoint_a, "checkpoint A back")
+    _expect(client, recorder, cell, golden_a, f"pushing checkpoint A back after {after}")
+
+
+class TestWeightSync:
+    def test_pushed_weights_survive_level1_sleep(self, client, golden_a, golden_b, checkpoint_a,
+                                                 checkpoint_b, recorder, cell):
+        _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=1)
+        _sleep_and_wake(client, 1, "checkpoint B")
+        _expect(client, recorder, cell, golden_b, "checkpoint B, then a level-1 sleep and full wake")
+        _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 1, "a level-1 sleep")
+
+    def test_pushed_weights_survive_cycles(self, client, golden_a, golden_b, checkpoint_a, checkpoint_b,
+                                           recorder, cell):
+        _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=2)
+        for cycle in range(1, CYCLES + 1):
+            _sleep_and_wake(client, 1, f"checkpoint B, cycle {cycle}")
+            _expect(client, recorder, cell, golden_b, f"checkpoint B, then level-1 cycle {cycle}")
+        _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 2, f"{CYCLES} cycles")
+
+    def test_pushed_weights_survive_staged_wake(self, client, golden_a, golden_b, checkpoint_a,
+                                                checkpoint_b, recorder, cell):
+        _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=1)
+        client.sleep(level=1)
+        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
+                             step="checkpoint B: sleep level 1", issue=ISSUE)
+        client.wake_up(["weights"])
+        oracles.expect_partially_asleep(client, step="checkpoint B: wake weights", issue=ISSUE)
+        client.wake_up(["kv_cache"])
+        oracles.expect_awake(client, step="checkpoint B: wake kv_cache", issue=ISSUE)
+        _expect(client, recorder, cell, golden_b, "checkpoint B, then a staged wake (weights, kv_cache)")
+        _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 1, "a staged wake")
+
+    def test_pushed_weights_survive_level2_reload(self, client, golden_a, golden_b, checkpoint_a,
+                                                  checkpoint_b, recorder, cell):
+        _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=2)
+        _push(client, 2, checkpoint_b, "checkpoint B again")
+        _expect(client, recorder, cell, golden_b, "checkpoint B, then a level-2 sleep and reload of B")
+        # The plain recovery (reload_weights without a path) reloads the last pushed checkpoint: pinned.
+        pin = thresholds.divergence("reload_without_path_loads_last_pushed", client.version())
+        client.sleep(level=2)
+        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL2,
+                             step="checkpoint B: sleep level 2", issue=ISSUE)
+        client.recover_from_level2()
+        oracles.expect_awake(client, step="checkpoint B: level 2, plain recovery", issue=ISSUE)
+        _expect(client, recorder, cell, {"checkpoint B": golden_b, "checkpoint A": golden_a}[pin.expected],
+                f"checkpoint B, then level 2 and reload_weights without a path ({pin.expected}'s golden "
+                f"{pin.describe()})")
+        _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 2, "the level-2 reloads")
