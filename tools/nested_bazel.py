@@ -43,7 +43,10 @@ def stub_repositories(source_root: pathlib.Path) -> pathlib.Path:
 
 
 def bazel_command(output_user_root: pathlib.Path, *args: str) -> list[str]:
-    return [BAZEL, f"--output_user_root={output_user_root}", "--host_jvm_args=-Xmx1g", "--nohome_rc", *args]
+    # The nested server is a daemon outside the test's process group: if the test is killed before its
+    # `bazel shutdown`, the server still exits once idle.
+    return [BAZEL, f"--output_user_root={output_user_root}", "--host_jvm_args=-Xmx1g", "--nohome_rc",
+            "--max_idle_secs=120", *args]
 
 
 def run_bazel(workspace: pathlib.Path, output_user_root: pathlib.Path, *args: str,

@@ -93,13 +93,14 @@ def probe(request, tmp_path_factory):
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         engine = request.getfixturevalue("engine")
+        warm_up.wait(timeout=600)
+        # As the README tells a CI machine to: the executor and instance in the git-ignored user.bazelrc.
+        (ws / "user.bazelrc").write_text(f"build:remote --remote_executor={engine}\n"
+                                         f"build:remote --remote_instance_name={buildgrid.INSTANCE}\n")
+        yield probe
     finally:
         warm_up.wait(timeout=600)
-    # As the README tells a CI machine to: the executor and instance in the git-ignored user.bazelrc.
-    (ws / "user.bazelrc").write_text(f"build:remote --remote_executor={engine}\n"
-                                     f"build:remote --remote_instance_name={buildgrid.INSTANCE}\n")
-    yield probe
-    probe.bazel("shutdown")
+        probe.bazel("shutdown")
 
 
 @pytest.fixture(scope="module")

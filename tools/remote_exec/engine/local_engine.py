@@ -29,7 +29,8 @@ INSTALL_HINT = "run tools/remote_exec/install.sh as root (tools/setup.sh does)"
 def check_installed(buildgrid_python: pathlib.Path) -> None:
     """Raises ServiceError naming the install step when BuildGrid's venv is missing."""
     if not (buildgrid_python.exists() and (buildgrid_python.parent / "bgd").exists()):
-        raise processes.ServiceError(f"BuildGrid is not installed at {buildgrid_python.parent}: {INSTALL_HINT}")
+        raise processes.ServiceError(f"BuildGrid is not installed ({buildgrid_python} or the bgd beside it is "
+                                     f"missing): {INSTALL_HINT}")
 
 
 @contextlib.contextmanager

@@ -102,11 +102,18 @@ def serve(args: argparse.Namespace) -> None:
             if lease.state not in (bots_pb2.LeaseState.PENDING, bots_pb2.LeaseState.ACTIVE):
                 continue
             _log(args.bot_id, f"running lease {lease.id}")
-            result = action_runner.run_action(channel, args.instance, lease.payload, extra_env, scratch)
-            lease.result.Pack(result)
-            lease.status.code = code_pb2.OK
+            try:
+                result = action_runner.run_action(channel, args.instance, lease.payload, extra_env, scratch)
+            except Exception as e:  # noqa: BLE001 - any failure is reported to the client through the lease
+                # The lease's status reaches Bazel as the Execute error; the worker keeps serving.
+                lease.status.code = code_pb2.INTERNAL
+                lease.status.message = f"worker {args.bot_id} could not run the action: {type(e).__name__}: {e}"
+                _log(args.bot_id, f"failed lease {lease.id}: {lease.status.message}")
+            else:
+                lease.result.Pack(result)
+                lease.status.code = code_pb2.OK
+                _log(args.bot_id, f"completed lease {lease.id}: exit code {result.exit_code}")
             lease.state = bots_pb2.LeaseState.COMPLETED
-            _log(args.bot_id, f"completed lease {lease.id}: exit code {result.exit_code}")
         try:
             session = stub.UpdateBotSession(
                 bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session), timeout=_POLL_SECONDS)
