@@ -39,14 +39,14 @@ _COPIED = [".bazelrc", "platforms/BUILD.bazel", "platforms/exec_properties.bzl",
            "third_party/remote_exec/pool.bzl", "third_party/remote_exec/BUILD.bazel"]
 
 
-def _outputs_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", "/tmp/remote_exec_test_outputs"))
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("engine")
+    # Under Bazel the service logs land in the test's outputs.zip (engine/...).
+    outputs = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+    log_dir = pathlib.Path(outputs) / "engine" if outputs else workdir / "logs"
     try:
-        with local_engine(tmp_path_factory.mktemp("engine"), WORKERS, _outputs_dir() / "engine") as url:
+        with local_engine(workdir, WORKERS, log_dir) as url:
             yield url
     except processes.ServiceError as e:
         pytest.fail(str(e), pytrace=False)
