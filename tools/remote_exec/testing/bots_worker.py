@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 
 # Runs as a script from the runfiles tree, beside action_runner.py.
@@ -28,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 from buildgrid._protos.google.devtools.remoteworkers.v1test2 import bots_pb2, bots_pb2_grpc, worker_pb2  # noqa: E402
 from buildgrid._protos.google.rpc import code_pb2  # noqa: E402
+from google.protobuf import any_pb2  # noqa: E402
 
 import action_runner  # noqa: E402
 
@@ -38,6 +40,9 @@ _POLL_SECONDS = 10.0
 # CreateBotSession with a deadline this short returns as soon as the bot is registered: BuildGrid
 # waits for a first lease only when 80% of the deadline exceeds its 3 s network timeout.
 _CREATE_SECONDS = 3.5
+# While an action runs, how often the worker tells the server it is alive (well below the server's
+# bot-session-keepalive-timeout, 60 s in buildgrid.yml.in).
+_HEARTBEAT_SECONDS = 10.0
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -88,9 +93,68 @@ def _create_session(stub: bots_pb2_grpc.BotsStub, args: argparse.Namespace) -> b
                 raise
 
 
+def _update(stub: bots_pb2_grpc.BotsStub, session: bots_pb2.BotSession) -> bots_pb2.BotSession:
+    """One UpdateBotSession: reports our leases, returns the server's view (new leases included)."""
+    try:
+        return stub.UpdateBotSession(
+            bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session), timeout=_POLL_SECONDS)
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise
+        # No answer within the poll: the leases we hold are unchanged; the next call repeats them.
+        return session
+
+
+def _runnable(session: bots_pb2.BotSession) -> bots_pb2.Lease | None:
+    return next((lease for lease in session.leases
+                 if lease.state in (bots_pb2.LeaseState.PENDING, bots_pb2.LeaseState.ACTIVE)), None)
+
+
+def _run_lease(stub, session, lease_id: str, run, log) -> bots_pb2.BotSession:
+    """Runs run() for the lease while keeping the session alive; returns it with the lease COMPLETED.
+
+    BuildGrid drops a bot that stays silent for bot-session-keepalive-timeout and requeues its lease,
+    so a long action (a GPU cell) is run in a thread while the session is updated with the lease ACTIVE.
+    """
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["result"] = run()
+        except Exception as e:  # noqa: BLE001 - any failure is reported to the client through the lease
+            outcome["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    while True:
+        thread.join(_HEARTBEAT_SECONDS)
+        if not thread.is_alive():
+            break
+        for lease in session.leases:
+            if lease.id == lease_id:
+                lease.state = bots_pb2.LeaseState.ACTIVE
+        session = _update(stub, session)
+    for lease in session.leases:
+        if lease.id != lease_id:
+            continue
+        if "error" in outcome:
+            e = outcome["error"]
+            # The lease's status reaches Bazel as the Execute error; the worker keeps serving.
+            lease.status.code = code_pb2.INTERNAL
+            lease.status.message = f"the worker could not run the action: {type(e).__name__}: {e}"
+            log(f"failed lease {lease_id}: {lease.status.message}")
+        else:
+            lease.result.Pack(outcome["result"])
+            lease.status.code = code_pb2.OK
+            log(f"completed lease {lease_id}: exit code {outcome['result'].exit_code}")
+        lease.state = bots_pb2.LeaseState.COMPLETED
+        return session
+    log(f"lease {lease_id} was cancelled by the server while it ran")
+    return session
+
+
 def serve(args: argparse.Namespace) -> None:
-    url = args.server.replace("grpc://", "", 1)
-    channel = grpc.insecure_channel(url)
+    channel = grpc.insecure_channel(args.server.replace("grpc://", "", 1))
     stub = bots_pb2_grpc.BotsStub(channel)
     scratch = args.scratch_dir or tempfile.gettempdir()
     extra_env = dict(args.env)
@@ -98,29 +162,16 @@ def serve(args: argparse.Namespace) -> None:
     session = _create_session(stub, args)
     _log(args.bot_id, f"holds session {session.name} with properties {dict(args.property)}")
     while True:
-        for lease in session.leases:
-            if lease.state not in (bots_pb2.LeaseState.PENDING, bots_pb2.LeaseState.ACTIVE):
-                continue
-            _log(args.bot_id, f"running lease {lease.id}")
-            try:
-                result = action_runner.run_action(channel, args.instance, lease.payload, extra_env, scratch)
-            except Exception as e:  # noqa: BLE001 - any failure is reported to the client through the lease
-                # The lease's status reaches Bazel as the Execute error; the worker keeps serving.
-                lease.status.code = code_pb2.INTERNAL
-                lease.status.message = f"worker {args.bot_id} could not run the action: {type(e).__name__}: {e}"
-                _log(args.bot_id, f"failed lease {lease.id}: {lease.status.message}")
-            else:
-                lease.result.Pack(result)
-                lease.status.code = code_pb2.OK
-                _log(args.bot_id, f"completed lease {lease.id}: exit code {result.exit_code}")
-            lease.state = bots_pb2.LeaseState.COMPLETED
-        try:
-            session = stub.UpdateBotSession(
-                bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session), timeout=_POLL_SECONDS)
-        except grpc.RpcError as e:
-            if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise
-            # No answer within the poll: the leases we hold are unchanged; ask again.
+        lease = _runnable(session)
+        if lease is None:
+            session = _update(stub, session)  # waits up to _POLL_SECONDS for work
+            continue
+        lease_id, payload = lease.id, any_pb2.Any()
+        payload.CopyFrom(lease.payload)  # the session message is replaced while the action runs
+        _log(args.bot_id, f"running lease {lease_id}")
+        session = _run_lease(stub, session, lease_id, lambda: action_runner.run_action(
+            channel, args.instance, payload, extra_env, scratch), lambda m: _log(args.bot_id, m))
+        session = _update(stub, session)
 
 
 def main(argv: list[str]) -> int:
