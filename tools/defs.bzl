@@ -5,6 +5,8 @@ targets with per-configuration tags, plus test_suites to select slices. Every pa
 what is generated.
 """
 
+load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
+
 # Runner name -> the value of VLLM_USE_V2_MODEL_RUNNER and the pytest id prefix. The launcher sets the
 # variable for the server explicitly: left unset, vLLM >= mid-2026 picks V2 for dense models and an
 # "MRV1" cell would silently test MRV2.
@@ -74,6 +76,8 @@ def sleepwake_py_test(
         size = size,
         timeout = timeout,
         shard_count = shard_count,
+        # Under --config=remote, GPU-tagged tests go to the GPU pool (platforms/exec_properties.bzl).
+        exec_properties = exec_properties_for_tags(tags),
         python_version = "PY3",
         srcs_version = "PY3",
     )

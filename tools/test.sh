@@ -2,15 +2,22 @@
 # Runs every test this host can run: `bazel test //...` in the default (CPU) configuration, where the
 # GPU cells are filtered out by their `gpu` tag. Extra arguments go to Bazel (e.g. --config=gpu on a
 # GPU runner, --test_filter=..., --config=disk-cache). SLEEPWAKE_REMOTE_CACHE=http://host:port adds
-# --config=remote-cache with that URL. Exits non-zero when a test fails or when no test ran.
+# --config=remote-cache with that URL; SLEEPWAKE_REMOTE_EXECUTOR=grpc[s]://host:port adds --config=remote
+# with that executor (SLEEPWAKE_REMOTE_INSTANCE: its instance name; the pools' properties come from
+# SLEEPWAKE_GPU_POOL_PROPERTIES, see README "Remote execution"). Exits non-zero when a test fails or
+# when no test ran.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 args=()
 [[ -n "${CI:-}" ]] && args+=(--config=ci)
 [[ -n "${SLEEPWAKE_REMOTE_CACHE:-}" ]] && args+=(--config=remote-cache "--remote_cache=$SLEEPWAKE_REMOTE_CACHE")
+# After the caller's arguments: --config=remote must follow --config=gpu (which runs tests locally).
+remote=()
+[[ -n "${SLEEPWAKE_REMOTE_EXECUTOR:-}" ]] && remote+=(--config=remote "--remote_executor=$SLEEPWAKE_REMOTE_EXECUTOR")
+[[ -n "${SLEEPWAKE_REMOTE_INSTANCE:-}" ]] && remote+=("--remote_instance_name=$SLEEPWAKE_REMOTE_INSTANCE")
 
-bazel test "${args[@]}" "$@" //...
+bazel test "${args[@]}" "$@" "${remote[@]}" //...
 rc=$?
 case $rc in
   0) ;;

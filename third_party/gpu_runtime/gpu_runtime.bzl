@@ -4,6 +4,8 @@
 or --repo_env): the runner's own Python, which has torch and vLLM. identity.txt names the vLLM
 build (version and a digest of its installed RECORD), torch, Python and the GPU model and driver; every
 GPU cell depends on it, so a cached result is never reused for another vLLM install or another GPU.
+Under remote execution (SLEEPWAKE_REMOTE_EXECUTION, set by --config=remote) the interpreter is a path
+on the workers and is not run here; the GPU pool's platform properties carry the identity instead.
 """
 
 # Reads package metadata only: importing vLLM itself costs 20+ s.
@@ -30,7 +32,13 @@ exit 1
 def _gpu_runtime_impl(rctx):
     python = rctx.os.environ.get("SLEEPWAKE_GPU_PYTHON", "")
     lines = []
-    if python:
+    if python and rctx.os.environ.get("SLEEPWAKE_REMOTE_EXECUTION"):
+        # --config=remote: the interpreter is a path on the GPU workers, not here. What it runs is
+        # named by the GPU pool's platform properties (vllm_build, gpu_model, ...), which key every
+        # GPU action (platforms/exec_properties.bzl); nothing on this client can vouch for it.
+        lines.append("python: %s on the remote GPU pool (identity in its exec properties)" % python)
+        runtime = 'interpreter_path = "%s"' % python
+    elif python:
         result = rctx.execute([python, "-c", _IDENTITY_PY], timeout = 120)
         if result.return_code != 0:
             fail("SLEEPWAKE_GPU_PYTHON=%s does not run: %s" % (python, result.stderr))
@@ -82,5 +90,5 @@ gpu_runtime = repository_rule(
     # SLEEPWAKE_GPU_FINGERPRINT lets a runner force a re-read without a restart.
     local = True,
     configure = True,
-    environ = ["SLEEPWAKE_GPU_PYTHON", "SLEEPWAKE_GPU_FINGERPRINT", "PATH"],
+    environ = ["SLEEPWAKE_GPU_PYTHON", "SLEEPWAKE_GPU_FINGERPRINT", "SLEEPWAKE_REMOTE_EXECUTION", "PATH"],
 )

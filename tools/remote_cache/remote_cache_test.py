@@ -16,24 +16,12 @@ import time
 
 import pytest
 
+from tools.nested_bazel import fill, free_port, run_bazel, stub_repositories
+
 # Not resolved: the runfiles tree holds the stub repositories beside this file (data deps).
 HERE = pathlib.Path(__file__).absolute().parent
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-BAZEL = shutil.which("bazel") or "/usr/bin/bazel"
 PROBE_TESTS = ["//:probe_a_test", "//:probe_b_test"]
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _fill(template, **values):
-    text = template.read_text()
-    for key, value in values.items():
-        text = text.replace(f"@{key}@", str(value))
-    return text
 
 
 @pytest.fixture
@@ -43,11 +31,11 @@ def cache_url(tmp_path):
     prefix, root = tmp_path / "nginx", tmp_path / "cache"
     prefix.mkdir()
     root.mkdir()
-    port = _free_port()
+    port = free_port()
     conf = prefix / "nginx.conf"
     # The worker writes under tmp_path, which only this user can reach; run it as this user.
     user = pwd.getpwuid(os.geteuid()).pw_name
-    conf.write_text(_fill(HERE / "nginx.conf.in", ROOT=root, PORT=port, PREFIX=prefix, USER=user))
+    conf.write_text(fill(HERE / "nginx.conf.in", ROOT=root, PORT=port, PREFIX=prefix, USER=user))
     proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(prefix)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
@@ -67,35 +55,17 @@ def cache_url(tmp_path):
     proc.wait(timeout=20)
 
 
-def _stub_repositories():
-    """The directory holding rules_cc/, rules_java/ and remote_coverage_tools/."""
-    # Under Bazel they are runfiles of their own repositories, beside this workspace's directory;
-    # run by hand from the source tree, they are under third_party/.
-    for parent in (pathlib.Path.cwd().parent, HERE.parent.parent / "third_party"):
-        if (parent / "rules_cc" / "WORKSPACE").exists():
-            return parent
-    pytest.fail("stub repositories not found: run through Bazel (data //third_party:stub_repositories)")
-
-
 @pytest.fixture
 def probe_workspace(tmp_path):
     ws = tmp_path / "ws"
     src = HERE / "testdata" / "workspace"
     ws.mkdir()
-    (ws / "WORKSPACE").write_text(_fill(src / "WORKSPACE.in", STUBS=_stub_repositories()))
+    (ws / "WORKSPACE").write_text(fill(src / "WORKSPACE.in", STUBS=stub_repositories(HERE.parent.parent)))
     (ws / "BUILD").write_text((src / "BUILD.in").read_text())
     for name in ("probe_a_test.py", "probe_b_test.py"):
         shutil.copy(src / name, ws / name)
     (ws / ".bazelversion").write_text("4\n")
     return ws
-
-
-def _bazel(ws, output_user_root, *args):
-    # The system rc stays: Debian's points Bazel at its install base and local JDK.
-    cmd = [BAZEL, f"--output_user_root={output_user_root}", "--host_jvm_args=-Xmx1g",
-           "--nohome_rc", *args]
-    return subprocess.run(cmd, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=600)
 
 
 def test_results_come_back_from_remote_cache_after_expunge(cache_url, probe_workspace, tmp_path):
@@ -105,15 +75,15 @@ def test_results_come_back_from_remote_cache_after_expunge(cache_url, probe_work
              "--incompatible_strict_action_env", "--spawn_strategy=local", "--nosandbox_debug", "--color=no",
              "--curses=no", "--test_output=errors"]
     try:
-        first = _bazel(probe_workspace, root, "test", *flags, *PROBE_TESTS)
+        first = run_bazel(probe_workspace, root, "test", *flags, *PROBE_TESTS)
         assert first.returncode == 0, f"first run failed:\n{first.stdout[-4000:]}"
         puts = [l for l in access_log.read_text().splitlines() if '"PUT /ac/' in l]
         assert puts, f"the first run uploaded no action result to {url}:\n{first.stdout[-2000:]}"
 
-        expunge = _bazel(probe_workspace, root, "clean", "--expunge")
+        expunge = run_bazel(probe_workspace, root, "clean", "--expunge")
         assert expunge.returncode == 0, expunge.stdout[-2000:]
 
-        second = _bazel(probe_workspace, root, "test", *flags, *PROBE_TESTS)
+        second = run_bazel(probe_workspace, root, "test", *flags, *PROBE_TESTS)
         assert second.returncode == 0, f"second run failed:\n{second.stdout[-4000:]}"
         for target in PROBE_TESTS:
             assert re.search(re.escape(target) + r"\s+\(cached\) PASSED", second.stdout), (
@@ -122,4 +92,4 @@ def test_results_come_back_from_remote_cache_after_expunge(cache_url, probe_work
         assert hits and int(hits.group(1)) >= len(PROBE_TESTS), (
             f"expected >= {len(PROBE_TESTS)} remote cache hits:\n{second.stdout[-4000:]}")
     finally:
-        _bazel(probe_workspace, root, "shutdown")
+        run_bazel(probe_workspace, root, "shutdown")
