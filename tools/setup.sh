@@ -73,6 +73,10 @@ else
   say "$VENV is current (lock sha256 ${lock_sha:0:16})"
 fi
 
+# BuildGrid and PostgreSQL for the remote-execution test (its own hashed lock and venv).
+tools/remote_exec/install.sh ||
+  optional "tools/remote_exec/install.sh failed: //tools/remote_exec:remote_exec_test needs BuildGrid and PostgreSQL"
+
 # Other vLLM releases for the engine tier on CPU (//tests/engine's per-release targets): each a
 # hash-checked overlay on the venv holding the pins that release changes (third_party/python/
 # version_overlay.py says which), put first on the path by those targets.
