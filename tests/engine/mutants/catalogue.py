@@ -12,10 +12,23 @@ without vLLM (the harness lists the catalogue before forking); patches import vL
 
 from __future__ import annotations
 
+import dataclasses
+
 import sleepwake_mutants
-from sleepwake_mutants import Mutant
 
 ENV = "SLEEPWAKE_ENGINE_MUTANT"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant(sleepwake_mutants.Mutant):
+    """The GPU plugin's Mutant, whose patch may also be a function of this module (engine-only bugs);
+    a reused plugin bug keeps the plugin's "module:function"."""
+
+    def apply(self) -> None:
+        if callable(self.patch):
+            self.patch()
+        else:
+            super().apply()
 
 
 def _no_double_sleep_guard():
@@ -59,7 +72,7 @@ MUTANTS = {m.name: m for m in [
             "tests/engine/test_bookkeeping.py::test_unknown_tag_is_ignored": r"#44483",
             "tests/engine/test_bookkeeping.py::test_an_awake_tag_beside_a_sleeping_one_wakes_neither":
                 r"#44483"},
-           sleepwake_mutants.MUTANTS["resume_on_partial_wake"].apply),
+           sleepwake_mutants.MUTANTS["resume_on_partial_wake"].patch),
     Mutant("no_double_sleep_guard", "#31618, #48310",
            "Executor.sleep loses its `is_sleeping` guard: a second /sleep reaches the workers and "
            "unmaps memory that is already released.",
@@ -81,7 +94,7 @@ MUTANTS = {m.name: m for m in [
            sleepwake_mutants.MUTANTS["wake_awake_tag_aborts"].doc,
            {"tests/engine/test_bookkeeping.py::test_wake_while_awake_is_a_no_op":
                 r"wake_up called while awake"},
-           sleepwake_mutants.MUTANTS["wake_awake_tag_aborts"].apply),
+           sleepwake_mutants.MUTANTS["wake_awake_tag_aborts"].patch),
     Mutant("abort_outputs_dropped", "#45326, #45520",
            "sleep(mode='abort') aborts the in-flight requests in the engine but never tells the "
            "front end: their streams stay open.",
