@@ -25,6 +25,12 @@ def _stat(pid: int):
     return int(fields[1]), fields[0].decode(), int(fields[19])
 
 
+def start_time(pid: int) -> int | None:
+    """The kernel start time of pid (with the PID, its identity), or None if it does not exist."""
+    stat = _stat(pid)
+    return stat[2] if stat else None
+
+
 def alive(pid: int, start_time: int | None = None) -> bool:
     stat = _stat(pid)
     return stat is not None and stat[1] not in ("Z", "X") and start_time in (None, stat[2])

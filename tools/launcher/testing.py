@@ -15,14 +15,31 @@ DRIVER = os.path.join(TESTDATA, "driver.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+FAKE_MODULE = "fake_server"  # testdata/fake_server.py as a module, with TESTDATA on PYTHONPATH
+
+
 def fake_command(mode: str = "ok", runner_line: str = "env", pid_file: str | None = None,
-                 fixed_port: int | None = None):
-    """A command_factory running testdata/fake_server.py; fixed_port ignores the port it is given."""
+                 fixed_port: int | None = None, as_module: bool = False):
+    """A command_factory running testdata/fake_server.py; fixed_port ignores the port it is given.
+    as_module: `python -m fake_server` (what a zygote can fork; needs module_environ)."""
     def factory(config: ServerConfig, port: int) -> list[str]:
-        argv = [sys.executable, FAKE_SERVER, "--host", config.host, "--port", str(fixed_port or port),
-                "--mode", mode, "--runner_line", runner_line]
+        program = ["-m", FAKE_MODULE] if as_module else [FAKE_SERVER]
+        argv = [sys.executable] + program + ["--host", config.host, "--port", str(fixed_port or port),
+                                             "--mode", mode, "--runner_line", runner_line]
         return argv + (["--pid_file", pid_file] if pid_file else [])
     return factory
+
+
+def module_environ(inside_bazel_test: bool = False, **extra) -> dict:
+    """A server base environment in which `python -m fake_server` imports: TESTDATA on PYTHONPATH, no
+    CUDA_VISIBLE_DEVICES (the fake NVML has one GPU). inside_bazel_test decides whether the launcher
+    may start a zygote host itself (zygote_client.inside_bazel_test)."""
+    env = {k: v for k, v in python_env().items() if k not in ("CUDA_VISIBLE_DEVICES", "TEST_TMPDIR")}
+    env["PYTHONPATH"] = os.pathsep.join([TESTDATA, env["PYTHONPATH"]])
+    if inside_bazel_test:
+        env["TEST_TMPDIR"] = os.environ.get("TEST_TMPDIR") or "/tmp"
+    env.update(extra)
+    return env
 
 
 def fast_config(tmp_path, **overrides) -> ServerConfig:
