@@ -50,10 +50,14 @@ def _say(message) -> None:
     print("[sleepwake zygote %d] %s" % (os.getpid(), message), file=sys.stderr, flush=True)
 
 
+# Frames of the standard library's environment plumbing: the read is attributed to their caller.
+_PLUMBING = ("os", "_collections_abc", "posixpath", "genericpath")
+
+
 def _caller() -> str:
     frame = sys._getframe(2)
-    while frame is not None and (frame.f_code.co_filename.endswith(("os.py", "_collections_abc.py"))
-                                 or frame.f_code.co_filename in ("<frozen os>", "<frozen _collections_abc>")):
+    while frame is not None and (os.path.basename(frame.f_code.co_filename)[:-3] in _PLUMBING
+                                 or frame.f_code.co_filename.strip("<>").split(" ")[-1] in _PLUMBING):
         frame = frame.f_back
     return "%s:%d" % (frame.f_code.co_filename, frame.f_lineno) if frame else "?"
 

@@ -34,17 +34,27 @@ PER_SERVER_PREFIXES = ("SLEEPWAKE_", "TEST_", "RUNFILES_", "PYTEST_", "GTEST_", 
 # Directories private to one test: PYTHONPATH entries inside them are per-server additions.
 PER_TEST_DIR_VARS = ("TEST_SRCDIR", "RUNFILES_DIR", "PYTHON_RUNFILES", "JAVA_RUNFILES", "TEST_TMPDIR")
 
-# Per-server variables that importing vLLM 0.26.0 reads (recorded by the zygote, zygote.EnvReads), and
-# why the read leaves nothing behind that a server could need to differ.
+# Per-server variables that importing vLLM 0.26.0 reads (recorded by the zygote, zygote.EnvReads, in
+# the CPU venv with vLLM 0.26.0 and torch 2.11.0), and why each read leaves nothing behind that a
+# server needs to differ. A read not listed here makes the zygote refuse every fork.
+_TEMP = ("tempfile.gettempdir() runs at import (dill/session.py keeps it as TEMPDIR, for"
+         " dill.dump_session, which vLLM does not call) and caches it; the forked server clears that"
+         " cache (zygote._become_server), so its own TMPDIR decides every later temp file")
 IMPORT_SAFE = {
     "CUDA_VISIBLE_DEVICES": (
-        "torch/cuda/__init__.py counts devices through NVML while vLLM picks its platform at import, and"
-        " keeps no count before CUDA is initialised ('Do not cache the device count prior to CUDA"
-        " initialization'); the zygote never initialises CUDA"),
+        "torch counts devices through NVML (torch/cuda/__init__.py _parse_visible_devices) and keeps no"
+        " count before CUDA is initialised; vllm/triton_utils/importing.py fixes HAS_TRITON from whether"
+        " Triton's CUDA driver is active and whether the variable is set but empty: the zygote imports"
+        " with it unset and the launcher sets one leased GPU, and on a GPU runner both see one active"
+        " driver"),
     "HOME": (
-        "read only to expand '~' in default cache paths (huggingface_hub, torch.hub); build_env points"
-        " every cache the server uses (VLLM_CACHE_ROOT, XDG_CACHE_HOME, TRITON_CACHE_DIR,"
-        " TORCHINDUCTOR_CACHE_DIR) at the shared cache dir, and those are key variables"),
+        "expands '~' in default cache and config paths (huggingface_hub/constants.py, torch/hub.py,"
+        " triton/knobs.py, vllm/envs.py); build_env sets every cache the server uses (VLLM_CACHE_ROOT,"
+        " XDG_CACHE_HOME, TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR), which are key variables, and the"
+        " zygote runs with -s, so no user site-packages dir depends on it"),
+    "TMPDIR": _TEMP,
+    "TEMP": _TEMP,
+    "TMP": _TEMP,
 }
 
 

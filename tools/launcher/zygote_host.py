@@ -112,7 +112,8 @@ class Host:
                 "\n".join("#   %s=%s" % kv for kv in sorted(request["env"].items())))).encode())
             log_file.flush()
             proc = subprocess.Popen(
-                [request["python"], "-m", "tools.launcher.zygote", "--socket", sock, "--module", request["module"],
+                # -s: no user site-packages, which would follow the zygote's HOME (a per-server variable).
+                [request["python"], "-s", "-m", "tools.launcher.zygote", "--socket", sock, "--module", request["module"],
                  "--key", key, "--idle_s", str(request.get("idle_s", 60.0)), "--ready_fd", str(write_end)],
                 env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 pass_fds=(write_end,), start_new_session=True)
