@@ -82,6 +82,7 @@ def _start_server(name: str, cell, recorder, nodeid: str):
 
     VllmServer = _server_class()
     config = ServerConfig.from_env(_log_dir(name))
+    config.health_poll_s = thresholds.get("health_poll_s")
     if (config.runner, config.execution_mode) != (cell.runner, cell.mode):
         pytest.fail(f"ServerConfig.from_env built runner={config.runner} mode={config.execution_mode} "
                     f"but the cell is {cell.id}: the environment is inconsistent")
@@ -98,7 +99,8 @@ def _start_server(name: str, cell, recorder, nodeid: str):
         raise
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
     recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command),
-                    log=server.log_path, vllm_identity=identity, vllm_version=served)
+                    log=server.log_path, vllm_identity=identity, vllm_version=served,
+                    start_mode=server.start_mode)
     return context, server
 
 

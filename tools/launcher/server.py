@@ -129,7 +129,6 @@ class VllmServer:
         self._environ = dict(os.environ if environ is None else environ)
         self._sup = None  # the supervisor: a subprocess.Popen, or a zygote_client.ForeignProcess
         self.start_mode = None  # "zygote" or "plain", once launched
-        self.launched_at = None
         self._device_index = 0
         self._baseline = None
         self._prepared = False
@@ -254,10 +253,10 @@ class VllmServer:
         self.command = list((self._factory or build_command)(cfg, port))
         fd, self.log_path = tempfile.mkstemp(prefix="vllm-%s-%s-" % (cfg.runner, cfg.execution_mode),
                                              suffix=".log", dir=self._log_dir)
-        self.launched_at = time.time()
+        launched_at = time.time()
         with os.fdopen(fd, "w") as header:
             header.write("# sleepwake launcher, %s (%s %.3f)\n# argv: %s\n# env changes:\n%s\n" % (
-                time.strftime("%Y-%m-%d %H:%M:%S"), LAUNCH_MARK, self.launched_at, json.dumps(self.command),
+                time.strftime("%Y-%m-%d %H:%M:%S"), LAUNCH_MARK, launched_at, json.dumps(self.command),
                 "\n".join("#   " + line for line in env_diff(self._environ, self.env))))
             if self.lease:
                 header.write("# GPU lease: %s (waited %.1f s)\n" % (self.lease.path, self.lease.waited_s))

@@ -84,16 +84,16 @@ def running_host(lock_dir: str):
     proc = zygote_client.start_host(lock_dir, idle_s=0, environ=os.environ)
     path = os.path.join(lock_dir, zygote_host.HOST_SOCKET)
     deadline = time.monotonic() + 10
-    while True:
-        try:
-            unix_socket.connect(path, 5).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("the zygote host did not listen; see %s" % os.path.join(
-                    lock_dir, zygote_host.HOST_LOG)) from None
-            time.sleep(0.05)  # polled: the socket appears when the host binds it
     try:
+        while True:
+            try:
+                unix_socket.connect(path, 5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("the zygote host did not listen; see %s" % os.path.join(
+                        lock_dir, zygote_host.HOST_LOG)) from None
+                time.sleep(0.05)  # polled: the socket appears when the host binds it
         yield proc
     finally:
         proc.terminate()

@@ -39,7 +39,7 @@ from tests.sleep_wake.fakes import fake_engine, fake_vllm
 from tests.sleep_wake.lib import memory as nvml_bytes
 from tools.launcher import gpu_lease, ports
 from tools.launcher.server import (  # noqa: F401 (re-exported: the module's public surface)
-    LOG_TAIL_LINES, V2_MARKER, Nvml, PortConflictError, ServerConfig, ServerReleaseError,
+    HEALTHY_MARK, LAUNCH_MARK, LOG_TAIL_LINES, V2_MARKER, Nvml, PortConflictError, ServerConfig, ServerReleaseError,
     ServerStartError, build_command, build_env, check_importable, check_runner, env_diff, log, log_tail,
     read_log, resolve_model, validate, wait_for_release)
 
@@ -60,6 +60,7 @@ class VllmServer:
         self.command = None
         self.log_path = None
         self.env = None
+        self.start_mode = None  # "fake" once started: served in this process, neither forked nor exec'd
         self._environ = dict(os.environ if environ is None else environ)
         self._fake = None
 
@@ -128,6 +129,7 @@ class VllmServer:
             float(self._environ.get("SLEEPWAKE_FAKE_TOKEN_DELAY_S", _DEFAULT_TOKEN_DELAY_S)), defects, memory,
             self._environ.get("SLEEPWAKE_FAKE_VLLM_VERSION", _DEFAULT_VERSION), port or 0)
         self._fake = fake.start()
+        self.start_mode = "fake"
         self.port = int(fake.url.rsplit(":", 1)[1])
         self.command = ["fake_vllm"] + build_command(cfg, self.port)[3:]  # vLLM's flags, no interpreter
         log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
