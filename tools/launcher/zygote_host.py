@@ -38,6 +38,9 @@ HOST_SOCKET = "zygote-host.sock"
 HOST_LOCK = "zygote-host.lock"
 HOST_LOG = "zygote-host.log"
 LOG_TAIL_LINES = 30
+# A key whose zygote failed to start is answered with that failure for this long instead of importing
+# again: every cell of a run would otherwise pay a failing import (or its timeout) before its plain start.
+FAILURE_MEMORY_S = 600.0
 
 
 def _say(message) -> None:
@@ -75,6 +78,7 @@ class Host:
         self.active = 0
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
+        self.failures: dict[str, tuple[float, dict]] = {}  # key -> (when, the failed reply)
 
     def _key_lock(self, key: str) -> threading.Lock:
         with self._lock:
@@ -90,6 +94,10 @@ class Host:
             zygote = self.zygotes.get(key)
             if zygote is not None and zygote.serving():
                 return {"ok": True, "socket": zygote.socket, "pid": zygote.proc.pid, "started": False}
+            failed_at, failure = self.failures.get(key, (None, None))
+            if failed_at is not None and time.monotonic() - failed_at < FAILURE_MEMORY_S:
+                return dict(failure, error="%s (the start %.0f s ago; not retried for %.0f s)" % (
+                    failure["error"], time.monotonic() - failed_at, FAILURE_MEMORY_S))
             if zygote is not None and zygote.proc.poll() is None:
                 # Its socket is gone: it is exiting (idle or stale); let it finish before replacing it.
                 try:
@@ -97,7 +105,10 @@ class Host:
                 except subprocess.TimeoutExpired:
                     zygote.proc.kill()
                     zygote.proc.wait()
-            return self._start(request)
+            reply = self._start(request)
+            if not reply["ok"]:
+                self.failures[key] = (time.monotonic(), reply)
+            return reply
 
     def _start(self, request: dict) -> dict:
         key = request["key"]

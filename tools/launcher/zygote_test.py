@@ -154,24 +154,36 @@ def test_first_use_outside_bazel_starts_the_host(tmp_path, pid_file, site):
     assert len(zygote_client._hosts_started) == started + 1
 
 
-@pytest.mark.parametrize("case", ["no host inside bazel", "per-server variable read at import", "not a module"])
+@pytest.mark.parametrize("case", ["no host inside bazel", "per-server variable read at import", "not a module",
+                                  "import fails"])
 def test_an_unusable_zygote_falls_back_to_a_plain_start_and_says_why(tmp_path, pid_file, site, caplog, case):
     caplog.set_level(logging.WARNING, "sleepwake.launcher")
     environ = _environ(tmp_path, site)
     reason = {"no host inside bazel": "no zygote host serves %s" % (tmp_path / "locks"),
               "per-server variable read at import": "reads per-server variables, which would keep this"
                                                     " zygote's values in every server: VLLM_USE_V2_MODEL_RUNNER",
-              "not a module": "the server command is not `python -m module ...`"}[case]
+              "not a module": "the server command is not `python -m module ...`",
+              "import fails": "the zygote host could not start a zygote for fake_server: RuntimeError: fake_heavy:"
+                              " import failed"}[case]
     if case == "per-server variable read at import":
         environ["FAKE_SERVER_READS_AT_IMPORT"] = "VLLM_USE_V2_MODEL_RUNNER"
+    if case == "import fails":  # the plain start then fails too, at its own import
+        environ["FAKE_SERVER_IMPORT_FAILS"] = "1"
     script = case == "not a module"
     with testing.running_host(str(tmp_path / "locks")) if case != "no host inside bazel" else _nothing():
-        with _server(tmp_path, pid_file, environ, script=script, start_mode="auto") as server:
-            assert server.start_mode == "plain"
-            assert "# start: plain (the zygote is unavailable: " in _log(server) and reason in _log(server)
+        server = _server(tmp_path, pid_file, environ, script=script, start_mode="auto")
+        if case == "import fails":
+            with pytest.raises(ServerStartError, match="exited during start-up"):
+                server.start()
+        else:
+            with server:
+                assert server.start_mode == "plain"
+        assert "# start: plain (the zygote is unavailable: " in _log(server) and reason in _log(server)
         assert "starting the server plainly: " in caplog.text and reason in caplog.text
-        with pytest.raises(ServerStartError, match="start_mode zygote: .*" + reason[:40]):
+        with pytest.raises(ServerStartError, match="start_mode zygote: .*" + re.escape(reason[:40])):
             _server(tmp_path, pid_file, environ, script=script, start_mode="zygote").start()
+    if case == "import fails":  # the zygote's failed import, then the plain server's; the host remembered
+        assert len(testing.imports(str(tmp_path / "imports"))) == 2
 
 
 class _nothing:

@@ -2,7 +2,8 @@
 
 FAKE_SERVER_IMPORT_LOG: each import appends "PID\n" there, so a test counts imports (one per zygote,
 or one per server when started plainly). FAKE_SERVER_READS_AT_IMPORT=NAME: the import reads variable
-NAME, as importing vLLM reads its logging variables (vllm/logger.py).
+NAME, as importing vLLM reads its logging variables (vllm/logger.py). FAKE_SERVER_IMPORT_FAILS=1: the
+import then raises, as a broken install would.
 """
 
 import os
@@ -12,3 +13,5 @@ if os.environ.get("FAKE_SERVER_IMPORT_LOG"):
         _log.write("%d\n" % os.getpid())
 if os.environ.get("FAKE_SERVER_READS_AT_IMPORT"):
     IMPORTED_WITH = os.environ.get(os.environ["FAKE_SERVER_READS_AT_IMPORT"])
+if os.environ.get("FAKE_SERVER_IMPORT_FAILS") == "1":
+    raise RuntimeError("fake_heavy: import failed (FAKE_SERVER_IMPORT_FAILS=1)")
