@@ -54,6 +54,30 @@ def snapshot(root: int, include_root: bool = True) -> Snapshot:
     return found
 
 
+def reap_exited() -> list[tuple[int, int]]:
+    """(pid, wait status) of every child of this process that has exited, reaped without blocking."""
+    out = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return out
+        if pid == 0:
+            return out
+        out.append((pid, status))
+
+
+def children(pid: int) -> set[int]:
+    """Live direct children of pid."""
+    out = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = _stat(int(name))
+            if stat and stat[0] == pid and stat[1] not in ("Z", "X"):
+                out.add(int(name))
+    return out
+
+
 def survivors(snap: Snapshot) -> Snapshot:
     return {pid: start for pid, start in snap.items() if alive(pid, start)}
 

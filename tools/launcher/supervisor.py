@@ -78,13 +78,7 @@ class _Reaper:
         self.server = server
 
     def __call__(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in process_tree.reap_exited():
             if pid == self.server.pid:
                 self.server.returncode = os.waitstatus_to_exitcode(status)
 

@@ -18,6 +18,10 @@ environment: python -m tools.launcher.zygote --socket PATH --module M --key K --
     stdin and stdout. It is not the test process's child, so a pidfd of the test process stands in for
     PDEATHSIG. It forks the server, which takes the request's environment, sys.path, cwd and argv and
     runs the module as __main__ (runpy), as `python -m` would.
+  * Orphans: the zygote is a child subreaper. If a supervisor dies without its teardown (SIGKILL, the
+    OOM killer), its server dies by PDEATHSIG and the server's orphans (vLLM's engine core) land here;
+    the zygote kills them within ORPHAN_CHECK_S, where the plain path leaves them to Bazel's
+    process-wrapper at the end of the test.
   * Idle: with no request for idle_s the zygote removes its socket and exits. Supervisors and servers
     it forked live on, reparented.
 """
@@ -43,6 +47,7 @@ import traceback
 from tools.launcher import process_tree, supervisor, unix_socket, zygote_env
 
 REQUEST_TIMEOUT_S = 10.0  # a launcher sends its request right after connecting
+ORPHAN_CHECK_S = 2.0  # how often an idle zygote looks for orphans of a dead supervisor
 _OWN_PACKAGE = __spec__.name.split(".")[0] if __spec__ else "tools"  # dropped from a server's modules
 
 
@@ -152,6 +157,8 @@ class Zygote:
     import_fds: frozenset  # descriptors the import opened: part of the image, so servers keep them
     pid: int = 0
     socket_path: str = ""
+    supervisors: set = dataclasses.field(default_factory=set)  # PIDs of the supervisors it forked
+    own_children: frozenset = frozenset()  # children the import itself left (not orphans)
     cuda_initialized: object = cuda_initialized
 
     def refusal(self, message: dict) -> Refusal | None:
@@ -258,7 +265,7 @@ def import_module(module: str) -> Zygote:
     return Zygote(module=module, key="", python=sys.executable, key_pythonpath=key_path,
                   site_path=[os.path.abspath(p) for p in sys.path if p and os.path.abspath(p) not in key_path],
                   files=module_files_state(module), unsafe_reads=unsafe, loaded=_loaded_top_level(),
-                  import_fds=import_fds, pid=os.getpid())
+                  import_fds=import_fds, pid=os.getpid(), own_children=frozenset(process_tree.children(os.getpid())))
 
 
 # -- the forked server ------------------------------------------------------------------------------
@@ -374,16 +381,6 @@ def _become_supervisor(zygote: Zygote, spec: dict, fds: list) -> int:
 
 # -- the zygote's loop ------------------------------------------------------------------------------
 
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def _handle(zygote: Zygote, conn: socket.socket, message: dict, fds: list):
     """Answers one request; in a forked child returns the supervisor's work, else None."""
     op = message.get("op")
@@ -407,20 +404,36 @@ def _handle(zygote: Zygote, conn: socket.socket, message: dict, fds: list):
     pid = os.fork()
     if pid == 0:
         return lambda: _become_supervisor(zygote, message["spec"], fds)
+    zygote.supervisors.add(pid)
     _say("forked supervisor %d for test process %d" % (pid, message["spec"]["parent_pid"]))
     unix_socket.send(conn, {"ok": True, "pid": pid, "start": process_tree.start_time(pid)})
     return None
 
 
+def kill_orphans(zygote: Zygote) -> None:
+    """Reaps finished supervisors and kills the trees of children that are neither a supervisor nor
+    the import's own: orphans of a supervisor that died without its teardown."""
+    for pid, _ in process_tree.reap_exited():
+        zygote.supervisors.discard(pid)
+    for orphan in process_tree.children(os.getpid()) - zygote.supervisors - zygote.own_children:
+        tree = process_tree.snapshot(orphan)
+        _say("killing %s: orphaned by a supervisor that died without its teardown" % sorted(tree))
+        process_tree.signal_all(tree, signal.SIGKILL)
+
+
 def serve(zygote: Zygote, listener: socket.socket, idle_s: float):
     """Serves until idle (returns None) or, in a forked child, returns the child's work."""
     my_uid = os.getuid()
+    last_request = time.monotonic()
     while True:
-        _reap()
-        readable, _, _ = select.select([listener], [], [], idle_s if idle_s > 0 else None)
+        kill_orphans(zygote)
+        readable, _, _ = select.select([listener], [], [], ORPHAN_CHECK_S)
         if not readable:
-            _say("no request for %.0f s; exiting" % idle_s)
-            return None
+            if idle_s > 0 and time.monotonic() - last_request >= idle_s:
+                _say("no request for %.0f s; exiting" % idle_s)
+                return None
+            continue
+        last_request = time.monotonic()
         conn, _ = listener.accept()
         fds: list = []
         with conn:
@@ -468,6 +481,7 @@ def main(argv=None) -> int:
     try:
         zygote = import_module(args.module)
         zygote.key, zygote.socket_path = args.key, args.socket
+        supervisor.prctl(supervisor.PR_SET_CHILD_SUBREAPER, 1)  # see "Orphans" above
         if zygote.cuda_initialized():
             raise RuntimeError("importing %s initialised CUDA; forked servers could not use it" % args.module)
         listener = unix_socket.listen(args.socket)

@@ -252,3 +252,15 @@ def test_a_dead_test_process_is_seen_before_the_server_starts():
     assert fd is not None
     os.close(fd)
     assert zygote.watch_test_process(os.getpid(), 1) is None  # a reused PID: another start time
+
+
+def test_a_supervisor_killed_without_its_teardown_leaves_nothing_behind(tmp_path, pid_file, site, host):
+    environ = _environ(tmp_path, site)
+    server = _server(tmp_path, pid_file, environ)
+    server.start()
+    recorded = testing.recorded_pids(pid_file)
+    os.kill(server._sup.pid, 9)  # the server dies by PDEATHSIG; its orphans land in the zygote
+    try:
+        assert testing.survivors_after(recorded, zygote.ORPHAN_CHECK_S * 3) == []
+    finally:
+        server.stop()
