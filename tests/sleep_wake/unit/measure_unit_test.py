@@ -1,3 +1,4 @@
+import contextlib
 import json
 import threading
 import time
@@ -86,3 +87,20 @@ def test_assert_holds_names_the_window_when_observing_fails():
         raise ConnectionError("server gone")
     with pytest.raises(AssertionError, match=r"\[#44483\] held could not be observed .*server gone"):
         measure.assert_holds(dies, 1.0, what="[#44483] held")
+
+
+@pytest.mark.parametrize("name,call", [
+    ("poll_s", lambda pred: measure.wait_until(lambda: pred() and False, 0.45)),
+    ("hold_sample_s", lambda pred: measure.assert_holds(pred, 0.45)),
+])
+def test_default_polls_come_from_the_thresholds_table(monkeypatch, name, call):
+    looks = []
+
+    def count():
+        looks.append(time.monotonic())
+        return True
+
+    monkeypatch.setitem(thresholds.TABLE, name, thresholds.Threshold(name, 0.15, "s", thresholds.WAIT, "test"))
+    with pytest.raises(AssertionError) if name == "poll_s" else contextlib.nullcontext():
+        call(count)
+    assert 3 <= len(looks) <= 5, f"{len(looks)} looks in 0.45 s at a {name} of 0.15 s"
