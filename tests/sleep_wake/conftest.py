@@ -87,6 +87,7 @@ def _start_server(name: str, cell, recorder, nodeid: str, model: str | None = No
     config = ServerConfig.from_env(_log_dir(name))
     if model is not None:
         config = dataclasses.replace(config, model=model)
+    config.health_poll_s = thresholds.get("health_poll_s")
     if (config.runner, config.execution_mode) != (cell.runner, cell.mode):
         pytest.fail(f"ServerConfig.from_env built runner={config.runner} mode={config.execution_mode} "
                     f"but the cell is {cell.id}: the environment is inconsistent")
@@ -103,7 +104,8 @@ def _start_server(name: str, cell, recorder, nodeid: str, model: str | None = No
         raise
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
     recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command),
-                    log=server.log_path, vllm_identity=identity, vllm_version=served)
+                    log=server.log_path, vllm_identity=identity, vllm_version=served,
+                    start_mode=server.start_mode)
     return context, server
 
 

@@ -13,6 +13,9 @@ from tools.launcher.errors import ConfigError, VllmNotFoundError
 RUNNERS = {"mrv1": "0", "mrv2": "1"}  # runner -> VLLM_USE_V2_MODEL_RUNNER
 EXECUTION_MODES = ("eager", "graph")
 MP_METHODS = ("fork", "spawn")
+# auto: fork the server from a zygote that imported vLLM once (zygote.py), else start it plainly and
+# log why; zygote: the zygote or an error; plain: `python -m` every time.
+START_MODES = ("auto", "zygote", "plain")
 # Runfiles path of the suite's synthetic checkpoint (//tools/model:synthetic_qwen3).
 DEFAULT_MODEL_RUNFILE = "tools/model/synthetic_qwen3/config.json"
 WORKSPACE = "sleepwake"
@@ -49,6 +52,16 @@ class ServerConfig:
     release_tolerance_bytes: int = 512 << 20
     grace_s: float = 10.0  # SIGTERM -> SIGKILL of the server's tree
     port_retries: int = 3
+    start_mode: str = "auto"
+    # A zygote keeps ~1 GB of imported vLLM; a minute covers the gaps between the cells of one run.
+    zygote_idle_s: float = 60.0
+    # A host started by a launcher (outside Bazel) outlives its zygotes by this much.
+    zygote_host_idle_s: float = 120.0
+    # Importing vLLM took 10-26 s on the H200 idle; 32 processes importing at once took ~65 s.
+    zygote_start_timeout_s: float = 300.0
+    # GET /health until 200. vLLM binds its port early but listens only once the engine is up, so
+    # until then each poll is a refused loopback connect (well under a millisecond).
+    health_poll_s: float = 0.05
 
     @classmethod
     def from_env(cls, log_dir: str | None = None, environ=None) -> "ServerConfig":
@@ -65,6 +78,7 @@ class ServerConfig:
             slots_per_gpu=int(env.get("SLEEPWAKE_SLOTS_PER_GPU", 1)),
             startup_timeout_s=float(env.get("SLEEPWAKE_STARTUP_TIMEOUT_S", 420)),
             mp_method=env.get("SLEEPWAKE_MP_METHOD", "fork"),
+            start_mode=env.get("SLEEPWAKE_START_MODE", "auto"),
         )
 
 
@@ -107,7 +121,8 @@ def resolve_model(model: str) -> str:
 def validate(config: ServerConfig) -> None:
     """Raises ConfigError for a configuration that cannot work or must not run."""
     for name, value, known in (("runner", config.runner, RUNNERS), ("execution_mode", config.execution_mode,
-                               EXECUTION_MODES), ("mp_method", config.mp_method, MP_METHODS)):
+                               EXECUTION_MODES), ("mp_method", config.mp_method, MP_METHODS),
+                               ("start_mode", config.start_mode, START_MODES)):
         if value not in known:
             raise ConfigError("unknown %s %r; use one of %s" % (name, value, ", ".join(known)))
     if not is_loopback(config.host) and not config.allow_non_loopback:

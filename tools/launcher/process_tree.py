@@ -25,6 +25,12 @@ def _stat(pid: int):
     return int(fields[1]), fields[0].decode(), int(fields[19])
 
 
+def start_time(pid: int) -> int | None:
+    """The kernel start time of pid (with the PID, its identity), or None if it does not exist."""
+    stat = _stat(pid)
+    return stat[2] if stat else None
+
+
 def alive(pid: int, start_time: int | None = None) -> bool:
     stat = _stat(pid)
     return stat is not None and stat[1] not in ("Z", "X") and start_time in (None, stat[2])
@@ -46,6 +52,30 @@ def snapshot(root: int, include_root: bool = True) -> Snapshot:
             found[pid] = stats[pid][2]
         stack.extend(children.get(pid, []))
     return found
+
+
+def reap_exited() -> list[tuple[int, int]]:
+    """(pid, wait status) of every child of this process that has exited, reaped without blocking."""
+    out = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return out
+        if pid == 0:
+            return out
+        out.append((pid, status))
+
+
+def children(pid: int) -> set[int]:
+    """Live direct children of pid."""
+    out = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = _stat(int(name))
+            if stat and stat[0] == pid and stat[1] not in ("Z", "X"):
+                out.add(int(name))
+    return out
 
 
 def survivors(snap: Snapshot) -> Snapshot:

@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.request
 
-from tools.launcher import gpu_lease, ports, process_tree
+from tools.launcher import gpu_lease, ports, process_tree, zygote_client
 from tools.launcher.config import (ServerConfig, build_command, build_env, check_importable, env_diff,
                                    resolve_model, validate)
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError  # noqa: F401 (API)
@@ -38,6 +38,10 @@ log = logging.getLogger("sleepwake.launcher")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOG_TAIL_LINES = 50
 V2_MARKER = "Using V2 Model Runner"  # logged by vLLM 0.26.0's gpu_worker.py only when it builds MRV2
+# The log header's launch time and the line appended once /health answered (epoch seconds), which
+# tools/bench reads for its per-phase breakdown of a start.
+LAUNCH_MARK = "launched at"
+HEALTHY_MARK = "# sleepwake launcher: GET /health 200 at"
 _MIB = 1 << 20
 
 
@@ -123,7 +127,8 @@ class VllmServer:
         self._nvml = nvml
         self._factory = command_factory
         self._environ = dict(os.environ if environ is None else environ)
-        self._sup = None
+        self._sup = None  # the supervisor: a subprocess.Popen, or a zygote_client.ForeignProcess
+        self.start_mode = None  # "zygote" or "plain", once launched
         self._device_index = 0
         self._baseline = None
         self._prepared = False
@@ -248,30 +253,59 @@ class VllmServer:
         self.command = list((self._factory or build_command)(cfg, port))
         fd, self.log_path = tempfile.mkstemp(prefix="vllm-%s-%s-" % (cfg.runner, cfg.execution_mode),
                                              suffix=".log", dir=self._log_dir)
+        launched_at = time.time()
         with os.fdopen(fd, "w") as header:
-            header.write("# sleepwake launcher, %s\n# argv: %s\n# env changes:\n%s\n" % (
-                time.strftime("%Y-%m-%d %H:%M:%S"), json.dumps(self.command),
+            header.write("# sleepwake launcher, %s (%s %.3f)\n# argv: %s\n# env changes:\n%s\n" % (
+                time.strftime("%Y-%m-%d %H:%M:%S"), LAUNCH_MARK, launched_at, json.dumps(self.command),
                 "\n".join("#   " + line for line in env_diff(self._environ, self.env))))
             if self.lease:
                 header.write("# GPU lease: %s (waited %.1f s)\n" % (self.lease.path, self.lease.waited_s))
-        sup_env = dict(self._environ)
-        sup_env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, sup_env.get("PYTHONPATH")) if p)
+        spec = {"argv": self.command, "env": self.env, "cwd": os.getcwd(), "grace_s": cfg.grace_s,
+                "parent_pid": os.getpid(), "parent_start": process_tree.start_time(os.getpid())}
         with open(self.log_path, "ab") as log_file:
-            # The supervisor inherits the lease's lock: the slot stays taken until the tree is gone,
-            # even if this process dies first.
-            self._sup = subprocess.Popen([sys.executable, "-m", "tools.launcher.supervisor"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log_file, env=sup_env,
-                                         pass_fds=(self.lease.fd,) if self.lease else ())
+            self._sup = self._zygote_supervisor(spec, log_file) if cfg.start_mode != "plain" else None
+            if self._sup is None:
+                self.start_mode = "plain"
+                self._sup = self._plain_supervisor(log_file)
         _live.add(self)
         _install_handlers()
-        spec = {"argv": self.command, "env": self.env, "cwd": os.getcwd(), "grace_s": cfg.grace_s,
-                "parent_pid": os.getpid()}
-        self._sup.stdin.write((json.dumps(spec) + "\n").encode())
-        self._sup.stdin.flush()
+        if self.start_mode == "plain":
+            self._sup.stdin.write((json.dumps(spec) + "\n").encode())
+            self._sup.stdin.flush()
         if "pid" not in self._read_report(timeout_s=60):
             self._stop_server(check_release=False)
             raise ServerStartError("the supervisor did not start the server; last log lines of %s:\n%s"
                                    % (self.log_path, log_tail(self.log_path)))
+
+    def _plain_supervisor(self, log_file) -> subprocess.Popen:
+        sup_env = dict(self._environ)
+        sup_env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, sup_env.get("PYTHONPATH")) if p)
+        # The supervisor inherits the lease's lock: the slot stays taken until the tree is gone,
+        # even if this process dies first.
+        return subprocess.Popen([sys.executable, "-m", "tools.launcher.supervisor"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=log_file, env=sup_env,
+                                pass_fds=(self.lease.fd,) if self.lease else ())
+
+    def _zygote_supervisor(self, spec: dict, log_file):
+        """The supervisor forked by the zygote for this server's key, or None (start_mode auto) when
+        the zygote cannot be used; the reason goes to the launcher's log and the server log."""
+        cfg = self.config
+        try:
+            sup, key = zygote_client.start_supervisor(
+                spec, log_file.fileno(), self.lease.fd if self.lease else None, lock_dir=cfg.lock_dir,
+                idle_s=cfg.zygote_idle_s, start_timeout_s=cfg.zygote_start_timeout_s,
+                host_idle_s=cfg.zygote_host_idle_s, environ=self._environ)
+        except zygote_client.ZygoteUnavailable as e:
+            if cfg.start_mode == "zygote":
+                raise ServerStartError("start_mode zygote: %s" % e) from None
+            log.warning("starting the server plainly: %s", e)
+            log_file.write(("# start: plain (the zygote is unavailable: %s)\n" % e).encode())
+            log_file.flush()
+            return None
+        self.start_mode = "zygote"
+        log_file.write(("# start: zygote key %s, supervisor %d\n" % (key, sup.pid)).encode())
+        log_file.flush()
+        return sup
 
     def _read_report(self, timeout_s: float) -> dict:
         readable, _, _ = select.select([self._sup.stdout], [], [], timeout_s)
@@ -291,6 +325,8 @@ class VllmServer:
                     " 200. Fix the cause in its log; last %d lines of %s:\n%s"
                     % (report.get("rc"), self.url, LOG_TAIL_LINES, self.log_path, log_tail(self.log_path)))
             if _healthy(self.url):
+                with open(self.log_path, "a") as f:
+                    f.write("%s %.3f\n" % (HEALTHY_MARK, time.time()))
                 return True
             if time.monotonic() >= deadline:
                 self._stop_server(check_release=False)
@@ -301,7 +337,7 @@ class VllmServer:
                     % (self.url, self.config.startup_timeout_s, LOG_TAIL_LINES, self.log_path,
                        log_tail(self.log_path)))
             try:
-                self._sup.wait(timeout=0.25)  # wakes early if the server dies
+                self._sup.wait(timeout=self.config.health_poll_s)  # wakes early if the server dies
             except subprocess.TimeoutExpired:
                 pass
 

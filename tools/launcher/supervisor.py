@@ -78,41 +78,51 @@ class _Reaper:
         self.server = server
 
     def __call__(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in process_tree.reap_exited():
             if pid == self.server.pid:
                 self.server.returncode = os.waitstatus_to_exitcode(status)
 
 
+def _launch_popen(spec: dict):
+    """The plain path: exec the server's argv in a new session, dying with this process."""
+    return subprocess.Popen(spec["argv"], env=spec["env"], cwd=spec.get("cwd"), stdin=subprocess.DEVNULL,
+                            stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_die_with_parent)
+
+
 def main() -> int:
+    """The plain path: started by the test process, which is this process's parent."""
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     spec = json.loads(_read_line(0) or b"null")
     if spec is None or os.getppid() != spec["parent_pid"]:
         _say("the test process was gone before the server started; not starting it")
         return 1
+    return supervise(spec, _launch_popen)
+
+
+def supervise(spec: dict, launch, test_gone_fd: int | None = None) -> int:
+    """Starts the server with launch(spec) (an object with pid, returncode and poll()), then tears its
+    tree down on "stop", on EOF of stdin, on SIGTERM/SIGINT, on the server's exit, or when
+    test_gone_fd (a pidfd of the test process, where this process is not its child) turns readable."""
     reasons: list[str] = []
     signal.signal(signal.SIGTERM, lambda signum, _: reasons.append("got SIGTERM"))
     signal.signal(signal.SIGINT, lambda signum, _: reasons.append("got SIGINT"))
-    server = subprocess.Popen(spec["argv"], env=spec["env"], cwd=spec.get("cwd"), stdin=subprocess.DEVNULL,
-                              stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT, start_new_session=True,
-                              preexec_fn=_die_with_parent)
+    server = launch(spec)
     _report({"pid": server.pid})
     reap = _Reaper(server)
+    watched = [0] + ([test_gone_fd] if test_gone_fd is not None else [])
     while not reasons:
         try:
-            readable, _, _ = select.select([0], [], [], 0.2)
+            readable, _, _ = select.select(watched, [], [], 0.2)
         except InterruptedError:
             continue
-        if readable:
+        if 0 in readable:
             line = _read_line(0).strip()
             reasons.append({b"stop": "asked to stop", b"stop fast": "asked to stop fast"}.get(
                 line, "test process gone (pipe closed)"))
+        elif readable:
+            reasons.append("test process gone (pidfd)")
         reap()
         if server.returncode is None:
             server.poll()

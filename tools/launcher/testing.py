@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import sys
+import time
 
-from tools.launcher import process_tree
+from tools.launcher import process_tree, unix_socket, zygote_client, zygote_host
 from tools.launcher.config import ServerConfig
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
@@ -15,14 +18,95 @@ DRIVER = os.path.join(TESTDATA, "driver.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+FAKE_MODULE = "fake_server"  # testdata/fake_server.py as a module, with TESTDATA on PYTHONPATH
+
+
 def fake_command(mode: str = "ok", runner_line: str = "env", pid_file: str | None = None,
-                 fixed_port: int | None = None):
-    """A command_factory running testdata/fake_server.py; fixed_port ignores the port it is given."""
+                 fixed_port: int | None = None, as_module: bool = False):
+    """A command_factory running testdata/fake_server.py; fixed_port ignores the port it is given.
+    as_module: `python -m fake_server` (what a zygote can fork; needs module_environ)."""
     def factory(config: ServerConfig, port: int) -> list[str]:
-        argv = [sys.executable, FAKE_SERVER, "--host", config.host, "--port", str(fixed_port or port),
-                "--mode", mode, "--runner_line", runner_line]
+        program = ["-m", FAKE_MODULE] if as_module else [FAKE_SERVER]
+        argv = [sys.executable] + program + ["--host", config.host, "--port", str(fixed_port or port),
+                                             "--mode", mode, "--runner_line", runner_line]
         return argv + (["--pid_file", pid_file] if pid_file else [])
     return factory
+
+
+def fake_site(tmp_path) -> str:
+    """A copy of the fake server module and its heavy import, which a test may rewrite."""
+    site = os.path.join(str(tmp_path), "fake_site")
+    os.makedirs(site, exist_ok=True)
+    for name in ("fake_server.py", "fake_heavy.py"):
+        shutil.copy(os.path.join(TESTDATA, name), os.path.join(site, name))
+    return site
+
+
+def module_environ(site: str = TESTDATA, test_tmpdir: str | None = None, **extra) -> dict:
+    """A server base environment in which `python -m fake_server` imports from site, without
+    CUDA_VISIBLE_DEVICES (the fake NVML has one GPU). test_tmpdir: as inside a Bazel test (where the
+    launcher must not start a zygote host, and PYTHONPATH entries under it are per-server); None: as
+    outside one."""
+    env = {k: v for k, v in python_env().items() if k not in ("CUDA_VISIBLE_DEVICES", "TEST_TMPDIR")}
+    env["PYTHONPATH"] = os.pathsep.join([site, env["PYTHONPATH"]])
+    if test_tmpdir is not None:
+        env["TEST_TMPDIR"] = test_tmpdir
+    env.update(extra)
+    return env
+
+
+_PLUGIN_SOURCE = """import os
+
+
+def register():
+    print("fake plugin %s in %d: SLEEPWAKE_MUTANT=%s CUDA_VISIBLE_DEVICES=%s" % (
+        __name__, os.getpid(), os.environ.get("SLEEPWAKE_MUTANT"), os.environ.get("CUDA_VISIBLE_DEVICES")),
+        flush=True)
+"""
+
+
+def plugin_site(path: str, name: str = "fake_plugin") -> str:
+    """A site dir whose `vllm.general_plugins` entry point prints the variables a server applies for
+    itself, as the mutant plugin's site dir (tests/mutants/site_dir.py) carries sleepwake_mutants."""
+    os.makedirs(os.path.join(path, "%s-0.1.dist-info" % name))
+    with open(os.path.join(path, name + ".py"), "w") as f:
+        f.write(_PLUGIN_SOURCE)
+    for file_name, text in (("METADATA", "Metadata-Version: 2.1\nName: %s\nVersion: 0.1\n" % name),
+                            ("entry_points.txt", "[vllm.general_plugins]\n%s = %s:register\n" % (name, name))):
+        with open(os.path.join(path, "%s-0.1.dist-info" % name, file_name), "w") as f:
+            f.write(text)
+    return path
+
+
+@contextlib.contextmanager
+def running_host(lock_dir: str):
+    """A zygote host for lock_dir for the block; stopping it stops its zygotes."""
+    proc = zygote_client.start_host(lock_dir, idle_s=0, environ=os.environ)
+    path = os.path.join(lock_dir, zygote_host.HOST_SOCKET)
+    deadline = time.monotonic() + 10
+    try:
+        while True:
+            try:
+                unix_socket.connect(path, 5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("the zygote host did not listen; see %s" % os.path.join(
+                        lock_dir, zygote_host.HOST_LOG)) from None
+                time.sleep(0.05)  # polled: the socket appears when the host binds it
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def imports(log_path: str) -> list[int]:
+    """PIDs of the processes that imported fake_heavy (FAKE_SERVER_IMPORT_LOG)."""
+    try:
+        with open(log_path) as f:
+            return [int(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
 
 
 def fast_config(tmp_path, **overrides) -> ServerConfig:

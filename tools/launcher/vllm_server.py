@@ -52,6 +52,10 @@ flags.DEFINE_enum("mp_method", _DEFAULTS.mp_method, list(config_lib.MP_METHODS),
                   "VLLM_WORKER_MULTIPROC_METHOD. fork starts in ~24 s vs ~51 s for spawn on the H200, but"
                   " the worker inherits the parent's state (unsafe if CUDA was initialised first, which vLLM"
                   " detects and then spawns anyway); spawn is slower and clean.")
+flags.DEFINE_enum("start_mode", _DEFAULTS.start_mode, list(config_lib.START_MODES),
+                  "auto: fork the server from a zygote that imported vLLM once per runner (started on first"
+                  " use, over a socket in --lock_dir; tools/launcher/zygote.py), else start it plainly and log"
+                  " why; zygote: the zygote or an error; plain: `python -m vllm...` every time.")
 flags.DEFINE_bool("lease", False, "Take a GPU slot (flock in --lock_dir) and pin the server to that GPU.")
 flags.DEFINE_integer("slots_per_gpu", _DEFAULTS.slots_per_gpu, "Servers allowed per GPU when leasing.")
 flags.DEFINE_string("lock_dir", _DEFAULTS.lock_dir, "Directory of the GPU slot lock files.")
@@ -71,7 +75,7 @@ def config_from_flags() -> ServerConfig:
         max_model_len=FLAGS.max_model_len, seed=FLAGS.seed, startup_timeout_s=FLAGS.startup_timeout_s,
         release_timeout_s=FLAGS.release_timeout_s, log_dir=FLAGS.log_dir or None, cache_dir=FLAGS.cache_dir,
         mp_method=FLAGS.mp_method, slots_per_gpu=FLAGS.slots_per_gpu, lock_dir=FLAGS.lock_dir,
-        server_args=list(FLAGS.server_arg))
+        server_args=list(FLAGS.server_arg), start_mode=FLAGS.start_mode)
 
 
 def dry_run(cfg: ServerConfig, environ) -> str:
@@ -98,9 +102,9 @@ def main(argv) -> int:
         signal.signal(signal.SIGTERM, _raise_interrupt)  # same clean teardown as Ctrl-C
         started = time.monotonic()
         with VllmServer(cfg, lease=FLAGS.lease) as server:
-            print("vLLM server ready at %s (%.1f s)\n  command: %s\n  log: %s" % (
-                server.url, time.monotonic() - started, shlex.join(server.command), server.log_path),
-                flush=True)
+            print("vLLM server ready at %s (%.1f s, %s start)\n  command: %s\n  log: %s" % (
+                server.url, time.monotonic() - started, server.start_mode, shlex.join(server.command),
+                server.log_path), flush=True)
             if FLAGS.check:
                 print("check: runner %s verified, %d GPU bytes held; stopping" % (cfg.runner, server.gpu_bytes()),
                       flush=True)

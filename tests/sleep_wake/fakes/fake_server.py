@@ -41,7 +41,7 @@ import sleepwake_mutants
 from tests.sleep_wake.fakes import fake_checkpoint, fake_defects, fake_engine, fake_host_memory, fake_vllm
 from tools.launcher import gpu_lease, ports
 from tools.launcher.server import (  # noqa: F401 (re-exported: the module's public surface)
-    LOG_TAIL_LINES, V2_MARKER, Nvml, PortConflictError, ServerConfig, ServerReleaseError,
+    HEALTHY_MARK, LAUNCH_MARK, LOG_TAIL_LINES, V2_MARKER, Nvml, PortConflictError, ServerConfig, ServerReleaseError,
     ServerStartError, build_command, build_env, check_importable, check_runner, env_diff, log, log_tail,
     read_log, resolve_model, validate, wait_for_release)
 
@@ -62,6 +62,7 @@ class VllmServer:
         self.command = None
         self.log_path = None
         self.env = None
+        self.start_mode = None  # "fake" once started: served in this process, neither forked nor exec'd
         self._environ = dict(os.environ if environ is None else environ)
         self._fake = None
         self._host = None
@@ -143,6 +144,7 @@ class VllmServer:
                 memory, self._environ.get("SLEEPWAKE_FAKE_VLLM_VERSION", _DEFAULT_VERSION), port or 0,
                 checkpoint, fake_host_memory.PinnedHostMemory(self._host), self._log)
             self._fake = fake.start()
+            self.start_mode = "fake"
             self.port = int(fake.url.rsplit(":", 1)[1])
             self.command = ["fake_vllm"] + build_command(cfg, self.port)[3:]  # vLLM's flags, no interpreter
             self._log(f"# sleepwake fake server (in-process FakeVllm {fake.version}), "

@@ -72,8 +72,10 @@ def check_at_least(recorder, name: str, measured: float, cell_id: str | None, wh
     _check(recorder, name, measured, cell_id, what, at_most=False)
 
 
-def wait_until(predicate, timeout_s: float, poll_s: float = 0.05, what: str = "condition") -> float:
-    """Poll `predicate` until truthy; return the seconds it took. AssertionError after timeout_s."""
+def wait_until(predicate, timeout_s: float, poll_s: float | None = None, what: str = "condition") -> float:
+    """Poll `predicate` (every poll_s, default the poll_s threshold) until truthy; return the seconds
+    it took. AssertionError after timeout_s."""
+    poll_s = thresholds.get("poll_s") if poll_s is None else poll_s
     start = time.monotonic()
     deadline = start + timeout_s
     while True:
@@ -85,8 +87,10 @@ def wait_until(predicate, timeout_s: float, poll_s: float = 0.05, what: str = "c
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
 
 
-def assert_holds(predicate, duration_s: float, poll_s: float = 0.1, what: str = "condition") -> None:
-    """Assert `predicate` stays truthy for the whole of duration_s (a bounded observation window)."""
+def assert_holds(predicate, duration_s: float, poll_s: float | None = None, what: str = "condition") -> None:
+    """Assert `predicate` stays truthy for the whole of duration_s (a bounded observation window),
+    sampled every poll_s (default the hold_sample_s threshold)."""
+    poll_s = thresholds.get("hold_sample_s") if poll_s is None else poll_s
     start = time.monotonic()
     while True:
         try:

@@ -11,7 +11,6 @@ MiB = 1 << 20
 # Two NVML readings one poll apart that differ by less than this count as settled: cuMem maps and
 # unmaps in 2 MiB granules, so anything smaller is not a change of the pools.
 SETTLE_BYTES = 2 * MiB
-SETTLE_POLL_S = 0.25
 
 
 def settled_gpu_bytes(server, what: str, done=None) -> int:
@@ -30,7 +29,8 @@ def settled_gpu_bytes(server, what: str, done=None) -> int:
             len(last3) == 3 and max(last3) - min(last3) < SETTLE_BYTES)
 
     try:
-        measure.wait_until(settled, thresholds.get("memory_settle_s_max"), poll_s=SETTLE_POLL_S,
+        measure.wait_until(settled, thresholds.get("memory_settle_s_max"),
+                           poll_s=thresholds.get("memory_settle_poll_s"),
                            what=f"NVML bytes of the server to settle {what}")
     except AssertionError as e:
         raise AssertionError(f"{e}; readings {readings[-6:]} bytes") from None

@@ -1,6 +1,6 @@
 """Every numeric bound of the suite, in one table.
 
-Triage policy (the only place it is written):
+Triage policy (the only place it is written; entries of the "wait" layer are not bounds, see below):
   * layer "contract": the bound is part of what vLLM's sleep API promises (flags, output identity,
     requests end, error statuses). A failure is a bug: file it with the test id and the server log.
   * layer "mechanism": the bound depends on how the mechanism is implemented and on the hardware
@@ -21,11 +21,14 @@ from tests.sleep_wake.lib.cells import EXECUTION_MODES, RUNNERS
 
 CONTRACT = "contract"
 MECHANISM = "mechanism"
-LAYERS = (CONTRACT, MECHANISM)
+WAIT = "wait"
+LAYERS = (CONTRACT, MECHANISM, WAIT)
 POLICY = {
     CONTRACT: "contract layer: a failure is a bug in vLLM's sleep API (file it with the server log)",
     MECHANISM: ("mechanism layer: compare against a baseline run of the same cell before filing; "
                 "only a regression against that baseline is a bug"),
+    WAIT: ("wait layer: how often a test looks while it waits; never a bound, so it fails nothing: a "
+           "longer poll only costs time, a shorter one only costs requests to the server"),
 }
 INITIAL = "initial bound from REFERENCE.md facts; to be replaced by H200 measurement"
 MEASURED = "H200 x2, vLLM 0.26.0, 2026-11-29, matrix runs 1-2 (16 cells per GPU, 44 cells each)"
@@ -141,6 +144,25 @@ _TABLE = [
               f"{MEASURED}: medians 0.029-0.062 s for wake weights + wake kv_cache"),
     Threshold("cycle_s_max", 1.5, "s", MECHANISM,
               f"{MEASURED}: medians 0.078-0.47 s for sleep + wake + a 16-token request"),
+    # --- waiting: how often a test looks (observation windows, which oracles rely on, are above) ---
+    Threshold("poll_s", 0.05, "s", WAIT,
+              "measure.wait_until: each look is one or two loopback HTTP calls (/load, /metrics, "
+              "/is_sleeping) or an NVML read, a few ms each, so a wait ends within 0.05 s of its "
+              "condition at a few percent of one core; the timeouts, not the poll, are the bounds"),
+    Threshold("hold_sample_s", 0.1, "s", WAIT,
+              "measure.assert_holds samples its predicate this often for the whole window "
+              "(held_request_window_s decides how long the test waits); a request that finishes "
+              "inside the window is caught at the next sample, so a failure is reported <= 0.1 s late"),
+    Threshold("memory_settle_poll_s", 0.25, "s", WAIT,
+              "memory.settled_gpu_bytes: three NVML readings spanning at least one poll must agree "
+              "within 2 MiB (or the expected value is reached at once). NVML's per-process bytes may "
+              "trail an unmap; how long was never measured, so the span stays 0.25 s (shortening it "
+              "would shorten the evidence the memory oracles read)"),
+    Threshold("health_poll_s", 0.05, "s", WAIT,
+              "the launcher's GET /health during a start (ServerConfig.health_poll_s, set by the "
+              "fixtures): vLLM 0.26.0 binds its port early (api_server.py setup_server) but listens "
+              "only once the engine is up, so until then a look is a refused loopback connect (<1 ms); "
+              "0.25 s before, which cost up to 0.25 s of every start (a warm start is ~6 s)"),
 ]
 
 TABLE = {t.name: t for t in _TABLE}

@@ -1,3 +1,4 @@
+import contextlib
 import json
 import threading
 import time
@@ -99,3 +100,20 @@ def test_median_increment_sees_a_steady_leak_not_one_jump():
         measure.median_increment([1])
     with pytest.raises(ValueError):
         measure.spread([])
+
+
+@pytest.mark.parametrize("name,call", [
+    ("poll_s", lambda pred: measure.wait_until(lambda: pred() and False, 0.45)),
+    ("hold_sample_s", lambda pred: measure.assert_holds(pred, 0.45)),
+])
+def test_default_polls_come_from_the_thresholds_table(monkeypatch, name, call):
+    looks = []
+
+    def count():
+        looks.append(time.monotonic())
+        return True
+
+    monkeypatch.setitem(thresholds.TABLE, name, thresholds.Threshold(name, 0.15, "s", thresholds.WAIT, "test"))
+    with pytest.raises(AssertionError) if name == "poll_s" else contextlib.nullcontext():
+        call(count)
+    assert 3 <= len(looks) <= 5, f"{len(looks)} looks in 0.45 s at a {name} of 0.15 s"

@@ -6,13 +6,25 @@ Every PID it creates is appended to --pid_file, so a test can check that none su
 
 Modes: ok (answers GET /health 200), never_healthy (answers 503), die_at_start (prints and exits 3).
 --runner_line: env (prints vLLM's "Using V2 Model Runner" iff VLLM_USE_V2_MODEL_RUNNER=1), always, never.
+
+It also runs as a module (`python -m fake_server` with this directory on PYTHONPATH), which is how a
+zygote pre-imports and forks it in place of vLLM's API server. Its heavy import is fake_heavy (the
+stand-in for the vllm package), and like vLLM's load_general_plugins (vllm/plugins/__init__.py, at
+run time, not at import) it loads the `vllm.general_plugins` entry points on sys.path when it starts:
+those named in FAKE_SERVER_PLUGINS (comma-separated; the real vLLM's own entry points, installed in
+the same environment, would import vLLM).
 """
 
 import argparse
 import http.server
+import importlib.metadata
 import os
 import signal
 import sys
+
+import fake_heavy  # noqa: F401 (imported for its cost and its side effects, like vllm)
+
+PLUGIN_GROUP = "vllm.general_plugins"
 
 
 def _record(pid_file, pid):
@@ -64,6 +76,11 @@ def main():
     parser.add_argument("--pid_file")
     args = parser.parse_args()
     print("fake vLLM server %d starting on %s:%d" % (os.getpid(), args.host, args.port), flush=True)
+    wanted = [name for name in os.environ.get("FAKE_SERVER_PLUGINS", "").split(",") if name]
+    for plugin in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        if plugin.name in wanted:
+            print("fake vLLM server: plugin %s loaded" % plugin.name, flush=True)
+            plugin.load()()
     _spawn_family(args.pid_file)
     if args.runner_line == "always" or (args.runner_line == "env"
                                         and os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1"):

@@ -1,0 +1,35 @@
+"""The bench's targets and Markdown table."""
+
+from tools.bench import report
+
+RESULT = {
+    "date": "2026-12-01T10:00:00", "command": "bazel run --config=gpu //tools/bench -- --out bench.json",
+    "machine": {"gpus": ["NVIDIA H200, 143771 MiB, 580.1", "NVIDIA H200, 143771 MiB, 580.1"], "cpus": 32},
+    "vllm": "vllm 0.26.0", "start_config": "MRV1-eager",
+    "measured": {"warm_start_s": 6.4, "matrix_elapsed_s": 149.3, "warm_cell_s": 9.9},
+    "not_measured": {"matrix_start_median_s": "cut after 80 s (budget)"},
+    "starts": [{"name": "zygote, warm", "concurrency": 1, "median_s": 6.4, "max_s": 6.4,
+                "phases": {"import_and_args": 0.7, "engine_init": 3.1}}],
+    "cell": {"target": "//tests/sleep_wake:scheduler_gate_mrv1_eager",
+             "runs": [{"label": "warm", "status": "PASSED", "wall_s": 9.9, "test_s": 8.7}]},
+    "notes": ["a note"],
+}
+
+
+def test_targets_say_met_unmet_and_why_missing():
+    by_key = {t["key"]: t for t in report.targets(RESULT)}
+    assert by_key["warm_start_s"]["met"] is True and by_key["matrix_elapsed_s"]["met"] is False
+    assert by_key["warm_cell_s"]["met"] is True  # 9.9 <= 10
+    missing = by_key["matrix_start_median_s"]
+    assert missing["met"] is None and missing["why_missing"] == "cut after 80 s (budget)"
+
+
+def test_markdown_has_the_machine_the_targets_and_the_phases():
+    text = report.markdown(RESULT)
+    assert "## Speed, measured 2026-12-01T10:00:00" in text
+    assert "NVIDIA H200, 143771 MiB, 580.1; NVIDIA H200" in text and "vLLM: vllm 0.26.0" in text
+    assert "| whole matrix, default settings (Bazel's elapsed time) | <= 60 s | 149.3 s | **no** |" in text
+    assert "| warm start (the zygote already serves, idle machine) | <= 7 s | 6.4 s | yes |" in text
+    assert "| median server start in the matrix | <= 15 s | not measured (cut after 80 s (budget)) | - |" in text
+    assert "| zygote, warm | 1 | 6.4 s | 6.4 s | 0.7 s | - | 3.1 s | - | - |" in text
+    assert "warm run PASSED in 9.9 s (test 8.7 s)" in text and "- a note" in text

@@ -1,0 +1,17 @@
+"""The stand-in for the vllm package in the zygote's CPU tests: the import a zygote pays once.
+
+FAKE_SERVER_IMPORT_LOG: each import appends "PID\n" there, so a test counts imports (one per zygote,
+or one per server when started plainly). FAKE_SERVER_READS_AT_IMPORT=NAME: the import reads variable
+NAME, as importing vLLM reads its logging variables (vllm/logger.py). FAKE_SERVER_IMPORT_FAILS=1: the
+import then raises, as a broken install would.
+"""
+
+import os
+
+if os.environ.get("FAKE_SERVER_IMPORT_LOG"):
+    with open(os.environ["FAKE_SERVER_IMPORT_LOG"], "a") as _log:
+        _log.write("%d\n" % os.getpid())
+if os.environ.get("FAKE_SERVER_READS_AT_IMPORT"):
+    IMPORTED_WITH = os.environ.get(os.environ["FAKE_SERVER_READS_AT_IMPORT"])
+if os.environ.get("FAKE_SERVER_IMPORT_FAILS") == "1":
+    raise RuntimeError("fake_heavy: import failed (FAKE_SERVER_IMPORT_FAILS=1)")

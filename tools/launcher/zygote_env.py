@@ -1,0 +1,106 @@
+"""What a zygote is keyed on, and what each server it forks applies for itself.
+
+A server's environment splits in two (split_env):
+  * per-server variables (is_per_server): set in the forked server before its module runs, so the
+    servers of one zygote may differ in them: the runner (VLLM_USE_V2_MODEL_RUNNER), the GPU
+    (CUDA_VISIBLE_DEVICES), the mutant (SLEEPWAKE_MUTANT), and what Bazel gives each test (TEST_*,
+    HOME, runfiles). A per-server variable read while the module is imported would keep the zygote's
+    value; the zygote records those reads and refuses to fork unless IMPORT_SAFE says why the read is
+    harmless.
+  * everything else: the zygote imports the module under exactly these values (vLLM fixes its logging
+    configuration, huggingface_hub its offline switch and cache dirs, at import), so they are part of
+    the key: a server whose values differ gets another zygote.
+
+PYTHONPATH splits the same way (split_pythonpath): entries inside a per-test directory (a test's
+runfiles, its TEST_TMPDIR, where a mutant target builds its plugin site) are the server's own, put on
+sys.path in the fork; the rest is the key's. The entry that provides the module itself always stays in
+the key: the zygote imports the module from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+PROTOCOL = 1
+PER_SERVER_NAMES = frozenset({
+    "CUDA_VISIBLE_DEVICES", "VLLM_USE_V2_MODEL_RUNNER", "PYTHONPATH",
+    # What Bazel and pytest set per test, and the shell's bookkeeping.
+    "HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD", "SHLVL", "_", "XML_OUTPUT_FILE",
+    "TESTBRIDGE_TEST_ONLY", "JAVA_RUNFILES", "PYTHON_RUNFILES",
+})
+PER_SERVER_PREFIXES = ("SLEEPWAKE_", "TEST_", "RUNFILES_", "PYTEST_", "GTEST_", "BUILD_")
+# Directories private to one test: PYTHONPATH entries inside them are per-server additions.
+PER_TEST_DIR_VARS = ("TEST_SRCDIR", "RUNFILES_DIR", "PYTHON_RUNFILES", "JAVA_RUNFILES", "TEST_TMPDIR")
+
+# Per-server variables that importing vLLM 0.26.0 reads (recorded by the zygote, zygote.EnvReads, in
+# the CPU venv with vLLM 0.26.0 and torch 2.11.0), and why each read leaves nothing behind that a
+# server needs to differ. A read not listed here makes the zygote refuse every fork.
+_TEMP = ("tempfile.gettempdir() runs at import (dill/session.py keeps it as TEMPDIR, for"
+         " dill.dump_session, which vLLM does not call) and caches it; the forked server clears that"
+         " cache (zygote._become_server), so its own TMPDIR decides every later temp file")
+IMPORT_SAFE = {
+    "CUDA_VISIBLE_DEVICES": (
+        "torch counts devices through NVML (torch/cuda/__init__.py _parse_visible_devices) and keeps no"
+        " count before CUDA is initialised; vllm/triton_utils/importing.py fixes HAS_TRITON from whether"
+        " Triton's CUDA driver is active and whether the variable is set but empty: the zygote imports"
+        " with it unset and the launcher sets one leased GPU, and on a GPU runner both see one active"
+        " driver"),
+    "HOME": (
+        "expands '~' in default cache and config paths (huggingface_hub/constants.py, torch/hub.py,"
+        " triton/knobs.py, vllm/envs.py); build_env sets every cache the server uses (VLLM_CACHE_ROOT,"
+        " XDG_CACHE_HOME, TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR), which are key variables, and the"
+        " zygote runs with -s, so no user site-packages dir depends on it"),
+    "TMPDIR": _TEMP,
+    "TEMP": _TEMP,
+    "TMP": _TEMP,
+}
+
+
+def is_per_server(name: str) -> bool:
+    return name in PER_SERVER_NAMES or name.startswith(PER_SERVER_PREFIXES)
+
+
+def split_env(env) -> tuple[dict, dict]:
+    """(key variables, per-server variables) of a server environment."""
+    key, own = {}, {}
+    for name, value in env.items():
+        (own if is_per_server(name) else key)[name] = value
+    return key, own
+
+
+def _inside(path: str, directory: str) -> bool:
+    return os.path.commonpath([path, directory]) == directory
+
+
+def provides(entry: str, top_level: str) -> bool:
+    """True if the sys.path entry holds the package or module top_level."""
+    return (os.path.isdir(os.path.join(entry, top_level)) or os.path.isfile(os.path.join(entry, top_level + ".py")))
+
+
+def split_pythonpath(env, module: str) -> tuple[list[str], list[str]]:
+    """(key entries, per-server entries) of env's PYTHONPATH, each in PYTHONPATH's order."""
+    entries = [os.path.abspath(e) for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    private = [os.path.abspath(env[v]) for v in PER_TEST_DIR_VARS if env.get(v)]
+    top_level = module.split(".")[0]
+    key, own = [], []
+    for entry in entries:
+        if any(_inside(entry, d) for d in private) and not provides(entry, top_level):
+            own.append(entry)
+        else:
+            key.append(entry)
+    return key, own
+
+
+def zygote_key(python: str, module: str, env, code_digest: str) -> tuple[str, dict]:
+    """(key, the zygote's environment without its own code root) for servers started by
+    `python -m module` with env. Equal keys may share a zygote."""
+    key_env, _ = split_env(env)
+    key_path, _ = split_pythonpath(env, module)
+    material = {"protocol": PROTOCOL, "python": os.path.realpath(python), "module": module,
+                "pythonpath": key_path, "env": sorted(key_env.items()), "code": code_digest}
+    digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
+    if key_path:
+        key_env["PYTHONPATH"] = os.pathsep.join(key_path)
+    return digest, key_env

@@ -1,0 +1,238 @@
+"""The zygote host: starts a zygote (zygote.py) per key on request, from outside any test.
+
+Why a host: under `bazel test`, Bazel's process-wrapper is a child subreaper that SIGKILLs whatever a
+test leaves behind once the test ends (Bazel 4.2.3, checked: a setsid'd, double-forked process started
+by a test was gone when the test finished). A zygote started by one cell would die with that cell and
+take the servers it had forked for other cells with it. The host runs outside Bazel's tests
+(tools/run_matrix.sh, the bench, or a launcher that is not inside a test starts it) and the zygotes
+are its children, so they outlive any one cell.
+
+    python3 -m tools.launcher.zygote_host --lock_dir /tmp/sleepwake-gpu-locks [--idle_s 600]
+
+Requests (unix_socket messages, same uid only) on <lock_dir>/zygote-host.sock:
+  {"op": "zygote", "key", "python", "module", "env", "code_root", "idle_s", "start_timeout_s"}
+      -> {"ok": true, "socket", "pid", "started"} once that key's zygote serves,
+         {"ok": false, "error", "log"} if it could not start;
+  {"op": "ping"} -> {"ok": true, "pid"}.
+One host per lock dir (an flock on zygote-host.lock). It exits after idle_s with no live zygote and no
+request (0: when killed); on SIGTERM it stops its zygotes first (servers they forked live on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fcntl
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from tools.launcher import unix_socket
+
+HOST_SOCKET = "zygote-host.sock"
+HOST_LOCK = "zygote-host.lock"
+HOST_LOG = "zygote-host.log"
+LOG_TAIL_LINES = 30
+# A key whose zygote failed to start is answered with that failure for this long instead of importing
+# again: every cell of a run would otherwise pay a failing import (or its timeout) before its plain start.
+FAILURE_MEMORY_S = 600.0
+
+
+def _say(message) -> None:
+    print("[sleepwake zygote host %d %s] %s" % (os.getpid(), time.strftime("%H:%M:%S"), message), flush=True)
+
+
+def zygote_paths(lock_dir: str, key: str) -> tuple[str, str]:
+    """(socket, log) of the zygote for key."""
+    return os.path.join(lock_dir, "zygote-%s.sock" % key), os.path.join(lock_dir, "zygote-%s.log" % key)
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+    except OSError as e:
+        return "(log unreadable: %s)" % e
+
+
+@dataclasses.dataclass
+class _Zygote:
+    proc: subprocess.Popen
+    socket: str
+    log: str
+
+    def serving(self) -> bool:
+        return self.proc.poll() is None and os.path.exists(self.socket)
+
+
+class Host:
+    def __init__(self, lock_dir: str):
+        self.lock_dir = lock_dir
+        self.zygotes: dict[str, _Zygote] = {}
+        self.last_request = time.monotonic()
+        self.active = 0
+        self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
+        self.failures: dict[str, tuple[float, dict]] = {}  # key -> (when, the failed reply)
+
+    def _key_lock(self, key: str) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(key, threading.Lock())
+
+    def live_zygotes(self) -> int:
+        with self._lock:
+            return sum(z.proc.poll() is None for z in self.zygotes.values())
+
+    def ensure(self, request: dict) -> dict:
+        key = request["key"]
+        with self._key_lock(key):
+            zygote = self.zygotes.get(key)
+            if zygote is not None and zygote.serving():
+                return {"ok": True, "socket": zygote.socket, "pid": zygote.proc.pid, "started": False}
+            failed_at, failure = self.failures.get(key, (None, None))
+            if failed_at is not None and time.monotonic() - failed_at < FAILURE_MEMORY_S:
+                return dict(failure, error="%s (the start %.0f s ago; not retried for %.0f s)" % (
+                    failure["error"], time.monotonic() - failed_at, FAILURE_MEMORY_S))
+            if zygote is not None and zygote.proc.poll() is None:
+                # Its socket is gone: it is exiting (idle or stale); let it finish before replacing it.
+                try:
+                    zygote.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    zygote.proc.kill()
+                    zygote.proc.wait()
+            reply = self._start(request)
+            if not reply["ok"]:
+                self.failures[key] = (time.monotonic(), reply)
+            return reply
+
+    def _start(self, request: dict) -> dict:
+        key = request["key"]
+        sock, log = zygote_paths(self.lock_dir, key)
+        env = dict(request["env"])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (request["code_root"], env.get("PYTHONPATH")) if p)
+        read_end, write_end = os.pipe()
+        started = time.monotonic()
+        with open(log, "ab") as log_file:
+            log_file.write(("# zygote for key %s, started %s by the host for %s -m %s\n# key environment:\n%s\n" % (
+                key, time.strftime("%Y-%m-%d %H:%M:%S"), request["python"], request["module"],
+                "\n".join("#   %s=%s" % kv for kv in sorted(request["env"].items())))).encode())
+            log_file.flush()
+            proc = subprocess.Popen(
+                # -s: no user site-packages, which would follow the zygote's HOME (a per-server variable).
+                [request["python"], "-s", "-m", "tools.launcher.zygote", "--socket", sock, "--module", request["module"],
+                 "--key", key, "--idle_s", str(request.get("idle_s", 60.0)), "--ready_fd", str(write_end)],
+                env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                pass_fds=(write_end,), start_new_session=True)
+        os.close(write_end)
+        timeout_s = float(request.get("start_timeout_s", 300.0))
+        with os.fdopen(read_end, "rb") as ready:
+            line = ready.readline() if select.select([ready], [], [], timeout_s)[0] else b""
+        try:
+            reply = json.loads(line) if line.strip() else {}
+        except ValueError:
+            reply = {}
+        if not reply.get("ok"):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            error = reply.get("error") or ("no word from the zygote within %.0f s" % timeout_s if not line
+                                           else "the zygote wrote %r" % line)
+            _say("zygote for key %s failed to start: %s" % (key, error))
+            return {"ok": False, "error": "%s; last lines of %s:\n%s" % (error, log, _tail(log)), "log": log}
+        with self._lock:
+            self.zygotes[key] = _Zygote(proc, sock, log)
+        _say("zygote %d for key %s serves %s (%.1f s to import)" % (proc.pid, key, request["module"],
+                                                                    time.monotonic() - started))
+        return {"ok": True, "socket": sock, "pid": proc.pid, "started": True}
+
+    def handle(self, conn) -> None:
+        with conn:
+            try:
+                if unix_socket.peer_uid(conn) != os.getuid():
+                    _say("ignored a connection from another uid")
+                    return
+                message, fds = unix_socket.recv(conn, 10.0)
+                for fd in fds:
+                    os.close(fd)
+                op = message.get("op")
+                if op == "ping":
+                    reply = {"ok": True, "pid": os.getpid()}
+                elif op == "zygote":
+                    reply = self.ensure(message)
+                else:
+                    reply = {"ok": False, "error": "unknown op %r" % op}
+                unix_socket.send(conn, reply)
+            except (OSError, KeyError, ValueError) as e:
+                _say("a request failed: %r" % e)
+            finally:
+                with self._lock:
+                    self.active -= 1
+                    self.last_request = time.monotonic()
+
+    def stop_zygotes(self) -> None:
+        with self._lock:
+            zygotes = list(self.zygotes.values())
+        for zygote in zygotes:
+            if zygote.proc.poll() is None:
+                zygote.proc.terminate()  # the zygote only: the supervisors it forked have their own session
+        for zygote in zygotes:
+            try:
+                zygote.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                zygote.proc.kill()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lock_dir", required=True, help="The GPU lease dir (ServerConfig.lock_dir); the"
+                        " host's and the zygotes' sockets and logs go there.")
+    parser.add_argument("--idle_s", type=float, default=120.0, help="Exit after this long with no live zygote"
+                        " and no request (0: only when killed).")
+    args = parser.parse_args(argv)
+    os.makedirs(args.lock_dir, exist_ok=True)
+    lock_fd = os.open(os.path.join(args.lock_dir, HOST_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _say("another host serves %s; exiting" % args.lock_dir)
+        return 0
+    host = Host(args.lock_dir)
+    listener = unix_socket.listen(os.path.join(args.lock_dir, HOST_SOCKET))
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda signum, _: stopping.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _: stopping.append(signum))
+    _say("serving %s (idle exit after %s)" % (args.lock_dir, "%.0f s" % args.idle_s if args.idle_s else "never"))
+    while not stopping:
+        try:
+            readable, _, _ = select.select([listener], [], [], 1.0)
+        except InterruptedError:
+            continue
+        if readable:
+            conn, _ = listener.accept()
+            with host._lock:
+                host.active += 1
+            threading.Thread(target=host.handle, args=(conn,), daemon=True).start()
+            continue
+        with host._lock:
+            idle_for = time.monotonic() - host.last_request
+            busy = host.active
+        if args.idle_s and not busy and idle_for >= args.idle_s and host.live_zygotes() == 0:
+            _say("idle for %.0f s with no zygote; exiting" % idle_for)
+            break
+    # Unlink before closing, under the lock: a launcher then either reaches this host or starts another.
+    os.unlink(os.path.join(args.lock_dir, HOST_SOCKET))
+    listener.close()
+    if stopping:
+        _say("signal %d: stopping %d zygote(s)" % (stopping[0], host.live_zygotes()))
+        host.stop_zygotes()
+    os.close(lock_fd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
