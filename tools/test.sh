@@ -2,7 +2,9 @@
 # Runs every test this host can run: `bazel test //...` in the default (CPU) configuration, where the
 # GPU cells are filtered out by their `gpu` tag. Extra arguments go to Bazel (e.g. --config=gpu on a
 # GPU runner, --test_filter=..., --config=disk-cache). SLEEPWAKE_REMOTE_CACHE=http://host:port adds
-# --config=remote-cache with that URL. Exits non-zero when a test fails or when no test ran.
+# --config=remote-cache with that URL. Exits non-zero when a test fails, when no test target matched,
+# and when no test case ran at all (a --test_filter that matched nothing in any target):
+# tools/ran_tests.py reads this invocation's build events.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,10 +12,13 @@ args=()
 [[ -n "${CI:-}" ]] && args+=(--config=ci)
 [[ -n "${SLEEPWAKE_REMOTE_CACHE:-}" ]] && args+=(--config=remote-cache "--remote_cache=$SLEEPWAKE_REMOTE_CACHE")
 
-bazel test "${args[@]}" "$@" //...
+# The events of this invocation only: a failed build must not leave an earlier run's to be read.
+bep=.bazel-bep.json
+rm -f "$bep"
+bazel test "${args[@]}" --build_event_json_file="$PWD/$bep" "$@" //...
 rc=$?
 case $rc in
-  0) ;;
+  0) python3 tools/ran_tests.py "$bep" || { echo "test.sh: FAILED: no test case ran (see above)" >&2; rc=1; } ;;
   4) echo "test.sh: FAILED: Bazel found no test target to run (exit 4)" >&2; exit 1 ;;
   3) echo "test.sh: FAILED: some tests failed (exit 3); logs under bazel-testlogs/" >&2 ;;
   *) echo "test.sh: FAILED: bazel exited $rc" >&2 ;;

@@ -173,8 +173,9 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
     })
     if cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-        # Lease indices are NVML's, which are in PCI bus order; make CUDA count the same way.
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        # Lease indices are NVML's, which are in PCI bus order; make CUDA count the same way, whatever
+        # order the runner's own environment asked for (vLLM maps the entries to NVML indices too).
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
 
