@@ -84,6 +84,16 @@ def gpu_cell_env(runner, mode):
         "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
     }
 
+def _runner_modes(runners, modes):
+    """Every (runner, mode) pair, after checking both are known."""
+    for runner in runners:
+        if runner not in RUNNERS:
+            fail("unknown runner %s; known: %s" % (runner, RUNNERS.keys()))
+    for mode in modes:
+        if mode not in EXECUTION_MODES:
+            fail("unknown execution mode %s; known: %s" % (mode, EXECUTION_MODES))
+    return [(runner, mode) for runner in runners for mode in modes]
+
 def cell_name(test_class, runner, mode):
     """The one naming pattern of matrix cells: <class>_<runner>_<mode>, e.g. scheduler_gate_mrv1_eager."""
     return "%s_%s_%s" % (test_class, runner, mode)
@@ -113,27 +123,22 @@ def sleep_wake_matrix(
     by_mode = {m: [] for m in modes}
     by_class = {c: [] for c in classes}
     for test_class, src in classes.items():
-        for runner in runners:
-            if runner not in RUNNERS:
-                fail("unknown runner %s; known: %s" % (runner, RUNNERS.keys()))
-            for mode in modes:
-                if mode not in EXECUTION_MODES:
-                    fail("unknown execution mode %s; known: %s" % (mode, EXECUTION_MODES))
-                cell = cell_name(test_class, runner, mode)
-                sleepwake_py_test(
-                    name = cell,
-                    srcs = [src],
-                    deps = deps,
-                    data = GPU_CELL_DATA,
-                    env = gpu_cell_env(runner, mode),
-                    tags = GPU_TAGS + [runner, mode, test_class],
-                    size = "large",
-                    timeout = timeout,
-                    shard_count = shard_counts.get(test_class),
-                )
-                by_runner[runner].append(cell)
-                by_mode[mode].append(cell)
-                by_class[test_class].append(cell)
+        for runner, mode in _runner_modes(runners, modes):
+            cell = cell_name(test_class, runner, mode)
+            sleepwake_py_test(
+                name = cell,
+                srcs = [src],
+                deps = deps,
+                data = GPU_CELL_DATA,
+                env = gpu_cell_env(runner, mode),
+                tags = GPU_TAGS + [runner, mode, test_class],
+                size = "large",
+                timeout = timeout,
+                shard_count = shard_counts.get(test_class),
+            )
+            by_runner[runner].append(cell)
+            by_mode[mode].append(cell)
+            by_class[test_class].append(cell)
 
     # test_suite's tag filtering would drop `manual` cells; the lists are explicit instead.
     for group in [by_runner, by_mode, by_class]:
@@ -166,23 +171,18 @@ def sleep_wake_sharded(
       timeout: Bazel timeout of each shard (one server start and one class, as a matrix cell).
     """
     targets = []
-    for runner in runners:
-        if runner not in RUNNERS:
-            fail("unknown runner %s; known: %s" % (runner, RUNNERS.keys()))
-        for mode in modes:
-            if mode not in EXECUTION_MODES:
-                fail("unknown execution mode %s; known: %s" % (mode, EXECUTION_MODES))
-            target = "%s_%s_%s" % (name, runner, mode)
-            sleepwake_py_test(
-                name = target,
-                srcs = [classes[c] for c in sorted(classes)],
-                deps = deps,
-                data = GPU_CELL_DATA,
-                env = gpu_cell_env(runner, mode),
-                tags = GPU_TAGS + [runner, mode, "sharded", "manual"],
-                size = "large",
-                timeout = timeout,
-                shard_count = len(classes),
-            )
-            targets.append(":" + target)
+    for runner, mode in _runner_modes(runners, modes):
+        target = "%s_%s_%s" % (name, runner, mode)
+        sleepwake_py_test(
+            name = target,
+            srcs = [classes[c] for c in sorted(classes)],
+            deps = deps,
+            data = GPU_CELL_DATA,
+            env = gpu_cell_env(runner, mode),
+            tags = GPU_TAGS + [runner, mode, "sharded", "manual"],
+            size = "large",
+            timeout = timeout,
+            shard_count = len(classes),
+        )
+        targets.append(":" + target)
     native.test_suite(name = name, tests = targets, tags = ["manual"])
