@@ -76,7 +76,7 @@ def _keyword_matcher(text: str):
     return matches
 
 
-def test_id(item: pytest.Item) -> str:
+def short_id(item: pytest.Item) -> str:
     """The node id without its file: `TestGate::test_x[MRV1-eager]`, or `test_a` for a module's test."""
     return item.nodeid.split("::", 1)[-1]
 
@@ -111,7 +111,7 @@ class FilterPlugin:
             matcher = _keyword_matcher(self.text)
             self.is_expression = matcher is not None
             kept = [item for item in items
-                    if self.text in (item.nodeid if "::" in self.text else test_id(item))
+                    if self.text in (item.nodeid if "::" in self.text else short_id(item))
                     or (matcher is not None and matcher(item))]
             _keep_only(config, items, kept)
         self.selected = len(items)

@@ -34,7 +34,6 @@ if __name__ == "__main__":
     sys.path[0] = os.getcwd()
 
 from tools import junit_report  # noqa: E402
-from tools.pytest_session import current_test_path  # noqa: E402
 
 _NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 _PR_SET_PDEATHSIG = 1
@@ -93,8 +92,9 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def _run_session(record_path: str, argv: list[str]) -> int:
-    child = subprocess.Popen([sys.executable, "-m", "tools.pytest_session", record_path] + argv,
+def _run_session(record_path: str, current_test: str, argv: list[str]) -> int:
+    # This process imports no pytest: the child alone pays for it.
+    child = subprocess.Popen([sys.executable, "-m", "tools.pytest_session", record_path, current_test] + argv,
                              preexec_fn=_die_with_parent)
 
     def forward(signum, frame):
@@ -116,13 +116,13 @@ def _read_json(path: str) -> dict | None:
         return None
 
 
-def _premature_exit(returncode: int, record_path: str) -> str:
+def _premature_exit(returncode: int, current_test: str) -> str:
     if returncode < 0:
         how = f"was killed by {signal.Signals(-returncode).name}"
     else:
         how = f"exited with code {returncode}"
     try:
-        with open(current_test_path(record_path), encoding="utf-8") as f:
+        with open(current_test, encoding="utf-8") as f:
             where = f"in {f.read()} (its set-up, call or teardown)"
     except FileNotFoundError:
         where = "before any test started (while collecting, or in a conftest)"
@@ -142,11 +142,11 @@ def main(argv: list[str]) -> int:
     suite = os.environ.get("TEST_TARGET", "pytest_main")
 
     with tempfile.TemporaryDirectory(prefix="pytest_main-", dir=os.environ.get("TEST_TMPDIR")) as tmp:
-        record_path = os.path.join(tmp, "session.json")
-        returncode = _run_session(record_path, argv)
+        record_path, current_test = os.path.join(tmp, "session.json"), os.path.join(tmp, "current_test")
+        returncode = _run_session(record_path, current_test, argv)
         record = _read_json(record_path)
         if record is None:
-            message = _premature_exit(returncode, record_path)
+            message = _premature_exit(returncode, current_test)
             print(f"\npytest_main: FAILED: {message}", flush=True)  # after a cut-off line
             if xml:
                 junit_report.write_single_case(xml, suite, "pytest session", "error", message)
@@ -154,7 +154,8 @@ def main(argv: list[str]) -> int:
 
     code, outcome, reason = _explain_no_tests(record, argv, index, total)
     if outcome and xml:
-        junit_report.write_single_case(xml, suite, "no test selected", outcome, reason)
+        name = "no test selected" if outcome == "skipped" else "no test defined"
+        junit_report.write_single_case(xml, suite, name, outcome, reason)
     if premature_exit_file:
         os.remove(premature_exit_file)
     return code

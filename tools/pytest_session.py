@@ -1,13 +1,13 @@
 """The pytest session of one Bazel test: tools/pytest_main.py runs this module as its child process.
 
-    python3 -m tools.pytest_session RECORD FILE... [EXTRA_PYTEST_ARGS...]
+    python3 -m tools.pytest_session RECORD CURRENT_TEST FILE... [EXTRA_PYTEST_ARGS...]
 
 Runs pytest in this process with the Bazel plugins (--test_filter, sharding) and, only once pytest.main
 has returned (the session finished, fixtures torn down, the JUnit XML written), writes RECORD: a JSON
 completion record with pytest's exit code and the selection counts. A process that ends any other way
 (os._exit in a test or a fixture, a crash, SIGKILL) leaves no record, and pytest_main fails the test
-whatever its exit code. While tests run, RECORD.current holds the node id of the test last started,
-so that failure can name where the process died.
+whatever its exit code. While tests run, CURRENT_TEST holds the node id of the test last started, so
+that failure can name where the process died.
 """
 
 from __future__ import annotations
@@ -20,10 +20,6 @@ import sys
 import pytest
 
 from tools.pytest_bazel_plugin import FilterPlugin, ShardPlugin
-
-
-def current_test_path(record: str) -> str:
-    return record + ".current"
 
 
 def pytest_args(files_and_args: list[str]) -> list[str]:
@@ -48,7 +44,7 @@ def pytest_args(files_and_args: list[str]) -> list[str]:
 
 
 class _Progress:
-    """Keeps RECORD.current at the node id of the test being run (set-up, call and teardown)."""
+    """Keeps CURRENT_TEST at the node id of the test being run (set-up, call and teardown)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -75,14 +71,14 @@ def _write_atomically(path: str, record: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    record_path, files_and_args = argv[0], argv[1:]
+    record_path, current_test, files_and_args = argv[0], argv[1], argv[2:]
     signal.signal(signal.SIGTERM, _interrupt_once)
     signal.signal(signal.SIGINT, _interrupt_once)
     test_filter = FilterPlugin(os.environ.get("TESTBRIDGE_TEST_ONLY", ""))
     sharder = ShardPlugin(int(os.environ.get("TEST_SHARD_INDEX", "0") or 0),
                           int(os.environ.get("TEST_TOTAL_SHARDS", "0") or 0))
     code = int(pytest.main(pytest_args(files_and_args),
-                           plugins=[test_filter, sharder, _Progress(current_test_path(record_path))]))
+                           plugins=[test_filter, sharder, _Progress(current_test)]))
     _write_atomically(record_path, {
         "exit_code": code,
         "filter": test_filter.text,
