@@ -120,6 +120,16 @@ def fake_cell_env(runner, mode, vllm_version = None):
         env["SLEEPWAKE_FAKE_VLLM_VERSION"] = vllm_version
     return env
 
+def _runner_modes(runners, modes):
+    """Every (runner, mode) pair, after checking both are known."""
+    for runner in runners:
+        if runner not in RUNNERS:
+            fail("unknown runner %s; known: %s" % (runner, RUNNERS.keys()))
+    for mode in modes:
+        if mode not in EXECUTION_MODES:
+            fail("unknown execution mode %s; known: %s" % (mode, EXECUTION_MODES))
+    return [(runner, mode) for runner in runners for mode in modes]
+
 def cell_name(test_class, runner, mode):
     """The one naming pattern of matrix cells: <class>_<runner>_<mode>, e.g. scheduler_gate_mrv1_eager."""
     return "%s_%s_%s" % (test_class, runner, mode)
@@ -149,27 +159,22 @@ def sleep_wake_matrix(
     by_mode = {m: [] for m in modes}
     by_class = {c: [] for c in classes}
     for test_class, src in classes.items():
-        for runner in runners:
-            if runner not in RUNNERS:
-                fail("unknown runner %s; known: %s" % (runner, RUNNERS.keys()))
-            for mode in modes:
-                if mode not in EXECUTION_MODES:
-                    fail("unknown execution mode %s; known: %s" % (mode, EXECUTION_MODES))
-                cell = cell_name(test_class, runner, mode)
-                sleepwake_py_test(
-                    name = cell,
-                    srcs = [src],
-                    deps = deps,
-                    data = GPU_CELL_DATA,
-                    env = gpu_cell_env(runner, mode),
-                    tags = GPU_TAGS + [runner, mode, test_class],
-                    size = "large",
-                    timeout = timeout,
-                    shard_count = shard_counts.get(test_class),
-                )
-                by_runner[runner].append(cell)
-                by_mode[mode].append(cell)
-                by_class[test_class].append(cell)
+        for runner, mode in _runner_modes(runners, modes):
+            cell = cell_name(test_class, runner, mode)
+            sleepwake_py_test(
+                name = cell,
+                srcs = [src],
+                deps = deps,
+                data = GPU_CELL_DATA,
+                env = gpu_cell_env(runner, mode),
+                tags = GPU_TAGS + [runner, mode, test_class],
+                size = "large",
+                timeout = timeout,
+                shard_count = shard_counts.get(test_class),
+            )
+            by_runner[runner].append(cell)
+            by_mode[mode].append(cell)
+            by_class[test_class].append(cell)
 
     # test_suite's tag filtering would drop `manual` cells; the lists are explicit instead.
     for group in [by_runner, by_mode, by_class]:
@@ -216,3 +221,44 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
             )
             tests.append(":" + target)
     native.test_suite(name = name, tests = tests)
+
+def sleep_wake_sharded(
+        name,
+        classes,
+        deps,
+        runners = RUNNERS.keys(),
+        modes = EXECUTION_MODES,
+        timeout = "long"):
+    """One GPU py_test per runner x mode running every class, each class in a shard of its own.
+
+    Targets are named <name>_<runner>_<mode> (e.g. sharded_mrv1_eager); `name` is a test_suite of
+    them. shard_count is the number of classes, and pytest_main gives each test class whole to the
+    emptiest shard, so every shard runs exactly one class: one vLLM server, its own test.xml and
+    outputs under bazel-testlogs/<target>/shard_<i>_of_<n>/. A class added to classes.bzl adds a
+    shard. This is the matrix's other shape (one target per runner x mode instead of per class), so
+    every target and the suite are tagged `manual`: `//tests/sleep_wake/...` runs the matrix once.
+
+    Args:
+      name: prefix of the targets and name of their test_suite.
+      classes: dict of class short name -> test source file (classes.bzl).
+      deps: libraries the test files import (fixtures, client, launcher).
+      runners: subset of RUNNERS to generate.
+      modes: subset of EXECUTION_MODES to generate.
+      timeout: Bazel timeout of each shard (one server start and one class, as a matrix cell).
+    """
+    targets = []
+    for runner, mode in _runner_modes(runners, modes):
+        target = "%s_%s_%s" % (name, runner, mode)
+        sleepwake_py_test(
+            name = target,
+            srcs = [classes[c] for c in sorted(classes)],
+            deps = deps,
+            data = GPU_CELL_DATA,
+            env = gpu_cell_env(runner, mode),
+            tags = GPU_TAGS + [runner, mode, "sharded", "manual"],
+            size = "large",
+            timeout = timeout,
+            shard_count = len(classes),
+        )
+        targets.append(":" + target)
+    native.test_suite(name = name, tests = targets, tags = ["manual"])

@@ -1,7 +1,7 @@
 """pytest plugins mapping Bazel's test selection onto collected tests: --test_filter and sharding.
 
-tools/pytest_main.py registers one FilterPlugin and one ShardPlugin per run and reads their counts
-afterwards to tell a legitimately empty selection from a target without tests.
+tools/pytest_session.py registers one FilterPlugin and one ShardPlugin per run and records their
+counts, from which tools/pytest_main.py tells a legitimately empty selection from a target without tests.
 """
 
 from __future__ import annotations
@@ -36,14 +36,24 @@ def group_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
-def _keyword_matcher(text: str):
-    """Returns item -> bool evaluating `text` as a -k expression, or None if it is not one.
+def id_names(item: pytest.Item) -> list[str]:
+    """The names a -k filter is matched against: the test id's classes, function and parameters.
 
-    Uses pytest's own -k machinery so the filter means exactly what -k means. Those names are private
-    (stable since pytest 6); if they move, the filter still works as a substring of the test id.
+    pytest's own -k also matches every directory, package and module name above the test, so
+    `--test_filter=sleep` selected every test under tests/sleep_wake/. A filter names tests, not paths.
+    """
+    # An item's name carries its parameters (test_x[MRV1-eager]); -k matches substrings of names.
+    return [node.name for node in item.listchain() if isinstance(node, (pytest.Class, pytest.Item))]
+
+
+def _keyword_matcher(text: str):
+    """Returns item -> bool evaluating `text` as a -k expression over id_names, or None if it is not one.
+
+    Uses pytest's own -k parser so the filter's grammar is exactly -k's (and, or, not, parentheses,
+    case-insensitive substrings). Those names are private (stable since pytest 6); if they move, the
+    filter still works as a substring of the test id.
     """
     try:
-        from _pytest.mark import KeywordMatcher
         from _pytest.mark.expression import Expression
     except ImportError:
         print("pytest_bazel_plugin: this pytest has no _pytest.mark.expression; the test filter is"
@@ -55,12 +65,20 @@ def _keyword_matcher(text: str):
         return None
 
     def matches(item: pytest.Item) -> bool:
-        try:
-            return expression.evaluate(KeywordMatcher.from_item(item))
-        except pytest.UsageError:  # e.g. `name(arg=1)`, which only -m understands
-            return False
+        names = [name.lower() for name in id_names(item)]
+
+        def matcher(subname: str, /, **kwargs) -> bool:
+            # `name(arg=1)` is -m syntax; as a test filter it matches nothing.
+            return not kwargs and any(subname.lower() in name for name in names)
+
+        return expression.evaluate(matcher)
 
     return matches
+
+
+def short_id(item: pytest.Item) -> str:
+    """The node id without its file: `TestGate::test_x[MRV1-eager]`, or `test_a` for a module's test."""
+    return item.nodeid.split("::", 1)[-1]
 
 
 def _keep_only(config: pytest.Config, items: list[pytest.Item], kept: list[pytest.Item]) -> None:
@@ -75,12 +93,14 @@ class FilterPlugin:
     """Applies Bazel's --test_filter, and counts what the target collected before any selection.
 
     -k alone cannot take a pytest id fragment such as `TestGate::test_x[MRV1-eager]`, so a test is
-    kept if the filter is a substring of its node id (which covers class and function names too) or
-    if the filter, read as a -k expression, matches it.
+    kept if the filter is a substring of its test id (its node id with the file too when the filter
+    holds `::`, as in `sample.py::TestX`) or if the filter, read as a -k expression over the test id's
+    names (id_names), matches it. Directory and module names alone never select a test.
     """
 
     def __init__(self, text: str):
         self.text = text
+        self.is_expression = False  # whether the filter parsed as a -k expression
         self.collected = 0
         self.selected = 0
 
@@ -89,8 +109,10 @@ class FilterPlugin:
         self.collected = len(items)
         if self.text:
             matcher = _keyword_matcher(self.text)
+            self.is_expression = matcher is not None
             kept = [item for item in items
-                    if self.text in item.nodeid or (matcher is not None and matcher(item))]
+                    if self.text in (item.nodeid if "::" in self.text else short_id(item))
+                    or (matcher is not None and matcher(item))]
             _keep_only(config, items, kept)
         self.selected = len(items)
 

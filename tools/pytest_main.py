@@ -2,19 +2,29 @@
 
 Usage (what the sleepwake_py_test macro does): pytest_main.py FILE... [EXTRA_PYTEST_ARGS...], with the
 cwd at the workspace root of the runfiles tree. Bazel's test protocol maps onto pytest like this:
-  TESTBRIDGE_TEST_ONLY (--test_filter)      selects tests by pytest id fragment, name or -k expression
+  TESTBRIDGE_TEST_ONLY (--test_filter)      selects tests by test id fragment, name or -k expression
   TEST_TOTAL_SHARDS / TEST_SHARD_INDEX      split the tests, keeping each test class in one shard
   TEST_SHARD_STATUS_FILE                    touched: tells Bazel this runner understands sharding
   XML_OUTPUT_FILE / TEST_TARGET             JUnit XML report and its suite name
-  TEST_PREMATURE_EXIT_FILE                  exists while pytest runs, gone once it has finished
+  TEST_PREMATURE_EXIT_FILE                  exists while the test runs, gone once pytest has finished
   TEST_TMPDIR                               parent of pytest's basetemp
+
+pytest runs in a child process (tools/pytest_session.py) that writes a completion record only after
+pytest's session has finished. This process passes it SIGTERM and SIGINT, waits for it, and fails the
+test when the record is missing, whatever the exit code: Bazel 4.2.3 notes a left-behind
+TEST_PREMATURE_EXIT_FILE but still takes the exit code, so an os._exit(0) in a test or a fixture
+would otherwise pass.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 
 if __name__ == "__main__":
     # Python puts the script's directory, symlinks resolved, first on sys.path: under Bazel that is
@@ -23,56 +33,10 @@ if __name__ == "__main__":
     # makes `tools` importable when this file is run directly.
     sys.path[0] = os.getcwd()
 
-import pytest  # noqa: E402
-
-from tools.pytest_bazel_plugin import FilterPlugin, ShardPlugin  # noqa: E402
+from tools import junit_report  # noqa: E402
 
 _NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
-
-
-def _pytest_args(files_and_args: list[str]) -> list[str]:
-    args = [
-        "-p", "no:cacheprovider",  # the runfiles tree is read-only and never reused by a later run
-        "-ra",  # the reason for every non-passing test, at the end of test.log
-        "--rootdir", os.getcwd(),  # node ids are workspace paths, whatever files a target holds
-        "-o", "log_cli=false",  # live logs would interleave with the report; failures show captured logs
-    ]
-    if not sys.stdout.isatty():
-        args.append("--color=no")  # test.log is read as plain text
-    xml = os.environ.get("XML_OUTPUT_FILE")
-    if xml:
-        # xunit2 is the schema-valid JUnit flavour; Bazel reads testsuite/testcase/failure from it.
-        args += [f"--junitxml={xml}", "-o", "junit_family=xunit2"]
-        if os.environ.get("TEST_TARGET"):
-            args += ["-o", f"junit_suite_name={os.environ['TEST_TARGET']}"]
-    if os.environ.get("TEST_TMPDIR"):
-        # A subdirectory: pytest empties its basetemp first, and TEST_TMPDIR is also HOME.
-        args.append("--basetemp=" + os.path.join(os.environ["TEST_TMPDIR"], "pytest"))
-    return args + files_and_args
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum} (Bazel's test timeout sends SIGTERM)")
-
-
-def _explain_no_tests(code: int, test_filter: FilterPlugin, sharder: ShardPlugin,
-                      argv: list[str]) -> int:
-    """Maps pytest's "no tests ran" to pass or fail: only a filter or a shard may select nothing."""
-    if code != _NO_TESTS_COLLECTED:
-        return code
-    if test_filter.collected == 0 and not test_filter.text:
-        print(f"pytest_main: FAILED: the files given ({' '.join(argv)}) define no tests. pytest"
-              " collects functions named test* and classes named Test* (without __init__); fix the"
-              " names or drop the file from the target.")
-        return 1
-    if test_filter.text and test_filter.selected == 0:
-        print(f"pytest_main: filter {test_filter.text!r} matched no test in this target; passing.")
-        return 0
-    if sharder.total > 1 and sharder.offered and not sharder.kept:
-        print(f"pytest_main: shard index {sharder.index} of {sharder.total} shards got no test class"
-              " (the target has fewer test groups than shards); passing.")
-        return 0
-    return code  # e.g. extra -k/-m arguments deselected everything: a failure, as in plain pytest
+_PR_SET_PDEATHSIG = 1
 
 
 def _shard_env() -> tuple[int, int]:
@@ -84,24 +48,115 @@ def _shard_env() -> tuple[int, int]:
     return index, total
 
 
+def _filter_hint(record: dict) -> str:
+    text = record["filter"]
+    if text.startswith("-") or "," in text:
+        return (" It looks like a gtest filter: --test_filter here is a test id fragment or a -k"
+                " expression; write `a or b` for several tests and `not x` to leave one out.")
+    if not record["filter_is_expression"]:
+        return " It is not a valid -k expression either (`x or` is incomplete)."
+    return ""
+
+
+def _explain_no_tests(record: dict, argv: list[str], index: int, total: int):
+    """Maps pytest's "no tests ran" to (exit code, outcome for a one-case report or None, reason).
+
+    Only a filter or a shard may select nothing: the target then passes, reported as skipped, and a
+    bazel test in which no target ran a test is failed by tools/ran_tests.py (which tools/test.sh and
+    tools/run_matrix.sh run).
+    """
+    code = record["exit_code"]
+    if code != _NO_TESTS_COLLECTED:
+        return code, None, None
+    if record["collected"] == 0 and not record["filter"]:
+        reason = (f"the files given ({' '.join(argv)}) define no tests. pytest collects functions"
+                  " named test* and classes named Test* (without __init__); fix the names or drop the"
+                  " file from the target.")
+        print(f"pytest_main: FAILED: {reason}")
+        return 1, "error", reason
+    if record["filter"] and record["selected"] == 0:
+        reason = (f"--test_filter {record['filter']!r} matched no test in this target."
+                  + _filter_hint(record))
+        print(f"pytest_main: {reason} This target passes as skipped.")
+        return 0, "skipped", reason
+    if total > 1 and record["shard_offered"] and not record["shard_kept"]:
+        reason = (f"shard index {index} of {total} shards got no test class (the target has fewer"
+                  " test groups than shards).")
+        print(f"pytest_main: {reason} This shard passes as skipped.")
+        return 0, "skipped", reason
+    return code, None, None  # e.g. extra -k/-m arguments deselected everything: a failure, as in pytest
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it (a clean pytest teardown) if this process dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _run_session(record_path: str, current_test: str, argv: list[str]) -> int:
+    # This process imports no pytest: the child alone pays for it.
+    child = subprocess.Popen([sys.executable, "-m", "tools.pytest_session", record_path, current_test] + argv,
+                             preexec_fn=_die_with_parent)
+
+    def forward(signum, frame):
+        child.send_signal(signum)  # a no-op once the child has been reaped
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def _premature_exit(returncode: int, current_test: str) -> str:
+    if returncode < 0:
+        how = f"was killed by {signal.Signals(-returncode).name}"
+    else:
+        how = f"exited with code {returncode}"
+    try:
+        with open(current_test, encoding="utf-8") as f:
+            where = f"in {f.read()} (its set-up, call or teardown)"
+    except FileNotFoundError:
+        where = "before any test started (while collecting, or in a conftest)"
+    return (f"the test process {how} {where} before pytest finished its session: a test or fixture"
+            " ended the process (os._exit, a crash, a kill). This is a failure whatever the exit code;"
+            " see test.log for how far it got.")
+
+
 def main(argv: list[str]) -> int:
     index, total = _shard_env()
     premature_exit_file = os.environ.get("TEST_PREMATURE_EXIT_FILE")
     if premature_exit_file:
-        open(premature_exit_file, "w").close()  # a test that kills the process leaves it behind
+        open(premature_exit_file, "w").close()  # removed below only once pytest has finished
     if os.environ.get("TEST_SHARD_STATUS_FILE"):
         open(os.environ["TEST_SHARD_STATUS_FILE"], "a").close()
-    # On a timeout Bazel sends SIGTERM, then SIGKILL after a grace period. As a KeyboardInterrupt it
-    # lets pytest tear fixtures down (stopping servers, saving their logs) and write the XML report.
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    xml = os.environ.get("XML_OUTPUT_FILE")
+    suite = os.environ.get("TEST_TARGET", "pytest_main")
 
-    test_filter = FilterPlugin(os.environ.get("TESTBRIDGE_TEST_ONLY", ""))
-    sharder = ShardPlugin(index, total)
-    code = int(pytest.main(_pytest_args(argv), plugins=[test_filter, sharder]))
-    code = _explain_no_tests(code, test_filter, sharder, argv)
+    with tempfile.TemporaryDirectory(prefix="pytest_main-", dir=os.environ.get("TEST_TMPDIR")) as tmp:
+        record_path, current_test = os.path.join(tmp, "session.json"), os.path.join(tmp, "current_test")
+        returncode = _run_session(record_path, current_test, argv)
+        record = _read_json(record_path)
+        if record is None:
+            message = _premature_exit(returncode, current_test)
+            print(f"\npytest_main: FAILED: {message}", flush=True)  # after a cut-off line
+            if xml:
+                junit_report.write_single_case(xml, suite, "pytest session", "error", message)
+            return 1  # TEST_PREMATURE_EXIT_FILE stays: Bazel records test.exited_prematurely
 
-    # Only here: an exception escaping pytest is a premature exit too, so no try/finally.
-    if premature_exit_file and os.path.exists(premature_exit_file):
+    code, outcome, reason = _explain_no_tests(record, argv, index, total)
+    if outcome and xml:
+        name = "no test selected" if outcome == "skipped" else "no test defined"
+        junit_report.write_single_case(xml, suite, name, outcome, reason)
+    if premature_exit_file:
         os.remove(premature_exit_file)
     return code
 

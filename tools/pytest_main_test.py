@@ -1,6 +1,8 @@
 """Tests of tools/pytest_main.py and its plugins.
 
 Runs pytest_main as Bazel would (a subprocess, controlled environment) over testdata/pytest_main/.
+The tests are grouped in classes so that the target itself is sharded (BUILD: shard_count), one class
+per shard, by the class-preserving split they test.
 """
 
 import os
@@ -32,6 +34,9 @@ SCHEDULER_GATE = {"TestSchedulerGate::test_x[MRV1-eager]", "TestSchedulerGate::t
 OTHER = {"TestOther::test_x", "TestOther::test_graph_only"}
 THIRD = {"TestThird::test_z"}
 FUNCTIONS = {"sample_functions::test_a", "sample_functions::test_b", "sample_functions::test_c"}
+SHARDED_SAMPLES = ["sharded/sample_flags.py", "sharded/sample_gate.py", "sharded/sample_latency.py",
+                   "sharded/sample_race.py"]
+SHARDED_CLASSES = {"TestFlags", "TestGate", "TestLatency", "TestRace"}
 
 
 def _env(tmp_path, **overrides):
@@ -69,45 +74,13 @@ def _testcases(xml_path):
     return outcomes
 
 
-@pytest.mark.parametrize("test_filter,expected", [
-    ("TestSchedulerGate", SCHEDULER_GATE),  # a class name
-    ("test_x", SCHEDULER_GATE - {"TestSchedulerGate::test_y"} | {"TestOther::test_x"}),  # a test name
-    ("TestSchedulerGate::test_x[MRV1-eager]", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # an id
-    ("test_x[MRV2", {"TestSchedulerGate::test_x[MRV2-eager]", "TestSchedulerGate::test_x[MRV2-graph]"}),
-    ("sample_classes.py::TestOther::test_x", {"TestOther::test_x"}),  # a node id with its file
-    ("MRV1 and not graph", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # -k expressions
-    ("TestThird or graph_only", THIRD | {"TestOther::test_graph_only"}),
-    ("test_a", {"sample_functions::test_a"}),
-])
-def test_filter_selects_exactly_the_matching_tests(tmp_path, test_filter, expected):
-    code, output, cases = run_main(tmp_path, ["sample_classes.py", "sample_functions.py"],
-                                   TESTBRIDGE_TEST_ONLY=test_filter)
-    assert code == 0, output
-    assert set(cases) == expected, output
-    assert "deselected" in output
-
-
-@pytest.mark.parametrize("test_filter", ["no_such_test", "(", "MRV3 and eager"])
-def test_filter_matching_nothing_passes_and_says_why(tmp_path, test_filter):
-    code, output, cases = run_main(tmp_path, ["sample_classes.py"], TESTBRIDGE_TEST_ONLY=test_filter)
-    assert code == 0, output
-    assert cases == {}
-    assert f"filter {test_filter!r} matched no test in this target" in output
-
-
-def test_no_filter_runs_everything_and_writes_the_suite_name(tmp_path):
-    code, output, cases = run_main(tmp_path, ["sample_classes.py", "sample_functions.py"],
-                                   TEST_TARGET="//tools:sample")
-    assert code == 0, output
-    assert cases == dict.fromkeys(SCHEDULER_GATE | OTHER | THIRD | FUNCTIONS, "passed")
-    suite = ElementTree.parse(tmp_path / "test.xml").getroot().find("testsuite")
-    assert suite.get("name") == "//tools:sample"
-
-
-def test_extra_args_after_the_files_reach_pytest(tmp_path):
-    code, output, cases = run_main(tmp_path, ["sample_classes.py"], extra_args=["-k", "TestThird"])
-    assert code == 0, output
-    assert set(cases) == THIRD
+def _single_case(xml_path):
+    """(outcome element tag, its message) of a report holding exactly one test case."""
+    cases = list(ElementTree.parse(xml_path).getroot().iter("testcase"))
+    assert len(cases) == 1, ElementTree.tostring(ElementTree.parse(xml_path).getroot())
+    details = list(cases[0])
+    assert len(details) == 1
+    return details[0].tag, details[0].get("message")
 
 
 def _run_shards(tmp_path, total):
@@ -124,91 +97,215 @@ def _run_shards(tmp_path, total):
     return shards
 
 
-def test_shards_partition_the_tests_keeping_groups_together(tmp_path):
-    shards = _run_shards(tmp_path, 3)
-    # Groups in node id order: TestOther (2), TestSchedulerGate (5), TestThird (1), sample_functions (3),
-    # each given to the then smallest shard.
-    assert shards == [OTHER, SCHEDULER_GATE, THIRD | FUNCTIONS]
-    assert _run_shards(tmp_path / "again", 3) == shards, "sharding must be deterministic"
-
-
-def test_shard_without_a_group_passes_and_says_why(tmp_path):
-    shards = _run_shards(tmp_path, 5)  # four groups, five shards
-    assert shards == [OTHER, SCHEDULER_GATE, THIRD, FUNCTIONS, set()]
-    _, output, _ = run_main(tmp_path / "last", ["sample_classes.py", "sample_functions.py"],
-                            TEST_TOTAL_SHARDS="5", TEST_SHARD_INDEX="4")
-    assert "shard index 4 of 5 shards got no test class" in output
-
-
-def test_sharding_applies_to_the_filtered_tests(tmp_path):
-    selected = []
-    for index in range(2):
-        code, output, cases = run_main(tmp_path / str(index), ["sample_classes.py"],
-                                       TESTBRIDGE_TEST_ONLY="test_x", TEST_TOTAL_SHARDS="2",
-                                       TEST_SHARD_INDEX=str(index))
-        assert code == 0, output
-        selected.append(set(cases))
-    assert selected == [{"TestOther::test_x"}, SCHEDULER_GATE - {"TestSchedulerGate::test_y"}]
-
-
-def test_shard_index_out_of_range_fails(tmp_path):
-    code, output, _ = run_main(tmp_path, ["sample_classes.py"],
-                               TEST_TOTAL_SHARDS="2", TEST_SHARD_INDEX="2")
-    assert code != 0
-    assert "TEST_SHARD_INDEX=2 is outside 0..1" in output
-
-
-def test_assign_groups_gives_each_group_to_the_smallest_shard():
-    assert assign_groups([5, 1, 1, 1, 3], 2) == [0, 1, 1, 1, 1]
-    assert assign_groups([2, 2, 2], 3) == [0, 1, 2]
-    assert assign_groups([1, 1, 1], 5) == [0, 1, 2]
-    assert assign_groups([], 2) == []
-
-
-def test_failing_test_exits_1_and_removes_the_premature_exit_file(tmp_path):
-    code, output, cases = run_main(tmp_path, ["sample_failing.py"])
-    assert code == 1, output
-    assert cases == {"sample_failing::test_passes": "passed", "sample_failing::test_fails": "failed"}
-    assert not (tmp_path / "premature_exit").exists()
-
-
-def test_run_sets_up_the_protocol_files_and_cleans_up(tmp_path):
-    code, output, _ = run_main(tmp_path, ["sample_protocol.py"])
-    assert code == 0, output  # the sample checks the premature exit file, basetemp and cache provider
-    assert not (tmp_path / "premature_exit").exists()
-
-
-def test_process_ending_behind_pytests_back_leaves_the_premature_exit_file(tmp_path):
-    run_main(tmp_path, ["sample_exits.py"])
-    assert (tmp_path / "premature_exit").exists()
-
-
-def test_file_without_tests_fails_with_a_clear_message(tmp_path):
-    code, output, _ = run_main(tmp_path, ["sample_empty.py"])
-    assert code == 1, output
-    assert "define no tests" in output
-
-
-def test_file_without_tests_passes_under_a_filter(tmp_path):
-    code, output, _ = run_main(tmp_path, ["sample_empty.py"], TESTBRIDGE_TEST_ONLY="test_a")
-    assert code == 0, output
-
-
-def test_sigterm_tears_fixtures_down_and_writes_the_report(tmp_path):
+def _start_blocking_sample(tmp_path, new_session=False):
+    """Runs sample_sigterm.py until its test blocks; returns (pytest_main's Popen, the pytest pid)."""
     proc = subprocess.Popen(_command(["sample_sigterm.py"]), cwd=WORKSPACE,
-                            env=_env(tmp_path, SAMPLE_SIGNAL_DIR=str(tmp_path)),
+                            env=_env(tmp_path, SAMPLE_SIGNAL_DIR=str(tmp_path)), start_new_session=new_session,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists() or not (tmp_path / "started").read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the sample test did not start within 60 s: " + proc.communicate()[0])
+        time.sleep(0.05)
+    return proc, int((tmp_path / "started").read_text())
+
+
+def _finish(proc):
     try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "started").exists():
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "the sample test did not start within 60 s"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=60)
+        return proc.communicate(timeout=60)[0]
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 2, output  # pytest's "interrupted"
-    assert (tmp_path / "torn_down").exists(), output
-    assert (tmp_path / "test.xml").exists(), output
+
+
+class TestFilterSelects:
+    """The filter keeps exactly the tests it names; without one, everything runs."""
+
+    @pytest.mark.parametrize("test_filter,expected", [
+        ("TestSchedulerGate", SCHEDULER_GATE),  # a class name
+        ("test_x", SCHEDULER_GATE - {"TestSchedulerGate::test_y"} | {"TestOther::test_x"}),  # a test name
+        ("TestSchedulerGate::test_x[MRV1-eager]", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # an id
+        ("test_x[MRV2", {"TestSchedulerGate::test_x[MRV2-eager]", "TestSchedulerGate::test_x[MRV2-graph]"}),
+        ("sample_classes.py::TestOther::test_x", {"TestOther::test_x"}),  # a node id with its file
+        ("MRV1 and not graph", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # -k expressions
+        ("TestThird or graph_only", THIRD | {"TestOther::test_graph_only"}),
+        ("test_a", {"sample_functions::test_a"}),
+        ("schedulergate and mrv2", {"TestSchedulerGate::test_x[MRV2-eager]",  # -k is case-insensitive
+                                    "TestSchedulerGate::test_x[MRV2-graph]"}),
+    ])
+    def test_filter_selects_exactly_the_matching_tests(self, tmp_path, test_filter, expected):
+        code, output, cases = run_main(tmp_path, ["sample_classes.py", "sample_functions.py"],
+                                       TESTBRIDGE_TEST_ONLY=test_filter)
+        assert code == 0, output
+        assert set(cases) == expected, output
+        assert "deselected" in output
+
+    def test_no_filter_runs_everything_and_writes_the_suite_name(self, tmp_path):
+        code, output, cases = run_main(tmp_path, ["sample_classes.py", "sample_functions.py"],
+                                       TEST_TARGET="//tools:sample")
+        assert code == 0, output
+        assert cases == dict.fromkeys(SCHEDULER_GATE | OTHER | THIRD | FUNCTIONS, "passed")
+        suite = ElementTree.parse(tmp_path / "test.xml").getroot().find("testsuite")
+        assert suite.get("name") == "//tools:sample"
+
+    def test_extra_args_after_the_files_reach_pytest(self, tmp_path):
+        code, output, cases = run_main(tmp_path, ["sample_classes.py"], extra_args=["-k", "TestThird"])
+        assert code == 0, output
+        assert set(cases) == THIRD
+
+
+class TestFilterMatchingNothing:
+    """A filter that matches nothing passes as skipped, saying why; no filter and no test fails."""
+
+    @pytest.mark.parametrize("test_filter,hint", [
+        ("no_such_test", None),
+        ("MRV3 and eager", None),
+        # Directory and module names are not test ids: pytest's -k alone would match them (every test
+        # under tests/sleep_wake for `sleep`).
+        ("testdata", None),
+        ("pytest_main", None),
+        ("sample_classes", None),
+        # gtest-style and unparsable filters say how to write the filter instead.
+        ("-test_x", "looks like a gtest filter"),
+        ("test_x,test_y", "looks like a gtest filter"),
+        ("test_x or", "not a valid -k expression"),
+        ("(", "not a valid -k expression"),
+    ])
+    def test_filter_matching_nothing_passes_as_skipped_and_says_why(self, tmp_path, test_filter, hint):
+        code, output, cases = run_main(tmp_path, ["sample_classes.py"], TESTBRIDGE_TEST_ONLY=test_filter,
+                                       TEST_TARGET="//tools:sample")
+        assert code == 0, output
+        message = f"--test_filter {test_filter!r} matched no test in this target."
+        assert message in output
+        # The report says skipped, with the reason, never a passed case.
+        assert cases == {"//tools:sample::no test selected": "skipped"}, output
+        tag, reported = _single_case(tmp_path / "test.xml")
+        assert tag == "skipped" and reported.startswith(message)
+        if hint:
+            assert hint in reported and hint in output
+        assert not (tmp_path / "premature_exit").exists()
+
+    def test_file_without_tests_fails_with_a_clear_message(self, tmp_path):
+        code, output, cases = run_main(tmp_path, ["sample_empty.py"])
+        assert code == 1, output
+        assert "define no tests" in output
+        assert cases == {"pytest_main::no test defined": "failed"}
+
+    def test_file_without_tests_passes_under_a_filter(self, tmp_path):
+        code, output, _ = run_main(tmp_path, ["sample_empty.py"], TESTBRIDGE_TEST_ONLY="test_a")
+        assert code == 0, output
+
+
+class TestSharding:
+    """Shards partition the tests, keeping each test class (and its server) in one shard."""
+
+    def test_shards_partition_the_tests_keeping_groups_together(self, tmp_path):
+        shards = _run_shards(tmp_path, 3)
+        # Groups in node id order: TestOther (2), TestSchedulerGate (5), TestThird (1), sample_functions (3),
+        # each given to the then smallest shard.
+        assert shards == [OTHER, SCHEDULER_GATE, THIRD | FUNCTIONS]
+        assert _run_shards(tmp_path / "again", 3) == shards, "sharding must be deterministic"
+
+    def test_shard_without_a_group_passes_as_skipped_and_says_why(self, tmp_path):
+        shards = _run_shards(tmp_path, 5)  # four groups, five shards
+        assert shards == [OTHER, SCHEDULER_GATE, THIRD, FUNCTIONS, {"pytest_main::no test selected"}]
+        outcome, message = _single_case(tmp_path / "shard4" / "test.xml")
+        assert outcome == "skipped" and message.startswith("shard index 4 of 5 shards got no test class")
+
+    def test_as_many_shards_as_classes_give_each_shard_one_class_and_one_server(self, tmp_path):
+        # What //tests/sleep_wake:sharded_<runner>_<mode> relies on: shard_count = number of classes.
+        ran = []
+        for index in range(len(SHARDED_CLASSES)):
+            shard_dir = tmp_path / f"shard{index}"
+            status_file = shard_dir / "shard_status"
+            code, output, cases = run_main(shard_dir, SHARDED_SAMPLES, TEST_TOTAL_SHARDS="4",
+                                           TEST_SHARD_INDEX=str(index), TEST_SHARD_STATUS_FILE=str(status_file),
+                                           SAMPLE_SIGNAL_DIR=str(shard_dir))
+            assert code == 0, output
+            assert status_file.exists(), "Bazel needs the shard status file touched"
+            classes = {test_id.split("::")[0] for test_id in cases}
+            assert len(classes) == 1 and set(cases.values()) == {"passed"}, cases
+            # The class-scoped "server" fixture started once in this shard, for its one class.
+            assert (shard_dir / "servers").read_text().split() == sorted(classes)
+            ran.append(set(cases))
+        assert {test_id.split("::")[0] for shard in ran for test_id in shard} == SHARDED_CLASSES
+        code, output, everything = run_main(tmp_path / "unsharded", SHARDED_SAMPLES,
+                                            SAMPLE_SIGNAL_DIR=str(tmp_path))
+        assert code == 0, output
+        assert set().union(*ran) == set(everything) and sum(map(len, ran)) == len(everything) == 9
+
+    def test_sharding_applies_to_the_filtered_tests(self, tmp_path):
+        selected = []
+        for index in range(2):
+            code, output, cases = run_main(tmp_path / str(index), ["sample_classes.py"],
+                                           TESTBRIDGE_TEST_ONLY="test_x", TEST_TOTAL_SHARDS="2",
+                                           TEST_SHARD_INDEX=str(index))
+            assert code == 0, output
+            selected.append(set(cases))
+        assert selected == [{"TestOther::test_x"}, SCHEDULER_GATE - {"TestSchedulerGate::test_y"}]
+
+    def test_shard_index_out_of_range_fails(self, tmp_path):
+        code, output, _ = run_main(tmp_path, ["sample_classes.py"],
+                                   TEST_TOTAL_SHARDS="2", TEST_SHARD_INDEX="2")
+        assert code != 0
+        assert "TEST_SHARD_INDEX=2 is outside 0..1" in output
+
+    def test_assign_groups_gives_each_group_to_the_smallest_shard(self):
+        assert assign_groups([5, 1, 1, 1, 3], 2) == [0, 1, 1, 1, 1]
+        assert assign_groups([2, 2, 2], 3) == [0, 1, 2]
+        assert assign_groups([1, 1, 1], 5) == [0, 1, 2]
+        assert assign_groups([], 2) == []
+
+
+class TestEndOfSession:
+    """Only a finished pytest session passes; signals reach it and its fixtures are torn down."""
+
+    def test_failing_test_exits_1_and_removes_the_premature_exit_file(self, tmp_path):
+        code, output, cases = run_main(tmp_path, ["sample_failing.py"])
+        assert code == 1, output
+        assert cases == {"sample_failing::test_passes": "passed", "sample_failing::test_fails": "failed"}
+        assert not (tmp_path / "premature_exit").exists()
+
+    def test_run_sets_up_the_protocol_files_and_cleans_up(self, tmp_path):
+        code, output, _ = run_main(tmp_path, ["sample_protocol.py"])
+        assert code == 0, output  # the sample checks the premature exit file, basetemp and cache provider
+        assert not (tmp_path / "premature_exit").exists()
+
+    @pytest.mark.parametrize("sample,where", [
+        ("sample_exits.py", "in tools/testdata/pytest_main/sample_exits.py::test_exits_the_process"),
+        ("sample_exits_in_fixture.py", "in tools/testdata/pytest_main/sample_exits_in_fixture.py::test_never_runs"),
+    ])
+    def test_an_exit_before_pytest_finished_fails_whatever_the_exit_code(self, tmp_path, sample, where):
+        code, output, _ = run_main(tmp_path, [sample])  # the process exits 0
+        assert code == 1, output
+        assert "the test process exited with code 0 " + where in output
+        assert "before pytest finished its session" in output
+        assert _single_case(tmp_path / "test.xml")[0] == "error"
+        assert (tmp_path / "premature_exit").exists(), "Bazel reads the premature exit file left behind"
+
+    @pytest.mark.parametrize("to_the_group", [False, True])
+    def test_sigterm_tears_fixtures_down_once_and_writes_the_report(self, tmp_path, to_the_group):
+        # Bazel's timeout signals the whole process group (both processes); `kill PID` only pytest_main,
+        # which forwards it.
+        proc, pytest_pid = _start_blocking_sample(tmp_path, new_session=to_the_group)
+        assert pytest_pid != proc.pid, "pytest runs in a child of pytest_main"
+        if to_the_group:
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        output = _finish(proc)
+        assert proc.returncode == 2, output  # pytest's "interrupted"
+        assert (tmp_path / "torn_down").read_text() == "torn down\n", output
+        assert (tmp_path / "test.xml").exists(), output
+        assert not (tmp_path / "premature_exit").exists(), "pytest finished: a clean, if interrupted, exit"
+
+    def test_sigkill_of_the_pytest_process_fails_and_leaves_the_premature_exit_file(self, tmp_path):
+        proc, pytest_pid = _start_blocking_sample(tmp_path)
+        os.kill(pytest_pid, signal.SIGKILL)
+        output = _finish(proc)
+        assert proc.returncode == 1, output
+        assert ("the test process was killed by SIGKILL in tools/testdata/pytest_main/sample_sigterm.py::"
+                "TestBlocks::test_blocks_until_terminated") in output
+        assert _single_case(tmp_path / "test.xml")[0] == "error"
+        assert (tmp_path / "premature_exit").exists()

@@ -4,8 +4,9 @@
 # GPU runner, --test_filter=..., --config=disk-cache). SLEEPWAKE_REMOTE_CACHE=http://host:port adds
 # --config=remote-cache with that URL; SLEEPWAKE_REMOTE_EXECUTOR=grpc[s]://host:port adds --config=remote
 # with that executor (SLEEPWAKE_REMOTE_INSTANCE: its instance name; the pools' properties come from
-# SLEEPWAKE_GPU_POOL_PROPERTIES, see README "Remote execution"). Exits non-zero when a test fails or
-# when no test ran.
+# SLEEPWAKE_GPU_POOL_PROPERTIES, see README "Remote execution"). Exits non-zero when a test fails, when
+# no test target matched, and when no test case ran at all (a --test_filter that matched nothing in
+# any target): tools/ran_tests.py reads this invocation's build events.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,10 +18,13 @@ remote=()
 [[ -n "${SLEEPWAKE_REMOTE_EXECUTOR:-}" ]] && remote+=(--config=remote "--remote_executor=$SLEEPWAKE_REMOTE_EXECUTOR")
 [[ -n "${SLEEPWAKE_REMOTE_INSTANCE:-}" ]] && remote+=("--remote_instance_name=$SLEEPWAKE_REMOTE_INSTANCE")
 
-bazel test "${args[@]}" "$@" "${remote[@]}" //...
+# The events of this invocation only: a failed build must not leave an earlier run's to be read.
+bep=.bazel-bep.json
+rm -f "$bep"
+bazel test "${args[@]}" --build_event_json_file="$PWD/$bep" "$@" "${remote[@]}" //...
 rc=$?
 case $rc in
-  0) ;;
+  0) python3 tools/ran_tests.py "$bep" || { echo "test.sh: FAILED: no test case ran (see above)" >&2; rc=1; } ;;
   4) echo "test.sh: FAILED: Bazel found no test target to run (exit 4)" >&2; exit 1 ;;
   3) echo "test.sh: FAILED: some tests failed (exit 3); logs under bazel-testlogs/" >&2 ;;
   *) echo "test.sh: FAILED: bazel exited $rc" >&2 ;;

@@ -1,6 +1,26 @@
-"""Reading what a test wrote to TEST_UNDECLARED_OUTPUTS_DIR, from bazel-testlogs/<target>/."""
+"""Reading test results: bazel-testlogs/<target>/ (JUnit XML, undeclared outputs) and the build
+event file that says which of those results belong to the last `bazel test`.
+
+`.bazelrc` makes every `bazel test` write its build events (BEP, JSON lines) to BEP_FILE in the
+workspace root. Its testResult events name the test.xml of every test the invocation ran or took from
+the cache, per shard and run; directories of bazel-testlogs that no such event names are stale, left by
+earlier invocations.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
 import os
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ElementTree
 import zipfile
+
+WORKSPACE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The same path as `test --build_event_json_file` in .bazelrc (Bazel resolves it in the workspace root).
+BEP_FILE = os.path.join(WORKSPACE, ".bazel-bep.json")
+RAN = ("passed", "failed")  # outcomes of a test case that ran; "skipped" did not
 
 
 def read_output(target_dir: str, name: str) -> str | None:
@@ -17,3 +37,88 @@ def read_output(target_dir: str, name: str) -> str | None:
             if name in z.namelist():
                 return z.read(name).decode("utf-8")
     return None
+
+
+def junit_outcomes(xml_path: str) -> collections.Counter:
+    """passed / failed / skipped counts of the test cases in a JUnit XML file (failed includes errors)."""
+    counts = collections.Counter()
+    for case in ElementTree.parse(xml_path).getroot().iter("testcase"):
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+            elif child.tag == "skipped" and outcome == "passed":
+                outcome = "skipped"
+        counts[outcome] += 1
+    return counts
+
+
+def skip_reasons(xml_path: str) -> list[str]:
+    return [skipped.get("message", "") for skipped in ElementTree.parse(xml_path).getroot().iter("skipped")]
+
+
+def result_dirs(target_dir: str) -> list[str]:
+    """The directories holding one test.xml each: the target's own, or one per shard or run
+    (shard_1_of_11/, run_2_of_20/, nested when both)."""
+    found = []
+    for parent, dirs, files in os.walk(target_dir):
+        dirs[:] = sorted(d for d in dirs if d.startswith(("shard_", "run_")))
+        if "test.xml" in files:
+            found.append(parent)
+    return found
+
+
+@dataclasses.dataclass
+class TestResult:
+    """One testResult event: a target's shard, run and attempt, and where its test.xml is."""
+    label: str
+    shard: int
+    run: int
+    attempt: int
+    status: str
+    cached: bool
+    xml: str | None  # a local path; None if the event names no test.xml or a non-file URI
+
+
+def _local_path(uri: str) -> str | None:
+    parsed = urllib.parse.urlparse(uri)
+    return urllib.request.url2pathname(parsed.path) if parsed.scheme == "file" else None
+
+
+@dataclasses.dataclass
+class Invocation:
+    """What a BEP file says about one bazel command: its target patterns and its test results."""
+    command: str
+    patterns: list[str]
+    results: list[TestResult]
+
+
+def read_bep(path: str) -> Invocation:
+    """The invocation a BEP JSON file describes.
+
+    Only the last attempt of each (label, shard, run) is kept: with --flaky_test_attempts the earlier
+    attempts are superseded.
+    """
+    command, patterns, results = "", [], {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            event_id = event.get("id", {})
+            if "started" in event_id:
+                command = event.get("started", {}).get("command", "")
+            elif "pattern" in event_id:
+                patterns += event_id["pattern"].get("pattern", [])
+            elif "testResult" in event_id and "testResult" in event:
+                ident, payload = event_id["testResult"], event["testResult"]
+                outputs = {o.get("name"): o.get("uri", "") for o in payload.get("testActionOutput", [])}
+                result = TestResult(label=ident["label"], shard=ident.get("shard", 1), run=ident.get("run", 1),
+                                    attempt=ident.get("attempt", 1), status=payload.get("status", "UNKNOWN"),
+                                    cached=bool(payload.get("cachedLocally")
+                                                or payload.get("executionInfo", {}).get("cachedRemotely")),
+                                    xml=_local_path(outputs["test.xml"]) if "test.xml" in outputs else None)
+                key = (result.label, result.shard, result.run)
+                if key not in results or results[key].attempt < result.attempt:
+                    results[key] = result
+    return Invocation(command=command, patterns=patterns, results=list(results.values()))

@@ -105,8 +105,14 @@ def resolve_model(model: str) -> str:
     if not model:
         return default_model()
     if os.path.isdir(model):
+        if not os.path.isfile(os.path.join(model, "config.json")):
+            raise ConfigError("--model %s is a directory without config.json, so not a checkpoint: pass the"
+                              " checkpoint dir (the one holding config.json) or its config.json" % model)
         return os.path.abspath(model)
-    if os.path.isfile(model) and os.path.basename(model) == "config.json":
+    if os.path.isfile(model):
+        if os.path.basename(model) != "config.json":
+            raise ConfigError("--model %s is a file but not a config.json: pass the checkpoint dir or its"
+                              " config.json" % model)
         return os.path.dirname(os.path.abspath(model))
     # "org/name" is a hub id (served from the HF cache, offline); anything else that looks like a
     # filesystem path is a path that is missing.
@@ -133,8 +139,39 @@ def validate(config: ServerConfig) -> None:
             " endpoints let anyone who reaches the port reset or reload it. Use 127.0.0.1, or pass"
             " --allow_non_loopback (ServerConfig.allow_non_loopback=True) on a trusted network."
             % config.host)
-    if config.slots_per_gpu < 1:
-        raise ConfigError("slots_per_gpu must be >= 1, got %d" % config.slots_per_gpu)
+    for name, low, high, what in _RANGES:
+        if not low <= getattr(config, name) <= high:
+            raise ConfigError("--%s=%s is out of range: %s" % (name, getattr(config, name), what))
+    for name in ("log_dir", "cache_dir", "lock_dir"):
+        if getattr(config, name) is not None:
+            _check_writable_dir(name, getattr(config, name))
+
+
+# (field = flag, lowest, highest, what to pass instead)
+_RANGES = (
+    ("port", 0, 65535, "use 0 (a free port) or a port in 1-65535"),
+    ("kv_cache_bytes", 1, float("inf"), "give the KV-cache size in bytes, > 0 (the default is 2 GiB)"),
+    ("max_model_len", 1, float("inf"), "give the longest sequence in tokens, >= 1"),
+    ("gpu_memory_utilization", 1e-9, 1.0, "give a fraction of the device in (0, 1], e.g. 0.05"),
+    ("seed", 0, 2 ** 32 - 1, "give a seed in 0-4294967295"),
+    ("slots_per_gpu", 1, float("inf"), "give the servers per GPU, >= 1"),
+    ("startup_timeout_s", 1e-9, float("inf"), "give the seconds to wait for /health, > 0"),
+    ("release_timeout_s", 0, float("inf"), "give the seconds to wait for the GPU memory, >= 0"),
+)
+
+
+def _check_writable_dir(name: str, path: str) -> None:
+    """Raises ConfigError unless path is a directory this process can write, or can create."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError("--%s=%s cannot be a directory: %s is a file. Pass a directory path." % (
+            name, path, existing))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError("--%s=%s is not writable (%s %s). Pass a directory you can write." % (
+            name, path, existing, "is read-only to you" if existing == os.path.abspath(path)
+            else "exists and is read-only to you, so it cannot be created"))
 
 
 def is_loopback(host: str) -> bool:
@@ -188,8 +225,9 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
     })
     if cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-        # Lease indices are NVML's, which are in PCI bus order; make CUDA count the same way.
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        # Lease indices are NVML's, which are in PCI bus order; make CUDA count the same way, whatever
+        # order the runner's own environment asked for (vLLM maps the entries to NVML indices too).
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
 

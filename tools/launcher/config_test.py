@@ -9,6 +9,7 @@ from tools.launcher.errors import ConfigError, VllmNotFoundError
 
 
 def test_command_is_exact_for_eager_and_graph(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
     cfg = ServerConfig(model=str(tmp_path), seed=7, max_model_len=512, kv_cache_bytes=123,
                        server_args=["--foo", "bar"])
     argv = config.build_command(cfg, 8001, python="/py")
@@ -34,6 +35,44 @@ def test_model_is_a_dir_or_its_config_json(tmp_path):
 def test_missing_model_path_says_what_to_do(missing):
     with pytest.raises(ConfigError, match="does not exist.*Pass a checkpoint dir"):
         config.resolve_model(missing)
+
+
+def test_a_model_path_that_is_no_checkpoint_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="--model .* is a directory without config.json"):
+        config.resolve_model(str(tmp_path))
+    (tmp_path / "weights.safetensors").write_text("")
+    with pytest.raises(ConfigError, match="--model .* is a file but not a config.json"):
+        config.resolve_model(str(tmp_path / "weights.safetensors"))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("port", -1, "--port=-1 is out of range: use 0 (a free port) or a port in 1-65535"),
+    ("port", 65536, "--port=65536 is out of range"),
+    ("kv_cache_bytes", -5, "--kv_cache_bytes=-5 is out of range: give the KV-cache size in bytes, > 0"),
+    ("kv_cache_bytes", 0, "--kv_cache_bytes=0 is out of range"),
+    ("max_model_len", 0, "--max_model_len=0 is out of range: give the longest sequence in tokens"),
+    ("gpu_memory_utilization", 7, "--gpu_memory_utilization=7 is out of range: give a fraction of the device"),
+    ("gpu_memory_utilization", 0.0, "--gpu_memory_utilization=0.0 is out of range"),
+    ("seed", -3, "--seed=-3 is out of range"),
+    ("slots_per_gpu", 0, "--slots_per_gpu=0 is out of range"),
+    ("startup_timeout_s", 0, "--startup_timeout_s=0 is out of range"),
+    ("release_timeout_s", -1, "--release_timeout_s=-1 is out of range"),
+])
+def test_values_out_of_range_are_refused_naming_the_flag(field, value, message):
+    with pytest.raises(ConfigError) as e:
+        config.validate(ServerConfig(**{field: value}))
+    assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("field", ["log_dir", "cache_dir", "lock_dir"])
+def test_directories_that_cannot_be_written_are_refused_naming_the_flag(tmp_path, field):
+    (tmp_path / "a_file").write_text("")
+    for path in (tmp_path / "a_file", tmp_path / "a_file" / "below"):
+        with pytest.raises(ConfigError, match="--%s=%s cannot be a directory: %s is a file" % (
+                field, path, tmp_path / "a_file")):
+            config.validate(ServerConfig(**{field: str(path)}))
+    config.validate(ServerConfig(**{field: str(tmp_path / "new" / "dir")}))  # creatable is fine
+
 
 
 def test_default_model_comes_from_the_runfiles(tmp_path):

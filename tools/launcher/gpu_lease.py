@@ -17,14 +17,15 @@ import os
 import socket
 import time
 
-from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, LeaseTimeoutError
+from tools.launcher import visible_devices
+from tools.launcher.errors import LeaseTimeoutError
 
 log = logging.getLogger("sleepwake.launcher")
 
 
 @dataclasses.dataclass
 class Lease:
-    gpu: str  # the CUDA_VISIBLE_DEVICES entry for the server
+    gpu: str  # the GPU's NVML index: the server's CUDA_VISIBLE_DEVICES (with CUDA_DEVICE_ORDER=PCI_BUS_ID)
     slot: int
     path: str
     fd: int
@@ -40,14 +41,10 @@ class Lease:
 
 
 def visible_gpus(nvml, environ) -> list[str]:
-    """GPUs this process may use: an already-set CUDA_VISIBLE_DEVICES list, else every NVML device."""
-    listed = environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        gpus = [gpu.strip() for gpu in listed.split(",") if gpu.strip()]
-        if not gpus:
-            raise GpuUnavailableError("CUDA_VISIBLE_DEVICES is set but empty: %s" % GPU_CELL_HINT)
-        return gpus
-    return [str(index) for index in range(nvml.device_count())]
+    """NVML indices (as text, the lock files' and the servers' CUDA_VISIBLE_DEVICES) of the GPUs this
+    process was given: those CUDA_VISIBLE_DEVICES lists (indices or UUIDs), else every NVML device."""
+    uuids = [nvml.device_uuid(index) for index in range(nvml.device_count())]
+    return [str(index) for index in visible_devices.resolve(environ.get("CUDA_VISIBLE_DEVICES"), uuids)]
 
 
 def owner_description(environ=None) -> str:

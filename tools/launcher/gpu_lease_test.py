@@ -12,11 +12,47 @@ from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, LeaseTimeo
 from tools.launcher.nvml import FakeNvml
 
 
-def test_visible_gpus_come_from_cuda_visible_devices_else_nvml():
-    assert gpu_lease.visible_gpus(FakeNvml(device_count=3), {}) == ["0", "1", "2"]
-    assert gpu_lease.visible_gpus(FakeNvml(device_count=8), {"CUDA_VISIBLE_DEVICES": "4, 6"}) == ["4", "6"]
+H200_UUIDS = ["GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "GPU-8932aa01-0000-4106-c12f-20bd9faed9f6",
+              "GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b", "GPU-77777777-8888-9999-aaaa-bbbbbbbbbbbb"]
+
+
+@pytest.mark.parametrize("listed,expected", [
+    (None, ["0", "1", "2", "3"]),  # unset: every GPU NVML lists
+    ("2, 3", ["2", "3"]),
+    ("3,1", ["3", "1"]),
+    # UUIDs, as runners that reserve GPUs often give them, map to NVML indices, so a lock file names
+    # the same GPU however the runner spelled it.
+    ("GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b,GPU-77777777-8888-9999-aaaa-bbbbbbbbbbbb", ["2", "3"]),
+    ("GPU-1f2e,0", ["2", "0"]),  # a unique prefix, as CUDA accepts
+])
+def test_visible_gpus_are_nvml_indices_of_what_cuda_visible_devices_lists(listed, expected):
+    environ = {} if listed is None else {"CUDA_VISIBLE_DEVICES": listed}
+    assert gpu_lease.visible_gpus(FakeNvml(device_count=4, uuids=H200_UUIDS), environ) == expected
+
+
+@pytest.mark.parametrize("listed,message", [
+    ("", "set but empty"),
+    ("4", "'4' is not a GPU of this host: NVML lists 4 \\(indices 0-3\\)"),
+    ("-1", "'-1' is not a GPU of this host"),
+    ("GPU-8932", "'GPU-8932' matches several"),
+    ("GPU-ffff", "'GPU-ffff' matches none"),
+    ("MIG-1234", "MIG instance"),
+    ("1,GPU-8932aa01", "names a GPU twice"),
+])
+def test_visible_gpus_refuse_what_names_no_gpu_here(listed, message):
+    with pytest.raises(GpuUnavailableError, match=message):
+        gpu_lease.visible_gpus(FakeNvml(device_count=4, uuids=H200_UUIDS), {"CUDA_VISIBLE_DEVICES": listed})
     with pytest.raises(GpuUnavailableError, match=GPU_CELL_HINT):
-        gpu_lease.visible_gpus(FakeNvml(), {"CUDA_VISIBLE_DEVICES": ""})
+        gpu_lease.visible_gpus(FakeNvml(device_count=0), {})
+
+
+def test_a_lease_takes_only_the_gpus_the_runner_was_given(tmp_path):
+    gpus = gpu_lease.visible_gpus(FakeNvml(device_count=4, uuids=H200_UUIDS), {"CUDA_VISIBLE_DEVICES": "GPU-7777"})
+    lease = gpu_lease.acquire(gpus, str(tmp_path), 1, timeout_s=1)
+    try:
+        assert (lease.gpu, os.path.basename(lease.path)) == ("3", "gpu3.slot0.lock")
+    finally:
+        lease.release()
 
 
 def test_slots_fill_every_gpu_first_and_a_self_deadlock_fails_at_once(tmp_path):
@@ -61,6 +97,10 @@ _HOLDER = textwrap.dedent("""
         time.sleep(0.15)  # simulated work while holding the slot
         os.unlink(marker)
         lease.release()
+    elif sys.argv[2] == "until_stdin_closes":
+        sys.stdin.read()
+        os.unlink(marker)
+        lease.release()
     else:
         os.unlink(marker)
         time.sleep(60)  # killed while holding the slot
@@ -68,11 +108,30 @@ _HOLDER = textwrap.dedent("""
 
 
 def test_leases_are_exclusive_across_processes(tmp_path):
+    # Six processes contend for two slots. Which GPU each gets depends on timing (a late starter
+    # finds gpu0 free again), so the check is exclusivity: a holder exits non-zero if its slot's
+    # marker already exists, i.e. if two processes held one slot at once.
     holders = [subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "hold"], env=testing.python_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
     results = [holder.communicate(timeout=60) for holder in holders]
     assert [holder.returncode for holder in holders] == [0] * 6, [err for _, err in results]
-    assert sorted(out.strip() for out, _ in results) == ["0", "0", "0", "1", "1", "1"]
+    assert {out.strip() for out, _ in results} <= {"0", "1"}
+
+
+def test_a_second_holder_gets_the_other_gpu(tmp_path):
+    # Deterministic spreading across processes: started while the first holds gpu0, the second
+    # finds gpu1 free first.
+    holders = []
+    try:
+        for expected in ("0", "1"):
+            holders.append(subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "until_stdin_closes"],
+                                            env=testing.python_env(), stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, text=True))
+            assert holders[-1].stdout.readline().strip() == expected
+    finally:
+        for holder in holders:
+            holder.communicate(timeout=60)  # closing stdin releases the slot
+    assert [holder.returncode for holder in holders] == [0, 0]
 
 
 def test_the_timeout_names_the_holder_and_a_killed_holder_frees_its_slot(tmp_path):

@@ -44,12 +44,9 @@ class Nvml:
     def device_used_bytes(self, index: int) -> int:
         return int(self._lib.nvmlDeviceGetMemoryInfo(self._handle(index)).used)
 
-    def index_of(self, ident: str) -> int:
-        """NVML index of a CUDA_VISIBLE_DEVICES entry: an index or a GPU UUID."""
-        try:
-            return int(ident)
-        except ValueError:
-            return int(self._lib.nvmlDeviceGetIndex(self._lib.nvmlDeviceGetHandleByUUID(ident)))
+    def device_uuid(self, index: int) -> str:
+        """The GPU's UUID (GPU-...), as CUDA_VISIBLE_DEVICES and `nvidia-smi -L` name it."""
+        return _text(self._lib.nvmlDeviceGetUUID(self._handle(index)))
 
     def processes(self) -> dict[int, int]:
         """pid -> bytes for every compute process on any device (bytes summed over devices).
@@ -69,12 +66,16 @@ class Nvml:
 
 
 class FakeNvml:
-    """Nvml with settable state: used[index] -> bytes, procs: pid -> bytes."""
+    """Nvml with settable state: used[index] -> bytes, procs: pid -> bytes; device i's UUID is
+    uuids[i], by default GPU-00000000-0000-0000-0000-00000000000<i>."""
 
-    def __init__(self, device_count: int = 1, used=None, procs=None):
+    def __init__(self, device_count: int = 1, used=None, procs=None, uuids=None):
         self.count = device_count
         self.used = dict(used or {})
         self.procs = dict(procs or {})
+        self.uuids = list(uuids or ["GPU-00000000-0000-0000-0000-%012d" % i for i in range(device_count)])
+        if len(self.uuids) != device_count:
+            raise ValueError("FakeNvml: %d uuids for %d devices" % (len(self.uuids), device_count))
 
     def device_count(self) -> int:
         return self.count
@@ -88,8 +89,8 @@ class FakeNvml:
     def device_used_bytes(self, index: int) -> int:
         return self.used.get(index, 0)
 
-    def index_of(self, ident: str) -> int:
-        return int(ident)
+    def device_uuid(self, index: int) -> str:
+        return self.uuids[index]
 
     def processes(self) -> dict[int, int]:
         return dict(self.procs)

@@ -19,8 +19,8 @@ def _lib(devices):
     proc = lambda pid, used: types.SimpleNamespace(pid=pid, usedGpuMemory=used)  # noqa: E731
     return types.SimpleNamespace(
         nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: len(devices),
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetHandleByUUID=lambda u: int(u.split("-")[1]),
-        nvmlDeviceGetIndex=lambda h: h, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetUUID=lambda h: b"GPU-%d" % h, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
         nvmlSystemGetDriverVersion=lambda: "570.1",
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=devices[h][0]),
         nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(p, b) for p, b in devices[h][1]])
@@ -43,7 +43,7 @@ def test_seam_sums_process_bytes_over_devices():
     assert nvml.processes() == {10: 3 * GIB, 11: 0}
     assert nvml.process_bytes([10, 11, 12]) == 3 * GIB
     assert (nvml.device_used_bytes(1), nvml.device_name(0), nvml.driver_version()) == (7 * GIB, "NVIDIA H200", "570.1")
-    assert (nvml.index_of("1"), nvml.index_of("GPU-1")) == (1, 1)
+    assert (nvml.device_uuid(0), nvml.device_uuid(1)) == ("GPU-0", "GPU-1")
 
 
 def test_release_waits_while_nvml_lists_server_pids_then_raises_with_numbers():

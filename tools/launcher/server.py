@@ -209,7 +209,7 @@ class VllmServer:
         if self._want_lease:
             self.lease = gpu_lease.acquire(gpus, cfg.lock_dir, cfg.slots_per_gpu, cfg.lease_timeout_s)
             self.env = build_env(cfg, self._environ, self.lease.gpu)
-        self._device_index = self._nvml.index_of(self.lease.gpu if self.lease else gpus[0])
+        self._device_index = int(self.lease.gpu if self.lease else gpus[0])
         self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
             prefix="sleepwake-vllm-")
         for path in [self._log_dir] + [self.env[k] for k in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR",

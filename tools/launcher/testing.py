@@ -113,6 +113,8 @@ def fast_config(tmp_path, **overrides) -> ServerConfig:
     """A config whose every wait is short, with its dirs under tmp_path."""
     model = os.path.join(str(tmp_path), "model")
     os.makedirs(model, exist_ok=True)
+    with open(os.path.join(model, "config.json"), "w") as f:
+        f.write("{}")  # a checkpoint dir is one holding config.json
     values = dict(model=model, log_dir=os.path.join(str(tmp_path), "logs"),
                   cache_dir=os.path.join(str(tmp_path), "cache"), lock_dir=os.path.join(str(tmp_path), "locks"),
                   grace_s=0.5, startup_timeout_s=20.0, release_timeout_s=1.0, lease_timeout_s=5.0)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import signal
@@ -87,42 +88,71 @@ def dry_run(cfg: ServerConfig, environ) -> str:
         shlex.join(argv), "\n".join("  " + line for line in config_lib.env_diff(environ, env)))
 
 
-def _raise_interrupt(signum, frame):
+def _interrupt(signum, frame):
+    # The first Ctrl-C or SIGTERM stops the server. Further ones are ignored while it is torn down
+    # (bounded by the grace period), so they cannot cut the teardown short and leave processes.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
-def main(argv) -> int:
+def serve(cfg: ServerConfig, make_server=VllmServer) -> int:
+    """Starts the server, then stops it on Ctrl-C/SIGTERM (or at once with --check); returns the exit code."""
+    started = time.monotonic()
+    with make_server(cfg, FLAGS.lease) as server:
+        print("vLLM server ready at %s (%.1f s, %s start)\n  command: %s\n  log: %s" % (
+            server.url, time.monotonic() - started, server.start_mode, shlex.join(server.command),
+            server.log_path), flush=True)
+        if FLAGS.check:
+            print("check: runner %s verified, %d GPU bytes held; stopping" % (cfg.runner, server.gpu_bytes()),
+                  flush=True)
+        else:
+            print("Ctrl-C stops it.", flush=True)
+            try:
+                server.wait()
+                print("the server exited on its own; see %s" % server.log_path, file=sys.stderr)
+                return 1
+            except KeyboardInterrupt:
+                print("stopping the server ...", flush=True)
+    # Leaving the with-block ran the release check; reaching here means it passed.
+    print("stopped; GPU memory released.")
+    return 0
+
+
+def main(argv, make_server=VllmServer) -> int:
+    """make_server(config, lease) -> a VllmServer; tests pass one running a fake server."""
     if len(argv) > 1:
-        raise app.UsageError("unexpected arguments %s; pass server arguments with --server_arg" % argv[1:])
+        print("error: unexpected arguments %s; pass server arguments with --server_arg=..." % argv[1:],
+              file=sys.stderr)
+        return 2
     cfg = config_from_flags()
     try:
         if FLAGS.dry_run:
             print(dry_run(cfg, os.environ))
             return 0
-        signal.signal(signal.SIGTERM, _raise_interrupt)  # same clean teardown as Ctrl-C
-        started = time.monotonic()
-        with VllmServer(cfg, lease=FLAGS.lease) as server:
-            print("vLLM server ready at %s (%.1f s, %s start)\n  command: %s\n  log: %s" % (
-                server.url, time.monotonic() - started, server.start_mode, shlex.join(server.command),
-                server.log_path), flush=True)
-            if FLAGS.check:
-                print("check: runner %s verified, %d GPU bytes held; stopping" % (cfg.runner, server.gpu_bytes()),
-                      flush=True)
-            else:
-                print("Ctrl-C stops it.", flush=True)
-                try:
-                    server.wait()
-                    print("the server exited on its own; see %s" % server.log_path, file=sys.stderr)
-                    return 1
-                except KeyboardInterrupt:
-                    print("stopping the server ...", flush=True)
-        # Leaving the with-block ran the release check; reaching here means it passed.
-        print("stopped; GPU memory released.")
-        return 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _interrupt)
+        return serve(cfg, make_server)
+    except KeyboardInterrupt:  # while starting (or checking): VllmServer tore the server tree down
+        print("interrupted: the server was stopped.", file=sys.stderr)
+        return 130
     except LauncherError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
 
 
+def _parse_flags(argv):
+    """absl's flag parsing, with a bad flag reported in one line and exit code 2 (absl: usage, 1)."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        print("error: %s. See --help for every flag." % e, file=sys.stderr)
+        sys.exit(2)
+
+
+def run(make_server=VllmServer) -> None:
+    app.run(functools.partial(main, make_server=make_server), flags_parser=_parse_flags)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    run()

@@ -1,0 +1,106 @@
+"""The targets tools/defs.bzl generates for tests/sleep_wake/BUILD.bazel, without Bazel.
+
+Starlark BUILD files of this shape are also Python: the BUILD file and the .bzl files it loads are
+executed with StarlarkFake standing in for the BUILD language's builtins (native.*, glob, load, ...),
+which records every rule declared.
+"""
+
+import glob
+import os
+
+import pytest
+
+WORKSPACE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MATRIX_PACKAGE = "tests/sleep_wake"
+
+
+class StarlarkFake:
+    """The BUILD-language builtins tests/sleep_wake/BUILD.bazel and the .bzl files it loads use."""
+
+    def __init__(self, package):
+        self.package = package
+        self.rules = {}  # name -> (kind, attributes)
+
+    def _rule(self, kind):
+        def declare(name, **attributes):
+            assert name not in self.rules, f"{kind} {name} declared twice"
+            self.rules[name] = (kind, attributes)
+        return declare
+
+    def package_name(self):
+        return self.package
+
+    def glob(self, patterns, exclude=()):
+        found = set()
+        for pattern in patterns:
+            found.update(os.path.relpath(p, os.path.join(WORKSPACE, self.package))
+                         for p in glob.glob(os.path.join(WORKSPACE, self.package, pattern), recursive=True))
+        return sorted(found - set(exclude))
+
+    def load_bzl(self, label):
+        path = os.path.join(WORKSPACE, label.lstrip("/").replace(":", "/"))
+        scope = self.scope()
+        with open(path) as f:
+            exec(compile(f.read(), path, "exec"), scope)  # noqa: S102 (our own build files)
+        return scope
+
+    def scope(self):
+        """Globals for executing a BUILD or .bzl file: the builtins, and load() into these globals."""
+        def fail(message):
+            raise AssertionError("fail(): " + message)
+
+        native = type("native", (), {})()
+        for kind in ("py_test", "py_library", "test_suite", "filegroup"):
+            setattr(native, kind, self._rule(kind))
+        native.package_name = self.package_name
+        native.exports_files = lambda files, **_: None
+        scope = {"fail": fail, "native": native, "glob": self.glob, "package": lambda **_: None,
+                 "exports_files": native.exports_files, "py_library": native.py_library,
+                 "test_suite": native.test_suite, "filegroup": native.filegroup}
+
+        def load(label, *names):
+            loaded = self.load_bzl(label)
+            scope.update({name: loaded[name] for name in names})
+
+        scope["load"] = load
+        return scope
+
+
+def _evaluate(package):
+    fake = StarlarkFake(package)
+    scope = fake.scope()
+    path = os.path.join(WORKSPACE, package, "BUILD.bazel")
+    with open(path) as f:
+        exec(compile(f.read(), path, "exec"), scope)  # noqa: S102
+    classes = fake.load_bzl("//tests/sleep_wake:classes.bzl")["SLEEP_WAKE_CLASSES"]
+    return fake.rules, classes
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return _evaluate(MATRIX_PACKAGE)
+
+
+def test_the_sharded_family_runs_every_class_one_shard_each(matrix):
+    rules, classes = matrix
+    sharded = {name: attrs for name, (kind, attrs) in rules.items()
+               if kind == "py_test" and name.startswith("sharded_")}
+    assert sorted(sharded) == ["sharded_mrv1_eager", "sharded_mrv1_graph", "sharded_mrv2_eager",
+                               "sharded_mrv2_graph"]
+    for name, attrs in sharded.items():
+        runner, mode = name.split("_")[1:]
+        assert attrs["shard_count"] == len(classes) == 11, "one shard per class, from classes.bzl"
+        assert sorted(attrs["args"]) == sorted(f"{MATRIX_PACKAGE}/{f}" for f in classes.values())
+        assert "manual" in attrs["tags"] and {"gpu", runner, mode} <= set(attrs["tags"])
+        assert (attrs["env"]["SLEEPWAKE_RUNNER"], attrs["env"]["SLEEPWAKE_EXECUTION_MODE"]) == (runner, mode)
+    assert rules["sharded"] == ("test_suite", {"tests": [":" + n for n in sorted(sharded)], "tags": ["manual"]})
+
+
+def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix):
+    rules, classes = matrix
+    cells = {name: attrs for name, (kind, attrs) in rules.items()
+             if kind == "py_test" and not name.startswith("sharded_")}
+    assert len(cells) == 4 * len(classes)
+    for attrs in cells.values():
+        assert len(attrs["args"]) == 1 and attrs["shard_count"] is None
+        assert "manual" not in attrs["tags"], "//tests/sleep_wake/... must keep running every cell"

@@ -1,0 +1,128 @@
+"""tools/test.sh and tools/run_matrix.sh, run with fakes of `bazel` and `nvidia-smi` on PATH.
+
+Each test copies the scripts and the Python they run into a scratch workspace (the scripts cd to
+their parent directory) and reads what the fake bazel was asked to do.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tools.launcher import slots
+
+TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
+WORKSPACE = os.path.dirname(TOOLS_DIR)
+SCRIPT_FILES = ["tools/__init__.py", "tools/test.sh", "tools/run_matrix.sh", "tools/ran_tests.py",
+                "tools/testlogs.py", "tools/launcher/__init__.py", "tools/launcher/errors.py",
+                "tools/launcher/slots.py", "tools/launcher/visible_devices.py"]
+FAKES = os.path.join(TOOLS_DIR, "testdata", "scripts")
+# What the two H200s of an nvidia-h200-x2 runner report: index, uuid, free MiB.
+TWO_H200 = ("0, GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, 143163\n"
+            "1, GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b, 143163\n")
+NOTHING_MATCHED = "--test_filter 'no_such_test' matched no test in this target."
+SKIPPED = {"no test selected": "skipped"}
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    ws = tmp_path / "ws"
+    for rel in SCRIPT_FILES:
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.join(WORKSPACE, rel), ws / rel)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, target in [("bazel", os.path.join(FAKES, "fake_bazel.py")),
+                         ("nvidia-smi", os.path.join(FAKES, "fake_nvidia_smi.py")), ("python3", None)]:
+        command = f'exec "{sys.executable}"' + (f' "{target}"' if target else "")
+        (bin_dir / name).write_text(f'#!/bin/sh\n{command} "$@"\n')
+        (bin_dir / name).chmod(0o755)
+    return ws
+
+
+def run_script(workspace, script, args=(), results=(), **env):
+    """Runs tools/<script> in the scratch workspace; returns (exit code, output, the fake bazel's argv)."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("CI", "SLEEPWAKE_REMOTE_CACHE", "CUDA_VISIBLE_DEVICES", "SLEEPWAKE_SLOTS_PER_GPU")}
+    base.update(PATH=f"{workspace.parent / 'bin'}:{os.environ['PATH']}", PYTHONPATH=WORKSPACE,
+                FAKE_BAZEL_ARGV=str(workspace.parent / "argv.json"),
+                FAKE_BAZEL_TESTLOGS=str(workspace.parent / "testlogs"),
+                FAKE_BAZEL_RESULTS=json.dumps([list(r) for r in results]))
+    base.update(env)
+    proc = subprocess.run(["bash", str(workspace / "tools" / script), *args], env=base, capture_output=True,
+                          text=True, timeout=120)
+    argv_file = workspace.parent / "argv.json"
+    bazel_argv = json.loads(argv_file.read_text()) if argv_file.exists() else None
+    return proc.returncode, proc.stdout + proc.stderr, bazel_argv
+
+
+def test_test_sh_fails_when_the_filter_matched_nothing_anywhere(workspace):
+    code, output, argv = run_script(workspace, "test.sh", ["--test_filter=no_such_test"],
+                                    [("//tools:a_test", SKIPPED, NOTHING_MATCHED),
+                                     ("//tools:b_test", SKIPPED, NOTHING_MATCHED)])
+    assert code == 1, output
+    assert "ran_tests: FAILED: no test case ran in `bazel test //...`" in output
+    assert NOTHING_MATCHED in output and "test.sh: FAILED: no test case ran" in output
+    assert argv[-2:] == ["--test_filter=no_such_test", "//..."]
+
+
+def test_test_sh_passes_when_a_test_case_ran_in_some_target(workspace):
+    code, output, argv = run_script(workspace, "test.sh", ["--test_filter=test_x"],
+                                    [("//tools:a_test", SKIPPED, NOTHING_MATCHED),
+                                     ("//tools:b_test", {"test_x": "passed"}, "")])
+    assert code == 0, output
+    assert "ran_tests: 1 test case(s) ran" in output
+    assert f"--build_event_json_file={workspace}/.bazel-bep.json" in argv
+
+
+def test_test_sh_keeps_bazels_own_failures(workspace):
+    code, output, _ = run_script(workspace, "test.sh", results=[("//tools:a_test", {"t": "failed"}, "")],
+                                 FAKE_BAZEL_RC="3")
+    assert code == 3 and "some tests failed" in output
+
+
+def test_run_matrix_fails_when_the_filter_matched_nothing_in_any_cell(workspace):
+    code, output, argv = run_script(workspace, "run_matrix.sh", ["--test_filter=TestNoSuch"],
+                                    [("//tests/sleep_wake:flags_mrv1_eager", SKIPPED, NOTHING_MATCHED)],
+                                    FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_SLOTS_PER_GPU="2")
+    assert code == 1, output
+    assert "run_matrix.sh: FAILED: no test case ran" in output
+    assert argv[-2:] == ["--test_filter=TestNoSuch", "//tests/sleep_wake/..."]
+
+
+def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
+    # The runner reserved GPU 0 for another job: one GPU, named by its UUID, is this matrix's.
+    code, output, argv = run_script(workspace, "run_matrix.sh", ["//tests/sleep_wake:flags_mrv1_eager"],
+                                    [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+                                    FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_SLOTS_PER_GPU="3",
+                                    CUDA_VISIBLE_DEVICES="GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b")
+    assert code == 0, output
+    assert "run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once" in output
+    assert "slots: GPUs 1 (NVML indices) x 3 slot(s) per GPU (SLEEPWAKE_SLOTS_PER_GPU)" in output
+    assert "--local_test_jobs=3" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
+
+
+def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(workspace):
+    code, output, argv = run_script(workspace, "run_matrix.sh", [],
+                                    [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+                                    FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    assert code == 0, output
+    expected, why = slots.automatic_slots(143163 << 20, len(os.sched_getaffinity(0)), 2)
+    assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output
+    assert why in output and "SLEEPWAKE_SLOTS_PER_GPU=N overrides" in output
+    assert f"--local_test_jobs={2 * expected}" in argv
+
+
+@pytest.mark.parametrize("env,message", [
+    ({}, "nvidia-smi failed (exit 9"),
+    ({"FAKE_NVIDIA_SMI_CSV": TWO_H200, "CUDA_VISIBLE_DEVICES": "5"}, "'5' is not a GPU of this host"),
+    ({"FAKE_NVIDIA_SMI_CSV": TWO_H200, "SLEEPWAKE_SLOTS_PER_GPU": "many"}, "not a whole number >= 1"),
+])
+def test_run_matrix_without_a_usable_gpu_stops_before_bazel(workspace, env, message):
+    code, output, argv = run_script(workspace, "run_matrix.sh", **env)
+    assert code == 1, output
+    assert message in output and "run_matrix.sh: stopped before Bazel" in output
+    assert argv is None, "bazel must not run"

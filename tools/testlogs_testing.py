@@ -1,0 +1,44 @@
+"""Fakes of what `bazel test` leaves behind, for the CPU tests of the readers of test results:
+JUnit XML files and a build event (BEP JSON) file naming them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import xml.etree.ElementTree as ElementTree
+
+
+def write_xml(path, outcomes: dict[str, str], skip_message: str = "") -> str:
+    """A JUnit XML file at path with one test case per name -> passed | failed | error | skipped."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = ElementTree.Element("testsuites")
+    suite = ElementTree.SubElement(root, "testsuite", {"name": "pytest", "tests": str(len(outcomes))})
+    for name, outcome in outcomes.items():
+        case = ElementTree.SubElement(suite, "testcase", {"classname": "sample.TestX", "name": name})
+        if outcome != "passed":
+            ElementTree.SubElement(case, "failure" if outcome == "failed" else outcome,
+                                   {"message": skip_message if outcome == "skipped" else "boom"})
+    ElementTree.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    return str(path)
+
+
+def write_bep(path, results, command: str = "test", patterns=("//...",)) -> None:
+    """A BEP JSON file of one invocation; results are (label, xml path or None, status) or
+    (label, xml path, status, shard, run, attempt, cached)."""
+    events = [{"id": {"started": {}}, "started": {"command": command, "uuid": "fake"}},
+              {"id": {"pattern": {"pattern": list(patterns)}}, "expanded": {}}]
+    for result in results:
+        label, xml, status, shard, run, attempt, cached = (tuple(result) + (1, 1, 1, False))[:7]
+        outputs = [{"name": "test.log", "uri": "file://" + os.path.abspath(str(xml or "x")) + ".log"}]
+        if xml:
+            outputs.append({"name": "test.xml", "uri": "file://" + os.path.abspath(str(xml))})
+        payload = {"testActionOutput": outputs, "status": status}
+        if cached:
+            payload["cachedLocally"] = True
+        events.append({"id": {"testResult": {"label": label, "run": run, "shard": shard, "attempt": attempt}},
+                       "testResult": payload})
+    events.append({"id": {"buildFinished": {}}, "finished": {"overallSuccess": True}})
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(event) + "\n" for event in events)
