@@ -37,7 +37,12 @@ class StarlarkFake:
                          for p in glob.glob(os.path.join(WORKSPACE, self.package, pattern), recursive=True))
         return sorted(found - set(exclude))
 
+    # Generated repositories, as a client with no SLEEPWAKE_*_POOL_PROPERTIES writes them.
+    GENERATED = {"@sleepwake_remote_pool//:pool.bzl": {"CPU_POOL": {}, "GPU_POOL": {}}}
+
     def load_bzl(self, label):
+        if label in self.GENERATED:
+            return dict(self.GENERATED[label])
         path = os.path.join(WORKSPACE, label.lstrip("/").replace(":", "/"))
         scope = self.scope()
         with open(path) as f:
@@ -89,7 +94,7 @@ def test_the_sharded_family_runs_every_class_one_shard_each(matrix):
                                "sharded_mrv2_graph"]
     for name, attrs in sharded.items():
         runner, mode = name.split("_")[1:]
-        assert attrs["shard_count"] == len(classes) == 11, "one shard per class, from classes.bzl"
+        assert attrs["shard_count"] == len(classes), "one shard per class, from classes.bzl"
         assert sorted(attrs["args"]) == sorted(f"{MATRIX_PACKAGE}/{f}" for f in classes.values())
         assert "manual" in attrs["tags"] and {"gpu", runner, mode} <= set(attrs["tags"])
         assert (attrs["env"]["SLEEPWAKE_RUNNER"], attrs["env"]["SLEEPWAKE_EXECUTION_MODE"]) == (runner, mode)
@@ -98,8 +103,8 @@ def test_the_sharded_family_runs_every_class_one_shard_each(matrix):
 
 def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix):
     rules, classes = matrix
-    cells = {name: attrs for name, (kind, attrs) in rules.items()
-             if kind == "py_test" and not name.startswith("sharded_")}
+    cells = {name: attrs for name, (kind, attrs) in rules.items()  # the fake tier's CPU targets aside
+             if kind == "py_test" and not name.startswith("sharded_") and "gpu" in attrs["tags"]}
     assert len(cells) == 4 * len(classes)
     for attrs in cells.values():
         assert len(attrs["args"]) == 1 and attrs["shard_count"] is None
