@@ -5,7 +5,14 @@
 #                              Cells lease only these (--test_env passes it through in --config=gpu).
 #   SLEEPWAKE_SLOTS_PER_GPU=N  cells sharing one GPU. Default: sized from the GPUs' free memory and
 #                              the cores (tools/launcher/slots.py says how); printed before the run.
+#   SLEEPWAKE_START_MODE=...   auto (default): cells fork their servers from a zygote that imported
+#                              vLLM once (tools/launcher/zygote_host.py, started here), else start
+#                              them plainly; plain or zygote force one (README "Speed").
 #   extra arguments            go to Bazel (targets, --test_filter, --config=remote-cache, ...)
+#
+# Each vLLM release keeps its own results: the outputs of a run against vLLM X land in
+# bazel-out/k8-fastbuild-vllm-X/ (--platform_suffix), which bazel-testlogs points at after the run;
+# another release's results stay where they were (and its cache keys differ anyway, identity.txt).
 #
 # Bazel runs GPUs x slots cells at once; each cell leases a slot with a lock file (tools/launcher/
 # gpu_lease.py) instead of Bazel's `exclusive` tag, which in Bazel 4.2.3 disables remote caching.
@@ -24,13 +31,32 @@ targets=()
 for a in "$@"; do [[ "$a" == //* || "$a" == :* ]] && targets+=("$a"); done
 ((${#targets[@]})) || set -- "$@" //tests/sleep_wake/...
 
+# The release the GPU toolchain's Python serves (user.bazelrc, written by tools/setup.sh).
+gpu_python=${SLEEPWAKE_GPU_PYTHON:-$(sed -n 's/^build:gpu --repo_env=SLEEPWAKE_GPU_PYTHON=//p' user.bazelrc 2>/dev/null | tail -1)}
+suffix=()
+if [[ -n "$gpu_python" ]] && release=$("$gpu_python" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null); then
+  suffix=(--platform_suffix="vllm-$release")
+  echo "run_matrix.sh: vLLM $release ($gpu_python); results under bazel-out/k8-fastbuild-vllm-$release"
+fi
+
+# Cells fork their servers from zygotes this host keeps (a zygote started inside a test would die
+# with it: Bazel kills what a test leaves behind). It exits when this script does.
+lock_dir=${SLEEPWAKE_LOCK_DIR:-/tmp/sleepwake-gpu-locks}; mkdir -p "$lock_dir"
+PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" --idle_s 600 \
+  >>"$lock_dir/zygote-host.log" 2>&1 &
+host_pid=$!
+trap 'kill "$host_pid" 2>/dev/null' EXIT
+
 # The events of this invocation only: a failed build must not leave an earlier run's to be read.
 bep=.bazel-bep.json
 rm -f "$bep"
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once"
-bazel test --config=gpu --local_test_jobs=$((gpus * slots)) \
+bazel test --config=gpu "${suffix[@]}" --local_test_jobs=$((gpus * slots)) \
   --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --build_event_json_file="$PWD/$bep" "$@"
 rc=$?
+# The run as a page beside bazel-testlogs (tools/report); it shows the results, it never decides them.
+python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" ||
+  echo "run_matrix.sh: no HTML report (see the line above); the test results stand" >&2
 ((rc == 4)) && { echo "run_matrix.sh: FAILED: no test target matched" >&2; exit 1; }
 if ((rc == 0)) && ! python3 tools/ran_tests.py "$bep"; then
   echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2

@@ -37,11 +37,23 @@ fi
 # test, the harness venv) are optional, since the matrix runs under the runner's own Python.
 optional() { if ((gpu_count > 0)); then say "WARNING: $* (skipped: only CPU tests need it)"; else die "$*"; fi; }
 
+# What only CPU tests use (nginx, the CPU venv with its vLLM, the engine tier's release overlays,
+# BuildGrid) is skipped on a GPU runner that cannot reach the package index: trying costs minutes of
+# timeouts and the matrix needs none of it.
+cpu_pieces=1
+if ((gpu_count > 0)) && ! timeout 10 python3 -c 'import urllib.request; urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=8)' 2>/dev/null; then
+  cpu_pieces=0
+  say "GPU runner without a package index (pypi.org unreachable): installing what the matrix needs only;"
+  say "skipped: nginx, $VENV, the engine tier's release overlays and BuildGrid (CPU tests only)"
+fi
+
 missing=()
 command -v bazel >/dev/null || missing+=(bazel-bootstrap)
-[[ -x /usr/sbin/nginx ]] || missing+=(nginx)
-[[ -x /usr/bin/python3 ]] || missing+=(python3)
-/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+if ((cpu_pieces)); then
+  [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
+  [[ -x /usr/bin/python3 ]] || missing+=(python3)
+  /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+fi
 if ((${#missing[@]})); then
   say "installing ${missing[*]} with apt-get"
   export DEBIAN_FRONTEND=noninteractive
@@ -59,41 +71,43 @@ if command -v systemctl >/dev/null && systemctl is-active --quiet nginx 2>/dev/n
   systemctl stop nginx || true
 fi
 
-lock_sha=$(sha256sum "$LOCK" | cut -d' ' -f1)
-if [[ "$(cat "$VENV/.lock-sha256" 2>/dev/null)" != "$lock_sha" ]]; then
-  say "building $VENV from $LOCK (sha256 ${lock_sha:0:16})"
-  rm -rf "$VENV"
-  if /usr/bin/python3 -m venv "$VENV" &&
-     "$VENV/bin/pip" install -q --disable-pip-version-check --retries 2 --no-deps --require-hashes -r "$LOCK"; then
-    echo "$lock_sha" > "$VENV/.lock-sha256"
+if ((cpu_pieces)); then
+  lock_sha=$(sha256sum "$LOCK" | cut -d' ' -f1)
+  if [[ "$(cat "$VENV/.lock-sha256" 2>/dev/null)" != "$lock_sha" ]]; then
+    say "building $VENV from $LOCK (sha256 ${lock_sha:0:16})"
+    rm -rf "$VENV"
+    if /usr/bin/python3 -m venv "$VENV" &&
+       "$VENV/bin/pip" install -q --disable-pip-version-check --retries 2 --no-deps --require-hashes -r "$LOCK"; then
+      echo "$lock_sha" > "$VENV/.lock-sha256"
+    else
+      optional "could not build $VENV from $LOCK (is PyPI reachable?)"
+    fi
   else
-    optional "could not build $VENV from $LOCK (is PyPI reachable?)"
+    say "$VENV is current (lock sha256 ${lock_sha:0:16})"
   fi
-else
-  say "$VENV is current (lock sha256 ${lock_sha:0:16})"
+
+  # BuildGrid and PostgreSQL for the remote-execution test (its own hashed lock and venv).
+  tools/remote_exec/install.sh ||
+    optional "tools/remote_exec/install.sh failed: //tools/remote_exec:remote_exec_test needs BuildGrid and PostgreSQL"
+
+  # Other vLLM releases for the engine tier on CPU (//tests/engine's per-release targets): each a
+  # hash-checked overlay on the venv holding the pins that release changes (third_party/python/
+  # version_overlay.py says which), put first on the path by those targets.
+  for overlay_lock in third_party/python/vllm-*.overlay.lock; do
+    release=$(basename "$overlay_lock" .overlay.lock)
+    target=/opt/sleepwake/$release
+    sha=$(sha256sum "$overlay_lock" | cut -d' ' -f1)
+    [[ "$(cat "$target/.lock-sha256" 2>/dev/null)" == "$sha" ]] && continue
+    say "installing $target from $overlay_lock (sha256 ${sha:0:16})"
+    rm -rf "$target"
+    if [[ -x "$VENV/bin/pip" ]] && "$VENV/bin/pip" install -q --disable-pip-version-check --retries 2 --no-deps \
+         --require-hashes --target "$target" -r "$overlay_lock"; then
+      echo "$sha" > "$target/.lock-sha256"
+    else
+      optional "could not install $target from $overlay_lock (is PyPI reachable?)"
+    fi
+  done
 fi
-
-# BuildGrid and PostgreSQL for the remote-execution test (its own hashed lock and venv).
-tools/remote_exec/install.sh ||
-  optional "tools/remote_exec/install.sh failed: //tools/remote_exec:remote_exec_test needs BuildGrid and PostgreSQL"
-
-# Other vLLM releases for the engine tier on CPU (//tests/engine's per-release targets): each a
-# hash-checked overlay on the venv holding the pins that release changes (third_party/python/
-# version_overlay.py says which), put first on the path by those targets.
-for overlay_lock in third_party/python/vllm-*.overlay.lock; do
-  release=$(basename "$overlay_lock" .overlay.lock)
-  target=/opt/sleepwake/$release
-  sha=$(sha256sum "$overlay_lock" | cut -d' ' -f1)
-  [[ "$(cat "$target/.lock-sha256" 2>/dev/null)" == "$sha" ]] && continue
-  say "installing $target from $overlay_lock (sha256 ${sha:0:16})"
-  rm -rf "$target"
-  if [[ -x "$VENV/bin/pip" ]] && "$VENV/bin/pip" install -q --disable-pip-version-check --retries 2 --no-deps \
-       --require-hashes --target "$target" -r "$overlay_lock"; then
-    echo "$sha" > "$target/.lock-sha256"
-  else
-    optional "could not install $target from $overlay_lock (is PyPI reachable?)"
-  fi
-done
 
 if ((gpu_count > 0)); then
   gpu_python=${SLEEPWAKE_GPU_PYTHON:-$(command -v python3)}
