@@ -33,9 +33,13 @@ for a in "$@"; do [[ "$a" == //* || "$a" == :* ]] && targets+=("$a"); done
 
 # The release the GPU toolchain's Python serves (user.bazelrc, written by tools/setup.sh).
 gpu_python=${SLEEPWAKE_GPU_PYTHON:-$(sed -n 's/^build:gpu --repo_env=SLEEPWAKE_GPU_PYTHON=//p' user.bazelrc 2>/dev/null | tail -1)}
+# Its build (version + digest of the installed files) also re-keys @sleepwake_gpu: a vLLM replaced
+# under a running Bazel server would otherwise keep the old identity.txt until the server restarts.
 suffix=()
-if [[ -n "$gpu_python" ]] && release=$("$gpu_python" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null); then
-  suffix=(--platform_suffix="vllm-$release")
+if [[ -n "$gpu_python" ]] && build=$("$gpu_python" -c 'import hashlib, importlib.metadata as m
+d = m.distribution("vllm"); print(d.version, hashlib.sha256((d.read_text("RECORD") or "").encode()).hexdigest()[:16])' 2>/dev/null); then
+  release=${build%% *}
+  suffix=(--platform_suffix="vllm-$release" --repo_env=SLEEPWAKE_GPU_FINGERPRINT="vllm-${build// /+}")
   echo "run_matrix.sh: vLLM $release ($gpu_python); results under bazel-out/k8-fastbuild-vllm-$release"
 fi
 

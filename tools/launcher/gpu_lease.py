@@ -132,7 +132,9 @@ def memory_phase(lease: Lease | None, exclusive: bool, timeout_s: float, poll_s:
     another server on the GPU allocates meanwhile (its start, its wake), the sleep fails with HTTP 500
     after having unmapped its memory, and the engine is left inconsistent (seen on the H200 with 16
     servers per GPU). So a sleep takes the lock exclusively; starts, wakes and weight reloads, which
-    allocate, take it shared. A lease alone on its GPU needs no lock.
+    allocate, take it shared, and so does a teardown, which frees as much as a start takes (a
+    neighbour judging its sleep or wake by device-wide bytes must not see it). A lease alone on its
+    GPU needs no lock.
     """
     if lease is None or lease.exclusive:
         yield 0.0

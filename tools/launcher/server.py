@@ -15,6 +15,7 @@ PDEATHSIG fires when the thread that started it exits.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -350,6 +351,14 @@ class VllmServer:
         if sup is None:
             return {}
         _live.discard(self)
+        # Releasing the GPU changes device-wide memory as much as a start does: a neighbour judging a
+        # sleep or a wake by device-wide bytes (vLLM's own sleep check, the immediacy oracle) must
+        # not see it mid-window (seen on the H200: a neighbour's exit read as 3.6 GB not restored).
+        # A stop forced by a signal does not wait for the lock.
+        with contextlib.nullcontext() if fast else self.memory_phase(exclusive=False):
+            return self._tear_down(sup, check_release, fast)
+
+    def _tear_down(self, sup, check_release: bool, fast: bool) -> dict:
         snap = process_tree.snapshot(sup.pid, include_root=False)
         try:
             sup.stdin.write(b"stop fast\n" if fast else b"stop\n")

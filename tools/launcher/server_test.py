@@ -134,6 +134,25 @@ def test_device_memory_is_checked_only_with_an_exclusive_lease(tmp_path, pid_fil
     assert server.lease is None  # given back even when the release check fails
 
 
+def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_file):
+    """A server leaving a shared GPU frees device memory: a neighbour inside its exclusive phase (a
+    sleep judged by device-wide bytes) must not see that happen mid-window."""
+    from tools.launcher import gpu_lease
+    server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=2)
+    server.start()
+    stopped = threading.Event()
+    neighbour = gpu_lease.Lease(gpu=server.lease.gpu, slot=1 - server.lease.slot, path=server.lease.path,
+                                fd=-1, waited_s=0.0, exclusive=False)
+    with gpu_lease.memory_phase(neighbour, exclusive=True, timeout_s=5):
+        stopper = threading.Thread(target=lambda: (server.stop(), stopped.set()))
+        stopper.start()
+        assert not stopped.wait(1.0), "the server was torn down inside a neighbour's exclusive phase"
+        assert testing.survivors_after(testing.recorded_pids(pid_file), 0), (
+            "its processes must still be there while the neighbour measures")
+    assert stopped.wait(30), "the teardown did not proceed once the neighbour's phase ended"
+    stopper.join()
+
+
 def test_gpu_bytes_counts_the_servers_processes(tmp_path, pid_file):
     nvml = FakeNvml()
     with _server(tmp_path, pid_file, nvml=nvml, lease=True) as server:
