@@ -109,7 +109,11 @@ MUTANTS = {m.name: m for m in [
     Mutant("residue_grows", "#45648 (memory level 1 leaves resident)",
            "1152 MiB of device memory outside the pools from start-up on: resident at level 1, like a "
            "CUDA-graph pool level 1 does not release.",
-           {"physical_memory": r"level1_residue_bytes_max"}, "device_memory:residue_grows",
+           # On the H200 (2026-11-30) the asleep/awake fraction (0.40 > 0.35) fired before the residue
+           # check: growth that misses the 1 GiB residue by 2x also lifts the fraction on MRV2-eager,
+           # so the residue bound only decides alone in graph mode, where its per-cell bound is 1.15 GiB.
+           {"physical_memory": r"level1_residue_bytes_max|level1_bytes_fraction_max"},
+           "device_memory:residue_grows",
            bound=("level1_residue_bytes_max",), size="+1152 MiB resident",
            expected={"level1_residue_bytes_max": _ASLEEP + 1152 * MiB}),
     Mutant("late_release", "sleep answers before the memory is freed",
