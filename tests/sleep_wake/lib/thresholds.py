@@ -32,6 +32,8 @@ POLICY = {
 }
 INITIAL = "initial bound from REFERENCE.md facts; to be replaced by H200 measurement"
 MEASURED = "H200 x2, vLLM 0.26.0, 2026-11-29, matrix runs 1-2 (16 cells per GPU, 44 cells each)"
+MEASURED_RL = ("H200 x2, 2026-11-30, 5 green matrix runs of 60 cells (16 per GPU): vLLM 0.26.0 x3, 0.25.0, "
+               "0.24.0, all four runner x mode cells")
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -63,7 +65,8 @@ _TABLE = [
               f"{MEASURED}: eager 840957952-866123776 bytes, graph 941621248-952107008 (the resident CUDA-graph pool, #45648); ~20% above each",
               per_cell={"graph": 1.15 * GiB}),
     Threshold("wake_restore_bytes_max", 256 * MiB, "bytes (woken - awake: growth)", MECHANISM,
-              f"{INITIAL}: a full wake remaps the same pools (2 MiB granules); growth is a leak"),
+              f"{MEASURED_RL}: growth at most 94 MiB (98566144 bytes, settled per process), median -2 MiB; "
+              "a full wake remaps the same pools, growth beyond is a leak"),
     Threshold("wake_shortfall_bytes_max", 128 * MiB, "bytes (awake - woken: shortfall)", MECHANISM,
               "H200, vLLM 0.26.0, 2026-11-29 (probe and first matrix run): graph cells came back to the "
               "same bytes (3609198592 before and after); eager cells 371195904 bytes (354 MiB) lower "
@@ -89,37 +92,36 @@ _TABLE = [
     # --- immediacy: device-wide NVML bytes, read once, right after the call returns --------------
     Threshold("sleep_freed_immediate_kv_fraction_min", 0.95, "fraction of SLEEPWAKE_KV_CACHE_BYTES",
               MECHANISM,
-              f"{INITIAL}: the settled per-process reading measured 1.05-1.42 x the KV cache freed ({MEASURED}); "
-              "the same floor, read without any wait under the GPU's exclusive memory phase, so a release "
-              "that lands after /sleep answers fails"),
+              f"{MEASURED_RL}: 1.241-1.425 x the KV cache freed at the first reading (n=40); the settled "
+              "floor, read without any wait under the GPU's exclusive memory phase, so a release that lands "
+              "after /sleep answers fails"),
     Threshold("wake_shortfall_immediate_bytes_max", 128 * MiB, "bytes (used before the sleep - first "
               "reading after the wake)", MECHANISM,
-              f"{INITIAL}: wake_shortfall_bytes_max read device-wide at once instead of settled per process: "
-              "the same pools come back, and eager cells 354 MiB short (the activation blocks the sleep "
-              "emptied from torch's cache) per that threshold's measurement",
+              f"{MEASURED_RL}: -2 MiB to 94 MiB in every cell (n=40; eager no lower than graph at the first "
+              "device-wide reading); the eager 400 MiB keeps wake_shortfall_bytes_max's margin for the "
+              "354 MiB of activation blocks a sleep empties from torch's cache",
               per_cell={"eager": 400 * MiB}),
     # --- host memory: VmRSS of the server's process tree (lib/host_memory.py) --------------------
-    Threshold("host_copy_weights_ratio_min", 0.9, "host bytes added by the first level-1 sleep / checkpoint "
+    Threshold("host_copy_weights_ratio_min", 1.2, "host bytes added by the first level-1 sleep / checkpoint "
               "tensor bytes", MECHANISM,
-              f"{INITIAL}: level 1 copies the whole weights pool, 1.03-1.07 x the checkpoint's tensor bytes "
-              "(weights_wake_bytes_rel_error_max measurement), to pinned host memory; 0.9 leaves room for "
-              "API-server heap noise. Less is a weight not backed up (garbage after wake)"),
-    Threshold("host_copy_weights_ratio_max", 2.1, "host bytes added by the first level-1 sleep / checkpoint "
+              f"{MEASURED_RL}: 1.440-1.519 (MRV1 1.44-1.45, MRV2 1.52; n=20): the weights pool copied to "
+              "pinned blocks rounded up by PyTorch's caching host allocator; 1.2 = 0.83 x the lowest. Less "
+              "is a weight not backed up (garbage after wake)"),
+    Threshold("host_copy_weights_ratio_max", 1.8, "host bytes added by the first level-1 sleep / checkpoint "
               "tensor bytes", MECHANISM,
-              f"{INITIAL}: each CuMem allocation is copied into its own pinned block, which PyTorch's caching "
-              "host allocator rounds up to a power of two (< 2x), times the pool's 1.07; more is a second "
-              "copy"),
+              f"{MEASURED_RL}: at most 1.519 (n=20); 1.8 = 1.18 x the highest. More is a second copy"),
     Threshold("level2_host_bytes_max", 64 * MiB, "bytes (host bytes asleep at level 2 - awake)", CONTRACT,
-              f"{INITIAL}: level 2 copies no weights (device_allocator/sleep_mode_backend.py CuMemBackend."
-              "suspend: offload_tags=() unless level 1); gpu_worker.py Worker.sleep saves only the model's "
-              "buffers to CPU (the rotary cache, a few MiB); the rest absorbs API-server heap noise"),
+              f"{MEASURED_RL}: 1.8-3.0 MB (n=20). Level 2 copies no weights (device_allocator/"
+              "sleep_mode_backend.py CuMemBackend.suspend: offload_tags=() unless level 1); gpu_worker.py "
+              "Worker.sleep saves only the model's buffers to CPU; the rest absorbs API-server heap noise"),
     Threshold("host_leak_bytes_per_cycle_max", 16 * MiB, "bytes (median of the cycle-to-cycle steps)",
               MECHANISM,
-              f"{INITIAL}: every level-1 sleep after the first reuses the pinned blocks PyTorch's caching "
-              "host allocator kept (known divergence host_copy_cached_after_wake), so host bytes repeat "
-              "cycle after cycle up to the API server's heap noise (a few MiB per request)"),
+              f"{MEASURED_RL}: median steps 4-8 KiB (n=40): every level-1 sleep after the first reuses the "
+              "pinned blocks PyTorch's caching host allocator kept (known divergence "
+              "host_copy_cached_after_wake); 16 MiB is the smallest leak the sized mutant must show at 2x"),
     Threshold("host_cycle_flat_max", 128 * MiB, "bytes (max - min over cycles 2..10)", MECHANISM,
-              f"{INITIAL}: as host_leak_bytes_per_cycle_max, for a one-off jump (a second copy pinned once)"),
+              f"{MEASURED_RL}: 40-88 KiB over cycles 2..10 (n=40); as host_leak_bytes_per_cycle_max, for a "
+              "one-off jump (a second copy pinned once)"),
     # --- output --------------------------------------------------------------------------------
     Threshold("logprob_drift_max", 1e-2, "nats (absolute, per token)", CONTRACT,
               "level-1 sleep copies weights back bit-exact; 1e-2 tolerates kernel nondeterminism only"),
