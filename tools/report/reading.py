@@ -1,9 +1,8 @@
 """Reading a run from bazel-testlogs: each cell's JUnit cases, its measurements and log files, which
 results the last `bazel test` produced (its build events), and the GPU identity file.
 
-tools/testlogs.py reads one undeclared output; what it does not offer (shard result dirs, log files
-inside test.outputs or outputs.zip, the test.xml paths named by the build events, the identity file)
-lives here.
+tools/testlogs.py reads outputs, shard result dirs, skip records and build events; what it does not
+offer (log files inside test.outputs or outputs.zip, a run's measurements, the identity file) lives here.
 """
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ import ast
 import dataclasses
 import json
 import os
-import urllib.parse
-import urllib.request
 import xml.etree.ElementTree as ElementTree
 import zipfile
 
@@ -38,15 +35,7 @@ class OutputFile:
         return self.member or os.path.basename(self.path)
 
 
-def result_dirs(target_dir: str) -> list[str]:
-    """The directories holding one test.xml each: the target's own, or one per shard or run
-    (shard_1_of_3/, run_2_of_5/)."""
-    found = []
-    for parent, dirs, files in os.walk(target_dir):
-        dirs[:] = sorted(d for d in dirs if d.startswith(("shard_", "run_")))
-        if "test.xml" in files:
-            found.append(parent)
-    return found
+result_dirs = testlogs.result_dirs
 
 
 def junit_cases(xml_path: str) -> list[verdict.Case]:
@@ -61,10 +50,9 @@ def skip_reasons(xml_path: str) -> list[str]:
     """The messages of the skipped cases (pytest_main's one case for a filter or shard that selected
     nothing says why); [] when the file cannot be parsed (junit_cases says so)."""
     try:
-        root = ElementTree.parse(xml_path).getroot()
+        return [m for m in testlogs.skip_reasons(xml_path) if m]
     except (ElementTree.ParseError, OSError):
         return []
-    return [s.get("message", "") for s in root.iter("skipped") if s.get("message")]
 
 
 def measurements(result_dir: str) -> tuple[list[dict], int]:
@@ -111,22 +99,9 @@ class Invocation:
 
 def read_invocation(bep_path: str) -> Invocation:
     """The invocation of a BEP JSON file (`--build_event_json_file`), cached results included."""
-    words, xmls = [], set()
-    with open(bep_path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            event = json.loads(line)
-            ident = event.get("id", {})
-            if "started" in ident:
-                words.insert(0, event.get("started", {}).get("command", ""))
-            elif "pattern" in ident:
-                words += ident["pattern"].get("pattern", [])
-            for output in event.get("testResult", {}).get("testActionOutput", []):
-                uri = urllib.parse.urlparse(output.get("uri", ""))
-                if output.get("name") == "test.xml" and uri.scheme == "file":
-                    xmls.add(os.path.realpath(urllib.request.url2pathname(uri.path)))
-    return Invocation(command=" ".join(w for w in words if w), xmls=xmls)
+    bep = testlogs.read_bep(bep_path)
+    return Invocation(command=" ".join(w for w in [bep.command, *bep.patterns] if w),
+                      xmls={os.path.realpath(r.xml) for r in bep.results if r.xml})
 
 
 def identity_file(testlogs_root: str) -> str | None:

@@ -219,7 +219,7 @@ def test_without_build_events_stale_cells_are_not_told_apart(tmp_path):
 def test_build_events_of_another_run_are_ignored(tmp_path):
     logs, _ = _bazel_layout(tmp_path)
     other = tmp_path / "other.json"
-    other.write_text(json.dumps({"id": {"testResult": {}}, "testResult": {"testActionOutput": [
+    other.write_text(json.dumps({"id": {"testResult": {"label": "//x:x"}}, "testResult": {"testActionOutput": [
         {"name": "test.xml", "uri": "file:///elsewhere/testlogs/x/test.xml"}]}}) + "\n")
     page = html.unescape(_render(tmp_path, "--bep", other, logs=logs))
     assert 'data-state="stale"' not in page and "describe another run and were ignored" in page
