@@ -6,61 +6,18 @@ Python that imports vLLM has them, and our pins installed over them could break 
 else the harness needs (pytest and what it needs, absl-py, ...) comes from the lock, hash-checked,
 into a directory that tools/setup.sh puts first on the runner's sys.path.
 
-    python3 tools/harness_overlay.py third_party/python/requirements.lock > overlay.lock
+    python3 -m tools.harness_overlay third_party/python/requirements.lock > overlay.lock
 
-The lock is pip-compile output: `name==version \\`, `--hash=` lines, then `# via` annotations naming
-the packages that pulled it in (or `-r requirements.in` for a direct requirement).
+The `# via` annotations of the lock (tools/lock_pins.py reads them) say what pulled each pin in.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 import sys
 
+from tools.lock_pins import Pin, parse_lock
+
 RUNNER_ROOT = "vllm"  # the runner's own package: it and everything it needs stay the runner's
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")  # name[extras]==version
-
-
-@dataclasses.dataclass
-class Pin:
-    name: str  # normalised (PEP 503)
-    lines: list[str]  # the pin with its --hash lines, as in the lock
-    via: list[str]  # normalised names of the packages that require it; "-r ..." for direct ones
-
-
-def normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def parse_lock(text: str) -> dict[str, Pin]:
-    pins: dict[str, Pin] = {}
-    current: Pin | None = None
-    in_via = False
-    for line in text.splitlines():
-        match = _PIN.match(line)
-        if match:
-            current = Pin(normalise(match.group(1)), [line], [])
-            pins[current.name] = current
-            in_via = False
-            continue
-        if current is None:
-            continue
-        stripped = line.strip()
-        if stripped.startswith("--hash="):
-            current.lines.append(line)
-        elif stripped.startswith("# via"):
-            rest = stripped[len("# via"):].strip()
-            in_via = not rest
-            if rest:
-                current.via.append(rest if rest.startswith("-r") else normalise(rest))
-        elif in_via and stripped.startswith("#"):
-            entry = stripped.lstrip("#").strip()
-            if entry:
-                current.via.append(entry if entry.startswith("-r") else normalise(entry.split()[0]))
-        elif not stripped:
-            in_via = False
-    return pins
 
 
 def runner_closure(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> set[str]:

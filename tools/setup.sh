@@ -91,8 +91,8 @@ if ((cpu_pieces)); then
     optional "tools/remote_exec/install.sh failed: //tools/remote_exec:remote_exec_test needs BuildGrid and PostgreSQL"
 
   # Other vLLM releases for the engine tier on CPU (//tests/engine's per-release targets): each a
-  # hash-checked overlay on the venv holding the pins that release changes (third_party/python/
-  # version_overlay.py says which), put first on the path by those targets.
+  # hash-checked overlay on the venv holding the pins that release changes (tools/version_overlay.py
+  # says which), put first on the path by those targets.
   for overlay_lock in third_party/python/vllm-*.overlay.lock; do
     release=$(basename "$overlay_lock" .overlay.lock)
     target=/opt/sleepwake/$release
@@ -116,7 +116,7 @@ if ((gpu_count > 0)); then
   # The harness's own packages (pytest, absl-py, ...) come from the lock, hash-checked, as an overlay
   # first on the runner's path; what vLLM itself needs stays the runner's (tools/harness_overlay.py).
   overlay_lock=$(mktemp)
-  "$gpu_python" tools/harness_overlay.py "$LOCK" > "$overlay_lock" || die "could not derive the harness overlay from $LOCK"
+  "$gpu_python" -m tools.harness_overlay "$LOCK" > "$overlay_lock" || die "could not derive the harness overlay from $LOCK"
   overlay_sha=$(sha256sum "$overlay_lock" | cut -d' ' -f1)
   if [[ "$(cat "$OVERLAY/.lock-sha256" 2>/dev/null)" != "$overlay_sha" ]]; then
     say "installing the harness overlay $OVERLAY for $gpu_python (${SLEEPWAKE_WHEELHOUSE:+wheels from $SLEEPWAKE_WHEELHOUSE, }sha256 ${overlay_sha:0:16})"

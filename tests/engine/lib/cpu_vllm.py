@@ -23,7 +23,6 @@ PLUGIN = "sleepwake_engine_cpu"
 if PLUGIN_DIR not in sys.path:
     sys.path.insert(0, PLUGIN_DIR)
 
-import vllm  # noqa: E402
 import vllm.platforms  # noqa: E402  (resolves the platform, through the plugin)
 from vllm.platforms.interface import UnspecifiedPlatform  # noqa: E402
 
