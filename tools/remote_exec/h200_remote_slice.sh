@@ -55,8 +55,6 @@ chmod +x "$BIN/python3" "$BIN/bgd"
   die "BuildGrid does not import with $(command -v python3) and $SITE (a package the image lacks? see $LOCK)"
 PG_BIN=$SITE/pgserver/pginstall/bin
 [[ -x $PG_BIN/postgres ]] || die "$PG_BIN/postgres is missing (pgserver wheel)"
-unshare --user --map-user=1000 --map-group=1000 true ||
-  die "cannot create a user namespace; PostgreSQL refuses root (tools/remote_exec/engine/postgres.py)"
 
 # --- The pools: properties measured here, one GPU worker per cell -----------------------------------
 gpu_props=$("$GPU_PYTHON" tools/remote_exec/pool_properties.py) || die "$GPU_PYTHON tools/remote_exec/pool_properties.py failed"

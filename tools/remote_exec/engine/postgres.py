@@ -3,7 +3,9 @@
 A fresh cluster matters: bot sessions persisted by an earlier server run keep receiving jobs until
 their keepalive expires. PostgreSQL refuses to run as root; as root the server runs in a user
 namespace where it is an ordinary user (the files stay root's outside), so its data directory can sit
-in the test's own TEST_TMPDIR, which other accounts cannot reach.
+in the test's own TEST_TMPDIR, which other accounts cannot reach. Where user namespaces are not
+allowed (many containers, the GPU machine perhaps), root hands the data directory to `nobody` and
+runs the server as that account, which needs a workdir every account can traverse.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import os
 import pathlib
 import shutil
 import signal
+import subprocess
+import sys
 from typing import Iterator
 
 from tools.remote_exec.engine import processes
@@ -21,28 +25,54 @@ DEBIAN_PG_BIN = pathlib.Path("/usr/lib/postgresql/15/bin")
 _USER = "buildgrid"
 # The uid PostgreSQL sees itself as inside the namespace; any non-zero one.
 _NAMESPACE_UID = 1000
+# The account the server runs as where no user namespace can be made: nobody on Debian and Ubuntu.
+UNPRIVILEGED_UID = 65534
+# Replaces itself with argv[1:] after dropping root: a prefix like `unshare ...`, so that signals
+# reach PostgreSQL itself. Python, because it is the one interpreter every machine here has.
+_DROP_ROOT = ("import os, sys; uid = int(sys.argv[1]); os.setgroups([]); os.setgid(uid); os.setuid(uid); "
+              "os.execv(sys.argv[2], sys.argv[2:])")
 
 
-def _as_non_root() -> list[str]:
-    if os.geteuid() != 0:
-        return []
+def user_namespaces_work() -> bool:
+    """Whether `unshare --user` can map this root to an ordinary user here (containers often forbid it)."""
     unshare = shutil.which("unshare")
     if not unshare:
-        raise processes.ServiceError("PostgreSQL cannot run as root and `unshare` (util-linux) is missing: "
-                                     "apt-get install util-linux, or run as a non-root user")
-    return [unshare, "--user", f"--map-user={_NAMESPACE_UID}", f"--map-group={_NAMESPACE_UID}"]
+        return False
+    try:
+        return subprocess.run([unshare, "--user", f"--map-user={_NAMESPACE_UID}", f"--map-group={_NAMESPACE_UID}",
+                               "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _as_non_root(data: pathlib.Path, namespaces: bool) -> list[str]:
+    """The command prefix that runs PostgreSQL as an ordinary user; may hand `data` to that user."""
+    if os.geteuid() != 0:
+        return []
+    if namespaces:
+        return [shutil.which("unshare"), "--user", f"--map-user={_NAMESPACE_UID}", f"--map-group={_NAMESPACE_UID}"]
+    data.mkdir(parents=True, exist_ok=True)
+    os.chown(data, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    for parent in data.parents:
+        if not os.stat(parent).st_mode & 0o001:
+            raise processes.ServiceError(f"PostgreSQL must run as uid {UNPRIVILEGED_UID} here (no user namespaces), "
+                                         f"which cannot enter {parent}: give the engine a workdir under /tmp")
+    return [sys.executable, "-c", _DROP_ROOT, str(UNPRIVILEGED_UID)]
 
 
 @contextlib.contextmanager
 def throwaway_cluster(workdir: pathlib.Path, port: int, log_dir: pathlib.Path,
-                      pg_bin: pathlib.Path = DEBIAN_PG_BIN) -> Iterator[str]:
-    """Initialises a cluster under workdir, serves it on 127.0.0.1:port, yields its SQLAlchemy URL."""
+                      pg_bin: pathlib.Path = DEBIAN_PG_BIN, namespaces: bool | None = None) -> Iterator[str]:
+    """Initialises a cluster under workdir, serves it on 127.0.0.1:port, yields its SQLAlchemy URL.
+
+    namespaces: run as root inside a user namespace (True) or as nobody (False); None asks the machine.
+    """
     for tool in ("initdb", "postgres"):
         if not (pg_bin / tool).exists():
             raise processes.ServiceError(f"{pg_bin / tool} is missing: install Debian's postgresql "
                                          "(tools/remote_exec/install.sh does)")
     data = workdir / "pgdata"
-    prefix = _as_non_root()
+    prefix = _as_non_root(data, user_namespaces_work() if namespaces is None else namespaces)
     processes.run_to_completion(
         "initdb", [*prefix, str(pg_bin / "initdb"), "-D", str(data), "-U", _USER, "--auth=trust",
                    "-E", "UTF8", "--no-locale", "--no-sync"],
