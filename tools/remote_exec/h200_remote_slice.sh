@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# PREPARED, NOT YET RUN. One runner x mode slice of the GPU cells (11 cells), executed remotely through
+# One runner x mode slice of the GPU cells (one cell per class: 15), executed remotely through
 # a REAPI engine that runs on the GPU machine itself: PostgreSQL + BuildGrid, one CPU worker (the
 # checkpoint generator) and one GPU worker per cell (the stand-in bots of tools/remote_exec/testing),
-# and the Bazel client, all in one device call. Then the same `bazel test` again, which must be served
-# from the engine's cache ("Executed 0 out of 11").
+# and the Bazel client, all in one device call. Then `bazel clean` and the same `bazel test` again,
+# which must be served from the engine's action cache ("Executed 0 out of N", "remote cache hit").
 #
 #   tools/remote_exec/h200_remote_slice.sh [RUNNER] [MODE]        # default: mrv1 eager
 #
@@ -90,9 +90,12 @@ flags=(--config=gpu --config=remote "--remote_executor=$url" --remote_instance_n
        --color=no --curses=no --test_output=errors --test_summary=short)
 rc=0
 "$BAZEL" test "${flags[@]}" "${targets[@]}" 2>&1 | tee "$OUT/bazel-remote-run.txt" || rc=$?
+# Without the local output tree and action cache, only the engine's action cache can answer the rerun.
+"$BAZEL" clean 2>&1 | tee "$OUT/bazel-clean.txt"
 "$BAZEL" test "${flags[@]}" "${targets[@]}" 2>&1 | tee "$OUT/bazel-remote-rerun.txt" || rc=$((rc ? rc : $?))
-if ! grep -q "Executed 0 out of ${#targets[@]} tests" "$OUT/bazel-remote-rerun.txt"; then
-  say "FAILED: the rerun executed cells again instead of taking them from the engine's cache"
+if ! grep -q "Executed 0 out of ${#targets[@]} tests" "$OUT/bazel-remote-rerun.txt" ||
+   ! grep -q "remote cache hit" "$OUT/bazel-remote-rerun.txt"; then
+  say "FAILED: the rerun after bazel clean executed cells again instead of taking them from the engine's cache"
   ((rc)) || rc=1
 fi
 exit $rc
