@@ -109,6 +109,17 @@ def _start_server(name: str, cell, recorder, nodeid: str, model: str | None = No
     return context, server
 
 
+def _stop_server(context, server, recorder, nodeid: str) -> None:
+    """Stops a server of _start_server and records where its time went (tools/bench splits a slow
+    matrix with these), also when the stop itself fails."""
+    try:
+        context.__exit__(None, None, None)
+    finally:
+        timings = server.timings.as_record()
+        recorder.record(nodeid, "server_timings", round(sum(v for k, v in timings.items() if k.endswith("_s")), 3),
+                        "s", start_mode=server.start_mode, **timings)
+
+
 @pytest.fixture(scope="class")
 def server(request, cell, recorder):
     """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/."""
@@ -116,7 +127,7 @@ def server(request, cell, recorder):
     try:
         yield srv
     finally:
-        context.__exit__(None, None, None)
+        _stop_server(context, srv, recorder, request.node.nodeid)
 
 
 @pytest.fixture
@@ -128,7 +139,7 @@ def isolated_server(request, cell, recorder):
     try:
         yield srv
     finally:
-        context.__exit__(None, None, None)
+        _stop_server(context, srv, recorder, request.node.nodeid)
 
 
 def _client_of(server) -> SleepWakeClient:
@@ -149,7 +160,7 @@ def server_on(request, cell, recorder):
         try:
             yield _client_of(srv)
         finally:
-            context.__exit__(None, None, None)
+            _stop_server(context, srv, recorder, request.node.nodeid)
     return start
 
 

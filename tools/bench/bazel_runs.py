@@ -1,5 +1,6 @@
 """What a `bazel test` run says about time: Bazel's elapsed time and per-target results from its
-output, and the server starts the cells recorded (measurements.jsonl, key server_start_s)."""
+output, and where the GPU cells' time went: the server timings they recorded (measurements.jsonl, key
+server_timings, tools/launcher/timings.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import statistics
 from tools import testlogs
 
 _ELAPSED = re.compile(r"^INFO: Elapsed time: ([\d.]+)s", re.M)
+_CRITICAL = re.compile(r"^INFO: Elapsed time: [\d.]+s, Critical Path: ([\d.]+)s", re.M)
 # "//tests/sleep_wake:flags_mrv1_eager      PASSED in 23.1s", "(cached) PASSED in 3.2s",
 # "FAILED in 2 out of 2 in 12.0s", "TIMEOUT in 900.1s"
 _TARGET = re.compile(r"^(//\S+)\s+(\(cached\) )?(PASSED|FAILED|FLAKY|TIMEOUT|NO STATUS)\b(?:.* in ([\d.]+)s)?", re.M)
@@ -22,6 +24,12 @@ def elapsed_s(output: str) -> float | None:
     return float(found[-1]) if found else None
 
 
+def critical_path_s(output: str) -> float | None:
+    """Bazel's critical path of the last command: the longest chain of actions, here the slowest cell."""
+    found = _CRITICAL.findall(output)
+    return float(found[-1]) if found else None
+
+
 def target_results(output: str) -> dict:
     """target -> {"status", "cached", "seconds"} from Bazel's test summary."""
     return {m.group(1): {"status": m.group(3), "cached": bool(m.group(2)),
@@ -29,20 +37,58 @@ def target_results(output: str) -> dict:
             for m in _TARGET.finditer(output)}
 
 
-def recorded_starts(testlogs_dir: str) -> list[dict]:
-    """Every server_start_s a cell under testlogs_dir recorded: {"cell", "seconds", "start_mode"}."""
-    out = []
+# The fake tier's cells run with the matrix (they are CPU tests) and start in-process fakes.
+FAKE_START_MODE = "fake"
+# Where a GPU cell's time goes, in server_timings' fields; the rest of the cell's time is its tests'
+# own requests and checks, pytest and the interpreter.
+CELL_PHASES = (("lease_wait_s", "waiting for a GPU slot"),
+               ("start_s", "server starts (launch to GET /health 200)"),
+               ("memory_phase_wait_s", "waiting on GPU neighbours' memory phases"),
+               ("stop_s", "teardowns and NVML release checks"))
+
+
+def _records(testlogs_dir: str, key: str):
+    """(cell, entry) for every measurement `key` the cells under testlogs_dir recorded."""
     if not os.path.isdir(testlogs_dir):
-        return out
+        return
     for cell in sorted(os.listdir(testlogs_dir)):
         text = testlogs.read_output(os.path.join(testlogs_dir, cell), "measurements.jsonl") or ""
         for line in text.splitlines():
-            if not line.strip():
-                continue
-            entry = json.loads(line)
-            if entry.get("key") == "server_start_s":
-                out.append({"cell": cell, "seconds": float(entry["value"]), "start_mode": entry.get("start_mode")})
-    return out
+            if line.strip():
+                entry = json.loads(line)
+                if entry.get("key") == key:
+                    yield cell, entry
+
+
+def recorded_timings(testlogs_dir: str) -> list[dict]:
+    """Every server_timings a cell recorded, with its "cell" and "start_mode"."""
+    return [dict({k: entry.get(k, 0.0) for k, _ in CELL_PHASES}, cell=cell, start_mode=entry.get("start_mode"))
+            for cell, entry in _records(testlogs_dir, "server_timings")]
+
+
+def cell_breakdown(timings: list[dict], results: dict, package: str, elapsed_s: float | None) -> dict:
+    """Where the GPU cells' time went: per phase the cell-seconds summed over the cells, the share of
+    all GPU cells' time, and the median cell's; the rest is the tests' own work. mean_cells_in_flight
+    (cell-seconds / Bazel's elapsed time) shows how full the slots were kept."""
+    gpu = [t for t in timings if t["start_mode"] != FAKE_START_MODE]
+    cells = sorted({t["cell"] for t in gpu})
+    seconds = {c: (results.get("%s:%s" % (package, c)) or {}).get("seconds") for c in cells}
+    cells = [c for c in cells if seconds[c] is not None]
+    if not cells:
+        return {"cells": 0}
+    per_cell = {c: {k: sum(t[k] for t in gpu if t["cell"] == c) for k, _ in CELL_PHASES} for c in cells}
+    for c in cells:
+        per_cell[c]["rest_s"] = max(seconds[c] - sum(per_cell[c].values()), 0.0)
+    total = sum(seconds.values())
+    phases = []
+    for key, what in CELL_PHASES + (("rest_s", "the tests' own requests and checks, pytest"),):
+        values = [per_cell[c][key] for c in cells]
+        phases.append({"key": key, "what": what, "cell_seconds": round(sum(values), 1),
+                       "share": round(sum(values) / total, 3) if total else None,
+                       "median_cell_s": round(statistics.median(values), 2)})
+    return {"cells": len(cells), "cell_seconds": round(total, 1), "median_cell_s": round(
+                statistics.median(seconds.values()), 2), "phases": phases,
+            "mean_cells_in_flight": round(total / elapsed_s, 1) if elapsed_s else None}
 
 
 def summarise(values) -> dict:

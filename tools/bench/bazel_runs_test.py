@@ -36,19 +36,50 @@ def _measurements(*entries):
     return "".join(json.dumps(e) + "\n" for e in entries)
 
 
-def test_recorded_starts_from_plain_and_zipped_outputs(tmp_path):
+def _timing(mode, **phases):
+    return dict({"key": "server_timings", "start_mode": mode, "lease_wait_s": 0.0, "start_s": 0.0,
+                 "memory_phase_wait_s": 0.0, "memory_phases": 0, "stop_s": 0.0}, **phases)
+
+
+def test_recorded_timings_from_plain_and_zipped_outputs(tmp_path):
     plain = tmp_path / "flags_mrv1_eager" / "test.outputs"
     plain.mkdir(parents=True)
     (plain / "measurements.jsonl").write_text(_measurements(
-        {"key": "server_start_s", "value": 6.5, "start_mode": "zygote"}, {"key": "sleep_s", "value": 0.1}))
+        _timing("zygote", start_s=6.5, lease_wait_s=2.0), {"key": "server_start_s", "value": 8.5}))
     zipped = tmp_path / "latency_mrv2_graph" / "test.outputs"
     zipped.mkdir(parents=True)
     with zipfile.ZipFile(zipped / "outputs.zip", "w") as z:
-        z.writestr("measurements.jsonl", _measurements({"key": "server_start_s", "value": 9.0}))
-    starts = bazel_runs.recorded_starts(str(tmp_path))
-    assert starts == [{"cell": "flags_mrv1_eager", "seconds": 6.5, "start_mode": "zygote"},
-                      {"cell": "latency_mrv2_graph", "seconds": 9.0, "start_mode": None}]
-    assert bazel_runs.summarise(s["seconds"] for s in starts) == {"count": 2, "median_s": 7.75, "min_s": 6.5,
-                                                                  "max_s": 9.0}
+        z.writestr("measurements.jsonl", _measurements(_timing("plain", start_s=9.0)))
+    timings = bazel_runs.recorded_timings(str(tmp_path))
+    assert [(t["cell"], t["start_mode"], t["start_s"], t["lease_wait_s"]) for t in timings] == [
+        ("flags_mrv1_eager", "zygote", 6.5, 2.0), ("latency_mrv2_graph", "plain", 9.0, 0.0)]
+    assert bazel_runs.summarise(t["start_s"] for t in timings) == {"count": 2, "median_s": 7.75, "min_s": 6.5,
+                                                                   "max_s": 9.0}
     assert bazel_runs.summarise([]) == {"count": 0}
-    assert bazel_runs.recorded_starts(str(tmp_path / "missing")) == []
+    assert bazel_runs.recorded_timings(str(tmp_path / "missing")) == []
+
+
+def test_critical_path_is_the_last_commands():
+    assert bazel_runs.critical_path_s(OUTPUT) == 140.20
+    assert bazel_runs.critical_path_s("no bazel here") is None
+
+
+def test_cell_breakdown_splits_gpu_cells_and_leaves_out_the_fakes():
+    timings = [
+        dict(_timing("zygote", lease_wait_s=10.0, start_s=6.0, memory_phase_wait_s=4.0, stop_s=1.0), cell="a_mrv1_eager"),
+        dict(_timing("zygote", start_s=7.0, stop_s=1.0), cell="a_mrv1_eager"),  # a second server of cell a
+        dict(_timing("plain", start_s=15.0, memory_phase_wait_s=20.0, stop_s=2.0), cell="b_mrv2_graph"),
+        dict(_timing("fake", start_s=0.1), cell="a_fake_mrv1_eager"),
+    ]
+    results = {"//tests/sleep_wake:a_mrv1_eager": {"seconds": 40.0}, "//tests/sleep_wake:b_mrv2_graph": {"seconds": 60.0},
+               "//tests/sleep_wake:a_fake_mrv1_eager": {"seconds": 3.0}}
+    breakdown = bazel_runs.cell_breakdown(timings, results, "//tests/sleep_wake", elapsed_s=50.0)
+    assert breakdown["cells"] == 2 and breakdown["cell_seconds"] == 100.0 and breakdown["mean_cells_in_flight"] == 2.0
+    phases = {p["key"]: p for p in breakdown["phases"]}
+    assert phases["lease_wait_s"]["cell_seconds"] == 10.0
+    assert phases["start_s"]["cell_seconds"] == 28.0 and phases["start_s"]["median_cell_s"] == 14.0
+    assert phases["memory_phase_wait_s"]["share"] == 0.24
+    # cell a: 40 - (10 + 13 + 4 + 2) = 11; cell b: 60 - (15 + 20 + 2) = 23
+    assert phases["rest_s"]["cell_seconds"] == 34.0
+    assert sum(p["share"] for p in breakdown["phases"]) == 1.0
+    assert bazel_runs.cell_breakdown(timings[3:], results, "//tests/sleep_wake", 50.0) == {"cells": 0}

@@ -11,7 +11,9 @@ Phases, in order, each cut short (and reported "not measured") when the budget (
   2. one cell (--cell) with `bazel test --nocache_test_results`, twice: the first run warms the
      cells' zygote, the second is the warm cell.
   3. the whole matrix: tools/run_matrix.sh --nocache_test_results (the default settings), Bazel's
-     elapsed time and the server starts the cells recorded.
+     elapsed time, the GPU servers' starts (launch to /health, from the timings the cells recorded),
+     and where the GPU cells' time went: slot waits, starts, waits on neighbours' memory phases,
+     teardowns, and the rest (bazel_runs.cell_breakdown).
 For 2 and 3 the bench keeps a zygote host on the default lock dir (cells inside Bazel cannot start one).
 Run it on an otherwise idle runner: it takes every GPU for the matrix.
 """
@@ -270,20 +272,24 @@ def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
     elapsed = bazel_runs.elapsed_s(output)
     results = bazel_runs.target_results(output)
     failed = sorted(t for t, r in results.items() if r["status"] != "PASSED")
-    starts = bazel_runs.recorded_starts(os.path.join(_workspace(), "bazel-testlogs", "tests", "sleep_wake"))
+    cells_dir = os.path.join(_workspace(), "bazel-testlogs", "tests", "sleep_wake")
+    # GPU servers only: the fake tier's cells run with the matrix and start in-process fakes.
+    timings = [t for t in bazel_runs.recorded_timings(cells_dir) if t["start_mode"] != bazel_runs.FAKE_START_MODE]
     modes = {}
-    for start in starts:
-        modes[start["start_mode"]] = modes.get(start["start_mode"], 0) + 1
+    for timing in timings:
+        modes[timing["start_mode"]] = modes.get(timing["start_mode"], 0) + 1
     result["matrix"] = {"command": " ".join(shlex.quote(a) for a in argv), "wall_s": round(wall, 2),
-                        "elapsed_s": elapsed, "targets": len(results), "failed": failed,
+                        "elapsed_s": elapsed, "critical_path_s": bazel_runs.critical_path_s(output),
+                        "targets": len(results), "failed": failed,
                         "status": ("cut after %.0f s (budget)" % left if not finished else
                                    "passed" if not failed and results else "failed: %s" % failed),
-                        "starts": bazel_runs.summarise(s["seconds"] for s in starts), "start_modes": modes}
+                        "starts": bazel_runs.summarise(t["start_s"] for t in timings), "start_modes": modes,
+                        "breakdown": bazel_runs.cell_breakdown(timings, results, "//tests/sleep_wake", elapsed)}
     if finished and elapsed is not None:
         result["measured"]["matrix_elapsed_s"] = elapsed
     else:
         result["not_measured"]["matrix_elapsed_s"] = result["matrix"]["status"]
-    if finished and starts:
+    if finished and timings:
         result["measured"]["matrix_start_median_s"] = result["matrix"]["starts"]["median_s"]
     else:
         result["not_measured"]["matrix_start_median_s"] = result["matrix"]["status"]

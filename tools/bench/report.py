@@ -60,11 +60,22 @@ def markdown(result: dict) -> str:
     matrix = result.get("matrix")
     if matrix:
         starts_summary = matrix.get("starts", {})
-        lines += ["", "Matrix (`%s`): %s, Bazel elapsed %s; %d server starts, median %s (%s-%s), by start mode %s."
+        lines += ["", "Matrix (`%s`): %s, Bazel elapsed %s; %d GPU server starts (launch to /health), median %s"
+                  " (%s-%s), by start mode %s."
                   % (matrix.get("command", "?"), matrix.get("status", "?"), _seconds(matrix.get("elapsed_s")),
                      starts_summary.get("count", 0), _seconds(starts_summary.get("median_s")),
                      _seconds(starts_summary.get("min_s")), _seconds(starts_summary.get("max_s")),
                      matrix.get("start_modes", {}))]
+        breakdown = matrix.get("breakdown") or {}
+        if breakdown.get("cells"):
+            lines += ["", "Where the matrix's time went: %d GPU cells, %s cell-seconds (median cell %s), %s cells in"
+                      " flight on average, critical path %s." % (
+                          breakdown["cells"], breakdown["cell_seconds"], _seconds(breakdown["median_cell_s"]),
+                          breakdown.get("mean_cells_in_flight", "?"), _seconds(matrix.get("critical_path_s"))), "",
+                      "| phase | cell-seconds | share | median cell |", "|---|---|---|---|"]
+            for phase in breakdown["phases"]:
+                lines.append("| %s | %.0f | %.0f%% | %s |" % (phase["what"], phase["cell_seconds"],
+                                                            100 * (phase["share"] or 0), _seconds(phase["median_cell_s"])))
     for note in result.get("notes", []):
         lines.append("- " + note)
     return "\n".join(lines) + "\n"

@@ -33,3 +33,17 @@ def test_markdown_has_the_machine_the_targets_and_the_phases():
     assert "| median server start in the matrix | <= 15 s | not measured (cut after 80 s (budget)) | - |" in text
     assert "| zygote, warm | 1 | 6.4 s | 6.4 s | 0.7 s | - | 3.1 s | - | - |" in text
     assert "warm run PASSED in 9.9 s (test 8.7 s)" in text and "- a note" in text
+
+
+def test_markdown_shows_where_the_matrix_time_went():
+    result = dict(RESULT, matrix={
+        "command": "tools/run_matrix.sh", "status": "passed", "elapsed_s": 171.8, "critical_path_s": 162.7,
+        "starts": {"count": 64, "median_s": 12.6, "min_s": 6.1, "max_s": 34.4}, "start_modes": {"zygote": 64},
+        "breakdown": {"cells": 60, "cell_seconds": 4800.0, "median_cell_s": 80.0, "mean_cells_in_flight": 27.9,
+                      "phases": [{"key": "memory_phase_wait_s", "what": "waiting on GPU neighbours' memory phases",
+                                  "cell_seconds": 2400.0, "share": 0.5, "median_cell_s": 40.0}]}})
+    text = report.markdown(result)
+    assert "64 GPU server starts (launch to /health), median 12.6 s" in text
+    assert "60 GPU cells, 4800.0 cell-seconds (median cell 80.0 s), 27.9 cells in flight on average, " \
+           "critical path 162.7 s" in text
+    assert "| waiting on GPU neighbours' memory phases | 2400 | 50% | 40.0 s |" in text

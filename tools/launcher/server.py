@@ -33,6 +33,7 @@ from tools.launcher.config import (ServerConfig, build_command, build_env, check
                                    resolve_model, validate)
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError  # noqa: F401 (API)
 from tools.launcher.nvml import Nvml
+from tools.launcher.timings import ServerTimings
 
 log = logging.getLogger("sleepwake.launcher")
 
@@ -130,6 +131,7 @@ class VllmServer:
         self._environ = dict(os.environ if environ is None else environ)
         self._sup = None  # the supervisor: a subprocess.Popen, or a zygote_client.ForeignProcess
         self.start_mode = None  # "zygote" or "plain", once launched
+        self.timings = ServerTimings()  # accumulated over restarts; the fixtures record it at stop
         self._device_index = 0
         self._baseline = None
         self._prepared = False
@@ -190,10 +192,14 @@ class VllmServer:
     def device_used_bytes(self) -> int:
         return self._nvml.device_used_bytes(self._device_index)
 
+    @contextlib.contextmanager
     def memory_phase(self, exclusive: bool):
         """Context manager ordering this server's memory phases against its GPU neighbours'
-        (gpu_lease.memory_phase): exclusive around a sleep, shared around a wake or a reload."""
-        return gpu_lease.memory_phase(self.lease, exclusive, self.config.lease_timeout_s)
+        (gpu_lease.memory_phase): exclusive around a sleep, shared around a wake or a reload.
+        Yields the seconds it waited, which timings adds up."""
+        with gpu_lease.memory_phase(self.lease, exclusive, self.config.lease_timeout_s) as waited:
+            self.timings.add_memory_phase(waited)
+            yield waited
 
     # -- start ------------------------------------------------------------------------------------
 
@@ -209,6 +215,7 @@ class VllmServer:
         gpus = gpu_lease.visible_gpus(self._nvml, self._environ)
         if self._want_lease:
             self.lease = gpu_lease.acquire(gpus, cfg.lock_dir, cfg.slots_per_gpu, cfg.lease_timeout_s)
+            self.timings.lease_wait_s += self.lease.waited_s
             self.env = build_env(cfg, self._environ, self.lease.gpu)
         self._device_index = int(self.lease.gpu if self.lease else gpus[0])
         self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
@@ -224,6 +231,7 @@ class VllmServer:
         exclusive = self.lease is not None and self.lease.exclusive
         self._baseline = self._nvml.device_used_bytes(self._device_index) if exclusive else None
         taken = []
+        begin = time.monotonic()
         # A start allocates weights, KV cache and graphs: no neighbour on the GPU may sleep meanwhile.
         with self.memory_phase(exclusive=False):
             for _ in range(cfg.port_retries + 1):
@@ -235,6 +243,7 @@ class VllmServer:
                 log.warning("port %d was taken (bind conflict in %s); retrying with a fresh port", port,
                             self.log_path)
                 port = 0
+        self.timings.start_s += time.monotonic() - begin
         if len(taken) > cfg.port_retries:
             raise PortConflictError(
                 "every port tried was already in use (%s; %d retries). Another server is binding ports"
@@ -351,12 +360,16 @@ class VllmServer:
         if sup is None:
             return {}
         _live.discard(self)
+        begin = time.monotonic()
         # Releasing the GPU changes device-wide memory as much as a start does: a neighbour judging a
         # sleep or a wake by device-wide bytes (vLLM's own sleep check, the immediacy oracle) must
         # not see it mid-window (seen on the H200: a neighbour's exit read as 3.6 GB not restored).
         # A stop forced by a signal does not wait for the lock.
-        with contextlib.nullcontext() if fast else self.memory_phase(exclusive=False):
-            return self._tear_down(sup, check_release, fast)
+        try:
+            with contextlib.nullcontext() if fast else self.memory_phase(exclusive=False):
+                return self._tear_down(sup, check_release, fast)
+        finally:
+            self.timings.stop_s += time.monotonic() - begin
 
     def _tear_down(self, sup, check_release: bool, fast: bool) -> dict:
         snap = process_tree.snapshot(sup.pid, include_root=False)

@@ -151,6 +151,41 @@ def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_fi
             "its processes must still be there while the neighbour measures")
     assert stopped.wait(30), "the teardown did not proceed once the neighbour's phase ended"
     stopper.join()
+    # The bench's breakdown of a slow matrix: the wait is the neighbour's, the stop includes it.
+    timings = server.timings
+    assert timings.memory_phases == 2  # the start (shared) and the stop (shared)
+    assert timings.memory_phase_wait_s >= 0.9 and timings.stop_s >= timings.memory_phase_wait_s
+    assert 0 < timings.start_s and timings.lease_wait_s < 1.0
+
+
+# Holds GPU 0's only slot lock for argv[2] seconds: another cell's lease, from another process.
+_HOLD_SLOT = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+              "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(float(sys.argv[2]))")
+
+
+def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file):
+    import subprocess
+    import sys
+    from tools.launcher import gpu_lease
+    server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=1)
+    os.makedirs(server.config.lock_dir, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_SLOT, gpu_lease._slot_path(server.config.lock_dir, "0", 0),
+                               "1.0"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    server.start()  # waits for the holder's slot
+    holder.wait()
+    first_start = server.timings.start_s
+    server.restart()
+    with server.memory_phase(exclusive=True) as waited:
+        assert waited == 0.0  # alone on its GPU: no lock at all
+    server.stop()
+    timings = server.timings.as_record()
+    assert timings["lease_wait_s"] >= 0.5
+    assert server.timings.start_s > first_start > 0
+    # start, the restart's stop and start, the exclusive phase above, stop: five, none waited for
+    assert timings["memory_phases"] == 5 and timings["memory_phase_wait_s"] == 0.0
+    assert timings["stop_s"] > 0
+    assert set(timings) == {"lease_wait_s", "start_s", "memory_phase_wait_s", "memory_phases", "stop_s"}
 
 
 def test_gpu_bytes_counts_the_servers_processes(tmp_path, pid_file):

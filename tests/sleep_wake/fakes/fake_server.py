@@ -31,6 +31,7 @@ Environment (the test process's, which a real server would inherit):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -42,8 +43,8 @@ from tests.sleep_wake.fakes import fake_checkpoint, fake_defects, fake_engine, f
 from tools.launcher import gpu_lease, ports
 from tools.launcher.server import (  # noqa: F401 (re-exported: the module's public surface)
     HEALTHY_MARK, LAUNCH_MARK, LOG_TAIL_LINES, V2_MARKER, Nvml, PortConflictError, ServerConfig, ServerReleaseError,
-    ServerStartError, build_command, build_env, check_importable, check_runner, env_diff, log, log_tail,
-    read_log, resolve_model, validate, wait_for_release)
+    ServerStartError, ServerTimings, build_command, build_env, check_importable, check_runner, env_diff, log,
+    log_tail, read_log, resolve_model, validate, wait_for_release)
 
 # Private: every public name of this module is one of tools.launcher.server's.
 _DEFAULT_TOKEN_DELAY_S = 0.002  # 768 tokens take ~1.5 s: a sleep lands mid-stream in the race tests
@@ -63,6 +64,7 @@ class VllmServer:
         self.log_path = None
         self.env = None
         self.start_mode = None  # "fake" once started: served in this process, neither forked nor exec'd
+        self.timings = ServerTimings()  # no lease and no neighbours: starts and stops only
         self._environ = dict(os.environ if environ is None else environ)
         self._fake = None
         self._host = None
@@ -82,12 +84,14 @@ class VllmServer:
         self._start(self.config.port)
 
     def stop(self) -> None:
+        begin = time.monotonic()
         fake, self._fake = self._fake, None
         if fake is not None:
             fake.stop()
         host, self._host = self._host, None
         if host is not None:
             host.stop()
+        self.timings.stop_s += time.monotonic() - begin
 
     def restart(self) -> None:
         port = self.port
@@ -110,8 +114,11 @@ class VllmServer:
     def device_used_bytes(self) -> int:
         return self._fake.engine.device_used_bytes() if self._fake else 0
 
+    @contextlib.contextmanager
     def memory_phase(self, exclusive: bool):
-        return gpu_lease.memory_phase(self.lease, exclusive, self.config.lease_timeout_s)
+        with gpu_lease.memory_phase(self.lease, exclusive, self.config.lease_timeout_s) as waited:
+            self.timings.add_memory_phase(waited)
+            yield waited
 
     # -- start ------------------------------------------------------------------------------------
 
@@ -125,6 +132,7 @@ class VllmServer:
         return [name]
 
     def _start(self, port: int) -> None:
+        begin = time.monotonic()
         cfg = self.config
         validate(cfg)
         checkpoint = fake_checkpoint.load(resolve_model(cfg.model))
@@ -158,6 +166,7 @@ class VllmServer:
         except BaseException:
             self.stop()
             raise
+        self.timings.start_s += time.monotonic() - begin
 
     def _log(self, line: str) -> None:
         with open(self.log_path, "a", encoding="utf-8") as f:

@@ -1,0 +1,26 @@
+"""Where one server's wall time went, for tools/bench's per-phase breakdown of the matrix.
+
+The fixtures record it when a server stops (tests/sleep_wake/conftest.py, key server_timings), so a
+slow matrix can be split into waiting for a GPU slot, starting, waiting on GPU neighbours' memory
+phases, tearing down, and the tests' own requests (the rest of the cell's time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class ServerTimings:
+    lease_wait_s: float = 0.0  # waiting for a GPU slot (gpu_lease.acquire)
+    start_s: float = 0.0  # launch to GET /health 200, retries and restarts added
+    memory_phase_wait_s: float = 0.0  # waiting for neighbours' memory phases (gpu_lease.memory_phase)
+    memory_phases: int = 0  # phases entered: starts, sleeps, wakes, reloads, stops
+    stop_s: float = 0.0  # teardown and the NVML release check
+
+    def add_memory_phase(self, waited_s: float) -> None:
+        self.memory_phase_wait_s += waited_s
+        self.memory_phases += 1
+
+    def as_record(self) -> dict:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in dataclasses.asdict(self).items()}
