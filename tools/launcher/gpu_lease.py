@@ -123,26 +123,9 @@ def memory_lock_path(lease: Lease) -> str:
     return os.path.join(os.path.dirname(lease.path), "gpu%s.memory.lock" % lease.gpu)
 
 
-def memory_gate_path(lease: Lease) -> str:
-    return os.path.join(os.path.dirname(lease.path), "gpu%s.memory.gate" % lease.gpu)
-
-
-def _flock_within(fd: int, operation: int, deadline: float, poll_s: float) -> bool:
-    """flock(fd, operation) by the deadline; False if it did not come in time."""
-    while True:
-        try:
-            fcntl.flock(fd, operation | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(poll_s)  # a bounded wait needs LOCK_NB polling: flock has no timeout
-
-
 @contextlib.contextmanager
 def memory_phase(lease: Lease | None, exclusive: bool, timeout_s: float, poll_s: float = 0.05):
-    """Orders GPU-memory phases of the servers sharing one GPU: a writer-preferring reader-writer
-    lock per GPU, made of two flocks. Yields the seconds it waited.
+    """Orders GPU-memory phases of the servers sharing one GPU: a reader-writer flock per GPU.
 
     Why: vLLM 0.26.0's worker judges a sleep by the device-wide free memory before and after it
     (gpu_worker.py sleep: `assert freed_bytes >= 0, "Memory usage increased after sleeping."`). If
@@ -152,34 +135,26 @@ def memory_phase(lease: Lease | None, exclusive: bool, timeout_s: float, poll_s:
     allocate, take it shared, and so does a teardown, which frees as much as a start takes (a
     neighbour judging its sleep or wake by device-wide bytes must not see it). A lease alone on its
     GPU needs no lock.
-
-    Writer-preferring, because a plain flock starves a sleep: it gets the lock only at an instant when
-    no start, wake or stop holds it, and with 16 servers per GPU, whose starts last 6-30 s, such
-    instants are rare (the bench measured 65% of the GPU cells' time in these waits). So every phase
-    first passes the gate, which a waiting sleep holds until it has the lock: new phases queue behind
-    the sleep, which waits only for those already running. No one waits for the gate while holding
-    the lock, so the two cannot deadlock.
     """
     if lease is None or lease.exclusive:
         yield 0.0
         return
-    start = time.monotonic()
-    deadline = start + timeout_s
-    gate = os.open(memory_gate_path(lease), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     fd = os.open(memory_lock_path(lease), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    start = time.monotonic()
     try:
-        mode = "exclusive" if exclusive else "shared"
-        if not (_flock_within(gate, fcntl.LOCK_EX, deadline, poll_s) and
-                _flock_within(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline, poll_s)):
-            raise LeaseTimeoutError(
-                "GPU %s memory phase lock %s not %s within %.0f s: another server on this GPU"
-                " is starting, waking or sleeping for that long. Check the other cells' logs,"
-                " or give each cell its own GPU (SLEEPWAKE_SLOTS_PER_GPU=1)." % (
-                    lease.gpu, memory_lock_path(lease), mode, timeout_s))
-        os.close(gate)  # passed: the next phase may queue
-        gate = -1
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - start >= timeout_s:
+                    raise LeaseTimeoutError(
+                        "GPU %s memory phase lock %s not %s within %.0f s: another server on this GPU"
+                        " is starting, waking or sleeping for that long. Check the other cells' logs,"
+                        " or give each cell its own GPU (SLEEPWAKE_SLOTS_PER_GPU=1)." % (
+                            lease.gpu, memory_lock_path(lease), "exclusive" if exclusive else "shared",
+                            timeout_s)) from None
+                time.sleep(poll_s)  # a bounded wait needs LOCK_NB polling: flock has no timeout
         yield time.monotonic() - start
     finally:
-        if gate >= 0:
-            os.close(gate)
         os.close(fd)  # closing the descriptor releases its flock
