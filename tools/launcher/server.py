@@ -231,9 +231,9 @@ class VllmServer:
         exclusive = self.lease is not None and self.lease.exclusive
         self._baseline = self._nvml.device_used_bytes(self._device_index) if exclusive else None
         taken = []
-        begin = time.monotonic()
         # A start allocates weights, KV cache and graphs: no neighbour on the GPU may sleep meanwhile.
         with self.memory_phase(exclusive=False):
+            begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
             for _ in range(cfg.port_retries + 1):
                 port = port or ports.free_port(cfg.host)
                 self._launch(port)
@@ -360,16 +360,16 @@ class VllmServer:
         if sup is None:
             return {}
         _live.discard(self)
-        begin = time.monotonic()
         # Releasing the GPU changes device-wide memory as much as a start does: a neighbour judging a
         # sleep or a wake by device-wide bytes (vLLM's own sleep check, the immediacy oracle) must
         # not see it mid-window (seen on the H200: a neighbour's exit read as 3.6 GB not restored).
         # A stop forced by a signal does not wait for the lock.
-        try:
-            with contextlib.nullcontext() if fast else self.memory_phase(exclusive=False):
+        with contextlib.nullcontext() if fast else self.memory_phase(exclusive=False):
+            begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
+            try:
                 return self._tear_down(sup, check_release, fast)
-        finally:
-            self.timings.stop_s += time.monotonic() - begin
+            finally:
+                self.timings.stop_s += time.monotonic() - begin
 
     def _tear_down(self, sup, check_release: bool, fast: bool) -> dict:
         snap = process_tree.snapshot(sup.pid, include_root=False)

@@ -4,6 +4,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -144,17 +145,26 @@ def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_fi
     neighbour = gpu_lease.Lease(gpu=server.lease.gpu, slot=1 - server.lease.slot, path=server.lease.path,
                                 fd=-1, waited_s=0.0, exclusive=False)
     with gpu_lease.memory_phase(neighbour, exclusive=True, timeout_s=5):
-        stopper = threading.Thread(target=lambda: (server.stop(), stopped.set()))
+        stop_wall = []
+
+        def stop():
+            begin = time.monotonic()
+            server.stop()
+            stop_wall.append(time.monotonic() - begin)
+            stopped.set()
+        stopper = threading.Thread(target=stop)
         stopper.start()
         assert not stopped.wait(1.0), "the server was torn down inside a neighbour's exclusive phase"
         assert testing.survivors_after(testing.recorded_pids(pid_file), 0), (
             "its processes must still be there while the neighbour measures")
     assert stopped.wait(30), "the teardown did not proceed once the neighbour's phase ended"
     stopper.join()
-    # The bench's breakdown of a slow matrix: the wait is the neighbour's, the stop includes it.
+    # The bench's breakdown of a slow matrix: the wait is the neighbour's, and not the stop's too
+    # (the phases are disjoint, so the cell's rest is its tests' own time).
     timings = server.timings
     assert timings.memory_phases == 2  # the start (shared) and the stop (shared)
-    assert timings.memory_phase_wait_s >= 0.9 and timings.stop_s >= timings.memory_phase_wait_s
+    assert timings.memory_phase_wait_s >= 0.9
+    assert timings.stop_s + timings.memory_phase_wait_s <= stop_wall[0] + 0.01
     assert 0 < timings.start_s and timings.lease_wait_s < 1.0
 
 

@@ -13,10 +13,11 @@ import dataclasses
 @dataclasses.dataclass
 class ServerTimings:
     lease_wait_s: float = 0.0  # waiting for a GPU slot (gpu_lease.acquire)
+    # The phases do not overlap: a start's or a stop's own wait for its memory phase counts only there.
     start_s: float = 0.0  # launch to GET /health 200, retries and restarts added
     memory_phase_wait_s: float = 0.0  # waiting for neighbours' memory phases (gpu_lease.memory_phase)
     memory_phases: int = 0  # phases entered: starts, sleeps, wakes, reloads, stops
-    stop_s: float = 0.0  # teardown and the NVML release check
+    stop_s: float = 0.0  # teardown and the NVML release check, once its memory phase is held
 
     def add_memory_phase(self, waited_s: float) -> None:
         self.memory_phase_wait_s += waited_s
