@@ -37,7 +37,6 @@ def target_results(output: str) -> dict:
             for m in _TARGET.finditer(output)}
 
 
-# The fake tier's cells run with the matrix (they are CPU tests) and start in-process fakes.
 FAKE_START_MODE = "fake"
 # Where a GPU cell's time goes, in server_timings' fields; the rest of the cell's time is its tests'
 # own requests and checks, pytest and the interpreter.
@@ -60,6 +59,11 @@ def _records(testlogs_dir: str, key: str):
                     yield cell, entry
 
 
+def gpu_only(timings: list[dict]) -> list[dict]:
+    """The GPU servers' timings: the fake tier's cells run with the matrix and start in-process fakes."""
+    return [t for t in timings if t["start_mode"] != FAKE_START_MODE]
+
+
 def recorded_timings(testlogs_dir: str) -> list[dict]:
     """Every server_timings a cell recorded, with its "cell" and "start_mode"."""
     return [dict({k: entry.get(k, 0.0) for k, _ in CELL_PHASES}, cell=cell, start_mode=entry.get("start_mode"))
@@ -70,7 +74,7 @@ def cell_breakdown(timings: list[dict], results: dict, package: str, elapsed_s: 
     """Where the GPU cells' time went: per phase the cell-seconds summed over the cells, the share of
     all GPU cells' time, and the median cell's; the rest is the tests' own work. mean_cells_in_flight
     (cell-seconds / Bazel's elapsed time) shows how full the slots were kept."""
-    gpu = [t for t in timings if t["start_mode"] != FAKE_START_MODE]
+    gpu = gpu_only(timings)
     cells = sorted({t["cell"] for t in gpu})
     seconds = {c: (results.get("%s:%s" % (package, c)) or {}).get("seconds") for c in cells}
     cells = [c for c in cells if seconds[c] is not None]

@@ -20,6 +20,7 @@ Run it on an otherwise idle runner: it takes every GPU for the matrix.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import os
@@ -273,11 +274,8 @@ def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
     results = bazel_runs.target_results(output)
     failed = sorted(t for t, r in results.items() if r["status"] != "PASSED")
     cells_dir = os.path.join(_workspace(), "bazel-testlogs", "tests", "sleep_wake")
-    # GPU servers only: the fake tier's cells run with the matrix and start in-process fakes.
-    timings = [t for t in bazel_runs.recorded_timings(cells_dir) if t["start_mode"] != bazel_runs.FAKE_START_MODE]
-    modes = {}
-    for timing in timings:
-        modes[timing["start_mode"]] = modes.get(timing["start_mode"], 0) + 1
+    timings = bazel_runs.gpu_only(bazel_runs.recorded_timings(cells_dir))
+    modes = dict(collections.Counter(t["start_mode"] for t in timings))
     result["matrix"] = {"command": " ".join(shlex.quote(a) for a in argv), "wall_s": round(wall, 2),
                         "elapsed_s": elapsed, "critical_path_s": bazel_runs.critical_path_s(output),
                         "targets": len(results), "failed": failed,

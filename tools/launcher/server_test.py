@@ -3,13 +3,15 @@
 import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 
 import pytest
 
-from tools.launcher import process_tree, server as server_lib, testing
+from tools.launcher import gpu_lease, process_tree, server as server_lib, testing
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError, VllmNotFoundError
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.server import VllmServer, check_runner
@@ -138,7 +140,6 @@ def test_device_memory_is_checked_only_with_an_exclusive_lease(tmp_path, pid_fil
 def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_file):
     """A server leaving a shared GPU frees device memory: a neighbour inside its exclusive phase (a
     sleep judged by device-wide bytes) must not see that happen mid-window."""
-    from tools.launcher import gpu_lease
     server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=2)
     server.start()
     stopped = threading.Event()
@@ -174,9 +175,6 @@ _HOLD_SLOT = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR 
 
 
 def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file):
-    import subprocess
-    import sys
-    from tools.launcher import gpu_lease
     server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=1)
     os.makedirs(server.config.lock_dir, exist_ok=True)
     holder = subprocess.Popen([sys.executable, "-c", _HOLD_SLOT, gpu_lease._slot_path(server.config.lock_dir, "0", 0),

@@ -33,24 +33,32 @@ _DROP_ROOT = ("import os, sys; uid = int(sys.argv[1]); os.setgroups([]); os.setg
               "os.execv(sys.argv[2], sys.argv[2:])")
 
 
-def user_namespaces_work() -> bool:
-    """Whether `unshare --user` can map this root to an ordinary user here (containers often forbid it)."""
+def _namespace_prefix() -> list[str] | None:
+    """`unshare` mapping this root to an ordinary user, if user namespaces work here (containers often
+    forbid them); else None."""
     unshare = shutil.which("unshare")
     if not unshare:
-        return False
+        return None
+    prefix = [unshare, "--user", f"--map-user={_NAMESPACE_UID}", f"--map-group={_NAMESPACE_UID}"]
     try:
-        return subprocess.run([unshare, "--user", f"--map-user={_NAMESPACE_UID}", f"--map-group={_NAMESPACE_UID}",
-                               "true"], capture_output=True, timeout=30).returncode == 0
+        works = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        works = False
+    return prefix if works else None
 
 
-def _as_non_root(data: pathlib.Path, namespaces: bool) -> list[str]:
-    """The command prefix that runs PostgreSQL as an ordinary user; may hand `data` to that user."""
+def _as_non_root(data: pathlib.Path, namespaces: bool | None) -> list[str]:
+    """The command prefix that runs PostgreSQL as an ordinary user; may hand `data` to that user.
+    namespaces: use a user namespace (True), run as nobody (False), or whichever works here (None)."""
     if os.geteuid() != 0:
         return []
-    if namespaces:
-        return [shutil.which("unshare"), "--user", f"--map-user={_NAMESPACE_UID}", f"--map-group={_NAMESPACE_UID}"]
+    if namespaces is not False:
+        prefix = _namespace_prefix()
+        if prefix:
+            return prefix
+        if namespaces:
+            raise processes.ServiceError("PostgreSQL cannot run as root and `unshare --user` does not work here: "
+                                         "install util-linux, allow user namespaces, or run as a non-root user")
     data.mkdir(parents=True, exist_ok=True)
     os.chown(data, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
     for parent in data.parents:
@@ -72,7 +80,7 @@ def throwaway_cluster(workdir: pathlib.Path, port: int, log_dir: pathlib.Path,
             raise processes.ServiceError(f"{pg_bin / tool} is missing: install Debian's postgresql "
                                          "(tools/remote_exec/install.sh does)")
     data = workdir / "pgdata"
-    prefix = _as_non_root(data, user_namespaces_work() if namespaces is None else namespaces)
+    prefix = _as_non_root(data, namespaces)
     processes.run_to_completion(
         "initdb", [*prefix, str(pg_bin / "initdb"), "-D", str(data), "-U", _USER, "--auth=trust",
                    "-E", "UTF8", "--no-locale", "--no-sync"],
