@@ -3,7 +3,7 @@ when /sleep?mode=abort arrives: the sleep aborts choices that could not have fin
 stream, not inferred), every choice ends promptly, nothing leaks (NVML bytes after wake, /load), and
 the engine serves golden and seeded output afterwards (#45520, #45326)."""
 
-from tests.sleep_wake.lib import measure, memory, metrics, oracles, thresholds
+from tests.sleep_wake.lib import expect, measure, memory, oracle, thresholds
 from tests.sleep_wake.lib.background import background, generated_tokens, wait_decoding
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
@@ -25,11 +25,11 @@ class TestAbortDuringParallelSampling:
         test = measure.current_test()
         reference = _sampled(client)
         again = _sampled(client)
-        # The seeded tier's oracle: without it "the same ids after wake" would prove nothing.
-        assert again.token_ids == reference.token_ids and len(reference.token_ids) == N, (
-            f"seeded n={N} sampling is not reproducible before any sleep: expected {reference.token_ids}, "
-            f"seen {again.token_ids}")
-        awake = settled_gpu_bytes(server, "awake, before the aborted request")
+        # Without it "the same ids after wake" would prove nothing.
+        if again.token_ids != reference.token_ids or len(reference.token_ids) != N:
+            raise oracle.Precondition(f"seeded n={N} sampling is not reproducible before any sleep: expected "
+                                      f"{reference.token_ids}, seen {again.token_ids}")
+        awake = settled_gpu_bytes(server, "awake, before the aborted request", recorder=recorder)
         recorder.record(test, "awake_bytes", awake, "bytes")
 
         with background(client) as pool:
@@ -43,18 +43,21 @@ class TestAbortDuringParallelSampling:
             # every choice takes means the sleep landed where the choices could not all have finished.
             at_sleep = generated_tokens(client) - since
             waited = measure.wait_until(stream.done, thresholds.get("request_completion_s_max"),
-                                        what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort")
+                                        what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort",
+                                        oracle_id="requests.completes")
             result = stream.result()
-        measure.check_at_most(recorder, "abort_s_max", sleep_s + waited, cell.id,
-                              f"[{ISSUE}] seconds from /sleep?mode=abort to the end of the n={N} stream")
+        oracle.bounded(recorder, "requests.abort_time", sleep_s + waited, cell.id,
+                       f"[{ISSUE}] seconds from /sleep?mode=abort to the end of the n={N} stream")
         recorder.record(test, "aborted_stream", {"finish_reasons": result.finish_reasons,
                                                  "tokens": [len(t) for t in result.token_ids],
                                                  "error": result.error, "tokens_at_sleep": at_sleep}, "")
-        assert not result.timed_out, f"[{ISSUE}] the n={N} stream hung: {result.error}"
+        oracle.holds("requests.completes", not result.timed_out, f"[{ISSUE}] the n={N} stream", result.error,
+                     "an end")
         if result.error is not None:
-            assert result.error.startswith("error event"), (
-                f"[{ISSUE}] expected each choice to end with a finish reason or the stream with an "
-                f"abort error event, seen {result.error}")
+            if result.error.startswith("transport error") and result.status is None:
+                raise ConnectionError(f"the n={N} stream: {result.error}")
+            oracle.holds("requests.clean_end", result.error.startswith("error event"),
+                         f"[{ISSUE}] how the n={N} stream ended", result.error, "finish reasons or an abort error event")
         ends = [(r, len(t)) for r, t in zip(result.finish_reasons, result.token_ids)]
         # Aborted: finish_reason abort, or none for a choice that streamed nothing (vLLM skips its empty
         # chunks: openai/completion/serving.py, "not delta_token_ids and not previous_num_tokens[i]") or
@@ -63,28 +66,25 @@ class TestAbortDuringParallelSampling:
         aborted = [i for i, (r, n) in enumerate(ends)
                    if r == "abort" or (r is None and n < STREAM_MAX_TOKENS and (n == 0 or result.error))]
         full = [i for i, (r, n) in enumerate(ends) if r == "length" and n == STREAM_MAX_TOKENS]
-        assert len(aborted) + len(full) == N, (
-            f"[{ISSUE}] expected each of the {N} choices to end aborted or by 'length' at "
-            f"{STREAM_MAX_TOKENS} tokens, seen (finish_reason, tokens) {ends}")
-        assert aborted, (
-            f"[{ISSUE}] /sleep?mode=abort aborted none of the {N} choices in flight: (finish_reason, "
-            f"tokens) {ends}; {at_sleep} tokens had been generated when /sleep answered, of the "
-            f"{N * STREAM_MAX_TOKENS} that finishing every choice takes. A sleep that lets requests run to "
-            "the end (drains) instead of aborting them passes every other check here")
-        assert at_sleep < N * STREAM_MAX_TOKENS, (
-            f"oracle check: {at_sleep} tokens had been generated when /sleep answered, enough to finish all "
-            f"{N} choices of {STREAM_MAX_TOKENS} tokens, so the abort was not exercised: raise "
-            "STREAM_MAX_TOKENS")
+        oracle.holds("requests.clean_end", len(aborted) + len(full) == N,
+                     f"[{ISSUE}] each of the {N} choices ends aborted or by 'length' at {STREAM_MAX_TOKENS} tokens",
+                     f"(finish_reason, tokens) {ends}", "aborted or full length")
+        if at_sleep >= N * STREAM_MAX_TOKENS:
+            raise oracle.Precondition(
+                f"{at_sleep} tokens had been generated when /sleep answered, enough to finish all {N} choices "
+                f"of {STREAM_MAX_TOKENS} tokens, so the abort was not exercised: raise STREAM_MAX_TOKENS")
+        # A sleep that lets requests run to the end (drains) instead of aborting them passes every other
+        # check here.
+        oracle.holds("requests.abort_aborts", bool(aborted),
+                     f"[{ISSUE}] /sleep?mode=abort with {N} choices in flight ({at_sleep} of the "
+                     f"{N * STREAM_MAX_TOKENS} tokens finishing them takes generated when /sleep answered)",
+                     f"(finish_reason, tokens) {ends}", "at least one aborted")
 
-        measure.wait_until(lambda: client.load() == 0, thresholds.get("request_completion_s_max"),
-                           what=f"[{ISSUE}] /load back to 0 after the abort (a child request leaked)")
-        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
-                             step="sleep level 1 (mode abort) during parallel sampling", issue=ISSUE)
+        expect.load_drains(client, "after the abort (a child request leaked)")
+        expect.asleep(client, 1, step="sleep level 1 (mode abort) during parallel sampling", issue=ISSUE)
         client.wake_up()
-        oracles.expect_awake(client, step="full wake after the abort", issue=ISSUE)
+        expect.awake(client, step="full wake after the abort", issue=ISSUE)
         memory.expect_restored(server, recorder, cell.id, awake, "the abort and a full wake")
-        oracles.expect_golden(client, golden, step="abort during parallel sampling and wake", issue=ISSUE)
-        after = _sampled(client)
-        assert after.token_ids == reference.token_ids, (
-            f"[{ISSUE}] seeded n={N} sampling after abort and wake: expected {reference.token_ids}, "
-            f"seen {after.token_ids}")
+        expect.golden(client, golden, step="abort during parallel sampling and wake", issue=ISSUE)
+        oracle.equal("output.seeded_sampling", _sampled(client).token_ids, reference.token_ids,
+                     f"[{ISSUE}] seeded n={N} sampling after abort and wake")

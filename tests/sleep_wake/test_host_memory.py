@@ -4,7 +4,7 @@ host memory), level 2 holds none (what sets it apart from level 1 when host RAM 
 needs back), and over ten level-1 cycles host memory stays flat (each sleep reuses the pinned blocks of
 the last one). What stays after the wake is pinned as a known divergence."""
 
-from tests.sleep_wake.lib import host_memory, measure, metrics, oracles, server_log, thresholds
+from tests.sleep_wake.lib import expect, host_memory, measure, oracle, server_log, thresholds
 from tests.sleep_wake.lib.memory import checkpoint_tensor_bytes
 from tools.launcher.config import resolve_model
 
@@ -23,7 +23,7 @@ def _host(server, recorder, key: str, **extra) -> host_memory.HostMemory:
 
 def _sleep(client, level: int, step: str) -> None:
     client.sleep(level=level)
-    oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_BY_LEVEL[level], step=step, issue=ISSUE)
+    expect.asleep(client, level, step=step, issue=ISSUE)
 
 
 def _expect_no_host_copy_yet(server) -> None:
@@ -33,11 +33,12 @@ def _expect_no_host_copy_yet(server) -> None:
     level 2 first (it pins nothing), then level 1."""
     logged = server_log.allocator_sleeps(server_log.read(server.log_path))
     earlier = [s for s in logged if s.backed_up_bytes]
-    assert not earlier, (
-        f"[{ISSUE}] precondition: this server already copied its weights to host memory at an earlier "
-        f"sleep ({earlier}), and PyTorch's caching host allocator keeps those pinned blocks, so a new copy "
-        "would not show. Run this test on a server that has not slept at level 1 (the class's order: "
-        "level 2, level 1, cycles)")
+    if earlier:
+        raise oracle.Precondition(
+            f"this server already copied its weights to host memory at an earlier sleep ({earlier}), and "
+            "PyTorch's caching host allocator keeps those pinned blocks, so a new copy would not show. Run "
+            "this test on a server that has not slept at level 1 (the class's order: level 2, level 1, "
+            "cycles)")
 
 
 class TestHostMemory:
@@ -46,12 +47,12 @@ class TestHostMemory:
         awake = _host(server, recorder, "host_awake_bytes")
         _sleep(client, 2, "sleep level 2")
         asleep = _host(server, recorder, "host_level2_asleep_bytes")
-        measure.check_at_most(recorder, "level2_host_bytes_max", asleep.rss - awake.rss, cell.id,
-                              f"[{ISSUE}] host bytes added by a level-2 sleep, which discards the weights "
-                              f"(breakdown of the change {(asleep - awake).as_dict()})")
+        oracle.bounded(recorder, "host_bytes.level2_asleep", asleep.rss - awake.rss, cell.id,
+                       f"[{ISSUE}] host bytes added by a level-2 sleep, which discards the weights "
+                       f"(breakdown of the change {(asleep - awake).as_dict()})")
         client.recover_from_level2()
-        oracles.expect_awake(client, step="level-2 recovery", issue=ISSUE)
-        oracles.expect_golden(client, golden, step="level 2 recovery with reload", issue=ISSUE)
+        expect.awake(client, step="level-2 recovery", issue=ISSUE)
+        expect.golden(client, golden, step="level 2 recovery with reload", issue=ISSUE)
 
     def test_level1_holds_a_host_copy_of_the_weights(self, server, client, golden, recorder, cell):
         _expect_no_host_copy_yet(server)
@@ -66,18 +67,19 @@ class TestHostMemory:
                         vllm_backed_up_bytes=logged[-1].backed_up_bytes if logged else None)
         what = (f"[{ISSUE}] host bytes added by the first level-1 sleep / checkpoint tensor bytes ({copy} / "
                 f"{weights}; breakdown of the change {(asleep - awake).as_dict()})")
-        measure.check_at_least(recorder, "host_copy_weights_ratio_min", copy / weights, cell.id, what)
-        measure.check_at_most(recorder, "host_copy_weights_ratio_max", copy / weights, cell.id, what)
+        with oracle.together():
+            oracle.bounded(recorder, "host_bytes.level1_copy_min", copy / weights, cell.id, what)
+            oracle.bounded(recorder, "host_bytes.level1_copy_max", copy / weights, cell.id, what)
 
         client.wake_up()
-        oracles.expect_awake(client, step="full wake from level 1", issue=ISSUE)
+        expect.awake(client, step="full wake from level 1", issue=ISSUE)
         woken = _host(server, recorder, "host_woken_bytes")
         pin = thresholds.divergence("host_copy_cached_after_wake", client.version())
         seen = host_memory.retention(woken.rss - awake.rss, copy, thresholds.get("level2_host_bytes_max"))
-        assert seen == pin.expected, (
-            f"[{ISSUE}] after the wake the server holds {woken.rss - awake.rss} host bytes more than before "
-            f"the sleep (the copy was {copy}): {seen!r}, expected {pin.expected!r} {pin.describe()}")
-        oracles.expect_golden(client, golden, step="level 1 and full wake", issue=ISSUE)
+        oracle.equal("host_bytes.retained_after_wake", seen, pin.expected,
+                     f"[{ISSUE}] after the wake the server holds {woken.rss - awake.rss} host bytes more than "
+                     f"before the sleep (the copy was {copy}), {pin.describe()}")
+        expect.golden(client, golden, step="level 1 and full wake", issue=ISSUE)
 
     def test_host_bytes_flat_over_ten_cycles(self, server, client, golden, recorder, cell):
         series = {"asleep": [], "awake": []}
@@ -86,18 +88,17 @@ class TestHostMemory:
             _sleep(client, 1, f"cycle {cycle}: sleep level 1")
             series["asleep"].append(_host(server, recorder, "host_asleep_bytes", cycle=cycle).rss)
             client.wake_up()
-            oracles.expect_awake(client, step=f"cycle {cycle}: full wake", issue=ISSUE)
+            expect.awake(client, step=f"cycle {cycle}: full wake", issue=ISSUE)
             series["awake"].append(_host(server, recorder, "host_awake_bytes", cycle=cycle).rss)
             prompt = prompts[cycle % len(prompts)]
-            oracles.expect_tokens(client.complete(prompt), golden[prompt], prompt=prompt,
-                                  step=f"cycle {cycle}", issue=ISSUE)
+            expect.tokens(client.complete(prompt), golden[prompt], prompt=prompt, step=f"cycle {cycle}",
+                          issue=ISSUE)
         # From cycle 2: the first level-1 sleep of a server pins its copy (test_level1_holds_a_host_copy...).
-        for state, values in series.items():
-            measure.check_at_most(recorder, "host_leak_bytes_per_cycle_max",
-                                  measure.median_increment(values[1:]), cell.id,
-                                  f"[{ISSUE}] median growth per cycle of {state} host bytes over cycles "
-                                  f"2..{CYCLES}: {values}")
-        for state, values in series.items():
-            measure.check_at_most(recorder, "host_cycle_flat_max", measure.spread(values[1:]), cell.id,
-                                  f"[{ISSUE}] max - min of {state} host bytes over cycles 2..{CYCLES}: "
-                                  f"{values}")
+        with oracle.together():
+            for state, values in series.items():
+                oracle.bounded(recorder, "host_bytes.leak_per_cycle", measure.median_increment(values[1:]),
+                               cell.id, f"[{ISSUE}] median growth per cycle of {state} host bytes over cycles "
+                               f"2..{CYCLES}: {values}")
+            for state, values in series.items():
+                oracle.bounded(recorder, "host_bytes.cycle_spread", measure.spread(values[1:]), cell.id,
+                               f"[{ISSUE}] max - min of {state} host bytes over cycles 2..{CYCLES}: {values}")

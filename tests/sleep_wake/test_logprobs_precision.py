@@ -2,7 +2,7 @@
 within logprob_drift_max: weights come back from pinned CPU memory bit-exact, so any drift beyond
 kernel nondeterminism means corrupted weights or KV state (#21336, #29341)."""
 
-from tests.sleep_wake.lib import metrics, oracles
+from tests.sleep_wake.lib import expect
 from tests.sleep_wake.lib.prompts import PROMPTS
 
 ISSUE = "logprob drift after sleep/wake (#21336)"
@@ -11,10 +11,9 @@ ISSUE = "logprob drift after sleep/wake (#21336)"
 class TestLogprobsPrecision:
     def test_level1_logprobs_match_golden(self, client, golden, recorder, cell):
         client.sleep(level=1)
-        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1, step="sleep level 1",
-                             issue=ISSUE)
+        expect.asleep(client, 1, step="sleep level 1", issue=ISSUE)
         client.wake_up()
-        oracles.expect_awake(client, step="full wake from level 1", issue=ISSUE)
+        expect.awake(client, step="full wake from level 1", issue=ISSUE)
         # Logprobs are compared position by position on the same tokens, which the helper checks first.
-        oracles.expect_golden_with_logprobs(client, recorder, golden, PROMPTS, cell.id,
-                                            step="level 1 and full wake", issue=ISSUE)
+        expect.golden_with_logprobs(client, recorder, golden, PROMPTS, cell.id, step="level 1 and full wake",
+                                    issue=ISSUE)

@@ -1,7 +1,7 @@
 """/is_sleeping and the vllm:engine_sleep_state gauge agree with each other and with the level, at
 every step of sleep and wake; output is golden after each recovery."""
 
-from tests.sleep_wake.lib import measure, metrics, oracles, thresholds
+from tests.sleep_wake.lib import expect, oracle, thresholds
 from tests.sleep_wake.lib.background import background
 from tests.sleep_wake.lib.prompts import PROMPTS
 
@@ -15,67 +15,58 @@ class TestSleepWakeFlags:
         for wake_tags in (["scheduling"], None):
             how = f"wake_up(tags={wake_tags})"
             client.sleep(level=0)
-            oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL0,
-                                 step="sleep level 0", issue="level-0 flags")
+            expect.asleep(client, 0, step="sleep level 0", issue="level-0 flags")
             with background(client) as pool:
                 held = pool.submit(client.complete, prompt, timeout_s=window + 2 * bound)
-                measure.wait_until(lambda: client.load() >= 1 or held.done(), bound,
-                                   what="the request to be accepted (/load >= 1) while paused")
-                measure.assert_holds(lambda: not held.done() and client.is_sleeping(), window,
-                                     what="request held while scheduling is paused (level 0)")
+                expect.accepted(client, [held], 1, "the request accepted (/load >= 1) while paused")
+                expect.held("requests.held_while_paused", client, [held], window,
+                            "a request sent while scheduling is paused (level 0)")
                 client.wake_up(wake_tags)
                 step, issue = f"level 0 then {how}", "level-0 held request (#45326)"
-                completion = oracles.expect_result(held, bound, step=step, issue=issue)
-                oracles.expect_tokens(completion, golden[prompt], prompt=prompt, step=step, issue=issue)
-            oracles.expect_awake(client, step=f"level 0 then {how}", issue="level-0 flags")
+                completion = expect.result(held, bound, step=step, issue=issue)
+                expect.tokens(completion, golden[prompt], prompt=prompt, step=step, issue=issue)
+            expect.awake(client, step=f"level 0 then {how}", issue="level-0 flags")
 
     def test_level1_flags(self, client, golden):
         client.sleep(level=1)
-        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1, step="sleep level 1",
-                             issue="level-1 flags")
+        expect.asleep(client, 1, step="sleep level 1", issue="level-1 flags")
         client.wake_up()
-        oracles.expect_awake(client, step="full wake from level 1", issue="level-1 flags")
-        oracles.expect_golden(client, golden, step="level 1 and full wake", issue="level-1 output")
+        expect.awake(client, step="full wake from level 1", issue="level-1 flags")
+        expect.golden(client, golden, step="level 1 and full wake", issue="level-1 output")
 
     def test_level2_flags_and_recovery(self, client, golden):
         """Documented level-2 recovery: wake weights, reload weights, wake kv_cache (#29341)."""
         client.sleep(level=2)
-        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL2, step="sleep level 2",
-                             issue="level-2 flags")
+        expect.asleep(client, 2, step="sleep level 2", issue="level-2 flags")
         client.wake_up(["weights"])
-        oracles.expect_partially_asleep(client, step="level 2 then wake weights", issue="level-2 recovery",
-                                        level=2)
+        expect.partially_asleep(client, step="level 2 then wake weights", issue="level-2 recovery", level=2)
         client.reload_weights()
         client.wake_up(["kv_cache"])
-        oracles.expect_awake(client, step="level 2 recovery", issue="level-2 flags")
+        expect.awake(client, step="level 2 recovery", issue="level-2 flags")
         # The optional last step of the recovery; releases differ in whether they report its result.
         pin = thresholds.divergence("reset_prefix_cache_result_unreported", client.version())
-        reported = client.reset_prefix_cache()
-        assert reported == pin.expected, (
-            f"[level-2 recovery] /reset_prefix_cache on an idle server: expected success reported as "
-            f"{pin.expected!r} {pin.describe()}; the client read {reported!r}")
-        oracles.expect_golden(client, golden, step="level 2 recovery with reload",
-                              issue="#29341/#54235 garbage after level 2")
+        oracle.equal("api.reset_prefix_cache_result", client.reset_prefix_cache(), pin.expected,
+                     f"/reset_prefix_cache on an idle server after the level-2 recovery, {pin.describe()}")
+        expect.golden(client, golden, step="level 2 recovery with reload",
+                      issue="#29341/#54235 garbage after level 2")
 
     def test_partial_wakes_keep_sleeping_flag(self, client, golden):
         """A wake of one tag leaves /is_sleeping true (#44483); the gauge is pinned as divergent."""
         for order in (["weights", "kv_cache"], ["kv_cache", "weights"]):
             client.sleep(level=1)
-            oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
-                                 step=f"sleep level 1 (order {order})", issue="level-1 flags")
+            expect.asleep(client, 1, step=f"sleep level 1 (order {order})", issue="level-1 flags")
             client.wake_up([order[0]])
-            oracles.expect_partially_asleep(client, step=f"wake {order[0]} only", issue="#44483")
+            expect.partially_asleep(client, step=f"wake {order[0]} only", issue="#44483")
             client.wake_up([order[1]])
-            oracles.expect_awake(client, step=f"wake {order[1]} after {order[0]}", issue="#44483")
-            oracles.expect_golden(client, golden, step=f"staged wake {order}", issue="#44483/#45619")
+            expect.awake(client, step=f"wake {order[1]} after {order[0]}", issue="#44483")
+            expect.golden(client, golden, step=f"staged wake {order}", issue="#44483/#45619")
 
     def test_idempotent_repeats(self, client, golden):
         """Sleeping twice and waking twice is harmless (#31618)."""
         for i in (1, 2):
             client.sleep(level=1)
-            oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
-                                 step=f"sleep level 1, call {i}", issue="#31618")
+            expect.asleep(client, 1, step=f"sleep level 1, call {i}", issue="#31618")
         for i in (1, 2):
             client.wake_up()
-            oracles.expect_awake(client, step=f"full wake, call {i}", issue="#31618")
-        oracles.expect_golden(client, golden, step="sleep x2 then wake x2", issue="#31618")
+            expect.awake(client, step=f"full wake, call {i}", issue="#31618")
+        expect.golden(client, golden, step="sleep x2 then wake x2", issue="#31618")

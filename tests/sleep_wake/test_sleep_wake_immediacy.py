@@ -12,7 +12,7 @@ NVML's per-process figure, which test_physical_memory settles on, has been seen 
 reporting on itself.
 """
 
-from tests.sleep_wake.lib import measure, metrics, oracles, server_log
+from tests.sleep_wake.lib import expect, measure, oracle, server_log
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 RELEASE = "late release: memory still held when /sleep answered"
@@ -38,15 +38,14 @@ class TestSleepWakeImmediacy:
             recorder.record(measure.current_test(), f"level{level}_freed_immediate_bytes", before - after,
                             "bytes", before=before, after=after,
                             vllm_logged_freed_bytes=logged[-1].freed_bytes if logged else None)
-            oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_BY_LEVEL[level],
-                                 step=f"sleep level {level}", issue=RELEASE)
-            measure.check_at_least(
-                recorder, "sleep_freed_immediate_kv_fraction_min", (before - after) / kv, cell.id,
+            expect.asleep(client, level, step=f"sleep level {level}", issue=RELEASE)
+            oracle.bounded(
+                recorder, "device_bytes.freed_at_sleep_answer", (before - after) / kv, cell.id,
                 f"[{RELEASE}] device bytes freed by sleep level {level} at the first reading after /sleep "
                 f"answered / KV cache bytes ({before - after} / {kv}; used {before} before, {after} after)")
             _recover(client, level)
-            oracles.expect_awake(client, step=f"recovery from level {level}", issue=RELEASE)
-            oracles.expect_golden(client, golden, step=f"level {level} and its recovery", issue=RELEASE)
+            expect.awake(client, step=f"recovery from level {level}", issue=RELEASE)
+            expect.golden(client, golden, step=f"level {level} and its recovery", issue=RELEASE)
 
     def test_memory_restored_when_wake_returns(self, server, client, golden, recorder, cell):
         for how, wakes in (("full wake", [None]), ("staged wake", [["weights"], ["kv_cache"]])):
@@ -58,18 +57,17 @@ class TestSleepWakeImmediacy:
                 woken = server.device_used_bytes()  # the first reading after the last wake answered
             recorder.record(measure.current_test(), "wake_shortfall_immediate_bytes", before - woken, "bytes",
                             before=before, woken=woken, how=how)
-            oracles.expect_awake(client, step=f"level 1 and a {how}", issue=RESTORE)
-            measure.check_at_most(
-                recorder, "wake_shortfall_immediate_bytes_max", before - woken, cell.id,
+            expect.awake(client, step=f"level 1 and a {how}", issue=RESTORE)
+            oracle.bounded(
+                recorder, "device_bytes.restored_at_wake_answer", before - woken, cell.id,
                 f"[{RESTORE}: memory not back when /wake_up answered] device bytes before the sleep minus "
                 f"the first reading after a {how} (used {before} before, {woken} after)")
-            oracles.expect_golden(client, golden, step=f"level 1 and a {how}", issue=RESTORE)
+            expect.golden(client, golden, step=f"level 1 and a {how}", issue=RESTORE)
 
     def test_request_right_after_wake_is_golden(self, client, golden):
         for how, level in (("full wake", 1), ("staged wake", 1), ("level-2 recovery", 2)):
             client.sleep(level=level)
-            oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_BY_LEVEL[level],
-                                 step=f"sleep level {level}", issue=RESTORE)
+            expect.asleep(client, level, step=f"sleep level {level}", issue=RESTORE)
             if how == "staged wake":
                 client.wake_up(["weights"])
                 client.wake_up(["kv_cache"])
@@ -78,9 +76,6 @@ class TestSleepWakeImmediacy:
             # Nothing between the wake's answer and the requests: no flag read, no wait.
             step = f"a request sent right after the {how} answered"
             for prompt in PROMPTS:
-                try:
-                    completion = client.complete(prompt, GOLDEN_MAX_TOKENS)
-                except Exception as e:  # the server's answer or a transport failure: the engine broke
-                    raise AssertionError(f"[{RESTORE}] {step} failed: {e}") from e
-                oracles.expect_tokens(completion, golden[prompt], prompt=prompt, step=step, issue=RESTORE)
-            oracles.expect_awake(client, step=f"level {level} and a {how}", issue=RESTORE)
+                expect.tokens(client.complete(prompt, GOLDEN_MAX_TOKENS), golden[prompt], prompt=prompt,
+                              step=step, issue=RESTORE)
+            expect.awake(client, step=f"level {level} and a {how}", issue=RESTORE)

@@ -6,7 +6,7 @@ known to be slower (#45648); per-mode bounds go into thresholds.py only once mea
 
 import pytest
 
-from tests.sleep_wake.lib import measure, metrics, oracles
+from tests.sleep_wake.lib import expect, measure, oracle
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 REPEATS = 5
@@ -30,31 +30,31 @@ class TestSleepWakeLatency:
         samples = []
         for _ in range(REPEATS):
             samples.append(measure.timed(client.sleep, level=1)[1])
-            oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1, step="timed sleep",
-                                 issue="sleep latency")
+            expect.asleep(client, 1, step="timed sleep", issue="sleep latency")
             client.wake_up()
         _record(recorder, "sleep_s", samples)
-        measure.check_at_most(recorder, "sleep_s_max", measure.median(samples), cell.id,
-                              f"median sleep level 1 of {REPEATS}: {samples}")
-        oracles.expect_golden(client, golden, step="timed sleeps", issue="sleep latency")
+        oracle.bounded(recorder, "latency.sleep", measure.median(samples), cell.id,
+                       f"median sleep level 1 of {REPEATS}: {samples}")
+        expect.golden(client, golden, step="timed sleeps", issue="sleep latency")
 
     def test_full_and_staged_wake_latency(self, client, golden, recorder, cell):
         full, staged = [], []
         for _ in range(REPEATS):
             client.sleep(level=1)
             full.append(measure.timed(client.wake_up)[1])
-            oracles.expect_awake(client, step="timed full wake", issue="#45648 wake latency")
+            expect.awake(client, step="timed full wake", issue="#45648 wake latency")
             client.sleep(level=1)
             staged.append(measure.timed(client.wake_up, ["weights"])[1]
                           + measure.timed(client.wake_up, ["kv_cache"])[1])
-            oracles.expect_awake(client, step="timed staged wake", issue="#45648 wake latency")
+            expect.awake(client, step="timed staged wake", issue="#45648 wake latency")
         _record(recorder, "wake_full_s", full)
         _record(recorder, "wake_staged_s", staged)
-        measure.check_at_most(recorder, "wake_s_max", measure.median(full), cell.id,
-                              f"median full wake of {REPEATS}: {full} (#45648)")
-        measure.check_at_most(recorder, "staged_wake_s_max", measure.median(staged), cell.id,
-                              f"median staged wake of {REPEATS}: {staged} (#45648)")
-        oracles.expect_golden(client, golden, step="timed wakes", issue="#45648")
+        with oracle.together():
+            oracle.bounded(recorder, "latency.wake", measure.median(full), cell.id,
+                           f"median full wake of {REPEATS}: {full} (#45648)")
+            oracle.bounded(recorder, "latency.staged_wake", measure.median(staged), cell.id,
+                           f"median staged wake of {REPEATS}: {staged} (#45648)")
+        expect.golden(client, golden, step="timed wakes", issue="#45648")
 
     def test_cycle_latency(self, client, golden, recorder, cell):
         """Sleep + full wake + the first request after it, end to end."""
@@ -68,9 +68,9 @@ class TestSleepWakeLatency:
         for i in range(REPEATS):
             completion, seconds = measure.timed(cycle)
             samples.append(seconds)
-            oracles.expect_tokens(completion, golden[prompt], prompt=prompt,
-                                  step=f"timed cycle {i}", issue="first request after wake")
+            expect.tokens(completion, golden[prompt], prompt=prompt, step=f"timed cycle {i}",
+                          issue="first request after wake")
         _record(recorder, "cycle_s", samples)
-        measure.check_at_most(recorder, "cycle_s_max", measure.median(samples), cell.id,
-                              f"median sleep+wake+first request of {REPEATS}: {samples}")
-        oracles.expect_awake(client, step="timed cycles", issue="cycle latency")
+        oracle.bounded(recorder, "latency.cycle", measure.median(samples), cell.id,
+                       f"median sleep+wake+first request of {REPEATS}: {samples}")
+        expect.awake(client, step="timed cycles", issue="cycle latency")

@@ -1,6 +1,6 @@
 """Repeated staged wakes (weights, then kv_cache) keep output identical and flags right each time."""
 
-from tests.sleep_wake.lib import metrics, oracles
+from tests.sleep_wake.lib import expect
 
 CYCLES = 5
 
@@ -9,11 +9,10 @@ class TestStagedWakeCycles:
     def test_staged_cycles_are_golden(self, client, golden):
         for cycle in range(1, CYCLES + 1):
             client.sleep(level=1)
-            oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
-                                 step=f"cycle {cycle}: sleep level 1", issue="staged wake (#44483)")
+            expect.asleep(client, 1, step=f"cycle {cycle}: sleep level 1", issue="staged wake (#44483)")
             client.wake_up(["weights"])
-            oracles.expect_partially_asleep(client, step=f"cycle {cycle}: wake weights", issue="#44483")
+            expect.partially_asleep(client, step=f"cycle {cycle}: wake weights", issue="#44483")
             client.wake_up(["kv_cache"])
-            oracles.expect_awake(client, step=f"cycle {cycle}: wake kv_cache", issue="#44483")
-            oracles.expect_golden(client, golden, step=f"staged wake cycle {cycle}",
-                                  issue="#21336 (output degrades over cycles)")
+            expect.awake(client, step=f"cycle {cycle}: wake kv_cache", issue="#44483")
+            expect.golden(client, golden, step=f"staged wake cycle {cycle}",
+                          issue="#21336 (output degrades over cycles)")

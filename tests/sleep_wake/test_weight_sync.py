@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from tests.sleep_wake.lib import metrics, oracles, thresholds
+from tests.sleep_wake.lib import expect, oracle, thresholds
 from tests.sleep_wake.lib.prompts import LONG_PROMPTS, PROMPTS
 from tools.launcher.config import resolve_model
 
@@ -40,10 +40,7 @@ def checkpoint_b() -> str:
 def golden_b(server_on, checkpoint_b) -> dict:
     """Checkpoint B's golden, from a server of this cell started on B and stopped again."""
     with server_on(checkpoint_b, "checkpoint_b") as client_b:
-        try:
-            return oracles.take_golden(client_b, SYNC_PROMPTS)
-        except AssertionError as e:
-            pytest.fail(f"checkpoint B: {e}")
+        return expect.take_golden(client_b, SYNC_PROMPTS)
 
 
 @pytest.fixture(scope="class")
@@ -63,7 +60,7 @@ def checkpoint_a(server, checkpoint_b) -> str:
 
 @pytest.fixture(scope="class")
 def golden_a(client, golden) -> dict:
-    return {**golden, **oracles.take_golden(client, LONG_PROMPTS)}
+    return {**golden, **expect.take_golden(client, LONG_PROMPTS)}
 
 
 @pytest.fixture(autouse=True)
@@ -80,35 +77,35 @@ def back_on_checkpoint_a(client, checkpoint_a):
 
 def _expect_goldens_differ(golden_a: dict, golden_b: dict) -> None:
     same = [p for p in SYNC_PROMPTS if golden_a[p].token_ids == golden_b[p].token_ids]
-    assert not same, (
-        f"[{ISSUE}] oracle check: checkpoints A and B give the same greedy tokens for {same}, so a push "
-        "that changed nothing would pass; B must be the generator with another seed "
-        "(//tools/model:synthetic_qwen3_b)")
+    if same:
+        raise oracle.Precondition(
+            f"checkpoints A and B give the same greedy tokens for {same}, so a push that changed nothing "
+            "would pass; B must be the generator with another seed (//tools/model:synthetic_qwen3_b)")
 
 
 def _push(client, level: int, path: str, what: str) -> None:
     """The trainer's step: sleep, wake the weights, load `path` into them, wake the KV cache."""
     client.sleep(level=level)
-    oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_BY_LEVEL[level],
-                         step=f"sleep level {level} to push {what}", issue=ISSUE)
+    expect.asleep(client, level, step=f"sleep level {level} to push {what}", issue=ISSUE)
     client.wake_up(["weights"])
     client.reload_weights(path)
     client.wake_up(["kv_cache"])
-    oracles.expect_awake(client, step=f"pushing {what} (sleep level {level}, wake weights, "
-                         "reload_weights, wake kv_cache)", issue=ISSUE)
+    expect.awake(client, step=f"pushing {what} (sleep level {level}, wake weights, reload_weights, wake "
+                 "kv_cache)", issue=ISSUE)
 
 
 def _sleep_and_wake(client, level: int, step: str) -> None:
     client.sleep(level=level)
-    oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_BY_LEVEL[level],
-                         step=f"{step}: sleep level {level}", issue=ISSUE)
+    expect.asleep(client, level, step=f"{step}: sleep level {level}", issue=ISSUE)
     client.wake_up()
-    oracles.expect_awake(client, step=f"{step}: full wake", issue=ISSUE)
+    expect.awake(client, step=f"{step}: full wake", issue=ISSUE)
 
 
-def _expect(client, recorder, cell, golden: dict, step: str) -> None:
+def _expect(client, recorder, cell, golden: dict, step: str,
+            oracle_id: str = "weights.pushed_checkpoint_golden") -> None:
     """The checkpoint whose golden this is serves it: token ids and per-token logprobs."""
-    oracles.expect_golden_with_logprobs(client, recorder, golden, SYNC_PROMPTS, cell.id, step=step, issue=ISSUE)
+    expect.golden_with_logprobs(client, recorder, golden, SYNC_PROMPTS, cell.id, step=step, issue=ISSUE,
+                                oracle_id=oracle_id)
 
 
 def _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level: int) -> None:
@@ -143,12 +140,11 @@ class TestWeightSync:
                                                 checkpoint_b, recorder, cell):
         _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=1)
         client.sleep(level=1)
-        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL1,
-                             step="checkpoint B: sleep level 1", issue=ISSUE)
+        expect.asleep(client, 1, step="checkpoint B: sleep level 1", issue=ISSUE)
         client.wake_up(["weights"])
-        oracles.expect_partially_asleep(client, step="checkpoint B: wake weights", issue=ISSUE)
+        expect.partially_asleep(client, step="checkpoint B: wake weights", issue=ISSUE)
         client.wake_up(["kv_cache"])
-        oracles.expect_awake(client, step="checkpoint B: wake kv_cache", issue=ISSUE)
+        expect.awake(client, step="checkpoint B: wake kv_cache", issue=ISSUE)
         _expect(client, recorder, cell, golden_b, "checkpoint B, then a staged wake (weights, kv_cache)")
         _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 1, "a staged wake")
 
@@ -160,11 +156,10 @@ class TestWeightSync:
         # The plain recovery (reload_weights without a path) reloads the last pushed checkpoint: pinned.
         pin = thresholds.divergence("reload_without_path_loads_last_pushed", client.version())
         client.sleep(level=2)
-        oracles.expect_state(client, sleeping=True, gauge=metrics.GAUGE_LEVEL2,
-                             step="checkpoint B: sleep level 2", issue=ISSUE)
+        expect.asleep(client, 2, step="checkpoint B: sleep level 2", issue=ISSUE)
         client.recover_from_level2()
-        oracles.expect_awake(client, step="checkpoint B: level 2, plain recovery", issue=ISSUE)
+        expect.awake(client, step="checkpoint B: level 2, plain recovery", issue=ISSUE)
         _expect(client, recorder, cell, {"checkpoint B": golden_b, "checkpoint A": golden_a}[pin.expected],
                 f"checkpoint B, then level 2 and reload_weights without a path ({pin.expected}'s golden "
-                f"{pin.describe()})")
+                f"{pin.describe()})", oracle_id="weights.served_after_plain_reload")
         _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 2, "the level-2 reloads")

@@ -213,6 +213,9 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
         "VLLM_USE_FLASHINFER_SAMPLER": "0",
         "VLLM_WORKER_MULTIPROC_METHOD": config.mp_method,
         "VLLM_LOGGING_LEVEL": "INFO",
+        # A dead engine core must show as the API server's 5xx answers, which the suite's oracles judge,
+        # not as a port that closes 5 s later (launcher.py watchdog_loop), which proves nothing.
+        "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",

@@ -7,7 +7,8 @@ The client reads behaviour, not one release's response shapes (0.24.0, 0.25.0 an
 supported; tests/sleep_wake/unit/release_responses.py has each one's bodies): a 2xx answer with an
 empty body where a release reports nothing is accepted, keys a release adds are ignored, and an
 absent usage field reads None, never 0. What the suite needs stays an error whatever the release: a
-non-2xx status, success=false, a non-bool is_sleeping, a missing sleep gauge or token_ids.
+non-2xx status (the oracle api.status), success=false, a non-bool is_sleeping, a missing sleep gauge or
+token_ids.
 """
 
 import contextlib
@@ -17,7 +18,7 @@ import time
 
 import requests
 
-from tests.sleep_wake.lib import metrics
+from tests.sleep_wake.lib import metrics, oracle
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS
 
 
@@ -98,11 +99,13 @@ class SleepWakeClient:
         return requests.request(method, self.url + path, **kw)
 
     def _ok(self, method: str, path: str, **kw) -> requests.Response:
+        """The answer of a call that must succeed: a live server answering anything but 2xx fails the
+        oracle api.status (an engine that died behind the API server answers 5xx); a transport failure
+        (nothing listening) is no answer and propagates as requests' own exception."""
         resp = self.raw(method, path, **kw)
         if not 200 <= resp.status_code < 300:
-            raise ServerResponseError(
-                f"{method} {path} returned HTTP {resp.status_code}: {resp.text[:500]}",
-                resp.status_code, resp.text)
+            oracle.fail("api.status", f"{method} {path}", f"HTTP {resp.status_code}: {resp.text[:300]}",
+                        "2xx", "")
         return resp
 
     def _json(self, method: str, path: str, **kw) -> dict:
@@ -210,9 +213,13 @@ class SleepWakeClient:
     def health(self) -> bool:
         """True on HTTP 200; False when the server answers otherwise or cannot be reached."""
         try:
-            return self.raw("GET", "/health").status_code == 200
+            return self.health_status() == 200
         except requests.RequestException:
             return False
+
+    def health_status(self) -> int:
+        """GET /health's status code; a transport failure propagates."""
+        return self.raw("GET", "/health").status_code
 
     # --- completions -------------------------------------------------------------------------
     def completion_body(self, prompt, max_tokens=GOLDEN_MAX_TOKENS, temperature=0.0, ignore_eos=True,

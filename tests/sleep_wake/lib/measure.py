@@ -1,4 +1,4 @@
-"""Recording measurements, checking them against thresholds, and bounded waiting."""
+"""Recording measurements, bounded waiting and the statistics of a series (median step, spread)."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import tempfile
 import threading
 import time
 
-from tests.sleep_wake.lib import thresholds
+from tests.sleep_wake.lib import oracle, thresholds
 
 MEASUREMENTS_FILE = "measurements.jsonl"
 
@@ -48,33 +48,15 @@ class Recorder:
             return [json.loads(line) for line in f if line.strip()]
 
 
-def _check(recorder, name, measured, cell_id, what, at_most: bool) -> None:
-    t = thresholds.threshold(name)
-    bound = thresholds.get(name, cell_id)
-    ok = measured <= bound if at_most else measured >= bound
-    recorder.record(current_test(), name, measured, t.unit, bound=bound,
-                    kind="at_most" if at_most else "at_least", layer=t.layer, ok=ok, what=what)
-    if not ok:
-        relation = "<=" if at_most else ">="
-        raise AssertionError(
-            f"{what}: measured {measured:g} {t.unit}, expected {relation} {bound:g} (threshold "
-            f"{name!r}, cell {cell_id}, layer {t.layer}, source: {t.source}). Triage: "
-            f"{thresholds.POLICY[t.layer]}")
+class WaitTimeout(TimeoutError):
+    """A wait that is no oracle ran out: the test could not reach the state it needed (errored)."""
 
 
-def check_at_most(recorder, name: str, measured: float, cell_id: str | None, what: str) -> None:
-    """Record `measured`, then assert it is <= the threshold `name` for the cell."""
-    _check(recorder, name, measured, cell_id, what, at_most=True)
-
-
-def check_at_least(recorder, name: str, measured: float, cell_id: str | None, what: str) -> None:
-    """Record `measured`, then assert it is >= the threshold `name` for the cell."""
-    _check(recorder, name, measured, cell_id, what, at_most=False)
-
-
-def wait_until(predicate, timeout_s: float, poll_s: float | None = None, what: str = "condition") -> float:
+def wait_until(predicate, timeout_s: float, poll_s: float | None = None, what: str = "condition",
+               oracle_id: str | None = None) -> float:
     """Poll `predicate` (every poll_s, default the poll_s threshold) until truthy; return the seconds
-    it took. AssertionError after timeout_s."""
+    it took. After timeout_s: the oracle `oracle_id` fails (the wait is what it checks: a request that
+    must end, /load that must drain), or WaitTimeout when the wait only sets a test up."""
     poll_s = thresholds.get("poll_s") if poll_s is None else poll_s
     start = time.monotonic()
     deadline = start + timeout_s
@@ -83,25 +65,26 @@ def wait_until(predicate, timeout_s: float, poll_s: float | None = None, what: s
         if last:
             return time.monotonic() - start
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}; last value {last!r}")
+            if oracle_id is not None:
+                oracle.fail(oracle_id, f"{what}: not within the bound", f"not after {timeout_s:g} s "
+                            f"(last value {last!r})", f"{timeout_s:g} s", "within")
+            raise WaitTimeout(f"timed out after {timeout_s:g} s waiting for {what}; last value {last!r}")
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
 
 
-def assert_holds(predicate, duration_s: float, poll_s: float | None = None, what: str = "condition") -> None:
-    """Assert `predicate` stays truthy for the whole of duration_s (a bounded observation window),
-    sampled every poll_s (default the hold_sample_s threshold)."""
+def assert_holds(oracle_id: str, predicate, duration_s: float, poll_s: float | None = None,
+                 what: str = "condition") -> None:
+    """The oracle `oracle_id`: `predicate` stays truthy for the whole of duration_s (a bounded
+    observation window), sampled every poll_s (default the hold_sample_s threshold). An exception from
+    the predicate (the server unreachable) propagates: it is no observation of the invariant."""
     poll_s = thresholds.get("hold_sample_s") if poll_s is None else poll_s
     start = time.monotonic()
     while True:
-        try:
-            value = predicate()
-        except Exception as e:  # the server died or hung mid-window: that is the finding, name it
-            raise AssertionError(f"{what} could not be observed after {time.monotonic() - start:.2f} s "
-                                 f"of the {duration_s:g} s observation window: {e!r}") from e
+        value = predicate()
         elapsed = time.monotonic() - start
         if not value:
-            raise AssertionError(f"{what} stopped holding after {elapsed:.2f} s of the {duration_s:g} s "
-                                 f"observation window; last value {value!r}")
+            oracle.fail(oracle_id, what, f"stopped holding after {elapsed:.2f} s (last value {value!r})",
+                        f"holds for the {duration_s:g} s window", "")
         if elapsed >= duration_s:
             return
         time.sleep(min(poll_s, duration_s - elapsed))

@@ -5,7 +5,7 @@ import json
 import os
 import struct
 
-from tests.sleep_wake.lib import measure, thresholds
+from tests.sleep_wake.lib import measure, oracle, thresholds
 
 MiB = 1 << 20
 # Two NVML readings one poll apart that differ by less than this count as settled: cuMem maps and
@@ -13,9 +13,9 @@ MiB = 1 << 20
 SETTLE_BYTES = 2 * MiB
 
 
-def settled_gpu_bytes(server, what: str, done=None) -> int:
+def settled_gpu_bytes(server, what: str, done=None, recorder=None) -> int:
     """server.gpu_bytes() once `done(bytes)` holds or the last three readings (spanning at least one
-    poll) agree within SETTLE_BYTES.
+    poll) agree within SETTLE_BYTES; the seconds that took go to `recorder` (memory_settle_s).
 
     NVML's per-process numbers can trail an unmap or map by a moment, so one reading right after a
     sleep or wake may be stale. Bounded by the memory_settle_s_max threshold.
@@ -28,14 +28,14 @@ def settled_gpu_bytes(server, what: str, done=None) -> int:
         return (done is not None and done(readings[-1])) or (
             len(last3) == 3 and max(last3) - min(last3) < SETTLE_BYTES)
 
-    try:
-        measure.wait_until(settled, thresholds.get("memory_settle_s_max"),
-                           poll_s=thresholds.get("memory_settle_poll_s"),
-                           what=f"NVML bytes of the server to settle {what}")
-    except AssertionError as e:
-        raise AssertionError(f"{e}; readings {readings[-6:]} bytes") from None
+    seconds = measure.wait_until(settled, thresholds.get("memory_settle_s_max"),
+                                 poll_s=thresholds.get("memory_settle_poll_s"),
+                                 what=f"NVML bytes of the server to settle {what} (readings {readings[-6:]})",
+                                 oracle_id="device_bytes.settles")
+    if recorder is not None:
+        recorder.record("", "memory_settle_s", seconds, "s", what=what, readings=len(readings))
     if readings[-1] <= 0:
-        raise AssertionError(
+        raise oracle.Precondition(
             f"NVML reports 0 bytes for the server's PIDs {server.pids()} {what}: NVML does not see "
             "these processes (a PID namespace other than the host's?), so per-process memory cannot "
             "be measured here; run the cell on a host or container sharing the host's PID namespace")
@@ -46,7 +46,7 @@ def checkpoint_tensors(model_dir: str) -> dict[str, int]:
     """Tensor name -> bytes over the checkpoint's *.safetensors files, read from their headers."""
     paths = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
     if not paths:
-        raise AssertionError(
+        raise oracle.Precondition(
             f"no *.safetensors in {model_dir!r}: the weights-only wake is compared with the served "
             "checkpoint's tensor bytes, so the model must be a local checkpoint directory")
     tensors = {}
@@ -74,12 +74,14 @@ def expect_restored(server, recorder, cell_id: str, awake: int, step: str) -> in
     """
     grow_max = thresholds.get("wake_restore_bytes_max", cell_id)
     short_max = thresholds.get("wake_shortfall_bytes_max", cell_id)
-    woken = settled_gpu_bytes(server, f"after {step}", done=lambda b: -short_max <= b - awake <= grow_max)
+    woken = settled_gpu_bytes(server, f"after {step}", done=lambda b: -short_max <= b - awake <= grow_max,
+                              recorder=recorder)
     recorder.record(measure.current_test(), "woken_bytes", woken, "bytes", step=step, awake=awake)
-    measure.check_at_most(recorder, "wake_restore_bytes_max", woken - awake, cell_id,
-                          f"bytes after {step} minus awake bytes (awake {awake}, woken {woken}; growth is "
-                          "a leak, #21336)")
-    measure.check_at_most(recorder, "wake_shortfall_bytes_max", awake - woken, cell_id,
-                          f"awake bytes minus bytes after {step} (awake {awake}, woken {woken}; a pool not "
-                          "mapped back, #32714)")
+    with oracle.together():
+        oracle.bounded(recorder, "device_bytes.wake_growth", woken - awake, cell_id,
+                       f"bytes after {step} minus awake bytes (awake {awake}, woken {woken}; growth is a "
+                       "leak, #21336)")
+        oracle.bounded(recorder, "device_bytes.wake_shortfall", awake - woken, cell_id,
+                       f"awake bytes minus bytes after {step} (awake {awake}, woken {woken}; a pool not "
+                       "mapped back, #32714)")
     return woken

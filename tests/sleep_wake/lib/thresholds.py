@@ -8,10 +8,14 @@ Triage policy (the only place it is written; entries of the "wait" layer are not
     same cell (same runner x mode, same GPU, previous vLLM build) before filing; only a regression
     against that baseline is a bug.
 
-`source` says where a number came from. "initial bound from REFERENCE.md facts; to be replaced by
-H200 measurement" marks a generous guess that the first GPU run replaces with a measured value.
-`per_cell` overrides the value for one runner, one mode or one runner-mode pair; add such keys only
-from measurement (e.g. graph-mode wake is known to be slower, #45648, but by how much is measured).
+`source` says where a number came from. Bound policy (README "Bounds"): a mechanism bound sits near what a
+healthy server shows, never at the size of a defect written for it: `noise` records the healthy extreme
+measured on the H200 (the largest value of an upper bound, the smallest of a lower bound, over every cell
+of >= 3 runs) and the bound is at most NOISE_FACTOR_MAX times away from it; where the healthy value is 0,
+the bound is one measurement granule (`granule`: NVML maps in 2 MiB, /proc counts 4 KiB pages) with a
+strict `<`. Contract bounds are what the API promises (a hang detector, an exact state) and say so in
+`source`. `per_cell` overrides the value for one runner, one mode or one runner-mode pair; add such keys
+only from measurement (e.g. graph mode keeps its CUDA-graph pool resident, #45648).
 """
 
 import dataclasses
@@ -30,12 +34,27 @@ POLICY = {
     WAIT: ("wait layer: how often a test looks while it waits; never a bound, so it fails nothing: a "
            "longer poll only costs time, a shorter one only costs requests to the server"),
 }
-INITIAL = "initial bound from REFERENCE.md facts; to be replaced by H200 measurement"
+NOISE_FACTOR_MAX = 4.0
 MEASURED = "H200 x2, vLLM 0.26.0, 2026-11-29, matrix runs 1-2 (16 cells per GPU, 44 cells each)"
 MEASURED_RL = ("H200 x2, 2026-11-30, 5 green matrix runs of 60 cells (16 per GPU): vLLM 0.26.0 x3, 0.25.0, "
                "0.24.0, all four runner x mode cells")
+MEASURED_1201 = "H200 x1, vLLM 0.26.0, 2026-12-01, all 60 cells"
 GiB = 1 << 30
 MiB = 1 << 20
+KiB = 1 << 10
+NVML_GRANULE = 2 * MiB  # cuMem maps and unmaps device memory in 2 MiB granules
+PAGE = 4 * KiB  # VmRSS counts whole pages
+
+
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    """What healthy servers showed: the largest value measured for an upper bound (the smallest for a
+    lower bound), over `runs` matrix runs of `cells`. per_cell: the same for a bound's per_cell keys."""
+    value: float
+    runs: int
+    cells: str
+    source: str
+    per_cell: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +65,30 @@ class Threshold:
     layer: str
     source: str
     per_cell: dict = dataclasses.field(default_factory=dict)
+    noise: Noise | None = None  # required for the mechanism layer
+    granule: float | None = None  # the measurement's resolution, where the noise is 0
+    strict: bool = False  # measured < value (a bound of one granule over a noise of 0), not <=
+
+    @property
+    def relation(self) -> str:
+        if self.name.endswith("_min"):
+            return ">="
+        return "<" if self.strict else "<="
+
+    def noise_at(self, key: str | None) -> float | None:
+        """The healthy extreme behind the bound of a per_cell key (None: the default value)."""
+        if self.noise is None:
+            return None
+        return self.noise.per_cell.get(key, self.noise.value) if key else self.noise.value
+
+    def factor(self, key: str | None = None) -> float | None:
+        """How many times the bound is away from its healthy extreme (>= 1 when the bound is sane);
+        None where the noise is 0 (the bound is a granule) or unknown."""
+        noise = self.noise_at(key)
+        value = self.per_cell.get(key, self.value) if key else self.value
+        if not noise:
+            return None
+        return noise / value if self.relation == ">=" else value / noise
 
 
 def valid_cell_keys() -> set[str]:
@@ -56,96 +99,122 @@ def valid_cell_keys() -> set[str]:
 _TABLE = [
     # --- memory (NVML bytes of the server's process tree) ---------------------------------------
     Threshold("level1_bytes_fraction_max", 0.35, "fraction of awake bytes", MECHANISM,
-              f"{MEASURED}: 0.216-0.261 (graph highest); bound = measured max + ~1/3"),
+              f"{MEASURED}: 0.216-0.261 (graph highest)",
+              noise=Noise(0.261, 2, "44 cells", MEASURED)),
     Threshold("level2_bytes_fraction_max", 0.35, "fraction of awake bytes", MECHANISM,
-              f"{MEASURED}: 0.232-0.262; level 2 holds what level 1 does once weights are not backed up"),
+              f"{MEASURED}: 0.232-0.262; level 2 holds what level 1 does once weights are not backed up",
+              noise=Noise(0.262, 2, "44 cells", MEASURED)),
     Threshold("weights_wake_bytes_fraction_max", 0.5, "fraction of awake bytes", MECHANISM,
-              f"{MEASURED}: 0.379-0.398: weights back, 2 GiB KV cache still released"),
+              f"{MEASURED}: 0.379-0.398: weights back, 2 GiB KV cache still released",
+              noise=Noise(0.398, 2, "44 cells", MEASURED)),
     Threshold("level1_residue_bytes_max", 1 * GiB, "bytes", MECHANISM,
-              f"{MEASURED}: eager 840957952-866123776 bytes, graph 941621248-952107008 (the resident CUDA-graph pool, #45648); ~20% above each",
-              per_cell={"graph": 1.15 * GiB}),
+              f"{MEASURED}: eager 840957952-866123776 bytes, graph 941621248-952107008 (the resident "
+              "CUDA-graph pool, #45648)",
+              per_cell={"graph": 1.15 * GiB},
+              noise=Noise(866123776, 2, "44 cells", MEASURED, per_cell={"graph": 952107008})),
     Threshold("wake_restore_bytes_max", 256 * MiB, "bytes (woken - awake: growth)", MECHANISM,
               f"{MEASURED_RL}: growth at most 94 MiB (98566144 bytes, settled per process), median -2 MiB; "
-              "a full wake remaps the same pools, growth beyond is a leak"),
-    Threshold("wake_shortfall_bytes_max", 128 * MiB, "bytes (awake - woken: shortfall)", MECHANISM,
-              "H200, vLLM 0.26.0, 2026-11-29 (probe and first matrix run): graph cells came back to the "
-              "same bytes (3609198592 before and after); eager cells 371195904 bytes (354 MiB) lower "
-              "on MRV1 and MRV2 alike, the activation blocks torch's caching allocator held before "
-              "the sleep emptied it. A pool not mapped back costs >= the 476 MiB of weights (#32714)",
-              per_cell={"eager": 400 * MiB}),
+              "a full wake remaps the same pools, growth beyond is a leak",
+              noise=Noise(98566144, 5, "60 cells", MEASURED_RL)),
+    Threshold("wake_shortfall_bytes_max", 8 * MiB, "bytes (awake - woken: shortfall)", MECHANISM,
+              "H200, vLLM 0.26.0, 2026-11-29 and -30: graph cells come back to the same bytes or one "
+              "granule short (3609198592 before and after; median growth -2 MiB over all cells); eager cells "
+              "371195904 bytes (354 MiB) lower on MRV1 and MRV2 alike, the activation blocks torch's caching "
+              "allocator held before the sleep emptied it",
+              per_cell={"eager": 400 * MiB},
+              noise=Noise(2 * MiB, 5, "60 cells", MEASURED_RL, per_cell={"eager": 371195904})),
     Threshold("weights_wake_bytes_rel_error_max", 0.15, "fraction of checkpoint tensor bytes", MECHANISM,
-              f"{MEASURED}: 0.030-0.072 of the 498641000 checkpoint tensor bytes"),
+              f"{MEASURED}: 0.030-0.072 of the 498641000 checkpoint tensor bytes",
+              noise=Noise(0.072, 2, "44 cells", MEASURED)),
     Threshold("sleep_freed_kv_fraction_min", 0.95, "fraction of SLEEPWAKE_KV_CACHE_BYTES", MECHANISM,
-              f"{MEASURED}: 1.05-1.42 x the KV cache freed (weights and allocator cache go too); less than the whole KV pool is #11743"),
-    Threshold("memory_settle_s_max", 10.0, "s", MECHANISM,
-              f"{INITIAL}: sleep returns after unmapping; NVML should reflect it within seconds"),
+              f"{MEASURED}: 1.05-1.42 x the KV cache freed (weights and allocator cache go too)",
+              noise=Noise(1.05, 2, "44 cells", MEASURED)),
+    Threshold("memory_settle_s_max", 10.0, "s", CONTRACT,
+              "a contract, not a measurement: a sleep or wake is over when its call answers, so NVML's "
+              "per-process bytes must stop moving (three readings within one granule, at least one "
+              "memory_settle_poll_s apart) well inside this; a release still trickling after 10 s is a "
+              "defect whatever its size. Healthy readings settle at the first look or after one span "
+              "(measured per reading: memory_settle_s in measurements.jsonl)"),
     # The leak pair, in the order the leak-cycle test checks them: a steady leak shows in the median
-    # step (one jump does not move it), a jump shows in the spread. With 4 MiB per cycle and 64 MiB of
-    # spread, a leak of 4-7 MiB a cycle fails the first and passes the second, and a one-off 100 MiB
-    # fails only the second, so each bound can be the one that fires (it could not when the per-cycle
-    # bound was 8 MiB of the total growth / 9: 9 x 8 MiB > 64 MiB, the flat check always fired first).
-    Threshold("leak_bytes_per_cycle_max", 4 * MiB, "bytes (median of the cycle-to-cycle steps)", MECHANISM,
-              f"{MEASURED}: 0 bytes of growth per cycle in every cell (NVML moves in 2 MiB granules); "
-              "2 granules allowed"),
-    Threshold("cycle_bytes_flat_max", 64 * MiB, "bytes (max - min over cycles 2..10)", MECHANISM,
-              f"{MEASURED}: spread and growth 0 bytes over 10 cycles in every cell"),
+    # step (one jump does not move it), a jump shows in the spread. Healthy servers move neither by a
+    # single granule, so each bound is one granule, strict: any leak NVML can see fails.
+    Threshold("leak_bytes_per_cycle_max", NVML_GRANULE, "bytes (median of the cycle-to-cycle steps)",
+              MECHANISM, f"{MEASURED}, {MEASURED_RL} and {MEASURED_1201}: 0 bytes of growth per cycle in every "
+              "cell", noise=Noise(0, 8, "every cell", f"{MEASURED}; {MEASURED_RL}; {MEASURED_1201}"),
+              granule=NVML_GRANULE, strict=True),
+    Threshold("cycle_bytes_flat_max", NVML_GRANULE, "bytes (max - min over cycles 2..10)", MECHANISM,
+              f"{MEASURED}, {MEASURED_RL} and {MEASURED_1201}: spread and growth 0 bytes over 10 cycles in "
+              "every cell", noise=Noise(0, 8, "every cell", f"{MEASURED}; {MEASURED_RL}; {MEASURED_1201}"),
+              granule=NVML_GRANULE, strict=True),
     # --- immediacy: device-wide NVML bytes, read once, right after the call returns --------------
     Threshold("sleep_freed_immediate_kv_fraction_min", 0.95, "fraction of SLEEPWAKE_KV_CACHE_BYTES",
               MECHANISM,
-              f"{MEASURED_RL}: 1.241-1.425 x the KV cache freed at the first reading (n=40); the settled "
-              "floor, read without any wait under the GPU's exclusive memory phase, so a release that lands "
-              "after /sleep answers fails"),
+              f"{MEASURED_RL}: 1.241-1.425 x the KV cache freed at the first reading (n=40); read without any "
+              "wait under the GPU's exclusive memory phase, so a release that lands after /sleep answers "
+              "fails", noise=Noise(1.241, 5, "60 cells", MEASURED_RL)),
     Threshold("wake_shortfall_immediate_bytes_max", 128 * MiB, "bytes (used before the sleep - first "
               "reading after the wake)", MECHANISM,
               f"{MEASURED_RL}: -2 MiB to 94 MiB in every cell (n=40; eager no lower than graph at the first "
-              "device-wide reading); the eager 400 MiB keeps wake_shortfall_bytes_max's margin for the "
-              "354 MiB of activation blocks a sleep empties from torch's cache",
-              per_cell={"eager": 400 * MiB}),
+              "device-wide reading)", noise=Noise(98566144, 5, "60 cells", MEASURED_RL)),
     # --- host memory: VmRSS of the server's process tree (lib/host_memory.py) --------------------
     Threshold("host_copy_weights_ratio_min", 1.2, "host bytes added by the first level-1 sleep / checkpoint "
               "tensor bytes", MECHANISM,
               f"{MEASURED_RL}: 1.440-1.519 (MRV1 1.44-1.45, MRV2 1.52; n=20): the weights pool copied to "
-              "pinned blocks rounded up by PyTorch's caching host allocator; 1.2 = 0.83 x the lowest. Less "
-              "is a weight not backed up (garbage after wake)"),
+              "pinned blocks rounded up by PyTorch's caching host allocator. Less is a weight not backed up "
+              "(garbage after wake)", noise=Noise(1.44, 5, "60 cells", MEASURED_RL)),
     Threshold("host_copy_weights_ratio_max", 1.8, "host bytes added by the first level-1 sleep / checkpoint "
               "tensor bytes", MECHANISM,
-              f"{MEASURED_RL}: at most 1.519 (n=20); 1.8 = 1.18 x the highest. More is a second copy"),
-    Threshold("level2_host_bytes_max", 64 * MiB, "bytes (host bytes asleep at level 2 - awake)", CONTRACT,
-              f"{MEASURED_RL}: 1.8-3.0 MB (n=20). Level 2 copies no weights (device_allocator/"
-              "sleep_mode_backend.py CuMemBackend.suspend: offload_tags=() unless level 1); gpu_worker.py "
-              "Worker.sleep saves only the model's buffers to CPU; the rest absorbs API-server heap noise"),
-    Threshold("host_leak_bytes_per_cycle_max", 16 * MiB, "bytes (median of the cycle-to-cycle steps)",
+              f"{MEASURED_RL}: at most 1.519 (n=20). More is a second copy",
+              noise=Noise(1.519, 5, "60 cells", MEASURED_RL)),
+    Threshold("level2_host_bytes_max", 11 * MiB, "bytes (host bytes asleep at level 2 - awake)", MECHANISM,
+              f"{MEASURED_RL}: 1.8-3.0 MB (n=20): level 2 copies no weights (device_allocator/"
+              "sleep_mode_backend.py CuMemBackend.suspend: offload_tags=() unless level 1), gpu_worker.py "
+              "Worker.sleep saves only the model's buffers to CPU; the rest is API-server heap noise",
+              noise=Noise(3.0e6, 5, "60 cells", MEASURED_RL)),
+    Threshold("host_leak_bytes_per_cycle_max", 32 * KiB, "bytes (median of the cycle-to-cycle steps)",
               MECHANISM,
-              f"{MEASURED_RL}: median steps 4-8 KiB (n=40): every level-1 sleep after the first reuses the "
-              "pinned blocks PyTorch's caching host allocator kept (known divergence "
-              "host_copy_cached_after_wake); 16 MiB is the smallest leak the sized mutant must show at 2x"),
-    Threshold("host_cycle_flat_max", 128 * MiB, "bytes (max - min over cycles 2..10)", MECHANISM,
+              f"{MEASURED_RL} and {MEASURED_1201}: median steps 0-8 KiB: every level-1 sleep after the first "
+              "reuses the pinned blocks PyTorch's caching host allocator kept (known divergence "
+              "host_copy_cached_after_wake)",
+              noise=Noise(8 * KiB, 6, "60 cells", f"{MEASURED_RL}; {MEASURED_1201}")),
+    Threshold("host_cycle_flat_max", 352 * KiB, "bytes (max - min over cycles 2..10)", MECHANISM,
               f"{MEASURED_RL}: 40-88 KiB over cycles 2..10 (n=40); as host_leak_bytes_per_cycle_max, for a "
-              "one-off jump (a second copy pinned once)"),
+              "one-off jump (a second copy pinned once)", noise=Noise(88 * KiB, 5, "60 cells", MEASURED_RL)),
     # --- output --------------------------------------------------------------------------------
     Threshold("logprob_drift_max", 1e-2, "nats (absolute, per token)", CONTRACT,
-              "level-1 sleep copies weights back bit-exact; 1e-2 tolerates kernel nondeterminism only"),
+              "a contract: level-1 sleep copies weights back bit-exact and a push loads the same file "
+              "(measured drift 0 after level 1, at most 1.4e-4 after weight pushes, "
+              f"{MEASURED_RL}); 1e-2 tolerates kernel nondeterminism only"),
     # --- requests end --------------------------------------------------------------------------
     Threshold("request_completion_s_max", 60.0, "s", CONTRACT,
-              f"{INITIAL}: a 16-token greedy request on the tiny model takes well under 1 s; a "
-              "request that does not end in this bound hangs (#45326)"),
+              "a contract, not a measurement: a hang detector. A 16-token greedy request on the synthetic "
+              "model ends in well under 1 s on the H200 (test.log timings); one that does not end in 60 s "
+              "hangs (#45326). Also each HTTP call's timeout"),
     Threshold("race_timeout_s", 120.0, "s", CONTRACT,
-              f"{INITIAL}: every request of a generate/sleep race ends (ok or aborted) within this "
-              "(#45520 killed the engine behind a 200)"),
+              "a contract, not a measurement: a hang detector for the streaming burst of a generate/sleep "
+              "race (768 tokens x 8 requests end in seconds); #45520 killed the engine behind a 200 and "
+              "#45326 left requests open forever"),
     Threshold("abort_s_max", 10.0, "s", CONTRACT,
-              f"{INITIAL}: sleep?mode=abort ends in-flight requests before it returns (sleep ~0.1 s)"),
+              "a contract: sleep?mode=abort ends the requests in flight before it returns (the abort "
+              "outputs are sent first, v1/engine/core.py pause_scheduler), so the stream ends within the "
+              "time its last chunk takes to arrive; 10 s separates that from a drain of 768 tokens x 4 "
+              "choices or a hang (measured: abort_s_max in measurements.jsonl)"),
     Threshold("held_request_window_s", 2.0, "s", CONTRACT,
               "observation window: a request held by a partial wake must stay pending this long "
               "(#44483); 2 s is ~100x the time the request takes when scheduled"),
     # --- latency (median of repeats) -----------------------------------------------------------
-    Threshold("sleep_s_max", 0.5, "s", MECHANISM,
-              f"{MEASURED}: medians 0.018-0.107 s with the GPU's memory phase held (run 2 without it: up to 1.13 s, queueing behind neighbours)"),
+    Threshold("sleep_s_max", 0.4, "s", MECHANISM,
+              f"{MEASURED}: medians 0.018-0.107 s with the GPU's memory phase held",
+              noise=Noise(0.107, 2, "44 cells", MEASURED)),
     Threshold("wake_s_max", 0.25, "s", MECHANISM,
-              f"{MEASURED}: medians 0.026-0.069 s; graph mode no slower than eager on this model"),
-    Threshold("staged_wake_s_max", 0.25, "s", MECHANISM,
-              f"{MEASURED}: medians 0.029-0.062 s for wake weights + wake kv_cache"),
+              f"{MEASURED}: medians 0.026-0.069 s; graph mode no slower than eager on this model",
+              noise=Noise(0.069, 2, "44 cells", MEASURED)),
+    Threshold("staged_wake_s_max", 0.24, "s", MECHANISM,
+              f"{MEASURED}: medians 0.029-0.062 s for wake weights + wake kv_cache",
+              noise=Noise(0.062, 2, "44 cells", MEASURED)),
     Threshold("cycle_s_max", 1.5, "s", MECHANISM,
-              f"{MEASURED}: medians 0.078-0.47 s for sleep + wake + a 16-token request"),
+              f"{MEASURED}: medians 0.078-0.47 s for sleep + wake + a 16-token request",
+              noise=Noise(0.47, 2, "44 cells", MEASURED)),
     # --- waiting: how often a test looks (observation windows, which oracles rely on, are above) ---
     Threshold("poll_s", 0.05, "s", WAIT,
               "measure.wait_until: each look is one or two loopback HTTP calls (/load, /metrics, "

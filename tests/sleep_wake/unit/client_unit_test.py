@@ -7,7 +7,7 @@ import time
 import pytest
 import requests
 
-from tests.sleep_wake.lib import measure, metrics
+from tests.sleep_wake.lib import measure, metrics, oracle
 from tests.sleep_wake.lib.client import ServerResponseError, SleepWakeClient, parse_completion
 from tests.sleep_wake.fakes.fake_vllm import FakeVllm
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
@@ -48,10 +48,10 @@ def test_flags_and_gauge(client):
     assert not client.is_sleeping()
 
 
-def test_sleep_check_raises_with_status(client):
-    with pytest.raises(ServerResponseError, match="HTTP 400") as e:
+def test_sleep_check_fails_the_status_oracle(client):
+    with pytest.raises(oracle.OracleFailure, match="HTTP 400") as e:
         client.sleep(level="abc")
-    assert e.value.status == 400
+    assert e.value.oracle_id == "api.status" and e.value.measured.startswith("HTTP 400")
     assert client.sleep(level="abc", check=False).status_code == 400
 
 
@@ -80,9 +80,9 @@ def test_completion_extra_and_sampling(client, fake):
 
 
 def test_completion_error_raises(client):
-    with pytest.raises(ServerResponseError, match="n must be 1") as e:
+    with pytest.raises(oracle.OracleFailure, match="n must be 1") as e:
         client.complete(PROMPTS[0], n=2)
-    assert e.value.status == 400
+    assert e.value.oracle_id == "api.status"
 
 
 def test_parse_completion_requires_token_ids():

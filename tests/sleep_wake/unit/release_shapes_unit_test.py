@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.sleep_wake.fakes.fake_vllm import FakeVllm
-from tests.sleep_wake.lib import metrics
+from tests.sleep_wake.lib import metrics, oracle
 from tests.sleep_wake.lib.background import generated_tokens
 from tests.sleep_wake.lib.client import ServerResponseError, SleepWakeClient, parse_completion
 from tests.sleep_wake.unit import release_responses as rr
@@ -117,9 +117,9 @@ def test_collective_rpc_empty_body_is_no_results(replay):
 
 def test_invalid_level_is_400(replay):
     client = replay({("POST", "/sleep"): (400, rr.SLEEP_LEVEL_NOT_INTEGER)})
-    with pytest.raises(ServerResponseError, match="HTTP 400.*invalid literal") as e:
+    with pytest.raises(oracle.OracleFailure, match="HTTP 400.*invalid literal") as e:
         client.sleep(level="abc")
-    assert e.value.status == 400
+    assert e.value.oracle_id == "api.status"
 
 
 # --- behaviour differences: errors whatever the release -----------------------------------------

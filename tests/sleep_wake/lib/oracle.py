@@ -1,0 +1,243 @@
+"""Oracles: every check the suite makes is a named invariant with a stable id, the bound it applies (from
+the thresholds table, or an exact expectation) and the value measured.
+
+A failing oracle raises OracleFailure, which carries the id, the measured value and the bound; the
+suite's conftest turns it into JUnit properties of the failing test case
+(`<property name="oracle" value="ID"/>`, `oracle_measured`, `oracle_bound`), and the mutant verdicts
+read those properties, never the failure text (tests/mutants/verdict.py). Anything else a test raises
+(a refused connection, a timeout of a wait, a fixture's precondition) proves nothing about sleep mode
+and is judged `errored`.
+
+The ids are listed once, in ORACLES: the catalogue of mutants names the ids that must fire for it, and a
+unit test checks that every id it names is here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+
+import pytest
+
+from tests.sleep_wake.lib import thresholds
+
+PROPERTY, MEASURED_PROPERTY, BOUND_PROPERTY = "oracle", "oracle_measured", "oracle_bound"
+VALUE_CHARS = 300  # of a measured value or bound in the JUnit properties
+
+
+@dataclasses.dataclass(frozen=True)
+class Oracle:
+    id: str
+    invariant: str  # what holds on a healthy server, in one line
+    threshold: str | None = None  # the thresholds.TABLE entry that bounds it; None: an exact expectation
+
+
+class OracleFailure(AssertionError):
+    """The invariant `oracle_id` did not hold: `measured` broke `relation bound`."""
+
+    def __init__(self, oracle_id: str, what: str, measured, bound, relation: str = "==", also=()):
+        """also: the other OracleFailures of the same readings (oracle.together)."""
+        if oracle_id not in ORACLES:
+            raise KeyError(f"no oracle {oracle_id!r} in oracle.ORACLES; add it there with its invariant")
+        self.oracle_id = oracle_id
+        self.measured = measured
+        self.bound = bound
+        self.relation = relation
+        self.what = what
+        self.also = list(also)
+        text = f"[oracle {oracle_id}] {what}: measured {_text(measured)}, expected {relation} {_text(bound)}"
+        super().__init__("\n".join([text] + [str(f) for f in self.also]))
+
+    def failures(self) -> list["OracleFailure"]:
+        return [self] + self.also
+
+
+class Precondition(Exception):
+    """The test could not set up what its oracle needs (a prefix-cache hit to compare with, a race that
+    must land mid-decode, a server awake before the test): it proves nothing either way."""
+
+
+def _text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+_collecting = threading.local()
+
+
+def fail(oracle_id: str, what: str, measured, bound, relation: str = "==") -> None:
+    failure = OracleFailure(oracle_id, what, measured, bound, relation)
+    pending = getattr(_collecting, "failures", None)
+    if pending is None:
+        raise failure
+    pending.append(failure)
+
+
+@contextlib.contextmanager
+def together():
+    """Every oracle inside judges the same readings: all of them are evaluated, and one OracleFailure
+    names each that failed (so a defect several bounds see is reported by all, whichever is checked
+    first). Only for checks that do not depend on each other."""
+    outer = getattr(_collecting, "failures", None)
+    _collecting.failures = []
+    try:
+        yield
+        failures = _collecting.failures
+    finally:
+        _collecting.failures = outer
+    if failures:
+        first, *rest = failures
+        raise OracleFailure(first.oracle_id, first.what, first.measured, first.bound, first.relation, rest)
+
+
+def equal(oracle_id: str, measured, expected, what: str) -> None:
+    """measured == expected, else the oracle fails."""
+    if measured != expected:
+        fail(oracle_id, what, measured, expected, "==")
+
+
+def holds(oracle_id: str, ok: bool, what: str, measured, expected) -> None:
+    """ok, else the oracle fails with `measured` against the stated `expected`."""
+    if not ok:
+        fail(oracle_id, what, measured, expected, "is")
+
+
+def bounded(recorder, oracle_id: str, measured: float, cell_id: str | None, what: str) -> None:
+    """Records `measured`, then holds it against the oracle's threshold for the cell (its relation,
+    <, <= or >=, is the threshold's)."""
+    o = ORACLES[oracle_id]
+    if o.threshold is None:
+        raise KeyError(f"oracle {oracle_id!r} has no threshold; use oracle.equal or oracle.holds")
+    t = thresholds.threshold(o.threshold)
+    bound = thresholds.get(o.threshold, cell_id)
+    relation = t.relation
+    ok = {"<": measured < bound, "<=": measured <= bound, ">=": measured >= bound}[relation]
+    recorder.record("", o.threshold, measured, t.unit, bound=bound, relation=relation,
+                    oracle=oracle_id, layer=t.layer, ok=ok, what=what)
+    if not ok:
+        fail(oracle_id, f"{what} (threshold {o.threshold!r}, cell {cell_id}, layer {t.layer}; triage: "
+                        f"{thresholds.POLICY[t.layer]})", measured, bound, relation)
+
+
+def properties(exc: BaseException) -> list[tuple[str, str]]:
+    """The JUnit properties of a failure: the oracle's id, measured value and bound; [] for any other
+    exception."""
+    if not isinstance(exc, OracleFailure):
+        return []
+    return [prop for f in exc.failures() for prop in (
+        (PROPERTY, f.oracle_id),
+        (MEASURED_PROPERTY, _text(f.measured)[:VALUE_CHARS]),
+        (BOUND_PROPERTY, f"{f.relation} {_text(f.bound)}".strip()[:VALUE_CHARS]))]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The conftest's hook (imported there): an oracle failure in set-up, call or teardown becomes the
+    test case's JUnit properties. The item's list too, since the teardown report, which the JUnit writer
+    reads them from, copies it."""
+    report = yield
+    if call.excinfo is not None:
+        for name, value in properties(call.excinfo.value):
+            item.user_properties.append((name, value))
+            report.user_properties.append((name, value))
+    return report
+
+
+_LIST = [
+    # --- flags: /is_sleeping and the vllm:engine_sleep_state gauge ---------------------------------
+    Oracle("flags.is_sleeping", "/is_sleeping reads true while any tag or the scheduler sleeps, false once "
+           "all are awake"),
+    Oracle("flags.gauge", "vllm:engine_sleep_state reads the state of the last call (pinned divergences "
+           "applied per release)"),
+    Oracle("api.status", "a sleep-API call on a live server answers 2xx (or the documented status of a "
+           "misuse)"),
+    Oracle("api.level_out_of_range", "/sleep?level=3 answers and changes state as pinned per release"),
+    Oracle("api.reset_prefix_cache_result", "/reset_prefix_cache on an idle server reports its result as "
+           "pinned per release"),
+    Oracle("server.healthy", "/health answers 200 after every sequence of sleep-API calls"),
+    # --- output of the serving checkpoint ---------------------------------------------------------
+    Oracle("output.golden_tokens", "greedy token ids equal the golden run of the serving checkpoint"),
+    Oracle("output.finish_length", "an ignore_eos request ends by length at max_tokens"),
+    Oracle("output.logprob_drift", "per-token logprobs stay within the bound of the golden run",
+           "logprob_drift_max"),
+    Oracle("output.seeded_sampling", "seeded n>1 sampling gives the same ids before and after sleeps"),
+    Oracle("weights.pushed_checkpoint_golden", "after a weight push the server serves the pushed "
+           "checkpoint's own golden, through every later sleep and wake"),
+    Oracle("weights.served_after_plain_reload", "reload_weights without a path loads the checkpoint pinned "
+           "per release (the one started on, or the last pushed)"),
+    # --- prefix cache -----------------------------------------------------------------------------
+    Oracle("prefix_cache.reset_after_discard", "the first request after a level>=1 sleep hits no cached "
+           "token"),
+    Oracle("prefix_cache.kept_at_level0", "a repeat after a level-0 pause hits as many cached tokens as "
+           "before it"),
+    Oracle("prefix_cache.kept_paused_request", "a request paused mid-decode (mode keep) resumes with the "
+           "tokens of an uninterrupted run"),
+    # --- requests ---------------------------------------------------------------------------------
+    Oracle("requests.accepted", "a request sent while paused or asleep is accepted (/load) within the bound",
+           "request_completion_s_max"),
+    Oracle("requests.held_while_paused", "a request sent during a level-0 pause stays pending until the "
+           "wake"),
+    Oracle("requests.held_until_resident", "a request sent after a partial wake stays pending until every tag "
+           "is resident (#44483)"),
+    Oracle("requests.held_while_asleep", "a request sent while asleep stays pending until the wake"),
+    Oracle("requests.completes", "a held request completes after the wake within the bound",
+           "request_completion_s_max"),
+    Oracle("requests.load_drains", "/load returns to 0 once every request ended", "request_completion_s_max"),
+    Oracle("requests.ends_in_race", "every request in flight when /sleep lands ends (done or aborted) "
+           "within the bound", "race_timeout_s"),
+    Oracle("requests.clean_end", "a request in flight when /sleep?mode=abort lands ends by length, by "
+           "abort or with an error event, never a cut stream"),
+    Oracle("requests.abort_aborts", "/sleep?mode=abort aborts requests that could not have finished"),
+    Oracle("requests.abort_time", "the requests a /sleep?mode=abort ends have ended within the bound",
+           "abort_s_max"),
+    Oracle("requests.resumes_after_keep", "a request paused with mode keep resumes and ends by length"),
+    # --- device bytes (NVML) ----------------------------------------------------------------------
+    Oracle("device_bytes.settles", "NVML's bytes of the server settle within the bound after a call",
+           "memory_settle_s_max"),
+    Oracle("device_bytes.level1_asleep", "bytes held asleep at level 1 / awake bytes",
+           "level1_bytes_fraction_max"),
+    Oracle("device_bytes.level2_asleep", "bytes held asleep at level 2 / awake bytes",
+           "level2_bytes_fraction_max"),
+    Oracle("device_bytes.level1_freed_kv", "bytes freed by a level-1 sleep / KV cache bytes",
+           "sleep_freed_kv_fraction_min"),
+    Oracle("device_bytes.level1_residue", "bytes resident at level 1, per execution mode",
+           "level1_residue_bytes_max"),
+    Oracle("device_bytes.weights_wake_mapped", "|bytes a weights-only wake maps - checkpoint bytes| / "
+           "checkpoint bytes", "weights_wake_bytes_rel_error_max"),
+    Oracle("device_bytes.weights_wake_kv_unmapped", "after a weights-only wake the KV cache's bytes are "
+           "still unmapped", "sleep_freed_kv_fraction_min"),
+    Oracle("device_bytes.weights_wake_fraction", "bytes after a weights-only wake / awake bytes",
+           "weights_wake_bytes_fraction_max"),
+    Oracle("device_bytes.wake_growth", "bytes after a full wake - awake bytes before the sleep",
+           "wake_restore_bytes_max"),
+    Oracle("device_bytes.wake_shortfall", "awake bytes before the sleep - bytes after a full wake",
+           "wake_shortfall_bytes_max"),
+    Oracle("device_bytes.leak_per_cycle", "median cycle-to-cycle growth of the bytes over level-1 cycles",
+           "leak_bytes_per_cycle_max"),
+    Oracle("device_bytes.cycle_spread", "max - min of the bytes over level-1 cycles 2..N",
+           "cycle_bytes_flat_max"),
+    Oracle("device_bytes.freed_at_sleep_answer", "device bytes freed at the first reading after /sleep "
+           "answers / KV cache bytes", "sleep_freed_immediate_kv_fraction_min"),
+    Oracle("device_bytes.restored_at_wake_answer", "device bytes before the sleep - the first reading after "
+           "/wake_up answers", "wake_shortfall_immediate_bytes_max"),
+    # --- host bytes (VmRSS of the server's process tree) ------------------------------------------
+    Oracle("host_bytes.level1_copy_min", "host bytes a first level-1 sleep adds / checkpoint bytes",
+           "host_copy_weights_ratio_min"),
+    Oracle("host_bytes.level1_copy_max", "host bytes a first level-1 sleep adds / checkpoint bytes",
+           "host_copy_weights_ratio_max"),
+    Oracle("host_bytes.level2_asleep", "host bytes a level-2 sleep adds", "level2_host_bytes_max"),
+    Oracle("host_bytes.retained_after_wake", "what the host copy leaves after the wake, as pinned per "
+           "release"),
+    Oracle("host_bytes.leak_per_cycle", "median cycle-to-cycle growth of host bytes over level-1 cycles",
+           "host_leak_bytes_per_cycle_max"),
+    Oracle("host_bytes.cycle_spread", "max - min of host bytes over level-1 cycles 2..N",
+           "host_cycle_flat_max"),
+    # --- latency ----------------------------------------------------------------------------------
+    Oracle("latency.sleep", "median seconds of a level-1 /sleep", "sleep_s_max"),
+    Oracle("latency.wake", "median seconds of a full /wake_up", "wake_s_max"),
+    Oracle("latency.staged_wake", "median seconds of wake weights + wake kv_cache", "staged_wake_s_max"),
+    Oracle("latency.cycle", "median seconds of sleep + wake + the first request", "cycle_s_max"),
+]
+ORACLES = {o.id: o for o in _LIST}
+if len(ORACLES) != len(_LIST):
+    raise ValueError("duplicate oracle ids in oracle._LIST")

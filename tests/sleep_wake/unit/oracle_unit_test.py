@@ -1,0 +1,161 @@
+"""The oracle mechanism: failures carry id, measured value and bound into the JUnit XML; bounds come from
+the thresholds table with its relation; every check of the suite goes through an oracle."""
+
+import ast
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.sleep_wake.lib import measure, oracle, thresholds
+
+SUITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKSPACE = os.path.dirname(os.path.dirname(SUITE))
+
+
+def test_a_failure_carries_id_measured_and_bound():
+    with pytest.raises(oracle.OracleFailure) as e:
+        oracle.equal("flags.is_sleeping", False, True, "after sleep level 1: /is_sleeping")
+    f = e.value
+    assert (f.oracle_id, f.measured, f.bound, f.relation) == ("flags.is_sleeping", False, True, "==")
+    assert "[oracle flags.is_sleeping]" in str(f) and isinstance(f, AssertionError)
+    assert oracle.properties(f) == [("oracle", "flags.is_sleeping"), ("oracle_measured", "False"),
+                                    ("oracle_bound", "== True")]
+
+
+def test_an_unknown_id_is_refused():
+    with pytest.raises(KeyError, match="no oracle 'flags.nope'"):
+        oracle.fail("flags.nope", "x", 1, 2)
+
+
+def test_only_oracle_failures_have_properties():
+    assert oracle.properties(ConnectionError("refused")) == []
+    assert oracle.properties(oracle.Precondition("no cache hit")) == []
+    assert not issubclass(oracle.Precondition, AssertionError)
+
+
+@pytest.mark.parametrize("o", list(oracle.ORACLES.values()), ids=lambda o: o.id)
+def test_every_oracle_names_a_threshold_of_the_table(o):
+    assert o.invariant.strip() and "." in o.id
+    if o.threshold is not None:
+        assert o.threshold in thresholds.TABLE, f"{o.id}: threshold {o.threshold!r} not in thresholds.TABLE"
+
+
+def test_bounded_applies_the_thresholds_relation(tmp_path):
+    rec = measure.Recorder(path=str(tmp_path / "m.jsonl"))
+    granule = thresholds.get("leak_bytes_per_cycle_max")
+    assert thresholds.threshold("leak_bytes_per_cycle_max").relation == "<"
+    oracle.bounded(rec, "device_bytes.leak_per_cycle", 0, "MRV1-eager", "median step")
+    with pytest.raises(oracle.OracleFailure) as e:  # one granule is a leak NVML can see
+        oracle.bounded(rec, "device_bytes.leak_per_cycle", granule, "MRV1-eager", "median step")
+    assert e.value.relation == "<" and e.value.bound == granule and "leak_bytes_per_cycle_max" in str(e.value)
+    with pytest.raises(oracle.OracleFailure, match=">="):
+        oracle.bounded(rec, "device_bytes.level1_freed_kv", 0.5, "MRV1-eager", "freed")
+    entries = rec.entries()
+    assert [x["ok"] for x in entries] == [True, False, False]
+    assert entries[1]["oracle"] == "device_bytes.leak_per_cycle" and entries[1]["bound"] == granule
+
+
+def test_bounded_needs_an_oracle_with_a_threshold(tmp_path):
+    with pytest.raises(KeyError, match="has no threshold"):
+        oracle.bounded(measure.Recorder(path=str(tmp_path / "m")), "flags.gauge", 1, None, "x")
+
+
+def test_together_reports_every_failing_oracle(tmp_path):
+    rec = measure.Recorder(path=str(tmp_path / "m.jsonl"))
+    with pytest.raises(oracle.OracleFailure) as e:
+        with oracle.together():
+            oracle.bounded(rec, "device_bytes.level1_asleep", 0.9, "MRV2-eager", "fraction")
+            oracle.bounded(rec, "device_bytes.level1_freed_kv", 0.2, "MRV2-eager", "freed")
+            oracle.bounded(rec, "device_bytes.wake_growth", 0, "MRV2-eager", "growth")  # holds
+    ids = [p[1] for p in oracle.properties(e.value) if p[0] == oracle.PROPERTY]
+    assert ids == ["device_bytes.level1_asleep", "device_bytes.level1_freed_kv"]
+    with oracle.together():  # nothing failed: nothing raised
+        oracle.equal("flags.gauge", "(1,0,0)", "(1,0,0)", "gauge")
+    with pytest.raises(oracle.OracleFailure):  # outside a group a failure raises at once again
+        oracle.equal("flags.gauge", "(0,1,0)", "(1,0,0)", "gauge")
+
+
+_INNER = '''
+import pytest
+from tests.sleep_wake.lib import oracle
+
+def test_oracle():
+    oracle.equal("flags.gauge", "(1,0,0)", "(0,1,0)", "after sleep level 1: gauge")
+
+def test_foreign_exception_named_like_an_oracle_flags_gauge():
+    raise ConnectionError("refused")  # flags.gauge appears in the name, never in the properties
+
+@pytest.fixture
+def broken():
+    oracle.fail("api.status", "GET /is_sleeping", "HTTP 500: EngineDeadError", "2xx", "")
+
+def test_setup_oracle(broken):
+    pass
+
+def test_passes():
+    pass
+'''
+
+
+def test_the_junit_xml_records_the_oracle_of_each_failed_case(tmp_path):
+    (tmp_path / "conftest.py").write_text(
+        "from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401\n")
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent(_INNER))
+    xml = tmp_path / "junit.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path),
+                    f"--junitxml={xml}", "-o", "junit_family=xunit2", f"--rootdir={tmp_path}"],
+                   cwd=WORKSPACE, env={**os.environ, "PYTHONPATH": WORKSPACE}, capture_output=True, check=False)
+    cases = {tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")}
+             for tc in ET.parse(xml).getroot().iter("testcase")}
+    assert cases["test_oracle"] == {"oracle": "flags.gauge", "oracle_measured": "(1,0,0)",
+                                    "oracle_bound": "== (0,1,0)"}
+    assert cases["test_foreign_exception_named_like_an_oracle_flags_gauge"] == {}
+    assert cases["test_setup_oracle"]["oracle"] == "api.status"
+    assert cases["test_passes"] == {}
+
+
+def _checks_outside_oracles(path: str) -> list[str]:
+    """`assert` statements and `raise AssertionError(...)` in a file: checks that bypass the oracles."""
+    found = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        if isinstance(node, ast.Assert):
+            found.append(f"{os.path.relpath(path, SUITE)}:{node.lineno}: assert")
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            call = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(call, ast.Name) and call.id == "AssertionError":
+                found.append(f"{os.path.relpath(path, SUITE)}:{node.lineno}: raise AssertionError")
+    return found
+
+
+def test_every_check_of_the_suite_is_an_oracle():
+    files = sorted(glob.glob(os.path.join(SUITE, "test_*.py")) + glob.glob(os.path.join(SUITE, "lib", "*.py"))
+                   + [os.path.join(SUITE, "conftest.py")])
+    assert len(files) > 20, f"found only {files} (Bazel: the test files and lib/ are this test's data)"
+    bare = [hit for f in files for hit in _checks_outside_oracles(f)]
+    assert not bare, ("checks that bypass the oracles (use oracle.equal/holds/bounded with an id of "
+                      f"oracle.ORACLES, or oracle.Precondition for set-up): {bare}")
+
+
+def test_the_lint_sees_a_bare_assert(tmp_path):
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("def test_x():\n    assert 1 == 2\n    raise AssertionError('no')\n")
+    assert [h.split(": ")[1] for h in _checks_outside_oracles(str(bad))] == ["assert", "raise AssertionError"]
+
+
+def test_every_oracle_id_a_test_names_exists():
+    named = set()
+    for f in glob.glob(os.path.join(SUITE, "test_*.py")) + glob.glob(os.path.join(SUITE, "lib", "*.py")):
+        tree = ast.parse(open(f, encoding="utf-8").read())
+        formatted = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+        for node in ast.walk(tree):
+            if id(node) not in formatted and isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.count(".") == 1:
+                head = node.value.split(".")[0]
+                if head in {o.split(".")[0] for o in oracle.ORACLES}:
+                    named.add(node.value)
+    unknown = sorted(n for n in named if n not in oracle.ORACLES and " " not in n)
+    assert named and not unknown, f"oracle ids named by the suite but not in oracle.ORACLES: {unknown}"

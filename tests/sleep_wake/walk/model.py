@@ -1,0 +1,319 @@
+"""What a client of a sleep-mode vLLM server observes, as pure functions of a small state.
+
+The walk (operations.py, plan.py) drives a server through sequences of sleep-API calls and requests and
+checks after every step what this module predicts for the state it believes the server is in. The
+predictions follow vLLM 0.26.0's source, which 0.24.0 and 0.25.0 share for the sleep path (the same
+lines tests/sleep_wake/fakes/fake_engine.py follows); where a release diverges from what the API
+documents, the prediction takes the pinned value from thresholds.KNOWN_DIVERGENCES for the release.
+
+Memory predictions depend on the state only, never on the history that led to it: every bound is
+relative to readings taken once per server (Sizes, the host bytes awake) and to the thresholds table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.sleep_wake.lib import host_memory, metrics, thresholds
+
+WEIGHTS, KV_CACHE = "weights", "kv_cache"
+TAGS = (WEIGHTS, KV_CACHE)
+CHECKPOINTS = ("A", "B")  # A: what the server starts on; B: same shapes, other seed (pushed)
+LEVELS = (0, 1, 2)
+# The walk's prompts: "short" is shorter than one KV block (16 tokens), so the prefix cache never holds
+# it; "long" spans several blocks, so a repeat hits the cache when its blocks are there.
+PROMPT_KINDS = ("short", "long")
+
+# Ids the predictions name that tests/sleep_wake/lib/oracle.py does not list yet, with their invariant
+# (to be added there; the unit test fails once one of them is, so the entry here is then dropped).
+PROPOSED_ORACLES = {
+    "device_bytes.kv_wake_mapped": "after a KV-cache-only wake the KV cache's bytes are mapped back "
+                                   "(bytes >= awake - weights - shortfall)",
+    "device_bytes.kv_wake_weights_unmapped": "after a KV-cache-only wake the weights' bytes are still "
+                                             "unmapped (bytes <= awake - weights + growth)",
+    "prefix_cache.hit_iff_cached": "a repeat of the long prompt hits cached tokens iff its blocks were "
+                                   "cached with the serving weights and no sleep of level >= 1 or reset "
+                                   "came since",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """The server as the walk models it; every field is what some observation depends on.
+
+    level: the executor's sleep level while a tag is asleep (1 or 2; a second /sleep does not change
+      it, abstract.py sleep returns when already sleeping), 0 while only scheduling is paused, None
+      when fully awake.
+    asleep_tags: the executor's sleeping tags.
+    paused: the scheduler is paused (it resumes only once no tag is asleep, core.py wake_up).
+    gauge_level: the level of the last /sleep, None once a /wake_up came after it: the gauge shows
+      what vLLM wrote last (async_llm.py sleep and wake_up each call record_sleep_state).
+    weights: what the weights pool holds once resident: "A", "B", or None for garbage (a level-2 sleep
+      keeps no copy; it stays garbage until a reload). While a level-1 sleep holds the host copy, the
+      copy's checkpoint.
+    model_path: what reload_weights without a path loads: the last checkpoint pushed with a path
+      (known divergence reload_without_path_loads_last_pushed, which the transitions assume).
+    host_cached: PyTorch's caching host allocator holds a weight-sized pinned block since a level-1
+      copy was given back by a wake (known divergence host_copy_cached_after_wake). Nothing short of
+      a restart clears it, so plan.py leaves it out of coverage pairs.
+    prefix_cached: the long prompt's KV blocks are in the prefix cache, computed with `weights`.
+    held_stream: a streaming request frozen by /sleep?level=0&mode=keep is open; the next wake
+      resumes it.
+    """
+    level: int | None = None
+    asleep_tags: frozenset = frozenset()
+    paused: bool = False
+    gauge_level: int | None = None
+    weights: str | None = "A"
+    model_path: str = "A"
+    host_cached: bool = False
+    prefix_cached: bool = False
+    held_stream: bool = False
+
+    def __post_init__(self):
+        problem = _inconsistency(self)
+        if problem:
+            raise ValueError(f"inconsistent walk state {self}: {problem}; fix the transition that made it")
+
+    def sort_key(self) -> tuple:
+        """A total order independent of hash seeds (frozenset and None do not sort by themselves)."""
+        return (-1 if self.level is None else self.level, tuple(sorted(self.asleep_tags)), self.paused,
+                -1 if self.gauge_level is None else self.gauge_level, self.weights or "", self.model_path,
+                self.host_cached, self.prefix_cached, self.held_stream)
+
+    def describe(self) -> str:
+        where = "awake" if self.level is None else f"level {self.level}"
+        parts = [where]
+        if self.asleep_tags:
+            parts.append("asleep " + "+".join(sorted(self.asleep_tags)))
+        if self.paused:
+            parts.append("paused")
+        if self.gauge_level is not None:
+            parts.append(f"gauge level {self.gauge_level}")
+        parts.append(f"weights {self.weights or 'garbage'}")
+        parts.append(f"path {self.model_path}")
+        parts += [name for name, on in (("host cached", self.host_cached), ("prefix cached", self.prefix_cached),
+                                        ("held stream", self.held_stream)) if on]
+        return ", ".join(parts)
+
+
+def _inconsistency(s: State) -> str | None:
+    if s.level not in (None,) + LEVELS or s.gauge_level not in (None,) + LEVELS:
+        return "levels are None, 0, 1 or 2"
+    if not s.asleep_tags <= set(TAGS):
+        return f"tags are a subset of {TAGS}"
+    if s.weights not in CHECKPOINTS + (None,) or s.model_path not in CHECKPOINTS:
+        return f"checkpoints are {CHECKPOINTS}"
+    if s.asleep_tags and not (s.paused and s.level in (1, 2)):
+        return "a tag asleep means a level-1 or level-2 sleep with scheduling paused"
+    if not s.asleep_tags and s.level != (0 if s.paused else None):
+        return "with no tag asleep the level is 0 while paused, None otherwise"
+    if not s.paused and s.gauge_level is not None:
+        return "scheduling resumes only in a wake, which writes the awake gauge"
+    if s.held_stream and s.level != 0:
+        return "only a level-0 keep holds a stream"
+    if s.prefix_cached and s.weights is None:
+        return "garbage weights serve no request, so they cache no block"
+    return None
+
+
+INITIAL = State()
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """Readings of one server taken at the start of its first walk (state INITIAL, after a forward):
+    awake_bytes its processes' GPU bytes (NVML), weights_bytes the checkpoint's tensor bytes,
+    kv_bytes the KV cache it was given (SLEEPWAKE_KV_CACHE_BYTES)."""
+    awake_bytes: int
+    weights_bytes: int
+    kv_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    oracle: str
+    relation: str  # ">=" or "<="
+    value: float
+    what: str
+
+    def holds(self, measured: float) -> bool:
+        return measured >= self.value if self.relation == ">=" else measured <= self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class Band:
+    """Bytes predicted for a state: every bound must hold, each failing one fails its own oracle."""
+    bounds: tuple
+
+    @property
+    def lo(self) -> float:
+        return max([b.value for b in self.bounds if b.relation == ">="], default=0)
+
+    @property
+    def hi(self) -> float:
+        return min([b.value for b in self.bounds if b.relation == "<="], default=float("inf"))
+
+    def violations(self, measured: float) -> list:
+        return [b for b in self.bounds if not b.holds(measured)]
+
+
+# --- flags ---------------------------------------------------------------------------------------
+def sleeping(state: State) -> bool:
+    """/is_sleeping (core.py:916-918): the scheduler paused or a tag asleep."""
+    return state.paused or bool(state.asleep_tags)
+
+
+def flags(state: State, version: str) -> tuple[bool, dict]:
+    """(/is_sleeping, vllm:engine_sleep_state) [oracles flags.is_sleeping, flags.gauge].
+
+    The gauge is what the last
+    call wrote: /sleep?level=L writes record_sleep_state(1, L) every time, the executor asleep or not;
+    /wake_up writes (0, 0), so after a wake that left a tag asleep it reads awake on the releases of
+    gauge_awake_while_partially_asleep and the slept level's gauge where vLLM behaves as documented."""
+    is_sleeping = sleeping(state)
+    if state.gauge_level is not None:
+        return is_sleeping, dict(metrics.GAUGE_BY_LEVEL[state.gauge_level])
+    if state.asleep_tags:
+        pin = thresholds.divergence("gauge_awake_while_partially_asleep", version)
+        return is_sleeping, dict(pin.expected[state.level])
+    return is_sleeping, dict(metrics.GAUGE_AWAKE)
+
+
+# --- requests ------------------------------------------------------------------------------------
+def can_run(state: State) -> bool:
+    """A request sent now is scheduled and completes (scheduling resumes only with every tag resident)."""
+    return not state.paused and not state.asleep_tags
+
+
+def serves(state: State) -> str | None:
+    """The checkpoint whose golden a request returns once it runs; None: garbage weights (after a
+    level-2 sleep, until a reload), whose output no golden predicts."""
+    return state.weights
+
+
+def golden_oracle(state: State) -> str:
+    """The oracle a golden mismatch fails: the pushed checkpoint's own while B serves, else the plain one."""
+    return "weights.pushed_checkpoint_golden" if state.weights == "B" else "output.golden_tokens"
+
+
+def hits_cache(state: State, prompt_kind: str) -> bool:
+    """Whether a request of `prompt_kind` sent now reports cached prompt tokens (> 0)
+    [prefix_cache.hit_iff_cached]. Only the long prompt, only when its blocks are cached: the first
+    request after a level >= 1 sleep or a reset hits none."""
+    if prompt_kind not in PROMPT_KINDS:
+        raise ValueError(f"unknown prompt kind {prompt_kind!r}; the walk's are {PROMPT_KINDS}")
+    return prompt_kind == "long" and state.prefix_cached and can_run(state)
+
+
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """How a streaming request in flight when a /sleep lands ends, and the oracles that judge it."""
+    ends: str  # "aborted": before /sleep answers; "completed": by length before /sleep answers;
+    #            "held": open and silent while paused, resumed by the wake with uninterrupted tokens
+    oracles: tuple
+
+
+IN_FLIGHT = {
+    "abort": InFlight("aborted", ("requests.abort_aborts", "requests.abort_time", "requests.clean_end",
+                                  "requests.load_drains")),
+    "wait": InFlight("completed", ("requests.ends_in_race", "output.finish_length", "output.golden_tokens",
+                                   "requests.load_drains")),
+    "keep": InFlight("held", ("requests.held_while_paused", "requests.resumes_after_keep",
+                              "prefix_cache.kept_paused_request")),
+}
+
+
+def in_flight_predictable(mode: str, level: int) -> bool:
+    """Whether the model predicts a request in flight during /sleep?level=level&mode=mode.
+
+    Not keep at level >= 1: EngineCoreProc.pause_scheduler (core.py:1764-1803) completes a keep pause
+    once the engine is idle, which a frozen request does not prevent (scheduler.py:2289-2290 counts no
+    unfinished request while PAUSED_ALL), then the cache reset of a level >= 1 sleep preempts the
+    running requests back to the waiting queue (scheduler.py:2336-2346) and the executor sleeps, so
+    the request would be recomputed after the wake: behaviour never measured."""
+    return mode in IN_FLIGHT and level in LEVELS and (mode != "keep" or level == 0)
+
+
+def in_flight_outcome(mode: str, level: int) -> InFlight:
+    if not in_flight_predictable(mode, level):
+        raise ValueError(f"a request in flight during /sleep?level={level}&mode={mode} is not modelled "
+                         "(see model.in_flight_predictable); plan it without a request in flight")
+    return IN_FLIGHT[mode]
+
+
+def reset_prefix_cache_result(version: str):
+    """What /reset_prefix_cache reports on an idle server: True, or None (an empty 200) on the releases
+    of reset_prefix_cache_result_unreported [api.reset_prefix_cache_result]."""
+    return thresholds.divergence("reset_prefix_cache_result_unreported", version).expected
+
+
+# --- device bytes (NVML, the server's processes) ---------------------------------------------------
+def device_band(state: State, sizes: Sizes, cell_id: str) -> Band:
+    """The GPU bytes the server's processes hold in `state`.
+
+    Resident pools give the awake bytes less the shortfall a sleep may leave (eager: the activation
+    blocks torch's caching allocator gave up, reserved again by the next forward) up to the growth a
+    remap may add. A pool asleep is unmapped: both asleep is bounded by the level's fraction of awake
+    (level 1 also by its residue and the KV cache freed); one asleep by the other's bytes, the weights
+    pool within weights_wake_bytes_rel_error_max of the checkpoint's tensor bytes."""
+    awake, w, kv = sizes.awake_bytes, sizes.weights_bytes, sizes.kv_bytes
+    shortfall = thresholds.get("wake_shortfall_bytes_max", cell_id)
+    growth = thresholds.get("wake_restore_bytes_max", cell_id)
+    err = thresholds.get("weights_wake_bytes_rel_error_max", cell_id)
+    freed_kv = kv * thresholds.get("sleep_freed_kv_fraction_min", cell_id)
+    asleep = state.asleep_tags
+    if not asleep:
+        return Band((Bound("device_bytes.wake_shortfall", ">=", awake - shortfall, "every pool resident"),
+                     Bound("device_bytes.wake_growth", "<=", awake + growth, "every pool resident")))
+    if asleep == {WEIGHTS, KV_CACHE} and state.level == 1:
+        return Band((Bound("device_bytes.level1_asleep", "<=",
+                           awake * thresholds.get("level1_bytes_fraction_max", cell_id), "asleep at level 1"),
+                     Bound("device_bytes.level1_residue", "<=",
+                           thresholds.get("level1_residue_bytes_max", cell_id), "asleep at level 1"),
+                     Bound("device_bytes.level1_freed_kv", "<=", awake - freed_kv, "asleep at level 1")))
+    if asleep == {WEIGHTS, KV_CACHE}:
+        return Band((Bound("device_bytes.level2_asleep", "<=",
+                           awake * thresholds.get("level2_bytes_fraction_max", cell_id), "asleep at level 2"),))
+    if asleep == {KV_CACHE}:
+        return Band((Bound("device_bytes.weights_wake_mapped", ">=", w * (1 - err), "weights resident"),
+                     Bound("device_bytes.weights_wake_kv_unmapped", "<=", awake - freed_kv, "KV cache asleep"),
+                     Bound("device_bytes.weights_wake_fraction", "<=",
+                           awake * thresholds.get("weights_wake_bytes_fraction_max", cell_id), "KV cache asleep")))
+    return Band((Bound("device_bytes.kv_wake_mapped", ">=", awake - w * (1 + err) - shortfall, "KV cache resident"),
+                 Bound("device_bytes.kv_wake_weights_unmapped", "<=", awake - w * (1 - err) + growth,
+                       "weights asleep")))
+
+
+# --- host bytes (VmRSS of the server's process tree) -----------------------------------------------
+def holds_host_copy(state: State) -> bool:
+    """A level-1 sleep copied the weights to pinned host memory and no wake of the weights came since
+    (only level 1 offloads: sleep_mode_backend.py:125)."""
+    return state.level == 1 and WEIGHTS in state.asleep_tags
+
+
+def host_band(state: State, version: str, host_awake: int, weights_bytes: int, cell_id: str | None = None) -> Band:
+    """The host bytes of the server's process tree in `state`, against host_awake read once in INITIAL
+    before the server's first level-1 sleep (state-based: no reading depends on an earlier one).
+
+    A weight-sized pinned block is held while a level-1 copy is, and after its wake where PyTorch's
+    caching host allocator keeps it (host_copy_cached_after_wake, per release); it is host_awake plus
+    host_copy_weights_ratio_min..max of the checkpoint's tensor bytes. Every upper bound also allows
+    host_cycle_flat_max of drift over the server's life (API-server heap, the allocator's rounding),
+    and asleep at level 2 the model buffers gpu_worker.py saves to CPU (level2_host_bytes_max)."""
+    lo_copy = host_awake + weights_bytes * thresholds.get("host_copy_weights_ratio_min", cell_id)
+    drift = thresholds.get("host_cycle_flat_max", cell_id)
+    if state.level == 2 and state.asleep_tags:
+        drift += thresholds.get("level2_host_bytes_max", cell_id)
+    hi_copy = host_awake + weights_bytes * thresholds.get("host_copy_weights_ratio_max", cell_id) + drift
+    if holds_host_copy(state):
+        return Band((Bound("host_bytes.level1_copy_min", ">=", lo_copy, "level-1 host copy held"),
+                     Bound("host_bytes.level1_copy_max", "<=", hi_copy, "level-1 host copy held")))
+    hi_oracle = "host_bytes.level2_asleep" if state.level == 2 and state.asleep_tags else "host_bytes.cycle_spread"
+    if state.host_cached:
+        kept = thresholds.divergence("host_copy_cached_after_wake", version).expected == host_memory.KEPT
+        if kept:
+            return Band((Bound("host_bytes.retained_after_wake", ">=", lo_copy, "pinned block cached"),
+                         Bound("host_bytes.retained_after_wake", "<=", hi_copy, "pinned block cached")))
+        return Band((Bound("host_bytes.retained_after_wake", "<=", host_awake + drift, "host copy given back"),))
+    return Band((Bound(hi_oracle, "<=", host_awake + drift, "no host copy ever made"),))
