@@ -25,7 +25,10 @@ ROW_FILE = "mutation_row.json"
 CONTROL = "none"
 DEFAULT_CATALOGUE = "tests/mutants/plugin/sleepwake_mutants"
 GPU_PREFIX, FAKE_PREFIX = "mutant_", "fake_mutant_"  # target names of tests/mutants/defs.bzl mutant_suite
-CELL_TEXT = {"killed": "killed", "survived": "survived", "other-failure": "other", "passed": "pass"}
+# The verdicts of tests/mutants/verdict.py (killed, other oracle, errored, survived; passed: a control).
+CELL_TEXT = {"killed": "killed", "other oracle": "other oracle", "errored": "errored", "survived": "survived",
+             "passed": "pass"}
+OUTCOMES = ("killed", "other oracle", "errored", "survived")
 
 
 def _row(target_dir):
@@ -62,6 +65,31 @@ def _bound(r) -> str:
     return ", ".join(r.get("bound") or []) or "exact oracle"
 
 
+def _cell(result: dict) -> str:
+    """A class's verdict with the oracle ids behind it: the expected ones that fired for a kill, the
+    ones that fired instead for another oracle."""
+    verdict = result["verdict"]
+    text = CELL_TEXT.get(verdict, verdict)
+    if verdict == "killed":
+        return f"{text} ({', '.join(result.get('fired') or [])})"
+    if verdict == "other oracle":
+        fired = sorted({o for ids in result.get("oracles") or [] for o in ids})
+        return f"{text} ({', '.join(fired)})"
+    return text
+
+
+def outcome_counts(rows) -> dict:
+    """class -> {outcome: number of mutants}, over the mutants (not the control)."""
+    counts = {}
+    for r in rows:
+        if r["mutant"] == CONTROL:
+            continue
+        for c, result in r["classes"].items():
+            per = counts.setdefault(c, dict.fromkeys(OUTCOMES, 0))
+            per[result["verdict"]] = per.get(result["verdict"], 0) + 1
+    return counts
+
+
 def table(rows, expected=None):
     """(markdown text, ok). expected: the catalogue's mutant names, or None not to check for rows."""
     mutants = [r for r in rows if r["mutant"] != CONTROL]
@@ -72,8 +100,7 @@ def table(rows, expected=None):
     lines = ["| mutant | issue | bound | size | cell | " + " | ".join(classes) + " | verdict |",
              "|---" * (len(classes) + 6) + "|"]
     for r in rows:
-        cells = [CELL_TEXT.get(r["classes"][c]["verdict"], r["classes"][c]["verdict"])
-                 if c in r["classes"] else "" for c in classes]
+        cells = [_cell(r["classes"][c]) if c in r["classes"] else "" for c in classes]
         if r["mutant"] == CONTROL:
             verdict = "control passed" if r.get("passed") else "CONTROL FAILED"
         else:
@@ -86,6 +113,10 @@ def table(rows, expected=None):
 
     kills = {c: sorted(r["mutant"] for r in mutants if r["classes"].get(c, {}).get("verdict") == "killed")
              for c in classes}
+    counts = outcome_counts(rows)
+    lines += ["", "| class | " + " | ".join(OUTCOMES) + " |", "|---" * (len(OUTCOMES) + 1) + "|"]
+    lines += [f"| {c} | " + " | ".join(str(counts.get(c, {}).get(o, 0)) for o in OUTCOMES) + " |"
+              for c in classes]
     lines += ["", "kills per class:"]
     lines += [f"- {c}: {len(kills[c])}" + (f" ({', '.join(kills[c])})" if kills[c] else "") for c in classes]
     survivors = [r["mutant"] for r in mutants if not r.get("passed")]

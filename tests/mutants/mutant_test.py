@@ -7,7 +7,8 @@ Environment (set by mutant_suite in tests/mutants/defs.bzl):
   SLEEPWAKE_RUNNER, SLEEPWAKE_EXECUTION_MODE, SLEEPWAKE_MODEL, ...  the GPU cell, as in the matrix
 
 It builds the plugin's site dir, runs the class files in ONE pytest subprocess whose vLLM servers
-load the plugin (SLEEPWAKE_MUTANT selects the mutant), and judges the JUnit report (verdict.py).
+load the plugin (SLEEPWAKE_MUTANT selects the mutant), and judges the JUnit report by the oracle ids its
+failed cases carry (verdict.py).
 Everything lands in this target's outputs: inner/ (server logs, junit.xml, pytest.log) and
 mutation_row.json, which tools/mutation_table.py tabulates.
 """

@@ -13,7 +13,11 @@ def _row(mutant, verdicts, passed=None, problems=()):
     return {"mutant": mutant, "issue": "#1" if mutant != "none" else "", "cell": "MRV2-eager",
             "passed": passed and not problems, "activated": mutant != "none", "problems": list(problems),
             "bound": ["wake_s_max"] if mutant == "b" else [], "size": "2x" if mutant == "b" else "",
-            "classes": {c: {"verdict": v, "failed_tests": [], "messages": []} for c, v in verdicts.items()}}
+            "classes": {c: {"verdict": v, "failed_tests": [], "messages": [],
+                            "oracles": [["latency.wake"]] if v in ("killed", "other oracle") else [],
+                            "expected": ["latency.wake"] if v != "other oracle" else ["latency.sleep"],
+                            "fired": ["latency.wake"] if v == "killed" else []}
+                        for c, v in verdicts.items()}}
 
 
 def _write(root, target, row, zipped=False):
@@ -39,8 +43,9 @@ def test_all_killed(tmp_path, capsys):
     lines = text.splitlines()
     assert lines[0] == "| mutant | issue | bound | size | cell | flags | latency | verdict |"
     assert lines[1] == "|---|---|---|---|---|---|---|---|"
-    assert lines[2] == "| a | #1 | exact oracle |  | MRV2-eager | killed |  | killed |"
-    assert lines[3] == "| b | #1 | wake_s_max | 2x | MRV2-eager | killed | killed | killed |"
+    assert lines[2] == "| a | #1 | exact oracle |  | MRV2-eager | killed (latency.wake) |  | killed |"
+    assert lines[3] == ("| b | #1 | wake_s_max | 2x | MRV2-eager | killed (latency.wake) | killed (latency.wake) "
+                        "| killed |")
     assert lines[4] == "| (control) |  |  |  | MRV2-eager | pass | pass | control passed |"
     assert "- flags: 2 (a, b)" in lines and "- latency: 1 (b)" in lines
     assert "every mutant killed: yes (2/2)" in text
@@ -49,13 +54,18 @@ def test_all_killed(tmp_path, capsys):
 
 def test_survivor_and_idle_class_fail(tmp_path, capsys):
     _write(tmp_path, "mutant_a", _row("a", {"flags": "survived"}))
-    _write(tmp_path, "mutant_b", _row("b", {"latency": "other-failure"}))
+    _write(tmp_path, "mutant_b", _row("b", {"latency": "other oracle"}))
+    _write(tmp_path, "mutant_c", _row("c", {"latency": "errored"}))
     _write(tmp_path, "mutant_control_flags", _row("none", {"flags": "passed", "latency": "passed"}))
     assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
     text = capsys.readouterr().out
     assert "| a | #1 | exact oracle |  | MRV2-eager | survived |  | NOT KILLED |" in text
-    assert "| b | #1 | wake_s_max | 2x | MRV2-eager |  | other | NOT KILLED |" in text
-    assert "every mutant killed: no (0/2; not killed: a, b)" in text
+    assert "| b | #1 | wake_s_max | 2x | MRV2-eager |  | other oracle (latency.wake) | NOT KILLED |" in text
+    assert "| c | #1 | exact oracle |  | MRV2-eager |  | errored | NOT KILLED |" in text
+    # The four outcomes per class, counted over the mutants.
+    assert "| class | killed | other oracle | errored | survived |" in text
+    assert "| latency | 0 | 1 | 1 | 0 |" in text and "| flags | 0 | 0 | 0 | 1 |" in text
+    assert "every mutant killed: no (0/3; not killed: a, b, c)" in text
     assert "none killed by: flags, latency" in text
 
 
@@ -90,7 +100,7 @@ def test_the_fakes_rows_are_tabulated_apart(tmp_path, capsys):
     _write(tmp_path, "mutant_a", _row("a", {"flags": "survived"}, passed=False))
     _write(tmp_path, "fake_mutant_a", _row("a", {"flags": "killed"}))
     assert mutation_table.main(["x", str(tmp_path), "--catalogue", "", "--fake"]) == 0
-    assert "| a | #1 | exact oracle |  | MRV2-eager | killed | killed |" in capsys.readouterr().out
+    assert "| a | #1 | exact oracle |  | MRV2-eager | killed (latency.wake) | killed |" in capsys.readouterr().out
     assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
     assert "| a | #1 | exact oracle |  | MRV2-eager | survived | NOT KILLED |" in capsys.readouterr().out
 

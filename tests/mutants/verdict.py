@@ -1,8 +1,13 @@
 """Decides from a JUnit XML report and the server logs whether the suite killed a mutant.
 
-A class kills a mutant only if one of its tests failed (or errored) with text matching the
-catalogue's regex for that class: a failure for another reason (a crash, a timeout, a broken fixture)
-does not show that the suite detects the bug, so it is reported as "other-failure", not as a kill.
+Verdicts come from oracle ids, never from failure text (which echoes the test's own source): each
+failing oracle leaves `<property name="oracle" value="ID"/>` on its test case (tests/sleep_wake/lib/
+oracle.py). Per class, against the catalogue's expected ids:
+  * killed: a case failed with one of the expected oracle ids;
+  * other oracle: cases failed with oracle ids, none of them expected (reported with the ids);
+  * errored: cases failed without any oracle id (a refused connection, a timeout of a wait, a crash, a
+    fixture's precondition): proof of nothing, never a kill;
+  * survived: no case failed.
 The server logs must also show that vLLM applied the mutant, else a pass would be a survival of a bug
 that was never there and a failure a kill by something else.
 """
@@ -14,10 +19,12 @@ import os
 import re
 import xml.etree.ElementTree as ET
 
-KILLED, SURVIVED, OTHER = "killed", "survived", "other-failure"
+KILLED, SURVIVED, OTHER, ERRORED = "killed", "survived", "other oracle", "errored"
 PASSED = "passed"  # the control's verdict for a class whose tests all passed
+OUTCOMES = (KILLED, OTHER, ERRORED, SURVIVED)
 MESSAGE_CHARS = 300  # of each failure message in reports and mutation_row.json
 PYTEST_LOG = "pytest.log"  # the inner pytest's own output, beside the server logs; not a server log
+ORACLE_PROPERTY = "oracle"  # tests/sleep_wake/lib/oracle.py PROPERTY
 _PID = "SLEEPWAKEPID"  # placeholder for {pid}: letters only, so re.escape leaves it alone
 
 
@@ -28,7 +35,8 @@ class Case:
     name: str  # e.g. test_weights_first_holds_request_until_kv_cache[MRV2-eager]
     outcome: str  # "passed", "failed" (failure or error) or "skipped"
     message: str = ""  # the first failure/error message attribute (its text when that is empty)
-    text: str = ""  # every failure/error message and text, what the kill regex is searched in
+    text: str = ""  # every failure/error message and text (for people; verdicts read `oracles`)
+    oracles: tuple = ()  # the ids of the oracles that failed in it, in order
 
     @property
     def test_id(self) -> str:
@@ -41,9 +49,18 @@ class ClassResult:
     failed_tests: list[str] = dataclasses.field(default_factory=list)
     messages: list[str] = dataclasses.field(default_factory=list)
     passed: int = 0  # testcases of the class that passed
+    oracles: list[list[str]] = dataclasses.field(default_factory=list)  # per failed test, its oracle ids
+    expected: list[str] = dataclasses.field(default_factory=list)  # the catalogue's ids for the class
+
+    @property
+    def fired(self) -> list[str]:
+        """The expected oracle ids that failed in some case."""
+        seen = {o for ids in self.oracles for o in ids}
+        return [o for o in self.expected if o in seen]
 
     def to_json(self) -> dict:
-        return {"verdict": self.verdict, "failed_tests": self.failed_tests, "messages": self.messages}
+        return {"verdict": self.verdict, "failed_tests": self.failed_tests, "messages": self.messages,
+                "oracles": self.oracles, "expected": self.expected, "fired": self.fired}
 
 
 @dataclasses.dataclass
@@ -67,13 +84,13 @@ class Decision:
                                                 else "NOT killed as the catalogue expects")
         lines = [head]
         for name, r in self.classes.items():
-            what = {KILLED: "killed", SURVIVED: "survived (no test failed)",
-                    OTHER: "failed, but not for the catalogued reason (killed for another reason)"
-                    if self.mutant != "none" else "tests failed",
+            what = {KILLED: f"killed by {', '.join(r.fired)}", SURVIVED: "survived (no test failed)",
+                    OTHER: f"failed by other oracles than {', '.join(r.expected) or 'none (control)'}",
+                    ERRORED: "errored: tests failed without an oracle (proves nothing)",
                     PASSED: "passed"}[r.verdict]
             lines.append(f"  {name}: {what}; {r.passed} passed, {len(r.failed_tests)} failed")
-            for test, message in zip(r.failed_tests, r.messages):
-                lines.append(f"    FAILED {test}: {message}")
+            for test, ids, message in zip(r.failed_tests, r.oracles, r.messages):
+                lines.append(f"    FAILED {test} [{', '.join(ids) or 'no oracle'}]: {message}")
         lines += ["  PROBLEM: " + p for p in self.problems]
         return "\n".join(lines)
 
@@ -88,7 +105,8 @@ def parse_junit(path: str) -> list[Case]:
         if bad:
             message = bad[0].get("message") or (bad[0].text or "").strip()
         text = "\n".join(f"{c.get('message', '')}\n{c.text or ''}" for c in bad)
-        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text))
+        oracles = tuple(p.get("value", "") for p in tc.iter("property") if p.get("name") == ORACLE_PROPERTY)
+        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text, oracles))
     return cases
 
 
@@ -105,20 +123,21 @@ def class_of(case: Case, class_files: dict[str, str]) -> str | None:
     return None
 
 
-def _result(cases: list[Case], fail_verdict) -> ClassResult:
-    failed = [c for c in cases if c.outcome == "failed"]
-    result = ClassResult(verdict="", passed=sum(c.outcome == "passed" for c in cases),
-                         failed_tests=[c.test_id for c in failed],
-                         messages=[c.message[:MESSAGE_CHARS] for c in failed])
-    result.verdict = fail_verdict(failed)
-    return result
+def class_verdict(failed: list[Case], expected) -> str:
+    """killed / other oracle / errored / survived for a class whose failed cases are `failed`, against the
+    expected oracle ids (None: the control, whose every failure is one of the last three)."""
+    if not failed:
+        return PASSED if expected is None else SURVIVED
+    if expected is not None and any(o in expected for c in failed for o in c.oracles):
+        return KILLED
+    return OTHER if any(c.oracles for c in failed) else ERRORED
 
 
 def judge_classes(cases: list[Case], classes: list[str], class_files: dict[str, str],
-                  kills: dict[str, str] | None) -> dict[str, ClassResult]:
-    """Per class: killed / survived / other-failure against kills (class -> regex), or for the
-    control (kills=None) passed / other-failure. A class with no testcase at all ran nothing: that
-    is a broken run (other-failure), never a survival or a pass."""
+                  kills: dict[str, tuple] | None) -> dict[str, ClassResult]:
+    """Per class, its verdict against kills (class -> the oracle ids that must fire), or for the
+    control (kills=None) passed / other oracle / errored. A class with no testcase at all ran nothing:
+    that is a broken run (errored), never a survival or a pass."""
     by_class = {c: [] for c in classes}
     for case in cases:
         short = class_of(case, class_files)
@@ -126,16 +145,17 @@ def judge_classes(cases: list[Case], classes: list[str], class_files: dict[str, 
             by_class[short].append(case)
     out = {}
     for short, mine in by_class.items():
+        expected = None if kills is None else tuple(kills[short])
         if not mine:
-            out[short] = ClassResult(OTHER, [class_files.get(short, short)],
-                                     ["no testcase of this class in the JUnit report: it did not run"])
+            out[short] = ClassResult(ERRORED, [class_files.get(short, short)],
+                                     ["no testcase of this class in the JUnit report: it did not run"], 0,
+                                     [[]], list(expected or ()))
             continue
-        if kills is None:
-            out[short] = _result(mine, lambda failed: OTHER if failed else PASSED)
-            continue
-        pattern = re.compile(kills[short], re.DOTALL)
-        out[short] = _result(mine, lambda failed: KILLED if any(pattern.search(c.text) for c in failed)
-                             else OTHER if failed else SURVIVED)
+        failed = [c for c in mine if c.outcome == "failed"]
+        out[short] = ClassResult(class_verdict(failed, expected), [c.test_id for c in failed],
+                                 [c.message[:MESSAGE_CHARS] for c in failed],
+                                 sum(c.outcome == "passed" for c in mine), [list(c.oracles) for c in failed],
+                                 list(expected or ()))
     return out
 
 

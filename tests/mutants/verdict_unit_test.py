@@ -1,5 +1,6 @@
-"""The verdict on hand-written JUnit reports and server logs: killed, survived, killed for another
-reason, the control, and runs that prove nothing (mutant never applied, plugin never loaded)."""
+"""The verdict on hand-written JUnit reports and server logs: killed by an expected oracle id, another
+oracle, errored (no oracle: a refused connection, a wait's timeout, a precondition), survived, the
+control, and runs that prove nothing (mutant never applied, plugin never loaded)."""
 
 import json
 from xml.sax.saxutils import quoteattr, escape
@@ -11,25 +12,27 @@ from tests.mutants import verdict
 
 FILES = {"scheduler_gate": "tests/sleep_wake/test_scheduler_gate.py",
          "flags": "tests/sleep_wake/test_sleep_wake_flags.py"}
-KILLS = {"scheduler_gate": r"#44483", "flags": r"expected is_sleeping=True.*gauge"}
+KILLS = {"scheduler_gate": ("requests.held_until_resident",), "flags": ("flags.gauge",)}
 GATE = "tests.sleep_wake.test_scheduler_gate.TestSchedulerGate"
 FLAGS = "tests.sleep_wake.test_sleep_wake_flags.TestSleepWakeFlags"
 
 
 def passed(classname, name):
-    return classname, name, None, "", ""
+    return classname, name, None, "", "", ()
 
 
-def failed(classname, name, message, text="", tag="failure"):
-    return classname, name, tag, message, text
+def failed(classname, name, message, text="", tag="failure", oracles=()):
+    return classname, name, tag, message, text, tuple(oracles)
 
 
 def junit(tmp_path, *cases):
     body = []
-    for classname, name, tag, message, text in cases:
+    for classname, name, tag, message, text, oracles in cases:
         inner = f"<{tag} message={quoteattr(message)}>{escape(text)}</{tag}>" if tag else ""
+        props = "".join(f"<property name='oracle' value={quoteattr(o)}/><property name='oracle_bound' "
+                        "value='== x'/>" for o in oracles)
         body.append(f"<testcase classname={quoteattr(classname)} name={quoteattr(name)} time='1'>"
-                    f"{inner}</testcase>")
+                    + (f"<properties>{props}</properties>" if props else "") + f"{inner}</testcase>")
     path = tmp_path / "junit.xml"
     path.write_text("<?xml version='1.0' encoding='utf-8'?><testsuites><testsuite name='pytest'>"
                     + "".join(body) + "</testsuite></testsuites>")
@@ -62,24 +65,53 @@ def decide(tmp_path, cases, mutant="resume_on_partial_wake", classes=("scheduler
                           sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT)
 
 
-def test_killed_for_the_catalogued_reason(tmp_path):
+HELD = "requests.held_until_resident"
+
+
+def test_killed_by_an_expected_oracle(tmp_path):
     cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"),
-                  failed(GATE, "test_b[MRV2-eager]", "AssertionError: request ran before kv_cache (#44483)"))
+                  failed(GATE, "test_b[MRV2-eager]", "OracleFailure: request ran", oracles=[HELD]))
     d = decide(tmp_path, cases)
     assert d.passed and d.activated, d.report()
     r = d.classes["scheduler_gate"]
-    assert (r.verdict, r.failed_tests, r.passed) == ("killed", [f"{GATE}::test_b[MRV2-eager]"], 1)
+    assert (r.verdict, r.failed_tests, r.passed, r.fired) == ("killed", [f"{GATE}::test_b[MRV2-eager]"], 1, [HELD])
+    assert f"killed by {HELD}" in d.report()
 
 
-def test_the_regex_may_match_the_traceback_across_lines(tmp_path):
-    cases = junit(tmp_path, failed(FLAGS, "test_level1[MRV2-eager]", "AssertionError: state wrong",
-                                   "state:\nexpected is_sleeping=True\n  seen gauge=(1,0,0)"))
-    d = decide(tmp_path, cases, mutant="gauge_not_updated", classes=("flags",))
-    assert d.classes["flags"].verdict == "killed", d.report()
+def test_a_foreign_exception_is_errored_whatever_its_text_says(tmp_path):
+    # The failure text echoes the test's own source and name, which hold the expected id: text proves
+    # nothing, only the oracle property does.
+    name = f"test_{HELD.replace('.', '_')}[MRV2-eager]"
+    message = f"requests.exceptions.ConnectionError: Connection refused ({HELD}, #44483) " + "x" * 500
+    cases = junit(tmp_path, failed(GATE, name, message, f"expect.held({HELD!r}, ...)\nConnectionError"))
+    d = decide(tmp_path, cases)
+    r = d.classes["scheduler_gate"]
+    assert not d.passed and r.verdict == "errored" and r.oracles == [[]]
+    assert r.messages == [message[:300]]
+    assert "errored: tests failed without an oracle" in d.report() and "[no oracle]" in d.report()
 
 
-def test_a_setup_error_with_the_reason_kills(tmp_path):
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "failed on setup with #44483", tag="error"))
+def test_another_oracle_is_not_a_kill(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", f"[oracle flags.gauge] {HELD}",
+                                   oracles=["flags.gauge"]))
+    d = decide(tmp_path, cases)
+    r = d.classes["scheduler_gate"]
+    assert not d.passed and r.verdict == "other oracle" and r.oracles == [["flags.gauge"]] and r.fired == []
+    assert "failed by other oracles than requests.held_until_resident" in d.report()
+
+
+def test_any_case_with_an_expected_oracle_kills_the_class(tmp_path):
+    # One case errored, another fired another oracle, a third the expected one: the kill stands. And
+    # several oracles of one case (oracle.together) all count.
+    cases = junit(tmp_path, failed(GATE, "test_a[MRV2-eager]", "refused"),
+                  failed(GATE, "test_b[MRV2-eager]", "gauge", oracles=["flags.gauge"]),
+                  failed(GATE, "test_c[MRV2-eager]", "two", oracles=["api.status", HELD]))
+    r = decide(tmp_path, cases).classes["scheduler_gate"]
+    assert r.verdict == "killed" and r.fired == [HELD]
+
+
+def test_an_oracle_failing_in_setup_counts_like_any(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "failed on setup", tag="error", oracles=[HELD]))
     assert decide(tmp_path, cases).classes["scheduler_gate"].verdict == "killed"
 
 
@@ -91,27 +123,18 @@ def test_survived_when_every_test_passes(tmp_path):
     assert "scheduler_gate: survived" in d.report()
 
 
-def test_killed_for_another_reason_is_not_a_kill(tmp_path):
-    message = "requests.exceptions.ConnectionError: " + "x" * 500
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", message, "Traceback ... refused"))
-    d = decide(tmp_path, cases)
-    r = d.classes["scheduler_gate"]
-    assert not d.passed and r.verdict == "other-failure"
-    assert r.messages == [message[:300]]
-    assert "killed for another reason" in d.report() and f"FAILED {GATE}::test_b" in d.report()
-
-
 def test_every_listed_class_must_kill(tmp_path):
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"), passed(FLAGS, "test_level1[MRV2-eager]"))
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]),
+                  passed(FLAGS, "test_level1[MRV2-eager]"))
     d = decide(tmp_path, cases, classes=("scheduler_gate", "flags"))
     assert not d.passed
     assert {c: r.verdict for c, r in d.classes.items()} == {"scheduler_gate": "killed", "flags": "survived"}
 
 
 def test_a_class_that_ran_nothing_is_a_broken_run(tmp_path):
-    d = decide(tmp_path, junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483")),
+    d = decide(tmp_path, junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD])),
                classes=("scheduler_gate", "flags"))
-    assert d.classes["flags"].verdict == "other-failure" and not d.passed
+    assert d.classes["flags"].verdict == "errored" and not d.passed
     assert "did not run" in d.classes["flags"].messages[0]
 
 
@@ -119,11 +142,11 @@ def test_a_collection_error_counts_for_its_class(tmp_path):
     cases = junit(tmp_path, failed("", "tests.sleep_wake.test_scheduler_gate", "collection failure",
                                    "ImportError: cannot import name", tag="error"))
     r = decide(tmp_path, cases).classes["scheduler_gate"]
-    assert r.verdict == "other-failure" and r.failed_tests == ["tests.sleep_wake.test_scheduler_gate"]
+    assert r.verdict == "errored" and r.failed_tests == ["tests.sleep_wake.test_scheduler_gate"]
 
 
 def test_no_activation_line_means_no_verdict(tmp_path):
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"))
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))
     for lines in ([], [active("leak_per_wake")], [IDLE]):
         d = decide(tmp_path, cases, log_lines=lines)
         assert d.classes["scheduler_gate"].verdict == "killed"
@@ -132,7 +155,7 @@ def test_no_activation_line_means_no_verdict(tmp_path):
 
 
 def test_a_server_without_the_mutant_spoils_the_run(tmp_path):
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"))
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))
     d = decide(tmp_path, cases, log_lines=[active("resume_on_partial_wake"), IDLE])
     assert d.activated and not d.passed
     assert "without applying the mutant" in d.report()
@@ -147,9 +170,11 @@ def test_control_passes_when_everything_passes_with_the_plugin_loaded(tmp_path):
 
 def test_control_fails_on_any_failure(tmp_path):
     cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"),
-                  failed(FLAGS, "test_level1[MRV2-eager]", "AssertionError: gauge"))
+                  failed(FLAGS, "test_level1[MRV2-eager]", "OracleFailure: gauge", oracles=["flags.gauge"]),
+                  failed(GATE, "test_b[MRV2-eager]", "ConnectionError"))
     d = decide(tmp_path, cases, mutant="none", classes=("scheduler_gate", "flags"))
-    assert not d.passed and d.classes["flags"].verdict == "other-failure"
+    assert not d.passed and d.classes["flags"].verdict == "other oracle"
+    assert d.classes["scheduler_gate"].verdict == "errored"
     assert "control (no mutant): FAILED" in d.report()
 
 
@@ -162,24 +187,25 @@ def test_control_needs_the_plugin_loaded_and_idle(tmp_path, lines, problem):
 
 
 def test_build_and_catalogue_must_agree():
-    verdict.check_classes_agree("m", ["flags", "latency"], {"latency": "x", "flags": "y"})
+    verdict.check_classes_agree("m", ["flags", "latency"], {"latency": ("x.y",), "flags": ("x.z",)})
     with pytest.raises(ValueError, match=r"BUILD.bazel lists classes \['flags'\] .* expects \['latency'\]"):
-        verdict.check_classes_agree("m", ["flags"], {"latency": "x"})
+        verdict.check_classes_agree("m", ["flags"], {"latency": ("x.y",)})
 
 
 def test_row_is_json(tmp_path):
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"))
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))
     row = verdict.row(decide(tmp_path, cases), "#44483", "MRV2-eager", ("wake_s_max",), "0.45 s a wake")
     assert json.loads(json.dumps(row)) == {
         "mutant": "resume_on_partial_wake", "issue": "#44483", "cell": "MRV2-eager", "passed": True,
         "activated": True, "problems": [], "bound": ["wake_s_max"], "size": "0.45 s a wake",
         "classes": {"scheduler_gate": {"verdict": "killed", "failed_tests": [f"{GATE}::test_b[MRV2-eager]"],
-                                       "messages": ["#44483"]}}}
+                                       "messages": ["held"], "oracles": [[HELD]], "expected": [HELD],
+                                       "fired": [HELD]}}}
 
 
 def test_only_server_logs_count_as_evidence(tmp_path):
     """The inner pytest's own output may quote a line (a failure message with a log tail)."""
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "#44483"))
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))
     root = logs(tmp_path)
     (tmp_path / "inner" / verdict.PYTEST_LOG).write_text(active("resume_on_partial_wake") + "\n")
     d = verdict.decide("resume_on_partial_wake", cases, ["scheduler_gate"], FILES, KILLS, root,

@@ -69,16 +69,17 @@ class TestAbortDuringParallelSampling:
         oracle.holds("requests.clean_end", len(aborted) + len(full) == N,
                      f"[{ISSUE}] each of the {N} choices ends aborted or by 'length' at {STREAM_MAX_TOKENS} tokens",
                      f"(finish_reason, tokens) {ends}", "aborted or full length")
-        if at_sleep >= N * STREAM_MAX_TOKENS:
-            raise oracle.Precondition(
-                f"{at_sleep} tokens had been generated when /sleep answered, enough to finish all {N} choices "
-                f"of {STREAM_MAX_TOKENS} tokens, so the abort was not exercised: raise STREAM_MAX_TOKENS")
         # A sleep that lets requests run to the end (drains) instead of aborting them passes every other
-        # check here.
+        # check here. The request was decoding when /sleep was sent (wait_decoding), so a sleep that aborts
+        # ends a choice; one that generated every token before answering drained.
         oracle.holds("requests.abort_aborts", bool(aborted),
                      f"[{ISSUE}] /sleep?mode=abort with {N} choices in flight ({at_sleep} of the "
                      f"{N * STREAM_MAX_TOKENS} tokens finishing them takes generated when /sleep answered)",
                      f"(finish_reason, tokens) {ends}", "at least one aborted")
+        if at_sleep >= N * STREAM_MAX_TOKENS:
+            raise oracle.Precondition(
+                f"{at_sleep} tokens had been generated when /sleep answered, enough to finish all {N} choices "
+                f"of {STREAM_MAX_TOKENS} tokens, so the abort was not exercised: raise STREAM_MAX_TOKENS")
 
         expect.load_drains(client, "after the abort (a child request leaked)")
         expect.asleep(client, 1, step="sleep level 1 (mode abort) during parallel sampling", issue=ISSUE)

@@ -1,32 +1,99 @@
 """The defects the fake engine can re-create, and their sizes.
 
-All but the last carry the names of the mutant catalogue (tests/mutants/plugin/sleepwake_mutants
+All but FAKE_ONLY carry the names of the mutant catalogue (tests/mutants/plugin/sleepwake_mutants
 MUTANTS): the same bug, re-created by the fake instead of patched into vLLM, judged by the same harness
-(tests/mutants/mutant_test.py). Where the fake measures what the plugin's patch changes (device and host
-bytes, logprobs), the defect has the plugin's own size, read from its modules, so a kill on the fake
-also says the bound catches the defect at the size the GPU run uses. Delays are shorter than the
-plugin's, only just past their bound: the latency class waits them out at every sleep or wake.
+by oracle id (tests/mutants/mutant_test.py). A defect's size comes from the fake server's own model (its
+checkpoint's tensors, its KV cache, its host-copy bandwidth), never from the catalogue's sizes or the
+thresholds: a fake kill then says the bounds catch the defect at a size the fake's model gives it, not at
+the size written to trip them.
 """
 
-import sleepwake_mutants
-from sleepwake_mutants import device_memory, host, weights
+import dataclasses
 
-# Plugin sizes (the fake's device and host bytes are exact, as NVML's and /proc's are).
-LEAK_PER_WAKE = device_memory.LEAK_PER_WAKE
-LEAK_ONCE, LEAK_ONCE_AT_WAKE = device_memory.LEAK_ONCE, device_memory.LEAK_ONCE_AT_WAKE
-KV_KEPT_FRACTION = device_memory.KV_KEPT_FRACTION
-RESIDUE = device_memory.RESIDUE
-LATE_RELEASE, LATE_REMAP, LATE_S = device_memory.LATE_RELEASE, device_memory.LATE_REMAP, device_memory.LATE_S
-PINNED_LEAK_PER_SLEEP = host.PINNED_LEAK_PER_SLEEP
-PINNED_JUMP, PINNED_JUMP_AT_SLEEP = host.PINNED_JUMP, host.PINNED_JUMP_AT_SLEEP
-LATE_RESTORE_S = weights.LATE_RESTORE_S
-# The drift the plugin's norm scaling gives on the seed-0 checkpoint (the catalogue's expected value).
-LOGPROB_DRIFT = sleepwake_mutants.MUTANTS["weights_perturbed"].expected["logprob_drift_max"]
-# Fake-only: above the 0.5 s sleep_s_max and 0.25 s wake_s_max on their own (the plugin's 0.9 s and
-# 0.45 s would add ~20 s to every fake mutant run of the latency class).
-SLOW_SLEEP_S = 0.6
-SLOW_WAKE_S = 0.3
 MiB = 1 << 20
+GiB = 1 << 30
+# The fake's model of copying between device and host (pinned, PCIe): a defect that copies instead of
+# unmapping, or maps and copies back, takes bytes / this.
+HOST_COPY_BYTES_PER_S = 4 * GiB
+LATE_S = 1.0  # how long a late release, remap or restore lags behind the call's answer
+NTH = 5  # the sleep or wake at which a one-off defect happens (the cycle classes run 10)
+PERTURBED = " (perturbed)"  # weights_perturbed: logprobs those of other weights, the tokens unchanged
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """Each defect's size, in terms of the fake server's model: its weights (the checkpoint's tensors) and
+    its KV cache."""
+    largest_tensor: int
+    weights: int
+    kv_cache: int
+
+    @classmethod
+    def of(cls, tensor_bytes, kv_cache: int) -> "Sizes":
+        tensors = list(tensor_bytes) or [0]
+        return cls(max(tensors), sum(tensors), kv_cache)
+
+    @property
+    def leak_per_wake(self) -> int:  # a weight tensor mapped again at every wake, the old mapping kept
+        return self.largest_tensor
+
+    @property
+    def leak_once(self) -> int:
+        return self.largest_tensor
+
+    def kv_kept(self, defects) -> int:  # KV-cache bytes a sleep leaves mapped
+        if "kv_cache_kept_on_sleep" in defects:
+            return self.kv_cache
+        if "kv_cache_mostly_kept" in defects:
+            return self.kv_cache * 2 // 3
+        if "kv_cache_partly_kept" in defects or "kv_cache_partly_kept_level2" in defects:
+            return self.kv_cache // 2
+        return 0
+
+    @property
+    def residue(self) -> int:  # half a KV cache outside the pools from start-up (a profiling buffer kept)
+        return self.kv_cache // 2
+
+    @property
+    def late_release(self) -> int:  # the KV cache, unmapped only after /sleep answered
+        return self.kv_cache
+
+    @property
+    def late_remap(self) -> int:  # the KV cache, mapped back only by the next forward
+        return self.kv_cache
+
+    @property
+    def weights_wake_extra(self) -> int:  # the weights-only wake maps the KV cache's memory too
+        return self.kv_cache
+
+    @property
+    def weights_wake_more(self) -> int:  # a weight tensor mapped twice by the weights wake
+        return self.largest_tensor
+
+    @property
+    def wake_extra(self) -> int:  # half the KV cache mapped twice by a full wake
+        return self.kv_cache // 2
+
+    @property
+    def pinned_per_sleep(self) -> int:  # a weight tensor's host copy never given back
+        return self.largest_tensor
+
+    @property
+    def pinned_once(self) -> int:  # a whole second host copy, once
+        return self.weights
+
+    @property
+    def level2_pinned(self) -> int:
+        return self.largest_tensor
+
+    @property
+    def sleep_delay_s(self) -> float:  # a sleep that copies the KV cache to host instead of discarding it
+        return self.kv_cache / HOST_COPY_BYTES_PER_S
+
+    @property
+    def wake_delay_s(self) -> float:  # a wake that copies the KV cache back from host
+        return self.kv_cache / HOST_COPY_BYTES_PER_S
+
 
 DEFECTS = {
     "resume_on_partial_wake": "scheduling resumes after any wake (#44483 reverted, #44395)",
@@ -36,26 +103,34 @@ DEFECTS = {
     "reload_ignores_weights_path": "reload_weights ignores weights_path: a pushed checkpoint never arrives",
     "host_copy_predates_update": ("each wake restores the output projection as it was before the last "
                                   "push (a host copy taken before the update)"),
-    "leak_per_wake": f"each wake of the executor leaks {LEAK_PER_WAKE // MiB} MiB (#21336, #36651)",
-    "leak_once": f"wake {LEAK_ONCE_AT_WAKE} of the executor leaks {LEAK_ONCE // MiB} MiB, once",
+    "leak_per_wake": "each wake of the executor maps the largest weight tensor again, keeping the old mapping",
+    "leak_once": f"wake {NTH} of the executor maps the largest weight tensor again, once",
     "kv_cache_kept_on_sleep": "sleep does not release the KV cache (#11743, #47654)",
-    "kv_cache_partly_kept": f"sleep releases the KV cache but {KV_KEPT_FRACTION:.0%} of it",
-    "residue_grows": f"{RESIDUE // MiB} MiB outside the pools from start-up on, resident at level 1",
-    "late_release": f"/sleep answers with {LATE_RELEASE // MiB} MiB still held, released {LATE_S:g} s later",
-    "late_remap": (f"/wake_up answers with {LATE_REMAP // MiB} MiB unmapped; they come back with the next "
-                   "forward pass or sleep"),
-    "late_restore": (f"/wake_up from level 1 answers with garbage weights, restored {LATE_RESTORE_S:g} s "
-                     "later"),
+    "kv_cache_partly_kept": "sleep releases only half of the KV cache",
+    "kv_cache_mostly_kept": "a level-1 sleep releases only a third of the KV cache",
+    "kv_cache_partly_kept_level2": "a level-2 sleep releases only half of the KV cache",
+    "weights_wake_maps_extra": "a weights-only wake maps the KV cache's memory too (released by its own wake)",
+    "weights_wake_maps_more": "a weights-only wake maps the largest weight tensor twice",
+    "wake_maps_extra": "a full wake maps half the KV cache twice, until the next sleep",
+    "wake_leaves_unmapped": "a full wake leaves the KV cache unmapped until the next forward pass",
+    "residue_grows": "half a KV cache outside the pools from start-up on, resident at level 1",
+    "late_release": f"/sleep answers with the KV cache still mapped, released {LATE_S:g} s later",
+    "late_remap": "/wake_up answers with the KV cache unmapped; it comes back with the next forward or sleep",
+    "late_restore": f"/wake_up from level 1 answers with garbage weights, restored {LATE_S:g} s later",
     "level2_keeps_host_copy": "level 2 backs the weights up to pinned host memory like level 1",
+    "level2_pins_host": "a level-2 sleep pins a host copy of the largest weight tensor, released by the wake",
     "host_copy_leaked": "the host copy stays referenced after the wake: each level-1 sleep pins a new one",
-    "pinned_leak_per_sleep": f"each sleep of the executor pins {PINNED_LEAK_PER_SLEEP // MiB} MiB more",
-    "pinned_jump_once": f"sleep {PINNED_JUMP_AT_SLEEP} of the executor pins {PINNED_JUMP // MiB} MiB, once",
+    "host_copy_partial": "a level-1 sleep backs up only every other weight tensor, discarding the rest",
+    "host_copy_twice": "the first level-1 sleep pins a second copy of the weights, released by the wake",
+    "pinned_leak_per_sleep": "each sleep of the executor pins a host copy of the largest tensor, never freed",
+    "pinned_jump_once": f"sleep {NTH} of the executor pins a second host copy of the weights, once",
     "is_sleeping_false_partial": "/is_sleeping is true only while both tags are asleep (#44483)",
     "gauge_not_updated": "/sleep does not write the sleep-state gauge",
-    "slow_sleep": f"each sleep of the executor takes {SLOW_SLEEP_S:g} s longer",
-    "slow_wake": f"each wake of the executor takes {SLOW_WAKE_S:g} s longer (#45648)",
-    "weights_perturbed": (f"each weights wake shifts every logprob by {LOGPROB_DRIFT:g} nats; greedy "
-                          "tokens unchanged (#21336)"),
+    "slow_sleep": "each sleep of the executor copies the KV cache to host at the fake's copy bandwidth",
+    "slow_wake": "each full wake of the executor copies the KV cache back at the fake's copy bandwidth (#45648)",
+    "slow_staged_wake": "each tagged wake copies the KV cache back at the fake's copy bandwidth",
+    "weights_perturbed": ("each weights wake restores slightly different weights: the fake's logprobs of "
+                          "other weights for the same greedy tokens (#21336)"),
     "engine_dies_on_sleep_during_decode": (
         "/sleep during decode answers 200 and the engine is dead (#45520). The plugin kills the core 0.3 s "
         "after the sleep; the fake, whose requests are faster, kills it as the sleep returns, so that no "
@@ -64,7 +139,7 @@ DEFECTS = {
     "abort_leaves_choices_running": (
         "sleep?mode=abort never reports the end of an n>1 request's child choices (#45326). vLLM's stream "
         "then stays open until the client gives up (60 s in the suite); the fake ends it at [DONE] with "
-        "the children's finish_reason missing, which the same oracle rejects at once"),
+        "the children's finish_reason missing, which requests.clean_end rejects at once"),
     "sleep_drains_instead_of_aborting": "sleep?mode=abort waits for the requests in flight (mode wait)",
     "request_runs_while_asleep": "a request sent while the executor sleeps is scheduled at once",
     "staged_wake_loses_weights": "from the third weights-only wake on, the weights are garbage (#21336)",
@@ -75,3 +150,8 @@ DEFECTS = {
 
 # Defects that are no mutant of the catalogue (unit/fake_tier_unit_test.py: every other one is).
 FAKE_ONLY = ("gauge_tracks_tags",)
+# Mutants of the catalogue the fake cannot re-create, with the reason (unit/fake_tier_unit_test.py).
+NOT_RE_CREATED = {
+    "slow_first_request": ("the fake's forward pass costs only its token delay; it has no model of what a "
+                           "first forward after a wake would redo (kernels, graphs), so no size to give it"),
+}

@@ -93,6 +93,7 @@ class FakeEngine:
         self.token_delay_s = token_delay_s
         self.defects = frozenset(defects)
         self.checkpoint = checkpoint
+        self.sizes = d.Sizes.of(checkpoint.tensor_bytes, memory.kv_cache)
         self.host = host or PinnedHostMemory()
         self.log = log or (lambda line: None)
         self.cond = threading.Condition()
@@ -112,10 +113,12 @@ class FakeEngine:
         self.model_path = checkpoint.path
         self.host_copy = None  # (weights, pinned blocks) while a level-1 sleep holds the copy
         self.stale_head = None  # host_copy_predates_update: the output projection before the last push
-        self.logprob_offset = 0.0
-        self.worker_sleeps = self.worker_wakes = 0
+        self.perturbed = False  # weights_perturbed: restored weights whose logprobs differ
+        self.worker_sleeps = self.worker_wakes = self.level1_sleeps = 0
         self.worker_level = None  # the level of the executor's last sleep
         self.leaked = 0
+        self.extra = 0  # bytes a defect mapped beside the pools, until the call that gives them back
+        self.pinned_extra = []  # host blocks a defect pinned, freed by the next wake
         self.late_release_until = 0.0
         self.remap_missing = False
         self.restore_until = 0.0
@@ -144,10 +147,11 @@ class FakeEngine:
             return dict(self.gauge)
 
     def _kv_resident(self) -> int:
-        if "kv_cache" not in self.sleeping_tags or "kv_cache_kept_on_sleep" in self.defects:
+        if "kv_cache" not in self.sleeping_tags:
             return self.memory.kv_cache
-        if "kv_cache_partly_kept" in self.defects:
-            return int(d.KV_KEPT_FRACTION * self.memory.kv_cache)
+        levels = {"kv_cache_partly_kept_level2": (2,), "kv_cache_mostly_kept": (1,)}
+        if any(self.worker_level in levels.get(x, (1, 2)) for x in self.defects):
+            return self.sizes.kv_kept(self.defects)
         return 0
 
     def gpu_bytes(self) -> int:
@@ -157,12 +161,22 @@ class FakeEngine:
             return (m.context + m.graph_pool + self.leaked + self._kv_resident()
                     + (0 if "weights" in self.sleeping_tags else m.weights)
                     + (m.activations if self.activations_reserved else 0)
-                    + (d.RESIDUE if "residue_grows" in self.defects else 0)
-                    + (d.LATE_RELEASE if late else 0)
-                    + (d.LATE_REMAP if "late_remap" in self.defects and not self.remap_missing else 0))
+                    + self.extra
+                    + (self.sizes.residue if "residue_grows" in self.defects else 0)
+                    + (self.sizes.late_release if late else 0)
+                    - (self._unmapped_after_wake() if self.remap_missing else 0))
+
+    def _unmapped_after_wake(self) -> int:
+        """late_remap / wake_leaves_unmapped: what the last wake left unmapped until the next forward."""
+        return self.sizes.late_remap if {"late_remap", "wake_leaves_unmapped"} & self.defects else 0
 
     def device_used_bytes(self) -> int:
-        return self.gpu_bytes() + self.memory.device_other
+        """The device's used bytes. The activation blocks torch's caching allocator gives back at a sleep
+        still count here: on the H200 the first device-wide reading after a wake is within 94 MiB of the
+        one before the sleep in eager mode too (thresholds wake_shortfall_immediate_bytes_max), while the
+        server's own NVML bytes settle 354 MiB lower (wake_shortfall_bytes_max, eager)."""
+        m = self.memory
+        return self.gpu_bytes() + m.device_other + (0 if self.activations_reserved else m.activations)
 
     # --- the sleep API ----------------------------------------------------------------------------
     def sleep(self, level: int, mode: str) -> None:
@@ -197,21 +211,32 @@ class FakeEngine:
         before = self.device_used_bytes()
         self.worker_sleeps += 1
         self.worker_level = level
+        level1_before = self.level1_sleeps
+        self.level1_sleeps += level == 1
         if "slow_sleep" in self.defects:
-            time.sleep(d.SLOW_SLEEP_S)  # simulated: the defect is the time itself
+            time.sleep(self.sizes.sleep_delay_s)  # simulated: the defect is the time itself
+        self.extra = 0
         backed_up = 0
         if level == 1 or "level2_keeps_host_copy" in self.defects:
-            self.host_copy = (self.weights, [self.host.allocate(n) for n in self.checkpoint.tensor_bytes])
-            backed_up = self.checkpoint.total_bytes
+            tensors = list(self.checkpoint.tensor_bytes)
+            if level == 1 and "host_copy_partial" in self.defects:
+                tensors = tensors[::2]  # the others are discarded: garbage after the wake
+            self.host_copy = (self.weights if len(tensors) == len(self.checkpoint.tensor_bytes) else None,
+                              [self.host.allocate(n) for n in tensors])
+            backed_up = sum(tensors)
+            if level == 1 and "host_copy_twice" in self.defects and not level1_before:
+                self.pinned_extra.append(self.host.allocate(self.sizes.pinned_once))
+        if level == 2 and "level2_pins_host" in self.defects:
+            self.pinned_extra.append(self.host.allocate(self.sizes.level2_pinned))
         kv_released = self._kv_resident()
         self.sleeping_tags = {"weights", "kv_cache"}
         kv_released -= self._kv_resident()
         self.activations_reserved = False  # sleep empties torch's caching allocator
         self.remap_missing = False
         if "pinned_leak_per_sleep" in self.defects:
-            self.host.allocate(d.PINNED_LEAK_PER_SLEEP)  # never freed
-        if "pinned_jump_once" in self.defects and self.worker_sleeps == d.PINNED_JUMP_AT_SLEEP:
-            self.host.allocate(d.PINNED_JUMP)
+            self.host.allocate(self.sizes.pinned_per_sleep)  # never freed
+        if "pinned_jump_once" in self.defects and self.worker_sleeps == d.NTH:
+            self.host.allocate(self.sizes.pinned_once)
         unmapped = self.memory.weights + kv_released
         self.log(f"CuMemAllocator: sleep freed {_gib(unmapped):.2f} GiB memory in total, of which "
                  f"{_gib(backed_up):.2f} GiB is backed up in CPU and the rest {_gib(unmapped - backed_up):.2f} "
@@ -230,8 +255,9 @@ class FakeEngine:
             woke = None
             if tags is None or tags:
                 woke = self._executor_wake_up(tags)
-        if woke and "slow_wake" in self.defects:
-            time.sleep(d.SLOW_WAKE_S)  # simulated: the defect is the time itself
+        if woke and (("slow_wake" in self.defects and tags is None)
+                     or ("slow_staged_wake" in self.defects and tags is not None)):
+            time.sleep(self.sizes.wake_delay_s)  # simulated: the defect is the time itself
         with self.cond:
             if not self.executor_sleeping or "resume_on_partial_wake" in self.defects:
                 self.paused = self.frozen = False
@@ -250,12 +276,22 @@ class FakeEngine:
         woken = list(tags) if tags else sorted(self.sleeping_tags)
         self.sleeping_tags -= set(woken)
         self.worker_wakes += 1
+        for block in self.pinned_extra:
+            self.host.free(block)
+        self.pinned_extra = []
         if "leak_per_wake" in self.defects:
-            self.leaked += d.LEAK_PER_WAKE
-        if "leak_once" in self.defects and self.worker_wakes == d.LEAK_ONCE_AT_WAKE:
-            self.leaked += d.LEAK_ONCE
-        if "late_remap" in self.defects:
-            self.remap_missing = True
+            self.leaked += self.sizes.leak_per_wake
+        if "leak_once" in self.defects and self.worker_wakes == d.NTH:
+            self.leaked += self.sizes.leak_once
+        if tags and "kv_cache" in tags:
+            self.extra = 0
+        if woken == ["weights"] and tags is not None:
+            self.extra = (self.sizes.weights_wake_extra if "weights_wake_maps_extra" in self.defects
+                          else self.sizes.weights_wake_more if "weights_wake_maps_more" in self.defects else 0)
+        if tags is None and "wake_maps_extra" in self.defects:
+            self.extra = self.sizes.wake_extra
+        if tags is None or "kv_cache" in woken:
+            self.remap_missing = bool({"late_remap", "wake_leaves_unmapped"} & self.defects)
         if "weights" in woken:
             self._restore_weights(tags)
         return woken
@@ -274,9 +310,9 @@ class FakeEngine:
         if "host_copy_predates_update" in self.defects and self.stale_head is not None:
             self.weights = fake_checkpoint.mixed(self.weights, self.stale_head)
         if "weights_perturbed" in self.defects:
-            self.logprob_offset = d.LOGPROB_DRIFT
+            self.perturbed = True
         if "late_restore" in self.defects and self.worker_level == 1:
-            self.restore_until = time.monotonic() + d.LATE_RESTORE_S
+            self.restore_until = time.monotonic() + d.LATE_S
         if tags == ["weights"]:
             self.weights_wakes += 1
             if "staged_wake_loses_weights" in self.defects and self.weights_wakes >= 3:
@@ -388,7 +424,8 @@ class FakeEngine:
                     continue
                 token = c.planned[len(c.token_ids)]
                 c.token_ids.append(token)
-                c.logprobs.append(fake_checkpoint.logprob(c.weights, token) + self.logprob_offset)
+                scored = c.weights + d.PERTURBED if self.perturbed and c.weights else c.weights
+                c.logprobs.append(fake_checkpoint.logprob(scored, token))
                 self.generated_tokens += 1
                 if len(c.token_ids) == len(c.planned):
                     c.finish_reason = "length"

@@ -5,8 +5,7 @@ import time
 
 import pytest
 
-from tests.sleep_wake.fakes.fake_defects import (DEFECTS, KV_KEPT_FRACTION, LATE_RELEASE, LATE_REMAP,
-                                                 LEAK_PER_WAKE, RESIDUE)
+from tests.sleep_wake.fakes.fake_defects import DEFECTS
 from tests.sleep_wake.fakes.fake_engine import FakeEngine, GpuMemory
 from tests.sleep_wake.lib import metrics, server_log
 
@@ -69,7 +68,7 @@ def test_defects_change_what_they_name():
     for _ in range(3):
         leaky.sleep(1, "abort")
         leaky.wake_up(None)
-    assert leaky.leaked == 3 * LEAK_PER_WAKE
+    assert leaky.leaked == 3 * leaky.sizes.leak_per_wake
     noop = FakeEngine(EAGER, defects=["reload_weights_noop"])
     noop.sleep(2, "abort")
     noop.wake_up(["weights"])
@@ -163,27 +162,32 @@ def test_sleep_logs_vllms_lines():
     assert len(server_log.allocator_sleeps("\n".join(lines))) == 1
 
 
-@pytest.mark.parametrize("defect,extra", [("residue_grows", RESIDUE), ("kv_cache_partly_kept", None)])
-def test_device_defects_at_level1(defect, extra):
+@pytest.mark.parametrize("defect,level,extra", [
+    ("residue_grows", 1, lambda s: s.residue), ("kv_cache_partly_kept", 1, lambda s: s.kv_cache // 2),
+    ("kv_cache_mostly_kept", 1, lambda s: s.kv_cache * 2 // 3), ("kv_cache_mostly_kept", 2, lambda s: 0),
+    ("kv_cache_partly_kept_level2", 1, lambda s: 0), ("kv_cache_partly_kept_level2", 2, lambda s: s.kv_cache // 2),
+])
+def test_device_defects_asleep(defect, level, extra):
+    # Sizes come from the fake's own model (its weights and KV cache), not from the mutant catalogue.
     e = FakeEngine(EAGER, defects=[defect])
-    e.sleep(1, "abort")
-    kept = int(KV_KEPT_FRACTION * EAGER.kv_cache)
-    assert e.gpu_bytes() == EAGER.context + (extra if extra is not None else kept)
+    e.sleep(level, "abort")
+    assert e.gpu_bytes() == EAGER.context + extra(e.sizes)
 
 
 def test_late_defects_hold_until_their_time_or_the_next_forward():
     late = FakeEngine(EAGER, defects=["late_release"])
     late.sleep(1, "abort")
-    assert late.gpu_bytes() == EAGER.context + LATE_RELEASE
+    assert late.gpu_bytes() == EAGER.context + EAGER.kv_cache
     late.late_release_until = 0.0  # LATE_S later
     assert late.gpu_bytes() == EAGER.context
     remap = FakeEngine(EAGER, defects=["late_remap"])
     awake = remap.gpu_bytes()
     remap.sleep(1, "abort")
     remap.wake_up(None)
-    assert remap.gpu_bytes() == awake - EAGER.activations - LATE_REMAP
+    assert remap.gpu_bytes() == awake - EAGER.activations - EAGER.kv_cache
     remap.prefill("p")
     assert remap.gpu_bytes() == awake
+    assert remap.device_used_bytes() - EAGER.device_other == awake
     restore = FakeEngine(EAGER, defects=["late_restore"])
     golden = restore.plan("p", 4, 1, None)[0].planned
     restore.sleep(1, "abort")

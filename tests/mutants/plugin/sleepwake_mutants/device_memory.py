@@ -1,6 +1,6 @@
 """Mutants of GPU memory across sleep and wake (vllm/v1/worker/gpu_worker.py Worker,
 vllm/device_allocator/cumem.py CuMemAllocator of vLLM 0.26.0). Each is sized against the bound that
-should catch it (the catalogue's `size`): about twice the bound, so a kill says the bound is sensitive.
+should catch it (the catalogue's `size`): 1.5 times the bound, so a kill says the bound is sensitive.
 
 Extra device memory comes from cudaMalloc (shared.device_alloc): exact bytes in NVML, outside the CuMem
 pools (no sleep releases it) and outside PyTorch's caching allocator (no cached block absorbs it).
@@ -8,13 +8,18 @@ pools (no sleep releases it) and outside PyTorch's caching allocator (no cached 
 
 from .shared import MiB, Deferred, after, device_alloc, device_free, wrap
 
-LEAK_PER_WAKE = 8 * MiB            # leak_bytes_per_cycle_max is 4 MiB
-LEAK_ONCE = 128 * MiB              # cycle_bytes_flat_max is 64 MiB
+LEAK_PER_WAKE = 3 * MiB            # leak_bytes_per_cycle_max is one 2 MiB granule, strict
+LEAK_ONCE = 3 * MiB                # cycle_bytes_flat_max likewise
 LEAK_ONCE_AT_WAKE = 5
-KV_KEPT_FRACTION = 0.7             # of the KV cache's bytes, in whole allocations
-RESIDUE = 1152 * MiB               # level1_residue_bytes_max is 1 GiB (eager); ~0.86 GB resident
-LATE_RELEASE = 1536 * MiB          # held for LATE_S after /sleep answers
-LATE_REMAP = 448 * MiB             # missing when /wake_up answers; eager comes back ~354 MiB short
+KV_KEPT_FRACTION = 0.5             # of the KV cache's bytes, in whole allocations
+KV_MOSTLY_KEPT_FRACTION = 2 / 3
+RESIDUE = 716 * MiB                # level1_residue_bytes_max is 1 GiB (eager); ~0.86 GB resident
+LATE_RELEASE = 1434 * MiB          # held for LATE_S after /sleep answers
+LATE_REMAP = 192 * MiB             # missing when /wake_up answers
+UNMAPPED_AFTER_WAKE = 246 * MiB    # as LATE_REMAP, sized against the settled per-process shortfall
+WEIGHTS_WAKE_EXTRA = 1260 * MiB    # weights_wake_bytes_fraction_max: weights-only wake at 0.38 of awake
+WEIGHTS_WAKE_MORE = 83 * MiB       # weights_wake_bytes_rel_error_max: 0.15 of the 476 MiB checkpoint
+WAKE_EXTRA = 384 * MiB             # wake_restore_bytes_max is 256 MiB
 LATE_S = 1.0
 
 
@@ -30,13 +35,18 @@ def leak_once():
     after(Worker, "wake_up", lambda worker: leaked.append(device_alloc(LEAK_ONCE)), nth=LEAK_ONCE_AT_WAKE)
 
 
-def _keep_kv_mapped(select):
-    """Level-1 sleep leaves the KV-cache allocations select(kv) chose mapped and resident: they are
-    hidden from CuMemAllocator.sleep, and from the wake that follows (mapping them again would fail)."""
+def _keep_kv_mapped(select, levels=(1, 2)):
+    """A sleep of one of `levels` leaves the KV-cache allocations select(kv) chose mapped and resident:
+    they are hidden from CuMemAllocator.sleep, and from the wake that follows (mapping them again would
+    fail). CuMemAllocator.sleep is called with offload_tags ("weights",) at level 1 and () at level 2."""
     from vllm.device_allocator.cumem import CuMemAllocator
 
     def make_sleep(original):
         def sleep(self, offload_tags=None):
+            level = 1 if offload_tags and "weights" in offload_tags else 2
+            if level not in levels:
+                self._sleepwake_kept = {}
+                return original(self, offload_tags)
             kv = {ptr: data for ptr, data in self.pointer_to_data.items() if data.tag == "kv_cache"}
             kept = {ptr: kv[ptr] for ptr in select(kv)}
             for ptr in kept:
@@ -67,19 +77,31 @@ def kv_cache_kept_on_sleep():
     _keep_kv_mapped(lambda kv: list(kv))
 
 
-def kv_cache_partly_kept():
+def _fraction_of(fraction):
     def select(kv):
-        # The fewest allocations, in address order, holding KV_KEPT_FRACTION of the KV bytes (with
-        # vLLM's one tensor per layer, 5 of 6 layers; with one packed tensor, all of it).
+        # The fewest allocations, in address order, holding `fraction` of the KV bytes (with vLLM's one
+        # tensor per layer, that many of the 6 layers; with one packed tensor, all of it).
         total = sum(data.handle[1] for data in kv.values())
         chosen, held = [], 0
         for ptr in sorted(kv):
-            if held >= KV_KEPT_FRACTION * total:
+            if held >= fraction * total - 1:
                 break
             chosen.append(ptr)
             held += kv[ptr].handle[1]
         return chosen
-    _keep_kv_mapped(select)
+    return select
+
+
+def kv_cache_partly_kept():
+    _keep_kv_mapped(_fraction_of(KV_KEPT_FRACTION))
+
+
+def kv_cache_mostly_kept():
+    _keep_kv_mapped(_fraction_of(KV_MOSTLY_KEPT_FRACTION), levels=(1,))
+
+
+def kv_cache_partly_kept_level2():
+    _keep_kv_mapped(_fraction_of(KV_KEPT_FRACTION), levels=(2,))
 
 
 def residue_grows():
@@ -106,13 +128,13 @@ def late_release():
     wrap(Worker, "sleep", make)
 
 
-def late_remap():
+def late_remap(size=LATE_REMAP):
     from vllm.v1.worker.gpu_worker import Worker
     state = {"pointer": None}
 
     def map_back():
         if state["pointer"] is None:
-            state["pointer"] = device_alloc(LATE_REMAP)
+            state["pointer"] = device_alloc(size)
 
     def make_wake(original):
         def wake_up(self, tags=None):
@@ -140,3 +162,56 @@ def late_remap():
     wrap(Worker, "wake_up", make_wake)
     wrap(Worker, "execute_model", make_step)
     wrap(Worker, "sleep", make_sleep)
+
+
+def wake_leaves_unmapped():
+    late_remap(UNMAPPED_AFTER_WAKE)
+
+
+def _extra_until(size: int, when, until) -> None:
+    """`size` bytes mapped after each Worker.wake_up(tags) for which when(tags) holds, given back at the
+    next wake for which until(tags) holds or at the next sleep (before vLLM's own reading, so its
+    "freed >= 0" check still holds)."""
+    from vllm.v1.worker.gpu_worker import Worker
+    held = []
+
+    def release():
+        while held:
+            device_free(held.pop())
+
+    def make_wake(original):
+        def wake_up(self, tags=None):
+            original(self, tags)
+            if until(tags):
+                release()
+            if when(tags):
+                held.append(device_alloc(size))
+        return wake_up
+
+    def make_sleep(original):
+        def sleep(self, level=1):
+            release()
+            return original(self, level)
+        return sleep
+    wrap(Worker, "wake_up", make_wake)
+    wrap(Worker, "sleep", make_sleep)
+
+
+def _weights_only(tags) -> bool:
+    return tags is not None and list(tags) == ["weights"]
+
+
+def _kv_cache_wake(tags) -> bool:
+    return tags is not None and "kv_cache" in tags
+
+
+def weights_wake_maps_extra():
+    _extra_until(WEIGHTS_WAKE_EXTRA, _weights_only, _kv_cache_wake)
+
+
+def weights_wake_maps_more():
+    _extra_until(WEIGHTS_WAKE_MORE, _weights_only, _kv_cache_wake)
+
+
+def wake_maps_extra():
+    _extra_until(WAKE_EXTRA, lambda tags: tags is None, lambda tags: False)

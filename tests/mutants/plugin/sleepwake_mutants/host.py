@@ -1,17 +1,44 @@
 """Mutants of the host (CPU) memory a sleeping server holds: the level-1 weight copy in pinned memory
 (vllm/device_allocator/cumem.py CuMemAllocator.sleep/wake_up, sleep_mode_backend.py CuMemBackend of
-vLLM 0.26.0). Sized against the host-memory bounds of tests/sleep_wake/lib/thresholds.py."""
+vLLM 0.26.0). Sized against the host-memory bounds of tests/sleep_wake/lib/thresholds.py: 1.5 times
+each bound; pinned through cudaHostRegister on pages of their own, so VmRSS grows by exactly the size
+(PyTorch's caching host allocator would round a pinned tensor up to a power of two)."""
 
-from .shared import MiB, after, wrap
+import mmap
 
-PINNED_LEAK_PER_SLEEP = 32 * MiB  # host_leak_bytes_per_cycle_max is 16 MiB (a power of two: PyTorch's
-PINNED_JUMP = 256 * MiB           # host allocator pins exactly this); host_cycle_flat_max is 128 MiB
+from .shared import KiB, MiB, after, wrap
+
+PINNED_LEAK_PER_SLEEP = 48 * KiB  # host_leak_bytes_per_cycle_max is 32 KiB
+PINNED_JUMP = 480 * KiB           # host_cycle_flat_max is 352 KiB (healthy spread up to 88 KiB on top)
 PINNED_JUMP_AT_SLEEP = 5
+LEVEL2_PINNED = int(16.5 * MiB)   # level2_host_bytes_max is 11 MiB
+SECOND_COPY = 580 * MiB           # host_copy_weights_ratio_max: 1.8 x the 476 MiB checkpoint
+COPIED_FRACTION = 0.54            # host_copy_weights_ratio_min: 1.2 against a healthy 1.48
 
 
-def _pinned(size: int):
-    import torch
-    return torch.empty(size, dtype=torch.uint8, device="cpu", pin_memory=True)
+class _Pinned:
+    """`size` bytes of resident, page-locked host memory until release()."""
+
+    def __init__(self, size: int):
+        import torch
+        self._cudart = torch.cuda.cudart()
+        self._buf = mmap.mmap(-1, size)
+        self._buf.write(b"\x01" * size)  # resident: every page touched
+        self._address = torch.frombuffer(self._buf, dtype=torch.uint8).data_ptr()
+        self._cudart.cudaHostRegister(self._address, size, 0)
+
+    def release(self) -> None:
+        self._cudart.cudaHostUnregister(self._address)
+        self._buf.close()
+
+
+def _pinned(size: int) -> _Pinned:
+    return _Pinned(size)
+
+
+def _release(held: list) -> None:
+    while held:
+        held.pop().release()
 
 
 def level2_keeps_host_copy():
@@ -50,3 +77,71 @@ def pinned_jump_once():
     from vllm.v1.worker.gpu_worker import Worker
     leaked = []
     after(Worker, "sleep", lambda worker: leaked.append(_pinned(PINNED_JUMP)), nth=PINNED_JUMP_AT_SLEEP)
+
+
+def level2_pins_host():
+    from vllm.v1.worker.gpu_worker import Worker
+    held = []
+
+    def make_sleep(original):
+        def sleep(self, level=1):
+            result = original(self, level)
+            if level == 2:
+                held.append(_pinned(LEVEL2_PINNED))
+            return result
+        return sleep
+
+    def make_wake(original):
+        def wake_up(self, tags=None):
+            _release(held)
+            return original(self, tags)
+        return wake_up
+    wrap(Worker, "sleep", make_sleep)
+    wrap(Worker, "wake_up", make_wake)
+
+
+def host_copy_twice():
+    from vllm.v1.worker.gpu_worker import Worker
+    held, sleeps = [], []
+
+    def make_sleep(original):
+        def sleep(self, level=1):
+            result = original(self, level)
+            if level == 1 and not sleeps:
+                held.append(_pinned(SECOND_COPY))
+            sleeps.append(level)
+            return result
+        return sleep
+
+    def make_wake(original):
+        def wake_up(self, tags=None):
+            _release(held)
+            return original(self, tags)
+        return wake_up
+    wrap(Worker, "sleep", make_sleep)
+    wrap(Worker, "wake_up", make_wake)
+
+
+def host_copy_partial():
+    from vllm.device_allocator.cumem import CuMemAllocator
+
+    def make(original):
+        def sleep(self, offload_tags=None):
+            if not offload_tags or "weights" not in offload_tags:
+                return original(self, offload_tags)
+            weights = sorted((ptr, data) for ptr, data in self.pointer_to_data.items() if data.tag == "weights")
+            total = sum(data.handle[1] for _, data in weights)
+            dropped, kept = [], 0
+            for ptr, data in weights:  # back up allocations in address order up to COPIED_FRACTION
+                if kept + data.handle[1] > COPIED_FRACTION * total:
+                    dropped.append(data)
+                    data.tag = "sleepwake_discarded"  # not an offload tag: discarded, remapped empty
+                else:
+                    kept += data.handle[1]
+            try:
+                return original(self, offload_tags)
+            finally:
+                for data in dropped:
+                    data.tag = "weights"
+        return sleep
+    wrap(CuMemAllocator, "sleep", make)

@@ -3,6 +3,7 @@
 import threading
 from typing import Callable
 
+KiB = 1 << 10
 MiB = 1 << 20
 
 

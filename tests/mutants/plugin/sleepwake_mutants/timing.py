@@ -1,12 +1,14 @@
-"""Mutants of sleep and wake latency (vllm/v1/worker/gpu_worker.py Worker of vLLM 0.26.0), each about
-twice the latency bound it should trip (tests/sleep_wake/lib/thresholds.py)."""
+"""Mutants of sleep and wake latency (vllm/v1/worker/gpu_worker.py Worker of vLLM 0.26.0), each 1.5
+times the latency bound it should trip (tests/sleep_wake/lib/thresholds.py) over a typical median."""
 
 import time
 
 from .shared import wrap
 
-SLEEP_DELAY_S = 0.9   # sleep_s_max is 0.5 s; measured medians 0.018-0.107 s
-WAKE_DELAY_S = 0.45   # wake_s_max is 0.25 s; measured medians 0.026-0.069 s
+SLEEP_DELAY_S = 0.58          # sleep_s_max is 0.4 s; measured medians 0.018-0.107 s
+WAKE_DELAY_S = 0.345          # wake_s_max is 0.25 s; measured medians 0.026-0.069 s
+TAGGED_WAKE_DELAY_S = 0.15    # staged_wake_s_max is 0.24 s for two tagged wakes; medians 0.029-0.062 s
+FIRST_FORWARD_DELAY_S = 2.15  # cycle_s_max is 1.5 s; medians 0.078-0.47 s
 
 
 def slow_sleep():
@@ -20,12 +22,42 @@ def slow_sleep():
     wrap(Worker, "sleep", make)
 
 
-def slow_wake():
+def _slow_wake(delay_s: float, tagged: bool) -> None:
     from vllm.v1.worker.gpu_worker import Worker
 
     def make(original):
         def wake_up(self, tags=None):
-            time.sleep(WAKE_DELAY_S)
+            if (tags is not None) == tagged:
+                time.sleep(delay_s)
             return original(self, tags)
         return wake_up
     wrap(Worker, "wake_up", make)
+
+
+def slow_wake():
+    _slow_wake(WAKE_DELAY_S, tagged=False)
+
+
+def slow_staged_wake():
+    _slow_wake(TAGGED_WAKE_DELAY_S, tagged=True)
+
+
+def slow_first_request():
+    from vllm.v1.worker.gpu_worker import Worker
+    woken = []
+
+    def make_wake(original):
+        def wake_up(self, tags=None):
+            woken.append(True)
+            return original(self, tags)
+        return wake_up
+
+    def make_step(original):
+        def execute_model(self, *args, **kwargs):
+            if woken:
+                woken.clear()
+                time.sleep(FIRST_FORWARD_DELAY_S)
+            return original(self, *args, **kwargs)
+        return execute_model
+    wrap(Worker, "wake_up", make_wake)
+    wrap(Worker, "execute_model", make_step)
