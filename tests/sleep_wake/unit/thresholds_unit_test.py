@@ -1,10 +1,13 @@
+import dataclasses
 import glob
 import os
 import re
 
 import pytest
 
-from tests.sleep_wake.lib import metrics, releases, thresholds
+from tests.sleep_wake.lib import bounds_doc, metrics, releases, thresholds
+
+SUITE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/sleep_wake
 
 
 @pytest.mark.parametrize("t", list(thresholds.TABLE.values()), ids=lambda t: t.name)
@@ -33,7 +36,7 @@ def test_entries_the_suites_need_exist():
     assert thresholds.get("logprob_drift_max") == 1e-2
 
 
-_REFERENCE = re.compile(r'(?:thresholds\.get|check_at_(?:most|least))\(\s*(?:recorder,\s*)?"([a-z0-9_]+)"')
+_REFERENCE = re.compile(r'thresholds\.get\(\s*"([a-z0-9_]+)"')
 
 
 def test_every_threshold_the_test_classes_name_exists():
@@ -113,3 +116,53 @@ def test_identity_release_must_match_the_served_one():
     releases.check_served("0.25.0", None)
     with pytest.raises(releases.ReleaseMismatchError, match="reports vLLM 0.25.0 but .* names vLLM 0.26.0"):
         releases.check_served("0.25.0", identity)
+
+
+MECHANISM_BOUNDS = [t for t in thresholds.TABLE.values() if t.layer == thresholds.MECHANISM]
+
+
+@pytest.mark.parametrize("t", MECHANISM_BOUNDS, ids=lambda t: t.name)
+def test_every_mechanism_bound_sits_near_its_noise(t):
+    """The bound policy: at most NOISE_FACTOR_MAX times the healthy extreme measured on the H200 over
+    every cell of >= 3 runs, or one granule with a strict < where the healthy value is 0."""
+    assert t.noise is not None, f"{t.name}: a mechanism bound needs its measured noise (thresholds.Noise)"
+    assert t.noise.runs >= 3, f"{t.name}: noise from {t.noise.runs} runs; the policy needs >= 3"
+    assert set(t.noise.per_cell) <= set(t.per_cell), f"{t.name}: noise for per_cell keys it does not have"
+    for key in [None, *t.per_cell]:
+        noise, value = t.noise_at(key), t.per_cell.get(key, t.value) if key else t.value
+        where = f"{t.name}{f' ({key})' if key else ''}"
+        if noise == 0:
+            assert t.granule and value == t.granule and t.strict, (
+                f"{where}: healthy servers showed 0, so the bound is one granule with a strict <, not {value:g}")
+            continue
+        assert t.factor(key) >= 1, f"{where}: the bound {value:g} fails the healthy {noise:g}"
+        assert t.factor(key) <= thresholds.NOISE_FACTOR_MAX, (
+            f"{where}: {value:g} is {t.factor(key):.2f}x its healthy extreme {noise:g}; at most "
+            f"{thresholds.NOISE_FACTOR_MAX:g}x (or write why it is a contract, not a mechanism bound)")
+
+
+def test_the_policy_test_sees_a_loose_bound(monkeypatch):
+    loose = dataclasses.replace(thresholds.TABLE["leak_bytes_per_cycle_max"], value=4 * thresholds.MiB,
+                                strict=False)
+    with pytest.raises(AssertionError, match="one granule with a strict <"):
+        test_every_mechanism_bound_sits_near_its_noise(loose)
+    far = dataclasses.replace(thresholds.TABLE["host_leak_bytes_per_cycle_max"], value=16 * thresholds.MiB)
+    with pytest.raises(AssertionError, match="2048.00x its healthy extreme"):
+        test_every_mechanism_bound_sits_near_its_noise(far)
+
+
+def test_no_entry_is_an_unmeasured_guess():
+    guesses = [t.name for t in thresholds.TABLE.values() if "INITIAL" in t.source or "initial bound" in t.source]
+    assert not guesses, f"entries still marked as initial guesses: {guesses}"
+    for t in thresholds.TABLE.values():
+        if t.layer == thresholds.CONTRACT and t.noise is None:
+            assert "contract" in t.source or "observation window" in t.source, (
+                f"{t.name}: a contract bound without a measurement says why it is a contract")
+
+
+def test_the_bounds_page_is_generated_from_the_table():
+    page = os.path.join(os.path.dirname(os.path.dirname(SUITE_DIR)), "docs", "thresholds.md")
+    with open(page, encoding="utf-8") as f:
+        committed = f.read()
+    assert committed == bounds_doc.render(), (
+        "docs/thresholds.md is stale: run `python3 -m tests.sleep_wake.lib.bounds_doc > docs/thresholds.md`")
