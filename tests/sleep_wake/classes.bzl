@@ -19,5 +19,12 @@ SLEEP_WAKE_CLASSES = {
     "prefix_cache_levels": "test_prefix_cache_levels.py",
     "scheduler_gate": "test_scheduler_gate.py",
     "staged_wake_cycles": "test_staged_wake_cycles.py",
+    "state_walk": "test_state_walk.py",
     "weight_sync": "test_weight_sync.py",
+}
+
+# Classes split over Bazel shards, one pytest class per shard (test_state_walk.py defines SHARDS classes;
+# tests/sleep_wake/walk/unit/plan_unit_test.py checks the two agree).
+SHARD_COUNTS = {
+    "state_walk": 6,
 }

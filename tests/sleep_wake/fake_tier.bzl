@@ -26,6 +26,8 @@ FAKE_TIER_CELLS = {
     "prefix_cache_levels": ["mrv1_eager"],
     "scheduler_gate": ["mrv1_eager"],
     "staged_wake_cycles": ["mrv1_eager"],
+    # The walk's model checked against the fake: every shard's pairs, in one target.
+    "state_walk": ["mrv1_eager"],
     "weight_sync": ["mrv1_eager"],
 }
 

@@ -36,8 +36,10 @@ class Oracle:
 class OracleFailure(AssertionError):
     """The invariant `oracle_id` did not hold: `measured` broke `relation bound`."""
 
-    def __init__(self, oracle_id: str, what: str, measured, bound, relation: str = "==", also=()):
-        """also: the other OracleFailures of the same readings (oracle.together)."""
+    def __init__(self, oracle_id: str, what: str, measured, bound, relation: str = "==", also=(),
+                 detail: str = ""):
+        """also: the other OracleFailures of the same readings (oracle.together); detail: lines after the
+        verdict (a replay script)."""
         if oracle_id not in ORACLES:
             raise KeyError(f"no oracle {oracle_id!r} in oracle.ORACLES; add it there with its invariant")
         self.oracle_id = oracle_id
@@ -46,8 +48,9 @@ class OracleFailure(AssertionError):
         self.relation = relation
         self.what = what
         self.also = list(also)
+        self.detail = detail
         text = f"[oracle {oracle_id}] {what}: measured {_text(measured)}, expected {relation} {_text(bound)}"
-        super().__init__("\n".join([text] + [str(f) for f in self.also]))
+        super().__init__("\n".join([text] + [str(f) for f in self.also] + ([detail] if detail else [])))
 
     def failures(self) -> list["OracleFailure"]:
         return [self] + self.also
@@ -170,6 +173,8 @@ _LIST = [
            "token"),
     Oracle("prefix_cache.kept_at_level0", "a repeat after a level-0 pause hits as many cached tokens as "
            "before it"),
+    Oracle("prefix_cache.hit_iff_cached", "a repeat of the long prompt hits cached tokens iff its blocks were "
+           "cached with the serving weights and no sleep of level >= 1 or reset came since"),
     Oracle("prefix_cache.kept_paused_request", "a request paused mid-decode (mode keep) resumes with the "
            "tokens of an uninterrupted run"),
     # --- requests ---------------------------------------------------------------------------------
@@ -208,6 +213,9 @@ _LIST = [
            "still unmapped", "sleep_freed_kv_fraction_min"),
     Oracle("device_bytes.weights_wake_fraction", "bytes after a weights-only wake / awake bytes",
            "weights_wake_bytes_fraction_max"),
+    Oracle("device_bytes.kv_wake_mapped", "after a KV-cache-only wake the KV cache's bytes are mapped back"),
+    Oracle("device_bytes.kv_wake_weights_unmapped", "after a KV-cache-only wake the weights' bytes are still "
+           "unmapped"),
     Oracle("device_bytes.wake_growth", "bytes after a full wake - awake bytes before the sleep",
            "wake_restore_bytes_max"),
     Oracle("device_bytes.wake_shortfall", "awake bytes before the sleep - bytes after a full wake",
@@ -232,6 +240,8 @@ _LIST = [
            "host_leak_bytes_per_cycle_max"),
     Oracle("host_bytes.cycle_spread", "max - min of host bytes over level-1 cycles 2..N",
            "host_cycle_flat_max"),
+    # --- the state walk -----------------------------------------------------------------------------
+    Oracle("walk.pairs_visited", "a shard's walks visit every (state, operation) pair of its partition"),
     # --- latency ----------------------------------------------------------------------------------
     Oracle("latency.sleep", "median seconds of a level-1 /sleep", "sleep_s_max"),
     Oracle("latency.wake", "median seconds of a full /wake_up", "wake_s_max"),

@@ -93,7 +93,7 @@ class Operation:
         elif self.name == "generate_n4":
             ids.append("output.seeded_sampling")
         elif self.name == "sleep" and self.params[2]:
-            ids += model.in_flight_outcome(self.params[1], self.params[0]).oracles
+            ids += [model.golden_oracle(state), *model.in_flight_outcome(self.params[1], self.params[0]).oracles]
         elif self.name == "wake" and state.held_stream:
             ids += RESUME_ORACLES
         elif self.name == "reset_prefix_cache":

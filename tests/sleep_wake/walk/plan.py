@@ -1,0 +1,229 @@
+"""Coverage planning: which (state, operation) pairs exist, how they are split over shards, and seeded
+walks that visit every pair of a shard on one server.
+
+A pair's state leaves host_cached out (pair_state): it turns true at a server's first level-1 wake of
+the weights and nothing short of a restart turns it back, so pairs that differ only in it could not all
+be visited by one server; no operation's precondition or effect depends on it, only the host bytes do.
+
+Every walk ends with reset_ops, which brings any state back home (INITIAL, host_cached aside), so the
+walks of a shard run one after the other on one server, and each can be replayed from a fresh one.
+Everything here is deterministic: successors come in operations.ALL's order and sets are sorted by
+sort keys, never iterated in hash order, so a seed gives the same walks under any PYTHONHASHSEED.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import random
+import re
+
+from tests.sleep_wake.walk import operations as ops
+from tests.sleep_wake.walk.model import INITIAL, State
+from tests.sleep_wake.walk.operations import Operation
+
+REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
+# After each planned target, one more seeded random operation with this probability (repeatedly), so
+# that the operations around a pair vary from seed to seed.
+RANDOM_SHARE = 0.3
+_SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
+
+
+@functools.lru_cache(maxsize=None)
+def successors(state: State) -> tuple:
+    """((operation, next state), ...) for every applicable operation, in operations.ALL's order."""
+    return tuple((op, op.apply(state)) for op in ops.ALL if op.applicable(state))
+
+
+def pair_state(state: State) -> State:
+    return dataclasses.replace(state, host_cached=False)
+
+
+def pair_key(pair) -> tuple:
+    state, op = pair
+    return state.sort_key(), str(op)
+
+
+@functools.lru_cache(maxsize=None)
+def reachable_states() -> tuple:
+    """Every state reachable from INITIAL, in BFS order."""
+    seen = {INITIAL: None}
+    queue = collections.deque([INITIAL])
+    while queue:
+        for _, nxt in successors(queue.popleft()):
+            if nxt not in seen:
+                seen[nxt] = None
+                queue.append(nxt)
+    return tuple(seen)
+
+
+def reachable_pairs() -> set:
+    """{(pair_state(state), operation)} over every reachable state and its applicable operations."""
+    return {(pair_state(s), op) for s in reachable_states() for op, _ in successors(s)}
+
+
+def partition(pairs, shards: int) -> list:
+    """`shards` disjoint sets covering `pairs`, sizes within one of each other: the pairs in sort order
+    dealt out in turn, so each shard gets every kind of state and its walks stay short."""
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    ordered = sorted(pairs, key=pair_key)
+    return [set(ordered[i::shards]) for i in range(shards)]
+
+
+def reset_ops(state: State) -> list:
+    """Operations that bring `state` home (INITIAL, but for host_cached, which the wake may turn on): a
+    full wake (it also resumes a held stream), a prefix-cache
+    reset (before the reload, which refuses to run under blocks of other weights), reload of A."""
+    out = []
+    if state.paused:
+        out.append(ops.wake())
+    if state.prefix_cached:
+        out.append(ops.RESET_PREFIX_CACHE)
+    if (state.weights, state.model_path) != ("A", "A"):
+        out.append(ops.reload("A"))
+    return out
+
+
+def run(state: State, walk) -> State:
+    for op in walk:
+        state = op.apply(state)
+    return state
+
+
+def shortest_path(src: State, dst: State) -> list | None:
+    """The fewest operations from src to dst (the first in ALL's order among equals), None if none."""
+    parent = {src: None}
+    queue = collections.deque([src])
+    while queue:
+        state = queue.popleft()
+        if state == dst:
+            path = []
+            while parent[state] is not None:
+                state, op = parent[state]
+                path.append(op)
+            return path[::-1]
+        for op, nxt in successors(state):
+            if nxt not in parent:
+                parent[nxt] = (state, op)
+                queue.append(nxt)
+    return None
+
+
+def _route_to_nearest(src: State, todo: set) -> list | None:
+    """Operations from src through the nearest state with an unvisited pair, that pair's op last."""
+    parent = {src: None}
+    queue = collections.deque([src])
+    while queue:
+        state = queue.popleft()
+        for op, nxt in successors(state):
+            if (pair_state(state), op) in todo:
+                path = [op]
+                while parent[state] is not None:
+                    state, prev = parent[state]
+                    path.append(prev)
+                return path[::-1]
+            if nxt not in parent:
+                parent[nxt] = (state, op)
+                queue.append(nxt)
+    return None
+
+
+def plan_walks(shard_pairs, seed: int, max_steps: int) -> list:
+    """Walks (lists of operations), to run in order on one server from INITIAL, that together visit
+    every pair of shard_pairs; each at most max_steps long, its reset_ops tail included."""
+    rng = random.Random(seed)
+    todo = set(shard_pairs)
+    walks, state = [], INITIAL
+    while todo:
+        walk = []
+
+        def take(op):
+            nonlocal state
+            walk.append(op)
+            todo.discard((pair_state(state), op))
+            state = op.apply(state)
+
+        while todo:
+            route = _route_to_nearest(state, todo)
+            if route is None:
+                raise ValueError(f"{len(todo)} pairs of the shard (e.g. {min(todo, key=pair_key)[1]} in "
+                                 f"{min(todo, key=pair_key)[0].describe()}) are unreachable from "
+                                 f"{state.describe()}; plan only pairs from plan.reachable_pairs()")
+            if len(walk) + len(route) + len(reset_ops(run(state, route))) > max_steps:
+                break
+            for op in route:
+                take(op)
+            while rng.random() < RANDOM_SHARE:
+                fits = [op for op, nxt in successors(state) if len(walk) + 1 + len(reset_ops(nxt)) <= max_steps]
+                if not fits:
+                    break
+                take(rng.choice(fits))
+        if not walk:
+            raise ValueError(f"max_steps={max_steps} is too short to reach a pair from {state.describe()} "
+                             "and reset; raise it")
+        for op in reset_ops(state):
+            take(op)
+        walks.append(walk)
+    return walks
+
+
+def trace(walks) -> list:
+    """[[(state before, operation), ...] per walk], the walks run in order from INITIAL."""
+    out, state = [], INITIAL
+    for walk in walks:
+        steps = []
+        for op in walk:
+            steps.append((state, op))
+            state = op.apply(state)
+        out.append(steps)
+    return out
+
+
+def coverage(walks) -> tuple[set, collections.Counter]:
+    """(the pairs the walks visit, counts of consecutive operations (token, token) within a walk)."""
+    visited, consecutive = set(), collections.Counter()
+    for steps in trace(walks):
+        visited |= {(pair_state(s), op) for s, op in steps}
+        consecutive.update((str(a), str(b)) for (_, a), (_, b) in zip(steps, steps[1:]))
+    return visited, consecutive
+
+
+def unvisited(shard_pairs, walks) -> set:
+    return set(shard_pairs) - coverage(walks)[0]
+
+
+def shrink_candidates(walk, failing_index: int, start: State = INITIAL) -> list:
+    """Shorter scripts, each replayable from INITIAL on a fresh server, that end with the failing step
+    of `walk` (which started in `start`), shortest first: the fewest operations to the failing step's
+    state then its operation; the same through the step before it (the failure may need that pair); the
+    walk's prefix cut at the failure (after the way to `start`)."""
+    if not 0 <= failing_index < len(walk):
+        raise ValueError(f"failing_index {failing_index} is outside the walk's {len(walk)} steps")
+    states = [start]
+    for op in walk[:failing_index]:
+        states.append(op.apply(states[-1]))
+    failing = walk[failing_index]
+    candidates = [shortest_path(INITIAL, states[-1]) + [failing]]
+    if failing_index:
+        candidates.append(shortest_path(INITIAL, states[-2]) + walk[failing_index - 1:failing_index + 1])
+    candidates.append(shortest_path(INITIAL, start) + list(walk[:failing_index + 1]))
+    out = []
+    for c in sorted(candidates, key=len):
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def script(seed: int, shard: int, walk) -> str:
+    """The one-line replay of a walk: the variable the walk's runner reads, and where it came from."""
+    return f'{REPLAY_VAR}="{",".join(str(op) for op in walk)}"  # seed {seed}, shard {shard}'
+
+
+def parse_script(text: str) -> list:
+    """The operations of a replay line (script's output) or of the variable's bare value."""
+    m = _SCRIPT.match(text)
+    if not m:
+        raise ValueError(f'not a walk replay: {text!r}; expected {REPLAY_VAR}="op,op,..." or "op,op,..."')
+    return [ops.parse(token) for token in m.group(1).split(",") if token.strip()]

@@ -1,0 +1,226 @@
+import dataclasses
+
+import pytest
+
+from tests.sleep_wake.lib import host_memory, metrics, oracle, thresholds
+from tests.sleep_wake.walk import model, plan
+from tests.sleep_wake.walk import operations as ops
+from tests.sleep_wake.walk.model import INITIAL
+
+V = "0.26.0"
+# Sizes of the H200 run (thresholds' sources): 3609198592 awake bytes, 498641000 checkpoint bytes.
+SIZES = model.Sizes(awake_bytes=3609198592, weights_bytes=498641000, kv_bytes=2 << 30)
+GENERATE = ops.Operation("generate_fresh")
+CACHED = ops.Operation("generate_cached")
+
+
+def run(*steps, start=INITIAL):
+    return plan.run(start, steps)
+
+
+@pytest.fixture
+def divergence_fixed(monkeypatch):
+    """Makes vLLM 0.26.0 behave as documented for one known divergence."""
+    def fix(name):
+        entry = thresholds.KNOWN_DIVERGENCES[name]
+        monkeypatch.setitem(thresholds.KNOWN_DIVERGENCES, name, dataclasses.replace(
+            entry, versions=tuple(v for v in entry.versions if v != V)))
+    return fix
+
+
+@pytest.mark.parametrize("steps,sleeping,gauge", [
+    ((), False, metrics.GAUGE_AWAKE),
+    ((ops.sleep(0),), True, metrics.GAUGE_LEVEL0),
+    ((ops.sleep(1),), True, metrics.GAUGE_LEVEL1),
+    ((ops.sleep(2),), True, metrics.GAUGE_LEVEL2),
+    ((ops.sleep(1), ops.wake()), False, metrics.GAUGE_AWAKE),
+    ((ops.sleep(0), ops.wake(["scheduling"])), False, metrics.GAUGE_AWAKE),
+    # partially asleep: the gauge reads awake (pinned), /is_sleeping stays true
+    ((ops.sleep(1), ops.wake(["weights"])), True, metrics.GAUGE_AWAKE),
+    ((ops.sleep(2), ops.wake(["weights"])), True, metrics.GAUGE_AWAKE),
+    # an ignored wake still writes the awake gauge; a second sleep writes its own level's
+    ((ops.sleep(1), ops.wake(["no_such_tag"])), True, metrics.GAUGE_AWAKE),
+    ((ops.sleep(1), ops.wake(["scheduling"])), True, metrics.GAUGE_AWAKE),
+    ((ops.sleep(1), ops.sleep(2)), True, metrics.GAUGE_LEVEL2),
+    ((ops.sleep(1), ops.wake(["weights"]), ops.sleep(1)), True, metrics.GAUGE_LEVEL1),
+    ((ops.wake(),), False, metrics.GAUGE_AWAKE),
+])
+def test_flags(steps, sleeping, gauge):
+    assert model.flags(run(*steps), V) == (sleeping, gauge)
+
+
+def test_partial_gauge_where_documented(divergence_fixed):
+    divergence_fixed("gauge_awake_while_partially_asleep")
+    assert model.flags(run(ops.sleep(2), ops.wake(["weights"])), V) == (True, metrics.GAUGE_LEVEL2)
+    assert model.flags(run(ops.sleep(1), ops.wake(["kv_cache"])), V) == (True, metrics.GAUGE_LEVEL1)
+
+
+def test_scheduling_resumes_only_with_every_tag_resident():
+    partial = run(ops.sleep(1), ops.wake(["kv_cache"]))
+    assert not model.can_run(partial) and partial.asleep_tags == {"weights"}
+    assert not model.can_run(ops.wake(["scheduling"]).apply(partial))
+    assert model.can_run(ops.wake(["weights"]).apply(partial))
+    # at level 0 every wake resumes: the executor is awake
+    for tags in ops.WAKE_TAGS:
+        assert model.can_run(run(ops.sleep(0), ops.wake(tags)))
+
+
+def test_level2_plain_wake_serves_garbage_until_reload():
+    woken = run(ops.sleep(2), ops.wake())
+    assert model.can_run(woken) and model.serves(woken) is None
+    assert not GENERATE.applicable(woken)  # nothing predicts garbage output
+    for steps in [(ops.sleep(1),), (ops.sleep(0),), (ops.wake(),)]:
+        assert model.serves(run(*steps, start=woken)) is None
+    assert model.serves(ops.reload().apply(woken)) == "A"
+    assert model.serves(run(ops.sleep(1), ops.wake())) == "A"  # level 1 keeps a host copy
+
+
+def test_pushed_checkpoint_is_what_a_plain_reload_loads():
+    pin = thresholds.divergence("reload_without_path_loads_last_pushed", V)
+    assert pin.expected == "checkpoint B"  # the transitions assume it
+    pushed = run(ops.sleep(1), ops.wake(["weights"]), ops.reload("B"), ops.wake(["kv_cache"]))
+    assert model.serves(pushed) == "B" and model.golden_oracle(pushed) == "weights.pushed_checkpoint_golden"
+    recovered = run(ops.sleep(2), ops.wake(["weights"]), ops.reload(), ops.wake(["kv_cache"]), start=pushed)
+    assert model.serves(recovered) == "B"
+    assert model.serves(run(ops.reload("A"), ops.sleep(2), ops.wake(), ops.reload(), start=pushed)) == "A"
+
+
+def test_unmodelled_calls_are_not_applicable():
+    level2 = run(ops.sleep(2))
+    assert "model buffers" in ops.wake(["kv_cache"]).why_not(level2)
+    assert ops.wake(["kv_cache"]).applicable(run(ops.sleep(1)))
+    assert "unmapped" in ops.reload("B").why_not(level2)
+    cached = run(CACHED)
+    assert "reset_prefix_cache first" in ops.reload("B").why_not(cached)
+    assert ops.reload("A").applicable(cached)  # the same weights: the blocks stay valid
+    assert ops.reload("B").applicable(ops.RESET_PREFIX_CACHE.apply(cached))
+    held = run(ops.sleep(0, "keep", True))
+    assert [op for op in ops.ALL if op.applicable(held)] == [ops.wake(t) for t in ops.WAKE_TAGS]
+    assert ops.sleep(1, "wait").why_not(level2) and ops.sleep(1, "abort").applicable(level2)
+    with pytest.raises(ValueError, match="not applicable"):
+        GENERATE.apply(level2)
+
+
+def test_in_flight_outcomes():
+    assert model.in_flight_outcome("abort", 2).ends == "aborted"
+    assert model.in_flight_outcome("wait", 1).ends == "completed"
+    assert model.in_flight_outcome("keep", 0).ends == "held"
+    with pytest.raises(ValueError, match="not modelled"):
+        model.in_flight_outcome("keep", 1)
+    assert "sleep:1:keep:1" not in ops.BY_TOKEN and "sleep:0:keep:1" in ops.BY_TOKEN
+    held = run(ops.sleep(0, "keep", True))
+    assert held.held_stream and ops.wake(["no_such_tag"]).oracles(held)[-2:] == ops.RESUME_ORACLES
+    assert not ops.wake().apply(held).held_stream
+
+
+def test_prefix_cache():
+    assert not model.hits_cache(run(CACHED), "short")
+    assert not model.hits_cache(INITIAL, "long")
+    cached = run(CACHED)
+    assert model.hits_cache(cached, "long")
+    assert model.hits_cache(run(ops.sleep(0), ops.wake(), start=cached), "long")
+    assert not model.hits_cache(run(ops.sleep(0), start=cached), "long")  # the request waits
+    for level in (1, 2):
+        assert not model.hits_cache(run(ops.sleep(level), ops.wake(), ops.reload(), start=cached), "long")
+    assert not model.hits_cache(run(ops.sleep(0), ops.sleep(1), ops.wake(), start=cached), "long")
+    assert not model.hits_cache(ops.RESET_PREFIX_CACHE.apply(cached), "long")
+    assert model.reset_prefix_cache_result("0.26.0") is True
+    assert model.reset_prefix_cache_result("0.25.0") is None
+
+
+def test_sleep_while_partially_asleep_keeps_the_woken_pool():
+    """abstract.py sleep returns while any tag sleeps: the weights a wake mapped stay mapped."""
+    partial = run(ops.sleep(1), ops.wake(["weights"]))
+    again = ops.sleep(1).apply(partial)
+    assert again.asleep_tags == {"kv_cache"} and again.gauge_level == 1
+    assert model.device_band(again, SIZES, "MRV1-eager") == model.device_band(partial, SIZES, "MRV1-eager")
+
+
+def test_misuse_is_named_and_answers_200():
+    asleep = run(ops.sleep(1))
+    assert ops.sleep(1).misuse(asleep) == "sleep while asleep"
+    assert ops.wake().misuse(INITIAL) == "wake while awake"
+    assert ops.wake(["no_such_tag"]).misuse(asleep) == "wake of an unknown tag"
+    assert ops.wake(["weights"]).misuse(run(ops.wake(["weights"]), start=asleep)) == "wake of a tag that is not asleep"
+    assert ops.wake(["weights"]).misuse(asleep) is None and ops.EXPECTED_STATUS == 200
+    ignored = ops.wake(["no_such_tag"]).apply(asleep)
+    assert ignored.asleep_tags == asleep.asleep_tags and ignored.gauge_level is None
+
+
+@pytest.mark.parametrize("steps,oracles", [
+    ((), {"device_bytes.wake_shortfall", "device_bytes.wake_growth"}),
+    ((ops.sleep(0),), {"device_bytes.wake_shortfall", "device_bytes.wake_growth"}),
+    ((ops.sleep(1),), {"device_bytes.level1_asleep", "device_bytes.level1_residue", "device_bytes.level1_freed_kv"}),
+    ((ops.sleep(2),), {"device_bytes.level2_asleep"}),
+    ((ops.sleep(1), ops.wake(["weights"])), {"device_bytes.weights_wake_mapped", "device_bytes.weights_wake_kv_unmapped",
+                                             "device_bytes.weights_wake_fraction"}),
+    ((ops.sleep(1), ops.wake(["kv_cache"])), {"device_bytes.kv_wake_mapped", "device_bytes.kv_wake_weights_unmapped"}),
+])
+def test_device_band_by_state(steps, oracles):
+    band = model.device_band(run(*steps), SIZES, "MRV1-eager")
+    assert {b.oracle for b in band.bounds} == oracles
+    assert 0 <= band.lo < band.hi
+
+
+def test_device_band_numbers():
+    t = thresholds.get
+    awake = model.device_band(INITIAL, SIZES, "MRV2-eager")
+    assert (awake.lo, awake.hi) == (SIZES.awake_bytes - t("wake_shortfall_bytes_max", "MRV2-eager"),
+                                    SIZES.awake_bytes + t("wake_restore_bytes_max"))
+    asleep = model.device_band(run(ops.sleep(1)), SIZES, "MRV2-graph")
+    assert asleep.hi == pytest.approx(min(t("level1_bytes_fraction_max") * SIZES.awake_bytes,
+                                          t("level1_residue_bytes_max", "MRV2-graph"),
+                                          SIZES.awake_bytes - t("sleep_freed_kv_fraction_min") * SIZES.kv_bytes))
+    kv_back = model.device_band(run(ops.sleep(1), ops.wake(["kv_cache"])), SIZES, "MRV1-graph")
+    err = t("weights_wake_bytes_rel_error_max")
+    assert kv_back.lo == pytest.approx(SIZES.awake_bytes - (1 + err) * SIZES.weights_bytes
+                                       - t("wake_shortfall_bytes_max", "MRV1-graph"))
+    assert kv_back.violations(SIZES.awake_bytes)[0].oracle == "device_bytes.kv_wake_weights_unmapped"
+
+
+def test_host_band_by_state(divergence_fixed):
+    t = thresholds.get
+    awake, w, drift = 2 << 30, SIZES.weights_bytes, t("host_cycle_flat_max")
+    copy = model.host_band(run(ops.sleep(1)), V, awake, w)
+    assert (copy.lo, copy.hi) == pytest.approx((awake + t("host_copy_weights_ratio_min") * w,
+                                                awake + t("host_copy_weights_ratio_max") * w + drift))
+    assert {b.oracle for b in copy.bounds} == {"host_bytes.level1_copy_min", "host_bytes.level1_copy_max"}
+    cached = run(ops.sleep(1), ops.wake())
+    assert cached.host_cached and not INITIAL.host_cached
+    assert model.host_band(cached, V, awake, w).lo == copy.lo  # PyTorch's host cache keeps the block (pinned)
+    assert model.host_band(run(ops.sleep(1), ops.wake(["kv_cache"])), V, awake, w) == copy  # weights still asleep
+    level2 = model.host_band(run(ops.sleep(2)), V, awake, w)
+    assert level2.bounds[0].oracle == "host_bytes.level2_asleep"
+    assert level2.hi == awake + drift + t("level2_host_bytes_max")
+    assert model.host_band(INITIAL, V, awake, w).hi == awake + drift
+    divergence_fixed("host_copy_cached_after_wake")
+    assert thresholds.divergence("host_copy_cached_after_wake", V).expected == host_memory.RELEASED
+    released = model.host_band(cached, V, awake, w)
+    assert (released.lo, released.hi) == (0, awake + drift)
+
+
+def test_every_band_is_consistent_in_every_reachable_state():
+    for state in plan.reachable_states():
+        for cell in ("MRV1-eager", "MRV2-graph"):
+            band = model.device_band(state, SIZES, cell)
+            assert band.lo < band.hi, (state, cell)
+        band = model.host_band(state, V, 2 << 30, SIZES.weights_bytes)
+        assert band.lo < band.hi, state
+
+
+def test_every_oracle_id_is_known():
+    named = set(ops.AFTER_EVERY_STEP) | set(ops.RESUME_ORACLES)
+    for state in plan.reachable_states():
+        named |= {b.oracle for b in model.device_band(state, SIZES, "MRV1-eager").bounds}
+        named |= {b.oracle for b in model.host_band(state, V, 2 << 30, SIZES.weights_bytes).bounds}
+        for op, _ in plan.successors(state):
+            named |= set(op.oracles(state))
+    unknown = named - set(oracle.ORACLES)
+    assert not unknown, f"the model names oracle ids that oracle.ORACLES lacks: {sorted(unknown)}"
+
+
+def test_inconsistent_state_is_refused():
+    with pytest.raises(ValueError, match="fix the transition"):
+        model.State(asleep_tags=frozenset({"weights"}))
+    with pytest.raises(ValueError, match="prompt kind"):
+        model.hits_cache(INITIAL, "medium")

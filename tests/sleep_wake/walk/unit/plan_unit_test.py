@@ -1,0 +1,150 @@
+import collections
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.sleep_wake.walk import model, plan
+from tests.sleep_wake.walk import operations as ops
+from tests.sleep_wake.walk.model import INITIAL
+
+SHARDS = 4
+SEED = 7
+MAX_STEPS = 40
+# What the planner needs today (about 2.6 steps per pair of a 4-way shard); a planner that wanders
+# more than this costs GPU time.
+STEPS_PER_PAIR_MAX = 3.0
+
+
+def test_state_space_is_small_and_instant():
+    plan.successors.cache_clear()
+    plan.reachable_states.cache_clear()
+    start = time.monotonic()
+    states, pairs = plan.reachable_states(), plan.reachable_pairs()
+    assert time.monotonic() - start < 1.0
+    assert (len(states), len({plan.pair_state(s) for s in states}), len(pairs)) == (160, 88, 976)
+    assert states[0] == INITIAL and len(ops.ALL) == len(ops.BY_TOKEN) == 29
+
+
+def test_every_operation_is_used_somewhere():
+    assert {op for _, op in plan.reachable_pairs()} == set(ops.ALL)
+
+
+@pytest.mark.parametrize("shards", [1, 2, SHARDS, 7])
+def test_partition_covers_every_reachable_pair_exactly_once(shards):
+    pairs = plan.reachable_pairs()
+    parts = plan.partition(pairs, shards)
+    assert len(parts) == shards
+    counts = collections.Counter(p for part in parts for p in part)
+    assert set(counts) == pairs and set(counts.values()) == {1}
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    assert plan.partition(pairs, shards) == parts
+
+
+def test_partition_refuses_no_shards():
+    with pytest.raises(ValueError, match="shards must be >= 1"):
+        plan.partition(plan.reachable_pairs(), 0)
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_walks_visit_every_pair_of_their_shard(shard):
+    pairs = plan.partition(plan.reachable_pairs(), SHARDS)[shard]
+    walks = plan.plan_walks(pairs, SEED, MAX_STEPS)
+    assert plan.unvisited(pairs, walks) == set()
+    assert max(map(len, walks)) <= MAX_STEPS
+    assert sum(map(len, walks)) <= STEPS_PER_PAIR_MAX * len(pairs)
+    for steps in plan.trace(walks):  # every walk ends home, so the next starts where the first did
+        last_state, last_op = steps[-1]
+        assert plan.pair_state(last_op.apply(last_state)) == INITIAL
+    for walk in walks:  # and each replays from a fresh server
+        assert plan.pair_state(plan.run(INITIAL, walk)) == INITIAL
+
+
+def test_walks_mix_in_random_operations(monkeypatch):
+    def consecutive_pairs():
+        walks = plan.plan_walks(plan.reachable_pairs(), SEED, MAX_STEPS)
+        return len(plan.coverage(walks)[1])
+    mixed = consecutive_pairs()
+    monkeypatch.setattr(plan, "RANDOM_SHARE", 0)
+    assert mixed > 1.3 * consecutive_pairs()  # today 295 against 211 distinct (of 29 x 29)
+
+
+def test_walks_are_reproducible_from_the_seed():
+    pairs = plan.partition(plan.reachable_pairs(), SHARDS)[1]
+    walks = plan.plan_walks(pairs, SEED, MAX_STEPS)
+    assert plan.plan_walks(pairs, SEED, MAX_STEPS) == walks
+    assert plan.plan_walks(pairs, SEED + 1, MAX_STEPS) != walks
+
+
+def test_walks_do_not_depend_on_the_hash_seed():
+    code = ("from tests.sleep_wake.walk import plan;"
+            f"p = plan.partition(plan.reachable_pairs(), {SHARDS})[2];"
+            f"print([plan.script({SEED}, 2, w) for w in plan.plan_walks(p, {SEED}, {MAX_STEPS})])")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONHASHSEED": seed}).stdout
+            for seed in ("1", "2")}
+    assert len(outs) == 1
+
+
+def test_too_short_a_budget_says_so():
+    with pytest.raises(ValueError, match="max_steps=1 is too short"):
+        plan.plan_walks(plan.reachable_pairs(), SEED, 1)
+
+
+def test_reset_ops_bring_every_reachable_state_home():
+    for state in plan.reachable_states():
+        home = plan.run(state, plan.reset_ops(state))
+        assert plan.pair_state(home) == INITIAL, state.describe()
+        assert home.host_cached == (state.host_cached or model.holds_host_copy(state))
+    assert plan.reset_ops(INITIAL) == []
+
+
+def test_shrink_candidates_replay_the_failing_step():
+    walks = plan.plan_walks(plan.partition(plan.reachable_pairs(), SHARDS)[0], SEED, MAX_STEPS)
+    steps = plan.trace(walks)[2]
+    start, index = steps[0][0], len(steps) // 2
+    failing_state, failing_op = steps[index]
+    candidates = plan.shrink_candidates(walks[2], index, start)
+    assert [len(c) for c in candidates] == sorted(len(c) for c in candidates)
+    assert len(candidates[-1]) <= index + 1 + len(plan.shortest_path(INITIAL, start))
+    for c in candidates:
+        assert c[-1] == failing_op
+        assert plan.pair_state(plan.run(INITIAL, c[:-1])) == plan.pair_state(failing_state)
+    assert plan.run(INITIAL, candidates[0][:-1]) == failing_state
+    with pytest.raises(ValueError, match="outside the walk"):
+        plan.shrink_candidates(walks[2], len(walks[2]), start)
+
+
+def test_script_round_trip():
+    walk = plan.plan_walks(plan.reachable_pairs(), SEED, MAX_STEPS)[0]
+    line = plan.script(SEED, 3, walk)
+    assert line.startswith('SLEEPWAKE_WALK_REPLAY="') and line.endswith("# seed 7, shard 3")
+    assert plan.parse_script(line) == walk
+    value = line.split('"')[1]
+    assert plan.parse_script(value) == walk
+    assert plan.parse_script("sleep:1:abort:0,wake:weights,reload:B,wake:-") == [
+        ops.sleep(1), ops.wake(["weights"]), ops.reload("B"), ops.wake()]
+    assert plan.parse_script("") == []
+    with pytest.raises(ValueError, match="unknown walk operation 'sleep:3:abort:0'"):
+        plan.parse_script("sleep:3:abort:0")
+
+
+def test_host_cached_is_left_out_of_pairs_only():
+    cached = plan.run(INITIAL, [ops.sleep(1), ops.wake()])
+    assert cached.host_cached and plan.pair_state(cached) == INITIAL
+    assert [op for op, _ in plan.successors(cached)] == [op for op, _ in plan.successors(INITIAL)]
+    assert model.host_band(cached, "0.26.0", 1 << 30, 1 << 28) != model.host_band(INITIAL, "0.26.0", 1 << 30, 1 << 28)
+
+
+def test_the_walks_shards_are_the_bazel_shards():
+    """test_state_walk.py defines one class per shard of classes.bzl SHARD_COUNTS["state_walk"]."""
+    import ast
+    import os
+    import re
+    suite = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    bzl = open(os.path.join(suite, "classes.bzl"), encoding="utf-8").read()
+    counts = ast.literal_eval(re.search(r"^SHARD_COUNTS = (\{.*?^\})", bzl, re.DOTALL | re.MULTILINE).group(1))
+    walk = open(os.path.join(suite, "test_state_walk.py"), encoding="utf-8").read()
+    assert counts["state_walk"] == int(re.search(r"^SHARDS = (\d+)$", walk, re.MULTILINE).group(1))
