@@ -222,14 +222,22 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
             tests.append(":" + target)
     native.test_suite(name = name, tests = tests)
 
+def _shard_total(classes, shard_counts):
+    """One shard per pytest class: a class file holds one, or shard_counts[class] (Starlark has no sum)."""
+    total = 0
+    for c in classes:
+        total += shard_counts.get(c, 1)
+    return total
+
 def sleep_wake_sharded(
         name,
         classes,
         deps,
         runners = RUNNERS.keys(),
         modes = EXECUTION_MODES,
-        timeout = "long"):
-    """One GPU py_test per runner x mode running every class, each class in a shard of its own.
+        timeout = "long",
+        shard_counts = {}):
+    """One GPU py_test per runner x mode running every class, each pytest class in a shard of its own.
 
     Targets are named <name>_<runner>_<mode> (e.g. sharded_mrv1_eager); `name` is a test_suite of
     them. shard_count is the number of classes, and pytest_main gives each test class whole to the
@@ -245,6 +253,8 @@ def sleep_wake_sharded(
       runners: subset of RUNNERS to generate.
       modes: subset of EXECUTION_MODES to generate.
       timeout: Bazel timeout of each shard (one server start and one class, as a matrix cell).
+      shard_counts: class short name -> the pytest classes its file holds, one per shard (the state
+        walk's), as the matrix's shard_counts; every other file holds one.
     """
     targets = []
     for runner, mode in _runner_modes(runners, modes):
@@ -258,7 +268,7 @@ def sleep_wake_sharded(
             tags = GPU_TAGS + [runner, mode, "sharded", "manual"],
             size = "large",
             timeout = timeout,
-            shard_count = len(classes),
+            shard_count = _shard_total(classes, shard_counts),
         )
         targets.append(":" + target)
     native.test_suite(name = name, tests = targets, tags = ["manual"])

@@ -77,8 +77,8 @@ def _evaluate(package):
     path = os.path.join(WORKSPACE, package, "BUILD.bazel")
     with open(path) as f:
         exec(compile(f.read(), path, "exec"), scope)  # noqa: S102
-    classes = fake.load_bzl("//tests/sleep_wake:classes.bzl")["SLEEP_WAKE_CLASSES"]
-    return fake.rules, classes
+    loaded = fake.load_bzl("//tests/sleep_wake:classes.bzl")
+    return fake.rules, loaded["SLEEP_WAKE_CLASSES"], loaded["SHARD_COUNTS"]
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +87,15 @@ def matrix():
 
 
 def test_the_sharded_family_runs_every_class_one_shard_each(matrix):
-    rules, classes = matrix
+    rules, classes, shard_counts = matrix
     sharded = {name: attrs for name, (kind, attrs) in rules.items()
                if kind == "py_test" and name.startswith("sharded_")}
     assert sorted(sharded) == ["sharded_mrv1_eager", "sharded_mrv1_graph", "sharded_mrv2_eager",
                                "sharded_mrv2_graph"]
     for name, attrs in sharded.items():
         runner, mode = name.split("_")[1:]
-        assert attrs["shard_count"] == len(classes), "one shard per class, from classes.bzl"
+        assert attrs["shard_count"] == len(classes) - len(shard_counts) + sum(shard_counts.values()), (
+            "one shard per pytest class, from classes.bzl")
         assert sorted(attrs["args"]) == sorted(f"{MATRIX_PACKAGE}/{f}" for f in classes.values())
         assert "manual" in attrs["tags"] and {"gpu", runner, mode} <= set(attrs["tags"])
         assert (attrs["env"]["SLEEPWAKE_RUNNER"], attrs["env"]["SLEEPWAKE_EXECUTION_MODE"]) == (runner, mode)
@@ -102,10 +103,11 @@ def test_the_sharded_family_runs_every_class_one_shard_each(matrix):
 
 
 def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix):
-    rules, classes = matrix
+    rules, classes, shard_counts = matrix
     cells = {name: attrs for name, (kind, attrs) in rules.items()  # the fake tier's CPU targets aside
              if kind == "py_test" and not name.startswith("sharded_") and "gpu" in attrs["tags"]}
     assert len(cells) == 4 * len(classes)
     for attrs in cells.values():
-        assert len(attrs["args"]) == 1 and attrs["shard_count"] is None
+        test_class = next(c for c in classes if c in attrs["tags"])
+        assert len(attrs["args"]) == 1 and attrs["shard_count"] == shard_counts.get(test_class)
         assert "manual" not in attrs["tags"], "//tests/sleep_wake/... must keep running every cell"
