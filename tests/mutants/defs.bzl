@@ -18,7 +18,7 @@ load(
 
 _CLASS_PACKAGE = "//tests/sleep_wake:"
 # What mutant_test.py imports: the suite's fixtures, the harness (site_dir, verdict) and the plugin.
-_DEPS = ["//tests/sleep_wake:fixtures", "//tests/mutants:harness"]
+_DEPS = ["//tests/sleep_wake:fixtures", "//tests/sleep_wake/walk", "//tests/mutants:harness"]
 
 # Mutants are observed on one cell: MRV2 (vLLM 0.26.0's default runner for dense models) in eager mode
 # (no graph capture, so servers start fastest).

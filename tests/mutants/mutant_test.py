@@ -22,7 +22,7 @@ import sys
 import pytest
 
 import sleepwake_mutants
-from tests.mutants import site_dir, verdict
+from tests.mutants import site_dir, stop_on_kill, verdict
 from tests.sleep_wake.lib import cells, measure
 
 # Our own bound on the inner run stays this far below Bazel's TEST_TIMEOUT: room for the SIGINT grace
@@ -119,13 +119,17 @@ def test_mutant_is_killed_by_its_classes():
     inner = os.path.join(outputs, "inner")
     os.makedirs(inner, exist_ok=True)
     junit = os.path.join(inner, "junit.xml")
-    cmd = [sys.executable, "-m", "pytest", *[class_files[c] for c in classes], "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", *[class_files[c] for c in classes], "-p", "tests.mutants.stop_on_kill",
+           "-p", "no:cacheprovider",
            "-q", "-rfE", "--color=no", f"--junitxml={junit}", "-o", "junit_family=xunit2",
            f"--rootdir={os.getcwd()}", "--basetemp=" + os.path.join(tmp, "inner-pytest")]
     timeout_s = max(60.0, float(os.environ.get("TEST_TIMEOUT", 3600)) - TIMEOUT_MARGIN_S)
     pytest_log = os.path.join(inner, verdict.PYTEST_LOG)
     print(f"{mutant} on {cell}: {' '.join(cmd)} (timeout {timeout_s:.0f} s; log {pytest_log})")
-    rc = _run_inner(cmd, _inner_env(mutant, site, inner), pytest_log, timeout_s)
+    env = _inner_env(mutant, site, inner)
+    if len(classes) == 1 and kills:  # with several classes each must run to be judged
+        env[stop_on_kill.ENV] = ",".join(kills[classes[0]])
+    rc = _run_inner(cmd, env, pytest_log, timeout_s)
     print(_tail(pytest_log))
 
     # Judged and written even when the run broke, so that mutation_table.py shows this target.

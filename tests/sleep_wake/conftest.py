@@ -197,7 +197,7 @@ def awake(request):
         if client.health() and client.is_sleeping():
             # The test failed mid-way. Reload too: after level 2 a plain wake leaves garbage weights
             # (#29341), which would fail every later golden check for the wrong reason.
-            client.wake_up()
+            client.wake_everything()
             client.reload_weights()
     except (oracle.OracleFailure, requests.RequestException):
         # The test has failed already (its own oracle is its verdict); a server this broken fails the

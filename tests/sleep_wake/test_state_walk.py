@@ -6,7 +6,9 @@ checkpoint, cached tokens, how requests in flight end) by the oracles.
 
 The reachable (state, operation) pairs of the model are split over SHARDS test classes, one per Bazel
 shard (classes.bzl STATE_WALK_SHARDS; pytest_main keeps a class whole in its shard, so each shard runs
-one class, one server, its own seeds); a class fails when its walks leave one of its pairs unvisited.
+one class, one server, its own seeds); a class fails when its walks leave one of its pairs unvisited. A
+full wake after a wake of one tag ends a server's usable life (known divergence
+full_wake_remaps_resident_pool): those pairs are probed last, one kind per shard (plan.terminal_probes).
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints).
 """
 
@@ -59,6 +61,9 @@ def _walk(shard: int, walk_context, recorder) -> None:
     pairs = plan.partition(plan.reachable_pairs(), SHARDS)[shard]
     walks = plan.plan_walks(pairs, SEED + shard, MAX_STEPS)
     walker.run(walks, SEED + shard, shard)
+    probes = plan.terminal_probes()[shard::SHARDS]
+    for probe in probes:  # at most one: it ends the server's usable life (full_wake_remaps_resident_pool)
+        walker.probe(probe)
     visited, consecutive = plan.coverage(walks)
     missing = set(pairs) - visited
     recorder.record(measure.current_test(), "walk_coverage", len(pairs & visited), "pairs", shard=shard,

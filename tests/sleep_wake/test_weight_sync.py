@@ -70,7 +70,7 @@ def back_on_checkpoint_a(client, checkpoint_a):
     yield
     if client.health():
         if client.is_sleeping():
-            client.wake_up()
+            client.wake_everything()
         client.reload_weights(checkpoint_a)
         client.reset_prefix_cache()
 

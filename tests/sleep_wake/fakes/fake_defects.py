@@ -143,6 +143,18 @@ DEFECTS = {
     "sleep_drains_instead_of_aborting": "sleep?mode=abort waits for the requests in flight (mode wait)",
     "request_runs_while_asleep": "a request sent while the executor sleeps is scheduled at once",
     "staged_wake_loses_weights": "from the third weights-only wake on, the weights are garbage (#21336)",
+    # Only the state walk reaches these (tests/mutants/plugin/sleepwake_mutants/walk.py).
+    "sleep_while_paused_keeps_prefix_cache": "a sleep of level >= 1 during a level-0 pause keeps the prefix cache",
+    "gauge_sticky_while_asleep": "a /sleep while asleep leaves the gauge at the earlier level",
+    "wait_mode_aborts": "sleep?mode=wait aborts the requests in flight",
+    "level0_wait_freezes": "a level-0 sleep with mode wait freezes the requests in flight (mode keep)",
+    "level0_abort_freezes": "a level-0 sleep with mode abort freezes the requests in flight (mode keep)",
+    "reset_prefix_cache_fails_asleep": "/reset_prefix_cache answers success=false while asleep",
+    "reset_prefix_cache_noop": "/reset_prefix_cache reports success and keeps the cached blocks",
+    "kv_wake_maps_weights": "a KV-cache wake while the weights sleep maps the weights' pool too",
+    "kv_wake_maps_nothing": "a KV-cache wake while the weights sleep maps nothing",
+    "sleep_during_partial_wake_sleeps_again": "a sleep during a partial wake puts the executor to sleep again",
+    "reload_resumes_scheduling": "reload_weights resumes scheduling, also during a level-0 pause",
     # Fake-only (FAKE_ONLY).
     "gauge_tracks_tags": ("the gauge keeps the sleep level until every tag is awake: the divergence "
                           "gauge_awake_while_partially_asleep fixed, which its pinning tests must notice"),

@@ -10,7 +10,8 @@ v1/engine/async_llm.py's gauge writes, v1/worker/gpu_worker.py and device_alloca
     cache and puts both tags to sleep (a second sleep is a no-op); only level 1 copies the weights to
     pinned host memory, so any other level >= 2 (3 included) wakes into garbage until reload_weights.
   * wake_up(tags): "scheduling" is dropped; the executor ignores the call when it is awake or when a
-    tag is not asleep; scheduling resumes only once no tag is asleep (#44483). The gauge reads awake
+    tag is not asleep; scheduling resumes only once no tag is asleep (#44483). A wake without tags while
+    one tag is already resident fails (the divergence full_wake_remaps_resident_pool). The gauge reads awake
     after every wake_up, partial or not (the divergence pinned in thresholds.KNOWN_DIVERGENCES).
   * reload_weights(weights_path) loads the checkpoint at weights_path into the awake weights pool and
     keeps it as the model path, so a later reload without a path loads it again (known divergence
@@ -121,6 +122,8 @@ class FakeEngine:
         self.pinned_extra = []  # host blocks a defect pinned, freed by the next wake
         self.late_release_until = 0.0
         self.remap_missing = False
+        self.weights_mapped_early = False  # kv_wake_maps_weights: the weights' pool mapped, still "asleep"
+        self.kv_unmapped = False  # kv_wake_maps_nothing: the KV cache "awake" but not mapped
         self.restore_until = 0.0
         self.weights_wakes = 0
         self.dead = False
@@ -148,7 +151,7 @@ class FakeEngine:
 
     def _kv_resident(self) -> int:
         if "kv_cache" not in self.sleeping_tags:
-            return self.memory.kv_cache
+            return 0 if self.kv_unmapped else self.memory.kv_cache
         levels = {"kv_cache_partly_kept_level2": (2,), "kv_cache_mostly_kept": (1,)}
         if any(self.worker_level in levels.get(x, (1, 2)) for x in self.defects):
             return self.sizes.kv_kept(self.defects)
@@ -159,7 +162,7 @@ class FakeEngine:
         with self.cond:
             late = self.late_release_until > time.monotonic()
             return (m.context + m.graph_pool + self.leaked + self._kv_resident()
-                    + (0 if "weights" in self.sleeping_tags else m.weights)
+                    + (0 if "weights" in self.sleeping_tags and not self.weights_mapped_early else m.weights)
                     + (m.activations if self.activations_reserved else 0)
                     + self.extra
                     + (self.sizes.residue if "residue_grows" in self.defects else 0)
@@ -184,9 +187,10 @@ class FakeEngine:
             raise ValueError(f"Invalid pause mode: {mode}")
         with self.cond:
             self._check_alive()
-            if mode == "abort" and "sleep_drains_instead_of_aborting" in self.defects:
-                mode = "wait"
+            mode = self._mode_under_defects(level, mode)
             decoding = self.running > 0
+            was_sleeping, was_paused = self.paused or self.executor_sleeping, self.paused
+            partial = self.executor_sleeping and self.sleeping_tags != {"weights", "kv_cache"}
             if mode == "abort":
                 self.abort_epoch += 1
             self.paused = True
@@ -194,16 +198,31 @@ class FakeEngine:
             self.cond.notify_all()
             if mode == "wait":  # new requests queue; the ones in flight run to the end first
                 self.cond.wait_for(lambda: not self.running or self.dead or self.stopping.is_set(), MAX_HOLD_S)
-            if (level >= 1 and "prefix_cache_kept" not in self.defects) or (
-                    level == 0 and "prefix_cache_reset_on_level0" in self.defects):
+            keeps_cache = "prefix_cache_kept" in self.defects or (
+                was_paused and "sleep_while_paused_keeps_prefix_cache" in self.defects)
+            if (level >= 1 and not keeps_cache) or (level == 0 and "prefix_cache_reset_on_level0" in self.defects):
                 self.prefix_cache.clear()
-            if level >= 1 and not self.executor_sleeping:
+            if level >= 1 and (not self.executor_sleeping or (
+                    partial and "sleep_during_partial_wake_sleeps_again" in self.defects)):
                 self._worker_sleep(level)
-            if "gauge_not_updated" not in self.defects:
+            if "gauge_not_updated" not in self.defects and not (
+                    was_sleeping and "gauge_sticky_while_asleep" in self.defects):
                 self.gauge = metrics.gauge(0, level == 1, level == 2)
             if decoding and "engine_dies_on_sleep_during_decode" in self.defects:
                 self.dead = True  # the sleep itself succeeded: /sleep still answers 200
             self.cond.notify_all()
+
+    def _mode_under_defects(self, level: int, mode: str) -> str:
+        """The pause mode a defect makes of the one asked for."""
+        if mode == "abort" and "sleep_drains_instead_of_aborting" in self.defects:
+            return "wait"
+        if mode == "wait" and "wait_mode_aborts" in self.defects:
+            return "abort"
+        if level == 0 and mode == "wait" and "level0_wait_freezes" in self.defects:
+            return "keep"
+        if level == 0 and mode == "abort" and "level0_abort_freezes" in self.defects:
+            return "keep"
+        return mode
 
     def _worker_sleep(self, level: int) -> None:
         """gpu_worker.py Worker.sleep and CuMemAllocator.sleep: copy the weights (level 1), unmap both
@@ -232,7 +251,7 @@ class FakeEngine:
         self.sleeping_tags = {"weights", "kv_cache"}
         kv_released -= self._kv_resident()
         self.activations_reserved = False  # sleep empties torch's caching allocator
-        self.remap_missing = False
+        self.remap_missing = self.weights_mapped_early = self.kv_unmapped = False
         if "pinned_leak_per_sleep" in self.defects:
             self.host.allocate(self.sizes.pinned_per_sleep)  # never freed
         if "pinned_jump_once" in self.defects and self.worker_sleeps == d.NTH:
@@ -273,6 +292,17 @@ class FakeEngine:
             return None
         if tags and any(t not in self.sleeping_tags for t in tags):
             return None
+        if tags == ["weights"] and self.weights_mapped_early:
+            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at "
+                               "cumem_allocator.cpp:169")
+        if tags == ["kv_cache"] and "weights" in self.sleeping_tags:
+            self.weights_mapped_early = "kv_wake_maps_weights" in self.defects
+            self.kv_unmapped = "kv_wake_maps_nothing" in self.defects
+        if tags is None and self.sleeping_tags != {"weights", "kv_cache"}:
+            # The known divergence full_wake_remaps_resident_pool: CuMemAllocator.wake_up(None) maps the
+            # resident pool again and cuMemMap refuses; the executor keeps its sleeping tags.
+            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at "
+                               "cumem_allocator.cpp:169")
         woken = list(tags) if tags else sorted(self.sleeping_tags)
         self.sleeping_tags -= set(woken)
         self.worker_wakes += 1
@@ -335,14 +365,20 @@ class FakeEngine:
                 self.model_path = weights_path  # gpu_model_runner.py: model_config.model = weights_path
             self.weights = (fake_checkpoint.load(self.model_path).digest if self.model_path
                             else self.checkpoint.digest)
+            if "reload_resumes_scheduling" in self.defects:
+                self.paused = self.frozen = False
+                self.cond.notify_all()
 
     def reset_prefix_cache(self) -> bool:
         """False while running requests hold blocks (0.26.0's documented success=false)."""
         with self.cond:
             self._check_alive()
+            if "reset_prefix_cache_fails_asleep" in self.defects and (self.paused or self.executor_sleeping):
+                return False
             if self.running:
                 return False
-            self.prefix_cache.clear()
+            if "reset_prefix_cache_noop" not in self.defects:
+                self.prefix_cache.clear()
             return True
 
     # --- requests -------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ def background(client, workers: int = 1):
     except BaseException:
         try:
             if client.health() and client.is_sleeping():
-                client.wake_up()
+                client.wake_everything()
+        except Exception:  # noqa: BLE001  the block's own failure is the verdict: never mask it
+            pass
         finally:
             pool.shutdown(wait=True)
         raise

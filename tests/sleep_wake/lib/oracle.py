@@ -157,6 +157,8 @@ _LIST = [
     Oracle("api.level_out_of_range", "/sleep?level=3 answers and changes state as pinned per release"),
     Oracle("api.reset_prefix_cache_result", "/reset_prefix_cache on an idle server reports its result as "
            "pinned per release"),
+    Oracle("api.full_wake_from_partial", "/wake_up without tags after a wake of one tag answers as pinned per "
+           "release (full_wake_remaps_resident_pool)"),
     Oracle("server.healthy", "/health answers 200 after every sequence of sleep-API calls"),
     # --- output of the serving checkpoint ---------------------------------------------------------
     Oracle("output.golden_tokens", "greedy token ids equal the golden run of the serving checkpoint"),

@@ -124,8 +124,14 @@ def test_invalid_level_is_400(replay):
 
 # --- behaviour differences: errors whatever the release -----------------------------------------
 
+def test_reset_prefix_cache_refused_fails_its_oracle(replay):
+    client = replay({("POST", "/reset_prefix_cache"): (200, rr.RESET_PREFIX_CACHE_BUSY_0_26_0)})
+    with pytest.raises(oracle.OracleFailure) as e:
+        client.reset_prefix_cache()
+    assert e.value.oracle_id == "api.reset_prefix_cache_result" and e.value.measured is False
+
+
 @pytest.mark.parametrize("body,match", [
-    (rr.RESET_PREFIX_CACHE_BUSY_0_26_0, "success=false"),
     (b"{}", "expected"),
     (b'{"success":"yes"}', "expected"),
     (b"OK", "not JSON"),

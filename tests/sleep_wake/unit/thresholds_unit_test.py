@@ -100,7 +100,8 @@ _PINNED = re.compile(r'thresholds\.divergence\(\s*"([a-z0-9_]+)"')
 
 def test_every_divergence_is_pinned_by_a_test():
     suite = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = glob.glob(os.path.join(suite, "test_*.py")) + glob.glob(os.path.join(suite, "lib", "*.py"))
+    files = (glob.glob(os.path.join(suite, "test_*.py")) + glob.glob(os.path.join(suite, "lib", "*.py"))
+             + glob.glob(os.path.join(suite, "walk", "*.py")))
     pinned = {name for f in files for name in _PINNED.findall(open(f).read())}
     unpinned = sorted(set(thresholds.KNOWN_DIVERGENCES) - pinned)
     assert not unpinned, f"known divergences no test class or oracle looks up: {unpinned}"

@@ -131,6 +131,12 @@ def parse(token: str) -> Operation:
         raise ValueError(f"unknown walk operation {token!r}; known: {', '.join(BY_TOKEN)}") from None
 
 
+def terminal(op: Operation, s: State) -> bool:
+    """A /wake_up without tags while one tag is resident and the other asleep: the pinned divergence
+    full_wake_remaps_resident_pool ends the server's usable life, so a walk makes it last (a probe)."""
+    return op.name == "wake" and op.params[0] is None and 0 < len(s.asleep_tags) < len(model.TAGS)
+
+
 # --- preconditions -------------------------------------------------------------------------------
 def _executor_woken(tags, asleep: frozenset) -> frozenset:
     """The tags the executor wakes for /wake_up?tags=tags (none when it ignores the call)."""
@@ -164,6 +170,10 @@ def _why_not(op: Operation, s: State) -> str | None:
                     "none: abort stands for all three")
         return None
     if op.name == "wake":
+        if terminal(op, s):
+            return ("a full wake after a wake of one tag fails and leaves the server asleep for good on every "
+                    "supported release (known divergence full_wake_remaps_resident_pool): only a shard's last "
+                    "step makes it (plan.terminal_probes)")
         woken = _executor_woken(op.params[0], s.asleep_tags)
         if s.level == 2 and WEIGHTS in s.asleep_tags - woken and KV_CACHE in woken:
             return ("after a level-2 sleep the first wake restores the model buffers saved on the host "

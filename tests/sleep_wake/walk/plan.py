@@ -19,6 +19,7 @@ import functools
 import random
 import re
 
+from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import INITIAL, State
 from tests.sleep_wake.walk.operations import Operation
@@ -77,7 +78,9 @@ def reset_ops(state: State) -> list:
     full wake (it also resumes a held stream), a prefix-cache
     reset (before the reload, which refuses to run under blocks of other weights), reload of A."""
     out = []
-    if state.paused:
+    if 0 < len(state.asleep_tags) < len(model.TAGS):
+        out.append(ops.wake(sorted(state.asleep_tags)))  # a full wake here is the pinned divergence
+    elif state.paused:
         out.append(ops.wake())
     if state.prefix_cached:
         out.append(ops.RESET_PREFIX_CACHE)
@@ -227,3 +230,18 @@ def parse_script(text: str) -> list:
     if not m:
         raise ValueError(f'not a walk replay: {text!r}; expected {REPLAY_VAR}="op,op,..." or "op,op,..."')
     return [ops.parse(token) for token in m.group(1).split(",") if token.strip()]
+
+
+def terminal_probes() -> list:
+    """One walk per kind of partial state (level, the tag still asleep) ending in the full wake that the
+    known divergence full_wake_remaps_resident_pool makes the server's last usable call: the shortest way
+    there from INITIAL, then the wake. The test gives probe i to shard i % SHARDS, after its walks."""
+    best = {}
+    for state in reachable_states():
+        if not 0 < len(state.asleep_tags) < len(model.TAGS):
+            continue
+        kind = (state.level, tuple(sorted(state.asleep_tags)))
+        path = shortest_path(INITIAL, state)
+        if path is not None and (kind not in best or len(path) < len(best[kind])):
+            best[kind] = path
+    return [best[kind] + [ops.wake()] for kind in sorted(best)]

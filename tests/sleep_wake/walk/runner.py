@@ -118,8 +118,10 @@ class Walker:
     def _sleep(self, op, s: State) -> None:
         level, mode, in_flight = op.params
         client = self.ctx.client
+        # The executor unmaps memory only when it sleeps from awake; otherwise no GPU neighbour need wait.
+        moves = level >= 1 and not s.asleep_tags
         if not in_flight:
-            client.sleep(level=level, mode=mode)
+            client.sleep(level=level, mode=mode, memory_moves=moves)
             return
         pool_cm = background(client)
         pool = pool_cm.__enter__()
@@ -129,23 +131,30 @@ class Walker:
                 stream = pool.submit(client.complete_stream, IN_FLIGHT, STREAM_TOKENS,
                                      timeout_s=thresholds.get("request_completion_s_max"))
                 wait_decoding(client, [stream], 1, since, 4)
-                _, sleep_s = measure.timed(client.sleep, level=level, mode=mode)
+                _, sleep_s = measure.timed(client.sleep, level=level, mode=mode, memory_moves=moves)
                 at_answer = generated_tokens(client) - since  # what the engine had generated when it answered
             outcome = model.in_flight_outcome(mode, level)
             if outcome.ends == "held":
                 self.held = (stream, pool_cm)
                 pool_cm = None
                 return
-            waited = measure.wait_until(stream.done, thresholds.get("request_completion_s_max"),
-                                        what=f"walk {op}: the request in flight to end",
-                                        oracle_id="requests.completes")
-            self._in_flight_ended(op, s, outcome.ends, stream.result(), sleep_s + waited, at_answer)
+            if outcome.ends == "completed":  # mode wait drains before it answers
+                want = len(self._golden(s).stream)
+                oracle.holds("requests.ends_in_race", at_answer >= want,
+                             f"walk {op}: tokens the engine had generated for the drained request when /sleep "
+                             "answered", at_answer, f">= {want} (all of them)")
+                bound, oracle_id = thresholds.get("request_completion_s_max"), "requests.completes"
+            else:  # mode abort: the abort outputs go out before the pause completes
+                bound, oracle_id = thresholds.get("abort_s_max"), "requests.abort_time"
+            waited = measure.wait_until(stream.done, bound, what=f"walk {op}: the request in flight to end",
+                                        oracle_id=oracle_id)
+            self._in_flight_ended(op, s, outcome.ends, stream.result(), sleep_s + waited)
             expect.load_drains(client, f"after walk {op}")
         finally:
             if pool_cm is not None:
                 pool_cm.__exit__(None, None, None)
 
-    def _in_flight_ended(self, op, s: State, ends: str, result, seconds: float, at_answer: float) -> None:
+    def _in_flight_ended(self, op, s: State, ends: str, result, seconds: float) -> None:
         want = self._golden(s).stream
         got = result.token_ids[0] if result.token_ids else []
         if got != want[:len(got)]:
@@ -162,9 +171,6 @@ class Walker:
         else:  # "completed": mode wait drains before the executor sleeps
             oracle.equal("requests.clean_end", (result.finish_reasons, result.error, len(got)),
                          (["length"], None, len(want)), f"walk {op}: the request in flight, drained by mode wait")
-            oracle.holds("requests.ends_in_race", at_answer >= len(want),
-                         f"walk {op}: tokens the engine had generated for the drained request when /sleep "
-                         "answered", at_answer, f">= {len(want)} (all of them)")
 
     def _wake(self, op, s: State) -> None:
         self.ctx.client.wake_up(list(op.params[0]) if op.params[0] is not None else None)
@@ -215,6 +221,20 @@ class Walker:
             for b in hband.violations(host):
                 oracle.fail(b.oracle, f"walk {where}: host bytes of the server's processes ({b.what})", host,
                             b.value, b.relation)
+
+    def probe(self, walk) -> None:
+        """A terminal probe (plan.terminal_probes): the walk to a partial wake, then the full wake that the
+        pinned divergence full_wake_remaps_resident_pool answers; the server is not walked any further."""
+        *prefix, last = walk
+        for op in prefix:
+            self.step(op)
+        pin = thresholds.divergence("full_wake_remaps_resident_pool", self.version)
+        resp = self.ctx.client.wake_up(None, check=False)
+        oracle.equal("api.full_wake_from_partial", {"status": resp.status_code}, pin.expected,
+                     f"walk probe {last} from ({self.state.describe()}), {pin.describe()}; body {resp.text[:200]}")
+        if not pin.applies:  # as documented: every tag resident again, and the walk's checks hold
+            self.state = model.INITIAL if self.state.weights == "A" else self.state
+            self._check_state(f"probe {last}")
 
     # --- whole walks ------------------------------------------------------------------------------
     def run(self, walks, seed: int, shard: int) -> None:

@@ -24,7 +24,7 @@ def test_state_space_is_small_and_instant():
     start = time.monotonic()
     states, pairs = plan.reachable_states(), plan.reachable_pairs()
     assert time.monotonic() - start < 1.0
-    assert (len(states), len({plan.pair_state(s) for s in states}), len(pairs)) == (160, 88, 976)
+    assert (len(states), len({plan.pair_state(s) for s in states}), len(pairs)) == (160, 88, 928)
     assert states[0] == INITIAL and len(ops.ALL) == len(ops.BY_TOKEN) == 29
 
 
@@ -148,3 +148,19 @@ def test_the_walks_shards_are_the_bazel_shards():
     counts = ast.literal_eval(re.search(r"^SHARD_COUNTS = (\{.*?^\})", bzl, re.DOTALL | re.MULTILINE).group(1))
     walk = open(os.path.join(suite, "test_state_walk.py"), encoding="utf-8").read()
     assert counts["state_walk"] == int(re.search(r"^SHARDS = (\d+)$", walk, re.MULTILINE).group(1))
+
+
+def test_terminal_probes_reach_every_kind_of_partial_wake_one_per_shard():
+    import re
+    import os
+    from tests.sleep_wake.walk import operations as ops
+    probes = plan.terminal_probes()
+    kinds = {(plan.run(INITIAL, p[:-1]).level, tuple(sorted(plan.run(INITIAL, p[:-1]).asleep_tags))) for p in probes}
+    assert kinds == {(1, ("kv_cache",)), (1, ("weights",)), (2, ("kv_cache",))}
+    for p in probes:
+        assert ops.terminal(p[-1], plan.run(INITIAL, p[:-1])) and not any(
+            ops.terminal(op, s) for s, op in plan.trace([p[:-1]])[0])
+    suite = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    walk = open(os.path.join(suite, "test_state_walk.py"), encoding="utf-8").read()
+    shards = int(re.search(r"^SHARDS = (\d+)$", walk, re.MULTILINE).group(1))
+    assert len(probes) <= shards, "a probe ends its server's life: each needs a shard of its own"

@@ -1,0 +1,29 @@
+"""A pytest plugin for the mutant harness's inner run: stop once a test failed with one of the oracle ids
+the catalogue expects (SLEEPWAKE_MUTANT_KILL_IDS, comma-separated), since the class is then killed and the
+rest of its tests would only spend time (the state walk's six shards each start a server). Any other
+failure lets the run go on: a later test may still be the kill."""
+
+import os
+
+ENV = "SLEEPWAKE_MUTANT_KILL_IDS"
+ORACLE_PROPERTY = "oracle"  # tests/sleep_wake/lib/oracle.py PROPERTY
+
+
+class StopOnKill:
+    def __init__(self, ids):
+        self.ids = set(ids)
+        self.session = None
+
+    def pytest_sessionstart(self, session):
+        self.session = session
+
+    def pytest_runtest_logreport(self, report):
+        fired = {v for n, v in report.user_properties if n == ORACLE_PROPERTY}
+        if report.failed and fired & self.ids and self.session is not None:
+            self.session.shouldstop = f"killed by {', '.join(sorted(fired & self.ids))}: the rest need not run"
+
+
+def pytest_configure(config):
+    ids = [i for i in os.environ.get(ENV, "").split(",") if i]
+    if ids:
+        config.pluginmanager.register(StopOnKill(ids), "sleepwake-stop-on-kill")
