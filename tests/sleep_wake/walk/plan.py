@@ -22,7 +22,6 @@ import re
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import INITIAL, State
-from tests.sleep_wake.walk.operations import Operation
 
 REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
 # After each planned target, one more seeded random operation with this probability (repeatedly), so

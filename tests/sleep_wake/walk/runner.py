@@ -93,6 +93,7 @@ class Walker:
                                     step=f"walk {op}", oracle_id=model.golden_oracle(s))
 
     def _generate_cached(self, op, s: State) -> None:
+        """op: the operation, or where a probe of the cache runs (for the message)."""
         c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
         expect.tokens(c, self._golden(s).greedy[LONG], prompt=LONG, step=f"walk {op}",
                       oracle_id=model.golden_oracle(s))
@@ -208,6 +209,12 @@ class Walker:
         sleeping, gauge = model.flags(s, self.version)
         expect.state(ctx.client, sleeping=sleeping, gauge=gauge, step=f"walk {where}")
         expect.healthy(ctx.client, f"walk {where}")
+        if model.hits_cache(s, "long"):
+            # The cached blocks are part of the state: after every step that keeps them (a level-0 pause
+            # and its wake, a reload of the same weights, misuse), a repeat still hits them. Asking
+            # leaves the state as it is; where nothing is cached, asking would cache it, so only
+            # generate_cached looks there.
+            self._generate_cached(f"the cache probe after {where}", s)
         band = model.device_band(s, ctx.sizes, ctx.cell_id)
         device = settled_gpu_bytes(ctx.server, f"walk {where}", done=lambda b: not band.violations(b),
                                    recorder=ctx.recorder)
