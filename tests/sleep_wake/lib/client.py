@@ -102,7 +102,13 @@ class SleepWakeClient:
         """The answer of a call that must succeed: a live server answering anything but 2xx fails the
         oracle api.status (an engine that died behind the API server answers 5xx); a transport failure
         (nothing listening) is no answer and propagates as requests' own exception."""
-        resp = self.raw(method, path, **kw)
+        try:
+            resp = self.raw(method, path, **kw)
+        except requests.ReadTimeout:
+            # The server took the call and never answered: a hang (#45326; #45520 when the engine died
+            # behind the API server). A refused connection, by contrast, is no answer at all and propagates.
+            oracle.fail("api.answers", f"{method} {path}", f"no answer within {kw.get('timeout', self.timeout_s):g} s",
+                        "an answer", "")
         if not 200 <= resp.status_code < 300:
             oracle.fail("api.status", f"{method} {path}", f"HTTP {resp.status_code}: {resp.text[:300]}",
                         "2xx", "")

@@ -18,14 +18,25 @@ import zipfile
 from tests.sleep_wake.lib import thresholds
 
 
+def _gpu_cell(path: str) -> bool:
+    """A reading of a healthy vLLM on the GPU: not the fake tier's (<class>_fake_<cell>), whose bytes and
+    times are the fake's model, nor a mutant's."""
+    return "_fake_" not in path and "/mutants/" not in path
+
+
 def readings(roots) -> list[dict]:
-    """Every oracle reading (an entry with `oracle` and `ok`) under the roots, zipped outputs included."""
+    """Every oracle reading (an entry with `oracle` and `ok`) of the GPU cells under the roots, zipped
+    outputs included."""
     out = []
     for root in roots:
         for path in glob.glob(os.path.join(root, "**", "measurements.jsonl"), recursive=True):
+            if not _gpu_cell(path):
+                continue
             with open(path, encoding="utf-8") as f:
                 out += [json.loads(line) for line in f if line.strip()]
         for path in glob.glob(os.path.join(root, "**", "outputs.zip"), recursive=True):
+            if not _gpu_cell(path):
+                continue
             with zipfile.ZipFile(path) as z:
                 for name in z.namelist():
                     if name.endswith("measurements.jsonl"):

@@ -154,6 +154,8 @@ _LIST = [
            "applied per release)"),
     Oracle("api.status", "a sleep-API call on a live server answers 2xx (or the documented status of a "
            "misuse)"),
+    Oracle("api.answers", "a sleep-API call the server accepted is answered within the client's bound (a hang "
+           "is #45326, or #45520's dead engine behind the API server)", "request_completion_s_max"),
     Oracle("api.level_out_of_range", "/sleep?level=3 answers and changes state as pinned per release"),
     Oracle("api.reset_prefix_cache_result", "/reset_prefix_cache on an idle server reports its result as "
            "pinned per release"),

@@ -48,6 +48,20 @@ def test_flags_and_gauge(client):
     assert not client.is_sleeping()
 
 
+def test_a_call_taken_and_never_answered_fails_api_answers():
+    # A server that accepts the connection and never answers (the dead engine behind vLLM's API server).
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = SleepWakeClient(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=0.3)
+        with pytest.raises(oracle.OracleFailure) as e:
+            client.sleep(level=1)
+    assert e.value.oracle_id == "api.answers" and "no answer within 0.3 s" in e.value.measured
+    # Nothing listening is no answer at all: the transport's own error, never an oracle.
+    with pytest.raises(requests.ConnectionError):
+        client.sleep(level=1)
+
+
 def test_sleep_check_fails_the_status_oracle(client):
     with pytest.raises(oracle.OracleFailure, match="HTTP 400") as e:
         client.sleep(level="abc")
@@ -125,13 +139,13 @@ def test_health_false_when_unreachable():
     assert SleepWakeClient(f"http://127.0.0.1:{port}", timeout_s=1).health() is False
 
 
-def test_hung_server_times_out(fake):
+def test_hung_server_times_out_as_the_answers_oracle(fake):
     fake.hang_paths.add("/is_sleeping")
     client = SleepWakeClient(fake.url, timeout_s=0.3)
     start = time.monotonic()
-    with pytest.raises(requests.Timeout):
+    with pytest.raises(oracle.OracleFailure) as e:
         client.is_sleeping()
-    assert time.monotonic() - start < 3
+    assert e.value.oracle_id == "api.answers" and time.monotonic() - start < 3
 
 
 def test_hung_stream_reports_timeout(fake):

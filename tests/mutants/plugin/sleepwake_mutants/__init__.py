@@ -233,8 +233,9 @@ MUTANTS = {m.name: m for m in [
     Mutant("engine_dies_on_sleep_during_decode", "#45520",
            "/sleep during decoding kills the engine core while the endpoint still returns 200.",
            # The dead engine answers the requests sent while asleep at once (5xx, the front end kept alive:
-           # VLLM_KEEP_ALIVE_ON_ENGINE_DEATH), or the next sleep-API call with a 5xx, or /health 503.
-           {"concurrent_race": ("requests.held_while_asleep", "api.status", "server.healthy")},
+           # VLLM_KEEP_ALIVE_ON_ENGINE_DEATH), or the next sleep-API call with a 5xx, or /health 503; on the
+           # H200 (2026-12-01) the /sleep itself never answered (its utility call died with the engine).
+           {"concurrent_race": ("requests.held_while_asleep", "api.status", "api.answers", "server.healthy")},
            "scheduling:engine_dies_on_sleep_during_decode", size="the engine dies"),
     Mutant("wake_awake_tag_aborts", "#31618",
            "Waking an engine that is awake fails the call instead of being a no-op.",
@@ -243,8 +244,9 @@ MUTANTS = {m.name: m for m in [
     Mutant("abort_leaves_choices_running", "#45326, #45520",
            "sleep?mode=abort ends an n>1 request's choices in the engine but never tells the front "
            "end: the stream stays open.",
-           # vLLM's stream stays open past the completion bound; the fake's ends without the finish reasons.
-           {"abort_parallel_sampling": ("requests.completes", "requests.clean_end")},
+           # vLLM's stream stays open: past abort_s_max first (the H200, 2026-12-01), then the completion bound;
+           # the fake's ends without the finish reasons.
+           {"abort_parallel_sampling": ("requests.abort_time", "requests.completes", "requests.clean_end")},
            "scheduling:abort_leaves_choices_running", size="every choice's end lost"),
     Mutant("sleep_drains_instead_of_aborting", "#45520 (sleep?mode=abort)",
            "sleep?mode=abort aborts nothing: it waits for the requests in flight to finish (mode wait), "

@@ -107,7 +107,7 @@ def host_copy_twice():
     def make_sleep(original):
         def sleep(self, level=1):
             result = original(self, level)
-            if level == 1 and not sleeps:
+            if level == 1 and 1 not in sleeps:  # the first level-1 sleep, a level-2 one before it or not
                 held.append(_pinned(SECOND_COPY))
             sleeps.append(level)
             return result
