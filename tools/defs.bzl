@@ -10,10 +10,8 @@ load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
 # Runner name -> the value of VLLM_USE_V2_MODEL_RUNNER and the pytest id prefix. The launcher sets the
 # variable for the server explicitly: left unset, vLLM >= mid-2026 picks V2 for dense models and an
 # "MRV1" cell would silently test MRV2.
-RUNNERS = {
-    "mrv1": "MRV1",
-    "mrv2": "MRV2",
-}
+# The Starlark twin of tools/matrix.py (RUNNERS' keys, EXECUTION_MODES); tools/defs_test.py checks them.
+RUNNERS = ["mrv1", "mrv2"]
 
 EXECUTION_MODES = ["eager", "graph"]
 
@@ -124,7 +122,7 @@ def _runner_modes(runners, modes):
     """Every (runner, mode) pair, after checking both are known."""
     for runner in runners:
         if runner not in RUNNERS:
-            fail("unknown runner %s; known: %s" % (runner, RUNNERS.keys()))
+            fail("unknown runner %s; known: %s" % (runner, RUNNERS))
     for mode in modes:
         if mode not in EXECUTION_MODES:
             fail("unknown execution mode %s; known: %s" % (mode, EXECUTION_MODES))
@@ -138,7 +136,7 @@ def sleep_wake_matrix(
         name,
         classes,
         deps,
-        runners = RUNNERS.keys(),
+        runners = RUNNERS,
         modes = EXECUTION_MODES,
         timeout = "long",
         shard_counts = {}):
@@ -233,7 +231,7 @@ def sleep_wake_sharded(
         name,
         classes,
         deps,
-        runners = RUNNERS.keys(),
+        runners = RUNNERS,
         modes = EXECUTION_MODES,
         timeout = "long",
         shard_counts = {}):

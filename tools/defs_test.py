@@ -111,3 +111,11 @@ def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix)
         test_class = next(c for c in classes if c in attrs["tags"])
         assert len(attrs["args"]) == 1 and attrs["shard_count"] == shard_counts.get(test_class)
         assert "manual" not in attrs["tags"], "//tests/sleep_wake/... must keep running every cell"
+
+
+def test_the_starlark_vocabulary_is_the_pythons():
+    """tools/defs.bzl's RUNNERS and EXECUTION_MODES are tools/matrix.py's: one matrix, two languages."""
+    from tools import matrix as spec
+    loaded = StarlarkFake("tools").load_bzl("//tools:defs.bzl")
+    assert list(loaded["RUNNERS"]) == list(spec.RUNNERS)
+    assert list(loaded["EXECUTION_MODES"]) == list(spec.EXECUTION_MODES)

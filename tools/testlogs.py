@@ -39,18 +39,43 @@ def read_output(target_dir: str, name: str) -> str | None:
     return None
 
 
+ORACLE_PROPERTY = "oracle"  # the JUnit property of a failing oracle (tests/sleep_wake/lib/oracle.py PROPERTY)
+MEASUREMENTS_FILE = "measurements.jsonl"  # every number a test measured, among its undeclared outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One JUnit testcase."""
+    classname: str  # e.g. tests.sleep_wake.test_scheduler_gate.TestSchedulerGate
+    name: str  # e.g. test_weights_first_holds_request_until_kv_cache[MRV2-eager]
+    outcome: str  # "passed", "failed" (failure or error) or "skipped"
+    message: str = ""  # the first failure/error message attribute (its text when that is empty)
+    text: str = ""  # every failure/error message and text (for people; verdicts read `oracles`)
+    oracles: tuple = ()  # the ids of the oracles that failed in it, in order
+
+    @property
+    def test_id(self) -> str:
+        return f"{self.classname}::{self.name}" if self.classname else self.name
+
+
+def parse_junit(path: str) -> list[Case]:
+    cases = []
+    for tc in ElementTree.parse(path).getroot().iter("testcase"):
+        bad = [c for c in tc if c.tag in ("failure", "error")]
+        skipped = any(c.tag == "skipped" for c in tc)
+        outcome = "failed" if bad else "skipped" if skipped else "passed"
+        message = ""
+        if bad:
+            message = bad[0].get("message") or (bad[0].text or "").strip()
+        text = "\n".join(f"{c.get('message', '')}\n{c.text or ''}" for c in bad)
+        oracles = tuple(p.get("value", "") for p in tc.iter("property") if p.get("name") == ORACLE_PROPERTY)
+        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text, oracles))
+    return cases
+
+
 def junit_outcomes(xml_path: str) -> collections.Counter:
     """passed / failed / skipped counts of the test cases in a JUnit XML file (failed includes errors)."""
-    counts = collections.Counter()
-    for case in ElementTree.parse(xml_path).getroot().iter("testcase"):
-        outcome = "passed"
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome = "failed"
-            elif child.tag == "skipped" and outcome == "passed":
-                outcome = "skipped"
-        counts[outcome] += 1
-    return counts
+    return collections.Counter(case.outcome for case in parse_junit(xml_path))
 
 
 def skip_reasons(xml_path: str) -> list[str]:

@@ -17,30 +17,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import xml.etree.ElementTree as ET
+
+from tools.testlogs import Case, parse_junit  # noqa: F401  (the harness's readers take them from here)
 
 KILLED, SURVIVED, OTHER, ERRORED = "killed", "survived", "other oracle", "errored"
 PASSED = "passed"  # the control's verdict for a class whose tests all passed
 OUTCOMES = (KILLED, OTHER, ERRORED, SURVIVED)
 MESSAGE_CHARS = 300  # of each failure message in reports and mutation_row.json
 PYTEST_LOG = "pytest.log"  # the inner pytest's own output, beside the server logs; not a server log
-ORACLE_PROPERTY = "oracle"  # tests/sleep_wake/lib/oracle.py PROPERTY
 _PID = "SLEEPWAKEPID"  # placeholder for {pid}: letters only, so re.escape leaves it alone
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One JUnit testcase."""
-    classname: str  # e.g. tests.sleep_wake.test_scheduler_gate.TestSchedulerGate
-    name: str  # e.g. test_weights_first_holds_request_until_kv_cache[MRV2-eager]
-    outcome: str  # "passed", "failed" (failure or error) or "skipped"
-    message: str = ""  # the first failure/error message attribute (its text when that is empty)
-    text: str = ""  # every failure/error message and text (for people; verdicts read `oracles`)
-    oracles: tuple = ()  # the ids of the oracles that failed in it, in order
-
-    @property
-    def test_id(self) -> str:
-        return f"{self.classname}::{self.name}" if self.classname else self.name
 
 
 @dataclasses.dataclass
@@ -93,21 +78,6 @@ class Decision:
                 lines.append(f"    FAILED {test} [{', '.join(ids) or 'no oracle'}]: {message}")
         lines += ["  PROBLEM: " + p for p in self.problems]
         return "\n".join(lines)
-
-
-def parse_junit(path: str) -> list[Case]:
-    cases = []
-    for tc in ET.parse(path).getroot().iter("testcase"):
-        bad = [c for c in tc if c.tag in ("failure", "error")]
-        skipped = any(c.tag == "skipped" for c in tc)
-        outcome = "failed" if bad else "skipped" if skipped else "passed"
-        message = ""
-        if bad:
-            message = bad[0].get("message") or (bad[0].text or "").strip()
-        text = "\n".join(f"{c.get('message', '')}\n{c.text or ''}" for c in bad)
-        oracles = tuple(p.get("value", "") for p in tc.iter("property") if p.get("name") == ORACLE_PROPERTY)
-        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text, oracles))
-    return cases
 
 
 def class_of(case: Case, class_files: dict[str, str]) -> str | None:

@@ -10,8 +10,8 @@ import sys
 
 from tools.launcher.errors import ConfigError, VllmNotFoundError
 
-RUNNERS = {"mrv1": "0", "mrv2": "1"}  # runner -> VLLM_USE_V2_MODEL_RUNNER
-EXECUTION_MODES = ("eager", "graph")
+from tools.matrix import EXECUTION_MODES, RUNNERS  # noqa: F401  (the launcher's flags and env read them)
+
 MP_METHODS = ("fork", "spawn")
 # auto: fork the server from a zygote that imported vLLM once (zygote.py), else start it plainly and
 # log why; zygote: the zygote or an error; plain: `python -m` every time.

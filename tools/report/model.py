@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from tests.sleep_wake.lib import cells as cell_lib
+from tools.matrix import EXECUTION_MODES, RUNNERS, cell_id
 from tools import mutation_table
 from tools.report import reading
 
@@ -35,7 +35,7 @@ class Cell:
 
     @property
     def id(self) -> str:  # MRV1-eager, as tests record it
-        return cell_lib.cell_id(self.runner, self.mode)
+        return cell_id(self.runner, self.mode)
 
     @property
     def failures(self) -> list:
@@ -75,8 +75,8 @@ class Run:
 
 def split_name(name: str) -> tuple[str, str, str] | None:
     """(class, runner, mode) of a cell target name, or None for any other target."""
-    for runner in cell_lib.RUNNERS:
-        for mode in cell_lib.EXECUTION_MODES:
+    for runner in RUNNERS:
+        for mode in EXECUTION_MODES:
             suffix = f"_{runner}_{mode}"
             if name.endswith(suffix) and len(name) > len(suffix):
                 return name[:-len(suffix)], runner, mode
@@ -143,7 +143,7 @@ def load_run(root: str, workspace: str, bep_path: str | None) -> Run:
                      "by an earlier bazel test, cannot be told from this run's")
     matrix = os.path.join(root, reading.MATRIX_DIR)
     classes = reading.class_names(workspace)
-    columns = [(r, m) for r in cell_lib.RUNNERS for m in cell_lib.EXECUTION_MODES]
+    columns = [(r, m) for r in RUNNERS for m in EXECUTION_MODES]
     cells = {}
     for name in sorted(os.listdir(matrix)) if os.path.isdir(matrix) else []:
         parts = split_name(name)

@@ -13,8 +13,6 @@ import os
 import xml.etree.ElementTree as ElementTree
 import zipfile
 
-from tests.mutants import verdict
-from tests.sleep_wake.lib import measure
 from tools import testlogs
 
 MATRIX_DIR = os.path.join("tests", "sleep_wake")
@@ -38,10 +36,10 @@ class OutputFile:
 result_dirs = testlogs.result_dirs
 
 
-def junit_cases(xml_path: str) -> list[verdict.Case]:
+def junit_cases(xml_path: str) -> list[testlogs.Case]:
     """The test cases of a JUnit XML file; ValueError (saying which file) when it cannot be parsed."""
     try:
-        return verdict.parse_junit(xml_path)
+        return testlogs.parse_junit(xml_path)
     except Exception as e:  # ElementTree.ParseError, or an OSError for an unreadable file
         raise ValueError(f"{os.path.basename(xml_path)} is not readable JUnit XML ({e})") from None
 
@@ -57,7 +55,7 @@ def skip_reasons(xml_path: str) -> list[str]:
 
 def measurements(result_dir: str) -> tuple[list[dict], int]:
     """(the records of measurements.jsonl, how many of its lines were not JSON objects)."""
-    text = testlogs.read_output(result_dir, measure.MEASUREMENTS_FILE) or ""
+    text = testlogs.read_output(result_dir, testlogs.MEASUREMENTS_FILE) or ""
     records, bad = [], 0
     for line in text.splitlines():
         if not line.strip():

@@ -3,8 +3,7 @@
 import dataclasses
 import os
 
-RUNNERS = ("mrv1", "mrv2")
-EXECUTION_MODES = ("eager", "graph")
+from tools.matrix import EXECUTION_MODES, RUNNERS, cell_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,10 +20,6 @@ class CellSpec:
             raise CellConfigError(f"CellSpec id {self.id!r} does not match runner/mode ({expected!r})")
 
 
-def cell_id(runner: str, mode: str) -> str:
-    return f"{runner.upper()}-{mode}"
-
-
 class CellConfigError(ValueError):
     pass
 
@@ -35,6 +30,6 @@ def cell_from_env(environ=os.environ) -> CellSpec:
     if runner not in RUNNERS or mode not in EXECUTION_MODES:
         raise CellConfigError(
             f"SLEEPWAKE_RUNNER={runner!r} SLEEPWAKE_EXECUTION_MODE={mode!r}: expected runner in "
-            f"{RUNNERS} and mode in {EXECUTION_MODES}. GPU cells are run by `bazel test` targets of "
+            f"{tuple(RUNNERS)} and mode in {EXECUTION_MODES}. GPU cells are run by `bazel test` targets of "
             "sleep_wake_matrix, which set both; outside Bazel export them yourself.")
     return CellSpec(runner, mode)

@@ -9,7 +9,7 @@ import time
 
 from tests.sleep_wake.lib import oracle, thresholds
 
-MEASUREMENTS_FILE = "measurements.jsonl"
+from tools.testlogs import MEASUREMENTS_FILE  # the readers of results share the name
 
 
 def outputs_dir() -> str:

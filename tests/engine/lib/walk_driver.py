@@ -1,0 +1,614 @@
+"""The state walk of tests/sleep_wake/walk on vLLM's real engine core: the same model, plan and oracles.
+
+EngineServer is the engine tier's most server-like setup (test_http_routes.py's): vLLM 0.26.0's
+EngineCoreProc with its real busy loop in a thread, around the fake worker, and vLLM's own routers
+(/sleep, /wake_up, /is_sleeping; /reset_prefix_cache; /collective_rpc) over HTTP on a
+QueueEngineClient that stands for AsyncLLM. Requests go to the engine core's input queue as
+EngineCoreRequests, as the front end's input socket thread puts them there.
+
+EngineWalker applies each planned operation to that engine and judges every step by the model, each
+check through an oracle id of tests/sleep_wake/lib/oracle.py. What the engine tier cannot observe (the
+gauge AsyncLLM writes, device and host bytes, the tokens of real weights, which checkpoint a reload
+loaded) is skipped per check, never per pair: SKIPPED says why, and the coverage record counts the
+checks made and skipped by oracle id.
+
+A request in flight is made deterministic by InFlightGate: the request's second forward pass waits
+until the /sleep call is on the engine's input queue, so every in-flight sleep lands mid-decode
+(2 of IN_FLIGHT_TOKENS tokens generated) however loaded the machine is.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import threading
+import time
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
+from tests.engine.fakes.output_queue import RecordingOutputQueue
+from tests.engine.fakes.worker import SAMPLED_TOKEN, TAGS
+from tests.engine.lib.engine_client import QueueEngineClient
+from tests.engine.lib.engines import Built, build_engine_core_proc
+from tests.engine.lib.loop import BackgroundLoop
+from tests.sleep_wake.lib import oracle, thresholds
+from tests.sleep_wake.walk import model, plan
+from tests.sleep_wake.walk import operations as ops
+from tests.sleep_wake.walk.model import KV_CACHE, WEIGHTS, State
+from vllm.entrypoints.serve.dev.cache.api_router import attach_router as attach_cache_router
+from vllm.entrypoints.serve.dev.rpc.api_router import attach_router as attach_rpc_router
+from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router
+from vllm.sampling_params import SamplingParams
+from vllm.v1.engine import EngineCoreRequest, EngineCoreRequestType, FinishReason
+from vllm.v1.engine.core import EngineCoreProc
+from vllm.v1.engine.exceptions import EngineDeadError
+
+SHORT_PROMPT_LEN = 4  # under one 16-token KV block: never a prefix-cache hit
+# The long prompt: four KV blocks; a repeat hits three of them (the last block is always recomputed).
+LONG_PROMPT = list(range(1500, 1564))
+GENERATE_TOKENS = 4
+STREAM_TOKENS = 8
+IN_FLIGHT_TOKENS = 32  # the gate holds the request at 2 of them when /sleep lands
+PROBE_TOKENS = 2
+SEED_N, SEED = 4, 1234  # generate_n4: the n=4 fan-out AsyncLLM makes, as four seeded child requests
+WAIT_S = 30.0  # any wait for the engine; the fake worker's steps take microseconds
+POLL_S = 0.0005
+
+_prompts = itertools.count(0)
+
+
+def short_prompt() -> list[int]:
+    """A prompt no other request of the walk shares (ids inside the tiny model's 2048-token vocab)."""
+    first = 100 + (next(_prompts) * SHORT_PROMPT_LEN) % 1300
+    return list(range(first, first + SHORT_PROMPT_LEN))
+
+
+# --- the engine and its boundary -----------------------------------------------------------------
+class OutputRecord(RecordingOutputQueue):
+    """The output queue, also keeping each request's stream: (tokens, finish reason) per output, and
+    the prompt tokens its first output reports cached (PrefillStats, what usage.cached_tokens reads)."""
+
+    def __init__(self, timeline) -> None:
+        super().__init__(timeline)
+        self.streams: dict[str, list] = collections.defaultdict(list)
+        self.cached: dict[str, int] = {}
+        self.dead = False
+        self._changed = threading.Condition()
+
+    def put(self, item, block=True, timeout=None) -> None:
+        with self._changed:
+            if isinstance(item, tuple):
+                for out in item[1].outputs or ():
+                    self.streams[out.request_id].append((list(out.new_token_ids), out.finish_reason))
+                    if out.prefill_stats is not None:
+                        self.cached[out.request_id] = out.prefill_stats.num_local_cached_tokens
+            elif item == EngineCoreProc.ENGINE_CORE_DEAD:
+                self.dead = True
+            self._changed.notify_all()
+        super().put(item, block, timeout)
+
+    def end(self, request_id: str) -> FinishReason | None:
+        with self._changed:
+            stream = self.streams.get(request_id, [])
+            return stream[-1][1] if stream else None
+
+    def tokens(self, request_id: str) -> list[int]:
+        with self._changed:
+            return [t for tokens, _ in self.streams.get(request_id, []) for t in tokens]
+
+    def wait_ended(self, request_ids, timeout_s: float = WAIT_S) -> bool:
+        """True once every request has a finish reason; False on timeout or if the engine died."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self.dead or all(self._ended(r) for r in request_ids), timeout_s) and not self.dead
+
+    def _ended(self, request_id: str) -> bool:
+        stream = self.streams.get(request_id)
+        return bool(stream) and stream[-1][1] is not None
+
+
+class WalkClient(QueueEngineClient):
+    """QueueEngineClient with the two other AsyncLLM calls the walk's routes make, each one utility
+    call on the engine core, as AsyncLLM.reset_prefix_cache and AsyncLLM.collective_rpc do; it keeps
+    the last failed call's message, which the routes' 500 answers do not carry."""
+
+    last_failure: str | None = None
+
+    async def _call(self, method: str, *args):
+        try:
+            return await super()._call(method, *args)
+        except Exception as e:
+            self.last_failure = f"{method}{args}: {e}"
+            raise
+
+    async def reset_prefix_cache(self, reset_running_requests: bool = False,
+                                 reset_connector: bool = False) -> bool:
+        return await self._call("reset_prefix_cache", reset_running_requests, reset_connector)
+
+    async def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (),
+                             kwargs: dict | None = None):
+        return await self._call("collective_rpc", method, timeout, args, kwargs)
+
+
+class InFlightGate:
+    """Holds one request's second forward pass until a call is waiting on the engine's input queue.
+
+    Wraps the fake worker's execute_model (the executor looks the method up on the worker by name).
+    Armed for a request, it lets the prefill through, then makes the next forward of the request wait
+    until the /sleep the test sends is on the input queue (or already handled: the scheduler paused),
+    once. After GATE_S it lets go anyway and says so (timed_out): the walk then cannot tell that the
+    sleep landed mid-decode, a Precondition, not a verdict.
+    """
+    GATE_S = 10.0
+
+    def __init__(self, built: Built) -> None:
+        self._proc = built.engine
+        self._worker = built.worker
+        self._original = built.worker.execute_model
+        self._armed: str | None = None
+        self._forwards = 0
+        self.timed_out = False
+        built.worker.execute_model = self._execute_model
+
+    def arm(self, request_id: str) -> None:
+        self._armed, self._forwards, self.timed_out = request_id, 0, False
+
+    def disarm(self) -> None:
+        self._armed = None
+
+    def _execute_model(self, scheduler_output):
+        rid = self._armed
+        if rid is not None and rid in scheduler_output.num_scheduled_tokens:
+            self._forwards += 1
+            if self._forwards >= 2:
+                deadline = time.monotonic() + self.GATE_S
+                while self._proc.input_queue.empty() and not self._proc.is_scheduler_paused():
+                    if time.monotonic() > deadline:
+                        self.timed_out = True
+                        break
+                    time.sleep(POLL_S)
+                self._armed = None
+        return self._original(scheduler_output)
+
+
+class EngineServer:
+    """EngineCoreProc's busy loop in a thread behind vLLM's own sleep, cache and RPC routers."""
+
+    def __init__(self, model_dir: str) -> None:
+        self.built = build_engine_core_proc(model_dir)
+        self.proc = self.built.engine
+        self.timeline = self.built.timeline
+        self.worker = self.built.worker
+        self.record = OutputRecord(self.timeline)  # replaces the builder's queue before anything ran
+        self.proc.output_queue = self.record
+        self.gate = InFlightGate(self.built)
+        self.loop = BackgroundLoop(self.proc).start()
+        self.client = WalkClient(self.proc, loop_error=lambda: self.loop.error)
+        app = FastAPI()
+        for attach in (attach_sleep_router, attach_cache_router, attach_rpc_router):
+            attach(app)
+        app.state.engine_client = self.client
+        self._http_cm = TestClient(app, raise_server_exceptions=False)
+        self.http = self._http_cm.__enter__()
+        self._ids = itertools.count()
+
+    def close(self) -> None:
+        try:
+            self._http_cm.__exit__(None, None, None)
+        finally:
+            try:
+                self.loop.stop()
+            finally:
+                self.client.close()
+                self.built.shutdown()
+
+    # --- the boundary's calls ---------------------------------------------------------------------
+    def post(self, path: str, params=None, json=None):
+        return self.http.post(path, params=params, json=json)
+
+    def http_is_sleeping(self):
+        response = self.http.get("/is_sleeping")
+        return response.json()["is_sleeping"] if response.status_code == 200 else f"HTTP {response.status_code}"
+
+    def settle(self) -> None:
+        """Returns once the busy loop handled everything sent so far and had a chance to step (the
+        first utility call is answered with the queued input, the second after that step), or once it
+        died: the caller reads alive()."""
+        try:
+            self.client.call("is_scheduler_paused")
+            self.client.call("is_scheduler_paused")
+        except EngineDeadError:
+            pass
+
+    def send(self, prompt: list[int], max_tokens: int, seed: int | None = None, kind: str = "req") -> str:
+        """What the input socket thread does with an ADD: preprocess, then queue it."""
+        rid = f"{kind}-{next(self._ids)}"
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, seed=seed,
+                                temperature=1.0 if seed is not None else 0.0)
+        request = EngineCoreRequest(
+            request_id=rid, prompt_token_ids=prompt, mm_features=None, sampling_params=params,
+            pooling_params=None, arrival_time=time.time(), lora_request=None, cache_salt=None,
+            data_parallel_rank=None)
+        self.proc.input_queue.put_nowait((EngineCoreRequestType.ADD, self.proc.preprocess_add_request(request)))
+        return rid
+
+    def abort(self, request_ids: list[str]) -> None:
+        """What the front end sends when its client goes away (EngineCoreRequestType.ABORT)."""
+        self.proc.input_queue.put_nowait((EngineCoreRequestType.ABORT, request_ids))
+
+    def alive(self) -> BaseException | None:
+        """The busy loop's fatal error, if it died (the fake worker raises on released memory)."""
+        if self.loop.error is not None:
+            return self.loop.error
+        if self.record.dead:
+            return RuntimeError("the engine announced ENGINE_CORE_DEAD")
+        return None
+
+    def wait_for(self, until, what: str) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not until():
+            if self.alive() is not None:
+                oracle.fail("server.healthy", f"{what}: the engine's busy loop died", repr(self.alive()), "alive")
+            if time.monotonic() > deadline:
+                raise oracle.Precondition(f"{what}: not reached within {WAIT_S} s; timeline: {self.timeline}")
+            time.sleep(POLL_S)
+
+    def unfinished(self) -> int:
+        """Requests the scheduler still holds (read after settle(), with the busy loop idle)."""
+        return len(self.proc.scheduler.requests)
+
+    def forwards(self, request_id: str) -> int:
+        return sum(request_id in e.detail for e in self.timeline.of("forward"))
+
+
+# --- what the walk cannot check here, and why ---------------------------------------------------------
+SKIPPED = {
+    "flags.gauge": "vllm:engine_sleep_state is written by AsyncLLM.sleep/wake_up (record_sleep_state), "
+                   "which the engine tier's QueueEngineClient stands in for without its stat loggers",
+    "output.golden_tokens": "the fake worker samples one constant token: no golden of real weights; the "
+                            "weights' integrity is checked instead (garbage after level 2 until a reload)",
+    "weights.pushed_checkpoint_golden": "the fake worker loads no checkpoint: A and B serve alike; the "
+                                        "weights' integrity is checked instead",
+    "output.logprob_drift": "the fake worker computes no logprobs",
+    "output.seeded_sampling": "the fake worker ignores the seed (one constant token)",
+    "requests.abort_time": "a time bound measured on the H200's server; on the CPU the abort output's "
+                           "order (before the offload, before /sleep answers) is checked instead",
+    "api.status": "(generates only) requests go to the engine core's input queue: there is no OpenAI "
+                  "route in front of it to answer a status",
+    "server.healthy": "(checked as: the busy loop is alive) there is no /health route on this app",
+    "device_bytes": "no device memory: the fake worker's two pool flags stand for it (checked per tag)",
+    "host_bytes": "no host copy: the fake worker backs nothing up",
+}
+
+
+# Ids the walk checks here only through a stand-in (the weights' integrity for a golden, the busy loop for
+# /health): the GPU walk's own check under that id is still skipped, and counted so.
+STAND_INS = ("output.golden_tokens", "weights.pushed_checkpoint_golden", "server.healthy")
+
+
+# --- the walker ------------------------------------------------------------------------------------
+def _residency_oracle(state: State, tag: str) -> str:
+    """The device_bytes oracle whose band a wrong pool residency breaks on a GPU (model.device_band)."""
+    asleep = state.asleep_tags
+    if not asleep:
+        return "device_bytes.wake_shortfall"  # a pool not mapped back after the wake
+    if asleep == set(model.TAGS):
+        return "device_bytes.level1_asleep" if state.level == 1 else "device_bytes.level2_asleep"
+    if asleep == {KV_CACHE}:
+        return "device_bytes.weights_wake_mapped" if tag == WEIGHTS else "device_bytes.weights_wake_kv_unmapped"
+    return "device_bytes.kv_wake_mapped" if tag == KV_CACHE else "device_bytes.kv_wake_weights_unmapped"
+
+
+def _held_oracle(state: State) -> str:
+    if state.level == 0:
+        return "requests.held_while_paused"
+    if len(state.asleep_tags) < len(model.TAGS):
+        return "requests.held_until_resident"
+    return "requests.held_while_asleep"
+
+
+@dataclasses.dataclass
+class Held:
+    request_id: str
+    tokens: int  # generated before the level-0 keep froze it
+
+
+class EngineWalker:
+    """One engine's walks, from INITIAL, step by step, each judged by the model."""
+
+    def __init__(self, server: EngineServer, version: str, checkpoints: dict) -> None:
+        self.server = server
+        self.version = version
+        self.checkpoints = checkpoints  # "A"/"B" -> a checkpoint directory (the fake loads neither)
+        self.state = model.INITIAL
+        self.step_index = 0
+        self.held: Held | None = None
+        self.checked = collections.Counter()  # oracle id -> checks made
+        self.skipped = collections.Counter()  # oracle id -> checks the GPU walk makes that this one cannot
+        self.executed: list[list] = []  # per walk: [(state before, operation)]
+        self._step_checked: set = set()
+
+    # --- oracle calls, counted --------------------------------------------------------------------
+    def _equal(self, oracle_id: str, measured, expected, what: str) -> None:
+        self._step_checked.add(oracle_id)
+        self.checked[oracle_id] += 1
+        oracle.equal(oracle_id, measured, expected, what)
+
+    def _holds(self, oracle_id: str, ok: bool, what: str, measured, expected) -> None:
+        self._step_checked.add(oracle_id)
+        self.checked[oracle_id] += 1
+        oracle.holds(oracle_id, ok, what, measured, expected)
+
+    def _alive(self, where: str) -> None:
+        error = self.server.alive()
+        self._holds("server.healthy", error is None, f"{where}: the engine's busy loop is alive (a forward "
+                    "pass on released memory kills it: the fake worker raises, a GPU faults)",
+                    repr(error), "alive")
+
+    # --- one step ---------------------------------------------------------------------------------
+    def step(self, op) -> None:
+        before = self.state
+        reason = op.why_not(before)
+        if reason:
+            raise oracle.Precondition(f"walk step {self.step_index}: {op} is not applicable in "
+                                      f"({before.describe()}): {reason}")
+        self._step_checked = set()
+        where = f"step {self.step_index} ({op} from {before.describe()})"
+        getattr(self, "_" + op.name)(op, before, where)
+        self.state = op.apply(before)
+        self._check_state(where)
+        for oracle_id in set(op.oracles(before)) | set(ops.AFTER_EVERY_STEP):
+            if oracle_id not in self._step_checked or oracle_id in STAND_INS:
+                self.skipped[oracle_id] += 1
+        self.skipped["device_bytes"] += 1
+        self.skipped["host_bytes"] += 1
+        if self.executed:
+            self.executed[-1].append((before, op))
+        self.step_index += 1
+
+    def _status(self, response, what: str) -> None:
+        failure = self.server.client.last_failure if response.status_code != ops.EXPECTED_STATUS else None
+        self._equal("api.status", response.status_code, ops.EXPECTED_STATUS,
+                    f"{what}: {response.text[:300]!r}; the engine's failure: {failure}")
+
+    def _finished_by_length(self, rid: str, max_tokens: int, oracle_id: str, what: str) -> None:
+        if not self.server.record.wait_ended([rid]):
+            self._alive(what)
+            raise oracle.Precondition(f"{what}: request {rid} did not end within {WAIT_S} s; "
+                                      f"timeline: {self.server.timeline}")
+        end, tokens = self.server.record.end(rid), self.server.record.tokens(rid)
+        self._equal(oracle_id, (end, len(tokens)), (FinishReason.LENGTH, max_tokens),
+                    f"{what}: how request {rid} ended (finish reason, tokens)")
+
+    # --- the operations -----------------------------------------------------------------------------
+    def _generate_fresh(self, op, s: State, where: str) -> None:
+        rid = self.server.send(short_prompt(), GENERATE_TOKENS, kind="fresh")
+        self._finished_by_length(rid, GENERATE_TOKENS, "output.finish_length", f"walk {where}")
+        self.server.settle()  # the step after the finish frees its blocks
+
+    def _generate_cached(self, op, s: State, where: str) -> None:
+        rid = self.server.send(list(LONG_PROMPT), GENERATE_TOKENS, kind="long")
+        self._finished_by_length(rid, GENERATE_TOKENS, "output.finish_length", f"walk {where}")
+        cached = self.server.record.cached.get(rid)
+        self._equal("prefix_cache.hit_iff_cached", bool(cached), model.hits_cache(s, "long"),
+                    f"walk {where}: the long prompt hit cached tokens ({cached!r} of {len(LONG_PROMPT)}) "
+                    f"in ({s.describe()})")
+        self.server.settle()
+
+    def _generate_n4(self, op, s: State, where: str) -> None:
+        prompt = short_prompt()
+        rids = [self.server.send(prompt, GENERATE_TOKENS, seed=SEED + i, kind="n4") for i in range(SEED_N)]
+        for rid in rids:
+            self._finished_by_length(rid, GENERATE_TOKENS, "output.finish_length", f"walk {where}")
+        self.server.settle()
+
+    def _generate_stream(self, op, s: State, where: str) -> None:
+        rid = self.server.send(short_prompt(), STREAM_TOKENS, kind="stream")
+        self._finished_by_length(rid, STREAM_TOKENS, "output.finish_length", f"walk {where}")
+        stream = self.server.record.streams[rid]
+        shape = ([len(t) for t, _ in stream], [r for _, r in stream])
+        want = ([1] * STREAM_TOKENS, [None] * (STREAM_TOKENS - 1) + [FinishReason.LENGTH])
+        self._equal("requests.clean_end", shape, want,
+                    f"walk {where}: the stream's outputs (tokens each, finish reasons), one token a step "
+                    "and a finish only on the last")
+        self.server.settle()
+
+    def _sleep(self, op, s: State, where: str) -> None:
+        level, mode, in_flight = op.params
+        server = self.server
+        if not in_flight:
+            self._status(server.post("/sleep", params={"level": level, "mode": mode}), f"walk {where}")
+            return
+        rid = server.send(short_prompt(), IN_FLIGHT_TOKENS, kind="inflight")
+        server.gate.arm(rid)
+        try:
+            server.wait_for(lambda: server.timeline.forwarded(rid), f"walk {where}: the in-flight request's prefill")
+            response = server.post("/sleep", params={"level": level, "mode": mode})
+        finally:
+            server.gate.disarm()
+        # What the client had received when /sleep answered, then what happened after.
+        end_at_answer, tokens_at_answer = server.record.end(rid), len(server.record.tokens(rid))
+        forwards_at_answer = server.forwards(rid)
+        self._status(response, f"walk {where}")
+        if server.gate.timed_out:
+            raise oracle.Precondition(f"walk {where}: /sleep reached the engine more than {server.gate.GATE_S} s "
+                                      f"after the in-flight request's prefill; timeline: {server.timeline}")
+        events = server.timeline.events
+        ended_at = [i for i, e in enumerate(events) if e.kind == "output" and e.detail[0] == rid]
+        sleep_at = server.timeline.index("sleep", last=True) if level >= 1 else len(events)
+        ends = model.in_flight_outcome(mode, level).ends
+        if ends == "aborted":
+            self._equal("requests.abort_aborts", (end_at_answer, tokens_at_answer < IN_FLIGHT_TOKENS),
+                        (FinishReason.ABORT, True),
+                        f"walk {where}: the request in flight when /sleep answered (finish reason, cut short)")
+            self._holds("requests.clean_end", bool(ended_at) and ended_at[0] < sleep_at,
+                        f"walk {where}: the abort output left the engine before the offload (#45326), "
+                        f"timeline {server.timeline}", ended_at[:1], f"< {sleep_at}")
+        elif ends == "completed":
+            self._equal("requests.ends_in_race", (end_at_answer, tokens_at_answer),
+                        (FinishReason.LENGTH, IN_FLIGHT_TOKENS),
+                        f"walk {where}: the drained request when /sleep answered (finish reason, tokens)")
+            self._holds("output.finish_length", bool(ended_at) and ended_at[0] < sleep_at,
+                        f"walk {where}: the drained request ended by length before the offload (#45520), "
+                        f"timeline {server.timeline}", ended_at[:1], f"< {sleep_at}")
+        else:  # "held": a level-0 keep freezes it
+            server.settle()
+            self._equal("requests.held_while_paused",
+                        (server.record.end(rid), server.forwards(rid)), (None, forwards_at_answer),
+                        f"walk {where}: the request mode=keep froze (finish reason, forward passes) after "
+                        "/sleep answered")
+            self.held = Held(rid, tokens_at_answer)
+            return
+        server.settle()
+        self._equal("requests.load_drains", server.unfinished(), 0,
+                    f"walk {where}: requests the scheduler still holds after the in-flight request ended")
+
+    def _wake(self, op, s: State, where: str) -> None:
+        tags = op.params[0]
+        params = {"tags": list(tags)} if tags is not None else None
+        self._status(self.server.post("/wake_up", params=params), f"walk {where}")
+        if self.held is None:
+            return
+        held = self.held
+        if model.sleeping(op.apply(s)):
+            self.server.settle()
+            self._equal("requests.held_while_paused", self.server.record.end(held.request_id), None,
+                        f"walk {where}: the paused request while still asleep")
+            return
+        self.held = None
+        if not self.server.record.wait_ended([held.request_id]):
+            self._alive(f"walk {where}")
+        self._equal("requests.resumes_after_keep", self.server.record.end(held.request_id), FinishReason.LENGTH,
+                    f"walk {where}: how the request a level-0 keep paused ended after the wake")
+        self._equal("prefix_cache.kept_paused_request", self.server.record.tokens(held.request_id),
+                    [SAMPLED_TOKEN] * IN_FLIGHT_TOKENS,
+                    f"walk {where}: the paused request's tokens against an uninterrupted run's "
+                    f"({held.tokens} before the pause)")
+        self.server.settle()
+
+    def _reload(self, op, s: State, where: str) -> None:
+        path = op.params[0]
+        body = {"method": "reload_weights"}
+        if path is not None:
+            body["kwargs"] = {"weights_path": self.checkpoints[path]}
+        reloads = len(self.server.timeline.of("reload_weights"))
+        self._status(self.server.post("/collective_rpc", json=body), f"walk {where}")
+        after = op.apply(s)
+        self._equal(model.golden_oracle(after), len(self.server.timeline.of("reload_weights")) - reloads, 1,
+                    f"walk {where}: reload_weights calls that reached the worker (checkpoint "
+                    f"{path or 'by model path'}, which the fake does not tell apart)")
+
+    def _reset_prefix_cache(self, op, s: State, where: str) -> None:
+        response = self.server.post("/reset_prefix_cache")
+        self._status(response, f"walk {where}")
+        body = response.json() if response.content else None
+        result = None if body is None else body.get("success")
+        self._equal("api.reset_prefix_cache_result", result, model.reset_prefix_cache_result(self.version),
+                    f"walk {where}: POST /reset_prefix_cache on an idle engine ({body!r})")
+
+    # --- after every step -------------------------------------------------------------------------
+    def _check_state(self, where: str) -> None:
+        s, server = self.state, self.server
+        where = f"walk {where}"
+        server.settle()
+        self._alive(where)
+        if model.sleeping(s) and not s.held_stream:
+            self._held_probe(s, where)
+        executor = server.proc.model_executor
+        sleeping = model.sleeping(s)
+        with oracle.together():
+            self._equal("flags.is_sleeping", server.http_is_sleeping(), sleeping,
+                        f"{where}: GET /is_sleeping (vLLM's route)")
+            self._equal("flags.is_sleeping", server.client.call("is_sleeping"), sleeping,
+                        f"{where}: EngineCore.is_sleeping")
+            self._equal("flags.is_sleeping", (sorted(executor.sleeping_tags), executor.is_sleeping),
+                        (sorted(s.asleep_tags), bool(s.asleep_tags)),
+                        f"{where}: the executor's sleeping tags and is_sleeping (what /is_sleeping reads "
+                        "besides the scheduler)")
+            self._equal("flags.is_sleeping", server.client.call("is_scheduler_paused"), s.paused,
+                        f"{where}: EngineCore.is_scheduler_paused (the other half of /is_sleeping; the gate "
+                        "of #44483)")
+            for tag in TAGS:
+                self._equal(_residency_oracle(s, tag), server.worker.resident[tag], tag not in s.asleep_tags,
+                            f"{where}: the fake worker's {tag} pool resident (a GPU's mapped bytes)")
+            self._equal(model.golden_oracle(s), server.worker.weights_intact, model.serves(s) is not None,
+                        f"{where}: the fake worker's weights intact (False: garbage after a level-2 sleep "
+                        "until a reload), against the checkpoint the model says serves")
+            if not s.held_stream:
+                self._equal("requests.load_drains", server.unfinished(), 0,
+                            f"{where}: requests the scheduler holds between steps")
+        if model.hits_cache(s, "long"):
+            # As the GPU walk: the cached blocks are part of the state, a repeat must still hit them.
+            self._generate_cached(None, s, f"the cache probe after {where}")
+
+    def _held_probe(self, s: State, where: str) -> None:
+        """A request sent now must wait for the wake: sent, given a step, checked, then aborted as a
+        client that gives up does, so the walk's state is unchanged."""
+        rid = self.server.send(short_prompt(), PROBE_TOKENS, kind="probe")
+        self.server.settle()
+        error = self.server.alive()
+        self._equal(_held_oracle(s), (self.server.forwards(rid), self.server.record.end(rid), repr(error)),
+                    (0, None, "None"),
+                    f"{where}: a request sent in ({s.describe()}) (forward passes, finish reason, engine error)")
+        self.server.abort([rid])
+        self.server.settle()
+
+    # --- whole walks ------------------------------------------------------------------------------
+    def run(self, walks, seed: int, shard: int) -> None:
+        for walk in walks:
+            start = self.state
+            self.executed.append([])
+            for i, op in enumerate(walk):
+                try:
+                    self.step(op)
+                except oracle.OracleFailure as failure:
+                    raise with_replay(failure, seed, shard, walk, i, start) from None
+
+    def probe(self, walk) -> int:
+        """A terminal probe (plan.terminal_probes): the way to a partial wake, then the full wake that the
+        known divergence full_wake_remaps_resident_pool answers; the engine is not walked further.
+        Returns the full wake's status."""
+        *prefix, last = walk
+        self.executed.append([])
+        for op in prefix:
+            self.step(op)
+        s = self.state
+        where = f"walk probe {last} from ({s.describe()})"
+        pin = thresholds.divergence("full_wake_remaps_resident_pool", self.version)
+        response = self.server.post("/wake_up")
+        self._equal("api.full_wake_from_partial", {"status": response.status_code}, pin.expected,
+                    f"{where}, {pin.describe()}; body {response.text[:300]!r}")
+        self.server.settle()
+        self._alive(where)
+        executor = self.server.proc.model_executor
+        if pin.applies:  # the server stays asleep: the executor keeps its sleeping tags
+            self._equal("flags.is_sleeping", (self.server.http_is_sleeping(), sorted(executor.sleeping_tags)),
+                        (True, sorted(s.asleep_tags)),
+                        f"{where}: /is_sleeping and the executor's tags after the refused full wake")
+        else:
+            self.state = model.INITIAL if s.weights == "A" else s
+            self._check_state(where)
+        return response.status_code
+
+    def coverage(self) -> tuple[set, collections.Counter]:
+        """What the executed steps visited: pairs, and consecutive operations within a walk."""
+        visited, consecutive = set(), collections.Counter()
+        for steps in self.executed:
+            visited |= {(plan.pair_state(s), op) for s, op in steps}
+            consecutive.update((str(a), str(b)) for (_, a), (_, b) in zip(steps, steps[1:]))
+        return visited, consecutive
+
+
+def with_replay(failure: oracle.OracleFailure, seed: int, shard: int, walk, index: int, start: State):
+    """The failure with the walk's shortest replays (plan.shrink_candidates) for SLEEPWAKE_WALK_REPLAY."""
+    lines = [plan.script(seed, shard, c) for c in plan.shrink_candidates(walk, index, start)]
+    failures = failure.failures()
+    first = failures[0]
+    detail = ("replay, shortest first, on a fresh engine (SLEEPWAKE_WALK_REPLAY runs it in every shard; "
+              f"--test_filter=shard{shard} picks one):\n    " + "\n    ".join(lines))
+    return oracle.OracleFailure(first.oracle_id, first.what, first.measured, first.bound, first.relation,
+                                failures[1:], detail)
+
