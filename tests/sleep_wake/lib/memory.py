@@ -1,9 +1,8 @@
 """Physical GPU memory of a server as NVML sees it, and the checkpoint bytes it should hold."""
 
 import glob
-import json
+import math
 import os
-import struct
 
 from tests.sleep_wake.lib import measure, oracle, thresholds
 
@@ -42,8 +41,16 @@ def settled_gpu_bytes(server, what: str, done=None, recorder=None) -> int:
     return readings[-1]
 
 
+# Bytes per element of the safetensors dtypes a checkpoint may hold (safetensors' own names).
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+               "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+
+
 def checkpoint_tensors(model_dir: str) -> dict[str, int]:
-    """Tensor name -> bytes over the checkpoint's *.safetensors files, read from their headers."""
+    """Tensor name -> bytes over the checkpoint's *.safetensors files, from their headers (safe_open maps
+    nothing but the header until a tensor is read)."""
+    from safetensors import safe_open  # vLLM's own dependency: every runner's Python has it
+
     paths = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
     if not paths:
         raise oracle.Precondition(
@@ -51,11 +58,10 @@ def checkpoint_tensors(model_dir: str) -> dict[str, int]:
             "checkpoint's tensor bytes, so the model must be a local checkpoint directory")
     tensors = {}
     for path in paths:
-        with open(path, "rb") as f:
-            (header_len,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(header_len))
-        tensors.update({name: t["data_offsets"][1] - t["data_offsets"][0]
-                        for name, t in header.items() if name != "__metadata__"})
+        with safe_open(path, framework="numpy") as f:
+            for name in f.keys():
+                piece = f.get_slice(name)
+                tensors[name] = math.prod(piece.get_shape()) * DTYPE_BYTES[piece.get_dtype()]
     return tensors
 
 
