@@ -52,6 +52,7 @@ class Case:
     message: str = ""  # the first failure/error message attribute (its text when that is empty)
     text: str = ""  # every failure/error message and text (for people; verdicts read `oracles`)
     oracles: tuple = ()  # the ids of the oracles that failed in it, in order
+    seconds: float = 0.0  # its JUnit time (set-up, call and teardown)
 
     @property
     def test_id(self) -> str:
@@ -69,7 +70,8 @@ def parse_junit(path: str) -> list[Case]:
             message = bad[0].get("message") or (bad[0].text or "").strip()
         text = "\n".join(f"{c.get('message', '')}\n{c.text or ''}" for c in bad)
         oracles = tuple(p.get("value", "") for p in tc.iter("property") if p.get("name") == ORACLE_PROPERTY)
-        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text, oracles))
+        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text, oracles,
+                          float(tc.get("time") or 0)))
     return cases
 
 

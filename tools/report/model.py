@@ -28,10 +28,24 @@ class Cell:
     logs: list[reading.OutputFile] = dataclasses.field(default_factory=list)
     records: list[dict] = dataclasses.field(default_factory=list)
     bad_lines: int = 0  # lines of measurements.jsonl that were not JSON
+    target: str = ""  # the Bazel target where it is not <class>_<runner>_<mode> (a fake tier cell)
+    shard_seconds: list[float] = dataclasses.field(default_factory=list)  # per result dir, its cases' time
 
     @property
     def name(self) -> str:  # the Bazel target, as tools/defs.bzl cell_name() builds it
-        return f"{self.test_class}_{self.runner}_{self.mode}"
+        return self.target or f"{self.test_class}_{self.runner}_{self.mode}"
+
+    @property
+    def seconds(self) -> float:
+        """The cell's test time, server starts included: its cases' JUnit times, of its longest shard
+        (shards run side by side)."""
+        return max(self.shard_seconds, default=0.0)
+
+    @property
+    def server_start_s(self) -> float | None:
+        """The longest server start the cell recorded (launch to /health, lease waits included)."""
+        starts = [r["value"] for r in self.records if r.get("key") == "server_start_s"]
+        return max(starts) if starts else None
 
     @property
     def id(self) -> str:  # MRV1-eager, as tests record it
@@ -62,19 +76,54 @@ class Run:
     identity_file: tuple[str, str] | None  # (path, text) of @sleepwake_gpu's identity.txt
     mutation: Mutation | None
     notes: list[str]
+    fake: dict[str, Cell] = dataclasses.field(default_factory=dict)  # target -> the fake tier's cells
 
     def ordered(self) -> list[Cell]:
         return [self.cells[(c, r, m)] for c in self.classes for r, m in self.columns]
 
-    def states(self) -> dict[str, int]:
+    def states(self, cells=None) -> dict[str, int]:
         out = {}
-        for cell in self.ordered():
+        for cell in self.ordered() if cells is None else cells:
             out[cell.state] = out.get(cell.state, 0) + 1
         return out
 
+    def _identity_lines(self, key: str) -> list[str]:
+        texts = list(self.identities) + ([self.identity_file[1]] if self.identity_file else [])
+        return [line.split(":", 1)[1].strip() for text in texts for line in text.splitlines()
+                if line.split(":", 1)[0].strip().lower() == key]
+
+    def versions(self) -> list[str]:
+        """The vLLM releases the GPU cells' servers reported (GET /version), else the identity's."""
+        served = {str(r["vllm_version"]) for cell in self.ordered() for r in cell.records
+                  if r.get("key") == "server_start_s" and r.get("vllm_version")}
+        return sorted(served or {line.split()[0] for line in self._identity_lines("vllm") if line})
+
+    def gpu_model(self) -> str:
+        """The GPU's name from the identity ("gpus: 0, NVIDIA H200, <driver>, <memory>; 1, ...")."""
+        for line in self._identity_lines("gpus"):  # third_party/gpu_runtime writes "gpus: ..."
+            fields = [f.strip() for f in line.split(";")[0].split(",")]
+            if len(fields) > 1:
+                return fields[1]
+        return ""
+
+
+FAKE_INFIX = "_fake_"  # <class>_fake_<runner>_<mode>[_vllm<release>]: the fake tier (tools/defs.bzl)
+
+
+def split_fake(name: str) -> tuple[str, str, str] | None:
+    """(class, runner, mode) of a fake tier target name, or None for any other target."""
+    head, sep, tail = name.partition(FAKE_INFIX)
+    if not sep or not head:
+        return None
+    runner, _, rest = tail.partition("_")
+    mode = rest.split("_", 1)[0]
+    return (head, runner, mode) if runner in RUNNERS and mode in EXECUTION_MODES else None
+
 
 def split_name(name: str) -> tuple[str, str, str] | None:
-    """(class, runner, mode) of a cell target name, or None for any other target."""
+    """(class, runner, mode) of a GPU cell target name, or None for any other target."""
+    if FAKE_INFIX in name:
+        return None
     for runner in RUNNERS:
         for mode in EXECUTION_MODES:
             suffix = f"_{runner}_{mode}"
@@ -88,7 +137,9 @@ def _judge(cell: Cell, invocation: reading.Invocation | None) -> None:
     for result_dir in cell.dirs:
         xml = os.path.join(result_dir, "test.xml")
         try:
-            cell.cases += reading.junit_cases(xml)
+            cases = reading.junit_cases(xml)
+            cell.cases += cases
+            cell.shard_seconds.append(sum(c.seconds for c in cases))
         except ValueError as e:
             cell.state, cell.note = UNREADABLE, str(e)
             return
@@ -144,8 +195,15 @@ def load_run(root: str, workspace: str, bep_path: str | None) -> Run:
     matrix = os.path.join(root, reading.MATRIX_DIR)
     classes = reading.class_names(workspace)
     columns = [(r, m) for r in RUNNERS for m in EXECUTION_MODES]
-    cells = {}
+    cells, fake = {}, {}
     for name in sorted(os.listdir(matrix)) if os.path.isdir(matrix) else []:
+        faked = split_fake(name)
+        if faked:
+            dirs = reading.result_dirs(os.path.join(matrix, name))
+            if dirs:
+                fake[name] = cell = Cell(*faked, dirs=dirs, target=name)
+                _read_cell(cell, invocation)
+            continue
         parts = split_name(name)
         dirs = reading.result_dirs(os.path.join(matrix, name)) if parts else []
         if not dirs:
@@ -169,4 +227,4 @@ def load_run(root: str, workspace: str, bep_path: str | None) -> Run:
     return Run(testlogs=root, classes=sorted(classes), columns=columns, cells=cells,
                invocation=invocation.command if invocation else None, identities=identities,
                identity_file=(found, reading.read_text(found)) if found else None,
-               mutation=_mutation(root, workspace), notes=notes)
+               mutation=_mutation(root, workspace), notes=notes, fake=fake)

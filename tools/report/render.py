@@ -26,6 +26,7 @@ td.passed{background:#e6f4e6} td.failed{background:#fbe3e3} td.not-run{backgroun
 td.no-cases,td.stale,td.unreadable{background:#fff3cd}
 .state{font-weight:600;font-size:13px} .msg{color:#8b1a1a;margin:3px 0} .note{color:#7a5b00;margin:3px 0}
 .links a{margin-right:6px} .summary span{margin-right:14px} .bad{color:#b00020;font-weight:600}
+.headline{font-size:17px;margin:4px 0 8px} .grid.fake col.class{width:330px}
 .ok{color:#1b7a1b;font-weight:600} .muted{color:#777} .notes li{color:#7a5b00}
 .panels{display:flex;flex-wrap:wrap;gap:8px} figure.panel{margin:0;border:1px solid #e2e2e2;padding:4px}
 figure.panel figcaption{font-size:12px;font-weight:600}
@@ -53,7 +54,7 @@ class Page:
         return f'<a href="{self.href(path)}"{t}>{escape(text)}</a>'
 
     def html(self) -> str:
-        body = [self.header(), self.grid(), self.failures(), self.identity(),
+        body = [self.header(), self.grid(), self.fake_grid(), self.failures(), self.identity(),
                 self.memory(series.GPU, "GPU memory"), self.memory(series.HOST, "Host memory"),
                 self.timings(), self.mutants()]
         return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -61,6 +62,22 @@ class Page:
                 f"<style>{CSS}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n")
 
     # --- summary and grid ----------------------------------------------------------------------
+    def headline(self) -> str:
+        """What a person should read first: how many of the cells that ran passed, on which vLLM and GPU,
+        how long the slowest took; the fake tier counted apart (it is no GPU cell)."""
+        run = self.run
+        ran = [c for c in run.ordered() if c.state != model.NOT_RUN]
+        passed = sum(c.state == model.PASSED for c in ran)
+        where = ", ".join(x for x in (", ".join(f"vLLM {v}" for v in run.versions()), run.gpu_model()) if x)
+        slowest = max(ran, key=lambda c: c.seconds, default=None)
+        text = f"{passed}/{len(ran)} GPU cells passed" + (f", {where}" if where else "")
+        if slowest is not None and slowest.seconds:
+            text += f", slowest cell {slowest.seconds:.0f} s"
+        css = "ok" if ran and passed == len(ran) else "bad"
+        fake = list(run.fake.values())
+        fake_text = (f"; fake tier: {sum(c.state == model.PASSED for c in fake)}/{len(fake)} passed" if fake else "")
+        return f'<p class="headline"><span class="{css}">{escape(text)}</span>{escape(fake_text)}</p>'
+
     def header(self) -> str:
         run, states = self.run, self.run.states()
         cases = [c for cell in run.ordered() for c in cell.cases]
@@ -70,9 +87,14 @@ class Page:
         source = (f"the results of the bazel test <code>{escape(run.invocation)}</code>" if run.invocation
                   else "every result found there (no build events)")
         notes = "".join(f"<li>{escape(n)}</li>" for n in run.notes)
-        return (f"<header><h1>sleepwake matrix</h1>"
-                f'<p class="summary"><b>{len(run.cells)} cells</b> {"".join(parts)}</p>'
-                f"<p>test cases: {outcome['passed']} passed, {outcome['failed']} failed, "
+        failing = [c for c in run.ordered() + list(run.fake.values())
+                   if c.state in (model.FAILED,) + model.FLAGGED]
+        first = ("<p>first, the cells that failed or prove nothing: " + ", ".join(
+            f'<a href="#fail-{escape(c.name)}">{escape(c.name)}</a> ({escape(c.state)})' for c in failing)
+            + "</p>") if failing else ""
+        return (f"<header><h1>sleepwake matrix</h1>{self.headline()}{first}"
+                f'<p class="summary"><b>{len(run.cells)} GPU cells</b> {"".join(parts)}</p>'
+                f"<p>test cases of the GPU cells: {outcome['passed']} passed, {outcome['failed']} failed, "
                 f"{outcome['skipped']} skipped. Read from {self.link(run.testlogs, run.testlogs)}: {source}.</p>"
                 + (f'<ul class="notes">{notes}</ul>' if notes else "") + "</header>")
 
@@ -97,6 +119,9 @@ class Page:
         ran = cell.count("passed") + cell.count("failed")
         counts = f" {cell.count('passed')}/{ran}" if ran else ""
         inner = [f'<div class="state">{escape(cell.state)}{counts}</div>']
+        if cell.seconds:
+            start = f", server start {cell.server_start_s:.1f} s" if cell.server_start_s is not None else ""
+            inner.append(f'<div class="muted">{cell.seconds:.0f} s{start}</div>')
         if cell.state == model.FAILED:
             first = cell.failures[0].message.strip().splitlines() or [""]
             preview = first[0][:MESSAGE_PREVIEW] + ("…" if len(first[0]) > MESSAGE_PREVIEW or len(first) > 1 else "")
@@ -106,6 +131,20 @@ class Page:
         inner.append(f'<div class="links">{self.cell_links(cell)}</div>')
         return (f'<td class="cell {css}" data-cell="{escape(cell.name)}" data-state="{escape(cell.state)}" '
                 f'title="{escape(cell.name)}">{"".join(inner)}</td>')
+
+    def fake_grid(self) -> str:
+        """The fake tier's targets, a grid of their own: they run the classes against the fake server on a
+        CPU, on the cells fake_tier.bzl names, so they are no row of the GPU grid."""
+        fake = self.run.fake
+        if not fake:
+            return ""
+        states = self.run.states(fake.values())
+        counts = " ".join(f"<span>{escape(s)}: {n}</span>" for s, n in sorted(states.items()))
+        rows = "".join(f'<tr><th class="class">{escape(name)}</th>{self.grid_cell(cell)}</tr>'
+                       for name, cell in sorted(fake.items()))
+        return ('<section id="fake"><h2>Fake tier (CPU, the fake server)</h2>'
+                f'<p class="summary"><b>{len(fake)} targets</b> {counts}</p>'
+                f'<table class="grid fake"><col class="class">{rows}</table></section>')
 
     def cell_links(self, cell: model.Cell) -> str:
         links = []
@@ -125,7 +164,7 @@ class Page:
 
     # --- failures --------------------------------------------------------------------------------
     def failures(self) -> str:
-        failed = [c for c in self.run.ordered() if c.state == model.FAILED]
+        failed = [c for c in self.run.ordered() + list(self.run.fake.values()) if c.state == model.FAILED]
         if not failed:
             return '<section id="failures"><h2>Failures</h2><p class="ok">no cell failed</p></section>'
         articles = []

@@ -246,3 +246,21 @@ def test_a_wrong_testlogs_dir_is_one_line(tmp_path, capsys, make, says):
     assert cli.main(["tools.report", str(make(tmp_path)), "--out", str(tmp_path / "r.html")]) == 1
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "r.html").exists()
+
+
+def test_the_fake_tier_is_a_grid_of_its_own_and_the_headline_counts_gpu_cells(tmp_path):
+    logs, _ = _bazel_layout(tmp_path)
+    # A fake tier target beside the GPU cells, as Bazel leaves it: <class>_fake_<runner>_<mode>.
+    shutil.copytree(logs / MATRIX / "flags_mrv1_eager", logs / MATRIX / "flags_fake_mrv1_eager")
+    page = _render(tmp_path, logs=logs)
+    doc = Elements(page)
+    gpu = {a["data-cell"] for t, a, _ in doc.found if t == "td" and "data-cell" in a and "fake" not in a["data-cell"]}
+    grids = re.findall(r'<section id="(grid|fake)">(.*?)</section>', page, re.S)
+    assert [name for name, _ in grids] == ["grid", "fake"]
+    assert "flags_fake_mrv1_eager" not in grids[0][1] and "flags_fake_mrv1_eager" in grids[1][1]
+    assert len(gpu) == 64  # the GPU grid keeps its 16 classes x 4 cells, no fake row added
+    headline = re.search(r'<p class="headline">(.*?)</p>', page, re.S).group(1)
+    ran = sum(1 for t, a, _ in doc.found if t == "td" and a.get("data-state") not in (None, model.NOT_RUN)
+              and "fake" not in a.get("data-cell", ""))
+    assert re.search(rf"\d+/{ran} GPU cells passed", headline), headline
+    assert re.search(r"fake tier: [01]/1 passed", headline) and "vLLM 0.26.0, NVIDIA H200" in headline
