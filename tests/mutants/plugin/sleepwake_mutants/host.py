@@ -79,15 +79,18 @@ def pinned_jump_once():
     after(Worker, "sleep", lambda worker: leaked.append(_pinned(PINNED_JUMP)), nth=PINNED_JUMP_AT_SLEEP)
 
 
-def level2_pins_host():
+def _pinned_while_asleep(size: int, when) -> None:
+    """`size` bytes pinned after each Worker.sleep(level) for which when(level, earlier levels) holds,
+    released by the next wake."""
     from vllm.v1.worker.gpu_worker import Worker
-    held = []
+    held, levels = [], []
 
     def make_sleep(original):
         def sleep(self, level=1):
             result = original(self, level)
-            if level == 2:
-                held.append(_pinned(LEVEL2_PINNED))
+            if when(level, levels):
+                held.append(_pinned(size))
+            levels.append(level)
             return result
         return sleep
 
@@ -98,28 +101,15 @@ def level2_pins_host():
         return wake_up
     wrap(Worker, "sleep", make_sleep)
     wrap(Worker, "wake_up", make_wake)
+
+
+def level2_pins_host():
+    _pinned_while_asleep(LEVEL2_PINNED, lambda level, earlier: level == 2)
 
 
 def host_copy_twice():
-    from vllm.v1.worker.gpu_worker import Worker
-    held, sleeps = [], []
-
-    def make_sleep(original):
-        def sleep(self, level=1):
-            result = original(self, level)
-            if level == 1 and 1 not in sleeps:  # the first level-1 sleep, a level-2 one before it or not
-                held.append(_pinned(SECOND_COPY))
-            sleeps.append(level)
-            return result
-        return sleep
-
-    def make_wake(original):
-        def wake_up(self, tags=None):
-            _release(held)
-            return original(self, tags)
-        return wake_up
-    wrap(Worker, "sleep", make_sleep)
-    wrap(Worker, "wake_up", make_wake)
+    # The first level-1 sleep, a level-2 one before it or not (host_memory sleeps at level 2 first).
+    _pinned_while_asleep(SECOND_COPY, lambda level, earlier: level == 1 and 1 not in earlier)
 
 
 def host_copy_partial():
