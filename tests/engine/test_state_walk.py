@@ -99,3 +99,23 @@ def test_the_shards_cover_every_reachable_pair():
     shards = plan.partition(plan.reachable_pairs(), SHARDS)
     assert set().union(*shards) == plan.reachable_pairs()
     assert len(shards) == SHARDS and all(shards)
+
+
+def test_the_walk_driver_names_known_oracles_and_makes_no_bare_assert():
+    """The GPU suite's lint (tests/sleep_wake/unit/oracle_unit_test.py) does not read tests/engine: the
+    same two rules for the walk's driver. Every check goes through an oracle id of oracle.ORACLES."""
+    import ast
+
+    from tests.engine.lib import walk_driver
+    from tests.sleep_wake.lib import oracle
+    tree = ast.parse(open(walk_driver.__file__, encoding="utf-8").read())
+    assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)]
+    assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call)
+                and isinstance(n.exc.func, ast.Name) and n.exc.func.id == "AssertionError"]
+    families = {o.split(".")[0] for o in oracle.ORACLES}
+    formatted = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+    named = {n.value for n in ast.walk(tree) if id(n) not in formatted and isinstance(n, ast.Constant)
+             and isinstance(n.value, str) and n.value.count(".") == 1 and " " not in n.value
+             and n.value.split(".")[0] in families}
+    assert named and named <= set(oracle.ORACLES), sorted(named - set(oracle.ORACLES))
+    assert set(walk_driver.STAND_INS) <= set(walk_driver.SKIPPED)
