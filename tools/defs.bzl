@@ -6,14 +6,12 @@ what is generated.
 """
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
+load("//tools:matrix.bzl", "EXECUTION_MODES", "RUNNERS")
 
 # Runner name -> the value of VLLM_USE_V2_MODEL_RUNNER and the pytest id prefix. The launcher sets the
 # variable for the server explicitly: left unset, vLLM >= mid-2026 picks V2 for dense models and an
 # "MRV1" cell would silently test MRV2.
-# The Starlark twin of tools/matrix.py (RUNNERS' keys, EXECUTION_MODES); tools/defs_test.py checks them.
-RUNNERS = ["mrv1", "mrv2"]
 
-EXECUTION_MODES = ["eager", "graph"]
 
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
@@ -188,7 +186,7 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
 
     Args:
       name: the test_suite holding every target.
-      classes: dict of class short name -> test source file (classes.bzl).
+      classes: dict of class short name -> test source file (tools/matrix.bzl).
       cells: dict of class short name -> fake cells, each "<runner>_<mode>" or
         "<runner>_<mode>_vllm<version>" (the fake then serves that release's response shapes).
         Target names: <class>_fake_<cell>, e.g. flags_fake_mrv1_eager.
@@ -240,13 +238,13 @@ def sleep_wake_sharded(
     Targets are named <name>_<runner>_<mode> (e.g. sharded_mrv1_eager); `name` is a test_suite of
     them. shard_count is the number of classes, and pytest_main gives each test class whole to the
     emptiest shard, so every shard runs exactly one class: one vLLM server, its own test.xml and
-    outputs under bazel-testlogs/<target>/shard_<i>_of_<n>/. A class added to classes.bzl adds a
+    outputs under bazel-testlogs/<target>/shard_<i>_of_<n>/. A class added to tools/matrix.bzl adds a
     shard. This is the matrix's other shape (one target per runner x mode instead of per class), so
     every target and the suite are tagged `manual`: `//tests/sleep_wake/...` runs the matrix once.
 
     Args:
       name: prefix of the targets and name of their test_suite.
-      classes: dict of class short name -> test source file (classes.bzl).
+      classes: dict of class short name -> test source file (tools/matrix.bzl).
       deps: libraries the test files import (fixtures, client, launcher).
       runners: subset of RUNNERS to generate.
       modes: subset of EXECUTION_MODES to generate.

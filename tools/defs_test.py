@@ -77,7 +77,7 @@ def _evaluate(package):
     path = os.path.join(WORKSPACE, package, "BUILD.bazel")
     with open(path) as f:
         exec(compile(f.read(), path, "exec"), scope)  # noqa: S102
-    loaded = fake.load_bzl("//tests/sleep_wake:classes.bzl")
+    loaded = fake.load_bzl("//tools:matrix.bzl")
     return fake.rules, loaded["SLEEP_WAKE_CLASSES"], loaded["SHARD_COUNTS"]
 
 
@@ -95,7 +95,7 @@ def test_the_sharded_family_runs_every_class_one_shard_each(matrix):
     for name, attrs in sharded.items():
         runner, mode = name.split("_")[1:]
         assert attrs["shard_count"] == len(classes) - len(shard_counts) + sum(shard_counts.values()), (
-            "one shard per pytest class, from classes.bzl")
+            "one shard per pytest class, from tools/matrix.bzl")
         assert sorted(attrs["args"]) == sorted(f"{MATRIX_PACKAGE}/{f}" for f in classes.values())
         assert "manual" in attrs["tags"] and {"gpu", runner, mode} <= set(attrs["tags"])
         assert (attrs["env"]["SLEEPWAKE_RUNNER"], attrs["env"]["SLEEPWAKE_EXECUTION_MODE"]) == (runner, mode)
@@ -113,9 +113,11 @@ def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix)
         assert "manual" not in attrs["tags"], "//tests/sleep_wake/... must keep running every cell"
 
 
-def test_the_starlark_vocabulary_is_the_pythons():
-    """tools/defs.bzl's RUNNERS and EXECUTION_MODES are tools/matrix.py's: one matrix, two languages."""
+def test_starlark_and_python_read_one_spec():
+    """tools/defs.bzl takes the runners and modes from tools/matrix.bzl, as tools/matrix.py does: one
+    matrix, two readers."""
     from tools import matrix as spec
     loaded = StarlarkFake("tools").load_bzl("//tools:defs.bzl")
-    assert list(loaded["RUNNERS"]) == list(spec.RUNNERS)
-    assert list(loaded["EXECUTION_MODES"]) == list(spec.EXECUTION_MODES)
+    assert loaded["RUNNERS"] == spec.RUNNERS and loaded["EXECUTION_MODES"] == spec.EXECUTION_MODES
+    with open(os.path.join(WORKSPACE, "tools", "defs.bzl"), encoding="utf-8") as f:
+        assert "\nRUNNERS = " not in f.read(), "defs.bzl must load RUNNERS from //tools:matrix.bzl, not define it"

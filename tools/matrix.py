@@ -1,10 +1,31 @@
-"""The matrix's vocabulary, one definition for every Python reader: the model runners (and the value of
-VLLM_USE_V2_MODEL_RUNNER that selects each), the execution modes, and a cell's id. tools/defs.bzl holds
-the Starlark twin for the macros; tools/defs_test.py checks the two agree.
-"""
+"""The matrix's spec for Python readers: tools/matrix.bzl's literals (runners, modes, classes, shards,
+releases, the fake tier's cells), parsed once, so that the launcher, the suite, the report and the unit
+tests read the table the Starlark macros read."""
 
-RUNNERS = {"mrv1": "0", "mrv2": "1"}  # runner -> VLLM_USE_V2_MODEL_RUNNER
-EXECUTION_MODES = ("eager", "graph")
+import ast
+import os
+
+SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.bzl")
+
+
+def _literals(path: str) -> dict:
+    """NAME -> value of every top-level `NAME = <literal>` of a .bzl file."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
+
+
+_SPEC = _literals(SPEC)
+RUNNERS: dict = _SPEC["RUNNERS"]  # runner -> VLLM_USE_V2_MODEL_RUNNER
+LOG_MARKER_V2: str = _SPEC["LOG_MARKER_V2"]
+EXECUTION_MODES: dict = _SPEC["EXECUTION_MODES"]  # mode -> vLLM flags
+SLEEP_WAKE_CLASSES: dict = _SPEC["SLEEP_WAKE_CLASSES"]  # class short name -> its file in //tests/sleep_wake
+SHARD_COUNTS: dict = _SPEC["SHARD_COUNTS"]
+RELEASES: tuple = tuple(_SPEC["RELEASES"])
+SUITE_RELEASE: str = _SPEC["SUITE_RELEASE"]
+FAKE_TIER_CELLS: dict = _SPEC["FAKE_TIER_CELLS"]
+FAKE_TIER_EXCLUDED: dict = _SPEC["FAKE_TIER_EXCLUDED"]
 
 
 def cell_id(runner: str, mode: str) -> str:

@@ -1,5 +1,5 @@
 """tests/mutants/BUILD.bazel repeats what Starlark cannot read: the catalogue's killing classes and the
-matrix's class files (from tests/sleep_wake/classes.bzl). This checks, on the CPU, that they agree, that
+matrix's class files (from tools/matrix.bzl). This checks, on the CPU, that they agree, that
 every catalogue entry names a patch of the plugin package and oracle ids the suite has, and that each
 mechanism bound has a mutant 1.5 times past it (not 2x, not 10x), so that a kill says the bound is sensitive."""
 
@@ -11,6 +11,7 @@ import pytest
 
 import sleepwake_mutants
 from tests.sleep_wake.lib import oracle, thresholds
+from tools import matrix
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -31,9 +32,6 @@ def _dict_of_lists(text):
     return {k: re.findall(r'"(\w+)"', v) for k, v in re.findall(r'"(\w+)": \[([^\]]*)\]', text)}
 
 
-def _dict_of_files(text):
-    return dict(re.findall(r'"(\w+)": "(test_\w+\.py)"', text))
-
 
 MUTANTS_BUILD = _read("tests/mutants/BUILD.bazel")
 MATRIX_BUILD = _read("tests/sleep_wake/BUILD.bazel")
@@ -51,12 +49,13 @@ def test_build_lists_exactly_the_catalogue():
 
 
 def test_the_classes_are_the_suites_test_files():
-    classes = _dict_of_files(_read("tests/sleep_wake/classes.bzl"))
-    assert len(classes) == 16, f"parsed {len(classes)} classes from tests/sleep_wake/classes.bzl: {classes}"
+    classes = matrix.SLEEP_WAKE_CLASSES
+    assert len(classes) == 16, f"{len(classes)} classes in tools/matrix.bzl: {classes}"
     for short, test_file in classes.items():
         assert os.path.exists(os.path.join(ROOT, "tests/sleep_wake", test_file)), (short, test_file)
-    assert "SLEEP_WAKE_CLASSES" in MUTANTS_BUILD and "SLEEP_WAKE_CLASSES" in MATRIX_BUILD, (
-        "the matrix and the mutants must both take their classes from classes.bzl")
+    for build in (MUTANTS_BUILD, MATRIX_BUILD):
+        assert 'load("//tools:matrix.bzl"' in build and "SLEEP_WAKE_CLASSES" in build, (
+            "the matrix and the mutants must both take their classes from tools/matrix.bzl")
 
 
 @pytest.mark.parametrize("name", sorted(sleepwake_mutants.MUTANTS))

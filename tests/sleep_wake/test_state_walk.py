@@ -5,7 +5,7 @@ model of tests/sleep_wake/walk (flags, gauge, health, GPU and host bytes, golden
 checkpoint, cached tokens, how requests in flight end) by the oracles.
 
 The reachable (state, operation) pairs of the model are split over SHARDS test classes, one per Bazel
-shard (classes.bzl STATE_WALK_SHARDS; pytest_main keeps a class whole in its shard, so each shard runs
+shard (tools/matrix.bzl SHARD_COUNTS; pytest_main keeps a class whole in its shard, so each shard runs
 one class, one server, its own seeds); a class fails when its walks leave one of its pairs unvisited. A
 full wake after a wake of one tag ends a server's usable life (known divergence
 full_wake_remaps_resident_pool): those pairs are probed last, one kind per shard (plan.terminal_probes).

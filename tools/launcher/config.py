@@ -10,7 +10,7 @@ import sys
 
 from tools.launcher.errors import ConfigError, VllmNotFoundError
 
-from tools.matrix import EXECUTION_MODES, RUNNERS  # noqa: F401  (the launcher's flags and env read them)
+from tools.matrix import EXECUTION_MODES, RUNNERS  # mode -> its vLLM flags; runner -> its env value
 
 MP_METHODS = ("fork", "spawn")
 # auto: fork the server from a zygote that imported vLLM once (zygote.py), else start it plainly and
@@ -195,11 +195,7 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
             "--enable-sleep-mode", "--enable-server-load-tracking", "--enable-prefix-caching",
             "--enable-prompt-tokens-details", "--max-num-seqs", "32"]
     # Stats stay on: the sleep-state gauge lives in /metrics.
-    if config.execution_mode == "eager":
-        argv.append("--enforce-eager")
-    else:
-        argv += ["--max-cudagraph-capture-size", "32"]
-    return argv + list(config.server_args)
+    return argv + list(EXECUTION_MODES[config.execution_mode]) + list(config.server_args)
 
 
 def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None = None) -> dict[str, str]:

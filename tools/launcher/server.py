@@ -34,12 +34,13 @@ from tools.launcher.config import (ServerConfig, build_command, build_env, check
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError  # noqa: F401 (API)
 from tools.launcher.nvml import Nvml
 from tools.launcher.timings import ServerTimings
+from tools import matrix as _spec  # private: the fake server mirrors this module's public names
 
 log = logging.getLogger("sleepwake.launcher")
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOG_TAIL_LINES = 50
-V2_MARKER = "Using V2 Model Runner"  # logged by vLLM 0.26.0's gpu_worker.py only when it builds MRV2
+V2_MARKER = _spec.LOG_MARKER_V2  # logged by vLLM 0.26.0's gpu_worker.py only when it builds MRV2
 # The log header's launch time and the line appended once /health answered (epoch seconds), which
 # tools/bench reads for its per-phase breakdown of a start.
 LAUNCH_MARK = "launched at"
@@ -48,17 +49,19 @@ _MIB = 1 << 20
 
 
 def check_runner(runner: str, log_text: str) -> None:
-    """Raises ServerStartError unless the log shows that vLLM built the runner asked for."""
-    built_v2 = V2_MARKER in log_text
-    if runner == "mrv2" and not built_v2:
+    """Raises ServerStartError unless the log shows that vLLM built the runner asked for (the spec's
+    VLLM_USE_V2_MODEL_RUNNER value says whether it is the V2 runner, whose build the log marks)."""
+    want_v2, built_v2 = _spec.RUNNERS[runner] == "1", V2_MARKER in log_text
+    name = runner.upper()
+    if want_v2 and not built_v2:
         raise ServerStartError(
-            "asked for MRV2 (VLLM_USE_V2_MODEL_RUNNER=1) but the log has no %r: vLLM built the V1 runner"
-            " (this model or platform may not support V2). The cell would report V1 results as MRV2;"
-            " check the log for why vLLM fell back." % V2_MARKER)
-    if runner == "mrv1" and built_v2:
+            "asked for %s (VLLM_USE_V2_MODEL_RUNNER=1) but the log has no %r: vLLM built the V1 runner"
+            " (this model or platform may not support V2). The cell would report V1 results as %s;"
+            " check the log for why vLLM fell back." % (name, V2_MARKER, name))
+    if not want_v2 and built_v2:
         raise ServerStartError(
-            "asked for MRV1 (VLLM_USE_V2_MODEL_RUNNER=0) but the log says %r: the variable did not reach"
-            " the server or this vLLM ignores it. The cell would report V2 results as MRV1." % V2_MARKER)
+            "asked for %s (VLLM_USE_V2_MODEL_RUNNER=0) but the log says %r: the variable did not reach"
+            " the server or this vLLM ignores it. The cell would report V2 results as %s." % (name, V2_MARKER, name))
 
 
 def read_log(path: str) -> str:

@@ -6,7 +6,6 @@ offer (log files inside test.outputs or outputs.zip, a run's measurements, the i
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import os
@@ -17,7 +16,6 @@ from tools import testlogs
 
 MATRIX_DIR = os.path.join("tests", "sleep_wake")
 MUTANTS_DIR = os.path.join("tests", "mutants")
-CLASSES_BZL = os.path.join("tests", "sleep_wake", "classes.bzl")
 # Where @sleepwake_gpu writes the identity of the vLLM build and GPU, under Bazel's output base.
 IDENTITY_FILE = os.path.join("external", "sleepwake_gpu", "identity.txt")
 
@@ -113,21 +111,6 @@ def identity_file(testlogs_root: str) -> str | None:
     base = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("execroot")]) or os.sep
     path = os.path.join(base, IDENTITY_FILE)
     return path if os.path.isfile(path) else None
-
-
-def class_names(workspace: str) -> list[str]:
-    """The suite's class short names, from SLEEP_WAKE_CLASSES in classes.bzl (a dict literal that
-    Starlark and Python read alike); [] when the workspace has no such file."""
-    path = os.path.join(workspace, CLASSES_BZL)
-    if not os.path.isfile(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SLEEP_WAKE_CLASSES"
-                                                for t in node.targets):
-            return sorted(ast.literal_eval(node.value))
-    return []
 
 
 def read_text(path: str) -> str:

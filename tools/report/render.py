@@ -134,7 +134,7 @@ class Page:
 
     def fake_grid(self) -> str:
         """The fake tier's targets, a grid of their own: they run the classes against the fake server on a
-        CPU, on the cells fake_tier.bzl names, so they are no row of the GPU grid."""
+        CPU, on the cells tools/matrix.bzl names, so they are no row of the GPU grid."""
         fake = self.run.fake
         if not fake:
             return ""

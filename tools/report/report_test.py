@@ -111,7 +111,7 @@ def run(tmp_path):
 def test_grid_has_every_cell_in_its_state(run):
     _, _, doc, _ = run
     cells = {a["data-cell"]: a["data-state"] for a in doc.all("td") if "data-cell" in a}
-    assert len(cells) == 64  # 16 classes x 2 runners x 2 modes, from classes.bzl
+    assert len(cells) == 64  # 16 classes x 2 runners x 2 modes, from tools/matrix.bzl
     assert {c: s for c, s in cells.items() if s != model.NOT_RUN} == STATES
 
 

@@ -6,8 +6,10 @@ identity file (SLEEPWAKE_VLLM_IDENTITY, a cache-key input) names the installed o
 
 import re
 
+from tools.matrix import RELEASES
+
 # The releases thresholds.KNOWN_DIVERGENCES was checked against (their source; 0.26.0 also on the H200).
-SUPPORTED = ("0.24.0", "0.25.0", "0.26.0")
+SUPPORTED = RELEASES
 
 
 class ReleaseMismatchError(RuntimeError):

@@ -1,43 +1,34 @@
-"""The fake tier's lists against the suite's classes: every class of classes.bzl runs against the fake
-(fake_tier.bzl FAKE_TIER_CELLS) or is listed with the reason it cannot (FAKE_TIER_EXCLUDED), never both;
+"""The fake tier's lists against the suite's classes: every class of the spec (tools/matrix.bzl) runs
+against the fake (FAKE_TIER_CELLS) or is listed with the reason it cannot (FAKE_TIER_EXCLUDED), never both;
 and the fake re-creates every mutant of the catalogue, so //tests/mutants:fake_mutants covers it."""
 
-import ast
 import os
 import re
 
 import sleepwake_mutants
 
 from tests.sleep_wake.fakes.fake_defects import DEFECTS, FAKE_ONLY, NOT_RE_CREATED
+from tools import matrix
 
 SUITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/sleep_wake
 WORKSPACE = os.path.dirname(os.path.dirname(SUITE))
 
 
-def _bzl_dict(path: str, name: str) -> dict:
-    """The literal dict assigned to `name` in a .bzl file (Starlark literals are Python literals)."""
-    with open(os.path.join(SUITE, path), encoding="utf-8") as f:
-        text = f.read()
-    m = re.search(r"^" + name + r" = (\{[^\n]*\}$|\{.*?^\})", text, re.DOTALL | re.MULTILINE)
-    assert m, f"no top-level `{name} = {{...}}` in tests/sleep_wake/{path}: was it reformatted?"
-    return ast.literal_eval(m.group(1))
-
-
-CLASSES = _bzl_dict("classes.bzl", "SLEEP_WAKE_CLASSES")
-RUN = _bzl_dict("fake_tier.bzl", "FAKE_TIER_CELLS")
-EXCLUDED = _bzl_dict("fake_tier.bzl", "FAKE_TIER_EXCLUDED")
+CLASSES = matrix.SLEEP_WAKE_CLASSES
+RUN = matrix.FAKE_TIER_CELLS
+EXCLUDED = matrix.FAKE_TIER_EXCLUDED
 
 
 def test_every_class_runs_on_the_fake_or_says_why_not():
-    assert len(CLASSES) >= 11, f"parsed only {len(CLASSES)} classes from classes.bzl: {sorted(CLASSES)}"
+    assert len(CLASSES) >= 11, f"only {len(CLASSES)} classes in tools/matrix.bzl: {sorted(CLASSES)}"
     both = sorted(set(RUN) & set(EXCLUDED))
-    assert not both, f"classes both run and excluded in fake_tier.bzl: {both}"
+    assert not both, f"classes both run and excluded in tools/matrix.bzl: {both}"
     unlisted = sorted(set(CLASSES) - set(RUN) - set(EXCLUDED))
     assert not unlisted, (
-        f"classes of classes.bzl in neither FAKE_TIER_CELLS nor FAKE_TIER_EXCLUDED (fake_tier.bzl): "
+        f"classes in neither FAKE_TIER_CELLS nor FAKE_TIER_EXCLUDED (tools/matrix.bzl): "
         f"{unlisted}. Run them against the fake, or exclude them with the reason the fake cannot run them.")
     unknown = sorted((set(RUN) | set(EXCLUDED)) - set(CLASSES))
-    assert not unknown, f"fake_tier.bzl names classes that classes.bzl does not have: {unknown}"
+    assert not unknown, f"FAKE_TIER_CELLS/EXCLUDED name classes SLEEP_WAKE_CLASSES does not have: {unknown}"
 
 
 def test_every_listed_class_has_a_cell_and_every_exclusion_a_reason():

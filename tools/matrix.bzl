@@ -1,0 +1,89 @@
+"""The matrix, in one place: read by the Starlark macros (load("//tools:matrix.bzl", ...)) and by Python
+(tools/matrix.py parses these literals), so that adding a runner, a mode, a class, a fake cell or a release
+is one edit here plus what docs/extending.md lists; tools/matrix_test.py fails when a place is missed.
+
+Literals only (dicts, lists, strings, numbers): Python reads them with ast.literal_eval.
+"""
+
+# Model runner -> the value of VLLM_USE_V2_MODEL_RUNNER that selects it. The launcher sets it for every
+# server and checks the log: MRV2 writes LOG_MARKER_V2, MRV1 must not (tools/launcher/server.py).
+RUNNERS = {
+    "mrv1": "0",
+    "mrv2": "1",
+}
+
+LOG_MARKER_V2 = "Using V2 Model Runner"
+
+# Execution mode -> what the launcher passes vLLM (tools/launcher/config.py build_argv).
+EXECUTION_MODES = {
+    "eager": ["--enforce-eager"],
+    "graph": ["--max-cudagraph-capture-size", "32"],
+}
+
+# The suite's test classes: short name (used in cell names and tags) -> the file holding the class, in
+# //tests/sleep_wake.
+SLEEP_WAKE_CLASSES = {
+    "abort_parallel_sampling": "test_abort_parallel_sampling.py",
+    "concurrent_race": "test_concurrent_race.py",
+    "error_paths": "test_error_paths.py",
+    "flags": "test_sleep_wake_flags.py",
+    "host_memory": "test_host_memory.py",
+    "immediacy": "test_sleep_wake_immediacy.py",
+    "latency": "test_sleep_wake_latency.py",
+    "logprobs_precision": "test_logprobs_precision.py",
+    "memory_leak_cycle": "test_memory_leak_cycle.py",
+    "output_correctness": "test_output_correctness.py",
+    "physical_memory": "test_physical_memory.py",
+    "prefix_cache_levels": "test_prefix_cache_levels.py",
+    "scheduler_gate": "test_scheduler_gate.py",
+    "staged_wake_cycles": "test_staged_wake_cycles.py",
+    "state_walk": "test_state_walk.py",
+    "weight_sync": "test_weight_sync.py",
+}
+
+# Classes split over Bazel shards, one pytest class per shard (test_state_walk.py defines SHARDS classes).
+SHARD_COUNTS = {
+    "state_walk": 6,
+}
+
+# The vLLM releases the suite supports: the known divergences (tests/sleep_wake/lib/thresholds.py) were
+# checked against each one's source. SUITE_RELEASE is the venv's pin (third_party/python/requirements.in,
+# the engine tier's reference); every other one has an overlay third_party/python/vllm-<v>.overlay.lock and
+# its own engine tier target.
+RELEASES = [
+    "0.24.0",
+    "0.25.0",
+    "0.26.0",
+]
+
+SUITE_RELEASE = "0.26.0"
+
+# The fake tier (//tests/sleep_wake:fake): which classes run against the fake server, on which fake
+# cells, and which cannot run, with the reason. A cell is "<runner>_<mode>", or
+# "<runner>_<mode>_vllm<version>" to serve that release's response shapes (tests/sleep_wake/fakes/
+# fake_vllm.py). Every class is in exactly one of the two dicts.
+FAKE_TIER_CELLS = {
+    "abort_parallel_sampling": ["mrv1_eager"],
+    "concurrent_race": ["mrv1_eager"],
+    # 0.24.0: the divergence pins of the misuse tests are looked up for that release too.
+    "error_paths": ["mrv1_eager", "mrv1_eager_vllm0.24.0"],
+    # 0.25.0: /reset_prefix_cache answers an empty 200 there (the level-2 recovery calls it).
+    "flags": ["mrv1_eager", "mrv1_eager_vllm0.25.0"],
+    "host_memory": ["mrv1_eager"],
+    "immediacy": ["mrv1_eager"],
+    "latency": ["mrv1_eager"],
+    "logprobs_precision": ["mrv1_eager"],
+    "memory_leak_cycle": ["mrv1_eager"],
+    "output_correctness": ["mrv1_eager"],
+    # graph: the per-mode residue bound (the resident CUDA-graph pool) and MRV2's runner check.
+    "physical_memory": ["mrv1_eager", "mrv2_graph"],
+    "prefix_cache_levels": ["mrv1_eager"],
+    "scheduler_gate": ["mrv1_eager"],
+    "staged_wake_cycles": ["mrv1_eager"],
+    # The walk's model checked against the fake: every shard's pairs, in one target.
+    "state_walk": ["mrv1_eager"],
+    "weight_sync": ["mrv1_eager"],
+}
+
+# class short name -> why the fake cannot run it (empty: the fake runs every class).
+FAKE_TIER_EXCLUDED = {}
