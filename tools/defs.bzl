@@ -40,7 +40,7 @@ def sleepwake_py_test(
         timeout = None,
         shard_count = None,
         args = []):
-    """A py_test whose main is tools/pytest_main.py, collecting the test files among srcs.
+    """A py_test whose main is tools/pytest_bridge/pytest_main.py, collecting the test files among srcs.
 
     Args:
       name: target name.
@@ -60,9 +60,9 @@ def sleepwake_py_test(
     pkg = native.package_name()
     native.py_test(
         name = name,
-        srcs = srcs + ["//tools:pytest_main.py"],
-        main = "//tools:pytest_main.py",
-        deps = deps + ["//tools:pytest_bazel"],
+        srcs = srcs + ["//tools/pytest_bridge:pytest_main.py"],
+        main = "//tools/pytest_bridge:pytest_main.py",
+        deps = deps + ["//tools/pytest_bridge:pytest_bazel"],
         # The toolchains' interpreters sit at fixed paths outside Bazel's view: the lock they are built
         # from (the CPU venv, the GPU runner's harness overlay) makes their contents part of every key.
         data = data + [_LOCK],

@@ -17,7 +17,7 @@
 # Bazel runs GPUs x slots cells at once; each cell leases a slot with a lock file (tools/launcher/
 # gpu_lease.py) instead of Bazel's `exclusive` tag, which in Bazel 4.2.3 disables remote caching.
 # Fails when a test fails, when no target matched, and when no test case ran at all (a --test_filter
-# that matched nothing in any cell): tools/ran_tests.py reads this invocation's build events.
+# that matched nothing in any cell): tools/results/ran_tests.py reads this invocation's build events.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,9 +62,9 @@ rc=$?
 python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" ||
   echo "run_matrix.sh: no HTML report (see the line above); the test results stand" >&2
 ((rc == 4)) && { echo "run_matrix.sh: FAILED: no test target matched" >&2; exit 1; }
-if ((rc == 0)) && ! python3 tools/ran_tests.py "$bep"; then
+if ((rc == 0)) && ! python3 tools/results/ran_tests.py "$bep"; then
   echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2
   exit 1
 fi
-echo "run_matrix.sh: summary of the cells: python3 tools/matrix_report.py"
+echo "run_matrix.sh: summary of the cells: python3 tools/results/matrix_report.py"
 exit $rc

@@ -16,8 +16,8 @@ from tools.launcher import slots
 
 TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
 WORKSPACE = os.path.dirname(TOOLS_DIR)
-SCRIPT_FILES = ["tools/__init__.py", "tools/test.sh", "tools/run_matrix.sh", "tools/ran_tests.py",
-                "tools/testlogs.py", "tools/launcher/__init__.py", "tools/launcher/errors.py",
+SCRIPT_FILES = ["tools/__init__.py", "tools/test.sh", "tools/run_matrix.sh", "tools/results/ran_tests.py",
+                "tools/results/testlogs.py", "tools/launcher/__init__.py", "tools/launcher/errors.py",
                 "tools/launcher/slots.py", "tools/launcher/visible_devices.py"]
 FAKES = os.path.join(TOOLS_DIR, "testdata", "scripts")
 # What the two H200s of an nvidia-h200-x2 runner report: index, uuid, free MiB.

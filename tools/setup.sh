@@ -91,7 +91,7 @@ if ((cpu_pieces)); then
     optional "tools/remote_exec/install.sh failed: //tools/remote_exec:remote_exec_test needs BuildGrid and PostgreSQL"
 
   # Other vLLM releases for the engine tier on CPU (//tests/engine's per-release targets): each a
-  # hash-checked overlay on the venv holding the pins that release changes (tools/version_overlay.py
+  # hash-checked overlay on the venv holding the pins that release changes (tools/deps/version_overlay.py
   # says which), put first on the path by those targets.
   for overlay_lock in third_party/python/vllm-*.overlay.lock; do
     release=$(basename "$overlay_lock" .overlay.lock)
@@ -114,9 +114,9 @@ if ((gpu_count > 0)); then
   "$gpu_python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' ||
     die "$gpu_python cannot import vllm: install vLLM for it, or set SLEEPWAKE_GPU_PYTHON to a Python that has it"
   # The harness's own packages (pytest, absl-py, ...) come from the lock, hash-checked, as an overlay
-  # first on the runner's path; what vLLM itself needs stays the runner's (tools/harness_overlay.py).
+  # first on the runner's path; what vLLM itself needs stays the runner's (tools/deps/harness_overlay.py).
   overlay_lock=$(mktemp)
-  "$gpu_python" -m tools.harness_overlay "$LOCK" > "$overlay_lock" || die "could not derive the harness overlay from $LOCK"
+  "$gpu_python" -m tools.deps.harness_overlay "$LOCK" > "$overlay_lock" || die "could not derive the harness overlay from $LOCK"
   overlay_sha=$(sha256sum "$overlay_lock" | cut -d' ' -f1)
   if [[ "$(cat "$OVERLAY/.lock-sha256" 2>/dev/null)" != "$overlay_sha" ]]; then
     say "installing the harness overlay $OVERLAY for $gpu_python (${SLEEPWAKE_WHEELHOUSE:+wheels from $SLEEPWAKE_WHEELHOUSE, }sha256 ${overlay_sha:0:16})"

@@ -6,7 +6,7 @@
 # with that executor (SLEEPWAKE_REMOTE_INSTANCE: its instance name; the pools' properties come from
 # SLEEPWAKE_GPU_POOL_PROPERTIES, see README "Remote execution"). Exits non-zero when a test fails, when
 # no test target matched, and when no test case ran at all (a --test_filter that matched nothing in
-# any target): tools/ran_tests.py reads this invocation's build events.
+# any target): tools/results/ran_tests.py reads this invocation's build events.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +24,7 @@ rm -f "$bep"
 bazel test "${args[@]}" --build_event_json_file="$PWD/$bep" "$@" "${remote[@]}" //...
 rc=$?
 case $rc in
-  0) python3 tools/ran_tests.py "$bep" || { echo "test.sh: FAILED: no test case ran (see above)" >&2; rc=1; } ;;
+  0) python3 tools/results/ran_tests.py "$bep" || { echo "test.sh: FAILED: no test case ran (see above)" >&2; rc=1; } ;;
   4) echo "test.sh: FAILED: Bazel found no test target to run (exit 4)" >&2; exit 1 ;;
   3) echo "test.sh: FAILED: some tests failed (exit 3); logs under bazel-testlogs/" >&2 ;;
   *) echo "test.sh: FAILED: bazel exited $rc" >&2 ;;

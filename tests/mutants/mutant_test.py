@@ -10,7 +10,7 @@ It builds the plugin's site dir, runs the class files in ONE pytest subprocess w
 load the plugin (SLEEPWAKE_MUTANT selects the mutant), and judges the JUnit report by the oracle ids its
 failed cases carry (verdict.py).
 Everything lands in this target's outputs: inner/ (server logs, junit.xml, pytest.log) and
-mutation_row.json, which tools/mutation_table.py tabulates.
+mutation_row.json, which tools/results/mutation_table.py tabulates.
 """
 
 import json

@@ -1,10 +1,10 @@
-"""tools/mutation_table.py on sample rows, as mutant_test.py writes them (plain and zipped)."""
+"""tools/results/mutation_table.py on sample rows, as mutant_test.py writes them (plain and zipped)."""
 
 import json
 import os
 import zipfile
 
-from tools import mutation_table
+from tools.results import mutation_table
 
 
 def _row(mutant, verdicts, passed=None, problems=()):

@@ -18,7 +18,7 @@ import dataclasses
 import os
 import re
 
-from tools.testlogs import Case, parse_junit  # noqa: F401  (the harness's readers take them from here)
+from tools.results.testlogs import Case, parse_junit  # noqa: F401  (the harness's readers take them from here)
 
 KILLED, SURVIVED, OTHER, ERRORED = "killed", "survived", "other oracle", "errored"
 PASSED = "passed"  # the control's verdict for a class whose tests all passed
@@ -202,7 +202,7 @@ def decide(mutant: str, cases: list[Case], classes: list[str], class_files: dict
 
 
 def row(decision: Decision, issue: str, cell: str, bound=(), size: str = "") -> dict:
-    """mutation_row.json: what tools/mutation_table.py tabulates. bound and size: the catalogue's (the
+    """mutation_row.json: what tools/results/mutation_table.py tabulates. bound and size: the catalogue's (the
     thresholds the mutant is sized against and how big it is)."""
     return {"mutant": decision.mutant, "issue": issue, "cell": cell, "passed": decision.passed,
             "activated": decision.activated, "problems": decision.problems, "bound": list(bound),

@@ -9,7 +9,7 @@ import os
 import re
 import statistics
 
-from tools import testlogs
+from tools.results import testlogs
 
 _ELAPSED = re.compile(r"^INFO: Elapsed time: ([\d.]+)s", re.M)
 _CRITICAL = re.compile(r"^INFO: Elapsed time: [\d.]+s, Critical Path: ([\d.]+)s", re.M)

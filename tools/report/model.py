@@ -6,7 +6,7 @@ import dataclasses
 import os
 
 from tools.matrix import EXECUTION_MODES, RUNNERS, SLEEP_WAKE_CLASSES, cell_id
-from tools import mutation_table
+from tools.results import mutation_table
 from tools.report import reading
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
@@ -61,7 +61,7 @@ class Cell:
 
 @dataclasses.dataclass
 class Mutation:
-    table: str  # tools/mutation_table.py's markdown
+    table: str  # tools/results/mutation_table.py's markdown
     ok: bool
 
 

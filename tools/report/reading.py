@@ -1,7 +1,7 @@
 """Reading a run from bazel-testlogs: each cell's JUnit cases, its measurements and log files, which
 results the last `bazel test` produced (its build events), and the GPU identity file.
 
-tools/testlogs.py reads outputs, shard result dirs, skip records and build events; what it does not
+tools/results/testlogs.py reads outputs, shard result dirs, skip records and build events; what it does not
 offer (log files inside test.outputs or outputs.zip, a run's measurements, the identity file) lives here.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import xml.etree.ElementTree as ElementTree
 import zipfile
 
-from tools import testlogs
+from tools.results import testlogs
 
 MATRIX_DIR = os.path.join("tests", "sleep_wake")
 MUTANTS_DIR = os.path.join("tests", "mutants")

@@ -269,7 +269,7 @@ OK_WORDS = ("killed", "pass", "control passed")
 
 
 def markdown_table(text: str) -> tuple[str, list[str]]:
-    """(an HTML table of the leading markdown table in `text` (tools/mutation_table.py's), the lines after)."""
+    """(an HTML table of the leading markdown table in `text` (tools/results/mutation_table.py's), the lines after)."""
     lines = text.splitlines()
     rows = []
     while lines and lines[0].startswith("|"):

@@ -9,7 +9,7 @@ import time
 
 from tests.sleep_wake.lib import oracle, thresholds
 
-from tools.testlogs import MEASUREMENTS_FILE  # the readers of results share the name
+from tools.results.testlogs import MEASUREMENTS_FILE  # the readers of results share the name
 
 
 def outputs_dir() -> str:

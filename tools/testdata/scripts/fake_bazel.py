@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from tools.testlogs_testing import write_bep, write_xml
+from tools.results.testlogs_testing import write_bep, write_xml
 
 args = sys.argv[1:]
 with open(os.environ["FAKE_BAZEL_ARGV"], "w") as f:

@@ -7,7 +7,7 @@ server inherits from the test. Every process that applies one prints ACTIVATION 
 server log), so a harness can tell "killed by the suite" from "never applied".
 
 This module is the catalogue and must import without vLLM and without its sibling modules (the harness,
-CPU unit tests and tools/mutation_table.py read MUTANTS, the last one from this file alone): each entry
+CPU unit tests and tools/results/mutation_table.py read MUTANTS, the last one from this file alone): each entry
 names its patch as "module:function" of this package, imported by `register()` only, and the patch
 imports vLLM inside its function. `kills` maps the matrix class short names expected to kill the mutant
 to the oracle ids (tests/sleep_wake/lib/oracle.py) one of whose failures kills it: the failure must be the

@@ -1,6 +1,6 @@
 """Summarises a matrix run from bazel-testlogs: cells, instances, server starts and measurements.
 
-Usage: python3 tools/matrix_report.py [bazel-testlogs/tests/sleep_wake] [--bep FILE | --no_bep] [--json]
+Usage: python3 tools/results/matrix_report.py [bazel-testlogs/tests/sleep_wake] [--bep FILE | --no_bep] [--json]
 
 Reads each cell's test.xml (JUnit) and test.outputs/measurements.jsonl (what the tests recorded) and
 prints, per measured key, the spread across cells, so thresholds can be set from measurement. A cell
@@ -24,9 +24,9 @@ import sys
 
 if not __package__:
     # Run as a script (python3 tools/X.py): make the workspace root, which holds `tools`, importable.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tools import testlogs  # noqa: E402
+from tools.results import testlogs  # noqa: E402
 
 CELL_SUFFIXES = ("_eager", "_graph")
 

@@ -6,16 +6,16 @@ Python that imports vLLM has them, and our pins installed over them could break 
 else the harness needs (pytest and what it needs, absl-py, ...) comes from the lock, hash-checked,
 into a directory that tools/setup.sh puts first on the runner's sys.path.
 
-    python3 -m tools.harness_overlay third_party/python/requirements.lock > overlay.lock
+    python3 -m tools.deps.harness_overlay third_party/python/requirements.lock > overlay.lock
 
-The `# via` annotations of the lock (tools/lock_pins.py reads them) say what pulled each pin in.
+The `# via` annotations of the lock (tools/deps/lock_pins.py reads them) say what pulled each pin in.
 """
 
 from __future__ import annotations
 
 import sys
 
-from tools.lock_pins import Pin, parse_lock
+from tools.deps.lock_pins import Pin, parse_lock
 
 RUNNER_ROOT = "vllm"  # the runner's own package: it and everything it needs stay the runner's
 
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"harness_overlay: {e}", file=sys.stderr)
         return 2
-    print("# The harness's own packages: generated from %s by tools/harness_overlay.py." % argv[1])
+    print("# The harness's own packages: generated from %s by tools/deps/harness_overlay.py." % argv[1])
     for pin in overlay:
         print("\n".join(pin.lines))
     return 0

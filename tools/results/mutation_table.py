@@ -1,6 +1,6 @@
 """Tabulates a mutation run: which test classes killed which mutant, on which cell.
 
-Usage: python3 tools/mutation_table.py [bazel-testlogs/tests/mutants] [--out FILE] [--catalogue DIR]
+Usage: python3 tools/results/mutation_table.py [bazel-testlogs/tests/mutants] [--out FILE] [--catalogue DIR]
 
 Reads each mutant target's test.outputs/mutation_row.json (written by tests/mutants/mutant_test.py;
 inside outputs.zip when Bazel zipped the outputs) and prints a markdown table mutant x class (with the
@@ -17,9 +17,9 @@ import sys
 
 if not __package__:
     # Run as a script (python3 tools/X.py): make the workspace root, which holds `tools`, importable.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tools import testlogs  # noqa: E402
+from tools.results import testlogs  # noqa: E402
 
 ROW_FILE = "mutation_row.json"
 CONTROL = "none"

@@ -1,6 +1,6 @@
-"""The pytest session of one Bazel test: tools/pytest_main.py runs this module as its child process.
+"""The pytest session of one Bazel test: tools/pytest_bridge/pytest_main.py runs this module as its child process.
 
-    python3 -m tools.pytest_session RECORD CURRENT_TEST FILE... [EXTRA_PYTEST_ARGS...]
+    python3 -m tools.pytest_bridge.pytest_session RECORD CURRENT_TEST FILE... [EXTRA_PYTEST_ARGS...]
 
 Runs pytest in this process with the Bazel plugins (--test_filter, sharding) and, only once pytest.main
 has returned (the session finished, fixtures torn down, the JUnit XML written), writes RECORD: a JSON
@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from tools.pytest_bazel_plugin import FilterPlugin, ShardPlugin
+from tools.pytest_bridge.pytest_bazel_plugin import FilterPlugin, ShardPlugin
 
 
 def pytest_args(files_and_args: list[str]) -> list[str]:

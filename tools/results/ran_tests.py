@@ -1,13 +1,13 @@
 """Fails when the last `bazel test` ran no test case: every test result skipped or empty.
 
-    python3 tools/ran_tests.py [BEP_FILE]
+    python3 tools/results/ran_tests.py [BEP_FILE]
 
 BEP_FILE defaults to .bazel-bep.json, which .bazelrc makes every `bazel test` write. tools/test.sh and
 tools/run_matrix.sh run this after Bazel; after a plain `bazel test`, run it yourself.
 
 Why a separate step: a --test_filter that matches nothing in one target is legitimate (it may name a
 test of another target of the same pattern), so such a target passes, reported as skipped
-(tools/pytest_main.py). Only the invocation as a whole can tell that nothing ran at all, and Bazel has
+(tools/pytest_bridge/pytest_main.py). Only the invocation as a whole can tell that nothing ran at all, and Bazel has
 no such check (it exits 0). The build events list exactly this invocation's results, cached ones
 included, so results left in bazel-testlogs by earlier invocations never count.
 
@@ -21,9 +21,9 @@ import sys
 
 if not __package__:
     # Run as a script (python3 tools/X.py): make the workspace root, which holds `tools`, importable.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tools import testlogs  # noqa: E402
+from tools.results import testlogs  # noqa: E402
 
 
 def summarize(invocation: testlogs.Invocation) -> tuple[collections.Counter, list[str], list[str]]:

@@ -1,7 +1,7 @@
 """pytest plugins mapping Bazel's test selection onto collected tests: --test_filter and sharding.
 
-tools/pytest_session.py registers one FilterPlugin and one ShardPlugin per run and records their
-counts, from which tools/pytest_main.py tells a legitimately empty selection from a target without tests.
+tools/pytest_bridge/pytest_session.py registers one FilterPlugin and one ShardPlugin per run and records their
+counts, from which tools/pytest_bridge/pytest_main.py tells a legitimately empty selection from a target without tests.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The pins another vLLM release needs on top of the CPU venv, for the engine tier on that release.
 
-    python3 -m tools.version_overlay third_party/python/requirements.lock /tmp/full-0.25.0.lock > /tmp/overlay.txt
-    python3 -m tools.add_hashes /tmp/overlay.txt >> third_party/python/vllm-0.25.0.overlay.lock   (after its header)
+    python3 -m tools.deps.version_overlay third_party/python/requirements.lock /tmp/full-0.25.0.lock > /tmp/overlay.txt
+    python3 -m tools.deps.add_hashes /tmp/overlay.txt >> third_party/python/vllm-0.25.0.overlay.lock   (after its header)
 
 /tmp/full-<v>.lock is pip-compile's lock of requirements.in with the vllm pin changed to <v>. The
 overlay is every pin that differs from requirements.lock, less the GPU kernel packages: the engine
@@ -12,7 +12,7 @@ download (flashinfer-cubin alone is 458 MB for 0.25.0).
 import re
 import sys
 
-from tools.lock_pins import parse_lock
+from tools.deps.lock_pins import parse_lock
 
 GPU_ONLY = re.compile(r"^(flashinfer-|nvidia-|cuda-tile|quack-kernels|tokenspeed-mla|humming-kernels)")
 
@@ -25,6 +25,6 @@ def overlay(base_text: str, release_text: str) -> list[str]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit("usage: python3 -m tools.version_overlay BASE_LOCK RELEASE_LOCK")
+        sys.exit("usage: python3 -m tools.deps.version_overlay BASE_LOCK RELEASE_LOCK")
     with open(sys.argv[1]) as base, open(sys.argv[2]) as release:
         print("\n".join(overlay(base.read(), release.read())))

@@ -1,4 +1,4 @@
-"""Tests of tools/pytest_main.py and its plugins.
+"""Tests of tools/pytest_bridge/pytest_main.py and its plugins.
 
 Runs pytest_main as Bazel would (a subprocess, controlled environment) over testdata/pytest_main/.
 The tests are grouped in classes so that the target itself is sharded (BUILD: shard_count), one class
@@ -14,11 +14,11 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from tools.pytest_bazel_plugin import assign_groups
+from tools.pytest_bridge.pytest_bazel_plugin import assign_groups
 
 # Paths come from this file, not the cwd: under Bazel the cwd is the runfiles root.
 TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
-WORKSPACE = os.path.dirname(TOOLS_DIR)
+WORKSPACE = os.path.dirname(os.path.dirname(TOOLS_DIR))
 PYTEST_MAIN = os.path.join(TOOLS_DIR, "pytest_main.py")
 # Relative to the workspace root, as the macro passes them.
 SAMPLES = os.path.relpath(os.path.join(TOOLS_DIR, "testdata", "pytest_main"), WORKSPACE)
@@ -273,8 +273,8 @@ class TestEndOfSession:
         assert not (tmp_path / "premature_exit").exists()
 
     @pytest.mark.parametrize("sample,where", [
-        ("sample_exits.py", "in tools/testdata/pytest_main/sample_exits.py::test_exits_the_process"),
-        ("sample_exits_in_fixture.py", "in tools/testdata/pytest_main/sample_exits_in_fixture.py::test_never_runs"),
+        ("sample_exits.py", "in tools/pytest_bridge/testdata/pytest_main/sample_exits.py::test_exits_the_process"),
+        ("sample_exits_in_fixture.py", "in tools/pytest_bridge/testdata/pytest_main/sample_exits_in_fixture.py::test_never_runs"),
     ])
     def test_an_exit_before_pytest_finished_fails_whatever_the_exit_code(self, tmp_path, sample, where):
         code, output, _ = run_main(tmp_path, [sample])  # the process exits 0
@@ -305,7 +305,7 @@ class TestEndOfSession:
         os.kill(pytest_pid, signal.SIGKILL)
         output = _finish(proc)
         assert proc.returncode == 1, output
-        assert ("the test process was killed by SIGKILL in tools/testdata/pytest_main/sample_sigterm.py::"
+        assert ("the test process was killed by SIGKILL in tools/pytest_bridge/testdata/pytest_main/sample_sigterm.py::"
                 "TestBlocks::test_blocks_until_terminated") in output
         assert _single_case(tmp_path / "test.xml")[0] == "error"
         assert (tmp_path / "premature_exit").exists()

@@ -4,11 +4,12 @@ import sys
 
 import pytest
 
-from tools import harness_overlay
+from tools.deps import harness_overlay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+WORKSPACE = os.path.dirname(os.path.dirname(HERE))
 SAMPLE = os.path.join(HERE, "testdata", "harness_overlay", "sample.lock")
-LOCK = os.path.join(os.path.dirname(HERE), "third_party", "python", "requirements.lock")
+LOCK = os.path.join(WORKSPACE, "third_party", "python", "requirements.lock")
 
 
 def _sample():
@@ -48,9 +49,9 @@ def test_the_real_lock_overlay_has_the_test_runner_and_not_vllm_or_torch():
 
 
 def test_cli_prints_hashed_requirements_and_rejects_bad_usage(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "tools.harness_overlay", SAMPLE], capture_output=True,
-                         text=True, cwd=os.path.dirname(HERE), check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "tools.deps.harness_overlay", SAMPLE], capture_output=True,
+                         text=True, cwd=WORKSPACE, check=True).stdout
     assert "pytest==9.2.0 \\\n    --hash=sha256:ffff" in out and "vllm==" not in out
-    bad = subprocess.run([sys.executable, "-m", "tools.harness_overlay", str(tmp_path / "none")],
-                         capture_output=True, text=True, cwd=os.path.dirname(HERE))
+    bad = subprocess.run([sys.executable, "-m", "tools.deps.harness_overlay", str(tmp_path / "none")],
+                         capture_output=True, text=True, cwd=WORKSPACE)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "harness_overlay:" in bad.stderr

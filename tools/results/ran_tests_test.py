@@ -1,9 +1,9 @@
-"""tools/ran_tests.py and the readers in tools/testlogs.py, on fake build events and JUnit files."""
+"""tools/results/ran_tests.py and the readers in tools/results/testlogs.py, on fake build events and JUnit files."""
 
 import pytest
 
-from tools import ran_tests, testlogs
-from tools.testlogs_testing import write_bep, write_xml
+from tools.results import ran_tests, testlogs
+from tools.results.testlogs_testing import write_bep, write_xml
 
 NOTHING_MATCHED = "--test_filter 'no_such_test' matched no test in this target."
 

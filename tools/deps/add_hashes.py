@@ -5,7 +5,7 @@ served (this project's package mirror) it downloads every file of every pin to h
 torch and the CUDA wheels is tens of GB. The simple API (PEP 691) lists each file's sha256, so:
 
     pip-compile --allow-unsafe --no-emit-index-url --no-emit-find-links -o nohash.lock requirements.in
-    python3 -m tools.add_hashes nohash.lock > requirements.lock      (from the workspace root)
+    python3 -m tools.deps.add_hashes nohash.lock > requirements.lock      (from the workspace root)
 
 Every file of the pinned version is listed (all platforms), as pip-compile does, so the same lock
 installs on any machine the pins support.
@@ -18,7 +18,7 @@ import re
 import sys
 import urllib.request
 
-from tools.lock_pins import PIN, normalise
+from tools.deps.lock_pins import PIN, normalise
 
 INDEX = "https://pypi.org/simple"
 
@@ -59,7 +59,7 @@ def add_hashes(lines: list[str], lookup=digests) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python3 -m tools.add_hashes NOHASH_LOCK > requirements.lock", file=sys.stderr)
+        print("usage: python3 -m tools.deps.add_hashes NOHASH_LOCK > requirements.lock", file=sys.stderr)
         return 2
     with open(argv[1], encoding="utf-8") as f:
         print("\n".join(add_hashes(f.read().splitlines())))

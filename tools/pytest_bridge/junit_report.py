@@ -1,6 +1,6 @@
 """A JUnit XML report of one test case, for outcomes pytest's own report cannot state.
 
-tools/pytest_main.py writes one when a target ran no test (a --test_filter or a shard that selected
+tools/pytest_bridge/pytest_main.py writes one when a target ran no test (a --test_filter or a shard that selected
 nothing: one skipped case naming why) or when the test process ended before pytest finished (one
 error case naming the test it was in), so bazel-testlogs never shows such a run as passed cases.
 """

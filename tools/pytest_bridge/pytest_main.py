@@ -9,7 +9,7 @@ cwd at the workspace root of the runfiles tree. Bazel's test protocol maps onto 
   TEST_PREMATURE_EXIT_FILE                  exists while the test runs, gone once pytest has finished
   TEST_TMPDIR                               parent of pytest's basetemp
 
-pytest runs in a child process (tools/pytest_session.py) that writes a completion record only after
+pytest runs in a child process (tools/pytest_bridge/pytest_session.py) that writes a completion record only after
 pytest's session has finished. This process passes it SIGTERM and SIGINT, waits for it, and fails the
 test when the record is missing, whatever the exit code: Bazel 4.2.3 notes a left-behind
 TEST_PREMATURE_EXIT_FILE but still takes the exit code, so an os._exit(0) in a test or a fixture
@@ -33,7 +33,7 @@ if __name__ == "__main__":
     # makes `tools` importable when this file is run directly.
     sys.path[0] = os.getcwd()
 
-from tools import junit_report  # noqa: E402
+from tools.pytest_bridge import junit_report  # noqa: E402
 
 _NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 _PR_SET_PDEATHSIG = 1
@@ -62,7 +62,7 @@ def _explain_no_tests(record: dict, argv: list[str], index: int, total: int):
     """Maps pytest's "no tests ran" to (exit code, outcome for a one-case report or None, reason).
 
     Only a filter or a shard may select nothing: the target then passes, reported as skipped, and a
-    bazel test in which no target ran a test is failed by tools/ran_tests.py (which tools/test.sh and
+    bazel test in which no target ran a test is failed by tools/results/ran_tests.py (which tools/test.sh and
     tools/run_matrix.sh run).
     """
     code = record["exit_code"]
@@ -94,7 +94,7 @@ def _die_with_parent() -> None:
 
 def _run_session(record_path: str, current_test: str, argv: list[str]) -> int:
     # This process imports no pytest: the child alone pays for it.
-    child = subprocess.Popen([sys.executable, "-m", "tools.pytest_session", record_path, current_test] + argv,
+    child = subprocess.Popen([sys.executable, "-m", "tools.pytest_bridge.pytest_session", record_path, current_test] + argv,
                              preexec_fn=_die_with_parent)
 
     def forward(signum, frame):

@@ -17,7 +17,7 @@ import urllib.request
 import xml.etree.ElementTree as ElementTree
 import zipfile
 
-WORKSPACE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The same path as `test --build_event_json_file` in .bazelrc (Bazel resolves it in the workspace root).
 BEP_FILE = os.path.join(WORKSPACE, ".bazel-bep.json")
 RAN = ("passed", "failed")  # outcomes of a test case that ran; "skipped" did not

@@ -1,9 +1,9 @@
-"""tools/matrix_report.py on fake testlogs: which cells count, which are flagged."""
+"""tools/results/matrix_report.py on fake testlogs: which cells count, which are flagged."""
 
 import json
 
-from tools import matrix_report
-from tools.testlogs_testing import write_bep, write_xml
+from tools.results import matrix_report
+from tools.results.testlogs_testing import write_bep, write_xml
 
 
 def _cell(root, name, outcomes, measurements=()):
