@@ -1,8 +1,8 @@
-"""Process trees read from /proc: snapshot a process's descendants, signal them, wait until gone.
+"""Process trees through psutil: snapshot a process's descendants, signal them, wait until gone.
 
-A PID alone is not an identity (numbers are reused), so a snapshot maps each PID to its kernel start
-time (field 22 of /proc/PID/stat) and a process counts as the same one only while both match.
-Zombies count as gone: they hold no memory and their parent reaps them.
+A PID alone is not an identity (numbers are reused), so a snapshot maps each PID to its creation time
+(psutil's create_time, from the kernel's start time) and a process counts as the same one only while
+both match. Zombies count as gone: they hold no memory and their parent reaps them.
 """
 
 from __future__ import annotations
@@ -11,47 +11,58 @@ import os
 import signal
 import time
 
-Snapshot = dict  # pid -> start time
+import psutil
+
+Snapshot = dict  # pid -> creation time
+
+_GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
-def _stat(pid: int):
-    """(ppid, state, start time) of pid, or None if it does not exist."""
+def _process(pid: int, start_time: float | None = None) -> psutil.Process | None:
+    """The live process pid (the same one, if start_time is given), or None."""
     try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read()
-    except OSError:
+        proc = psutil.Process(pid)
+        if proc.status() in _GONE or start_time not in (None, proc.create_time()):
+            return None
+        return proc
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-    fields = data[data.rindex(b")") + 2:].split()  # comm may hold spaces and parentheses
-    return int(fields[1]), fields[0].decode(), int(fields[19])
 
 
-def start_time(pid: int) -> int | None:
-    """The kernel start time of pid (with the PID, its identity), or None if it does not exist."""
-    stat = _stat(pid)
-    return stat[2] if stat else None
+def start_time(pid: int) -> float | None:
+    """The creation time of pid (with the PID, its identity), or None if it does not exist."""
+    proc = _process(pid)
+    try:
+        return proc.create_time() if proc else None
+    except psutil.NoSuchProcess:
+        return None
 
 
-def alive(pid: int, start_time: int | None = None) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat[1] not in ("Z", "X") and start_time in (None, stat[2])
+def alive(pid: int, start_time: float | None = None) -> bool:
+    return _process(pid, start_time) is not None
+
+
+def _live(procs) -> Snapshot:
+    found = {}
+    for proc in procs:
+        try:
+            if proc.status() not in _GONE:
+                found[proc.pid] = proc.create_time()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
 
 
 def snapshot(root: int, include_root: bool = True) -> Snapshot:
-    """Every live descendant of root (and root itself if asked), as pid -> start time."""
-    stats, children = {}, {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            stat = _stat(int(name))
-            if stat and stat[1] not in ("Z", "X"):
-                stats[int(name)] = stat
-                children.setdefault(stat[0], []).append(int(name))
-    found, stack = {}, [root]
-    while stack:
-        pid = stack.pop()
-        if pid in stats and (pid != root or include_root):
-            found[pid] = stats[pid][2]
-        stack.extend(children.get(pid, []))
-    return found
+    """Every live descendant of root (and root itself if asked), as pid -> creation time."""
+    proc = _process(root)
+    if proc is None:
+        return {}
+    try:
+        descendants = proc.children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
+    return _live(([proc] if include_root else []) + descendants)
 
 
 def reap_exited() -> list[tuple[int, int]]:
@@ -67,15 +78,24 @@ def reap_exited() -> list[tuple[int, int]]:
         out.append((pid, status))
 
 
+def parent(pid: int) -> int | None:
+    """The parent PID of pid, or None if it is gone."""
+    proc = _process(pid)
+    try:
+        return proc.ppid() if proc else None
+    except psutil.NoSuchProcess:
+        return None
+
+
 def children(pid: int) -> set[int]:
     """Live direct children of pid."""
-    out = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            stat = _stat(int(name))
-            if stat and stat[0] == pid and stat[1] not in ("Z", "X"):
-                out.add(int(name))
-    return out
+    proc = _process(pid)
+    if proc is None:
+        return set()
+    try:
+        return set(_live(proc.children()))
+    except psutil.NoSuchProcess:
+        return set()
 
 
 def survivors(snap: Snapshot) -> Snapshot:
@@ -83,7 +103,7 @@ def survivors(snap: Snapshot) -> Snapshot:
 
 
 def signal_all(snap: Snapshot, sig: int) -> None:
-    for pid, start in survivors(snap).items():
+    for pid in survivors(snap):
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):

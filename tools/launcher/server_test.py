@@ -33,7 +33,7 @@ def _server(tmp_path, pid_file, mode="ok", runner_line="env", nvml=None, lease=F
 
 
 def _ppid(pid):
-    return process_tree._stat(pid)[0]
+    return process_tree.parent(pid)
 
 
 @pytest.mark.parametrize("runner", ["mrv1", "mrv2"])

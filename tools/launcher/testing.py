@@ -122,11 +122,11 @@ def fast_config(tmp_path, **overrides) -> ServerConfig:
     return ServerConfig(**values)
 
 
-def recorded_pids(pid_file: str) -> dict[int, int]:
+def recorded_pids(pid_file: str) -> dict[int, float]:
     """pid -> start time of every process the fake server created."""
     try:
         with open(pid_file) as f:
-            return {int(pid): int(start) for pid, start in (line.split() for line in f if line.strip())}
+            return {int(pid): float(start) for pid, start in (line.split() for line in f if line.strip())}
     except FileNotFoundError:
         return {}
 

@@ -347,7 +347,7 @@ def _fork_server(zygote: Zygote, spec: dict) -> ForkedServer:
         os._exit(code)
 
 
-def watch_test_process(pid: int, start_time: int | None) -> int | None:
+def watch_test_process(pid: int, start_time: float | None) -> int | None:
     """A pidfd of the test process, or None if it is already gone (or its PID was reused)."""
     try:
         fd = os.pidfd_open(pid)

@@ -100,7 +100,7 @@ class ForeignProcess:
     sees the real status, and the supervisor reports the server's own in its last line anyway.
     """
 
-    def __init__(self, pid: int, start_time: int | None, stdin, stdout):
+    def __init__(self, pid: int, start_time: float | None, stdin, stdout):
         self.pid = pid
         self.stdin = stdin
         self.stdout = stdout

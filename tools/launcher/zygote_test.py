@@ -63,7 +63,7 @@ def test_servers_fork_from_one_import_each_with_its_own_environment(tmp_path, pi
         servers = first + mrv2.pids()
         assert len(servers) == 8 and mrv1._sup.pid not in servers
         orphan = max(testing.recorded_pids(pid_file))  # the double-forked, setsid'd "engine core"
-        assert process_tree._stat(orphan)[0] in (mrv1._sup.pid, mrv2._sup.pid), "not adopted by its supervisor"
+        assert process_tree.parent(orphan) in (mrv1._sup.pid, mrv2._sup.pid), "not adopted by its supervisor"
         # The supervisor holds the lease, as in the plain path: the slot stays taken until the tree is gone.
         assert mrv1.lease.path in [os.path.realpath("/proc/%d/fd/%s" % (mrv1._sup.pid, fd))
                                    for fd in os.listdir("/proc/%d/fd" % mrv1._sup.pid)]

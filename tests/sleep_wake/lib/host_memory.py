@@ -10,6 +10,9 @@ to RssAnon (MakazhanAlpamys/Soup#655); VmPin and VmLck count only pages pinned t
 own accounting, which the driver does not use there. So the GPU tests bound VmRSS (= RssAnon + RssFile
 + RssShmem: it holds the copy whichever way the driver books it), report RssShmem as the pinned figure,
 and record every counter, so that the H200 run shows where the pinned bytes land.
+
+Why /proc and not psutil (which the launcher uses for process trees): psutil's memory_info folds
+RssShmem into `shared` together with RssFile and has no VmLck or VmPin, the counters this needs apart.
 """
 
 import dataclasses

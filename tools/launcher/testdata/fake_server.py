@@ -22,6 +22,8 @@ import os
 import signal
 import sys
 
+import psutil
+
 import fake_heavy  # noqa: F401 (imported for its cost and its side effects, like vllm)
 
 PLUGIN_GROUP = "vllm.general_plugins"
@@ -30,10 +32,8 @@ PLUGIN_GROUP = "vllm.general_plugins"
 def _record(pid_file, pid):
     """Appends "PID START_TIME": the start time tells a reused PID from the process recorded."""
     if pid_file:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
         with open(pid_file, "a") as f:
-            f.write("%d %s\n" % (pid, stat[stat.rindex(b")") + 2:].split()[19].decode()))
+            f.write("%d %r\n" % (pid, psutil.Process(pid).create_time()))
 
 
 def _idle(ignore_term=False):
