@@ -66,5 +66,6 @@ if ((rc == 0)) && ! python3 tools/results/ran_tests.py "$bep"; then
   echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2
   exit 1
 fi
-echo "run_matrix.sh: summary of the cells: python3 tools/results/matrix_report.py"
+# The same run as text in the log: the headline and the cells that failed or prove nothing, first.
+python3 -m tools.report bazel-testlogs --text || true
 exit $rc

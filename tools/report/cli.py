@@ -2,6 +2,7 @@
 
   bazel run //tools/report -- [TESTLOGS] [--out FILE] [--bep FILE]
   python3 -m tools.report [TESTLOGS] [--out FILE] [--bep FILE]      (from the workspace root)
+  python3 -m tools.report [TESTLOGS] --text                          (the same run as text, no page)
 
 Relative paths are the workspace's (bazel run runs in the runfiles tree). Exits 0 once the page is
 written, whatever the tests' outcome: the page shows results, Bazel judges them.
@@ -12,7 +13,7 @@ import argparse
 import os
 import sys
 
-from tools.report import model, render
+from tools.report import model, render, text
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = "sleepwake-report.html"  # beside the testlogs dir
@@ -57,6 +58,8 @@ def parse_args(argv):
     parser.add_argument("--bep", default=None,
                         help=f"build event file of the bazel test, to flag stale cells (default: the workspace's "
                              f"{BEP_FILE}, if present)")
+    parser.add_argument("--text", action="store_true",
+                        help="print the run as text (headline, failing cells, counts, measurement spread); no page")
     parser.add_argument("--no_bep", action="store_true", help="read no build events (stale cells not flagged)")
     return parser.parse_args(argv[1:])
 
@@ -71,6 +74,9 @@ def main(argv) -> int:
         if args.bep and not os.path.isfile(bep):
             raise UsageError(f"no build event file {bep}: pass the --build_event_json_file of the bazel test")
         run = model.load_run(root, ws, bep)
+        if args.text:
+            sys.stdout.write(text.summary(run))
+            return 0
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         with open(out, "w", encoding="utf-8") as f:
             f.write(render.page(run, os.path.dirname(out)))

@@ -87,6 +87,25 @@ class Run:
             out[cell.state] = out.get(cell.state, 0) + 1
         return out
 
+    def headline(self) -> tuple[str, bool, str]:
+        """(what a person should read first, whether every GPU cell that ran passed, the fake tier's
+        count): how many of the cells that ran passed, on which vLLM and GPU, how long the slowest took;
+        the fake tier counted apart (it is no GPU cell)."""
+        ran = [c for c in self.ordered() if c.state != NOT_RUN]
+        passed = sum(c.state == PASSED for c in ran)
+        where = ", ".join(x for x in (", ".join(f"vLLM {v}" for v in self.versions()), self.gpu_model()) if x)
+        slowest = max(ran, key=lambda c: c.seconds, default=None)
+        text = f"{passed}/{len(ran)} GPU cells passed" + (f", {where}" if where else "")
+        if slowest is not None and slowest.seconds:
+            text += f", slowest cell {slowest.seconds:.0f} s"
+        fake = list(self.fake.values())
+        fake_text = f"; fake tier: {sum(c.state == PASSED for c in fake)}/{len(fake)} passed" if fake else ""
+        return text, bool(ran) and passed == len(ran), fake_text
+
+    def failing(self) -> list[Cell]:
+        """The cells that failed or prove nothing (flagged), GPU cells first."""
+        return [c for c in self.ordered() + list(self.fake.values()) if c.state in (FAILED,) + FLAGGED]
+
     def _identity_lines(self, key: str) -> list[str]:
         texts = list(self.identities) + ([self.identity_file[1]] if self.identity_file else [])
         return [line.split(":", 1)[1].strip() for text in texts for line in text.splitlines()

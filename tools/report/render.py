@@ -63,20 +63,8 @@ class Page:
 
     # --- summary and grid ----------------------------------------------------------------------
     def headline(self) -> str:
-        """What a person should read first: how many of the cells that ran passed, on which vLLM and GPU,
-        how long the slowest took; the fake tier counted apart (it is no GPU cell)."""
-        run = self.run
-        ran = [c for c in run.ordered() if c.state != model.NOT_RUN]
-        passed = sum(c.state == model.PASSED for c in ran)
-        where = ", ".join(x for x in (", ".join(f"vLLM {v}" for v in run.versions()), run.gpu_model()) if x)
-        slowest = max(ran, key=lambda c: c.seconds, default=None)
-        text = f"{passed}/{len(ran)} GPU cells passed" + (f", {where}" if where else "")
-        if slowest is not None and slowest.seconds:
-            text += f", slowest cell {slowest.seconds:.0f} s"
-        css = "ok" if ran and passed == len(ran) else "bad"
-        fake = list(run.fake.values())
-        fake_text = (f"; fake tier: {sum(c.state == model.PASSED for c in fake)}/{len(fake)} passed" if fake else "")
-        return f'<p class="headline"><span class="{css}">{escape(text)}</span>{escape(fake_text)}</p>'
+        text, ok, fake_text = self.run.headline()
+        return f'<p class="headline"><span class="{"ok" if ok else "bad"}">{escape(text)}</span>{escape(fake_text)}</p>'
 
     def header(self) -> str:
         run, states = self.run, self.run.states()
@@ -87,8 +75,7 @@ class Page:
         source = (f"the results of the bazel test <code>{escape(run.invocation)}</code>" if run.invocation
                   else "every result found there (no build events)")
         notes = "".join(f"<li>{escape(n)}</li>" for n in run.notes)
-        failing = [c for c in run.ordered() + list(run.fake.values())
-                   if c.state in (model.FAILED,) + model.FLAGGED]
+        failing = run.failing()
         first = ("<p>first, the cells that failed or prove nothing: " + ", ".join(
             f'<a href="#fail-{escape(c.name)}">{escape(c.name)}</a> ({escape(c.state)})' for c in failing)
             + "</p>") if failing else ""

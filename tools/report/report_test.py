@@ -264,3 +264,32 @@ def test_the_fake_tier_is_a_grid_of_its_own_and_the_headline_counts_gpu_cells(tm
               and "fake" not in a.get("data-cell", ""))
     assert re.search(rf"\d+/{ran} GPU cells passed", headline), headline
     assert re.search(r"fake tier: [01]/1 passed", headline) and "vLLM 0.26.0, NVIDIA H200" in headline
+
+
+def test_text_mode_says_what_the_page_says(tmp_path, capsys):
+    """--text prints the headline, every failing or flagged cell with why, and leaves stale cells'
+    measurements out of the spread; it writes no page."""
+    logs, bep = _bazel_layout(tmp_path)
+    with open(logs / MATRIX / STALE / "test.outputs" / "measurements.jsonl", "a") as f:
+        f.write(json.dumps({"key": "server_start_s", "value": 999.0}) + "\n")
+    assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text"]) == 0
+    out = capsys.readouterr().out
+    bad = {c: s for c, s in STATES.items() if s != model.PASSED}
+    assert out.startswith("NOT GREEN: 3/10 GPU cells passed, vLLM 0.26.0, NVIDIA H200"), out.splitlines()[0]
+    listed = re.findall(r"^  ([a-z ]+): (\w+)", out, re.M)
+    assert {cell: state for state, cell in listed} == bad and len(listed) == len(bad)
+    assert "--test_filter 'TestSleepWakeFlags' matched no test in this target." in out
+    assert re.search(r"^server starts: \d+; median", out, re.M) and "max 999.0 s" not in out
+    assert STALE not in "".join(l for l in out.splitlines() if "(max in" in l)
+    assert not (logs.parent / cli.DEFAULT_OUT).exists()
+
+
+def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
+    logs, bep = _bazel_layout(tmp_path)
+    matrix = logs / MATRIX
+    for name, state in STATES.items():
+        if state != model.PASSED:
+            shutil.rmtree(matrix / name)
+    assert cli.main(["tools.report", str(logs), "--no_bep", "--text"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.startswith("3/3 GPU cells passed"), head

@@ -1,0 +1,53 @@
+"""The run as plain text for a terminal or a CI log: the page's headline, the cells that failed or
+prove nothing (with why), the counts, the server starts and the spread of every measured key across
+cells (what thresholds are set from). The same model as the page, so the two never disagree."""
+from __future__ import annotations
+
+import statistics
+
+from tools.report import model
+
+
+def _spread(run: model.Run) -> dict[str, list[tuple[float, str]]]:
+    """measured key -> [(value, cell)] over the GPU cells that ran and are not stale."""
+    by_key: dict[str, list[tuple[float, str]]] = {}
+    for cell in run.ordered():
+        if cell.state in (model.NOT_RUN, model.STALE):
+            continue
+        for r in cell.records:
+            value = r.get("value")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and r.get("key"):
+                by_key.setdefault(r["key"], []).append((float(value), cell.name))
+    return by_key
+
+
+def summary(run: model.Run) -> str:
+    text, ok, fake_text = run.headline()
+    lines = [("" if ok else "NOT GREEN: ") + text + fake_text]
+    lines.append(f"read from {run.testlogs}: " + (f"the results of `bazel {run.invocation}`" if run.invocation
+                                                   else "every result found there (no build events)"))
+    lines += [f"note: {n}" for n in run.notes]
+    ran = [c for c in run.ordered() if c.state != model.NOT_RUN]
+    states = ", ".join(f"{s} {n}" for s, n in sorted(run.states(ran).items()))
+    cases = [c for cell in ran if cell.state != model.STALE for c in cell.cases]
+    outcome = ", ".join(f"{sum(c.outcome == o for c in cases)} {o}" for o in ("passed", "failed", "skipped"))
+    lines.append(f"GPU cells: {len(ran)} ({states or 'none ran'}); their test cases: {outcome}")
+    if run.fake:
+        lines.append(f"fake tier: {len(run.fake)} ({', '.join(f'{s} {n}' for s, n in sorted(run.states(list(run.fake.values())).items()))})")
+    for cell in run.failing():
+        why = cell.note or "; ".join(f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}"
+                                     for c in cell.failures[:3])
+        lines.append(f"  {cell.state}: {cell.name}" + (f" ({why})" if why else ""))
+    by_key = _spread(run)
+    starts = sorted(v for v, _ in by_key.get("server_start_s", []))
+    if starts:
+        lines.append(f"server starts: {len(starts)}; median {statistics.median(starts):.1f} s, "
+                     f"min {starts[0]:.1f} s, max {starts[-1]:.1f} s")
+    for key, values in sorted(by_key.items()):
+        vs = sorted(v for v, _ in values)
+        lines.append(f"{key:45s} n={len(vs):3d} min={vs[0]:.6g} median={statistics.median(vs):.6g} "
+                     f"max={vs[-1]:.6g}  (max in {max(values)[1]})")
+    if run.mutation:
+        lines.append("mutants: " + ("every mutant killed by its oracle, every control passed" if run.mutation.ok else "NOT GREEN (a mutant survived, a control failed or a row is missing)")
+                     + " (the page holds the table)")
+    return "\n".join(lines) + "\n"
