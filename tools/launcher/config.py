@@ -22,64 +22,136 @@ WORKSPACE = "sleepwake"
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 
 
+ENV_PREFIX = "SLEEPWAKE_"  # every setting is also SLEEPWAKE_<NAME>: the matrix macro sets the cell's
+
+
+def _setting(default=None, help: str = "", *, choices=(), factory=None, env: bool = True):
+    """A ServerConfig field that is a setting: a flag of vllm_server (--<name>) and, with env, the
+    variable SLEEPWAKE_<NAME>; one table, so the binary and the tests configure a server one way."""
+    metadata = {"help": help, "choices": tuple(choices), "env": env}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 @dataclasses.dataclass
 class ServerConfig:
-    model: str = ""  # a checkpoint dir, its config.json, or a hub name; "" = the synthetic checkpoint
-    runner: str = "mrv1"
-    execution_mode: str = "eager"
-    kv_cache_bytes: int = 2 << 30
+    model: str = _setting("", "Checkpoint dir or its config.json (or a hub name, served offline from the HF"
+                          " cache). Default: the suite's synthetic checkpoint from the runfiles"
+                          " (%s). VLLM_TEST_MODEL, when set, wins." % DEFAULT_MODEL_RUNFILE)
+    runner: str = _setting("mrv1", "Model runner. Sets VLLM_USE_V2_MODEL_RUNNER explicitly (unset, vLLM picks"
+                           " V2 for dense models).", choices=RUNNERS)
+    execution_mode: str = _setting("eager", "eager: --enforce-eager; graph: CUDA graphs up to batch 32.",
+                                   choices=EXECUTION_MODES)
+    kv_cache_bytes: int = _setting(2 << 30, "KV-cache size in bytes (--kv-cache-memory-bytes). Explicit because"
+                                   " --gpu-memory-utilization is device-wide: a second server on a shared GPU"
+                                   " gets only what the first left.")
     # With explicit KV bytes vLLM 0.26.0 uses this fraction only for a start-up check (v1/worker/
     # utils.py request_memory): free device memory must exceed fraction x total. Its 0.9 default
     # fails every server after the first on a shared GPU, so ask for little (7 GiB of an H200).
-    gpu_memory_utilization: float = 0.05
-    max_model_len: int = 1024
-    seed: int = 0
-    log_dir: str | None = None  # None: $TEST_UNDECLARED_OUTPUTS_DIR, else a fresh temp dir
-    cache_dir: str = "/tmp/sleepwake-cache"
-    startup_timeout_s: float = 420.0
-    release_timeout_s: float = 120.0
-    mp_method: str = "fork"
-    server_args: list[str] = dataclasses.field(default_factory=list)
-    host: str = "127.0.0.1"
-    port: int = 0  # 0: a free port
-    allow_non_loopback: bool = False
-    slots_per_gpu: int = 1
-    lock_dir: str = "/tmp/sleepwake-gpu-locks"
-    lease_timeout_s: float = 600.0  # below Bazel's 900 s "long" timeout, so our error is what shows
-    # Allowed growth of the device's used memory over the pre-start baseline once the server is gone
-    # (checked only with an exclusive lease). Not zero: the CUDA driver, NVML and other tenants'
-    # contexts move by tens of MiB on their own; a leaked vLLM server holds its KV cache (GiBs).
-    release_tolerance_bytes: int = 512 << 20
-    grace_s: float = 10.0  # SIGTERM -> SIGKILL of the server's tree
-    port_retries: int = 3
-    start_mode: str = "auto"
+    gpu_memory_utilization: float = _setting(0.05, "--gpu-memory-utilization. With explicit --kv_cache_bytes vLLM"
+                                             " uses it only to check at start that this fraction of the device"
+                                             " is free; keep it small on a shared GPU.")
+    max_model_len: int = _setting(1024, "--max-model-len of the server.")
+    seed: int = _setting(0, "--seed of the server.")
+    log_dir: str | None = _setting(None, "Where the server log goes. Default: $TEST_UNDECLARED_OUTPUTS_DIR, else"
+                                   " a new temp dir.")
+    cache_dir: str = _setting("/tmp/sleepwake-cache", "Shared vLLM/Triton/inductor cache dir, so later starts"
+                              " are not cold.")
+    startup_timeout_s: float = _setting(420.0, "Seconds to wait for GET /health == 200.")
+    release_timeout_s: float = _setting(120.0, "Seconds to wait after teardown for NVML to show the GPU memory"
+                                        " released.")
+    mp_method: str = _setting("fork", "VLLM_WORKER_MULTIPROC_METHOD. fork starts in ~24 s vs ~51 s for spawn"
+                              " on the H200, but the worker inherits the parent's state (unsafe if CUDA was"
+                              " initialised first, which vLLM detects and then spawns anyway); spawn is slower"
+                              " and clean.", choices=MP_METHODS)
+    # Not from the environment: extra server flags belong to the command line that asked for them.
+    server_args: list[str] = _setting(help="Extra argument for the vLLM server, passed through; repeatable"
+                                      " (--server_arg).", factory=list, env=False)
+    host: str = _setting("127.0.0.1", "Address to serve on. Non-loopback needs --allow_non_loopback.")
+    port: int = _setting(0, "Port; 0 picks a free one. A bind conflict is retried on a fresh port.")
+    # Not from the environment: serving beyond loopback must be asked for where it is seen.
+    allow_non_loopback: bool = _setting(False, "Allow a non-loopback --host. The server runs with"
+                                        " VLLM_SERVER_DEV_MODE=1, whose endpoints let anyone who reaches it"
+                                        " reset or reload it.", env=False)
+    slots_per_gpu: int = _setting(1, "Servers allowed per GPU when leasing.")
+    lock_dir: str = _setting("/tmp/sleepwake-gpu-locks", "Directory of the GPU slot lock files (and of the"
+                             " zygotes' sockets).")
+    lease_timeout_s: float = _setting(600.0, "Seconds to wait for a GPU slot. Below Bazel's 900 s long timeout,"
+                                      " so the launcher's error is what shows.")
+    # Not zero: the CUDA driver, NVML and other tenants' contexts move by tens of MiB on their own; a
+    # leaked vLLM server holds its KV cache (GiBs).
+    release_tolerance_bytes: int = _setting(512 << 20, "Allowed growth of the device's used memory over the"
+                                            " pre-start baseline once the server is gone (checked only with an"
+                                            " exclusive lease).")
+    grace_s: float = _setting(10.0, "Seconds from SIGTERM to SIGKILL of the server's process tree.")
+    port_retries: int = _setting(3, "Fresh ports tried after a bind conflict.")
+    start_mode: str = _setting("auto", "auto: fork the server from a zygote that imported vLLM once per runner"
+                               " (started on first use, over a socket in --lock_dir; tools/launcher/zygote.py),"
+                               " else start it plainly and log why; zygote: the zygote or an error; plain:"
+                               " `python -m vllm...` every time.", choices=START_MODES)
     # A zygote keeps ~1 GB of imported vLLM; a minute covers the gaps between the cells of one run.
-    zygote_idle_s: float = 60.0
-    # A host started by a launcher (outside Bazel) outlives its zygotes by this much.
-    zygote_host_idle_s: float = 120.0
+    zygote_idle_s: float = _setting(60.0, "Seconds an idle zygote waits for the next server before it exits.")
+    zygote_host_idle_s: float = _setting(120.0, "Seconds a zygote host started outside Bazel outlives its"
+                                         " zygotes.")
     # Importing vLLM took 10-26 s on the H200 idle; 32 processes importing at once took ~65 s.
-    zygote_start_timeout_s: float = 300.0
-    # GET /health until 200. vLLM binds its port early but listens only once the engine is up, so
-    # until then each poll is a refused loopback connect (well under a millisecond).
-    health_poll_s: float = 0.05
+    zygote_start_timeout_s: float = _setting(300.0, "Seconds to wait for a zygote to import vLLM.")
+    # vLLM binds its port early but listens only once the engine is up, so until then each poll is a
+    # refused loopback connect (well under a millisecond).
+    health_poll_s: float = _setting(0.05, "Seconds between GET /health polls while the server starts.")
 
     @classmethod
-    def from_env(cls, log_dir: str | None = None, environ=None) -> "ServerConfig":
-        """The configuration of a GPU cell, from the environment the matrix macro sets."""
+    def from_env(cls, log_dir: str | None = None, environ=None, **overrides) -> "ServerConfig":
+        """The configuration from SLEEPWAKE_<NAME> variables (a GPU cell's, which the matrix macro sets),
+        then `overrides` (a command line's); ConfigError names a variable that does not parse."""
         env = os.environ if environ is None else environ
-        return cls(
-            model=env.get("VLLM_TEST_MODEL") or env.get("SLEEPWAKE_MODEL", ""),
-            runner=env.get("SLEEPWAKE_RUNNER", "mrv1"),
-            execution_mode=env.get("SLEEPWAKE_EXECUTION_MODE", "eager"),
-            kv_cache_bytes=int(env.get("SLEEPWAKE_KV_CACHE_BYTES", 2 << 30)),
-            log_dir=log_dir or env.get("TEST_UNDECLARED_OUTPUTS_DIR"),
-            cache_dir=env.get("SLEEPWAKE_CACHE_DIR", "/tmp/sleepwake-cache"),
-            lock_dir=env.get("SLEEPWAKE_LOCK_DIR", "/tmp/sleepwake-gpu-locks"),
-            slots_per_gpu=int(env.get("SLEEPWAKE_SLOTS_PER_GPU", 1)),
-            startup_timeout_s=float(env.get("SLEEPWAKE_STARTUP_TIMEOUT_S", 420)),
-            mp_method=env.get("SLEEPWAKE_MP_METHOD", "fork"),
-            start_mode=env.get("SLEEPWAKE_START_MODE", "auto"),
-        )
+        values = {}
+        for f in settings():
+            name = env_name(f.name)
+            if f.metadata["env"] and env.get(name, "") != "":
+                values[f.name] = _parse(name, env[name], f)
+        if env.get("VLLM_TEST_MODEL"):
+            values["model"] = env["VLLM_TEST_MODEL"]
+        values["log_dir"] = log_dir or values.get("log_dir") or env.get("TEST_UNDECLARED_OUTPUTS_DIR")
+        values.update(overrides)
+        return cls(**values)
+
+
+def settings() -> list[dataclasses.Field]:
+    """The fields of ServerConfig, each a setting with its help, choices and whether it has a variable."""
+    return list(dataclasses.fields(ServerConfig))
+
+
+def env_name(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+def default_of(f: dataclasses.Field):
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def _parse(name: str, text: str, f: dataclasses.Field):
+    """The value of variable `name` for setting f, typed as its default; ConfigError if it does not parse."""
+    default = default_of(f)
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError
+            value = text.lower() in ("1", "true", "yes")
+        elif isinstance(default, int):
+            value = int(text)
+        elif isinstance(default, float):
+            value = float(text)
+        else:
+            value = text
+    except ValueError:
+        raise ConfigError("%s=%r is not a%s %s: set it to one (or unset it for %r)" % (
+            name, text, "n" if type(default).__name__[0] in "aeiou" else "", type(default).__name__,
+            default)) from None
+    if f.metadata["choices"] and value not in f.metadata["choices"]:
+        raise ConfigError("%s=%r is not one of %s: set one of them (or unset it for %r)" % (
+            name, text, ", ".join(f.metadata["choices"]), default))
+    return value
 
 
 def default_model(environ=None, anchor: str = __file__, argv0: str | None = None) -> str:

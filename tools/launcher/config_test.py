@@ -1,4 +1,5 @@
 import os
+import re
 import sys
 
 import pytest
@@ -107,6 +108,38 @@ def test_from_env_reads_the_cell_contract():
         "mrv2", "graph", "m/config.json", "/out", "/cache", "/locks")
     assert (cfg.slots_per_gpu, cfg.kv_cache_bytes, cfg.startup_timeout_s, cfg.mp_method) == (2, 1024, 99.0, "spawn")
     assert ServerConfig.from_env(None, {"SLEEPWAKE_MODEL": "a", "VLLM_TEST_MODEL": "b"}).model == "b"
+
+
+def _other_value(f):
+    default = config.default_of(f)
+    if f.metadata["choices"]:
+        return next(c for c in f.metadata["choices"] if c != default)
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, (int, float)):
+        return default + 7
+    return "/elsewhere"
+
+
+def test_every_setting_with_a_variable_is_read_from_it_and_overrides_win():
+    fields = [f for f in config.settings() if f.metadata["env"]]
+    assert len(fields) >= 20, "settings lost their variables"
+    env = {config.env_name(f.name): str(_other_value(f)) for f in fields}
+    cfg = ServerConfig.from_env(None, env)
+    for f in fields:
+        assert getattr(cfg, f.name) == _other_value(f), "%s not read" % config.env_name(f.name)
+    assert ServerConfig.from_env(None, env, runner="mrv1", port=9).runner == "mrv1"
+    assert ServerConfig.from_env(None, {"SLEEPWAKE_ALLOW_NON_LOOPBACK": "1"}).allow_non_loopback is False
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("SLEEPWAKE_SLOTS_PER_GPU", "two", "SLEEPWAKE_SLOTS_PER_GPU='two' is not an int: set it to one (or unset it for 1)"),
+    ("SLEEPWAKE_GRACE_S", "1s", "SLEEPWAKE_GRACE_S='1s' is not a float"),
+    ("SLEEPWAKE_START_MODE", "fast", "SLEEPWAKE_START_MODE='fast' is not one of auto, zygote, plain"),
+])
+def test_a_variable_that_does_not_parse_is_named(name, value, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ServerConfig.from_env(None, {name: value})
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "example.com", "::"])

@@ -20,47 +20,33 @@ from tools.launcher.config import ServerConfig
 from tools.launcher.errors import LauncherError
 from tools.launcher.server import VllmServer
 
-_DEFAULTS = ServerConfig()
+# The server's settings are ServerConfig's fields (tools/launcher/config.py), each a flag here and a
+# SLEEPWAKE_<NAME> variable; a flag given on the command line wins over the variable.
+_FLAG_NAMES = {"server_args": "server_arg"}  # field -> flag, where they differ
 
-flags.DEFINE_string("model", "", "Checkpoint dir or its config.json (or a hub name, served offline from the HF"
-                    " cache). Default: the suite's synthetic checkpoint from the runfiles"
-                    " (%s)." % config_lib.DEFAULT_MODEL_RUNFILE)
-flags.DEFINE_enum("runner", "mrv1", list(config_lib.RUNNERS), "Model runner: mrv1 or mrv2. Sets"
-                  " VLLM_USE_V2_MODEL_RUNNER=0|1 explicitly (unset, vLLM picks V2 for dense models).")
-flags.DEFINE_enum("execution_mode", "eager", list(config_lib.EXECUTION_MODES),
-                  "eager: --enforce-eager; graph: CUDA graphs up to batch 32.")
-flags.DEFINE_string("host", _DEFAULTS.host, "Address to serve on. Non-loopback needs --allow_non_loopback.")
-flags.DEFINE_bool("allow_non_loopback", False, "Allow a non-loopback --host. The server runs with"
-                  " VLLM_SERVER_DEV_MODE=1, whose endpoints let anyone who reaches it reset or reload it.")
-flags.DEFINE_integer("port", 0, "Port; 0 picks a free one. A bind conflict is retried on a fresh port.")
-flags.DEFINE_integer("kv_cache_bytes", _DEFAULTS.kv_cache_bytes, "KV-cache size in bytes"
-                     " (--kv-cache-memory-bytes). Explicit because --gpu-memory-utilization is device-wide:"
-                     " a second server on a shared GPU gets only what the first left.")
-flags.DEFINE_float("gpu_memory_utilization", _DEFAULTS.gpu_memory_utilization,
-                   "--gpu-memory-utilization. With explicit --kv_cache_bytes vLLM uses it only to check at"
-                   " start that this fraction of the device is free; keep it small on a shared GPU.")
-flags.DEFINE_integer("max_model_len", _DEFAULTS.max_model_len, "--max-model-len of the server.")
-flags.DEFINE_integer("seed", _DEFAULTS.seed, "--seed of the server.")
-flags.DEFINE_float("startup_timeout_s", _DEFAULTS.startup_timeout_s, "Seconds to wait for GET /health == 200.")
-flags.DEFINE_float("release_timeout_s", _DEFAULTS.release_timeout_s,
-                   "Seconds to wait after teardown for NVML to show the GPU memory released.")
-# absl.logging already defines --log_dir (for its own log files, unused here): share it, with our help.
-flags.FLAGS["log_dir"].help = ("Where the server log goes. Default: $TEST_UNDECLARED_OUTPUTS_DIR, else a new"
-                               " temp dir.")
-flags.DEFINE_string("cache_dir", _DEFAULTS.cache_dir, "Shared vLLM/Triton/inductor cache dir, so later starts"
-                    " are not cold.")
-flags.DEFINE_enum("mp_method", _DEFAULTS.mp_method, list(config_lib.MP_METHODS),
-                  "VLLM_WORKER_MULTIPROC_METHOD. fork starts in ~24 s vs ~51 s for spawn on the H200, but"
-                  " the worker inherits the parent's state (unsafe if CUDA was initialised first, which vLLM"
-                  " detects and then spawns anyway); spawn is slower and clean.")
-flags.DEFINE_enum("start_mode", _DEFAULTS.start_mode, list(config_lib.START_MODES),
-                  "auto: fork the server from a zygote that imported vLLM once per runner (started on first"
-                  " use, over a socket in --lock_dir; tools/launcher/zygote.py), else start it plainly and log"
-                  " why; zygote: the zygote or an error; plain: `python -m vllm...` every time.")
+
+def _define_setting_flags() -> None:
+    for f in config_lib.settings():
+        name, default = _FLAG_NAMES.get(f.name, f.name), config_lib.default_of(f)
+        help = f.metadata["help"] + (" Also %s." % config_lib.env_name(f.name) if f.metadata["env"] else "")
+        if name == "log_dir":  # absl.logging defines --log_dir (for its own files, unused here): share it
+            flags.FLAGS["log_dir"].help = help
+        elif f.metadata["choices"]:
+            flags.DEFINE_enum(name, default, list(f.metadata["choices"]), help)
+        elif isinstance(default, bool):
+            flags.DEFINE_bool(name, default, help)
+        elif isinstance(default, int):
+            flags.DEFINE_integer(name, default, help)
+        elif isinstance(default, float):
+            flags.DEFINE_float(name, default, help)
+        elif isinstance(default, list):
+            flags.DEFINE_multi_string(name, default, help)
+        else:
+            flags.DEFINE_string(name, default, help)
+
+
+_define_setting_flags()
 flags.DEFINE_bool("lease", False, "Take a GPU slot (flock in --lock_dir) and pin the server to that GPU.")
-flags.DEFINE_integer("slots_per_gpu", _DEFAULTS.slots_per_gpu, "Servers allowed per GPU when leasing.")
-flags.DEFINE_string("lock_dir", _DEFAULTS.lock_dir, "Directory of the GPU slot lock files.")
-flags.DEFINE_multi_string("server_arg", [], "Extra argument for the vLLM server, passed through; repeatable.")
 flags.DEFINE_bool("check", False, "Start, wait until healthy, verify the runner vLLM built, stop, verify the GPU"
                   " memory was released, then exit 0 (non-zero on any failure): a smoke test of a runner.")
 flags.DEFINE_bool("dry_run", False, "Print the command and the environment changes, then exit; starts nothing.")
@@ -68,15 +54,13 @@ flags.DEFINE_bool("dry_run", False, "Print the command and the environment chang
 FLAGS = flags.FLAGS
 
 
-def config_from_flags() -> ServerConfig:
-    return ServerConfig(
-        model=FLAGS.model, runner=FLAGS.runner, execution_mode=FLAGS.execution_mode, host=FLAGS.host,
-        allow_non_loopback=FLAGS.allow_non_loopback, port=FLAGS.port, kv_cache_bytes=FLAGS.kv_cache_bytes,
-        gpu_memory_utilization=FLAGS.gpu_memory_utilization,
-        max_model_len=FLAGS.max_model_len, seed=FLAGS.seed, startup_timeout_s=FLAGS.startup_timeout_s,
-        release_timeout_s=FLAGS.release_timeout_s, log_dir=FLAGS.log_dir or None, cache_dir=FLAGS.cache_dir,
-        mp_method=FLAGS.mp_method, slots_per_gpu=FLAGS.slots_per_gpu, lock_dir=FLAGS.lock_dir,
-        server_args=list(FLAGS.server_arg), start_mode=FLAGS.start_mode)
+def config_from_flags(environ=None) -> ServerConfig:
+    """SLEEPWAKE_<NAME> variables, then the flags given on the command line."""
+    given = {f.name: FLAGS[_FLAG_NAMES.get(f.name, f.name)].value for f in config_lib.settings()
+             if FLAGS[_FLAG_NAMES.get(f.name, f.name)].present}
+    if given.get("log_dir") == "":
+        given.pop("log_dir")
+    return ServerConfig.from_env(environ=os.environ if environ is None else environ, **given)
 
 
 def dry_run(cfg: ServerConfig, environ) -> str:
@@ -125,8 +109,8 @@ def main(argv, make_server=VllmServer) -> int:
         print("error: unexpected arguments %s; pass server arguments with --server_arg=..." % argv[1:],
               file=sys.stderr)
         return 2
-    cfg = config_from_flags()
     try:
+        cfg = config_from_flags()
         if FLAGS.dry_run:
             print(dry_run(cfg, os.environ))
             return 0

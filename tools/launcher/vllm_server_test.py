@@ -1,6 +1,7 @@
 """The vllm_server binary, run as a subprocess: its dry run, its refusals and its interruption."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -8,15 +9,15 @@ import time
 
 import pytest
 
-from tools.launcher import testing
+from tools.launcher import config as config_lib, testing
 
 BINARY = testing.ROOT + "/tools/launcher/vllm_server.py"
 DRIVER = os.path.join(testing.TESTDATA, "vllm_server_driver.py")
 
 
-def _run(*args):
-    return subprocess.run([sys.executable, BINARY] + list(args), env=testing.python_env(), capture_output=True,
-                          text=True, timeout=60)
+def _run(*args, env=None):
+    return subprocess.run([sys.executable, BINARY] + list(args), env=dict(testing.python_env(), **(env or {})),
+                          capture_output=True, text=True, timeout=60)
 
 
 @pytest.fixture
@@ -116,3 +117,25 @@ def test_an_interrupt_during_the_start_stops_the_server_tree_and_exits_130_quiet
     # The launcher's own log lines (the lease taken) come first; the interruption is one quiet line.
     assert err.strip().splitlines()[-1] == "interrupted: the server was stopped." and "Traceback" not in err, err
     assert testing.survivors_after(testing.recorded_pids(pid_file), 5) == []
+
+
+def test_variables_configure_the_binary_and_a_flag_wins(tmp_path, model):
+    """One way to configure a server: SLEEPWAKE_<NAME> (what a GPU cell sets) or --<name>, the flag first."""
+    env = {"SLEEPWAKE_RUNNER": "mrv2", "SLEEPWAKE_PORT": "8124", "SLEEPWAKE_MP_METHOD": "spawn"}
+    result = _run("--dry_run", "--model", model, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "VLLM_USE_V2_MODEL_RUNNER=1" in result.stdout and "--port 8124" in result.stdout
+    assert "VLLM_WORKER_MULTIPROC_METHOD=spawn" in result.stdout
+    result = _run("--dry_run", "--model", model, "--runner=mrv1", "--port=8125", env=env)
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in result.stdout and "--port 8125" in result.stdout
+    result = _run("--dry_run", "--model", model, env={"SLEEPWAKE_PORT": "eighty"})
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: SLEEPWAKE_PORT='eighty' is not an int: set it to one (or unset it for 0)"]
+
+
+def test_every_setting_is_a_flag_with_help():
+    result = _run("--helpfull")
+    for f in config_lib.settings():
+        flag = {"server_args": "server_arg"}.get(f.name, f.name)
+        assert re.search(r"--(\[no\])?%s:" % flag, result.stdout), "ServerConfig.%s has no flag" % f.name
+        assert f.metadata["help"], "ServerConfig.%s has no help" % f.name
