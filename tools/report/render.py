@@ -207,9 +207,8 @@ class Page:
                       + svg.line_chart(p.series, title="change since cycle 1", guides=p.change_guides, scale=MiB,
                                        unit="MiB", x_name="cycle", baseline=True, min_span=8))
         else:
-            labels = {x: lab.replace("_bytes", "") for s in p.series for (x, _), lab in zip(s.points, s.labels)}
-            charts = svg.line_chart(p.series, title="bytes per phase", guides=p.guides, scale=GB, unit="GB",
-                                    x_labels=labels, min_span=0.1)
+            bars = [(lab.replace("_bytes", ""), y) for s in p.series for (_, y), lab in zip(s.points, s.labels)]
+            charts = svg.bar_chart(bars, title="bytes per phase", guides=p.guides, scale=GB, unit="GB")
         return (f'<figure class="panel" data-cell="{escape(cell.name)}" data-test="{escape(p.test)}" '
                 f'data-kind="{escape(p.kind)}"><figcaption>{escape(cell.id)}</figcaption>{charts}</figure>')
 

@@ -1,5 +1,6 @@
 """The report page rendered from recorded test outputs (testdata/testlogs: a matrix and mutant run as
-Bazel leaves it) and read back: grid states, failure messages, a polyline per cell series, bounds,
+Bazel leaves it) and read back: grid states, failure messages, a polyline per cycle series, phase bars,
+bounds,
 escaping, links, identity, the mutation table and the command's errors."""
 
 import html
@@ -151,11 +152,24 @@ def test_a_polyline_per_cell_series(run):
     figures = {(a["data-cell"], a["data-kind"]) for a in doc.all("figure")}
     assert figures == set(expected)
     for (cell, kind), names in expected.items():
+        if not cell.startswith("memory_leak"):
+            continue
         for lines in doc.inside({"data-cell": cell, "data-kind": kind}, "polyline"):
             assert {p["data-series"] for p in lines} == names, (cell, kind)
-            for p in lines:  # 10 cycles; or the phases awake, asleep(, weights only), woken
-                assert len(p["points"].split()) in ((10,) if cell.startswith("memory_leak") else (3, 4)), (cell, p)
-    assert len(doc.inside({"data-cell": "physical_memory_mrv1_eager"}, "polyline")) == 4  # one per test
+            assert all(len(p["points"].split()) == 10 for p in lines), cell  # one point per cycle
+
+
+def test_phases_are_bars_from_zero(run):
+    """A phase panel holds separate quantities (awake, asleep, woken): bars from zero, never a line."""
+    _, _, doc, _ = run
+    figures = doc.inside({"data-cell": "physical_memory_mrv1_eager"}, "rect")
+    assert len(figures) == 4 and not any(doc.inside({"data-cell": "physical_memory_mrv1_eager"}, "polyline")[0])
+    for rects in figures:
+        bars = [r for r in rects if r.get("class") == "bar"]
+        assert len(bars) in (3, 4), bars  # awake, asleep(, weights only), woken
+        assert bars[0]["data-label"] == "awake" and all(float(b["data-value"]) > 0 for b in bars)
+        bottoms = {round(float(b["y"]) + float(b["height"]), 1) for b in bars}
+        assert len(bottoms) == 1, "bars do not share the zero line"
 
 
 def test_bounds_are_drawn(run):

@@ -1,5 +1,7 @@
 """Inline SVG charts, written by hand (no plotting library in the lock): a line chart of series with
-bound and reference lines, and a strip chart of timings (samples, checked value, bound) per row.
+bound and reference lines (cycles: a quantity over time), a bar chart from zero with its bounds (phases:
+separate quantities, which a line would join as if one changed into the next), and a strip chart of
+timings (samples, checked value, bound) per row.
 
 Every text is escaped here; callers pass plain strings. Elements carry classes and data attributes
 (series, bound) so tests and readers can find what was drawn.
@@ -117,6 +119,48 @@ def line_chart(series: list[Series], *, title: str, guides: list[Guide] = (), sc
     out.append(_legend([(s.name.replace("_bytes", ""), PALETTE[i % len(PALETTE)], "series")
                         for i, s in enumerate(shown)]
                        + [("bound", BOUND_COLOUR, "bound")] * any(g.bound for g in guides)
+                       + [("reference", REFERENCE_COLOUR, "reference")] * any(not g.bound for g in guides),
+                       left, height - 8))
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def bar_chart(bars: list[tuple[str, float]], *, title: str, guides: list[Guide] = (), scale: float = 1.0,
+              unit: str = "", width: int = 300, height: int = 210) -> str:
+    """One bar per (label, value), from zero so heights compare as amounts; y shown divided by `scale`
+    in `unit`; each guide a horizontal line (a bound red and dashed, a reference grey)."""
+    left, right, top, bottom = 56, 10, 22, 52
+    pw, ph = width - left - right, height - top - bottom
+    y_hi = max([v for _, v in bars] + [g.value for g in guides] + [0.0]) / scale * 1.08 or 1.0
+
+    def py(y):
+        return top + ph - (y / scale) / y_hi * ph
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
+           f'<text x="{left}" y="14" class="title">{escape(title)}</text>',
+           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>']
+    for t in nice_ticks(0.0, y_hi, 5):
+        y = top + ph - t / y_hi * ph
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{_num(y)}" y2="{_num(y)}" class="grid"/>'
+                   f'<text x="{left - 4}" y="{_num(y + 3)}" class="tick" text-anchor="end">{_fmt(t)}</text>')
+    out.append(f'<text x="12" y="{top + ph / 2:.0f}" class="axis" transform="rotate(-90 12 {top + ph / 2:.0f})" '
+               f'text-anchor="middle">{escape(unit)}</text>')
+    slot = pw / max(1, len(bars))
+    for i, (label, value) in enumerate(bars):
+        x, w = left + i * slot + slot * 0.2, slot * 0.6
+        y = py(max(value, 0.0))
+        out.append(f'<rect class="bar" data-label="{escape(label)}" data-value="{_exact(value)}" x="{_num(x)}" '
+                   f'y="{_num(y)}" width="{_num(w)}" height="{_num(top + ph - y)}" fill="{PALETTE[0]}">'
+                   f'<title>{escape(f"{label}: {value / scale:.4g} {unit} ({value:g})")}</title></rect>')
+        ty = top + ph + 12 + (10 if i % 2 else 0)  # names alternate rows, not overlap
+        out.append(f'<text x="{_num(x + w / 2)}" y="{ty}" class="tick" text-anchor="middle">{escape(label)}</text>')
+    for g in guides:
+        css = "bound" if g.bound else "reference"
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{_num(py(g.value))}" y2="{_num(py(g.value))}" '
+                   f'class="{css}" data-bound="{_exact(g.value)}" data-slope="{_exact(g.slope)}">'
+                   f'<title>{escape(g.label)}</title></line>')
+    out.append(_legend([("bound", BOUND_COLOUR, "bound")] * any(g.bound for g in guides)
                        + [("reference", REFERENCE_COLOUR, "reference")] * any(not g.bound for g in guides),
                        left, height - 8))
     out.append("</svg>")
