@@ -7,6 +7,7 @@
 #   tools/setup.sh ARGS...         ARGS go to Bazel (e.g. --config=disk-cache, targets)
 #
 # Installs: Bazel (Debian's bazel-bootstrap 4.2.3) unless one is on PATH, nginx (the remote-cache test),
+# chromium (the report's browser test),
 # and the harness venv at /opt/sleepwake/venv from the hashed lock (pip --require-hashes). The venv
 # sits at a fixed path because its interpreter path is part of every Python action's cache key.
 # On a GPU runner it also installs the harness overlay (/opt/sleepwake/harness-overlay: the lock's
@@ -44,13 +45,14 @@ cpu_pieces=1
 if ((gpu_count > 0)) && ! timeout 10 python3 -c 'import urllib.request; urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=8)' 2>/dev/null; then
   cpu_pieces=0
   say "GPU runner without a package index (pypi.org unreachable): installing what the matrix needs only;"
-  say "skipped: nginx, $VENV, the engine tier's release overlays and BuildGrid (CPU tests only)"
+  say "skipped: nginx, chromium, $VENV, the engine tier's release overlays and BuildGrid (CPU tests only)"
 fi
 
 missing=()
 command -v bazel >/dev/null || missing+=(bazel-bootstrap)
 if ((cpu_pieces)); then
   [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
+  command -v chromium >/dev/null || missing+=(chromium)  # //tools/report:browser_test draws the report
   [[ -x /usr/bin/python3 ]] || missing+=(python3)
   /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 fi

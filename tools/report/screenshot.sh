@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A look at the report as a browser draws it (a documented check, not in CI): headless Chromium,
+# A look at the report as a browser draws it, for a person (CI checks the layout: //tools/report:browser_test): headless Chromium,
 # no network, a throwaway profile, one PNG.
 #
 #   tools/report/screenshot.sh [PAGE.html] [OUT.png] [WIDTHxHEIGHT]

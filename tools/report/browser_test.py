@@ -1,0 +1,43 @@
+"""The fixture's report as headless Chromium draws it: what a person reads first is the headline, in
+the first screen; the GPU grid shows every cell of the spec; nothing is wider than a laptop's window.
+And the probe itself can fail: a page with an element wider than the window is caught."""
+import pathlib
+
+import pytest
+
+from tools.matrix import EXECUTION_MODES, RUNNERS, SLEEP_WAKE_CLASSES
+from tools.report import browser, model, render
+
+FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
+LAPTOP = (1280, 800)
+
+
+@pytest.fixture(scope="module")
+def run():
+    return model.load_run(str(FIXTURE), str(FIXTURE), None)
+
+
+@pytest.fixture(scope="module")
+def seen(run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("page")
+    return browser.look(render.page(run, str(out)), *LAPTOP)
+
+
+def test_the_headline_is_what_a_person_reads_first(run, seen):
+    text, _, fake_text = run.headline()
+    assert seen["headline"] == text + fake_text
+    assert seen["headline_height"] > 0 and seen["headline_top"] < LAPTOP[1] / 4, seen
+
+
+def test_the_grid_shows_every_cell_of_the_spec(seen):
+    assert seen["grid_cells"] == len(SLEEP_WAKE_CLASSES) * len(RUNNERS) * len(EXECUTION_MODES), seen
+
+
+def test_nothing_is_wider_than_the_window(seen):
+    assert seen["overflow"] == [] and seen["scroll_width"] <= seen["viewport"], seen
+
+
+def test_the_probe_sees_an_overflow():
+    seen = browser.look('<!doctype html><html><body><p class="headline">x</p>'
+                        '<div class="wide" style="width:3000px">wide</div></body></html>', *LAPTOP)
+    assert "div.wide" in seen["overflow"] and seen["scroll_width"] > seen["viewport"], seen
