@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from tools.matrix import EXECUTION_MODES, RUNNERS, SLEEP_WAKE_CLASSES, cell_id
+from tools.matrix import EXECUTION_MODES, RUNNERS, SHARD_COUNTS, SLEEP_WAKE_CLASSES, cell_id
 from tools.results import mutation_table
 from tools.report import reading
 
@@ -59,6 +59,26 @@ class Cell:
         return sum(c.outcome == outcome for c in self.cases)
 
 
+WALK_CLASS, WALK_KEY = "state_walk", "walk_coverage"  # test_state_walk.py records one per shard
+
+
+@dataclasses.dataclass
+class WalkCoverage:
+    """What the state walk of one cell covered: summed over the shards that reported."""
+    cell: Cell
+    shards: int  # that reported coverage
+    expected_shards: int  # SHARD_COUNTS of the spec
+    visited: int  # (state, operation) pairs visited of their partitions
+    pairs: int
+    steps: int
+    walks: int
+    unvisited: list[str]
+
+    @property
+    def complete(self) -> bool:
+        return self.shards == self.expected_shards and self.visited == self.pairs and not self.unvisited
+
+
 @dataclasses.dataclass
 class Mutation:
     table: str  # tools/results/mutation_table.py's markdown
@@ -105,6 +125,23 @@ class Run:
     def failing(self) -> list[Cell]:
         """The cells that failed or prove nothing (flagged), GPU cells first."""
         return [c for c in self.ordered() + list(self.fake.values()) if c.state in (FAILED,) + FLAGGED]
+
+    def walk_coverage(self) -> list[WalkCoverage]:
+        """Per state-walk cell that ran, its coverage from the shards' walk_coverage records."""
+        out = []
+        for cell in self.ordered():
+            if cell.test_class != WALK_CLASS or cell.state in (NOT_RUN, STALE):
+                continue
+            rows = {}
+            for r in cell.records:
+                if r.get("key") == WALK_KEY and isinstance(r.get("value"), (int, float)):
+                    rows[r.get("shard")] = r  # a rerun shard's last record counts
+            out.append(WalkCoverage(
+                cell, len(rows), SHARD_COUNTS.get(WALK_CLASS, 1), sum(int(r["value"]) for r in rows.values()),
+                sum(int(r.get("shard_pairs", 0)) for r in rows.values()),
+                sum(int(r.get("steps", 0)) for r in rows.values()), sum(int(r.get("walks", 0)) for r in rows.values()),
+                sorted(str(u) for r in rows.values() for u in r.get("unvisited", []))))
+        return out
 
     def _identity_lines(self, key: str) -> list[str]:
         texts = list(self.identities) + ([self.identity_file[1]] if self.identity_file else [])

@@ -56,7 +56,7 @@ class Page:
     def html(self) -> str:
         body = [self.header(), self.grid(), self.fake_grid(), self.failures(), self.identity(),
                 self.memory(series.GPU, "GPU memory"), self.memory(series.HOST, "Host memory"),
-                self.timings(), self.mutants()]
+                self.timings(), self.walk(), self.mutants()]
         return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 "<title>sleepwake matrix report</title>"
                 f"<style>{CSS}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n")
@@ -239,6 +239,21 @@ class Page:
         return "".join(out) + "</section>"
 
     # --- mutants ---------------------------------------------------------------------------------
+    def walk(self) -> str:
+        """The state walk's coverage per cell: which (state, operation) pairs its shards' walks visited."""
+        rows = []
+        for w in self.run.walk_coverage():
+            css = "ok" if w.complete else "bad"
+            rows.append(f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.id)}</td>'
+                        f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}</td>'
+                        f"<td>{w.walks}</td><td>{w.steps}</td><td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>")
+        if not rows:
+            return ""
+        return ('<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '
+                'visited, summed over the shards that reported (tests/sleep_wake/walk).</p>'
+                '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
+                f'<th>steps</th><th>unvisited</th></tr>{"".join(rows)}</table></section>')
+
     def mutants(self) -> str:
         m = self.run.mutation
         if m is None:

@@ -15,7 +15,8 @@ import zipfile
 
 import pytest
 
-from tools.report import cli, model
+from tools.report import cli, model, render
+from tools.results.testlogs_testing import write_xml
 
 FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
 MATRIX = pathlib.Path("tests", "sleep_wake")
@@ -307,3 +308,30 @@ def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
     assert cli.main(["tools.report", str(logs), "--no_bep", "--text"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
     assert head.startswith("3/3 GPU cells passed"), head
+
+
+def _walk_cell(root, shards):
+    """A state_walk cell as Bazel leaves a sharded target: shard_<i>_of_<n>/, each with its coverage."""
+    for shard, (visited, pairs, unvisited) in shards.items():
+        d = root / MATRIX / "state_walk_mrv1_eager" / f"shard_{shard + 1}_of_6"
+        write_xml(d / "test.xml", {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "passed"})
+        (d / "test.outputs").mkdir()
+        (d / "test.outputs" / "measurements.jsonl").write_text(json.dumps(
+            {"key": "walk_coverage", "value": visited, "unit": "pairs", "shard": shard, "shard_pairs": pairs,
+             "steps": 10 * pairs, "walks": 2, "unvisited": unvisited, "test": "t"}) + "\n")
+
+
+def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(6)})
+    run = model.load_run(str(tmp_path), str(tmp_path), None)
+    [w] = run.walk_coverage()
+    assert (w.visited, w.pairs, w.shards, w.steps, w.complete) == (30, 30, 6, 300, True)
+    page = Elements(render.page(run, str(tmp_path)))
+    assert [a["data-walk"] for a in page.all("tr") if "data-walk" in a] == ["state_walk_mrv1_eager"]
+    shutil.rmtree(tmp_path / MATRIX)
+    _walk_cell(tmp_path, {0: (4, 5, ["wake:kv_cache"]), 1: (5, 5, [])})  # a gap, and four shards missing
+    [w] = model.load_run(str(tmp_path), str(tmp_path), None).walk_coverage()
+    assert (w.visited, w.pairs, w.shards, w.complete, w.unvisited) == (9, 10, 2, False, ["wake:kv_cache"])
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
+    assert ("state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/6 shards, 4 walks, 100 steps; "
+            "unvisited: wake:kv_cache") in capsys.readouterr().out

@@ -47,6 +47,10 @@ def summary(run: model.Run) -> str:
         vs = sorted(v for v, _ in values)
         lines.append(f"{key:45s} n={len(vs):3d} min={vs[0]:.6g} median={statistics.median(vs):.6g} "
                      f"max={vs[-1]:.6g}  (max in {max(values)[1]})")
+    for w in run.walk_coverage():
+        lines.append(f"state walk {w.cell.id}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
+                     f"{w.shards}/{w.expected_shards} shards, {w.walks} walks, {w.steps} steps"
+                     + (f"; unvisited: {', '.join(w.unvisited[:10])}" if w.unvisited else ""))
     if run.mutation:
         lines.append("mutants: " + ("every mutant killed by its oracle, every control passed" if run.mutation.ok else "NOT GREEN (a mutant survived, a control failed or a row is missing)")
                      + " (the page holds the table)")
