@@ -57,12 +57,11 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
 
     started = time.monotonic()
     walker = walk_driver.EngineWalker(engine_server, vllm.__version__, checkpoints)
-    replay = os.environ.get(plan.REPLAY_VAR)
+    replay = plan.replay_walks()
     if replay:
-        walker.run([plan.parse_script(replay)], SEED, shard)
+        walker.run(replay, SEED, shard)
         return
-    pairs = plan.partition(plan.reachable_pairs(), SHARDS)[shard]
-    walks = plan.plan_walks(pairs, SEED + shard, MAX_STEPS)
+    pairs, walks = plan.shard_walks(shard, SHARDS, SEED, MAX_STEPS)
     walker.run(walks, SEED + shard, shard)
     probes = [str(op) for probe in plan.terminal_probes()[shard::SHARDS] for op in probe]
     probe_status = [walker.probe(probe) for probe in plan.terminal_probes()[shard::SHARDS]]

@@ -53,13 +53,12 @@ def walk_context(server, client, golden, recorder, cell):
 
 
 def _walk(shard: int, walk_context, recorder) -> None:
-    replay = os.environ.get(plan.REPLAY_VAR)
     walker = runner.Walker(walk_context)
+    replay = plan.replay_walks()
     if replay:
-        walker.run([plan.parse_script(replay)], SEED, shard)
+        walker.run(replay, SEED, shard)
         return
-    pairs = plan.partition(plan.reachable_pairs(), SHARDS)[shard]
-    walks = plan.plan_walks(pairs, SEED + shard, MAX_STEPS)
+    pairs, walks = plan.shard_walks(shard, SHARDS, SEED, MAX_STEPS)
     walker.run(walks, SEED + shard, shard)
     probes = plan.terminal_probes()[shard::SHARDS]
     for probe in probes:  # at most one: it ends the server's usable life (full_wake_remaps_resident_pool)

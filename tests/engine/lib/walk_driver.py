@@ -351,10 +351,7 @@ class EngineWalker:
     # --- one step ---------------------------------------------------------------------------------
     def step(self, op) -> None:
         before = self.state
-        reason = op.why_not(before)
-        if reason:
-            raise oracle.Precondition(f"walk step {self.step_index}: {op} is not applicable in "
-                                      f"({before.describe()}): {reason}")
+        ops.require_applicable(op, before, self.step_index)
         self._step_checked = set()
         where = f"step {self.step_index} ({op} from {before.describe()})"
         getattr(self, "_" + op.name)(op, before, where)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tests.sleep_wake.lib import oracle
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk.model import KV_CACHE, WEIGHTS, State
 
@@ -228,3 +229,12 @@ def _reset(op: Operation, s: State) -> State:
 
 _APPLY = {**{name: _generate for name in GENERATES}, "sleep": _sleep, "wake": _wake, "reload": _reload,
           "reset_prefix_cache": _reset}
+
+
+def require_applicable(op, state: State, step_index: int) -> None:
+    """Raises oracle.Precondition when the walk planned `op` where the model says it cannot run: a
+    planner bug, not a server's (every walker checks this before it acts)."""
+    reason = op.why_not(state)
+    if reason:
+        raise oracle.Precondition(f"walk step {step_index}: {op} is not applicable in "
+                                  f"({state.describe()}): {reason}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import os
 import random
 import re
 
@@ -244,3 +245,16 @@ def terminal_probes() -> list:
         if path is not None and (kind not in best or len(path) < len(best[kind])):
             best[kind] = path
     return [best[kind] + [ops.wake()] for kind in sorted(best)]
+
+
+def replay_walks() -> list | None:
+    """The one walk of SLEEPWAKE_WALK_REPLAY (a shrunk failing walk to rerun), or None when unset."""
+    replay = os.environ.get(REPLAY_VAR)
+    return [parse_script(replay)] if replay else None
+
+
+def shard_walks(shard: int, shards: int, seed: int, max_steps: int):
+    """(the shard's partition of the reachable pairs, the walks planned to visit it, seeded seed + shard):
+    what every walker, the server's and the engine tier's, runs for one shard."""
+    pairs = partition(reachable_pairs(), shards)[shard]
+    return pairs, plan_walks(pairs, seed + shard, max_steps)

@@ -18,6 +18,7 @@ from tests.sleep_wake.lib.background import background, generated_tokens, wait_d
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, LONG_PROMPTS, PROMPTS
 from tests.sleep_wake.walk import model, plan
+from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import State
 
 STREAM_TOKENS = 128  # a request in flight: long enough to be mid-decode when /sleep lands
@@ -68,10 +69,7 @@ class Walker:
     # --- one step -------------------------------------------------------------------------------
     def step(self, op) -> None:
         before = self.state
-        reason = op.why_not(before)
-        if reason:
-            raise oracle.Precondition(f"walk step {self.step_index}: {op} is not applicable in "
-                                      f"({before.describe()}): {reason}")
+        ops.require_applicable(op, before, self.step_index)
         getattr(self, "_" + op.name)(op, before)
         self.state = op.apply(before)
         self._check_state(f"step {self.step_index} ({op} from {before.describe()})")
