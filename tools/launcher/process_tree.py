@@ -29,13 +29,18 @@ def _process(pid: int, start_time: float | None = None) -> psutil.Process | None
         return None
 
 
-def start_time(pid: int) -> float | None:
-    """The creation time of pid (with the PID, its identity), or None if it does not exist."""
+def _ask(pid: int, question):
+    """question(the live process pid), or None if it is gone (before or while asked)."""
     proc = _process(pid)
     try:
-        return proc.create_time() if proc else None
+        return question(proc) if proc else None
     except psutil.NoSuchProcess:
         return None
+
+
+def start_time(pid: int) -> float | None:
+    """The creation time of pid (with the PID, its identity), or None if it does not exist."""
+    return _ask(pid, psutil.Process.create_time)
 
 
 def alive(pid: int, start_time: float | None = None) -> bool:
@@ -80,22 +85,12 @@ def reap_exited() -> list[tuple[int, int]]:
 
 def parent(pid: int) -> int | None:
     """The parent PID of pid, or None if it is gone."""
-    proc = _process(pid)
-    try:
-        return proc.ppid() if proc else None
-    except psutil.NoSuchProcess:
-        return None
+    return _ask(pid, psutil.Process.ppid)
 
 
 def children(pid: int) -> set[int]:
     """Live direct children of pid."""
-    proc = _process(pid)
-    if proc is None:
-        return set()
-    try:
-        return set(_live(proc.children()))
-    except psutil.NoSuchProcess:
-        return set()
+    return _ask(pid, lambda proc: set(_live(proc.children()))) or set()
 
 
 def survivors(snap: Snapshot) -> Snapshot:
