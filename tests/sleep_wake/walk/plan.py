@@ -95,33 +95,15 @@ def run(state: State, walk) -> State:
     return state
 
 
-def shortest_path(src: State, dst: State) -> list | None:
-    """The fewest operations from src to dst (the first in ALL's order among equals), None if none."""
-    parent = {src: None}
-    queue = collections.deque([src])
-    while queue:
-        state = queue.popleft()
-        if state == dst:
-            path = []
-            while parent[state] is not None:
-                state, op = parent[state]
-                path.append(op)
-            return path[::-1]
-        for op, nxt in successors(state):
-            if nxt not in parent:
-                parent[nxt] = (state, op)
-                queue.append(nxt)
-    return None
-
-
-def _route_to_nearest(src: State, todo: set) -> list | None:
-    """Operations from src through the nearest state with an unvisited pair, that pair's op last."""
+def _first_path(src: State, goal) -> list | None:
+    """Breadth first from src (successors in ALL's order): the operations up to and including the
+    first edge for which goal(state, op, next state) holds, None if none does."""
     parent = {src: None}
     queue = collections.deque([src])
     while queue:
         state = queue.popleft()
         for op, nxt in successors(state):
-            if (pair_state(state), op) in todo:
+            if goal(state, op, nxt):
                 path = [op]
                 while parent[state] is not None:
                     state, prev = parent[state]
@@ -131,6 +113,16 @@ def _route_to_nearest(src: State, todo: set) -> list | None:
                 parent[nxt] = (state, op)
                 queue.append(nxt)
     return None
+
+
+def shortest_path(src: State, dst: State) -> list | None:
+    """The fewest operations from src to dst (the first in ALL's order among equals), None if none."""
+    return [] if src == dst else _first_path(src, lambda state, op, nxt: nxt == dst)
+
+
+def _route_to_nearest(src: State, todo: set) -> list | None:
+    """Operations from src through the nearest state with an unvisited pair, that pair's op last."""
+    return _first_path(src, lambda state, op, nxt: (pair_state(state), op) in todo)
 
 
 def plan_walks(shard_pairs, seed: int, max_steps: int) -> list:
