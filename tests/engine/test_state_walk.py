@@ -57,12 +57,10 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
 
     started = time.monotonic()
     walker = walk_driver.EngineWalker(engine_server, vllm.__version__, checkpoints)
-    replay = plan.replay_walks()
-    if replay:
-        walker.run(replay, SEED, shard)
+    planned = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
+    if planned is None:  # a replay: its failure, if any, is the verdict
         return
-    pairs, walks = plan.shard_walks(shard, SHARDS, SEED, MAX_STEPS)
-    walker.run(walks, SEED + shard, shard)
+    pairs, walks = planned
     probes = [str(op) for probe in plan.terminal_probes()[shard::SHARDS] for op in probe]
     probe_status = [walker.probe(probe) for probe in plan.terminal_probes()[shard::SHARDS]]
     visited, consecutive = walker.coverage()

@@ -54,12 +54,10 @@ def walk_context(server, client, golden, recorder, cell):
 
 def _walk(shard: int, walk_context, recorder) -> None:
     walker = runner.Walker(walk_context)
-    replay = plan.replay_walks()
-    if replay:
-        walker.run(replay, SEED, shard)
+    planned = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
+    if planned is None:  # a replay: its failure, if any, is the verdict
         return
-    pairs, walks = plan.shard_walks(shard, SHARDS, SEED, MAX_STEPS)
-    walker.run(walks, SEED + shard, shard)
+    pairs, walks = planned
     probes = plan.terminal_probes()[shard::SHARDS]
     for probe in probes:  # at most one: it ends the server's usable life (full_wake_remaps_resident_pool)
         walker.probe(probe)

@@ -239,14 +239,16 @@ def terminal_probes() -> list:
     return [best[kind] + [ops.wake()] for kind in sorted(best)]
 
 
-def replay_walks() -> list | None:
-    """The one walk of SLEEPWAKE_WALK_REPLAY (a shrunk failing walk to rerun), or None when unset."""
+def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int):
+    """Runs on walker (the server's or the engine tier's: anything with run(walks, seed, shard)) the
+    shard's planned walks, seeded seed + shard, and returns (the shard's partition of the reachable
+    pairs, the walks); or, when SLEEPWAKE_WALK_REPLAY holds a shrunk failing walk, runs that one walk and
+    returns None."""
     replay = os.environ.get(REPLAY_VAR)
-    return [parse_script(replay)] if replay else None
-
-
-def shard_walks(shard: int, shards: int, seed: int, max_steps: int):
-    """(the shard's partition of the reachable pairs, the walks planned to visit it, seeded seed + shard):
-    what every walker, the server's and the engine tier's, runs for one shard."""
+    if replay:
+        walker.run([parse_script(replay)], seed, shard)
+        return None
     pairs = partition(reachable_pairs(), shards)[shard]
-    return pairs, plan_walks(pairs, seed + shard, max_steps)
+    walks = plan_walks(pairs, seed + shard, max_steps)
+    walker.run(walks, seed + shard, shard)
+    return pairs, walks

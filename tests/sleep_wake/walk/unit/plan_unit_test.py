@@ -161,3 +161,24 @@ def test_terminal_probes_reach_every_kind_of_partial_wake_one_per_shard():
     walk = open(os.path.join(suite, "test_state_walk.py"), encoding="utf-8").read()
     shards = int(re.search(r"^SHARDS = (\d+)$", walk, re.MULTILINE).group(1))
     assert len(probes) <= shards, "a probe ends its server's life: each needs a shard of its own"
+
+
+class _RecordingWalker:
+    def __init__(self):
+        self.runs = []
+
+    def run(self, walks, seed, shard):
+        self.runs.append((walks, seed, shard))
+
+
+def test_run_shard_runs_the_plan_or_the_replay(monkeypatch):
+    monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
+    walker = _RecordingWalker()
+    pairs, walks = plan.run_shard(walker, 2, 6, 100, 60)
+    assert pairs == plan.partition(plan.reachable_pairs(), 6)[2]
+    assert walker.runs == [(walks, 102, 2)] and walks == plan.plan_walks(pairs, 102, 60)
+    monkeypatch.setenv(plan.REPLAY_VAR, "sleep:1:abort:0,wake:-")
+    walker = _RecordingWalker()
+    assert plan.run_shard(walker, 2, 6, 100, 60) is None
+    assert [(len(w), seed, shard) for w, seed, shard in walker.runs] == [(1, 100, 2)]
+    assert [str(op) for op in walker.runs[0][0][0]] == ["sleep:1:abort:0", "wake:-"]
