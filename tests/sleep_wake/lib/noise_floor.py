@@ -13,44 +13,29 @@ import glob
 import json
 import os
 import sys
-import zipfile
 
 from tests.sleep_wake.lib import thresholds
+from tools.results import testlogs
 
 
-def _gpu_cell(path: str) -> bool:
+def _gpu_cell(result_dir: str) -> bool:
     """A reading of a healthy vLLM on the GPU: not the fake tier's (<class>_fake_<cell>), whose bytes and
     times are the fake's model, nor a mutant's."""
-    return "_fake_" not in path and "/mutants/" not in path
+    parts = os.path.normpath(result_dir).split(os.sep)
+    return not any("_fake_" in p for p in parts) and "mutants" not in parts
 
 
 def readings(roots) -> list[dict]:
-    """Every oracle reading (an entry with `oracle` and `ok`) of the GPU cells under the roots, zipped
-    outputs included."""
+    """Every oracle reading (an entry with `oracle` and `ok`) of the GPU cells under the roots: each
+    result dir (one test.xml) read as the report reads it, zipped outputs included."""
     out = []
     for root in roots:
-        for path in glob.glob(os.path.join(root, "**", "measurements.jsonl"), recursive=True):
-            if not _gpu_cell(path):
-                continue
-            with open(path, encoding="utf-8") as f:
-                out += [json.loads(line) for line in f if line.strip()]
-        for path in glob.glob(os.path.join(root, "**", "outputs.zip"), recursive=True):
-            if not _gpu_cell(path):
-                continue
-            with zipfile.ZipFile(path) as z:
-                for name in z.namelist():
-                    if name.endswith("measurements.jsonl"):
-                        out += [json.loads(line) for line in z.read(name).decode().splitlines() if line.strip()]
+        for xml in sorted(glob.glob(os.path.join(root, "**", "test.xml"), recursive=True)):
+            result_dir = os.path.dirname(xml)
+            if _gpu_cell(os.path.abspath(result_dir)):
+                text = testlogs.read_output(result_dir, testlogs.MEASUREMENTS_FILE) or ""
+                out += [json.loads(line) for line in text.splitlines() if line.strip()]
     return [e for e in out if "oracle" in e and "ok" in e]
-
-
-def _key(t: thresholds.Threshold, cell: str | None) -> str | None:
-    """The per_cell key a cell's reading is bounded by (None: the default value)."""
-    if not cell:
-        return None
-    key = cell.lower()
-    runner, _, mode = key.partition("-")
-    return next((k for k in (key, mode, runner) if k in t.per_cell), None)
 
 
 def extremes(entries) -> dict:
@@ -60,7 +45,7 @@ def extremes(entries) -> dict:
         t = thresholds.TABLE.get(e["key"])
         if t is None:
             continue
-        k = (t.name, _key(t, e.get("cell")))
+        k = (t.name, t.cell_key(e.get("cell")))
         best, n, cells = out.get(k, (None, 0, set()))
         value = e["value"]
         pick = min if t.relation == ">=" else max
@@ -70,7 +55,7 @@ def extremes(entries) -> dict:
 
 def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("roots", nargs="+", help="bazel-testlogs directories (or any tree of test outputs)")
+    parser.add_argument("roots", nargs="+", help="bazel-testlogs directories of matrix runs")
     args = parser.parse_args(argv[1:])
     found = extremes(readings(args.roots))
     if not found:
@@ -78,7 +63,7 @@ def main(argv) -> int:
         return 1
     for (name, key), (value, n, cells) in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         t = thresholds.TABLE[name]
-        bound = t.per_cell.get(key, t.value) if key else t.value
+        bound = t.bound_at(key)
         factor = (value / bound if t.relation == ">=" else bound / value) if value else float("inf")
         print(f"{name}{f' ({key})' if key else ''}: bound {t.relation} {bound:g}, healthy extreme {value:g} "
               f"({factor:.2f}x), {n} readings in {len(cells)} cells")

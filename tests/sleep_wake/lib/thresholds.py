@@ -79,6 +79,19 @@ class Threshold:
             return ">="
         return "<" if self.strict else "<="
 
+    def cell_key(self, cell_id: str | None) -> str | None:
+        """The per_cell key that bounds a cell ("runner-mode" first, then mode, then runner); None: the
+        default value."""
+        if not cell_id:
+            return None
+        key = cell_id.lower()
+        runner, _, mode = key.partition("-")
+        return next((k for k in (key, mode, runner) if k in self.per_cell), None)
+
+    def bound_at(self, key: str | None) -> float:
+        """The bound of a per_cell key (None: the default value)."""
+        return self.per_cell.get(key, self.value) if key else self.value
+
     def noise_at(self, key: str | None) -> float | None:
         """The healthy extreme behind the bound of a per_cell key (None: the default value)."""
         if self.noise is None:
@@ -89,7 +102,7 @@ class Threshold:
         """How many times the bound is away from its healthy extreme (>= 1 when the bound is sane);
         None where the noise is 0 (the bound is a granule) or unknown."""
         noise = self.noise_at(key)
-        value = self.per_cell.get(key, self.value) if key else self.value
+        value = self.bound_at(key)
         if not noise:
             return None
         return noise / value if self.relation == ">=" else value / noise
@@ -257,13 +270,7 @@ def threshold(name: str) -> Threshold:
 def get(name: str, cell_id: str | None = None) -> float:
     """The bound for a cell: "runner-mode" key first, then mode, then runner, then the default."""
     t = threshold(name)
-    if cell_id:
-        key = cell_id.lower()
-        runner, _, mode = key.partition("-")
-        for k in (key, mode, runner):
-            if k in t.per_cell:
-                return t.per_cell[k]
-    return t.value
+    return t.bound_at(t.cell_key(cell_id))
 
 
 @dataclasses.dataclass(frozen=True)
