@@ -562,7 +562,8 @@ class EngineWalker:
                 try:
                     self.step(op)
                 except oracle.OracleFailure as failure:
-                    raise with_replay(failure, seed, shard, walk, i, start) from None
+                    raise plan.with_replay(failure, seed, shard, walk, i, start, "a fresh engine",
+                                           f"--test_filter=shard{shard}") from None
 
     def probe(self, walk) -> int:
         """A terminal probe (plan.terminal_probes): the way to a partial wake, then the full wake that the
@@ -586,26 +587,10 @@ class EngineWalker:
                         (True, sorted(s.asleep_tags)),
                         f"{where}: /is_sleeping and the executor's tags after the refused full wake")
         else:
-            self.state = model.INITIAL if s.weights == "A" else s
+            self.state = ops.effect(last, s)
             self._check_state(where)
         return response.status_code
 
     def coverage(self) -> tuple[set, collections.Counter]:
         """What the executed steps visited: pairs, and consecutive operations within a walk."""
-        visited, consecutive = set(), collections.Counter()
-        for steps in self.executed:
-            visited |= {(plan.pair_state(s), op) for s, op in steps}
-            consecutive.update((str(a), str(b)) for (_, a), (_, b) in zip(steps, steps[1:]))
-        return visited, consecutive
-
-
-def with_replay(failure: oracle.OracleFailure, seed: int, shard: int, walk, index: int, start: State):
-    """The failure with the walk's shortest replays (plan.shrink_candidates) for SLEEPWAKE_WALK_REPLAY."""
-    lines = [plan.script(seed, shard, c) for c in plan.shrink_candidates(walk, index, start)]
-    failures = failure.failures()
-    first = failures[0]
-    detail = ("replay, shortest first, on a fresh engine (SLEEPWAKE_WALK_REPLAY runs it in every shard; "
-              f"--test_filter=shard{shard} picks one):\n    " + "\n    ".join(lines))
-    return oracle.OracleFailure(first.oracle_id, first.what, first.measured, first.bound, first.relation,
-                                failures[1:], detail)
-
+        return plan.steps_coverage(self.executed)

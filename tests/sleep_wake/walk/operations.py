@@ -231,6 +231,13 @@ _APPLY = {**{name: _generate for name in GENERATES}, "sleep": _sleep, "wake": _w
           "reset_prefix_cache": _reset}
 
 
+def effect(op: Operation, state: State) -> State:
+    """The state op leads to by the model's effects, also where the walk does not make it: a terminal
+    full wake (terminal()) on a release where full_wake_remaps_resident_pool does not apply wakes every
+    tag as documented."""
+    return _APPLY[op.name](op, state)
+
+
 def require_applicable(op, state: State, step_index: int) -> None:
     """Raises oracle.Precondition when the walk planned `op` where the model says it cannot run: a
     planner bug, not a server's (every walker checks this before it acts)."""

@@ -20,6 +20,7 @@ import os
 import random
 import re
 
+from tests.sleep_wake.lib import oracle
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import INITIAL, State
@@ -178,8 +179,13 @@ def trace(walks) -> list:
 
 def coverage(walks) -> tuple[set, collections.Counter]:
     """(the pairs the walks visit, counts of consecutive operations (token, token) within a walk)."""
+    return steps_coverage(trace(walks))
+
+
+def steps_coverage(traces) -> tuple[set, collections.Counter]:
+    """coverage() of steps already taken: [[(state before, operation), ...] per walk] (trace's shape)."""
     visited, consecutive = set(), collections.Counter()
-    for steps in trace(walks):
+    for steps in traces:
         visited |= {(pair_state(s), op) for s, op in steps}
         consecutive.update((str(a), str(b)) for (_, a), (_, b) in zip(steps, steps[1:]))
     return visited, consecutive
@@ -214,6 +220,19 @@ def shrink_candidates(walk, failing_index: int, start: State = INITIAL) -> list:
 def script(seed: int, shard: int, walk) -> str:
     """The one-line replay of a walk: the variable the walk's runner reads, and where it came from."""
     return f'{REPLAY_VAR}="{",".join(str(op) for op in walk)}"  # seed {seed}, shard {shard}'
+
+
+def with_replay(failure: oracle.OracleFailure, seed: int, shard: int, walk, index: int, start: State,
+                on: str, pick: str) -> oracle.OracleFailure:
+    """The failure of step `index` of `walk` (begun in `start`) with its shortest replays
+    (shrink_candidates) as SLEEPWAKE_WALK_REPLAY lines; `on`: what a replay runs on, `pick`: the
+    --test_filter of the failing shard."""
+    lines = [script(seed, shard, c) for c in shrink_candidates(walk, index, start)]
+    first, *rest = failure.failures()
+    detail = (f"replay, shortest first, on {on} ({REPLAY_VAR} runs it in every shard; {pick} picks one):\n    "
+              + "\n    ".join(lines))
+    return oracle.OracleFailure(first.oracle_id, first.what, first.measured, first.bound, first.relation, rest,
+                                detail)
 
 
 def parse_script(text: str) -> list:

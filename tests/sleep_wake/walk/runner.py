@@ -238,7 +238,7 @@ class Walker:
         oracle.equal("api.full_wake_from_partial", {"status": resp.status_code}, pin.expected,
                      f"walk probe {last} from ({self.state.describe()}), {pin.describe()}; body {resp.text[:200]}")
         if not pin.applies:  # as documented: every tag resident again, and the walk's checks hold
-            self.state = model.INITIAL if self.state.weights == "A" else self.state
+            self.state = ops.effect(last, self.state)
             self._check_state(f"probe {last}")
 
     # --- whole walks ------------------------------------------------------------------------------
@@ -250,14 +250,5 @@ class Walker:
                 try:
                     self.step(op)
                 except oracle.OracleFailure as failure:
-                    raise _with_replay(failure, seed, shard, walk, i, start) from None
-
-
-def _with_replay(failure: oracle.OracleFailure, seed: int, shard: int, walk, index: int, start: State):
-    lines = [plan.script(seed, shard, c) for c in plan.shrink_candidates(walk, index, start)]
-    failures = failure.failures()
-    first = failures[0]
-    detail = (f"replay, shortest first, on a fresh server (SLEEPWAKE_WALK_REPLAY runs it in every shard; "
-              f"--test_filter=TestStateWalkShard{shard} picks one):\n    " + "\n    ".join(lines))
-    return oracle.OracleFailure(first.oracle_id, first.what, first.measured, first.bound, first.relation,
-                                failures[1:], detail)
+                    raise plan.with_replay(failure, seed, shard, walk, i, start, "a fresh server",
+                                           f"--test_filter=TestStateWalkShard{shard}") from None

@@ -182,3 +182,16 @@ def test_run_shard_runs_the_plan_or_the_replay(monkeypatch):
     assert plan.run_shard(walker, 2, 6, 100, 60) is None
     assert [(len(w), seed, shard) for w, seed, shard in walker.runs] == [(1, 100, 2)]
     assert [str(op) for op in walker.runs[0][0][0]] == ["sleep:1:abort:0", "wake:-"]
+
+
+def test_a_documented_full_wake_ends_every_probe_awake_with_its_weights():
+    """Where full_wake_remaps_resident_pool does not apply, a probe's full wake wakes every tag: the
+    walkers take the state after it from the model's effect, whatever checkpoint is served."""
+    for probe in plan.terminal_probes():
+        before = plan.run(INITIAL, probe[:-1])
+        after = ops.effect(probe[-1], before)
+        assert not after.asleep_tags and not after.paused and after.level is None, after.describe()
+        assert (after.weights, after.model_path, after.host_cached) == (
+            before.weights, before.model_path, before.host_cached or model.holds_host_copy(before))
+    b_partial = plan.run(INITIAL, [ops.reload("B"), ops.sleep(1, "abort", False), ops.wake(("weights",))])
+    assert ops.effect(ops.wake(), b_partial).weights == "B"
