@@ -25,10 +25,11 @@ VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 ENV_PREFIX = "SLEEPWAKE_"  # every setting is also SLEEPWAKE_<NAME>: the matrix macro sets the cell's
 
 
-def _setting(default=None, help: str = "", *, choices=(), factory=None, env: bool = True):
-    """A ServerConfig field that is a setting: a flag of vllm_server (--<name>) and, with env, the
-    variable SLEEPWAKE_<NAME>; one table, so the binary and the tests configure a server one way."""
-    metadata = {"help": help, "choices": tuple(choices), "env": env}
+def _setting(default=None, help: str = "", *, choices=(), factory=None, env: bool = True, flag: str = ""):
+    """A ServerConfig field that is a setting: a flag of vllm_server (--<flag>, default the field's name)
+    and, with env, the variable SLEEPWAKE_<NAME>; one table, so the binary and the tests configure a
+    server one way."""
+    metadata = {"help": help, "choices": tuple(choices), "env": env, "flag": flag}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -67,7 +68,7 @@ class ServerConfig:
                               " and clean.", choices=MP_METHODS)
     # Not from the environment: extra server flags belong to the command line that asked for them.
     server_args: list[str] = _setting(help="Extra argument for the vLLM server, passed through; repeatable"
-                                      " (--server_arg).", factory=list, env=False)
+                                      " (--server_arg).", factory=list, env=False, flag="server_arg")
     host: str = _setting("127.0.0.1", "Address to serve on. Non-loopback needs --allow_non_loopback.")
     port: int = _setting(0, "Port; 0 picks a free one. A bind conflict is retried on a fresh port.")
     # Not from the environment: serving beyond loopback must be asked for where it is seen.
@@ -120,6 +121,11 @@ class ServerConfig:
 def settings() -> list[dataclasses.Field]:
     """The fields of ServerConfig, each a setting with its help, choices and whether it has a variable."""
     return list(dataclasses.fields(ServerConfig))
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    """The vllm_server flag of setting f."""
+    return f.metadata["flag"] or f.name
 
 
 def env_name(field_name: str) -> str:

@@ -20,14 +20,12 @@ from tools.launcher.config import ServerConfig
 from tools.launcher.errors import LauncherError
 from tools.launcher.server import VllmServer
 
+
 # The server's settings are ServerConfig's fields (tools/launcher/config.py), each a flag here and a
 # SLEEPWAKE_<NAME> variable; a flag given on the command line wins over the variable.
-_FLAG_NAMES = {"server_args": "server_arg"}  # field -> flag, where they differ
-
-
 def _define_setting_flags() -> None:
     for f in config_lib.settings():
-        name, default = _FLAG_NAMES.get(f.name, f.name), config_lib.default_of(f)
+        name, default = config_lib.flag_name(f), config_lib.default_of(f)
         help = f.metadata["help"] + (" Also %s." % config_lib.env_name(f.name) if f.metadata["env"] else "")
         if name == "log_dir":  # absl.logging defines --log_dir (for its own files, unused here): share it
             flags.FLAGS["log_dir"].help = help
@@ -56,8 +54,8 @@ FLAGS = flags.FLAGS
 
 def config_from_flags(environ=None) -> ServerConfig:
     """SLEEPWAKE_<NAME> variables, then the flags given on the command line."""
-    given = {f.name: FLAGS[_FLAG_NAMES.get(f.name, f.name)].value for f in config_lib.settings()
-             if FLAGS[_FLAG_NAMES.get(f.name, f.name)].present}
+    given = {f.name: FLAGS[config_lib.flag_name(f)].value for f in config_lib.settings()
+             if FLAGS[config_lib.flag_name(f)].present}
     if given.get("log_dir") == "":
         given.pop("log_dir")
     return ServerConfig.from_env(environ=os.environ if environ is None else environ, **given)

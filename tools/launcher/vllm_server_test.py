@@ -136,6 +136,6 @@ def test_variables_configure_the_binary_and_a_flag_wins(tmp_path, model):
 def test_every_setting_is_a_flag_with_help():
     result = _run("--helpfull")
     for f in config_lib.settings():
-        flag = {"server_args": "server_arg"}.get(f.name, f.name)
+        flag = config_lib.flag_name(f)
         assert re.search(r"--(\[no\])?%s:" % flag, result.stdout), "ServerConfig.%s has no flag" % f.name
         assert f.metadata["help"], "ServerConfig.%s has no help" % f.name
