@@ -8,11 +8,6 @@ what is generated.
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
 load("//tools:matrix.bzl", "EXECUTION_MODES", "RUNNERS")
 
-# Runner name -> the value of VLLM_USE_V2_MODEL_RUNNER and the pytest id prefix. The launcher sets the
-# variable for the server explicitly: left unset, vLLM >= mid-2026 picks V2 for dense models and an
-# "MRV1" cell would silently test MRV2.
-
-
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
 GPU_TAGS = ["gpu", "requires-gpu-nvidia", "sleep_wake"]

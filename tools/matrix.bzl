@@ -6,7 +6,8 @@ Literals only (dicts, lists, strings, numbers): Python reads them with ast.liter
 """
 
 # Model runner -> the value of VLLM_USE_V2_MODEL_RUNNER that selects it. The launcher sets it for every
-# server and checks the log: MRV2 writes LOG_MARKER_V2, MRV1 must not (tools/launcher/server.py).
+# server, never inherited (left unset, vLLM picks V2 for dense models and an MRV1 cell would test MRV2),
+# and checks the log: MRV2 writes LOG_MARKER_V2, MRV1 must not (tools/launcher/server.py).
 RUNNERS = {
     "mrv1": "0",
     "mrv2": "1",
@@ -14,7 +15,7 @@ RUNNERS = {
 
 LOG_MARKER_V2 = "Using V2 Model Runner"
 
-# Execution mode -> what the launcher passes vLLM (tools/launcher/config.py build_argv).
+# Execution mode -> what the launcher passes vLLM (tools/launcher/config.py build_command).
 EXECUTION_MODES = {
     "eager": ["--enforce-eager"],
     "graph": ["--max-cudagraph-capture-size", "32"],
