@@ -1,30 +1,37 @@
 """vLLM's own /sleep, /wake_up and /is_sleeping routes, over HTTP, against the real engine core.
 
 The routes come from vllm/entrypoints/serve/dev/sleep/api_router.py (what VLLM_SERVER_DEV_MODE=1
-mounts); app.state.engine_client is lib/engine_client.py's QueueEngineClient, standing for AsyncLLM's
-sleep/wake_up/is_sleeping; the engine is an EngineCoreProc whose real busy loop runs in a thread.
+mounts), on lib/engine_server.py's EngineServer: app.state.engine_client is a QueueEngineClient,
+standing for AsyncLLM's sleep/wake_up/is_sleeping; the engine is an EngineCoreProc whose real busy
+loop runs in a thread.
 Tags travel as repeated query parameters (?tags=weights&tags=kv_cache), as RL frameworks send them.
 """
 
 import dataclasses
 
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
 
-from tests.engine.lib.engine_client import QueueEngineClient
-from tests.engine.lib.loop import BackgroundLoop
-from tests.engine.lib.engines import Built, build_engine_core_proc
+from tests.engine.lib.engine_server import EngineServer
 from tests.engine.lib.requests import send
-from vllm.entrypoints.serve.dev.sleep.api_router import attach_router
 from vllm.v1.engine import FinishReason
 
 
 @dataclasses.dataclass
 class Server:
-    http: TestClient
-    client: QueueEngineClient
-    built: Built
+    """lib/engine_server.py's EngineServer, with calls that must answer 200."""
+    engine: EngineServer
+
+    @property
+    def http(self):
+        return self.engine.http
+
+    @property
+    def client(self):
+        return self.engine.client
+
+    @property
+    def built(self):
+        return self.engine.built
 
     def is_sleeping(self) -> bool:
         response = self.http.get("/is_sleeping")
@@ -36,30 +43,16 @@ class Server:
         assert response.status_code == 200, f"POST {path} {params}: {response.status_code} {response.text}"
 
     def settle(self) -> None:
-        """Returns once the busy loop has handled everything sent so far and had a chance to step.
-
-        The loop handles queued input, then steps if it has work, then reads input again: the first
-        utility call is answered with the queued input, the second only after that step.
-        """
-        self.client.call("is_scheduler_paused")
-        self.client.call("is_scheduler_paused")
+        self.engine.settle()
 
 
 @pytest.fixture
 def server(model_dir):
-    built = build_engine_core_proc(model_dir)
-    loop = BackgroundLoop(built.engine).start()
-    client = QueueEngineClient(built.engine, loop_error=lambda: loop.error)
-    app = FastAPI()
-    attach_router(app)
-    app.state.engine_client = client
+    engine = EngineServer(model_dir)
     try:
-        with TestClient(app, raise_server_exceptions=False) as http:
-            yield Server(http, client, built)
+        yield Server(engine)
     finally:
-        loop.stop()
-        client.close()
-        built.shutdown()
+        engine.close()
 
 
 def test_sleep_and_wake_round_trip_over_http(server):

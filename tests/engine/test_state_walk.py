@@ -38,7 +38,7 @@ def checkpoints(engines, model_dir, tmp_path_factory):
 
 @pytest.fixture
 def engine_server(engines, model_dir):
-    from tests.engine.lib.walk_driver import EngineServer
+    from tests.engine.lib.engine_server import EngineServer
     server = EngineServer(model_dir)
     yield server
     server.close()

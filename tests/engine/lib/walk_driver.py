@@ -1,20 +1,14 @@
 """The state walk of tests/sleep_wake/walk on vLLM's real engine core: the same model, plan and oracles.
 
-EngineServer is the engine tier's most server-like setup (test_http_routes.py's): vLLM 0.26.0's
-EngineCoreProc with its real busy loop in a thread, around the fake worker, and vLLM's own routers
-(/sleep, /wake_up, /is_sleeping; /reset_prefix_cache; /collective_rpc) over HTTP on a
-QueueEngineClient that stands for AsyncLLM. Requests go to the engine core's input queue as
-EngineCoreRequests, as the front end's input socket thread puts them there.
+EngineWalker applies each planned operation to an EngineServer (lib/engine_server.py: EngineCoreProc's
+real busy loop behind vLLM's own routers) and judges every step by the model, each check through an
+oracle id of tests/sleep_wake/lib/oracle.py. What the engine tier cannot observe (the gauge AsyncLLM
+writes, device and host bytes, the tokens of real weights, which checkpoint a reload loaded) is
+skipped per check, never per pair: SKIPPED says why, and the coverage record counts the checks made
+and skipped by oracle id.
 
-EngineWalker applies each planned operation to that engine and judges every step by the model, each
-check through an oracle id of tests/sleep_wake/lib/oracle.py. What the engine tier cannot observe (the
-gauge AsyncLLM writes, device and host bytes, the tokens of real weights, which checkpoint a reload
-loaded) is skipped per check, never per pair: SKIPPED says why, and the coverage record counts the
-checks made and skipped by oracle id.
-
-A request in flight is made deterministic by InFlightGate: the request's second forward pass waits
-until the /sleep call is on the engine's input queue, so every in-flight sleep lands mid-decode
-(2 of IN_FLIGHT_TOKENS tokens generated) however loaded the machine is.
+Every in-flight sleep lands mid-decode (2 of IN_FLIGHT_TOKENS tokens generated): the server's
+InFlightGate holds the request's second forward pass until the /sleep is on the input queue.
 """
 
 from __future__ import annotations
@@ -22,29 +16,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
-import threading
-import time
 
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
-
-from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
-from tests.engine.fakes.output_queue import RecordingOutputQueue
 from tests.engine.fakes.worker import SAMPLED_TOKEN, TAGS
-from tests.engine.lib.engine_client import QueueEngineClient
-from tests.engine.lib.engines import Built, build_engine_core_proc
-from tests.engine.lib.loop import BackgroundLoop
+from tests.engine.lib.engine_server import WAIT_S, EngineServer
 from tests.sleep_wake.lib import oracle, thresholds
 from tests.sleep_wake.walk import model, plan
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import KV_CACHE, WEIGHTS, State
-from vllm.entrypoints.serve.dev.cache.api_router import attach_router as attach_cache_router
-from vllm.entrypoints.serve.dev.rpc.api_router import attach_router as attach_rpc_router
-from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router
-from vllm.sampling_params import SamplingParams
-from vllm.v1.engine import EngineCoreRequest, EngineCoreRequestType, FinishReason
-from vllm.v1.engine.core import EngineCoreProc
-from vllm.v1.engine.exceptions import EngineDeadError
+from vllm.v1.engine import FinishReason
 
 SHORT_PROMPT_LEN = 4  # under one 16-token KV block: never a prefix-cache hit
 # The long prompt: four KV blocks; a repeat hits three of them (the last block is always recomputed).
@@ -54,8 +33,6 @@ STREAM_TOKENS = 8
 IN_FLIGHT_TOKENS = 32  # the gate holds the request at 2 of them when /sleep lands
 PROBE_TOKENS = 2
 SEED_N, SEED = 4, 1234  # generate_n4: the n=4 fan-out AsyncLLM makes, as four seeded child requests
-WAIT_S = 30.0  # any wait for the engine; the fake worker's steps take microseconds
-POLL_S = 0.0005
 
 _prompts = itertools.count(0)
 
@@ -64,204 +41,6 @@ def short_prompt() -> list[int]:
     """A prompt no other request of the walk shares (ids inside the tiny model's 2048-token vocab)."""
     first = 100 + (next(_prompts) * SHORT_PROMPT_LEN) % 1300
     return list(range(first, first + SHORT_PROMPT_LEN))
-
-
-# --- the engine and its boundary -----------------------------------------------------------------
-class OutputRecord(RecordingOutputQueue):
-    """The output queue, also keeping each request's stream: (tokens, finish reason) per output, and
-    the prompt tokens its first output reports cached (PrefillStats, what usage.cached_tokens reads)."""
-
-    def __init__(self, timeline) -> None:
-        super().__init__(timeline)
-        self.streams: dict[str, list] = collections.defaultdict(list)
-        self.cached: dict[str, int] = {}
-        self.dead = False
-        self._changed = threading.Condition()
-
-    def put(self, item, block=True, timeout=None) -> None:
-        with self._changed:
-            if isinstance(item, tuple):
-                for out in item[1].outputs or ():
-                    self.streams[out.request_id].append((list(out.new_token_ids), out.finish_reason))
-                    if out.prefill_stats is not None:
-                        self.cached[out.request_id] = out.prefill_stats.num_local_cached_tokens
-            elif item == EngineCoreProc.ENGINE_CORE_DEAD:
-                self.dead = True
-            self._changed.notify_all()
-        super().put(item, block, timeout)
-
-    def end(self, request_id: str) -> FinishReason | None:
-        with self._changed:
-            stream = self.streams.get(request_id, [])
-            return stream[-1][1] if stream else None
-
-    def tokens(self, request_id: str) -> list[int]:
-        with self._changed:
-            return [t for tokens, _ in self.streams.get(request_id, []) for t in tokens]
-
-    def wait_ended(self, request_ids, timeout_s: float = WAIT_S) -> bool:
-        """True once every request has a finish reason; False on timeout or if the engine died."""
-        with self._changed:
-            return self._changed.wait_for(
-                lambda: self.dead or all(self._ended(r) for r in request_ids), timeout_s) and not self.dead
-
-    def _ended(self, request_id: str) -> bool:
-        stream = self.streams.get(request_id)
-        return bool(stream) and stream[-1][1] is not None
-
-
-class WalkClient(QueueEngineClient):
-    """QueueEngineClient with the two other AsyncLLM calls the walk's routes make, each one utility
-    call on the engine core, as AsyncLLM.reset_prefix_cache and AsyncLLM.collective_rpc do; it keeps
-    the last failed call's message, which the routes' 500 answers do not carry."""
-
-    last_failure: str | None = None
-
-    async def _call(self, method: str, *args):
-        try:
-            return await super()._call(method, *args)
-        except Exception as e:
-            self.last_failure = f"{method}{args}: {e}"
-            raise
-
-    async def reset_prefix_cache(self, reset_running_requests: bool = False,
-                                 reset_connector: bool = False) -> bool:
-        return await self._call("reset_prefix_cache", reset_running_requests, reset_connector)
-
-    async def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (),
-                             kwargs: dict | None = None):
-        return await self._call("collective_rpc", method, timeout, args, kwargs)
-
-
-class InFlightGate:
-    """Holds one request's second forward pass until a call is waiting on the engine's input queue.
-
-    Wraps the fake worker's execute_model (the executor looks the method up on the worker by name).
-    Armed for a request, it lets the prefill through, then makes the next forward of the request wait
-    until the /sleep the test sends is on the input queue (or already handled: the scheduler paused),
-    once. After GATE_S it lets go anyway and says so (timed_out): the walk then cannot tell that the
-    sleep landed mid-decode, a Precondition, not a verdict.
-    """
-    GATE_S = 10.0
-
-    def __init__(self, built: Built) -> None:
-        self._proc = built.engine
-        self._worker = built.worker
-        self._original = built.worker.execute_model
-        self._armed: str | None = None
-        self._forwards = 0
-        self.timed_out = False
-        built.worker.execute_model = self._execute_model
-
-    def arm(self, request_id: str) -> None:
-        self._armed, self._forwards, self.timed_out = request_id, 0, False
-
-    def disarm(self) -> None:
-        self._armed = None
-
-    def _execute_model(self, scheduler_output):
-        rid = self._armed
-        if rid is not None and rid in scheduler_output.num_scheduled_tokens:
-            self._forwards += 1
-            if self._forwards >= 2:
-                deadline = time.monotonic() + self.GATE_S
-                while self._proc.input_queue.empty() and not self._proc.is_scheduler_paused():
-                    if time.monotonic() > deadline:
-                        self.timed_out = True
-                        break
-                    time.sleep(POLL_S)
-                self._armed = None
-        return self._original(scheduler_output)
-
-
-class EngineServer:
-    """EngineCoreProc's busy loop in a thread behind vLLM's own sleep, cache and RPC routers."""
-
-    def __init__(self, model_dir: str) -> None:
-        self.built = build_engine_core_proc(model_dir)
-        self.proc = self.built.engine
-        self.timeline = self.built.timeline
-        self.worker = self.built.worker
-        self.record = OutputRecord(self.timeline)  # replaces the builder's queue before anything ran
-        self.proc.output_queue = self.record
-        self.gate = InFlightGate(self.built)
-        self.loop = BackgroundLoop(self.proc).start()
-        self.client = WalkClient(self.proc, loop_error=lambda: self.loop.error)
-        app = FastAPI()
-        for attach in (attach_sleep_router, attach_cache_router, attach_rpc_router):
-            attach(app)
-        app.state.engine_client = self.client
-        self._http_cm = TestClient(app, raise_server_exceptions=False)
-        self.http = self._http_cm.__enter__()
-        self._ids = itertools.count()
-
-    def close(self) -> None:
-        try:
-            self._http_cm.__exit__(None, None, None)
-        finally:
-            try:
-                self.loop.stop()
-            finally:
-                self.client.close()
-                self.built.shutdown()
-
-    # --- the boundary's calls ---------------------------------------------------------------------
-    def post(self, path: str, params=None, json=None):
-        return self.http.post(path, params=params, json=json)
-
-    def http_is_sleeping(self):
-        response = self.http.get("/is_sleeping")
-        return response.json()["is_sleeping"] if response.status_code == 200 else f"HTTP {response.status_code}"
-
-    def settle(self) -> None:
-        """Returns once the busy loop handled everything sent so far and had a chance to step (the
-        first utility call is answered with the queued input, the second after that step), or once it
-        died: the caller reads alive()."""
-        try:
-            self.client.call("is_scheduler_paused")
-            self.client.call("is_scheduler_paused")
-        except EngineDeadError:
-            pass
-
-    def send(self, prompt: list[int], max_tokens: int, seed: int | None = None, kind: str = "req") -> str:
-        """What the input socket thread does with an ADD: preprocess, then queue it."""
-        rid = f"{kind}-{next(self._ids)}"
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, seed=seed,
-                                temperature=1.0 if seed is not None else 0.0)
-        request = EngineCoreRequest(
-            request_id=rid, prompt_token_ids=prompt, mm_features=None, sampling_params=params,
-            pooling_params=None, arrival_time=time.time(), lora_request=None, cache_salt=None,
-            data_parallel_rank=None)
-        self.proc.input_queue.put_nowait((EngineCoreRequestType.ADD, self.proc.preprocess_add_request(request)))
-        return rid
-
-    def abort(self, request_ids: list[str]) -> None:
-        """What the front end sends when its client goes away (EngineCoreRequestType.ABORT)."""
-        self.proc.input_queue.put_nowait((EngineCoreRequestType.ABORT, request_ids))
-
-    def alive(self) -> BaseException | None:
-        """The busy loop's fatal error, if it died (the fake worker raises on released memory)."""
-        if self.loop.error is not None:
-            return self.loop.error
-        if self.record.dead:
-            return RuntimeError("the engine announced ENGINE_CORE_DEAD")
-        return None
-
-    def wait_for(self, until, what: str) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while not until():
-            if self.alive() is not None:
-                oracle.fail("server.healthy", f"{what}: the engine's busy loop died", repr(self.alive()), "alive")
-            if time.monotonic() > deadline:
-                raise oracle.Precondition(f"{what}: not reached within {WAIT_S} s; timeline: {self.timeline}")
-            time.sleep(POLL_S)
-
-    def unfinished(self) -> int:
-        """Requests the scheduler still holds (read after settle(), with the busy loop idle)."""
-        return len(self.proc.scheduler.requests)
-
-    def forwards(self, request_id: str) -> int:
-        return sum(request_id in e.detail for e in self.timeline.of("forward"))
 
 
 # --- what the walk cannot check here, and why ---------------------------------------------------------
