@@ -179,6 +179,8 @@ def test_bounds_are_drawn(run):
     assert bounds.count(("420", None)) == 7  # server start, every cell that started one
     assert bounds.count(("0.25", None)) == 3  # wake_s_max in both latency cells, staged_wake_s_max in one
     assert ("1073741824", "0") in bounds  # level1_residue_bytes_max on the phase chart
+    titles = re.findall(r'class="bound" data-bound="1073741824"[^>]*><title>([^<]*)</title>', page)
+    assert titles and set(titles) == {"level1_residue_bytes_max &lt;= 1.07374e+09 bytes"}, titles  # its relation
     assert ("67108864", "0") in bounds  # cycle_bytes_flat_max on the change-since-cycle-1 chart
     assert ("0", "8388608") in bounds  # leak_bytes_per_cycle_max as a slope
     over = [a for a in doc.all("rect") if a.get("class") == "value" and a.get("fill") == "#d62728"]

@@ -1,6 +1,6 @@
 """What the page plots, taken from a cell's measurement records (tests/sleep_wake/lib/measure.py).
 
-A record is {cell, test, key, value, unit, ...}; a threshold check adds bound, kind, layer, ok, what.
+A record is {cell, test, key, value, unit, ...}; an oracle.bounded check adds bound, relation, oracle, layer, ok, what.
 
 Memory: a record of unit "bytes" (or whose key names "host") with no bound is a reading. The readings
 of one test form, per key, a series over `cycle` when they carry one (test_memory_leak_cycle); else one
@@ -71,8 +71,7 @@ def _bound_guides(checks: list[dict]) -> tuple[list[Guide], list[Guide]]:
         unit = str(c.get("unit", ""))
         if not unit.startswith("bytes") or not isinstance(c.get("bound"), (int, float)):
             continue
-        label = f"{c['key']} <= {c['bound']:g} {unit}" if c.get("kind") == "at_most" else \
-            f"{c['key']} >= {c['bound']:g} {unit}"
+        label = f"{c['key']} {c.get('relation', '?')} {c['bound']:g} {unit}"  # oracle.bounded's relation
         if unit == "bytes":
             absolute[label] = Guide(label, c["bound"])
         elif "per cycle" in unit:
