@@ -5,8 +5,9 @@ failure lets the run go on: a later test may still be the kill."""
 
 import os
 
+from tools.results.testlogs import ORACLE_PROPERTY  # the JUnit property oracle.py writes a failure's id to
+
 ENV = "SLEEPWAKE_MUTANT_KILL_IDS"
-ORACLE_PROPERTY = "oracle"  # tests/sleep_wake/lib/oracle.py PROPERTY
 
 
 class StopOnKill:

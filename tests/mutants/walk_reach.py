@@ -1,7 +1,7 @@
 """Which catalogued mutants the state walk reaches: each mutant's fake re-creation against the walk class
 alone (all six shards, stopping at the first oracle failure), judged by the oracle ids its cases carry.
 
-    python3 -m tests.mutants.walk_reach MODEL_DIR MODEL_B_DIR --out docs/walk_reach.md
+    python3 -m tests.mutants.walk_reach MODEL_DIR MODEL_B_DIR --out docs/walk-reach.md
 
 (MODEL_DIR: bazel-bin/tools/model/synthetic_qwen3_small, MODEL_B_DIR: ..._small_b; run from the workspace
 root with the venv's python3 after `bazel build //tools/model:all`.) The page lists, per mutant, the

@@ -39,7 +39,7 @@ def read_output(target_dir: str, name: str) -> str | None:
     return None
 
 
-ORACLE_PROPERTY = "oracle"  # the JUnit property of a failing oracle (tests/sleep_wake/lib/oracle.py PROPERTY)
+ORACLE_PROPERTY = "oracle"  # the JUnit property of a failing oracle's id (tests/sleep_wake/lib/oracle.py writes it)
 MEASUREMENTS_FILE = "measurements.jsonl"  # every number a test measured, among its undeclared outputs
 
 
