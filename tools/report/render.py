@@ -238,7 +238,7 @@ class Page:
                                        title=title))
         return "".join(out) + "</section>"
 
-    # --- mutants ---------------------------------------------------------------------------------
+    # --- the state walk ------------------------------------------------------------------------------
     def walk(self) -> str:
         """The state walk's coverage per cell: which (state, operation) pairs its shards' walks visited."""
         rows = []
@@ -254,6 +254,7 @@ class Page:
                 '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
                 f'<th>steps</th><th>unvisited</th></tr>{"".join(rows)}</table></section>')
 
+    # --- mutants ---------------------------------------------------------------------------------
     def mutants(self) -> str:
         m = self.run.mutation
         if m is None:

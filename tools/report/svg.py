@@ -58,6 +58,23 @@ def _y_range(values: list[float], min_span: float) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
+def _frame(title: str, unit: str, width: int, height: int, left: int, top: int, pw: float, ph: float,
+           y_lo: float, y_hi: float) -> list[str]:
+    """The opening of a chart: the svg element, its title, the plot area, the y grid with its ticks
+    (y_lo..y_hi, already in `unit`) and the y axis's unit."""
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
+           f'<text x="{left}" y="14" class="title">{escape(title)}</text>',
+           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>']
+    for t in nice_ticks(y_lo, y_hi, 5):
+        y = top + ph - (t - y_lo) / (y_hi - y_lo) * ph
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{_num(y)}" y2="{_num(y)}" class="grid"/>'
+                   f'<text x="{left - 4}" y="{_num(y + 3)}" class="tick" text-anchor="end">{_fmt(t)}</text>')
+    out.append(f'<text x="12" y="{top + ph / 2:.0f}" class="axis" transform="rotate(-90 12 {top + ph / 2:.0f})" '
+               f'text-anchor="middle">{escape(unit)}</text>')
+    return out
+
+
 def line_chart(series: list[Series], *, title: str, guides: list[Guide] = (), scale: float = 1.0,
                unit: str = "", x_name: str = "", x_labels: dict | None = None, baseline: bool = False,
                min_span: float = 0.0, width: int = 300, height: int = 210) -> str:
@@ -83,16 +100,7 @@ def line_chart(series: list[Series], *, title: str, guides: list[Guide] = (), sc
     def py(y):
         return top + ph - (y / scale - y_lo) / (y_hi - y_lo) * ph
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
-           f'<text x="{left}" y="14" class="title">{escape(title)}</text>',
-           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>']
-    for t in nice_ticks(y_lo, y_hi, 5):
-        y = top + ph - (t - y_lo) / (y_hi - y_lo) * ph
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{_num(y)}" y2="{_num(y)}" class="grid"/>'
-                   f'<text x="{left - 4}" y="{_num(y + 3)}" class="tick" text-anchor="end">{_fmt(t)}</text>')
-    out.append(f'<text x="12" y="{top + ph / 2:.0f}" class="axis" transform="rotate(-90 12 {top + ph / 2:.0f})" '
-               f'text-anchor="middle">{escape(unit)}</text>')
+    out = _frame(title, unit, width, height, left, top, pw, ph, y_lo, y_hi)
     ticks = sorted(x_labels) if x_labels else nice_ticks(x_lo, x_hi, 6)
     for i, t in enumerate(t for t in ticks if x_lo <= t <= x_hi):
         label = x_labels[t] if x_labels else _fmt(t)
@@ -136,16 +144,7 @@ def bar_chart(bars: list[tuple[str, float]], *, title: str, guides: list[Guide] 
     def py(y):
         return top + ph - (y / scale) / y_hi * ph
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
-           f'<text x="{left}" y="14" class="title">{escape(title)}</text>',
-           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>']
-    for t in nice_ticks(0.0, y_hi, 5):
-        y = top + ph - t / y_hi * ph
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{_num(y)}" y2="{_num(y)}" class="grid"/>'
-                   f'<text x="{left - 4}" y="{_num(y + 3)}" class="tick" text-anchor="end">{_fmt(t)}</text>')
-    out.append(f'<text x="12" y="{top + ph / 2:.0f}" class="axis" transform="rotate(-90 12 {top + ph / 2:.0f})" '
-               f'text-anchor="middle">{escape(unit)}</text>')
+    out = _frame(title, unit, width, height, left, top, pw, ph, 0.0, y_hi)
     slot = pw / max(1, len(bars))
     for i, (label, value) in enumerate(bars):
         x, w = left + i * slot + slot * 0.2, slot * 0.6
