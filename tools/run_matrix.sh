@@ -58,14 +58,13 @@ echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at 
 bazel test --config=gpu "${suffix[@]}" --local_test_jobs=$((gpus * slots)) \
   --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --build_event_json_file="$PWD/$bep" "$@"
 rc=$?
-# The run as a page beside bazel-testlogs (tools/report); it shows the results, it never decides them.
-python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" ||
-  echo "run_matrix.sh: no HTML report (see the line above); the test results stand" >&2
+# The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
+# first (tools/report); it shows the results, it never decides them.
+python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text ||
+  echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
 ((rc == 4)) && { echo "run_matrix.sh: FAILED: no test target matched" >&2; exit 1; }
 if ((rc == 0)) && ! python3 tools/results/ran_tests.py "$bep"; then
   echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2
   exit 1
 fi
-# The same run as text in the log: the headline and the cells that failed or prove nothing, first.
-python3 -m tools.report bazel-testlogs --text || true
 exit $rc

@@ -2,7 +2,7 @@
 
   bazel run //tools/report -- [TESTLOGS] [--out FILE] [--bep FILE]
   python3 -m tools.report [TESTLOGS] [--out FILE] [--bep FILE]      (from the workspace root)
-  python3 -m tools.report [TESTLOGS] --text                          (the same run as text, no page)
+  python3 -m tools.report [TESTLOGS] --text [--out FILE]             (the same run as text; the page too with --out)
 
 Relative paths are the workspace's (bazel run runs in the runfiles tree). Exits 0 once the page is
 written, whatever the tests' outcome: the page shows results, Bazel judges them.
@@ -59,7 +59,8 @@ def parse_args(argv):
                         help=f"build event file of the bazel test, to flag stale cells (default: the workspace's "
                              f"{BEP_FILE}, if present)")
     parser.add_argument("--text", action="store_true",
-                        help="print the run as text (headline, failing cells, counts, measurement spread); no page")
+                        help="print the run as text (headline, failing cells, counts, measurement spread); writes the "
+                             "page only when --out is given too")
     parser.add_argument("--no_bep", action="store_true", help="read no build events (stale cells not flagged)")
     return parser.parse_args(argv[1:])
 
@@ -76,7 +77,8 @@ def main(argv) -> int:
         run = model.load_run(root, ws, bep)
         if args.text:
             sys.stdout.write(text.summary(run))
-            return 0
+            if not args.out:
+                return 0
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         with open(out, "w", encoding="utf-8") as f:
             f.write(render.page(run, os.path.dirname(out)))

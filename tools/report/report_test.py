@@ -310,6 +310,10 @@ def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
     assert cli.main(["tools.report", str(logs), "--no_bep", "--text"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
     assert head.startswith("3/3 GPU cells passed"), head
+    page = tmp_path / "both" / "report.html"  # --out too: the text and the page from one reading
+    assert cli.main(["tools.report", str(logs), "--no_bep", "--text", "--out", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("3/3 GPU cells passed") and f"report: {page}" in out and page.is_file()
 
 
 def _walk_cell(root, shards):
