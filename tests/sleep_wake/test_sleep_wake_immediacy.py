@@ -4,8 +4,8 @@ already shows the memory released, the first after /wake_up shows it back, and a
 restore that lands after the response fails instead of being waited for.
 
 The reading: the device's used bytes (NVML nvmlDeviceGetMemoryInfo, VllmServer.device_used_bytes), taken
-inside the GPU's exclusive memory phase (client.sleep_window), where no neighbour on the GPU may start,
-wake or reload. It is current as soon as the driver unmaps or maps (it is the figure vLLM 0.26.0's own
+inside the GPU's exclusive memory phase (client.sleep_window(exclusive=True)), where no neighbour on the GPU may
+start, wake, reload, sleep or stop. It is current as soon as the driver unmaps or maps (it is the figure vLLM 0.26.0's own
 sleep check reads: gpu_worker.py Worker.sleep, torch.accelerator.get_memory_info before and after), while
 NVML's per-process figure, which test_physical_memory settles on, has been seen stale under load. vLLM's
 "Sleep mode freed" log line is recorded beside it as a cross-check only: it is the code under test
@@ -30,7 +30,7 @@ class TestSleepWakeImmediacy:
     def test_memory_released_when_sleep_returns(self, server, client, golden, recorder, cell):
         kv = server.config.kv_cache_bytes
         for level in (1, 2):
-            with client.sleep_window():
+            with client.sleep_window(exclusive=True):  # device-wide readings: nothing on the GPU may move
                 before = server.device_used_bytes()
                 client.sleep(level=level)
                 after = server.device_used_bytes()  # the first reading: no wait, no poll
@@ -49,7 +49,7 @@ class TestSleepWakeImmediacy:
 
     def test_memory_restored_when_wake_returns(self, server, client, golden, recorder, cell):
         for how, wakes in (("full wake", [None]), ("staged wake", [["weights"], ["kv_cache"]])):
-            with client.sleep_window():
+            with client.sleep_window(exclusive=True):  # device-wide readings: nothing on the GPU may move
                 before = server.device_used_bytes()
                 client.sleep(level=1)
                 for tags in wakes:

@@ -20,8 +20,8 @@ def _record(recorder, key, samples):
 @pytest.fixture(autouse=True)
 def _no_neighbour_waits(client):
     """The timings are vLLM's, not the time spent queueing behind GPU neighbours' starts and wakes:
-    the test holds its GPU's exclusive memory phase throughout (client.sleep_window)."""
-    with client.sleep_window():
+    the test holds its GPU's exclusive memory phase throughout (client.sleep_window(exclusive=True))."""
+    with client.sleep_window(exclusive=True):
         yield
 
 

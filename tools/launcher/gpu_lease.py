@@ -15,6 +15,7 @@ import fcntl
 import logging
 import os
 import socket
+import struct
 import time
 
 from tools.launcher import visible_devices
@@ -123,38 +124,91 @@ def memory_lock_path(lease: Lease) -> str:
     return os.path.join(os.path.dirname(lease.path), "gpu%s.memory.lock" % lease.gpu)
 
 
+# What a memory phase does to device-wide memory, which decides who may overlap it.
+ALLOCATE = "allocate"  # a start, a wake, a weight reload: device-wide free memory falls
+FREE = "free"  # a sleep that unmaps, a teardown: it only rises
+EXCLUSIVE = "exclusive"  # a window that reads device-wide memory (immediacy, latency): nothing moves
+KINDS = (ALLOCATE, FREE, EXCLUSIVE)
+
+# One byte of the per-GPU lock file per role, locked with open-file-description locks (F_OFD_*): like
+# flock they belong to the open file, so a holder that dies releases them, and unlike flock they can be
+# tested without being taken (F_OFD_GETLK).
+_INSIDE = {ALLOCATE: 0, FREE: 1}  # read-locked by each holder of that kind; EXCLUSIVE write-locks both
+_FREE_WAITING = 2  # read-locked by a waiting FREE: no new ALLOCATE enters, so a sleep waits at most for
+#                    the allocations already under way, never for a stream of overlapping starts
+_EXCLUSIVE_WAITING = 3  # read-locked by a waiting EXCLUSIVE: nothing new enters
+_FLOCK = "hhqqi4x"  # struct flock on Linux x86-64 and arm64: type, whence, start, len, pid (0 for OFD locks)
+
+
+def _lock_byte(fd: int, lock_type: int, offset: int, length: int = 1) -> bool:
+    """Takes (or with F_UNLCK drops) a lock on bytes [offset, offset+length) without waiting."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack(_FLOCK, lock_type, os.SEEK_SET, offset, length, 0))
+        return True
+    except (BlockingIOError, PermissionError):  # EAGAIN / EACCES: a conflicting lock is held
+        return False
+
+
+def _held_by_others(fd: int, offset: int) -> bool:
+    """Whether another open file holds any lock on the byte at offset (this one's own do not count)."""
+    answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+    return struct.unpack(_FLOCK, answer)[0] != fcntl.F_UNLCK
+
+
+def _try_enter(fd: int, kind: str) -> bool:
+    """One attempt at entering a phase of `kind`; on failure holds nothing but its waiting flag."""
+    if kind == EXCLUSIVE:
+        if _lock_byte(fd, fcntl.F_WRLCK, 0, 2):
+            return True
+        _lock_byte(fd, fcntl.F_RDLCK, _EXCLUSIVE_WAITING)
+        return False
+    if _held_by_others(fd, _EXCLUSIVE_WAITING) or (kind == ALLOCATE and _held_by_others(fd, _FREE_WAITING)):
+        return False
+    other = FREE if kind == ALLOCATE else ALLOCATE
+    # Take our side first, then look at the other: of an ALLOCATE and a FREE entering at once, at least
+    # one sees the other (both steps are fcntl calls on one lock list), so they never both get in.
+    if _lock_byte(fd, fcntl.F_RDLCK, _INSIDE[kind]):
+        if not _held_by_others(fd, _INSIDE[other]):
+            return True
+        _lock_byte(fd, fcntl.F_UNLCK, _INSIDE[kind])
+    if kind == FREE:
+        _lock_byte(fd, fcntl.F_RDLCK, _FREE_WAITING)
+    return False
+
+
 @contextlib.contextmanager
-def memory_phase(lease: Lease | None, exclusive: bool, timeout_s: float, poll_s: float = 0.05):
-    """Orders GPU-memory phases of the servers sharing one GPU: a reader-writer flock per GPU.
+def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float = 0.01):
+    """Orders the GPU-memory phases of the servers sharing one GPU. Yields the seconds it waited.
 
     Why: vLLM 0.26.0's worker judges a sleep by the device-wide free memory before and after it
     (gpu_worker.py sleep: `assert freed_bytes >= 0, "Memory usage increased after sleeping."`). If
     another server on the GPU allocates meanwhile (its start, its wake), the sleep fails with HTTP 500
     after having unmapped its memory, and the engine is left inconsistent (seen on the H200 with 16
-    servers per GPU). So a sleep takes the lock exclusively; starts, wakes and weight reloads, which
-    allocate, take it shared, and so does a teardown, which frees as much as a start takes (a
-    neighbour judging its sleep or wake by device-wide bytes must not see it). A lease alone on its
-    GPU needs no lock.
+    servers per GPU). Only allocations can break that check: so ALLOCATE phases (starts, wakes,
+    reloads) overlap each other, FREE phases (sleeps, teardowns) overlap each other, and the two kinds
+    never overlap. A FREE that waits keeps new ALLOCATEs out, so a sleep waits for the allocations
+    already under way only. EXCLUSIVE, for a window that reads device-wide memory itself (the
+    immediacy oracle, the latency samples), overlaps nothing. A lease alone on its GPU needs no lock.
+    poll_s is short because each sleep waits at least one poll once the phase frees.
     """
+    if kind not in KINDS:
+        raise ValueError("memory phase kind %r: expected one of %s" % (kind, ", ".join(KINDS)))
     if lease is None or lease.exclusive:
         yield 0.0
         return
     fd = os.open(memory_lock_path(lease), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     start = time.monotonic()
     try:
-        while True:
-            try:
-                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() - start >= timeout_s:
-                    raise LeaseTimeoutError(
-                        "GPU %s memory phase lock %s not %s within %.0f s: another server on this GPU"
-                        " is starting, waking or sleeping for that long. Check the other cells' logs,"
-                        " or give each cell its own GPU (SLEEPWAKE_SLOTS_PER_GPU=1)." % (
-                            lease.gpu, memory_lock_path(lease), "exclusive" if exclusive else "shared",
-                            timeout_s)) from None
-                time.sleep(poll_s)  # a bounded wait needs LOCK_NB polling: flock has no timeout
+        while not _try_enter(fd, kind):
+            if time.monotonic() - start >= timeout_s:
+                raise LeaseTimeoutError(
+                    "GPU %s memory phase lock %s: no %s phase within %.0f s: other servers on this GPU"
+                    " kept starting, waking or sleeping for that long. Check the other cells' logs, or"
+                    " give each cell its own GPU (SLEEPWAKE_SLOTS_PER_GPU=1)." % (
+                        lease.gpu, memory_lock_path(lease), kind, timeout_s)) from None
+            time.sleep(poll_s)  # a bounded wait on several conditions: fcntl can wait on one range only
+        for flag in (_FREE_WAITING, _EXCLUSIVE_WAITING):
+            _lock_byte(fd, fcntl.F_UNLCK, flag)
         yield time.monotonic() - start
     finally:
-        os.close(fd)  # closing the descriptor releases its flock
+        os.close(fd)  # closing the descriptor releases its locks

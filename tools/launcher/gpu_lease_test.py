@@ -1,13 +1,17 @@
 import logging
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
 from tools.launcher import gpu_lease, testing
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS
 from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, LeaseTimeoutError
 from tools.launcher.nvml import FakeNvml
 
@@ -151,33 +155,139 @@ def test_the_timeout_names_the_holder_and_a_killed_holder_frees_its_slot(tmp_pat
     lease.release()
 
 
-def test_memory_phase_lets_wakes_overlap_but_keeps_a_sleep_alone(tmp_path):
-    a = gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=2, timeout_s=1)
-    b = gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=2, timeout_s=1)
+def _shared_leases(tmp_path, n=2):
+    return [gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=n, timeout_s=1) for _ in range(n)]
+
+
+def _blocked(lease, kind, timeout_s=0.3):
     try:
-        with gpu_lease.memory_phase(a, exclusive=False, timeout_s=1):
-            # Two shared phases (a start and a wake) overlap ...
-            with gpu_lease.memory_phase(b, exclusive=False, timeout_s=1):
-                pass
-            # ... but a neighbour's sleep waits for them, boundedly.
-            with pytest.raises(LeaseTimeoutError, match="memory phase lock"):
-                with gpu_lease.memory_phase(b, exclusive=True, timeout_s=0.3):
-                    pass
-        with gpu_lease.memory_phase(b, exclusive=True, timeout_s=1):
-            with pytest.raises(LeaseTimeoutError):
-                with gpu_lease.memory_phase(a, exclusive=False, timeout_s=0.3):
-                    pass
-        with gpu_lease.memory_phase(a, exclusive=True, timeout_s=1) as waited:
+        with gpu_lease.memory_phase(lease, kind, timeout_s=timeout_s):
+            return False
+    except LeaseTimeoutError as e:
+        assert "no %s phase within" % kind in str(e)
+        return True
+
+
+def test_memory_phases_of_a_kind_overlap_and_kinds_exclude_each_other(tmp_path):
+    a, b = _shared_leases(tmp_path)
+    try:
+        for kind, other in ((ALLOCATE, FREE), (FREE, ALLOCATE)):
+            with gpu_lease.memory_phase(a, kind, timeout_s=1):
+                # Two starts or wakes overlap, and so do two sleeps or teardowns ...
+                assert not _blocked(b, kind)
+                # ... but an allocation never lands inside a sleep, nor a sleep inside an allocation,
+                # and nothing inside an exclusive window.
+                assert _blocked(b, other) and _blocked(b, EXCLUSIVE)
+        with gpu_lease.memory_phase(a, EXCLUSIVE, timeout_s=1):
+            assert _blocked(b, ALLOCATE) and _blocked(b, FREE) and _blocked(b, EXCLUSIVE)
+        with gpu_lease.memory_phase(a, EXCLUSIVE, timeout_s=1) as waited:
             assert waited < 1
+        with pytest.raises(ValueError, match="expected one of allocate, free, exclusive"):
+            with gpu_lease.memory_phase(a, "shared", timeout_s=1):
+                pass
     finally:
         a.release()
         b.release()
 
 
+def test_a_waiting_sleep_keeps_new_allocations_out(tmp_path):
+    """A sleep waits for the allocations under way, not for a stream of overlapping starts: while it
+    waits, no new ALLOCATE enters; it gets in once the first one ends."""
+    a, b, c = _shared_leases(tmp_path, 3)
+    inside = []
+    try:
+        with gpu_lease.memory_phase(a, ALLOCATE, timeout_s=1):
+            sleeper = threading.Thread(target=lambda: _enter_and_record(b, FREE, inside))
+            sleeper.start()
+            time.sleep(0.2)
+            assert not inside and _blocked(c, ALLOCATE, 0.2)
+        sleeper.join(5)
+        assert inside == [FREE]
+        assert not _blocked(c, ALLOCATE)  # and once the sleep is done the next start goes in
+    finally:
+        for lease in (a, b, c):
+            lease.release()
+
+
+def test_a_waiting_exclusive_window_keeps_every_newcomer_out(tmp_path):
+    a, b, c = _shared_leases(tmp_path, 3)
+    inside = []
+    try:
+        with gpu_lease.memory_phase(a, FREE, timeout_s=1):
+            waiter = threading.Thread(target=lambda: _enter_and_record(b, EXCLUSIVE, inside))
+            waiter.start()
+            time.sleep(0.2)
+            assert _blocked(c, FREE, 0.2) and _blocked(c, ALLOCATE, 0.2)
+        waiter.join(5)
+        assert inside == [EXCLUSIVE]
+    finally:
+        for lease in (a, b, c):
+            lease.release()
+
+
+def _enter_and_record(lease, kind, inside):
+    with gpu_lease.memory_phase(lease, kind, timeout_s=5):
+        inside.append(kind)
+
+
+_HOLD_PHASE = ("import os, sys, time; from tools.launcher import gpu_lease; "
+               "lease = gpu_lease.Lease(gpu='0', slot=1, path=sys.argv[1], fd=-1, waited_s=0, exclusive=False); "
+               "ctx = gpu_lease.memory_phase(lease, sys.argv[2], timeout_s=5); ctx.__enter__(); "
+               "print('inside', flush=True); time.sleep(60)")
+
+
+def test_a_holder_that_dies_releases_its_phase(tmp_path):
+    (a,) = _shared_leases(tmp_path, 1)[:1]
+    a.exclusive = False  # as one of several slots
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_PHASE, a.path, ALLOCATE], stdout=subprocess.PIPE,
+                              text=True, cwd=os.getcwd(), env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        assert holder.stdout.readline().strip() == "inside"
+        assert _blocked(a, FREE)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert not _blocked(a, FREE)
+    a.release()
+
+
+def _hammer(path, kind, counts, violations, stop):
+    lease = gpu_lease.Lease(gpu="0", slot=0, path=path, fd=-1, waited_s=0, exclusive=False)
+    while not stop.is_set():
+        with gpu_lease.memory_phase(lease, kind, timeout_s=30, poll_s=0.001):
+            with counts.get_lock():
+                counts[KINDS.index(kind)] += 1
+                allocating, freeing, exclusive = counts[:]
+                if (allocating and freeing) or exclusive > 1 or (exclusive and allocating + freeing):
+                    violations.value += 1
+            time.sleep(0.0005)
+            with counts.get_lock():
+                counts[KINDS.index(kind)] -= 1
+
+
+def test_no_two_kinds_ever_overlap_under_contention(tmp_path):
+    """Twelve processes entering phases of every kind as fast as they can for 1.5 s: never an
+    allocation inside a sleep (the overlap vLLM's sleep check cannot survive), never anything inside
+    an exclusive window, and every process gets in."""
+    path = gpu_lease._slot_path(str(tmp_path), "0", 0)
+    counts, violations = multiprocessing.Array("i", 3), multiprocessing.Value("i", 0)
+    stop = multiprocessing.Event()
+    kinds = [ALLOCATE] * 5 + [FREE] * 5 + [EXCLUSIVE] * 2
+    procs = [multiprocessing.Process(target=_hammer, args=(path, k, counts, violations, stop)) for k in kinds]
+    for p in procs:
+        p.start()
+    time.sleep(1.5)
+    stop.set()
+    for p in procs:
+        p.join(35)
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+    assert violations.value == 0
+
+
 def test_memory_phase_is_free_for_a_gpu_of_its_own(tmp_path):
     lease = gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=1, timeout_s=1)
     try:
-        with gpu_lease.memory_phase(lease, exclusive=True, timeout_s=0):
+        with gpu_lease.memory_phase(lease, EXCLUSIVE, timeout_s=0):
             assert not os.path.exists(gpu_lease.memory_lock_path(lease))
     finally:
         lease.release()

@@ -196,11 +196,11 @@ class VllmServer:
         return self._nvml.device_used_bytes(self._device_index)
 
     @contextlib.contextmanager
-    def memory_phase(self, exclusive: bool):
+    def memory_phase(self, kind: str):
         """Context manager ordering this server's memory phases against its GPU neighbours'
-        (gpu_lease.memory_phase): exclusive around a sleep, shared around a wake or a reload.
-        Yields the seconds it waited, which timings adds up."""
-        with gpu_lease.memory_phase(self.lease, exclusive, self.config.lease_timeout_s) as waited:
+        (gpu_lease.memory_phase, kind gpu_lease.ALLOCATE, FREE or EXCLUSIVE). Yields the seconds it
+        waited, which timings adds up."""
+        with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s) as waited:
             self.timings.add_memory_phase(waited)
             yield waited
 
@@ -235,7 +235,7 @@ class VllmServer:
         self._baseline = self._nvml.device_used_bytes(self._device_index) if exclusive else None
         taken = []
         # A start allocates weights, KV cache and graphs: no neighbour on the GPU may sleep meanwhile.
-        with self.memory_phase(exclusive=False):
+        with self.memory_phase(gpu_lease.ALLOCATE):
             begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
             for _ in range(cfg.port_retries + 1):
                 port = port or ports.free_port(cfg.host)
@@ -363,11 +363,11 @@ class VllmServer:
         if sup is None:
             return {}
         _live.discard(self)
-        # Releasing the GPU changes device-wide memory as much as a start does: a neighbour judging a
-        # sleep or a wake by device-wide bytes (vLLM's own sleep check, the immediacy oracle) must
-        # not see it mid-window (seen on the H200: a neighbour's exit read as 3.6 GB not restored).
+        # Releasing the GPU changes device-wide memory as much as a start does: a neighbour reading
+        # device-wide bytes (the immediacy oracle) must not see it mid-window (seen on the H200: a
+        # neighbour's exit read as 3.6 GB not restored). It only frees, so it may overlap sleeps.
         # A stop forced by a signal does not wait for the lock.
-        with contextlib.nullcontext() if fast else self.memory_phase(exclusive=False):
+        with contextlib.nullcontext() if fast else self.memory_phase(gpu_lease.FREE):
             begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
             try:
                 return self._tear_down(sup, check_release, fast)

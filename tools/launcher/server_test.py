@@ -145,7 +145,7 @@ def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_fi
     stopped = threading.Event()
     neighbour = gpu_lease.Lease(gpu=server.lease.gpu, slot=1 - server.lease.slot, path=server.lease.path,
                                 fd=-1, waited_s=0.0, exclusive=False)
-    with gpu_lease.memory_phase(neighbour, exclusive=True, timeout_s=5):
+    with gpu_lease.memory_phase(neighbour, gpu_lease.EXCLUSIVE, timeout_s=5):
         stop_wall = []
 
         def stop():
@@ -163,7 +163,7 @@ def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_fi
     # The bench's breakdown of a slow matrix: the wait is the neighbour's, and not the stop's too
     # (the phases are disjoint, so the cell's rest is its tests' own time).
     timings = server.timings
-    assert timings.memory_phases == 2  # the start (shared) and the stop (shared)
+    assert timings.memory_phases == 2  # the start (ALLOCATE) and the stop (FREE)
     assert timings.memory_phase_wait_s >= 0.9
     assert timings.stop_s + timings.memory_phase_wait_s <= stop_wall[0] + 0.01
     assert 0 < timings.start_s and timings.lease_wait_s < 1.0
@@ -184,7 +184,7 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
     holder.wait()
     first_start = server.timings.start_s
     server.restart()
-    with server.memory_phase(exclusive=True) as waited:
+    with server.memory_phase(gpu_lease.EXCLUSIVE) as waited:
         assert waited == 0.0  # alone on its GPU: no lock at all
     server.stop()
     timings = server.timings.as_record()

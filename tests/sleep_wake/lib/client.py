@@ -19,6 +19,7 @@ import time
 import requests
 
 from tests.sleep_wake.lib import metrics, oracle
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS
 
 
@@ -65,32 +66,43 @@ def _tags_params(tags):
 
 class SleepWakeClient:
     def __init__(self, url: str, timeout_s: float = 60.0, memory_phase=None):
-        """memory_phase(exclusive) -> context manager: the server's VllmServer.memory_phase, which
-        keeps GPU neighbours from allocating while this server sleeps (see tools/launcher/gpu_lease.py);
-        None when the server has its GPU to itself."""
+        """memory_phase(kind) -> context manager: the server's VllmServer.memory_phase, which orders
+        this server's memory phases against its GPU neighbours' (tools/launcher/gpu_lease.py); None
+        when the server has its GPU to itself."""
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._memory_phase = memory_phase or (lambda exclusive: contextlib.nullcontext())
-        self._holding = False
+        self._memory_phase = memory_phase or (lambda kind: contextlib.nullcontext())
+        self._holding = None  # the kind of the window held, if any
         self._version = None
 
     @contextlib.contextmanager
-    def sleep_window(self):
-        """Holds the GPU's exclusive memory phase for the whole block, so a sleep sent inside it lands
-        at once instead of queueing behind a neighbour's start: for tests that race /sleep against
-        requests already decoding (the requests would finish while the sleep waited)."""
+    def sleep_window(self, exclusive: bool = False):
+        """Holds a memory phase for the whole block, so a sleep sent inside it lands at once instead of
+        queueing behind a neighbour's start: for tests that race /sleep against requests already
+        decoding (the requests would finish while the sleep waited). A FREE phase by default, which
+        only neighbours' allocations wait for; exclusive=True for a block that also wakes or reads
+        device-wide memory, which nothing on the GPU may overlap."""
         if self._holding:
+            if exclusive and self._holding != EXCLUSIVE:
+                raise RuntimeError("an exclusive sleep_window inside a FREE one: open the exclusive one first")
             yield
             return
-        with self._memory_phase(True):
-            self._holding = True
+        kind = EXCLUSIVE if exclusive else FREE
+        with self._memory_phase(kind):
+            self._holding = kind
             try:
                 yield
             finally:
-                self._holding = False
+                self._holding = None
 
-    def _phase(self, exclusive: bool):
-        return contextlib.nullcontext() if self._holding else self._memory_phase(exclusive)
+    def _phase(self, kind: str):
+        if self._holding == EXCLUSIVE or self._holding == kind:
+            return contextlib.nullcontext()
+        if self._holding:
+            # A wake allocates: inside a FREE window it could land in a neighbour's sleep.
+            raise RuntimeError("a %s call inside a %s sleep_window: use sleep_window(exclusive=True)"
+                               % (kind, self._holding))
+        return self._memory_phase(kind)
 
     # --- transport ---------------------------------------------------------------------------
     def raw(self, method: str, path: str, **kw) -> requests.Response:
@@ -138,20 +150,21 @@ class SleepWakeClient:
     # --- sleep API ---------------------------------------------------------------------------
     def sleep(self, level: int | str = 1, mode: str | None = None, check: bool = True,
               memory_moves: bool | None = None) -> requests.Response:
-        """POST /sleep. A sleep that unmaps memory holds the GPU's exclusive memory phase (vLLM's own check
-        in Worker.sleep reads the device-wide free bytes before and after); one that moves none does
-        not wait for it: level 0 only pauses scheduling, and a sleep while the executor already sleeps
-        is a no-op for it (memory_moves=False, from a caller that knows the state)."""
+        """POST /sleep. A sleep that unmaps memory holds a FREE memory phase, which no neighbour's
+        allocation overlaps (vLLM's own check in Worker.sleep reads the device-wide free bytes before
+        and after); one that moves none does not wait for it: level 0 only pauses scheduling, and a
+        sleep while the executor already sleeps is a no-op for it (memory_moves=False, from a caller
+        that knows the state)."""
         params = {"level": str(level)}
         if mode is not None:
             params["mode"] = mode
         if memory_moves is None:
             memory_moves = str(level) != "0"
-        with self._phase(True) if memory_moves else contextlib.nullcontext():
+        with self._phase(FREE) if memory_moves else contextlib.nullcontext():
             return (self._ok if check else self.raw)("POST", "/sleep", params=params)
 
     def wake_up(self, tags: list[str] | None = None, check: bool = True) -> requests.Response:
-        with self._phase(False):
+        with self._phase(ALLOCATE):
             return (self._ok if check else self.raw)("POST", "/wake_up", params=_tags_params(tags))
 
     def is_sleeping(self) -> bool:
@@ -186,7 +199,7 @@ class SleepWakeClient:
         body = {"method": "reload_weights"}
         if weights_path is not None:
             body["kwargs"] = {"weights_path": weights_path}
-        with self._phase(False):
+        with self._phase(ALLOCATE):
             return self._json_or_empty("POST", "/collective_rpc", json=body) or {}
 
     def wake_everything(self) -> None:

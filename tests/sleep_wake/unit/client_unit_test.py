@@ -1,6 +1,7 @@
 """SleepWakeClient against FakeVllm, a local HTTP server with vLLM's sleep semantics (0.26.0's shapes)."""
 
 import concurrent.futures
+import contextlib
 import socket
 import time
 
@@ -11,6 +12,7 @@ from tests.sleep_wake.lib import measure, metrics, oracle
 from tests.sleep_wake.lib.client import ServerResponseError, SleepWakeClient, parse_completion
 from tests.sleep_wake.fakes.fake_vllm import FakeVllm
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE
 
 
 @pytest.fixture
@@ -169,3 +171,39 @@ def test_stream_aborted_by_sleep_reports_abort(fake, client):
         result = stream.result(timeout=10)
     assert result.error is None and result.finish_reasons == ["abort"]
     assert 0 < result.num_tokens < 500
+
+
+def test_each_call_takes_the_memory_phase_of_what_it_does_to_device_memory(fake):
+    """Sleeps that unmap only free (FREE), wakes and reloads allocate (ALLOCATE), a level-0 pause and a
+    sleep that moves nothing take none; a window holds its kind once for everything inside it, and
+    refuses an allocation inside a FREE one (it could land in a neighbour's sleep)."""
+    taken = []
+
+    @contextlib.contextmanager
+    def phase(kind):
+        taken.append(kind)
+        yield 0.0
+
+    client = SleepWakeClient(fake.url, timeout_s=5, memory_phase=phase)
+    client.sleep(level=0)
+    client.wake_up()
+    client.sleep(level=1)
+    client.sleep(level=1, memory_moves=False)
+    client.wake_up(["weights"])
+    client.wake_up(["kv_cache"])
+    client.reload_weights()
+    assert taken == [ALLOCATE, FREE, ALLOCATE, ALLOCATE, ALLOCATE]
+    taken.clear()
+    with client.sleep_window():
+        client.sleep(level=1)
+        with pytest.raises(RuntimeError, match="inside a free sleep_window: use sleep_window"):
+            client.wake_up()
+        with pytest.raises(RuntimeError, match="an exclusive sleep_window inside a FREE one"):
+            with client.sleep_window(exclusive=True):
+                pass
+    assert taken == [FREE]
+    with client.sleep_window(exclusive=True):
+        client.wake_up()
+        client.sleep(level=1)
+        client.wake_up()
+    assert taken == [FREE, EXCLUSIVE]
