@@ -5,8 +5,10 @@ busy-loop steps, the executor's and wrapper's attributes). Each check below fail
 moved and the file of this tier to update, instead of an AttributeError deep inside a test.
 """
 
+import importlib.metadata
 import importlib.util
 import inspect
+import os
 import re
 
 import pytest
@@ -16,6 +18,7 @@ import vllm.platforms
 from sleepwake_engine_platform import UNSPECIFIED
 from tests.engine.fakes.worker import FakeWorker
 from tests.engine.lib import engines
+from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from vllm.platforms.interface import UnspecifiedPlatform
 from vllm.v1.engine import EngineCoreRequestType
 from vllm.v1.engine.core import EngineCore, EngineCoreProc, EngineShutdownState
@@ -113,6 +116,22 @@ def test_fake_worker_answers_the_real_workers_method_names():
         f"FakeWorker answers {sorted(fake - real)}, which vllm/v1/worker/gpu_worker.py's Worker no "
         "longer defines: vLLM's executor now calls other names; update tests/engine/fakes/worker.py")
 
+
+
+def test_the_memory_phase_plugin_finds_every_start_step_it_brackets():
+    # tools/launcher/phase_plugin brackets these Worker methods on a shared GPU; the launcher fails a
+    # start that logs fewer, so a renamed step shows here first, on the CPU.
+    path = importlib.util.find_spec("vllm.v1.worker.gpu_worker").origin
+    with open(path, encoding="utf-8") as f:
+        real = set(re.findall(r"^    def (\w+)\(", f.read(), re.MULTILINE))
+    assert set(phase_plugin.STEPS) <= real, (
+        f"vllm/v1/worker/gpu_worker.py's Worker no longer defines {sorted(set(phase_plugin.STEPS) - real)}:"
+        " update STEPS in tools/launcher/phase_plugin/sleepwake_memory_phase.py")
+    assert not importlib.metadata.entry_points(group="vllm.general_plugins", name="sleepwake_memory_phase"), (
+        "the plugin is found without its dir on the path: every vLLM here would load it")
+    dist = importlib.metadata.distributions(path=[os.path.dirname(phase_plugin.__file__)])
+    (plugin,) = [ep for d in dist for ep in d.entry_points if ep.group == "vllm.general_plugins"]
+    assert plugin.value == "sleepwake_memory_phase:register"
 
 
 def test_the_platform_plugin_outranks_a_detected_gpu(monkeypatch):

@@ -16,6 +16,9 @@ MP_METHODS = ("fork", "spawn")
 # auto: fork the server from a zygote that imported vLLM once (zygote.py), else start it plainly and
 # log why; zygote: the zygote or an error; plain: `python -m` every time.
 START_MODES = ("auto", "zygote", "plain")
+# steps: the server's GPU worker holds the ALLOCATE memory phase only around its allocation steps
+# (phase_plugin/sleepwake_memory_phase.py); start: the launcher holds it from launch to /health.
+MEMORY_PHASE_SCOPES = ("steps", "start")
 # Runfiles path of the suite's synthetic checkpoint (//tools/model:synthetic_qwen3).
 DEFAULT_MODEL_RUNFILE = "tools/model/synthetic_qwen3/config.json"
 WORKSPACE = "sleepwake"
@@ -91,6 +94,17 @@ class ServerConfig:
                                " (started on first use, over a socket in --lock_dir; tools/launcher/zygote.py),"
                                " else start it plainly and log why; zygote: the zygote or an error; plain:"
                                " `python -m vllm...` every time.", choices=START_MODES)
+    memory_phase_scope: str = _setting("steps", "On a shared GPU, what a start holds the ALLOCATE memory phase"
+                                       " for (tools/launcher/gpu_lease.py): steps, each allocation step of the"
+                                       " GPU worker (a vLLM plugin in the server), so neighbours' sleeps go in"
+                                       " between; start, from launch to GET /health.",
+                                       choices=MEMORY_PHASE_SCOPES)
+    # A neighbour's sleep frees at least the 0.5 GB of weights (a sleep after a weights-only wake),
+    # usually the 2 GiB KV cache too; a CUDA context created outside the steps is ~0.5 GB.
+    unbracketed_bytes_max: int = _setting(256 << 20, "With memory_phase_scope steps: the most device bytes the"
+                                          " server's processes may hold at GET /health beyond what its worker"
+                                          " held after its last bracketed step; more fails the start, since"
+                                          " memory moved where a neighbour's sleep could see it.")
     # A zygote keeps ~1 GB of imported vLLM; a minute covers the gaps between the cells of one run.
     zygote_idle_s: float = _setting(60.0, "Seconds an idle zygote waits for the next server before it exits.")
     zygote_host_idle_s: float = _setting(120.0, "Seconds a zygote host started outside Bazel outlives its"
@@ -204,11 +218,10 @@ def resolve_model(model: str) -> str:
 
 def validate(config: ServerConfig) -> None:
     """Raises ConfigError for a configuration that cannot work or must not run."""
-    for name, value, known in (("runner", config.runner, RUNNERS), ("execution_mode", config.execution_mode,
-                               EXECUTION_MODES), ("mp_method", config.mp_method, MP_METHODS),
-                               ("start_mode", config.start_mode, START_MODES)):
-        if value not in known:
-            raise ConfigError("unknown %s %r; use one of %s" % (name, value, ", ".join(known)))
+    for f in settings():
+        known = f.metadata["choices"]
+        if known and getattr(config, f.name) not in known:
+            raise ConfigError("unknown %s %r; use one of %s" % (f.name, getattr(config, f.name), ", ".join(known)))
     if not is_loopback(config.host) and not config.allow_non_loopback:
         # VLLM_SERVER_DEV_MODE exposes /sleep, /reset_prefix_cache and /collective_rpc: anyone who can
         # reach the port can reset or reload the server.
@@ -235,6 +248,7 @@ _RANGES = (
     ("slots_per_gpu", 1, float("inf"), "give the servers per GPU, >= 1"),
     ("startup_timeout_s", 1e-9, float("inf"), "give the seconds to wait for /health, > 0"),
     ("release_timeout_s", 0, float("inf"), "give the seconds to wait for the GPU memory, >= 0"),
+    ("unbracketed_bytes_max", 0, float("inf"), "give a number of bytes, >= 0"),
 )
 
 

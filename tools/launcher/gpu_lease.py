@@ -126,18 +126,25 @@ def memory_lock_path(lease: Lease) -> str:
 
 # What a memory phase does to device-wide memory, which decides who may overlap it.
 ALLOCATE = "allocate"  # a start, a wake, a weight reload: device-wide free memory falls
-FREE = "free"  # a sleep that unmaps, a teardown: it only rises
+FREE = "free"  # a sleep that unmaps: it only rises, and vLLM judges the sleep by how much
+RELEASE = "release"  # a teardown: it only rises, and nobody judges it
 EXCLUSIVE = "exclusive"  # a window that reads device-wide memory (immediacy, latency): nothing moves
-KINDS = (ALLOCATE, FREE, EXCLUSIVE)
+KINDS = (ALLOCATE, FREE, RELEASE, EXCLUSIVE)
 
 # One byte of the per-GPU lock file per role, locked with open-file-description locks (F_OFD_*): like
 # flock they belong to the open file, so a holder that dies releases them, and unlike flock they can be
 # tested without being taken (F_OFD_GETLK).
-_INSIDE = {ALLOCATE: 0, FREE: 1}  # read-locked by each holder of that kind; EXCLUSIVE write-locks both
-_FREE_WAITING = 2  # read-locked by a waiting FREE: no new ALLOCATE enters, so a sleep waits at most for
+_INSIDE = {ALLOCATE: 0, FREE: 1, RELEASE: 2}  # read-locked by each holder; EXCLUSIVE write-locks all three
+_EXCLUDES = {ALLOCATE: FREE, FREE: ALLOCATE}  # RELEASE excludes only EXCLUSIVE
+_FREE_WAITING = 3  # read-locked by a waiting FREE: no new ALLOCATE enters, so a sleep waits at most for
 #                    the allocations already under way, never for a stream of overlapping starts
-_EXCLUSIVE_WAITING = 3  # read-locked by a waiting EXCLUSIVE: nothing new enters
+_EXCLUSIVE_WAITING = 4  # read-locked by a waiting EXCLUSIVE: nothing new enters
 _FLOCK = "hhqqi4x"  # struct flock on Linux x86-64 and arm64: type, whence, start, len, pid (0 for OFD locks)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError("memory phase kind %r: expected one of %s" % (kind, ", ".join(KINDS)))
 
 
 def _lock_byte(fd: int, lock_type: int, offset: int, length: int = 1) -> bool:
@@ -158,17 +165,16 @@ def _held_by_others(fd: int, offset: int) -> bool:
 def _try_enter(fd: int, kind: str) -> bool:
     """One attempt at entering a phase of `kind`; on failure holds nothing but its waiting flag."""
     if kind == EXCLUSIVE:
-        if _lock_byte(fd, fcntl.F_WRLCK, 0, 2):
+        if _lock_byte(fd, fcntl.F_WRLCK, 0, len(_INSIDE)):
             return True
         _lock_byte(fd, fcntl.F_RDLCK, _EXCLUSIVE_WAITING)
         return False
     if _held_by_others(fd, _EXCLUSIVE_WAITING) or (kind == ALLOCATE and _held_by_others(fd, _FREE_WAITING)):
         return False
-    other = FREE if kind == ALLOCATE else ALLOCATE
     # Take our side first, then look at the other: of an ALLOCATE and a FREE entering at once, at least
     # one sees the other (both steps are fcntl calls on one lock list), so they never both get in.
     if _lock_byte(fd, fcntl.F_RDLCK, _INSIDE[kind]):
-        if not _held_by_others(fd, _INSIDE[other]):
+        if kind not in _EXCLUDES or not _held_by_others(fd, _INSIDE[_EXCLUDES[kind]]):
             return True
         _lock_byte(fd, fcntl.F_UNLCK, _INSIDE[kind])
     if kind == FREE:
@@ -185,27 +191,35 @@ def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float
     another server on the GPU allocates meanwhile (its start, its wake), the sleep fails with HTTP 500
     after having unmapped its memory, and the engine is left inconsistent (seen on the H200 with 16
     servers per GPU). Only allocations can break that check: so ALLOCATE phases (starts, wakes,
-    reloads) overlap each other, FREE phases (sleeps, teardowns) overlap each other, and the two kinds
-    never overlap. A FREE that waits keeps new ALLOCATEs out, so a sleep waits for the allocations
-    already under way only. EXCLUSIVE, for a window that reads device-wide memory itself (the
-    immediacy oracle, the latency samples), overlaps nothing. A lease alone on its GPU needs no lock.
+    reloads) overlap each other, FREE phases (sleeps) overlap each other, and the two kinds never
+    overlap. A FREE that waits keeps new ALLOCATEs out, so a sleep waits for the allocations already
+    under way only. RELEASE (a teardown) overlaps both: freeing cannot break a neighbour's check.
+    EXCLUSIVE, for a window that reads device-wide memory itself (the immediacy oracle, the latency
+    samples), overlaps nothing. A lease alone on its GPU needs no lock.
     poll_s is short because each sleep waits at least one poll once the phase frees.
     """
-    if kind not in KINDS:
-        raise ValueError("memory phase kind %r: expected one of %s" % (kind, ", ".join(KINDS)))
+    _check_kind(kind)
     if lease is None or lease.exclusive:
         yield 0.0
         return
-    fd = os.open(memory_lock_path(lease), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    with memory_phase_at(memory_lock_path(lease), kind, timeout_s, poll_s) as waited:
+        yield waited
+
+
+@contextlib.contextmanager
+def memory_phase_at(path: str, kind: str, timeout_s: float, poll_s: float = 0.01):
+    """memory_phase on the lock file at path: for a server process, which knows its GPU's lock file
+    (phase_plugin/sleepwake_memory_phase.py) but holds no lease."""
+    _check_kind(kind)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     start = time.monotonic()
     try:
         while not _try_enter(fd, kind):
             if time.monotonic() - start >= timeout_s:
                 raise LeaseTimeoutError(
-                    "GPU %s memory phase lock %s: no %s phase within %.0f s: other servers on this GPU"
-                    " kept starting, waking or sleeping for that long. Check the other cells' logs, or"
-                    " give each cell its own GPU (SLEEPWAKE_SLOTS_PER_GPU=1)." % (
-                        lease.gpu, memory_lock_path(lease), kind, timeout_s)) from None
+                    "memory phase lock %s: no %s phase within %.0f s: other servers on this GPU kept"
+                    " starting, waking or sleeping for that long. Check the other cells' logs, or give"
+                    " each cell its own GPU (SLEEPWAKE_SLOTS_PER_GPU=1)." % (path, kind, timeout_s)) from None
             time.sleep(poll_s)  # a bounded wait on several conditions: fcntl can wait on one range only
         for flag in (_FREE_WAITING, _EXCLUSIVE_WAITING):
             _lock_byte(fd, fcntl.F_UNLCK, flag)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tools.launcher import gpu_lease, testing
-from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS, RELEASE
 from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, LeaseTimeoutError
 from tools.launcher.nvml import FakeNvml
 
@@ -178,11 +178,18 @@ def test_memory_phases_of_a_kind_overlap_and_kinds_exclude_each_other(tmp_path):
                 # ... but an allocation never lands inside a sleep, nor a sleep inside an allocation,
                 # and nothing inside an exclusive window.
                 assert _blocked(b, other) and _blocked(b, EXCLUSIVE)
+        # A teardown only frees and nobody judges it: it overlaps starts and sleeps, not an exclusive window.
+        with gpu_lease.memory_phase(a, RELEASE, timeout_s=1):
+            assert not _blocked(b, ALLOCATE) and not _blocked(b, FREE) and not _blocked(b, RELEASE)
+            assert _blocked(b, EXCLUSIVE)
+        for kind in (ALLOCATE, FREE):
+            with gpu_lease.memory_phase(a, kind, timeout_s=1):
+                assert not _blocked(b, RELEASE)
         with gpu_lease.memory_phase(a, EXCLUSIVE, timeout_s=1):
-            assert _blocked(b, ALLOCATE) and _blocked(b, FREE) and _blocked(b, EXCLUSIVE)
+            assert all(_blocked(b, kind) for kind in KINDS)
         with gpu_lease.memory_phase(a, EXCLUSIVE, timeout_s=1) as waited:
             assert waited < 1
-        with pytest.raises(ValueError, match="expected one of allocate, free, exclusive"):
+        with pytest.raises(ValueError, match="expected one of allocate, free, release, exclusive"):
             with gpu_lease.memory_phase(a, "shared", timeout_s=1):
                 pass
     finally:
@@ -257,8 +264,8 @@ def _hammer(path, kind, counts, violations, stop):
         with gpu_lease.memory_phase(lease, kind, timeout_s=30, poll_s=0.001):
             with counts.get_lock():
                 counts[KINDS.index(kind)] += 1
-                allocating, freeing, exclusive = counts[:]
-                if (allocating and freeing) or exclusive > 1 or (exclusive and allocating + freeing):
+                allocating, freeing, releasing, exclusive = counts[:]
+                if (allocating and freeing) or exclusive > 1 or (exclusive and allocating + freeing + releasing):
                     violations.value += 1
             time.sleep(0.0005)
             with counts.get_lock():
@@ -270,9 +277,9 @@ def test_no_two_kinds_ever_overlap_under_contention(tmp_path):
     allocation inside a sleep (the overlap vLLM's sleep check cannot survive), never anything inside
     an exclusive window, and every process gets in."""
     path = gpu_lease._slot_path(str(tmp_path), "0", 0)
-    counts, violations = multiprocessing.Array("i", 3), multiprocessing.Value("i", 0)
+    counts, violations = multiprocessing.Array("i", len(KINDS)), multiprocessing.Value("i", 0)
     stop = multiprocessing.Event()
-    kinds = [ALLOCATE] * 5 + [FREE] * 5 + [EXCLUSIVE] * 2
+    kinds = [ALLOCATE] * 4 + [FREE] * 4 + [RELEASE] * 2 + [EXCLUSIVE] * 2
     procs = [multiprocessing.Process(target=_hammer, args=(path, k, counts, violations, stop)) for k in kinds]
     for p in procs:
         p.start()

@@ -33,12 +33,15 @@ from tools.launcher.config import (ServerConfig, build_command, build_env, check
                                    resolve_model, validate)
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError  # noqa: F401 (API)
 from tools.launcher.nvml import Nvml
+from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.timings import ServerTimings
 from tools import matrix as _spec  # private: the fake server mirrors this module's public names
 
 log = logging.getLogger("sleepwake.launcher")
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# On the server's PYTHONPATH for memory_phase_scope steps: vLLM finds the plugin through its dist-info.
+_PHASE_PLUGIN_DIR = os.path.dirname(os.path.abspath(phase_plugin.__file__))
 LOG_TAIL_LINES = 50
 V2_MARKER = _spec.LOG_MARKER_V2  # logged by vLLM 0.26.0's gpu_worker.py only when it builds MRV2
 # The log header's launch time and the line appended once /health answered (epoch seconds), which
@@ -220,6 +223,11 @@ class VllmServer:
             self.lease = gpu_lease.acquire(gpus, cfg.lock_dir, cfg.slots_per_gpu, cfg.lease_timeout_s)
             self.timings.lease_wait_s += self.lease.waited_s
             self.env = build_env(cfg, self._environ, self.lease.gpu)
+            if self._brackets_steps():
+                self.env.update({
+                    phase_plugin.ENV_LOCK: gpu_lease.memory_lock_path(self.lease),
+                    phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
+                    "PYTHONPATH": os.pathsep.join(p for p in (_PHASE_PLUGIN_DIR, self.env.get("PYTHONPATH")) if p)})
         self._device_index = int(self.lease.gpu if self.lease else gpus[0])
         self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
             prefix="sleepwake-vllm-")
@@ -235,7 +243,9 @@ class VllmServer:
         self._baseline = self._nvml.device_used_bytes(self._device_index) if exclusive else None
         taken = []
         # A start allocates weights, KV cache and graphs: no neighbour on the GPU may sleep meanwhile.
-        with self.memory_phase(gpu_lease.ALLOCATE):
+        # With steps the server's worker holds the phase around each of those itself.
+        steps = self._brackets_steps()
+        with contextlib.nullcontext(0.0) if steps else self.memory_phase(gpu_lease.ALLOCATE):
             begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
             for _ in range(cfg.port_retries + 1):
                 port = port or ports.free_port(cfg.host)
@@ -246,7 +256,10 @@ class VllmServer:
                 log.warning("port %d was taken (bind conflict in %s); retrying with a fresh port", port,
                             self.log_path)
                 port = 0
-        self.timings.start_s += time.monotonic() - begin
+        elapsed = time.monotonic() - begin
+        if steps and len(taken) <= cfg.port_retries:
+            elapsed -= self._check_bracketed_start()
+        self.timings.start_s += elapsed
         if len(taken) > cfg.port_retries:
             raise PortConflictError(
                 "every port tried was already in use (%s; %d retries). Another server is binding ports"
@@ -259,6 +272,42 @@ class VllmServer:
             self._stop_server(check_release=False)
             raise ServerStartError("%s Log: %s" % (e, self.log_path)) from None
         log.info("vLLM server ready at %s (pids %s, log %s)", self.url, self.pids(), self.log_path)
+
+    def _brackets_steps(self) -> bool:
+        return self.lease is not None and not self.lease.exclusive and self.config.memory_phase_scope == "steps"
+
+    def _check_bracketed_start(self) -> float:
+        """Checks that the worker took the ALLOCATE phase around its start-up steps and that nothing
+        allocated after the last one; adds the steps' phases to timings and returns their waits."""
+        steps = phase_plugin.read_steps(read_log(self.log_path))
+        names = [s["step"] for s in steps]
+        missing = [name for name in phase_plugin.STEPS if name not in names]
+        held = self.gpu_bytes()
+        last = steps[-1]["process_bytes"] if steps else None
+        problem = None
+        if missing:
+            problem = ("its worker did not bracket %s (the memory-phase plugin %s did not load in the"
+                       " worker's process, or this vLLM renamed the step)" % (", ".join(missing), _PHASE_PLUGIN_DIR))
+        elif last is None:
+            problem = "NVML gave the worker no figure for its own bytes after %s" % names[-1]
+        elif held - last > self.config.unbracketed_bytes_max:
+            problem = ("its processes hold %d MiB at GET /health, %d MiB more than the worker held after its"
+                       " last bracketed step (%s), over unbracketed_bytes_max %d MiB: memory moved outside"
+                       " the steps, where a neighbour's sleep could see it" % (
+                           held // _MIB, (held - last) // _MIB, names[-1], self.config.unbracketed_bytes_max // _MIB))
+        if problem:
+            self._stop_server(check_release=False)
+            raise ServerStartError("memory_phase_scope steps: %s. Run with SLEEPWAKE_MEMORY_PHASE_SCOPE=start"
+                                   " (the launcher holds the phase for the whole start). Log: %s"
+                                   % (problem, self.log_path))
+        waited = 0.0
+        for step in steps:
+            self.timings.add_memory_phase(step["waited_s"])
+            waited += step["waited_s"]
+        with open(self.log_path, "a") as f:
+            f.write("# sleepwake launcher: %d MiB held at GET /health, %d MiB after the last bracketed step\n"
+                    % (held // _MIB, last // _MIB))
+        return waited
 
     def _launch(self, port: int) -> None:
         cfg = self.config
@@ -365,9 +414,9 @@ class VllmServer:
         _live.discard(self)
         # Releasing the GPU changes device-wide memory as much as a start does: a neighbour reading
         # device-wide bytes (the immediacy oracle) must not see it mid-window (seen on the H200: a
-        # neighbour's exit read as 3.6 GB not restored). It only frees, so it may overlap sleeps.
+        # neighbour's exit read as 3.6 GB not restored). It only frees, so it overlaps starts and sleeps.
         # A stop forced by a signal does not wait for the lock.
-        with contextlib.nullcontext() if fast else self.memory_phase(gpu_lease.FREE):
+        with contextlib.nullcontext() if fast else self.memory_phase(gpu_lease.RELEASE):
             begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
             try:
                 return self._tear_down(sup, check_release, fast)

@@ -12,8 +12,10 @@ import urllib.request
 import pytest
 
 from tools.launcher import gpu_lease, process_tree, server as server_lib, testing
-from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError, VllmNotFoundError
+from tools.launcher.errors import (LeaseTimeoutError, PortConflictError, ServerReleaseError, ServerStartError,
+                                   VllmNotFoundError)
 from tools.launcher.nvml import FakeNvml
+from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.server import VllmServer, check_runner
 
 GIB = 1 << 30
@@ -26,10 +28,12 @@ def pid_file(tmp_path):
     assert testing.survivors_after(testing.recorded_pids(path)) == [], "fake server processes survived"
 
 
-def _server(tmp_path, pid_file, mode="ok", runner_line="env", nvml=None, lease=False, fixed_port=None, **cfg):
+def _server(tmp_path, pid_file, mode="ok", runner_line="env", nvml=None, lease=False, fixed_port=None,
+            extra_env=None, **cfg):
+    environ = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     return VllmServer(testing.fast_config(tmp_path, **cfg), lease=lease, nvml=nvml or FakeNvml(),
                       command_factory=testing.fake_command(mode, runner_line, pid_file, fixed_port),
-                      environ={k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
+                      environ=dict(environ, **(extra_env or {})))
 
 
 def _ppid(pid):
@@ -163,10 +167,81 @@ def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_fi
     # The bench's breakdown of a slow matrix: the wait is the neighbour's, and not the stop's too
     # (the phases are disjoint, so the cell's rest is its tests' own time).
     timings = server.timings
-    assert timings.memory_phases == 2  # the start (ALLOCATE) and the stop (FREE)
+    assert timings.memory_phases == len(phase_plugin.STEPS) + 1  # each step of the start (ALLOCATE), the stop (RELEASE)
     assert timings.memory_phase_wait_s >= 0.9
     assert timings.stop_s + timings.memory_phase_wait_s <= stop_wall[0] + 0.01
     assert 0 < timings.start_s and timings.lease_wait_s < 1.0
+
+
+@pytest.mark.parametrize("scope", ["steps", "start"])
+def test_a_shared_start_holds_the_allocate_phase_only_in_its_workers_steps(tmp_path, pid_file, scope):
+    """With steps, a neighbour's sleep (FREE) gets in while the server starts, between its worker's
+    steps; with start, the launcher holds ALLOCATE from launch to /health and it never does."""
+    server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=2, memory_phase_scope=scope)
+    neighbour = gpu_lease.Lease(gpu="0", slot=1, path=gpu_lease._slot_path(server.config.lock_dir, "0", 1),
+                                fd=-1, waited_s=0.0, exclusive=False)
+    starting, healthy, got_in = threading.Event(), threading.Event(), []
+
+    def sleep_repeatedly():
+        starting.wait()
+        while not healthy.is_set():
+            try:
+                with gpu_lease.memory_phase(neighbour, gpu_lease.FREE, timeout_s=0.02):
+                    if not healthy.is_set():
+                        got_in.append(server.port)
+            except LeaseTimeoutError:
+                pass
+    sleeper = threading.Thread(target=sleep_repeatedly)
+    sleeper.start()
+    os.makedirs(server.config.lock_dir, exist_ok=True)
+    real_launch, real_wait = server._launch, server._wait_healthy
+
+    def launch(port):
+        real_launch(port)
+        starting.set()  # the server's processes exist: from here until /health, the start
+
+    def wait_healthy():
+        try:
+            return real_wait()
+        finally:
+            healthy.set()
+    server._launch, server._wait_healthy = launch, wait_healthy
+    try:
+        server.start()
+    finally:
+        starting.set()
+        healthy.set()
+        sleeper.join()
+    try:
+        log_text = server_lib.read_log(server.log_path)
+        steps = phase_plugin.read_steps(log_text)
+        if scope == "steps":
+            assert [s["step"] for s in steps] == list(phase_plugin.STEPS)
+            assert "MiB after the last bracketed step" in log_text
+            assert got_in, "no neighbour's sleep got in while the server started"
+        else:
+            assert steps == [] and got_in == []
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("extra_env,nvml,message", [
+    ({"FAKE_SERVER_UNBRACKETED": "1"}, None, "its worker did not bracket init_device, load_model"),
+    ({"FAKE_SERVER_WORKER_BYTES": str(1 << 30)}, FakeNvml(procs={}), "NVML"),
+])
+def test_a_start_whose_memory_phases_cannot_be_shown_fails(tmp_path, pid_file, extra_env, nvml, message):
+    if "FAKE_SERVER_WORKER_BYTES" in extra_env:
+        # The worker reported 1 GiB after its last step; NVML shows the tree holding 2 GiB at /health.
+        class Grown(FakeNvml):
+            def process_bytes(self, pids):
+                return 2 << 30
+        nvml, message = Grown(), "1024 MiB more than the worker held after its last bracketed step"
+    server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=2, extra_env=extra_env, nvml=nvml)
+    with pytest.raises(ServerStartError, match="memory_phase_scope steps: ") as e:
+        server.start()
+    assert message in str(e.value) and "SLEEPWAKE_MEMORY_PHASE_SCOPE=start" in str(e.value)
+    assert testing.survivors_after(testing.recorded_pids(pid_file), 5) == []
+    server.stop()
 
 
 # Holds GPU 0's only slot lock for argv[2] seconds: another cell's lease, from another process.

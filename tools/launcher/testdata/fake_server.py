@@ -5,6 +5,9 @@ Like vLLM it leaves processes behind when it dies: a worker, a worker that ignor
 Every PID it creates is appended to --pid_file, so a test can check that none survive.
 
 Modes: ok (answers GET /health 200), never_healthy (answers 503), die_at_start (prints and exits 3).
+With SLEEPWAKE_MEMORY_LOCK set (a shared lease, memory_phase_scope steps) it runs a worker's start-up
+steps through the memory-phase plugin, as vLLM with the plugin does; FAKE_SERVER_UNBRACKETED=1 skips
+them (a plugin that did not load).
 --runner_line: env (prints vLLM's "Using V2 Model Runner" iff VLLM_USE_V2_MODEL_RUNNER=1), always, never.
 
 It also runs as a module (`python -m fake_server` with this directory on PYTHONPATH), which is how a
@@ -67,6 +70,23 @@ def _spawn_family(pid_file):
     _record(pid_file, int(os.read(read_end, 64)))
 
 
+def _start_worker():
+    """The worker's start-up steps as a vLLM server with the memory-phase plugin runs them (the launcher
+    put the plugin's dir on PYTHONPATH): each inside the ALLOCATE phase, each logging its MARK line. The
+    bytes are FAKE_SERVER_WORKER_BYTES (NVML's figure for the worker's process)."""
+    import sleepwake_memory_phase as plugin
+
+    class Worker:
+        pass
+
+    for step in plugin.STEPS:
+        setattr(Worker, step, lambda self: None)
+    worker_bytes = int(os.environ.get("FAKE_SERVER_WORKER_BYTES", "0"))
+    plugin.bracket(Worker, os.environ["SLEEPWAKE_MEMORY_LOCK"], 5.0, process_bytes=lambda: worker_bytes)
+    for step in plugin.STEPS:
+        getattr(Worker(), step)()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
@@ -82,6 +102,8 @@ def main():
             print("fake vLLM server: plugin %s loaded" % plugin.name, flush=True)
             plugin.load()()
     _spawn_family(args.pid_file)
+    if os.environ.get("SLEEPWAKE_MEMORY_LOCK") and not os.environ.get("FAKE_SERVER_UNBRACKETED"):
+        _start_worker()
     if args.runner_line == "always" or (args.runner_line == "env"
                                         and os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1"):
         print("INFO [gpu_worker.py:378] Using V2 Model Runner", flush=True)

@@ -1,0 +1,116 @@
+"""A start's memory phases, taken from inside the server: a vLLM general plugin that brackets each step
+in which the GPU worker allocates device memory with the GPU's ALLOCATE phase (gpu_lease.memory_phase).
+
+Why: a start that held the ALLOCATE phase from launch to /health (6-30 s under load) kept every
+neighbour's sleep waiting for all of it, though the memory moves only inside the worker's start-up
+steps (vllm/v1/worker/gpu_worker.py Worker, the same five in 0.24.0, 0.25.0 and 0.26.0): the CUDA context
+and model runner (init_device), the weights (load_model), the profile run (determine_available_memory),
+the KV cache (initialize_from_config) and the graphs and warm-up (compile_or_warm_up_model). Between
+steps the phase is free, so a waiting sleep goes in between instead of after the whole start.
+
+vLLM loads every `vllm.general_plugins` entry point in each of its processes; this one acts only where
+the launcher set SLEEPWAKE_MEMORY_LOCK (a shared lease), and patches Worker when its module is
+imported, so the API server process, which never imports it, pays nothing. After each step, still
+inside the phase, it writes a MARK line to stderr (the server log) with the step, the seconds it waited
+and held, and the bytes NVML lists for this process: the launcher checks at /health that no memory
+moved after the last step (VllmServer._check_bracketed_start).
+"""
+
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import time
+
+ENV_LOCK = "SLEEPWAKE_MEMORY_LOCK"
+ENV_TIMEOUT = "SLEEPWAKE_MEMORY_LOCK_TIMEOUT_S"
+MARK = "sleepwake-memory-phase "
+TARGET = "vllm.v1.worker.gpu_worker"
+STEPS = ("init_device", "load_model", "determine_available_memory", "initialize_from_config",
+         "compile_or_warm_up_model")
+_WRAPPED = "__sleepwake_memory_phase__"
+
+
+# The checkout (or runfiles tree) this file is in: the lock protocol is tools/launcher/gpu_lease.py's, and a
+# server started outside Bazel may not have the checkout on its path.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _launcher_on_path() -> None:
+    try:
+        import tools.launcher  # noqa: F401
+    except ImportError:
+        sys.path.append(_ROOT)  # appended: nothing the server already imports is shadowed
+
+
+def _process_bytes() -> int | None:
+    try:
+        from tools.launcher.nvml import Nvml
+        return Nvml().process_bytes([os.getpid()])
+    except Exception as e:  # no NVML where the step ran: the launcher's check reports the missing figure
+        print("%s nvml unavailable: %s" % (MARK.strip(), e), file=sys.stderr, flush=True)
+        return None
+
+
+def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_bytes) -> None:
+    """Wraps owner's STEPS (methods present on it) so that each runs inside the ALLOCATE phase."""
+    _launcher_on_path()
+    from tools.launcher import gpu_lease
+
+    for step in STEPS:
+        original = getattr(owner, step, None)
+        if original is None or getattr(original, _WRAPPED, False):
+            continue
+
+        def method(self, *args, _step=step, _original=original, **kwargs):
+            with gpu_lease.memory_phase_at(lock_path, gpu_lease.ALLOCATE, timeout_s) as waited:
+                begin = time.monotonic()
+                result = _original(self, *args, **kwargs)
+                held = time.monotonic() - begin
+                used = process_bytes()
+            print(MARK + json.dumps({"step": _step, "waited_s": round(waited, 4), "held_s": round(held, 4),
+                                     "pid": os.getpid(), "process_bytes": used}), file=sys.stderr, flush=True)
+            return result
+        setattr(method, _WRAPPED, True)
+        method.__name__ = step
+        setattr(owner, step, method)
+
+
+def read_steps(log_text: str) -> list[dict]:
+    """The MARK records of a server log, in order."""
+    return [json.loads(line[len(MARK):]) for line in log_text.splitlines()
+            if line.startswith(MARK) and line[len(MARK):].startswith("{")]
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches the worker module's Worker right after the module executes, in whichever process."""
+
+    def __init__(self, lock_path: str, timeout_s: float, module: str = TARGET):
+        self.lock_path, self.timeout_s, self.module = lock_path, timeout_s, module
+
+    def find_spec(self, name, path, target=None):
+        if name != self.module:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            bracket(module.Worker, self.lock_path, self.timeout_s)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def register() -> None:
+    """The vllm.general_plugins entry point."""
+    lock_path = os.environ.get(ENV_LOCK)
+    if not lock_path:
+        return
+    timeout_s = float(os.environ.get(ENV_TIMEOUT, "600"))
+    if TARGET in sys.modules:
+        bracket(sys.modules[TARGET].Worker, lock_path, timeout_s)
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(lock_path, timeout_s))
