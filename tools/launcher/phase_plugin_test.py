@@ -71,3 +71,14 @@ def test_without_a_shared_lease_the_plugin_does_nothing(tmp_path):
             "print(any(isinstance(f, p._PatchOnImport) for f in sys.meta_path))")
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "False", run.stderr
+
+
+def test_records_are_read_behind_the_prefix_vllm_puts_on_its_engine_cores_lines():
+    # What the H200 logs show: vLLM prefixes every line its engine-core process writes.
+    log = ("INFO 12-01 11:41:11 [core.py:100] Initializing a V1 LLM engine\n"
+           '(EngineCore pid=11413) sleepwake-memory-phase {"step": "init_device", "waited_s": 1.69, '
+           '"held_s": 0.97, "pid": 11413, "process_bytes": 715128832}\n'
+           "sleepwake-memory-phase nvml unavailable: no driver\n"
+           'sleepwake-memory-phase {"step": "load_model", "waited_s": 0, "held_s": 1.7, "pid": 1, "process_bytes": 2}\n')
+    assert [r["step"] for r in plugin.read_steps(log)] == ["init_device", "load_model"]
+    assert plugin.read_steps(log)[0]["process_bytes"] == 715128832

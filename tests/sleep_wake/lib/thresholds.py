@@ -190,15 +190,19 @@ _TABLE = [
               "sleep_mode_backend.py CuMemBackend.suspend: offload_tags=() unless level 1), gpu_worker.py "
               "Worker.sleep saves only the model's buffers to CPU; the rest is API-server heap noise",
               noise=Noise(3.0e6, 5, "60 cells", MEASURED_RL)),
-    Threshold("host_leak_bytes_per_cycle_max", 32 * KiB, "bytes (median of the cycle-to-cycle steps)",
-              MECHANISM,
+    Threshold("host_leak_bytes_per_cycle_max", 32 * KiB,
+              "bytes (median of the cycle-to-cycle steps; RssAnon + RssShmem)", MECHANISM,
               f"{MEASURED_RL} and {MEASURED_1201}: median steps 0-8 KiB: every level-1 sleep after the first "
               "reuses the pinned blocks PyTorch's caching host allocator kept (known divergence "
               "host_copy_cached_after_wake)",
               noise=Noise(8 * KiB, 6, "60 cells", f"{MEASURED_RL}; {MEASURED_1201}")),
-    Threshold("host_cycle_flat_max", 352 * KiB, "bytes (max - min over cycles 2..10)", MECHANISM,
+    Threshold("host_cycle_flat_max", 352 * KiB, "bytes (max - min over cycles 2..10; RssAnon + RssShmem)",
+              MECHANISM,
               f"{MEASURED_RL}: 40-88 KiB over cycles 2..10 (n=40); as host_leak_bytes_per_cycle_max, for a "
-              "one-off jump (a second copy pinned once)", noise=Noise(88 * KiB, 5, "60 cells", MEASURED_RL)),
+              "one-off jump (a second copy pinned once). Over allocated pages, not VmRSS: on the H200 "
+              "(2026-12-01, MRV2-eager, a healthy server) the engine core's RssFile fell 1.6 MiB between "
+              "cycles 6 and 7 (the page cache reclaiming library pages) while RssAnon grew 49 KiB over "
+              "cycles 2..10 and RssShmem not at all", noise=Noise(88 * KiB, 5, "60 cells", MEASURED_RL)),
     # --- output --------------------------------------------------------------------------------
     Threshold("logprob_drift_max", 1e-2, "nats (absolute, per token)", CONTRACT,
               "a contract: level-1 sleep copies weights back bit-exact and a push loads the same file "

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.sleep_wake.lib import host_memory
+from tests.sleep_wake.lib import host_memory, measure, thresholds
 
 MiB = 1 << 20
 SLACK = 4 * MiB  # the child's own Python bookkeeping between two readings
@@ -150,3 +150,18 @@ def test_own_process_reads():
                                                (300 * MiB, "partial"), (600 * MiB, "kept")])
 def test_retention(retained, expected):
     assert host_memory.retention(retained, copy=700 * MiB, noise=64 * MiB) == expected
+
+
+# The engine core of a healthy MRV2-eager server on the H200 (2026-12-01), asleep at cycles 2, 6 and 7 of
+# test_host_bytes_flat_over_ten_cycles: between 6 and 7 the page cache took 1.6 MiB of its file-backed
+# pages; what the server allocated grew 8 KiB.
+H200_CYCLES = [host_memory.HostMemory(rss=a + f + s, anon=a, file=f, shmem=s) for a, f, s in (
+    (1200259072, 192720896, 778313728), (1200275456, 192720896, 778313728), (1200279552, 191082496, 778313728))]
+
+
+def test_allocated_bytes_leave_out_the_file_pages_the_page_cache_moves():
+    allocated = [m.allocated for m in H200_CYCLES]
+    assert allocated == [m.anon + m.shmem for m in H200_CYCLES]
+    assert measure.spread(allocated) == 20480  # 20 KiB: flat
+    assert measure.spread([m.rss for m in H200_CYCLES]) > thresholds.get("host_cycle_flat_max")
+    assert measure.spread(allocated) < thresholds.get("host_cycle_flat_max")

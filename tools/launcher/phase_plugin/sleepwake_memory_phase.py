@@ -78,9 +78,14 @@ def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_byte
 
 
 def read_steps(log_text: str) -> list[dict]:
-    """The MARK records of a server log, in order."""
-    return [json.loads(line[len(MARK):]) for line in log_text.splitlines()
-            if line.startswith(MARK) and line[len(MARK):].startswith("{")]
+    """The MARK records of a server log, in order. vLLM prefixes what its engine-core process writes
+    ("(EngineCore_DP0 pid=123) "), so a record may start anywhere in its line."""
+    records = []
+    for line in log_text.splitlines():
+        at = line.find(MARK + "{")
+        if at >= 0:
+            records.append(json.loads(line[at + len(MARK):]))
+    return records
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
