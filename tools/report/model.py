@@ -111,20 +111,27 @@ class Run:
         """(what a person should read first, whether every GPU cell that ran passed, the fake tier's
         count): how many of the cells that ran passed, on which vLLM and GPU, how long the slowest took;
         the fake tier counted apart (it is no GPU cell)."""
-        ran = [c for c in self.ordered() if c.state != NOT_RUN]
+        # A stale cell's result is an earlier run's: a run of a few targets is judged on those (the
+        # rest of bazel-testlogs is counted apart, never as failed).
+        ran = [c for c in self.ordered() if c.state not in (NOT_RUN, STALE)]
+        stale = [c for c in self.ordered() + list(self.fake.values()) if c.state == STALE]
         passed = sum(c.state == PASSED for c in ran)
         where = ", ".join(x for x in (", ".join(f"vLLM {v}" for v in self.versions()), self.gpu_model()) if x)
         slowest = max(ran, key=lambda c: c.seconds, default=None)
         text = f"{passed}/{len(ran)} GPU cells passed" + (f", {where}" if where else "")
         if slowest is not None and slowest.seconds:
             text += f", slowest cell {slowest.seconds:.0f} s"
-        fake = list(self.fake.values())
+        fake = [c for c in self.fake.values() if c.state != STALE]
         fake_text = f"; fake tier: {sum(c.state == PASSED for c in fake)}/{len(fake)} passed" if fake else ""
+        if stale:
+            fake_text += f"; {len(stale)} earlier result(s) in these testlogs not counted (stale)"
         return text, bool(ran) and passed == len(ran), fake_text
 
     def failing(self) -> list[Cell]:
-        """The cells that failed or prove nothing (flagged), GPU cells first."""
-        return [c for c in self.ordered() + list(self.fake.values()) if c.state in (FAILED,) + FLAGGED]
+        """The cells of this run that failed or prove nothing (flagged), GPU cells first; stale cells
+        (an earlier run's results) are no part of this run's verdict."""
+        return [c for c in self.ordered() + list(self.fake.values())
+                if c.state in (FAILED,) + FLAGGED and c.state != STALE]
 
     def walk_coverage(self) -> list[WalkCoverage]:
         """Per state-walk cell that ran, its coverage from the shards' walk_coverage records."""

@@ -277,7 +277,7 @@ def test_the_fake_tier_is_a_grid_of_its_own_and_the_headline_counts_gpu_cells(tm
     assert "flags_fake_mrv1_eager" not in grids[0][1] and "flags_fake_mrv1_eager" in grids[1][1]
     assert len(gpu) == 64  # the GPU grid keeps its 16 classes x 4 cells, no fake row added
     headline = re.search(r'<p class="headline">(.*?)</p>', page, re.S).group(1)
-    ran = sum(1 for t, a, _ in doc.found if t == "td" and a.get("data-state") not in (None, model.NOT_RUN)
+    ran = sum(1 for t, a, _ in doc.found if t == "td" and a.get("data-state") not in (None, model.NOT_RUN, model.STALE)
               and "fake" not in a.get("data-cell", ""))
     assert re.search(rf"\d+/{ran} GPU cells passed", headline), headline
     assert re.search(r"fake tier: [01]/1 passed", headline) and "vLLM 0.26.0, NVIDIA H200" in headline
@@ -291,14 +291,29 @@ def test_text_mode_says_what_the_page_says(tmp_path, capsys):
         f.write(json.dumps({"key": "server_start_s", "value": 999.0}) + "\n")
     assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text"]) == 0
     out = capsys.readouterr().out
-    bad = {c: s for c, s in STATES.items() if s != model.PASSED}
-    assert out.startswith("NOT GREEN: 3/10 GPU cells passed, vLLM 0.26.0, NVIDIA H200"), out.splitlines()[0]
+    # The stale cell is an earlier run's result: counted apart, not as one of this run's cells.
+    bad = {c: s for c, s in STATES.items() if s not in (model.PASSED, model.STALE)}
+    assert out.startswith("NOT GREEN: 3/9 GPU cells passed, vLLM 0.26.0, NVIDIA H200"), out.splitlines()[0]
+    assert "1 earlier result(s) in these testlogs not counted (stale)" in out.splitlines()[0]
     listed = re.findall(r"^  ([a-z ]+): (\w+)", out, re.M)
     assert {cell: state for state, cell in listed} == bad and len(listed) == len(bad)
     assert "--test_filter 'TestSleepWakeFlags' matched no test in this target." in out
     assert re.search(r"^server starts: \d+; median", out, re.M) and "max 999.0 s" not in out
     assert STALE not in "".join(l for l in out.splitlines() if "(max in" in l)
     assert not (logs.parent / cli.DEFAULT_OUT).exists()
+
+
+def test_a_run_of_a_few_targets_is_judged_on_those_and_not_on_earlier_results(tmp_path, capsys):
+    """run_matrix.sh //tests/sleep_wake:state_walk_mrv1_eager leaves every other cell's earlier result in
+    bazel-testlogs: the headline is this run's (green when what ran passed), the rest a count."""
+    logs, bep = _bazel_layout(tmp_path)
+    matrix = logs / MATRIX
+    for name, state in STATES.items():
+        if state not in (model.PASSED, model.STALE):
+            shutil.rmtree(matrix / name)
+    assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("3/3 GPU cells passed") and "1 earlier result(s)" in first, first
 
 
 def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
