@@ -197,37 +197,30 @@ def test_memory_phases_of_a_kind_overlap_and_kinds_exclude_each_other(tmp_path):
         b.release()
 
 
-def test_a_waiting_sleep_keeps_new_allocations_out(tmp_path):
-    """A sleep waits for the allocations under way, not for a stream of overlapping starts: while it
-    waits, no new ALLOCATE enters; it gets in once the first one ends."""
+@pytest.mark.parametrize("holder,waiter,flag,kept_out", [
+    # A sleep waits for the allocations under way, not for a stream of overlapping starts.
+    (ALLOCATE, FREE, gpu_lease._FREE_WAITING, (ALLOCATE,)),
+    # An exclusive window waits for whatever is inside, and nothing new gets in meanwhile.
+    (FREE, EXCLUSIVE, gpu_lease._EXCLUSIVE_WAITING, (FREE, ALLOCATE)),
+])
+def test_a_waiting_phase_keeps_newcomers_out_until_it_got_in(tmp_path, holder, waiter, flag, kept_out):
     a, b, c = _shared_leases(tmp_path, 3)
     inside = []
+    probe = os.open(gpu_lease.memory_lock_path(a), os.O_RDWR | os.O_CREAT)
     try:
-        with gpu_lease.memory_phase(a, ALLOCATE, timeout_s=1):
-            sleeper = threading.Thread(target=lambda: _enter_and_record(b, FREE, inside))
-            sleeper.start()
-            time.sleep(0.2)
-            assert not inside and _blocked(c, ALLOCATE, 0.2)
-        sleeper.join(5)
-        assert inside == [FREE]
-        assert not _blocked(c, ALLOCATE)  # and once the sleep is done the next start goes in
+        with gpu_lease.memory_phase(a, holder, timeout_s=1):
+            thread = threading.Thread(target=lambda: _enter_and_record(b, waiter, inside))
+            thread.start()
+            deadline = time.monotonic() + 5
+            while not gpu_lease._held_by_others(probe, flag):  # until the waiter says it waits
+                assert time.monotonic() < deadline, "the %s phase never announced its wait" % waiter
+                time.sleep(0.01)
+            assert not inside and all(_blocked(c, kind, 0.2) for kind in kept_out)
+        thread.join(5)
+        assert inside == [waiter]
+        assert not _blocked(c, kept_out[0])  # and once it is done the next one goes in
     finally:
-        for lease in (a, b, c):
-            lease.release()
-
-
-def test_a_waiting_exclusive_window_keeps_every_newcomer_out(tmp_path):
-    a, b, c = _shared_leases(tmp_path, 3)
-    inside = []
-    try:
-        with gpu_lease.memory_phase(a, FREE, timeout_s=1):
-            waiter = threading.Thread(target=lambda: _enter_and_record(b, EXCLUSIVE, inside))
-            waiter.start()
-            time.sleep(0.2)
-            assert _blocked(c, FREE, 0.2) and _blocked(c, ALLOCATE, 0.2)
-        waiter.join(5)
-        assert inside == [EXCLUSIVE]
-    finally:
+        os.close(probe)
         for lease in (a, b, c):
             lease.release()
 
