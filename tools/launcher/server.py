@@ -201,7 +201,7 @@ class VllmServer:
     @contextlib.contextmanager
     def memory_phase(self, kind: str):
         """Context manager ordering this server's memory phases against its GPU neighbours'
-        (gpu_lease.memory_phase, kind gpu_lease.ALLOCATE, FREE or EXCLUSIVE). Yields the seconds it
+        (gpu_lease.memory_phase, kind gpu_lease.ALLOCATE, FREE, RELEASE or EXCLUSIVE). Yields the seconds it
         waited, which timings adds up."""
         with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s) as waited:
             self.timings.add_memory_phase(waited)
