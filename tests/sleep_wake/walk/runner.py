@@ -149,6 +149,13 @@ class Walker:
                                         oracle_id=oracle_id)
             self._in_flight_ended(op, s, outcome.ends, stream.result(), sleep_s + waited)
             expect.load_drains(client, f"after walk {op}")
+        except BaseException as e:
+            # background() sees the failure and wakes the engine, so a request the defect left held ends
+            # now rather than at its 60 s client timeout.
+            cm, pool_cm = pool_cm, None
+            if cm is not None:
+                cm.__exit__(type(e), e, e.__traceback__)
+            raise
         finally:
             if pool_cm is not None:
                 pool_cm.__exit__(None, None, None)
