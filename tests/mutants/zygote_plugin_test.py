@@ -13,7 +13,8 @@ import re
 import sys
 
 from tests.mutants import site_dir
-from tools.launcher import process_tree, testing, zygote_client
+from tools.launcher import process_tree, zygote_client
+from tools.launcher.tests import testing
 from tools.launcher.config import VLLM_ENTRYPOINT, ServerConfig, build_env
 
 import sleepwake_mutants

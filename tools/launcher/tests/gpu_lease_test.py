@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tools.launcher import gpu_lease, testing
+from tools.launcher import gpu_lease
+from tools.launcher.tests import testing
 from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS, RELEASE
 from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, LeaseTimeoutError
 from tools.launcher.nvml import FakeNvml

@@ -11,7 +11,8 @@ import urllib.request
 
 import pytest
 
-from tools.launcher import gpu_lease, process_tree, server as server_lib, testing
+from tools.launcher import gpu_lease, process_tree, server as server_lib
+from tools.launcher.tests import testing
 from tools.launcher.errors import (LeaseTimeoutError, PortConflictError, ServerReleaseError, ServerStartError,
                                    VllmNotFoundError)
 from tools.launcher.nvml import FakeNvml

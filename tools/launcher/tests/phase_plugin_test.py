@@ -10,6 +10,7 @@ import textwrap
 
 from tools.launcher import gpu_lease
 from tools.launcher.phase_plugin import sleepwake_memory_phase as plugin
+from tools.launcher.tests import testing
 
 # A stand-in for vllm/v1/worker/gpu_worker.py: a Worker whose steps ask, from inside, whether a
 # neighbour's sleep (FREE, on its own open file) could get in.
@@ -49,7 +50,7 @@ _DRIVER = textwrap.dedent('''
 def test_each_start_step_runs_inside_the_allocate_phase(tmp_path):
     (tmp_path / "fake_gpu_worker.py").write_text(_WORKER_MODULE)
     lock = str(tmp_path / "gpu0.memory.lock")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = testing.ROOT
     env = dict(os.environ, **{plugin.ENV_LOCK: lock, "PYTHONPATH": os.pathsep.join(
         [os.path.dirname(plugin.__file__), str(tmp_path), root])})
     run = subprocess.run([sys.executable, "-c", _DRIVER], env=env, capture_output=True, text=True, timeout=60)

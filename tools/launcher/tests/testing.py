@@ -15,7 +15,7 @@ from tools.launcher.config import ServerConfig
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
 FAKE_SERVER = os.path.join(TESTDATA, "fake_server.py")
 DRIVER = os.path.join(TESTDATA, "driver.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 FAKE_MODULE = "fake_server"  # testdata/fake_server.py as a module, with TESTDATA on PYTHONPATH

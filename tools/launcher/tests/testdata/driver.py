@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from tools.launcher import testing
+from tools.launcher.tests import testing
 from tools.launcher.config import ServerConfig
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.server import VllmServer

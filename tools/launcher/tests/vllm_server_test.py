@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from tools.launcher import config as config_lib, testing
+from tools.launcher import config as config_lib
+from tools.launcher.tests import testing
 
 BINARY = testing.ROOT + "/tools/launcher/vllm_server.py"
 DRIVER = os.path.join(testing.TESTDATA, "vllm_server_driver.py")

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from tools.launcher import process_tree, testing
+from tools.launcher import process_tree
+from tools.launcher.tests import testing
 
 START_MODES = ["plain", "zygote"]
 

@@ -6,7 +6,8 @@ process it creates is recorded in FAKE_SERVER_PID_FILE; the teardown grace is sh
 
 import os
 
-from tools.launcher import testing, vllm_server
+from tools.launcher import vllm_server
+from tools.launcher.tests import testing
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.server import VllmServer
 
