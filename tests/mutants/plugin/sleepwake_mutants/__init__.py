@@ -43,7 +43,7 @@ class Mutant:
     size: str = ""  # how big the defect is, for the mutation table
     # bound -> the value its measurement takes under the mutant on the mutants' cell (MRV2-eager): a
     # typical healthy value (thresholds.py sources) plus what the patch adds, 1.5 times the bound
-    # (tests/mutants/catalogue_unit_test.py checks 1.4x-1.6x).
+    # (tests/mutants/unit/catalogue_unit_test.py checks 1.4x-1.6x).
     expected: dict = dataclasses.field(default_factory=dict)
 
     def apply(self) -> None:

@@ -13,7 +13,7 @@ import sleepwake_mutants
 from tests.sleep_wake.lib import oracle, thresholds
 from tools import matrix
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _read(path):

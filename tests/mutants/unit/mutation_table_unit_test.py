@@ -106,6 +106,6 @@ def test_the_fakes_rows_are_tabulated_apart(tmp_path, capsys):
 
 
 def test_reads_the_real_catalogue_from_its_init_alone():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     names = mutation_table.catalogue_names(os.path.join(root, mutation_table.DEFAULT_CATALOGUE))
     assert len(names) >= 20 and "resume_on_partial_wake" in names and "late_release" in names
