@@ -9,6 +9,7 @@ import os
 import re
 import statistics
 
+from tools import matrix
 from tools.results import testlogs
 
 _ELAPSED = re.compile(r"^INFO: Elapsed time: ([\d.]+)s", re.M)
@@ -102,3 +103,20 @@ def summarise(values) -> dict:
         return {"count": 0}
     return {"count": len(values), "median_s": round(statistics.median(values), 2),
             "min_s": round(min(values), 2), "max_s": round(max(values), 2)}
+
+
+def matrix_measures(results: dict, timings: list[dict], breakdown: dict, elapsed_s: float | None,
+                    package: str) -> dict:
+    """The matrix's figures the speed targets name (report.TARGETS): Bazel's elapsed time, the median
+    GPU server start, the longest GPU cell (any <class>_<runner>_<mode> of the spec, the walk's sharded
+    ones too) and the share of the GPU cells' time spent waiting on neighbours' memory phases; None
+    where unknown."""
+    gpu = gpu_only(timings)
+    cells = {"%s:%s_%s_%s" % (package, c, r, m) for c in matrix.SLEEP_WAKE_CLASSES for r in matrix.RUNNERS
+             for m in matrix.EXECUTION_MODES}
+    seconds = [r["seconds"] for target, r in results.items() if target in cells and r.get("seconds") is not None]
+    waits = [p["share"] for p in breakdown.get("phases", []) if p["key"] == "memory_phase_wait_s"]
+    return {"matrix_elapsed_s": elapsed_s,
+            "matrix_start_median_s": summarise(t["start_s"] for t in gpu).get("median_s"),
+            "longest_cell_s": max(seconds) if seconds else None,
+            "wait_share": waits[0] if waits else None}

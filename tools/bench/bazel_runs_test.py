@@ -83,3 +83,18 @@ def test_cell_breakdown_splits_gpu_cells_and_leaves_out_the_fakes():
     assert phases["rest_s"]["cell_seconds"] == 34.0
     assert sum(p["share"] for p in breakdown["phases"]) == 1.0
     assert bazel_runs.cell_breakdown(timings[3:], results, "//tests/sleep_wake", 50.0) == {"cells": 0}
+
+
+def test_matrix_measures_take_the_longest_gpu_cell_and_the_wait_share():
+    results = bazel_runs.target_results("//tests/sleep_wake:flags_mrv1_eager          PASSED in 23.1s\n"
+                                        "//tests/sleep_wake:state_walk_mrv2_eager    PASSED in 252.0s\n"
+                                        "//tests/sleep_wake:flags_fake_mrv1_eager     PASSED in 400.0s\n"
+                                        "//tests/sleep_wake/unit:cells_unit_test      PASSED in 500.0s\n")
+    timings = [dict(cell="flags_mrv1_eager", start_mode="zygote", start_s=10.0),
+               dict(cell="flags_mrv2_graph", start_mode="zygote", start_s=12.0),
+               dict(cell="flags_fake_mrv1_eager", start_mode=bazel_runs.FAKE_START_MODE, start_s=0.1)]
+    breakdown = {"phases": [{"key": "start_s", "share": 0.4}, {"key": "memory_phase_wait_s", "share": 0.33}]}
+    got = bazel_runs.matrix_measures(results, timings, breakdown, 444.9, "//tests/sleep_wake")
+    # The sharded walk cell counts (its shards record their timings below it); fake and unit targets do not.
+    assert got == {"matrix_elapsed_s": 444.9, "matrix_start_median_s": 11.0, "longest_cell_s": 252.0,
+                   "wait_share": 0.33}

@@ -56,6 +56,8 @@ flags.DEFINE_string("bazel", "bazel", "The Bazel binary for the cell and the mat
 
 FLAGS = flags.FLAGS
 TEARDOWN_RESERVE_S = 20.0  # stops and NVML release checks after the last start of a case
+# What the matrix phase measures (report.TARGETS).
+MATRIX_KEYS = ("matrix_elapsed_s", "matrix_start_median_s", "longest_cell_s", "wait_share")
 
 
 class Budget:
@@ -135,7 +137,7 @@ def _start_many(n: int, cfg: ServerConfig, environ: dict) -> list[dict]:
     for record in records:
         if record.get("log"):
             parsed = start_phases.parse(read_log(record["log"]))
-            record.update(phases=parsed["phases"], reported=parsed["reported"])
+            record.update(phases=parsed["phases"], reported=parsed["reported"], memory_phase=parsed["memory_phase"])
     return records
 
 
@@ -146,7 +148,12 @@ def _case(name: str, mode: str, n: int, records: list[dict]) -> dict:
         values = [r["phases"][phase] for r in records if phase in r.get("phases", {})]
         if values:
             phases[phase] = round(statistics.median(values), 2)
-    return {"name": name, "start_mode": mode, "concurrency": n, "servers": records,
+    memory = {}
+    for key, _ in report.MEMORY_COLUMNS:
+        values = [r["memory_phase"][key] for r in records if key in r.get("memory_phase", {})]
+        if values:
+            memory[key] = round(statistics.median(values), 2)
+    return {"name": name, "start_mode": mode, "concurrency": n, "servers": records, "memory_phase": memory,
             "median_s": round(statistics.median(seconds), 2) if seconds else None,
             "max_s": round(max(seconds), 2) if seconds else None, "phases": phases,
             "modes_seen": sorted({r.get("start_mode") for r in records if r.get("start_mode")}),
@@ -264,7 +271,7 @@ def measure_cell(result: dict, budget: Budget, out_dir: str) -> None:
 
 def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
     if FLAGS.matrix == "skip":
-        for key in ("matrix_elapsed_s", "matrix_start_median_s"):
+        for key in MATRIX_KEYS:
             result["not_measured"][key] = "--matrix=skip"
         return
     argv = [os.path.join(_workspace(), "tools", "run_matrix.sh"), "--nocache_test_results"]
@@ -283,14 +290,13 @@ def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
                                    "passed" if not failed and results else "failed: %s" % failed),
                         "starts": bazel_runs.summarise(t["start_s"] for t in timings), "start_modes": modes,
                         "breakdown": bazel_runs.cell_breakdown(timings, results, "//tests/sleep_wake", elapsed)}
-    if finished and elapsed is not None:
-        result["measured"]["matrix_elapsed_s"] = elapsed
-    else:
-        result["not_measured"]["matrix_elapsed_s"] = result["matrix"]["status"]
-    if finished and timings:
-        result["measured"]["matrix_start_median_s"] = result["matrix"]["starts"]["median_s"]
-    else:
-        result["not_measured"]["matrix_start_median_s"] = result["matrix"]["status"]
+    values = bazel_runs.matrix_measures(results, timings, result["matrix"]["breakdown"], elapsed, "//tests/sleep_wake") \
+        if finished else {}
+    for key in MATRIX_KEYS:
+        if values.get(key) is not None:
+            result["measured"][key] = values[key]
+        else:
+            result["not_measured"][key] = result["matrix"]["status"]
 
 
 def main(argv) -> int:

@@ -47,3 +47,18 @@ def test_markdown_shows_where_the_matrix_time_went():
     assert "60 GPU cells, 4800.0 cell-seconds (median cell 80.0 s), 27.9 cells in flight on average, " \
            "critical path 162.7 s" in text
     assert "| waiting on GPU neighbours' memory phases | 2400 | 50% | 40.0 s |" in text
+
+
+def test_targets_follow_the_gpu_count_and_the_wait_share_is_a_percentage():
+    one_gpu = dict(RESULT, machine={"gpus": ["NVIDIA H200, 143771 MiB, 580.1"], "cpus": 16},
+                   measured={"matrix_elapsed_s": 180.0, "longest_cell_s": 124.8, "wait_share": 0.41},
+                   starts=[{"name": "zygote, 8 at once", "concurrency": 8, "median_s": 13.4, "max_s": 20.0,
+                            "phases": {}, "memory_phase": {"allocate_held_s": 4.9, "allocate_waited_s": 5.9}}])
+    text = report.markdown(one_gpu)
+    assert "| whole matrix, default settings (Bazel's elapsed time) | <= 100 s | 180.0 s | **no** |" in text
+    assert "| longest single GPU cell inside the matrix | <= 45 s | 124.8 s | **no** |" in text
+    assert "| share of GPU cell time waiting on neighbours' memory phases | <= 10% | 41% | **no** |" in text
+    assert "| ALLOCATE held | waited for it |" in text and "| - | 4.9 s | 5.9 s |" in text
+    four = dict(one_gpu, machine={"gpus": ["H200"] * 4})
+    assert "| whole matrix, default settings (Bazel's elapsed time) | none for this GPU count | 180.0 s | - |" \
+        in report.markdown(four)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import re
 
+from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.server import HEALTHY_MARK, LAUNCH_MARK
 
 # The events, in the order a start passes them, with the vLLM 0.26.0 line that marks each.
@@ -78,4 +79,10 @@ def parse(log_text: str) -> dict:
                 reported[name] = float(found.group(1))
     phases = {name: round(events[end] - events[begin], 3) for name, begin, end in PHASES
               if begin in events and end in events}
-    return {"start_mode": start_mode, "events": events, "phases": phases, "reported": reported}
+    # With memory_phase_scope steps, the worker's bracketed steps: how long the start held its GPU's
+    # ALLOCATE phase (what neighbours' sleeps wait for) and how long it waited for it.
+    steps = phase_plugin.read_steps(log_text)
+    memory = {"allocate_held_s": round(sum(s["held_s"] for s in steps), 3),
+              "allocate_waited_s": round(sum(s["waited_s"] for s in steps), 3)} if steps else {}
+    return {"start_mode": start_mode, "events": events, "phases": phases, "reported": reported,
+            "memory_phase": memory}

@@ -45,3 +45,13 @@ def test_a_missing_event_drops_only_the_phases_that_need_it():
 
 def test_a_log_without_marks_has_no_phases():
     assert start_phases.parse("fake vLLM server 1 starting\n")["phases"] == {}
+
+
+def test_the_workers_bracketed_steps_give_how_long_the_start_held_its_allocate_phase():
+    log = (
+        '(EngineCore pid=11413) sleepwake-memory-phase {"step": "init_device", "waited_s": 1.69, "held_s": 0.97, '
+        '"pid": 11413, "process_bytes": 1}\n'
+        '(EngineCore pid=11413) sleepwake-memory-phase {"step": "load_model", "waited_s": 3.28, "held_s": 1.73, '
+        '"pid": 11413, "process_bytes": 2}\n')
+    assert start_phases.parse(log)["memory_phase"] == {"allocate_held_s": 2.7, "allocate_waited_s": 4.97}
+    assert start_phases.parse("no records")["memory_phase"] == {}
