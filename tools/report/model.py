@@ -10,9 +10,10 @@ from tools.results import mutation_table
 from tools.report import reading
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
-# Flagged: the cell's result proves nothing about this run.
+# States whose result proves nothing about this run. FLAGGED: those of cells this run ran; a stale
+# cell's result is an earlier run's, counted apart (headline, failing).
 NO_CASES, STALE, UNREADABLE = "no cases", "stale", "unreadable"
-FLAGGED = (NO_CASES, STALE, UNREADABLE)
+FLAGGED = (NO_CASES, UNREADABLE)
 RAN = ("passed", "failed")  # outcomes of a case that ran; "skipped" did not
 
 
@@ -130,8 +131,7 @@ class Run:
     def failing(self) -> list[Cell]:
         """The cells of this run that failed or prove nothing (flagged), GPU cells first; stale cells
         (an earlier run's results) are no part of this run's verdict."""
-        return [c for c in self.ordered() + list(self.fake.values())
-                if c.state in (FAILED,) + FLAGGED and c.state != STALE]
+        return [c for c in self.ordered() + list(self.fake.values()) if c.state in (FAILED,) + FLAGGED]
 
     def walk_coverage(self) -> list[WalkCoverage]:
         """Per state-walk cell that ran, its coverage from the shards' walk_coverage records."""
