@@ -11,6 +11,7 @@ for SLEEPWAKE_WALK_REPLAY.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from tests.sleep_wake.lib import expect, host_memory, measure, oracle, thresholds
@@ -62,7 +63,7 @@ class Walker:
         self.ctx = ctx
         self.state = model.INITIAL
         self.step_index = 0
-        self.held = None  # (future, pool) of a stream frozen by a level-0 keep
+        self.held = None  # (future, ExitStack holding its pool) of a stream frozen by a level-0 keep
         self.version = ctx.client.version()
         self._prompt = 0
 
@@ -122,9 +123,11 @@ class Walker:
         if not in_flight:
             client.sleep(level=level, mode=mode, memory_moves=moves)
             return
-        pool_cm = background(client)
-        pool = pool_cm.__enter__()
-        try:
+        # An ExitStack, not a with-block: a request a level-0 keep holds outlives this step (self.held), and
+        # on a failure background() sees the exception and wakes the engine, so a request the defect left
+        # held ends now rather than at its 60 s client timeout.
+        with contextlib.ExitStack() as stack:
+            pool = stack.enter_context(background(client))
             with client.sleep_window():
                 since = generated_tokens(client)
                 stream = pool.submit(client.complete_stream, IN_FLIGHT, STREAM_TOKENS,
@@ -134,8 +137,7 @@ class Walker:
                 at_answer = generated_tokens(client) - since  # what the engine had generated when it answered
             outcome = model.in_flight_outcome(mode, level)
             if outcome.ends == "held":
-                self.held = (stream, pool_cm)
-                pool_cm = None
+                self.held = (stream, stack.pop_all())
                 return
             if outcome.ends == "completed":  # mode wait drains before it answers
                 want = len(self._golden(s).stream)
@@ -149,16 +151,6 @@ class Walker:
                                         oracle_id=oracle_id)
             self._in_flight_ended(op, s, outcome.ends, stream.result(), sleep_s + waited)
             expect.load_drains(client, f"after walk {op}")
-        except BaseException as e:
-            # background() sees the failure and wakes the engine, so a request the defect left held ends
-            # now rather than at its 60 s client timeout.
-            cm, pool_cm = pool_cm, None
-            if cm is not None:
-                cm.__exit__(type(e), e, e.__traceback__)
-            raise
-        finally:
-            if pool_cm is not None:
-                pool_cm.__exit__(None, None, None)
 
     def _in_flight_ended(self, op, s: State, ends: str, result, seconds: float) -> None:
         want = self._golden(s).stream
@@ -181,13 +173,13 @@ class Walker:
     def _wake(self, op, s: State) -> None:
         self.ctx.client.wake_up(list(op.params[0]) if op.params[0] is not None else None)
         if self.held is not None and not model.sleeping(op.apply(s)):
-            stream, pool_cm = self.held
+            stream, pool = self.held
             self.held = None
             try:
                 result = expect.result(stream, thresholds.get("request_completion_s_max"),
                                        step=f"walk {op}: the request a level-0 keep paused")
             finally:
-                pool_cm.__exit__(None, None, None)
+                pool.close()  # shuts the pool down (background), its request having ended
             oracle.equal("requests.resumes_after_keep", (result.finish_reasons, result.error), (["length"], None),
                          f"walk {op}: how the paused request ended after the wake")
             want = self._golden(s).stream
