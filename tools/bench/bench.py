@@ -141,21 +141,23 @@ def _start_many(n: int, cfg: ServerConfig, environ: dict) -> list[dict]:
     return records
 
 
+def _medians(records: list[dict], field: str, keys) -> dict:
+    """key -> the median of records' field[key] over the records that have it."""
+    out = {}
+    for key in keys:
+        values = [r[field][key] for r in records if key in r.get(field, {})]
+        if values:
+            out[key] = round(statistics.median(values), 2)
+    return out
+
+
 def _case(name: str, mode: str, n: int, records: list[dict]) -> dict:
     seconds = [r["seconds"] for r in records if "seconds" in r]
-    phases = {}
-    for phase, _, _ in start_phases.PHASES:
-        values = [r["phases"][phase] for r in records if phase in r.get("phases", {})]
-        if values:
-            phases[phase] = round(statistics.median(values), 2)
-    memory = {}
-    for key, _ in report.MEMORY_COLUMNS:
-        values = [r["memory_phase"][key] for r in records if key in r.get("memory_phase", {})]
-        if values:
-            memory[key] = round(statistics.median(values), 2)
-    return {"name": name, "start_mode": mode, "concurrency": n, "servers": records, "memory_phase": memory,
+    return {"name": name, "start_mode": mode, "concurrency": n, "servers": records,
+            "memory_phase": _medians(records, "memory_phase", [k for k, _ in report.MEMORY_COLUMNS]),
             "median_s": round(statistics.median(seconds), 2) if seconds else None,
-            "max_s": round(max(seconds), 2) if seconds else None, "phases": phases,
+            "max_s": round(max(seconds), 2) if seconds else None,
+            "phases": _medians(records, "phases", [p for p, _, _ in start_phases.PHASES]),
             "modes_seen": sorted({r.get("start_mode") for r in records if r.get("start_mode")}),
             "errors": [r["error"] for r in records if "error" in r]}
 
