@@ -19,8 +19,8 @@ import time
 import requests
 
 from tests.sleep_wake.lib import metrics, oracle
-from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE
 
 
 class ServerResponseError(RuntimeError):
