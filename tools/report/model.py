@@ -24,7 +24,10 @@ class Cell:
     mode: str
     state: str = NOT_RUN
     note: str = ""  # why a cell is flagged
-    dirs: list[str] = dataclasses.field(default_factory=list)  # one per shard, each with a test.xml
+    dirs: list[str] = dataclasses.field(default_factory=list)  # one per shard and run, each with a test.xml
+    # Result dirs an earlier bazel test left beside this run's (another --runs_per_test, shard count):
+    # left out of the cell's cases and measurements, counted in the headline.
+    stale_dirs: list[str] = dataclasses.field(default_factory=list)
     cases: list = dataclasses.field(default_factory=list)  # verdict.Case
     logs: list[reading.OutputFile] = dataclasses.field(default_factory=list)
     records: list[dict] = dataclasses.field(default_factory=list)
@@ -115,7 +118,7 @@ class Run:
         # A stale cell's result is an earlier run's: a run of a few targets is judged on those (the
         # rest of bazel-testlogs is counted apart, never as failed).
         ran = [c for c in self.ordered() if c.state not in (NOT_RUN, STALE)]
-        stale = [c for c in self.ordered() + list(self.fake.values()) if c.state == STALE]
+        stale = sum(len(c.stale_dirs) for c in self.ordered() + list(self.fake.values()))
         passed = sum(c.state == PASSED for c in ran)
         where = ", ".join(x for x in (", ".join(f"vLLM {v}" for v in self.versions()), self.gpu_model()) if x)
         slowest = max(ran, key=lambda c: c.seconds, default=None)
@@ -125,7 +128,7 @@ class Run:
         fake = [c for c in self.fake.values() if c.state != STALE]
         fake_text = f"; fake tier: {sum(c.state == PASSED for c in fake)}/{len(fake)} passed" if fake else ""
         if stale:
-            fake_text += f"; {len(stale)} earlier result(s) in these testlogs not counted (stale)"
+            fake_text += f"; {stale} earlier result(s) in these testlogs not counted (stale)"
         return text, bool(ran) and passed == len(ran), fake_text
 
     def failing(self) -> list[Cell]:
@@ -196,7 +199,16 @@ def split_name(name: str) -> tuple[str, str, str] | None:
 
 
 def _judge(cell: Cell, invocation: reading.Invocation | None) -> None:
-    """Fill the cell's cases and state from its result dirs."""
+    """Fill the cell's cases and state from its result dirs: those of the last bazel test where its
+    build events are known; a cell with none of those is stale."""
+    if invocation is not None:
+        current = [d for d in cell.dirs if os.path.realpath(os.path.join(d, "test.xml")) in invocation.xmls]
+        cell.stale_dirs = [d for d in cell.dirs if d not in current]
+        if current:
+            cell.dirs = current
+        else:
+            cell.state = STALE
+            cell.note = "not among the results of the last bazel test (left by an earlier one)"
     for result_dir in cell.dirs:
         xml = os.path.join(result_dir, "test.xml")
         try:
@@ -206,9 +218,6 @@ def _judge(cell: Cell, invocation: reading.Invocation | None) -> None:
         except ValueError as e:
             cell.state, cell.note = UNREADABLE, str(e)
             return
-        if invocation is not None and os.path.realpath(xml) not in invocation.xmls:
-            cell.state = STALE
-            cell.note = "not among the results of the last bazel test (left by an earlier one)"
     if cell.state == STALE:
         return
     if cell.failures:

@@ -16,7 +16,7 @@ import zipfile
 import pytest
 
 from tools.report import cli, model, render
-from tools.results.testlogs_testing import write_xml
+from tools.results.testlogs_testing import write_bep, write_xml
 
 FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
 MATRIX = pathlib.Path("tests", "sleep_wake")
@@ -314,6 +314,28 @@ def test_a_run_of_a_few_targets_is_judged_on_those_and_not_on_earlier_results(tm
     assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("3/3 GPU cells passed") and "1 earlier result(s)" in first, first
+
+
+def test_a_rerun_is_judged_on_its_own_results_not_on_an_earlier_runs_per_test(tmp_path, capsys):
+    """--runs_per_test=2, then a plain run of the same sharded cell: bazel-testlogs holds both runs' result
+    dirs (shard_1_of_6_run_1_of_2/ beside shard_1_of_6/), and the cell is judged on this run's; on the H200
+    the whole cell was taken for stale ("NOT GREEN: 0/0 GPU cells passed")."""
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(6)})
+    cell = tmp_path / MATRIX / "state_walk_mrv1_eager"
+    current = sorted(cell.glob("shard_*/test.xml"))
+    for shard in range(6):
+        for run in (1, 2):  # the earlier invocation's runs, one of them failed: not this run's verdict
+            write_xml(cell / f"shard_{shard + 1}_of_6_run_{run}_of_2" / "test.xml",
+                      {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "failed" if run == 2 else "passed"})
+    bep = tmp_path / "bep.json"
+    write_bep(bep, [("//tests/sleep_wake:state_walk_mrv1_eager", xml, "PASSED", i + 1)
+                    for i, xml in enumerate(current)])
+    assert cli.main(["tools.report", str(tmp_path), "--bep", str(bep), "--text"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("1/1 GPU cells passed") and "12 earlier result(s)" in first, first
+    run = model.load_run(str(tmp_path), str(tmp_path), str(bep))
+    walk = run.cells[("state_walk", "mrv1", "eager")]
+    assert (walk.state, len(walk.dirs), len(walk.stale_dirs)) == (model.PASSED, 6, 12)
 
 
 def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
