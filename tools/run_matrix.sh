@@ -46,6 +46,8 @@ fi
 # Cells fork their servers from zygotes this host keeps (a zygote started inside a test would die
 # with it: Bazel kills what a test leaves behind). It exits when this script does.
 lock_dir=${SLEEPWAKE_LOCK_DIR:-/tmp/sleepwake-gpu-locks}; mkdir -p "$lock_dir"
+# Each GPU's memory-phase trace (gpu_lease.trace_path) describes this run only; the last run's is kept.
+for t in "$lock_dir"/gpu*.memory.trace.jsonl; do [[ -e "$t" ]] && mv -f "$t" "$t.prev"; done
 PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" --idle_s 600 \
   >>"$lock_dir/zygote-host.log" 2>&1 &
 host_pid=$!
@@ -62,6 +64,10 @@ rc=$?
 # first (tools/report); it shows the results, it never decides them.
 python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text ||
   echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
+# What the cells waited for on each GPU (none written when every cell had a GPU to itself).
+if compgen -G "$lock_dir/gpu*.memory.trace.jsonl" >/dev/null; then
+  PYTHONPATH="$PWD" python3 -m tools.bench.phase_trace "$lock_dir" || true
+fi
 ((rc == 4)) && { echo "run_matrix.sh: FAILED: no test target matched" >&2; exit 1; }
 if ((rc == 0)) && ! python3 tools/results/ran_tests.py "$bep"; then
   echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2

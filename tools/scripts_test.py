@@ -50,7 +50,8 @@ def run_script(workspace, script, args=(), results=(), **env):
     base.update(PATH=f"{workspace.parent / 'bin'}:{os.environ['PATH']}", PYTHONPATH=WORKSPACE,
                 FAKE_BAZEL_ARGV=str(workspace.parent / "argv.json"),
                 FAKE_BAZEL_TESTLOGS=str(workspace.parent / "testlogs"),
-                FAKE_BAZEL_RESULTS=json.dumps([list(r) for r in results]))
+                FAKE_BAZEL_RESULTS=json.dumps([list(r) for r in results]),
+                SLEEPWAKE_LOCK_DIR=str(workspace.parent / "locks"))  # not the host's: its traces stay put
     base.update(env)
     proc = subprocess.run(["bash", str(workspace / "tools" / script), *args], env=base, capture_output=True,
                           text=True, timeout=120)
@@ -114,6 +115,20 @@ def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(worksp
     assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output
     assert why in output and "SLEEPWAKE_SLOTS_PER_GPU=N overrides" in output
     assert f"--local_test_jobs={2 * expected}" in argv
+
+
+def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspace):
+    """Each GPU's memory-phase trace describes one run: the last one's moves to .prev before Bazel
+    starts, so this run's summary never counts it (no cell of the fake bazel writes one)."""
+    locks = workspace.parent / "locks"
+    locks.mkdir()
+    (locks / "gpu0.memory.trace.jsonl").write_text("{}\n")
+    code, output, _ = run_script(workspace, "run_matrix.sh", [],
+                                 [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+                                 FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    assert code == 0, output
+    assert (locks / "gpu0.memory.trace.jsonl.prev").read_text() == "{}\n"
+    assert not (locks / "gpu0.memory.trace.jsonl").exists() and "memory phases over" not in output
 
 
 @pytest.mark.parametrize("env,message", [

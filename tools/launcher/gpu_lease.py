@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import datetime
 import fcntl
+import json
 import logging
 import os
 import socket
@@ -183,7 +184,7 @@ def _try_enter(fd: int, kind: str) -> bool:
 
 
 @contextlib.contextmanager
-def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float = 0.01):
+def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float = 0.01, what: str = ""):
     """Orders the GPU-memory phases of the servers sharing one GPU. Yields the seconds it waited.
 
     Why: vLLM 0.26.0's worker judges a sleep by the device-wide free memory before and after it
@@ -196,23 +197,46 @@ def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float
     under way only. RELEASE (a teardown) overlaps both: freeing cannot break a neighbour's check.
     EXCLUSIVE, for a window that reads device-wide memory itself (the immediacy oracle, the latency
     samples), overlaps nothing. A lease alone on its GPU needs no lock.
-    poll_s is short because each sleep waits at least one poll once the phase frees.
+    poll_s is short because each sleep waits at least one poll once the phase frees. what: what the
+    holder does (sleep, wake, start:load_model, ...), for the GPU's phase trace (trace_path).
     """
     _check_kind(kind)
     if lease is None or lease.exclusive:
         yield 0.0
         return
-    with memory_phase_at(memory_lock_path(lease), kind, timeout_s, poll_s) as waited:
+    with memory_phase_at(memory_lock_path(lease), kind, timeout_s, poll_s, what) as waited:
         yield waited
 
 
+def trace_path(lock_path: str) -> str:
+    """The GPU's phase trace beside its memory lock: one JSON line per phase held (kind, what, pid,
+    target, and the wall-clock times it was asked for, entered and left), appended by every holder, so
+    a run's waits can be split by what they waited for (tools/bench/phase_trace.py)."""
+    return os.path.splitext(lock_path)[0] + ".trace.jsonl"
+
+
+def _trace(lock_path: str, kind: str, what: str, asked: float, entered: float) -> None:
+    line = json.dumps({"kind": kind, "what": what or kind, "pid": os.getpid(),
+                       "target": os.environ.get("TEST_TARGET", ""), "asked": round(asked, 4),
+                       "entered": round(entered, 4), "left": round(time.time(), 4)}) + "\n"
+    try:  # one write of an O_APPEND file: the holders' lines do not interleave
+        fd = os.open(trace_path(lock_path), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError as e:  # a trace is for the bench; a phase never fails for it
+        log.warning("memory phase trace %s not written: %s", trace_path(lock_path), e)
+
+
 @contextlib.contextmanager
-def memory_phase_at(path: str, kind: str, timeout_s: float, poll_s: float = 0.01):
+def memory_phase_at(path: str, kind: str, timeout_s: float, poll_s: float = 0.01, what: str = ""):
     """memory_phase on the lock file at path: for a server process, which knows its GPU's lock file
     (phase_plugin/sleepwake_memory_phase.py) but holds no lease."""
     _check_kind(kind)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    start = time.monotonic()
+    start, asked = time.monotonic(), time.time()
+    entered = None
     try:
         while not _try_enter(fd, kind):
             if time.monotonic() - start >= timeout_s:
@@ -223,6 +247,9 @@ def memory_phase_at(path: str, kind: str, timeout_s: float, poll_s: float = 0.01
             time.sleep(poll_s)  # a bounded wait on several conditions: fcntl can wait on one range only
         for flag in (_FREE_WAITING, _EXCLUSIVE_WAITING):
             _lock_byte(fd, fcntl.F_UNLCK, flag)
+        entered = time.time()
         yield time.monotonic() - start
     finally:
         os.close(fd)  # closing the descriptor releases its locks
+        if entered is not None:
+            _trace(path, kind, what, asked, entered)

@@ -199,11 +199,11 @@ class VllmServer:
         return self._nvml.device_used_bytes(self._device_index)
 
     @contextlib.contextmanager
-    def memory_phase(self, kind: str):
+    def memory_phase(self, kind: str, what: str = ""):
         """Context manager ordering this server's memory phases against its GPU neighbours'
-        (gpu_lease.memory_phase, kind gpu_lease.ALLOCATE, FREE, RELEASE or EXCLUSIVE). Yields the seconds it
-        waited, which timings adds up."""
-        with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s) as waited:
+        (gpu_lease.memory_phase, kind gpu_lease.ALLOCATE, FREE, RELEASE or EXCLUSIVE; what: the call, for
+        the GPU's phase trace). Yields the seconds it waited, which timings adds up."""
+        with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s, what=what) as waited:
             self.timings.add_memory_phase(waited)
             yield waited
 
@@ -245,7 +245,7 @@ class VllmServer:
         # A start allocates weights, KV cache and graphs: no neighbour on the GPU may sleep meanwhile.
         # With steps the server's worker holds the phase around each of those itself.
         steps = self._brackets_steps()
-        with contextlib.nullcontext(0.0) if steps else self.memory_phase(gpu_lease.ALLOCATE):
+        with contextlib.nullcontext(0.0) if steps else self.memory_phase(gpu_lease.ALLOCATE, "start"):
             begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
             for _ in range(cfg.port_retries + 1):
                 port = port or ports.free_port(cfg.host)
@@ -416,7 +416,7 @@ class VllmServer:
         # device-wide bytes (the immediacy oracle) must not see it mid-window (seen on the H200: a
         # neighbour's exit read as 3.6 GB not restored). It only frees, so it overlaps starts and sleeps.
         # A stop forced by a signal does not wait for the lock.
-        with contextlib.nullcontext() if fast else self.memory_phase(gpu_lease.RELEASE):
+        with contextlib.nullcontext() if fast else self.memory_phase(gpu_lease.RELEASE, "teardown"):
             begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
             try:
                 return self._tear_down(sup, check_release, fast)

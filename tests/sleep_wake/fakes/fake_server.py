@@ -117,8 +117,8 @@ class VllmServer:
         return self._fake.engine.device_used_bytes() if self._fake else 0
 
     @contextlib.contextmanager
-    def memory_phase(self, kind: str):
-        with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s) as waited:
+    def memory_phase(self, kind: str, what: str = ""):
+        with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s, what=what) as waited:
             self.timings.add_memory_phase(waited)
             yield waited
 

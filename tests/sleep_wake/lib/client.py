@@ -66,12 +66,12 @@ def _tags_params(tags):
 
 class SleepWakeClient:
     def __init__(self, url: str, timeout_s: float = 60.0, memory_phase=None):
-        """memory_phase(kind) -> context manager: the server's VllmServer.memory_phase, which orders
-        this server's memory phases against its GPU neighbours' (tools/launcher/gpu_lease.py); None
-        when the server has its GPU to itself."""
+        """memory_phase(kind, what) -> context manager: the server's VllmServer.memory_phase, which
+        orders this server's memory phases against its GPU neighbours' (tools/launcher/gpu_lease.py;
+        what names the call in the GPU's phase trace); None when the server has its GPU to itself."""
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._memory_phase = memory_phase or (lambda kind: contextlib.nullcontext())
+        self._memory_phase = memory_phase or (lambda kind, what: contextlib.nullcontext())
         self._holding = None  # the kind of the window held, if any
         self._version = None
 
@@ -88,21 +88,21 @@ class SleepWakeClient:
             yield
             return
         kind = EXCLUSIVE if exclusive else FREE
-        with self._memory_phase(kind):
+        with self._memory_phase(kind, "window"):
             self._holding = kind
             try:
                 yield
             finally:
                 self._holding = None
 
-    def _phase(self, kind: str):
+    def _phase(self, kind: str, what: str):
         if self._holding == EXCLUSIVE or self._holding == kind:
             return contextlib.nullcontext()
         if self._holding:
             # A wake allocates: inside a FREE window it could land in a neighbour's sleep.
             raise RuntimeError("a %s call inside a %s sleep_window: use sleep_window(exclusive=True)"
                                % (kind, self._holding))
-        return self._memory_phase(kind)
+        return self._memory_phase(kind, what)
 
     # --- transport ---------------------------------------------------------------------------
     def raw(self, method: str, path: str, **kw) -> requests.Response:
@@ -160,11 +160,11 @@ class SleepWakeClient:
             params["mode"] = mode
         if memory_moves is None:
             memory_moves = str(level) != "0"
-        with self._phase(FREE) if memory_moves else contextlib.nullcontext():
+        with self._phase(FREE, "sleep") if memory_moves else contextlib.nullcontext():
             return (self._ok if check else self.raw)("POST", "/sleep", params=params)
 
     def wake_up(self, tags: list[str] | None = None, check: bool = True) -> requests.Response:
-        with self._phase(ALLOCATE):
+        with self._phase(ALLOCATE, "wake"):
             return (self._ok if check else self.raw)("POST", "/wake_up", params=_tags_params(tags))
 
     def is_sleeping(self) -> bool:
@@ -199,7 +199,7 @@ class SleepWakeClient:
         body = {"method": "reload_weights"}
         if weights_path is not None:
             body["kwargs"] = {"weights_path": weights_path}
-        with self._phase(ALLOCATE):
+        with self._phase(ALLOCATE, "reload"):
             return self._json_or_empty("POST", "/collective_rpc", json=body) or {}
 
     def wake_everything(self) -> None:

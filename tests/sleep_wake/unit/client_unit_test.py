@@ -177,11 +177,12 @@ def test_each_call_takes_the_memory_phase_of_what_it_does_to_device_memory(fake)
     """Sleeps that unmap only free (FREE), wakes and reloads allocate (ALLOCATE), a level-0 pause and a
     sleep that moves nothing take none; a window holds its kind once for everything inside it, and
     refuses an allocation inside a FREE one (it could land in a neighbour's sleep)."""
-    taken = []
+    taken, whats = [], []
 
     @contextlib.contextmanager
-    def phase(kind):
+    def phase(kind, what):
         taken.append(kind)
+        whats.append(what)  # the call's name in the GPU's phase trace
         yield 0.0
 
     client = SleepWakeClient(fake.url, timeout_s=5, memory_phase=phase)
@@ -193,6 +194,7 @@ def test_each_call_takes_the_memory_phase_of_what_it_does_to_device_memory(fake)
     client.wake_up(["kv_cache"])
     client.reload_weights()
     assert taken == [ALLOCATE, FREE, ALLOCATE, ALLOCATE, ALLOCATE]
+    assert whats == ["wake", "sleep", "wake", "wake", "reload"]
     taken.clear()
     with client.sleep_window():
         client.sleep(level=1)
@@ -206,4 +208,4 @@ def test_each_call_takes_the_memory_phase_of_what_it_does_to_device_memory(fake)
         client.wake_up()
         client.sleep(level=1)
         client.wake_up()
-    assert taken == [FREE, EXCLUSIVE]
+    assert taken == [FREE, EXCLUSIVE] and whats[-2:] == ["window", "window"]

@@ -64,7 +64,8 @@ def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_byte
             continue
 
         def method(self, *args, _step=step, _original=original, **kwargs):
-            with gpu_lease.memory_phase_at(lock_path, gpu_lease.ALLOCATE, timeout_s) as waited:
+            with gpu_lease.memory_phase_at(lock_path, gpu_lease.ALLOCATE, timeout_s,
+                                          what="start:" + _step) as waited:
                 begin = time.monotonic()
                 result = _original(self, *args, **kwargs)
                 held = time.monotonic() - begin

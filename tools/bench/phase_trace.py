@@ -1,0 +1,134 @@
+"""Who waited for whom: a GPU's memory-phase trace (tools/launcher/gpu_lease.py appends one line per
+phase held) read back as each kind's waits, split by what the phases that kept it out were doing.
+
+A wait of kind K is kept out by the holders of the kinds K excludes (an ALLOCATE by FREE and EXCLUSIVE
+holders, a FREE by ALLOCATE and EXCLUSIVE ones, a RELEASE by EXCLUSIVE ones, an EXCLUSIVE by all), by a
+waiting EXCLUSIVE (nothing new enters) and, for an ALLOCATE, by a waiting FREE (the keep-out that bounds
+a sleep's wait). Each instant of a wait is shared equally among what kept it out then; an instant with
+nothing is the poll's latency. The speed issue's question "what are cells waiting for" is then a table:
+which lever (start steps, sleeps, windows, keep-out) would buy what.
+
+    python3 -m tools.bench.phase_trace /tmp/sleepwake-gpu-locks   # every gpu*.memory.trace.jsonl there
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import collections
+import dataclasses
+import glob
+import json
+import os
+import sys
+
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS, RELEASE
+
+EXCLUDED_BY = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (ALLOCATE, EXCLUSIVE), RELEASE: (EXCLUSIVE,),
+               EXCLUSIVE: KINDS}
+KEEP_OUT = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (EXCLUSIVE,), RELEASE: (EXCLUSIVE,), EXCLUSIVE: ()}
+POLL = "poll"  # nothing kept the wait out: the poll's latency, or a holder the trace does not have
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    kind: str
+    what: str
+    asked: float
+    entered: float
+    left: float
+
+    @property
+    def role(self) -> str:
+        """What the holder was doing, coarse enough to name a lever: start, sleep, wake, reload,
+        window (a test's block), teardown."""
+        return self.what.split(":", 1)[0]
+
+
+def read(path: str) -> tuple[list[Phase], int]:
+    """The phases of one trace file and the number of lines that were not phases."""
+    phases, bad = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+                phases.append(Phase(r["kind"], r["what"], float(r["asked"]), float(r["entered"]), float(r["left"])))
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+    return phases, bad
+
+
+@dataclasses.dataclass
+class Summary:
+    phases: int
+    span_s: float  # first ask to last leave
+    held_s: dict  # kind -> seconds held, summed over holders
+    waits: dict  # kind -> (count, seconds)
+    kept_out_by: dict  # waiting kind -> {cause: seconds}; cause: "<kind> <role>" or "waiting <kind>" or POLL
+
+
+def summarize(phases: list[Phase]) -> Summary:
+    intervals = []  # (start, end, kind, cause): holds, and waits that keep others out
+    for p in phases:
+        intervals.append((p.entered, p.left, p.kind, f"{p.kind} {p.role}"))
+        if p.entered > p.asked:
+            intervals.append((p.asked, p.entered, "waiting " + p.kind, "waiting " + p.kind))
+    intervals.sort()
+    starts = [i[0] for i in intervals]
+    longest = max((i[1] - i[0] for i in intervals), default=0.0)
+    held, waits = collections.Counter(), collections.defaultdict(lambda: [0, 0.0])
+    kept = collections.defaultdict(collections.Counter)
+    for p in phases:
+        held[p.kind] += p.left - p.entered
+        if p.entered <= p.asked:
+            continue
+        waits[p.kind][0] += 1
+        waits[p.kind][1] += p.entered - p.asked
+        blockers = set(EXCLUDED_BY[p.kind]) | {"waiting " + k for k in KEEP_OUT[p.kind]}
+        lo, hi = bisect.bisect_left(starts, p.asked - longest), bisect.bisect_left(starts, p.entered)
+        found = [(max(s, p.asked), min(e, p.entered), cause) for s, e, kind, cause in intervals[lo:hi]
+                 if kind in blockers and e > p.asked]
+        cuts = sorted({p.asked, p.entered} | {x for s, e, _ in found for x in (s, e)})
+        for a, b in zip(cuts, cuts[1:]):
+            causes = {c for s, e, c in found if s <= a and e >= b}
+            if not causes:
+                kept[p.kind][POLL] += b - a
+            for c in causes:
+                kept[p.kind][c] += (b - a) / len(causes)
+    span = (max(p.left for p in phases) - min(p.asked for p in phases)) if phases else 0.0
+    return Summary(len(phases), span, dict(held), {k: tuple(v) for k, v in waits.items()},
+                   {k: dict(v) for k, v in kept.items()})
+
+
+def text(name: str, s: Summary) -> str:
+    lines = [f"{name}: {s.phases} memory phases over {s.span_s:.0f} s; held (summed over holders): "
+             + ", ".join(f"{k} {s.held_s[k]:.0f} s" for k in KINDS if k in s.held_s)]
+    for kind in KINDS:
+        if kind not in s.waits:
+            continue
+        n, total = s.waits[kind]
+        causes = sorted(s.kept_out_by.get(kind, {}).items(), key=lambda kv: -kv[1])
+        lines.append(f"  {kind} waited {total:.1f} s in {n} phases, kept out by: "
+                     + ", ".join(f"{c} {v:.1f} s" for c, v in causes))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("where", help="a trace file, or the lock dir holding gpu*.memory.trace.jsonl")
+    args = parser.parse_args(argv)
+    paths = sorted(glob.glob(os.path.join(args.where, "gpu*.memory.trace.jsonl"))) if os.path.isdir(args.where) \
+        else [args.where]
+    if not paths or not all(os.path.isfile(p) for p in paths):
+        print(f"phase_trace: no memory-phase trace at {args.where} (a run with GPU neighbours writes "
+              "gpu<N>.memory.trace.jsonl in its lock dir)", file=sys.stderr)
+        return 1
+    for path in paths:
+        phases, bad = read(path)
+        print(text(os.path.basename(path), summarize(phases))
+              + (f"\n  ({bad} line(s) were not phases and were left out)" if bad else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The phase trace read back: a wait is split among what kept it out, instant by instant, and a real
+lock's phases write the lines it reads."""
+import json
+
+import pytest
+
+from tools.bench import phase_trace
+from tools.launcher import gpu_lease
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, RELEASE
+
+
+def _write(path, phases):
+    path.write_text("".join(json.dumps(dict(zip(("kind", "what", "asked", "entered", "left"), p))) + "\n"
+                            for p in phases) + "not json\n")
+
+
+def test_each_instant_of_a_wait_goes_to_what_kept_it_out(tmp_path):
+    trace = tmp_path / "gpu0.memory.trace.jsonl"
+    _write(trace, [
+        (ALLOCATE, "start:load_model", 0.0, 0.0, 2.0),  # a long start step
+        (ALLOCATE, "reload", 0.5, 0.5, 1.5),  # beside it until 1.5: the two share the sleep's wait then
+        (FREE, "sleep", 1.0, 2.0, 2.1),  # a sleep waits for it from 1.0 to 2.0 ...
+        (ALLOCATE, "wake", 1.5, 2.2, 2.3),  # ... and keeps this wake out 1.5-2.0 (allocations overlap:
+        #                                     the start step is no cause), then holds 2.0-2.1, then a poll
+        (RELEASE, "teardown", 1.5, 1.5, 1.6),  # overlaps everything but an exclusive window: no wait
+        (EXCLUSIVE, "window", 3.0, 3.5, 4.0),  # kept out by the teardown below
+        (RELEASE, "teardown", 3.0, 3.0, 3.5),
+    ])
+    phases, bad = phase_trace.read(str(trace))
+    s = phase_trace.summarize(phases)
+    assert bad == 1 and s.phases == 7 and s.span_s == pytest.approx(4.0)
+    assert s.waits[FREE] == (1, pytest.approx(1.0)) and s.waits[ALLOCATE] == (1, pytest.approx(0.7))
+    assert s.kept_out_by[FREE] == {"allocate start": pytest.approx(0.75), "allocate reload": pytest.approx(0.25)}
+    wake = s.kept_out_by[ALLOCATE]
+    assert wake == {"waiting free": pytest.approx(0.5), "free sleep": pytest.approx(0.1),
+                    phase_trace.POLL: pytest.approx(0.1)}
+    assert s.kept_out_by[EXCLUSIVE] == {"release teardown": pytest.approx(0.5)}
+    assert RELEASE not in s.waits
+    out = phase_trace.text("gpu0", s)
+    assert "free waited 1.0 s in 1 phases, kept out by: allocate start 0.8 s, allocate reload 0.2 s" in out
+
+
+def test_a_held_phase_writes_its_trace_line_and_the_reader_reads_it(tmp_path, capsys):
+    lock = tmp_path / "gpu0.memory.lock"
+    with gpu_lease.memory_phase_at(str(lock), FREE, timeout_s=1, what="sleep"):
+        pass
+    with gpu_lease.memory_phase_at(str(lock), ALLOCATE, timeout_s=1):
+        pass
+    lines = [json.loads(l) for l in (tmp_path / "gpu0.memory.trace.jsonl").read_text().splitlines()]
+    assert [(l["kind"], l["what"]) for l in lines] == [(FREE, "sleep"), (ALLOCATE, ALLOCATE)]
+    assert all(l["asked"] <= l["entered"] <= l["left"] for l in lines)
+    assert phase_trace.main([str(tmp_path)]) == 0
+    assert "gpu0.memory.trace.jsonl: 2 memory phases" in capsys.readouterr().out
+    assert phase_trace.main([str(tmp_path / "nowhere")]) == 1
+    assert "no memory-phase trace at" in capsys.readouterr().err
