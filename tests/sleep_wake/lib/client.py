@@ -163,8 +163,12 @@ class SleepWakeClient:
         with self._phase(FREE, "sleep") if memory_moves else contextlib.nullcontext():
             return (self._ok if check else self.raw)("POST", "/sleep", params=params)
 
-    def wake_up(self, tags: list[str] | None = None, check: bool = True) -> requests.Response:
-        with self._phase(ALLOCATE, "wake"):
+    def wake_up(self, tags: list[str] | None = None, check: bool = True,
+                memory_moves: bool = True) -> requests.Response:
+        """POST /wake_up. A wake that maps memory holds an ALLOCATE phase (it could break a neighbour's
+        sleep check); memory_moves=False, from a caller that knows the state, for one that maps nothing:
+        a wake while awake or paused at level 0, of tags already resident, of a tag that is no pool."""
+        with self._phase(ALLOCATE, "wake") if memory_moves else contextlib.nullcontext():
             return (self._ok if check else self.raw)("POST", "/wake_up", params=_tags_params(tags))
 
     def is_sleeping(self) -> bool:

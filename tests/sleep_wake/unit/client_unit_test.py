@@ -193,6 +193,7 @@ def test_each_call_takes_the_memory_phase_of_what_it_does_to_device_memory(fake)
     client.wake_up(["weights"])
     client.wake_up(["kv_cache"])
     client.reload_weights()
+    client.wake_up(["weights"], memory_moves=False)
     assert taken == [ALLOCATE, FREE, ALLOCATE, ALLOCATE, ALLOCATE]
     assert whats == ["wake", "sleep", "wake", "wake", "reload"]
     taken.clear()

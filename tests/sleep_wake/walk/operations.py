@@ -238,6 +238,13 @@ def effect(op: Operation, state: State) -> State:
     return _APPLY[op.name](op, state)
 
 
+def moves_memory(op: Operation, state: State) -> bool:
+    """Whether the executor maps or unmaps a pool when op runs in state, by the model: its sleeping tags
+    change. A sleep or wake that moves none needs no memory phase (the GPU lock orders only what can
+    break a neighbour's sleep check), and the fake's device bytes stay put (model_vs_fake_unit_test)."""
+    return op.apply(state).asleep_tags != state.asleep_tags
+
+
 def require_applicable(op, state: State, step_index: int) -> None:
     """Raises oracle.Precondition when the walk planned `op` where the model says it cannot run: a
     planner bug, not a server's (every walker checks this before it acts)."""

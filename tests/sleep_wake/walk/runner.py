@@ -118,17 +118,19 @@ class Walker:
     def _sleep(self, op, s: State) -> None:
         level, mode, in_flight = op.params
         client = self.ctx.client
-        # The executor unmaps memory only when it sleeps from awake; otherwise no GPU neighbour need wait.
-        moves = level >= 1 and not s.asleep_tags
+        moves = ops.moves_memory(op, s)  # a level-0 pause, a sleep while asleep: no neighbour need wait
         if not in_flight:
             client.sleep(level=level, mode=mode, memory_moves=moves)
             return
+        # The FREE window holds from before the request starts until the sleep answers (mode wait drains
+        # first), so that the sleep lands while the request decodes; a sleep that unmaps nothing needs no
+        # phase, and a window would only keep every neighbour's wakes and starts out for that second.
         # An ExitStack, not a with-block: a request a level-0 keep holds outlives this step (self.held), and
         # on a failure background() sees the exception and wakes the engine, so a request the defect left
         # held ends now rather than at its 60 s client timeout.
         with contextlib.ExitStack() as stack:
             pool = stack.enter_context(background(client))
-            with client.sleep_window():
+            with client.sleep_window() if moves else contextlib.nullcontext():
                 since = generated_tokens(client)
                 stream = pool.submit(client.complete_stream, IN_FLIGHT, STREAM_TOKENS,
                                      timeout_s=thresholds.get("request_completion_s_max"))
@@ -171,7 +173,8 @@ class Walker:
                          (["length"], None, len(want)), f"walk {op}: the request in flight, drained by mode wait")
 
     def _wake(self, op, s: State) -> None:
-        self.ctx.client.wake_up(list(op.params[0]) if op.params[0] is not None else None)
+        tags = op.params[0]
+        self.ctx.client.wake_up(list(tags) if tags is not None else None, memory_moves=ops.moves_memory(op, s))
         if self.held is not None and not model.sleeping(op.apply(s)):
             stream, pool = self.held
             self.held = None

@@ -49,7 +49,13 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
         # Only operations the model can predict in this state (its preconditions).
         op = data.draw(st.sampled_from([op for op in OPS if op.applicable(self.state)]), label="operation")
         self.steps.append(str(op))
+        before = self.engine.gpu_bytes()
         getattr(self, "_" + op.name)(op)
+        if op.name in ("sleep", "wake"):  # the walk holds a memory phase for exactly these (runner.py)
+            moved = self.engine.gpu_bytes() != before
+            assert moved == ops.moves_memory(op, self.state), (
+                f"after {self.steps} in ({self.state.describe()}): the fake's device bytes "
+                f"{'moved' if moved else 'stayed'}, the model says they {'move' if not moved else 'stay'}")
         self.state = op.apply(self.state)
 
     def _generate(self, prompt: str) -> int:
