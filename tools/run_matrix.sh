@@ -57,9 +57,16 @@ trap 'kill "$host_pid" 2>/dev/null' EXIT
 bep=.bazel-bep.json
 rm -f "$bep"
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once"
+# The host's CPU time while Bazel ran, busy against idle+iowait (/proc/stat): whether cores or the GPU's
+# memory phases bound the slots (tools/launcher/slots.py gives each cell a core).
+cpu_times() { awk '/^cpu /{t=0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6}' /proc/stat; }
+cpu_before=$(cpu_times)
 bazel test --config=gpu "${suffix[@]}" --local_test_jobs=$((gpus * slots)) \
   --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --build_event_json_file="$PWD/$bep" "$@"
 rc=$?
+read -r t0 i0 <<<"$cpu_before"; read -r t1 i1 <<<"$(cpu_times)"
+((t1 > t0)) && echo "run_matrix.sh: host CPUs busy $(( 100 * (t1 - t0 - (i1 - i0)) / (t1 - t0) ))% of" \
+  "$(nproc) during bazel test"
 # The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
 # first (tools/report); it shows the results, it never decides them.
 python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text ||

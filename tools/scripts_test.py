@@ -6,6 +6,7 @@ their parent directory) and reads what the fake bazel was asked to do.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,6 +130,15 @@ def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspa
     assert code == 0, output
     assert (locks / "gpu0.memory.trace.jsonl.prev").read_text() == "{}\n"
     assert not (locks / "gpu0.memory.trace.jsonl").exists() and "memory phases over" not in output
+
+
+def test_run_matrix_says_how_busy_the_hosts_cpus_were(workspace):
+    """Cores or memory phases: whether more slots could help is read from the host's CPU time."""
+    code, output, _ = run_script(workspace, "run_matrix.sh", [],
+                                 [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+                                 FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    assert code == 0, output
+    assert re.search(r"run_matrix.sh: host CPUs busy \d+% of \d+ during bazel test", output), output
 
 
 @pytest.mark.parametrize("env,message", [
