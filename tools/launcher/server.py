@@ -44,7 +44,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _PHASE_PLUGIN_DIR = os.path.dirname(os.path.abspath(phase_plugin.__file__))
 # The client calls whose memory phase the worker takes itself with memory_phase_scope calls (what names
 # them in memory_phase; tests/sleep_wake/lib/client.py).
-WORKER_BRACKETED = ("sleep", "wake", "reload", "window")
+_WORKER_BRACKETED = ("sleep", "wake", "reload", "window")
 LOG_TAIL_LINES = 50
 V2_MARKER = _spec.LOG_MARKER_V2  # logged by vLLM 0.26.0's gpu_worker.py only when it builds MRV2
 # The log header's launch time and the line appended once /health answered (epoch seconds), which
@@ -216,7 +216,7 @@ class VllmServer:
                     self.timings.add_memory_phase(waited)
                     yield waited
                 return
-            if what in WORKER_BRACKETED:
+            if what in _WORKER_BRACKETED:
                 yield 0.0
                 return
         with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s, what=what) as waited:
