@@ -16,6 +16,8 @@ _ELAPSED = re.compile(r"^INFO: Elapsed time: ([\d.]+)s", re.M)
 _CRITICAL = re.compile(r"^INFO: Elapsed time: [\d.]+s, Critical Path: ([\d.]+)s", re.M)
 # "//tests/sleep_wake:flags_mrv1_eager      PASSED in 23.1s", "(cached) PASSED in 3.2s",
 # "FAILED in 2 out of 2 in 12.0s", "TIMEOUT in 900.1s"
+# tools/run_matrix.sh's line after the run: "run_matrix.sh: host CPUs busy 63% of 16 during bazel test"
+_CPU_BUSY = re.compile(r"^run_matrix\.sh: host CPUs busy (\d+)% of (\d+) during bazel test", re.M)
 _TARGET = re.compile(r"^(//\S+)\s+(\(cached\) )?(PASSED|FAILED|FLAKY|TIMEOUT|NO STATUS)\b(?:.* in ([\d.]+)s)?", re.M)
 
 
@@ -23,6 +25,12 @@ def elapsed_s(output: str) -> float | None:
     """Bazel's own "Elapsed time" (the last one, for output holding several commands)."""
     found = _ELAPSED.findall(output)
     return float(found[-1]) if found else None
+
+
+def host_cpu_busy(output: str) -> dict | None:
+    """How busy the host's CPUs were while run_matrix.sh's Bazel ran: {"share": 0..1, "cpus": N}."""
+    found = _CPU_BUSY.findall(output)
+    return {"share": int(found[-1][0]) / 100, "cpus": int(found[-1][1])} if found else None
 
 
 def critical_path_s(output: str) -> float | None:

@@ -17,6 +17,12 @@ INFO: Elapsed time: 149.314s, Critical Path: 140.20s
 """
 
 
+def test_the_host_cpu_share_is_read_from_run_matrix_sh():
+    line = "run_matrix.sh: host CPUs busy 63% of 16 during bazel test\n"
+    assert bazel_runs.host_cpu_busy(OUTPUT + line) == {"share": 0.63, "cpus": 16}
+    assert bazel_runs.host_cpu_busy(OUTPUT) is None
+
+
 def test_elapsed_is_the_last_commands():
     assert bazel_runs.elapsed_s(OUTPUT) == 149.314
     assert bazel_runs.elapsed_s("no bazel here") is None

@@ -13,7 +13,8 @@ Phases, in order, each cut short (and reported "not measured") when the budget (
   3. the whole matrix: tools/run_matrix.sh --nocache_test_results (the default settings), Bazel's
      elapsed time, the GPU servers' starts (launch to /health, from the timings the cells recorded),
      and where the GPU cells' time went: slot waits, starts, waits on neighbours' memory phases,
-     teardowns, and the rest (bazel_runs.cell_breakdown).
+     teardowns, and the rest (bazel_runs.cell_breakdown); what each kind of memory phase waited for
+     (phase_trace, from the GPUs' traces) and how busy the host's CPUs were.
 For 2 and 3 the bench keeps a zygote host on the default lock dir (cells inside Bazel cannot start one).
 Run it on an otherwise idle runner: it takes every GPU for the matrix.
 """
@@ -36,7 +37,7 @@ import time
 
 from absl import app, flags
 
-from tools.bench import bazel_runs, report, start_phases
+from tools.bench import bazel_runs, phase_trace, report, start_phases
 from tools.launcher import config as config_lib
 from tools.launcher import unix_socket, zygote_client, zygote_host
 from tools.launcher.config import ServerConfig
@@ -291,7 +292,10 @@ def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
                         "status": ("cut after %.0f s (budget)" % left if not finished else
                                    "passed" if not failed and results else "failed: %s" % failed),
                         "starts": bazel_runs.summarise(t["start_s"] for t in timings), "start_modes": modes,
-                        "breakdown": bazel_runs.cell_breakdown(timings, results, "//tests/sleep_wake", elapsed)}
+                        "breakdown": bazel_runs.cell_breakdown(timings, results, "//tests/sleep_wake", elapsed),
+                        # What the waits were for, and whether the cores bound the slots.
+                        "memory_phases": phase_trace.summaries(ServerConfig().lock_dir),
+                        "host_cpu_busy": bazel_runs.host_cpu_busy(output)}
     values = bazel_runs.matrix_measures(results, timings, result["matrix"]["breakdown"], elapsed, "//tests/sleep_wake") \
         if finished else {}
     for key in MATRIX_KEYS:

@@ -99,6 +99,15 @@ def summarize(phases: list[Phase]) -> Summary:
                    {k: dict(v) for k, v in kept.items()})
 
 
+def trace_files(lock_dir: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(lock_dir, "gpu*.memory.trace.jsonl")))
+
+
+def summaries(lock_dir: str) -> dict:
+    """Per GPU trace file in lock_dir, its Summary as a dict (the bench's JSON)."""
+    return {os.path.basename(path): dataclasses.asdict(summarize(read(path)[0])) for path in trace_files(lock_dir)}
+
+
 def text(name: str, s: Summary) -> str:
     lines = [f"{name}: {s.phases} memory phases over {s.span_s:.0f} s; held (summed over holders): "
              + ", ".join(f"{k} {s.held_s[k]:.0f} s" for k in KINDS if k in s.held_s)]
@@ -117,8 +126,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("where", help="a trace file, or the lock dir holding gpu*.memory.trace.jsonl")
     args = parser.parse_args(argv)
-    paths = sorted(glob.glob(os.path.join(args.where, "gpu*.memory.trace.jsonl"))) if os.path.isdir(args.where) \
-        else [args.where]
+    paths = trace_files(args.where) if os.path.isdir(args.where) else [args.where]
     if not paths or not all(os.path.isfile(p) for p in paths):
         print(f"phase_trace: no memory-phase trace at {args.where} (a run with GPU neighbours writes "
               "gpu<N>.memory.trace.jsonl in its lock dir)", file=sys.stderr)

@@ -49,6 +49,8 @@ def test_a_held_phase_writes_its_trace_line_and_the_reader_reads_it(tmp_path, ca
     lines = [json.loads(l) for l in (tmp_path / "gpu0.memory.trace.jsonl").read_text().splitlines()]
     assert [(l["kind"], l["what"]) for l in lines] == [(FREE, "sleep"), (ALLOCATE, ALLOCATE)]
     assert all(l["asked"] <= l["entered"] <= l["left"] for l in lines)
+    [(name, summary)] = phase_trace.summaries(str(tmp_path)).items()  # the bench's JSON
+    assert name == "gpu0.memory.trace.jsonl" and summary["phases"] == 2 and json.dumps(summary)
     assert phase_trace.main([str(tmp_path)]) == 0
     assert "gpu0.memory.trace.jsonl: 2 memory phases" in capsys.readouterr().out
     assert phase_trace.main([str(tmp_path / "nowhere")]) == 1
