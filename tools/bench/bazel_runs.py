@@ -14,10 +14,10 @@ from tools.results import testlogs
 
 _ELAPSED = re.compile(r"^INFO: Elapsed time: ([\d.]+)s", re.M)
 _CRITICAL = re.compile(r"^INFO: Elapsed time: [\d.]+s, Critical Path: ([\d.]+)s", re.M)
-# "//tests/sleep_wake:flags_mrv1_eager      PASSED in 23.1s", "(cached) PASSED in 3.2s",
-# "FAILED in 2 out of 2 in 12.0s", "TIMEOUT in 900.1s"
 # tools/run_matrix.sh's line after the run: "run_matrix.sh: host CPUs busy 63% of 16 during bazel test"
 _CPU_BUSY = re.compile(r"^run_matrix\.sh: host CPUs busy (\d+)% of (\d+) during bazel test", re.M)
+# "//tests/sleep_wake:flags_mrv1_eager      PASSED in 23.1s", "(cached) PASSED in 3.2s",
+# "FAILED in 2 out of 2 in 12.0s", "TIMEOUT in 900.1s"
 _TARGET = re.compile(r"^(//\S+)\s+(\(cached\) )?(PASSED|FAILED|FLAKY|TIMEOUT|NO STATUS)\b(?:.* in ([\d.]+)s)?", re.M)
 
 

@@ -21,11 +21,8 @@ import json
 import os
 import sys
 
-from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS, RELEASE
+from tools.launcher.gpu_lease import EXCLUDED_BY, KEPT_OUT_BY_WAITING, KINDS
 
-EXCLUDED_BY = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (ALLOCATE, EXCLUSIVE), RELEASE: (EXCLUSIVE,),
-               EXCLUSIVE: KINDS}
-KEEP_OUT = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (EXCLUSIVE,), RELEASE: (EXCLUSIVE,), EXCLUSIVE: ()}
 POLL = "poll"  # nothing kept the wait out: the poll's latency, or a holder the trace does not have
 
 
@@ -83,7 +80,7 @@ def summarize(phases: list[Phase]) -> Summary:
             continue
         waits[p.kind][0] += 1
         waits[p.kind][1] += p.entered - p.asked
-        blockers = set(EXCLUDED_BY[p.kind]) | {"waiting " + k for k in KEEP_OUT[p.kind]}
+        blockers = set(EXCLUDED_BY[p.kind]) | {"waiting " + k for k in KEPT_OUT_BY_WAITING[p.kind]}
         lo, hi = bisect.bisect_left(starts, p.asked - longest), bisect.bisect_left(starts, p.entered)
         found = [(max(s, p.asked), min(e, p.entered), cause) for s, e, kind, cause in intervals[lo:hi]
                  if kind in blockers and e > p.asked]

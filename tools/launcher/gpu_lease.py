@@ -131,6 +131,11 @@ FREE = "free"  # a sleep that unmaps: it only rises, and vLLM judges the sleep b
 RELEASE = "release"  # a teardown: it only rises, and nobody judges it
 EXCLUSIVE = "exclusive"  # a window that reads device-wide memory (immediacy, latency): nothing moves
 KINDS = (ALLOCATE, FREE, RELEASE, EXCLUSIVE)
+# Who keeps a phase of each kind out: holders of these kinds, and phases of these kinds still waiting
+# (a waiting FREE keeps new allocations out, a waiting EXCLUSIVE everything). _try_enter implements it
+# with the bytes below; tools/bench/phase_trace.py reads a run's waits by it.
+EXCLUDED_BY = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (ALLOCATE, EXCLUSIVE), RELEASE: (EXCLUSIVE,), EXCLUSIVE: KINDS}
+KEPT_OUT_BY_WAITING = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (EXCLUSIVE,), RELEASE: (EXCLUSIVE,), EXCLUSIVE: ()}
 
 # One byte of the per-GPU lock file per role, locked with open-file-description locks (F_OFD_*): like
 # flock they belong to the open file, so a holder that dies releases them, and unlike flock they can be
@@ -157,15 +162,11 @@ def _lock_byte(fd: int, lock_type: int, offset: int, length: int = 1) -> bool:
         return False
 
 
-def _held_by_others(fd: int, offset: int) -> bool:
-    """Whether another open file holds any lock on the byte at offset (this one's own do not count)."""
-    answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
-    return struct.unpack(_FLOCK, answer)[0] != fcntl.F_UNLCK
-
-
-def _write_locked_by_others(fd: int, offset: int) -> bool:
-    """Whether another open file holds a write lock on the byte at offset: an EXCLUSIVE phase inside."""
-    answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, struct.pack(_FLOCK, fcntl.F_RDLCK, os.SEEK_SET, offset, 1, 0))
+def _held_by_others(fd: int, offset: int, writers_only: bool = False) -> bool:
+    """Whether another open file holds any lock on the byte at offset (this one's own do not count);
+    writers_only: a write lock (an EXCLUSIVE phase inside), which is what a read lock would conflict with."""
+    probe = fcntl.F_RDLCK if writers_only else fcntl.F_WRLCK
+    answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, struct.pack(_FLOCK, probe, os.SEEK_SET, offset, 1, 0))
     return struct.unpack(_FLOCK, answer)[0] != fcntl.F_UNLCK
 
 
@@ -245,7 +246,7 @@ def covered_by_exclusive(lock_path: str, pid: int) -> bool:
         return False
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     try:
-        return _write_locked_by_others(fd, _INSIDE[ALLOCATE])
+        return _held_by_others(fd, _INSIDE[ALLOCATE], writers_only=True)
     finally:
         os.close(fd)
 

@@ -198,6 +198,20 @@ def test_memory_phases_of_a_kind_overlap_and_kinds_exclude_each_other(tmp_path):
         b.release()
 
 
+def test_the_published_exclusion_table_is_what_the_lock_does(tmp_path):
+    """gpu_lease.EXCLUDED_BY, which tools/bench/phase_trace reads a run's waits by, for every pair of a
+    phase held and one asked for: the table cannot drift from the bytes _try_enter locks."""
+    a, b = _shared_leases(tmp_path)
+    try:
+        for holder in KINDS:
+            with gpu_lease.memory_phase(a, holder, timeout_s=1):
+                blocked = {kind for kind in KINDS if _blocked(b, kind, timeout_s=0.1)}
+            assert blocked == {kind for kind in KINDS if holder in gpu_lease.EXCLUDED_BY[kind]}, holder
+    finally:
+        a.release()
+        b.release()
+
+
 @pytest.mark.parametrize("holder,waiter,flag,kept_out", [
     # A sleep waits for the allocations under way, not for a stream of overlapping starts.
     (ALLOCATE, FREE, gpu_lease._FREE_WAITING, (ALLOCATE,)),
