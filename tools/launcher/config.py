@@ -17,9 +17,8 @@ MP_METHODS = ("fork", "spawn")
 # log why; zygote: the zygote or an error; plain: `python -m` every time.
 START_MODES = ("auto", "zygote", "plain")
 # steps: the server's GPU worker holds the ALLOCATE memory phase only around its allocation steps
-# (phase_plugin/sleepwake_memory_phase.py); start: the launcher holds it from launch to /health; calls:
-# steps, and the worker also holds the phase of its own sleeps, wakes and reloads (the client none).
-MEMORY_PHASE_SCOPES = ("steps", "start", "calls")
+# (phase_plugin/sleepwake_memory_phase.py); start: the launcher holds it from launch to /health.
+MEMORY_PHASE_SCOPES = ("steps", "start")
 # Runfiles path of the suite's synthetic checkpoint (//tools/model:synthetic_qwen3).
 DEFAULT_MODEL_RUNFILE = "tools/model/synthetic_qwen3/config.json"
 WORKSPACE = "sleepwake"
@@ -98,9 +97,7 @@ class ServerConfig:
     memory_phase_scope: str = _setting("steps", "On a shared GPU, what a start holds the ALLOCATE memory phase"
                                        " for (tools/launcher/gpu_lease.py): steps, each allocation step of the"
                                        " GPU worker (a vLLM plugin in the server), so neighbours' sleeps go in"
-                                       " between; start, from launch to GET /health; calls, steps and also"
-                                       " the worker's own sleep, wake_up and reload_weights instead of the"
-                                       " client's whole request (not yet measured on a GPU).",
+                                       " between; start, from launch to GET /health.",
                                        choices=MEMORY_PHASE_SCOPES)
     # A neighbour's sleep frees at least the 0.5 GB of weights (a sleep after a weights-only wake),
     # usually the 2 GiB KV cache too; a CUDA context created outside the steps is ~0.5 GB.

@@ -162,11 +162,9 @@ def _lock_byte(fd: int, lock_type: int, offset: int, length: int = 1) -> bool:
         return False
 
 
-def _held_by_others(fd: int, offset: int, writers_only: bool = False) -> bool:
-    """Whether another open file holds any lock on the byte at offset (this one's own do not count);
-    writers_only: a write lock (an EXCLUSIVE phase inside), which is what a read lock would conflict with."""
-    probe = fcntl.F_RDLCK if writers_only else fcntl.F_WRLCK
-    answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, struct.pack(_FLOCK, probe, os.SEEK_SET, offset, 1, 0))
+def _held_by_others(fd: int, offset: int) -> bool:
+    """Whether another open file holds any lock on the byte at offset (this one's own do not count)."""
+    answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
     return struct.unpack(_FLOCK, answer)[0] != fcntl.F_UNLCK
 
 
@@ -213,42 +211,6 @@ def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float
         return
     with memory_phase_at(memory_lock_path(lease), kind, timeout_s, poll_s, what) as waited:
         yield waited
-
-
-def exclusive_marker_path(lock_path: str) -> str:
-    return os.path.splitext(lock_path)[0] + ".exclusive.json"
-
-
-@contextlib.contextmanager
-def exclusive_covering(lock_path: str, pids: list[int], timeout_s: float, what: str = "window"):
-    """An EXCLUSIVE phase that also covers the phases these processes take themselves (a server whose
-    worker brackets its own sleeps and wakes, memory_phase_scope calls): inside it, covered_by_exclusive
-    tells them to go ahead, where waiting for a phase would wait for this window forever."""
-    marker = exclusive_marker_path(lock_path)
-    with memory_phase_at(lock_path, EXCLUSIVE, timeout_s, what=what) as waited:
-        with open(marker, "w") as f:
-            json.dump({"holder": os.getpid(), "pids": list(pids)}, f)
-        try:
-            yield waited
-        finally:
-            os.unlink(marker)
-
-
-def covered_by_exclusive(lock_path: str, pid: int) -> bool:
-    """Whether an EXCLUSIVE phase is held now (by another open file) whose holder said it covers pid
-    (exclusive_covering); a marker its dead holder left behind covers nothing, since its lock is gone."""
-    try:
-        with open(exclusive_marker_path(lock_path)) as f:
-            pids = json.load(f).get("pids", [])
-    except (OSError, ValueError):
-        return False
-    if pid not in pids:
-        return False
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        return _held_by_others(fd, _INSIDE[ALLOCATE], writers_only=True)
-    finally:
-        os.close(fd)
 
 
 def trace_path(lock_path: str) -> str:

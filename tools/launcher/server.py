@@ -42,9 +42,6 @@ log = logging.getLogger("sleepwake.launcher")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # On the server's PYTHONPATH for memory_phase_scope steps: vLLM finds the plugin through its dist-info.
 _PHASE_PLUGIN_DIR = os.path.dirname(os.path.abspath(phase_plugin.__file__))
-# The client calls whose memory phase the worker takes itself with memory_phase_scope calls (what names
-# them in memory_phase; tests/sleep_wake/lib/client.py).
-_WORKER_BRACKETED = ("sleep", "wake", "reload", "window")
 LOG_TAIL_LINES = 50
 V2_MARKER = _spec.LOG_MARKER_V2  # logged by vLLM 0.26.0's gpu_worker.py only when it builds MRV2
 # The log header's launch time and the line appended once /health answered (epoch seconds), which
@@ -205,20 +202,7 @@ class VllmServer:
     def memory_phase(self, kind: str, what: str = ""):
         """Context manager ordering this server's memory phases against its GPU neighbours'
         (gpu_lease.memory_phase, kind gpu_lease.ALLOCATE, FREE, RELEASE or EXCLUSIVE; what: the call, for
-        the GPU's phase trace). Yields the seconds it waited, which timings adds up. With
-        memory_phase_scope calls the worker holds the phases of sleeps, wakes and reloads itself, so the
-        client's take none (a FREE window need not hold either: the sleep reaches the engine at once and
-        only the worker's unmapping waits), and an EXCLUSIVE window covers the worker's own."""
-        if self._brackets_calls():
-            if kind == gpu_lease.EXCLUSIVE:
-                with gpu_lease.exclusive_covering(gpu_lease.memory_lock_path(self.lease), self.pids(),
-                                                  self.config.lease_timeout_s, what) as waited:
-                    self.timings.add_memory_phase(waited)
-                    yield waited
-                return
-            if what in _WORKER_BRACKETED:
-                yield 0.0
-                return
+        the GPU's phase trace). Yields the seconds it waited, which timings adds up."""
         with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s, what=what) as waited:
             self.timings.add_memory_phase(waited)
             yield waited
@@ -243,7 +227,6 @@ class VllmServer:
                 self.env.update({
                     phase_plugin.ENV_LOCK: gpu_lease.memory_lock_path(self.lease),
                     phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
-                    phase_plugin.ENV_CALLS: "1" if self._brackets_calls() else "0",
                     "PYTHONPATH": os.pathsep.join(p for p in (_PHASE_PLUGIN_DIR, self.env.get("PYTHONPATH")) if p)})
         self._device_index = int(self.lease.gpu if self.lease else gpus[0])
         self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
@@ -292,10 +275,7 @@ class VllmServer:
 
     def _brackets_steps(self) -> bool:
         return (self.lease is not None and not self.lease.exclusive
-                and self.config.memory_phase_scope in ("steps", "calls"))
-
-    def _brackets_calls(self) -> bool:
-        return self._brackets_steps() and self.config.memory_phase_scope == "calls"
+                and self.config.memory_phase_scope == "steps")
 
     def _check_bracketed_start(self) -> float:
         """Checks that the worker took the ALLOCATE phase around its start-up steps and that nothing

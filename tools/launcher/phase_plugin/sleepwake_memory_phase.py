@@ -15,15 +15,8 @@ inside the phase, it writes a MARK line to stderr (the server log) with the step
 and held, and the bytes NVML lists for this process: the launcher checks at /health that no memory
 moved after the last step (VllmServer._check_bracketed_start).
 
-Where the launcher also set SLEEPWAKE_MEMORY_PHASE_CALLS (memory_phase_scope calls), it brackets the
-worker's sleep (FREE), wake_up and reload_weights (ALLOCATE) too, so a sleep or wake holds its phase
-only while the worker maps or unmaps, not across the client's round trip and the engine's pause (a
-mode-wait sleep drains its requests first). Inside a client's EXCLUSIVE window that covers this process
-(gpu_lease.exclusive_covering) such a call goes ahead without a phase: the window already excludes
-every neighbour, and waiting would wait for it.
 """
 
-import contextlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -33,13 +26,10 @@ import time
 
 ENV_LOCK = "SLEEPWAKE_MEMORY_LOCK"
 ENV_TIMEOUT = "SLEEPWAKE_MEMORY_LOCK_TIMEOUT_S"
-ENV_CALLS = "SLEEPWAKE_MEMORY_PHASE_CALLS"
 MARK = "sleepwake-memory-phase "
 TARGET = "vllm.v1.worker.gpu_worker"
 STEPS = ("init_device", "load_model", "determine_available_memory", "initialize_from_config",
          "compile_or_warm_up_model")
-# Worker methods that map or unmap a pool after the start, and the phase each holds (gpu_lease kinds).
-CALLS = {"sleep": "free", "wake_up": "allocate", "reload_weights": "allocate"}
 _WRAPPED = "__sleepwake_memory_phase__"
 
 
@@ -89,33 +79,6 @@ def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_byte
         setattr(owner, step, method)
 
 
-def bracket_calls(owner, lock_path: str, timeout_s: float) -> None:
-    """Wraps owner's CALLS (methods present on it) so that each runs inside its memory phase, or none
-    where a client's EXCLUSIVE window covers this process."""
-    _launcher_on_path()
-    from tools.launcher import gpu_lease
-
-    for name, kind in CALLS.items():
-        original = getattr(owner, name, None)
-        if original is None or getattr(original, _WRAPPED, False):
-            continue
-
-        def method(self, *args, _name=name, _kind=kind, _original=original, **kwargs):
-            covered = gpu_lease.covered_by_exclusive(lock_path, os.getpid())
-            with contextlib.nullcontext() if covered else gpu_lease.memory_phase_at(
-                    lock_path, _kind, timeout_s, what=_name + "@worker"):
-                return _original(self, *args, **kwargs)
-        setattr(method, _WRAPPED, True)
-        method.__name__ = name
-        setattr(owner, name, method)
-
-
-def _patch(worker_class, lock_path: str, timeout_s: float, calls: bool) -> None:
-    bracket(worker_class, lock_path, timeout_s)
-    if calls:
-        bracket_calls(worker_class, lock_path, timeout_s)
-
-
 def read_steps(log_text: str) -> list[dict]:
     """The MARK records of a server log, in order. vLLM prefixes what its engine-core process writes
     ("(EngineCore_DP0 pid=123) "), so a record may start anywhere in its line."""
@@ -130,8 +93,8 @@ def read_steps(log_text: str) -> list[dict]:
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Patches the worker module's Worker right after the module executes, in whichever process."""
 
-    def __init__(self, lock_path: str, timeout_s: float, module: str = TARGET, calls: bool = False):
-        self.lock_path, self.timeout_s, self.module, self.calls = lock_path, timeout_s, module, calls
+    def __init__(self, lock_path: str, timeout_s: float, module: str = TARGET):
+        self.lock_path, self.timeout_s, self.module = lock_path, timeout_s, module
 
     def find_spec(self, name, path, target=None):
         if name != self.module:
@@ -143,7 +106,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             execute(module)
-            _patch(module.Worker, self.lock_path, self.timeout_s, self.calls)
+            bracket(module.Worker, self.lock_path, self.timeout_s)
         spec.loader.exec_module = exec_module
         return spec
 
@@ -154,8 +117,7 @@ def register() -> None:
     if not lock_path:
         return
     timeout_s = float(os.environ.get(ENV_TIMEOUT, "600"))
-    calls = os.environ.get(ENV_CALLS) == "1"
     if TARGET in sys.modules:
-        _patch(sys.modules[TARGET].Worker, lock_path, timeout_s, calls)
+        bracket(sys.modules[TARGET].Worker, lock_path, timeout_s)
     elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(lock_path, timeout_s, calls=calls))
+        sys.meta_path.insert(0, _PatchOnImport(lock_path, timeout_s))

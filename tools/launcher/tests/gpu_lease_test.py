@@ -306,18 +306,3 @@ def test_memory_phase_is_free_for_a_gpu_of_its_own(tmp_path):
             assert not os.path.exists(gpu_lease.memory_lock_path(lease))
     finally:
         lease.release()
-
-
-def test_an_exclusive_window_covers_the_processes_it_names_only_while_it_is_held(tmp_path):
-    lock = str(tmp_path / "gpu0.memory.lock")
-    assert not gpu_lease.covered_by_exclusive(lock, 1234)
-    with gpu_lease.exclusive_covering(lock, [1234, 1235], timeout_s=1):
-        assert gpu_lease.covered_by_exclusive(lock, 1234) and not gpu_lease.covered_by_exclusive(lock, 99)
-    assert not gpu_lease.covered_by_exclusive(lock, 1234)
-    assert not os.path.exists(gpu_lease.exclusive_marker_path(lock))
-    # A marker whose holder died (its lock went with it) covers nothing.
-    with open(gpu_lease.exclusive_marker_path(lock), "w") as f:
-        f.write('{"holder": 1, "pids": [1234]}')
-    assert not gpu_lease.covered_by_exclusive(lock, 1234)
-    with gpu_lease.memory_phase_at(lock, ALLOCATE, timeout_s=1):  # a read lock inside is no EXCLUSIVE
-        assert not gpu_lease.covered_by_exclusive(lock, 1234)

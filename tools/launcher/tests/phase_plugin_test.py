@@ -1,7 +1,6 @@
 """The memory-phase plugin on the CPU: it wraps the worker's start-up steps when their module is
 imported, each step runs inside the ALLOCATE phase (a neighbour's sleep cannot land in it), and each
-logs the MARK record the launcher checks; with memory_phase_scope calls it wraps the worker's sleep,
-wake_up and reload_weights too."""
+logs the MARK record the launcher checks."""
 
 import json
 import os
@@ -9,10 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from tools.launcher import gpu_lease
-from tools.launcher.errors import LeaseTimeoutError
 from tools.launcher.phase_plugin import sleepwake_memory_phase as plugin
 from tools.launcher.tests import testing
 
@@ -87,52 +83,3 @@ def test_records_are_read_behind_the_prefix_vllm_puts_on_its_engine_cores_lines(
            'sleepwake-memory-phase {"step": "load_model", "waited_s": 0, "held_s": 1.7, "pid": 1, "process_bytes": 2}\n')
     assert [r["step"] for r in plugin.read_steps(log)] == ["init_device", "load_model"]
     assert plugin.read_steps(log)[0]["process_bytes"] == 715128832
-
-
-class _Worker:
-    """The methods bracket_calls wraps; each records that it ran."""
-
-    def __init__(self):
-        self.ran = []
-
-    def sleep(self, level=1):
-        self.ran.append(("sleep", level))
-
-    def wake_up(self, tags=None):
-        self.ran.append(("wake_up", tags))
-
-    def reload_weights(self, weights_path=None):
-        self.ran.append(("reload_weights", weights_path))
-
-
-def test_with_calls_the_workers_sleep_wake_and_reload_hold_their_phase_unless_an_exclusive_window_covers_it(
-        tmp_path):
-    """memory_phase_scope calls: the worker's sleep is a FREE phase (no neighbour allocates meanwhile),
-    its wake_up and reload_weights ALLOCATE ones; inside a client's EXCLUSIVE window that names this
-    process they run at once (waiting would wait for that window), and one that names others does not
-    cover them."""
-    lock = str(tmp_path / "gpu0.memory.lock")
-
-    class Worker(_Worker):
-        pass
-
-    plugin.bracket_calls(Worker, lock, timeout_s=0.05)
-    plugin.bracket_calls(Worker, lock, timeout_s=0.05)  # loaded twice: wrapped once
-    w = Worker()
-    with gpu_lease.memory_phase_at(lock, gpu_lease.ALLOCATE, timeout_s=1):  # a neighbour's wake
-        w.wake_up(["weights"])  # allocations overlap
-        with pytest.raises(LeaseTimeoutError, match="no free phase"):
-            w.sleep(1)
-    with gpu_lease.memory_phase_at(lock, gpu_lease.FREE, timeout_s=1):  # a neighbour's sleep
-        for call in (lambda: w.wake_up(None), lambda: w.reload_weights("/ckpt")):
-            with pytest.raises(LeaseTimeoutError, match="no allocate phase"):
-                call()
-    with gpu_lease.exclusive_covering(lock, [os.getpid() + 1], timeout_s=1):
-        with pytest.raises(LeaseTimeoutError, match="no free phase"):
-            w.sleep(2)
-    with gpu_lease.exclusive_covering(lock, [os.getpid()], timeout_s=1):
-        w.sleep(2)
-        w.wake_up(None)
-    assert w.ran == [("wake_up", ["weights"]), ("sleep", 2), ("wake_up", None)]
-    whats = [json.loads(l)["what"] for l in open(gpu_lease.trace_path(lock))]
-    assert "wake_up@worker" in whats and "sleep@worker" not in whats  # the covered sleep took no phase

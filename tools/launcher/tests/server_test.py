@@ -174,28 +174,6 @@ def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_fi
     assert 0 < timings.start_s and timings.lease_wait_s < 1.0
 
 
-def test_with_calls_the_client_takes_no_phase_for_what_the_worker_brackets(tmp_path, pid_file):
-    """memory_phase_scope calls: the worker holds the phases of its sleeps, wakes and reloads (the plugin
-    is told so), the client's calls and FREE windows take none, and an EXCLUSIVE window covers the
-    server's own processes, whose worker would otherwise wait for it."""
-    server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=2, memory_phase_scope="calls")
-    server.start()
-    try:
-        assert server.env[phase_plugin.ENV_CALLS] == "1"
-        neighbour = gpu_lease.Lease(gpu=server.lease.gpu, slot=1 - server.lease.slot, path=server.lease.path,
-                                    fd=-1, waited_s=0.0, exclusive=False)
-        with gpu_lease.memory_phase(neighbour, gpu_lease.ALLOCATE, timeout_s=5):  # a neighbour's wake
-            for what in ("sleep", "window"):
-                with server.memory_phase(gpu_lease.FREE, what) as waited:
-                    assert waited == 0.0
-        lock = gpu_lease.memory_lock_path(server.lease)
-        with server.memory_phase(gpu_lease.EXCLUSIVE, "window"):
-            assert server.pids() and all(gpu_lease.covered_by_exclusive(lock, pid) for pid in server.pids())
-        assert not any(gpu_lease.covered_by_exclusive(lock, pid) for pid in server.pids())
-    finally:
-        server.stop()
-
-
 @pytest.mark.parametrize("scope", ["steps", "start"])
 def test_a_shared_start_holds_the_allocate_phase_only_in_its_workers_steps(tmp_path, pid_file, scope):
     """With steps, a neighbour's sleep (FREE) gets in while the server starts, between its worker's
