@@ -17,7 +17,7 @@ from tools.launcher import slots
 
 TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
 WORKSPACE = os.path.dirname(TOOLS_DIR)
-SCRIPT_FILES = ["tools/__init__.py", "tools/test.sh", "tools/run_matrix.sh", "tools/results/ran_tests.py",
+SCRIPT_FILES = [".bazelrc", "tools/__init__.py", "tools/test.sh", "tools/run_matrix.sh", "tools/results/ran_tests.py",
                 "tools/results/testlogs.py", "tools/launcher/__init__.py", "tools/launcher/errors.py",
                 "tools/launcher/slots.py", "tools/launcher/visible_devices.py"]
 FAKES = os.path.join(TOOLS_DIR, "testdata", "scripts")
@@ -105,6 +105,7 @@ def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
     assert "run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once" in output
     assert "slots: GPUs 1 (NVML indices) x 3 slot(s) per GPU (SLEEPWAKE_SLOTS_PER_GPU)" in output
     assert "--local_test_jobs=3" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
+    assert f"--jobs={max(3, len(os.sched_getaffinity(0)))}" in argv  # --jobs caps the tests at once
 
 
 def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(workspace):
@@ -116,6 +117,8 @@ def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(worksp
     assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output
     assert why in output and "SLEEPWAKE_SLOTS_PER_GPU=N overrides" in output
     assert f"--local_test_jobs={2 * expected}" in argv
+    # Bazel runs no more tests at once than --jobs, whose default is the cores.
+    assert f"--jobs={max(2 * expected, len(os.sched_getaffinity(0)))}" in argv
 
 
 def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspace):
@@ -139,6 +142,45 @@ def test_run_matrix_says_how_busy_the_hosts_cpus_were(workspace):
                                  FAKE_NVIDIA_SMI_CSV=TWO_H200)
     assert code == 0, output
     assert re.search(r"run_matrix.sh: host CPUs busy \d+% of \d+ during bazel test", output), output
+
+
+WALK = ("//tests/sleep_wake:state_walk_mrv1_eager", {"test_walk": "passed"}, "", ["gpu", "state_walk"])
+FLAGS = ("//tests/sleep_wake:flags_mrv1_eager", {"test_flags": "passed"}, "", ["gpu", "flags"])
+
+
+def invocations(workspace) -> list[list[str]]:
+    return [json.loads(line) for line in (workspace.parent / "argv.json.all").read_text().splitlines()]
+
+
+def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
+    """Beside the walk's shards, other cells' starts hold the allocation phase its sleeps wait for."""
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    assert code == 0, output
+    configs = [[a for a in argv if a.startswith("--config=gpu-")] for argv in invocations(workspace)]
+    assert configs == [["--config=gpu-walk-wave"], ["--config=gpu-rest-wave"]]
+    assert "run_matrix.sh: wave 1 of 2: --config=gpu-walk-wave" in output
+    assert re.search(r"run_matrix.sh: bazel test took [\d.]+ s in 2 waves \([\d.]+ [\d.]+ s\)", output), output
+    assert "ran_tests: 2 test case(s) ran" in output
+
+
+def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(workspace):
+    # The filter names a walk test only: the second wave runs nothing, the run as a whole did.
+    code, output, _ = run_script(workspace, "run_matrix.sh", ["--test_filter=test_walk"],
+                                 [WALK, (FLAGS[0], SKIPPED, NOTHING_MATCHED, FLAGS[3])],
+                                 FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    assert code == 0 and "ran_tests: 1 test case(s) ran" in output, output
+    # A failing wave does not stop the next one; its exit code stays the run's.
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
+                                 FAKE_BAZEL_RC="3")
+    assert code == 3 and len(invocations(workspace)) == 2 + 2, output
+
+
+def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):
+    code, output, argv = run_script(workspace, "run_matrix.sh", ["--test_tag_filters=flags"], [WALK, FLAGS],
+                                    FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    assert code == 0, output
+    assert len(invocations(workspace)) == 1 and "wave" not in output
+    assert [a for a in argv if a.startswith("--test_tag_filters")] == ["--test_tag_filters=flags"]
 
 
 @pytest.mark.parametrize("env,message", [

@@ -16,13 +16,19 @@ _ELAPSED = re.compile(r"^INFO: Elapsed time: ([\d.]+)s", re.M)
 _CRITICAL = re.compile(r"^INFO: Elapsed time: [\d.]+s, Critical Path: ([\d.]+)s", re.M)
 # tools/run_matrix.sh's line after the run: "run_matrix.sh: host CPUs busy 63% of 16 during bazel test"
 _CPU_BUSY = re.compile(r"^run_matrix\.sh: host CPUs busy (\d+)% of (\d+) during bazel test", re.M)
+# tools/run_matrix.sh's line after its waves: "run_matrix.sh: bazel test took 271.3 s in 2 waves (150.2 121.1 s)"
+_WAVES = re.compile(r"^run_matrix\.sh: bazel test took ([\d.]+) s in (\d+) waves", re.M)
 # "//tests/sleep_wake:flags_mrv1_eager      PASSED in 23.1s", "(cached) PASSED in 3.2s",
 # "FAILED in 2 out of 2 in 12.0s", "TIMEOUT in 900.1s"
 _TARGET = re.compile(r"^(//\S+)\s+(\(cached\) )?(PASSED|FAILED|FLAKY|TIMEOUT|NO STATUS)\b(?:.* in ([\d.]+)s)?", re.M)
 
 
 def elapsed_s(output: str) -> float | None:
-    """Bazel's own "Elapsed time" (the last one, for output holding several commands)."""
+    """Bazel's own "Elapsed time" (the last one, for output holding several commands); for run_matrix.sh's
+    waves, the time of all of them."""
+    waves = _WAVES.findall(output)
+    if waves:
+        return float(waves[-1][0])
     found = _ELAPSED.findall(output)
     return float(found[-1]) if found else None
 
@@ -34,9 +40,12 @@ def host_cpu_busy(output: str) -> dict | None:
 
 
 def critical_path_s(output: str) -> float | None:
-    """Bazel's critical path of the last command: the longest chain of actions, here the slowest cell."""
+    """Bazel's critical path of the last command: the longest chain of actions, here the slowest cell;
+    for run_matrix.sh's waves, which run one after the other, the sum of theirs."""
     found = _CRITICAL.findall(output)
-    return float(found[-1]) if found else None
+    waves = _WAVES.findall(output)
+    count = int(waves[-1][1]) if waves else 1
+    return round(sum(float(f) for f in found[-count:]), 1) if found else None
 
 
 def target_results(output: str) -> dict:

@@ -28,6 +28,15 @@ def test_elapsed_is_the_last_commands():
     assert bazel_runs.elapsed_s("no bazel here") is None
 
 
+def test_run_matrix_waves_count_together():
+    """Two waves, one after the other: their times and their critical paths add up."""
+    waves = OUTPUT + ("INFO: Elapsed time: 120.500s, Critical Path: 110.00s\n"
+                      "run_matrix.sh: bazel test took 271.3 s in 2 waves (150.1 121.2 s)\n")
+    assert bazel_runs.elapsed_s(waves) == 271.3
+    assert bazel_runs.critical_path_s(waves) == 250.2
+    assert bazel_runs.critical_path_s(OUTPUT) == 140.2
+
+
 def test_target_results():
     results = bazel_runs.target_results(OUTPUT)
     assert results["//tests/sleep_wake:flags_mrv1_eager"] == {"status": "PASSED", "cached": False, "seconds": 23.1}

@@ -8,7 +8,7 @@ UUIDs), else all that nvidia-smi lists (visible_devices.py). SLEEPWAKE_SLOTS_PER
 the slots; by default they come from the GPUs' free memory and the runner's cores:
 
     slots = max(1, min(free GiB of the emptiest given GPU // GIB_PER_CELL,
-                       cores // GPUs // CORES_PER_CELL,
+                       cores * CELLS_PER_CORE // GPUs,
                        MAX_SLOTS))
 
 Reads nvidia-smi rather than NVML so that it needs no Python package: run_matrix.sh runs it before
@@ -28,13 +28,15 @@ from tools.launcher.errors import GpuUnavailableError
 GIB = 1 << 30
 # A cell's server holds 3.53-3.90 GB awake (every H200 cell, README), more for a moment while it
 # starts (profiling run, CUDA-graph capture), and vLLM's start-up check wants its
-# gpu_memory_utilization (0.05, 7 GiB of an H200) free. 8 GiB per cell covers all three.
-GIB_PER_CELL = 8
+# gpu_memory_utilization (0.05, 7 GiB of an H200) free once, for the server starting: with N cells,
+# (N - 1) x 3.9 GB + 7 GiB must fit. 5 GiB per cell keeps that with room (24 cells: 85 of 139 GiB).
+GIB_PER_CELL = 5
 # A server start is CPU-bound: 32 servers starting at once on 32 cores took 64 s median vs 15-25 s
-# alone, and all 44 cells passed. Less than one core per cell was never measured.
-CORES_PER_CELL = 1
-# The most cells per GPU measured (16 per H200, 44/44 cells passed); more would be untested.
-MAX_SLOTS = 16
+# alone. With one cell per core the H200's 16 cores were 55-61% busy (docs/bench), the cells waiting
+# on memory phases more than on cores: 1.5 cells per core.
+CELLS_PER_CORE = 1.5
+# The most cells per GPU measured green (24 per H200, docs/bench); more would be untested.
+MAX_SLOTS = 24
 QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"]
 
 
@@ -58,10 +60,10 @@ def parse_query(text: str) -> list[Gpu]:
 def automatic_slots(free_bytes: int, cores: int, gpus: int) -> tuple[int, str]:
     """(cells per GPU, the formula with its numbers) for the given GPU's free memory and the cores."""
     by_memory = free_bytes // (GIB_PER_CELL * GIB)
-    by_cores = cores // gpus // CORES_PER_CELL
+    by_cores = int(cores * CELLS_PER_CORE) // gpus
     slots = max(1, min(by_memory, by_cores, MAX_SLOTS))
     return slots, (f"min({free_bytes / GIB:.0f} GiB free / {GIB_PER_CELL} GiB per cell = {by_memory},"
-                   f" {cores} cores / {gpus} GPU(s) / {CORES_PER_CELL} per cell = {by_cores},"
+                   f" {cores} cores x {CELLS_PER_CORE} cells per core / {gpus} GPU(s) = {by_cores},"
                    f" cap {MAX_SLOTS})")
 
 

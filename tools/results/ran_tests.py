@@ -1,9 +1,10 @@
 """Fails when the last `bazel test` ran no test case: every test result skipped or empty.
 
-    python3 tools/results/ran_tests.py [BEP_FILE]
+    python3 tools/results/ran_tests.py [BEP_FILE...]
 
 BEP_FILE defaults to .bazel-bep.json, which .bazelrc makes every `bazel test` write. tools/test.sh and
-tools/run_matrix.sh run this after Bazel; after a plain `bazel test`, run it yourself.
+tools/run_matrix.sh run this after Bazel; after a plain `bazel test`, run it yourself. Several files
+are judged as one run (run_matrix.sh's waves): a case that ran in any of them counts.
 
 Why a separate step: a --test_filter that matches nothing in one target is legitimate (it may name a
 test of another target of the same pattern), so such a target passes, reported as skipped
@@ -39,23 +40,26 @@ def summarize(invocation: testlogs.Invocation) -> tuple[collections.Counter, lis
 
 
 def main(argv: list[str]) -> int:
-    bep = argv[1] if len(argv) > 1 else testlogs.BEP_FILE
-    if not os.path.exists(bep):
-        print(f"ran_tests: no build event file {bep}: run `bazel test` in this workspace first (.bazelrc"
-              " writes it), or pass the file given to --build_event_json_file", file=sys.stderr)
+    beps = argv[1:] or [testlogs.BEP_FILE]
+    invocations = []
+    for bep in beps:
+        if not os.path.exists(bep):
+            print(f"ran_tests: no build event file {bep}: run `bazel test` in this workspace first (.bazelrc"
+                  " writes it), or pass the file given to --build_event_json_file", file=sys.stderr)
+            return 2
+        invocations.append(testlogs.read_bep(bep))
+    what = " and ".join(f"`bazel {i.command} {' '.join(i.patterns)}`" for i in invocations)
+    results = [r for i in invocations for r in i.results]
+    if not results:
+        print(f"ran_tests: FAILED: {what} has no test result in {' '.join(beps)}: no test target was built"
+              " and run (a build error, or every target filtered out by tags)", file=sys.stderr)
         return 2
-    invocation = testlogs.read_bep(bep)
-    what = f"`bazel {invocation.command} {' '.join(invocation.patterns)}`"
-    if not invocation.results:
-        print(f"ran_tests: FAILED: {what} has no test result in {bep}: no test target was built and run"
-              " (a build error, or every target filtered out by tags)", file=sys.stderr)
-        return 2
-    totals, reasons, unreadable = summarize(invocation)
+    totals, reasons, unreadable = summarize(testlogs.Invocation(command="test", patterns=[], results=results))
     ran = sum(totals[outcome] for outcome in testlogs.RAN)
     for line in unreadable:
         print(f"ran_tests: cannot read the test.xml of {line}", file=sys.stderr)
     if ran == 0:
-        print(f"ran_tests: FAILED: no test case ran in {what}: all {len(invocation.results)} test"
+        print(f"ran_tests: FAILED: no test case ran in {what}: all {len(results)} test"
               f" result(s) are skipped or empty ({totals['skipped']} skipped case(s)). Why:", file=sys.stderr)
         for reason in reasons[:5] or ["(no reason recorded)"]:
             print(f"  {reason}", file=sys.stderr)
@@ -63,7 +67,7 @@ def main(argv: list[str]) -> int:
               " parameter names) or the targets.", file=sys.stderr)
         return 1
     print(f"ran_tests: {ran} test case(s) ran in {what} ({totals['passed']} passed, {totals['failed']}"
-          f" failed, {totals['skipped']} skipped) over {len(invocation.results)} test result(s)")
+          f" failed, {totals['skipped']} skipped) over {len(results)} test result(s)")
     return 0
 
 

@@ -65,3 +65,15 @@ def test_read_bep_keeps_the_last_attempt_per_shard_and_run(tmp_path):
 def test_junit_outcomes_count_errors_as_failed_and_skips_apart(tmp_path):
     xml = write_xml(tmp_path / "x.xml", {"a": "passed", "b": "failed", "c": "error", "d": "skipped"})
     assert testlogs.junit_outcomes(xml) == {"passed": 1, "failed": 2, "skipped": 1}
+
+
+def test_several_invocations_are_judged_as_one_run(tmp_path, capsys):
+    """run_matrix.sh's waves: a filter that matches only in the second wave ran a test case."""
+    a = write_xml(tmp_path / "a" / "test.xml", {"no test selected": "skipped"}, NOTHING_MATCHED)
+    b = write_xml(tmp_path / "b" / "test.xml", {"test_x": "passed"})
+    write_bep(tmp_path / "one.json", [("//t:a", a, "PASSED")], patterns=["//t/..."])
+    write_bep(tmp_path / "two.json", [("//t:b", b, "PASSED")], patterns=["//t/..."])
+    assert ran_tests.main(["ran_tests", str(tmp_path / "one.json"), str(tmp_path / "two.json")]) == 0
+    assert "1 test case(s) ran in `bazel test //t/...` and `bazel test //t/...`" in capsys.readouterr().out
+    write_bep(tmp_path / "two.json", [("//t:a", a, "PASSED")], patterns=["//t/..."])
+    assert ran_tests.main(["ran_tests", str(tmp_path / "one.json"), str(tmp_path / "two.json")]) == 1

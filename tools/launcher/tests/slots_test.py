@@ -19,12 +19,12 @@ def test_parse_query_reads_index_uuid_and_free_mib():
 
 
 @pytest.mark.parametrize("free_gib,cores,gpus,expected", [
-    (139, 32, 2, 16),  # nvidia-h200-x2: the cap (and 16 cores per GPU)
-    (139, 16, 1, 16),  # nvidia-h200: 16 cores for one GPU
-    (139, 8, 2, 4),  # few cores: a start is CPU-bound
-    (139, 128, 8, 16),
-    (20, 32, 1, 2),  # a GPU mostly taken by another job: 8 GiB per cell
-    (5, 32, 1, 1),  # never less than one cell per GPU
+    (139, 32, 2, 24),  # nvidia-h200-x2: 16 cores per GPU, 1.5 cells per core
+    (139, 16, 1, 24),  # nvidia-h200: 16 cores for one GPU
+    (139, 8, 2, 6),  # few cores: a start is CPU-bound
+    (139, 128, 8, 24),  # the cap
+    (20, 32, 1, 4),  # a GPU mostly taken by another job: 5 GiB per cell
+    (4, 32, 1, 1),  # never less than one cell per GPU
     (139, 1, 2, 1),
 ])
 def test_automatic_slots_take_the_scarcer_of_memory_and_cores(free_gib, cores, gpus, expected):
@@ -33,16 +33,16 @@ def test_automatic_slots_take_the_scarcer_of_memory_and_cores(free_gib, cores, g
 
 def test_the_explanation_carries_the_numbers():
     assert slots.automatic_slots(139 * GIB, 32, 2) == (
-        16, "min(139 GiB free / 8 GiB per cell = 17, 32 cores / 2 GPU(s) / 1 per cell = 16, cap 16)")
+        24, "min(139 GiB free / 5 GiB per cell = 27, 32 cores x 1.5 cells per core / 2 GPU(s) = 24, cap 24)")
 
 
 def test_plan_sizes_for_the_emptiest_gpu_it_was_given():
     gpus = slots.parse_query(QUERY)
     given, count, why = slots.plan(gpus, {}, cores=48)
-    assert [gpu.index for gpu in given] == [0, 1, 2] and count == 2  # GPU 1 has 20 GiB free
+    assert [gpu.index for gpu in given] == [0, 1, 2] and count == 4  # GPU 1 has 20 GiB free
     assert why.startswith("automatic: min(20 GiB free") and why.endswith("SLEEPWAKE_SLOTS_PER_GPU=N overrides")
-    given, count, _ = slots.plan(gpus, {"CUDA_VISIBLE_DEVICES": "GPU-cccc,0"}, cores=48)
-    assert [gpu.index for gpu in given] == [2, 0] and count == 16  # 48 cores / 2 GPUs = 24, cap 16
+    given, count, _ = slots.plan(gpus, {"CUDA_VISIBLE_DEVICES": "GPU-cccc,0"}, cores=24)
+    assert [gpu.index for gpu in given] == [2, 0] and count == 18  # 24 cores x 1.5 / 2 GPUs
 
 
 def test_the_override_wins_and_must_be_a_positive_whole_number():
