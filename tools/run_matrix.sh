@@ -47,7 +47,7 @@ fi
 # with it: Bazel kills what a test leaves behind). It exits when this script does.
 lock_dir=${SLEEPWAKE_LOCK_DIR:-/tmp/sleepwake-gpu-locks}; mkdir -p "$lock_dir"
 # Each GPU's memory-phase trace (gpu_lease.trace_path) describes this run only; the last run's is kept.
-for t in "$lock_dir"/gpu*.memory.trace.jsonl; do [[ -e "$t" ]] && mv -f "$t" "$t.prev"; done
+for t in "$lock_dir"/gpu*.memory.trace.jsonl "$lock_dir/waves.jsonl"; do [[ -e "$t" ]] && mv -f "$t" "$t.prev"; done
 PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" --idle_s 600 \
   >>"$lock_dir/zygote-host.log" 2>&1 &
 host_pid=$!
@@ -78,10 +78,15 @@ for i in "${!waves[@]}"; do
   bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs=$((gpus * slots)) \
     --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
   wave_rc=$?
-  took+=("$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')")
+  t1=$(date +%s.%N)
+  took+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')")
+  # When each wave ran, for the trace's summary per wave (tools/bench/phase_trace.py).
+  ((${#waves[@]} > 1)) && printf '{"wave": "%s", "began": %s, "ended": %s}\n' "${wave#--config=}" "$t0" "$t1" \
+    >>"$lock_dir/waves.jsonl"
   case $wave_rc in
     0 | 3) matched=1; beps+=("$bep"); ((wave_rc > rc)) && rc=$wave_rc ;;
-    4) ;;  # no target of this wave matched the arguments; the other wave may have some
+    4) ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) has none of the targets asked for" \
+         "(Bazel's \"No test targets were found\" above is this wave's); the other wave runs them" ;;
     *) rc=$wave_rc; break ;;  # a build or command-line error: the next wave would fail the same way
   esac
 done
@@ -98,6 +103,11 @@ python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text
 # What the cells waited for on each GPU (none written when every cell had a GPU to itself).
 if compgen -G "$lock_dir/gpu*.memory.trace.jsonl" >/dev/null; then
   PYTHONPATH="$PWD" python3 -m tools.bench.phase_trace "$lock_dir" || true
+fi
+# Where the GPU cells' time went (starts, memory-phase waits, their own work), this run's results only.
+cells=bazel-testlogs/tests/sleep_wake
+if ((${#beps[@]})) && [[ -d "$cells" ]]; then
+  PYTHONPATH="$PWD" python3 -m tools.bench.bazel_runs "$cells" $(printf -- '--bep=%s ' "${beps[@]}") || true
 fi
 ((rc == 4)) && { echo "run_matrix.sh: FAILED: no test target matched" >&2; exit 1; }
 if ((rc == 0)) && ! python3 tools/results/ran_tests.py "${beps[@]}"; then

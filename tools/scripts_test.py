@@ -19,7 +19,8 @@ TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
 WORKSPACE = os.path.dirname(TOOLS_DIR)
 SCRIPT_FILES = [".bazelrc", "tools/__init__.py", "tools/test.sh", "tools/run_matrix.sh", "tools/results/ran_tests.py",
                 "tools/results/testlogs.py", "tools/launcher/__init__.py", "tools/launcher/errors.py",
-                "tools/launcher/slots.py", "tools/launcher/visible_devices.py"]
+                "tools/launcher/slots.py", "tools/launcher/visible_devices.py", "tools/matrix.py", "tools/matrix.bzl",
+                "tools/bench/__init__.py", "tools/bench/bazel_runs.py"]
 FAKES = os.path.join(TOOLS_DIR, "testdata", "scripts")
 # What the two H200s of an nvidia-h200-x2 runner report: index, uuid, free MiB.
 TWO_H200 = ("0, GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, 143163\n"
@@ -154,8 +155,14 @@ def invocations(workspace) -> list[list[str]]:
 
 def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     """Beside the walk's shards, other cells' starts hold the allocation phase its sleeps wait for."""
-    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
+                                 FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"))
     assert code == 0, output
+    waves = [json.loads(line) for line in (workspace.parent / "locks" / "waves.jsonl").read_text().splitlines()]
+    assert [w["wave"] for w in waves] == ["gpu-walk-wave", "gpu-rest-wave"]  # for the trace's summary per wave
+    assert waves[0]["ended"] <= waves[1]["began"]
+    # Where the cells' time went, read from this run's results (the fake cells recorded no server timings).
+    assert "cell time: no GPU cell recorded server timings" in output
     configs = [[a for a in argv if a.startswith("--config=gpu-")] for argv in invocations(workspace)]
     assert configs == [["--config=gpu-walk-wave"], ["--config=gpu-rest-wave"]]
     assert "run_matrix.sh: wave 1 of 2: --config=gpu-walk-wave" in output
@@ -169,10 +176,13 @@ def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(work
                                  [WALK, (FLAGS[0], SKIPPED, NOTHING_MATCHED, FLAGS[3])],
                                  FAKE_NVIDIA_SMI_CSV=TWO_H200)
     assert code == 0 and "ran_tests: 1 test case(s) ran" in output, output
+    # A target of one wave only: the other wave's "no test targets" is said to be expected.
+    code, output, _ = run_script(workspace, "run_matrix.sh", [FLAGS[0]], [FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    assert code == 0 and "run_matrix.sh: wave 1 has none of the targets asked for" in output, output
     # A failing wave does not stop the next one; its exit code stays the run's.
     code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
                                  FAKE_BAZEL_RC="3")
-    assert code == 3 and len(invocations(workspace)) == 2 + 2, output
+    assert code == 3 and len(invocations(workspace)) == 3 * 2, output
 
 
 def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):

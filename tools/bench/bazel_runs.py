@@ -4,10 +4,13 @@ server_timings, tools/launcher/timings.py)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import statistics
+import sys
+from xml.etree import ElementTree
 
 from tools import matrix
 from tools.results import testlogs
@@ -64,17 +67,38 @@ CELL_PHASES = (("lease_wait_s", "waiting for a GPU slot"),
                ("stop_s", "teardowns and NVML release checks"))
 
 
-def _records(testlogs_dir: str, key: str):
-    """(cell, entry) for every measurement `key` the cells under testlogs_dir recorded."""
+def suite_seconds(xml_path: str) -> float:
+    """A unit's own time: its JUnit testsuites' time (pytest's session, fixtures included)."""
+    root = ElementTree.parse(xml_path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    return sum(float(suite.get("time") or 0) for suite in suites)
+
+
+def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
+    """Every test unit under testlogs_dir: a cell, or each shard of a sharded one (Bazel runs shards
+    apart, so a shard is what occupies a slot). Each: "unit" (cell[/shard_K_of_N]), "cell", "seconds"
+    (suite_seconds) and the "timings" (server_timings) it recorded, with their "cell" and "start_mode".
+    only: the real paths of the test.xml files to keep (an invocation's, invocation_xmls)."""
+    units = []
     if not os.path.isdir(testlogs_dir):
-        return
+        return units
     for cell in sorted(os.listdir(testlogs_dir)):
-        text = testlogs.read_output(os.path.join(testlogs_dir, cell), "measurements.jsonl") or ""
-        for line in text.splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                if entry.get("key") == key:
-                    yield cell, entry
+        for unit_dir in testlogs.result_dirs(os.path.join(testlogs_dir, cell)):
+            if only is not None and os.path.realpath(os.path.join(unit_dir, "test.xml")) not in only:
+                continue
+            text = testlogs.read_output(unit_dir, testlogs.MEASUREMENTS_FILE) or ""
+            entries = [json.loads(line) for line in text.splitlines() if line.strip()]
+            timings = [dict({k: e.get(k, 0.0) for k, _ in CELL_PHASES}, cell=cell, start_mode=e.get("start_mode"))
+                       for e in entries if e.get("key") == "server_timings"]
+            units.append({"unit": os.path.relpath(unit_dir, testlogs_dir), "cell": cell,
+                          "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")), "timings": timings})
+    return units
+
+
+def invocation_xmls(bep_files: list[str]) -> set:
+    """The real paths of the test.xml files the given build event files name: those invocations'
+    results only, not what earlier runs left in bazel-testlogs."""
+    return {os.path.realpath(r.xml) for bep in bep_files for r in testlogs.read_bep(bep).results if r.xml}
 
 
 def gpu_only(timings: list[dict]) -> list[dict]:
@@ -82,34 +106,59 @@ def gpu_only(timings: list[dict]) -> list[dict]:
     return [t for t in timings if t["start_mode"] != FAKE_START_MODE]
 
 
+def gpu_units(units: list[dict]) -> list[dict]:
+    """The units that started a GPU server (not the fake tier's, not unit tests)."""
+    return [u for u in units if gpu_only(u["timings"])]
+
+
 def recorded_timings(testlogs_dir: str) -> list[dict]:
-    """Every server_timings a cell recorded, with its "cell" and "start_mode"."""
-    return [dict({k: entry.get(k, 0.0) for k, _ in CELL_PHASES}, cell=cell, start_mode=entry.get("start_mode"))
-            for cell, entry in _records(testlogs_dir, "server_timings")]
+    """Every server_timings the units under testlogs_dir recorded, with its "cell" and "start_mode"."""
+    return [t for u in test_units(testlogs_dir) for t in u["timings"]]
 
 
-def cell_breakdown(timings: list[dict], results: dict, package: str, elapsed_s: float | None) -> dict:
-    """Where the GPU cells' time went: per phase the cell-seconds summed over the cells, the share of
-    all GPU cells' time, and the median cell's; the rest is the tests' own work. mean_cells_in_flight
-    (cell-seconds / Bazel's elapsed time) shows how full the slots were kept."""
-    gpu = gpu_only(timings)
-    cells = sorted({t["cell"] for t in gpu})
-    seconds = {c: (results.get("%s:%s" % (package, c)) or {}).get("seconds") for c in cells}
-    cells = [c for c in cells if seconds[c] is not None]
-    if not cells:
+def class_of(cell: str) -> str:
+    """The class short name of a GPU cell name <class>_<runner>_<mode> (the name itself otherwise)."""
+    for runner in matrix.RUNNERS:
+        for mode in matrix.EXECUTION_MODES:
+            if cell.endswith(f"_{runner}_{mode}"):
+                return cell[:-len(f"_{runner}_{mode}")]
+    return cell
+
+
+def _phase_sums(units: list[dict]) -> dict:
+    sums = {k: sum(t[k] for u in units for t in gpu_only(u["timings"])) for k, _ in CELL_PHASES}
+    sums["rest_s"] = sum(max(u["seconds"] - sum(t[k] for t in gpu_only(u["timings"]) for k, _ in CELL_PHASES), 0.0)
+                         for u in units)
+    return sums
+
+
+def cell_breakdown(units: list[dict], elapsed_s: float | None) -> dict:
+    """Where the GPU units' time went: per phase the cell-seconds summed over the units, the share of
+    all their time, and the median unit's; the rest is the tests' own work. Per class the same sums
+    (by_class), and the longest units. mean_cells_in_flight (cell-seconds / Bazel's elapsed time) shows
+    how full the slots were kept."""
+    gpu = gpu_units(units)
+    if not gpu:
         return {"cells": 0}
-    per_cell = {c: {k: sum(t[k] for t in gpu if t["cell"] == c) for k, _ in CELL_PHASES} for c in cells}
-    for c in cells:
-        per_cell[c]["rest_s"] = max(seconds[c] - sum(per_cell[c].values()), 0.0)
-    total = sum(seconds.values())
+    total = sum(u["seconds"] for u in gpu)
+    per_unit = [_phase_sums([u]) for u in gpu]
     phases = []
     for key, what in CELL_PHASES + (("rest_s", "the tests' own requests and checks, pytest"),):
-        values = [per_cell[c][key] for c in cells]
+        values = [p[key] for p in per_unit]
         phases.append({"key": key, "what": what, "cell_seconds": round(sum(values), 1),
                        "share": round(sum(values) / total, 3) if total else None,
                        "median_cell_s": round(statistics.median(values), 2)})
-    return {"cells": len(cells), "cell_seconds": round(total, 1), "median_cell_s": round(
-                statistics.median(seconds.values()), 2), "phases": phases,
+    by_class = {}
+    for name in sorted({class_of(u["cell"]) for u in gpu}):
+        members = [u for u in gpu if class_of(u["cell"]) == name]
+        by_class[name] = dict({k: round(v, 1) for k, v in _phase_sums(members).items()}, units=len(members),
+                              servers=sum(len(gpu_only(u["timings"])) for u in members),
+                              cell_seconds=round(sum(u["seconds"] for u in members), 1),
+                              longest_unit_s=round(max(u["seconds"] for u in members), 1))
+    longest = sorted(gpu, key=lambda u: -u["seconds"])[:5]
+    return {"cells": len(gpu), "cell_seconds": round(total, 1),
+            "median_cell_s": round(statistics.median(u["seconds"] for u in gpu), 2), "phases": phases,
+            "by_class": by_class, "longest_units": [[u["unit"], round(u["seconds"], 1)] for u in longest],
             "mean_cells_in_flight": round(total / elapsed_s, 1) if elapsed_s else None}
 
 
@@ -122,18 +171,55 @@ def summarise(values) -> dict:
             "min_s": round(min(values), 2), "max_s": round(max(values), 2)}
 
 
-def matrix_measures(results: dict, timings: list[dict], breakdown: dict, elapsed_s: float | None,
-                    package: str) -> dict:
+def matrix_measures(units: list[dict], breakdown: dict, elapsed_s: float | None) -> dict:
     """The matrix's figures the speed targets name (report.TARGETS): Bazel's elapsed time, the median
-    GPU server start, the longest GPU cell (any <class>_<runner>_<mode> of the spec, the walk's sharded
-    ones too) and the share of the GPU cells' time spent waiting on neighbours' memory phases; None
-    where unknown."""
-    gpu = gpu_only(timings)
-    cells = {"%s:%s_%s_%s" % (package, c, r, m) for c in matrix.SLEEP_WAKE_CLASSES for r in matrix.RUNNERS
-             for m in matrix.EXECUTION_MODES}
-    seconds = [r["seconds"] for target, r in results.items() if target in cells and r.get("seconds") is not None]
+    GPU server start, the longest GPU cell (a unit of any class of the spec: a walk shard counts as one)
+    and the share of the GPU cells' time spent waiting on neighbours' memory phases; None where unknown."""
+    gpu = [u for u in gpu_units(units) if class_of(u["cell"]) in matrix.SLEEP_WAKE_CLASSES]
     waits = [p["share"] for p in breakdown.get("phases", []) if p["key"] == "memory_phase_wait_s"]
     return {"matrix_elapsed_s": elapsed_s,
-            "matrix_start_median_s": summarise(t["start_s"] for t in gpu).get("median_s"),
-            "longest_cell_s": max(seconds) if seconds else None,
+            "matrix_start_median_s": summarise(t["start_s"] for u in gpu for t in gpu_only(u["timings"])).get("median_s"),
+            "longest_cell_s": round(max(u["seconds"] for u in gpu), 1) if gpu else None,
             "wait_share": waits[0] if waits else None}
+
+
+def text(breakdown: dict) -> str:
+    """The breakdown for people: the totals, then one line per class, longest first."""
+    if not breakdown.get("cells"):
+        return "cell time: no GPU cell recorded server timings"
+    phases = {p["key"]: p for p in breakdown["phases"]}
+    short = {"lease_wait_s": "slot waits", "start_s": "starts", "memory_phase_wait_s": "memory-phase waits",
+             "stop_s": "stops", "rest_s": "own work"}
+    lines = [f"cell time: {breakdown['cells']} GPU units (cells, or shards of one), {breakdown['cell_seconds']:.0f}"
+             " cell-seconds: " + ", ".join(f"{label} {phases[k]['cell_seconds']:.0f} s ({100 * phases[k]['share']:.0f}%)"
+                                          for k, label in short.items())]
+    lines.append("  longest: " + ", ".join(f"{u} {s:.0f} s" for u, s in breakdown["longest_units"]))
+    for name, c in sorted(breakdown["by_class"].items(), key=lambda kv: -kv[1]["longest_unit_s"]):
+        lines.append(f"  {name}: {c['units']} units, {c['cell_seconds']:.0f} s = starts {c['start_s']:.0f}"
+                     f" ({c['servers']} servers) + waits {c['memory_phase_wait_s']:.0f} + stops {c['stop_s']:.0f}"
+                     f" + slot waits {c['lease_wait_s']:.0f} + own {c['rest_s']:.0f}; longest {c['longest_unit_s']:.0f} s")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Where the GPU cells' time went, from a run's test logs.")
+    parser.add_argument("testlogs", help="the cells' test logs, e.g. bazel-testlogs/tests/sleep_wake")
+    parser.add_argument("--bep", action="append", default=[],
+                        help="a build event file (repeatable): count only the results of its invocation")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.testlogs):
+        print(f"bazel_runs: no test logs at {args.testlogs}: run the matrix first (tools/run_matrix.sh)",
+              file=sys.stderr)
+        return 1
+    missing = [bep for bep in args.bep if not os.path.exists(bep)]
+    if missing:
+        print(f"bazel_runs: no build event file {missing[0]}: pass the file given to --build_event_json_file",
+              file=sys.stderr)
+        return 1
+    only = invocation_xmls(args.bep) if args.bep else None
+    print(text(cell_breakdown(test_units(args.testlogs, only), None)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

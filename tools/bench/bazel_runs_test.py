@@ -4,6 +4,7 @@ import json
 import zipfile
 
 from tools.bench import bazel_runs
+from tools.results.testlogs_testing import write_bep
 
 OUTPUT = """INFO: Analyzed 44 targets (0 packages loaded, 0 targets configured).
 INFO: Found 44 test targets...
@@ -56,20 +57,34 @@ def _timing(mode, **phases):
                  "memory_phase_wait_s": 0.0, "memory_phases": 0, "stop_s": 0.0}, **phases)
 
 
-def test_recorded_timings_from_plain_and_zipped_outputs(tmp_path):
-    plain = tmp_path / "flags_mrv1_eager" / "test.outputs"
-    plain.mkdir(parents=True)
-    (plain / "measurements.jsonl").write_text(_measurements(
-        _timing("zygote", start_s=6.5, lease_wait_s=2.0), {"key": "server_start_s", "value": 8.5}))
-    zipped = tmp_path / "latency_mrv2_graph" / "test.outputs"
-    zipped.mkdir(parents=True)
-    with zipfile.ZipFile(zipped / "outputs.zip", "w") as z:
-        z.writestr("measurements.jsonl", _measurements(_timing("plain", start_s=9.0)))
+def _unit(root, unit, seconds, *entries, zipped=False):
+    """A unit's test logs as Bazel leaves them: test.xml with the suite's time, measurements.jsonl plain
+    or in outputs.zip."""
+    d = root / unit
+    (d / "test.outputs").mkdir(parents=True)
+    (d / "test.xml").write_text(f'<testsuites><testsuite name="x" time="{seconds}"><testcase name="t" time="1"/>'
+                                "</testsuite></testsuites>")
+    if zipped:
+        with zipfile.ZipFile(d / "test.outputs" / "outputs.zip", "w") as z:
+            z.writestr("measurements.jsonl", _measurements(*entries))
+    else:
+        (d / "test.outputs" / "measurements.jsonl").write_text(_measurements(*entries))
+
+
+def test_recorded_timings_from_plain_and_zipped_outputs_and_shards(tmp_path):
+    _unit(tmp_path, "flags_mrv1_eager", 20, _timing("zygote", start_s=6.5, lease_wait_s=2.0),
+          {"key": "server_start_s", "value": 8.5})
+    _unit(tmp_path, "latency_mrv2_graph", 30, _timing("plain", start_s=9.0), zipped=True)
+    _unit(tmp_path, "state_walk_mrv1_eager/shard_2_of_6", 130, _timing("zygote", start_s=24.0))
     timings = bazel_runs.recorded_timings(str(tmp_path))
     assert [(t["cell"], t["start_mode"], t["start_s"], t["lease_wait_s"]) for t in timings] == [
-        ("flags_mrv1_eager", "zygote", 6.5, 2.0), ("latency_mrv2_graph", "plain", 9.0, 0.0)]
-    assert bazel_runs.summarise(t["start_s"] for t in timings) == {"count": 2, "median_s": 7.75, "min_s": 6.5,
-                                                                   "max_s": 9.0}
+        ("flags_mrv1_eager", "zygote", 6.5, 2.0), ("latency_mrv2_graph", "plain", 9.0, 0.0),
+        ("state_walk_mrv1_eager", "zygote", 24.0, 0.0)]
+    units = bazel_runs.test_units(str(tmp_path))
+    assert [(u["unit"], u["seconds"]) for u in units] == [
+        ("flags_mrv1_eager", 20.0), ("latency_mrv2_graph", 30.0), ("state_walk_mrv1_eager/shard_2_of_6", 130.0)]
+    assert bazel_runs.summarise(t["start_s"] for t in timings[:2]) == {"count": 2, "median_s": 7.75, "min_s": 6.5,
+                                                                       "max_s": 9.0}
     assert bazel_runs.summarise([]) == {"count": 0}
     assert bazel_runs.recorded_timings(str(tmp_path / "missing")) == []
 
@@ -79,37 +94,62 @@ def test_critical_path_is_the_last_commands():
     assert bazel_runs.critical_path_s("no bazel here") is None
 
 
-def test_cell_breakdown_splits_gpu_cells_and_leaves_out_the_fakes():
-    timings = [
-        dict(_timing("zygote", lease_wait_s=10.0, start_s=6.0, memory_phase_wait_s=4.0, stop_s=1.0), cell="a_mrv1_eager"),
-        dict(_timing("zygote", start_s=7.0, stop_s=1.0), cell="a_mrv1_eager"),  # a second server of cell a
-        dict(_timing("plain", start_s=15.0, memory_phase_wait_s=20.0, stop_s=2.0), cell="b_mrv2_graph"),
-        dict(_timing("fake", start_s=0.1), cell="a_fake_mrv1_eager"),
-    ]
-    results = {"//tests/sleep_wake:a_mrv1_eager": {"seconds": 40.0}, "//tests/sleep_wake:b_mrv2_graph": {"seconds": 60.0},
-               "//tests/sleep_wake:a_fake_mrv1_eager": {"seconds": 3.0}}
-    breakdown = bazel_runs.cell_breakdown(timings, results, "//tests/sleep_wake", elapsed_s=50.0)
-    assert breakdown["cells"] == 2 and breakdown["cell_seconds"] == 100.0 and breakdown["mean_cells_in_flight"] == 2.0
+def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_fakes(tmp_path):
+    _unit(tmp_path, "a_mrv1_eager", 40.0,
+          _timing("zygote", lease_wait_s=10.0, start_s=6.0, memory_phase_wait_s=4.0, stop_s=1.0),
+          _timing("zygote", start_s=7.0, stop_s=1.0))  # a second server of cell a
+    _unit(tmp_path, "b_mrv2_graph/shard_1_of_2", 35.0, _timing("plain", start_s=7.0, memory_phase_wait_s=10.0, stop_s=1.0))
+    _unit(tmp_path, "b_mrv2_graph/shard_2_of_2", 25.0, _timing("plain", start_s=8.0, memory_phase_wait_s=10.0, stop_s=1.0))
+    _unit(tmp_path, "a_fake_mrv1_eager", 3.0, _timing("fake", start_s=0.1))
+    units = bazel_runs.test_units(str(tmp_path))
+    breakdown = bazel_runs.cell_breakdown(units, elapsed_s=50.0)
+    assert breakdown["cells"] == 3 and breakdown["cell_seconds"] == 100.0 and breakdown["mean_cells_in_flight"] == 2.0
     phases = {p["key"]: p for p in breakdown["phases"]}
     assert phases["lease_wait_s"]["cell_seconds"] == 10.0
-    assert phases["start_s"]["cell_seconds"] == 28.0 and phases["start_s"]["median_cell_s"] == 14.0
+    assert phases["start_s"]["cell_seconds"] == 28.0 and phases["start_s"]["median_cell_s"] == 8.0
     assert phases["memory_phase_wait_s"]["share"] == 0.24
-    # cell a: 40 - (10 + 13 + 4 + 2) = 11; cell b: 60 - (15 + 20 + 2) = 23
+    # a: 40 - (10 + 13 + 4 + 2) = 11; b's shards: 35 - 18 = 17 and 25 - 19 = 6
     assert phases["rest_s"]["cell_seconds"] == 34.0
     assert sum(p["share"] for p in breakdown["phases"]) == 1.0
-    assert bazel_runs.cell_breakdown(timings[3:], results, "//tests/sleep_wake", 50.0) == {"cells": 0}
+    assert breakdown["by_class"]["b"] == {"units": 2, "servers": 2, "cell_seconds": 60.0, "longest_unit_s": 35.0,
+                                          "lease_wait_s": 0.0, "start_s": 15.0, "memory_phase_wait_s": 20.0,
+                                          "stop_s": 2.0, "rest_s": 23.0}
+    assert breakdown["longest_units"][0] == ["a_mrv1_eager", 40.0]
+    text = bazel_runs.text(breakdown)
+    assert "cell time: 3 GPU units (cells, or shards of one), 100 cell-seconds" in text
+    assert "  b: 2 units, 60 s = starts 15 (2 servers) + waits 20 + stops 2 + slot waits 0 + own 23; longest 35 s" in text
+    assert bazel_runs.cell_breakdown(units[:1], 50.0) == {"cells": 0}  # the fake cell only
 
 
-def test_matrix_measures_take_the_longest_gpu_cell_and_the_wait_share():
-    results = bazel_runs.target_results("//tests/sleep_wake:flags_mrv1_eager          PASSED in 23.1s\n"
-                                        "//tests/sleep_wake:state_walk_mrv2_eager    PASSED in 252.0s\n"
-                                        "//tests/sleep_wake:flags_fake_mrv1_eager     PASSED in 400.0s\n"
-                                        "//tests/sleep_wake/unit:cells_unit_test      PASSED in 500.0s\n")
-    timings = [dict(cell="flags_mrv1_eager", start_mode="zygote", start_s=10.0),
-               dict(cell="flags_mrv2_graph", start_mode="zygote", start_s=12.0),
-               dict(cell="flags_fake_mrv1_eager", start_mode=bazel_runs.FAKE_START_MODE, start_s=0.1)]
+def test_matrix_measures_take_the_longest_gpu_unit_and_the_wait_share(tmp_path):
+    _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0))
+    _unit(tmp_path, "flags_mrv2_graph", 31.0, _timing("zygote", start_s=12.0))
+    _unit(tmp_path, "state_walk_mrv2_eager/shard_2_of_6", 134.0, _timing("zygote", start_s=24.0))
+    _unit(tmp_path, "flags_fake_mrv1_eager", 400.0, _timing(bazel_runs.FAKE_START_MODE, start_s=0.1))
+    _unit(tmp_path, "cells_unit_test", 500.0)
     breakdown = {"phases": [{"key": "start_s", "share": 0.4}, {"key": "memory_phase_wait_s", "share": 0.33}]}
-    got = bazel_runs.matrix_measures(results, timings, breakdown, 444.9, "//tests/sleep_wake")
-    # The sharded walk cell counts (its shards record their timings below it); fake and unit targets do not.
-    assert got == {"matrix_elapsed_s": 444.9, "matrix_start_median_s": 11.0, "longest_cell_s": 252.0,
+    got = bazel_runs.matrix_measures(bazel_runs.test_units(str(tmp_path)), breakdown, 283.1)
+    # A walk shard counts as a cell; fake and unit targets do not.
+    assert got == {"matrix_elapsed_s": 283.1, "matrix_start_median_s": 12.0, "longest_cell_s": 134.0,
                    "wait_share": 0.33}
+
+
+def test_the_command_line_prints_the_breakdown_or_says_what_is_missing(tmp_path, capsys):
+    _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0))
+    assert bazel_runs.main([str(tmp_path)]) == 0
+    assert "flags: 1 units, 23 s = starts 10" in capsys.readouterr().out
+    assert bazel_runs.main([str(tmp_path / "missing")]) == 1
+    assert "no test logs at" in capsys.readouterr().err
+
+
+def test_the_command_line_counts_only_the_invocations_it_is_given(tmp_path, capsys):
+    """bazel-testlogs keeps earlier runs' results: a one-cell run must not report the whole matrix."""
+    _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0))
+    _unit(tmp_path, "latency_mrv1_eager", 30.0, _timing("zygote", start_s=11.0))  # an earlier run's
+    write_bep(tmp_path / "bep.json", [("//t:flags_mrv1_eager", str(tmp_path / "flags_mrv1_eager" / "test.xml"),
+                                       "PASSED")])
+    assert bazel_runs.main([str(tmp_path), "--bep", str(tmp_path / "bep.json")]) == 0
+    out = capsys.readouterr().out
+    assert "cell time: 1 GPU units" in out and "latency" not in out
+    assert bazel_runs.main([str(tmp_path), "--bep", str(tmp_path / "none.json")]) == 1
+    assert "no build event file" in capsys.readouterr().err

@@ -284,7 +284,8 @@ def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
     results = bazel_runs.target_results(output)
     failed = sorted(t for t, r in results.items() if r["status"] != "PASSED")
     cells_dir = os.path.join(_workspace(), "bazel-testlogs", "tests", "sleep_wake")
-    timings = bazel_runs.gpu_only(bazel_runs.recorded_timings(cells_dir))
+    units = bazel_runs.test_units(cells_dir)
+    timings = bazel_runs.gpu_only([t for u in units for t in u["timings"]])
     modes = dict(collections.Counter(t["start_mode"] for t in timings))
     result["matrix"] = {"command": " ".join(shlex.quote(a) for a in argv), "wall_s": round(wall, 2),
                         "elapsed_s": elapsed, "critical_path_s": bazel_runs.critical_path_s(output),
@@ -292,11 +293,11 @@ def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
                         "status": ("cut after %.0f s (budget)" % left if not finished else
                                    "passed" if not failed and results else "failed: %s" % failed),
                         "starts": bazel_runs.summarise(t["start_s"] for t in timings), "start_modes": modes,
-                        "breakdown": bazel_runs.cell_breakdown(timings, results, "//tests/sleep_wake", elapsed),
+                        "breakdown": bazel_runs.cell_breakdown(units, elapsed),
                         # What the waits were for, and whether the cores bound the slots.
                         "memory_phases": phase_trace.summaries(ServerConfig().lock_dir),
                         "host_cpu_busy": bazel_runs.host_cpu_busy(output)}
-    values = bazel_runs.matrix_measures(results, timings, result["matrix"]["breakdown"], elapsed, "//tests/sleep_wake") \
+    values = bazel_runs.matrix_measures(units, result["matrix"]["breakdown"], elapsed) \
         if finished else {}
     for key in MATRIX_KEYS:
         if values.get(key) is not None:

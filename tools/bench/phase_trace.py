@@ -9,6 +9,10 @@ nothing is the poll's latency. The speed issue's question "what are cells waitin
 which lever (start steps, sleeps, windows, keep-out) would buy what.
 
     python3 -m tools.bench.phase_trace /tmp/sleepwake-gpu-locks   # every gpu*.memory.trace.jsonl there
+
+Where tools/run_matrix.sh ran its waves one after the other, it left their times beside the traces
+(waves.jsonl), and each wave is summarised apart too: the waves never overlap, so a phase belongs to the
+wave it was asked in.
 """
 from __future__ import annotations
 
@@ -100,9 +104,31 @@ def trace_files(lock_dir: str) -> list[str]:
     return sorted(glob.glob(os.path.join(lock_dir, "gpu*.memory.trace.jsonl")))
 
 
+WAVES_FILE = "waves.jsonl"  # tools/run_matrix.sh: one line per `bazel test` wave: {"wave", "began", "ended"}
+
+
+def read_waves(lock_dir: str) -> list[tuple[str, float, float]]:
+    """(name, began, ended) of the waves of the last run_matrix.sh run in lock_dir; [] if it ran one."""
+    path = os.path.join(lock_dir, WAVES_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [(w["wave"], float(w["began"]), float(w["ended"])) for w in map(json.loads, f) if w]
+
+
+def by_wave(phases: list[Phase], waves) -> list[tuple[str, list[Phase]]]:
+    """Each wave's phases: those asked while it ran."""
+    return [(name, [p for p in phases if began <= p.asked < ended]) for name, began, ended in waves]
+
+
 def summaries(lock_dir: str) -> dict:
-    """Per GPU trace file in lock_dir, its Summary as a dict (the bench's JSON)."""
-    return {os.path.basename(path): dataclasses.asdict(summarize(read(path)[0])) for path in trace_files(lock_dir)}
+    """Per GPU trace file in lock_dir, its Summary as a dict (the bench's JSON), with each wave's."""
+    out = {}
+    for path in trace_files(lock_dir):
+        phases = read(path)[0]
+        out[os.path.basename(path)] = dict(dataclasses.asdict(summarize(phases)), waves={
+            name: dataclasses.asdict(summarize(part)) for name, part in by_wave(phases, read_waves(lock_dir))})
+    return out
 
 
 def text(name: str, s: Summary) -> str:
@@ -132,6 +158,8 @@ def main(argv=None) -> int:
         phases, bad = read(path)
         print(text(os.path.basename(path), summarize(phases))
               + (f"\n  ({bad} line(s) were not phases and were left out)" if bad else ""))
+        for name, part in by_wave(phases, read_waves(os.path.dirname(os.path.abspath(path)))):
+            print("\n".join("  " + line for line in text(f"wave {name}", summarize(part)).splitlines()))
     return 0
 
 

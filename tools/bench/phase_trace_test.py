@@ -55,3 +55,25 @@ def test_a_held_phase_writes_its_trace_line_and_the_reader_reads_it(tmp_path, ca
     assert "gpu0.memory.trace.jsonl: 2 memory phases" in capsys.readouterr().out
     assert phase_trace.main([str(tmp_path / "nowhere")]) == 1
     assert "no memory-phase trace at" in capsys.readouterr().err
+
+
+def test_run_matrix_waves_are_summarised_apart(tmp_path, capsys):
+    """A phase belongs to the wave it was asked in; the whole run's summary still counts every one."""
+    _write(tmp_path / "gpu0.memory.trace.jsonl", [
+        (FREE, "window", 10.0, 10.0, 11.0),  # the walk's wave
+        (ALLOCATE, "wake", 10.5, 11.0, 11.1),
+        (ALLOCATE, "start:load_model", 20.0, 20.0, 22.0),  # the rest's wave
+        (FREE, "sleep", 21.0, 22.0, 22.1),
+    ])
+    (tmp_path / phase_trace.WAVES_FILE).write_text(
+        '{"wave": "gpu-walk-wave", "began": 9.0, "ended": 15.0}\n'
+        '{"wave": "gpu-rest-wave", "began": 15.0, "ended": 30.0}\n')
+    assert phase_trace.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "gpu0.memory.trace.jsonl: 4 memory phases" in out
+    assert "  wave gpu-walk-wave: 2 memory phases over 1 s" in out
+    assert "    allocate waited 0.5 s in 1 phases, kept out by: free window 0.5 s" in out
+    assert "  wave gpu-rest-wave: 2 memory phases over 2 s" in out
+    assert "    free waited 1.0 s in 1 phases, kept out by: allocate start 1.0 s" in out
+    waves = phase_trace.summaries(str(tmp_path))["gpu0.memory.trace.jsonl"]["waves"]
+    assert sorted(waves) == ["gpu-rest-wave", "gpu-walk-wave"] and waves["gpu-walk-wave"]["phases"] == 2

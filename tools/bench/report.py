@@ -95,6 +95,14 @@ def markdown(result: dict) -> str:
             for phase in breakdown["phases"]:
                 lines.append("| %s | %.0f | %.0f%% | %s |" % (phase["what"], phase["cell_seconds"],
                                                             100 * (phase["share"] or 0), _seconds(phase["median_cell_s"])))
+            by_class = breakdown.get("by_class") or {}
+            if by_class:
+                lines += ["", "| class | units | cell-seconds | starts (servers) | memory-phase waits | own work |"
+                          " longest unit |", "|---|---|---|---|---|---|---|"]
+                for name, c in sorted(by_class.items(), key=lambda kv: -kv[1]["longest_unit_s"]):
+                    lines.append("| %s | %d | %.0f | %.0f (%d) | %.0f | %.0f | %s |" % (
+                        name, c["units"], c["cell_seconds"], c["start_s"], c["servers"], c["memory_phase_wait_s"],
+                        c["rest_s"], _seconds(c["longest_unit_s"])))
     for note in result.get("notes", []):
         lines.append("- " + note)
     return "\n".join(lines) + "\n"

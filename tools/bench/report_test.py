@@ -41,12 +41,16 @@ def test_markdown_shows_where_the_matrix_time_went():
         "starts": {"count": 64, "median_s": 12.6, "min_s": 6.1, "max_s": 34.4}, "start_modes": {"zygote": 64},
         "breakdown": {"cells": 60, "cell_seconds": 4800.0, "median_cell_s": 80.0, "mean_cells_in_flight": 27.9,
                       "phases": [{"key": "memory_phase_wait_s", "what": "waiting on GPU neighbours' memory phases",
-                                  "cell_seconds": 2400.0, "share": 0.5, "median_cell_s": 40.0}]}})
+                                  "cell_seconds": 2400.0, "share": 0.5, "median_cell_s": 40.0}],
+                      "by_class": {"state_walk": {"units": 24, "servers": 24, "cell_seconds": 3007.0,
+                                                  "start_s": 610.0, "memory_phase_wait_s": 778.0, "rest_s": 1605.0,
+                                                  "longest_unit_s": 134.0, "lease_wait_s": 0.0, "stop_s": 14.0}}}})
     text = report.markdown(result)
     assert "64 GPU server starts (launch to /health), median 12.6 s" in text
     assert "60 GPU cells, 4800.0 cell-seconds (median cell 80.0 s), 27.9 cells in flight on average, " \
            "critical path 162.7 s" in text
     assert "| waiting on GPU neighbours' memory phases | 2400 | 50% | 40.0 s |" in text
+    assert "| state_walk | 24 | 3007 | 610 (24) | 778 | 1605 | 134.0 s |" in text
 
 
 def test_targets_follow_the_gpu_count_and_the_wait_share_is_a_percentage():

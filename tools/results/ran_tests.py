@@ -48,7 +48,8 @@ def main(argv: list[str]) -> int:
                   " writes it), or pass the file given to --build_event_json_file", file=sys.stderr)
             return 2
         invocations.append(testlogs.read_bep(bep))
-    what = " and ".join(f"`bazel {i.command} {' '.join(i.patterns)}`" for i in invocations)
+    commands = [f"`bazel {i.command} {' '.join(i.patterns)}`" for i in invocations]
+    what = " and ".join(dict.fromkeys(commands)) + (f" ({len(commands)} invocations)" if len(commands) > 1 else "")
     results = [r for i in invocations for r in i.results]
     if not results:
         print(f"ran_tests: FAILED: {what} has no test result in {' '.join(beps)}: no test target was built"
