@@ -36,6 +36,12 @@ def elapsed_s(output: str) -> float | None:
     return float(found[-1]) if found else None
 
 
+def wave_seconds(output: str) -> list[float]:
+    """Each of run_matrix.sh's waves' time, in order ([] for a run of one invocation)."""
+    found = re.findall(r"^run_matrix\.sh: bazel test took [\d.]+ s in \d+ waves \(([\d. ]+) s\)", output, re.M)
+    return [float(x) for x in found[-1].split()] if found else []
+
+
 def host_cpu_busy(output: str) -> dict | None:
     """How busy the host's CPUs were while run_matrix.sh's Bazel ran: {"share": 0..1, "cpus": N}."""
     found = _CPU_BUSY.findall(output)

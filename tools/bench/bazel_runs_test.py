@@ -36,6 +36,7 @@ def test_run_matrix_waves_count_together():
     assert bazel_runs.elapsed_s(waves) == 271.3
     assert bazel_runs.critical_path_s(waves) == 250.2
     assert bazel_runs.critical_path_s(OUTPUT) == 140.2
+    assert bazel_runs.wave_seconds(waves) == [150.1, 121.2] and bazel_runs.wave_seconds(OUTPUT) == []
 
 
 def test_target_results():

@@ -289,6 +289,7 @@ def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
     modes = dict(collections.Counter(t["start_mode"] for t in timings))
     result["matrix"] = {"command": " ".join(shlex.quote(a) for a in argv), "wall_s": round(wall, 2),
                         "elapsed_s": elapsed, "critical_path_s": bazel_runs.critical_path_s(output),
+                        "waves_s": bazel_runs.wave_seconds(output),
                         "targets": len(results), "failed": failed,
                         "status": ("cut after %.0f s (budget)" % left if not finished else
                                    "passed" if not failed and results else "failed: %s" % failed),

@@ -79,9 +79,11 @@ def markdown(result: dict) -> str:
     matrix = result.get("matrix")
     if matrix:
         starts_summary = matrix.get("starts", {})
-        lines += ["", "Matrix (`%s`): %s, Bazel elapsed %s; %d GPU server starts (launch to /health), median %s"
+        waves = matrix.get("waves_s") or []
+        lines += ["", "Matrix (`%s`): %s, Bazel elapsed %s%s; %d GPU server starts (launch to /health), median %s"
                   " (%s-%s), by start mode %s."
                   % (matrix.get("command", "?"), matrix.get("status", "?"), _seconds(matrix.get("elapsed_s")),
+                     " (waves: %s)" % " + ".join(_seconds(w) for w in waves) if waves else "",
                      starts_summary.get("count", 0), _seconds(starts_summary.get("median_s")),
                      _seconds(starts_summary.get("min_s")), _seconds(starts_summary.get("max_s")),
                      matrix.get("start_modes", {}))]

@@ -38,6 +38,7 @@ def test_markdown_has_the_machine_the_targets_and_the_phases():
 def test_markdown_shows_where_the_matrix_time_went():
     result = dict(RESULT, matrix={
         "command": "tools/run_matrix.sh", "status": "passed", "elapsed_s": 171.8, "critical_path_s": 162.7,
+        "waves_s": [90.1, 81.7],
         "starts": {"count": 64, "median_s": 12.6, "min_s": 6.1, "max_s": 34.4}, "start_modes": {"zygote": 64},
         "breakdown": {"cells": 60, "cell_seconds": 4800.0, "median_cell_s": 80.0, "mean_cells_in_flight": 27.9,
                       "phases": [{"key": "memory_phase_wait_s", "what": "waiting on GPU neighbours' memory phases",
@@ -47,6 +48,7 @@ def test_markdown_shows_where_the_matrix_time_went():
                                                   "longest_unit_s": 134.0, "lease_wait_s": 0.0, "stop_s": 14.0}}}})
     text = report.markdown(result)
     assert "64 GPU server starts (launch to /health), median 12.6 s" in text
+    assert "Bazel elapsed 171.8 s (waves: 90.1 s + 81.7 s)" in text
     assert "60 GPU cells, 4800.0 cell-seconds (median cell 80.0 s), 27.9 cells in flight on average, " \
            "critical path 162.7 s" in text
     assert "| waiting on GPU neighbours' memory phases | 2400 | 50% | 40.0 s |" in text
