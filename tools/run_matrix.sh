@@ -58,8 +58,12 @@ trap 'kill "$host_pid" 2>/dev/null' EXIT
 # holds the GPU's allocation phase for seconds while each walk sleep waits for it: in one invocation
 # the walk's shards waited 67% of their time on memory phases against 32% alone (docs/bench). Longest
 # cells first. Arguments that choose tags themselves (--test_tag_filters) run as one invocation.
-waves=("--config=gpu-walk-wave" "--config=gpu-rest-wave")  # .bazelrc
-for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=(""); done
+# Each wave's tags go on the command line with --config=gpu's own filter (.bazelrc) appended: a second
+# --config setting the same option would make Bazel warn on every run.
+gpu_tags=$(sed -n 's/^test:gpu --test_tag_filters=//p' .bazelrc | tail -1)
+waves=("--test_tag_filters=state_walk${gpu_tags:+,$gpu_tags}" "--test_tag_filters=-state_walk${gpu_tags:+,$gpu_tags}")
+names=(walk rest)
+for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=(""); done
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once"
 # Bazel runs at most --jobs actions at once (default: the cores), tests included.
 jobs=$(nproc); ((gpus * slots > jobs)) && jobs=$((gpus * slots))
@@ -73,7 +77,7 @@ for i in "${!waves[@]}"; do
   # The events of this invocation only: a failed build must not leave an earlier run's to be read.
   bep=.bazel-bep.json; ((${#waves[@]} > 1)) && bep=.bazel-bep-wave$((i + 1)).json
   rm -f "$bep"
-  ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) of ${#waves[@]}: $wave"
+  ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) of ${#waves[@]} (${names[$i]}): $wave"
   t0=$(date +%s.%N)
   bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs=$((gpus * slots)) \
     --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
@@ -81,7 +85,7 @@ for i in "${!waves[@]}"; do
   t1=$(date +%s.%N)
   took+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')")
   # When each wave ran, for the trace's summary per wave (tools/bench/phase_trace.py).
-  ((${#waves[@]} > 1)) && printf '{"wave": "%s", "began": %s, "ended": %s}\n' "${wave#--config=}" "$t0" "$t1" \
+  ((${#waves[@]} > 1)) && printf '{"wave": "%s", "began": %s, "ended": %s}\n' "${names[$i]}" "$t0" "$t1" \
     >>"$lock_dir/waves.jsonl"
   case $wave_rc in
     0 | 3) matched=1; beps+=("$bep"); ((wave_rc > rc)) && rc=$wave_rc ;;

@@ -159,13 +159,14 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
                                  FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"))
     assert code == 0, output
     waves = [json.loads(line) for line in (workspace.parent / "locks" / "waves.jsonl").read_text().splitlines()]
-    assert [w["wave"] for w in waves] == ["gpu-walk-wave", "gpu-rest-wave"]  # for the trace's summary per wave
+    assert [w["wave"] for w in waves] == ["walk", "rest"]  # for the trace's summary per wave
     assert waves[0]["ended"] <= waves[1]["began"]
     # Where the cells' time went, read from this run's results (the fake cells recorded no server timings).
     assert "cell time: no GPU cell recorded server timings" in output
-    configs = [[a for a in argv if a.startswith("--config=gpu-")] for argv in invocations(workspace)]
-    assert configs == [["--config=gpu-walk-wave"], ["--config=gpu-rest-wave"]]
-    assert "run_matrix.sh: wave 1 of 2: --config=gpu-walk-wave" in output
+    # --config=gpu's own filter (.bazelrc) stays in each wave's.
+    filters = [[a for a in argv if a.startswith("--test_tag_filters")] for argv in invocations(workspace)]
+    assert filters == [["--test_tag_filters=state_walk,-vllm_overlay"], ["--test_tag_filters=-state_walk,-vllm_overlay"]]
+    assert "run_matrix.sh: wave 1 of 2 (walk): --test_tag_filters=state_walk,-vllm_overlay" in output
     assert re.search(r"run_matrix.sh: bazel test took [\d.]+ s in 2 waves \([\d.]+ [\d.]+ s\)", output), output
     assert "ran_tests: 2 test case(s) ran" in output
 

@@ -66,14 +66,14 @@ def test_run_matrix_waves_are_summarised_apart(tmp_path, capsys):
         (FREE, "sleep", 21.0, 22.0, 22.1),
     ])
     (tmp_path / phase_trace.WAVES_FILE).write_text(
-        '{"wave": "gpu-walk-wave", "began": 9.0, "ended": 15.0}\n'
-        '{"wave": "gpu-rest-wave", "began": 15.0, "ended": 30.0}\n')
+        '{"wave": "walk", "began": 9.0, "ended": 15.0}\n'
+        '{"wave": "rest", "began": 15.0, "ended": 30.0}\n')
     assert phase_trace.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "gpu0.memory.trace.jsonl: 4 memory phases" in out
-    assert "  wave gpu-walk-wave: 2 memory phases over 1 s" in out
+    assert "  wave walk: 2 memory phases over 1 s" in out
     assert "    allocate waited 0.5 s in 1 phases, kept out by: free window 0.5 s" in out
-    assert "  wave gpu-rest-wave: 2 memory phases over 2 s" in out
+    assert "  wave rest: 2 memory phases over 2 s" in out
     assert "    free waited 1.0 s in 1 phases, kept out by: allocate start 1.0 s" in out
     waves = phase_trace.summaries(str(tmp_path))["gpu0.memory.trace.jsonl"]["waves"]
-    assert sorted(waves) == ["gpu-rest-wave", "gpu-walk-wave"] and waves["gpu-walk-wave"]["phases"] == 2
+    assert sorted(waves) == ["rest", "walk"] and waves["walk"]["phases"] == 2
