@@ -31,3 +31,18 @@ FAKE_TIER_EXCLUDED: dict = _SPEC["FAKE_TIER_EXCLUDED"]
 def cell_id(runner: str, mode: str) -> str:
     """The pytest id suffix and thresholds lookup key of a cell, e.g. "MRV1-eager"."""
     return f"{runner.upper()}-{mode}"
+
+
+FAKE_INFIX = "_fake_"  # <class>_fake_<runner>_<mode>[_vllm<release>]: the fake tier (tools/defs.bzl)
+
+
+def split_name(name: str) -> tuple[str, str, str] | None:
+    """(class, runner, mode) of a GPU cell target name, or None for any other target."""
+    if FAKE_INFIX in name:
+        return None
+    for runner in RUNNERS:
+        for mode in EXECUTION_MODES:
+            suffix = f"_{runner}_{mode}"
+            if name.endswith(suffix) and len(name) > len(suffix):
+                return name[:-len(suffix)], runner, mode
+    return None

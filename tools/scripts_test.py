@@ -20,7 +20,8 @@ WORKSPACE = os.path.dirname(TOOLS_DIR)
 SCRIPT_FILES = [".bazelrc", "tools/__init__.py", "tools/test.sh", "tools/run_matrix.sh", "tools/results/ran_tests.py",
                 "tools/results/testlogs.py", "tools/launcher/__init__.py", "tools/launcher/errors.py",
                 "tools/launcher/slots.py", "tools/launcher/visible_devices.py", "tools/matrix.py", "tools/matrix.bzl",
-                "tools/bench/__init__.py", "tools/bench/bazel_runs.py"]
+                "tools/bench/__init__.py", "tools/bench/bazel_runs.py", "tools/report/__init__.py",
+                "tools/report/reading.py"]
 FAKES = os.path.join(TOOLS_DIR, "testdata", "scripts")
 # What the two H200s of an nvidia-h200-x2 runner report: index, uuid, free MiB.
 TWO_H200 = ("0, GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, 143163\n"

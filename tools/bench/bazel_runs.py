@@ -13,6 +13,7 @@ import sys
 from xml.etree import ElementTree
 
 from tools import matrix
+from tools.report import reading
 from tools.results import testlogs
 
 _ELAPSED = re.compile(r"^INFO: Elapsed time: ([\d.]+)s", re.M)
@@ -84,7 +85,7 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
     """Every test unit under testlogs_dir: a cell, or each shard of a sharded one (Bazel runs shards
     apart, so a shard is what occupies a slot). Each: "unit" (cell[/shard_K_of_N]), "cell", "seconds"
     (suite_seconds) and the "timings" (server_timings) it recorded, with their "cell" and "start_mode".
-    only: the real paths of the test.xml files to keep (an invocation's, invocation_xmls)."""
+    only: the real paths of the test.xml files to keep (an invocation's: tools/report/reading.py)."""
     units = []
     if not os.path.isdir(testlogs_dir):
         return units
@@ -99,12 +100,6 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
             units.append({"unit": os.path.relpath(unit_dir, testlogs_dir), "cell": cell,
                           "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")), "timings": timings})
     return units
-
-
-def invocation_xmls(bep_files: list[str]) -> set:
-    """The real paths of the test.xml files the given build event files name: those invocations'
-    results only, not what earlier runs left in bazel-testlogs."""
-    return {os.path.realpath(r.xml) for bep in bep_files for r in testlogs.read_bep(bep).results if r.xml}
 
 
 def gpu_only(timings: list[dict]) -> list[dict]:
@@ -124,11 +119,7 @@ def recorded_timings(testlogs_dir: str) -> list[dict]:
 
 def class_of(cell: str) -> str:
     """The class short name of a GPU cell name <class>_<runner>_<mode> (the name itself otherwise)."""
-    for runner in matrix.RUNNERS:
-        for mode in matrix.EXECUTION_MODES:
-            if cell.endswith(f"_{runner}_{mode}"):
-                return cell[:-len(f"_{runner}_{mode}")]
-    return cell
+    return (matrix.split_name(cell) or (cell,))[0]
 
 
 def _phase_sums(units: list[dict]) -> dict:
@@ -222,7 +213,7 @@ def main(argv=None) -> int:
         print(f"bazel_runs: no build event file {missing[0]}: pass the file given to --build_event_json_file",
               file=sys.stderr)
         return 1
-    only = invocation_xmls(args.bep) if args.bep else None
+    only = set().union(*(reading.read_invocation(bep).xmls for bep in args.bep)) if args.bep else None
     print(text(cell_breakdown(test_units(args.testlogs, only), None)))
     return 0
 

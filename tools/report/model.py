@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from tools.matrix import EXECUTION_MODES, RUNNERS, SHARD_COUNTS, SLEEP_WAKE_CLASSES, cell_id
+from tools.matrix import (EXECUTION_MODES, FAKE_INFIX, RUNNERS, SHARD_COUNTS, SLEEP_WAKE_CLASSES, cell_id,
+                          split_name)
 from tools.results import mutation_table
 from tools.report import reading
 
@@ -173,9 +174,6 @@ class Run:
         return ""
 
 
-FAKE_INFIX = "_fake_"  # <class>_fake_<runner>_<mode>[_vllm<release>]: the fake tier (tools/defs.bzl)
-
-
 def split_fake(name: str) -> tuple[str, str, str] | None:
     """(class, runner, mode) of a fake tier target name, or None for any other target."""
     head, sep, tail = name.partition(FAKE_INFIX)
@@ -184,18 +182,6 @@ def split_fake(name: str) -> tuple[str, str, str] | None:
     runner, _, rest = tail.partition("_")
     mode = rest.split("_", 1)[0]
     return (head, runner, mode) if runner in RUNNERS and mode in EXECUTION_MODES else None
-
-
-def split_name(name: str) -> tuple[str, str, str] | None:
-    """(class, runner, mode) of a GPU cell target name, or None for any other target."""
-    if FAKE_INFIX in name:
-        return None
-    for runner in RUNNERS:
-        for mode in EXECUTION_MODES:
-            suffix = f"_{runner}_{mode}"
-            if name.endswith(suffix) and len(name) > len(suffix):
-                return name[:-len(suffix)], runner, mode
-    return None
 
 
 def _judge(cell: Cell, invocation: reading.Invocation | None) -> None:
