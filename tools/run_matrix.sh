@@ -78,14 +78,14 @@ for i in "${!waves[@]}"; do
   bep=.bazel-bep.json; ((${#waves[@]} > 1)) && bep=.bazel-bep-wave$((i + 1)).json
   rm -f "$bep"
   ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) of ${#waves[@]} (${names[$i]}): $wave"
-  t0=$(date +%s.%N)
+  began=$(date +%s.%N)
   bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs=$((gpus * slots)) \
     --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
   wave_rc=$?
-  t1=$(date +%s.%N)
-  took+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')")
+  ended=$(date +%s.%N)
+  took+=("$(awk -v a="$began" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')")
   # When each wave ran, for the trace's summary per wave (tools/bench/phase_trace.py).
-  ((${#waves[@]} > 1)) && printf '{"wave": "%s", "began": %s, "ended": %s}\n' "${names[$i]}" "$t0" "$t1" \
+  ((${#waves[@]} > 1)) && printf '{"wave": "%s", "began": %s, "ended": %s}\n' "${names[$i]}" "$began" "$ended" \
     >>"$lock_dir/waves.jsonl"
   case $wave_rc in
     0 | 3) matched=1; beps+=("$bep"); ((wave_rc > rc)) && rc=$wave_rc ;;

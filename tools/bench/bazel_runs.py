@@ -21,7 +21,7 @@ _CRITICAL = re.compile(r"^INFO: Elapsed time: [\d.]+s, Critical Path: ([\d.]+)s"
 # tools/run_matrix.sh's line after the run: "run_matrix.sh: host CPUs busy 63% of 16 during bazel test"
 _CPU_BUSY = re.compile(r"^run_matrix\.sh: host CPUs busy (\d+)% of (\d+) during bazel test", re.M)
 # tools/run_matrix.sh's line after its waves: "run_matrix.sh: bazel test took 271.3 s in 2 waves (150.2 121.1 s)"
-_WAVES = re.compile(r"^run_matrix\.sh: bazel test took ([\d.]+) s in (\d+) waves", re.M)
+_WAVES = re.compile(r"^run_matrix\.sh: bazel test took ([\d.]+) s in \d+ waves \(([\d. ]+) s\)", re.M)
 # "//tests/sleep_wake:flags_mrv1_eager      PASSED in 23.1s", "(cached) PASSED in 3.2s",
 # "FAILED in 2 out of 2 in 12.0s", "TIMEOUT in 900.1s"
 _TARGET = re.compile(r"^(//\S+)\s+(\(cached\) )?(PASSED|FAILED|FLAKY|TIMEOUT|NO STATUS)\b(?:.* in ([\d.]+)s)?", re.M)
@@ -39,8 +39,8 @@ def elapsed_s(output: str) -> float | None:
 
 def wave_seconds(output: str) -> list[float]:
     """Each of run_matrix.sh's waves' time, in order ([] for a run of one invocation)."""
-    found = re.findall(r"^run_matrix\.sh: bazel test took [\d.]+ s in \d+ waves \(([\d. ]+) s\)", output, re.M)
-    return [float(x) for x in found[-1].split()] if found else []
+    found = _WAVES.findall(output)
+    return [float(x) for x in found[-1][1].split()] if found else []
 
 
 def host_cpu_busy(output: str) -> dict | None:
@@ -53,8 +53,7 @@ def critical_path_s(output: str) -> float | None:
     """Bazel's critical path of the last command: the longest chain of actions, here the slowest cell;
     for run_matrix.sh's waves, which run one after the other, the sum of theirs."""
     found = _CRITICAL.findall(output)
-    waves = _WAVES.findall(output)
-    count = int(waves[-1][1]) if waves else 1
+    count = len(wave_seconds(output)) or 1
     return round(sum(float(f) for f in found[-count:]), 1) if found else None
 
 
@@ -110,11 +109,6 @@ def gpu_only(timings: list[dict]) -> list[dict]:
 def gpu_units(units: list[dict]) -> list[dict]:
     """The units that started a GPU server (not the fake tier's, not unit tests)."""
     return [u for u in units if gpu_only(u["timings"])]
-
-
-def recorded_timings(testlogs_dir: str) -> list[dict]:
-    """Every server_timings the units under testlogs_dir recorded, with its "cell" and "start_mode"."""
-    return [t for u in test_units(testlogs_dir) for t in u["timings"]]
 
 
 def class_of(cell: str) -> str:

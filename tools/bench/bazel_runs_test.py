@@ -72,22 +72,22 @@ def _unit(root, unit, seconds, *entries, zipped=False):
         (d / "test.outputs" / "measurements.jsonl").write_text(_measurements(*entries))
 
 
-def test_recorded_timings_from_plain_and_zipped_outputs_and_shards(tmp_path):
+def test_units_and_their_timings_from_plain_and_zipped_outputs_and_shards(tmp_path):
     _unit(tmp_path, "flags_mrv1_eager", 20, _timing("zygote", start_s=6.5, lease_wait_s=2.0),
           {"key": "server_start_s", "value": 8.5})
     _unit(tmp_path, "latency_mrv2_graph", 30, _timing("plain", start_s=9.0), zipped=True)
     _unit(tmp_path, "state_walk_mrv1_eager/shard_2_of_6", 130, _timing("zygote", start_s=24.0))
-    timings = bazel_runs.recorded_timings(str(tmp_path))
+    units = bazel_runs.test_units(str(tmp_path))
+    timings = [t for u in units for t in u["timings"]]
     assert [(t["cell"], t["start_mode"], t["start_s"], t["lease_wait_s"]) for t in timings] == [
         ("flags_mrv1_eager", "zygote", 6.5, 2.0), ("latency_mrv2_graph", "plain", 9.0, 0.0),
         ("state_walk_mrv1_eager", "zygote", 24.0, 0.0)]
-    units = bazel_runs.test_units(str(tmp_path))
     assert [(u["unit"], u["seconds"]) for u in units] == [
         ("flags_mrv1_eager", 20.0), ("latency_mrv2_graph", 30.0), ("state_walk_mrv1_eager/shard_2_of_6", 130.0)]
     assert bazel_runs.summarise(t["start_s"] for t in timings[:2]) == {"count": 2, "median_s": 7.75, "min_s": 6.5,
                                                                        "max_s": 9.0}
     assert bazel_runs.summarise([]) == {"count": 0}
-    assert bazel_runs.recorded_timings(str(tmp_path / "missing")) == []
+    assert bazel_runs.test_units(str(tmp_path / "missing")) == []
 
 
 def test_critical_path_is_the_last_commands():
