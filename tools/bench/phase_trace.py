@@ -123,11 +123,11 @@ def by_wave(phases: list[Phase], waves) -> list[tuple[str, list[Phase]]]:
 
 def summaries(lock_dir: str) -> dict:
     """Per GPU trace file in lock_dir, its Summary as a dict (the bench's JSON), with each wave's."""
-    out = {}
+    out, waves = {}, read_waves(lock_dir)
     for path in trace_files(lock_dir):
         phases = read(path)[0]
         out[os.path.basename(path)] = dict(dataclasses.asdict(summarize(phases)), waves={
-            name: dataclasses.asdict(summarize(part)) for name, part in by_wave(phases, read_waves(lock_dir))})
+            name: dataclasses.asdict(summarize(part)) for name, part in by_wave(phases, waves)})
     return out
 
 
