@@ -1,7 +1,7 @@
 """The state walk on the engine tier: the model of tests/sleep_wake/walk drives vLLM's real EngineCore.
 
-The GPU walk's plan, shard for shard (plan.partition(plan.reachable_pairs(), 6), seeds 20261201 + shard,
-60 steps a walk), runs here against EngineCoreProc's real busy loop, scheduler, KV cache manager and
+The GPU walk's plan, shard for shard (plan.plan_shards(6, 20261201, 60): one plan over every pair, its
+walks dealt out to six shards), runs here against EngineCoreProc's real busy loop, scheduler, KV cache manager and
 UniProcExecutor around the fake worker, with vLLM's own /sleep, /wake_up, /is_sleeping,
 /reset_prefix_cache and /collective_rpc routes over HTTP (lib/walk_driver.py). After every step it
 checks what the engine tier can observe against the model: /is_sleeping (route and engine), the
@@ -11,7 +11,7 @@ that a repeat of the long prompt hits cached tokens iff the model says its block
 a request in flight ends under each pause mode. What it cannot observe is skipped per check
 (walk_driver.SKIPPED), never per pair.
 
-A shard fails (walk.pairs_visited) when its walks leave a pair of its partition unvisited; its coverage
+A shard fails (walk.pairs_visited) when its walks leave one of its pairs unvisited; its coverage
 (pairs, steps, consecutive pairs, checks made and skipped) goes to the test log and to
 engine_walk_shard<N>.json among the target's undeclared outputs. Shards 0-2 end with a terminal probe,
 the full wake after a wake of one tag that the known divergence full_wake_remaps_resident_pool answers
@@ -66,7 +66,7 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
     visited, consecutive = walker.coverage()
     missing = set(pairs) - visited
     coverage = {
-        "shard": shard, "seed": SEED + shard, "shard_pairs": len(pairs), "pairs_visited": len(pairs & visited),
+        "shard": shard, "seed": SEED, "shard_pairs": len(pairs), "pairs_visited": len(pairs & visited),
         "all_pairs_visited": len(visited), "walks": len(walks), "steps": walker.step_index,
         "consecutive_pairs": len(consecutive), "unvisited": sorted(f"{op} in {s.describe()}" for s, op in missing),
         "terminal_probe": probes, "terminal_probe_status": probe_status,
@@ -87,13 +87,13 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
         pytest.fail(f"checks the GPU walk makes that this walk neither makes nor explains: {unexplained}; "
                     "check them in lib/walk_driver.py or say why not in walk_driver.SKIPPED")
     oracle.equal("walk.pairs_visited", len(missing), 0,
-                 f"shard {shard}: (state, operation) pairs of its partition its walks left unvisited "
+                 f"shard {shard}: (state, operation) pairs of its share its walks left unvisited "
                  f"({coverage['unvisited'][:5]})")
 
 
 def test_the_shards_cover_every_reachable_pair():
     from tests.sleep_wake.walk import plan
-    shards = plan.partition(plan.reachable_pairs(), SHARDS)
+    shards = [pairs for _, pairs in plan.plan_shards(SHARDS, SEED, MAX_STEPS)]
     assert set().union(*shards) == plan.reachable_pairs()
     assert len(shards) == SHARDS and all(shards)
 

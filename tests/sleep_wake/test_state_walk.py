@@ -4,9 +4,9 @@ unknown tags, weight pushes and reloads, prefix-cache resets, misuse), each step
 model of tests/sleep_wake/walk (flags, gauge, health, GPU and host bytes, golden output of the serving
 checkpoint, cached tokens, how requests in flight end) by the oracles.
 
-The reachable (state, operation) pairs of the model are split over SHARDS test classes, one per Bazel
-shard (tools/matrix.bzl SHARD_COUNTS; pytest_main keeps a class whole in its shard, so each shard runs
-one class, one server, its own seeds); a class fails when its walks leave one of its pairs unvisited. A
+One seeded plan visits every reachable (state, operation) pair of the model; its walks are dealt out
+over SHARDS test classes, one per Bazel shard (tools/matrix.bzl SHARD_COUNTS; pytest_main keeps a class
+whole in its shard, so each shard runs one class, one server, its share of the walks); a class fails when its walks leave one of its pairs unvisited. A
 full wake after a wake of one tag ends a server's usable life (known divergence
 full_wake_remaps_resident_pool): those pairs are probed last, one kind per shard (plan.terminal_probes).
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints).
@@ -67,7 +67,7 @@ def _walk(shard: int, walk_context, recorder) -> None:
                     shard_pairs=len(pairs), steps=walker.step_index, walks=len(walks),
                     consecutive_pairs=len(consecutive), unvisited=sorted(str(op) for _, op in missing))
     oracle.equal("walk.pairs_visited", len(missing), 0,
-                 f"shard {shard}: (state, operation) pairs of its partition its walks left unvisited "
+                 f"shard {shard}: (state, operation) pairs of its share its walks left unvisited "
                  f"({sorted(f'{op} in {s.describe()}' for s, op in missing)[:5]})")
 
 

@@ -1,5 +1,5 @@
-"""Coverage planning: which (state, operation) pairs exist, how they are split over shards, and seeded
-walks that visit every pair of a shard on one server.
+"""Coverage planning: which (state, operation) pairs exist, seeded walks that visit every one of them, and
+how those walks are dealt out over shards (one server each).
 
 A pair's state leaves host_cached out (pair_state): it turns true at a server's first level-1 wake of
 the weights and nothing short of a restart turns it back, so pairs that differ only in it could not all
@@ -65,13 +65,46 @@ def reachable_pairs() -> set:
     return {(pair_state(s), op) for s in reachable_states() for op, _ in successors(s)}
 
 
-def partition(pairs, shards: int) -> list:
-    """`shards` disjoint sets covering `pairs`, sizes within one of each other: the pairs in sort order
-    dealt out in turn, so each shard gets every kind of state and its walks stay short."""
+# A step's seconds by its operation, only to deal the walks out so that the shards end together: the
+# medians of the H200 walk at 24 cells per GPU (docs/bench/h200-2026-12-01.md, fifth section, run B:
+# reloads 0.42-0.44 s, wakes 0.16-0.25 s, sleeps 0.07-0.08 s); anything else about 0.1 s.
+STEP_SECONDS = {"reload": 0.43, "wake": 0.2, "sleep": 0.08}
+OTHER_STEP_SECONDS = 0.1
+
+
+def walk_seconds(walk) -> float:
+    return sum(STEP_SECONDS.get(op.name, OTHER_STEP_SECONDS) for op in walk)
+
+
+@functools.lru_cache(maxsize=None)
+def plan_shards(shards: int, seed: int, max_steps: int) -> tuple:
+    """((walks, pairs), ...) per shard: one plan over every reachable pair (plan_walks, seeded `seed`),
+    its walks dealt out longest first (walk_seconds) to the shard with the least so far; a shard's
+    pairs are those its walks are the first of the plan to visit, so the shards' pairs are disjoint and
+    cover every reachable pair.
+
+    Why one plan, not a plan per shard of the pairs: in one plan the nearest unvisited pair is mostly a
+    step or two away, so it takes 1703 steps where six shards' own plans took 2277 (they each crossed the
+    whole state space for pairs dealt out one in six), and every walk starts at INITIAL either way, so
+    whole walks can go to any shard."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    ordered = sorted(pairs, key=pair_key)
-    return [set(ordered[i::shards]) for i in range(shards)]
+    walks = plan_walks(reachable_pairs(), seed, max_steps)
+    loads = [(0.0, k) for k in range(shards)]
+    dealt = [[] for _ in range(shards)]
+    for index in sorted(range(len(walks)), key=lambda i: (-walk_seconds(walks[i]), i)):
+        load, k = min(loads)
+        loads[k] = (load + walk_seconds(walks[index]), k)
+        dealt[k].append(index)
+    first_by = {}
+    for index, steps in enumerate(trace(walks)):
+        for state, op in steps:
+            first_by.setdefault((pair_state(state), op), index)
+    out = []
+    for indices in dealt:
+        mine = set(indices)
+        out.append(([walks[i] for i in sorted(indices)], {p for p, i in first_by.items() if i in mine}))
+    return tuple(out)
 
 
 def reset_ops(state: State) -> list:
@@ -260,14 +293,12 @@ def terminal_probes() -> list:
 
 def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int):
     """Runs on walker (the server's or the engine tier's: anything with run(walks, seed, shard)) the
-    shard's planned walks, seeded seed + shard, and returns (the shard's partition of the reachable
-    pairs, the walks); or, when SLEEPWAKE_WALK_REPLAY holds a shrunk failing walk, runs that one walk and
-    returns None."""
+    shard's walks of plan_shards and returns (the shard's pairs, its walks); or, when
+    SLEEPWAKE_WALK_REPLAY holds a shrunk failing walk, runs that one walk and returns None."""
     replay = os.environ.get(REPLAY_VAR)
     if replay:
         walker.run([parse_script(replay)], seed, shard)
         return None
-    pairs = partition(reachable_pairs(), shards)[shard]
-    walks = plan_walks(pairs, seed + shard, max_steps)
-    walker.run(walks, seed + shard, shard)
+    walks, pairs = plan_shards(shards, seed, max_steps)[shard]
+    walker.run(walks, seed, shard)
     return pairs, walks

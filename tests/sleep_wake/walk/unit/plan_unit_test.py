@@ -13,9 +13,9 @@ from tests.sleep_wake.walk.model import INITIAL
 SHARDS = 4
 SEED = 7
 MAX_STEPS = 40
-# What the planner needs today (about 2.6 steps per pair of a 4-way shard); a planner that wanders
-# more than this costs GPU time.
-STEPS_PER_PAIR_MAX = 3.0
+# What the planner needs today (1.84 steps per pair over every pair, 40 steps a walk); a planner that
+# wanders more than this costs GPU time (per-shard plans took 2.45).
+STEPS_PER_PAIR_MAX = 2.0
 
 
 def test_state_space_is_small_and_instant():
@@ -33,28 +33,38 @@ def test_every_operation_is_used_somewhere():
 
 
 @pytest.mark.parametrize("shards", [1, 2, SHARDS, 7])
-def test_partition_covers_every_reachable_pair_exactly_once(shards):
-    pairs = plan.reachable_pairs()
-    parts = plan.partition(pairs, shards)
-    assert len(parts) == shards
-    counts = collections.Counter(p for part in parts for p in part)
-    assert set(counts) == pairs and set(counts.values()) == {1}
-    assert max(map(len, parts)) - min(map(len, parts)) <= 1
-    assert plan.partition(pairs, shards) == parts
+def test_shards_cover_every_reachable_pair_exactly_once(shards):
+    planned = plan.plan_shards(shards, SEED, MAX_STEPS)
+    assert len(planned) == shards
+    counts = collections.Counter(p for _, pairs in planned for p in pairs)
+    assert set(counts) == plan.reachable_pairs() and set(counts.values()) == {1}
+    every_walk = plan.plan_walks(plan.reachable_pairs(), SEED, MAX_STEPS)
+    def tokens(walk):
+        return tuple(map(str, walk))
+    # each walk of the plan goes to exactly one shard
+    assert sorted(tokens(w) for walks, _ in planned for w in walks) == sorted(map(tokens, every_walk))
+    for walks, pairs in planned:
+        assert plan.unvisited(pairs, walks) == set()
 
 
-def test_partition_refuses_no_shards():
+def test_shards_end_together():
+    """Dealt out longest first, no shard's estimated seconds exceed the mean by more than its longest walk."""
+    planned = plan.plan_shards(6, SEED, MAX_STEPS)
+    seconds = [sum(map(plan.walk_seconds, walks)) for walks, _ in planned]
+    longest = max(plan.walk_seconds(w) for walks, _ in planned for w in walks)
+    assert max(seconds) <= sum(seconds) / len(seconds) + longest
+
+
+def test_shards_refuse_no_shards():
     with pytest.raises(ValueError, match="shards must be >= 1"):
-        plan.partition(plan.reachable_pairs(), 0)
+        plan.plan_shards(0, SEED, MAX_STEPS)
 
 
-@pytest.mark.parametrize("shard", range(SHARDS))
-def test_walks_visit_every_pair_of_their_shard(shard):
-    pairs = plan.partition(plan.reachable_pairs(), SHARDS)[shard]
-    walks = plan.plan_walks(pairs, SEED, MAX_STEPS)
-    assert plan.unvisited(pairs, walks) == set()
+def test_walks_visit_every_pair():
+    walks = plan.plan_walks(plan.reachable_pairs(), SEED, MAX_STEPS)
+    assert plan.unvisited(plan.reachable_pairs(), walks) == set()
     assert max(map(len, walks)) <= MAX_STEPS
-    assert sum(map(len, walks)) <= STEPS_PER_PAIR_MAX * len(pairs)
+    assert sum(map(len, walks)) <= STEPS_PER_PAIR_MAX * len(plan.reachable_pairs())
     for steps in plan.trace(walks):  # every walk ends home, so the next starts where the first did
         last_state, last_op = steps[-1]
         assert plan.pair_state(last_op.apply(last_state)) == INITIAL
@@ -72,7 +82,7 @@ def test_walks_mix_in_random_operations(monkeypatch):
 
 
 def test_walks_are_reproducible_from_the_seed():
-    pairs = plan.partition(plan.reachable_pairs(), SHARDS)[1]
+    pairs = plan.reachable_pairs()
     walks = plan.plan_walks(pairs, SEED, MAX_STEPS)
     assert plan.plan_walks(pairs, SEED, MAX_STEPS) == walks
     assert plan.plan_walks(pairs, SEED + 1, MAX_STEPS) != walks
@@ -80,8 +90,7 @@ def test_walks_are_reproducible_from_the_seed():
 
 def test_walks_do_not_depend_on_the_hash_seed():
     code = ("from tests.sleep_wake.walk import plan;"
-            f"p = plan.partition(plan.reachable_pairs(), {SHARDS})[2];"
-            f"print([plan.script({SEED}, 2, w) for w in plan.plan_walks(p, {SEED}, {MAX_STEPS})])")
+            f"print([plan.script({SEED}, 2, w) for w in plan.plan_shards({SHARDS}, {SEED}, {MAX_STEPS})[2][0]])")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONHASHSEED": seed}).stdout
             for seed in ("1", "2")}
@@ -102,7 +111,7 @@ def test_reset_ops_bring_every_reachable_state_home():
 
 
 def test_shrink_candidates_replay_the_failing_step():
-    walks = plan.plan_walks(plan.partition(plan.reachable_pairs(), SHARDS)[0], SEED, MAX_STEPS)
+    walks = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0][0]
     steps = plan.trace(walks)[2]
     start, index = steps[0][0], len(steps) // 2
     failing_state, failing_op = steps[index]
@@ -175,8 +184,8 @@ def test_run_shard_runs_the_plan_or_the_replay(monkeypatch):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
     walker = _RecordingWalker()
     pairs, walks = plan.run_shard(walker, 2, 6, 100, 60)
-    assert pairs == plan.partition(plan.reachable_pairs(), 6)[2]
-    assert walker.runs == [(walks, 102, 2)] and walks == plan.plan_walks(pairs, 102, 60)
+    assert (walks, pairs) == plan.plan_shards(6, 100, 60)[2]
+    assert walker.runs == [(walks, 100, 2)]
     monkeypatch.setenv(plan.REPLAY_VAR, "sleep:1:abort:0,wake:-")
     walker = _RecordingWalker()
     assert plan.run_shard(walker, 2, 6, 100, 60) is None
