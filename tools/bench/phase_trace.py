@@ -4,7 +4,8 @@ phase held) read back as each kind's waits, split by what the phases that kept i
 A wait of kind K is kept out by the holders of the kinds K excludes (an ALLOCATE by FREE and EXCLUSIVE
 holders, a FREE by ALLOCATE and EXCLUSIVE ones, a RELEASE by EXCLUSIVE ones, an EXCLUSIVE by all), by a
 waiting EXCLUSIVE (nothing new enters) and, for an ALLOCATE, by a waiting FREE (the keep-out that bounds
-a sleep's wait). Each instant of a wait is shared equally among what kept it out then; an instant with
+a sleep's wait), except for a wake or reload while a start step holds ALLOCATE (gpu_lease's
+passes_waiting_free). Each instant of a wait is shared equally among what kept it out then; an instant with
 nothing is the poll's latency. The speed issue's question "what are cells waiting for" is then a table:
 which lever (start steps, sleeps, windows, keep-out) would buy what.
 
@@ -25,7 +26,8 @@ import json
 import os
 import sys
 
-from tools.launcher.gpu_lease import EXCLUDED_BY, KEPT_OUT_BY_WAITING, KINDS
+from tools.launcher.gpu_lease import (ALLOCATE, EXCLUDED_BY, FREE, KEPT_OUT_BY_WAITING, KINDS, START_STEP,
+                                      passes_waiting_free, role)
 
 POLL = "poll"  # nothing kept the wait out: the poll's latency, or a holder the trace does not have
 
@@ -42,7 +44,7 @@ class Phase:
     def role(self) -> str:
         """What the holder was doing, coarse enough to name a lever: start, sleep, wake, reload,
         window (a test's block), teardown."""
-        return self.what.split(":", 1)[0]
+        return role(self.what)
 
 
 def read(path: str) -> tuple[list[Phase], int]:
@@ -88,9 +90,15 @@ def summarize(phases: list[Phase]) -> Summary:
         lo, hi = bisect.bisect_left(starts, p.asked - longest), bisect.bisect_left(starts, p.entered)
         found = [(max(s, p.asked), min(e, p.entered), cause) for s, e, kind, cause in intervals[lo:hi]
                  if kind in blockers and e > p.asked]
-        cuts = sorted({p.asked, p.entered} | {x for s, e, _ in found for x in (s, e)})
+        # While a start step is inside, a waiting FREE does not keep this one out.
+        passes = [(s, e) for s, e, kind, cause in intervals[lo:hi] if e > p.asked
+                  and cause == f"{ALLOCATE} {START_STEP}"] if p.kind == ALLOCATE and passes_waiting_free(p.what) else []
+        cuts = sorted({p.asked, p.entered} | {x for s, e, _ in found for x in (s, e)}
+                      | {min(max(x, p.asked), p.entered) for span in passes for x in span})
         for a, b in zip(cuts, cuts[1:]):
             causes = {c for s, e, c in found if s <= a and e >= b}
+            if any(s <= a and e >= b for s, e in passes):
+                causes.discard("waiting " + FREE)
             if not causes:
                 kept[p.kind][POLL] += b - a
             for c in causes:

@@ -132,7 +132,8 @@ RELEASE = "release"  # a teardown: it only rises, and nobody judges it
 EXCLUSIVE = "exclusive"  # a window that reads device-wide memory (immediacy, latency): nothing moves
 KINDS = (ALLOCATE, FREE, RELEASE, EXCLUSIVE)
 # Who keeps a phase of each kind out: holders of these kinds, and phases of these kinds still waiting
-# (a waiting FREE keeps new allocations out, a waiting EXCLUSIVE everything). _try_enter implements it
+# (a waiting FREE keeps new allocations out but for passes_waiting_free's, a waiting EXCLUSIVE everything).
+# _try_enter implements it
 # with the bytes below; tools/bench/phase_trace.py reads a run's waits by it.
 EXCLUDED_BY = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (ALLOCATE, EXCLUSIVE), RELEASE: (EXCLUSIVE,), EXCLUSIVE: KINDS}
 KEPT_OUT_BY_WAITING = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (EXCLUSIVE,), RELEASE: (EXCLUSIVE,), EXCLUSIVE: ()}
@@ -145,7 +146,27 @@ _EXCLUDES = {ALLOCATE: FREE, FREE: ALLOCATE}  # RELEASE excludes only EXCLUSIVE
 _FREE_WAITING = 3  # read-locked by a waiting FREE: no new ALLOCATE enters, so a sleep waits at most for
 #                    the allocations already under way, never for a stream of overlapping starts
 _EXCLUSIVE_WAITING = 4  # read-locked by a waiting EXCLUSIVE: nothing new enters
+_START_STEP_INSIDE = 5  # read-locked by each start step holding ALLOCATE (what "start:<step>")
 _FLOCK = "hhqqi4x"  # struct flock on Linux x86-64 and arm64: type, whence, start, len, pid (0 for OFD locks)
+
+
+# An ALLOCATE's role, from its `what`: a worker's start step ("start:<step>") holds it up to ~2 s; a
+# running server's wake or reload, 0.03-0.4 s. While a start step holds ALLOCATE, a waiting FREE waits
+# for that step anyway, so a brief ALLOCATE may pass the FREE's keep-out: it ends before the step does
+# and costs the sleep nothing (in the H200 main job the rest wave's wakes waited 404 s behind a waiting
+# FREE that itself waited for start steps). A new start step is still kept out, so the sleep's wait
+# stays bounded by the steps already inside.
+START_STEP = "start"
+BRIEF = ("wake", "reload")
+
+
+def role(what: str) -> str:
+    """What a phase's holder does, from its `what`: start, sleep, wake, reload, window, teardown."""
+    return what.split(":", 1)[0]
+
+
+def passes_waiting_free(what: str) -> bool:
+    return role(what) in BRIEF
 
 
 def _check_kind(kind: str) -> None:
@@ -168,19 +189,27 @@ def _held_by_others(fd: int, offset: int) -> bool:
     return struct.unpack(_FLOCK, answer)[0] != fcntl.F_UNLCK
 
 
-def _try_enter(fd: int, kind: str) -> bool:
+def _kept_out_by_waiting_free(fd: int, what: str) -> bool:
+    if not _held_by_others(fd, _FREE_WAITING):
+        return False
+    return not (passes_waiting_free(what) and _held_by_others(fd, _START_STEP_INSIDE))
+
+
+def _try_enter(fd: int, kind: str, what: str = "") -> bool:
     """One attempt at entering a phase of `kind`; on failure holds nothing but its waiting flag."""
     if kind == EXCLUSIVE:
         if _lock_byte(fd, fcntl.F_WRLCK, 0, len(_INSIDE)):
             return True
         _lock_byte(fd, fcntl.F_RDLCK, _EXCLUSIVE_WAITING)
         return False
-    if _held_by_others(fd, _EXCLUSIVE_WAITING) or (kind == ALLOCATE and _held_by_others(fd, _FREE_WAITING)):
+    if _held_by_others(fd, _EXCLUSIVE_WAITING) or (kind == ALLOCATE and _kept_out_by_waiting_free(fd, what)):
         return False
     # Take our side first, then look at the other: of an ALLOCATE and a FREE entering at once, at least
     # one sees the other (both steps are fcntl calls on one lock list), so they never both get in.
     if _lock_byte(fd, fcntl.F_RDLCK, _INSIDE[kind]):
         if kind not in _EXCLUDES or not _held_by_others(fd, _INSIDE[_EXCLUDES[kind]]):
+            if kind == ALLOCATE and role(what) == START_STEP:
+                _lock_byte(fd, fcntl.F_RDLCK, _START_STEP_INSIDE)
             return True
         _lock_byte(fd, fcntl.F_UNLCK, _INSIDE[kind])
     if kind == FREE:
@@ -199,7 +228,8 @@ def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float
     servers per GPU). Only allocations can break that check: so ALLOCATE phases (starts, wakes,
     reloads) overlap each other, FREE phases (sleeps) overlap each other, and the two kinds never
     overlap. A FREE that waits keeps new ALLOCATEs out, so a sleep waits for the allocations already
-    under way only. RELEASE (a teardown) overlaps both: freeing cannot break a neighbour's check.
+    under way only (a wake or reload passes while a start step, which the sleep waits for anyway, is
+    inside: passes_waiting_free). RELEASE (a teardown) overlaps both: freeing cannot break a neighbour's check.
     EXCLUSIVE, for a window that reads device-wide memory itself (the immediacy oracle, the latency
     samples), overlaps nothing. A lease alone on its GPU needs no lock.
     poll_s is short because each sleep waits at least one poll once the phase frees. what: what the
@@ -243,7 +273,7 @@ def memory_phase_at(path: str, kind: str, timeout_s: float, poll_s: float = 0.01
     start, asked = time.monotonic(), time.time()
     entered = None
     try:
-        while not _try_enter(fd, kind):
+        while not _try_enter(fd, kind, what):
             if time.monotonic() - start >= timeout_s:
                 raise LeaseTimeoutError(
                     "memory phase lock %s: no %s phase within %.0f s: other servers on this GPU kept"

@@ -160,9 +160,9 @@ def _shared_leases(tmp_path, n=2):
     return [gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=n, timeout_s=1) for _ in range(n)]
 
 
-def _blocked(lease, kind, timeout_s=0.3):
+def _blocked(lease, kind, timeout_s=0.3, what=""):
     try:
-        with gpu_lease.memory_phase(lease, kind, timeout_s=timeout_s):
+        with gpu_lease.memory_phase(lease, kind, timeout_s=timeout_s, what=what):
             return False
     except LeaseTimeoutError as e:
         assert "no %s phase within" % kind in str(e)
@@ -234,6 +234,33 @@ def test_a_waiting_phase_keeps_newcomers_out_until_it_got_in(tmp_path, holder, w
         thread.join(5)
         assert inside == [waiter]
         assert not _blocked(c, kept_out[0])  # and once it is done the next one goes in
+    finally:
+        os.close(probe)
+        for lease in (a, b, c):
+            lease.release()
+
+
+@pytest.mark.parametrize("holder,wake_passes", [("start:load_model", True), ("wake", False), ("reload", False)])
+def test_a_wake_passes_a_waiting_free_only_while_a_start_step_is_inside(tmp_path, holder, wake_passes):
+    """The FREE waits for the start step anyway, so a wake or reload may go in beside it; a new start
+    step may not (the sleep's wait stays bounded), and behind a wake or reload the keep-out holds."""
+    a, b, c = _shared_leases(tmp_path, 3)
+    probe = os.open(gpu_lease.memory_lock_path(a), os.O_RDWR | os.O_CREAT)
+    inside = []
+    try:
+        with gpu_lease.memory_phase(a, ALLOCATE, timeout_s=1, what=holder):
+            thread = threading.Thread(target=lambda: _enter_and_record(b, FREE, inside))
+            thread.start()
+            deadline = time.monotonic() + 5
+            while not gpu_lease._held_by_others(probe, gpu_lease._FREE_WAITING):
+                assert time.monotonic() < deadline, "the sleep never announced its wait"
+                time.sleep(0.01)
+            for what in ("wake", "reload"):
+                assert _blocked(c, ALLOCATE, 0.2, what=what) is not wake_passes, what
+            assert _blocked(c, ALLOCATE, 0.2, what="start:init_device")
+            assert not inside
+        thread.join(5)
+        assert inside == [FREE]
     finally:
         os.close(probe)
         for lease in (a, b, c):
