@@ -1,10 +1,12 @@
 """Sleep and wake latency: the median of REPEATS samples within the thresholds (all samples recorded).
 
+A sample is vLLM's time, not the time spent queueing behind GPU neighbours: each sleep and wake is its
+HTTP call alone, inside the memory phase the client takes for it (client.last_call_s), so the test
+holds no window of its own and keeps no neighbour out.
+
 Mechanism layer: a failure is first compared with a baseline run of the same cell. Graph-mode wake is
 known to be slower (#45648); per-mode bounds go into thresholds.py only once measured.
 """
-
-import pytest
 
 from tests.sleep_wake.lib import expect, measure, oracle
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
@@ -17,19 +19,12 @@ def _record(recorder, key, samples):
         recorder.record(measure.current_test(), key, s, "s", repeat=i)
 
 
-@pytest.fixture(autouse=True)
-def _no_neighbour_waits(client):
-    """The timings are vLLM's, not the time spent queueing behind GPU neighbours' starts and wakes:
-    the test holds its GPU's exclusive memory phase throughout (client.sleep_window(exclusive=True))."""
-    with client.sleep_window(exclusive=True):
-        yield
-
-
 class TestSleepWakeLatency:
     def test_sleep_latency(self, client, golden, recorder, cell):
         samples = []
         for _ in range(REPEATS):
-            samples.append(measure.timed(client.sleep, level=1)[1])
+            client.sleep(level=1)
+            samples.append(client.last_call_s)
             expect.asleep(client, 1, step="timed sleep", issue="sleep latency")
             client.wake_up()
         _record(recorder, "sleep_s", samples)
@@ -41,11 +36,14 @@ class TestSleepWakeLatency:
         full, staged = [], []
         for _ in range(REPEATS):
             client.sleep(level=1)
-            full.append(measure.timed(client.wake_up)[1])
+            client.wake_up()
+            full.append(client.last_call_s)
             expect.awake(client, step="timed full wake", issue="#45648 wake latency")
             client.sleep(level=1)
-            staged.append(measure.timed(client.wake_up, ["weights"])[1]
-                          + measure.timed(client.wake_up, ["kv_cache"])[1])
+            client.wake_up(["weights"])
+            weights_s = client.last_call_s
+            client.wake_up(["kv_cache"])
+            staged.append(weights_s + client.last_call_s)
             expect.awake(client, step="timed staged wake", issue="#45648 wake latency")
         _record(recorder, "wake_full_s", full)
         _record(recorder, "wake_staged_s", staged)
@@ -57,17 +55,15 @@ class TestSleepWakeLatency:
         expect.golden(client, golden, step="timed wakes", issue="#45648")
 
     def test_cycle_latency(self, client, golden, recorder, cell):
-        """Sleep + full wake + the first request after it, end to end."""
+        """Sleep + full wake + the first request after it: the three calls' own times."""
         samples, prompt = [], PROMPTS[0]
-
-        def cycle():
-            client.sleep(level=1)
-            client.wake_up()
-            return client.complete(prompt, GOLDEN_MAX_TOKENS)
-
         for i in range(REPEATS):
-            completion, seconds = measure.timed(cycle)
-            samples.append(seconds)
+            client.sleep(level=1)
+            sleep_s = client.last_call_s
+            client.wake_up()
+            wake_s = client.last_call_s
+            completion, request_s = measure.timed(client.complete, prompt, GOLDEN_MAX_TOKENS)
+            samples.append(sleep_s + wake_s + request_s)
             expect.tokens(completion, golden[prompt], prompt=prompt, step=f"timed cycle {i}",
                           issue="first request after wake")
         _record(recorder, "cycle_s", samples)

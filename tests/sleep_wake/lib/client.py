@@ -74,6 +74,9 @@ class SleepWakeClient:
         self._memory_phase = memory_phase or (lambda kind, what: contextlib.nullcontext())
         self._holding = None  # the kind of the window held, if any
         self._version = None
+        # Seconds of the last sleep or wake_up call's HTTP round trip alone, inside its memory phase: what
+        # vLLM took, without the wait for the phase behind GPU neighbours (the latency oracles read it).
+        self.last_call_s = None
 
     @contextlib.contextmanager
     def sleep_window(self, exclusive: bool = False):
@@ -161,7 +164,7 @@ class SleepWakeClient:
         if memory_moves is None:
             memory_moves = str(level) != "0"
         with self._phase(FREE, "sleep") if memory_moves else contextlib.nullcontext():
-            return (self._ok if check else self.raw)("POST", "/sleep", params=params)
+            return self._timed_call((self._ok if check else self.raw), "POST", "/sleep", params=params)
 
     def wake_up(self, tags: list[str] | None = None, check: bool = True,
                 memory_moves: bool = True) -> requests.Response:
@@ -169,7 +172,14 @@ class SleepWakeClient:
         sleep check); memory_moves=False, from a caller that knows the state, for one that maps nothing:
         a wake while awake or paused at level 0, of tags already resident, of a tag that is no pool."""
         with self._phase(ALLOCATE, "wake") if memory_moves else contextlib.nullcontext():
-            return (self._ok if check else self.raw)("POST", "/wake_up", params=_tags_params(tags))
+            return self._timed_call((self._ok if check else self.raw), "POST", "/wake_up", params=_tags_params(tags))
+
+    def _timed_call(self, call, *args, **kwargs):
+        begin = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self.last_call_s = time.perf_counter() - begin
 
     def is_sleeping(self) -> bool:
         body = self._json("GET", "/is_sleeping")

@@ -173,6 +173,22 @@ def test_stream_aborted_by_sleep_reports_abort(fake, client):
     assert 0 < result.num_tokens < 500
 
 
+def test_a_calls_own_seconds_leave_out_its_wait_for_the_memory_phase(fake):
+    """The latency oracles read last_call_s: what the server took, not the queue behind GPU neighbours."""
+    wait_s = 0.3
+
+    @contextlib.contextmanager
+    def slow_phase(kind, what):
+        time.sleep(wait_s)  # stands in for neighbours holding the other kind
+        yield wait_s
+
+    client = SleepWakeClient(fake.url, timeout_s=5, memory_phase=slow_phase)
+    for call in (lambda: client.sleep(level=1), client.wake_up):
+        _, total_s = measure.timed(call)
+        assert total_s >= wait_s and 0 < client.last_call_s < wait_s
+        assert client.last_call_s <= total_s - wait_s
+
+
 def test_each_call_takes_the_memory_phase_of_what_it_does_to_device_memory(fake):
     """Sleeps that unmap only free (FREE), wakes and reloads allocate (ALLOCATE), a level-0 pause and a
     sleep that moves nothing take none; a window holds its kind once for everything inside it, and
