@@ -4,7 +4,8 @@ unknown tags, weight pushes and reloads, prefix-cache resets, misuse), each step
 model of tests/sleep_wake/walk (flags, gauge, health, GPU and host bytes, golden output of the serving
 checkpoint, cached tokens, how requests in flight end) by the oracles.
 
-One seeded plan visits every reachable (state, operation) pair of the model; its walks are dealt out
+One seeded plan (each cell its own seed, plan.cell_seed) visits every reachable (state, operation) pair
+of the model; its walks are dealt out
 over SHARDS test classes, one per Bazel shard (tools/matrix.bzl SHARD_COUNTS; pytest_main keeps a class
 whole in its shard, so each shard runs one class, one server, its share of the walks); a class fails when its walks leave one of its pairs unvisited. A
 full wake after a wake of one tag ends a server's usable life (known divergence
@@ -54,7 +55,8 @@ def walk_context(server, client, golden, recorder, cell):
 
 def _walk(shard: int, walk_context, recorder) -> None:
     walker = runner.Walker(walk_context)
-    planned = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
+    seed = plan.cell_seed(SEED, walk_context.cell_id)
+    planned = plan.run_shard(walker, shard, SHARDS, seed, MAX_STEPS)
     if planned is None:  # a replay: its failure, if any, is the verdict
         return
     pairs, walks = planned
@@ -63,7 +65,7 @@ def _walk(shard: int, walk_context, recorder) -> None:
         walker.probe(probe)
     visited, consecutive = plan.coverage(walks)
     missing = set(pairs) - visited
-    recorder.record(measure.current_test(), "walk_coverage", len(pairs & visited), "pairs", shard=shard,
+    recorder.record(measure.current_test(), "walk_coverage", len(pairs & visited), "pairs", shard=shard, seed=seed,
                     shard_pairs=len(pairs), steps=walker.step_index, walks=len(walks),
                     consecutive_pairs=len(consecutive), unvisited=sorted(str(op) for _, op in missing))
     oracle.equal("walk.pairs_visited", len(missing), 0,

@@ -72,6 +72,9 @@ class Walker:
         self.held = None  # (future, ExitStack holding its pool) of a stream frozen by a level-0 keep
         self.version = ctx.client.version()
         self._prompt = 0
+        # A step emptied the prefix cache (a sleep of level >= 1, a reset) and no request of the long
+        # prompt has looked since: see _look_at_emptied_cache.
+        self.emptied_unseen = False
 
     # --- one step -------------------------------------------------------------------------------
     def step(self, op) -> None:
@@ -79,6 +82,10 @@ class Walker:
         ops.require_applicable(op, before, self.step_index)
         getattr(self, "_" + op.name)(op, before)
         self.state = op.apply(before)
+        if op.name == "generate_cached":  # its own result looked at the cache
+            self.emptied_unseen = False
+        if before.prefix_cached and not self.state.prefix_cached:
+            self.emptied_unseen = True
         self._check_state(f"step {self.step_index} ({op} from {before.describe()})")
         self.ctx.recorder.record("", "walk_step", self.step_index, "step", op=str(op),
                                  before=before.describe(), after=self.state.describe())
@@ -222,6 +229,8 @@ class Walker:
             # leaves the state as it is; where nothing is cached, asking would cache it, so only
             # generate_cached looks there.
             self._generate_cached(f"the cache probe after {where}", s)
+        elif self.emptied_unseen and model.can_run(s):
+            self._look_at_emptied_cache(where, s)
         band = model.device_band(s, ctx.sizes, ctx.cell_id)
         device = settled_gpu_bytes(ctx.server, f"walk {where}", done=lambda b: not band.violations(b),
                                    recorder=ctx.recorder)
@@ -235,6 +244,20 @@ class Walker:
             for b in hband.violations(host):
                 oracle.fail(b.oracle, f"walk {where}: host bytes of the server's processes ({b.what})", host,
                             b.value, b.relation)
+
+    def _look_at_emptied_cache(self, where: str, s: State) -> None:
+        """A cache that should be empty is seen to be only by a request of the long prompt, which fills
+        it again; where the plan sends none before the next reset, the walk looks itself at the first
+        state that can serve one, then resets, so the state is the plan's again. Without it, a sleep that
+        kept the blocks (sleep_while_paused_keeps_prefix_cache) passed whenever the plan happened to
+        reset the cache before its next request of that prompt."""
+        self.emptied_unseen = False
+        c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
+        oracle.equal("prefix_cache.hit_iff_cached", bool(c.cached_tokens), False,
+                     f"walk: the long prompt, the first time since the cache was emptied, after {where}: "
+                     f"cached tokens {c.cached_tokens!r} in ({s.describe()})")
+        oracle.equal("api.reset_prefix_cache_result", self.ctx.client.reset_prefix_cache(),
+                     model.reset_prefix_cache_result(self.version), f"walk: the reset after looking, {where}")
 
     def probe(self, walk) -> None:
         """A terminal probe (plan.terminal_probes): the walk to a partial wake, then the full wake that the

@@ -81,6 +81,17 @@ def test_walks_mix_in_random_operations(monkeypatch):
     assert mixed > 1.3 * consecutive_pairs()  # today 295 against 211 distinct (of 29 x 29)
 
 
+def test_each_cell_walks_other_paths_between_the_same_pairs():
+    def paths(seed):
+        walks = [w for ws, _ in plan.plan_shards(6, seed, MAX_STEPS) for w in ws]
+        return {(plan.pair_state(s), str(a), str(b)) for steps in plan.trace(walks)
+                for (s, a), (_, b) in zip(steps, steps[1:])}
+    seeds = [plan.cell_seed(SEED, cell) for cell in ("mrv1_eager", "mrv1_graph", "mrv2_eager", "mrv2_graph")]
+    assert len(set(seeds)) == 4 and plan.cell_seed(SEED, "mrv2_eager") == seeds[2]
+    one, every = paths(seeds[0]), set().union(*map(paths, seeds))
+    assert len(every) > 2 * len(one)  # today 3584 against 1460
+
+
 def test_walks_are_reproducible_from_the_seed():
     pairs = plan.reachable_pairs()
     walks = plan.plan_walks(pairs, SEED, MAX_STEPS)
