@@ -23,12 +23,6 @@ from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import State
 
 STREAM_TOKENS = 128  # a request in flight: long enough to be mid-decode when /sleep lands
-# The request a mode-wait sleep drains: its FREE window lasts until the whole request has decoded, and
-# every neighbour's wake, reload and start step waits for it (the 128-token drains held 26.7 s of the
-# walk wave's 45.2 s of in-flight windows, docs/bench/h200-2026-12-01.md). 28 tokens are still to come
-# when /sleep is sent after the 4 wait_decoding sees; greedy with ignore_eos, the first DRAIN_TOKENS of
-# the golden stream are its golden.
-DRAIN_TOKENS = 32
 SEED_N, SEED = 4, 1234
 LONG = LONG_PROMPTS[0]  # the prompt of the prefix-cache operations: several KV blocks long
 IN_FLIGHT = PROMPTS[3]  # a request in flight: shorter than one KV block, so it caches nothing
@@ -145,8 +139,7 @@ class Walker:
             pool = stack.enter_context(background(client))
             with client.sleep_window() if moves else contextlib.nullcontext():
                 since = generated_tokens(client)
-                tokens = DRAIN_TOKENS if mode == "wait" else STREAM_TOKENS
-                stream = pool.submit(client.complete_stream, IN_FLIGHT, tokens,
+                stream = pool.submit(client.complete_stream, IN_FLIGHT, STREAM_TOKENS,
                                      timeout_s=thresholds.get("request_completion_s_max"))
                 wait_decoding(client, [stream], 1, since, 4)
                 _, sleep_s = measure.timed(client.sleep, level=level, mode=mode, memory_moves=moves)
@@ -156,7 +149,7 @@ class Walker:
                 self.held = (stream, stack.pop_all())
                 return
             if outcome.ends == "completed":  # mode wait drains before it answers
-                want = tokens
+                want = len(self._golden(s).stream)
                 oracle.holds("requests.ends_in_race", at_answer >= want,
                              f"walk {op}: tokens the engine had generated for the drained request when /sleep "
                              "answered", at_answer, f">= {want} (all of them)")
@@ -165,11 +158,11 @@ class Walker:
                 bound, oracle_id = thresholds.get("abort_s_max"), "requests.abort_time"
             waited = measure.wait_until(stream.done, bound, what=f"walk {op}: the request in flight to end",
                                         oracle_id=oracle_id)
-            self._in_flight_ended(op, s, outcome.ends, stream.result(), sleep_s + waited, tokens)
+            self._in_flight_ended(op, s, outcome.ends, stream.result(), sleep_s + waited)
             expect.load_drains(client, f"after walk {op}")
 
-    def _in_flight_ended(self, op, s: State, ends: str, result, seconds: float, tokens: int) -> None:
-        want = self._golden(s).stream[:tokens]
+    def _in_flight_ended(self, op, s: State, ends: str, result, seconds: float) -> None:
+        want = self._golden(s).stream
         got = result.token_ids[0] if result.token_ids else []
         if got != want[:len(got)]:
             oracle.fail(model.golden_oracle(s), f"walk {op}: tokens streamed before the sleep", got, want[:len(got)])
