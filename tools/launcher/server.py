@@ -248,9 +248,15 @@ class VllmServer:
         with contextlib.nullcontext(0.0) if steps else self.memory_phase(gpu_lease.ALLOCATE, "start"):
             begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
             for _ in range(cfg.port_retries + 1):
-                port = port or ports.free_port(cfg.host)
-                self._launch(port)
-                if self._wait_healthy():
+                reservation = None if port else ports.Reservation(cfg.host)
+                port = port or reservation.port
+                try:
+                    self._launch(port)
+                    healthy = self._wait_healthy()
+                finally:
+                    if reservation is not None:
+                        reservation.close()
+                if healthy:
                     break
                 taken.append(port)
                 log.warning("port %d was taken (bind conflict in %s); retrying with a fresh port", port,
@@ -376,7 +382,8 @@ class VllmServer:
         return json.loads(line) if line.strip() else {}
 
     def _wait_healthy(self) -> bool:
-        """True once /health answers 200; False if the server exited on a bind conflict; else raises."""
+        """True once /health answers 200 from this server; False if the server exited on a bind conflict or
+        another process listens on its port; else raises."""
         deadline = time.monotonic() + self.config.startup_timeout_s
         while True:
             if self._sup.poll() is not None:
@@ -388,6 +395,13 @@ class VllmServer:
                     " 200. Fix the cause in its log; last %d lines of %s:\n%s"
                     % (report.get("rc"), self.url, LOG_TAIL_LINES, self.log_path, log_tail(self.log_path)))
             if _healthy(self.url):
+                if not ports.listening_pids(self.pids(), self.port):
+                    # Another server listens on this port (a user's fixed port, or one picked again
+                    # before ours bound it): its 200 says nothing about ours. Ours cannot listen there.
+                    log.warning("GET %s/health answered 200, but no process of this server listens on port"
+                                " %d: another server has it", self.url, self.port)
+                    self._stop_server(check_release=False)
+                    return False
                 with open(self.log_path, "a") as f:
                     f.write("%s %.3f\n" % (HEALTHY_MARK, time.time()))
                 return True

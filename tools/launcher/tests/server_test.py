@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from tools.launcher import gpu_lease, process_tree, server as server_lib
+from tools.launcher import gpu_lease, ports, process_tree, server as server_lib
 from tools.launcher.tests import testing
 from tools.launcher.errors import (LeaseTimeoutError, PortConflictError, ServerReleaseError, ServerStartError,
                                    VllmNotFoundError)
@@ -106,6 +106,77 @@ def test_port_conflict_after_retries_is_an_error(tmp_path, pid_file):
         busy = taken.getsockname()[1]
         with pytest.raises(PortConflictError, match="every port tried was already in use.*1 retries"):
             _server(tmp_path, pid_file, fixed_port=busy, port_retries=1).start()
+
+
+def _neighbour_on(port, served):
+    """A neighbour's HTTP server that binds `port` with SO_REUSEADDR, as vLLM does, as soon as another
+    socket has bound it (which a plain bind then sees), and listens at once, answering /health 200."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            served.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                break  # our server has bound it and does not listen yet
+        time.sleep(0.01)
+    httpd = http.server.HTTPServer(("127.0.0.1", port), Handler, bind_and_activate=False)
+    httpd.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    httpd.server_bind()
+    httpd.server_activate()
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def test_a_neighbour_listening_first_on_the_port_is_not_taken_for_this_server(tmp_path, pid_file, caplog):
+    """Two servers bound to one port (SO_REUSEADDR, neither listening yet) and the neighbour listens first:
+    its /health 200 must not start this server, which retries on a fresh port."""
+    caplog.set_level(logging.WARNING, "sleepwake.launcher")
+    port = ports.Reservation("127.0.0.1")
+    port.close()
+    served, holder = [], {}
+    thread = threading.Thread(target=lambda: holder.setdefault("httpd", _neighbour_on(port.port, served)))
+    thread.start()
+    try:
+        with _server(tmp_path, pid_file, port=port.port, extra_env={"FAKE_SERVER_LISTEN_DELAY_S": "1.0"}) as server:
+            assert server.port != port.port
+            assert ports.listening_pids(server.pids(), server.port)
+        thread.join(5)
+        assert served, "the neighbour never answered: the race was not set up"
+        assert "no process of this server listens on port %d" % port.port in caplog.text
+    finally:
+        thread.join(5)
+        if "httpd" in holder:
+            holder["httpd"].shutdown()
+            holder["httpd"].server_close()
+
+
+def test_a_reserved_port_is_never_handed_out_and_the_server_can_still_bind_it():
+    reservation = ports.Reservation("127.0.0.1")
+    try:
+        handed_out = set()
+        for _ in range(3000):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                handed_out.add(probe.getsockname()[1])
+        assert reservation.port not in handed_out
+        with socket.socket() as server_sock:  # vLLM's bind: SO_REUSEADDR, then listen
+            server_sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server_sock.bind(("127.0.0.1", reservation.port))
+            server_sock.listen()
+            assert ports.listening_pids([os.getpid()], reservation.port) == {os.getpid()}
+    finally:
+        reservation.close()
 
 
 def test_restart_keeps_the_port_and_replaces_the_processes(tmp_path, pid_file):

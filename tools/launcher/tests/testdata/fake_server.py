@@ -23,7 +23,9 @@ import http.server
 import importlib.metadata
 import os
 import signal
+import socket
 import sys
+import time
 
 import psutil
 
@@ -87,6 +89,11 @@ def _start_worker():
         getattr(Worker(), step)()
 
 
+def _bind_failed(e: OSError) -> None:
+    print("OSError: [Errno %d] error while attempting to bind on address: %s" % (e.errno, e.strerror), flush=True)
+    sys.exit(1)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
@@ -96,6 +103,14 @@ def main():
     parser.add_argument("--pid_file")
     args = parser.parse_args()
     print("fake vLLM server %d starting on %s:%d" % (os.getpid(), args.host, args.port), flush=True)
+    # Like vLLM (api_server.py setup_server): bind with SO_REUSEADDR first, listen only once started,
+    # FAKE_SERVER_LISTEN_DELAY_S later.
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as e:
+        _bind_failed(e)
     wanted = [name for name in os.environ.get("FAKE_SERVER_PLUGINS", "").split(",") if name]
     for plugin in importlib.metadata.entry_points(group=PLUGIN_GROUP):
         if plugin.name in wanted:
@@ -122,12 +137,14 @@ def main():
         def log_message(self, *args):
             pass
 
+    time.sleep(float(os.environ.get("FAKE_SERVER_LISTEN_DELAY_S", "0")))
+    httpd = http.server.ThreadingHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
+    httpd.socket.close()
+    httpd.socket = sock
     try:
-        httpd = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
+        httpd.server_activate()
     except OSError as e:
-        print("OSError: [Errno %d] error while attempting to bind on address: %s" % (e.errno, e.strerror),
-              flush=True)
-        sys.exit(1)
+        _bind_failed(e)
     print("fake vLLM server ready", flush=True)
     httpd.serve_forever()
 
