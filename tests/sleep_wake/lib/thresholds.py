@@ -43,6 +43,9 @@ MEASURED_1201 = "H200 x1, vLLM 0.26.0, 2026-12-01, all 60 cells"
 # latency and state_walk in all four runner x mode cells) and the full matrix, 16 slots on one GPU.
 MEASURED_TODAY = "H200 x1, vLLM 0.26.0, 2026-12-01 (two runs: 5 classes x 4 cells, then all 64 cells)"
 MEASURED_3 = f"{MEASURED} and {MEASURED_TODAY}"
+# The latency samples since they are each call's own time inside its memory phase (client.last_call_s),
+# beside 23 neighbours, instead of inside an exclusive window held for the whole test.
+MEASURED_CALLS = "H200 x1, vLLM 0.26.0, 2026-12-01, main job runs B-E of the sixth session (24 cells per GPU)"
 GiB = 1 << 30
 MiB = 1 << 20
 KiB = 1 << 10
@@ -227,17 +230,23 @@ _TABLE = [
               "(#44483); 2 s is ~100x the time the request takes when scheduled"),
     # --- latency (median of repeats) -----------------------------------------------------------
     Threshold("sleep_s_max", 0.4, "s", MECHANISM,
-              f"{MEASURED_3}: medians 0.018-0.107 s with the GPU's memory phase held (today at most 0.025 s)",
-              noise=Noise(0.107, 3, "every cell", MEASURED_3)),
+              f"{MEASURED_CALLS}: medians 0.056-0.151 s, each sleep timed inside its FREE phase beside "
+              "neighbours; 0.018-0.107 s before, in an exclusive window held for the whole test "
+              f"({MEASURED_3})",
+              noise=Noise(0.151, 4, "every cell", MEASURED_CALLS)),
     Threshold("wake_s_max", 0.25, "s", MECHANISM,
-              f"{MEASURED_3}: medians 0.020-0.069 s; graph mode no slower than eager on this model",
-              noise=Noise(0.069, 3, "every cell", MEASURED_3)),
+              f"{MEASURED_CALLS}: medians 0.026-0.165 s, each wake timed inside its ALLOCATE phase, which "
+              "neighbours' wakes and start steps share; 0.020-0.069 s before, in an exclusive window "
+              f"({MEASURED_3}); graph mode no slower than eager on this model",
+              noise=Noise(0.165, 4, "every cell", MEASURED_CALLS)),
     Threshold("staged_wake_s_max", 0.24, "s", MECHANISM,
-              f"{MEASURED_3}: medians 0.025-0.062 s for wake weights + wake kv_cache",
-              noise=Noise(0.062, 3, "every cell", MEASURED_3)),
+              f"{MEASURED_CALLS}: medians 0.025-0.169 s for wake weights + wake kv_cache, each timed inside "
+              f"its ALLOCATE phase; 0.025-0.062 s before, in an exclusive window ({MEASURED_3})",
+              noise=Noise(0.169, 4, "every cell", MEASURED_CALLS)),
     Threshold("cycle_s_max", 1.5, "s", MECHANISM,
-              f"{MEASURED_3}: medians 0.078-0.47 s for sleep + wake + a 16-token request",
-              noise=Noise(0.47, 3, "every cell", MEASURED_3)),
+              f"{MEASURED_CALLS}: medians 0.10-0.485 s for sleep + wake + a 16-token request, the three "
+              f"calls' own times; 0.078-0.47 s before, in an exclusive window ({MEASURED_3})",
+              noise=Noise(0.485, 4, "every cell", MEASURED_CALLS)),
     # --- waiting: how often a test looks (observation windows, which oracles rely on, are above) ---
     Threshold("poll_s", 0.05, "s", WAIT,
               "measure.wait_until: each look is one or two loopback HTTP calls (/load, /metrics, "
