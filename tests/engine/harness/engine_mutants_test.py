@@ -1,7 +1,7 @@
 """Detection power of the engine tier: each engine mutant must be killed, and the control must pass.
 
-One run of the engine tests (tests/engine/test_*.py) per catalogued mutant (mutants/catalogue.py)
-plus the control, each judged by mutants/judge.py. Importing vLLM's engine costs ~14 s per process,
+One run of the engine tests (tests/engine/test_*.py; the walk only for the mutants whose kills name it)
+per catalogued mutant (mutants/catalogue.py) plus the control, each judged by mutants/judge.py. Importing vLLM's engine costs ~14 s per process,
 so this process imports it once and forks a child per run; the child applies its mutant (through
 SLEEPWAKE_ENGINE_MUTANT and tests/engine/conftest.py), runs pytest and exits, leaving the parent's
 vLLM classes unpatched for the next child. The table lands in the test log and in
@@ -21,7 +21,9 @@ from tests.mutants import verdict
 
 ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(ENGINE_DIR))
-TEST_FILES = sorted(glob.glob(os.path.join(ENGINE_DIR, "test_*.py")))
+WALK_FILE = os.path.join(ENGINE_DIR, "test_state_walk.py")
+# The walk (its own target, engine_walk_test) runs only under the mutants whose kills name it.
+TEST_FILES = sorted(f for f in glob.glob(os.path.join(ENGINE_DIR, "test_*.py")) if f != WALK_FILE)
 RUNS = [judge.CONTROL] + sorted(catalogue.MUTANTS)
 
 # The children inherit a frozen heap, so the freeze_gc_heap of each engine they start scans only
@@ -30,6 +32,13 @@ gc.collect()
 gc.freeze()
 
 _runs: dict[str, judge.Run] = {}
+
+
+def files_for(mutant: str) -> list[str]:
+    """The engine tests a mutant's run takes: all of them, and the walk where its kills name the walk."""
+    entry = catalogue.MUTANTS.get(mutant)
+    walk = os.path.relpath(WALK_FILE, ROOT)
+    return TEST_FILES + ([WALK_FILE] if entry and any(k.startswith(walk + "::") for k in entry.kills) else [])
 
 
 def _child(mutant: str, junit: str, log: str, basetemp: str) -> None:
@@ -45,7 +54,7 @@ def _child(mutant: str, junit: str, log: str, basetemp: str) -> None:
         os.environ[catalogue.ENV] = mutant
         os.environ.pop("PYTEST_ADDOPTS", None)
         code = int(pytest.main(
-            TEST_FILES + ["-p", "no:cacheprovider", "-q", "-rfE", "--color=no",
+            files_for(mutant) + ["-p", "no:cacheprovider", "-q", "-rfE", "--color=no",
                           f"--rootdir={ROOT}", f"--basetemp={basetemp}",
                           f"--junitxml={junit}", "-o", "junit_family=xunit2"]))
     finally:

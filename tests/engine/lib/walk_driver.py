@@ -109,6 +109,7 @@ class EngineWalker:
         self.skipped = collections.Counter()  # oracle id -> checks the GPU walk makes that this one cannot
         self.executed: list[list] = []  # per walk: [(state before, operation)]
         self._step_checked: set = set()
+        self.emptied_unseen = False  # as the GPU walk's runner: a step emptied the prefix cache, unseen since
 
     # --- oracle calls, counted --------------------------------------------------------------------
     def _equal(self, oracle_id: str, measured, expected, what: str) -> None:
@@ -135,6 +136,10 @@ class EngineWalker:
         where = f"step {self.step_index} ({op} from {before.describe()})"
         getattr(self, "_" + op.name)(op, before, where)
         self.state = op.apply(before)
+        if op.name == "generate_cached":  # its own result looked at the cache
+            self.emptied_unseen = False
+        if before.prefix_cached and not self.state.prefix_cached:
+            self.emptied_unseen = True
         self._check_state(where)
         for oracle_id in set(op.oracles(before)) | set(ops.AFTER_EVERY_STEP):
             if oracle_id not in self._step_checked or oracle_id in STAND_INS:
@@ -319,6 +324,12 @@ class EngineWalker:
         if model.hits_cache(s, "long"):
             # As the GPU walk: the cached blocks are part of the state, a repeat must still hit them.
             self._generate_cached(None, s, f"the cache probe after {where}")
+        elif self.emptied_unseen and model.can_run(s):
+            # As the GPU walk (runner._look_at_emptied_cache): the first look at a cache a step emptied,
+            # then a reset, so that the state is the plan's again.
+            self.emptied_unseen = False
+            self._generate_cached(None, s, f"the first look at the emptied cache after {where}")
+            self._reset_prefix_cache(None, s, f"the reset after looking, {where}")
 
     def _held_probe(self, s: State, where: str) -> None:
         """A request sent now must wait for the wake: sent, given a step, checked, then aborted as a

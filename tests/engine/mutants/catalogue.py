@@ -62,6 +62,7 @@ def _abort_outputs_dropped():
 
 
 _GATE = "tests/engine/test_partial_wake.py::"
+_WALK = "tests/engine/test_state_walk.py::test_walk_visits_every_pair_of_its_shard"
 MUTANTS = {m.name: m for m in [
     Mutant("resume_on_partial_wake", sleepwake_mutants.MUTANTS["resume_on_partial_wake"].issue,
            sleepwake_mutants.MUTANTS["resume_on_partial_wake"].doc,
@@ -95,6 +96,11 @@ MUTANTS = {m.name: m for m in [
            {"tests/engine/test_bookkeeping.py::test_wake_while_awake_is_a_no_op":
                 r"wake_up called while awake"},
            sleepwake_mutants.MUTANTS["wake_awake_tag_aborts"].patch),
+    Mutant("sleep_while_paused_keeps_prefix_cache",
+           sleepwake_mutants.MUTANTS["sleep_while_paused_keeps_prefix_cache"].issue,
+           sleepwake_mutants.MUTANTS["sleep_while_paused_keeps_prefix_cache"].doc,
+           {_WALK + f"[shard{k}]": r"prefix_cache\.hit_iff_cached.*first look at the emptied cache" for k in (0, 1, 5)},
+           sleepwake_mutants.MUTANTS["sleep_while_paused_keeps_prefix_cache"].patch),
     Mutant("abort_outputs_dropped", "#45326, #45520",
            "sleep(mode='abort') aborts the in-flight requests in the engine but never tells the "
            "front end: their streams stay open.",
