@@ -5,9 +5,9 @@ model of tests/sleep_wake/walk (flags, gauge, health, GPU and host bytes, golden
 checkpoint, cached tokens, how requests in flight end) by the oracles.
 
 One seeded plan (each cell its own seed, plan.cell_seed) visits every reachable (state, operation) pair
-of the model; its walks are dealt out
-over SHARDS test classes, one per Bazel shard (tools/matrix.bzl SHARD_COUNTS; pytest_main keeps a class
-whole in its shard, so each shard runs one class, one server, its share of the walks); a class fails when its walks leave one of its pairs unvisited. A
+of the model; its walks are dealt out over SHARDS test classes, one per Bazel shard (tools/matrix.bzl
+SHARD_COUNTS; pytest_main keeps a class whole in its shard, so each shard runs one class, one server, its
+share of the walks); a class fails when its walks leave one of its pairs unvisited. A
 full wake after a wake of one tag ends a server's usable life (known divergence
 full_wake_remaps_resident_pool): those pairs are probed last, one kind per shard (plan.terminal_probes).
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints).
@@ -65,8 +65,8 @@ def _walk(shard: int, walk_context, recorder) -> None:
         walker.probe(probe)
     visited, consecutive = plan.coverage(walks)
     missing = set(pairs) - visited
-    recorder.record(measure.current_test(), "walk_coverage", len(pairs & visited), "pairs", shard=shard, seed=seed,
-                    shard_pairs=len(pairs), steps=walker.step_index, walks=len(walks),
+    recorder.record(measure.current_test(), "walk_coverage", len(pairs & visited), "pairs", shard=shard,
+                    seed=seed, shard_pairs=len(pairs), steps=walker.step_index, walks=len(walks),
                     consecutive_pairs=len(consecutive), unvisited=sorted(str(op) for _, op in missing))
     oracle.equal("walk.pairs_visited", len(missing), 0,
                  f"shard {shard}: (state, operation) pairs of its share its walks left unvisited "

@@ -133,8 +133,7 @@ EXCLUSIVE = "exclusive"  # a window that reads device-wide memory (immediacy, la
 KINDS = (ALLOCATE, FREE, RELEASE, EXCLUSIVE)
 # Who keeps a phase of each kind out: holders of these kinds, and phases of these kinds still waiting
 # (a waiting FREE keeps new allocations out but for passes_waiting_free's, a waiting EXCLUSIVE everything).
-# _try_enter implements it
-# with the bytes below; tools/bench/phase_trace.py reads a run's waits by it.
+# _try_enter implements it with the bytes below; tools/bench/phase_trace.py reads a run's waits by it.
 EXCLUDED_BY = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (ALLOCATE, EXCLUSIVE), RELEASE: (EXCLUSIVE,), EXCLUSIVE: KINDS}
 KEPT_OUT_BY_WAITING = {ALLOCATE: (FREE, EXCLUSIVE), FREE: (EXCLUSIVE,), RELEASE: (EXCLUSIVE,), EXCLUSIVE: ()}
 

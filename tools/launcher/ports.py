@@ -40,7 +40,8 @@ def listening_pids(pids, port: int) -> set[int]:
     for pid in pids:
         try:
             proc = psutil.Process(pid)
-            conns = proc.net_connections(kind="tcp") if hasattr(proc, "net_connections") else proc.connections(kind="tcp")
+            # net_connections since psutil 6.0; connections before
+            conns = (proc.net_connections if hasattr(proc, "net_connections") else proc.connections)(kind="tcp")
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
         if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):

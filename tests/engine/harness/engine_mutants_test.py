@@ -1,8 +1,9 @@
 """Detection power of the engine tier: each engine mutant must be killed, and the control must pass.
 
 One run of the engine tests (tests/engine/test_*.py; the walk only for the mutants whose kills name it)
-per catalogued mutant (mutants/catalogue.py) plus the control, each judged by mutants/judge.py. Importing vLLM's engine costs ~14 s per process,
-so this process imports it once and forks a child per run; the child applies its mutant (through
+per catalogued mutant (mutants/catalogue.py) plus the control, each judged by mutants/judge.py.
+Importing vLLM's engine costs ~14 s per process, so this process imports it once and forks a child per
+run; the child applies its mutant (through
 SLEEPWAKE_ENGINE_MUTANT and tests/engine/conftest.py), runs pytest and exits, leaving the parent's
 vLLM classes unpatched for the next child. The table lands in the test log and in
 engine_mutation_table.md among the target's undeclared outputs.

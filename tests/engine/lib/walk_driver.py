@@ -136,10 +136,7 @@ class EngineWalker:
         where = f"step {self.step_index} ({op} from {before.describe()})"
         getattr(self, "_" + op.name)(op, before, where)
         self.state = op.apply(before)
-        if op.name == "generate_cached":  # its own result looked at the cache
-            self.emptied_unseen = False
-        if before.prefix_cached and not self.state.prefix_cached:
-            self.emptied_unseen = True
+        self.emptied_unseen = ops.emptied_cache_unseen(self.emptied_unseen, op, before, self.state)
         self._check_state(where)
         for oracle_id in set(op.oracles(before)) | set(ops.AFTER_EVERY_STEP):
             if oracle_id not in self._step_checked or oracle_id in STAND_INS:

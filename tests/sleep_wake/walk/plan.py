@@ -91,11 +91,12 @@ def plan_shards(shards: int, seed: int, max_steps: int) -> tuple:
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     walks = plan_walks(reachable_pairs(), seed, max_steps)
+    seconds = [walk_seconds(w) for w in walks]
     loads = [(0.0, k) for k in range(shards)]
     dealt = [[] for _ in range(shards)]
-    for index in sorted(range(len(walks)), key=lambda i: (-walk_seconds(walks[i]), i)):
+    for index in sorted(range(len(walks)), key=lambda i: (-seconds[i], i)):
         load, k = min(loads)
-        loads[k] = (load + walk_seconds(walks[index]), k)
+        loads[k] = (load + seconds[index], k)
         dealt[k].append(index)
     first_by = {}
     for index, steps in enumerate(trace(walks)):

@@ -76,10 +76,7 @@ class Walker:
         ops.require_applicable(op, before, self.step_index)
         getattr(self, "_" + op.name)(op, before)
         self.state = op.apply(before)
-        if op.name == "generate_cached":  # its own result looked at the cache
-            self.emptied_unseen = False
-        if before.prefix_cached and not self.state.prefix_cached:
-            self.emptied_unseen = True
+        self.emptied_unseen = ops.emptied_cache_unseen(self.emptied_unseen, op, before, self.state)
         self._check_state(f"step {self.step_index} ({op} from {before.describe()})")
         self.ctx.recorder.record("", "walk_step", self.step_index, "step", op=str(op),
                                  before=before.describe(), after=self.state.describe())
@@ -249,8 +246,7 @@ class Walker:
         oracle.equal("prefix_cache.hit_iff_cached", bool(c.cached_tokens), False,
                      f"walk: the long prompt, the first time since the cache was emptied, after {where}: "
                      f"cached tokens {c.cached_tokens!r} in ({s.describe()})")
-        oracle.equal("api.reset_prefix_cache_result", self.ctx.client.reset_prefix_cache(),
-                     model.reset_prefix_cache_result(self.version), f"walk: the reset after looking, {where}")
+        self._reset_prefix_cache(f"the reset after looking, {where}", s)
 
     def probe(self, walk) -> None:
         """A terminal probe (plan.terminal_probes): the walk to a partial wake, then the full wake that the
