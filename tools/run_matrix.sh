@@ -65,8 +65,12 @@ waves=("--test_tag_filters=state_walk${gpu_tags:+,$gpu_tags}" "--test_tag_filter
 names=(walk rest)
 for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=(""); done
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once"
-# Bazel runs at most --jobs actions at once (default: the cores), tests included.
-jobs=$(nproc); ((gpus * slots > jobs)) && jobs=$((gpus * slots))
+# Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: one per
+# slot, plus a quarter of the cores for the CPU targets a wave runs (the fake walk, the unit tests), so
+# they never hold a job a GPU cell could use; a GPU cell started beyond the slots waits for its lease,
+# which keeps the GPUs at gpus x slots cells. A quarter: the cells kept 63-67% of the cores busy (docs/bench).
+test_jobs=$((gpus * slots + $(nproc) / 4))
+jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
 # The host's CPU time while Bazel ran, busy against idle+iowait (/proc/stat): whether cores or the GPU's
 # memory phases bound the slots (tools/launcher/slots.py gives each cell a core).
 cpu_times() { awk '/^cpu /{t=0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6}' /proc/stat; }
@@ -79,7 +83,7 @@ for i in "${!waves[@]}"; do
   rm -f "$bep"
   ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) of ${#waves[@]} (${names[$i]}): $wave"
   began=$(date +%s.%N)
-  bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs=$((gpus * slots)) \
+  bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs="$test_jobs" \
     --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
   wave_rc=$?
   ended=$(date +%s.%N)

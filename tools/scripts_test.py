@@ -106,8 +106,10 @@ def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
     assert code == 0, output
     assert "run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once" in output
     assert "slots: GPUs 1 (NVML indices) x 3 slot(s) per GPU (SLEEPWAKE_SLOTS_PER_GPU)" in output
-    assert "--local_test_jobs=3" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
-    assert f"--jobs={max(3, len(os.sched_getaffinity(0)))}" in argv  # --jobs caps the tests at once
+    # A test job per slot, and a quarter of the cores for the CPU targets, which need no slot.
+    cores = len(os.sched_getaffinity(0))
+    assert f"--local_test_jobs={3 + cores // 4}" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
+    assert f"--jobs={max(3 + cores // 4, cores)}" in argv  # --jobs caps the tests at once
 
 
 def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(workspace):
@@ -118,9 +120,10 @@ def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(worksp
     expected, why = slots.automatic_slots(143163 << 20, len(os.sched_getaffinity(0)), 2)
     assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output
     assert why in output and "SLEEPWAKE_SLOTS_PER_GPU=N overrides" in output
-    assert f"--local_test_jobs={2 * expected}" in argv
+    cores = len(os.sched_getaffinity(0))
+    assert f"--local_test_jobs={2 * expected + cores // 4}" in argv
     # Bazel runs no more tests at once than --jobs, whose default is the cores.
-    assert f"--jobs={max(2 * expected, len(os.sched_getaffinity(0)))}" in argv
+    assert f"--jobs={max(2 * expected + cores // 4, cores)}" in argv
 
 
 def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspace):

@@ -120,14 +120,14 @@ def test_fake_worker_answers_the_real_workers_method_names():
 
 def test_the_memory_phase_plugin_finds_every_worker_method_it_brackets():
     # tools/launcher/phase_plugin brackets these Worker methods on a shared GPU; the launcher fails a
-    # start that logs fewer, so a renamed step shows here first, on the CPU.
+    # start that logs fewer, so a renamed step or call shows here first, on the CPU.
     path = importlib.util.find_spec("vllm.v1.worker.gpu_worker").origin
     with open(path, encoding="utf-8") as f:
         real = set(re.findall(r"^    def (\w+)\(", f.read(), re.MULTILINE))
-    bracketed = set(phase_plugin.STEPS)
+    bracketed = set(phase_plugin.STEPS) | set(phase_plugin.CALLS)
     assert bracketed <= real, (
         f"vllm/v1/worker/gpu_worker.py's Worker no longer defines {sorted(bracketed - real)}:"
-        " update STEPS in tools/launcher/phase_plugin/sleepwake_memory_phase.py")
+        " update STEPS or CALLS in tools/launcher/phase_plugin/sleepwake_memory_phase.py")
     assert not importlib.metadata.entry_points(group="vllm.general_plugins", name="sleepwake_memory_phase"), (
         "the plugin is found without its dir on the path: every vLLM here would load it")
     dist = importlib.metadata.distributions(path=[os.path.dirname(phase_plugin.__file__)])

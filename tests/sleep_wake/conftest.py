@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from tests.sleep_wake.lib import cells, expect, measure, metrics, oracle, releases, thresholds
-from tests.sleep_wake.lib.client import SleepWakeClient
+from tests.sleep_wake.lib.client import SleepWakeClient, client_of
 from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
 from tests.sleep_wake.lib.prompts import PROMPTS
 
@@ -144,11 +144,6 @@ def isolated_server(request, cell, recorder):
         _stop_server(context, srv, recorder, request.node.nodeid)
 
 
-def _client_of(server) -> SleepWakeClient:
-    return SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max"),
-                           memory_phase=getattr(server, "memory_phase", None))
-
-
 @pytest.fixture(scope="class")
 def server_on(request, cell, recorder):
     """server_on(model, name) -> context manager yielding a client of a server of this cell started on
@@ -160,7 +155,7 @@ def server_on(request, cell, recorder):
         context, srv = _start_server(f"{request.node.name}_{name}", cell, recorder, request.node.nodeid,
                                      model=model)
         try:
-            yield _client_of(srv)
+            yield client_of(srv)
         finally:
             _stop_server(context, srv, recorder, request.node.nodeid)
     return start
@@ -168,7 +163,7 @@ def server_on(request, cell, recorder):
 
 @pytest.fixture(scope="class")
 def client(server) -> SleepWakeClient:
-    return _client_of(server)
+    return client_of(server)
 
 
 @pytest.fixture(scope="class")

@@ -3,8 +3,10 @@ when /sleep?mode=abort arrives: the sleep aborts choices that could not have fin
 stream, not inferred), every choice ends promptly, nothing leaks (NVML bytes after wake, /load), and
 the engine serves golden and seeded output afterwards (#45520, #45326)."""
 
+import time
+
 from tests.sleep_wake.lib import expect, measure, memory, oracle, thresholds
-from tests.sleep_wake.lib.background import background, generated_tokens, wait_decoding
+from tests.sleep_wake.lib.background import background, end_clock, generated_tokens, wait_decoding
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
@@ -37,16 +39,18 @@ class TestAbortDuringParallelSampling:
                 since = generated_tokens(client)
                 stream = pool.submit(client.complete_stream, PROMPT, STREAM_MAX_TOKENS, temperature=1.0,
                                      seed=SEED, n=N, timeout_s=thresholds.get("request_completion_s_max"))
+                stream_end = end_clock(stream)
                 wait_decoding(client, [stream], 1, since, 2 * N)
-                sleep_s = measure.timed(client.sleep, level=1, mode="abort")[1]
+                sent = time.perf_counter()
+                client.sleep(level=1, mode="abort")
             # Tokens the engine had generated for the request when /sleep answered: fewer than finishing
             # every choice takes means the sleep landed where the choices could not all have finished.
             at_sleep = generated_tokens(client) - since
-            waited = measure.wait_until(stream.done, thresholds.get("request_completion_s_max"),
-                                        what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort",
-                                        oracle_id="requests.completes")
+            measure.wait_until(stream.done, thresholds.get("request_completion_s_max"),
+                               what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort",
+                               oracle_id="requests.completes")
             result = stream.result()
-        oracle.bounded(recorder, "requests.abort_time", sleep_s + waited, cell.id,
+        oracle.bounded(recorder, "requests.abort_time", stream_end() - sent, cell.id,
                        f"[{ISSUE}] seconds from /sleep?mode=abort to the end of the n={N} stream")
         recorder.record(test, "aborted_stream", {"finish_reasons": result.finish_reasons,
                                                  "tokens": [len(t) for t in result.token_ids],

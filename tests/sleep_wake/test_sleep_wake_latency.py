@@ -2,13 +2,18 @@
 
 A sample is vLLM's time, not the time spent queueing behind GPU neighbours: each sleep and wake is its
 HTTP call alone, inside the memory phase the client takes for it (client.last_call_s), so the test
-holds no window of its own and keeps no neighbour out.
+holds no window of its own and keeps no neighbour out. Where the server's worker brackets its own calls,
+this class's client still takes each call's phase itself (covering the worker's): the worker's wait
+would otherwise be inside the HTTP call.
 
 Mechanism layer: a failure is first compared with a baseline run of the same cell. Graph-mode wake is
 known to be slower (#45648); per-mode bounds go into thresholds.py only once measured.
 """
 
+import pytest
+
 from tests.sleep_wake.lib import expect, measure, oracle
+from tests.sleep_wake.lib.client import client_of
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 REPEATS = 5
@@ -17,6 +22,11 @@ REPEATS = 5
 def _record(recorder, key, samples):
     for i, s in enumerate(samples):
         recorder.record(measure.current_test(), key, s, "s", repeat=i)
+
+
+@pytest.fixture(scope="class")
+def client(server):
+    return client_of(server, phases_in_server=False)
 
 
 class TestSleepWakeLatency:

@@ -216,6 +216,40 @@ def _try_enter(fd: int, kind: str, what: str = "") -> bool:
     return False
 
 
+# A server's cover file: its client, holding a phase of a kind itself, read-locks that kind's byte, so the
+# server's own bracket of a call (phase_plugin) knows the phase is held for it. Taking the lock there
+# instead would wait for the client's phase to end, which waits for the call: an EXCLUSIVE window would
+# never end, and a FREE one would keep a waiting EXCLUSIVE's neighbours out until it timed out.
+_COVER_BYTE = {ALLOCATE: 0, FREE: 1, EXCLUSIVE: 2}
+
+
+@contextlib.contextmanager
+def covering(path: str, kind: str):
+    """Marks on the cover file at path that a phase of kind is held for the server's calls (RELEASE covers
+    no call: it marks nothing)."""
+    _check_kind(kind)
+    if kind not in _COVER_BYTE:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        _lock_byte(fd, fcntl.F_RDLCK, _COVER_BYTE[kind])
+        yield
+    finally:
+        os.close(fd)
+
+
+def covered(path: str, kind: str) -> bool:
+    """Whether another process covers a call of kind on the cover file at path: it holds that kind's
+    phase or an EXCLUSIVE one."""
+    _check_kind(kind)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        return any(_held_by_others(fd, _COVER_BYTE[k]) for k in {kind, EXCLUSIVE} if k in _COVER_BYTE)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float = 0.01, what: str = ""):
     """Orders the GPU-memory phases of the servers sharing one GPU. Yields the seconds it waited.

@@ -141,6 +141,7 @@ class VllmServer:
         self._device_index = 0
         self._baseline = None
         self._prepared = False
+        self._cover_path = None  # the cover file of a worker that brackets its own calls (brackets_calls)
 
     @property
     def url(self) -> str:
@@ -205,7 +206,16 @@ class VllmServer:
         the GPU's phase trace). Yields the seconds it waited, which timings adds up."""
         with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s, what=what) as waited:
             self.timings.add_memory_phase(waited)
-            yield waited
+            # The server's worker brackets its sleeps, wakes and reloads itself (brackets_calls); one
+            # inside this phase must not wait for it.
+            with gpu_lease.covering(self._cover_path, kind) if self._cover_path else contextlib.nullcontext():
+                yield waited
+
+    @property
+    def brackets_calls(self) -> bool:
+        """Whether the server's worker takes the memory phase around its own sleeps, wakes and reloads
+        (tools/launcher/phase_plugin), so that its client need not hold one around the HTTP call."""
+        return self._cover_path is not None
 
     # -- start ------------------------------------------------------------------------------------
 
@@ -224,9 +234,13 @@ class VllmServer:
             self.timings.lease_wait_s += self.lease.waited_s
             self.env = build_env(cfg, self._environ, self.lease.gpu)
             if self._brackets_steps():
+                fd, self._cover_path = tempfile.mkstemp(prefix="cover-", suffix=".lock",
+                                                        dir=os.path.dirname(self.lease.path))
+                os.close(fd)
                 self.env.update({
                     phase_plugin.ENV_LOCK: gpu_lease.memory_lock_path(self.lease),
                     phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
+                    phase_plugin.ENV_COVER: self._cover_path,
                     "PYTHONPATH": os.pathsep.join(p for p in (_PHASE_PLUGIN_DIR, self.env.get("PYTHONPATH")) if p)})
         self._device_index = int(self.lease.gpu if self.lease else gpus[0])
         self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
@@ -295,6 +309,10 @@ class VllmServer:
         if missing:
             problem = ("its worker did not bracket %s (the memory-phase plugin %s did not load in the"
                        " worker's process, or this vLLM renamed the step)" % (", ".join(missing), _PHASE_PLUGIN_DIR))
+        elif set(phase_plugin.CALLS) - set(steps[-1].get("calls", ())):
+            problem = ("its worker does not bracket %s (this vLLM renamed the call, or a plugin replaced it"
+                       " after the start): a neighbour's allocation could land in its sleep" % ", ".join(
+                           sorted(set(phase_plugin.CALLS) - set(steps[-1].get("calls", ())))))
         elif last is None:
             problem = "NVML gave the worker no figure for its own bytes after %s" % names[-1]
         elif held - last > self.config.unbracketed_bytes_max:
@@ -427,6 +445,7 @@ class VllmServer:
         if sup is None:
             return {}
         _live.discard(self)
+        self._count_bracketed_calls()
         # Releasing the GPU changes device-wide memory as much as a start does: a neighbour reading
         # device-wide bytes (the immediacy oracle) must not see it mid-window (seen on the H200: a
         # neighbour's exit read as 3.6 GB not restored). It only frees, so it overlaps starts and sleeps.
@@ -466,8 +485,21 @@ class VllmServer:
                              self.config.release_tolerance_bytes, self.config.release_timeout_s)
         return report
 
+    def _count_bracketed_calls(self) -> None:
+        """Adds the waits of the worker's own bracketed calls (a covered one waited for nothing) to
+        timings, which would otherwise count them as the cell's own work."""
+        if self._cover_path is None or not self.log_path:
+            return
+        for call in phase_plugin.read_calls(read_log(self.log_path)):
+            if not call.get("covered"):
+                self.timings.add_memory_phase(call["waited_s"])
+
     def _release_lease(self) -> None:
         self._prepared = False  # a later start() takes a lease again
+        if self._cover_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._cover_path)
+            self._cover_path = None
         if self.lease is not None:
             self.lease.release()
             self.lease = None

@@ -73,6 +73,10 @@ class VllmServer:
     def url(self) -> str:
         return ports.url(self.config.host, self.port)
 
+    @property
+    def brackets_calls(self) -> bool:
+        return False  # no lease, so no worker plugin: the client's own phases order nothing either
+
     def __enter__(self) -> "VllmServer":
         self.start()
         return self

@@ -3,6 +3,7 @@ race them against /sleep."""
 
 import concurrent.futures
 import contextlib
+import time
 
 from tests.sleep_wake.lib import measure, metrics, oracle, thresholds
 
@@ -49,3 +50,18 @@ def wait_decoding(client, futures, requests: int, tokens_since: float, tokens: i
     if done:
         raise oracle.Precondition(f"a request ended before /sleep was sent ({done[0]!r}), so the race was "
                                   "not exercised: raise its max_tokens")
+
+
+def end_clock(future):
+    """Call right after submitting: returns a function giving the perf_counter moment the future ended.
+    For "seconds from /sleep to the request's end": not the sleep's answer plus the wait after it, since
+    where the worker brackets its sleep the answer comes after the executor's sleep, which may wait for a
+    neighbour's allocation long after the abort ended the requests."""
+    ended = []
+    future.add_done_callback(lambda f: ended.append(time.perf_counter()))
+
+    def at() -> float:
+        if not ended:
+            raise RuntimeError("end_clock: the request has not ended yet; wait for it first")
+        return ended[0]
+    return at

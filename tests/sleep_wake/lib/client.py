@@ -18,7 +18,7 @@ import time
 
 import requests
 
-from tests.sleep_wake.lib import metrics, oracle
+from tests.sleep_wake.lib import metrics, oracle, thresholds
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS
 from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE
 
@@ -65,13 +65,17 @@ def _tags_params(tags):
 
 
 class SleepWakeClient:
-    def __init__(self, url: str, timeout_s: float = 60.0, memory_phase=None):
+    def __init__(self, url: str, timeout_s: float = 60.0, memory_phase=None, phases_in_server: bool = False):
         """memory_phase(kind, what) -> context manager: the server's VllmServer.memory_phase, which
         orders this server's memory phases against its GPU neighbours' (tools/launcher/gpu_lease.py;
-        what names the call in the GPU's phase trace); None when the server has its GPU to itself."""
+        what names the call in the GPU's phase trace); None when the server has its GPU to itself.
+        phases_in_server: the server's worker takes the phase around its own sleeps, wakes and reloads
+        (VllmServer.brackets_calls), so a call holds none here and a FREE sleep_window is not needed; an
+        exclusive window is still taken here, and covers the worker's calls inside it."""
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._memory_phase = memory_phase or (lambda kind, what: contextlib.nullcontext())
+        self.phases_in_server = phases_in_server
         self._holding = None  # the kind of the window held, if any
         self._version = None
         # Seconds of the last sleep or wake_up call's HTTP round trip alone, inside its memory phase: what
@@ -84,7 +88,12 @@ class SleepWakeClient:
         queueing behind a neighbour's start: for tests that race /sleep against requests already
         decoding (the requests would finish while the sleep waited). A FREE phase by default, which
         only neighbours' allocations wait for; exclusive=True for a block that also wakes or reads
-        device-wide memory, which nothing on the GPU may overlap."""
+        device-wide memory, which nothing on the GPU may overlap. A FREE window is nothing when the
+        server brackets its calls: the sleep's pause lands at once, and only the executor's own sleep
+        waits for the phase, inside the server."""
+        if self.phases_in_server and not exclusive and not self._holding:
+            yield
+            return
         if self._holding:
             if exclusive and self._holding != EXCLUSIVE:
                 raise RuntimeError("an exclusive sleep_window inside a FREE one: open the exclusive one first")
@@ -99,7 +108,7 @@ class SleepWakeClient:
                 self._holding = None
 
     def _phase(self, kind: str, what: str):
-        if self._holding == EXCLUSIVE or self._holding == kind:
+        if self._holding == EXCLUSIVE or self._holding == kind or (self.phases_in_server and not self._holding):
             return contextlib.nullcontext()
         if self._holding:
             # A wake allocates: inside a FREE window it could land in a neighbour's sleep.
@@ -153,7 +162,8 @@ class SleepWakeClient:
     # --- sleep API ---------------------------------------------------------------------------
     def sleep(self, level: int | str = 1, mode: str | None = None, check: bool = True,
               memory_moves: bool | None = None) -> requests.Response:
-        """POST /sleep. A sleep that unmaps memory holds a FREE memory phase, which no neighbour's
+        """POST /sleep. A sleep that unmaps memory holds a FREE memory phase (here, or in the server's
+        worker when it brackets its calls), which no neighbour's
         allocation overlaps (vLLM's own check in Worker.sleep reads the device-wide free bytes before
         and after); one that moves none does not wait for it: level 0 only pauses scheduling, and a
         sleep while the executor already sleeps is a no-op for it (memory_moves=False, from a caller
@@ -168,7 +178,7 @@ class SleepWakeClient:
 
     def wake_up(self, tags: list[str] | None = None, check: bool = True,
                 memory_moves: bool = True) -> requests.Response:
-        """POST /wake_up. A wake that maps memory holds an ALLOCATE phase (it could break a neighbour's
+        """POST /wake_up. A wake that maps memory holds an ALLOCATE phase (here or in the worker; it could break a neighbour's
         sleep check); memory_moves=False, from a caller that knows the state, for one that maps nothing:
         a wake while awake or paused at level 0, of tags already resident, of a tag that is no pool."""
         with self._phase(ALLOCATE, "wake") if memory_moves else contextlib.nullcontext():
@@ -374,3 +384,13 @@ def parse_completion(raw: dict, want_logprobs: bool = False) -> Completion:
                           text=[c.get("text", "") for c in choices], raw=raw)
     except (KeyError, TypeError) as e:
         raise ServerResponseError(f"malformed completion body ({e!r}): {json.dumps(raw)[:500]}") from None
+
+
+def client_of(server, phases_in_server: bool | None = None) -> SleepWakeClient:
+    """The client of a started server (VllmServer or a fake): its phases ordered by the server's
+    memory_phase; phases_in_server defaults to whether the server's worker brackets its own calls
+    (False: this client takes each call's phase itself, which covers the worker's)."""
+    if phases_in_server is None:
+        phases_in_server = getattr(server, "brackets_calls", False)
+    return SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max"),
+                           memory_phase=getattr(server, "memory_phase", None), phases_in_server=phases_in_server)

@@ -226,3 +226,28 @@ def test_each_call_takes_the_memory_phase_of_what_it_does_to_device_memory(fake)
         client.sleep(level=1)
         client.wake_up()
     assert taken == [FREE, EXCLUSIVE] and whats[-2:] == ["window", "window"]
+
+
+def test_a_server_that_brackets_its_calls_leaves_the_client_only_its_exclusive_windows(fake):
+    """The worker takes each call's phase itself (VllmServer.brackets_calls): a call and a FREE window take
+    none here, so a sleep lands at once and no neighbour waits for a drain; an exclusive window is still
+    this client's, and covers the calls inside it."""
+    taken = []
+
+    @contextlib.contextmanager
+    def phase(kind, what):
+        taken.append(kind)
+        yield 0.0
+
+    client = SleepWakeClient(fake.url, timeout_s=5, memory_phase=phase, phases_in_server=True)
+    client.sleep(level=1)
+    client.wake_up()
+    client.reload_weights()
+    with client.sleep_window():
+        client.sleep(level=1)
+        client.wake_up()  # harmless: the window holds nothing here
+    assert taken == []
+    with client.sleep_window(exclusive=True):
+        client.sleep(level=1)
+        client.wake_up()
+    assert taken == [EXCLUSIVE]

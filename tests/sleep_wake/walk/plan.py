@@ -68,13 +68,23 @@ def reachable_pairs() -> set:
 
 # A step's seconds by its operation, only to deal the walks out so that the shards end together: the
 # medians of the H200 walk at 24 cells per GPU (docs/bench/h200-2026-12-01.md, fifth section, run B:
-# reloads 0.42-0.44 s, wakes 0.16-0.25 s, sleeps 0.07-0.08 s); anything else about 0.1 s.
+# reloads 0.42-0.44 s, wakes 0.16-0.25 s, sleeps 0.07-0.08 s, a sleep with a request in flight 0.50 s on
+# average: the request's start, its decoding and, for mode wait, its drain); anything else about 0.1 s.
+# Counted as a plain sleep, the in-flight ones piled up: one shard of six held 18 of a cell's 49 and was
+# the longest in every run of the sixth section.
 STEP_SECONDS = {"reload": 0.43, "wake": 0.2, "sleep": 0.08}
+IN_FLIGHT_SLEEP_SECONDS = 0.5
 OTHER_STEP_SECONDS = 0.1
 
 
+def step_seconds(op) -> float:
+    if op.name == "sleep" and op.params[2]:
+        return IN_FLIGHT_SLEEP_SECONDS
+    return STEP_SECONDS.get(op.name, OTHER_STEP_SECONDS)
+
+
 def walk_seconds(walk) -> float:
-    return sum(STEP_SECONDS.get(op.name, OTHER_STEP_SECONDS) for op in walk)
+    return sum(map(step_seconds, walk))
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 
 from tests.sleep_wake.lib import expect, host_memory, measure, oracle, thresholds
-from tests.sleep_wake.lib.background import background, generated_tokens, wait_decoding
+from tests.sleep_wake.lib.background import background, end_clock, generated_tokens, wait_decoding
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, LONG_PROMPTS, PROMPTS
 from tests.sleep_wake.walk import model, plan
@@ -126,9 +127,11 @@ class Walker:
         if not in_flight:
             client.sleep(level=level, mode=mode, memory_moves=moves)
             return
-        # The FREE window holds from before the request starts until the sleep answers (mode wait drains
-        # first), so that the sleep lands while the request decodes; a sleep that unmaps nothing needs no
-        # phase, and a window would only keep every neighbour's wakes and starts out for that second.
+        # The sleep must land while the request decodes. Where the worker brackets its own sleep
+        # (client.phases_in_server) it does: only the executor's sleep, after the pause, waits for FREE.
+        # Elsewhere a FREE window holds from before the request starts until the sleep answers (mode wait
+        # drains first); a sleep that unmaps nothing needs none, and one would only keep every neighbour's
+        # wakes and starts out for that second.
         # An ExitStack, not a with-block: a request a level-0 keep holds outlives this step (self.held), and
         # on a failure background() sees the exception and wakes the engine, so a request the defect left
         # held ends now rather than at its 60 s client timeout.
@@ -138,8 +141,10 @@ class Walker:
                 since = generated_tokens(client)
                 stream = pool.submit(client.complete_stream, IN_FLIGHT, STREAM_TOKENS,
                                      timeout_s=thresholds.get("request_completion_s_max"))
+                stream_end = end_clock(stream)
                 wait_decoding(client, [stream], 1, since, 4)
-                _, sleep_s = measure.timed(client.sleep, level=level, mode=mode, memory_moves=moves)
+                sent = time.perf_counter()
+                client.sleep(level=level, mode=mode, memory_moves=moves)
                 at_answer = generated_tokens(client) - since  # what the engine had generated when it answered
             outcome = model.in_flight_outcome(mode, level)
             if outcome.ends == "held":
@@ -153,9 +158,9 @@ class Walker:
                 bound, oracle_id = thresholds.get("request_completion_s_max"), "requests.completes"
             else:  # mode abort: the abort outputs go out before the pause completes
                 bound, oracle_id = thresholds.get("abort_s_max"), "requests.abort_time"
-            waited = measure.wait_until(stream.done, bound, what=f"walk {op}: the request in flight to end",
-                                        oracle_id=oracle_id)
-            self._in_flight_ended(op, s, outcome.ends, stream.result(), sleep_s + waited)
+            measure.wait_until(stream.done, bound, what=f"walk {op}: the request in flight to end",
+                               oracle_id=oracle_id)
+            self._in_flight_ended(op, s, outcome.ends, stream.result(), stream_end() - sent)
             expect.load_drains(client, f"after walk {op}")
 
     def _in_flight_ended(self, op, s: State, ends: str, result, seconds: float) -> None:

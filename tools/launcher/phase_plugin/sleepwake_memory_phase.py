@@ -1,5 +1,6 @@
-"""A start's memory phases, taken from inside the server: a vLLM general plugin that brackets each step
-in which the GPU worker allocates device memory with the GPU's ALLOCATE phase (gpu_lease.memory_phase).
+"""A server's memory phases, taken from inside it: a vLLM general plugin that brackets each step in which
+the GPU worker moves device memory with the GPU's memory phase (gpu_lease.memory_phase): its start-up
+steps and, once it runs, its sleep (FREE), wake and weight reload (ALLOCATE).
 
 Why: a start that held the ALLOCATE phase from launch to /health (6-30 s under load) kept every
 neighbour's sleep waiting for all of it, though the memory moves only inside the worker's start-up
@@ -12,25 +13,35 @@ vLLM loads every `vllm.general_plugins` entry point in each of its processes; th
 the launcher set SLEEPWAKE_MEMORY_LOCK (a shared lease), and patches Worker when its module is
 imported, so the API server process, which never imports it, pays nothing. After each step, still
 inside the phase, it writes a MARK line to stderr (the server log) with the step, the seconds it waited
-and held, and the bytes NVML lists for this process: the launcher checks at /health that no memory
-moved after the last step (VllmServer._check_bracketed_start).
+and held, the bytes NVML lists for this process and the calls it brackets: the launcher checks at /health
+that no memory moved after the last step and that every call is bracketed (VllmServer._check_bracketed_start).
 
 """
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import json
 import os
 import sys
+import threading
 import time
 
 ENV_LOCK = "SLEEPWAKE_MEMORY_LOCK"
 ENV_TIMEOUT = "SLEEPWAKE_MEMORY_LOCK_TIMEOUT_S"
+ENV_COVER = "SLEEPWAKE_MEMORY_COVER"  # the server's cover file (gpu_lease.covered)
 MARK = "sleepwake-memory-phase "
 TARGET = "vllm.v1.worker.gpu_worker"
 STEPS = ("init_device", "load_model", "determine_available_memory", "initialize_from_config",
          "compile_or_warm_up_model")
+# A running server's calls that move device memory: (the phase's kind, its `what` in the GPU's trace).
+# gpu_lease.BRIEF names wake and reload: they may pass a waiting sleep while a start step is inside.
+CALLS = {"sleep": ("free", "sleep"), "wake_up": ("allocate", "wake"), "reload_weights": ("allocate", "reload")}
 _WRAPPED = "__sleepwake_memory_phase__"
+# Our call wrappers, by identity: a mutant that wraps one (functools.wraps copies its attributes) is not
+# ours, and the next start step wraps it again, so its own allocations fall inside the phase too.
+_OURS: set = set()
+_inside = threading.local()  # a call wrapper of ours is running: a nested one holds its phase already
 
 
 # The checkout (or runfiles tree) this file is in: the lock protocol is tools/launcher/gpu_lease.py's, and a
@@ -54,8 +65,14 @@ def _process_bytes() -> int | None:
         return None
 
 
-def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_bytes) -> None:
-    """Wraps owner's STEPS (methods present on it) so that each runs inside the ALLOCATE phase."""
+def _mark(record: dict) -> None:
+    print(MARK + json.dumps(record), file=sys.stderr, flush=True)
+
+
+def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_bytes, cover_path: str | None = None) -> None:
+    """Wraps owner's STEPS (methods present on it) so that each runs inside the ALLOCATE phase, and its
+    CALLS so that each runs inside its own (bracket_calls); each step first wraps again a call that a
+    plugin loaded later wrapped over ours."""
     _launcher_on_path()
     from tools.launcher import gpu_lease
 
@@ -65,21 +82,57 @@ def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_byte
             continue
 
         def method(self, *args, _step=step, _original=original, **kwargs):
+            cls = type(self)  # a subclass that overrides a call would bypass the class's wrapper
+            bracket_calls(cls, lock_path, timeout_s, cover_path)
             with gpu_lease.memory_phase_at(lock_path, gpu_lease.ALLOCATE, timeout_s,
                                           what="start:" + _step) as waited:
                 begin = time.monotonic()
                 result = _original(self, *args, **kwargs)
                 held = time.monotonic() - begin
                 used = process_bytes()
-            print(MARK + json.dumps({"step": _step, "waited_s": round(waited, 4), "held_s": round(held, 4),
-                                     "pid": os.getpid(), "process_bytes": used}), file=sys.stderr, flush=True)
+            _mark({"step": _step, "waited_s": round(waited, 4), "held_s": round(held, 4), "pid": os.getpid(),
+                   "process_bytes": used, "calls": sorted(n for n in CALLS if getattr(cls, n, None) in _OURS)})
             return result
         setattr(method, _WRAPPED, True)
         method.__name__ = step
         setattr(owner, step, method)
+    bracket_calls(owner, lock_path, timeout_s, cover_path)
 
 
-def read_steps(log_text: str) -> list[dict]:
+def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | None = None) -> None:
+    """Makes our wrapper the outermost of each of owner's CALLS: the call runs inside its phase unless the
+    server's client covers it (gpu_lease.covered), and logs a MARK record {"call", "waited_s", "held_s",
+    "covered"}, from which the launcher counts the waits (VllmServer.timings)."""
+    from tools.launcher import gpu_lease
+
+    for name, (kind, what) in CALLS.items():
+        original = getattr(owner, name, None)
+        if original is None or original in _OURS:
+            continue
+
+        def call(self, *args, _original=original, _kind=kind, _what=what, **kwargs):
+            if getattr(_inside, "depth", 0):  # a wrapper of ours outside this one holds the phase
+                return _original(self, *args, **kwargs)
+            covered = bool(cover_path) and gpu_lease.covered(cover_path, _kind)
+            phase = (contextlib.nullcontext(0.0) if covered
+                     else gpu_lease.memory_phase_at(lock_path, _kind, timeout_s, what=_what))
+            with phase as waited:
+                _inside.depth = 1
+                begin = time.monotonic()
+                try:
+                    result = _original(self, *args, **kwargs)
+                finally:
+                    _inside.depth = 0
+                held = time.monotonic() - begin
+            _mark({"call": _what, "waited_s": round(waited, 4), "held_s": round(held, 4), "covered": covered,
+                   "pid": os.getpid()})
+            return result
+        call.__name__ = name
+        _OURS.add(call)
+        setattr(owner, name, call)
+
+
+def _records(log_text: str) -> list[dict]:
     """The MARK records of a server log, in order. vLLM prefixes what its engine-core process writes
     ("(EngineCore_DP0 pid=123) "), so a record may start anywhere in its line."""
     records = []
@@ -90,11 +143,21 @@ def read_steps(log_text: str) -> list[dict]:
     return records
 
 
+def read_steps(log_text: str) -> list[dict]:
+    """The start steps' records of a server log, in order."""
+    return [r for r in _records(log_text) if "step" in r]
+
+
+def read_calls(log_text: str) -> list[dict]:
+    """The bracketed calls' records (sleep, wake, reload) of a server log, in order."""
+    return [r for r in _records(log_text) if "call" in r]
+
+
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Patches the worker module's Worker right after the module executes, in whichever process."""
 
-    def __init__(self, lock_path: str, timeout_s: float, module: str = TARGET):
-        self.lock_path, self.timeout_s, self.module = lock_path, timeout_s, module
+    def __init__(self, lock_path: str, timeout_s: float, module: str = TARGET, cover_path: str | None = None):
+        self.lock_path, self.timeout_s, self.module, self.cover_path = lock_path, timeout_s, module, cover_path
 
     def find_spec(self, name, path, target=None):
         if name != self.module:
@@ -106,7 +169,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             execute(module)
-            bracket(module.Worker, self.lock_path, self.timeout_s)
+            bracket(module.Worker, self.lock_path, self.timeout_s, cover_path=self.cover_path)
         spec.loader.exec_module = exec_module
         return spec
 
@@ -117,7 +180,8 @@ def register() -> None:
     if not lock_path:
         return
     timeout_s = float(os.environ.get(ENV_TIMEOUT, "600"))
+    cover_path = os.environ.get(ENV_COVER) or None
     if TARGET in sys.modules:
-        bracket(sys.modules[TARGET].Worker, lock_path, timeout_s)
+        bracket(sys.modules[TARGET].Worker, lock_path, timeout_s, cover_path=cover_path)
     elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(lock_path, timeout_s))
+        sys.meta_path.insert(0, _PatchOnImport(lock_path, timeout_s, cover_path=cover_path))

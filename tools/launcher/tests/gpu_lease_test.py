@@ -333,3 +333,26 @@ def test_memory_phase_is_free_for_a_gpu_of_its_own(tmp_path):
             assert not os.path.exists(gpu_lease.memory_lock_path(lease))
     finally:
         lease.release()
+
+
+def test_a_cover_is_seen_by_other_processes_for_its_kind_and_exclusive_covers_every_call(tmp_path):
+    cover = str(tmp_path / "cover.lock")
+    probe = ("import sys; from tools.launcher import gpu_lease as g; "
+             "print(' '.join(str(g.covered(sys.argv[1], k)) for k in (g.ALLOCATE, g.FREE)))")
+
+    def seen():
+        run = subprocess.run([sys.executable, "-c", probe, cover], capture_output=True, text=True, timeout=60,
+                             cwd=testing.ROOT)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.split()
+
+    assert seen() == ["False", "False"]
+    with gpu_lease.covering(cover, gpu_lease.FREE):
+        assert seen() == ["False", "True"]
+    with gpu_lease.covering(cover, gpu_lease.ALLOCATE):
+        assert seen() == ["True", "False"]
+    with gpu_lease.covering(cover, gpu_lease.EXCLUSIVE):
+        assert seen() == ["True", "True"]
+    with gpu_lease.covering(cover, gpu_lease.RELEASE):  # a teardown covers no call
+        assert seen() == ["False", "False"]
+    assert seen() == ["False", "False"]

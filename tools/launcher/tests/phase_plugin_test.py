@@ -1,6 +1,7 @@
-"""The memory-phase plugin on the CPU: it wraps the worker's start-up steps when their module is
-imported, each step runs inside the ALLOCATE phase (a neighbour's sleep cannot land in it), and each
-logs the MARK record the launcher checks."""
+"""The memory-phase plugin on the CPU: it wraps the worker's start-up steps and its calls when their
+module is imported, each step and each wake or reload runs inside the ALLOCATE phase (a neighbour's sleep
+cannot land in it), each sleep inside FREE (a neighbour's allocation cannot land in it), a call the
+server's client covers takes no lock, and each logs the MARK record the launcher reads."""
 
 import json
 import os
@@ -18,18 +19,26 @@ _WORKER_MODULE = textwrap.dedent('''
     import sys
     from tools.launcher import gpu_lease
 
-    def _neighbour_sleep_gets_in(self):
+    def _gets_in(self, kind):
         try:
-            with gpu_lease.memory_phase_at(self.lock_path, gpu_lease.FREE, timeout_s=0.05):
+            with gpu_lease.memory_phase_at(self.lock_path, kind, timeout_s=0.05):
                 return True
         except gpu_lease.LeaseTimeoutError:
             return False
+
+    def _neighbour_sleep_gets_in(self, *args, **kwargs):
+        return _gets_in(self, gpu_lease.FREE)
+
+    def _neighbour_allocation_gets_in(self, *args, **kwargs):
+        return _gets_in(self, gpu_lease.ALLOCATE)
 
     class Worker:
         def __init__(self, lock_path):
             self.lock_path = lock_path
     for _step in %r:
         setattr(Worker, _step, _neighbour_sleep_gets_in)
+    Worker.sleep = _neighbour_allocation_gets_in
+    Worker.wake_up = Worker.reload_weights = _neighbour_sleep_gets_in
 ''' % (plugin.STEPS,))
 
 _DRIVER = textwrap.dedent('''
@@ -83,3 +92,80 @@ def test_records_are_read_behind_the_prefix_vllm_puts_on_its_engine_cores_lines(
            'sleepwake-memory-phase {"step": "load_model", "waited_s": 0, "held_s": 1.7, "pid": 1, "process_bytes": 2}\n')
     assert [r["step"] for r in plugin.read_steps(log)] == ["init_device", "load_model"]
     assert plugin.read_steps(log)[0]["process_bytes"] == 715128832
+
+
+# Each call as a running server makes it, after a plugin loaded later (a mutant) wrapped wake_up over ours
+# with an allocation of its own (here: whether a neighbour's sleep could get in while it allocates).
+_CALLS_DRIVER = textwrap.dedent('''
+    import functools, json, os, sys
+    import sleepwake_memory_phase as plugin
+    plugin.register()
+    [hook] = [f for f in sys.meta_path if isinstance(f, plugin._PatchOnImport)]
+    hook.module = "fake_gpu_worker"
+    import fake_gpu_worker
+    Worker = fake_gpu_worker.Worker
+    inner_wake = Worker.wake_up
+    seen = {}
+    @functools.wraps(inner_wake)
+    def mutant_wake(self, *args, **kwargs):
+        seen["mutant_allocation_sleep_gets_in"] = fake_gpu_worker._neighbour_sleep_gets_in(self)
+        return inner_wake(self, *args, **kwargs)
+    Worker.wake_up = mutant_wake
+    worker = Worker(os.environ[plugin.ENV_LOCK])
+    worker.init_device()  # the start step wraps the calls again: ours outermost
+    seen.update({name: getattr(worker, name)() for name in ("sleep", "wake_up", "reload_weights")})
+    print(json.dumps(seen))
+''')
+
+
+def _run_calls(tmp_path, cover=None, timeout_s="600"):
+    (tmp_path / "fake_gpu_worker.py").write_text(_WORKER_MODULE)
+    lock = str(tmp_path / "gpu0.memory.lock")
+    env = dict(os.environ, **{plugin.ENV_LOCK: lock, plugin.ENV_TIMEOUT: timeout_s, "PYTHONPATH": os.pathsep.join(
+        [os.path.dirname(plugin.__file__), str(tmp_path), testing.ROOT])})
+    env.pop(plugin.ENV_COVER, None)
+    if cover:
+        env[plugin.ENV_COVER] = cover
+    return subprocess.run([sys.executable, "-c", _CALLS_DRIVER], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_running_servers_calls_run_inside_their_phases_even_under_a_later_plugin(tmp_path):
+    run = _run_calls(tmp_path, cover=str(tmp_path / "cover.lock"))
+    assert run.returncode == 0, run.stderr
+    # Nothing of the other kind got in: not into the sleep, the wake (the mutant's allocation included),
+    # the reload; and the wrapper under the mutant's did not take the phase a second time.
+    assert json.loads(run.stdout.splitlines()[-1]) == {
+        "mutant_allocation_sleep_gets_in": False, "sleep": False, "wake_up": False, "reload_weights": False}
+    calls = plugin.read_calls(run.stderr)
+    assert [(c["call"], c["covered"]) for c in calls] == [("sleep", False), ("wake", False), ("reload", False)]
+    assert [r["step"] for r in plugin.read_steps(run.stderr)] == ["init_device"]
+
+
+def _bare_calls(tmp_path, lock, cover, timeout_s):
+    """Runs sleep, wake_up and reload_weights of the stand-in worker bracketed by bracket_calls alone (no
+    start step, which would wait for a window like any allocation)."""
+    (tmp_path / "fake_gpu_worker.py").write_text(_WORKER_MODULE)
+    code = ("import json, os, sleepwake_memory_phase as p, fake_gpu_worker as m\n"
+            "p.bracket_calls(m.Worker, os.environ[p.ENV_LOCK], %s, os.environ.get(p.ENV_COVER))\n"
+            "w = m.Worker(os.environ[p.ENV_LOCK])\n"
+            "print(json.dumps([w.sleep(), w.wake_up(), w.reload_weights()]))" % timeout_s)
+    env = dict(os.environ, **{plugin.ENV_LOCK: lock, "PYTHONPATH": os.pathsep.join(
+        [os.path.dirname(plugin.__file__), str(tmp_path), testing.ROOT])})
+    env.pop(plugin.ENV_COVER, None)
+    if cover:
+        env[plugin.ENV_COVER] = cover
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_call_the_client_covers_takes_no_lock(tmp_path):
+    # The client holds an exclusive window over the calls (the immediacy oracle's): the worker's own lock
+    # would wait for the window, which waits for the call.
+    lock, cover = str(tmp_path / "gpu0.memory.lock"), str(tmp_path / "cover.lock")
+    with gpu_lease.memory_phase_at(lock, gpu_lease.EXCLUSIVE, timeout_s=1), \
+            gpu_lease.covering(cover, gpu_lease.EXCLUSIVE):
+        run = _bare_calls(tmp_path, lock, cover, 3.0)
+        uncovered = _bare_calls(tmp_path, lock, None, 1.0)
+    assert run.returncode == 0, run.stderr
+    assert [c["covered"] for c in plugin.read_calls(run.stderr)] == [True, True, True]
+    # Uncovered, the sleep waits for the window and gives up.
+    assert uncovered.returncode != 0 and "no free phase within 1 s" in uncovered.stderr, uncovered.stderr

@@ -1,5 +1,6 @@
 """The lifecycle of VllmServer, driven with testdata/fake_server.py in place of vLLM."""
 
+import json
 import logging
 import os
 import socket
@@ -297,8 +298,38 @@ def test_a_shared_start_holds_the_allocate_phase_only_in_its_workers_steps(tmp_p
         server.stop()
 
 
+@pytest.mark.parametrize("scope", ["steps", "start"])
+def test_a_worker_that_brackets_its_calls_is_covered_by_its_clients_phases_and_its_waits_count(
+        tmp_path, pid_file, scope):
+    """With steps the worker brackets its sleeps, wakes and reloads (phase_plugin.CALLS): the server says
+    so (brackets_calls), a phase its client holds covers them on the server's cover file, and at the stop
+    the waits the worker logged for uncovered calls count as memory-phase waits, not as the cell's work."""
+    server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=2, memory_phase_scope=scope)
+    os.makedirs(server.config.lock_dir, exist_ok=True)
+    server.start()
+    cover = server.env.get(phase_plugin.ENV_COVER)
+    try:
+        assert server.brackets_calls == (scope == "steps")
+        if scope == "start":
+            assert cover is None
+            return
+        assert os.path.exists(cover) and not gpu_lease.covered(cover, gpu_lease.FREE)
+        with server.memory_phase(gpu_lease.FREE, "window"):
+            assert gpu_lease.covered(cover, gpu_lease.FREE) and not gpu_lease.covered(cover, gpu_lease.ALLOCATE)
+        with open(server.log_path, "a") as f:  # what the worker logs for two calls, one of them covered
+            for waited, covered in ((0.75, False), (9.0, True)):
+                f.write('(EngineCore pid=1) %s{"call": "sleep", "waited_s": %s, "held_s": 0.02, "covered": %s}\n'
+                        % (phase_plugin.MARK, waited, json.dumps(covered)))
+        before = server.timings.memory_phase_wait_s
+    finally:
+        server.stop()
+    assert server.timings.memory_phase_wait_s - before == pytest.approx(0.75, abs=0.5)
+    assert not os.path.exists(cover)
+
+
 @pytest.mark.parametrize("extra_env,nvml,message", [
     ({"FAKE_SERVER_UNBRACKETED": "1"}, None, "its worker did not bracket init_device, load_model"),
+    ({"FAKE_SERVER_NO_SLEEP": "1"}, None, "its worker does not bracket sleep (this vLLM renamed the call"),
     ({"FAKE_SERVER_WORKER_BYTES": str(1 << 30)}, FakeNvml(procs={}), "NVML"),
 ])
 def test_a_start_whose_memory_phases_cannot_be_shown_fails(tmp_path, pid_file, extra_env, nvml, message):

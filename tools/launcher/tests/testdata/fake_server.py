@@ -7,7 +7,7 @@ Every PID it creates is appended to --pid_file, so a test can check that none su
 Modes: ok (answers GET /health 200), never_healthy (answers 503), die_at_start (prints and exits 3).
 With SLEEPWAKE_MEMORY_LOCK set (a shared lease, memory_phase_scope steps) it runs a worker's start-up
 steps through the memory-phase plugin, as vLLM with the plugin does; FAKE_SERVER_UNBRACKETED=1 skips
-them (a plugin that did not load).
+them (a plugin that did not load), FAKE_SERVER_NO_SLEEP=1 leaves the worker without a sleep to bracket.
 --runner_line: env (prints vLLM's "Using V2 Model Runner" iff VLLM_USE_V2_MODEL_RUNNER=1), always, never.
 
 It also runs as a module (`python -m fake_server` with this directory on PYTHONPATH), which is how a
@@ -81,7 +81,7 @@ def _start_worker():
     class Worker:
         pass
 
-    for step in plugin.STEPS:
+    for step in plugin.STEPS + tuple(n for n in plugin.CALLS if not os.environ.get("FAKE_SERVER_NO_" + n.upper())):
         setattr(Worker, step, lambda self: None)
     worker_bytes = int(os.environ.get("FAKE_SERVER_WORKER_BYTES", "0"))
     plugin.bracket(Worker, os.environ["SLEEPWAKE_MEMORY_LOCK"], 5.0, process_bytes=lambda: worker_bytes)
