@@ -46,6 +46,10 @@ MEASURED_3 = f"{MEASURED} and {MEASURED_TODAY}"
 # The latency samples since they are each call's own time inside its memory phase (client.last_call_s),
 # beside 23 neighbours, instead of inside an exclusive window held for the whole test.
 MEASURED_CALLS = "H200 x1, vLLM 0.26.0, 2026-12-01, main job runs B-E of the sixth session (24 cells per GPU)"
+# The same since neighbours' sleeps hold their FREE phase only inside their worker's sleep: more of the
+# GPU's time is ALLOCATE, shared by a latency cell's wake with neighbours' start steps and wakes.
+MEASURED_BRACKETED = ("H200 x1, 2026-12-01, main job runs B-D of the seventh session (vLLM 0.26.0) and its "
+                      "run F (vLLM 0.24.0), 24 cells per GPU")
 GiB = 1 << 30
 MiB = 1 << 20
 KiB = 1 << 10
@@ -224,29 +228,35 @@ _TABLE = [
               "a contract: sleep?mode=abort ends the requests in flight before it returns (the abort "
               "outputs are sent first, v1/engine/core.py pause_scheduler), so the stream ends within the "
               "time its last chunk takes to arrive; 10 s separates that from a drain of 768 tokens x 4 "
-              f"choices or a hang (healthy at most 0.44 s over 78 readings, {MEASURED_TODAY})"),
+              f"choices or a hang (healthy at most 0.043 s over 240 readings from /sleep to the stream's end, "
+              f"{MEASURED_BRACKETED}; 0.44 s over 78 readings to the sleep's answer plus the wait after it, "
+              f"{MEASURED_TODAY})"),
     Threshold("held_request_window_s", 2.0, "s", CONTRACT,
               "observation window: a request held by a partial wake must stay pending this long "
               "(#44483); 2 s is ~100x the time the request takes when scheduled"),
     # --- latency (median of repeats) -----------------------------------------------------------
     Threshold("sleep_s_max", 0.4, "s", MECHANISM,
-              f"{MEASURED_CALLS}: medians 0.056-0.151 s, each sleep timed inside its FREE phase beside "
-              "neighbours; 0.018-0.107 s before, in an exclusive window held for the whole test "
-              f"({MEASURED_3})",
-              noise=Noise(0.151, 4, "every cell", MEASURED_CALLS)),
-    Threshold("wake_s_max", 0.25, "s", MECHANISM,
-              f"{MEASURED_CALLS}: medians 0.026-0.165 s, each wake timed inside its ALLOCATE phase, which "
-              "neighbours' wakes and start steps share; 0.020-0.069 s before, in an exclusive window "
-              f"({MEASURED_3}); graph mode no slower than eager on this model",
-              noise=Noise(0.165, 4, "every cell", MEASURED_CALLS)),
-    Threshold("staged_wake_s_max", 0.24, "s", MECHANISM,
-              f"{MEASURED_CALLS}: medians 0.025-0.169 s for wake weights + wake kv_cache, each timed inside "
-              f"its ALLOCATE phase; 0.025-0.062 s before, in an exclusive window ({MEASURED_3})",
-              noise=Noise(0.169, 4, "every cell", MEASURED_CALLS)),
+              f"{MEASURED_BRACKETED}: medians 0.033-0.201 s, each sleep timed inside its FREE phase beside "
+              f"neighbours; 0.056-0.151 s ({MEASURED_CALLS}); 0.018-0.107 s in an exclusive window held for "
+              f"the whole test ({MEASURED_3})",
+              noise=Noise(0.201, 4, "every cell", MEASURED_BRACKETED)),
+    # 0.25 s until the seventh session: its runs' healthy extreme, 0.214 s, left 1.17x; 0.30 s is 1.40x.
+    Threshold("wake_s_max", 0.30, "s", MECHANISM,
+              f"{MEASURED_BRACKETED}: medians 0.026-0.214 s, each wake timed inside its ALLOCATE phase, which "
+              f"neighbours' wakes and start steps share; 0.026-0.165 s ({MEASURED_CALLS}); 0.020-0.069 s in "
+              f"an exclusive window ({MEASURED_3}); graph mode no slower than eager on this model",
+              noise=Noise(0.214, 4, "every cell", MEASURED_BRACKETED)),
+    # 0.24 s until the seventh session: its runs' healthy extreme, 0.226 s, left 1.06x; 0.30 s is 1.33x.
+    Threshold("staged_wake_s_max", 0.30, "s", MECHANISM,
+              f"{MEASURED_BRACKETED}: medians 0.036-0.226 s for wake weights + wake kv_cache, each timed "
+              f"inside its ALLOCATE phase; 0.025-0.169 s ({MEASURED_CALLS}); 0.025-0.062 s in an exclusive "
+              f"window ({MEASURED_3})",
+              noise=Noise(0.226, 4, "every cell", MEASURED_BRACKETED)),
     Threshold("cycle_s_max", 1.5, "s", MECHANISM,
-              f"{MEASURED_CALLS}: medians 0.10-0.485 s for sleep + wake + a 16-token request, the three "
-              f"calls' own times; 0.078-0.47 s before, in an exclusive window ({MEASURED_3})",
-              noise=Noise(0.485, 4, "every cell", MEASURED_CALLS)),
+              f"{MEASURED_BRACKETED}: medians 0.096-0.512 s for sleep + wake + a 16-token request, the three "
+              f"calls' own times; 0.10-0.485 s ({MEASURED_CALLS}); 0.078-0.47 s in an exclusive window "
+              f"({MEASURED_3})",
+              noise=Noise(0.512, 4, "every cell", MEASURED_BRACKETED)),
     # --- waiting: how often a test looks (observation windows, which oracles rely on, are above) ---
     Threshold("poll_s", 0.05, "s", WAIT,
               "measure.wait_until: each look is one or two loopback HTTP calls (/load, /metrics, "

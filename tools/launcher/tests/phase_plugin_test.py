@@ -118,15 +118,19 @@ _CALLS_DRIVER = textwrap.dedent('''
 ''')
 
 
-def _run_calls(tmp_path, cover=None, timeout_s="600"):
+def _driver(tmp_path, code, lock, cover=None):
+    """Runs code beside the stand-in worker module with the plugin's environment (the cover file if any)."""
     (tmp_path / "fake_gpu_worker.py").write_text(_WORKER_MODULE)
-    lock = str(tmp_path / "gpu0.memory.lock")
-    env = dict(os.environ, **{plugin.ENV_LOCK: lock, plugin.ENV_TIMEOUT: timeout_s, "PYTHONPATH": os.pathsep.join(
+    env = dict(os.environ, **{plugin.ENV_LOCK: lock, "PYTHONPATH": os.pathsep.join(
         [os.path.dirname(plugin.__file__), str(tmp_path), testing.ROOT])})
     env.pop(plugin.ENV_COVER, None)
     if cover:
         env[plugin.ENV_COVER] = cover
-    return subprocess.run([sys.executable, "-c", _CALLS_DRIVER], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
+def _run_calls(tmp_path, cover=None):
+    return _driver(tmp_path, _CALLS_DRIVER, str(tmp_path / "gpu0.memory.lock"), cover)
 
 
 def test_a_running_servers_calls_run_inside_their_phases_even_under_a_later_plugin(tmp_path):
@@ -144,17 +148,10 @@ def test_a_running_servers_calls_run_inside_their_phases_even_under_a_later_plug
 def _bare_calls(tmp_path, lock, cover, timeout_s):
     """Runs sleep, wake_up and reload_weights of the stand-in worker bracketed by bracket_calls alone (no
     start step, which would wait for a window like any allocation)."""
-    (tmp_path / "fake_gpu_worker.py").write_text(_WORKER_MODULE)
-    code = ("import json, os, sleepwake_memory_phase as p, fake_gpu_worker as m\n"
-            "p.bracket_calls(m.Worker, os.environ[p.ENV_LOCK], %s, os.environ.get(p.ENV_COVER))\n"
-            "w = m.Worker(os.environ[p.ENV_LOCK])\n"
-            "print(json.dumps([w.sleep(), w.wake_up(), w.reload_weights()]))" % timeout_s)
-    env = dict(os.environ, **{plugin.ENV_LOCK: lock, "PYTHONPATH": os.pathsep.join(
-        [os.path.dirname(plugin.__file__), str(tmp_path), testing.ROOT])})
-    env.pop(plugin.ENV_COVER, None)
-    if cover:
-        env[plugin.ENV_COVER] = cover
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    return _driver(tmp_path, "import json, os, sleepwake_memory_phase as p, fake_gpu_worker as m\n"
+                   "p.bracket_calls(m.Worker, os.environ[p.ENV_LOCK], %s, os.environ.get(p.ENV_COVER))\n"
+                   "w = m.Worker(os.environ[p.ENV_LOCK])\n"
+                   "print(json.dumps([w.sleep(), w.wake_up(), w.reload_weights()]))" % timeout_s, lock, cover)
 
 
 def test_a_call_the_client_covers_takes_no_lock(tmp_path):

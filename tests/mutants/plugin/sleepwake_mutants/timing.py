@@ -6,8 +6,8 @@ import time
 from .shared import wrap
 
 SLEEP_DELAY_S = 0.58          # sleep_s_max is 0.4 s; measured medians 0.018-0.107 s
-WAKE_DELAY_S = 0.345          # wake_s_max is 0.25 s; measured medians 0.026-0.069 s
-TAGGED_WAKE_DELAY_S = 0.15    # staged_wake_s_max is 0.24 s for two tagged wakes; medians 0.029-0.062 s
+WAKE_DELAY_S = 0.42           # wake_s_max is 0.30 s; measured medians 0.026-0.214 s
+TAGGED_WAKE_DELAY_S = 0.195   # staged_wake_s_max is 0.30 s for two tagged wakes; medians 0.036-0.226 s
 FIRST_FORWARD_DELAY_S = 2.15  # cycle_s_max is 1.5 s; medians 0.078-0.47 s
 
 
