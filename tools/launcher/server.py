@@ -303,16 +303,17 @@ class VllmServer:
         steps = phase_plugin.read_steps(read_log(self.log_path))
         names = [s["step"] for s in steps]
         missing = [name for name in phase_plugin.STEPS if name not in names]
+        unbracketed_calls = sorted(set(phase_plugin.CALLS) - set(steps[-1].get("calls", ()))) if steps else []
         held = self.gpu_bytes()
         last = steps[-1]["process_bytes"] if steps else None
         problem = None
         if missing:
             problem = ("its worker did not bracket %s (the memory-phase plugin %s did not load in the"
                        " worker's process, or this vLLM renamed the step)" % (", ".join(missing), _PHASE_PLUGIN_DIR))
-        elif set(phase_plugin.CALLS) - set(steps[-1].get("calls", ())):
+        elif unbracketed_calls:
             problem = ("its worker does not bracket %s (this vLLM renamed the call, or a plugin replaced it"
-                       " after the start): a neighbour's allocation could land in its sleep" % ", ".join(
-                           sorted(set(phase_plugin.CALLS) - set(steps[-1].get("calls", ())))))
+                       " after the start): a neighbour's allocation could land in its sleep"
+                       % ", ".join(unbracketed_calls))
         elif last is None:
             problem = "NVML gave the worker no figure for its own bytes after %s" % names[-1]
         elif held - last > self.config.unbracketed_bytes_max:

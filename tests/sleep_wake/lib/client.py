@@ -163,11 +163,10 @@ class SleepWakeClient:
     def sleep(self, level: int | str = 1, mode: str | None = None, check: bool = True,
               memory_moves: bool | None = None) -> requests.Response:
         """POST /sleep. A sleep that unmaps memory holds a FREE memory phase (here, or in the server's
-        worker when it brackets its calls), which no neighbour's
-        allocation overlaps (vLLM's own check in Worker.sleep reads the device-wide free bytes before
-        and after); one that moves none does not wait for it: level 0 only pauses scheduling, and a
-        sleep while the executor already sleeps is a no-op for it (memory_moves=False, from a caller
-        that knows the state)."""
+        worker when it brackets its calls), which no neighbour's allocation overlaps (vLLM's own check in
+        Worker.sleep reads the device-wide free bytes before and after); one that moves none does not
+        wait for it: level 0 only pauses scheduling, and a sleep while the executor already sleeps is a
+        no-op for it (memory_moves=False, from a caller that knows the state)."""
         params = {"level": str(level)}
         if mode is not None:
             params["mode"] = mode
@@ -178,9 +177,10 @@ class SleepWakeClient:
 
     def wake_up(self, tags: list[str] | None = None, check: bool = True,
                 memory_moves: bool = True) -> requests.Response:
-        """POST /wake_up. A wake that maps memory holds an ALLOCATE phase (here or in the worker; it could break a neighbour's
-        sleep check); memory_moves=False, from a caller that knows the state, for one that maps nothing:
-        a wake while awake or paused at level 0, of tags already resident, of a tag that is no pool."""
+        """POST /wake_up. A wake that maps memory holds an ALLOCATE phase (here or in the worker; it could
+        break a neighbour's sleep check); memory_moves=False, from a caller that knows the state, for one
+        that maps nothing: a wake while awake or paused at level 0, of tags already resident, of a tag
+        that is no pool."""
         with self._phase(ALLOCATE, "wake") if memory_moves else contextlib.nullcontext():
             return self._timed_call((self._ok if check else self.raw), "POST", "/wake_up", params=_tags_params(tags))
 

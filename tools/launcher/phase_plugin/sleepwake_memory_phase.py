@@ -41,7 +41,7 @@ _WRAPPED = "__sleepwake_memory_phase__"
 # Our call wrappers, by identity: a mutant that wraps one (functools.wraps copies its attributes) is not
 # ours, and the next start step wraps it again, so its own allocations fall inside the phase too.
 _OURS: set = set()
-_inside = threading.local()  # a call wrapper of ours is running: a nested one holds its phase already
+_inside = threading.local()  # .held: a call wrapper of ours is running, so a nested one holds its phase
 
 
 # The checkout (or runfiles tree) this file is in: the lock protocol is tools/launcher/gpu_lease.py's, and a
@@ -69,7 +69,8 @@ def _mark(record: dict) -> None:
     print(MARK + json.dumps(record), file=sys.stderr, flush=True)
 
 
-def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_bytes, cover_path: str | None = None) -> None:
+def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_bytes,
+            cover_path: str | None = None) -> None:
     """Wraps owner's STEPS (methods present on it) so that each runs inside the ALLOCATE phase, and its
     CALLS so that each runs inside its own (bracket_calls); each step first wraps again a call that a
     plugin loaded later wrapped over ours."""
@@ -111,18 +112,18 @@ def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | Non
             continue
 
         def call(self, *args, _original=original, _kind=kind, _what=what, **kwargs):
-            if getattr(_inside, "depth", 0):  # a wrapper of ours outside this one holds the phase
+            if getattr(_inside, "held", False):  # a wrapper of ours outside this one holds the phase
                 return _original(self, *args, **kwargs)
             covered = bool(cover_path) and gpu_lease.covered(cover_path, _kind)
             phase = (contextlib.nullcontext(0.0) if covered
                      else gpu_lease.memory_phase_at(lock_path, _kind, timeout_s, what=_what))
             with phase as waited:
-                _inside.depth = 1
+                _inside.held = True
                 begin = time.monotonic()
                 try:
                     result = _original(self, *args, **kwargs)
                 finally:
-                    _inside.depth = 0
+                    _inside.held = False
                 held = time.monotonic() - begin
             _mark({"call": _what, "waited_s": round(waited, 4), "held_s": round(held, 4), "covered": covered,
                    "pid": os.getpid()})
