@@ -162,16 +162,25 @@ def summarise(values) -> dict:
             "min_s": round(min(values), 2), "max_s": round(max(values), 2)}
 
 
-def matrix_measures(units: list[dict], breakdown: dict, elapsed_s: float | None) -> dict:
+def held_s(unit: dict) -> float:
+    """A unit's time in its GPU slot: its suite's time less its waits for a slot. Bazel starts more cells
+    than there are slots and the slot queue (tools/launcher/slot_queue.py) holds the rest back, so a
+    cell's wait for a slot is time before it runs, not time it takes."""
+    return max(unit["seconds"] - sum(t["lease_wait_s"] for t in gpu_only(unit["timings"])), 0.0)
+
+
+def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
     """The matrix's figures the speed targets name (report.TARGETS): Bazel's elapsed time, the median
     GPU server start, the longest GPU cell (a unit of any class of the spec: a walk shard counts as one)
-    and the share of the GPU cells' time spent waiting on neighbours' memory phases; None where unknown."""
+    and the share of the GPU cells' time spent waiting on neighbours' memory phases, both over the
+    time the cells held their slots (held_s); None where unknown."""
     gpu = [u for u in gpu_units(units) if class_of(u["cell"]) in matrix.SLEEP_WAKE_CLASSES]
-    waits = [p["share"] for p in breakdown.get("phases", []) if p["key"] == "memory_phase_wait_s"]
+    held = sum(held_s(u) for u in gpu)
+    waits = sum(t["memory_phase_wait_s"] for u in gpu for t in gpu_only(u["timings"]))
     return {"matrix_elapsed_s": elapsed_s,
             "matrix_start_median_s": summarise(t["start_s"] for u in gpu for t in gpu_only(u["timings"])).get("median_s"),
-            "longest_cell_s": round(max(u["seconds"] for u in gpu), 1) if gpu else None,
-            "wait_share": waits[0] if waits else None}
+            "longest_cell_s": round(max(held_s(u) for u in gpu), 1) if gpu else None,
+            "wait_share": round(waits / held, 3) if held else None}
 
 
 def text(breakdown: dict) -> str:

@@ -122,17 +122,20 @@ def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_f
     assert bazel_runs.cell_breakdown(units[:1], 50.0) == {"cells": 0}  # the fake cell only
 
 
-def test_matrix_measures_take_the_longest_gpu_unit_and_the_wait_share(tmp_path):
-    _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0))
-    _unit(tmp_path, "flags_mrv2_graph", 31.0, _timing("zygote", start_s=12.0))
-    _unit(tmp_path, "state_walk_mrv2_eager/shard_2_of_6", 134.0, _timing("zygote", start_s=24.0))
+def test_matrix_measures_take_the_longest_gpu_unit_and_the_wait_share_of_the_time_in_a_slot(tmp_path):
+    _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0, memory_phase_wait_s=5.0))
+    # 90 s waiting for a slot before it ran: its time is the 41 s it held one.
+    _unit(tmp_path, "flags_mrv2_graph", 131.0, _timing("zygote", start_s=12.0, lease_wait_s=90.0))
+    _unit(tmp_path, "state_walk_mrv2_eager/shard_2_of_6", 134.0,
+          _timing("zygote", start_s=24.0, memory_phase_wait_s=34.7))
     _unit(tmp_path, "flags_fake_mrv1_eager", 400.0, _timing(bazel_runs.FAKE_START_MODE, start_s=0.1))
     _unit(tmp_path, "cells_unit_test", 500.0)
-    breakdown = {"phases": [{"key": "start_s", "share": 0.4}, {"key": "memory_phase_wait_s", "share": 0.33}]}
-    got = bazel_runs.matrix_measures(bazel_runs.test_units(str(tmp_path)), breakdown, 283.1)
+    got = bazel_runs.matrix_measures(bazel_runs.test_units(str(tmp_path)), 283.1)
     # A walk shard counts as a cell; fake and unit targets do not.
     assert got == {"matrix_elapsed_s": 283.1, "matrix_start_median_s": 12.0, "longest_cell_s": 134.0,
-                   "wait_share": 0.33}
+                   "wait_share": round(39.7 / (23.1 + 41.0 + 134.0), 3)}
+    _unit(tmp_path, "latency_mrv1_eager", 190.0, _timing("zygote", lease_wait_s=50.0))
+    assert bazel_runs.matrix_measures(bazel_runs.test_units(str(tmp_path)), None)["longest_cell_s"] == 140.0
 
 
 def test_the_command_line_prints_the_breakdown_or_says_what_is_missing(tmp_path, capsys):

@@ -298,7 +298,7 @@ def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
                         # What the waits were for, and whether the cores bound the slots.
                         "memory_phases": phase_trace.summaries(ServerConfig().lock_dir),
                         "host_cpu_busy": bazel_runs.host_cpu_busy(output)}
-    values = bazel_runs.matrix_measures(units, result["matrix"]["breakdown"], elapsed) \
+    values = bazel_runs.matrix_measures(units, elapsed) \
         if finished else {}
     for key in MATRIX_KEYS:
         if values.get(key) is not None:
