@@ -5,9 +5,6 @@
 #                              Cells lease only these (--test_env passes it through in --config=gpu).
 #   SLEEPWAKE_SLOTS_PER_GPU=N  cells sharing one GPU. Default: sized from the GPUs' free memory and
 #                              the cores (tools/launcher/slots.py says how); printed before the run.
-#   SLEEPWAKE_WAVES=...        one (default): every cell in one `bazel test`, the GPU slots served
-#                              longest cell first (tools/launcher/slot_queue.py); walk_first: the
-#                              state walk's shards in a `bazel test` of their own, then the rest.
 #   SLEEPWAKE_START_MODE=...   auto (default): cells fork their servers from a zygote that imported
 #                              vLLM once (tools/launcher/zygote_host.py, started here), else start
 #                              them plainly; plain or zygote force one (README "Speed").
@@ -56,32 +53,29 @@ PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" -
 host_pid=$!
 trap 'kill "$host_pid" 2>/dev/null' EXIT
 
-# Waves. one: every cell in one invocation; Bazel starts more cells than there are slots and the slot
-# queue gives free slots to the longest waiting cell (CELL_SECONDS), so the walk's shards start with
-# the run and no long cell starts last. walk_first: the state walk's shards in a `bazel test` of their
-# own, then every other cell (the fifth session's shape: beside the other cells' starts the walk's
-# shards waited 67% of their time on memory phases against 32% alone, docs/bench). Arguments that
-# choose tags themselves (--test_tag_filters) run as one invocation. Each wave's tags go on the command
-# line with --config=gpu's own filter (.bazelrc) appended: a second --config setting the same option
-# would make Bazel warn on every run.
+# Waves: the state walk's shards first, in a `bazel test` of their own, then every other cell. Why:
+# each shard sleeps and wakes ~380 times, and beside the other cells every one of their server starts
+# holds the GPU's allocation phase for seconds while each walk sleep waits for it: in one invocation
+# the walk's shards waited 67% of their time on memory phases against 32% alone (docs/bench). Longest
+# cells first: in one invocation with the slot queue, the first cells to reach it took the free slots
+# whatever their length, and the walk's shards waited 105 s for theirs (docs/bench, eighth section). Arguments that choose tags themselves (--test_tag_filters) run as one invocation.
+# Each wave's tags go on the command line with --config=gpu's own filter (.bazelrc) appended: a second
+# --config setting the same option would make Bazel warn on every run.
 gpu_tags=$(sed -n 's/^test:gpu --test_tag_filters=//p' .bazelrc | tail -1)
-case ${SLEEPWAKE_WAVES:-one} in
-  one) waves=("") names=("") queued=4 ;;
-  walk_first)
-    waves=("--test_tag_filters=state_walk${gpu_tags:+,$gpu_tags}" "--test_tag_filters=-state_walk${gpu_tags:+,$gpu_tags}")
-    names=(walk rest) queued=1 ;;
-  *) echo "run_matrix.sh: SLEEPWAKE_WAVES=${SLEEPWAKE_WAVES} is neither one nor walk_first; set one of them" \
-       "or unset it for one" >&2; exit 2 ;;
-esac
+waves=("--test_tag_filters=state_walk${gpu_tags:+,$gpu_tags}" "--test_tag_filters=-state_walk${gpu_tags:+,$gpu_tags}")
+names=(walk rest)
 for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=(""); done
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once"
-# Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: with one
-# wave, four GPU cells per slot, so the queue holds the longest cells from the start while a cell's
-# wait stays under three rounds of the slots (its lease and Bazel's timeout count it); with waves, one
-# per slot. Plus a quarter of the cores for the CPU targets (the fake walk, the unit tests), so they
-# never hold a job a GPU cell could use. A quarter: the cells kept 63-67% of the cores busy (docs/bench).
-test_jobs=$((gpus * slots * queued + $(nproc) / 4))
+# Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: four GPU
+# cells per slot, so that the cells beyond the slots wait in the slot queue, which serves the longest
+# first (CELL_SECONDS, tools/launcher/slot_queue.py), while a cell's wait stays under three rounds of
+# the slots (its lease and Bazel's timeout count it); plus a quarter of the cores for the CPU targets a
+# wave runs (the fake walk, the unit tests), so they never hold a job a GPU cell could use. A quarter:
+# the cells kept 63-67% of the cores busy (docs/bench).
+test_jobs=$((gpus * slots * 4 + $(nproc) / 4))
 jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
+# The host's CPU time while Bazel ran, busy against idle+iowait (/proc/stat): whether cores or the GPU's
+# memory phases bound the slots (tools/launcher/slots.py gives each cell a core).
 cpu_times() { awk '/^cpu /{t=0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6}' /proc/stat; }
 cpu_before=$(cpu_times)
 rc=0 matched=0 beps=() took=()

@@ -49,8 +49,7 @@ def workspace(tmp_path):
 def run_script(workspace, script, args=(), results=(), **env):
     """Runs tools/<script> in the scratch workspace; returns (exit code, output, the fake bazel's argv)."""
     base = {k: v for k, v in os.environ.items()
-            if k not in ("CI", "SLEEPWAKE_REMOTE_CACHE", "CUDA_VISIBLE_DEVICES", "SLEEPWAKE_SLOTS_PER_GPU",
-                         "SLEEPWAKE_WAVES")}
+            if k not in ("CI", "SLEEPWAKE_REMOTE_CACHE", "CUDA_VISIBLE_DEVICES", "SLEEPWAKE_SLOTS_PER_GPU")}
     base.update(PATH=f"{workspace.parent / 'bin'}:{os.environ['PATH']}", PYTHONPATH=WORKSPACE,
                 FAKE_BAZEL_ARGV=str(workspace.parent / "argv.json"),
                 FAKE_BAZEL_TESTLOGS=str(workspace.parent / "testlogs"),
@@ -159,27 +158,10 @@ def invocations(workspace) -> list[list[str]]:
     return [json.loads(line) for line in (workspace.parent / "argv.json.all").read_text().splitlines()]
 
 
-def test_run_matrix_runs_every_cell_in_one_invocation_by_default(workspace):
-    """The slot queue orders the cells: Bazel gets them all at once, under --config=gpu's own filter."""
-    code, output, argv = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                    SLEEPWAKE_SLOTS_PER_GPU="2")
-    assert code == 0, output
-    assert len(invocations(workspace)) == 1 and "wave" not in output
-    assert not [a for a in argv if a.startswith("--test_tag_filters")]
-    assert f"--local_test_jobs={4 * 2 * 2 + len(os.sched_getaffinity(0)) // 4}" in argv
-    assert "ran_tests: 2 test case(s) ran" in output
-    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK], FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                 SLEEPWAKE_WAVES="two")
-    assert code == 2 and "SLEEPWAKE_WAVES=two is neither one nor walk_first" in output, output
-    assert len(invocations(workspace)) == 1  # the first call's: this one stopped before Bazel
-
-
 def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     """Beside the walk's shards, other cells' starts hold the allocation phase its sleeps wait for."""
-    code, output, argv = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                    FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"),
-                                    SLEEPWAKE_WAVES="walk_first", SLEEPWAKE_SLOTS_PER_GPU="2")
-    assert f"--local_test_jobs={2 * 2 + len(os.sched_getaffinity(0)) // 4}" in argv  # one per slot
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
+                                 FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"))
     assert code == 0, output
     waves = [json.loads(line) for line in (workspace.parent / "locks" / "waves.jsonl").read_text().splitlines()]
     assert [w["wave"] for w in waves] == ["walk", "rest"]  # for the trace's summary per wave
@@ -198,21 +180,20 @@ def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(work
     # The filter names a walk test only: the second wave runs nothing, the run as a whole did.
     code, output, _ = run_script(workspace, "run_matrix.sh", ["--test_filter=test_walk"],
                                  [WALK, (FLAGS[0], SKIPPED, NOTHING_MATCHED, FLAGS[3])],
-                                 FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_WAVES="walk_first")
+                                 FAKE_NVIDIA_SMI_CSV=TWO_H200)
     assert code == 0 and "ran_tests: 1 test case(s) ran" in output, output
     # A target of one wave only: the other wave's "no test targets" is said to be expected.
-    code, output, _ = run_script(workspace, "run_matrix.sh", [FLAGS[0]], [FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                 SLEEPWAKE_WAVES="walk_first")
+    code, output, _ = run_script(workspace, "run_matrix.sh", [FLAGS[0]], [FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200)
     assert code == 0 and "run_matrix.sh: wave 1 has none of the targets asked for" in output, output
     # A failing wave does not stop the next one; its exit code stays the run's.
     code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                 FAKE_BAZEL_RC="3", SLEEPWAKE_WAVES="walk_first")
+                                 FAKE_BAZEL_RC="3")
     assert code == 3 and len(invocations(workspace)) == 3 * 2, output
 
 
 def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):
     code, output, argv = run_script(workspace, "run_matrix.sh", ["--test_tag_filters=flags"], [WALK, FLAGS],
-                                    FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_WAVES="walk_first")
+                                    FAKE_NVIDIA_SMI_CSV=TWO_H200)
     assert code == 0, output
     assert len(invocations(workspace)) == 1 and "wave" not in output
     assert [a for a in argv if a.startswith("--test_tag_filters")] == ["--test_tag_filters=flags"]
