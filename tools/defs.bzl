@@ -6,7 +6,7 @@ what is generated.
 """
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
-load("//tools:matrix.bzl", "CELL_SECONDS", "EXECUTION_MODES", "RUNNERS")
+load("//tools:matrix.bzl", "EXECUTION_MODES", "RUNNERS")
 
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
@@ -88,21 +88,15 @@ _SMALL_MODEL_B_CONFIG = "//tools/model:synthetic_qwen3_small_b/config.json"
 FAKE_CELL_DATA = [_SMALL_MODEL, _SMALL_MODEL_CONFIG, _SMALL_MODEL_B, _SMALL_MODEL_B_CONFIG]
 FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
 
-def gpu_cell_env(runner, mode, test_class = None):
-    """The environment that configures a GPU cell (tests/sleep_wake/cells.py and ServerConfig.from_env);
-    a cell of one class also says how long it expects to hold its GPU slot (CELL_SECONDS)."""
-    env = {
+def gpu_cell_env(runner, mode):
+    """The environment that configures a GPU cell (tests/sleep_wake/cells.py and ServerConfig.from_env)."""
+    return {
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,
         "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
         "SLEEPWAKE_MODEL_B": "$(rootpath %s)" % _MODEL_B_CONFIG,
         "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
     }
-    if test_class != None:
-        if test_class not in CELL_SECONDS:
-            fail("class %s has no CELL_SECONDS entry in tools/matrix.bzl: add its measured seconds" % test_class)
-        env["SLEEPWAKE_LEASE_PRIORITY_S"] = str(CELL_SECONDS[test_class])
-    return env
 
 def fake_cell_env(runner, mode, vllm_version = None):
     """A cell's environment with the fake server (fake_server.py) in place of vLLM's."""
@@ -163,7 +157,7 @@ def sleep_wake_matrix(
                 srcs = [src],
                 deps = deps,
                 data = GPU_CELL_DATA,
-                env = gpu_cell_env(runner, mode, test_class),
+                env = gpu_cell_env(runner, mode),
                 tags = GPU_TAGS + [runner, mode, test_class],
                 size = "large",
                 timeout = timeout,

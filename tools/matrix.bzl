@@ -47,30 +47,6 @@ SHARD_COUNTS = {
     "state_walk": 6,
 }
 
-# Seconds one cell of each class (one shard of a sharded class) held its GPU slot on one H200 beside its
-# neighbours: test.xml times of the main job's last run of the sixth session, rounded (docs/bench/
-# h200-2026-12-01.md). Cells waiting for a slot take free ones longest first (tools/launcher/
-# slot_queue.py), so the long cells start with the run and the short ones fill in after them; only the
-# order matters, so a few seconds off changes nothing.
-CELL_SECONDS = {
-    "abort_parallel_sampling": 32,
-    "concurrent_race": 30,
-    "error_paths": 30,
-    "flags": 41,
-    "host_memory": 41,
-    "immediacy": 40,
-    "latency": 62,
-    "logprobs_precision": 18,
-    "memory_leak_cycle": 45,
-    "output_correctness": 40,
-    "physical_memory": 33,
-    "prefix_cache_levels": 31,
-    "scheduler_gate": 33,
-    "staged_wake_cycles": 37,
-    "state_walk": 112,
-    "weight_sync": 60,
-}
-
 # The vLLM releases the suite supports: the known divergences (tests/sleep_wake/lib/thresholds.py) were
 # checked against each one's source. SUITE_RELEASE is the venv's pin (third_party/python/requirements.in,
 # the engine tier's reference); every other one has an overlay third_party/python/vllm-<v>.overlay.lock and

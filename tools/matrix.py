@@ -22,7 +22,6 @@ LOG_MARKER_V2: str = _SPEC["LOG_MARKER_V2"]
 EXECUTION_MODES: dict = _SPEC["EXECUTION_MODES"]  # mode -> vLLM flags
 SLEEP_WAKE_CLASSES: dict = _SPEC["SLEEP_WAKE_CLASSES"]  # class short name -> its file in //tests/sleep_wake
 SHARD_COUNTS: dict = _SPEC["SHARD_COUNTS"]
-CELL_SECONDS: dict = _SPEC["CELL_SECONDS"]  # class -> seconds a cell expects to hold its GPU slot
 RELEASES: tuple = tuple(_SPEC["RELEASES"])
 SUITE_RELEASE: str = _SPEC["SUITE_RELEASE"]
 FAKE_TIER_CELLS: dict = _SPEC["FAKE_TIER_CELLS"]

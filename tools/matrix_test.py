@@ -22,9 +22,6 @@ def test_every_class_has_its_file_a_fake_tier_entry_and_valid_shards():
             f"class {short}: in exactly one of FAKE_TIER_CELLS and FAKE_TIER_EXCLUDED")
     assert set(matrix.SHARD_COUNTS) <= set(matrix.SLEEP_WAKE_CLASSES)
     assert all(isinstance(n, int) and n > 1 for n in matrix.SHARD_COUNTS.values())
-    # The slot queue serves cells by these: a class without one would wait behind every other.
-    assert set(matrix.CELL_SECONDS) == set(matrix.SLEEP_WAKE_CLASSES)
-    assert all(isinstance(s, int) and s > 0 for s in matrix.CELL_SECONDS.values())
 
 
 def test_every_runner_and_mode_says_what_selects_it():

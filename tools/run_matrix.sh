@@ -57,8 +57,7 @@ trap 'kill "$host_pid" 2>/dev/null' EXIT
 # each shard sleeps and wakes ~380 times, and beside the other cells every one of their server starts
 # holds the GPU's allocation phase for seconds while each walk sleep waits for it: in one invocation
 # the walk's shards waited 67% of their time on memory phases against 32% alone (docs/bench). Longest
-# cells first: in one invocation with the slot queue, the first cells to reach it took the free slots
-# whatever their length, and the walk's shards waited 105 s for theirs (docs/bench, eighth section). Arguments that choose tags themselves (--test_tag_filters) run as one invocation.
+# cells first. Arguments that choose tags themselves (--test_tag_filters) run as one invocation.
 # Each wave's tags go on the command line with --config=gpu's own filter (.bazelrc) appended: a second
 # --config setting the same option would make Bazel warn on every run.
 gpu_tags=$(sed -n 's/^test:gpu --test_tag_filters=//p' .bazelrc | tail -1)
@@ -66,13 +65,11 @@ waves=("--test_tag_filters=state_walk${gpu_tags:+,$gpu_tags}" "--test_tag_filter
 names=(walk rest)
 for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=(""); done
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once"
-# Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: four GPU
-# cells per slot, so that the cells beyond the slots wait in the slot queue, which serves the longest
-# first (CELL_SECONDS, tools/launcher/slot_queue.py), while a cell's wait stays under three rounds of
-# the slots (its lease and Bazel's timeout count it); plus a quarter of the cores for the CPU targets a
-# wave runs (the fake walk, the unit tests), so they never hold a job a GPU cell could use. A quarter:
-# the cells kept 63-67% of the cores busy (docs/bench).
-test_jobs=$((gpus * slots * 4 + $(nproc) / 4))
+# Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: one per
+# slot, plus a quarter of the cores for the CPU targets a wave runs (the fake walk, the unit tests), so
+# they never hold a job a GPU cell could use; a GPU cell started beyond the slots waits for its lease,
+# which keeps the GPUs at gpus x slots cells. A quarter: the cells kept 63-67% of the cores busy (docs/bench).
+test_jobs=$((gpus * slots + $(nproc) / 4))
 jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
 # The host's CPU time while Bazel ran, busy against idle+iowait (/proc/stat): whether cores or the GPU's
 # memory phases bound the slots (tools/launcher/slots.py gives each cell a core).

@@ -106,11 +106,10 @@ def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
     assert code == 0, output
     assert "run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once" in output
     assert "slots: GPUs 1 (NVML indices) x 3 slot(s) per GPU (SLEEPWAKE_SLOTS_PER_GPU)" in output
-    # Four test jobs per slot (the slot queue picks among the cells waiting), and a quarter of the
-    # cores for the CPU targets, which need no slot.
+    # A test job per slot, and a quarter of the cores for the CPU targets, which need no slot.
     cores = len(os.sched_getaffinity(0))
-    assert f"--local_test_jobs={4 * 3 + cores // 4}" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
-    assert f"--jobs={max(4 * 3 + cores // 4, cores)}" in argv  # --jobs caps the tests at once
+    assert f"--local_test_jobs={3 + cores // 4}" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
+    assert f"--jobs={max(3 + cores // 4, cores)}" in argv  # --jobs caps the tests at once
 
 
 def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(workspace):
@@ -122,9 +121,9 @@ def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(worksp
     assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output
     assert why in output and "SLEEPWAKE_SLOTS_PER_GPU=N overrides" in output
     cores = len(os.sched_getaffinity(0))
-    assert f"--local_test_jobs={4 * 2 * expected + cores // 4}" in argv
+    assert f"--local_test_jobs={2 * expected + cores // 4}" in argv
     # Bazel runs no more tests at once than --jobs, whose default is the cores.
-    assert f"--jobs={max(4 * 2 * expected + cores // 4, cores)}" in argv
+    assert f"--jobs={max(2 * expected + cores // 4, cores)}" in argv
 
 
 def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspace):

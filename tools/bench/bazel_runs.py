@@ -163,9 +163,9 @@ def summarise(values) -> dict:
 
 
 def held_s(unit: dict) -> float:
-    """A unit's time in its GPU slot: its suite's time less its waits for a slot. Bazel starts more cells
-    than there are slots and the slot queue (tools/launcher/slot_queue.py) holds the rest back, so a
-    cell's wait for a slot is time before it runs, not time it takes."""
+    """A unit's time in its GPU slot: its suite's time less its waits for a slot. A cell Bazel started
+    beyond the slots (run_matrix.sh gives the CPU targets extra test jobs) waits for its lease before it
+    runs: that wait is the matrix's, not time the cell takes."""
     return max(unit["seconds"] - sum(t["lease_wait_s"] for t in gpu_only(unit["timings"])), 0.0)
 
 

@@ -83,10 +83,6 @@ class ServerConfig:
                              " zygotes' sockets).")
     lease_timeout_s: float = _setting(600.0, "Seconds to wait for a GPU slot. Below Bazel's 900 s long timeout,"
                                       " so the launcher's error is what shows.")
-    lease_priority_s: float = _setting(0.0, "Seconds this server's cell expects to hold its GPU slot: cells"
-                                       " waiting for a slot take free ones longest first, equal ones in the"
-                                       " order they came (tools/launcher/slot_queue.py). The matrix sets each"
-                                       " cell's from tools/matrix.bzl CELL_SECONDS.")
     # Not zero: the CUDA driver, NVML and other tenants' contexts move by tens of MiB on their own; a
     # leaked vLLM server holds its KV cache (GiBs).
     release_tolerance_bytes: int = _setting(512 << 20, "Allowed growth of the device's used memory over the"

@@ -19,7 +19,7 @@ import socket
 import struct
 import time
 
-from tools.launcher import slot_queue, visible_devices
+from tools.launcher import visible_devices
 from tools.launcher.errors import LeaseTimeoutError
 
 log = logging.getLogger("sleepwake.launcher")
@@ -84,69 +84,41 @@ def holders(lock_dir: str, gpus, slots_per_gpu: int) -> list[str]:
 
 
 def acquire(gpus, lock_dir: str, slots_per_gpu: int = 1, timeout_s: float = 600.0, owner: str | None = None,
-            poll_s: float = 0.25, priority_s: float = 0.0) -> Lease:
+            poll_s: float = 0.25) -> Lease:
     """Takes a free slot, waiting at most timeout_s; raises LeaseTimeoutError naming the holders.
 
-    Waiters are served by priority_s, the seconds this cell expects to hold the slot, longest first
-    (slot_queue.py), then in the order they came. Fails at once if this process holds every slot
-    itself (two servers in one test): nobody else could free one.
+    Fails at once if this process holds every slot itself (two servers in one test): nobody else
+    could free one.
     """
     os.makedirs(lock_dir, exist_ok=True)
     owner = owner or owner_description()
     start = time.monotonic()
-    place = slot_queue.Place(lock_dir, gpus, priority_s)
-    try:
-        while True:
-            taken, ahead = _take_free_slot(gpus, lock_dir, slots_per_gpu, place)
-            if taken is not None:
-                fd, gpu, slot, path = taken
+    while True:
+        # Slot-major order: the first slot of every GPU before any second slot, to spread cells out.
+        for slot in range(slots_per_gpu):
+            for gpu in gpus:
+                path = _slot_path(lock_dir, gpu, slot)
+                fd = _try_lock(path)
+                if fd is None:
+                    continue
                 os.ftruncate(fd, 0)
                 os.write(fd, (owner + "\n").encode())
                 waited = time.monotonic() - start
                 log.info("GPU lease: took %s after waiting %.1f s", path, waited)
                 return Lease(gpu=gpu, slot=slot, path=path, fd=fd, waited_s=waited,
                              exclusive=slots_per_gpu == 1)
-            held = holders(lock_dir, gpus, slots_per_gpu)
-            if all(" pid=%d " % os.getpid() in line for line in held):
-                raise LeaseTimeoutError(
-                    "this process already holds every GPU slot (%s), so waiting would never end. Stop the"
-                    " other server before starting this one, or raise slots_per_gpu." % "; ".join(held))
-            if time.monotonic() - start >= timeout_s:
-                raise LeaseTimeoutError(
-                    "no GPU slot became free within %.0f s (GPUs %s, %d slot(s) each, locks in %s; %s"
-                    " waiting ahead of this cell). Holders:\n  %s\nWait for those cells, end stale ones, or"
-                    " run fewer at once (--local_test_jobs = GPUs x slots_per_gpu)." % (
-                        timeout_s, ",".join(gpus), slots_per_gpu, lock_dir,
-                        "none" if ahead is None else ahead, "\n  ".join(held)))
-            time.sleep(poll_s)  # flock cannot wait on "any of several files"; poll them with a deadline
-    finally:
-        place.leave()
-
-
-def _take_free_slot(gpus, lock_dir: str, slots_per_gpu: int, place):
-    """((fd, gpu, slot, path) of the slot this waiter takes, or None; the waiters ahead of it, or None
-    when no slot was free). With n waiters ahead, the first n free slots are theirs: this one takes the
-    next, holding the ones before it only while it counts."""
-    passed, taken, ahead = [], None, None
-    # Slot-major order: the first slot of every GPU before any second slot, to spread cells out.
-    for slot in range(slots_per_gpu):
-        for gpu in gpus:
-            path = _slot_path(lock_dir, gpu, slot)
-            fd = _try_lock(path)
-            if fd is None:
-                continue
-            if ahead is None:
-                ahead = place.ahead()
-            if len(passed) == ahead:
-                taken = (fd, gpu, slot, path)
-                break
-            passed.append(fd)
-        if taken is not None:
-            break
-    for fd in passed:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-    return taken, ahead
+        held = holders(lock_dir, gpus, slots_per_gpu)
+        if all(" pid=%d " % os.getpid() in line for line in held):
+            raise LeaseTimeoutError(
+                "this process already holds every GPU slot (%s), so waiting would never end. Stop the"
+                " other server before starting this one, or raise slots_per_gpu." % "; ".join(held))
+        if time.monotonic() - start >= timeout_s:
+            raise LeaseTimeoutError(
+                "no GPU slot became free within %.0f s (GPUs %s, %d slot(s) each, locks in %s). Holders:\n  %s\n"
+                "Wait for those cells, end stale ones, or run fewer at once (--local_test_jobs = GPUs x"
+                " slots_per_gpu)." % (timeout_s, ",".join(gpus), slots_per_gpu, lock_dir,
+                                      "\n  ".join(held)))
+        time.sleep(poll_s)  # flock cannot wait on "any of several files"; poll them with a deadline
 
 
 def memory_lock_path(lease: Lease) -> str:

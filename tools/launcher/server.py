@@ -230,8 +230,7 @@ class VllmServer:
             check_importable(sys.executable, self.env)
         gpus = gpu_lease.visible_gpus(self._nvml, self._environ)
         if self._want_lease:
-            self.lease = gpu_lease.acquire(gpus, cfg.lock_dir, cfg.slots_per_gpu, cfg.lease_timeout_s,
-                                           priority_s=cfg.lease_priority_s)
+            self.lease = gpu_lease.acquire(gpus, cfg.lock_dir, cfg.slots_per_gpu, cfg.lease_timeout_s)
             self.timings.lease_wait_s += self.lease.waited_s
             self.env = build_env(cfg, self._environ, self.lease.gpu)
             if self._brackets_steps():
