@@ -8,6 +8,9 @@
 #   SLEEPWAKE_START_MODE=...   auto (default): cells fork their servers from a zygote that imported
 #                              vLLM once (tools/launcher/zygote_host.py, started here), else start
 #                              them plainly; plain or zygote force one (README "Speed").
+#   SLEEPWAKE_KEEP_ZYGOTES_S=S how long the zygote host and its zygotes wait after the run for the
+#                              next one, whose cells then fork from a zygote that has imported vLLM
+#                              already (about 11 s less a run). Default 600; 0 stops them with the run.
 #   extra arguments            go to Bazel (targets, --test_filter, --config=remote-cache, ...)
 #
 # Each vLLM release keeps its own results: the outputs of a run against vLLM X land in
@@ -44,14 +47,32 @@ d = m.distribution("vllm"); print(d.version, hashlib.sha256((d.read_text("RECORD
 fi
 
 # Cells fork their servers from zygotes this host keeps (a zygote started inside a test would die
-# with it: Bazel kills what a test leaves behind). It exits when this script does.
+# with it: Bazel kills what a test leaves behind). A host left by an earlier run serves again, unless
+# it runs another checkout's code (--replace_other_code); the cells wait for it (--await_s), since one
+# that finds none starts its server plainly.
+keep_s=${SLEEPWAKE_KEEP_ZYGOTES_S:-600}
+if [[ ! "$keep_s" =~ ^[0-9]+$ ]]; then
+  echo "run_matrix.sh: SLEEPWAKE_KEEP_ZYGOTES_S=$keep_s is not a whole number of seconds; set one (0 stops" \
+    "the zygotes with the run) or unset it for 600" >&2
+  exit 2
+fi
 lock_dir=${SLEEPWAKE_LOCK_DIR:-/tmp/sleepwake-gpu-locks}; mkdir -p "$lock_dir"
 # Each GPU's memory-phase trace (gpu_lease.trace_path) describes this run only; the last run's is kept.
 for t in "$lock_dir"/gpu*.memory.trace.jsonl "$lock_dir/waves.jsonl"; do [[ -e "$t" ]] && mv -f "$t" "$t.prev"; done
-PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" --idle_s 600 \
-  >>"$lock_dir/zygote-host.log" 2>&1 &
+# Its own session: a Ctrl-C of this run does not reach it. --idle_s 0: it serves until killed.
+PYTHONPATH="$PWD" setsid python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" --idle_s "$keep_s" \
+  --replace_other_code </dev/null >>"$lock_dir/zygote-host.log" 2>&1 &
 host_pid=$!
-trap 'kill "$host_pid" 2>/dev/null' EXIT
+keep=()
+if ((keep_s)); then
+  keep=(--test_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s")  # each zygote's own wait for its next server
+  echo "run_matrix.sh: the zygote host outlives this run by ${keep_s} s (SLEEPWAKE_KEEP_ZYGOTES_S)"
+else
+  trap 'kill "$host_pid" 2>/dev/null' EXIT
+fi
+PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" --await_s 40 ||
+  echo "run_matrix.sh: no zygote host answered on $lock_dir within 40 s (see $lock_dir/zygote-host.log);" \
+    "cells start their servers plainly" >&2
 
 # Waves: the state walk's shards first, in a `bazel test` of their own, then every other cell. Why:
 # each shard sleeps and wakes ~380 times, and beside the other cells every one of their server starts
@@ -84,7 +105,7 @@ for i in "${!waves[@]}"; do
   ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) of ${#waves[@]} (${names[$i]}): $wave"
   began=$(date +%s.%N)
   bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs="$test_jobs" \
-    --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
+    --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" "${keep[@]}" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
   wave_rc=$?
   ended=$(date +%s.%N)
   took+=("$(awk -v a="$began" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')")

@@ -8,8 +8,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,7 +23,7 @@ SCRIPT_FILES = [".bazelrc", "tools/__init__.py", "tools/test.sh", "tools/run_mat
                 "tools/results/testlogs.py", "tools/launcher/__init__.py", "tools/launcher/errors.py",
                 "tools/launcher/slots.py", "tools/launcher/visible_devices.py", "tools/matrix.py", "tools/matrix.bzl",
                 "tools/bench/__init__.py", "tools/bench/bazel_runs.py", "tools/report/__init__.py",
-                "tools/report/reading.py"]
+                "tools/report/reading.py", "tools/launcher/zygote_host.py", "tools/launcher/unix_socket.py"]
 FAKES = os.path.join(TOOLS_DIR, "testdata", "scripts")
 # What the two H200s of an nvidia-h200-x2 runner report: index, uuid, free MiB.
 TWO_H200 = ("0, GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, 143163\n"
@@ -49,12 +51,15 @@ def workspace(tmp_path):
 def run_script(workspace, script, args=(), results=(), **env):
     """Runs tools/<script> in the scratch workspace; returns (exit code, output, the fake bazel's argv)."""
     base = {k: v for k, v in os.environ.items()
-            if k not in ("CI", "SLEEPWAKE_REMOTE_CACHE", "CUDA_VISIBLE_DEVICES", "SLEEPWAKE_SLOTS_PER_GPU")}
+            if k not in ("CI", "SLEEPWAKE_REMOTE_CACHE", "CUDA_VISIBLE_DEVICES", "SLEEPWAKE_SLOTS_PER_GPU",
+                         "SLEEPWAKE_KEEP_ZYGOTES_S")}
     base.update(PATH=f"{workspace.parent / 'bin'}:{os.environ['PATH']}", PYTHONPATH=WORKSPACE,
                 FAKE_BAZEL_ARGV=str(workspace.parent / "argv.json"),
                 FAKE_BAZEL_TESTLOGS=str(workspace.parent / "testlogs"),
                 FAKE_BAZEL_RESULTS=json.dumps([list(r) for r in results]),
                 SLEEPWAKE_LOCK_DIR=str(workspace.parent / "locks"))  # not the host's: its traces stay put
+    if script == "run_matrix.sh":
+        base.setdefault("SLEEPWAKE_KEEP_ZYGOTES_S", "0")  # a kept host is the subject of its own test only
     base.update(env)
     proc = subprocess.run(["bash", str(workspace / "tools" / script), *args], env=base, capture_output=True,
                           text=True, timeout=120)
@@ -151,6 +156,47 @@ def test_run_matrix_says_how_busy_the_hosts_cpus_were(workspace):
 
 WALK = ("//tests/sleep_wake:state_walk_mrv1_eager", {"test_walk": "passed"}, "", ["gpu", "state_walk"])
 FLAGS = ("//tests/sleep_wake:flags_mrv1_eager", {"test_flags": "passed"}, "", ["gpu", "flags"])
+
+
+def _host_answer(lock_dir, present: bool):
+    """The zygote host's ping answer once one serves (present) or None once none does."""
+    from tools.launcher import zygote_host
+    for _ in range(200):
+        answer = zygote_host._ping(str(lock_dir))
+        if (answer is not None) == present:
+            return answer
+        time.sleep(0.05)  # polled: a host stopped by the script's exit takes up to its 1 s select to go
+    raise AssertionError(f"a zygote host {'never answered' if present else 'still answers'} on {lock_dir}")
+
+
+def test_run_matrix_leaves_its_zygote_host_for_the_next_run_unless_told_not_to(workspace):
+    locks = workspace.parent / "locks"
+    cell = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")]
+    code, output, argv = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
+                                    SLEEPWAKE_KEEP_ZYGOTES_S="600")
+    try:
+        assert code == 0, output
+        assert "run_matrix.sh: the zygote host outlives this run by 600 s" in output
+        assert "--test_env=SLEEPWAKE_ZYGOTE_IDLE_S=600" in argv  # each zygote waits as long
+        kept = _host_answer(locks, present=True)
+        # The next run's cells reach the same host, whose zygotes have imported vLLM already.
+        code, output, _ = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
+                                     SLEEPWAKE_KEEP_ZYGOTES_S="600")
+        assert code == 0 and _host_answer(locks, present=True)["pid"] == kept["pid"], output
+    finally:
+        os.kill(_host_answer(locks, present=True)["pid"], signal.SIGTERM)
+    _host_answer(locks, present=False)
+    code, output, argv = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
+                                    SLEEPWAKE_KEEP_ZYGOTES_S="0")
+    assert code == 0 and not [a for a in argv if "ZYGOTE_IDLE" in a], output
+    # At once again: the last run's host may still be on its way out; this run's waits for its lock.
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
+                                 SLEEPWAKE_KEEP_ZYGOTES_S="0")
+    assert code == 0 and "no zygote host answered" not in output, output
+    _host_answer(locks, present=False)  # stopped with the run
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
+                                 SLEEPWAKE_KEEP_ZYGOTES_S="ten minutes")
+    assert code == 2 and "SLEEPWAKE_KEEP_ZYGOTES_S=ten minutes is not a whole number" in output, output
 
 
 def invocations(workspace) -> list[list[str]]:

@@ -13,9 +13,13 @@ Requests (unix_socket messages, same uid only) on <lock_dir>/zygote-host.sock:
   {"op": "zygote", "key", "python", "module", "env", "code_root", "idle_s", "start_timeout_s"}
       -> {"ok": true, "socket", "pid", "started"} once that key's zygote serves,
          {"ok": false, "error", "log"} if it could not start;
-  {"op": "ping"} -> {"ok": true, "pid"}.
+  {"op": "ping"} -> {"ok": true, "pid", "code", "stopping"} (code: the digest of the host's own sources;
+      stopping: a signal reached it, and it exits once its loop sees it).
 One host per lock dir (an flock on zygote-host.lock). It exits after idle_s with no live zygote and no
 request (0: when killed); on SIGTERM it stops its zygotes first (servers they forked live on).
+tools/run_matrix.sh leaves its host serving after the run, so that the next run's cells fork from a
+zygote that has imported vLLM already; with --replace_other_code a new host stops one left by another
+checkout's code, whose requests this code may not understand.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import select
@@ -41,6 +46,18 @@ LOG_TAIL_LINES = 30
 # A key whose zygote failed to start is answered with that failure for this long instead of importing
 # again: every cell of a run would otherwise pay a failing import (or its timeout) before its plain start.
 FAILURE_MEMORY_S = 600.0
+# What a host runs of this package: a host whose digest differs speaks another version of the protocol.
+HOST_SOURCES = ("zygote_host.py", "unix_socket.py")
+REPLACE_TIMEOUT_S = 30.0  # a host stopping gives its zygotes 10 s each to exit before it lets go of its lock
+
+
+def code_digest() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in HOST_SOURCES:
+        with open(os.path.join(here, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()[:16]
 
 
 def _say(message) -> None:
@@ -73,6 +90,8 @@ class _Zygote:
 class Host:
     def __init__(self, lock_dir: str):
         self.lock_dir = lock_dir
+        self.code = code_digest()
+        self.stopping: list[int] = []  # the signal that stops it: it still answers until its loop sees it
         self.zygotes: dict[str, _Zygote] = {}
         self.last_request = time.monotonic()
         self.active = 0
@@ -161,7 +180,7 @@ class Host:
                     os.close(fd)
                 op = message.get("op")
                 if op == "ping":
-                    reply = {"ok": True, "pid": os.getpid()}
+                    reply = {"ok": True, "pid": os.getpid(), "code": self.code, "stopping": bool(self.stopping)}
                 elif op == "zygote":
                     reply = self.ensure(message)
                 else:
@@ -187,23 +206,83 @@ class Host:
                 zygote.proc.kill()
 
 
+def _ping(lock_dir: str) -> dict | None:
+    """The serving host's answer to a ping, or None if none answers."""
+    try:
+        with unix_socket.connect(os.path.join(lock_dir, HOST_SOCKET), 5.0) as conn:
+            unix_socket.send(conn, {"op": "ping"})
+            return unix_socket.recv(conn, 5.0)[0]
+    except (OSError, ValueError):
+        return None
+
+
+def await_host(lock_dir: str, timeout_s: float) -> dict | None:
+    """The ping answer of a host of this code on lock_dir, once one answers within timeout_s; else None."""
+    deadline = time.monotonic() + timeout_s
+    code = code_digest()
+    while True:
+        answer = _ping(lock_dir)
+        if answer is not None and answer.get("code") == code and not answer.get("stopping"):
+            return answer
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)  # a new host listens within ~0.1 s; one replacing another within REPLACE_TIMEOUT_S
+
+
+def _take_lock(lock_fd: int, lock_dir: str, replace: bool) -> bool:
+    """Whether this process is to serve lock_dir, holding its host lock. Without replace, only if no host
+    holds the lock. With replace, a host of this code that answers keeps serving; one of other code is
+    stopped; one that holds the lock but answers no more is on its way out and is waited for."""
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        if not replace:
+            _say("another host serves %s; exiting" % lock_dir)
+            return False
+    deadline, stopped = time.monotonic() + REPLACE_TIMEOUT_S, None
+    while time.monotonic() < deadline:
+        answer = _ping(lock_dir)
+        if answer is not None and answer.get("stopping"):
+            answer = None  # on its way out: its lock is about to be free
+        if answer is not None and answer.get("code") == code_digest():
+            _say("another host serves %s; exiting" % lock_dir)
+            return False
+        if answer is not None and answer.get("pid") != stopped:
+            _say("host %s serves %s with other code (%s, this is %s); stopping it" % (
+                answer.get("pid"), lock_dir, answer.get("code"), code_digest()))
+            stopped = answer["pid"]
+            os.kill(stopped, signal.SIGTERM)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            time.sleep(0.05)  # flock has no timeout of its own
+    _say("the host lock of %s is still held after %.0f s; exiting" % (lock_dir, REPLACE_TIMEOUT_S))
+    return False
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lock_dir", required=True, help="The GPU lease dir (ServerConfig.lock_dir); the"
                         " host's and the zygotes' sockets and logs go there.")
     parser.add_argument("--idle_s", type=float, default=120.0, help="Exit after this long with no live zygote"
                         " and no request (0: only when killed).")
+    parser.add_argument("--replace_other_code", action="store_true", help="If the host serving --lock_dir runs"
+                        " other sources than this one's (HOST_SOURCES), stop it and serve in its place, as for"
+                        " a host on its way out; a host of these sources is left serving.")
+    parser.add_argument("--await_s", type=float, default=None, help="Serve nothing: wait at most this long for"
+                        " a host of these sources to answer on --lock_dir; exit 0 once one does, else 1.")
     args = parser.parse_args(argv)
+    if args.await_s is not None:
+        return 0 if await_host(args.lock_dir, args.await_s) else 1
     os.makedirs(args.lock_dir, exist_ok=True)
     lock_fd = os.open(os.path.join(args.lock_dir, HOST_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        _say("another host serves %s; exiting" % args.lock_dir)
+    if not _take_lock(lock_fd, args.lock_dir, args.replace_other_code):
         return 0
     host = Host(args.lock_dir)
     listener = unix_socket.listen(os.path.join(args.lock_dir, HOST_SOCKET))
-    stopping = []
+    stopping = host.stopping
     signal.signal(signal.SIGTERM, lambda signum, _: stopping.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _: stopping.append(signum))
     _say("serving %s (idle exit after %s)" % (args.lock_dir, "%.0f s" % args.idle_s if args.idle_s else "never"))
