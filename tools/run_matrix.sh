@@ -59,14 +59,15 @@ fi
 lock_dir=${SLEEPWAKE_LOCK_DIR:-/tmp/sleepwake-gpu-locks}; mkdir -p "$lock_dir"
 # Each GPU's memory-phase trace (gpu_lease.trace_path) describes this run only; the last run's is kept.
 for t in "$lock_dir"/gpu*.memory.trace.jsonl "$lock_dir/waves.jsonl"; do [[ -e "$t" ]] && mv -f "$t" "$t.prev"; done
-# Its own session: a Ctrl-C of this run does not reach it. --idle_s 0: it serves until killed.
+# Its own session: a Ctrl-C of this run does not reach it. It exits keep_s after its last zygote and
+# request (0: when this script's exit kills it).
 PYTHONPATH="$PWD" setsid python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" --idle_s "$keep_s" \
   --replace_other_code </dev/null >>"$lock_dir/zygote-host.log" 2>&1 &
 host_pid=$!
 keep=()
 if ((keep_s)); then
   keep=(--test_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s")  # each zygote's own wait for its next server
-  echo "run_matrix.sh: the zygote host outlives this run by ${keep_s} s (SLEEPWAKE_KEEP_ZYGOTES_S)"
+  echo "run_matrix.sh: the zygote host waits ${keep_s} s after this run for the next (SLEEPWAKE_KEEP_ZYGOTES_S)"
 else
   trap 'kill "$host_pid" 2>/dev/null' EXIT
 fi

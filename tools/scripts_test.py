@@ -176,7 +176,7 @@ def test_run_matrix_leaves_its_zygote_host_for_the_next_run_unless_told_not_to(w
                                     SLEEPWAKE_KEEP_ZYGOTES_S="600")
     try:
         assert code == 0, output
-        assert "run_matrix.sh: the zygote host outlives this run by 600 s" in output
+        assert "run_matrix.sh: the zygote host waits 600 s after this run for the next" in output
         assert "--test_env=SLEEPWAKE_ZYGOTE_IDLE_S=600" in argv  # each zygote waits as long
         kept = _host_answer(locks, present=True)
         # The next run's cells reach the same host, whose zygotes have imported vLLM already.
