@@ -134,10 +134,12 @@ python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text
 if compgen -G "$lock_dir/gpu*.memory.trace.jsonl" >/dev/null; then
   PYTHONPATH="$PWD" python3 -m tools.bench.phase_trace "$lock_dir" || true
 fi
-# Where the GPU cells' time went (starts, memory-phase waits, their own work), this run's results only.
+# Where the GPU cells' time went (starts, memory-phase waits, their own work), this run's results only,
+# and the floor the slots allow for that work.
 cells=bazel-testlogs/tests/sleep_wake
 if ((${#beps[@]})) && [[ -d "$cells" ]]; then
-  PYTHONPATH="$PWD" python3 -m tools.bench.bazel_runs "$cells" $(printf -- '--bep=%s ' "${beps[@]}") || true
+  PYTHONPATH="$PWD" python3 -m tools.bench.bazel_runs "$cells" --slots=$((gpus * slots)) \
+    $(printf -- '--bep=%s ' "${beps[@]}") || true
 fi
 ((rc == 4)) && { echo "run_matrix.sh: FAILED: no test target matched" >&2; exit 1; }
 if ((rc == 0)) && ! python3 tools/results/ran_tests.py "${beps[@]}"; then

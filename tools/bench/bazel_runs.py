@@ -183,6 +183,30 @@ def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
             "wait_share": round(waits / held, 3) if held else None}
 
 
+def floor(units: list[dict], slots: int, start_alone_s: float | None = None) -> dict:
+    """What the GPU units' time in their slots allows with `slots` cells at once, in matrix seconds: the
+    slots kept busy with this work (busy_s), then without any memory-phase wait (no_waits_s), then with
+    every server start as fast as start_alone_s, a start with no neighbours (starts_alone_s). The matrix
+    ends no sooner than busy_s; below no_waits_s only less work or more slots go."""
+    gpu = gpu_units(units)
+    timings = [t for u in gpu for t in gpu_only(u["timings"])]
+    held = sum(held_s(u) for u in gpu)
+    waits = sum(t["memory_phase_wait_s"] for t in timings)
+    out = {"slots": slots, "busy_s": round(held / slots, 1), "no_waits_s": round((held - waits) / slots, 1)}
+    if start_alone_s is not None:
+        own = held - waits - sum(t["start_s"] for t in timings)
+        out["starts_alone_s"] = round((own + len(timings) * start_alone_s) / slots, 1)
+    return out
+
+
+def floor_text(f: dict, start_alone_s: float | None = None) -> str:
+    line = (f"floor at {f['slots']} slots: the slots busy {f['busy_s']:.0f} s with this work, "
+            f"{f['no_waits_s']:.0f} s without memory-phase waits")
+    if "starts_alone_s" in f:
+        line += f", {f['starts_alone_s']:.0f} s with every start in {start_alone_s:g} s as alone"
+    return line
+
+
 def text(breakdown: dict) -> str:
     """The breakdown for people: the totals, then one line per class, longest first."""
     if not breakdown.get("cells"):
@@ -206,7 +230,14 @@ def main(argv=None) -> int:
     parser.add_argument("testlogs", help="the cells' test logs, e.g. bazel-testlogs/tests/sleep_wake")
     parser.add_argument("--bep", action="append", default=[],
                         help="a build event file (repeatable): count only the results of its invocation")
+    parser.add_argument("--slots", type=int, default=0,
+                        help="the cells run at once (GPUs x slots per GPU): also print the floor they allow")
+    parser.add_argument("--start_alone_s", type=float, default=None,
+                        help="the seconds of a server start with no neighbours (the bench's warm start): the"
+                        " floor with every start that fast too")
     args = parser.parse_args(argv)
+    if args.start_alone_s is not None and args.slots < 1:
+        parser.error("--start_alone_s needs --slots, the cells run at once")
     if not os.path.isdir(args.testlogs):
         print(f"bazel_runs: no test logs at {args.testlogs}: run the matrix first (tools/run_matrix.sh)",
               file=sys.stderr)
@@ -217,7 +248,10 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 1
     only = set().union(*(reading.read_invocation(bep).xmls for bep in args.bep)) if args.bep else None
-    print(text(cell_breakdown(test_units(args.testlogs, only), None)))
+    units = test_units(args.testlogs, only)
+    print(text(cell_breakdown(units, None)))
+    if args.slots >= 1 and gpu_units(units):
+        print(floor_text(floor(units, args.slots, args.start_alone_s), args.start_alone_s))
     return 0
 
 

@@ -3,6 +3,8 @@
 import json
 import zipfile
 
+import pytest
+
 from tools.bench import bazel_runs
 from tools.results.testlogs_testing import write_bep
 
@@ -157,3 +159,22 @@ def test_the_command_line_counts_only_the_invocations_it_is_given(tmp_path, caps
     assert "cell time: 1 GPU units" in out and "latency" not in out
     assert bazel_runs.main([str(tmp_path), "--bep", str(tmp_path / "none.json")]) == 1
     assert "no build event file" in capsys.readouterr().err
+
+
+def test_the_floor_is_the_slots_held_time_then_without_waits_then_with_starts_as_alone(tmp_path, capsys):
+    # 2 slots. a: 40 s in its slot after a 10 s wait for it, of which 10 s waiting on memory phases and
+    # 12 s starting (two servers); b: 30 s, 5 s waits, 8 s start.
+    _unit(tmp_path, "a_mrv1_eager", 50.0, _timing("zygote", lease_wait_s=10.0, start_s=6.0, memory_phase_wait_s=10.0),
+          _timing("zygote", start_s=6.0))
+    _unit(tmp_path, "b_mrv2_graph", 30.0, _timing("zygote", start_s=8.0, memory_phase_wait_s=5.0))
+    _unit(tmp_path, "a_fake_mrv1_eager", 99.0, _timing("fake", start_s=0.1))
+    units = bazel_runs.test_units(str(tmp_path))
+    assert bazel_runs.floor(units, 2) == {"slots": 2, "busy_s": 35.0, "no_waits_s": 27.5}
+    # Own work 70 - 15 - 20 = 35, plus three starts of 2 s: 41 cell-seconds.
+    assert bazel_runs.floor(units, 2, start_alone_s=2.0)["starts_alone_s"] == 20.5
+    assert bazel_runs.main([str(tmp_path), "--slots", "2", "--start_alone_s", "2"]) == 0
+    assert ("floor at 2 slots: the slots busy 35 s with this work, 28 s without memory-phase waits, 20 s with every"
+            " start in 2 s as alone") in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bazel_runs.main([str(tmp_path), "--start_alone_s", "2"])
+    assert "--start_alone_s needs --slots" in capsys.readouterr().err

@@ -129,13 +129,21 @@ def by_wave(phases: list[Phase], waves) -> list[tuple[str, list[Phase]]]:
     return [(name, [p for p in phases if began <= p.asked < ended]) for name, began, ended in waves]
 
 
+def lead_s(phases: list[Phase], began: float) -> float | None:
+    """Seconds from a wave's start to its first memory phase: Bazel's start, the tests' own start-up and
+    their servers' set-up before any GPU step, during which the wave's slots do nothing for its work
+    (13 s for the walk's wave, 22 s for the rest with four test jobs a slot: docs/bench, eighth section)."""
+    return round(min(p.asked for p in phases) - began, 1) if phases else None
+
+
 def summaries(lock_dir: str) -> dict:
     """Per GPU trace file in lock_dir, its Summary as a dict (the bench's JSON), with each wave's."""
     out, waves = {}, read_waves(lock_dir)
     for path in trace_files(lock_dir):
         phases = read(path)[0]
         out[os.path.basename(path)] = dict(dataclasses.asdict(summarize(phases)), waves={
-            name: dataclasses.asdict(summarize(part)) for name, part in by_wave(phases, waves)})
+            name: dict(dataclasses.asdict(summarize(part)), lead_s=lead_s(part, began))
+            for (name, part), (_, began, _) in zip(by_wave(phases, waves), waves)})
     return out
 
 
@@ -166,8 +174,11 @@ def main(argv=None) -> int:
         phases, bad = read(path)
         print(text(os.path.basename(path), summarize(phases))
               + (f"\n  ({bad} line(s) were not phases and were left out)" if bad else ""))
-        for name, part in by_wave(phases, read_waves(os.path.dirname(os.path.abspath(path)))):
+        waves = read_waves(os.path.dirname(os.path.abspath(path)))
+        for (name, part), (_, began, _) in zip(by_wave(phases, waves), waves):
             print("\n".join("  " + line for line in text(f"wave {name}", summarize(part)).splitlines()))
+            if part:
+                print(f"    its first memory phase came {lead_s(part, began):.1f} s after the wave began")
     return 0
 
 

@@ -91,5 +91,9 @@ def test_run_matrix_waves_are_summarised_apart(tmp_path, capsys):
     assert "    allocate waited 0.5 s in 1 phases, kept out by: free window 0.5 s" in out
     assert "  wave rest: 2 memory phases over 2 s" in out
     assert "    free waited 1.0 s in 1 phases, kept out by: allocate start 1.0 s" in out
+    # Before its first phase a wave's slots did nothing for it: Bazel, the tests' start-up, server set-up.
+    assert "    its first memory phase came 1.0 s after the wave began" in out  # walk: 10.0 - 9.0
+    assert "    its first memory phase came 5.0 s after the wave began" in out  # rest: 20.0 - 15.0
     waves = phase_trace.summaries(str(tmp_path))["gpu0.memory.trace.jsonl"]["waves"]
     assert sorted(waves) == ["rest", "walk"] and waves["walk"]["phases"] == 2
+    assert (waves["walk"]["lead_s"], waves["rest"]["lead_s"]) == (1.0, 5.0)
