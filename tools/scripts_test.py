@@ -162,7 +162,7 @@ def _host_answer(lock_dir, present: bool):
     """The zygote host's ping answer once one serves (present) or None once none does."""
     from tools.launcher import zygote_host
     for _ in range(200):
-        answer = zygote_host._ping(str(lock_dir))
+        answer = zygote_host.ping(str(lock_dir))
         if (answer is not None) == present:
             return answer
         time.sleep(0.05)  # polled: a host stopped by the script's exit takes up to its 1 s select to go

@@ -203,13 +203,9 @@ def measure_starts(result: dict, budget: Budget, out_dir: str) -> None:
 
 def _stop_host(lock_dir: str) -> None:
     """Stops the host serving lock_dir (and so its zygotes), if one answers."""
-    try:
-        with unix_socket.connect(os.path.join(lock_dir, zygote_host.HOST_SOCKET), 5) as sock:
-            unix_socket.send(sock, {"op": "ping"})
-            pid = unix_socket.recv(sock, 5)[0]["pid"]
-    except OSError:
-        return
-    os.kill(pid, signal.SIGTERM)
+    answer = zygote_host.ping(lock_dir)
+    if answer is not None:
+        os.kill(answer["pid"], signal.SIGTERM)
 
 
 # -- phases 2 and 3: Bazel --------------------------------------------------------------------------

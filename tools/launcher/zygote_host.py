@@ -206,7 +206,7 @@ class Host:
                 zygote.proc.kill()
 
 
-def _ping(lock_dir: str) -> dict | None:
+def ping(lock_dir: str) -> dict | None:
     """The serving host's answer to a ping, or None if none answers."""
     try:
         with unix_socket.connect(os.path.join(lock_dir, HOST_SOCKET), 5.0) as conn:
@@ -221,7 +221,7 @@ def await_host(lock_dir: str, timeout_s: float) -> dict | None:
     deadline = time.monotonic() + timeout_s
     code = code_digest()
     while True:
-        answer = _ping(lock_dir)
+        answer = ping(lock_dir)
         if answer is not None and answer.get("code") == code and not answer.get("stopping"):
             return answer
         if time.monotonic() >= deadline:
@@ -242,7 +242,7 @@ def _take_lock(lock_fd: int, lock_dir: str, replace: bool) -> bool:
             return False
     deadline, stopped = time.monotonic() + REPLACE_TIMEOUT_S, None
     while time.monotonic() < deadline:
-        answer = _ping(lock_dir)
+        answer = ping(lock_dir)
         if answer is not None and answer.get("stopping"):
             answer = None  # on its way out: its lock is about to be free
         if answer is not None and answer.get("code") == code_digest():
