@@ -195,15 +195,15 @@ def floor(units: list[dict], slots: int, start_alone_s: float | None = None) -> 
     out = {"slots": slots, "busy_s": round(held / slots, 1), "no_waits_s": round((held - waits) / slots, 1)}
     if start_alone_s is not None:
         own = held - waits - sum(t["start_s"] for t in timings)
-        out["starts_alone_s"] = round((own + len(timings) * start_alone_s) / slots, 1)
+        out.update(start_alone_s=start_alone_s, starts_alone_s=round((own + len(timings) * start_alone_s) / slots, 1))
     return out
 
 
-def floor_text(f: dict, start_alone_s: float | None = None) -> str:
+def floor_text(f: dict) -> str:
     line = (f"floor at {f['slots']} slots: the slots busy {f['busy_s']:.0f} s with this work, "
             f"{f['no_waits_s']:.0f} s without memory-phase waits")
     if "starts_alone_s" in f:
-        line += f", {f['starts_alone_s']:.0f} s with every start in {start_alone_s:g} s as alone"
+        line += f", {f['starts_alone_s']:.0f} s with every start in {f['start_alone_s']:g} s as alone"
     return line
 
 
@@ -251,7 +251,7 @@ def main(argv=None) -> int:
     units = test_units(args.testlogs, only)
     print(text(cell_breakdown(units, None)))
     if args.slots >= 1 and gpu_units(units):
-        print(floor_text(floor(units, args.slots, args.start_alone_s), args.start_alone_s))
+        print(floor_text(floor(units, args.slots, args.start_alone_s)))
     return 0
 
 
