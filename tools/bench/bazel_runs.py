@@ -169,14 +169,19 @@ def held_s(unit: dict) -> float:
     return max(unit["seconds"] - sum(t["lease_wait_s"] for t in gpu_only(unit["timings"])), 0.0)
 
 
+def _held_and_waits(gpu: list[dict]) -> tuple[float, float]:
+    """The GPU units' seconds in their slots and, of those, their waits on neighbours' memory phases."""
+    return (sum(held_s(u) for u in gpu),
+            sum(t["memory_phase_wait_s"] for u in gpu for t in gpu_only(u["timings"])))
+
+
 def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
     """The matrix's figures the speed targets name (report.TARGETS): Bazel's elapsed time, the median
     GPU server start, the longest GPU cell (a unit of any class of the spec: a walk shard counts as one)
     and the share of the GPU cells' time spent waiting on neighbours' memory phases, both over the
     time the cells held their slots (held_s); None where unknown."""
     gpu = [u for u in gpu_units(units) if class_of(u["cell"]) in matrix.SLEEP_WAKE_CLASSES]
-    held = sum(held_s(u) for u in gpu)
-    waits = sum(t["memory_phase_wait_s"] for u in gpu for t in gpu_only(u["timings"]))
+    held, waits = _held_and_waits(gpu)
     return {"matrix_elapsed_s": elapsed_s,
             "matrix_start_median_s": summarise(t["start_s"] for u in gpu for t in gpu_only(u["timings"])).get("median_s"),
             "longest_cell_s": round(max(held_s(u) for u in gpu), 1) if gpu else None,
@@ -190,8 +195,7 @@ def floor(units: list[dict], slots: int, start_alone_s: float | None = None) -> 
     ends no sooner than busy_s; below no_waits_s only less work or more slots go."""
     gpu = gpu_units(units)
     timings = [t for u in gpu for t in gpu_only(u["timings"])]
-    held = sum(held_s(u) for u in gpu)
-    waits = sum(t["memory_phase_wait_s"] for t in timings)
+    held, waits = _held_and_waits(gpu)
     out = {"slots": slots, "busy_s": round(held / slots, 1), "no_waits_s": round((held - waits) / slots, 1)}
     if start_alone_s is not None:
         own = held - waits - sum(t["start_s"] for t in timings)

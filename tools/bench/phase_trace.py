@@ -124,9 +124,9 @@ def read_waves(lock_dir: str) -> list[tuple[str, float, float]]:
         return [(w["wave"], float(w["began"]), float(w["ended"])) for w in map(json.loads, f) if w]
 
 
-def by_wave(phases: list[Phase], waves) -> list[tuple[str, list[Phase]]]:
-    """Each wave's phases: those asked while it ran."""
-    return [(name, [p for p in phases if began <= p.asked < ended]) for name, began, ended in waves]
+def by_wave(phases: list[Phase], waves) -> list[tuple[str, float, list[Phase]]]:
+    """(name, when it began, its phases: those asked while it ran) of each wave."""
+    return [(name, began, [p for p in phases if began <= p.asked < ended]) for name, began, ended in waves]
 
 
 def lead_s(phases: list[Phase], began: float) -> float | None:
@@ -143,7 +143,7 @@ def summaries(lock_dir: str) -> dict:
         phases = read(path)[0]
         out[os.path.basename(path)] = dict(dataclasses.asdict(summarize(phases)), waves={
             name: dict(dataclasses.asdict(summarize(part)), lead_s=lead_s(part, began))
-            for (name, part), (_, began, _) in zip(by_wave(phases, waves), waves)})
+            for name, began, part in by_wave(phases, waves)})
     return out
 
 
@@ -174,8 +174,7 @@ def main(argv=None) -> int:
         phases, bad = read(path)
         print(text(os.path.basename(path), summarize(phases))
               + (f"\n  ({bad} line(s) were not phases and were left out)" if bad else ""))
-        waves = read_waves(os.path.dirname(os.path.abspath(path)))
-        for (name, part), (_, began, _) in zip(by_wave(phases, waves), waves):
+        for name, began, part in by_wave(phases, read_waves(os.path.dirname(os.path.abspath(path)))):
             print("\n".join("  " + line for line in text(f"wave {name}", summarize(part)).splitlines()))
             if part:
                 print(f"    its first memory phase came {lead_s(part, began):.1f} s after the wave began")

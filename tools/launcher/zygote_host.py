@@ -240,17 +240,17 @@ def _take_lock(lock_fd: int, lock_dir: str, replace: bool) -> bool:
         if not replace:
             _say("another host serves %s; exiting" % lock_dir)
             return False
-    deadline, stopped = time.monotonic() + REPLACE_TIMEOUT_S, None
+    deadline, stopped, code = time.monotonic() + REPLACE_TIMEOUT_S, None, code_digest()
     while time.monotonic() < deadline:
         answer = ping(lock_dir)
         if answer is not None and answer.get("stopping"):
             answer = None  # on its way out: its lock is about to be free
-        if answer is not None and answer.get("code") == code_digest():
+        if answer is not None and answer.get("code") == code:
             _say("another host serves %s; exiting" % lock_dir)
             return False
         if answer is not None and answer.get("pid") != stopped:
             _say("host %s serves %s with other code (%s, this is %s); stopping it" % (
-                answer.get("pid"), lock_dir, answer.get("code"), code_digest()))
+                answer.get("pid"), lock_dir, answer.get("code"), code))
             stopped = answer["pid"]
             os.kill(stopped, signal.SIGTERM)
         try:
