@@ -6,7 +6,8 @@ what is generated.
 """
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
-load("//tools:matrix.bzl", "EXECUTION_MODES", "RUNNERS")
+load("//tools:goldens.bzl", "checkpoint_b_golden_label")
+load("//tools:matrix.bzl", "CHECKPOINT_B_GOLDEN_CLASSES", "EXECUTION_MODES", "RUNNERS")
 
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
@@ -98,6 +99,15 @@ def gpu_cell_env(runner, mode):
         "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
     }
 
+def checkpoint_b_golden(classes, runner, mode, fake_cell = None):
+    """(env, data) giving a target running `classes` checkpoint B's golden on its cell, when one of them
+    compares with it (CHECKPOINT_B_GOLDEN_CLASSES); else nothing, so no other cell waits for the golden's
+    action. fake_cell: "<runner>_<mode>[_vllm<version>]" for the fake server's golden."""
+    if not [c for c in classes if c in CHECKPOINT_B_GOLDEN_CLASSES]:
+        return {}, []
+    label = checkpoint_b_golden_label(runner, mode, fake_cell)
+    return {"SLEEPWAKE_GOLDEN_B": "$(rootpath %s)" % label}, [label]
+
 def fake_cell_env(runner, mode, vllm_version = None):
     """A cell's environment with the fake server (fake_server.py) in place of vLLM's."""
     env = {
@@ -152,12 +162,13 @@ def sleep_wake_matrix(
     for test_class, src in classes.items():
         for runner, mode in _runner_modes(runners, modes):
             cell = cell_name(test_class, runner, mode)
+            golden_env, golden_data = checkpoint_b_golden([test_class], runner, mode)
             sleepwake_py_test(
                 name = cell,
                 srcs = [src],
                 deps = deps,
-                data = GPU_CELL_DATA,
-                env = gpu_cell_env(runner, mode),
+                data = GPU_CELL_DATA + golden_data,
+                env = dict(gpu_cell_env(runner, mode), **golden_env),
                 tags = GPU_TAGS + [runner, mode, test_class],
                 size = "large",
                 timeout = timeout,
@@ -201,12 +212,13 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
                     fail("fake cell %s of %s: the suffix must be vllm<version>" % (cell, test_class))
                 version = parts[2][len("vllm"):]
             target = "%s_fake_%s" % (test_class, cell)
+            golden_env, golden_data = checkpoint_b_golden([test_class], parts[0], parts[1], cell)
             sleepwake_py_test(
                 name = target,
                 srcs = [classes[test_class]],
                 deps = deps + FAKE_CELL_DEPS,
-                data = FAKE_CELL_DATA,
-                env = fake_cell_env(parts[0], parts[1], version),
+                data = FAKE_CELL_DATA + golden_data,
+                env = dict(fake_cell_env(parts[0], parts[1], version), **golden_env),
                 tags = ["fake", test_class],
                 size = "medium",
             )
@@ -250,12 +262,13 @@ def sleep_wake_sharded(
     targets = []
     for runner, mode in _runner_modes(runners, modes):
         target = "%s_%s_%s" % (name, runner, mode)
+        golden_env, golden_data = checkpoint_b_golden(classes, runner, mode)
         sleepwake_py_test(
             name = target,
             srcs = [classes[c] for c in sorted(classes)],
             deps = deps,
-            data = GPU_CELL_DATA,
-            env = gpu_cell_env(runner, mode),
+            data = GPU_CELL_DATA + golden_data,
+            env = dict(gpu_cell_env(runner, mode), **golden_env),
             tags = GPU_TAGS + [runner, mode, "sharded", "manual"],
             size = "large",
             timeout = timeout,

@@ -59,7 +59,10 @@ class StarlarkFake:
             setattr(native, kind, self._rule(kind))
         native.package_name = self.package_name
         native.exports_files = lambda files, **_: None
+        # rule() and attr: the golden rule (tools/goldens.bzl) declares as its implementation's name.
+        attr = type("attr", (), {k: staticmethod(lambda **_: None) for k in ("bool", "label", "string")})()
         scope = {"fail": fail, "native": native, "glob": self.glob, "package": lambda **_: None,
+                 "rule": lambda implementation, **_: self._rule(implementation.__name__.strip("_")), "attr": attr,
                  "exports_files": native.exports_files, "py_library": native.py_library,
                  "test_suite": native.test_suite, "filegroup": native.filegroup}
 
@@ -121,3 +124,42 @@ def test_starlark_and_python_read_one_spec():
     assert loaded["RUNNERS"] == spec.RUNNERS and loaded["EXECUTION_MODES"] == spec.EXECUTION_MODES
     with open(os.path.join(WORKSPACE, "tools", "defs.bzl"), encoding="utf-8") as f:
         assert "\nRUNNERS = " not in f.read(), "defs.bzl must load RUNNERS from //tools:matrix.bzl, not define it"
+
+
+def test_only_the_golden_classes_cells_take_checkpoint_b_golden_and_each_its_own(matrix):
+    """A cell that waited for a golden it does not read would start later for nothing; one that read
+    another cell's golden would compare with the wrong reference."""
+    from tools import matrix as spec
+    rules, classes, _ = matrix
+    cells = {name: attrs for name, (kind, attrs) in rules.items() if kind == "py_test"}
+    takers = set()
+    for name, attrs in cells.items():
+        golden = attrs["env"].get("SLEEPWAKE_GOLDEN_B")
+        if golden is None:
+            assert not [d for d in attrs["data"] if "/goldens:" in d], name
+            continue
+        takers.add(name)
+        label = golden[len("$(rootpath "):-1]
+        assert label in attrs["data"], f"{name} reads {label} without having it as data"
+        runner, mode = attrs["env"]["SLEEPWAKE_RUNNER"], attrs["env"]["SLEEPWAKE_EXECUTION_MODE"]
+        fake = "fake" in attrs["tags"]
+        suffix = name.split("_fake_", 1)[1] if fake else f"{runner}_{mode}"
+        assert label == f"//tests/sleep_wake/goldens:checkpoint_b_{'fake_' if fake else ''}{suffix}", name
+    expected = {n for n, a in cells.items() if "sharded" in a["tags"]
+                or any(c in a["tags"] for c in spec.CHECKPOINT_B_GOLDEN_CLASSES)}
+    assert takers == expected and takers
+
+
+def test_every_golden_a_cell_takes_is_declared():
+    rules, _, _ = _evaluate(MATRIX_PACKAGE)
+    declared = StarlarkFake("tests/sleep_wake/goldens")
+    scope = declared.scope()
+    scope["depset"] = lambda items: type("depset", (), {"to_list": lambda self: sorted(set(items))})()
+    scope["py_binary"] = declared._rule("py_binary")
+    path = os.path.join(WORKSPACE, "tests/sleep_wake/goldens/BUILD.bazel")
+    with open(path) as f:
+        exec(compile(f.read(), path, "exec"), scope)  # noqa: S102
+    goldens = {name for name, (kind, _) in declared.rules.items() if kind == "checkpoint_golden_impl"}
+    taken = {a["env"]["SLEEPWAKE_GOLDEN_B"][len("$(rootpath //tests/sleep_wake/goldens:"):-1]
+             for kind, a in rules.values() if kind == "py_test" and "SLEEPWAKE_GOLDEN_B" in a["env"]}
+    assert taken and taken <= goldens, f"taken but not declared: {sorted(taken - goldens)}"

@@ -42,6 +42,12 @@ SLEEP_WAKE_CLASSES = {
     "weight_sync": "test_weight_sync.py",
 }
 
+# Classes that compare a pushed checkpoint with checkpoint B's golden on their cell: their cells take it as
+# data from a cached action (tests/sleep_wake/goldens, tools/goldens.bzl) instead of starting B's server.
+CHECKPOINT_B_GOLDEN_CLASSES = [
+    "weight_sync",
+]
+
 # Classes split over Bazel shards, one pytest class per shard (test_state_walk.py defines SHARDS classes).
 SHARD_COUNTS = {
     "state_walk": 6,

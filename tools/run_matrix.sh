@@ -106,7 +106,7 @@ for i in "${!waves[@]}"; do
   ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) of ${#waves[@]} (${names[$i]}): $wave"
   began=$(date +%s.%N)
   bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs="$test_jobs" \
-    --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" "${keep[@]}" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
+    --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --action_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" "${keep[@]}" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
   wave_rc=$?
   ended=$(date +%s.%N)
   took+=("$(awk -v a="$began" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')")

@@ -11,6 +11,7 @@ load(
     "FAKE_CELL_DEPS",
     "GPU_CELL_DATA",
     "GPU_TAGS",
+    "checkpoint_b_golden",
     "fake_cell_env",
     "gpu_cell_env",
     "sleepwake_py_test",
@@ -39,6 +40,9 @@ def _mutant_target(name, mutant, classes, class_files, fake):
             ["%s=$(rootpath %s)" % (c, f) for c, f in zip(classes, files)],
         ),
     )
+    golden_env, golden_data = checkpoint_b_golden(classes, _RUNNER, _MODE, "%s_%s" % (_RUNNER, _MODE) if fake else None)
+    env.update(golden_env)
+    files = files + golden_data
     if fake:
         # The fake server re-creates the mutant (tests/sleep_wake/fakes/fake_engine.py DEFECTS) and
         # logs the plugin's activation line, so the same harness judges it on a CPU in seconds.

@@ -5,9 +5,6 @@ The server class comes from the module named by SLEEPWAKE_SERVER_MODULE (default
 the fake tier names tests.sleep_wake.fakes.fake_server there, which has the same public surface.
 """
 
-import contextlib
-import dataclasses
-import importlib
 import os
 import re
 import time
@@ -15,7 +12,7 @@ import time
 import pytest
 import requests
 
-from tests.sleep_wake.lib import cells, expect, measure, metrics, oracle, releases, thresholds
+from tests.sleep_wake.lib import cells, expect, measure, metrics, oracle, releases, servers, thresholds
 from tests.sleep_wake.lib.client import SleepWakeClient, client_of
 from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
 from tests.sleep_wake.lib.prompts import PROMPTS
@@ -56,39 +53,19 @@ def _log_dir(name: str) -> str:
     return path
 
 
-def _identity() -> str | None:
-    """The vLLM build / GPU description the matrix passes as a runfile (a cache-key input)."""
-    path = os.environ.get("SLEEPWAKE_VLLM_IDENTITY")
-    if not path or not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return f.read().strip()
-
-
-SERVER_MODULE_ENV = "SLEEPWAKE_SERVER_MODULE"
-DEFAULT_SERVER_MODULE = "tools.launcher.server"
-
-
 def _server_class():
-    """VllmServer of the module SLEEPWAKE_SERVER_MODULE names: the one seam between the suite and
-    the server it runs against."""
-    name = os.environ.get(SERVER_MODULE_ENV) or DEFAULT_SERVER_MODULE
     try:
-        return importlib.import_module(name).VllmServer
-    except (ImportError, AttributeError) as e:
-        pytest.fail(f"{SERVER_MODULE_ENV}={name!r} does not provide VllmServer ({e}); leave it unset for "
-                    f"{DEFAULT_SERVER_MODULE} or name a module with the same surface", pytrace=False)
+        return servers.server_class()
+    except servers.ServerModuleError as e:
+        pytest.fail(str(e), pytrace=False)
 
 
-def _start_server(name: str, cell, recorder, nodeid: str, model: str | None = None):
-    """A started VllmServer context (caller exits it) with its start-up time recorded; `model` replaces
-    the cell's checkpoint (SLEEPWAKE_MODEL)."""
+def _start_server(name: str, cell, recorder, nodeid: str):
+    """A started VllmServer context (caller exits it) with its start-up time recorded."""
     from tools.launcher.config import ServerConfig
 
     VllmServer = _server_class()
     config = ServerConfig.from_env(_log_dir(name))
-    if model is not None:
-        config = dataclasses.replace(config, model=model)
     config.health_poll_s = thresholds.get("health_poll_s")
     if (config.runner, config.execution_mode) != (cell.runner, cell.mode):
         pytest.fail(f"ServerConfig.from_env built runner={config.runner} mode={config.execution_mode} "
@@ -97,7 +74,7 @@ def _start_server(name: str, cell, recorder, nodeid: str, model: str | None = No
     start = time.monotonic()
     server = context.__enter__()
     seconds = time.monotonic() - start
-    identity = _identity()
+    identity = servers.identity()
     try:
         served = SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max")).version()
         releases.check_served(served, identity)
@@ -142,23 +119,6 @@ def isolated_server(request, cell, recorder):
         yield srv
     finally:
         _stop_server(context, srv, recorder, request.node.nodeid)
-
-
-@pytest.fixture(scope="class")
-def server_on(request, cell, recorder):
-    """server_on(model, name) -> context manager yielding a client of a server of this cell started on
-    another checkpoint, for a class fixture that needs one (the weight-sync class's golden of checkpoint
-    B). With one GPU slot it must be exited before the class's `server` starts, so a class using it
-    makes `server` depend on that fixture."""
-    @contextlib.contextmanager
-    def start(model: str, name: str):
-        context, srv = _start_server(f"{request.node.name}_{name}", cell, recorder, request.node.nodeid,
-                                     model=model)
-        try:
-            yield client_of(srv)
-        finally:
-            _stop_server(context, srv, recorder, request.node.nodeid)
-    return start
 
 
 @pytest.fixture(scope="class")

@@ -8,22 +8,21 @@ GPUModelRunner.reload_weights (MRV2's runner calls the same method), which sets 
 the path and loads the files in place through the model's load_weights (layerwise reload copies into
 the existing, CuMem-pooled parameters). It is sent inside a sleep, as trainers do: sleep, wake weights,
 reload, wake kv_cache (the documented level-2 recovery). The oracle is B's own golden (token ids and
-per-token logprobs) from a fresh server on B, taken before this class's server starts; the two
-checkpoints' goldens must differ, or a push that did nothing would pass.
+per-token logprobs) from a fresh server of this cell on B: a cached Bazel action takes it once per
+cell and vLLM build (tests/sleep_wake/goldens, SLEEPWAKE_GOLDEN_B); the two checkpoints' goldens must
+differ, or a push that did nothing would pass.
 """
 
 import os
 
 import pytest
 
-from tests.sleep_wake.lib import expect, oracle, thresholds
-from tests.sleep_wake.lib.prompts import LONG_PROMPTS, PROMPTS
+from tests.sleep_wake.lib import expect, goldens, oracle, servers, thresholds
+from tests.sleep_wake.lib.prompts import CHECKPOINT_GOLDEN_PROMPTS, LONG_PROMPTS
 from tools.launcher.config import resolve_model
 
 ISSUE = "weight sync"
-# Long prompts too: they are served partly from the prefix cache once cached, and a block computed
-# with the old weights must never serve the new ones.
-SYNC_PROMPTS = PROMPTS + LONG_PROMPTS
+SYNC_PROMPTS = CHECKPOINT_GOLDEN_PROMPTS
 CYCLES = 3
 
 
@@ -37,16 +36,15 @@ def checkpoint_b() -> str:
 
 
 @pytest.fixture(scope="class")
-def golden_b(server_on, checkpoint_b) -> dict:
-    """Checkpoint B's golden, from a server of this cell started on B and stopped again."""
-    with server_on(checkpoint_b, "checkpoint_b") as client_b:
-        return expect.take_golden(client_b, SYNC_PROMPTS)
-
-
-@pytest.fixture(scope="class")
-def server(golden_b, server):
-    """The class's server on checkpoint A, started once B's reference server is gone (one GPU slot)."""
-    return server
+def golden_b(cell, checkpoint_b) -> dict:
+    """Checkpoint B's golden on this cell and vLLM build, from the file the golden action wrote."""
+    path = os.environ.get("SLEEPWAKE_GOLDEN_B")
+    if not path:
+        pytest.fail("SLEEPWAKE_GOLDEN_B is unset: the matrix sets it to checkpoint B's golden on this cell "
+                    "(tools/defs.bzl); outside Bazel write one with python -m "
+                    "tests.sleep_wake.goldens.take_golden and export its path")
+    return goldens.read(path, runner=cell.runner, mode=cell.mode, identity=servers.identity(),
+                        checkpoint=goldens.checkpoint_name(checkpoint_b), prompts=SYNC_PROMPTS)
 
 
 @pytest.fixture(scope="class")

@@ -29,6 +29,11 @@ LONG_PROMPTS = [
     "same answer as before",
 ]
 
+# What a checkpoint's golden file holds (lib/goldens.py, tests/sleep_wake/goldens): the weight-sync class
+# compares a pushed checkpoint on both kinds, since a prefix-cached block computed with the old weights
+# must never serve the new ones.
+CHECKPOINT_GOLDEN_PROMPTS = PROMPTS + LONG_PROMPTS
+
 # Fixed length for token-id comparisons (always sent with ignore_eos, so every completion is exactly
 # this long and a shorter one means the request was cut off).
 GOLDEN_MAX_TOKENS = 16
