@@ -138,7 +138,7 @@ fi
 # and the floor the slots allow for that work.
 cells=bazel-testlogs/tests/sleep_wake
 if ((${#beps[@]})) && [[ -d "$cells" ]]; then
-  PYTHONPATH="$PWD" python3 -m tools.bench.bazel_runs "$cells" --slots=$((gpus * slots)) \
+  PYTHONPATH="$PWD" python3 -m tools.bench.bazel_runs "$cells" --slots=$((gpus * slots)) --cores="$(nproc)" \
     $(printf -- '--bep=%s ' "${beps[@]}") || true
 fi
 ((rc == 4)) && { echo "run_matrix.sh: FAILED: no test target matched" >&2; exit 1; }

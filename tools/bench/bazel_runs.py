@@ -71,6 +71,8 @@ CELL_PHASES = (("lease_wait_s", "waiting for a GPU slot"),
                ("start_s", "server starts (launch to GET /health 200)"),
                ("memory_phase_wait_s", "waiting on GPU neighbours' memory phases"),
                ("stop_s", "teardowns and NVML release checks"))
+# The CPU seconds each server's process tree spent (tools/launcher/timings.py): None in older logs.
+CPU_KEYS = ("start_cpu_s", "serve_cpu_s")
 
 
 def suite_seconds(xml_path: str) -> float:
@@ -94,7 +96,8 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
                 continue
             text = testlogs.read_output(unit_dir, testlogs.MEASUREMENTS_FILE) or ""
             entries = [json.loads(line) for line in text.splitlines() if line.strip()]
-            timings = [dict({k: e.get(k, 0.0) for k, _ in CELL_PHASES}, cell=cell, start_mode=e.get("start_mode"))
+            timings = [dict({k: e.get(k, 0.0) for k, _ in CELL_PHASES}, **{k: e.get(k) for k in CPU_KEYS}, cell=cell,
+                            start_mode=e.get("start_mode"))
                        for e in entries if e.get("key") == "server_timings"]
             units.append({"unit": os.path.relpath(unit_dir, testlogs_dir), "cell": cell,
                           "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")), "timings": timings})
@@ -211,6 +214,28 @@ def floor_text(f: dict) -> str:
     return line
 
 
+def cpu_floor(units: list[dict], cores: int) -> dict | None:
+    """The servers' CPU work and the matrix time it needs on `cores` cores even if every one stays busy
+    (cpu_floor_s): no order of the cells or number of slots ends the matrix sooner, only less CPU work
+    per start or per test. The tests' own processes (pytest, the clients) come on top, so it is a lower
+    bound. None when a server recorded no CPU time (logs of a launcher before it did)."""
+    timings = [t for u in gpu_units(units) for t in gpu_only(u["timings"])]
+    if not timings or any(t.get(k) is None for t in timings for k in CPU_KEYS):
+        return None
+    starts, serving = sum(t["start_cpu_s"] for t in timings), sum(t["serve_cpu_s"] for t in timings)
+    return {"cores": cores, "servers": len(timings), "start_cpu_s": round(starts, 1), "serve_cpu_s": round(serving, 1),
+            "start_cpu_median_s": round(statistics.median(t["start_cpu_s"] for t in timings), 2),
+            "cpu_floor_s": round((starts + serving) / cores, 1)}
+
+
+def cpu_floor_text(f: dict | None) -> str:
+    if f is None:
+        return "CPU floor: unknown (the servers recorded no CPU time)"
+    return (f"CPU floor on {f['cores']} cores: {f['cpu_floor_s']:.0f} s for the servers' {f['start_cpu_s']:.0f} CPU-s"
+            f" starting ({f['servers']} servers, median {f['start_cpu_median_s']:g}) and {f['serve_cpu_s']:.0f} CPU-s"
+            " serving")
+
+
 def text(breakdown: dict) -> str:
     """The breakdown for people: the totals, then one line per class, longest first."""
     if not breakdown.get("cells"):
@@ -236,6 +261,8 @@ def main(argv=None) -> int:
                         help="a build event file (repeatable): count only the results of its invocation")
     parser.add_argument("--slots", type=int, default=0,
                         help="the cells run at once (GPUs x slots per GPU): also print the floor they allow")
+    parser.add_argument("--cores", type=int, default=0,
+                        help="the runner's cores: also print the CPU floor, the servers' CPU work over them")
     parser.add_argument("--start_alone_s", type=float, default=None,
                         help="the seconds of a server start with no neighbours (the bench's warm start): the"
                         " floor with every start that fast too")
@@ -256,6 +283,8 @@ def main(argv=None) -> int:
     print(text(cell_breakdown(units, None)))
     if args.slots >= 1 and gpu_units(units):
         print(floor_text(floor(units, args.slots, args.start_alone_s)))
+    if args.cores >= 1 and gpu_units(units):
+        print(cpu_floor_text(cpu_floor(units, args.cores)))
     return 0
 
 

@@ -178,3 +178,21 @@ def test_the_floor_is_the_slots_held_time_then_without_waits_then_with_starts_as
     with pytest.raises(SystemExit):
         bazel_runs.main([str(tmp_path), "--start_alone_s", "2"])
     assert "--start_alone_s needs --slots" in capsys.readouterr().err
+
+
+def test_the_cpu_floor_is_the_servers_cpu_work_over_the_cores(tmp_path, capsys):
+    _unit(tmp_path, "a_mrv1_eager", 50.0, _timing("zygote", start_cpu_s=30.0, serve_cpu_s=10.0),
+          _timing("zygote", start_cpu_s=20.0, serve_cpu_s=4.0))
+    _unit(tmp_path, "b_mrv2_graph", 30.0, _timing("zygote", start_cpu_s=40.0, serve_cpu_s=24.0))
+    _unit(tmp_path, "a_fake_mrv1_eager", 99.0, _timing("fake", start_cpu_s=500.0, serve_cpu_s=500.0))
+    units = bazel_runs.test_units(str(tmp_path))
+    assert bazel_runs.cpu_floor(units, 4) == {"cores": 4, "servers": 3, "start_cpu_s": 90.0, "serve_cpu_s": 38.0,
+                                              "start_cpu_median_s": 30.0, "cpu_floor_s": 32.0}
+    assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
+    assert ("CPU floor on 4 cores: 32 s for the servers' 90 CPU-s starting (3 servers, median 30) and 38 CPU-s"
+            " serving") in capsys.readouterr().out
+
+
+def test_logs_without_cpu_times_give_no_cpu_floor(tmp_path):
+    _unit(tmp_path, "a_mrv1_eager", 50.0, _timing("zygote", start_s=3.0))
+    assert bazel_runs.cpu_floor(bazel_runs.test_units(str(tmp_path)), 4) is None

@@ -70,6 +70,25 @@ def snapshot(root: int, include_root: bool = True) -> Snapshot:
     return _live(([proc] if include_root else []) + descendants)
 
 
+def cpu_seconds(snap: Snapshot) -> float:
+    """CPU seconds (user + system) the processes of snap have used, with their reaped children's, of
+    those still the same processes; a process gone since the snapshot counts nothing."""
+    total = 0.0
+    for pid, created in snap.items():
+        times = _ask_same(pid, created, psutil.Process.cpu_times)
+        if times is not None:
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def _ask_same(pid: int, created: float, question):
+    proc = _process(pid, created)
+    try:
+        return question(proc) if proc else None
+    except psutil.NoSuchProcess:
+        return None
+
+
 def reap_exited() -> list[tuple[int, int]]:
     """(pid, wait status) of every child of this process that has exited, reaped without blocking."""
     out = []

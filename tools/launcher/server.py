@@ -138,6 +138,7 @@ class VllmServer:
         self._sup = None  # the supervisor: a subprocess.Popen, or a zygote_client.ForeignProcess
         self.start_mode = None  # "zygote" or "plain", once launched
         self.timings = ServerTimings()  # accumulated over restarts; the fixtures record it at stop
+        self._cpu_at_ready = None  # the tree's CPU seconds when it answered /health (timings.serve_cpu_s)
         self._device_index = 0
         self._baseline = None
         self._prepared = False
@@ -292,6 +293,8 @@ class VllmServer:
             self._stop_server(check_release=False)
             raise ServerStartError("%s Log: %s" % (e, self.log_path)) from None
         log.info("vLLM server ready at %s (pids %s, log %s)", self.url, self.pids(), self.log_path)
+        self._cpu_at_ready = process_tree.cpu_seconds(process_tree.snapshot(self._sup.pid, include_root=False))
+        self.timings.start_cpu_s += self._cpu_at_ready
 
     def _brackets_steps(self) -> bool:
         return (self.lease is not None and not self.lease.exclusive
@@ -460,6 +463,9 @@ class VllmServer:
 
     def _tear_down(self, sup, check_release: bool, fast: bool) -> dict:
         snap = process_tree.snapshot(sup.pid, include_root=False)
+        if self._cpu_at_ready is not None:
+            self.timings.serve_cpu_s += max(process_tree.cpu_seconds(snap) - self._cpu_at_ready, 0.0)
+            self._cpu_at_ready = None
         try:
             sup.stdin.write(b"stop fast\n" if fast else b"stop\n")
             sup.stdin.close()

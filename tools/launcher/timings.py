@@ -18,6 +18,11 @@ class ServerTimings:
     memory_phase_wait_s: float = 0.0  # waiting for neighbours' memory phases (gpu_lease.memory_phase)
     memory_phases: int = 0  # phases entered: starts, sleeps, wakes, reloads, stops
     stop_s: float = 0.0  # teardown and the NVML release check, once its memory phase is held
+    # CPU seconds of the server's process tree (the API server, the engine core, their helpers), to GET
+    # /health and then to its stop: on a runner whose cores are all busy, CPU work, not wall time,
+    # bounds the matrix (tools/bench/bazel_runs.py cpu_floor). A forked server's clock starts at the fork.
+    start_cpu_s: float = 0.0
+    serve_cpu_s: float = 0.0
 
     def add_memory_phase(self, waited_s: float) -> None:
         self.memory_phase_wait_s += waited_s

@@ -371,7 +371,20 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
     # start, the restart's stop and start, the exclusive phase above, stop: five, none waited for
     assert timings["memory_phases"] == 5 and timings["memory_phase_wait_s"] == 0.0
     assert timings["stop_s"] > 0
-    assert set(timings) == {"lease_wait_s", "start_s", "memory_phase_wait_s", "memory_phases", "stop_s"}
+    assert set(timings) == {"lease_wait_s", "start_s", "memory_phase_wait_s", "memory_phases", "stop_s",
+                            "start_cpu_s", "serve_cpu_s"}
+
+
+def test_the_trees_cpu_is_split_into_its_start_and_its_serving(tmp_path, pid_file):
+    """What the start spent (to /health) and what serving spent after it, each counted once."""
+    server = _server(tmp_path, pid_file, extra_env={"FAKE_SERVER_START_CPU_S": "0.6"})
+    server.start()
+    with urllib.request.urlopen(server.url + "/spin?cpu_s=0.4", timeout=10) as answer:
+        assert answer.status == 200
+    server.stop()
+    # The interpreter's own start-up and the family it forks add a little to the start's 0.6 s.
+    assert 0.6 <= server.timings.start_cpu_s < 1.2
+    assert 0.4 <= server.timings.serve_cpu_s < 0.7
 
 
 def test_gpu_bytes_counts_the_servers_processes(tmp_path, pid_file):

@@ -9,6 +9,8 @@ With SLEEPWAKE_MEMORY_LOCK set (a shared lease, memory_phase_scope steps) it run
 steps through the memory-phase plugin, as vLLM with the plugin does; FAKE_SERVER_UNBRACKETED=1 skips
 them (a plugin that did not load), FAKE_SERVER_NO_SLEEP=1 leaves the worker without a sleep to bracket.
 --runner_line: env (prints vLLM's "Using V2 Model Runner" iff VLLM_USE_V2_MODEL_RUNNER=1), always, never.
+CPU work, for the launcher's CPU accounting: FAKE_SERVER_START_CPU_S of it before listening, and
+GET /spin?cpu_s=S spends S while serving.
 
 It also runs as a module (`python -m fake_server` with this directory on PYTHONPATH), which is how a
 zygote pre-imports and forks it in place of vLLM's API server. Its heavy import is fake_heavy (the
@@ -89,6 +91,12 @@ def _start_worker():
         getattr(Worker(), step)()
 
 
+def _spend_cpu(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
 def _bind_failed(e: OSError) -> None:
     print("OSError: [Errno %d] error while attempting to bind on address: %s" % (e.errno, e.strerror), flush=True)
     sys.exit(1)
@@ -128,9 +136,15 @@ def main():
         print("RuntimeError: fake engine core failed to start", flush=True)
         sys.exit(3)
     healthy = args.mode == "ok"
+    _spend_cpu(float(os.environ.get("FAKE_SERVER_START_CPU_S", "0")))
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            if self.path.startswith("/spin?cpu_s="):
+                _spend_cpu(float(self.path.split("=", 1)[1]))
+                self.send_response(200)
+                self.end_headers()
+                return
             self.send_response(200 if healthy and self.path == "/health" else 503)
             self.end_headers()
 
