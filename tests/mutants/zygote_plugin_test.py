@@ -1,6 +1,7 @@
-"""The zygote with the real vLLM 0.26.0 on a CPU: importing its API server leaves CUDA uninitialised and
-reads no per-server variable that zygote_env.IMPORT_SAFE does not explain, and a forked server re-enters
-the module as __main__ far enough to build its argument parser, which loads the `vllm.general_plugins`
+"""The zygote with the real vLLM 0.26.0 on a CPU: importing its API server and the modules the launcher
+preloads after it (config.VLLM_PRELOAD) leaves CUDA uninitialised, starts no thread and reads no
+per-server variable that zygote_env.IMPORT_SAFE does not explain, and a forked server re-enters the
+module as __main__ far enough to build its argument parser, which loads the `vllm.general_plugins`
 entry points (vllm/engine/arg_utils.py add_cli_args -> load_general_plugins): the mutant plugin, found
 only on that server's own PYTHONPATH, applies the mutant named by that server's SLEEPWAKE_MUTANT.
 
@@ -15,7 +16,7 @@ import sys
 from tests.mutants import site_dir
 from tools.launcher import process_tree, zygote_client
 from tools.launcher.tests import testing
-from tools.launcher.config import VLLM_ENTRYPOINT, ServerConfig, build_env
+from tools.launcher.config import VLLM_ENTRYPOINT, VLLM_PRELOAD, ServerConfig, build_env, preload_modules
 
 import sleepwake_mutants
 
@@ -27,7 +28,8 @@ def _fork(tmp_path, lock_dir, env, log_path):
             "grace_s": 5.0, "parent_pid": os.getpid(), "parent_start": process_tree.start_time(os.getpid())}
     with open(log_path, "ab") as log:
         sup, _ = zygote_client.start_supervisor(spec, log.fileno(), None, lock_dir=lock_dir, idle_s=60,
-                                                start_timeout_s=600, host_idle_s=60, environ={})
+                                                start_timeout_s=600, host_idle_s=60, environ={},
+                                                preloads=preload_modules(ServerConfig(), spec["argv"]))
     sup.wait(timeout=300)
     with open(log_path) as f:
         return f.read()
@@ -50,6 +52,8 @@ def test_a_forked_vllm_server_parses_its_arguments_and_loads_its_own_plugin(tmp_
     with open(os.path.join(lock_dir, zygote_logs[0])) as f:
         zygote_log = f.read()
     assert "CUDA initialised: False" in zygote_log and "refusing every fork" not in zygote_log, zygote_log[-3000:]
+    preloads = "then %d of %d preload(s) in " % (len(VLLM_PRELOAD), len(VLLM_PRELOAD))
+    assert preloads in zygote_log and "threads: 1 Python" in zygote_log, zygote_log[-3000:]
     zygote_pid = int(re.search(r"\[sleepwake zygote (\d+)\] imported", zygote_log).group(1))
     active = re.search(re.escape(sleepwake_mutants.ACTIVATION.format(name=MUTANT, pid="PID")).replace("PID", r"(\d+)"),
                        plugged)

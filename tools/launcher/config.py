@@ -23,6 +23,26 @@ MEMORY_PHASE_SCOPES = ("steps", "start")
 DEFAULT_MODEL_RUNFILE = "tools/model/synthetic_qwen3/config.json"
 WORKSPACE = "sleepwake"
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
+# What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
+# engine core and its executor), then, in the engine core it forks, the scheduler, the worker, both model
+# runners (one zygote serves both), the model loader, Qwen3 and the FlashAttention backend. Imported by
+# the zygote they are 0.8-1.0 s less per server (2-core CPU machine, vLLM 0.26.0), most of it the worker.
+# There, with vLLM 0.24.0-0.26.0, they read no per-server variable outside zygote_env.IMPORT_SAFE, start
+# no thread or process (given build_env's HUMMING_DISABLE_PARALLEL_BUILD) and leave CUDA uninitialised.
+# In 0.26.0 some import others of the list; each is named so that another layout still gets it. Left
+# out: vllm.device_allocator.cumem (sleep mode's allocator, 3 ms), which loads the CUDA driver at
+# import: it fails on a CPU, so nothing here vouches for it on a GPU.
+VLLM_PRELOAD = (
+    "vllm.v1.engine.async_llm",
+    "vllm.v1.core.sched.async_scheduler",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu_model_runner",
+    "vllm.v1.worker.gpu.model_runner",
+    "vllm.v1.worker.gpu.model_states.default",
+    "vllm.model_executor.model_loader",
+    "vllm.model_executor.models.qwen3",
+    "vllm.v1.attention.backends.flash_attn",
+)
 
 
 ENV_PREFIX = "SLEEPWAKE_"  # every setting is also SLEEPWAKE_<NAME>: the matrix macro sets the cell's
@@ -111,6 +131,11 @@ class ServerConfig:
                                          " zygotes.")
     # Importing vLLM took 10-26 s on the H200 idle; 32 processes importing at once took ~65 s.
     zygote_start_timeout_s: float = _setting(300.0, "Seconds to wait for a zygote to import vLLM.")
+    zygote_preload: str = _setting("auto", "Modules a zygote imports after the server's module, comma-separated,"
+                                   " so that every server it forks has them (vLLM's engine core imports its"
+                                   " worker and model only after the fork); one missing from the installed"
+                                   " vLLM is logged and skipped. auto: config.VLLM_PRELOAD for vLLM's API"
+                                   " server, none for another module; none: no preload.")
     # vLLM binds its port early but listens only once the engine is up, so until then each poll is a
     # refused loopback connect (well under a millisecond).
     health_poll_s: float = _setting(0.05, "Seconds between GET /health polls while the server starts.")
@@ -130,6 +155,15 @@ class ServerConfig:
         values["log_dir"] = log_dir or values.get("log_dir") or env.get("TEST_UNDECLARED_OUTPUTS_DIR")
         values.update(overrides)
         return cls(**values)
+
+
+def preload_modules(config: ServerConfig, argv) -> list[str]:
+    """The modules the zygote for the server command argv (`python -m module ...`) imports after it."""
+    if config.zygote_preload == "auto":
+        return list(VLLM_PRELOAD) if list(argv[1:3]) == ["-m", VLLM_ENTRYPOINT] else []
+    if config.zygote_preload == "none":
+        return []
+    return [name.strip() for name in config.zygote_preload.split(",") if name.strip()]
 
 
 def settings() -> list[dataclasses.Field]:
@@ -230,6 +264,10 @@ def validate(config: ServerConfig) -> None:
             " endpoints let anyone who reaches the port reset or reload it. Use 127.0.0.1, or pass"
             " --allow_non_loopback (ServerConfig.allow_non_loopback=True) on a trusted network."
             % config.host)
+    for name in preload_modules(config, []):
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ConfigError("--zygote_preload: %r is not a module name; give dotted module names, comma-separated"
+                              " (or auto, or none)" % name)
     for name, low, high, what in _RANGES:
         if not low <= getattr(config, name) <= high:
             raise ConfigError("--%s=%s is out of range: %s" % (name, getattr(config, name), what))
@@ -305,6 +343,11 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
         # not as a port that closes 5 s later (launcher.py watchdog_loop), which proves nothing.
         "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1",
         "VLLM_NO_USAGE_STATS": "1",
+        # Importing vLLM's worker imports humming (vllm/utils/import_utils.py has_humming), which then
+        # starts two Python processes, each importing torch, to prebuild kernels for quantised formats
+        # the suite's bf16 model never uses: in every engine core, or, preloaded, in the zygote, whose
+        # forks lose the threads that reap them. With this, humming builds them when first used.
+        "HUMMING_DISABLE_PARALLEL_BUILD": "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",

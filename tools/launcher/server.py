@@ -30,7 +30,7 @@ import urllib.request
 
 from tools.launcher import gpu_lease, ports, process_tree, zygote_client
 from tools.launcher.config import (ServerConfig, build_command, build_env, check_importable, env_diff,
-                                   resolve_model, validate)
+                                   preload_modules, resolve_model, validate)
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError  # noqa: F401 (API)
 from tools.launcher.nvml import Nvml
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
@@ -385,7 +385,8 @@ class VllmServer:
             sup, key = zygote_client.start_supervisor(
                 spec, log_file.fileno(), self.lease.fd if self.lease else None, lock_dir=cfg.lock_dir,
                 idle_s=cfg.zygote_idle_s, start_timeout_s=cfg.zygote_start_timeout_s,
-                host_idle_s=cfg.zygote_host_idle_s, environ=self._environ)
+                host_idle_s=cfg.zygote_host_idle_s, environ=self._environ,
+                preloads=preload_modules(cfg, spec["argv"]))
         except zygote_client.ZygoteUnavailable as e:
             if cfg.start_mode == "zygote":
                 raise ServerStartError("start_mode zygote: %s" % e) from None

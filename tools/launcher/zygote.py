@@ -2,11 +2,16 @@
 per request, so a start no longer pays the import (10-25 s on the H200, far more with 32 at once).
 
 Started by the zygote host (zygote_host.py), one per key (zygote_env.zygote_key), with the key's
-environment: python -m tools.launcher.zygote --socket PATH --module M --key K --idle_s S --ready_fd N
+environment: python -m tools.launcher.zygote --socket PATH --module M [--preload P ...] --key K --idle_s S
+--ready_fd N
 
   * Import: the module is imported with environment reads recorded (EnvReads). A per-server variable
     read then would keep this process's value in every server; unless zygote_env.IMPORT_SAFE says why
     that read is harmless, every fork is refused and the launcher starts plainly, naming the variable.
+  * Preloads: modules the server would import only later, in every server (vLLM's engine core imports
+    its worker, model runner and model after the API server forks it), imported after the module under
+    the same rules: their reads and CUDA count as the module's. One that fails to import is logged and
+    left to the server, which imports it itself (or fails as a plain start would).
   * Requests (unix_socket messages on PATH, same uid only): {"op": "ping"} and {"op": "fork", "key",
     "spec"} with three or four descriptors: the control pipe's read end, the report pipe's write end,
     the server log, and optionally the GPU lease. A fork is refused, with the reason, when the key is
@@ -107,10 +112,10 @@ def cuda_initialized() -> bool:
     return torch is not None and bool(torch.cuda.is_initialized())
 
 
-def module_files_state(module: str) -> list:
-    """(path, inode, mtime, size) of the module's file and its top-level package's __init__: a
+def module_files_state(module: str, *more: str) -> list:
+    """(path, inode, mtime, size) of each module's file and its top-level package's __init__: a
     reinstall (pip replaces the files) changes them, and this zygote's image is then stale."""
-    names = [module.split(".")[0], module]
+    names = [name for m in (module,) + more for name in (m.split(".")[0], m)]
     out = []
     for name in dict.fromkeys(names):
         path = getattr(sys.modules.get(name), "__file__", None)
@@ -151,10 +156,11 @@ class Zygote:
     python: str
     key_pythonpath: list  # abspath'd PYTHONPATH entries this zygote imported with
     site_path: list  # sys.path entries that do not come from PYTHONPATH (stdlib, site-packages)
-    files: list  # module_files_state at import
+    files: list  # module_files_state of the module and the preloads at import
     unsafe_reads: dict  # per-server variables read at import and not in IMPORT_SAFE -> sites
     loaded: dict  # top-level module name -> the sys.path entry it was imported from
     import_fds: frozenset  # descriptors the import opened: part of the image, so servers keep them
+    preloaded: tuple = ()  # the preloads that imported
     pid: int = 0
     socket_path: str = ""
     supervisors: set = dataclasses.field(default_factory=set)  # PIDs of the supervisors it forked
@@ -164,14 +170,16 @@ class Zygote:
     def refusal(self, message: dict) -> Refusal | None:
         if message.get("key") != self.key:
             return Refusal("this zygote serves key %s, the request is for %s" % (self.key, message.get("key")))
-        if module_files_state(self.module) != self.files:
-            return Refusal("the files of %s changed since this zygote imported it (reinstalled?); a new"
-                           " zygote imports them again" % self.module, stale=True)
+        if module_files_state(self.module, *self.preloaded) != self.files:
+            return Refusal("the files of %s%s changed since this zygote imported it (reinstalled?); a new"
+                           " zygote imports them again" % (self.module, " or of its preloads" if self.preloaded
+                                                           else ""), stale=True)
         if self.unsafe_reads:
-            return Refusal("importing %s reads per-server variables, which would keep this zygote's values"
+            return Refusal("importing %s%s reads per-server variables, which would keep this zygote's values"
                            " in every server: %s. Key the zygote on them (zygote_env.PER_SERVER_*) or list"
-                           " why they are harmless in zygote_env.IMPORT_SAFE" % (self.module, ", ".join(
-                               "%s (%s)" % (name, sites[0]) for name, sites in sorted(self.unsafe_reads.items()))))
+                           " why they are harmless in zygote_env.IMPORT_SAFE" % (
+                               self.module, " and its preloads" if self.preloaded else "", ", ".join(
+                                   "%s (%s)" % (name, sites[0]) for name, sites in sorted(self.unsafe_reads.items()))))
         if self.cuda_initialized():
             return Refusal("CUDA is initialised in the zygote; a forked child cannot use it")
         spec = message.get("spec") or {}
@@ -246,26 +254,57 @@ def _close_all_but(keep) -> None:
             pass  # the listdir's own descriptor, already gone
 
 
-def import_module(module: str) -> Zygote:
-    """Imports module with its environment reads recorded; the Zygote to check forks against."""
+def _preload(modules) -> tuple:
+    """Imports each module; the ones that imported. A failure is the server's to meet, not the zygote's."""
+    out = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            out.append(name)
+        except (Exception, SystemExit) as e:
+            _say("preload %s failed, left to the server: %s: %s" % (
+                name, type(e).__name__, (str(e).strip().splitlines() or [""])[0]))
+    return tuple(out)
+
+
+def _per_server(reads: EnvReads) -> dict:
+    return {n: s for n, s in reads.point_reads().items() if zygote_env.is_per_server(n)}
+
+
+def import_module(module: str, preloads=()) -> Zygote:
+    """Imports module, then the preloads, with their environment reads recorded; the Zygote to check
+    forks against."""
     start = time.monotonic()
     before = _open_fds()
     with EnvReads() as reads:
         importlib.import_module(module)
+    imported = time.monotonic()
+    with EnvReads() as preload_reads:
+        preloaded = _preload(preloads)
     import_fds = frozenset(_open_fds() - before)
-    point = reads.point_reads()
-    per_server = {n: s for n, s in point.items() if zygote_env.is_per_server(n)}
+    per_server = _per_server(reads)
+    for name, sites in _per_server(preload_reads).items():
+        per_server[name] = sorted(set(per_server.get(name, [])) | set(sites))
     unsafe = {n: s for n, s in per_server.items() if n not in zygote_env.IMPORT_SAFE}
     key_path = [os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-    _say("imported %s in %.1f s; per-server variables read at import: %s; CUDA initialised: %s; threads: %d"
-         " Python, %d native" % (module, time.monotonic() - start, sorted(per_server) or "none",
-                                 cuda_initialized(), threading.active_count(), len(os.listdir("/proc/self/task"))))
+    _say("imported %s in %.1f s%s; per-server variables read at import: %s; CUDA initialised: %s; threads: %d"
+         " Python, %d native" % (
+             module, imported - start, ", then %d of %d preload(s) in %.1f s" % (
+                 len(preloaded), len(preloads), time.monotonic() - imported) if preloads else "",
+             sorted(per_server) or "none", cuda_initialized(), threading.active_count(),
+             len(os.listdir("/proc/self/task"))))
+    # IMPORT_SAFE says why a read is harmless at the sites it names; the preloads' sites are new ones.
+    preload_sites = _per_server(preload_reads)
+    if preload_sites:
+        _say("per-server variables the preloads read: %s" % ", ".join(
+            "%s (%s)" % (name, "; ".join(sites)) for name, sites in sorted(preload_sites.items())))
     if unsafe:
         _say("refusing every fork: %s" % unsafe)
     return Zygote(module=module, key="", python=sys.executable, key_pythonpath=key_path,
                   site_path=[os.path.abspath(p) for p in sys.path if p and os.path.abspath(p) not in key_path],
-                  files=module_files_state(module), unsafe_reads=unsafe, loaded=_loaded_top_level(),
-                  import_fds=import_fds, pid=os.getpid(), own_children=frozenset(process_tree.children(os.getpid())))
+                  files=module_files_state(module, *preloaded), unsafe_reads=unsafe, loaded=_loaded_top_level(),
+                  import_fds=import_fds, preloaded=preloaded, pid=os.getpid(),
+                  own_children=frozenset(process_tree.children(os.getpid())))
 
 
 # -- the forked server ------------------------------------------------------------------------------
@@ -385,7 +424,8 @@ def _handle(zygote: Zygote, conn: socket.socket, message: dict, fds: list):
     """Answers one request; in a forked child returns the supervisor's work, else None."""
     op = message.get("op")
     if op == "ping":
-        unix_socket.send(conn, {"ok": True, "pid": os.getpid(), "key": zygote.key, "module": zygote.module})
+        unix_socket.send(conn, {"ok": True, "pid": os.getpid(), "key": zygote.key, "module": zygote.module,
+                                "preloaded": list(zygote.preloaded)})
         return None
     if op != "fork":
         unix_socket.send(conn, {"ok": False, "error": "unknown op %r" % op})
@@ -468,6 +508,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to serve on.")
     parser.add_argument("--module", required=True, help="The server module to import and run as __main__.")
+    parser.add_argument("--preload", action="append", default=[], metavar="MODULE", help="Also import MODULE"
+                        " after --module (repeatable): a module every server imports only later (vLLM's engine"
+                        " core imports its worker and model after the fork), which each then has already. Its"
+                        " environment reads and CUDA count as --module's; if it fails to import, the zygote logs"
+                        " it and serves, and the server imports it itself.")
     parser.add_argument("--key", required=True, help="The key (zygote_env.zygote_key) requests must carry.")
     parser.add_argument("--idle_s", type=float, default=60.0, help="Exit after this long without a request"
                         " (0: never).")
@@ -479,11 +524,12 @@ def main(argv=None) -> int:
         del sys.path[0]
     ready = os.fdopen(args.ready_fd, "w")
     try:
-        zygote = import_module(args.module)
+        zygote = import_module(args.module, args.preload)
         zygote.key, zygote.socket_path = args.key, args.socket
         supervisor.prctl(supervisor.PR_SET_CHILD_SUBREAPER, 1)  # see "Orphans" above
         if zygote.cuda_initialized():
-            raise RuntimeError("importing %s initialised CUDA; forked servers could not use it" % args.module)
+            raise RuntimeError("importing %s%s initialised CUDA; forked servers could not use it" % (
+                args.module, " and its preloads" if args.preload else ""))
         listener = unix_socket.listen(args.socket)
     except BaseException as e:
         traceback.print_exc()

@@ -132,18 +132,19 @@ class ForeignProcess:
 
 
 def start_supervisor(spec: dict, log_fd: int, lease_fd: int | None, *, lock_dir: str, idle_s: float,
-                     start_timeout_s: float, host_idle_s: float, environ) -> tuple[ForeignProcess, str]:
-    """Has the zygote for spec's `python -m module` fork a supervisor running spec; returns it and
-    the zygote's key. Raises ZygoteUnavailable with the reason when that cannot be done."""
+                     start_timeout_s: float, host_idle_s: float, environ, preloads=()) -> tuple[ForeignProcess, str]:
+    """Has the zygote for spec's `python -m module` (that also imported preloads) fork a supervisor
+    running spec; returns it and the zygote's key. Raises ZygoteUnavailable with the reason when that
+    cannot be done."""
     argv = spec["argv"]
     if len(argv) < 3 or argv[1] != "-m":
         raise ZygoteUnavailable("the server command is not `python -m module ...` (%s)" % argv[:3])
     if not hasattr(os, "pidfd_open"):
         raise ZygoteUnavailable("this Python (%s) has no os.pidfd_open (Linux >= 5.3, Python >= 3.9)"
                                 % sys.version.split()[0])
-    key, env = zygote_env.zygote_key(argv[0], argv[2], spec["env"], code_digest())
-    request = {"op": "zygote", "key": key, "python": argv[0], "module": argv[2], "env": env, "code_root": ROOT,
-               "idle_s": idle_s, "start_timeout_s": start_timeout_s}
+    key, env = zygote_env.zygote_key(argv[0], argv[2], spec["env"], code_digest(), preloads)
+    request = {"op": "zygote", "key": key, "python": argv[0], "module": argv[2], "preloads": list(preloads),
+               "env": env, "code_root": ROOT, "idle_s": idle_s, "start_timeout_s": start_timeout_s}
     problems = []
     for _ in range(ATTEMPTS):
         path = _zygote_socket(lock_dir, request, environ, host_idle_s)

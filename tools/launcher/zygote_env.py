@@ -46,7 +46,12 @@ IMPORT_SAFE = {
         " count before CUDA is initialised; vllm/triton_utils/importing.py fixes HAS_TRITON from whether"
         " Triton's CUDA driver is active and whether the variable is set but empty: the zygote imports"
         " with it unset and the launcher sets one leased GPU, and on a GPU runner both see one active"
-        " driver"),
+        " driver. With config.VLLM_PRELOAD, vLLM's NVML platform (vllm/platforms/interface.py"
+        " visible_device_id_to_physical_device_id) answers capability checks at import"
+        " (w8a8_utils.py CUTLASS_FP8_SUPPORTED, kernels/oink_ops.py OINK_AVAILABLE; read from the"
+        " source, on a CPU the platform is unspecified and asks nothing) for physical GPU 0 and caches"
+        " it (platforms/cuda.py get_device_capability): the capability of every server's GPU on a"
+        " runner of one GPU model, as the H200 runner is; the zygote logs the preloads' sites"),
     "HOME": (
         "expands '~' in default cache and config paths (huggingface_hub/constants.py, torch/hub.py,"
         " triton/knobs.py, vllm/envs.py); build_env sets every cache the server uses (VLLM_CACHE_ROOT,"
@@ -93,13 +98,15 @@ def split_pythonpath(env, module: str) -> tuple[list[str], list[str]]:
     return key, own
 
 
-def zygote_key(python: str, module: str, env, code_digest: str) -> tuple[str, dict]:
+def zygote_key(python: str, module: str, env, code_digest: str, preloads=()) -> tuple[str, dict]:
     """(key, the zygote's environment without its own code root) for servers started by
-    `python -m module` with env. Equal keys may share a zygote."""
+    `python -m module` with env, from a zygote that also imported preloads (in that order: another
+    order may import otherwise). Equal keys may share a zygote."""
     key_env, _ = split_env(env)
     key_path, _ = split_pythonpath(env, module)
     material = {"protocol": PROTOCOL, "python": os.path.realpath(python), "module": module,
-                "pythonpath": key_path, "env": sorted(key_env.items()), "code": code_digest}
+                "preloads": list(preloads), "pythonpath": key_path, "env": sorted(key_env.items()),
+                "code": code_digest}
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
     if key_path:
         key_env["PYTHONPATH"] = os.pathsep.join(key_path)

@@ -10,7 +10,7 @@ are its children, so they outlive any one cell.
     python3 -m tools.launcher.zygote_host --lock_dir /tmp/sleepwake-gpu-locks [--idle_s 600]
 
 Requests (unix_socket messages, same uid only) on <lock_dir>/zygote-host.sock:
-  {"op": "zygote", "key", "python", "module", "env", "code_root", "idle_s", "start_timeout_s"}
+  {"op": "zygote", "key", "python", "module", "preloads", "env", "code_root", "idle_s", "start_timeout_s"}
       -> {"ok": true, "socket", "pid", "started"} once that key's zygote serves,
          {"ok": false, "error", "log"} if it could not start;
   {"op": "ping"} -> {"ok": true, "pid", "code", "stopping"} (code: the digest of the host's own sources;
@@ -132,19 +132,23 @@ class Host:
     def _start(self, request: dict) -> dict:
         key = request["key"]
         sock, log = zygote_paths(self.lock_dir, key)
+        preloads = list(request.get("preloads") or [])
         env = dict(request["env"])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (request["code_root"], env.get("PYTHONPATH")) if p)
         read_end, write_end = os.pipe()
         started = time.monotonic()
         with open(log, "ab") as log_file:
-            log_file.write(("# zygote for key %s, started %s by the host for %s -m %s\n# key environment:\n%s\n" % (
-                key, time.strftime("%Y-%m-%d %H:%M:%S"), request["python"], request["module"],
-                "\n".join("#   %s=%s" % kv for kv in sorted(request["env"].items())))).encode())
+            log_file.write(("# zygote for key %s, started %s by the host for %s -m %s\n# preloads: %s\n"
+                            "# key environment:\n%s\n" % (
+                                key, time.strftime("%Y-%m-%d %H:%M:%S"), request["python"], request["module"],
+                                " ".join(preloads) or "none",
+                                "\n".join("#   %s=%s" % kv for kv in sorted(request["env"].items())))).encode())
             log_file.flush()
             proc = subprocess.Popen(
                 # -s: no user site-packages, which would follow the zygote's HOME (a per-server variable).
-                [request["python"], "-s", "-m", "tools.launcher.zygote", "--socket", sock, "--module", request["module"],
-                 "--key", key, "--idle_s", str(request.get("idle_s", 60.0)), "--ready_fd", str(write_end)],
+                [request["python"], "-s", "-m", "tools.launcher.zygote", "--socket", sock,
+                 "--module", request["module"]] + [arg for name in preloads for arg in ("--preload", name)]
+                + ["--key", key, "--idle_s", str(request.get("idle_s", 60.0)), "--ready_fd", str(write_end)],
                 env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 pass_fds=(write_end,), start_new_session=True)
         os.close(write_end)

@@ -44,7 +44,7 @@ from tools.launcher import gpu_lease, ports
 from tools.launcher.server import (  # noqa: F401 (re-exported: the module's public surface)
     HEALTHY_MARK, LAUNCH_MARK, LOG_TAIL_LINES, V2_MARKER, Nvml, PortConflictError, ServerConfig, ServerReleaseError,
     ServerStartError, ServerTimings, build_command, build_env, check_importable, check_runner, env_diff, log,
-    log_tail, read_log, resolve_model, validate, wait_for_release)
+    log_tail, preload_modules, read_log, resolve_model, validate, wait_for_release)
 
 # Private: every public name of this module is one of tools.launcher.server's.
 _DEFAULT_TOKEN_DELAY_S = 0.002  # 768 tokens take ~1.5 s: a sleep lands mid-stream in the race tests

@@ -96,6 +96,7 @@ def test_env_sets_the_runner_explicitly_over_an_inherited_value(runner, value):
     assert (env["VLLM_CACHE_ROOT"], env["TRITON_CACHE_DIR"], env["TORCHINDUCTOR_CACHE_DIR"],
             env["XDG_CACHE_HOME"]) == ("/c/vllm", "/c/triton", "/c/inductor", "/c/xdg")
     assert "CUDA_VISIBLE_DEVICES" not in env
+    assert env["HUMMING_DISABLE_PARALLEL_BUILD"] == "1"  # a preloading zygote starts no build processes
     assert config.build_env(ServerConfig(), {}, "3")["CUDA_VISIBLE_DEVICES"] == "3"
 
 
@@ -140,6 +141,19 @@ def test_every_setting_with_a_variable_is_read_from_it_and_overrides_win():
 def test_a_variable_that_does_not_parse_is_named(name, value, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         ServerConfig.from_env(None, {name: value})
+
+
+def test_zygote_preloads_default_to_the_vllm_list_for_vllm_only():
+    vllm, fake = ["/py", "-m", config.VLLM_ENTRYPOINT, "--port", "1"], ["/py", "-m", "fake_server"]
+    assert config.preload_modules(ServerConfig(), vllm) == list(config.VLLM_PRELOAD)
+    assert "vllm.v1.worker.gpu_worker" in config.VLLM_PRELOAD
+    assert config.preload_modules(ServerConfig(), fake) == []
+    assert config.preload_modules(ServerConfig(), ["/py", "fake_server.py"]) == []
+    assert config.preload_modules(ServerConfig(zygote_preload="none"), vllm) == []
+    mine = ServerConfig.from_env(None, {"SLEEPWAKE_ZYGOTE_PRELOAD": "a.b, c"})
+    assert config.preload_modules(mine, fake) == config.preload_modules(mine, vllm) == ["a.b", "c"]
+    with pytest.raises(ConfigError, match=re.escape("--zygote_preload: 'a b' is not a module name")):
+        config.validate(ServerConfig(zygote_preload="c,a b"))
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "example.com", "::"])

@@ -34,10 +34,10 @@ def fake_command(mode: str = "ok", runner_line: str = "env", pid_file: str | Non
 
 
 def fake_site(tmp_path) -> str:
-    """A copy of the fake server module and its heavy import, which a test may rewrite."""
+    """A copy of the fake server module, its heavy import and its preload, which a test may rewrite."""
     site = os.path.join(str(tmp_path), "fake_site")
     os.makedirs(site, exist_ok=True)
-    for name in ("fake_server.py", "fake_heavy.py"):
+    for name in ("fake_server.py", "fake_heavy.py", "fake_preload.py"):
         shutil.copy(os.path.join(TESTDATA, name), os.path.join(site, name))
     return site
 

@@ -50,6 +50,10 @@ def test_servers_differing_only_in_their_own_variables_share_a_key(tmp_path):
         assert zygote_env.zygote_key("/usr/bin/python3", MODULE, changed, "code")[0] != key
     assert zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "other code")[0] != key
     assert zygote_env.zygote_key("/usr/bin/python3", "other.module", base, "code")[0] != key
+    preloading = zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "code", ["a", "b"])[0]
+    assert preloading != key  # a zygote that imported more is another image
+    assert zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "code", ("a", "b"))[0] == preloading
+    assert zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "code", ["b", "a"])[0] != preloading
 
 
 def test_import_safe_names_only_per_server_variables():

@@ -1,4 +1,5 @@
-"""The zygote start path, with testdata/fake_server.py (and fake_heavy, its "vllm") in place of vLLM."""
+"""The zygote start path, with testdata/fake_server.py (and fake_heavy, its "vllm", and fake_preload, its
+engine core's worker) in place of vLLM."""
 
 import logging
 import os
@@ -185,6 +186,57 @@ def test_an_unusable_zygote_falls_back_to_a_plain_start_and_says_why(tmp_path, p
             _server(tmp_path, pid_file, environ, script=script, start_mode="zygote").start()
     if case == "import fails":  # the zygote's failed import, then the plain server's; the host remembered
         assert len(testing.imports(str(tmp_path / "imports"))) == 2
+
+
+def _zygote_log(tmp_path, server) -> str:
+    key = re.search(r"# start: zygote key (\w+)", _log(server)).group(1)
+    with open(tmp_path / "locks" / ("zygote-%s.log" % key)) as f:
+        return f.read()
+
+
+def test_a_preload_is_imported_once_in_the_zygote_and_a_zygote_without_it_is_another(tmp_path, pid_file, site,
+                                                                                    host):
+    environ = _environ(tmp_path, site, FAKE_PRELOAD_IMPORT_LOG=str(tmp_path / "preloads"),
+                       FAKE_SERVER_LATE_IMPORTS="fake_preload")
+    with _server(tmp_path, pid_file, environ, zygote_preload="fake_preload") as first, \
+            _server(tmp_path, pid_file, environ, zygote_preload="fake_preload") as second:
+        assert first.start_mode == second.start_mode == "zygote"
+    zygote_pid = testing.imports(str(tmp_path / "imports"))
+    assert testing.imports(str(tmp_path / "preloads")) == zygote_pid, "imported outside the one zygote"
+    for server in (first, second):
+        assert "late import fake_preload (imported already: True)" in _log(server)
+    assert re.search(r"imported fake_server in [\d.]+ s, then 1 of 1 preload\(s\) in [\d.]+ s;",
+                     _zygote_log(tmp_path, first))
+    with _server(tmp_path, pid_file, environ, zygote_preload="none") as plain_list:  # the list keys the zygote
+        assert plain_list.start_mode == "zygote"
+    assert len(testing.imports(str(tmp_path / "imports"))) == 2
+    assert "late import fake_preload (imported already: False)" in _log(plain_list)
+    assert len(testing.imports(str(tmp_path / "preloads"))) == 2  # that server's own import
+
+
+def test_a_preload_reading_a_per_server_variable_refuses_every_fork(tmp_path, pid_file, site, host):
+    environ = _environ(tmp_path, site, FAKE_PRELOAD_READS_AT_IMPORT="VLLM_USE_V2_MODEL_RUNNER")
+    with _server(tmp_path, pid_file, environ) as server:  # not preloaded: the server reads its own value
+        assert server.start_mode == "zygote"
+    preloading = _server(tmp_path, pid_file, environ, zygote_preload="fake_preload")
+    try:
+        with pytest.raises(ServerStartError, match=r"start_mode zygote: .*reads per-server variables, which would"
+                           r" keep this zygote's values in every server: VLLM_USE_V2_MODEL_RUNNER"
+                           r" \(\S*fake_preload\.py:\d+\)"):
+            preloading.start()
+    finally:
+        preloading.stop()
+
+
+def test_a_preload_that_fails_to_import_is_logged_and_the_zygote_serves(tmp_path, pid_file, site, host):
+    environ = _environ(tmp_path, site, FAKE_SERVER_LATE_IMPORTS="fake_preload")
+    with _server(tmp_path, pid_file, environ, zygote_preload="fake_no_such_module,fake_preload") as server:
+        assert server.start_mode == "zygote"
+        assert "late import fake_preload (imported already: True)" in _log(server)
+    log = _zygote_log(tmp_path, server)
+    assert ("preload fake_no_such_module failed, left to the server: ModuleNotFoundError: No module named"
+            " 'fake_no_such_module'\n") in log
+    assert "then 1 of 2 preload(s) in" in log
 
 
 class _nothing:

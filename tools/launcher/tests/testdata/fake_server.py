@@ -10,7 +10,9 @@ steps through the memory-phase plugin, as vLLM with the plugin does; FAKE_SERVER
 them (a plugin that did not load), FAKE_SERVER_NO_SLEEP=1 leaves the worker without a sleep to bracket.
 --runner_line: env (prints vLLM's "Using V2 Model Runner" iff VLLM_USE_V2_MODEL_RUNNER=1), always, never.
 CPU work, for the launcher's CPU accounting: FAKE_SERVER_START_CPU_S of it before listening, and
-GET /spin?cpu_s=S spends S while serving.
+GET /spin?cpu_s=S spends S while serving. FAKE_SERVER_LATE_IMPORTS (comma-separated modules): imported
+at start, as vLLM's engine core imports its worker, each first printed with whether it was imported
+already (a zygote's preload).
 
 It also runs as a module (`python -m fake_server` with this directory on PYTHONPATH), which is how a
 zygote pre-imports and forks it in place of vLLM's API server. Its heavy import is fake_heavy (the
@@ -22,6 +24,7 @@ the same environment, would import vLLM).
 
 import argparse
 import http.server
+import importlib
 import importlib.metadata
 import os
 import signal
@@ -111,6 +114,9 @@ def main():
     parser.add_argument("--pid_file")
     args = parser.parse_args()
     print("fake vLLM server %d starting on %s:%d" % (os.getpid(), args.host, args.port), flush=True)
+    for name in [n for n in os.environ.get("FAKE_SERVER_LATE_IMPORTS", "").split(",") if n]:
+        print("fake vLLM server: late import %s (imported already: %s)" % (name, name in sys.modules), flush=True)
+        importlib.import_module(name)
     # Like vLLM (api_server.py setup_server): bind with SO_REUSEADDR first, listen only once started,
     # FAKE_SERVER_LISTEN_DELAY_S later.
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
