@@ -107,9 +107,26 @@ class EnvReads:
         return {name: sites for name, sites in out.items() if sites}
 
 
+# cuDeviceGetCount's answer before any cuInit in this process (cuda.h CUDA_ERROR_NOT_INITIALIZED).
+_CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def driver_initialized(load=ctypes.CDLL) -> bool:
+    """Whether this process has called cuInit, which torch's own flag misses: torch.cuda.is_available()
+    and NVML-less device counts call it without torch's lazy init. A forked child of such a process gets
+    CUDA_ERROR_NOT_INITIALIZED on its first CUDA call, in every server. cuDeviceGetCount answers
+    NOT_INITIALIZED until cuInit and changes nothing; without a driver (a CPU machine) nothing can be."""
+    try:
+        driver = load("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return driver.cuDeviceGetCount(ctypes.byref(count)) != _CUDA_ERROR_NOT_INITIALIZED
+
+
 def cuda_initialized() -> bool:
     torch = sys.modules.get("torch")
-    return torch is not None and bool(torch.cuda.is_initialized())
+    return (torch is not None and bool(torch.cuda.is_initialized())) or driver_initialized()
 
 
 def module_files_state(module: str, *more: str) -> list:

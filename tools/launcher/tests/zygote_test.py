@@ -265,6 +265,27 @@ def test_a_fork_is_refused_when_cuda_is_initialised(tmp_path):
     assert "CUDA is initialised" in refusal.reason and not refusal.stale
 
 
+class _Driver:
+    """libcuda.so.1 as ctypes loads it: cuDeviceGetCount answers `answer` (3: no cuInit yet)."""
+
+    def __init__(self, answer):
+        self.answer, self.calls = answer, 0
+
+    def cuDeviceGetCount(self, _count):
+        self.calls += 1
+        return self.answer
+
+
+def test_a_driver_initialised_without_torch_knowing_counts_as_cuda_initialised():
+    assert zygote.driver_initialized(load=lambda _name: _Driver(0))  # cuInit ran: forks would be unusable
+    fresh = _Driver(3)
+    assert not zygote.driver_initialized(load=lambda _name: fresh) and fresh.calls == 1
+
+    def no_driver(name):
+        raise OSError("%s: cannot open shared object file" % name)
+    assert not zygote.driver_initialized(load=no_driver)
+
+
 def test_a_fork_is_refused_when_a_servers_path_shadows_an_imported_module(tmp_path):
     imported_from, shadowing = tmp_path / "key_entry", tmp_path / "server_site"
     for entry in (imported_from, shadowing):
