@@ -116,7 +116,7 @@ def _start_many(n: int, cfg: ServerConfig, environ: dict) -> list[dict]:
         try:
             server.start()
             records[i].update(seconds=round(time.monotonic() - begin, 3), start_mode=server.start_mode,
-                              log=server.log_path)
+                              log=server.log_path, start_cpu_s=round(server.timings.start_cpu_s, 2))
         except Exception as e:  # recorded; the other servers still count
             records[i].update(error="%s: %s" % (type(e).__name__, str(e).splitlines()[0]))
             server = None
@@ -154,11 +154,13 @@ def _medians(records: list[dict], field: str, keys) -> dict:
 
 def _case(name: str, mode: str, n: int, records: list[dict]) -> dict:
     seconds = [r["seconds"] for r in records if "seconds" in r]
+    cpu = [r["start_cpu_s"] for r in records if "start_cpu_s" in r]
     return {"name": name, "start_mode": mode, "concurrency": n, "servers": records,
             "memory_phase": _medians(records, "memory_phase", [k for k, _ in report.MEMORY_COLUMNS]),
             "median_s": round(statistics.median(seconds), 2) if seconds else None,
             "max_s": round(max(seconds), 2) if seconds else None,
             "phases": _medians(records, "phases", [p for p, _, _ in start_phases.PHASES]),
+            "cpu_median_s": round(statistics.median(cpu), 2) if cpu else None,
             "modes_seen": sorted({r.get("start_mode") for r in records if r.get("start_mode")}),
             "errors": [r["error"] for r in records if "error" in r]}
 
@@ -169,25 +171,31 @@ def measure_starts(result: dict, budget: Budget, out_dir: str) -> None:
     environ.pop("TEST_TMPDIR", None)
     result["start_config"] = "%s-%s, synthetic Qwen3, GPU 0, leases in %s" % (
         FLAGS.runner.upper(), FLAGS.execution_mode, lock_dir)
-    cases = [("plain, idle", "plain", 1), ("zygote, cold (its import included)", "zygote", 1),
-             ("zygote, warm", "zygote", 1)]
+    # The zygote's preloads (config.VLLM_PRELOAD) against none: a zygote of its own (another key), so the
+    # cold case pays its import, the warm one and the contention one compare the forks alone.
+    cases = [("plain, idle", "plain", 1, "auto"), ("zygote, cold (its import included)", "zygote", 1, "auto"),
+             ("zygote, warm", "zygote", 1, "auto"), ("zygote without preloads, cold", "zygote", 1, "none"),
+             ("zygote without preloads, warm", "zygote", 1, "none")]
     if FLAGS.contention > 0:
-        cases += [("plain, %d at once" % FLAGS.contention, "plain", FLAGS.contention),
-                  ("zygote, %d at once" % FLAGS.contention, "zygote", FLAGS.contention)]
+        cases += [("plain, %d at once" % FLAGS.contention, "plain", FLAGS.contention, "auto"),
+                  ("zygote, %d at once" % FLAGS.contention, "zygote", FLAGS.contention, "auto"),
+                  ("zygote without preloads, %d at once" % FLAGS.contention, "zygote", FLAGS.contention, "none")]
     try:
-        for name, mode, n in cases:
+        for name, mode, n, preload in cases:
             left = budget.left() - TEARDOWN_RESERVE_S
             if left < 30:
                 result["notes"].append("start case %r not run: %.0f s of budget left" % (name, budget.left()))
                 continue
             cfg = ServerConfig(runner=FLAGS.runner, execution_mode=FLAGS.execution_mode, lock_dir=lock_dir,
-                               slots_per_gpu=max(n, 1), start_mode=mode, startup_timeout_s=left,
+                               slots_per_gpu=max(n, 1), start_mode=mode, zygote_preload=preload,
+                               startup_timeout_s=left,
                                lease_timeout_s=left, zygote_idle_s=600, zygote_host_idle_s=60,
                                log_dir=os.path.join(out_dir, "bench-logs"))
             print("bench: starting %s ..." % name, flush=True)
             case = _case(name, mode, n, _start_many(n, cfg, environ))
-            print("bench: %s: median %s s, max %s s, modes %s%s" % (name, case["median_s"], case["max_s"],
-                  case["modes_seen"], ", errors %s" % case["errors"] if case["errors"] else ""), flush=True)
+            print("bench: %s: median %s s (CPU %s s), max %s s, modes %s%s" % (
+                name, case["median_s"], case["cpu_median_s"], case["max_s"], case["modes_seen"],
+                ", errors %s" % case["errors"] if case["errors"] else ""), flush=True)
             result["starts"].append(case)
     finally:
         _stop_host(lock_dir)

@@ -63,13 +63,14 @@ def markdown(result: dict) -> str:
     if starts:
         lines += ["", "Server starts (%s): launch to GET /health 200; phases are medians from the server logs"
                   " (vLLM's lines have 1-s timestamps)." % result.get("start_config", "?"), "",
-                  "| case | servers at once | median | max | "
+                  "| case | servers at once | median | max | median CPU | "
                   + " | ".join(c for _, c in PHASE_COLUMNS + MEMORY_COLUMNS) + " |",
-                  "|---|---|---|---|" + "---|" * len(PHASE_COLUMNS + MEMORY_COLUMNS)]
+                  "|---|---|---|---|---|" + "---|" * len(PHASE_COLUMNS + MEMORY_COLUMNS)]
         for case in starts:
             phases = dict(case.get("phases", {}), **case.get("memory_phase", {}))
-            lines.append("| %s | %d | %s | %s | %s |" % (
+            lines.append("| %s | %d | %s | %s | %s | %s |" % (
                 case["name"], case["concurrency"], _seconds(case.get("median_s")), _seconds(case.get("max_s")),
+                _seconds(case.get("cpu_median_s")),
                 " | ".join(_seconds(phases.get(name)) for name, _ in PHASE_COLUMNS + MEMORY_COLUMNS)))
     cell = result.get("cell")
     if cell:
