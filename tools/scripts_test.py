@@ -127,6 +127,9 @@ def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(worksp
     assert why in output and "SLEEPWAKE_SLOTS_PER_GPU=N overrides" in output
     cores = len(os.sched_getaffinity(0))
     assert f"--local_test_jobs={2 * expected + cores // 4}" in argv
+    # The golden actions lease a slot beside the cells: both see the same count (tools/goldens.bzl).
+    assert f"--test_env=SLEEPWAKE_SLOTS_PER_GPU={expected}" in argv
+    assert f"--action_env=SLEEPWAKE_SLOTS_PER_GPU={expected}" in argv
     # Bazel runs no more tests at once than --jobs, whose default is the cores.
     assert f"--jobs={max(2 * expected + cores // 4, cores)}" in argv
 
