@@ -257,3 +257,15 @@ def test_run_matrix_without_a_usable_gpu_stops_before_bazel(workspace, env, mess
     assert code == 1, output
     assert message in output and "run_matrix.sh: stopped before Bazel" in output
     assert argv is None, "bazel must not run"
+
+
+def test_bazelrc_gives_the_golden_actions_the_cells_gpu_settings():
+    """A golden's server (tools/goldens.bzl) shares the GPU with the cells: the settings that decide how a
+    server leases and starts reach actions as they reach tests, with the same defaults."""
+    with open(os.path.join(WORKSPACE, ".bazelrc"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    tests = dict(re.match(r"test:gpu --test_env=([A-Z_]+)(=.*)?$", l).groups("") for l in lines
+                 if re.match(r"test:gpu --test_env=", l))
+    actions = dict(re.match(r"build:gpu --action_env=([A-Z_]+)(=.*)?$", l).groups("") for l in lines
+                   if re.match(r"build:gpu --action_env=", l))
+    assert actions and actions == tests
