@@ -117,7 +117,11 @@ for i in "${!waves[@]}"; do
     0 | 3) matched=1; beps+=("$bep"); ((wave_rc > rc)) && rc=$wave_rc ;;
     4) ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) has none of the targets asked for" \
          "(Bazel's \"No test targets were found\" above is this wave's); the other wave runs them" ;;
-    *) rc=$wave_rc; break ;;  # a build or command-line error: the next wave would fail the same way
+    # Some targets failed to build (--keep_going, .bazelrc), the rest ran: their results count, and the next
+    # wave's own targets may build.
+    1) beps+=("$bep"); rc=1
+       echo "run_matrix.sh: wave $((i + 1)): some targets failed to build (Bazel's errors above); the others ran" ;;
+    *) rc=$wave_rc; break ;;  # a command-line or Bazel error: the next wave would fail the same way
   esac
 done
 ((rc == 0 && !matched)) && rc=4

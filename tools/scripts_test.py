@@ -237,6 +237,13 @@ def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(work
     code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
                                  FAKE_BAZEL_RC="3")
     assert code == 3 and len(invocations(workspace)) == 3 * 2, output
+    # A wave in which some targets failed to build ran the others (--keep_going): the next wave runs, the
+    # results so far are read, and the run fails.
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
+                                 FAKE_BAZEL_RC="1", FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"))
+    assert code == 1 and len(invocations(workspace)) == 3 * 2 + 2, output
+    assert "run_matrix.sh: wave 1: some targets failed to build" in output
+    assert "cell time: no GPU cell recorded server timings" in output  # this run's results, read
 
 
 def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):
