@@ -29,9 +29,10 @@ def _process(pid: int, start_time: float | None = None) -> psutil.Process | None
         return None
 
 
-def _ask(pid: int, question):
-    """question(the live process pid), or None if it is gone (before or while asked)."""
-    proc = _process(pid)
+def _ask(pid: int, question, start_time: float | None = None):
+    """question(the live process pid, the same one if start_time is given), or None if it is gone
+    (before or while asked)."""
+    proc = _process(pid, start_time)
     try:
         return question(proc) if proc else None
     except psutil.NoSuchProcess:
@@ -75,18 +76,10 @@ def cpu_seconds(snap: Snapshot) -> float:
     those still the same processes; a process gone since the snapshot counts nothing."""
     total = 0.0
     for pid, created in snap.items():
-        times = _ask_same(pid, created, psutil.Process.cpu_times)
+        times = _ask(pid, psutil.Process.cpu_times, created)
         if times is not None:
             total += times.user + times.system + times.children_user + times.children_system
     return total
-
-
-def _ask_same(pid: int, created: float, question):
-    proc = _process(pid, created)
-    try:
-        return question(proc) if proc else None
-    except psutil.NoSuchProcess:
-        return None
 
 
 def reap_exited() -> list[tuple[int, int]]:

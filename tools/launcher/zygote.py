@@ -299,8 +299,8 @@ def import_module(module: str, preloads=()) -> Zygote:
     with EnvReads() as preload_reads:
         preloaded = _preload(preloads)
     import_fds = frozenset(_open_fds() - before)
-    per_server = _per_server(reads)
-    for name, sites in _per_server(preload_reads).items():
+    per_server, preload_sites = _per_server(reads), _per_server(preload_reads)
+    for name, sites in preload_sites.items():
         per_server[name] = sorted(set(per_server.get(name, [])) | set(sites))
     unsafe = {n: s for n, s in per_server.items() if n not in zygote_env.IMPORT_SAFE}
     key_path = [os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
@@ -311,7 +311,6 @@ def import_module(module: str, preloads=()) -> Zygote:
              sorted(per_server) or "none", cuda_initialized(), threading.active_count(),
              len(os.listdir("/proc/self/task"))))
     # IMPORT_SAFE says why a read is harmless at the sites it names; the preloads' sites are new ones.
-    preload_sites = _per_server(preload_reads)
     if preload_sites:
         _say("per-server variables the preloads read: %s" % ", ".join(
             "%s (%s)" % (name, "; ".join(sites)) for name, sites in sorted(preload_sites.items())))
