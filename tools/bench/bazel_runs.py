@@ -114,13 +114,18 @@ def gpu_units(units: list[dict]) -> list[dict]:
     return [u for u in units if gpu_only(u["timings"])]
 
 
+def gpu_timings(units: list[dict]) -> list[dict]:
+    """The GPU servers' timings of the units, in order."""
+    return [t for u in units for t in gpu_only(u["timings"])]
+
+
 def class_of(cell: str) -> str:
     """The class short name of a GPU cell name <class>_<runner>_<mode> (the name itself otherwise)."""
     return (matrix.split_name(cell) or (cell,))[0]
 
 
 def _phase_sums(units: list[dict]) -> dict:
-    sums = {k: sum(t[k] for u in units for t in gpu_only(u["timings"])) for k, _ in CELL_PHASES}
+    sums = {k: sum(t[k] for t in gpu_timings(units)) for k, _ in CELL_PHASES}
     sums["rest_s"] = sum(max(u["seconds"] - sum(t[k] for t in gpu_only(u["timings"]) for k, _ in CELL_PHASES), 0.0)
                          for u in units)
     return sums
@@ -175,7 +180,7 @@ def held_s(unit: dict) -> float:
 def _held_and_waits(gpu: list[dict]) -> tuple[float, float]:
     """The GPU units' seconds in their slots and, of those, their waits on neighbours' memory phases."""
     return (sum(held_s(u) for u in gpu),
-            sum(t["memory_phase_wait_s"] for u in gpu for t in gpu_only(u["timings"])))
+            sum(t["memory_phase_wait_s"] for t in gpu_timings(gpu)))
 
 
 def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
@@ -186,7 +191,7 @@ def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
     gpu = [u for u in gpu_units(units) if class_of(u["cell"]) in matrix.SLEEP_WAKE_CLASSES]
     held, waits = _held_and_waits(gpu)
     return {"matrix_elapsed_s": elapsed_s,
-            "matrix_start_median_s": summarise(t["start_s"] for u in gpu for t in gpu_only(u["timings"])).get("median_s"),
+            "matrix_start_median_s": summarise(t["start_s"] for t in gpu_timings(gpu)).get("median_s"),
             "longest_cell_s": round(max(held_s(u) for u in gpu), 1) if gpu else None,
             "wait_share": round(waits / held, 3) if held else None}
 
@@ -197,7 +202,7 @@ def floor(units: list[dict], slots: int, start_alone_s: float | None = None) -> 
     every server start as fast as start_alone_s, a start with no neighbours (starts_alone_s). The matrix
     ends no sooner than busy_s; below no_waits_s only less work or more slots go."""
     gpu = gpu_units(units)
-    timings = [t for u in gpu for t in gpu_only(u["timings"])]
+    timings = gpu_timings(gpu)
     held, waits = _held_and_waits(gpu)
     out = {"slots": slots, "busy_s": round(held / slots, 1), "no_waits_s": round((held - waits) / slots, 1)}
     if start_alone_s is not None:
@@ -219,7 +224,7 @@ def cpu_floor(units: list[dict], cores: int) -> dict | None:
     (cpu_floor_s): no order of the cells or number of slots ends the matrix sooner, only less CPU work
     per start or per test. The tests' own processes (pytest, the clients) come on top, so it is a lower
     bound. None when a server recorded no CPU time (logs of a launcher before it did)."""
-    timings = [t for u in gpu_units(units) for t in gpu_only(u["timings"])]
+    timings = gpu_timings(units)
     if not timings or any(t.get(k) is None for t in timings for k in CPU_KEYS):
         return None
     starts, serving = sum(t["start_cpu_s"] for t in timings), sum(t["serve_cpu_s"] for t in timings)

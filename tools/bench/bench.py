@@ -289,7 +289,7 @@ def measure_matrix(result: dict, budget: Budget, out_dir: str) -> None:
     failed = sorted(t for t, r in results.items() if r["status"] != "PASSED")
     cells_dir = os.path.join(_workspace(), "bazel-testlogs", "tests", "sleep_wake")
     units = bazel_runs.test_units(cells_dir)
-    timings = bazel_runs.gpu_only([t for u in units for t in u["timings"]])
+    timings = bazel_runs.gpu_timings(units)
     modes = dict(collections.Counter(t["start_mode"] for t in timings))
     result["matrix"] = {"command": " ".join(shlex.quote(a) for a in argv), "wall_s": round(wall, 2),
                         "elapsed_s": elapsed, "critical_path_s": bazel_runs.critical_path_s(output),
