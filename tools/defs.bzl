@@ -87,6 +87,12 @@ _SMALL_MODEL_CONFIG = "//tools/model:synthetic_qwen3_small/config.json"
 _SMALL_MODEL_B = "//tools/model:synthetic_qwen3_small_b"
 _SMALL_MODEL_B_CONFIG = "//tools/model:synthetic_qwen3_small_b/config.json"
 FAKE_CELL_DATA = [_SMALL_MODEL, _SMALL_MODEL_CONFIG, _SMALL_MODEL_B, _SMALL_MODEL_B_CONFIG]
+
+# What the golden actions take (tests/sleep_wake/goldens, tools/goldens.bzl): checkpoint B (its files,
+# its config.json) of the GPU cells and of the fake ones, and the identity the GPU cells read.
+CHECKPOINT_B = (_MODEL_B, _MODEL_B_CONFIG)
+FAKE_CHECKPOINT_B = (_SMALL_MODEL_B, _SMALL_MODEL_B_CONFIG)
+GPU_IDENTITY = _GPU_IDENTITY
 FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
 
 def gpu_cell_env(runner, mode):

@@ -10,8 +10,6 @@ sharing the remote cache never.
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
 
 _PACKAGE = "//tests/sleep_wake/goldens"
-_GPU_IDENTITY = "@sleepwake_gpu//:identity.txt"
-_GPU_TAGS = ["gpu", "requires-gpu-nvidia"]
 
 def _checkpoint_golden_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name + ".json")
@@ -69,32 +67,44 @@ def checkpoint_b_golden_label(runner, mode, fake_cell = None):
         return "%s:checkpoint_b_fake_%s" % (_PACKAGE, fake_cell)
     return "%s:checkpoint_b_%s_%s" % (_PACKAGE, runner, mode)
 
-def checkpoint_b_goldens(runners, modes, fake_cells):
+def checkpoint_b_goldens(runners, modes, fake_cells, checkpoint, fake_checkpoint, identity, fake_server_module,
+                         gpu_tags):
     """Checkpoint B's golden on every GPU cell and on each fake cell given (tagged manual: built only
-    for the cells that take them)."""
+    for the cells that take them).
+
+    Args:
+      runners: the GPU cells' runners.
+      modes: the GPU cells' execution modes.
+      fake_cells: "<runner>_<mode>[_vllm<version>]" of each fake cell to take one on.
+      checkpoint: (files, config.json) of the GPU cells' checkpoint B.
+      fake_checkpoint: (files, config.json) of the fake cells' checkpoint B.
+      identity: the vLLM/GPU identity file the GPU cells read.
+      fake_server_module: the fake server's module.
+      gpu_tags: the GPU cells' tags (the golden's server needs a GPU where they do).
+    """
     for runner in runners:
         for mode in modes:
             checkpoint_golden(
                 name = "checkpoint_b_%s_%s" % (runner, mode),
-                checkpoint = "//tools/model:synthetic_qwen3_b",
-                checkpoint_config = "//tools/model:synthetic_qwen3_b/config.json",
+                checkpoint = checkpoint[0],
+                checkpoint_config = checkpoint[1],
                 runner = runner,
                 mode = mode,
-                identity = _GPU_IDENTITY,
-                tags = _GPU_TAGS + ["manual"],
+                identity = identity,
+                tags = gpu_tags + ["manual"],
                 testonly = True,
-                exec_properties = exec_properties_for_tags(_GPU_TAGS),
+                exec_properties = exec_properties_for_tags(gpu_tags),
             )
     for cell in fake_cells:
         parts = cell.split("_", 2)
         checkpoint_golden(
             name = "checkpoint_b_fake_%s" % cell,
-            checkpoint = "//tools/model:synthetic_qwen3_small_b",
-            checkpoint_config = "//tools/model:synthetic_qwen3_small_b/config.json",
+            checkpoint = fake_checkpoint[0],
+            checkpoint_config = fake_checkpoint[1],
             runner = parts[0],
             mode = parts[1],
             gpu = False,
-            server_module = "tests.sleep_wake.fakes.fake_server",
+            server_module = fake_server_module,
             fake_vllm_version = parts[2][len("vllm"):] if len(parts) == 3 else "",
             tags = ["manual"],
             testonly = True,
