@@ -39,7 +39,7 @@ OUT_OF_REACH = {
                               "the bytes asleep the moment before; physical_memory measures the mapped delta",
 }
 # Not run: the walk bounds no latency (the latency class does); a slow sleep or wake only makes it slower.
-NOT_RUN = {"slow_sleep", "slow_wake", "slow_staged_wake", "slow_first_request"}
+NOT_RUN = {"slow_sleep", "slow_wake", "slow_staged_wake", "slower_wake", "slower_staged_wake", "slow_first_request"}
 FILES = {"state_walk": WALK_FILE}
 
 

@@ -212,6 +212,11 @@ class VllmServer:
             with gpu_lease.covering(self._cover_path, kind) if self._cover_path else contextlib.nullcontext():
                 yield waited
 
+    def neighbour_in_start_step(self) -> bool:
+        """Whether a server sharing this one's GPU is in a start step now (gpu_lease.start_step_inside):
+        the latency oracles judge samples taken beside one against their own bounds."""
+        return gpu_lease.start_step_inside(self.lease)
+
     @property
     def brackets_calls(self) -> bool:
         """Whether the server's worker takes the memory phase around its own sleeps, wakes and reloads

@@ -21,6 +21,7 @@ GPU, HOST = "gpu", "host"
 REFERENCE_KEYS = {"checkpoint_tensor_bytes"}
 # The samples test_sleep_wake_latency.py records for each median it checks.
 SAMPLES_OF = {"sleep_s_max": "sleep_s", "wake_s_max": "wake_full_s", "staged_wake_s_max": "wake_staged_s",
+              "wake_beside_start_s_max": "wake_full_s", "staged_wake_beside_start_s_max": "wake_staged_s",
               "cycle_s_max": "cycle_s"}
 START_KEY = "server_start_s"
 START_BOUND = ServerConfig().startup_timeout_s  # the launcher's default; SLEEPWAKE_STARTUP_TIMEOUT_S overrides

@@ -68,7 +68,7 @@ def test_every_mutant_is_documented_and_killed_by_oracle_ids(name):
         unknown = [i for i in ids if i not in oracle.ORACLES]
         assert not unknown, f"{name}: {test_class} names oracle ids {unknown} that oracle.ORACLES lacks"
     # A mutant sized against a bound must be killed by that bound's oracle.
-    sized = {o.id for o in oracle.ORACLES.values() if o.threshold in m.expected}
+    sized = {o.id for o in oracle.ORACLES.values() if {o.threshold, o.beside_start} & set(m.expected)}
     expected = {i for ids in m.kills.values() for i in ids}
     assert not m.expected or sized & expected, (
         f"{name}: sized against {sorted(m.expected)}, but no oracle of those bounds ({sorted(sized)}) is "

@@ -166,4 +166,8 @@ FAKE_ONLY = ("gauge_tracks_tags",)
 NOT_RE_CREATED = {
     "slow_first_request": ("the fake's forward pass costs only its token delay; it has no model of what a "
                            "first forward after a wake would redo (kernels, graphs), so no size to give it"),
+    "slower_wake": ("sized for the bound of wakes beside a GPU neighbour's start step, which never judges on "
+                    "the fake (no lease, no neighbours); slow_wake re-creates the same defect for the other"),
+    "slower_staged_wake": ("sized for the bound of staged wakes beside a neighbour's start step, which never "
+                           "judges on the fake; slow_staged_wake re-creates the same defect for the other"),
 }

@@ -126,6 +126,9 @@ class VllmServer:
             self.timings.add_memory_phase(waited)
             yield waited
 
+    def neighbour_in_start_step(self) -> bool:
+        return gpu_lease.start_step_inside(self.lease)  # no lease: no neighbours, never
+
     # -- start ------------------------------------------------------------------------------------
 
     def _defects(self) -> list[str]:

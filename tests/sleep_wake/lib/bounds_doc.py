@@ -20,7 +20,7 @@ def _value(t: thresholds.Threshold, value: float) -> str:
 
 
 def _rows(t: thresholds.Threshold) -> list[str]:
-    oracles = ", ".join(f"`{o.id}`" for o in oracle.ORACLES.values() if o.threshold == t.name) or "-"
+    oracles = ", ".join(f"`{o.id}`" for o in oracle.ORACLES.values() if t.name in (o.threshold, o.beside_start)) or "-"
     rows = []
     for key in [None, *t.per_cell]:
         value = t.per_cell[key] if key else t.value

@@ -65,13 +65,16 @@ def _tags_params(tags):
 
 
 class SleepWakeClient:
-    def __init__(self, url: str, timeout_s: float = 60.0, memory_phase=None, phases_in_server: bool = False):
+    def __init__(self, url: str, timeout_s: float = 60.0, memory_phase=None, phases_in_server: bool = False,
+                 start_step_beside=None):
         """memory_phase(kind, what) -> context manager: the server's VllmServer.memory_phase, which
         orders this server's memory phases against its GPU neighbours' (tools/launcher/gpu_lease.py;
         what names the call in the GPU's phase trace); None when the server has its GPU to itself.
         phases_in_server: the server's worker takes the phase around its own sleeps, wakes and reloads
         (VllmServer.brackets_calls), so a call holds none here and a FREE sleep_window is not needed; an
-        exclusive window is still taken here, and covers the worker's calls inside it."""
+        exclusive window is still taken here, and covers the worker's calls inside it.
+        start_step_beside() -> bool: whether a GPU neighbour is in a start step now (the server's
+        neighbour_in_start_step); None when the server has no neighbours."""
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._memory_phase = memory_phase or (lambda kind, what: contextlib.nullcontext())
@@ -81,6 +84,11 @@ class SleepWakeClient:
         # Seconds of the last sleep or wake_up call's HTTP round trip alone, inside its memory phase: what
         # vLLM took, without the wait for the phase behind GPU neighbours (the latency oracles read it).
         self.last_call_s = None
+        # Whether a GPU neighbour was in a start step when that call began or ended: the latency oracles
+        # judge such samples against bounds of their own (oracle.bounded_median). Start steps last 2-5 s
+        # on the H200 against a call's 0.02-0.5 s, so one seldom begins and ends unseen inside a call.
+        self._start_step_beside = start_step_beside or (lambda: False)
+        self.last_call_beside_start = None
 
     @contextlib.contextmanager
     def sleep_window(self, exclusive: bool = False):
@@ -185,11 +193,13 @@ class SleepWakeClient:
             return self._timed_call((self._ok if check else self.raw), "POST", "/wake_up", params=_tags_params(tags))
 
     def _timed_call(self, call, *args, **kwargs):
+        beside = self._start_step_beside()
         begin = time.perf_counter()
         try:
             return call(*args, **kwargs)
         finally:
             self.last_call_s = time.perf_counter() - begin
+            self.last_call_beside_start = beside or self._start_step_beside()
 
     def is_sleeping(self) -> bool:
         body = self._json("GET", "/is_sleeping")
@@ -393,4 +403,5 @@ def client_of(server, phases_in_server: bool | None = None) -> SleepWakeClient:
     if phases_in_server is None:
         phases_in_server = getattr(server, "brackets_calls", False)
     return SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max"),
-                           memory_phase=getattr(server, "memory_phase", None), phases_in_server=phases_in_server)
+                           memory_phase=getattr(server, "memory_phase", None), phases_in_server=phases_in_server,
+                           start_step_beside=getattr(server, "neighbour_in_start_step", None))

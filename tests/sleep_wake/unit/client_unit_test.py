@@ -189,6 +189,25 @@ def test_a_calls_own_seconds_leave_out_its_wait_for_the_memory_phase(fake):
         assert client.last_call_s <= total_s - wait_s
 
 
+@pytest.mark.parametrize("seen,expected", [((False, False), False), ((True, False), True),
+                                           ((False, True), True)])
+def test_a_call_is_beside_a_start_step_when_one_was_inside_as_it_began_or_ended(fake, seen, expected):
+    """Start steps last seconds against a call's fraction of one: looking at both ends catches one that
+    began during the call and one that ended during it."""
+    answers = iter(seen * 2)
+    client = SleepWakeClient(fake.url, timeout_s=5, start_step_beside=lambda: next(answers))
+    client.sleep(level=1)
+    assert client.last_call_beside_start is expected
+    client.wake_up()
+    assert client.last_call_beside_start is expected
+
+
+def test_a_client_of_a_server_without_neighbours_is_never_beside_a_start_step(fake):
+    client = SleepWakeClient(fake.url, timeout_s=5)
+    client.wake_up()
+    assert client.last_call_beside_start is False
+
+
 def test_each_call_takes_the_memory_phase_of_what_it_does_to_device_memory(fake):
     """Sleeps that unmap only free (FREE), wakes and reloads allocate (ALLOCATE), a level-0 pause and a
     sleep that moves nothing take none; a window holds its kind once for everything inside it, and

@@ -65,6 +65,41 @@ def test_bounded_needs_an_oracle_with_a_threshold(tmp_path):
         oracle.bounded(measure.Recorder(path=str(tmp_path / "m")), "flags.gauge", 1, None, "x")
 
 
+# Run E of the tenth session (docs/bench/h200-2026-12-01.md): a healthy MRV2-eager cell in one `bazel test`
+# of the whole suite, every full wake beside a neighbour's start step; and a run-C cell with most quiet.
+LOADED = [0.374, 0.352, 0.285, 0.416, 0.263], [True] * 5
+MOSTLY_QUIET = [0.093, 0.179, 0.139, 0.105, 0.08], [False, True, False, False, True]
+
+
+def test_bounded_median_judges_a_loaded_healthy_cell_by_the_bound_of_its_condition(tmp_path):
+    rec = measure.Recorder(path=str(tmp_path / "m.jsonl"))
+    oracle.bounded_median(rec, "latency.wake", *LOADED, "MRV2-eager", "full wakes")  # 0.352 <= 0.60
+    oracle.bounded_median(rec, "latency.wake", *MOSTLY_QUIET, "MRV2-eager", "full wakes")  # 0.093 <= 0.30
+    (loaded, quiet) = rec.entries()
+    assert (loaded["key"], loaded["value"]) == ("wake_beside_start_s_max", 0.352)
+    assert (quiet["key"], quiet["value"]) == ("wake_s_max", 0.105)  # the median of the three quiet ones
+
+
+def test_bounded_median_fails_a_slow_wake_under_either_condition(tmp_path):
+    """A wake 0.42 s slower (slow_wake's size) fails the quiet bound; beside start steps, the loaded one
+    fails from 0.70 s (slower_wake's)."""
+    rec = measure.Recorder(path=str(tmp_path / "m.jsonl"))
+    with pytest.raises(oracle.OracleFailure, match="no neighbour in a start step.*'wake_s_max'"):
+        oracle.bounded_median(rec, "latency.wake", [x + 0.42 for x in MOSTLY_QUIET[0]], MOSTLY_QUIET[1],
+                              "MRV2-eager", "full wakes")
+    with pytest.raises(oracle.OracleFailure, match="wake_beside_start_s_max"):
+        oracle.bounded_median(rec, "latency.wake", [x + 0.70 for x in LOADED[0]], LOADED[1], "MRV2-eager",
+                              "full wakes")
+
+
+def test_bounded_median_needs_a_condition_per_sample_and_a_bound_of_the_oracles_own(tmp_path):
+    rec = measure.Recorder(path=str(tmp_path / "m.jsonl"))
+    with pytest.raises(ValueError, match="5 samples and 4 conditions"):
+        oracle.bounded_median(rec, "latency.wake", LOADED[0], LOADED[1][:4], None, "x")
+    with pytest.raises(KeyError, match="not bounded by 'sleep_s_max'"):
+        oracle.bounded(rec, "latency.wake", 0.1, None, "x", threshold="sleep_s_max")
+
+
 def test_together_reports_every_failing_oracle(tmp_path):
     rec = measure.Recorder(path=str(tmp_path / "m.jsonl"))
     with pytest.raises(oracle.OracleFailure) as e:

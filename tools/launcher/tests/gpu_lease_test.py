@@ -267,6 +267,25 @@ def test_a_wake_passes_a_waiting_free_only_while_a_start_step_is_inside(tmp_path
             lease.release()
 
 
+@pytest.mark.parametrize("what,inside", [("start:load_model", True), ("start:init_device", True),
+                                          ("wake", False), ("reload", False)])
+def test_a_neighbour_in_a_start_step_is_seen_and_nothing_else_is(tmp_path, what, inside):
+    """The latency oracles split their samples by it (oracle.bounded_median)."""
+    a, b = _shared_leases(tmp_path, 2)
+    try:
+        assert not gpu_lease.start_step_inside(b)
+        with gpu_lease.memory_phase(a, ALLOCATE, timeout_s=1, what=what):
+            assert gpu_lease.start_step_inside(b) is inside
+        assert not gpu_lease.start_step_inside(b)  # gone with the phase
+    finally:
+        for lease in (a, b):
+            lease.release()
+
+
+def test_a_lease_without_neighbours_never_sees_a_start_step():
+    assert gpu_lease.start_step_inside(None) is False
+
+
 def _enter_and_record(lease, kind, inside):
     with gpu_lease.memory_phase(lease, kind, timeout_s=5):
         inside.append(kind)
