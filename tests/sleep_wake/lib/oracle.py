@@ -140,9 +140,11 @@ def bounded_median(recorder, oracle_id: str, samples: list[float], beside: list[
     where neighbours start all the time (the whole suite in one `bazel test`)."""
     if len(samples) != len(beside) or not samples:
         raise ValueError(f"{oracle_id}: {len(samples)} samples and {len(beside)} conditions")
+    o = ORACLES[oracle_id]
+    if o.beside_start is None:
+        raise KeyError(f"oracle {oracle_id!r} has no beside_start threshold; use oracle.bounded")
     loaded = [s for s, b in zip(samples, beside) if b]
     quiet = [s for s, b in zip(samples, beside) if not b]
-    o = ORACLES[oracle_id]
     if 2 * len(quiet) > len(samples):
         bounded(recorder, oracle_id, float(statistics.median(quiet)), cell_id,
                 f"{what}; median of the {len(quiet)} with no neighbour in a start step")

@@ -96,6 +96,8 @@ def test_bounded_median_needs_a_condition_per_sample_and_a_bound_of_the_oracles_
     rec = measure.Recorder(path=str(tmp_path / "m.jsonl"))
     with pytest.raises(ValueError, match="5 samples and 4 conditions"):
         oracle.bounded_median(rec, "latency.wake", LOADED[0], LOADED[1][:4], None, "x")
+    with pytest.raises(KeyError, match="no beside_start threshold"):
+        oracle.bounded_median(rec, "latency.sleep", *LOADED, None, "x")
     with pytest.raises(KeyError, match="not bounded by 'sleep_s_max'"):
         oracle.bounded(rec, "latency.wake", 0.1, None, "x", threshold="sleep_s_max")
 
