@@ -7,7 +7,6 @@ starts the server plainly (start_mode auto) or fails with it (start_mode zygote)
 
 from __future__ import annotations
 
-import hashlib
 import os
 import select
 import subprocess
@@ -31,11 +30,7 @@ class ZygoteUnavailable(Exception):
 
 
 def code_digest() -> str:
-    digest = hashlib.sha256()
-    for name in ZYGOTE_SOURCES:
-        with open(os.path.join(_HERE, name), "rb") as f:
-            digest.update(name.encode() + b"\0" + f.read())
-    return digest.hexdigest()[:16]
+    return zygote_host.sources_digest(ZYGOTE_SOURCES)
 
 
 def inside_bazel_test(environ) -> bool:

@@ -51,13 +51,19 @@ HOST_SOURCES = ("zygote_host.py", "unix_socket.py")
 REPLACE_TIMEOUT_S = 30.0  # a host stopping gives its zygotes 10 s each to exit before it lets go of its lock
 
 
-def code_digest() -> str:
+def sources_digest(names) -> str:
+    """A digest of these files of this package (tools/launcher), named and in order: the code a process
+    started from them runs (this host's; the zygote's, zygote_client.ZYGOTE_SOURCES)."""
     here = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
-    for name in HOST_SOURCES:
+    for name in names:
         with open(os.path.join(here, name), "rb") as f:
             digest.update(name.encode() + b"\0" + f.read())
     return digest.hexdigest()[:16]
+
+
+def code_digest() -> str:
+    return sources_digest(HOST_SOURCES)
 
 
 def _say(message) -> None:
