@@ -97,7 +97,7 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
             text = testlogs.read_output(unit_dir, testlogs.MEASUREMENTS_FILE) or ""
             entries = [json.loads(line) for line in text.splitlines() if line.strip()]
             timings = [dict({k: e.get(k, 0.0) for k, _ in CELL_PHASES}, **{k: e.get(k) for k in CPU_KEYS}, cell=cell,
-                            start_mode=e.get("start_mode"))
+                            start_mode=e.get("start_mode"), cpu_by_thread=e.get("cpu_by_thread") or {})
                        for e in entries if e.get("key") == "server_timings"]
             units.append({"unit": os.path.relpath(unit_dir, testlogs_dir), "cell": cell,
                           "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")), "timings": timings})
@@ -241,6 +241,33 @@ def cpu_floor_text(f: dict | None) -> str:
             " serving")
 
 
+def cpu_by_thread(units: list[dict]) -> list[dict]:
+    """The GPU servers' CPU seconds by "process/thread" name, most first, each with its share of them all
+    and the threads and servers it was summed over: whether the CPU floor is vLLM's own loop or helper
+    threads a setting could quiet."""
+    groups: dict = {}
+    for t in gpu_timings(units):
+        for key, g in t.get("cpu_by_thread", {}).items():
+            total = groups.setdefault(key, {"name": key, "cpu_s": 0.0, "threads": 0, "servers": 0})
+            total["cpu_s"] += g["cpu_s"]
+            total["threads"] += g["threads"]
+            total["servers"] += 1
+    everything = sum(g["cpu_s"] for g in groups.values())
+    out = sorted(groups.values(), key=lambda g: -g["cpu_s"])
+    for g in out:
+        g["cpu_s"] = round(g["cpu_s"], 1)
+        g["share"] = round(g["cpu_s"] / everything, 3) if everything else 0.0
+    return out
+
+
+def cpu_by_thread_text(groups: list[dict], top: int = 8) -> str:
+    if not groups:
+        return "CPU by thread: unknown (the servers recorded none)"
+    return "CPU by thread: " + "; ".join(
+        f"{g['name']} {g['cpu_s']:.0f} CPU-s ({100 * g['share']:.0f}%, {g['threads']} threads in {g['servers']} servers)"
+        for g in groups[:top])
+
+
 def text(breakdown: dict) -> str:
     """The breakdown for people: the totals, then one line per class, longest first."""
     if not breakdown.get("cells"):
@@ -290,6 +317,7 @@ def main(argv=None) -> int:
         print(floor_text(floor(units, args.slots, args.start_alone_s)))
     if args.cores >= 1 and gpu_units(units):
         print(cpu_floor_text(cpu_floor(units, args.cores)))
+        print(cpu_by_thread_text(cpu_by_thread(units)))
     return 0
 
 

@@ -196,3 +196,20 @@ def test_the_cpu_floor_is_the_servers_cpu_work_over_the_cores(tmp_path, capsys):
 def test_logs_without_cpu_times_give_no_cpu_floor(tmp_path):
     _unit(tmp_path, "a_mrv1_eager", 50.0, _timing("zygote", start_s=3.0))
     assert bazel_runs.cpu_floor(bazel_runs.test_units(str(tmp_path)), 4) is None
+
+
+def test_the_servers_cpu_is_summed_by_thread_name_most_first(tmp_path, capsys):
+    loop, pool = "VLLM::EngineCor/VLLM::EngineCor", "VLLM::EngineCor/pt_main_thread"
+    _unit(tmp_path, "a_mrv1_eager", 50.0,
+          _timing("zygote", start_cpu_s=3.0, serve_cpu_s=3.0,
+                  cpu_by_thread={loop: {"cpu_s": 4.0, "threads": 1}, pool: {"cpu_s": 2.0, "threads": 15}}),
+          _timing("zygote", start_cpu_s=1.0, serve_cpu_s=1.0, cpu_by_thread={pool: {"cpu_s": 6.0, "threads": 15}}))
+    _unit(tmp_path, "a_fake_mrv1_eager", 9.0, _timing("fake", start_cpu_s=1.0, serve_cpu_s=1.0,
+                                                      cpu_by_thread={"fake/x": {"cpu_s": 90.0, "threads": 1}}))
+    _unit(tmp_path, "b_mrv1_eager", 5.0, _timing("zygote", start_cpu_s=1.0, serve_cpu_s=1.0))  # an older log
+    groups = bazel_runs.cpu_by_thread(bazel_runs.test_units(str(tmp_path)))
+    assert groups == [{"name": pool, "cpu_s": 8.0, "threads": 30, "servers": 2, "share": 0.667},
+                      {"name": loop, "cpu_s": 4.0, "threads": 1, "servers": 1, "share": 0.333}]
+    assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
+    assert (f"CPU by thread: {pool} 8 CPU-s (67%, 30 threads in 2 servers); {loop} 4 CPU-s (33%, 1 threads in 1"
+            " servers)") in capsys.readouterr().out

@@ -13,6 +13,7 @@ from tools.launcher.errors import ConfigError, VllmNotFoundError
 from tools.matrix import EXECUTION_MODES, RUNNERS  # mode -> its vLLM flags; runner -> its env value
 
 MP_METHODS = ("fork", "spawn")
+CUDA_SYNC_CHOICES = ("auto", "spin", "yield", "blocking")  # phase_plugin/sleepwake_cpu_use.CUDA_SYNC_FLAGS
 # auto: fork the server from a zygote that imported vLLM once (zygote.py), else start it plainly and
 # log why; zygote: the zygote or an error; plain: `python -m` every time.
 START_MODES = ("auto", "zygote", "plain")
@@ -136,6 +137,15 @@ class ServerConfig:
                                    " worker and model only after the fork); one missing from the installed"
                                    " vLLM is logged and skipped. auto: config.VLLM_PRELOAD for vLLM's API"
                                    " server, none for another module; none: no preload.")
+    # Both through the plugin phase_plugin/sleepwake_cpu_use.py; measured in docs/bench before either
+    # becomes a default.
+    torch_threads: int = _setting(0, "Torch's CPU threads in each server process (torch.set_num_threads, which"
+                                  " a forked server needs: its pool was sized in the zygote); 0 leaves torch's"
+                                  " default, one per core.")
+    cuda_sync: str = _setting("auto", "How the server's worker waits for the GPU (its CUDA context's scheduling"
+                              " flag): auto, CUDA's default (spin while the process has fewer contexts than"
+                              " cores); spin; yield (spin, yielding the core); blocking (sleep until the GPU"
+                              " is done).", choices=tuple(CUDA_SYNC_CHOICES))
     # vLLM binds its port early but listens only once the engine is up, so until then each poll is a
     # refused loopback connect (well under a millisecond).
     health_poll_s: float = _setting(0.05, "Seconds between GET /health polls while the server starts.")
@@ -281,6 +291,7 @@ _RANGES = (
     ("port", 0, 65535, "use 0 (a free port) or a port in 1-65535"),
     ("kv_cache_bytes", 1, float("inf"), "give the KV-cache size in bytes, > 0 (the default is 2 GiB)"),
     ("max_model_len", 1, float("inf"), "give the longest sequence in tokens, >= 1"),
+    ("torch_threads", 0, 4096, "give 0 (torch's default) or a thread count"),
     ("gpu_memory_utilization", 1e-9, 1.0, "give a fraction of the device in (0, 1], e.g. 0.05"),
     ("seed", 0, 2 ** 32 - 1, "give a seed in 0-4294967295"),
     ("slots_per_gpu", 1, float("inf"), "give the servers per GPU, >= 1"),
@@ -357,6 +368,14 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
         "XDG_CACHE_HOME": os.path.join(cache, "xdg"),
     })
+    # Read by the plugin phase_plugin/sleepwake_cpu_use.py in the server's processes (server.py puts its
+    # folder on the PYTHONPATH when either is set).
+    for name, value in (("SLEEPWAKE_TORCH_THREADS", str(config.torch_threads) if config.torch_threads > 0 else None),
+                        ("SLEEPWAKE_CUDA_SYNC", config.cuda_sync if config.cuda_sync != "auto" else None)):
+        if value is None:
+            env.pop(name, None)  # the config decides, not a variable the runner's environment left
+        else:
+            env[name] = value
     if cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
         # Lease indices are NVML's, which are in PCI bus order; make CUDA count the same way, whatever

@@ -82,6 +82,60 @@ def cpu_seconds(snap: Snapshot) -> float:
     return total
 
 
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:  # the thread or process is gone, or this is not Linux
+        return None
+
+
+def _thread_cpu_s(task_dir: str, tick_s: float) -> float | None:
+    """utime + stime of one thread (/proc/PID/task/TID/stat fields 14 and 15), or of a whole process
+    (/proc/PID/stat), in seconds."""
+    stat = _read(os.path.join(task_dir, "stat"))
+    if stat is None:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # the name, in parentheses, may hold spaces
+    return (int(fields[11]) + int(fields[12])) * tick_s
+
+
+def thread_cpu(snap: Snapshot) -> dict[str, dict]:
+    """{"cpu_s", "threads"} by "process name/thread name" (the kernel's comm) over the threads of snap's
+    live processes: whose threads a server's CPU time went to (its main loop, a pool of torch threads, the
+    tokenizer's). What a process's threads that already exited spent is "process name/(exited threads)"
+    (its own time less its live threads'), so the groups add up to the processes' own CPU time. Empty
+    where /proc has no task lists."""
+    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    totals: dict[str, dict] = {}
+    for pid, created in snap.items():
+        if not alive(pid, created):
+            continue
+        proc_name = (_read(f"/proc/{pid}/comm") or "?").strip()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        live = 0.0
+        for tid in tids:
+            task = f"/proc/{pid}/task/{tid}"
+            seconds = _thread_cpu_s(task, tick_s)
+            if seconds is None:
+                continue
+            live += seconds
+            _add(totals, "%s/%s" % (proc_name, (_read(task + "/comm") or "?").strip()), seconds, 1)
+        own = _thread_cpu_s(f"/proc/{pid}", tick_s)  # the same two fields, of the whole process
+        if own is not None and own > live:
+            _add(totals, proc_name + "/(exited threads)", own - live, 0)
+    return totals
+
+
+def _add(totals: dict, key: str, seconds: float, threads: int) -> None:
+    group = totals.setdefault(key, {"cpu_s": 0.0, "threads": 0})
+    group["cpu_s"] += seconds
+    group["threads"] += threads
+
+
 def reap_exited() -> list[tuple[int, int]]:
     """(pid, wait status) of every child of this process that has exited, reaped without blocking."""
     out = []

@@ -248,6 +248,10 @@ class VllmServer:
                     phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
                     phase_plugin.ENV_COVER: self._cover_path,
                     "PYTHONPATH": os.pathsep.join(p for p in (_PHASE_PLUGIN_DIR, self.env.get("PYTHONPATH")) if p)})
+        if cfg.torch_threads > 0 or cfg.cuda_sync != "auto":  # phase_plugin/sleepwake_cpu_use.py reads them
+            paths = self.env.get("PYTHONPATH", "").split(os.pathsep)
+            if _PHASE_PLUGIN_DIR not in paths:
+                self.env["PYTHONPATH"] = os.pathsep.join(p for p in [_PHASE_PLUGIN_DIR] + paths if p)
         self._device_index = int(self.lease.gpu if self.lease else gpus[0])
         self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
             prefix="sleepwake-vllm-")
@@ -472,6 +476,7 @@ class VllmServer:
         if self._cpu_at_ready is not None:
             self.timings.serve_cpu_s += max(process_tree.cpu_seconds(snap) - self._cpu_at_ready, 0.0)
             self._cpu_at_ready = None
+            self.timings.cpu_by_thread = process_tree.thread_cpu(snap)
         try:
             sup.stdin.write(b"stop fast\n" if fast else b"stop\n")
             sup.stdin.close()

@@ -23,10 +23,16 @@ class ServerTimings:
     # bounds the matrix (tools/bench/bazel_runs.py cpu_floor). A forked server's clock starts at the fork.
     start_cpu_s: float = 0.0
     serve_cpu_s: float = 0.0
+    # The tree's CPU seconds at its last stop, start and serving together, by "process/thread" name
+    # (process_tree.thread_cpu): which of vLLM's threads the CPU floor is made of.
+    cpu_by_thread: dict = dataclasses.field(default_factory=dict)
 
     def add_memory_phase(self, waited_s: float) -> None:
         self.memory_phase_wait_s += waited_s
         self.memory_phases += 1
 
     def as_record(self) -> dict:
-        return {k: round(v, 3) if isinstance(v, float) else v for k, v in dataclasses.asdict(self).items()}
+        record = {k: round(v, 3) if isinstance(v, float) else v for k, v in dataclasses.asdict(self).items()}
+        record["cpu_by_thread"] = {k: {"cpu_s": round(g["cpu_s"], 2), "threads": g["threads"]}
+                                   for k, g in self.cpu_by_thread.items()}
+        return record

@@ -19,13 +19,16 @@ that no memory moved after the last step and that every call is bracketed (VllmS
 """
 
 import contextlib
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
 import threading
 import time
+
+if __package__:  # imported by the launcher, as tools.launcher.phase_plugin.*
+    from .sleepwake_on_import import patch_when_imported
+else:  # loaded by vLLM from its entry point, this folder on the server's PYTHONPATH
+    from sleepwake_on_import import patch_when_imported
 
 ENV_LOCK = "SLEEPWAKE_MEMORY_LOCK"
 ENV_TIMEOUT = "SLEEPWAKE_MEMORY_LOCK_TIMEOUT_S"
@@ -154,27 +157,6 @@ def read_calls(log_text: str) -> list[dict]:
     return [r for r in _records(log_text) if "call" in r]
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches the worker module's Worker right after the module executes, in whichever process."""
-
-    def __init__(self, lock_path: str, timeout_s: float, module: str = TARGET, cover_path: str | None = None):
-        self.lock_path, self.timeout_s, self.module, self.cover_path = lock_path, timeout_s, module, cover_path
-
-    def find_spec(self, name, path, target=None):
-        if name != self.module:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        execute = spec.loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            bracket(module.Worker, self.lock_path, self.timeout_s, cover_path=self.cover_path)
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def register() -> None:
     """The vllm.general_plugins entry point."""
     lock_path = os.environ.get(ENV_LOCK)
@@ -182,7 +164,5 @@ def register() -> None:
         return
     timeout_s = float(os.environ.get(ENV_TIMEOUT, "600"))
     cover_path = os.environ.get(ENV_COVER) or None
-    if TARGET in sys.modules:
-        bracket(sys.modules[TARGET].Worker, lock_path, timeout_s, cover_path=cover_path)
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(lock_path, timeout_s, cover_path=cover_path))
+    patch_when_imported(TARGET, lambda module: bracket(module.Worker, lock_path, timeout_s, cover_path=cover_path),
+                        key=__name__)

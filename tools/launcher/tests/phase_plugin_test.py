@@ -44,10 +44,11 @@ _WORKER_MODULE = textwrap.dedent('''
 _DRIVER = textwrap.dedent('''
     import json, os, sys
     import sleepwake_memory_phase as plugin
+    from sleepwake_on_import import PatchOnImport
     plugin.register()
     plugin.register()  # vLLM loads its plugins in several places: once must be once
     assert "fake_gpu_worker" not in sys.modules  # nothing imported until the server imports the worker
-    hook = [f for f in sys.meta_path if isinstance(f, plugin._PatchOnImport)]
+    hook = [f for f in sys.meta_path if isinstance(f, PatchOnImport)]
     assert len(hook) == 1
     hook[0].module = "fake_gpu_worker"
     import fake_gpu_worker
@@ -77,8 +78,8 @@ def test_each_start_step_runs_inside_the_allocate_phase(tmp_path):
 def test_without_a_shared_lease_the_plugin_does_nothing(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != plugin.ENV_LOCK}
     env["PYTHONPATH"] = os.path.dirname(plugin.__file__)
-    code = ("import sys, sleepwake_memory_phase as p; p.register(); "
-            "print(any(isinstance(f, p._PatchOnImport) for f in sys.meta_path))")
+    code = ("import sys, sleepwake_memory_phase as p; from sleepwake_on_import import PatchOnImport; p.register(); "
+            "print(any(isinstance(f, PatchOnImport) for f in sys.meta_path))")
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "False", run.stderr
 
@@ -99,8 +100,9 @@ def test_records_are_read_behind_the_prefix_vllm_puts_on_its_engine_cores_lines(
 _CALLS_DRIVER = textwrap.dedent('''
     import functools, json, os, sys
     import sleepwake_memory_phase as plugin
+    from sleepwake_on_import import PatchOnImport
     plugin.register()
-    [hook] = [f for f in sys.meta_path if isinstance(f, plugin._PatchOnImport)]
+    [hook] = [f for f in sys.meta_path if isinstance(f, PatchOnImport)]
     hook.module = "fake_gpu_worker"
     import fake_gpu_worker
     Worker = fake_gpu_worker.Worker

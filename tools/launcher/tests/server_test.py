@@ -372,7 +372,7 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
     assert timings["memory_phases"] == 5 and timings["memory_phase_wait_s"] == 0.0
     assert timings["stop_s"] > 0
     assert set(timings) == {"lease_wait_s", "start_s", "memory_phase_wait_s", "memory_phases", "stop_s",
-                            "start_cpu_s", "serve_cpu_s"}
+                            "start_cpu_s", "serve_cpu_s", "cpu_by_thread"}
 
 
 def test_the_trees_cpu_is_split_into_its_start_and_its_serving(tmp_path, pid_file):
@@ -388,6 +388,15 @@ def test_the_trees_cpu_is_split_into_its_start_and_its_serving(tmp_path, pid_fil
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
     assert 0.6 - 2 * tick <= server.timings.start_cpu_s < 1.2
     assert 0.4 - 2 * tick <= server.timings.serve_cpu_s < 0.7
+    # By thread: the start spun in the main thread; /spin in a request's thread, gone since, which the
+    # process's own time still counts. Together they are the tree's time (reaped children aside).
+    by_thread = server.timings.cpu_by_thread
+    main = [g for k, g in by_thread.items() if not k.endswith("/(exited threads)") and g["cpu_s"] >= 0.6 - 2 * tick]
+    exited = [g["cpu_s"] for k, g in by_thread.items() if k.endswith("/(exited threads)")]
+    assert len(main) == 1 and main[0]["threads"] >= 1, by_thread
+    assert max(exited, default=0.0) >= 0.4 - 2 * tick, by_thread
+    total = sum(g["cpu_s"] for g in by_thread.values())
+    assert total <= server.timings.start_cpu_s + server.timings.serve_cpu_s + 2 * tick
 
 
 def test_gpu_bytes_counts_the_servers_processes(tmp_path, pid_file):
@@ -438,3 +447,19 @@ def test_bind_conflicts_are_recognised_on_every_port_the_server_binds():
         "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network"
         " address. port: 33229, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
     assert not ports.is_bind_conflict("RuntimeError: CUDA out of memory")
+
+
+def test_torch_threads_reach_the_servers_process_through_the_cpu_use_plugin(tmp_path, pid_file):
+    """The plugin's folder is on the server's PYTHONPATH whenever a CPU-use setting is set, shared lease
+    or not: without it vLLM never finds the plugin and the setting does nothing, silently."""
+    fake_torch = tmp_path / "fake_torch"
+    fake_torch.mkdir()
+    (fake_torch / "torch.py").write_text("def set_num_threads(n):\n    global N\n    N = n\n"
+                                         "def get_num_threads():\n    return N\n")
+    server = _server(tmp_path, pid_file, extra_env={"FAKE_SERVER_PLUGINS": "sleepwake_cpu_use",
+                                                    "PYTHONPATH": str(fake_torch)}, torch_threads=2)
+    with server:
+        pass
+    log_text = open(server.log_path).read()
+    assert "plugin sleepwake_cpu_use loaded" in log_text, log_text[-2000:]
+    assert 'sleepwake-cpu-use {"torch_threads": 2' in log_text, log_text[-2000:]
