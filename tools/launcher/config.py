@@ -137,15 +137,18 @@ class ServerConfig:
                                    " worker and model only after the fork); one missing from the installed"
                                    " vLLM is logged and skipped. auto: config.VLLM_PRELOAD for vLLM's API"
                                    " server, none for another module; none: no preload.")
-    # Both through the plugin phase_plugin/sleepwake_cpu_use.py; measured in docs/bench before either
-    # becomes a default.
-    torch_threads: int = _setting(0, "Torch's CPU threads in each server process (torch.set_num_threads, which"
+    # Both through the plugin phase_plugin/sleepwake_cpu_use.py. On one H200 with 16 cores the matrix's
+    # servers spent 1834-1880 CPU-s with torch's defaults and 1514-1679 with these (docs/bench, eleventh
+    # session): the matrix 214-227 s before, 194-210 s after. A GPU server's torch does no CPU work
+    # worth a pool.
+    torch_threads: int = _setting(1, "Torch's CPU threads in each server process (torch.set_num_threads, which"
                                   " a forked server needs: its pool was sized in the zygote); 0 leaves torch's"
                                   " default, one per core.")
-    cuda_sync: str = _setting("auto", "How the server's worker waits for the GPU (its CUDA context's scheduling"
-                              " flag): auto, CUDA's default (spin while the process has fewer contexts than"
-                              " cores); spin; yield (spin, yielding the core); blocking (sleep until the GPU"
-                              " is done).", choices=tuple(CUDA_SYNC_CHOICES))
+    cuda_sync: str = _setting("blocking", "How the server's worker waits for the GPU (its CUDA context's"
+                              " scheduling flag): blocking (sleep until the GPU is done, which frees the core"
+                              " for a neighbour); auto, CUDA's default (spin while the process has fewer"
+                              " contexts than cores); spin; yield (spin, yielding the core).",
+                              choices=tuple(CUDA_SYNC_CHOICES))
     # vLLM binds its port early but listens only once the engine is up, so until then each poll is a
     # refused loopback connect (well under a millisecond).
     health_poll_s: float = _setting(0.05, "Seconds between GET /health polls while the server starts.")

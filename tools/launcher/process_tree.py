@@ -101,8 +101,8 @@ def _thread_cpu_s(task_dir: str, tick_s: float) -> float | None:
 
 
 def thread_cpu(snap: Snapshot) -> dict[str, dict]:
-    """{"cpu_s", "threads"} by "process name/thread name" (the kernel's comm) over the threads of snap's
-    live processes: whose threads a server's CPU time went to (its main loop, a pool of torch threads, the
+    """{"cpu_s", "threads"} by "process name/thread name" (the kernel's comm; "main" for the process's
+    first thread, whose name is the process's) over the threads of snap's live processes: whose threads a server's CPU time went to (its main loop, a pool of torch threads, the
     tokenizer's). What a process's threads that already exited spent is "process name/(exited threads)"
     (its own time less its live threads'), so the groups add up to the processes' own CPU time. Empty
     where /proc has no task lists."""
@@ -111,7 +111,7 @@ def thread_cpu(snap: Snapshot) -> dict[str, dict]:
     for pid, created in snap.items():
         if not alive(pid, created):
             continue
-        proc_name = (_read(f"/proc/{pid}/comm") or "?").strip()
+        proc_name = _process_name(pid)
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
@@ -123,11 +123,21 @@ def thread_cpu(snap: Snapshot) -> dict[str, dict]:
             if seconds is None:
                 continue
             live += seconds
-            _add(totals, "%s/%s" % (proc_name, (_read(task + "/comm") or "?").strip()), seconds, 1)
+            thread = "main" if tid == str(pid) else (_read(task + "/comm") or "?").strip()
+            _add(totals, "%s/%s" % (proc_name, thread), seconds, 1)
         own = _thread_cpu_s(f"/proc/{pid}", tick_s)  # the same two fields, of the whole process
         if own is not None and own > live:
             _add(totals, proc_name + "/(exited threads)", own - live, 0)
     return totals
+
+
+def _process_name(pid: int) -> str:
+    """The title a process gave itself (vLLM's engine core: VLLM::EngineCore, in its argv through
+    setproctitle), else its kernel name: a forked server's processes are all the zygote's python3."""
+    argv0 = (_read(f"/proc/{pid}/cmdline") or "").split("\0")[0].strip()
+    if argv0.startswith("VLLM::"):
+        return argv0.split()[0]
+    return (_read(f"/proc/{pid}/comm") or "?").strip()
 
 
 def _add(totals: dict, key: str, seconds: float, threads: int) -> None:

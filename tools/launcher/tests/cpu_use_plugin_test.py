@@ -119,3 +119,17 @@ def test_the_config_not_the_runners_environment_decides_what_the_plugin_reads(tm
 def test_an_unknown_cuda_sync_is_refused():
     with pytest.raises(config_lib.ConfigError, match="unknown cuda_sync 'sometimes'; use one of auto, spin"):
         config_lib.validate(config_lib.ServerConfig(cuda_sync="sometimes"))
+
+
+def test_without_a_cuda_driver_the_worker_starts_as_it_would_and_the_log_says_why(monkeypatch, capsys):
+    def no_driver(name):
+        raise OSError(f"{name}: cannot open shared object file")
+    monkeypatch.setattr(plugin.ctypes, "CDLL", no_driver)
+
+    class Worker:
+        def init_device(self):
+            return "device"
+
+    plugin.wrap_init_device(Worker, plugin.CUDA_SYNC_FLAGS["blocking"])
+    assert Worker().init_device() == "device"
+    assert plugin.MARK + '{"cuda_sync": 4, "refused": "libcuda.so.1"' in capsys.readouterr().err
