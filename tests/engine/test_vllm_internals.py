@@ -18,6 +18,7 @@ import vllm.platforms
 from sleepwake_engine_platform import UNSPECIFIED
 from tests.engine.fakes.worker import FakeWorker
 from tests.engine.lib import engines
+from tools.launcher.phase_plugin import sleepwake_cpu_use as cpu_use_plugin
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from vllm.platforms.interface import UnspecifiedPlatform
 from vllm.v1.engine import EngineCoreRequestType
@@ -128,11 +129,16 @@ def test_the_memory_phase_plugin_finds_every_worker_method_it_brackets():
     assert bracketed <= real, (
         f"vllm/v1/worker/gpu_worker.py's Worker no longer defines {sorted(bracketed - real)}:"
         " update STEPS or CALLS in tools/launcher/phase_plugin/sleepwake_memory_phase.py")
-    assert not importlib.metadata.entry_points(group="vllm.general_plugins", name="sleepwake_memory_phase"), (
-        "the plugin is found without its dir on the path: every vLLM here would load it")
+    # The CPU-use plugin sets the CUDA context's scheduling flag in the same module's first step.
+    assert cpu_use_plugin.TARGET == phase_plugin.TARGET and "init_device" in real
+    plugins = {"sleepwake_memory_phase": "sleepwake_memory_phase:register",
+               "sleepwake_cpu_use": "sleepwake_cpu_use:register"}
+    for name in plugins:
+        assert not importlib.metadata.entry_points(group="vllm.general_plugins", name=name), (
+            f"the plugin {name} is found without its dir on the path: every vLLM here would load it")
     dist = importlib.metadata.distributions(path=[os.path.dirname(phase_plugin.__file__)])
-    (plugin,) = [ep for d in dist for ep in d.entry_points if ep.group == "vllm.general_plugins"]
-    assert plugin.value == "sleepwake_memory_phase:register"
+    found = {ep.name: ep.value for d in dist for ep in d.entry_points if ep.group == "vllm.general_plugins"}
+    assert found == plugins
 
 
 def test_the_platform_plugin_outranks_a_detected_gpu(monkeypatch):
