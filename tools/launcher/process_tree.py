@@ -82,62 +82,45 @@ def cpu_seconds(snap: Snapshot) -> float:
     return total
 
 
-def _read(path: str) -> str | None:
+def _read(path: str) -> str:
     try:
         with open(path) as f:
             return f.read()
-    except OSError:  # the thread or process is gone, or this is not Linux
-        return None
-
-
-def _thread_cpu_s(task_dir: str, tick_s: float) -> float | None:
-    """utime + stime of one thread (/proc/PID/task/TID/stat fields 14 and 15), or of a whole process
-    (/proc/PID/stat), in seconds."""
-    stat = _read(os.path.join(task_dir, "stat"))
-    if stat is None:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()  # the name, in parentheses, may hold spaces
-    return (int(fields[11]) + int(fields[12])) * tick_s
+    except OSError:  # the thread or process is gone
+        return ""
 
 
 def thread_cpu(snap: Snapshot) -> dict[str, dict]:
     """{"cpu_s", "threads"} by "process name/thread name" (the kernel's comm; "main" for the process's
-    first thread, whose name is the process's) over the threads of snap's live processes: whose threads a server's CPU time went to (its main loop, a pool of torch threads, the
-    tokenizer's). What a process's threads that already exited spent is "process name/(exited threads)"
-    (its own time less its live threads'), so the groups add up to the processes' own CPU time. Empty
-    where /proc has no task lists."""
-    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    first thread, whose name is the process's) over the threads of snap's live processes: whose threads
+    a server's CPU time went to (its main loop, a pool of torch threads, the tokenizer's). What a
+    process's threads that already exited spent is "process name/(exited threads)" (its own time less
+    its live threads'), so the groups add up to the processes' own CPU time."""
     totals: dict[str, dict] = {}
+
+    def count(proc: psutil.Process) -> None:
+        own = proc.cpu_times()
+        threads = proc.threads()
+        name = _process_name(proc.pid)
+        for t in threads:
+            thread = "main" if t.id == proc.pid else _read(f"/proc/{proc.pid}/task/{t.id}/comm").strip() or "?"
+            _add(totals, "%s/%s" % (name, thread), t.user_time + t.system_time, 1)
+        exited = own.user + own.system - sum(t.user_time + t.system_time for t in threads)
+        if exited > 0:
+            _add(totals, name + "/(exited threads)", exited, 0)
+
     for pid, created in snap.items():
-        if not alive(pid, created):
-            continue
-        proc_name = _process_name(pid)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        live = 0.0
-        for tid in tids:
-            task = f"/proc/{pid}/task/{tid}"
-            seconds = _thread_cpu_s(task, tick_s)
-            if seconds is None:
-                continue
-            live += seconds
-            thread = "main" if tid == str(pid) else (_read(task + "/comm") or "?").strip()
-            _add(totals, "%s/%s" % (proc_name, thread), seconds, 1)
-        own = _thread_cpu_s(f"/proc/{pid}", tick_s)  # the same two fields, of the whole process
-        if own is not None and own > live:
-            _add(totals, proc_name + "/(exited threads)", own - live, 0)
+        _ask(pid, count, created)
     return totals
 
 
 def _process_name(pid: int) -> str:
     """The title a process gave itself (vLLM's engine core: VLLM::EngineCore, in its argv through
     setproctitle), else its kernel name: a forked server's processes are all the zygote's python3."""
-    argv0 = (_read(f"/proc/{pid}/cmdline") or "").split("\0")[0].strip()
+    argv0 = _read(f"/proc/{pid}/cmdline").split("\0")[0].strip()
     if argv0.startswith("VLLM::"):
         return argv0.split()[0]
-    return (_read(f"/proc/{pid}/comm") or "?").strip()
+    return _read(f"/proc/{pid}/comm").strip() or "?"
 
 
 def _add(totals: dict, key: str, seconds: float, threads: int) -> None:
