@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 from tools.launcher.errors import ConfigError, VllmNotFoundError
+from tools.launcher.phase_plugin import sleepwake_cpu_use as cpu_use_plugin
 
 from tools.matrix import EXECUTION_MODES, RUNNERS  # mode -> its vLLM flags; runner -> its env value
 
 MP_METHODS = ("fork", "spawn")
-CUDA_SYNC_CHOICES = ("auto", "spin", "yield", "blocking")  # phase_plugin/sleepwake_cpu_use.CUDA_SYNC_FLAGS
 # auto: fork the server from a zygote that imported vLLM once (zygote.py), else start it plainly and
 # log why; zygote: the zygote or an error; plain: `python -m` every time.
 START_MODES = ("auto", "zygote", "plain")
@@ -148,7 +148,7 @@ class ServerConfig:
                               " scheduling flag): blocking (sleep until the GPU is done, which frees the core"
                               " for a neighbour); auto, CUDA's default (spin while the process has fewer"
                               " contexts than cores); spin; yield (spin, yielding the core).",
-                              choices=tuple(CUDA_SYNC_CHOICES))
+                              choices=tuple(cpu_use_plugin.CUDA_SYNC_FLAGS))
     # vLLM binds its port early but listens only once the engine is up, so until then each poll is a
     # refused loopback connect (well under a millisecond).
     health_poll_s: float = _setting(0.05, "Seconds between GET /health polls while the server starts.")
@@ -371,19 +371,26 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
         "XDG_CACHE_HOME": os.path.join(cache, "xdg"),
     })
-    # Read by the plugin phase_plugin/sleepwake_cpu_use.py in the server's processes (server.py puts its
-    # folder on the PYTHONPATH when either is set).
-    for name, value in (("SLEEPWAKE_TORCH_THREADS", str(config.torch_threads) if config.torch_threads > 0 else None),
-                        ("SLEEPWAKE_CUDA_SYNC", config.cuda_sync if config.cuda_sync != "auto" else None)):
-        if value is None:
-            env.pop(name, None)  # the config decides, not a variable the runner's environment left
-        else:
-            env[name] = value
+    # The config decides, not a variable the runner's environment left.
+    for name in (cpu_use_plugin.ENV_TORCH_THREADS, cpu_use_plugin.ENV_CUDA_SYNC):
+        env.pop(name, None)
+    env.update(cpu_use_env(config))
     if cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
         # Lease indices are NVML's, which are in PCI bus order; make CUDA count the same way, whatever
         # order the runner's own environment asked for (vLLM maps the entries to NVML indices too).
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
+
+
+def cpu_use_env(config: ServerConfig) -> dict[str, str]:
+    """The variables the plugin phase_plugin/sleepwake_cpu_use.py reads in the server's processes, for
+    the settings that ask it to act (server.py puts its folder on the PYTHONPATH when there are any)."""
+    env = {}
+    if config.torch_threads > 0:
+        env[cpu_use_plugin.ENV_TORCH_THREADS] = str(config.torch_threads)
+    if config.cuda_sync != "auto":
+        env[cpu_use_plugin.ENV_CUDA_SYNC] = config.cuda_sync
     return env
 
 

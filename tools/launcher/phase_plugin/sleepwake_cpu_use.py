@@ -44,13 +44,11 @@ def set_torch_threads(threads: int, torch_module=None) -> None:
     _mark({"torch_threads": torch_module.get_num_threads(), "pid": os.getpid()})
 
 
-def set_cuda_sync(flag: int, driver=None) -> list | None:
+def set_cuda_sync(flag: int, driver) -> list | None:
     """Sets every visible device's primary-context scheduling flag before this process creates its
-    context (cuDevicePrimaryCtxSetFlags); returns the devices' handles, or None, with a MARK line saying
-    which call the driver refused, when it could not: the server then runs with CUDA's default, which
-    is slower to share, not wrong."""
-    if driver is None:
-        driver = ctypes.CDLL("libcuda.so.1")
+    context (cuDevicePrimaryCtxSetFlags, through driver: libcuda); returns the devices' handles, or None,
+    with a MARK line saying which call the driver refused, when it could not: the server then runs with
+    CUDA's default, which is slower to share, not wrong."""
     devices = []
 
     def ok(what, result):
