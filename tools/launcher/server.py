@@ -29,8 +29,9 @@ import time
 import urllib.request
 
 from tools.launcher import gpu_lease, ports, process_tree, zygote_client
-from tools.launcher.config import (ServerConfig, build_command, build_env, check_importable, cpu_use_env,
+from tools.launcher.config import (ServerConfig, build_command, build_env, check_importable,
                                    env_diff, preload_modules, resolve_model, validate)
+from tools.launcher.config import cpu_use_env as _cpu_use_env  # private: the fake server mirrors the public names
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError  # noqa: F401 (API)
 from tools.launcher.nvml import Nvml
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
@@ -247,7 +248,7 @@ class VllmServer:
                     phase_plugin.ENV_LOCK: gpu_lease.memory_lock_path(self.lease),
                     phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
                     phase_plugin.ENV_COVER: self._cover_path})
-        if self._cover_path is not None or cpu_use_env(cfg):  # either plugin has something to do
+        if self._cover_path is not None or _cpu_use_env(cfg):  # either plugin has something to do
             self.env["PYTHONPATH"] = os.pathsep.join(p for p in (_PHASE_PLUGIN_DIR, self.env.get("PYTHONPATH")) if p)
         self._device_index = int(self.lease.gpu if self.lease else gpus[0])
         self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(

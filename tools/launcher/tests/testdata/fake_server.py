@@ -10,7 +10,7 @@ steps through the memory-phase plugin, as vLLM with the plugin does; FAKE_SERVER
 them (a plugin that did not load), FAKE_SERVER_NO_SLEEP=1 leaves the worker without a sleep to bracket.
 --runner_line: env (prints vLLM's "Using V2 Model Runner" iff VLLM_USE_V2_MODEL_RUNNER=1), always, never.
 CPU work, for the launcher's CPU accounting: FAKE_SERVER_START_CPU_S of it before listening, and
-GET /spin?cpu_s=S spends S while serving. FAKE_SERVER_LATE_IMPORTS (comma-separated modules): imported
+GET /spin?cpu_s=S spends S while serving, in a thread that has exited when it answers. FAKE_SERVER_LATE_IMPORTS (comma-separated modules): imported
 at start, as vLLM's engine core imports its worker, each first printed with whether it was imported
 already (a zygote's preload).
 
@@ -30,6 +30,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 
 import psutil
@@ -147,7 +148,11 @@ def main():
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             if self.path.startswith("/spin?cpu_s="):
-                _spend_cpu(float(self.path.split("=", 1)[1]))
+                # In a thread joined before the answer: the launcher's CPU split by thread must count
+                # what a thread that is gone by the stop spent.
+                spender = threading.Thread(target=_spend_cpu, args=(float(self.path.split("=", 1)[1]),))
+                spender.start()
+                spender.join()
                 self.send_response(200)
                 self.end_headers()
                 return
