@@ -22,14 +22,11 @@ import re
 import zlib
 
 from tests.sleep_wake.lib import oracle
-from tests.sleep_wake.walk import model
+from tests.sleep_wake.walk import cover, model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import INITIAL, State
 
 REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
-# After each planned target, one more seeded random operation with this probability (repeatedly), so
-# that the operations around a pair vary from seed to seed.
-RANDOM_SHARE = 0.3
 _SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
 
 
@@ -94,10 +91,10 @@ def plan_shards(shards: int, seed: int, max_steps: int) -> tuple:
     pairs are those its walks are the first of the plan to visit, so the shards' pairs are disjoint and
     cover every reachable pair.
 
-    Why one plan, not a plan per shard of the pairs: in one plan the nearest unvisited pair is mostly a
-    step or two away, so it takes 1703 steps where six shards' own plans took 2277 (they each crossed the
-    whole state space for pairs dealt out one in six), and every walk starts at INITIAL either way, so
-    whole walks can go to any shard."""
+    Why one plan, not a plan per shard of the pairs: one tour over every pair needs the fewest extra
+    operations (a plan per shard of six took 2277 steps where the first single plan took 1703: each
+    crossed the whole state space for pairs dealt out one in six), and every walk starts at INITIAL
+    either way, so whole walks can go to any shard."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     walks = plan_walks(reachable_pairs(), seed, max_steps)
@@ -173,47 +170,59 @@ def shortest_path(src: State, dst: State) -> list | None:
     return [] if src == dst else _first_path(src, lambda state, op, nxt: nxt == dst)
 
 
-def _route_to_nearest(src: State, todo: set) -> list | None:
-    """Operations from src through the nearest state with an unvisited pair, that pair's op last."""
-    return _first_path(src, lambda state, op, nxt: (pair_state(state), op) in todo)
+def _to_pair_state(src: State, dst: State) -> list:
+    """The fewest operations from src to a state whose pair_state is dst (a pair's state with
+    host_cached set may be reachable only through the level-1 wake that sets it)."""
+    if pair_state(src) == dst:
+        return []
+    path = _first_path(src, lambda state, op, nxt: pair_state(nxt) == dst)
+    if path is None:
+        raise ValueError(f"{dst.describe()} is unreachable from {src.describe()}; plan only reachable pairs")
+    return path
 
 
-def plan_walks(shard_pairs, seed: int, max_steps: int) -> list:
+def _pair_edges(state: State) -> list:
+    return [(op, pair_state(nxt)) for op, nxt in successors(state)]
+
+
+def plan_walks(pairs, seed: int, max_steps: int) -> list:
     """Walks (lists of operations), to run in order on one server from INITIAL, that together visit
-    every pair of shard_pairs; each at most max_steps long, its reset_ops tail included."""
-    rng = random.Random(seed)
-    todo = set(shard_pairs)
-    walks, state = [], INITIAL
-    while todo:
-        walk = []
+    every pair of `pairs` (reachable_pairs(), or a set whose pairs with their operations' cheapest links
+    connect to INITIAL); each at most max_steps long, its reset_ops tail included.
 
-        def take(op):
-            nonlocal state
-            walk.append(op)
-            todo.discard((pair_state(state), op))
-            state = op.apply(state)
-
-        while todo:
-            route = _route_to_nearest(state, todo)
-            if route is None:
-                raise ValueError(f"{len(todo)} pairs of the shard (e.g. {min(todo, key=pair_key)[1]} in "
-                                 f"{min(todo, key=pair_key)[0].describe()}) are unreachable from "
-                                 f"{state.describe()}; plan only pairs from plan.reachable_pairs()")
-            if len(walk) + len(route) + len(reset_ops(run(state, route))) > max_steps:
+    One closed tour over the pairs' states (cover.tour: every pair once, plus the cheapest operations
+    by step_seconds that balance it), cut into walks where it passes INITIAL, and where a walk would
+    outgrow max_steps: there the walk resets and the next one goes back to where it left the tour.
+    The seed orders the tour's choices at every state, so the operations around a pair vary from seed
+    to seed. It took 1371-1384 steps (242-244 s by step_seconds) for the four cells' seeds, where a walk
+    to the nearest unvisited pair with random operations mixed in took 1713-1782 (299-314 s); the
+    tour's cheapest possible cost is 232.5 s."""
+    reachable = {pair_state(s) for s in reachable_states()}
+    required = []
+    for state, op in sorted(pairs, key=pair_key):
+        if state not in reachable or not op.applicable(state):
+            raise ValueError(f"{op} in {state.describe()} is not a reachable pair: plan only pairs from "
+                             "plan.reachable_pairs()")
+        required.append((state, op, pair_state(op.apply(state))))
+    if not required:
+        return []
+    circuit = cover.tour(required, INITIAL, _pair_edges, step_seconds, random.Random(seed))
+    walks, i = [], 0
+    while i < len(circuit):
+        resume = circuit[i][0]
+        walk, state, taken = _to_pair_state(INITIAL, resume), resume, 0
+        while i < len(circuit):
+            _, op, nxt = circuit[i]
+            if len(walk) + 1 + len(reset_ops(nxt)) > max_steps:
                 break
-            for op in route:
-                take(op)
-            while rng.random() < RANDOM_SHARE:
-                fits = [op for op, nxt in successors(state) if len(walk) + 1 + len(reset_ops(nxt)) <= max_steps]
-                if not fits:
-                    break
-                take(rng.choice(fits))
-        if not walk:
-            raise ValueError(f"max_steps={max_steps} is too short to reach a pair from {state.describe()} "
+            walk.append(op)
+            state, i, taken = nxt, i + 1, taken + 1
+            if state == INITIAL:
+                break
+        if not taken:
+            raise ValueError(f"max_steps={max_steps} is too short to reach a pair from {resume.describe()} "
                              "and reset; raise it")
-        for op in reset_ops(state):
-            take(op)
-        walks.append(walk)
+        walks.append(walk + reset_ops(state))
     return walks
 
 
