@@ -187,8 +187,8 @@ def _pair_edges(state: State) -> list:
 
 def plan_walks(pairs, seed: int, max_steps: int) -> list:
     """Walks (lists of operations), to run in order on one server from INITIAL, that together visit
-    every pair of `pairs` (reachable_pairs(), or a set whose pairs with their operations' cheapest links
-    connect to INITIAL); each at most max_steps long, its reset_ops tail included.
+    every pair of `pairs` (reachable_pairs(); a subset must form, with the links that balance it, one
+    tour through INITIAL); each at most max_steps long, its reset_ops tail included.
 
     One closed tour over the pairs' states (cover.tour: every pair once, plus the cheapest operations
     by step_seconds that balance it), cut into walks where it passes INITIAL, and where a walk would
