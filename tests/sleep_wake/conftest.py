@@ -71,9 +71,10 @@ def _start_server(name: str, cell, recorder, nodeid: str):
         pytest.fail(f"ServerConfig.from_env built runner={config.runner} mode={config.execution_mode} "
                     f"but the cell is {cell.id}: the environment is inconsistent")
     context = VllmServer(config, lease=True)
-    start = time.monotonic()
+    start, start_cpu = time.monotonic(), time.process_time()
     server = context.__enter__()
     seconds = time.monotonic() - start
+    _LAUNCHER_CPU_S.append(time.process_time() - start_cpu)
     identity = servers.identity()
     try:
         served = SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max")).version()
@@ -84,8 +85,27 @@ def _start_server(name: str, cell, recorder, nodeid: str):
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
     recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command),
                     log=server.log_path, vllm_identity=identity, vllm_version=served,
-                    start_mode=server.start_mode)
+                    start_mode=server.start_mode, launcher_cpu_s=round(_LAUNCHER_CPU_S[-1], 3))
     return context, server
+
+
+# The test process's CPU seconds in each of its servers' starts (the launcher's lease, zygote request and
+# /health polls), for test_process_cpu.
+_LAUNCHER_CPU_S = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_process_cpu(recorder):
+    """Records, at the session's end of a cell that started a server, the CPU seconds of this test
+    process (imports and collection included) and of its reaped children: the tests' own processes
+    took a quarter of a GPU matrix's host CPU (docs/bench/h200-2026-12-02.md), and
+    tools/bench/bazel_runs says by class where."""
+    yield
+    if _LAUNCHER_CPU_S:
+        t = os.times()
+        recorder.record("", "test_process_cpu", round(t.user + t.system, 3), "s",
+                        children_cpu_s=round(t.children_user + t.children_system, 3),
+                        launcher_cpu_s=round(sum(_LAUNCHER_CPU_S), 3), servers=len(_LAUNCHER_CPU_S))
 
 
 def _stop_server(context, server, recorder, nodeid: str) -> None:

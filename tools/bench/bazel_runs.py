@@ -85,7 +85,8 @@ def suite_seconds(xml_path: str) -> float:
 def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
     """Every test unit under testlogs_dir: a cell, or each shard of a sharded one (Bazel runs shards
     apart, so a shard is what occupies a slot). Each: "unit" (cell[/shard_K_of_N]), "cell", "seconds"
-    (suite_seconds) and the "timings" (server_timings) it recorded, with their "cell" and "start_mode".
+    (suite_seconds), the "timings" (server_timings) it recorded, with their "cell" and "start_mode", and
+    "test_cpu": its test process's CPU seconds (test_process_cpu), None where it recorded none.
     only: the real paths of the test.xml files to keep (an invocation's: tools/report/reading.py)."""
     units = []
     if not os.path.isdir(testlogs_dir):
@@ -99,8 +100,12 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
             timings = [dict({k: e.get(k, 0.0) for k, _ in CELL_PHASES}, **{k: e.get(k) for k in CPU_KEYS}, cell=cell,
                             start_mode=e.get("start_mode"), cpu_by_thread=e.get("cpu_by_thread") or {})
                        for e in entries if e.get("key") == "server_timings"]
+            test_cpu = next(({"cpu_s": e["value"], "children_cpu_s": e.get("children_cpu_s", 0.0),
+                              "launcher_cpu_s": e.get("launcher_cpu_s", 0.0)}
+                             for e in entries if e.get("key") == "test_process_cpu"), None)
             units.append({"unit": os.path.relpath(unit_dir, testlogs_dir), "cell": cell,
-                          "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")), "timings": timings})
+                          "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")), "timings": timings,
+                          "test_cpu": test_cpu})
     return units
 
 
@@ -268,6 +273,34 @@ def cpu_by_thread_text(groups: list[dict], top: int = 8) -> str:
         for g in groups[:top])
 
 
+def tests_cpu(units: list[dict], cores: int) -> dict | None:
+    """The GPU units' test processes: their CPU seconds (their reaped children's included), the part
+    spent while their servers started (the launcher's lease, zygote request and /health polls), by
+    class, and the CPU floor of the servers and these together on `cores`. None: none recorded it."""
+    recorded = [u for u in gpu_units(units) if u.get("test_cpu")]
+    if not recorded:
+        return None
+    by_class: dict = {}
+    for u in recorded:
+        name = class_of(u["cell"])
+        by_class[name] = by_class.get(name, 0.0) + u["test_cpu"]["cpu_s"] + u["test_cpu"]["children_cpu_s"]
+    total = sum(by_class.values())
+    servers = sum((t["start_cpu_s"] or 0.0) + (t["serve_cpu_s"] or 0.0) for t in gpu_timings(units)
+                  if t["start_cpu_s"] is not None)
+    return {"units": len(recorded), "cpu_s": round(total, 1),
+            "launcher_cpu_s": round(sum(u["test_cpu"]["launcher_cpu_s"] for u in recorded), 1),
+            "by_class": [(k, round(v, 1)) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])],
+            "floor_s": round((servers + total) / cores, 1) if cores else None, "cores": cores}
+
+
+def tests_cpu_text(f: dict | None, top: int = 6) -> str:
+    if f is None:
+        return "tests' CPU: unknown (the GPU cells recorded no test_process_cpu)"
+    return (f"tests' CPU: {f['cpu_s']:.0f} CPU-s in {f['units']} GPU units ({f['launcher_cpu_s']:.0f} of them while"
+            f" their servers started); by class: " + ", ".join(f"{k} {v:.0f}" for k, v in f["by_class"][:top])
+            + (f"; with the servers' CPU the floor on {f['cores']} cores is {f['floor_s']:.0f} s" if f["cores"] else ""))
+
+
 def text(breakdown: dict) -> str:
     """The breakdown for people: the totals, then one line per class, longest first."""
     if not breakdown.get("cells"):
@@ -318,6 +351,7 @@ def main(argv=None) -> int:
     if args.cores >= 1 and gpu_units(units):
         print(cpu_floor_text(cpu_floor(units, args.cores)))
         print(cpu_by_thread_text(cpu_by_thread(units)))
+        print(tests_cpu_text(tests_cpu(units, args.cores)))
     return 0
 
 

@@ -213,3 +213,25 @@ def test_the_servers_cpu_is_summed_by_thread_name_most_first(tmp_path, capsys):
     assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
     assert (f"CPU by thread: {pool} 8 CPU-s (67%, 30 threads in 2 servers); {loop} 4 CPU-s (33%, 1 threads in 1"
             " servers)") in capsys.readouterr().out
+
+
+def _test_cpu(cpu_s, children_cpu_s=0.0, launcher_cpu_s=0.0):
+    return {"key": "test_process_cpu", "value": cpu_s, "children_cpu_s": children_cpu_s,
+            "launcher_cpu_s": launcher_cpu_s}
+
+
+def test_the_tests_cpu_is_summed_by_class_and_added_to_the_floor(tmp_path, capsys):
+    _unit(tmp_path, "state_walk_mrv1_eager/shard_1_of_2", 50.0, _timing("zygote", start_cpu_s=6.0, serve_cpu_s=10.0),
+          _test_cpu(5.0, launcher_cpu_s=1.0))
+    _unit(tmp_path, "state_walk_mrv1_eager/shard_2_of_2", 50.0, _timing("zygote", start_cpu_s=6.0, serve_cpu_s=10.0),
+          _test_cpu(4.0, children_cpu_s=1.0, launcher_cpu_s=1.5))
+    _unit(tmp_path, "flags_mrv2_graph", 30.0, _timing("zygote", start_cpu_s=8.0, serve_cpu_s=2.0), _test_cpu(3.0))
+    _unit(tmp_path, "flags_fake_mrv1_eager", 9.0, _timing("fake", start_cpu_s=1.0, serve_cpu_s=1.0), _test_cpu(90.0))
+    _unit(tmp_path, "b_mrv1_eager", 5.0, _timing("zygote", start_cpu_s=1.0, serve_cpu_s=1.0))  # an older log
+    f = bazel_runs.tests_cpu(bazel_runs.test_units(str(tmp_path)), 4)
+    assert f == {"units": 3, "cpu_s": 13.0, "launcher_cpu_s": 2.5, "by_class": [("state_walk", 10.0), ("flags", 3.0)],
+                 "floor_s": 14.2, "cores": 4}  # (44 CPU-s of the GPU servers + 13 of their tests) / 4 cores
+    assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
+    assert ("tests' CPU: 13 CPU-s in 3 GPU units (2 of them while their servers started); by class: state_walk 10,"
+            " flags 3; with the servers' CPU the floor on 4 cores is 14 s") in capsys.readouterr().out
+    assert bazel_runs.tests_cpu(bazel_runs.test_units(str(tmp_path / "none")), 4) is None
