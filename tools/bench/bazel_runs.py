@@ -86,7 +86,8 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
     """Every test unit under testlogs_dir: a cell, or each shard of a sharded one (Bazel runs shards
     apart, so a shard is what occupies a slot). Each: "unit" (cell[/shard_K_of_N]), "cell", "seconds"
     (suite_seconds), the "timings" (server_timings) it recorded, with their "cell" and "start_mode", and
-    "test_cpu": its test process's CPU seconds (test_process_cpu), None where it recorded none.
+    "test_cpu": its test process's CPU seconds (test_process_cpu), None where it recorded none, and
+    "walk_steps": the (time, operation token) of each walk_step it recorded, in time order.
     only: the real paths of the test.xml files to keep (an invocation's: tools/report/reading.py)."""
     units = []
     if not os.path.isdir(testlogs_dir):
@@ -103,9 +104,10 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
             test_cpu = next(({"cpu_s": e["value"], "children_cpu_s": e.get("children_cpu_s", 0.0),
                               "launcher_cpu_s": e.get("launcher_cpu_s", 0.0)}
                              for e in entries if e.get("key") == "test_process_cpu"), None)
+            walk_steps = sorted((e["time"], e.get("op", "")) for e in entries if e.get("key") == "walk_step")
             units.append({"unit": os.path.relpath(unit_dir, testlogs_dir), "cell": cell,
                           "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")), "timings": timings,
-                          "test_cpu": test_cpu})
+                          "test_cpu": test_cpu, "walk_steps": walk_steps})
     return units
 
 
@@ -301,6 +303,31 @@ def tests_cpu_text(f: dict | None, top: int = 6) -> str:
             + (f"; with the servers' CPU the floor on {f['cores']} cores is {f['floor_s']:.0f} s" if f["cores"] else ""))
 
 
+def _step_kind(token: str) -> str:
+    """A walk operation's token (walk/operations.py Operation.__str__) as the deal prices it: a sleep
+    with a request in flight apart from the other sleeps."""
+    name = token.split(":")[0]
+    return "sleep in flight" if name == "sleep" and token.endswith(":1") else name
+
+
+def walk_step_seconds(units: list[dict]) -> list[tuple]:
+    """[(operation kind, steps, mean seconds), ...] most time first, over the GPU units' walk steps: a
+    step's walk_step record is written once it and its checks are done, so the time since the record
+    before is that step's. What tests/sleep_wake/walk/plan.py's STEP_SECONDS should stay near."""
+    seconds: dict = {}
+    for u in gpu_units(units):
+        steps = u.get("walk_steps") or []
+        for (before, _), (after, token) in zip(steps, steps[1:]):
+            seconds.setdefault(_step_kind(token), []).append(after - before)
+    return sorted(((k, len(v), round(statistics.mean(v), 3)) for k, v in seconds.items()),
+                  key=lambda kv: -kv[1] * kv[2])
+
+
+def walk_step_seconds_text(kinds: list[tuple]) -> str:
+    return "walk steps, mean seconds by operation: " + ", ".join(
+        f"{k} {mean:.2f} ({n} steps)" for k, n, mean in kinds)
+
+
 def text(breakdown: dict) -> str:
     """The breakdown for people: the totals, then one line per class, longest first."""
     if not breakdown.get("cells"):
@@ -348,6 +375,8 @@ def main(argv=None) -> int:
     print(text(cell_breakdown(units, None)))
     if args.slots >= 1 and gpu_units(units):
         print(floor_text(floor(units, args.slots, args.start_alone_s)))
+    if walk_step_seconds(units):
+        print(walk_step_seconds_text(walk_step_seconds(units)))
     if args.cores >= 1 and gpu_units(units):
         print(cpu_floor_text(cpu_floor(units, args.cores)))
         print(cpu_by_thread_text(cpu_by_thread(units)))

@@ -235,3 +235,23 @@ def test_the_tests_cpu_is_summed_by_class_and_added_to_the_floor(tmp_path, capsy
     assert ("tests' CPU: 13 CPU-s in 3 GPU units (2 of them while their servers started); by class: state_walk 10,"
             " flags 3; with the servers' CPU the floor on 4 cores is 14 s") in capsys.readouterr().out
     assert bazel_runs.tests_cpu(bazel_runs.test_units(str(tmp_path / "none")), 4) is None
+
+
+def _step(time, op):
+    return {"key": "walk_step", "time": time, "op": op}
+
+
+def test_the_walks_step_seconds_are_the_time_between_its_records_by_operation(tmp_path, capsys):
+    _unit(tmp_path, "state_walk_mrv1_eager/shard_1_of_2", 50.0, _timing("zygote"),
+          _step(10.0, "sleep:1:abort:0"), _step(10.5, "wake:-"), _step(10.6, "sleep:0:wait:1"), _step(11.6, "reload:B"),
+          _step(12.0, "wake:weights"))
+    _unit(tmp_path, "state_walk_mrv1_eager/shard_2_of_2", 50.0, _timing("zygote"),
+          _step(20.3, "wake:kv_cache"), _step(20.0, "reload:-"))  # out of order on disk: sorted by time
+    _unit(tmp_path, "state_walk_fake_mrv1_eager", 9.0, _timing("fake"), _step(1.0, "sleep:1:abort:0"),
+          _step(9.0, "reload:A"))
+    kinds = bazel_runs.walk_step_seconds(bazel_runs.test_units(str(tmp_path)))
+    # wakes 0.5, 0.4 and 0.3 s; the fake tier's steps are left out; the most time first
+    assert kinds == [("wake", 3, 0.4), ("reload", 1, 1.0), ("sleep in flight", 1, 0.1)]
+    assert bazel_runs.main([str(tmp_path)]) == 0
+    assert ("walk steps, mean seconds by operation: wake 0.40 (3 steps), reload 1.00 (1 steps), sleep in flight"
+            " 0.10 (1 steps)") in capsys.readouterr().out
