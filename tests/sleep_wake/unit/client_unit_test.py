@@ -41,6 +41,16 @@ def test_sleep_and_wake_build_query(client, fake):
     assert last(fake, "/wake_up")["query"] == {}
 
 
+def test_a_proxy_in_the_environment_is_not_used_for_the_server(client, fake, monkeypatch):
+    # Nothing listens on port 9: a call routed through this proxy would fail to connect.
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert client.health() and client.is_sleeping() is False
+    assert last(fake, "/is_sleeping")
+
+
 def test_flags_and_gauge(client):
     assert client.is_sleeping() is False and client.sleep_state() == metrics.GAUGE_AWAKE
     client.sleep(level=1)
