@@ -1,4 +1,5 @@
-"""Process trees through psutil: snapshot a process's descendants, signal them, wait until gone.
+"""Process trees through psutil and the kernel's children files: snapshot a process's descendants, signal them,
+wait until gone.
 
 A PID alone is not an identity (numbers are reused), so a snapshot maps each PID to its creation time
 (psutil's create_time, from the kernel's start time) and a process counts as the same one only while
@@ -59,15 +60,54 @@ def _live(procs) -> Snapshot:
     return found
 
 
+# Linux lists each thread's children in /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN).
+PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def _child_pids(pid: int) -> list[int]:
+    """pid's children from its threads' children files (none if it is gone)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    kids = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(k) for k in f.read().split()]
+        except OSError:  # the thread is gone
+            continue
+    return kids
+
+
+def descendant_pids(root: int) -> list[int] | None:
+    """The PIDs below root, from the children files of root's tree alone; None without those files.
+    Why not psutil's children(recursive=True): it reads every process's stat on the host to find a
+    tree's parents, 7.9 ms a call with 493 processes on the host against 0.23 ms (2-core CPU machine),
+    and a walk step reads its server's tree for each NVML reading and host-memory read."""
+    if not PROC_CHILDREN:
+        return None
+    found, todo = [], [root]
+    while todo:
+        kids = _child_pids(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
 def snapshot(root: int, include_root: bool = True) -> Snapshot:
     """Every live descendant of root (and root itself if asked), as pid -> creation time."""
     proc = _process(root)
     if proc is None:
         return {}
-    try:
-        descendants = proc.children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
+    pids = descendant_pids(root)
+    if pids is None:
+        try:
+            descendants = proc.children(recursive=True)
+        except psutil.NoSuchProcess:
+            descendants = []
+    else:
+        descendants = [p for p in map(_process, dict.fromkeys(pids)) if p is not None]
     return _live(([proc] if include_root else []) + descendants)
 
 
@@ -149,6 +189,8 @@ def parent(pid: int) -> int | None:
 
 def children(pid: int) -> set[int]:
     """Live direct children of pid."""
+    if PROC_CHILDREN:
+        return set(_live(p for p in map(_process, _child_pids(pid)) if p is not None)) if alive(pid) else set()
     return _ask(pid, lambda proc: set(_live(proc.children()))) or set()
 
 
