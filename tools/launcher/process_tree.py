@@ -1,5 +1,5 @@
-"""Process trees through psutil and the kernel's children files: snapshot a process's descendants, signal them,
-wait until gone.
+"""Process trees through psutil and the kernel's children files: snapshot a process's descendants,
+signal them, wait until gone.
 
 A PID alone is not an identity (numbers are reused), so a snapshot maps each PID to its creation time
 (psutil's create_time, from the kernel's start time) and a process counts as the same one only while
@@ -87,9 +87,11 @@ def descendant_pids(root: int) -> list[int] | None:
     and a walk step reads its server's tree for each NVML reading and host-memory read."""
     if not PROC_CHILDREN:
         return None
-    found, todo = [], [root]
+    found, todo, seen = [], [root], {root}
     while todo:
-        kids = _child_pids(todo.pop())
+        # seen: a PID reused between two reads must not make the walk go round.
+        kids = [k for k in _child_pids(todo.pop()) if k not in seen]
+        seen.update(kids)
         found += kids
         todo += kids
     return found
