@@ -97,6 +97,9 @@ jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
 # memory phases bound the slots (tools/launcher/slots.py gives each cell a core).
 cpu_times() { awk '/^cpu /{t=0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6}' /proc/stat; }
 cpu_before=$(cpu_times)
+# ... and by kind of process (the servers, Bazel, the tests' own processes): tools/bench/host_cpu.py.
+PYTHONPATH="$PWD" python3 -m tools.bench.host_cpu --while_alive $$ >"$lock_dir/host-cpu.txt" 2>&1 &
+host_cpu=$!
 rc=0 matched=0 beps=() took=()
 for i in "${!waves[@]}"; do
   wave=${waves[$i]}
@@ -130,6 +133,12 @@ done
 read -r t0 i0 <<<"$cpu_before"; read -r t1 i1 <<<"$(cpu_times)"
 ((t1 > t0)) && echo "run_matrix.sh: host CPUs busy $(( 100 * (t1 - t0 - (i1 - i0)) / (t1 - t0) ))% of" \
   "$(nproc) during bazel test"
+kill -TERM "$host_cpu" 2>/dev/null; wait "$host_cpu" 2>/dev/null
+if grep -q "^host CPU-s" "$lock_dir/host-cpu.txt" 2>/dev/null; then
+  echo "run_matrix.sh: $(grep "^host CPU-s" "$lock_dir/host-cpu.txt" | tail -1)"
+else
+  echo "run_matrix.sh: the host's CPU by kind of process was not measured (see $lock_dir/host-cpu.txt)" >&2
+fi
 # The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
 # first (tools/report); it shows the results, it never decides them.
 python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text ||

@@ -22,8 +22,9 @@ WORKSPACE = os.path.dirname(TOOLS_DIR)
 SCRIPT_FILES = [".bazelrc", "tools/__init__.py", "tools/test.sh", "tools/run_matrix.sh", "tools/results/ran_tests.py",
                 "tools/results/testlogs.py", "tools/launcher/__init__.py", "tools/launcher/errors.py",
                 "tools/launcher/slots.py", "tools/launcher/visible_devices.py", "tools/matrix.py", "tools/matrix.bzl",
-                "tools/bench/__init__.py", "tools/bench/bazel_runs.py", "tools/report/__init__.py",
-                "tools/report/reading.py", "tools/launcher/zygote_host.py", "tools/launcher/unix_socket.py"]
+                "tools/bench/__init__.py", "tools/bench/bazel_runs.py", "tools/bench/host_cpu.py",
+                "tools/report/__init__.py", "tools/report/reading.py", "tools/launcher/zygote_host.py",
+                "tools/launcher/unix_socket.py"]
 FAKES = os.path.join(TOOLS_DIR, "testdata", "scripts")
 # What the two H200s of an nvidia-h200-x2 runner report: index, uuid, free MiB.
 TWO_H200 = ("0, GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, 143163\n"
@@ -155,6 +156,9 @@ def test_run_matrix_says_how_busy_the_hosts_cpus_were(workspace):
                                  FAKE_NVIDIA_SMI_CSV=TWO_H200)
     assert code == 0, output
     assert re.search(r"run_matrix.sh: host CPUs busy \d+% of \d+ during bazel test", output), output
+    # ... and by kind of process (tools/bench/host_cpu.py), with the tests' processes apart from the servers.
+    assert re.search(r"run_matrix.sh: host CPU-s over \d+ s on \d+ cores: busy \d+ \(\d+%\); servers \d+, bazel \d+,"
+                     r" tests \d+, other \d+; unsampled -?\d+", output), output
 
 
 WALK = ("//tests/sleep_wake:state_walk_mrv1_eager", {"test_walk": "passed"}, "", ["gpu", "state_walk"])

@@ -300,7 +300,8 @@ def tests_cpu_text(f: dict | None, top: int = 6) -> str:
         return "tests' CPU: unknown (the GPU cells recorded no test_process_cpu)"
     return (f"tests' CPU: {f['cpu_s']:.0f} CPU-s in {f['units']} GPU units ({f['launcher_cpu_s']:.0f} of them while"
             f" their servers started); by class: " + ", ".join(f"{k} {v:.0f}" for k, v in f["by_class"][:top])
-            + (f"; with the servers' CPU the floor on {f['cores']} cores is {f['floor_s']:.0f} s" if f["cores"] else ""))
+            + (f"; with the servers' CPU the floor on {f['cores']} cores is {f['floor_s']:.0f} s"
+               if f["cores"] else ""))
 
 
 def _step_kind(token: str) -> str:
