@@ -26,11 +26,17 @@ TREE = {
 }
 
 
-def test_processes_count_from_the_first_sample_by_the_kind_of_their_ancestors(tmp_path):
+def _sampled(tmp_path, *states) -> host_cpu.Sampler:
+    """A Sampler after one sample of each state of a fake /proc, in order."""
     proc = tmp_path / "proc"
-    _proc(proc, TREE)
     sampler = host_cpu.Sampler(str(proc))
-    sampler.sample()
+    for state in states:
+        _proc(proc, state)
+        sampler.sample()
+    return sampler
+
+
+def test_processes_count_from_the_first_sample_by_the_kind_of_their_ancestors(tmp_path):
     later = dict(TREE)
     later[1] = (0, 510, 1, TREE[1][3])
     later[10] = (1, 44, 2, TREE[10][3])
@@ -38,22 +44,16 @@ def test_processes_count_from_the_first_sample_by_the_kind_of_their_ancestors(tm
     later[13] = (12, 6, 9, ["bash", "-c", "x"])  # new since the first sample: all of it counts
     later[21] = (20, 160, 6, TREE[21][3])
     later[22] = (21, 3, 9, ["python3", "engine core"])
-    _proc(proc, later)
-    sampler.sample()
-    (proc / "21" / "stat").unlink()  # the server is gone: its last sample stands
+    sampler = _sampled(tmp_path, TREE, later)
+    (tmp_path / "proc" / "21" / "stat").unlink()  # the server is gone: its last sample stands
     sampler.sample()
     assert sampler.totals() == {"servers": 60 + 3, "bazel": 4, "tests": 20 + 6, "other": 10}
 
 
 def test_a_reused_pid_is_another_process(tmp_path):
-    proc = tmp_path / "proc"
-    _proc(proc, TREE)
-    sampler = host_cpu.Sampler(str(proc))
-    sampler.sample()
     reused = dict(TREE)
     reused[12] = (20, 8, 99, ["python3", "-m", "vllm.entrypoints.openai.api_server"])  # pid 12, a new start
-    _proc(proc, reused)
-    sampler.sample()
+    sampler = _sampled(tmp_path, TREE, reused)
     assert sampler.totals()["servers"] == 8 and sampler.totals()["tests"] == 0
 
 
