@@ -8,11 +8,12 @@ import sys
 
 
 class PatchOnImport(importlib.abc.MetaPathFinder):
-    """Calls patch(module) once `module` has executed; `key` names the plugin, so that a plugin that
-    registers twice (vLLM loads plugins in several places) installs one finder."""
+    """Calls each of its patches(module), in the order they came, once `module` has executed. One finder
+    per module serves every plugin: the first finder that answers for a module is the only one Python
+    asks, so a second finder of its own would never see the import."""
 
-    def __init__(self, module: str, patch, key: str):
-        self.module, self.patch, self.key = module, patch, key
+    def __init__(self, module: str):
+        self.module, self.patches = module, {}  # the plugin's key -> its patch
 
     def find_spec(self, name, path, target=None):
         if name != self.module:
@@ -24,14 +25,21 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             execute(module)
-            self.patch(module)
+            for patch in self.patches.values():
+                patch(module)
         spec.loader.exec_module = exec_module
         return spec
 
 
 def patch_when_imported(module: str, patch, key: str) -> None:
-    """patch(module) now if it is imported already (a zygote preloaded it), else right after its import."""
+    """patch(module) now if it is imported already (a zygote preloaded it), else right after its import.
+    key names the plugin: one that registers twice (vLLM loads plugins in several places) is queued once;
+    a module already imported is patched at each call, so the patches guard themselves against that."""
     if module in sys.modules:
         patch(sys.modules[module])
-    elif not any(isinstance(f, PatchOnImport) and f.key == key for f in sys.meta_path):
-        sys.meta_path.insert(0, PatchOnImport(module, patch, key))
+        return
+    finder = next((f for f in sys.meta_path if isinstance(f, PatchOnImport) and f.module == module), None)
+    if finder is None:
+        finder = PatchOnImport(module)
+        sys.meta_path.insert(0, finder)
+    finder.patches.setdefault(key, patch)
