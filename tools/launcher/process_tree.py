@@ -70,14 +70,16 @@ def _child_pids(pid: int) -> list[int]:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []
-    kids = []
-    for tid in tids:
+    return [int(k) for tid in tids for k in _read(f"/proc/{pid}/task/{tid}/children").split()]
+
+
+def _processes(pids):
+    """psutil.Process of each pid that exists (_live then keeps the live ones)."""
+    for pid in pids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids += [int(k) for k in f.read().split()]
-        except OSError:  # the thread is gone
-            continue
-    return kids
+            yield psutil.Process(pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
 
 
 def descendant_pids(root: int) -> list[int] | None:
@@ -109,7 +111,7 @@ def snapshot(root: int, include_root: bool = True) -> Snapshot:
         except psutil.NoSuchProcess:
             descendants = []
     else:
-        descendants = [p for p in map(_process, dict.fromkeys(pids)) if p is not None]
+        descendants = list(_processes(pids))  # distinct: descendant_pids keeps each once
     return _live(([proc] if include_root else []) + descendants)
 
 
@@ -191,8 +193,8 @@ def parent(pid: int) -> int | None:
 
 def children(pid: int) -> set[int]:
     """Live direct children of pid."""
-    if PROC_CHILDREN:
-        return set(_live(p for p in map(_process, _child_pids(pid)) if p is not None)) if alive(pid) else set()
+    if PROC_CHILDREN:  # a pid that is gone (or a zombie, whose children were reparented) has none
+        return set(_live(_processes(_child_pids(pid))))
     return _ask(pid, lambda proc: set(_live(proc.children()))) or set()
 
 

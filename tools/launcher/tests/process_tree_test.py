@@ -68,9 +68,13 @@ def _names(snap) -> list:
 
 def test_a_snapshot_finds_the_whole_tree_from_the_proc_children_files_as_psutil_does(monkeypatch):
     # A child, started by a second thread of the root, and its two children.
+    # The thread stays alive: the kernel lists the child under that thread's children file, not the main
+    # thread's (a thread that exits hands its children to another of the process).
     script = ("import subprocess, threading, time\n"
-              "t = threading.Thread(target=lambda: subprocess.Popen(['bash', '-c', 'sleep 30 & sleep 30; wait']))\n"
-              "t.start(); t.join(); time.sleep(30)\n")
+              "def spawn():\n"
+              "    subprocess.Popen(['bash', '-c', 'sleep 30 & sleep 30; wait'])\n"
+              "    time.sleep(30)\n"
+              "threading.Thread(target=spawn, daemon=True).start(); time.sleep(30)\n")
     proc = subprocess.Popen([sys.executable, "-S", "-E", "-c", script])
     try:
         deadline = time.monotonic() + 10
