@@ -278,7 +278,8 @@ def cpu_by_thread_text(groups: list[dict], top: int = 8) -> str:
 def tests_cpu(units: list[dict], cores: int) -> dict | None:
     """The GPU units' test processes: their CPU seconds (their reaped children's included), the part
     spent while their servers started (the launcher's lease, zygote request and /health polls), by
-    class, and the CPU floor of the servers and these together on `cores`. None: none recorded it."""
+    class, and the CPU floor of the servers (cpu_floor's CPU-s) and these together on `cores`, None
+    where cpu_floor has none. None: no unit recorded its test process's CPU."""
     recorded = [u for u in gpu_units(units) if u.get("test_cpu")]
     if not recorded:
         return None
@@ -287,12 +288,12 @@ def tests_cpu(units: list[dict], cores: int) -> dict | None:
         name = class_of(u["cell"])
         by_class[name] = by_class.get(name, 0.0) + u["test_cpu"]["cpu_s"] + u["test_cpu"]["children_cpu_s"]
     total = sum(by_class.values())
-    servers = sum((t["start_cpu_s"] or 0.0) + (t["serve_cpu_s"] or 0.0) for t in gpu_timings(units)
-                  if t["start_cpu_s"] is not None)
+    servers = cpu_floor(units, cores) if cores else None
     return {"units": len(recorded), "cpu_s": round(total, 1),
             "launcher_cpu_s": round(sum(u["test_cpu"]["launcher_cpu_s"] for u in recorded), 1),
             "by_class": [(k, round(v, 1)) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])],
-            "floor_s": round((servers + total) / cores, 1) if cores else None, "cores": cores}
+            "floor_s": round((servers["start_cpu_s"] + servers["serve_cpu_s"] + total) / cores, 1) if servers else None,
+            "cores": cores}
 
 
 def tests_cpu_text(f: dict | None, top: int = 6) -> str:
@@ -301,7 +302,7 @@ def tests_cpu_text(f: dict | None, top: int = 6) -> str:
     return (f"tests' CPU: {f['cpu_s']:.0f} CPU-s in {f['units']} GPU units ({f['launcher_cpu_s']:.0f} of them while"
             f" their servers started); by class: " + ", ".join(f"{k} {v:.0f}" for k, v in f["by_class"][:top])
             + (f"; with the servers' CPU the floor on {f['cores']} cores is {f['floor_s']:.0f} s"
-               if f["cores"] else ""))
+               if f["floor_s"] is not None else ""))
 
 
 def _step_kind(token: str) -> str:
@@ -376,8 +377,9 @@ def main(argv=None) -> int:
     print(text(cell_breakdown(units, None)))
     if args.slots >= 1 and gpu_units(units):
         print(floor_text(floor(units, args.slots, args.start_alone_s)))
-    if walk_step_seconds(units):
-        print(walk_step_seconds_text(walk_step_seconds(units)))
+    steps = walk_step_seconds(units)
+    if steps:
+        print(walk_step_seconds_text(steps))
     if args.cores >= 1 and gpu_units(units):
         print(cpu_floor_text(cpu_floor(units, args.cores)))
         print(cpu_by_thread_text(cpu_by_thread(units)))

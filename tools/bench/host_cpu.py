@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     while True:
         sampler.sample()
         taken += 1
-        if (args.samples and taken >= args.samples) or stop.wait(args.interval_s if not stop.is_set() else 0):
+        if (args.samples and taken >= args.samples) or stop.wait(args.interval_s):
             break
         if args.while_alive and not _alive(args.while_alive):
             break
