@@ -121,6 +121,20 @@ def test_an_idle_zygote_exits_and_the_next_start_imports_again(tmp_path, pid_fil
     assert len(testing.imports(str(tmp_path / "imports"))) == 2
 
 
+def test_a_forked_servers_collections_skip_what_the_zygote_imported(tmp_path, pid_file, site, host):
+    """The import's objects are frozen before the fork: a plain start's collections walk all of them."""
+    environ = _environ(tmp_path, site)
+    walked = re.compile(r"gc: (\d+) frozen, (\d+) of fake_heavy's (\d+) containers walked")
+    with _server(tmp_path, pid_file, environ) as forked:
+        assert forked.start_mode == "zygote"
+    with _server(tmp_path, pid_file, environ, start_mode="plain") as plain:
+        pass
+    frozen, seen, heavy = map(int, walked.search(_log(forked)).groups())
+    assert frozen >= heavy > 0 and seen == 0, walked.search(_log(forked)).group(0)
+    frozen, seen, heavy = map(int, walked.search(_log(plain)).groups())
+    assert frozen == 0 and seen == heavy, walked.search(_log(plain)).group(0)
+
+
 def test_a_key_variable_gets_its_own_zygote_a_per_server_one_does_not(tmp_path, pid_file, site, host):
     environ = _environ(tmp_path, site, FAKE_KEY_VARIABLE="1")
     for variant in (environ, dict(environ, SLEEPWAKE_MUTANT="x", PYTEST_CURRENT_TEST="t"),

@@ -3,10 +3,15 @@
 FAKE_SERVER_IMPORT_LOG: each import appends "PID\n" there, so a test counts imports (one per zygote,
 or one per server when started plainly). FAKE_SERVER_READS_AT_IMPORT=NAME: the import reads variable
 NAME, as importing vLLM reads its logging variables (vllm/logger.py). FAKE_SERVER_IMPORT_FAILS=1: the
-import then raises, as a broken install would.
+import then raises, as a broken install would. STATE: HEAVY_OBJECTS small containers of module state.
 """
 
 import os
+
+# Module state, as an import of vLLM leaves 680k objects: enough that a test can tell whether a
+# server's collections walk them (the zygote freezes them before it forks).
+HEAVY_OBJECTS = 20000
+STATE = [{"entry": [i]} for i in range(HEAVY_OBJECTS)]
 
 if os.environ.get("FAKE_SERVER_IMPORT_LOG"):
     with open(os.environ["FAKE_SERVER_IMPORT_LOG"], "a") as _log:

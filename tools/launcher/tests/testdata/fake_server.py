@@ -23,6 +23,7 @@ the same environment, would import vLLM).
 """
 
 import argparse
+import gc
 import http.server
 import importlib
 import importlib.metadata
@@ -35,7 +36,7 @@ import time
 
 import psutil
 
-import fake_heavy  # noqa: F401 (imported for its cost and its side effects, like vllm)
+import fake_heavy  # imported for its cost and its side effects, like vllm
 
 PLUGIN_GROUP = "vllm.general_plugins"
 
@@ -115,6 +116,11 @@ def main():
     parser.add_argument("--pid_file")
     args = parser.parse_args()
     print("fake vLLM server %d starting on %s:%d" % (os.getpid(), args.host, args.port), flush=True)
+    # What a collection here walks: the oldest generation, and whether the import's state is in it.
+    walked = {id(o) for o in gc.get_objects()}
+    print("fake vLLM server gc: %d frozen, %d of fake_heavy's %d containers walked by a collection" % (
+        gc.get_freeze_count(), sum(id(entry) in walked for entry in fake_heavy.STATE), fake_heavy.HEAVY_OBJECTS),
+        flush=True)
     for name in [n for n in os.environ.get("FAKE_SERVER_LATE_IMPORTS", "").split(",") if n]:
         print("fake vLLM server: late import %s (imported already: %s)" % (name, name in sys.modules), flush=True)
         importlib.import_module(name)
