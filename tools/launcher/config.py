@@ -43,6 +43,10 @@ VLLM_PRELOAD = (
     "vllm.model_executor.model_loader",
     "vllm.model_executor.models.qwen3",
     "vllm.v1.attention.backends.flash_attn",
+    # Triton's cache key hashes its compiler's sources and libtriton.so (functools.lru_cache): each
+    # server's first kernel lookup paid 0.5 CPU-s for it, 44 CPU-s a matrix on the H200 (py-spy,
+    # docs/bench/h200-2026-12-02b.md). It reads files only: no CUDA, no variable.
+    "triton.runtime.cache:triton_key",
 )
 
 
@@ -134,9 +138,10 @@ class ServerConfig:
     zygote_start_timeout_s: float = _setting(300.0, "Seconds to wait for a zygote to import vLLM.")
     zygote_preload: str = _setting("auto", "Modules a zygote imports after the server's module, comma-separated,"
                                    " so that every server it forks has them (vLLM's engine core imports its"
-                                   " worker and model only after the fork); one missing from the installed"
-                                   " vLLM is logged and skipped. auto: config.VLLM_PRELOAD for vLLM's API"
-                                   " server, none for another module; none: no preload.")
+                                   " worker and model only after the fork); MODULE:FUNCTION also calls a"
+                                   " cached function every server would compute. One missing from the"
+                                   " installed vLLM is logged and skipped. auto: config.VLLM_PRELOAD for"
+                                   " vLLM's API server, none for another module; none: no preload.")
     # Both through the plugin phase_plugin/sleepwake_cpu_use.py. On one H200 with 16 cores the matrix's
     # servers spent 1834-1880 CPU-s with torch's defaults and 1514-1679 with these (docs/bench, eleventh
     # session): the matrix 214-227 s before, 194-210 s after. A GPU server's torch does no CPU work
@@ -278,9 +283,10 @@ def validate(config: ServerConfig) -> None:
             " --allow_non_loopback (ServerConfig.allow_non_loopback=True) on a trusted network."
             % config.host)
     for name in preload_modules(config, []):
-        if not all(part.isidentifier() for part in name.split(".")):
-            raise ConfigError("--zygote_preload: %r is not a module name; give dotted module names, comma-separated"
-                              " (or auto, or none)" % name)
+        module, colon, function = name.partition(":")
+        if not all(part.isidentifier() for part in module.split(".")) or (colon and not function.isidentifier()):
+            raise ConfigError("--zygote_preload: %r is not a module name; give dotted module names, each with an"
+                              " optional :function to call, comma-separated (or auto, or none)" % name)
     for name, low, high, what in _RANGES:
         if not low <= getattr(config, name) <= high:
             raise ConfigError("--%s=%s is out of range: %s" % (name, getattr(config, name), what))

@@ -10,7 +10,8 @@ environment: python -m tools.launcher.zygote --socket PATH --module M [--preload
     that read is harmless, every fork is refused and the launcher starts plainly, naming the variable.
   * Preloads: modules the server would import only later, in every server (vLLM's engine core imports
     its worker, model runner and model after the API server forks it), imported after the module under
-    the same rules: their reads and CUDA count as the module's. One that fails to import is logged and
+    the same rules: their reads and CUDA count as the module's. A MODULE:FUNCTION preload also calls the
+    function, a cached value every server computes (Triton's cache key). One that fails is logged and
     left to the server, which imports it itself (or fails as a plain start would).
   * Freeze: then every object the imports made goes into the permanent generation (gc.freeze), so a
     fork's garbage collections walk only what that server allocated (freeze_heap says why).
@@ -135,7 +136,8 @@ def cuda_initialized() -> bool:
 def module_files_state(module: str, *more: str) -> list:
     """(path, inode, mtime, size) of each module's file and its top-level package's __init__: a
     reinstall (pip replaces the files) changes them, and this zygote's image is then stale."""
-    names = [name for m in (module,) + more for name in (m.split(".")[0], m)]
+    modules = [m.partition(":")[0] for m in (module,) + more]  # a MODULE:FUNCTION preload is MODULE's
+    names = [name for m in modules for name in (m.split(".")[0], m)]
     out = []
     for name in dict.fromkeys(names):
         path = getattr(sys.modules.get(name), "__file__", None)
@@ -275,11 +277,16 @@ def _close_all_but(keep) -> None:
 
 
 def _preload(modules) -> tuple:
-    """Imports each module; the ones that imported. A failure is the server's to meet, not the zygote's."""
+    """Imports each module, and for MODULE:FUNCTION also calls FUNCTION(), a cached computation every
+    server would repeat (its cache then holds the value in every fork); the ones that worked. A failure
+    is the server's to meet, not the zygote's."""
     out = []
     for name in modules:
+        module, _, function = name.partition(":")
         try:
-            importlib.import_module(name)
+            loaded = importlib.import_module(module)
+            if function:
+                getattr(loaded, function)()
             out.append(name)
         except (Exception, SystemExit) as e:
             _say("preload %s failed, left to the server: %s: %s" % (
@@ -544,11 +551,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to serve on.")
     parser.add_argument("--module", required=True, help="The server module to import and run as __main__.")
-    parser.add_argument("--preload", action="append", default=[], metavar="MODULE", help="Also import MODULE"
-                        " after --module (repeatable): a module every server imports only later (vLLM's engine"
-                        " core imports its worker and model after the fork), which each then has already. Its"
-                        " environment reads and CUDA count as --module's; if it fails to import, the zygote logs"
-                        " it and serves, and the server imports it itself.")
+    parser.add_argument("--preload", action="append", default=[], metavar="MODULE[:FUNCTION]", help="Also import"
+                        " MODULE after --module (repeatable): a module every server imports only later (vLLM's"
+                        " engine core imports its worker and model after the fork), which each then has already;"
+                        " with :FUNCTION also call MODULE.FUNCTION(), a cached computation each server would"
+                        " repeat. Its environment reads and CUDA count as --module's; if it fails, the zygote logs"
+                        " it and serves, and the server does it itself.")
     parser.add_argument("--key", required=True, help="The key (zygote_env.zygote_key) requests must carry.")
     parser.add_argument("--idle_s", type=float, default=60.0, help="Exit after this long without a request"
                         " (0: never).")

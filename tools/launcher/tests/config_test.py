@@ -154,6 +154,10 @@ def test_zygote_preloads_default_to_the_vllm_list_for_vllm_only():
     assert config.preload_modules(mine, fake) == config.preload_modules(mine, vllm) == ["a.b", "c"]
     with pytest.raises(ConfigError, match=re.escape("--zygote_preload: 'a b' is not a module name")):
         config.validate(ServerConfig(zygote_preload="c,a b"))
+    config.validate(ServerConfig(zygote_preload="a.b:key,c"))  # MODULE:FUNCTION calls a cached function
+    for bad in ("a.b:", "a.b:key:more", "a.b:1"):
+        with pytest.raises(ConfigError, match=re.escape("--zygote_preload: %r is not a module name" % bad)):
+            config.validate(ServerConfig(zygote_preload=bad))
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "example.com", "::"])

@@ -228,6 +228,19 @@ def test_a_preload_is_imported_once_in_the_zygote_and_a_zygote_without_it_is_ano
     assert len(testing.imports(str(tmp_path / "preloads"))) == 2  # that server's own import
 
 
+def test_a_preload_with_a_function_computes_its_cached_value_once_in_the_zygote(tmp_path, pid_file, site, host):
+    environ = _environ(tmp_path, site, FAKE_PRELOAD_CALL_LOG=str(tmp_path / "calls"),
+                       FAKE_SERVER_LATE_CALLS="fake_preload:cache_key")
+    with _server(tmp_path, pid_file, environ, zygote_preload="fake_preload:cache_key") as first, \
+            _server(tmp_path, pid_file, environ, zygote_preload="fake_preload:cache_key") as second:
+        assert first.start_mode == second.start_mode == "zygote"
+    assert testing.imports(str(tmp_path / "calls")) == testing.imports(str(tmp_path / "imports")), \
+        "computed outside the one zygote"
+    for server in (first, second):
+        assert "late call fake_preload:cache_key -> key" in _log(server)
+    assert "then 1 of 1 preload(s) in" in _zygote_log(tmp_path, first)
+
+
 def test_a_preload_reading_a_per_server_variable_refuses_every_fork(tmp_path, pid_file, site, host):
     environ = _environ(tmp_path, site, FAKE_PRELOAD_READS_AT_IMPORT="VLLM_USE_V2_MODEL_RUNNER")
     with _server(tmp_path, pid_file, environ) as server:  # not preloaded: the server reads its own value

@@ -12,7 +12,8 @@ them (a plugin that did not load), FAKE_SERVER_NO_SLEEP=1 leaves the worker with
 CPU work, for the launcher's CPU accounting: FAKE_SERVER_START_CPU_S of it before listening, and
 GET /spin?cpu_s=S spends S while serving, in a thread that has exited when it answers. FAKE_SERVER_LATE_IMPORTS (comma-separated modules): imported
 at start, as vLLM's engine core imports its worker, each first printed with whether it was imported
-already (a zygote's preload).
+already (a zygote's preload). FAKE_SERVER_LATE_CALLS (comma-separated MODULE:FUNCTION): called at start, as
+vLLM's first kernel lookup computes Triton's cache key.
 
 It also runs as a module (`python -m fake_server` with this directory on PYTHONPATH), which is how a
 zygote pre-imports and forks it in place of vLLM's API server. Its heavy import is fake_heavy (the
@@ -124,6 +125,10 @@ def main():
     for name in [n for n in os.environ.get("FAKE_SERVER_LATE_IMPORTS", "").split(",") if n]:
         print("fake vLLM server: late import %s (imported already: %s)" % (name, name in sys.modules), flush=True)
         importlib.import_module(name)
+    for call in [c for c in os.environ.get("FAKE_SERVER_LATE_CALLS", "").split(",") if c]:
+        module, function = call.split(":")
+        print("fake vLLM server: late call %s -> %s" % (call, getattr(importlib.import_module(module), function)()),
+              flush=True)
     # Like vLLM (api_server.py setup_server): bind with SO_REUSEADDR first, listen only once started,
     # FAKE_SERVER_LISTEN_DELAY_S later.
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
