@@ -299,8 +299,8 @@ ROUTES = {
     ("POST", "/sleep"): _sleep,
     ("POST", "/wake_up"): _wake_up,
     ("GET", "/is_sleeping"): lambda h, f, q, b: h._send(200, {"is_sleeping": f.engine.is_sleeping()}),
-    ("GET", "/metrics"): lambda h, f, q, b: h._send(200, metrics.restricted(f.metrics_text(), q.get("name[]"))
-                                                    .encode(), "text/plain; version=0.0.4; charset=utf-8"),
+    ("GET", "/metrics"): lambda h, f, q, b: h._send(200, f.metrics_text().encode(),
+                                                    "text/plain; version=0.0.4; charset=utf-8"),
     ("GET", "/load"): lambda h, f, q, b: h._send(200, {"server_load": f.engine.load}),
     ("GET", "/version"): lambda h, f, q, b: h._send(200, {"version": f.version}),
     ("GET", "/health"): _health,

@@ -215,14 +215,11 @@ class SleepWakeClient:
             raise ServerResponseError(f"/is_sleeping: expected a bool 'is_sleeping', got {body!r}")
         return value
 
-    def metrics_text(self, *names: str) -> str:
-        """/metrics, or only the samples named (prometheus_client's name[] filter, which vLLM's /metrics
-        app serves): vLLM renders ~500 lines a call, which on the H200 cost its API servers ~40 CPU-s a
-        matrix for the two numbers the suite reads (py-spy, docs/bench/h200-2026-12-02b.md)."""
-        return self._ok("GET", "/metrics", params={"name[]": list(names)} if names else None).text
+    def metrics_text(self) -> str:
+        return self._ok("GET", "/metrics").text
 
     def sleep_state(self) -> dict[str, float]:
-        return metrics.sleep_state(self.metrics_text(metrics.SLEEP_STATE_METRIC))
+        return metrics.sleep_state(self.metrics_text())
 
     def state(self) -> EngineState:
         return EngineState(self.is_sleeping(), self.sleep_state())

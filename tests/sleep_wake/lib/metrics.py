@@ -80,22 +80,3 @@ def sleep_state(text: str) -> dict[str, float]:
     if any(s != states[0] for s in states):
         raise ValueError(f"engines disagree on {SLEEP_STATE_METRIC}: {per_engine}")
     return {k: states[0][k] for k in SLEEP_STATE_LABELS}
-
-
-def restricted(text: str, names) -> str:
-    """What prometheus_client serves for /metrics?name[]=...: only the samples of those names, with
-    their family's HELP and TYPE lines; no names, the whole text."""
-    if not names:
-        return text
-    families = []  # [comment lines, sample lines]: comments open a family, samples follow them
-    for line in text.splitlines():
-        if line.startswith("#") and (not families or families[-1][1]):
-            families.append([[], []])
-        if not families:
-            families.append([[], []])
-        families[-1][0 if line.startswith("#") else 1].append(line)
-    out = []
-    for comments, samples in families:
-        kept = [line for line in samples if (m := _SAMPLE.match(line.strip())) and m.group("name") in set(names)]
-        out += comments + kept if kept else []
-    return "\n".join(out) + "\n" if out else ""

@@ -61,20 +61,3 @@ def test_expected_gauges_follow_record_sleep_state():
     assert metrics.GAUGE_BY_LEVEL == {0: metrics.gauge(0, 0, 0), 1: metrics.gauge(0, 1, 0),
                                       2: metrics.gauge(0, 0, 1)}
     assert metrics.GAUGE_AWAKE == {"awake": 1.0, "weights_offloaded": 0.0, "discard_all": 0.0}
-
-
-PAGE = GAUGE_TEXT + """\
-# HELP vllm:generation_tokens_total Number of generation tokens processed.
-# TYPE vllm:generation_tokens_total counter
-vllm:generation_tokens_total{engine="0",model_name="m"} 42.0
-vllm:generation_tokens_created{engine="0",model_name="m"} 1.7e9
-"""
-
-
-def test_restricted_keeps_the_named_samples_with_their_familys_comments():
-    only_counter = metrics.restricted(PAGE, ["vllm:generation_tokens_total"])
-    assert only_counter == ("# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
-                            "# TYPE vllm:generation_tokens_total counter\n"
-                            'vllm:generation_tokens_total{engine="0",model_name="m"} 42.0\n')
-    assert metrics.restricted(PAGE, [metrics.SLEEP_STATE_METRIC]) == GAUGE_TEXT
-    assert metrics.restricted(PAGE, None) == PAGE and metrics.restricted(PAGE, ["nothing"]) == ""
