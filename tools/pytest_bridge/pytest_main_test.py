@@ -267,6 +267,27 @@ class TestEndOfSession:
         assert cases == {"sample_failing::test_passes": "passed", "sample_failing::test_fails": "failed"}
         assert not (tmp_path / "premature_exit").exists()
 
+    def test_a_profile_of_the_test_processs_cpu_is_written_only_when_asked(self, tmp_path):
+        outputs = tmp_path / "outputs"
+        outputs.mkdir()
+        code, output, _ = run_main(tmp_path / "plain", ["sample_busy.py"], TEST_UNDECLARED_OUTPUTS_DIR=str(outputs))
+        assert code == 0 and not (outputs / "test_profile.txt").exists(), output
+        code, output, _ = run_main(tmp_path / "profiled", ["sample_busy.py"], SLEEPWAKE_PROFILE_TESTS="1",
+                                   TEST_UNDECLARED_OUTPUTS_DIR=str(outputs))
+        profile = (outputs / "test_profile.txt").read_text()
+        assert code == 0 and "sorted by tottime" in profile and "sorted by cumulative" in profile, output
+        busiest = [line for line in profile.splitlines() if "sample_busy.py" in line and "(spend_cpu)" in line]
+        assert busiest and float(busiest[0].split()[3]) >= 0.2, profile[:3000]  # its cumulative CPU seconds
+
+    def test_plugins_installed_in_the_runners_python_are_not_loaded(self, tmp_path):
+        site = os.path.join(TOOLS_DIR, "testdata", "autoload_site")  # holds a pytest11 entry point
+        pythonpath = os.pathsep.join([site] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        code, output, _ = run_main(tmp_path, ["sample_functions.py"], extra_args=["-s"], PYTHONPATH=pythonpath)
+        assert code == 0 and "sample_autoload_plugin" not in output, output
+        assert "sample_autoload_plugin loaded" in subprocess.run(  # the same site, autoloading as pytest does
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", os.path.join(SAMPLES, "sample_functions.py")],
+            cwd=WORKSPACE, env=_env(tmp_path, PYTHONPATH=pythonpath), capture_output=True, text=True, timeout=120).stdout
+
     def test_run_sets_up_the_protocol_files_and_cleans_up(self, tmp_path):
         code, output, _ = run_main(tmp_path, ["sample_protocol.py"])
         assert code == 0, output  # the sample checks the premature exit file, basetemp and cache provider

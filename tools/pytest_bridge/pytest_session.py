@@ -7,15 +7,19 @@ has returned (the session finished, fixtures torn down, the JUnit XML written), 
 completion record with pytest's exit code and the selection counts. A process that ends any other way
 (os._exit in a test or a fixture, a crash, SIGKILL) leaves no record, and pytest_main fails the test
 whatever its exit code. While tests run, CURRENT_TEST holds the node id of the test last started, so
-that failure can name where the process died.
+that failure can name where the process died. SLEEPWAKE_PROFILE_TESTS=1 profiles the session's CPU.
 """
 
 from __future__ import annotations
 
+import cProfile
+import io
 import json
 import os
+import pstats
 import signal
 import sys
+import time
 
 import pytest
 
@@ -28,6 +32,12 @@ def pytest_args(files_and_args: list[str]) -> list[str]:
         "-ra",  # the reason for every non-passing test, at the end of test.log
         "--rootdir", os.getcwd(),  # node ids are workspace paths, whatever files a target holds
         "-o", "log_cli=false",  # live logs would interleave with the report; failures show captured logs
+        # Only the bridge's plugins: a runner's Python may hold others (the H200 image has pytest-timeout,
+        # -xdist, -cov, -mock, -benchmark, hypothesis' and anyio's), which would change how a cell runs,
+        # and pytest assertion-rewrites every module of an autoloaded plugin's package as it imports it:
+        # hypothesis' and anyio's alone were 105 modules, 0.8 of the 1.1 CPU-s of a one-test session
+        # on the 2-core CPU machine, in every test process.
+        "--disable-plugin-autoload",
     ]
     if not sys.stdout.isatty():
         args.append("--color=no")  # test.log is read as plain text
@@ -64,6 +74,32 @@ def _interrupt_once(signum, frame):
     raise KeyboardInterrupt(f"signal {signum} (Bazel's test timeout sends SIGTERM)")
 
 
+# --test_env=SLEEPWAKE_PROFILE_TESTS=1: where the test process's own CPU goes (on the H200 a walk step cost
+# its test process 37 ms against 9 ms on the fake tier, docs/bench/h200-2026-12-02b.md), by function, in
+# the target's outputs. Its CPU time, not wall time: waiting on the server is not the test's cost.
+PROFILE_ENV = "SLEEPWAKE_PROFILE_TESTS"
+PROFILE_FILE = "test_profile.txt"
+PROFILE_ROWS = 40
+
+
+def _profiled(run):
+    """run(), under cProfile when PROFILE_ENV is 1: the top PROFILE_ROWS functions by own and by cumulative
+    CPU time go to $TEST_UNDECLARED_OUTPUTS_DIR/PROFILE_FILE (or the cwd outside Bazel)."""
+    if os.environ.get(PROFILE_ENV) != "1":
+        return run()
+    profile = cProfile.Profile(time.process_time)
+    try:
+        return profile.runcall(run)
+    finally:
+        out = io.StringIO()
+        for order in ("tottime", "cumulative"):
+            out.write(f"# the test process's CPU seconds by function, sorted by {order}\n")
+            pstats.Stats(profile, stream=out).sort_stats(order).print_stats(PROFILE_ROWS)
+        path = os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or os.getcwd(), PROFILE_FILE)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(out.getvalue())
+
+
 def _write_atomically(path: str, record: dict) -> None:
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(record, f)
@@ -77,8 +113,8 @@ def main(argv: list[str]) -> int:
     test_filter = FilterPlugin(os.environ.get("TESTBRIDGE_TEST_ONLY", ""))
     sharder = ShardPlugin(int(os.environ.get("TEST_SHARD_INDEX", "0") or 0),
                           int(os.environ.get("TEST_TOTAL_SHARDS", "0") or 0))
-    code = int(pytest.main(pytest_args(files_and_args),
-                           plugins=[test_filter, sharder, _Progress(current_test)]))
+    code = int(_profiled(lambda: pytest.main(pytest_args(files_and_args),
+                                             plugins=[test_filter, sharder, _Progress(current_test)])))
     _write_atomically(record_path, {
         "exit_code": code,
         "filter": test_filter.text,
