@@ -31,8 +31,7 @@ def background(client, workers: int = 1):
 
 def generated_tokens(client) -> float:
     """vLLM's count of generated tokens (/metrics): proof that requests are decoding, not queued."""
-    samples = [s.value for s in metrics.parse_prometheus(client.metrics_text())
-               if s.name == GENERATION_TOKENS]
+    samples = [s.value for s in metrics.parse_prometheus(client.metrics_text(), [GENERATION_TOKENS])]
     if not samples:
         raise oracle.Precondition(f"{GENERATION_TOKENS} not in /metrics: the server must run with stats on")
     return sum(samples)

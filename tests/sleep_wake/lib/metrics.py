@@ -45,16 +45,22 @@ def _parse_labels(text: str, line: str) -> dict:
     return labels
 
 
-def parse_prometheus(text: str) -> list[Sample]:
-    """Samples of a Prometheus text exposition (comments and blank lines skipped)."""
+def parse_prometheus(text: str, names=None) -> list[Sample]:
+    """Samples of a Prometheus text exposition (comments and blank lines skipped); with names, only the
+    samples of those names, and a line of another name is not parsed at all. Why: vLLM's page has ~475
+    samples after a few requests, and parsing all of them for the one gauge the suite reads was 40% of a
+    walk shard's test process on the H200 (cProfile, docs/bench/h200-2026-12-02b.md)."""
+    wanted = tuple(names) if names else None
     samples = []
     for line in text.splitlines():
         line = line.strip()
-        if not line or line.startswith("#"):
+        if not line or line.startswith("#") or (wanted and not line.startswith(wanted)):
             continue
         m = _SAMPLE.match(line)
         if not m:
             raise ValueError(f"not a Prometheus sample line: {line!r}")
+        if wanted and m.group("name") not in wanted:  # a longer name that starts like a wanted one
+            continue
         labels = _parse_labels(m.group("labels") or "", line)
         samples.append(Sample(m.group("name"), labels, float(m.group("value"))))
     return samples
@@ -66,7 +72,7 @@ def sleep_state(text: str) -> dict[str, float]:
     With several engines (data parallel) every engine must agree; a disagreement is itself a bug.
     """
     per_engine: dict[str, dict[str, float]] = {}
-    for s in parse_prometheus(text):
+    for s in parse_prometheus(text, [SLEEP_STATE_METRIC]):
         if s.name == SLEEP_STATE_METRIC and s.labels.get("sleep_state") in SLEEP_STATE_LABELS:
             per_engine.setdefault(s.labels.get("engine", ""), {})[s.labels["sleep_state"]] = s.value
     if not per_engine:

@@ -61,3 +61,23 @@ def test_expected_gauges_follow_record_sleep_state():
     assert metrics.GAUGE_BY_LEVEL == {0: metrics.gauge(0, 0, 0), 1: metrics.gauge(0, 1, 0),
                                       2: metrics.gauge(0, 0, 1)}
     assert metrics.GAUGE_AWAKE == {"awake": 1.0, "weights_offloaded": 0.0, "discard_all": 0.0}
+
+
+# A page as vLLM serves it after a few requests: the gauge among hundreds of other samples.
+BUSY_PAGE = "".join(f'vllm:request_latency_bucket{{engine="0",le="{i}"}} {i}.0\n' for i in range(500)) + GAUGE_TEXT + \
+    'vllm:engine_sleep_state_seconds{engine="0"} 3.0\nvllm:generation_tokens_total{engine="0"} 42.0\n'
+
+
+def test_parse_with_names_keeps_only_those_samples():
+    every = metrics.parse_prometheus(BUSY_PAGE)
+    wanted = ["vllm:generation_tokens_total", metrics.SLEEP_STATE_METRIC]
+    assert metrics.parse_prometheus(BUSY_PAGE, wanted) == [s for s in every if s.name in wanted]
+    assert len(metrics.parse_prometheus(BUSY_PAGE, wanted)) == 4  # not the longer name that starts alike
+
+
+def test_sleep_state_parses_only_the_gauges_lines():
+    # The other samples are not parsed at all: a line that is no sample line would fail a full parse.
+    page = "not a sample line\n" + BUSY_PAGE
+    with pytest.raises(ValueError):
+        metrics.parse_prometheus(page)
+    assert metrics.sleep_state(page) == metrics.GAUGE_LEVEL1
