@@ -73,7 +73,7 @@ def sleep_state(text: str) -> dict[str, float]:
     """
     per_engine: dict[str, dict[str, float]] = {}
     for s in parse_prometheus(text, [SLEEP_STATE_METRIC]):
-        if s.name == SLEEP_STATE_METRIC and s.labels.get("sleep_state") in SLEEP_STATE_LABELS:
+        if s.labels.get("sleep_state") in SLEEP_STATE_LABELS:  # parse_prometheus kept this name only
             per_engine.setdefault(s.labels.get("engine", ""), {})[s.labels["sleep_state"]] = s.value
     if not per_engine:
         raise ValueError(
