@@ -70,7 +70,7 @@ MEASURED_TWELFTH = ("H200 x1, vLLM 0.26.0, 2026-12-02, twelfth session: runs B-F
 # without), 24 cells per GPU; B was the machine's first whole run, after four weight-sync cells.
 MEASURED_THIRTEENTH = ("H200 x1, vLLM 0.26.0, 2026-12-02, thirteenth session: runs B-G (the main job, faster "
                        "starts: the zygote's objects frozen, except in E and F), 24 cells per GPU")
-# The fourteenth session's runs B-G: the main job with Triton's key in the zygote, the gauge parsed alone
+# The fourteenth session's runs B, C, D and G (no E or F): the main job with Triton's key in the zygote, the gauge parsed alone
 # and no autoloaded pytest plugins; B on a fresh machine, C, D and G consecutive, 24 cells per GPU.
 MEASURED_FOURTEENTH = ("H200 x1, vLLM 0.26.0, 2026-12-02, fourteenth session: runs B, C, D and G (the main job), "
                        "24 cells per GPU")
