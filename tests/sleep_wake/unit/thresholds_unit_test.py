@@ -1,5 +1,6 @@
 import dataclasses
 import glob
+import json
 import os
 import re
 
@@ -125,20 +126,27 @@ MECHANISM_BOUNDS = [t for t in thresholds.TABLE.values() if t.layer == threshold
 @pytest.mark.parametrize("t", MECHANISM_BOUNDS, ids=lambda t: t.name)
 def test_every_mechanism_bound_sits_near_its_noise(t):
     """The bound policy: at most NOISE_FACTOR_MAX times the healthy extreme measured on the H200 over
-    every cell of >= 3 runs, or one granule with a strict < where the healthy value is 0."""
-    assert t.noise is not None, f"{t.name}: a mechanism bound needs its measured noise (thresholds.Noise)"
-    assert t.noise.runs >= 3, f"{t.name}: noise from {t.noise.runs} runs; the policy needs >= 3"
-    assert set(t.noise.per_cell) <= set(t.per_cell), f"{t.name}: noise for per_cell keys it does not have"
+    every cell of >= 3 runs, or one granule with a strict < where the healthy value is 0. The extreme is
+    the bound's record in noise.json."""
+    assert t.record or t.noise, f"{t.name}: a mechanism bound names its noise record (record=, a key of noise.json)"
+    try:
+        noise = t.recorded_noise()
+    except thresholds.NoiseRecordError as e:
+        pytest.fail(f"{t.name}: {e}")
+    assert noise is not None, f"{t.name}: its noise record {t.record!r} holds no healthy extreme (\"value\")"
+    assert noise.runs >= 3, f"{t.name}: noise from {noise.runs} runs; the policy needs >= 3"
+    assert set(noise.per_cell) <= set(t.per_cell), f"{t.name}: noise for per_cell keys it does not have"
     for key in [None, *t.per_cell]:
-        noise, value = t.noise_at(key), t.per_cell.get(key, t.value) if key else t.value
+        value = t.per_cell.get(key, t.value) if key else t.value
+        noise_value = t.noise_at(key)
         where = f"{t.name}{f' ({key})' if key else ''}"
-        if noise == 0:
+        if noise_value == 0:
             assert t.granule and value == t.granule and t.strict, (
                 f"{where}: healthy servers showed 0, so the bound is one granule with a strict <, not {value:g}")
             continue
-        assert t.factor(key) >= 1, f"{where}: the bound {value:g} fails the healthy {noise:g}"
+        assert t.factor(key) >= 1, f"{where}: the bound {value:g} fails the healthy {noise_value:g}"
         assert t.factor(key) <= thresholds.NOISE_FACTOR_MAX, (
-            f"{where}: {value:g} is {t.factor(key):.2f}x its healthy extreme {noise:g}; at most "
+            f"{where}: {value:g} is {t.factor(key):.2f}x its healthy extreme {noise_value:g}; at most "
             f"{thresholds.NOISE_FACTOR_MAX:g}x (or write why it is a contract, not a mechanism bound)")
 
 
@@ -152,11 +160,72 @@ def test_the_policy_test_sees_a_loose_bound(monkeypatch):
         test_every_mechanism_bound_sits_near_its_noise(far)
 
 
+def _data_changed(monkeypatch, change):
+    """noise.json as thresholds reads it, changed by `change(data)` for one test."""
+    with open(thresholds.NOISE_FILE, encoding="utf-8") as f:
+        data = json.load(f)
+    change(data)
+    monkeypatch.setattr(thresholds, "noise_data", lambda path=thresholds.NOISE_FILE: data)
+
+
+def test_the_policy_test_reads_the_data_file(monkeypatch):
+    """The 4x rule holds the bound against noise.json, not against a number in code: a missing record
+    fails it, and so does a record whose extreme is more than 4x under the bound."""
+    t = thresholds.TABLE["sleep_s_max"]
+    _data_changed(monkeypatch, lambda data: data["records"].pop("sleep_s_max"))
+    with pytest.raises(pytest.fail.Exception, match="no noise record 'sleep_s_max' in .*noise_floor --merge"):
+        test_every_mechanism_bound_sits_near_its_noise(t)
+    _data_changed(monkeypatch, lambda data: data["records"]["sleep_s_max"].update(value=0.05))
+    with pytest.raises(AssertionError, match="8.00x its healthy extreme 0.05"):
+        test_every_mechanism_bound_sits_near_its_noise(t)
+
+
+def test_no_measurement_is_written_in_the_table():
+    """The table's noise comes from noise.json (record=); a Noise written into the table is a
+    measurement in code, which a new run would have to edit."""
+    inline = [t.name for t in thresholds.TABLE.values() if t.noise is not None]
+    assert not inline, f"entries with a Noise in code: {inline}; move it to noise.json and name it with record="
+
+
+def test_the_noise_records_are_whole():
+    data = thresholds.noise_data()
+    records, runs = data["records"], data["runs"]
+    named = {t.record for t in thresholds.TABLE.values() if t.record}
+    assert sorted(set(records) - named) == [], "noise records no threshold names (record=): remove them"
+    for name, record in records.items():
+        cited = [r for h in record["history"] for r in h["runs"]] + record.get("runs", [])
+        cited += [record["run"]] if record.get("run") else []
+        cited += [v["run"] for v in record.get("per_cell", {}).values() if v["run"]]
+        unknown = sorted(set(cited) - set(runs))
+        assert not unknown, f"{name}: cites runs noise.json's runs lack: {unknown}"
+        assert all(h["text"].strip() and h["runs"] for h in record["history"]), f"{name}: empty history entry"
+        if "value" in record:
+            assert record["n"] is None or record["n"] > 0, f"{name}: n is a count of readings or null"
+            assert record.get("run") is None or record["run"] in record["runs"], (
+                f"{name}: the run that set the extreme is not among the record's runs")
+    for run_id, run in runs.items():
+        assert set(run) == {"date", "doc", "gpus", "release", "what"}, f"run {run_id}: fields {sorted(run)}"
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", run["date"]), f"run {run_id}: date {run['date']!r}"
+        assert run["doc"].startswith("docs/") and run["doc"].endswith(".md"), (
+            f"run {run_id}: doc {run['doc']!r} must be the docs/ page that tells the run")
+        assert releases.public(run["release"]) in releases.SUPPORTED or run["release"] == "unknown", (
+            f"run {run_id}: release {run['release']!r}")
+
+
+def test_the_noise_file_is_written_sorted():
+    """One layout, the one noise_floor --merge writes, so a new run shows as a small diff."""
+    with open(thresholds.NOISE_FILE, encoding="utf-8") as f:
+        text = f.read()
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", (
+        f"{thresholds.NOISE_FILE} is not in its canonical layout (indent 2, sorted keys): write it with "
+        "noise_floor --merge, or json.dump(data, f, indent=2, sort_keys=True) and a newline")
+
+
 def test_no_entry_is_an_unmeasured_guess():
     guesses = [t.name for t in thresholds.TABLE.values() if "INITIAL" in t.source or "initial bound" in t.source]
     assert not guesses, f"entries still marked as initial guesses: {guesses}"
     for t in thresholds.TABLE.values():
-        if t.layer == thresholds.CONTRACT and t.noise is None:
+        if t.layer == thresholds.CONTRACT and t.recorded_noise() is None:
             assert "contract" in t.source or "observation window" in t.source, (
                 f"{t.name}: a contract bound without a measurement says why it is a contract")
 
