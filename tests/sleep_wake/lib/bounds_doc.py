@@ -57,7 +57,8 @@ def _sources(t: thresholds.Threshold, records: dict) -> list[str]:
         lines.append(f"  - healthy extreme {_value(t, noise.value)}{at}{n}{per_cell}; over "
                      + ", ".join(f"`{r}`" for r in noise.run_ids))
     for h in record["history"]:
-        runs = "the same runs" if noise and tuple(h["runs"]) == noise.run_ids else ", ".join(f"`{r}`" for r in h["runs"])
+        same = noise is not None and tuple(h["runs"]) == noise.run_ids
+        runs = "the same runs" if same else ", ".join(f"`{r}`" for r in h["runs"])
         lines.append(f"  - {h['text']} ({runs})")
     return lines
 

@@ -49,3 +49,99 @@ def test_a_lower_bound_takes_the_smallest_and_per_cell_keys_apart(tmp_path):
 def test_no_readings_is_an_error(tmp_path, capsys):
     assert noise_floor.main(["noise_floor", str(tmp_path)]) == 1
     assert "no oracle readings" in capsys.readouterr().err
+
+
+IDENTITY = ("python: 3.12.3 /usr/bin/python3\nvllm: 0.26.0 record-sha256=ab\ntorch: 2.9.0 record-sha256=cd\n"
+            "gpus: 0, NVIDIA H200, 570.133.20, 143771 MiB; 1, NVIDIA H200, 570.133.20, 143771 MiB")
+START = {"key": "server_start_s", "value": 6.0, "cell": "MRV1-eager", "vllm_identity": IDENTITY,
+         "time": 1796000300.0}  # 2026-11-30 UTC
+
+
+def _data(tmp_path):
+    """A noise file with the record of sleep_s_max (an upper bound) and of sleep_freed_kv_fraction_min
+    (a lower one) as the checkout's looks, and a page to cite."""
+    (tmp_path / "docs").mkdir(exist_ok=True)
+    (tmp_path / "docs" / "run.md").write_text("# a run\n")
+    run = {"date": "2026-11-29", "doc": "docs/run.md", "gpus": "1 x H200", "release": "0.26.0", "what": "before"}
+    record = {"cells": "every cell", "history": [], "n": 12, "per_cell": {}, "run": "old-1", "runs": ["old-1"]}
+    data = {"records": {"sleep_s_max": {**record, "value": 0.254},
+                        "sleep_freed_kv_fraction_min": {**record, "n": None, "value": 1.048},
+                        "abort_s_max": {"history": [{"runs": ["old-1"], "text": "kept as is"}]}},
+            "runs": {"old-1": run}}
+    path = tmp_path / "noise.json"
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _merge(tmp_path, monkeypatch, logs, *extra, run="new-1"):
+    monkeypatch.setattr(noise_floor, "ROOT", str(tmp_path))
+    return noise_floor.main(["noise_floor", "--merge", "--run", run, "--doc", "docs/run.md", "--what", "main job",
+                             "--data", str(tmp_path / "noise.json"), *extra, str(logs)])
+
+
+def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeypatch, capsys):
+    path = _data(tmp_path)
+    logs = tmp_path / "bazel-testlogs"
+    _result(logs, "tests/sleep_wake/latency_mrv1_eager", [START, _reading("MRV1-eager", 0.03),
+                                                          _reading("MRV1-eager", 0.07)])
+    _result(logs, "tests/sleep_wake/physical_memory_mrv2_graph", [
+        _reading("MRV2-graph", 0.99, "sleep_freed_kv_fraction_min"),  # under the record's 1.048: a new extreme
+        _reading("MRV2-graph", 2e-3, "abort_s_max")])  # a contract bound: no noise record
+    assert _merge(tmp_path, monkeypatch, logs) == 0
+    data = json.loads(path.read_text())
+    assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"
+    sleep = data["records"]["sleep_s_max"]
+    assert (sleep["value"], sleep["run"], sleep["runs"], sleep["n"]) == (0.254, "old-1", ["old-1", "new-1"], 14)
+    assert sleep["history"] == [{"runs": ["new-1"], "text": "this run's extreme 0.07 over 2 readings in 1 cells"}]
+    freed = data["records"]["sleep_freed_kv_fraction_min"]
+    assert (freed["value"], freed["run"], freed["runs"], freed["n"]) == (0.99, "new-1", ["old-1", "new-1"], None)
+    assert data["records"]["abort_s_max"] == {"history": [{"runs": ["old-1"], "text": "kept as is"}]}
+    assert data["runs"]["new-1"] == {"date": "2026-11-30", "doc": "docs/run.md", "gpus": "2 x H200",
+                                     "release": "0.26.0", "what": "main job"}
+    out = capsys.readouterr().out
+    assert "sleep_freed_kv_fraction_min: healthy extreme 0.99 (was 1.048)" in out
+    assert "the bound >= 0.95" not in out  # 0.99 still passes it
+    assert "abort_s_max: not recorded (contract bound" in out and "bounds_doc > docs/thresholds.md" in out
+
+
+def test_merge_names_the_run_of_a_new_extreme_per_cell_key(tmp_path, monkeypatch, capsys):
+    path = _data(tmp_path)
+    logs = tmp_path / "bazel-testlogs"
+    residue = "level1_residue_bytes_max"  # per_cell "graph"
+    _result(logs, "tests/sleep_wake/physical_memory_mrv1_graph", [START, _reading("MRV1-graph", 900, residue),
+                                                                  _reading("MRV1-eager", 300, residue)])
+    assert _merge(tmp_path, monkeypatch, logs) == 0
+    record = json.loads(path.read_text())["records"][residue]
+    assert (record["value"], record["run"], record["per_cell"]) == (300, "new-1", {"graph": {"run": "new-1",
+                                                                                              "value": 900}})
+    assert (record["runs"], record["n"], record["cells"]) == (["new-1"], 2, "2 cells")
+
+
+def test_merge_warns_when_a_bound_fails_a_healthy_extreme(tmp_path, monkeypatch, capsys):
+    _data(tmp_path)
+    logs = tmp_path / "bazel-testlogs"
+    _result(logs, "tests/sleep_wake/latency_mrv1_eager", [START, _reading("MRV1-eager", 0.5)])
+    assert _merge(tmp_path, monkeypatch, logs) == 0
+    assert "sleep_s_max: the bound <= 0.4 fails this healthy extreme" in capsys.readouterr().out
+
+
+def test_merge_refuses_what_it_cannot_record(tmp_path, monkeypatch, capsys):
+    path = _data(tmp_path)
+    before = path.read_text()
+    logs = tmp_path / "bazel-testlogs"
+    _result(logs, "tests/sleep_wake/latency_mrv1_eager", [_reading("MRV1-eager", 0.03)])  # no identity, no time
+    assert _merge(tmp_path, monkeypatch, logs) == 2
+    assert "do not say the run's release, gpus, date" in capsys.readouterr().err
+    assert _merge(tmp_path, monkeypatch, logs, "--release", "0.26.0", "--gpus", "1 x H200", "--date", "2026-12-03",
+                  run="old-1") == 2
+    assert "run 'old-1' is already in the noise records" in capsys.readouterr().err
+    monkeypatch.setattr(noise_floor, "ROOT", str(tmp_path))
+    assert noise_floor.main(["noise_floor", "--merge", "--run", "x", "--doc", "docs/none.md", "--what", "w",
+                             "--data", str(path), str(logs)]) == 2
+    assert "no such page" in capsys.readouterr().err
+    other = IDENTITY.replace("0.26.0", "0.25.0")
+    _result(logs, "tests/sleep_wake/latency_mrv2_graph", [{**START, "vllm_identity": other}])
+    _result(logs, "tests/sleep_wake/latency_mrv1_graph", [START])
+    assert _merge(tmp_path, monkeypatch, logs) == 2
+    assert "servers of vLLM 0.25.0, 0.26.0" in capsys.readouterr().err
+    assert path.read_text() == before
