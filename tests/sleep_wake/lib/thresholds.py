@@ -391,8 +391,9 @@ KNOWN_DIVERGENCES = {d.name: d for d in [
         observed={"status": 200, "is_sleeping": True, "gauge": metrics.GAUGE_LEVEL0,
                   "weights_discarded": True},
         versions=("0.24.0", "0.25.0", "0.26.0"),
-        reason=("seen on the H200 with 0.26.0 (probe, 2026-11-29): /sleep?level=3 answers 200; the router "
-                "only does int(level) (serve/dev/sleep/api_router.py:26 in all three releases) and only "
+        reason=("seen on the H200 with 0.26.0 (a probe; docs/runs.md, \"Known divergences\"): /sleep?level=3 "
+                "answers 200; the router only does int(level) (serve/dev/sleep/api_router.py:26 in all three "
+                "releases) and only "
                 "level == 1 offloads the weights (0.24.0 v1/worker/gpu_worker.py:176, 0.25.0/0.26.0 "
                 "device_allocator/sleep_mode_backend.py:125), so level 3 discards them like level 2 "
                 "while the gauge reads (0,0,0) (v1/metrics/loggers.py record_sleep_state knows levels 1 "
@@ -414,7 +415,8 @@ KNOWN_DIVERGENCES = {d.name: d for d in [
         documented="checkpoint A",  # the checkpoint the server started on
         observed="checkpoint B",  # the checkpoint last pushed with weights_path
         versions=("0.24.0", "0.25.0", "0.26.0"),
-        reason=("from the source, not yet seen on the H200: v1/worker/gpu_model_runner.py "
+        reason=("from the source of all three releases, and held on the H200 on all three (docs/runs.md, "
+                "\"Known divergences\"): v1/worker/gpu_model_runner.py "
                 "GPUModelRunner.reload_weights documents 'Use path of original model if neither is "
                 "provided', but a call with weights_path sets self.model_config.model = weights_path "
                 "(0.24.0 line 5426, 0.25.0 line 5477, 0.26.0 line 5518; MRV2's runner, v1/worker/gpu/"
@@ -428,8 +430,9 @@ KNOWN_DIVERGENCES = {d.name: d for d in [
         documented={"status": 200},
         observed={"status": 500},
         versions=("0.24.0", "0.25.0", "0.26.0"),
-        reason=("found by the state walk on the H200 with 0.26.0 (2026-12-01, all four runner x mode cells: "
-                "sleep level 1, wake_up(tags=weights), wake_up() -> HTTP 500 'CUDA Error: invalid argument at "
+        reason=("found by the state walk on the H200 with 0.26.0 (docs/runs.md, \"Known divergences\"; all four "
+                "runner x mode cells: sleep level 1, wake_up(tags=weights), wake_up() -> HTTP 500 'CUDA Error: "
+                "invalid argument at "
                 "cumem_allocator.cpp:169'): v1/executor/abstract.py Executor.wake_up passes tags=None on to the "
                 "workers (0.24.0, 0.25.0, 0.26.0 line 351), and device_allocator/cumem.py CuMemAllocator.wake_up "
                 "maps every allocation again when tags is None, the ones already resident included (0.24.0 "
@@ -445,7 +448,8 @@ KNOWN_DIVERGENCES = {d.name: d for d in [
         documented=host_memory.RELEASED,
         observed=host_memory.KEPT,
         versions=("0.24.0", "0.25.0", "0.26.0"),
-        reason=("from the source, not yet seen on the H200: device_allocator/cumem.py CuMemAllocator.wake_up "
+        reason=("from the source of all three releases, and held on the H200 on all three (docs/runs.md, "
+                "\"Known divergences\"): device_allocator/cumem.py CuMemAllocator.wake_up "
                 "drops each cpu_backup_tensor (0.24.0 line 241, 0.25.0 and 0.26.0 line 307; allocated with "
                 "pin_memory at 0.24.0 line 199, 0.25.0/0.26.0 line 261), but PyTorch's caching host allocator keeps freed pinned "
                 "blocks for reuse, and none of the three releases empties it on a wake (their only "

@@ -221,6 +221,18 @@ def test_the_noise_file_is_written_sorted():
         "noise_floor --merge, or json.dump(data, f, indent=2, sort_keys=True) and a newline")
 
 
+# A date, a MEASURED_* constant, a session, or a run letter ("run E", "runs B-D").
+_DATED = re.compile(r"(?i:\b20\d\d-[01]\d(-[0-3]\d)?\b|MEASURED_|\bsession\b)|\bruns? [A-G](\b|-)")
+
+
+def test_the_code_names_no_past_run_or_date():
+    """Runs and dates belong to noise.json and docs/: a line of thresholds.py naming one would have to
+    change with the next run."""
+    with open(thresholds.__file__, encoding="utf-8") as f:
+        hits = [f"{n}: {line.strip()}" for n, line in enumerate(f, 1) if _DATED.search(line)]
+    assert not hits, "thresholds.py names past runs or dates (move them to noise.json or docs/):\n" + "\n".join(hits)
+
+
 def test_no_entry_is_an_unmeasured_guess():
     guesses = [t.name for t in thresholds.TABLE.values() if "INITIAL" in t.source or "initial bound" in t.source]
     assert not guesses, f"entries still marked as initial guesses: {guesses}"
