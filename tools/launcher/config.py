@@ -44,8 +44,8 @@ VLLM_PRELOAD = (
     "vllm.model_executor.models.qwen3",
     "vllm.v1.attention.backends.flash_attn",
     # Triton's cache key hashes its compiler's sources and libtriton.so (functools.lru_cache): each
-    # server's first kernel lookup paid 0.5 CPU-s for it, 44 CPU-s a matrix on the H200 (py-spy,
-    # docs/bench/h200-2026-12-02b.md). It reads files only: no CUDA, no variable.
+    # server's first kernel lookup paid for it, every server the same (docs/measured-settings.md). It
+    # reads files only: no CUDA, no variable.
     "triton.runtime.cache:triton_key",
 )
 
@@ -134,7 +134,8 @@ class ServerConfig:
     zygote_idle_s: float = _setting(60.0, "Seconds an idle zygote waits for the next server before it exits.")
     zygote_host_idle_s: float = _setting(120.0, "Seconds a zygote host started outside Bazel outlives its"
                                          " zygotes.")
-    # Importing vLLM took 10-26 s on the H200 idle; 32 processes importing at once took ~65 s.
+    # Importing vLLM takes tens of seconds, several times that with dozens of processes importing at once
+    # (docs/measured-settings.md).
     zygote_start_timeout_s: float = _setting(300.0, "Seconds to wait for a zygote to import vLLM.")
     zygote_preload: str = _setting("auto", "Modules a zygote imports after the server's module, comma-separated,"
                                    " so that every server it forks has them (vLLM's engine core imports its"
@@ -142,10 +143,9 @@ class ServerConfig:
                                    " cached function every server would compute. One missing from the"
                                    " installed vLLM is logged and skipped. auto: config.VLLM_PRELOAD for"
                                    " vLLM's API server, none for another module; none: no preload.")
-    # Both through the plugin phase_plugin/sleepwake_cpu_use.py. On one H200 with 16 cores the matrix's
-    # servers spent 1834-1880 CPU-s with torch's defaults and 1514-1679 with these (docs/bench, eleventh
-    # session): the matrix 214-227 s before, 194-210 s after. A GPU server's torch does no CPU work
-    # worth a pool.
+    # Both through the plugin phase_plugin/sleepwake_cpu_use.py: the servers' CPU work is the matrix's
+    # floor on one H200, and these cut it (docs/measured-settings.md). A GPU server's torch does no CPU
+    # work worth a pool.
     torch_threads: int = _setting(1, "Torch's CPU threads in each server process (torch.set_num_threads, which"
                                   " a forked server needs: its pool was sized in the zygote); 0 leaves torch's"
                                   " default, one per core.")

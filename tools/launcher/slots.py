@@ -26,18 +26,16 @@ from tools.launcher import visible_devices
 from tools.launcher.errors import GpuUnavailableError
 
 GIB = 1 << 30
-# A cell's server holds 3.53-3.90 GB awake (every H200 cell, README), more for a moment while it
-# starts (profiling run, CUDA-graph capture), and vLLM's start-up check wants its
-# gpu_memory_utilization (0.05, 7 GiB of an H200) free once, for the server starting: with N cells,
-# (N - 1) x 3.9 GB + 7 GiB must fit. 5 GiB per cell keeps that with room: 24 cells peaked at 80.6-83.6 GiB
-# of the H200's 140.4 GiB (nvidia-smi every 0.5 s, docs/bench).
+# A cell's server holds under 4 GB awake, more for a moment while it starts (profiling run, CUDA-graph
+# capture), and vLLM's start-up check wants its gpu_memory_utilization (0.05, 7 GiB of an H200) free
+# once, for the server starting: with N cells, (N - 1) x 4 GB + 7 GiB must fit. 5 GiB per cell keeps
+# that with room (the servers' bytes and the GPU's peaks: docs/measured-settings.md).
 GIB_PER_CELL = 5
-# A server start is CPU-bound: 32 servers starting at once on 32 cores took 64 s median vs 15-25 s
-# alone. With one cell per core the H200's 16 cores were 54-61% busy (docs/bench), the cells waiting on
-# memory phases more than on cores; at 1.5 cells per core 61-63%, and the main job took 283-287 s against
-# 310.8 s at 16.
+# A server start is CPU-bound, yet with one cell per core the cores were far from busy, the cells
+# waiting on memory phases more than on cores; 1.5 cells per core kept them busier and the main job
+# shorter (docs/measured-settings.md).
 CELLS_PER_CORE = 1.5
-# The most cells per GPU measured green (24 per H200, docs/bench); more would be untested.
+# The most cells per H200 run green in the main job (docs/measured-settings.md); more would be untested.
 MAX_SLOTS = 24
 QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"]
 

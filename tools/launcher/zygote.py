@@ -1,5 +1,6 @@
 """The zygote: imports a server module (vLLM's API server) once, then forks a supervisor and its server
-per request, so a start no longer pays the import (10-25 s on the H200, far more with 32 at once).
+per request, so a start no longer pays the import (tens of seconds, far more with dozens at once:
+docs/measured-settings.md).
 
 Started by the zygote host (zygote_host.py), one per key (zygote_env.zygote_key), with the key's
 environment: python -m tools.launcher.zygote --socket PATH --module M [--preload P ...] --key K --idle_s S

@@ -86,8 +86,9 @@ class SleepWakeClient:
         # vLLM took, without the wait for the phase behind GPU neighbours (the latency oracles read it).
         self.last_call_s = None
         # Whether a GPU neighbour was in a start step when that call began or ended: the latency oracles
-        # judge such samples against bounds of their own (oracle.bounded_median). Start steps last 2-5 s
-        # on the H200 against a call's 0.02-0.5 s, so one seldom begins and ends unseen inside a call.
+        # judge such samples against bounds of their own (oracle.bounded_median). A start step lasts
+        # several times longer than a call, so one seldom begins and ends unseen inside a call
+        # (docs/measured-settings.md).
         self._start_step_beside = start_step_beside or (lambda: False)
         self.last_call_beside_start = None
 

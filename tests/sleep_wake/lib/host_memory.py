@@ -42,8 +42,9 @@ class HostMemory:
     def allocated(self) -> int:
         """RssAnon + RssShmem: the pages the process allocated itself (its heap and pageable tensors;
         its pinned copies, see the module docstring). Not RssFile: file-backed pages (libraries, the
-        mmapped checkpoint) come and go with the kernel's page cache, whatever the server does (on the
-        H200 an idle engine core's RssFile fell by 1.6 MiB between two sleep cycles, 2026-12-01)."""
+        mmapped checkpoint) come and go with the kernel's page cache, whatever the server does (a healthy
+        engine core's RssFile moved by more than a host bound between two cycles on the H200:
+        docs/measured-settings.md)."""
         return self.anon + self.shmem
 
     @property

@@ -8,7 +8,8 @@ import re
 
 from tools.matrix import RELEASES
 
-# The releases thresholds.KNOWN_DIVERGENCES was checked against (their source; 0.26.0 also on the H200).
+# The releases thresholds.KNOWN_DIVERGENCES was checked against (their source, and on the H200:
+# docs/runs.md, "Known divergences").
 SUPPORTED = RELEASES
 
 

@@ -1,15 +1,14 @@
 """How a server's processes use the runner's CPU: torch's intra-op threads, and how CUDA waits for the
 GPU. A vLLM general plugin, like sleepwake_memory_phase, loaded in each of the server's processes.
 
-Why: on one H200 with 16 cores the matrix's 84 servers need 1834-1880 CPU-seconds a run, which makes
-16 busy cores its floor (docs/bench). Two defaults may spend cores on nothing there:
+Why: on one H200 with 16 cores the matrix's servers' CPU work is its floor (docs/measured-settings.md).
+Two defaults may spend cores on nothing there:
   * torch sizes its thread pool by the cores (16) in every process, and an OpenMP thread spins for a
     while after each parallel region before it sleeps;
   * a process with fewer CUDA contexts than cores spins a core while it waits for the GPU (CUDA's
     cudaDeviceScheduleAuto), in every synchronisation of every decode step.
 Both are settings of the launcher (--torch_threads, --cuda_sync), by default one thread and a blocking
-wait: measured on the H200 (docs/bench, eleventh session), the servers' CPU time fell from 1834-1880 to
-1514-1679 CPU-s a matrix, and the matrix from 214-227 s to 194-210 s, every cell green.
+wait, which cut the servers' CPU time and the matrix's, every cell green (docs/measured-settings.md).
 """
 
 import ctypes
