@@ -1,9 +1,10 @@
 """noise_floor on a fake bazel-testlogs: the extremes come from the GPU cells' oracle readings only
 (plain and zipped outputs), never from the fake tier or the mutants, per per_cell key."""
 import json
+import os
 import zipfile
 
-from tests.sleep_wake.lib import noise_floor
+from tests.sleep_wake.lib import noise_floor, thresholds
 
 
 def _reading(cell, value, key="sleep_s_max"):
@@ -145,3 +146,33 @@ def test_merge_refuses_what_it_cannot_record(tmp_path, monkeypatch, capsys):
     assert _merge(tmp_path, monkeypatch, logs) == 2
     assert "servers of vLLM 0.25.0, 0.26.0" in capsys.readouterr().err
     assert path.read_text() == before
+
+
+FIXTURE_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "noise_run")
+
+
+def test_merge_of_a_run_changes_only_its_records(tmp_path, monkeypatch, capsys):
+    """The committed fixture run (three GPU cells, every extreme inside the checkout's records) merged into
+    a copy of the checkout's noise.json: the records it read gain the run, nothing else moves."""
+    checkout = json.loads(open(thresholds.NOISE_FILE, encoding="utf-8").read())
+    path = tmp_path / "noise.json"
+    path.write_text(json.dumps(checkout, indent=2, sort_keys=True) + "\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "run.md").write_text("# the run\n")
+    monkeypatch.setattr(noise_floor, "ROOT", str(tmp_path))
+    assert noise_floor.main(["noise_floor", "--merge", "--run", "fixture", "--doc", "docs/run.md", "--what", "w",
+                             "--data", str(path), FIXTURE_RUN]) == 0
+    merged = json.loads(path.read_text())
+    read = {"sleep_s_max", "wake_s_max", "cycle_s_max", "level1_residue_bytes_max", "sleep_freed_kv_fraction_min"}
+    assert merged["runs"]["fixture"] == {"date": "2026-12-03", "doc": "docs/run.md", "gpus": "1 x H200",
+                                         "release": "0.26.0", "what": "w"}
+    for name, record in merged["records"].items():
+        before = checkout["records"][name]
+        if name not in read:
+            assert record == before, name
+            continue
+        assert record["runs"] == before["runs"] + ["fixture"], name
+        assert (record["value"], record["run"], record["per_cell"]) == (
+            before["value"], before["run"], before["per_cell"]), name
+        assert record["history"][:-1] == before["history"] and record["history"][-1]["runs"] == ["fixture"]
+    assert "healthy extreme" not in capsys.readouterr().out  # no extreme moved
