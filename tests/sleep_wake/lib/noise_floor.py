@@ -106,6 +106,15 @@ def run_facts(all_entries, release: str | None = None, gpus: str | None = None, 
     return {"date": date, "gpus": gpus, "release": release}
 
 
+def _number(value) -> str:
+    """A reading as the history keeps it: bytes whole, fractions and seconds to six digits."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def _cells(cells) -> str:
     every = {f"{r}-{m}".lower() for r in RUNNERS for m in EXECUTION_MODES}
     return "every cell" if every <= {c.lower() for c in cells if c} else f"{len(cells)} cells"
@@ -146,7 +155,8 @@ def merge(data: dict, found: dict, run_id: str, run: dict) -> list[str]:
                     notes.append(f"{name}{f' ({key})' if key else ''}: the bound {t.relation} {bound:g} fails this "
                                  "healthy extreme: thresholds_unit_test will fail until the bound moves (a change "
                                  "of its own, with its reason)")
-            parts.append(f"{f'{key}: ' if key else ''}{value:g} over {n} readings in {len(cells)} cells")
+            parts.append(f"{f'{key}: ' if key else ''}{_number(value)} over {_count(n, 'reading')} in "
+                         f"{_count(len(cells), 'cell')}")
         record["runs"].append(run_id)
         if record["n"] is not None:
             record["n"] += sum(n for _, n, _ in by_key.values())

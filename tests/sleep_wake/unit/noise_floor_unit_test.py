@@ -93,7 +93,7 @@ def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeyp
     assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"
     sleep = data["records"]["sleep_s_max"]
     assert (sleep["value"], sleep["run"], sleep["runs"], sleep["n"]) == (0.254, "old-1", ["old-1", "new-1"], 14)
-    assert sleep["history"] == [{"runs": ["new-1"], "text": "this run's extreme 0.07 over 2 readings in 1 cells"}]
+    assert sleep["history"] == [{"runs": ["new-1"], "text": "this run's extreme 0.07 over 2 readings in 1 cell"}]
     freed = data["records"]["sleep_freed_kv_fraction_min"]
     assert (freed["value"], freed["run"], freed["runs"], freed["n"]) == (0.99, "new-1", ["old-1", "new-1"], None)
     assert data["records"]["abort_s_max"] == {"history": [{"runs": ["old-1"], "text": "kept as is"}]}
@@ -116,6 +116,8 @@ def test_merge_names_the_run_of_a_new_extreme_per_cell_key(tmp_path, monkeypatch
     assert (record["value"], record["run"], record["per_cell"]) == (300, "new-1", {"graph": {"run": "new-1",
                                                                                               "value": 900}})
     assert (record["runs"], record["n"], record["cells"]) == (["new-1"], 2, "2 cells")
+    assert record["history"][-1]["text"] == ("this run's extreme 300 over 1 reading in 1 cell; graph: 900 over 1 "
+                                             "reading in 1 cell")
 
 
 def test_merge_warns_when_a_bound_fails_a_healthy_extreme(tmp_path, monkeypatch, capsys):
