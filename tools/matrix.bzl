@@ -50,7 +50,7 @@ CHECKPOINT_B_GOLDEN_CLASSES = [
 
 # Classes split over Bazel shards, one pytest class per shard (test_state_walk.py defines SHARDS classes).
 SHARD_COUNTS = {
-    "state_walk": 6,
+    "state_walk": 8,
 }
 
 # The vLLM releases the suite supports: the known divergences (tests/sleep_wake/lib/thresholds.py) were

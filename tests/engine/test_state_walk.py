@@ -3,13 +3,14 @@
 The GPU walk's plan, shard for shard (plan.plan_shards(6, 20261201, 60): one plan over every pair, its
 walks dealt out to six shards), runs here against EngineCoreProc's real busy loop, scheduler, KV cache manager and
 UniProcExecutor around the fake worker, with vLLM's own /sleep, /wake_up, /is_sleeping,
-/reset_prefix_cache and /collective_rpc routes over HTTP (lib/walk_driver.py). After every step it
+/reset_prefix_cache and /collective_rpc routes over HTTP (lib/walk_tier.py, driven by the one walk
+driver, tests/sleep_wake/walk/driver.py). After every step it
 checks what the engine tier can observe against the model: /is_sleeping (route and engine), the
 executor's sleeping tags, the scheduler's pause, the fake worker's pools and weights, that a request
 sent while asleep waits (and that no forward pass ran on released memory: the fake worker raises),
 that a repeat of the long prompt hits cached tokens iff the model says its blocks are cached, and how
 a request in flight ends under each pause mode. What it cannot observe is skipped per check
-(walk_driver.SKIPPED), never per pair.
+(walk_tier.SKIPPED), never per pair; a terminal pair it cannot honour is named in walk_tier.CANNOT_HONOUR.
 
 A shard fails (walk.pairs_visited) when its walks leave one of its pairs unvisited; its coverage
 (pairs, steps, consecutive pairs, checks made and skipped) goes to the test log and to
@@ -51,43 +52,43 @@ def _outputs_dir(tmp_path_factory) -> str:
 @pytest.mark.parametrize("shard", range(SHARDS), ids=lambda shard: f"shard{shard}")
 def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, tmp_path_factory, capsys):
     import vllm
-    from tests.engine.lib import walk_driver
+    from tests.engine.lib import walk_tier
     from tests.sleep_wake.lib import oracle
-    from tests.sleep_wake.walk import plan
+    from tests.sleep_wake.walk import driver, model, operations, plan
 
     started = time.monotonic()
-    walker = walk_driver.EngineWalker(engine_server, vllm.__version__, checkpoints)
+    tier = walk_tier.EngineTier(engine_server, vllm.__version__, checkpoints)
+    walker = driver.Walker(tier, vllm.__version__)
     planned = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
     if planned is None:  # a replay: its failure, if any, is the verdict
         return
     pairs, walks = planned
-    probes = [str(op) for probe in plan.terminal_probes()[shard::SHARDS] for op in probe]
-    probe_status = [walker.probe(probe) for probe in plan.terminal_probes()[shard::SHARDS]]
+    probes = [p for p in plan.terminal_probes()[shard::SHARDS]
+              if operations.terminal(p[-1], plan.run(model.INITIAL, p[:-1])) not in walk_tier.CANNOT_HONOUR]
+    probed = [walker.probe(probe) for probe in probes]
     visited, consecutive = walker.coverage()
     missing = set(pairs) - visited
     coverage = {
         "shard": shard, "seed": SEED, "shard_pairs": len(pairs), "pairs_visited": len(pairs & visited),
         "all_pairs_visited": len(visited), "walks": len(walks), "steps": walker.step_index,
-        "consecutive_pairs": len(consecutive), "unvisited": sorted(f"{op} in {s.describe()}" for s, op in missing),
-        "terminal_probe": probes, "terminal_probe_status": probe_status,
-        "checks": dict(sorted(walker.checked.items())), "skipped_checks": dict(sorted(walker.skipped.items())),
-        "skip_reasons": {k: walk_driver.SKIPPED.get(k) for k in sorted(walker.skipped)},
-        "seconds": round(time.monotonic() - started, 1),
+        "consecutive_pairs": len(consecutive), "unvisited": sorted(map(plan.describe_pair, missing)),
+        "terminal_probes": probed, "cannot_honour": walk_tier.CANNOT_HONOUR,
+        **tier.coverage_record(), "seconds": round(time.monotonic() - started, 1),
     }
     with open(os.path.join(_outputs_dir(tmp_path_factory), f"engine_walk_shard{shard}.json"), "w",
               encoding="utf-8") as f:
         json.dump(coverage, f, indent=1)
     with capsys.disabled():
         print(f"\nengine walk shard {shard}: {coverage['pairs_visited']}/{len(pairs)} pairs, {walker.step_index} "
-              f"steps in {len(walks)} walks, {len(consecutive)} consecutive pairs, probe {probe_status}, "
-              f"{sum(walker.checked.values())} checks made, {sum(walker.skipped.values())} skipped, "
+              f"steps in {len(walks)} walks, {len(consecutive)} consecutive pairs, probes {probed}, "
+              f"{sum(tier.checked.values())} checks made, {sum(tier.skipped.values())} skipped, "
               f"{coverage['seconds']} s")
-    unexplained = sorted(set(walker.skipped) - set(walk_driver.SKIPPED))
+    unexplained = sorted(set(tier.skipped) - set(walk_tier.SKIPPED))
     if unexplained:
         pytest.fail(f"checks the GPU walk makes that this walk neither makes nor explains: {unexplained}; "
-                    "check them in lib/walk_driver.py or say why not in walk_driver.SKIPPED")
+                    "check them in lib/walk_tier.py or say why not in walk_tier.SKIPPED")
     oracle.equal("walk.pairs_visited", len(missing), 0,
-                 f"shard {shard}: (state, operation) pairs of its share its walks left unvisited "
+                 f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
                  f"({coverage['unvisited'][:5]})")
 
 
@@ -98,14 +99,14 @@ def test_the_shards_cover_every_reachable_pair():
     assert len(shards) == SHARDS and all(shards)
 
 
-def test_the_walk_driver_names_known_oracles_and_makes_no_bare_assert():
+def test_the_walk_tier_names_known_oracles_and_makes_no_bare_assert():
     """The GPU suite's lint (tests/sleep_wake/unit/oracle_unit_test.py) does not read tests/engine: the
-    same two rules for the walk's driver. Every check goes through an oracle id of oracle.ORACLES."""
+    same two rules for the walk's engine tier. Every check goes through an oracle id of oracle.ORACLES."""
     import ast
 
-    from tests.engine.lib import walk_driver
+    from tests.engine.lib import walk_tier
     from tests.sleep_wake.lib import oracle
-    tree = ast.parse(open(walk_driver.__file__, encoding="utf-8").read())
+    tree = ast.parse(open(walk_tier.__file__, encoding="utf-8").read())
     assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)]
     assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call)
                 and isinstance(n.exc.func, ast.Name) and n.exc.func.id == "AssertionError"]
@@ -115,4 +116,4 @@ def test_the_walk_driver_names_known_oracles_and_makes_no_bare_assert():
              and isinstance(n.value, str) and n.value.count(".") == 1 and " " not in n.value
              and n.value.split(".")[0] in families}
     assert named and named <= set(oracle.ORACLES), sorted(named - set(oracle.ORACLES))
-    assert set(walk_driver.STAND_INS) <= set(walk_driver.SKIPPED)
+    assert set(walk_tier.STAND_INS) <= set(walk_tier.SKIPPED)

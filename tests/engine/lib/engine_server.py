@@ -118,15 +118,20 @@ class InFlightGate:
         self._worker = built.worker
         self._original = built.worker.execute_model
         self._armed: str | None = None
+        self._late_sent: threading.Event | None = None
         self._forwards = 0
         self.timed_out = False
         built.worker.execute_model = self._execute_model
 
-    def arm(self, request_id: str) -> None:
+    def arm(self, request_id: str, late_sent: threading.Event | None = None) -> None:
+        """late_sent: also hold the request's forwards after the pause (a wait sleep's drain) until the
+        event is set, so a request sent during the drain arrives before the drain ends."""
         self._armed, self._forwards, self.timed_out = request_id, 0, False
+        self._late_sent = late_sent
 
     def disarm(self) -> None:
         self._armed = None
+        self._late_sent = None
 
     def _execute_model(self, scheduler_output):
         rid = self._armed
@@ -139,7 +144,11 @@ class InFlightGate:
                         self.timed_out = True
                         break
                     time.sleep(POLL_S)
-                self._armed = None
+                late = self._late_sent
+                if late is None or late.is_set() or self._proc.is_scheduler_paused():
+                    self._armed = None
+                if late is not None and self._proc.is_scheduler_paused() and not late.wait(self.GATE_S):
+                    self.timed_out = True
         return self._original(scheduler_output)
 
 

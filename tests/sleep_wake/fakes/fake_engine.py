@@ -100,6 +100,10 @@ class FakeEngine:
         self.cond = threading.Condition()
         self.paused = False
         self.frozen = False  # mode keep: requests in flight wait where they are
+        # Requests a keep froze that a level >= 1 sleep's cache reset then preempted: they hold no KV
+        # blocks and wait for the wake like new ones (scheduler.py reset_prefix_cache with
+        # reset_running_requests), so a wait sleep does not drain them and a reset is not refused.
+        self.preempted = 0
         self.sleeping_tags: set[str] = set()
         self.gauge = dict(metrics.GAUGE_AWAKE)
         self.load = 0  # requests accepted and not finished (/load)
@@ -193,15 +197,19 @@ class FakeEngine:
             partial = self.executor_sleeping and self.sleeping_tags != {"weights", "kv_cache"}
             if mode == "abort":
                 self.abort_epoch += 1
+                self.preempted = 0
             self.paused = True
-            self.frozen = mode == "keep"
+            self.frozen = mode == "keep" or self.preempted > 0
             self.cond.notify_all()
-            if mode == "wait":  # new requests queue; the ones in flight run to the end first
-                self.cond.wait_for(lambda: not self.running or self.dead or self.stopping.is_set(), MAX_HOLD_S)
+            if mode == "wait":  # new requests queue; the running ones run to the end first
+                self.cond.wait_for(lambda: self.running <= self.preempted or self.dead or self.stopping.is_set(),
+                                   MAX_HOLD_S)
             keeps_cache = "prefix_cache_kept" in self.defects or (
                 was_paused and "sleep_while_paused_keeps_prefix_cache" in self.defects)
             if (level >= 1 and not keeps_cache) or (level == 0 and "prefix_cache_reset_on_level0" in self.defects):
                 self.prefix_cache.clear()
+            if level >= 1 and mode == "keep":
+                self.preempted = self.running  # the cache reset preempts the frozen ones
             if level >= 1 and (not self.executor_sleeping or (
                     partial and "sleep_during_partial_wake_sleeps_again" in self.defects)):
                 self._worker_sleep(level)
@@ -280,6 +288,7 @@ class FakeEngine:
         with self.cond:
             if not self.executor_sleeping or "resume_on_partial_wake" in self.defects:
                 self.paused = self.frozen = False
+                self.preempted = 0
             if not self.executor_sleeping or "gauge_tracks_tags" not in self.defects:
                 self.gauge = dict(metrics.GAUGE_AWAKE)
             self.cond.notify_all()
@@ -295,6 +304,12 @@ class FakeEngine:
         if tags == ["weights"] and self.weights_mapped_early:
             raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at "
                                "cumem_allocator.cpp:169")
+        if tags == ["kv_cache"] and "weights" in self.sleeping_tags and self.worker_level == 2:
+            # The known divergence kv_first_wake_after_level2_restores_into_unmapped_weights: the wake
+            # restores the model buffers a level-2 sleep saved into the weights pool, still unmapped; the
+            # executor keeps both tags asleep.
+            raise RuntimeError("Call to wake_up method failed: restoring the model buffers saved by the level-2 "
+                               "sleep into the weights pool, which is not mapped")
         if tags == ["kv_cache"] and "weights" in self.sleeping_tags:
             self.weights_mapped_early = "kv_wake_maps_weights" in self.defects
             self.kv_unmapped = "kv_wake_maps_nothing" in self.defects
@@ -375,7 +390,7 @@ class FakeEngine:
             self._check_alive()
             if "reset_prefix_cache_fails_asleep" in self.defects and (self.paused or self.executor_sleeping):
                 return False
-            if self.running:
+            if self.running > self.preempted:
                 return False
             if "reset_prefix_cache_noop" not in self.defects:
                 self.prefix_cache.clear()

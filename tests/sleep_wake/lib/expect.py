@@ -142,7 +142,7 @@ def held(oracle_id: str, client, futures, window_s: float, what: str) -> None:
     completion bound was not held (a crash the schedule caused fails the oracle); none ending leaves
     the transport error standing (errored)."""
     def outcomes():
-        return {i: _outcome(f) for i, f in enumerate(futures) if f.done()}
+        return {i: ended_how(f) for i, f in enumerate(futures) if f.done()}
 
     def pending():
         ended = outcomes()
@@ -161,7 +161,7 @@ def held(oracle_id: str, client, futures, window_s: float, what: str) -> None:
         raise
 
 
-def _outcome(future) -> str:
+def ended_how(future) -> str:
     """How a finished background request ended, for a message."""
     try:
         value = future.result()

@@ -192,6 +192,11 @@ _LIST = [
            "pinned per release"),
     Oracle("api.full_wake_from_partial", "/wake_up without tags after a wake of one tag answers as pinned per "
            "release (full_wake_remaps_resident_pool)"),
+    Oracle("api.kv_first_wake_after_level2", "after a level-2 sleep, /wake_up?tags=kv_cache with the weights still "
+           "asleep answers, and leaves the server, as pinned per release (status, flags, gauge, /health, a "
+           "request's outcome)"),
+    Oracle("api.reload_while_weights_asleep", "collective_rpc reload_weights while the weights are asleep answers, "
+           "and leaves the server, as pinned per release (status, flags, gauge, /health, a request's outcome)"),
     Oracle("server.healthy", "/health answers 200 after every sequence of sleep-API calls"),
     # --- output of the serving checkpoint ---------------------------------------------------------
     Oracle("output.golden_tokens", "greedy token ids equal the golden run of the serving checkpoint"),
@@ -201,6 +206,8 @@ _LIST = [
     Oracle("output.seeded_sampling", "seeded n>1 sampling gives the same ids before and after sleeps"),
     Oracle("weights.pushed_checkpoint_golden", "after a weight push the server serves the pushed "
            "checkpoint's own golden, through every later sleep and wake"),
+    Oracle("weights.reload_reaches_worker", "collective_rpc reload_weights reaches the worker once (the engine "
+           "tier's stand-in for the checkpoint a reload loads, which its fake worker does not tell apart)"),
     Oracle("weights.served_after_plain_reload", "reload_weights without a path loads the checkpoint pinned "
            "per release (the one started on, or the last pushed)"),
     # --- prefix cache -----------------------------------------------------------------------------

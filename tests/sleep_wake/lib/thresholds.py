@@ -427,8 +427,10 @@ KNOWN_DIVERGENCES = {d.name: d for d in [
     KnownDivergence(
         name="full_wake_remaps_resident_pool",
         # /wake_up without tags after a wake of one tag: its answer, and whether it leaves the server usable.
+        # The answer, then what is observable after it (the walk's terminal probe, walk/driver.py).
         documented={"status": 200},
-        observed={"status": 500},
+        observed={"status": 500, "is_sleeping": True, "gauge": metrics.GAUGE_AWAKE, "health": 200,
+                  "request": "held"},
         versions=("0.24.0", "0.25.0", "0.26.0"),
         reason=("found by the state walk on the H200 with 0.26.0 (docs/runs.md, \"Known divergences\"; all four "
                 "runner x mode cells: sleep level 1, wake_up(tags=weights), wake_up() -> HTTP 500 'CUDA Error: "
@@ -439,7 +441,43 @@ KNOWN_DIVERGENCES = {d.name: d for d in [
                 "lines 229-232, 0.25.0 and 0.26.0 lines 294-297; data.is_asleep is set but never read), so "
                 "cuMemMap refuses the resident pool (cf. vllm-project/vllm#45565, closed unmerged). The "
                 "executor keeps its sleeping tags, so the server stays asleep; with the KV cache resident and "
-                "the weights asleep the weights are mapped before the refusal, and no later wake succeeds"),
+                "the weights asleep the weights are mapped before the refusal, and no later wake succeeds. "
+                "After it: the gauge stays what the partial wake wrote (AsyncLLM.wake_up records the state only "
+                "after the engine answered, async_llm.py:939-943), /health stays 200 (the utility call's error "
+                "goes back to the caller, the engine runs on) and a request waits, the scheduler still paused"),
+    ),
+    KnownDivergence(
+        name="kv_first_wake_after_level2_restores_into_unmapped_weights",
+        # After a level-2 sleep, /wake_up?tags=kv_cache while the weights stay asleep.
+        documented={"status": 200},
+        observed={"status": 500, "is_sleeping": True, "gauge": metrics.GAUGE_LEVEL2, "health": 200,
+                  "request": "held"},
+        versions=("0.24.0", "0.25.0", "0.26.0"),
+        reason=("v1/worker/gpu_worker.py Worker.wake_up (0.26.0 lines 227-236) restores the model buffers a "
+                "level-2 sleep saved (gpu_worker.py:197) after resuming only the tags asked for, and those "
+                "buffers live in the weights pool (allocated under the weights tag, gpu_worker.py:426), still "
+                "unmapped: the copy fails, the executor keeps both tags asleep (abstract.py:343-354 updates "
+                "them only after the workers answered) and the answer is a 500 (vllm-project/vllm#45619, the "
+                "fix, was closed unmerged). Seen on the H200 with 0.26.0 (all four runner x mode cells) and "
+                "0.24.0 (two cells): 500 'CUDA error: invalid argument', /is_sleeping true, the gauge still "
+                "level 2's, /health 200, a request waits; a later weights wake and reload answer 200 and "
+                "requests still wait (docs/walk/exploration.md)"),
+    ),
+    KnownDivergence(
+        name="reload_while_weights_asleep",
+        # collective_rpc reload_weights while the weights pool is asleep (unmapped).
+        documented={"status": 400, "is_sleeping": True, "health": 200},
+        observed={"status": 500, "is_sleeping": True, "health": 200, "request": "held"},
+        versions=("0.24.0", "0.25.0", "0.26.0"),
+        reason=("vLLM has no guard: v1/worker/gpu_model_runner.py GPUModelRunner.reload_weights (0.26.0 lines "
+                "5480-5530) loads the checkpoint into the parameters, whose memory a sleep unmapped "
+                "(device_allocator/cumem.py keeps the virtual addresses reserved, so the pointers stay "
+                "valid and the write faults); the documented recipe wakes the weights first. Seen on the H200 "
+                "with 0.26.0 (all four cells) and 0.24.0 (two cells), at level 1, at level 2 and with the KV "
+                "cache woken: 500 'CUDA error: invalid argument', /is_sleeping true, the gauge unchanged, "
+                "/health 200, a request waits; a full wake then answers 200 and the first request after it "
+                "kills the engine ('EngineCore encountered an issue', /health 503): the server is done "
+                "(docs/walk/exploration.md)"),
     ),
     KnownDivergence(
         name="host_copy_cached_after_wake",

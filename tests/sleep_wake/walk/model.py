@@ -19,16 +19,27 @@ from tests.sleep_wake.lib import host_memory, metrics, thresholds
 WEIGHTS, KV_CACHE = "weights", "kv_cache"
 TAGS = (WEIGHTS, KV_CACHE)
 CHECKPOINTS = ("A", "B")  # A: what the server starts on; B: same shapes, other seed (pushed)
+# What a forward computes with after a level-2 sleep woke without a reload: the weights pool is mapped
+# again but holds whatever the new pages hold. No golden predicts its tokens; its status, finish reason
+# and token count are still the API's to keep.
+GARBAGE = "garbage"
 # Level 3 (known divergence sleep_level_out_of_range_accepted) is left out: only level 2 saves the model
 # buffers (gpu_worker.py:197), which live in the weights pool, and reload_weights loads parameters only
 # (gpu_model_runner.py:5506, 5529; reload/layerwise.py:258-269 puts a layer without weights, such as the
 # rotary embedding's cos_sin_cache, back as it was), so after level 3 no reset sequence short of a
 # restart is known to bring back INITIAL.
 LEVELS = (0, 1, 2)
+# vLLM's scheduler pause (v1/core/sched/interface.py PauseState): a keep sleep pauses everything, so
+# requests in flight freeze where they are (PAUSED_ALL); abort and wait stop only new requests, so the
+# running ones may still be stepped (PAUSED_NEW: a wait sleep drains them). core.py pause_scheduler.
+PAUSE_NEW, PAUSE_ALL = "new", "all"
+PAUSES = (None, PAUSE_NEW, PAUSE_ALL)
 # The walk's prompts: "short" is shorter than one KV block (16 tokens), so the prefix cache never holds
 # it; "long" spans several blocks, so a repeat hits the cache when its blocks are there.
 PROMPT_KINDS = ("short", "long")
-
+# Requests sent while scheduling is paused wait in the scheduler's queue: "plain" ones (a short prompt,
+# n=4, a stream) and "long" ones, whose blocks fill the prefix cache once they run.
+QUEUED_KINDS = ("plain", "long")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +50,8 @@ class State:
       it, abstract.py sleep returns when already sleeping), 0 while only scheduling is paused, None
       when fully awake.
     asleep_tags: the executor's sleeping tags.
-    paused: the scheduler is paused (it resumes only once no tag is asleep, core.py wake_up).
+    pause: the scheduler's pause (PAUSE_NEW, PAUSE_ALL or None); it is lifted only once no tag is
+      asleep (core.py wake_up).
     gauge_level: the level of the last /sleep, None once a /wake_up came after it: the gauge shows
       what vLLM wrote last (async_llm.py sleep and wake_up each call record_sleep_state).
     weights: what the weights pool holds once resident: "A", "B", or None for garbage (a level-2 sleep
@@ -50,30 +62,48 @@ class State:
     host_cached: PyTorch's caching host allocator holds a weight-sized pinned block since a level-1
       copy was given back by a wake (known divergence host_copy_cached_after_wake). Nothing short of
       a restart clears it, so plan.py leaves it out of coverage pairs.
-    prefix_cached: the long prompt's KV blocks are in the prefix cache, computed with `weights`.
-    held_stream: a streaming request frozen by /sleep?level=0&mode=keep is open; the next wake
-      resumes it.
+    prefix: what the long prompt's cached KV blocks were computed with ("A", "B" or GARBAGE), None
+      when they are not cached. A reload keeps them (the caller resets the cache after a weight
+      update: vLLM's RLHF examples do), so they may be stale: computed with other weights than serve.
+    held: a streaming request a keep sleep froze mid-decode, by the weights that computed its first
+      tokens ("A", "B" or GARBAGE); None when there is none. It finishes once scheduling resumes.
+    held_kv: the held request still owns its KV blocks (a level-0 keep: it sits in the running queue
+      and resumes where it stopped); False once a level >= 1 sleep's cache reset preempted it to the
+      waiting queue (scheduler.py reset_prefix_cache(reset_running_requests=True)): the wake
+      recomputes its prompt and tokens so far, then it goes on.
+    queued: the kinds of requests sent while scheduling was paused (QUEUED_KINDS), waiting in the
+      scheduler's queue until scheduling resumes or an abort sleep ends them.
     """
     level: int | None = None
     asleep_tags: frozenset = frozenset()
-    paused: bool = False
+    pause: str | None = None
     gauge_level: int | None = None
     weights: str | None = "A"
     model_path: str = "A"
     host_cached: bool = False
-    prefix_cached: bool = False
-    held_stream: bool = False
+    prefix: str | None = None
+    held: str | None = None
+    held_kv: bool = False
+    queued: frozenset = frozenset()
 
     def __post_init__(self):
         problem = _inconsistency(self)
         if problem:
             raise ValueError(f"inconsistent walk state {self}: {problem}; fix the transition that made it")
 
+    @property
+    def paused(self) -> bool:
+        return self.pause is not None
+
+    @property
+    def prefix_cached(self) -> bool:
+        return self.prefix is not None
+
     def sort_key(self) -> tuple:
         """A total order independent of hash seeds (frozenset and None do not sort by themselves)."""
-        return (-1 if self.level is None else self.level, tuple(sorted(self.asleep_tags)), self.paused,
+        return (-1 if self.level is None else self.level, tuple(sorted(self.asleep_tags)), self.pause or "",
                 -1 if self.gauge_level is None else self.gauge_level, self.weights or "", self.model_path,
-                self.host_cached, self.prefix_cached, self.held_stream)
+                self.host_cached, self.prefix or "", self.held or "", self.held_kv, tuple(sorted(self.queued)))
 
     def describe(self) -> str:
         where = "awake" if self.level is None else f"level {self.level}"
@@ -81,14 +111,25 @@ class State:
         if self.asleep_tags:
             parts.append("asleep " + "+".join(sorted(self.asleep_tags)))
         if self.paused:
-            parts.append("paused")
+            parts.append(f"paused ({'all' if self.pause == PAUSE_ALL else 'new requests'})")
         if self.gauge_level is not None:
             parts.append(f"gauge level {self.gauge_level}")
-        parts.append(f"weights {self.weights or 'garbage'}")
+        parts.append(f"weights {self.weights or GARBAGE}")
         parts.append(f"path {self.model_path}")
-        parts += [name for name, on in (("host cached", self.host_cached), ("prefix cached", self.prefix_cached),
-                                        ("held stream", self.held_stream)) if on]
+        if self.host_cached:
+            parts.append("host cached")
+        if self.prefix is not None:
+            parts.append(f"prefix cached ({self.prefix}{', stale' if self.prefix != served(self) else ''})")
+        if self.held is not None:
+            parts.append(f"held stream ({self.held}, {'KV kept' if self.held_kv else 'preempted'})")
+        if self.queued:
+            parts.append("queued " + "+".join(sorted(self.queued)))
         return ", ".join(parts)
+
+
+def served(state: State) -> str:
+    """What a forward computes with once the weights are resident: a checkpoint's name or GARBAGE."""
+    return state.weights or GARBAGE
 
 
 def _inconsistency(s: State) -> str | None:
@@ -96,6 +137,8 @@ def _inconsistency(s: State) -> str | None:
         return "levels are None, 0, 1 or 2"
     if not s.asleep_tags <= set(TAGS):
         return f"tags are a subset of {TAGS}"
+    if s.pause not in PAUSES:
+        return f"pauses are {PAUSES}"
     if s.weights not in CHECKPOINTS + (None,) or s.model_path not in CHECKPOINTS:
         return f"checkpoints are {CHECKPOINTS}"
     if s.weights not in (s.model_path, None):
@@ -106,10 +149,17 @@ def _inconsistency(s: State) -> str | None:
         return "with no tag asleep the level is 0 while paused, None otherwise"
     if not s.paused and s.gauge_level is not None:
         return "scheduling resumes only in a wake, which writes the awake gauge"
-    if s.held_stream and s.level != 0:
-        return "only a level-0 keep holds a stream"
-    if s.prefix_cached and s.weights is None:
-        return "garbage weights serve no request, so they cache no block"
+    if s.prefix not in (None, GARBAGE) + CHECKPOINTS or s.held not in (None, GARBAGE) + CHECKPOINTS:
+        return f"blocks and tokens are computed with {CHECKPOINTS} or {GARBAGE}"
+    if (s.held is not None or s.queued) and not s.paused:
+        return "requests wait only while scheduling is paused: the wake that resumes it runs them"
+    if s.held_kv and (s.held is None or s.pause != PAUSE_ALL or s.level != 0):
+        return ("a held request keeps its KV blocks only under a level-0 keep: a new-requests pause "
+                "drains it, a level >= 1 sleep's cache reset preempts it")
+    if s.held is not None and not s.held_kv and not s.asleep_tags:
+        return "a preempted request runs again with the wake that leaves no tag asleep"
+    if not set(s.queued) <= set(QUEUED_KINDS):
+        return f"queued requests are of the kinds {QUEUED_KINDS}"
     return None
 
 
@@ -188,9 +238,25 @@ def serves(state: State) -> str | None:
     return state.weights
 
 
-def golden_oracle(state: State) -> str:
-    """The oracle a golden mismatch fails: the pushed checkpoint's own while B serves, else the plain one."""
-    return "weights.pushed_checkpoint_golden" if state.weights == "B" else "output.golden_tokens"
+def golden_oracle(of) -> str:
+    """The oracle a golden mismatch fails, for a State or a checkpoint's name: the pushed checkpoint's
+    own while B serves, else the plain one."""
+    name = of.weights if isinstance(of, State) else of
+    return "weights.pushed_checkpoint_golden" if name == "B" else "output.golden_tokens"
+
+
+def golden_of(state: State, prompt_kind: str) -> str | None:
+    """The checkpoint whose golden a request of `prompt_kind` returns when it runs in `state`, None when
+    no golden predicts its tokens: garbage weights, or the long prompt over cached blocks computed with
+    other weights (a reload keeps them; a repeat is served from them). Its finish reason and token
+    count are predicted either way."""
+    if prompt_kind not in PROMPT_KINDS:
+        raise ValueError(f"unknown prompt kind {prompt_kind!r}; the walk's are {PROMPT_KINDS}")
+    if state.weights is None:
+        return None
+    if prompt_kind == "long" and state.prefix not in (None, state.weights):
+        return None
+    return state.weights
 
 
 def hits_cache(state: State, prompt_kind: str) -> bool:
@@ -199,7 +265,16 @@ def hits_cache(state: State, prompt_kind: str) -> bool:
     request after a level >= 1 sleep or a reset hits none."""
     if prompt_kind not in PROMPT_KINDS:
         raise ValueError(f"unknown prompt kind {prompt_kind!r}; the walk's are {PROMPT_KINDS}")
-    return prompt_kind == "long" and state.prefix_cached and can_run(state)
+    return prompt_kind == "long" and state.prefix is not None and can_run(state)
+
+
+def held_oracle(state: State) -> str:
+    """The oracle a request that ran while it should wait fails, by why it waits in `state`."""
+    if state.level == 0:
+        return "requests.held_while_paused"
+    if len(state.asleep_tags) < len(TAGS):
+        return "requests.held_until_resident"
+    return "requests.held_while_asleep"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +283,8 @@ class InFlight:
     (besides model.golden_oracle: the tokens it streams are the serving checkpoint's golden, or a prefix).
 
     ends: "aborted" before /sleep answers; "completed" by length before /sleep answers; "held": open
-    and silent while paused, until the next wake resumes it (operations.RESUME_ORACLES judge that)."""
+    and silent while paused, until the wake that resumes scheduling (a level-0 keep keeps its KV
+    blocks; a level >= 1 keep's cache reset preempts it, and the wake recomputes what it had)."""
     ends: str
     oracles: tuple
 
@@ -219,30 +295,38 @@ IN_FLIGHT = {
     "wait": InFlight("completed", ("requests.ends_in_race", "output.finish_length", "requests.load_drains")),
     "keep": InFlight("held", ("requests.held_while_paused",)),
 }
-
-
-def in_flight_predictable(mode: str, level: int) -> bool:
-    """Whether the model predicts a request in flight during /sleep?level=level&mode=mode.
-
-    Not keep at level >= 1: EngineCoreProc.pause_scheduler (core.py:1764-1803) completes a keep pause
-    once the engine is idle, which a frozen request does not prevent (scheduler.py:2289-2290 counts no
-    unfinished request while PAUSED_ALL), then the cache reset of a level >= 1 sleep preempts the
-    running requests back to the waiting queue (scheduler.py:2336-2346) and the executor sleeps, so
-    the request would be recomputed after the wake: behaviour never measured."""
-    return mode in IN_FLIGHT and level in LEVELS and (mode != "keep" or level == 0)
+# A second request sent while a wait sleep drains the first: it arrives paused, so it waits (PAUSED_NEW
+# schedules only the running queue, scheduler.py schedule) until the wake that resumes scheduling.
+LATE_ARRIVAL_ORACLES = ("requests.held_while_paused",)
+# What judges the requests that run when a wake resumes scheduling (the held one, the queued ones).
+RESUME_ORACLES = ("requests.resumes_after_keep", "prefix_cache.kept_paused_request", "output.finish_length")
 
 
 def in_flight_outcome(mode: str, level: int) -> InFlight:
-    if not in_flight_predictable(mode, level):
-        raise ValueError(f"a request in flight during /sleep?level={level}&mode={mode} is not modelled "
-                         "(see model.in_flight_predictable); plan it without a request in flight")
+    if mode not in IN_FLIGHT or level not in LEVELS:
+        raise ValueError(f"no request in flight is modelled for /sleep?level={level}&mode={mode}; modes are "
+                         f"{tuple(IN_FLIGHT)}, levels {LEVELS}")
     return IN_FLIGHT[mode]
 
 
-def reset_prefix_cache_result(version: str):
-    """What /reset_prefix_cache reports on an idle server: True, or None (an empty 200) on the releases
-    of reset_prefix_cache_result_unreported [api.reset_prefix_cache_result]."""
-    return thresholds.divergence("reset_prefix_cache_result_unreported", version).expected
+def resumed_golden(state: State, origin: str) -> str | None:
+    """The checkpoint whose golden a held request that started on `origin` ends with when scheduling
+    resumes in `state` (after the wake): its own, if the same weights serve on; None when its tokens mix
+    two sets of weights or garbage, which no golden predicts."""
+    return origin if origin == served(state) and origin != GARBAGE else None
+
+
+def resets_prefix_cache(state: State) -> bool:
+    """Whether /reset_prefix_cache resets now: not while a running request holds blocks (scheduler.py
+    reset_prefix_cache without reset_running_requests: a level-0 keep's frozen request does)."""
+    return not state.held_kv
+
+
+def reset_prefix_cache_result(version: str, resets: bool = True):
+    """What /reset_prefix_cache reports: whether it reset, or None (an empty 200) on the releases of
+    reset_prefix_cache_result_unreported [api.reset_prefix_cache_result]."""
+    pin = thresholds.divergence("reset_prefix_cache_result_unreported", version)
+    return pin.expected if pin.applies else resets
 
 
 # --- device bytes (NVML, the server's processes) ---------------------------------------------------

@@ -1,17 +1,23 @@
 """The walk's operations: each a client call (or a request) with the model's precondition and effect.
 
 Effects follow vLLM 0.26.0 (0.24.0 and 0.25.0 alike on these lines):
-  * /sleep?level=L&mode=M (async_llm.py:931-937, core.py:860-896, abstract.py:318-329): pauses
-    scheduling, level >= 1 clears the prefix cache and, unless the executor already sleeps (then it
-    only warns), puts both tags to sleep; only level 1 copies the weights to the host
-    (sleep_mode_backend.py:125), so after level 2 they wake as garbage. The gauge is rewritten on
-    every /sleep, asleep or not.
+  * a request (generate_*) runs at once while scheduling runs; while it is paused the request is
+    accepted and waits in the scheduler's queue (core.py pause_scheduler: "all pause modes queue new
+    adds") until the wake that resumes scheduling, or until an abort sleep ends it.
+  * /sleep?level=L&mode=M (async_llm.py:931-937, core.py:860-896 and 1764-1803, abstract.py:318-329):
+    abort ends every request, running or waiting; wait lets the running ones finish first (PAUSED_NEW);
+    keep freezes them (PAUSED_ALL). Level >= 1 then resets the caches, which preempts a frozen request
+    back to the waiting queue, and, unless the executor already sleeps (then it only warns), puts both
+    tags to sleep; only level 1 copies the weights to the host (sleep_mode_backend.py:125), so after
+    level 2 they wake as garbage. The gauge is rewritten on every /sleep, asleep or not.
   * /wake_up?tags=... (core.py:898-914, abstract.py:331-356): "scheduling" is dropped; the executor
     ignores the call when awake or when any tag named is not asleep (an unknown one included);
-    scheduling resumes once no tag is asleep. The gauge reads awake after every /wake_up.
+    scheduling resumes once no tag is asleep, and the waiting requests run. The gauge reads awake after
+    every /wake_up.
   * reload_weights(path) (gpu_model_runner.py:5517-5519): loads `path`, or the model path, into the
-    weights pool and keeps `path` as the model path.
-Operations the model cannot predict are not applicable; each says why in why_not.
+    weights pool and keeps `path` as the model path; it leaves the prefix cache as it was.
+Where a release answers otherwise than the API documents and the server is no longer usable after it
+(terminal()), the walk probes the pair as a shard's last step (plan.terminal_probes).
 """
 
 from __future__ import annotations
@@ -20,27 +26,39 @@ import dataclasses
 
 from tests.sleep_wake.lib import oracle
 from tests.sleep_wake.walk import model
-from tests.sleep_wake.walk.model import KV_CACHE, WEIGHTS, State
+from tests.sleep_wake.walk.model import GARBAGE, KV_CACHE, PAUSE_ALL, PAUSE_NEW, WEIGHTS, State
 
 MODES = ("abort", "wait", "keep")
-WAKE_TAGS = (None, (WEIGHTS,), (KV_CACHE,), ("scheduling",), ("no_such_tag",))
+WAKE_TAGS = (None, (WEIGHTS,), (KV_CACHE,), ("scheduling",), ("no_such_tag",), (WEIGHTS, KV_CACHE),
+             (WEIGHTS, "scheduling"), (KV_CACHE, "scheduling"))
 RELOAD_PATHS = (None, "A", "B")
 GENERATES = ("generate_fresh", "generate_cached", "generate_n4", "generate_stream")
+# Requests in flight when a /sleep lands: none, one stream mid-decode, or (mode wait) that stream and a
+# second request sent while the sleep drains the first.
+IN_FLIGHT_COUNTS = (0, 1, 2)
 # Every operation in ALL answers 200, misuse included: the routers only int() the level and take the
 # tags as given (serve/dev/sleep/api_router.py:24-41), and the engine ignores a sleep while asleep, a
-# wake while awake and a tag that is not asleep.
+# wake while awake and a tag that is not asleep. A terminal pair's answer is pinned per release.
 EXPECTED_STATUS = 200
 # What the walk checks after every step, whatever the operation (plus model.device_band/host_band).
 AFTER_EVERY_STEP = ("flags.is_sleeping", "flags.gauge", "server.healthy")
-RESUME_ORACLES = ("requests.resumes_after_keep", "prefix_cache.kept_paused_request")
 _NONE = "-"  # a parameter left out in a token: a full wake, a reload without a path
+# Known divergences that end a server's usable life where they apply, so a walk probes them last.
+FULL_WAKE_REMAPS = "full_wake_remaps_resident_pool"
+KV_FIRST_AFTER_LEVEL2 = "kv_first_wake_after_level2_restores_into_unmapped_weights"
+RELOAD_ASLEEP = "reload_while_weights_asleep"
+# The oracle each terminal pair's probe fails: its call's answer and the whole state after it.
+TERMINAL_ORACLES = {FULL_WAKE_REMAPS: "api.full_wake_from_partial",
+                    KV_FIRST_AFTER_LEVEL2: "api.kv_first_wake_after_level2",
+                    RELOAD_ASLEEP: "api.reload_while_weights_asleep"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Operation:
-    """name and params: sleep (level, mode, in_flight), wake (tags,) with tags a tuple or None for a
-    full wake, reload (path,) with path "A", "B" or None; the generates and reset_prefix_cache take
-    none. str() is the operation's token in a replay script (plan.script)."""
+    """name and params: sleep (level, mode, in_flight) with in_flight a count of IN_FLIGHT_COUNTS, wake
+    (tags,) with tags a tuple or None for a full wake, reload (path,) with path "A", "B" or None; the
+    generates and reset_prefix_cache take none. str() is the operation's token in a replay script
+    (plan.script)."""
     name: str
     params: tuple = ()
 
@@ -86,24 +104,44 @@ class Operation:
     def oracles(self, state: State) -> tuple:
         """The oracle ids that judge this operation's own result in `state` (AFTER_EVERY_STEP aside)."""
         ids = ["api.status"]
-        if self.name in ("generate_fresh", "generate_stream"):
-            ids += [model.golden_oracle(state), "output.finish_length"]
-            ids += ["output.logprob_drift"] if self.name == "generate_fresh" else []
-        elif self.name == "generate_cached":
-            ids += [model.golden_oracle(state), "prefix_cache.hit_iff_cached"]
-        elif self.name == "generate_n4":
-            ids.append("output.seeded_sampling")
-        elif self.name == "sleep" and self.params[2]:
-            ids += [model.golden_oracle(state), *model.in_flight_outcome(self.params[1], self.params[0]).oracles]
-        elif self.name == "wake" and state.held_stream:
-            ids += RESUME_ORACLES
+        if self.name in GENERATES:
+            if not model.can_run(state):
+                return tuple(ids + [model.held_oracle(state)])
+            kind = "long" if self.name == "generate_cached" else "short"
+            golden = model.golden_of(state, kind)
+            ids.append("output.finish_length")
+            if self.name == "generate_n4":
+                ids += ["output.seeded_sampling"] if golden else []
+            elif golden:
+                ids.append(model.golden_oracle(golden))
+            if self.name == "generate_fresh" and golden:
+                ids.append("output.logprob_drift")
+            if self.name == "generate_cached":
+                ids.append("prefix_cache.hit_iff_cached")
+            if self.name == "generate_stream":
+                ids.append("requests.clean_end")
+        elif self.name == "sleep":
+            level, mode, in_flight = self.params
+            if in_flight:
+                if state.weights is not None:
+                    ids.append(model.golden_oracle(state))
+                ids += model.in_flight_outcome(mode, level).oracles
+            if in_flight == 2:
+                ids += model.LATE_ARRIVAL_ORACLES
+            if mode == "abort" and (state.held or state.queued):
+                ids.append("requests.abort_aborts")
+            if mode == "wait" and state.held_kv:
+                ids.append("requests.ends_in_race")
+        elif self.name == "wake" and (state.held or state.queued):
+            after = self.apply(state)
+            ids += model.RESUME_ORACLES if not after.paused else [model.held_oracle(after)]
         elif self.name == "reset_prefix_cache":
             ids.append("api.reset_prefix_cache_result")
-        return tuple(ids)
+        return tuple(dict.fromkeys(ids))
 
 
-def sleep(level: int, mode: str = "abort", in_flight: bool = False) -> Operation:
-    return Operation("sleep", (level, mode, in_flight))
+def sleep(level: int, mode: str = "abort", in_flight: int = 0) -> Operation:
+    return Operation("sleep", (level, mode, int(in_flight)))
 
 
 def wake(tags=None) -> Operation:
@@ -117,8 +155,8 @@ def reload(path: str | None = None) -> Operation:
 RESET_PREFIX_CACHE = Operation("reset_prefix_cache")
 
 ALL = ([Operation(name) for name in GENERATES]
-       + [sleep(level, mode, in_flight) for level in model.LEVELS for mode in MODES for in_flight in (False, True)
-          if not in_flight or model.in_flight_predictable(mode, level)]
+       + [sleep(level, mode, n) for level in model.LEVELS for mode in MODES for n in IN_FLIGHT_COUNTS
+          if n < 2 or mode == "wait"]
        + [wake(tags) for tags in WAKE_TAGS]
        + [reload(path) for path in RELOAD_PATHS]
        + [RESET_PREFIX_CACHE])
@@ -132,10 +170,25 @@ def parse(token: str) -> Operation:
         raise ValueError(f"unknown walk operation {token!r}; known: {', '.join(BY_TOKEN)}") from None
 
 
-def terminal(op: Operation, s: State) -> bool:
-    """A /wake_up without tags while one tag is resident and the other asleep: the pinned divergence
-    full_wake_remaps_resident_pool ends the server's usable life, so a walk makes it last (a probe)."""
-    return op.name == "wake" and op.params[0] is None and 0 < len(s.asleep_tags) < len(model.TAGS)
+def terminal(op: Operation, s: State) -> str | None:
+    """The known divergence that makes op in s a server's last usable call on the releases it lists (a
+    probe: plan.terminal_probes), or None:
+      * a /wake_up without tags while one tag is resident and the other asleep (FULL_WAKE_REMAPS);
+      * after a level-2 sleep, a wake of the KV cache while the weights stay asleep: the first wake
+        restores the model buffers saved on the host (gpu_worker.py:231-235) into the weights pool
+        (allocated under the weights tag, gpu_worker.py:426), which is still unmapped
+        (KV_FIRST_AFTER_LEVEL2; the fix, vllm-project/vllm#45619, was closed unmerged);
+      * reload_weights while the weights are asleep: it writes the unmapped weights pool, and vLLM
+        has no guard (RELOAD_ASLEEP)."""
+    if op.name == "wake":
+        if op.params[0] is None and 0 < len(s.asleep_tags) < len(model.TAGS):
+            return FULL_WAKE_REMAPS
+        woken = _executor_woken(op.params[0], s.asleep_tags)
+        if s.level == 2 and WEIGHTS in s.asleep_tags - woken and KV_CACHE in woken:
+            return KV_FIRST_AFTER_LEVEL2
+    if op.name == "reload" and WEIGHTS in s.asleep_tags:
+        return RELOAD_ASLEEP
+    return None
 
 
 # --- preconditions -------------------------------------------------------------------------------
@@ -153,57 +206,53 @@ def _executor_woken(tags, asleep: frozenset) -> frozenset:
 def _why_not(op: Operation, s: State) -> str | None:
     if op.name not in _APPLY:
         return f"no operation named {op.name!r}"
-    if s.held_stream and op.name != "wake":
-        return "a stream frozen by a level-0 keep is open: only the wake that resumes it is modelled"
+    divergence = terminal(op, s)
+    if divergence:
+        return (f"known divergence {divergence}: on the releases it lists the server is not usable after it, "
+                "so only a shard's last step makes it (plan.terminal_probes)")
     if op.name in GENERATES:
-        if not model.can_run(s):
-            return "a request would wait for the wake (held requests are not part of the walk)"
-        if model.serves(s) is None:
-            return "garbage weights: no golden predicts the output, and the blocks it caches would be garbage"
+        if op.name == "generate_cached" and not model.can_run(s) and "long" in s.queued:
+            return ("a second request of the long prompt waiting beside the first: both are scheduled in one "
+                    "step when scheduling resumes, and whether the second hits the first one's blocks is the "
+                    "scheduler's timing, which no model predicts")
         return None
     if op.name == "sleep":
         level, mode, in_flight = op.params
-        if in_flight and not (model.in_flight_predictable(mode, level) and model.can_run(s)
-                              and model.serves(s) is not None):
-            return "a request in flight needs a server that serves a golden and a predictable pause mode"
-        if s.paused and mode != "abort":
-            return ("while asleep the pause modes differ only for requests in flight, of which there are "
-                    "none: abort stands for all three")
-        return None
-    if op.name == "wake":
-        if terminal(op, s):
-            return ("a full wake after a wake of one tag fails and leaves the server asleep for good on every "
-                    "supported release (known divergence full_wake_remaps_resident_pool): only a shard's last "
-                    "step makes it (plan.terminal_probes)")
-        woken = _executor_woken(op.params[0], s.asleep_tags)
-        if s.level == 2 and WEIGHTS in s.asleep_tags - woken and KV_CACHE in woken:
-            return ("after a level-2 sleep the first wake restores the model buffers saved on the host "
-                    "(gpu_worker.py:231-235) into the weights pool (allocated under the weights tag, "
-                    "gpu_worker.py:426): woken before the weights, the KV cache leaves that pool unmapped")
-        return None
-    if op.name == "reload":
-        if WEIGHTS in s.asleep_tags:
-            return "the weights are asleep: reload_weights would write unmapped memory"
-        target = op.params[0] or s.model_path
-        if s.prefix_cached and target != s.weights:
-            return ("the prefix cache holds blocks computed with the weights a reload replaces (reload_weights "
-                    "does not reset it): reset_prefix_cache first")
+        if in_flight and not model.can_run(s):
+            return "no request can be in flight: scheduling is paused, so a request sent now waits (a generate)"
+        if in_flight == 2 and mode != "wait":
+            return "a request arriving during the sleep is a wait sleep's case: the others answer at once"
         return None
     return None
 
 
 # --- effects -------------------------------------------------------------------------------------
 def _generate(op: Operation, s: State) -> State:
-    return dataclasses.replace(s, prefix_cached=True) if op.name == "generate_cached" else s
+    long = op.name == "generate_cached"
+    if not model.can_run(s):
+        return dataclasses.replace(s, queued=s.queued | {"long" if long else "plain"})
+    return dataclasses.replace(s, prefix=s.prefix or model.served(s)) if long else s
 
 
 def _sleep(op: Operation, s: State) -> State:
     level, mode, in_flight = op.params
-    change = dict(paused=True, gauge_level=level, held_stream=in_flight and mode == "keep")
+    held, held_kv, queued = s.held, s.held_kv, s.queued
+    if mode == "abort":  # every request ends, running or waiting
+        held, held_kv, queued = None, False, frozenset()
+    elif mode == "wait":  # the running ones finish first; the waiting ones (and a late arrival) wait on
+        if held_kv:
+            held, held_kv = None, False
+        if in_flight == 2:
+            queued = queued | {"plain"}
+    elif in_flight:  # keep: the request in flight freezes where it is
+        held, held_kv = model.served(s), True
+    change = dict(pause=PAUSE_ALL if mode == "keep" else PAUSE_NEW, gauge_level=level, held=held,
+                  held_kv=held_kv, queued=queued)
     if level >= 1:
-        change["prefix_cached"] = False
-    if level >= 1 and not s.asleep_tags:
-        change.update(level=level, asleep_tags=frozenset(model.TAGS), weights=s.weights if level == 1 else None)
+        change.update(prefix=None, held_kv=False)  # the cache reset preempts the running requests
+        if not s.asleep_tags:
+            change.update(level=level, asleep_tags=frozenset(model.TAGS),
+                          weights=s.weights if level == 1 else None)
     elif not s.asleep_tags:
         change["level"] = 0
     return dataclasses.replace(s, **change)
@@ -214,8 +263,11 @@ def _wake(op: Operation, s: State) -> State:
     host_cached = s.host_cached or (model.holds_host_copy(s) and WEIGHTS not in asleep)
     if asleep:
         return dataclasses.replace(s, asleep_tags=asleep, gauge_level=None, host_cached=host_cached)
-    return dataclasses.replace(s, level=None, asleep_tags=frozenset(), paused=False, gauge_level=None,
-                               host_cached=host_cached, held_stream=False)
+    resumed = dataclasses.replace(s, level=None, asleep_tags=frozenset(), pause=None, gauge_level=None,
+                                  host_cached=host_cached, held=None, held_kv=False, queued=frozenset())
+    if "long" in s.queued:  # the waiting long prompt runs and caches its blocks
+        resumed = dataclasses.replace(resumed, prefix=s.prefix or model.served(resumed))
+    return resumed
 
 
 def _reload(op: Operation, s: State) -> State:
@@ -224,7 +276,7 @@ def _reload(op: Operation, s: State) -> State:
 
 
 def _reset(op: Operation, s: State) -> State:
-    return dataclasses.replace(s, prefix_cached=False)
+    return dataclasses.replace(s, prefix=None) if model.resets_prefix_cache(s) else s
 
 
 _APPLY = {**{name: _generate for name in GENERATES}, "sleep": _sleep, "wake": _wake, "reload": _reload,
@@ -233,8 +285,10 @@ _APPLY = {**{name: _generate for name in GENERATES}, "sleep": _sleep, "wake": _w
 
 def effect(op: Operation, state: State) -> State:
     """The state op leads to by the model's effects, also where the walk does not make it: a terminal
-    full wake (terminal()) on a release where full_wake_remaps_resident_pool does not apply wakes every
-    tag as documented."""
+    pair on a release where its known divergence does not apply behaves as documented (a reload
+    while the weights are asleep is then refused and changes nothing)."""
+    if terminal(op, state) == RELOAD_ASLEEP:
+        return state
     return _APPLY[op.name](op, state)
 
 
@@ -246,7 +300,9 @@ def emptied_cache_unseen(unseen: bool, op: Operation, before: State, after: Stat
     next reset, which would hide a cache that was never emptied (sleep_while_paused_keeps_prefix_cache)."""
     if before.prefix_cached and not after.prefix_cached:
         return True
-    return unseen and op.name != "generate_cached"
+    looked = (op.name == "generate_cached" and model.can_run(before)) or (
+        "long" in before.queued and not after.paused)  # the waiting long prompt ran with the wake
+    return unseen and not looked
 
 
 def moves_memory(op: Operation, state: State) -> bool:

@@ -1,11 +1,15 @@
-"""Coverage planning: which (state, operation) pairs exist, seeded walks that visit every one of them, and
-how those walks are dealt out over shards (one server each).
+"""Coverage planning: which (situation, operation) pairs exist, seeded walks that visit every one of
+them, and how those walks are dealt out over shards (one server each).
 
-A pair's state leaves host_cached out (pair_state): it turns true at a server's first level-1 wake of
-the weights and nothing short of a restart turns it back, so pairs that differ only in it could not all
-be visited by one server; no operation's precondition or effect depends on it, only the host bytes do.
+A pair is an operation in a *situation*: the part of the model's state that decides how vLLM handles
+the operation (Situation). The state itself (model.State) carries more, so that every observation is
+predicted: which checkpoint computed the cached blocks or a held request's first tokens, what kinds of
+requests wait, the gauge written last, the host allocator's cached block. Covering every state's every
+operation would take tens of thousands of steps; covering every situation's every operation takes a
+few thousand, and each cell's seed reaches the situations through other states.
 
-Every walk ends with reset_ops, which brings any state back home (INITIAL, host_cached aside), so the
+Every walk ends with reset_ops, which brings any state home (INITIAL, host_cached aside: it turns true
+at a server's first level-1 wake of the weights and nothing short of a restart turns it back), so the
 walks of a shard run one after the other on one server, and each can be replayed from a fresh one.
 Everything here is deterministic: successors come in operations.ALL's order and sets are sorted by
 sort keys, never iterated in hash order, so a seed gives the same walks under any PYTHONHASHSEED.
@@ -16,33 +20,87 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import json
 import os
 import random
 import re
 import zlib
 
 from tests.sleep_wake.lib import oracle
-from tests.sleep_wake.walk import cover, model
+from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import INITIAL, State
 
 REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
 _SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
+# What each kind of step costs on a GPU (plan.step_seconds), to deal the walks out so that the shards
+# end together: the walk's own medians, kept as data (docs/walk-step-seconds.json) so that a new
+# measurement changes no code.
+STEP_SECONDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_seconds.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class Situation:
+    """What decides how vLLM handles an operation: where the executor's pools are (level, asleep_tags),
+    whether and how scheduling is paused, whether garbage serves, whether the long prompt's cached blocks
+    were computed with the weights that serve ("fresh") or others ("stale"), the requests that wait
+    (none, "waiting" in the queue, a "running" one a level-0 keep froze with its blocks), and for a
+    reload without a path, the checkpoint it loads. Not the pause mode: the two pauses differ only in
+    whether running requests are stepped (scheduler.py schedule), and a running request is there only
+    under a keep's pause, so "running" says which pause holds; every sleep mode is walked in every
+    situation, and the state keeps the pause for the predictions."""
+    level: int | None
+    asleep_tags: tuple
+    paused: bool
+    garbage: bool
+    prefix: str
+    requests: str
+    reload_path: str | None = None
+
+    def describe(self) -> str:
+        where = "awake" if self.level is None else f"level {self.level}"
+        parts = [where]
+        if self.asleep_tags:
+            parts.append("asleep " + "+".join(self.asleep_tags))
+        if self.paused:
+            parts.append("paused")
+        parts.append("garbage weights" if self.garbage else "a checkpoint serves")
+        if self.prefix != "none":
+            parts.append(f"prefix cached ({self.prefix})")
+        if self.requests != "none":
+            parts.append(f"a request {self.requests}")
+        if self.reload_path:
+            parts.append(f"model path {self.reload_path}")
+        return ", ".join(parts)
+
+
+def situation(state: State, op) -> Situation:
+    requests = "running" if state.held_kv else ("waiting" if state.held or state.queued else "none")
+    prefix = "none" if state.prefix is None else ("fresh" if state.prefix == model.served(state) else "stale")
+    reload_path = state.model_path if op.name == "reload" and op.params[0] is None else None
+    return Situation(state.level, tuple(sorted(state.asleep_tags)), state.paused, state.weights is None, prefix,
+                     requests, reload_path)
+
+
+def pair_of(state: State, op) -> tuple:
+    return situation(state, op), op
+
+
+def pair_key(pair) -> tuple:
+    sit, op = pair
+    return (-1 if sit.level is None else sit.level, sit.asleep_tags, sit.paused, sit.garbage, sit.prefix,
+            sit.requests, sit.reload_path or "", str(op))
+
+
+def describe_pair(pair) -> str:
+    sit, op = pair
+    return f"{op} in {sit.describe()}"
 
 
 @functools.lru_cache(maxsize=None)
 def successors(state: State) -> tuple:
     """((operation, next state), ...) for every applicable operation, in operations.ALL's order."""
     return tuple((op, op.apply(state)) for op in ops.ALL if op.applicable(state))
-
-
-def pair_state(state: State) -> State:
-    return dataclasses.replace(state, host_cached=False)
-
-
-def pair_key(pair) -> tuple:
-    state, op = pair
-    return state.sort_key(), str(op)
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,29 +116,31 @@ def reachable_states() -> tuple:
     return tuple(seen)
 
 
+@functools.lru_cache(maxsize=None)
+def _reachable_pairs() -> frozenset:
+    return frozenset(pair_of(s, op) for s in reachable_states() for op, _ in successors(s))
+
+
 def reachable_pairs() -> set:
-    """{(pair_state(state), operation)} over every reachable state and its applicable operations."""
-    return {(pair_state(s), op) for s in reachable_states() for op, _ in successors(s)}
+    """{(situation, operation)} over every reachable state and its applicable operations."""
+    return set(_reachable_pairs())
 
 
-# A step's seconds by its operation, only to deal the walks out so that the shards end together: the
-# medians of the H200 walk at 24 cells per GPU (docs/bench/h200-2026-12-01.md, fifth section, run B:
-# reloads 0.42-0.44 s, wakes 0.16-0.25 s, sleeps 0.07-0.08 s, a sleep with a request in flight 0.50 s on
-# average: the request's start, its decoding and, for mode wait, its drain); anything else about 0.1 s.
-# Counted as a plain sleep, the in-flight ones piled up: one shard of six held 18 of a cell's 49 and was
-# the longest in every run of the sixth section. The twelfth session's means (run B, bazel_runs' "walk
-# steps" line, checks included): reloads 0.45 s, wakes 0.18, sleeps 0.10, in flight 0.36, resets 0.06,
-# generates 0.19-0.24; planned with those instead, the tour changed by 1% (239.8-246.8 s a cell against
-# 242.5-244.6 s), so the deal's figures stay.
-STEP_SECONDS = {"reload": 0.43, "wake": 0.2, "sleep": 0.08}
-IN_FLIGHT_SLEEP_SECONDS = 0.5
-OTHER_STEP_SECONDS = 0.1
+@functools.lru_cache(maxsize=None)
+def step_seconds_table() -> dict:
+    with open(STEP_SECONDS_FILE, encoding="utf-8") as f:
+        return json.load(f)["seconds"]
+
+
+def step_kind(op) -> str:
+    """The row of step_seconds.json an operation's cost is read from."""
+    if op.name == "sleep" and op.params[2]:
+        return "sleep_in_flight"
+    return op.name if op.name in ("reload", "wake", "sleep", "reset_prefix_cache") else "generate"
 
 
 def step_seconds(op) -> float:
-    if op.name == "sleep" and op.params[2]:
-        return IN_FLIGHT_SLEEP_SECONDS
-    return STEP_SECONDS.get(op.name, OTHER_STEP_SECONDS)
+    return step_seconds_table()[step_kind(op)]
 
 
 def walk_seconds(walk) -> float:
@@ -92,12 +152,8 @@ def plan_shards(shards: int, seed: int, max_steps: int) -> tuple:
     """((walks, pairs), ...) per shard: one plan over every reachable pair (plan_walks, seeded `seed`),
     its walks dealt out longest first (walk_seconds) to the shard with the least so far; a shard's
     pairs are those its walks are the first of the plan to visit, so the shards' pairs are disjoint and
-    cover every reachable pair.
-
-    Why one plan, not a plan per shard of the pairs: one tour over every pair needs the fewest extra
-    operations (a plan per shard of six took 2277 steps where the first single plan took 1703: each
-    crossed the whole state space for pairs dealt out one in six), and every walk starts at INITIAL
-    either way, so whole walks can go to any shard."""
+    cover every reachable pair. One plan, not a plan per shard of the pairs: each walk starts at
+    INITIAL either way, and one plan crosses the state space fewer times."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     walks = plan_walks(reachable_pairs(), seed, max_steps)
@@ -111,7 +167,7 @@ def plan_shards(shards: int, seed: int, max_steps: int) -> tuple:
     first_by = {}
     for index, steps in enumerate(trace(walks)):
         for state, op in steps:
-            first_by.setdefault((pair_state(state), op), index)
+            first_by.setdefault(pair_of(state, op), index)
     out = []
     for indices in dealt:
         mine = set(indices)
@@ -120,24 +176,25 @@ def plan_shards(shards: int, seed: int, max_steps: int) -> tuple:
 
 
 def cell_seed(seed: int, cell_id: str) -> int:
-    """The seed of a cell's plan: every cell walks its own paths between the same pairs, so a matrix of
-    four cells takes 3240 distinct (state, operation before, operation) paths where one shared
-    plan takes 1188. crc32, not hash(): the same under any PYTHONHASHSEED and on every machine."""
+    """The seed of a cell's plan: every cell walks its own paths, through its own states, between the
+    same situations. crc32, not hash(): the same under any PYTHONHASHSEED and on every machine."""
     return seed + zlib.crc32(cell_id.encode()) % 10007
 
 
 def reset_ops(state: State) -> list:
-    """Operations that bring `state` home (INITIAL, but for host_cached, which the wake may turn on): a
-    full wake (it also resumes a held stream), a prefix-cache
-    reset (before the reload, which refuses to run under blocks of other weights), reload of A."""
+    """Operations that bring `state` home (INITIAL, but for host_cached, which the wake may turn on): the
+    wake of what is still asleep (a full wake where only one tag is: the pinned divergence
+    full_wake_remaps_resident_pool), which also runs the held and waiting requests, a prefix-cache
+    reset, a reload of A."""
     out = []
     if 0 < len(state.asleep_tags) < len(model.TAGS):
-        out.append(ops.wake(sorted(state.asleep_tags)))  # a full wake here is the pinned divergence
+        out.append(ops.wake(sorted(state.asleep_tags)))
     elif state.paused:
         out.append(ops.wake())
-    if state.prefix_cached:
+    after = run(state, out)
+    if after.prefix_cached:
         out.append(ops.RESET_PREFIX_CACHE)
-    if (state.weights, state.model_path) != ("A", "A"):
+    if (after.weights, after.model_path) != ("A", "A"):
         out.append(ops.reload("A"))
     return out
 
@@ -148,14 +205,18 @@ def run(state: State, walk) -> State:
     return state
 
 
-def _first_path(src: State, goal) -> list | None:
-    """Breadth first from src (successors in ALL's order): the operations up to and including the
-    first edge for which goal(state, op, next state) holds, None if none does."""
+def _first_path(src: State, goal, order=None) -> list | None:
+    """Breadth first from src: the operations up to and including the first edge for which
+    goal(state, op, next state) holds, None if none does. order(list) reorders each state's successors
+    (a seeded shuffle), else they come in ALL's order."""
     parent = {src: None}
     queue = collections.deque([src])
     while queue:
         state = queue.popleft()
-        for op, nxt in successors(state):
+        edges = list(successors(state))
+        if order is not None:
+            order(edges)
+        for op, nxt in edges:
             if goal(state, op, nxt):
                 path = [op]
                 while parent[state] is not None:
@@ -173,58 +234,37 @@ def shortest_path(src: State, dst: State) -> list | None:
     return [] if src == dst else _first_path(src, lambda state, op, nxt: nxt == dst)
 
 
-def _to_pair_state(src: State, dst: State) -> list:
-    """The fewest operations from src to a state whose pair_state is dst (a pair's state with
-    host_cached set may be reachable only through the level-1 wake that sets it)."""
-    if pair_state(src) == dst:
-        return []
-    path = _first_path(src, lambda state, op, nxt: pair_state(nxt) == dst)
-    if path is None:
-        raise ValueError(f"{dst.describe()} is unreachable from {src.describe()}; plan only reachable pairs")
-    return path
-
-
-def _pair_edges(state: State) -> list:
-    return [(op, pair_state(nxt)) for op, nxt in successors(state)]
-
-
 def plan_walks(pairs, seed: int, max_steps: int) -> list:
     """Walks (lists of operations), to run in order on one server from INITIAL, that together visit
-    every pair of `pairs` (reachable_pairs(); a subset must form, with the links that balance it, one
-    tour through INITIAL); each at most max_steps long, its reset_ops tail included.
+    every pair of `pairs` (a subset of reachable_pairs()); each at most max_steps long, its reset_ops
+    tail included.
 
-    One closed tour over the pairs' states (cover.tour: every pair once, plus the cheapest operations
-    by step_seconds that balance it), cut into walks where it passes INITIAL, and where a walk would
-    outgrow max_steps: there the walk resets and the next one goes back to where it left the tour.
-    The seed orders the tour's choices at every state, so the operations around a pair vary from seed
-    to seed. It took 1371-1384 steps (242-244 s by step_seconds) for the four cells' seeds, where a walk
-    to the nearest unvisited pair with random operations mixed in took 1713-1782 (299-314 s); the
-    tour's cheapest possible cost is 232.5 s."""
-    reachable = {pair_state(s) for s in reachable_states()}
-    required = []
-    for state, op in sorted(pairs, key=pair_key):
-        if state not in reachable or not op.applicable(state):
-            raise ValueError(f"{op} in {state.describe()} is not a reachable pair: plan only pairs from "
-                             "plan.reachable_pairs()")
-        required.append((state, op, pair_state(op.apply(state))))
-    if not required:
-        return []
-    circuit = cover.tour(required, INITIAL, _pair_edges, step_seconds, random.Random(seed))
-    walks, i = [], 0
-    while i < len(circuit):
-        resume = circuit[i][0]
-        walk, state, taken = _to_pair_state(INITIAL, resume), resume, 0
-        while i < len(circuit):
-            _, op, nxt = circuit[i]
-            if len(walk) + 1 + len(reset_ops(nxt)) > max_steps:
+    From where the walk stands, the fewest operations to the nearest pair not yet visited (breadth
+    first, each state's operations in an order the seed shuffles), every pair on the way counting;
+    when the next one would outgrow max_steps, the walk resets and the next starts from INITIAL. The
+    freedom a situation leaves (many states share one) keeps this near one step and a half a pair;
+    the seed decides which states and which operations around them."""
+    todo = set(pairs)
+    unknown = todo - _reachable_pairs()
+    if unknown:
+        raise ValueError(f"not reachable pairs: {sorted(map(describe_pair, unknown))[:3]}; plan only pairs from "
+                         "plan.reachable_pairs()")
+    rng = random.Random(seed)
+    walks = []
+    while todo:
+        walk, state = [], INITIAL
+        while todo:
+            path = _first_path(state, lambda st, op, nxt: pair_of(st, op) in todo, rng.shuffle)
+            end = run(state, path)
+            if len(walk) + len(path) + len(reset_ops(end)) > max_steps:
+                if not walk:
+                    raise ValueError(f"max_steps={max_steps} is too short to reach a pair from INITIAL and "
+                                     "reset; raise it")
                 break
-            walk.append(op)
-            state, i, taken = nxt, i + 1, taken + 1
-            if state == INITIAL:
-                break
-        if not taken:
-            raise ValueError(f"max_steps={max_steps} is too short to reach a pair from {resume.describe()} "
-                             "and reset; raise it")
+            for op in path:
+                todo.discard(pair_of(state, op))
+                state = op.apply(state)
+            walk += path
         walks.append(walk + reset_ops(state))
     return walks
 
@@ -241,22 +281,14 @@ def trace(walks) -> list:
     return out
 
 
-def coverage(walks) -> tuple[set, collections.Counter]:
-    """(the pairs the walks visit, counts of consecutive operations (token, token) within a walk)."""
-    return steps_coverage(trace(walks))
-
-
 def steps_coverage(traces) -> tuple[set, collections.Counter]:
-    """coverage() of steps already taken: [[(state before, operation), ...] per walk] (trace's shape)."""
+    """(the pairs visited, counts of consecutive operations (token, token) within a walk) of steps
+    taken: [[(state before, operation), ...] per walk] (trace's shape, or what a walker executed)."""
     visited, consecutive = set(), collections.Counter()
     for steps in traces:
-        visited |= {(pair_state(s), op) for s, op in steps}
+        visited |= {pair_of(s, op) for s, op in steps}
         consecutive.update((str(a), str(b)) for (_, a), (_, b) in zip(steps, steps[1:]))
     return visited, consecutive
-
-
-def unvisited(shard_pairs, walks) -> set:
-    return set(shard_pairs) - coverage(walks)[0]
 
 
 def shrink_candidates(walk, failing_index: int, start: State = INITIAL) -> list:
@@ -307,19 +339,39 @@ def parse_script(text: str) -> list:
     return [ops.parse(token) for token in m.group(1).split(",") if token.strip()]
 
 
-def terminal_probes() -> list:
-    """One walk per kind of partial state (level, the tag still asleep) ending in the full wake that the
-    known divergence full_wake_remaps_resident_pool makes the server's last usable call: the shortest way
-    there from INITIAL, then the wake. The test gives probe i to shard i % SHARDS, after its walks."""
-    best = {}
+def terminal_pairs() -> dict:
+    """{(known divergence, level, tags asleep): [operation, ...]} of every terminal pair (operations.
+    terminal) the reachable states allow, operations in ALL's order."""
+    kinds = collections.defaultdict(list)
     for state in reachable_states():
-        if not 0 < len(state.asleep_tags) < len(model.TAGS):
-            continue
-        kind = (state.level, tuple(sorted(state.asleep_tags)))
-        path = shortest_path(INITIAL, state)
-        if path is not None and (kind not in best or len(path) < len(best[kind])):
-            best[kind] = path
-    return [best[kind] + [ops.wake()] for kind in sorted(best)]
+        for op in ops.ALL:
+            name = ops.terminal(op, state)
+            key = (name, state.level, tuple(sorted(state.asleep_tags)))
+            if name and op not in kinds[key]:
+                kinds[key].append(op)
+    return {k: sorted(v, key=ops.ALL.index) for k, v in sorted(kinds.items(), key=lambda kv: (kv[0][0], kv[0][1:]))}
+
+
+# Where a kind of terminal pair holds several operations, the one a probe makes: a reload that pushes a
+# checkpoint (what an RL trainer sends), a wake of the KV cache alone. The others reach the same vLLM
+# code (GPUModelRunner.reload_weights into the unmapped pool; CuMemAllocator.wake_up of the KV pool
+# first), which the probe's answer and the state after it pin.
+PROBED = {ops.RELOAD_ASLEEP: ops.reload("B"), ops.KV_FIRST_AFTER_LEVEL2: ops.wake(["kv_cache"])}
+
+
+def terminal_probes() -> list:
+    """One walk per kind of terminal pair (terminal_pairs): the shortest way from INITIAL to a state of
+    that kind, then its operation (PROBED, else the kind's only one), which ends the server's usable
+    life where its known divergence applies. The test gives probe i to shard i, after its walks."""
+    probes = []
+    for (name, level, asleep), kind_ops in terminal_pairs().items():
+        op = PROBED.get(name, kind_ops[0])
+        if op not in kind_ops:
+            raise ValueError(f"the probe {op} of {name} is not among its pairs {kind_ops}")
+        path = _first_path(INITIAL, lambda st, o, nxt: (nxt.level, tuple(sorted(nxt.asleep_tags))) == (level, asleep)
+                           and ops.terminal(op, nxt) == name)
+        probes.append(path + [op])
+    return probes
 
 
 def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int):

@@ -1,12 +1,12 @@
-"""Runs planned walks against a server and judges every step by the model (Jepsen's habit: the history
-is checked against the model after every operation, not at the end of one hand-written path).
+"""The state walk's GPU tier: how each operation is made on a real vLLM server over HTTP, and what the
+walk observes of it (the one driver, driver.py, decides the order and keeps the record).
 
 Each operation is one client call (or a request) whose own result the model predicts (its status, the
-serving checkpoint's golden, cached tokens, how a request in flight ends); after it, every invariant
-of the state the model says the server is now in is measured: both sleep flags, /health, the GPU bytes
-of the server's processes and the host bytes of its process tree, each bound failing its own oracle.
-A failure is reported with the walk so far and the shortest replay (plan.shrink_candidates) as lines
-for SLEEPWAKE_WALK_REPLAY.
+serving checkpoint's golden, cached tokens, how requests in flight or waiting end); after it, every
+invariant of the state the model says the server is now in is measured: both sleep flags, /health, the
+requests still waiting, the GPU bytes of the server's processes and the host bytes of its process tree,
+each bound failing its own oracle. Requests sent while scheduling is paused run in the background;
+the tier keeps them (Open) until the wake that runs them, or the abort sleep that ends them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.sleep_wake.lib import expect, host_memory, measure, oracle, threshold
 from tests.sleep_wake.lib.background import background, end_clock, generated_tokens, wait_decoding
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, LONG_PROMPTS, PROMPTS
-from tests.sleep_wake.walk import model, plan
+from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import State
 
@@ -27,12 +27,14 @@ STREAM_TOKENS = 128  # a request in flight: long enough to be mid-decode when /s
 SEED_N, SEED = 4, 1234
 LONG = LONG_PROMPTS[0]  # the prompt of the prefix-cache operations: several KV blocks long
 IN_FLIGHT = PROMPTS[3]  # a request in flight: shorter than one KV block, so it caches nothing
+WALK_PROMPTS = PROMPTS + [LONG]
 
 
 @dataclasses.dataclass
 class Goldens:
-    """What each checkpoint serves: greedy completions of PROMPTS and LONG, the seeded n=4 sample, and
-    the uninterrupted STREAM_TOKENS-token run a paused request must resume into."""
+    """What each checkpoint serves, from a fresh server of the cell started on it (the golden actions of
+    tests/sleep_wake/goldens, never the server under test): greedy completions of WALK_PROMPTS, the
+    seeded n=4 sample, and the uninterrupted STREAM_TOKENS-token run a paused request must resume into."""
     greedy: dict
     seeded: list
     stream: list
@@ -50,93 +52,154 @@ class Context:
     host_awake: int
 
 
-def take_goldens(client) -> Goldens:
-    greedy = expect.take_golden(client, PROMPTS + [LONG])
-    seeded = client.complete(PROMPTS[2], GOLDEN_MAX_TOKENS, temperature=1.0, seed=SEED, n=SEED_N).token_ids
-    stream = client.complete(IN_FLIGHT, STREAM_TOKENS).token_ids[0]
-    return Goldens(greedy, seeded, stream)
+@dataclasses.dataclass
+class Open:
+    """A request the walk sent that has not ended: its future, what the model calls it (QUEUED_KINDS, or
+    "held" for a stream a keep froze), the prompt and its own kind of request (an operation's name), and
+    for a held stream the checkpoint its first tokens came from and the pool its future runs on."""
+    future: object
+    kind: str
+    op_name: str
+    prompt: str
+    origin: str | None = None
+    pool: contextlib.ExitStack | None = None
 
 
-class Walker:
-    """One server's walks, from INITIAL, step by step."""
+def _request(client, op_name: str, prompt: str, timeout_s: float):
+    """The request of a generate operation, as a call that returns what it answered."""
+    if op_name == "generate_stream":
+        return lambda: client.complete_stream(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
+    if op_name == "generate_n4":
+        return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, temperature=1.0, seed=SEED, n=SEED_N,
+                                       timeout_s=timeout_s)
+    return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
+
+
+class GpuTier:
+    """The walk's operations on one vLLM server (driver.Tier)."""
+
+    replay_on = "a fresh server"
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
-        self.state = model.INITIAL
-        self.step_index = 0
-        self.held = None  # (future, ExitStack holding its pool) of a stream frozen by a level-0 keep
         self.version = ctx.client.version()
+        self.open: list[Open] = []
         self._prompt = 0
-        # A step emptied the prefix cache (a sleep of level >= 1, a reset) and no request of the long
-        # prompt has looked since: see _look_at_emptied_cache.
-        self.emptied_unseen = False
+        self._pool = contextlib.ExitStack()  # runs the requests sent while paused
+        self._background = None
 
-    # --- one step -------------------------------------------------------------------------------
-    def step(self, op) -> None:
-        before = self.state
-        ops.require_applicable(op, before, self.step_index)
-        getattr(self, "_" + op.name)(op, before)
-        self.state = op.apply(before)
-        self.emptied_unseen = ops.emptied_cache_unseen(self.emptied_unseen, op, before, self.state)
-        self._check_state(f"step {self.step_index} ({op} from {before.describe()})")
-        self.ctx.recorder.record("", "walk_step", self.step_index, "step", op=str(op),
-                                 before=before.describe(), after=self.state.describe())
-        self.step_index += 1
+    def pick(self, shard: int) -> str:
+        return f"--test_filter=TestStateWalkShard{shard}"
 
-    def _golden(self, state: State) -> Goldens:
-        return self.ctx.goldens[model.serves(state)]
+    def close(self) -> None:
+        for o in self.open:
+            if o.pool is not None:
+                o.pool.close()
+        self._pool.close()
+
+    def _golden(self, checkpoint: str) -> Goldens:
+        return self.ctx.goldens[checkpoint]
 
     def _next_prompt(self) -> str:
         self._prompt = (self._prompt + 1) % len(PROMPTS)
         return PROMPTS[self._prompt]
 
-    def _generate_fresh(self, op, s: State) -> None:
-        prompt = self._next_prompt()
-        golden = self._golden(s).greedy
-        expect.golden_with_logprobs(self.ctx.client, self.ctx.recorder, golden, [prompt], self.ctx.cell_id,
-                                    step=f"walk {op}", oracle_id=model.golden_oracle(s))
+    def _submit(self, call):
+        if self._background is None:
+            self._background = self._pool.enter_context(background(self.ctx.client, workers=8))
+        return self._background.submit(call)
 
-    def _generate_cached(self, op, s: State) -> None:
-        """op: the operation, or where a probe of the cache runs (for the message)."""
+    # --- generates ----------------------------------------------------------------------------------
+    def generate(self, op, s: State, after: State, where: str) -> None:
+        if not model.can_run(s):
+            self._send_paused(op, s, after, where)
+            return
+        getattr(self, "_" + op.name)(op, s, where)
+
+    def _unpredicted(self, completion, n_choices: int, what: str) -> None:
+        """Garbage weights or stale blocks: no golden, but the API's contract still holds: every choice
+        ends by length with GOLDEN_MAX_TOKENS tokens (ignore_eos)."""
+        oracle.equal("output.finish_length", ([len(t) for t in completion.token_ids], completion.finish_reasons),
+                     ([GOLDEN_MAX_TOKENS] * n_choices, ["length"] * n_choices), f"{what} (tokens, finish reasons)")
+
+    def _generate_fresh(self, op, s: State, where: str) -> None:
+        prompt = self._next_prompt()
+        golden = model.golden_of(s, "short")
+        if golden is None:
+            self._unpredicted(self.ctx.client.complete(prompt, GOLDEN_MAX_TOKENS), 1, f"walk {where}: {prompt!r}")
+            return
+        expect.golden_with_logprobs(self.ctx.client, self.ctx.recorder, self._golden(golden).greedy, [prompt],
+                                    self.ctx.cell_id, step=f"walk {where}", oracle_id=model.golden_oracle(golden))
+
+    def _generate_cached(self, op, s: State, where: str) -> None:
         c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
-        expect.tokens(c, self._golden(s).greedy[LONG], prompt=LONG, step=f"walk {op}",
-                      oracle_id=model.golden_oracle(s))
-        predicted = model.hits_cache(s, "long")
-        oracle.equal("prefix_cache.hit_iff_cached", bool(c.cached_tokens), predicted,
-                     f"walk {op}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})")
+        self._judge_long(c, s, model.hits_cache(s, "long"), where)
 
-    def _generate_n4(self, op, s: State) -> None:
+    def _judge_long(self, c, s: State, hits: bool, where: str) -> None:
+        golden = model.golden_of(s, "long")
+        if golden is None:
+            self._unpredicted(c, 1, f"walk {where}: the long prompt")
+        else:
+            expect.tokens(c, self._golden(golden).greedy[LONG], prompt=LONG, step=f"walk {where}",
+                          oracle_id=model.golden_oracle(golden))
+        oracle.equal("prefix_cache.hit_iff_cached", bool(c.cached_tokens), hits,
+                     f"walk {where}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})")
+
+    def _generate_n4(self, op, s: State, where: str) -> None:
         got = self.ctx.client.complete(PROMPTS[2], GOLDEN_MAX_TOKENS, temperature=1.0, seed=SEED, n=SEED_N)
-        oracle.equal("output.seeded_sampling", got.token_ids, self._golden(s).seeded,
-                     f"walk {op}: seeded n={SEED_N} sampling of checkpoint {model.serves(s)}")
+        self._judge_n4(got, model.golden_of(s, "short"), f"walk {where}")
 
-    def _generate_stream(self, op, s: State) -> None:
+    def _judge_n4(self, got, golden: str | None, what: str) -> None:
+        if golden is None:
+            self._unpredicted(got, SEED_N, f"{what}: seeded n={SEED_N} sampling on garbage weights")
+            return
+        oracle.equal("output.seeded_sampling", got.token_ids, self._golden(golden).seeded,
+                     f"{what}: seeded n={SEED_N} sampling of checkpoint {golden}")
+
+    def _generate_stream(self, op, s: State, where: str) -> None:
         prompt = self._next_prompt()
-        result = self.ctx.client.complete_stream(prompt, GOLDEN_MAX_TOKENS)
-        oracle.holds("requests.clean_end", result.error is None and result.finish_reasons == ["length"],
-                     f"walk {op}: a stream of {prompt!r}", (result.finish_reasons, result.error), "length")
-        want = self._golden(s).greedy[prompt].token_ids[0]
-        if result.token_ids[0] != want:
-            oracle.fail(model.golden_oracle(s), f"walk {op}: streamed token ids for {prompt!r}",
-                        result.token_ids[0], want)
+        self._judge_stream(self.ctx.client.complete_stream(prompt, GOLDEN_MAX_TOKENS), prompt,
+                           model.golden_of(s, "short"), f"walk {where}")
 
-    def _sleep(self, op, s: State) -> None:
+    def _judge_stream(self, result, prompt: str, golden: str | None, what: str) -> None:
+        oracle.holds("requests.clean_end", result.error is None and result.finish_reasons == ["length"],
+                     f"{what}: a stream of {prompt!r}", (result.finish_reasons, result.error), "length")
+        got = result.token_ids[0]
+        if golden is None:
+            oracle.equal("output.finish_length", len(got), GOLDEN_MAX_TOKENS, f"{what}: tokens streamed")
+        elif got != self._golden(golden).greedy[prompt].token_ids[0]:
+            oracle.fail(model.golden_oracle(golden), f"{what}: streamed token ids for {prompt!r}", got,
+                        self._golden(golden).greedy[prompt].token_ids[0])
+
+    def _send_paused(self, op, s: State, after: State, where: str) -> None:
+        """A request sent while scheduling is paused: accepted (/load counts it) and left waiting."""
+        prompt = LONG if op.name == "generate_cached" else (PROMPTS[2] if op.name == "generate_n4"
+                                                             else self._next_prompt())
+        call = _request(self.ctx.client, op.name, prompt, thresholds.get("request_completion_s_max"))
+        kind = "long" if op.name == "generate_cached" else "plain"
+        self.open.append(Open(self._submit(call), kind, op.name, prompt))
+        expect.accepted(self.ctx.client, [o.future for o in self.open], len(self.open),
+                        f"walk {where}: the request sent while paused, accepted")
+
+    # --- sleeps -------------------------------------------------------------------------------------
+    def sleep(self, op, s: State, after: State, where: str) -> None:
         level, mode, in_flight = op.params
         client = self.ctx.client
         moves = ops.moves_memory(op, s)  # a level-0 pause, a sleep while asleep: no neighbour need wait
+        existing = list(self.open)  # requests that already waited: this sleep's mode decides their end
         if not in_flight:
             client.sleep(level=level, mode=mode, memory_moves=moves)
+            self._judge_waiting_at_sleep(op, s, existing, where)
             return
         # The sleep must land while the request decodes. Where the worker brackets its own sleep
         # (client.phases_in_server) it does: only the executor's sleep, after the pause, waits for FREE.
         # Elsewhere a FREE window holds from before the request starts until the sleep answers (mode wait
-        # drains first); a sleep that unmaps nothing needs none, and one would only keep every neighbour's
-        # wakes and starts out for that second.
-        # An ExitStack, not a with-block: a request a level-0 keep holds outlives this step (self.held), and
-        # on a failure background() sees the exception and wakes the engine, so a request the defect left
-        # held ends now rather than at its 60 s client timeout.
+        # drains first); a sleep that unmaps nothing needs none.
+        # An ExitStack, not a with-block: a request a keep holds outlives this step (self.open), and on a
+        # failure background() sees the exception and wakes the engine, so a request the defect left
+        # held ends now rather than at its client timeout.
         with contextlib.ExitStack() as stack:
-            pool = stack.enter_context(background(client))
+            pool = stack.enter_context(background(client, workers=2))
             with client.sleep_window() if moves else contextlib.nullcontext():
                 since = generated_tokens(client)
                 stream = pool.submit(client.complete_stream, IN_FLIGHT, STREAM_TOKENS,
@@ -144,88 +207,173 @@ class Walker:
                 stream_end = end_clock(stream)
                 wait_decoding(client, [stream], 1, since, 4)
                 sent = time.perf_counter()
-                client.sleep(level=level, mode=mode, memory_moves=moves)
+                if in_flight == 2:
+                    late = self._sleep_with_late_arrival(pool, op, moves, stream, where)
+                else:
+                    client.sleep(level=level, mode=mode, memory_moves=moves)
                 at_answer = generated_tokens(client) - since  # what the engine had generated when it answered
             outcome = model.in_flight_outcome(mode, level)
+            origin = model.served(s)
             if outcome.ends == "held":
-                self.held = (stream, stack.pop_all())
+                self._judge_waiting_at_sleep(op, s, existing, where)
+                self._judge_held_open(stream, where)
+                self.open.append(Open(stream, "held", "generate_stream", IN_FLIGHT, origin, stack.pop_all()))
                 return
             if outcome.ends == "completed":  # mode wait drains before it answers
-                want = len(self._golden(s).stream)
+                want = STREAM_TOKENS
                 oracle.holds("requests.ends_in_race", at_answer >= want,
-                             f"walk {op}: tokens the engine had generated for the drained request when /sleep "
+                             f"walk {where}: tokens the engine had generated for the drained request when /sleep "
                              "answered", at_answer, f">= {want} (all of them)")
                 bound, oracle_id = thresholds.get("request_completion_s_max"), "requests.completes"
             else:  # mode abort: the abort outputs go out before the pause completes
                 bound, oracle_id = thresholds.get("abort_s_max"), "requests.abort_time"
-            measure.wait_until(stream.done, bound, what=f"walk {op}: the request in flight to end",
+            measure.wait_until(stream.done, bound, what=f"walk {where}: the request in flight to end",
                                oracle_id=oracle_id)
-            self._in_flight_ended(op, s, outcome.ends, stream.result(), stream_end() - sent)
-            expect.load_drains(client, f"after walk {op}")
+            self._in_flight_ended(outcome.ends, origin, stream.result(), stream_end() - sent, where)
+            self._judge_waiting_at_sleep(op, s, existing, where)
+            if in_flight == 2:
+                self.open.append(late)
+            if not self.open:
+                expect.load_drains(client, f"after walk {where}")
 
-    def _in_flight_ended(self, op, s: State, ends: str, result, seconds: float) -> None:
-        want = self._golden(s).stream
+    def _sleep_with_late_arrival(self, pool, op, moves: bool, stream, where: str) -> Open:
+        """/sleep?mode=wait sent, and a second request sent once the engine has paused (/is_sleeping
+        true) while the first still drains: it arrives paused, so it must wait for the wake."""
+        level, mode, _ = op.params
+        client = self.ctx.client
+        answer = pool.submit(client.sleep, level=level, mode=mode, memory_moves=moves)
+        measure.wait_until(lambda: client.is_sleeping() or answer.done(), thresholds.get("request_completion_s_max"),
+                           poll_s=0.005, what=f"walk {where}: the engine paused by the wait sleep")
+        if stream.done() or answer.done():
+            raise oracle.Precondition(f"walk {where}: the drained request ended before the second request could "
+                                      "arrive during the drain; raise STREAM_TOKENS")
+        prompt = self._next_prompt()
+        call = _request(client, "generate_fresh", prompt, thresholds.get("request_completion_s_max"))
+        late = Open(self._submit(call), "plain", "generate_fresh", prompt)
+        answer.result()  # the sleep's own failure, if any, is raised here
+        return late
+
+    def _judge_held_open(self, stream, where: str) -> None:
+        """A stream a keep froze is still open when /sleep answers; its tokens are judged whole when it
+        ends (the wake that resumes it, or an abort)."""
+        oracle.holds("requests.held_while_paused", not stream.done(),
+                     f"walk {where}: the request a keep froze, right after /sleep answered", "ended", "open")
+
+    def _in_flight_ended(self, ends: str, origin: str, result, seconds: float, where: str) -> None:
         got = result.token_ids[0] if result.token_ids else []
-        if got != want[:len(got)]:
-            oracle.fail(model.golden_oracle(s), f"walk {op}: tokens streamed before the sleep", got, want[:len(got)])
+        if origin != model.GARBAGE:
+            want = self._golden(origin).stream
+            if got != want[:len(got)]:
+                oracle.fail(model.golden_oracle(origin), f"walk {where}: tokens streamed before the sleep", got,
+                            want[:len(got)])
         if ends == "aborted":
             oracle.bounded(self.ctx.recorder, "requests.abort_time", seconds, self.ctx.cell_id,
-                           f"walk {op}: seconds from /sleep to the end of the aborted request")
-            aborted = result.finish_reasons[0] == "abort" or (result.finish_reasons[0] is None and len(got) < len(want))
-            oracle.holds("requests.abort_aborts", aborted, f"walk {op}: the request in flight",
+                           f"walk {where}: seconds from /sleep to the end of the aborted request")
+            aborted = result.finish_reasons[0] == "abort" or (result.finish_reasons[0] is None
+                                                              and len(got) < STREAM_TOKENS)
+            oracle.holds("requests.abort_aborts", aborted, f"walk {where}: the request in flight",
                          (result.finish_reasons, len(got), result.error), "aborted")
             if result.error is not None:
                 oracle.holds("requests.clean_end", result.error.startswith(("error event", "HTTP")),
-                             f"walk {op}: how the aborted request ended", result.error, "abort or error event")
+                             f"walk {where}: how the aborted request ended", result.error, "abort or error event")
         else:  # "completed": mode wait drains before the executor sleeps
             oracle.equal("requests.clean_end", (result.finish_reasons, result.error, len(got)),
-                         (["length"], None, len(want)), f"walk {op}: the request in flight, drained by mode wait")
+                         (["length"], None, STREAM_TOKENS), f"walk {where}: the request in flight, drained by mode wait")
 
-    def _wake(self, op, s: State) -> None:
+    def _judge_waiting_at_sleep(self, op, s: State, existing: list, where: str) -> None:
+        """What a sleep did to the requests that were already open: an abort ends every one of them; a
+        wait lets the frozen one (a level-0 keep's) finish before it answers; the others wait on."""
+        mode = op.params[1]
+        if mode == "abort":
+            for o in existing:
+                measure.wait_until(o.future.done, thresholds.get("abort_s_max"),
+                                   what=f"walk {where}: the waiting request ({o.kind}) to end",
+                                   oracle_id="requests.abort_time")
+                self._aborted(o, where)
+            self.open = [o for o in self.open if o not in existing]
+        elif mode == "wait" and s.held_kv:
+            held = [o for o in existing if o.kind == "held"]
+            for o in held:
+                oracle.holds("requests.ends_in_race", o.future.done(),
+                             f"walk {where}: the request a level-0 keep froze, when the wait sleep answered",
+                             "open", "ended (drained)")
+                self._resumed(o, s, where)
+            self.open = [o for o in self.open if o not in held]
+
+    def _aborted(self, o: Open, where: str) -> None:
+        value = o.future.result()
+        finish = value.finish_reasons
+        n = [len(t) for t in value.token_ids]
+        want_n = STREAM_TOKENS if o.kind == "held" else GOLDEN_MAX_TOKENS
+        oracle.holds("requests.abort_aborts", all(f in ("abort", None) for f in finish) and all(k < want_n for k in n),
+                     f"walk {where}: a {o.kind} request ({o.op_name}) when the abort sleep answered",
+                     (finish, n), "aborted, cut short")
+        if o.pool is not None:
+            o.pool.close()
+
+    def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None) -> None:
+        """A request that waited ran once scheduling resumed in `state`: it ends by length, with its
+        checkpoint's golden where the model predicts one."""
+        value = expect.result(o.future, thresholds.get("request_completion_s_max"),
+                              step=f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed")
+        if o.pool is not None:
+            o.pool.close()
+        what = f"walk {where}: the {o.kind} request ({o.op_name}) that waited"
+        if o.kind == "held":
+            oracle.equal("requests.resumes_after_keep", (value.finish_reasons, value.error), (["length"], None),
+                         f"{what}: how it ended")
+            golden = model.resumed_golden(state, o.origin)
+            if golden is None:
+                oracle.equal("output.finish_length", len(value.token_ids[0]), STREAM_TOKENS, f"{what}: its tokens")
+            elif value.token_ids[0] != self._golden(golden).stream:
+                got, want = value.token_ids[0], self._golden(golden).stream
+                oracle.fail("prefix_cache.kept_paused_request", f"{what}: its tokens (first difference at "
+                            f"{expect.first_difference(got, want)})", got, want)
+            return
+        waited = dataclasses.replace(state, prefix=prefix_at_resume)
+        kind = "long" if o.kind == "long" else "short"
+        golden = model.golden_of(waited, kind)
+        if o.op_name == "generate_stream":
+            self._judge_stream(value, o.prompt, golden, what)
+        elif o.op_name == "generate_n4":
+            self._judge_n4(value, golden, what)
+        elif o.kind == "long":
+            hits = prefix_at_resume is not None
+            self._judge_long(value, waited, hits, where)
+        elif golden is None:
+            self._unpredicted(value, 1, what)
+        else:
+            expect.tokens(value, self._golden(golden).greedy[o.prompt], prompt=o.prompt, step=what,
+                          oracle_id=model.golden_oracle(golden))
+
+    # --- wakes, reloads, resets -----------------------------------------------------------------------
+    def wake(self, op, s: State, after: State, where: str) -> None:
         tags = op.params[0]
         self.ctx.client.wake_up(list(tags) if tags is not None else None, memory_moves=ops.moves_memory(op, s))
-        if self.held is not None and not model.sleeping(op.apply(s)):
-            stream, pool = self.held
-            self.held = None
-            try:
-                result = expect.result(stream, thresholds.get("request_completion_s_max"),
-                                       step=f"walk {op}: the request a level-0 keep paused")
-            finally:
-                pool.close()  # shuts the pool down (background), its request having ended
-            oracle.equal("requests.resumes_after_keep", (result.finish_reasons, result.error), (["length"], None),
-                         f"walk {op}: how the paused request ended after the wake")
-            want = self._golden(s).stream
-            if result.token_ids[0] != want:
-                oracle.fail("prefix_cache.kept_paused_request", f"walk {op}: the paused request's tokens "
-                            f"(first difference at {expect.first_difference(result.token_ids[0], want)})",
-                            result.token_ids[0], want)
-        elif self.held is not None:
-            stream, _ = self.held
-            oracle.holds("requests.held_while_paused", not stream.done(),
-                         f"walk {op}: the paused request while still asleep", "ended", "open")
+        if after.paused or not self.open:
+            return
+        waiting, self.open = self.open, []
+        for o in waiting:
+            self._resumed(o, after, where, prefix_at_resume=s.prefix)
 
-    def _reload(self, op, s: State) -> None:
+    def reload(self, op, s: State, after: State, where: str) -> None:
         path = op.params[0]
         self.ctx.client.reload_weights(self.ctx.checkpoints[path] if path else None)
 
-    def _reset_prefix_cache(self, op, s: State) -> None:
+    def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
         oracle.equal("api.reset_prefix_cache_result", self.ctx.client.reset_prefix_cache(),
-                     model.reset_prefix_cache_result(self.version), f"walk {op}")
+                     model.reset_prefix_cache_result(self.version, model.resets_prefix_cache(s)), f"walk {where}")
 
     # --- after every step -------------------------------------------------------------------------
-    def _check_state(self, where: str) -> None:
-        s, ctx = self.state, self.ctx
+    def check_state(self, s: State, where: str) -> None:
+        ctx = self.ctx
         sleeping, gauge = model.flags(s, self.version)
         expect.state(ctx.client, sleeping=sleeping, gauge=gauge, step=f"walk {where}")
         expect.healthy(ctx.client, f"walk {where}")
-        if model.hits_cache(s, "long"):
-            # The cached blocks are part of the state: after every step that keeps them (a level-0 pause
-            # and its wake, a reload of the same weights, misuse), a repeat still hits them. Asking
-            # leaves the state as it is; where nothing is cached, asking would cache it, so only
-            # generate_cached looks there.
-            self._generate_cached(f"the cache probe after {where}", s)
-        elif self.emptied_unseen and model.can_run(s):
-            self._look_at_emptied_cache(where, s)
+        ended = [o for o in self.open if o.future.done()]
+        if ended:
+            oracle.fail(model.held_oracle(s), f"walk {where}: requests that must wait in ({s.describe()})",
+                        [(o.kind, o.op_name, expect.ended_how(o.future)) for o in ended], "all still open")
         band = model.device_band(s, ctx.sizes, ctx.cell_id)
         device = settled_gpu_bytes(ctx.server, f"walk {where}", done=lambda b: not band.violations(b),
                                    recorder=ctx.recorder)
@@ -240,41 +388,52 @@ class Walker:
                 oracle.fail(b.oracle, f"walk {where}: host bytes of the server's processes ({b.what})", host,
                             b.value, b.relation)
 
-    def _look_at_emptied_cache(self, where: str, s: State) -> None:
+    def probe_cache(self, s: State, where: str) -> None:
+        self._generate_cached(None, s, where)
+
+    def look_at_emptied_cache(self, s: State, where: str) -> None:
         """A cache that should be empty is seen to be only by a request of the long prompt, which fills
-        it again; where the plan sends none before the next reset, the walk looks itself at the first
-        state that can serve one, then resets, so the state is the plan's again. Without it, a sleep that
-        kept the blocks (sleep_while_paused_keeps_prefix_cache) passed whenever the plan happened to
-        reset the cache before its next request of that prompt."""
-        self.emptied_unseen = False
+        it again; the walk then resets, so the state is the plan's again."""
         c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
         oracle.equal("prefix_cache.hit_iff_cached", bool(c.cached_tokens), False,
-                     f"walk: the long prompt, the first time since the cache was emptied, after {where}: "
-                     f"cached tokens {c.cached_tokens!r} in ({s.describe()})")
-        self._reset_prefix_cache(f"the reset after looking, {where}", s)
+                     f"walk: the long prompt, {where}: cached tokens {c.cached_tokens!r} in ({s.describe()})")
+        oracle.equal("api.reset_prefix_cache_result", self.ctx.client.reset_prefix_cache(),
+                     model.reset_prefix_cache_result(self.version), f"walk: the reset after looking, {where}")
 
-    def probe(self, walk) -> None:
-        """A terminal probe (plan.terminal_probes): the walk to a partial wake, then the full wake that the
-        pinned divergence full_wake_remaps_resident_pool answers; the server is not walked any further."""
-        *prefix, last = walk
-        for op in prefix:
-            self.step(op)
-        pin = thresholds.divergence("full_wake_remaps_resident_pool", self.version)
-        resp = self.ctx.client.wake_up(None, check=False)
-        oracle.equal("api.full_wake_from_partial", {"status": resp.status_code}, pin.expected,
-                     f"walk probe {last} from ({self.state.describe()}), {pin.describe()}; body {resp.text[:200]}")
-        if not pin.applies:  # as documented: every tag resident again, and the walk's checks hold
-            self.state = ops.effect(last, self.state)
-            self._check_state(f"probe {last}")
+    # --- terminal pairs ---------------------------------------------------------------------------
+    def terminal(self, op, s: State, pin: thresholds.Pin, where: str) -> None:
+        """The call, then everything observable after it, against the pin (its `expected`: the answer's
+        status, /is_sleeping, the gauge, /health, and how a request sent afterwards ends)."""
+        client = self.ctx.client
+        if op.name == "wake":
+            tags = op.params[0]
+            resp = client.wake_up(list(tags) if tags is not None else None, check=False)
+        else:
+            path = op.params[0]
+            resp = client.raw("POST", "/collective_rpc", json={
+                "method": "reload_weights", **({"kwargs": {"weights_path": self.ctx.checkpoints[path]}} if path else {})})
+        want = pin.expected
+        seen = {"status": resp.status_code}
+        if "is_sleeping" in want:
+            seen["is_sleeping"] = client.is_sleeping()
+        if "gauge" in want:
+            seen["gauge"] = expect.fmt(client.sleep_state())
+            want = {**want, "gauge": expect.fmt(want["gauge"])}
+        if "health" in want:
+            seen["health"] = client.health_status()
+        if "request" in want:
+            seen["request"] = self._terminal_request()
+        oracle.equal(ops.TERMINAL_ORACLES[pin.entry.name], seen, {k: want[k] for k in seen}, f"walk {where}, {pin.describe()}; body {resp.text[:200]}")
 
-    # --- whole walks ------------------------------------------------------------------------------
-    def run(self, walks, seed: int, shard: int) -> None:
-        """Every walk in order; a failure carries the replay of the walk so far and its shrunk form."""
-        for walk in walks:
-            start = self.state
-            for i, op in enumerate(walk):
-                try:
-                    self.step(op)
-                except oracle.OracleFailure as failure:
-                    raise plan.with_replay(failure, seed, shard, walk, i, start, "a fresh server",
-                                           f"--test_filter=TestStateWalkShard{shard}") from None
+    def _terminal_request(self) -> str:
+        """How a request sent after a terminal pair ends, in a word: "golden" (the serving checkpoint's),
+        "other tokens", "error" (a non-200 answer) or "held" (no answer within the wait)."""
+        client = self.ctx.client
+        result = client.complete_stream(PROMPTS[0], GOLDEN_MAX_TOKENS, timeout_s=thresholds.get("held_request_window_s"))
+        if result.timed_out:
+            return "held"
+        if result.error is not None or result.finish_reasons != ["length"]:
+            return "error"
+        golden = self._golden("A").greedy[PROMPTS[0]].token_ids[0]
+        return "golden" if result.token_ids[0] == golden else "other tokens"
+

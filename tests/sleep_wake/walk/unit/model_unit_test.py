@@ -68,7 +68,8 @@ def test_scheduling_resumes_only_with_every_tag_resident():
 def test_level2_plain_wake_serves_garbage_until_reload():
     woken = run(ops.sleep(2), ops.wake())
     assert model.can_run(woken) and model.serves(woken) is None
-    assert not GENERATE.applicable(woken)  # nothing predicts garbage output
+    assert GENERATE.applicable(woken) and model.golden_of(woken, "short") is None  # no golden: count and finish
+    assert "output.golden_tokens" not in GENERATE.oracles(woken) and "output.finish_length" in GENERATE.oracles(woken)
     for steps in [(ops.sleep(1),), (ops.sleep(0),), (ops.wake(),)]:
         assert model.serves(run(*steps, start=woken)) is None
     assert model.serves(ops.reload().apply(woken)) == "A"
@@ -85,32 +86,87 @@ def test_pushed_checkpoint_is_what_a_plain_reload_loads():
     assert model.serves(run(ops.reload("A"), ops.sleep(2), ops.wake(), ops.reload(), start=pushed)) == "A"
 
 
-def test_unmodelled_calls_are_not_applicable():
+def test_terminal_pairs_are_left_to_the_probes():
     level2 = run(ops.sleep(2))
-    assert "model buffers" in ops.wake(["kv_cache"]).why_not(level2)
-    assert ops.wake(["kv_cache"]).applicable(run(ops.sleep(1)))
-    assert "unmapped" in ops.reload("B").why_not(level2)
-    cached = run(CACHED)
-    assert "reset_prefix_cache first" in ops.reload("B").why_not(cached)
-    assert ops.reload("A").applicable(cached)  # the same weights: the blocks stay valid
-    assert ops.reload("B").applicable(ops.RESET_PREFIX_CACHE.apply(cached))
-    held = run(ops.sleep(0, "keep", True))
-    assert [op for op in ops.ALL if op.applicable(held)] == [ops.wake(t) for t in ops.WAKE_TAGS]
-    assert ops.sleep(1, "wait").why_not(level2) and ops.sleep(1, "abort").applicable(level2)
+    assert ops.terminal(ops.wake(["kv_cache"]), level2) == ops.KV_FIRST_AFTER_LEVEL2
+    assert ops.terminal(ops.wake(["kv_cache", "scheduling"]), level2) == ops.KV_FIRST_AFTER_LEVEL2
+    assert "known divergence" in ops.wake(["kv_cache"]).why_not(level2)
+    assert ops.wake(["kv_cache"]).applicable(run(ops.sleep(1)))  # level 1 saves no buffers
+    assert ops.terminal(ops.reload("B"), level2) == ops.RELOAD_ASLEEP
+    assert ops.terminal(ops.reload(), run(ops.sleep(1), ops.wake(["kv_cache"]))) == ops.RELOAD_ASLEEP
+    assert ops.terminal(ops.wake(), run(ops.sleep(1), ops.wake(["weights"]))) == ops.FULL_WAKE_REMAPS
     with pytest.raises(ValueError, match="not applicable"):
-        GENERATE.apply(level2)
+        ops.reload("B").apply(level2)
+
+
+def test_requests_sent_while_paused_wait_for_the_wake_that_resumes_scheduling():
+    paused = run(ops.sleep(1), GENERATE, CACHED)
+    assert paused.queued == {"plain", "long"} and not model.can_run(paused)
+    assert "requests.held_while_asleep" in GENERATE.oracles(run(ops.sleep(1)))
+    assert "second request of the long prompt" in CACHED.why_not(paused)
+    staged = run(ops.wake(["weights"]), start=paused)
+    assert staged.queued == paused.queued  # a partial wake runs nothing (#44483)
+    assert run(ops.wake(["scheduling"]), start=staged).queued == paused.queued
+    resumed = run(ops.wake(["kv_cache"]), start=staged)
+    assert not resumed.queued and resumed.prefix == "A"  # the waiting long prompt ran and cached its blocks
+    assert not run(ops.sleep(1, "abort"), start=paused).queued  # an abort sleep ends them
+    assert run(ops.sleep(1, "wait"), start=paused).queued == paused.queued  # waiting ones are not drained
+    assert run(ops.sleep(1, "keep"), start=paused).queued == paused.queued
+
+
+def test_pause_modes_while_paused():
+    held = run(ops.sleep(0, "keep", 1))
+    assert held.pause == model.PAUSE_ALL and held.held == "A" and held.held_kv
+    drained = ops.sleep(0, "wait").apply(held)
+    assert drained.held is None and drained.pause == model.PAUSE_NEW  # PAUSED_NEW steps the running request
+    assert ops.sleep(0, "abort").apply(held).held is None
+    assert ops.sleep(0, "keep").apply(held) == dataclasses.replace(held, gauge_level=0)
+    preempted = ops.sleep(1, "keep").apply(held)
+    assert preempted.held == "A" and not preempted.held_kv and preempted.asleep_tags == set(model.TAGS)
+    # a preempted request waits like a new one: a wait sleep does not run it
+    assert ops.sleep(1, "wait").apply(preempted).held == "A"
+    assert not model.resets_prefix_cache(held) and model.resets_prefix_cache(preempted)
+    assert model.reset_prefix_cache_result("0.26.0", False) is False
+    assert model.reset_prefix_cache_result("0.25.0", False) is None
+
+
+def test_keep_with_a_request_in_flight_at_every_level():
+    for level in model.LEVELS:
+        held = run(ops.sleep(level, "keep", 1))
+        assert held.held == "A" and held.held_kv == (level == 0)
+        assert model.in_flight_outcome("keep", level).ends == "held"
+    garbage = run(ops.sleep(2, "keep", 1), ops.wake())
+    assert not garbage.held  # it ran on garbage weights: no golden, a count and a finish
+    assert model.resumed_golden(garbage, "A") is None
+    reloaded = run(ops.sleep(2, "keep", 1), ops.wake(["weights"]), ops.reload())
+    assert model.resumed_golden(ops.wake(["kv_cache"]).apply(reloaded), "A") == "A"
+    pushed = run(ops.sleep(2, "keep", 1), ops.wake(["weights"]), ops.reload("B"), ops.wake(["kv_cache"]))
+    assert model.resumed_golden(pushed, "A") is None  # its tokens mix A and B
+
+
+def test_a_request_arriving_during_a_wait_drain_waits():
+    late = run(ops.sleep(1, "wait", 2))
+    assert late.queued == {"plain"} and late.held is None
+    assert "sleep:1:wait:2" in ops.BY_TOKEN and "sleep:1:abort:2" not in ops.BY_TOKEN
+    assert "requests.held_while_paused" in ops.sleep(1, "wait", 2).oracles(INITIAL)
+
+
+def test_a_reload_keeps_the_prefix_cache_which_goes_stale():
+    cached = run(CACHED)
+    stale = ops.reload("B").apply(cached)
+    assert stale.prefix == "A" and model.hits_cache(stale, "long") and model.golden_of(stale, "long") is None
+    assert model.golden_of(stale, "short") == "B"
+    assert model.golden_of(ops.reload("A").apply(stale), "long") == "A"  # the blocks are A's again
+    assert model.golden_of(ops.RESET_PREFIX_CACHE.apply(stale), "long") == "B"
 
 
 def test_in_flight_outcomes():
     assert model.in_flight_outcome("abort", 2).ends == "aborted"
     assert model.in_flight_outcome("wait", 1).ends == "completed"
-    assert model.in_flight_outcome("keep", 0).ends == "held"
-    with pytest.raises(ValueError, match="not modelled"):
-        model.in_flight_outcome("keep", 1)
-    assert "sleep:1:keep:1" not in ops.BY_TOKEN and "sleep:0:keep:1" in ops.BY_TOKEN
-    held = run(ops.sleep(0, "keep", True))
-    assert held.held_stream and ops.wake(["no_such_tag"]).oracles(held)[-2:] == ops.RESUME_ORACLES
-    assert not ops.wake().apply(held).held_stream
+    assert model.in_flight_outcome("keep", 1).ends == "held"
+    with pytest.raises(ValueError, match="no request in flight"):
+        model.in_flight_outcome("drain", 1)
+    assert not run(ops.sleep(0, "keep", 1), ops.wake(["no_such_tag"])).held  # any wake resumes at level 0
 
 
 def test_prefix_cache():
@@ -126,6 +182,7 @@ def test_prefix_cache():
     assert not model.hits_cache(ops.RESET_PREFIX_CACHE.apply(cached), "long")
     assert model.reset_prefix_cache_result("0.26.0") is True
     assert model.reset_prefix_cache_result("0.25.0") is None
+    assert run(ops.sleep(0), CACHED, start=cached).queued == {"long"}  # waits: it reports nothing yet
 
 
 def test_sleep_while_partially_asleep_keeps_the_woken_pool():
@@ -210,7 +267,8 @@ def test_every_band_is_consistent_in_every_reachable_state():
 
 
 def test_every_oracle_id_is_known():
-    named = set(ops.AFTER_EVERY_STEP) | set(ops.RESUME_ORACLES)
+    named = set(ops.AFTER_EVERY_STEP) | set(model.RESUME_ORACLES) | set(model.LATE_ARRIVAL_ORACLES)
+    named |= set(ops.TERMINAL_ORACLES.values())
     for state in plan.reachable_states():
         named |= {b.oracle for b in model.device_band(state, SIZES, "MRV1-eager").bounds}
         named |= {b.oracle for b in model.host_band(state, V, 2 << 30, SIZES.weights_bytes).bounds}
