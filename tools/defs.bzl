@@ -6,8 +6,8 @@ what is generated.
 """
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
-load("//tools:goldens.bzl", "checkpoint_b_golden_label")
-load("//tools:matrix.bzl", "CHECKPOINT_B_GOLDEN_CLASSES", "EXECUTION_MODES", "RUNNERS")
+load("//tools:goldens.bzl", "CHECKPOINTS", "golden_label")
+load("//tools:matrix.bzl", "EXECUTION_MODES", "GOLDEN_CLASSES", "RUNNERS")
 
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
@@ -88,10 +88,10 @@ _SMALL_MODEL_B = "//tools/model:synthetic_qwen3_small_b"
 _SMALL_MODEL_B_CONFIG = "//tools/model:synthetic_qwen3_small_b/config.json"
 FAKE_CELL_DATA = [_SMALL_MODEL, _SMALL_MODEL_CONFIG, _SMALL_MODEL_B, _SMALL_MODEL_B_CONFIG]
 
-# What the golden actions take (tests/sleep_wake/goldens, tools/goldens.bzl): checkpoint B (its files,
+# What the golden actions take (tests/sleep_wake/goldens, tools/goldens.bzl): each checkpoint (its files,
 # its config.json) of the GPU cells and of the fake ones, and the identity the GPU cells read.
-CHECKPOINT_B = (_MODEL_B, _MODEL_B_CONFIG)
-FAKE_CHECKPOINT_B = (_SMALL_MODEL_B, _SMALL_MODEL_B_CONFIG)
+GOLDEN_CHECKPOINTS = {"a": (_MODEL, _MODEL_CONFIG), "b": (_MODEL_B, _MODEL_B_CONFIG)}
+FAKE_GOLDEN_CHECKPOINTS = {"a": (_SMALL_MODEL, _SMALL_MODEL_CONFIG), "b": (_SMALL_MODEL_B, _SMALL_MODEL_B_CONFIG)}
 GPU_IDENTITY = _GPU_IDENTITY
 FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
 
@@ -105,14 +105,19 @@ def gpu_cell_env(runner, mode):
         "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
     }
 
-def checkpoint_b_golden(classes, runner, mode, fake_cell = None):
-    """(env, data) giving a target running `classes` checkpoint B's golden on its cell, when one of them
-    compares with it (CHECKPOINT_B_GOLDEN_CLASSES); else nothing, so no other cell waits for the golden's
-    action. fake_cell: "<runner>_<mode>[_vllm<version>]" for the fake server's golden."""
-    if not [c for c in classes if c in CHECKPOINT_B_GOLDEN_CLASSES]:
-        return {}, []
-    label = checkpoint_b_golden_label(runner, mode, fake_cell)
-    return {"SLEEPWAKE_GOLDEN_B": "$(rootpath %s)" % label}, [label]
+def cell_goldens(classes, runner, mode, fake_cell = None):
+    """(env, data) giving a target running `classes` the golden on its cell of each checkpoint one of them
+    compares with (GOLDEN_CLASSES), its runfile path in SLEEPWAKE_GOLDEN_<A|B> (tests/sleep_wake/lib/
+    goldens.py ENV); no other golden, so no cell waits for an action whose file it does not read.
+    fake_cell: "<runner>_<mode>[_vllm<version>]" for the fake server's goldens."""
+    env = {}
+    data = []
+    for checkpoint in CHECKPOINTS:
+        if [c for c in classes if checkpoint in GOLDEN_CLASSES.get(c, [])]:
+            label = golden_label(checkpoint, runner, mode, fake_cell)
+            env["SLEEPWAKE_GOLDEN_" + checkpoint.upper()] = "$(rootpath %s)" % label
+            data.append(label)
+    return env, data
 
 def fake_cell_env(runner, mode, vllm_version = None):
     """A cell's environment with the fake server (fake_server.py) in place of vLLM's."""
@@ -168,7 +173,7 @@ def sleep_wake_matrix(
     for test_class, src in classes.items():
         for runner, mode in _runner_modes(runners, modes):
             cell = cell_name(test_class, runner, mode)
-            golden_env, golden_data = checkpoint_b_golden([test_class], runner, mode)
+            golden_env, golden_data = cell_goldens([test_class], runner, mode)
             sleepwake_py_test(
                 name = cell,
                 srcs = [src],
@@ -218,7 +223,7 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
                     fail("fake cell %s of %s: the suffix must be vllm<version>" % (cell, test_class))
                 version = parts[2][len("vllm"):]
             target = "%s_fake_%s" % (test_class, cell)
-            golden_env, golden_data = checkpoint_b_golden([test_class], parts[0], parts[1], cell)
+            golden_env, golden_data = cell_goldens([test_class], parts[0], parts[1], cell)
             sleepwake_py_test(
                 name = target,
                 srcs = [classes[test_class]],
@@ -268,7 +273,7 @@ def sleep_wake_sharded(
     targets = []
     for runner, mode in _runner_modes(runners, modes):
         target = "%s_%s_%s" % (name, runner, mode)
-        golden_env, golden_data = checkpoint_b_golden(classes, runner, mode)
+        golden_env, golden_data = cell_goldens(classes, runner, mode)
         sleepwake_py_test(
             name = target,
             srcs = [classes[c] for c in sorted(classes)],

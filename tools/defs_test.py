@@ -126,40 +126,65 @@ def test_starlark_and_python_read_one_spec():
         assert "\nRUNNERS = " not in f.read(), "defs.bzl must load RUNNERS from //tools:matrix.bzl, not define it"
 
 
-def test_only_the_golden_classes_cells_take_checkpoint_b_golden_and_each_its_own(matrix):
+GOLDEN_PACKAGE = "//tests/sleep_wake/goldens"
+
+
+def _golden_labels(attrs) -> dict:
+    """checkpoint ("a", "b") -> the golden label a target reads from SLEEPWAKE_GOLDEN_<A|B>."""
+    return {var[-1].lower(): value[len("$(rootpath "):-1] for var, value in attrs["env"].items()
+            if var.startswith("SLEEPWAKE_GOLDEN_")}
+
+
+@pytest.mark.parametrize("checkpoint", ["a", "b"])
+def test_only_the_golden_classes_cells_take_a_checkpoints_golden_and_each_its_own(matrix, checkpoint):
     """A cell that waited for a golden it does not read would start later for nothing; one that read
-    another cell's golden would compare with the wrong reference."""
+    another cell's or checkpoint's golden would compare with the wrong reference."""
     from tools import matrix as spec
     rules, classes, _ = matrix
     cells = {name: attrs for name, (kind, attrs) in rules.items() if kind == "py_test"}
     takers = set()
     for name, attrs in cells.items():
-        golden = attrs["env"].get("SLEEPWAKE_GOLDEN_B")
-        if golden is None:
-            assert not [d for d in attrs["data"] if "/goldens:" in d], name
+        label = _golden_labels(attrs).get(checkpoint)
+        if label is None:
             continue
         takers.add(name)
-        label = golden[len("$(rootpath "):-1]
         assert label in attrs["data"], f"{name} reads {label} without having it as data"
         runner, mode = attrs["env"]["SLEEPWAKE_RUNNER"], attrs["env"]["SLEEPWAKE_EXECUTION_MODE"]
         fake = "fake" in attrs["tags"]
         suffix = name.split("_fake_", 1)[1] if fake else f"{runner}_{mode}"
-        assert label == f"//tests/sleep_wake/goldens:checkpoint_b_{'fake_' if fake else ''}{suffix}", name
+        assert label == f"{GOLDEN_PACKAGE}:golden_{checkpoint}_{'fake_' if fake else ''}{suffix}", name
     expected = {n for n, a in cells.items() if "sharded" in a["tags"]
-                or any(c in a["tags"] for c in spec.CHECKPOINT_B_GOLDEN_CLASSES)}
+                or any(checkpoint in spec.GOLDEN_CLASSES.get(c, []) for c in a["tags"])}
     assert takers == expected and takers
 
 
-def test_every_golden_a_cell_takes_is_declared():
-    rules, _, _ = _evaluate(MATRIX_PACKAGE)
+def test_a_cell_has_no_golden_data_it_does_not_read(matrix):
+    rules, _, _ = matrix
+    for name, (kind, attrs) in rules.items():
+        if kind == "py_test":
+            data = {d for d in attrs["data"] if d.startswith(GOLDEN_PACKAGE + ":")}
+            assert data == set(_golden_labels(attrs).values()), name
+
+
+def test_the_state_walk_takes_both_goldens_and_weight_sync_only_bs(matrix):
+    rules, _, _ = matrix
+    assert sorted(_golden_labels(rules["state_walk_fake_mrv1_eager"][1])) == ["a", "b"]
+    assert sorted(_golden_labels(rules["state_walk_mrv2_graph"][1])) == ["a", "b"]
+    assert sorted(_golden_labels(rules["weight_sync_mrv1_eager"][1])) == ["b"]
+    assert _golden_labels(rules["flags_mrv1_eager"][1]) == {}
+
+
+def test_every_golden_a_cell_or_mutant_takes_is_declared():
+    rules = dict(_evaluate(MATRIX_PACKAGE)[0])
+    rules.update(_evaluate("tests/mutants")[0])
     declared = StarlarkFake("tests/sleep_wake/goldens")
     scope = declared.scope()
-    scope["depset"] = lambda items: type("depset", (), {"to_list": lambda self: sorted(set(items))})()
     scope["py_binary"] = declared._rule("py_binary")
     path = os.path.join(WORKSPACE, "tests/sleep_wake/goldens/BUILD.bazel")
     with open(path) as f:
         exec(compile(f.read(), path, "exec"), scope)  # noqa: S102
-    goldens = {name for name, (kind, _) in declared.rules.items() if kind == "checkpoint_golden_impl"}
-    taken = {a["env"]["SLEEPWAKE_GOLDEN_B"][len("$(rootpath //tests/sleep_wake/goldens:"):-1]
-             for kind, a in rules.values() if kind == "py_test" and "SLEEPWAKE_GOLDEN_B" in a["env"]}
+    goldens = {f"{GOLDEN_PACKAGE}:{name}" for name, (kind, _) in declared.rules.items()
+               if kind == "checkpoint_golden_impl"}
+    taken = {label for kind, a in rules.values() if kind == "py_test" for label in _golden_labels(a).values()}
+    assert {label.rsplit(":", 1)[1].split("_")[1] for label in taken} == {"a", "b"}
     assert taken and taken <= goldens, f"taken but not declared: {sorted(taken - goldens)}"

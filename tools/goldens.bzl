@@ -1,15 +1,21 @@
-"""Goldens as cached actions: a checkpoint's golden on one cell, taken by a server started once.
+"""Goldens as cached actions: a checkpoint's golden on one cell, taken by a server started once on it.
 
 The weight-sync class compares a server that was pushed checkpoint B with what a fresh server on B
-serves. That fresh server is a cell's server start like any other (tens of seconds beside the matrix);
-as an action keyed by the checkpoint, the cell (runner, mode), the vLLM/GPU identity and the code that
-takes it, a matrix starts it once per cell and a re-run, a --nocache_test_results run or another runner
-sharing the remote cache never.
+serves; the state walk compares whichever of A and B it pushed last with that checkpoint's. Each
+reference is a cell's server start like any other (tens of seconds beside the matrix), started on the
+checkpoint itself, never pushed, so the push under test is never its own expectation. As an action keyed
+by the checkpoint, the cell (runner, mode), the vLLM/GPU identity and the code that takes it, a matrix
+starts it once per checkpoint and cell, and a re-run, a --nocache_test_results run or another runner
+sharing the remote cache never. Which classes take which checkpoint's: tools/matrix.bzl GOLDEN_CLASSES.
 """
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
+load("//tools:matrix.bzl", "EXECUTION_MODES", "FAKE_TIER_CELLS", "GOLDEN_CLASSES", "RUNNERS")
 
 _PACKAGE = "//tests/sleep_wake/goldens"
+
+# The checkpoints a golden is taken of: A, the one every cell serves, and B, the one pushed into it.
+CHECKPOINTS = ["a", "b"]
 
 def _checkpoint_golden_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name + ".json")
@@ -61,51 +67,68 @@ checkpoint_golden = rule(
     },
 )
 
-def checkpoint_b_golden_label(runner, mode, fake_cell = None):
-    """The label of checkpoint B's golden on a GPU cell, or on a fake cell ("<runner>_<mode>[_vllm<v>]")."""
+def golden_label(checkpoint, runner, mode, fake_cell = None):
+    """The label of a checkpoint's ("a" or "b") golden on a GPU cell (golden_<checkpoint>_<runner>_<mode>),
+    or on a fake cell "<runner>_<mode>[_vllm<v>]" (golden_<checkpoint>_fake_<cell>)."""
+    if checkpoint not in CHECKPOINTS:
+        fail("golden of checkpoint %r: the goldens are of %s (tools/matrix.bzl GOLDEN_CLASSES)" % (
+            checkpoint, CHECKPOINTS))
     if fake_cell:
-        return "%s:checkpoint_b_fake_%s" % (_PACKAGE, fake_cell)
-    return "%s:checkpoint_b_%s_%s" % (_PACKAGE, runner, mode)
+        return "%s:golden_%s_fake_%s" % (_PACKAGE, checkpoint, fake_cell)
+    return "%s:golden_%s_%s_%s" % (_PACKAGE, checkpoint, runner, mode)
 
-def checkpoint_b_goldens(runners, modes, fake_cells, checkpoint, fake_checkpoint, identity, fake_server_module,
-                         gpu_tags):
-    """Checkpoint B's golden on every GPU cell and on each fake cell given (tagged manual: built only
-    for the cells that take them).
+def golden_fake_cells(checkpoint):
+    """The fake cells that take a checkpoint's golden: every <runner>_<mode> (the fake mutants run on
+    one) and the fake-tier cells of each class that compares with it (GOLDEN_CLASSES)."""
+    cells = {"%s_%s" % (r, m): None for r in RUNNERS for m in EXECUTION_MODES}
+    for test_class, checkpoints in GOLDEN_CLASSES.items():
+        if checkpoint in checkpoints:
+            for cell in FAKE_TIER_CELLS.get(test_class, []):
+                cells[cell] = None
+    return sorted(cells.keys())
+
+def checkpoint_goldens(checkpoints, fake_checkpoints, runners, modes, identity, fake_server_module, gpu_tags):
+    """Each checkpoint's golden on every GPU cell and on the fake cells that take it (golden_fake_cells),
+    tagged manual: built only for the cells that take them.
 
     Args:
+      checkpoints: "a"/"b" -> (files, config.json) of the GPU cells' checkpoint.
+      fake_checkpoints: "a"/"b" -> (files, config.json) of the fake cells' checkpoint.
       runners: the GPU cells' runners.
       modes: the GPU cells' execution modes.
-      fake_cells: "<runner>_<mode>[_vllm<version>]" of each fake cell to take one on.
-      checkpoint: (files, config.json) of the GPU cells' checkpoint B.
-      fake_checkpoint: (files, config.json) of the fake cells' checkpoint B.
       identity: the vLLM/GPU identity file the GPU cells read.
       fake_server_module: the fake server's module.
       gpu_tags: the GPU cells' tags (the golden's server needs a GPU where they do).
     """
-    for runner in runners:
-        for mode in modes:
+    if sorted(checkpoints.keys()) != CHECKPOINTS or sorted(fake_checkpoints.keys()) != CHECKPOINTS:
+        fail("checkpoint_goldens: checkpoints and fake_checkpoints must give the files of %s" % CHECKPOINTS)
+    for checkpoint in CHECKPOINTS:
+        files = checkpoints[checkpoint]
+        for runner in runners:
+            for mode in modes:
+                checkpoint_golden(
+                    name = "golden_%s_%s_%s" % (checkpoint, runner, mode),
+                    checkpoint = files[0],
+                    checkpoint_config = files[1],
+                    runner = runner,
+                    mode = mode,
+                    identity = identity,
+                    tags = gpu_tags + ["manual"],
+                    testonly = True,
+                    exec_properties = exec_properties_for_tags(gpu_tags),
+                )
+        fake_files = fake_checkpoints[checkpoint]
+        for cell in golden_fake_cells(checkpoint):
+            parts = cell.split("_", 2)
             checkpoint_golden(
-                name = "checkpoint_b_%s_%s" % (runner, mode),
-                checkpoint = checkpoint[0],
-                checkpoint_config = checkpoint[1],
-                runner = runner,
-                mode = mode,
-                identity = identity,
-                tags = gpu_tags + ["manual"],
+                name = "golden_%s_fake_%s" % (checkpoint, cell),
+                checkpoint = fake_files[0],
+                checkpoint_config = fake_files[1],
+                runner = parts[0],
+                mode = parts[1],
+                gpu = False,
+                server_module = fake_server_module,
+                fake_vllm_version = parts[2][len("vllm"):] if len(parts) == 3 else "",
+                tags = ["manual"],
                 testonly = True,
-                exec_properties = exec_properties_for_tags(gpu_tags),
             )
-    for cell in fake_cells:
-        parts = cell.split("_", 2)
-        checkpoint_golden(
-            name = "checkpoint_b_fake_%s" % cell,
-            checkpoint = fake_checkpoint[0],
-            checkpoint_config = fake_checkpoint[1],
-            runner = parts[0],
-            mode = parts[1],
-            gpu = False,
-            server_module = fake_server_module,
-            fake_vllm_version = parts[2][len("vllm"):] if len(parts) == 3 else "",
-            tags = ["manual"],
-            testonly = True,
-        )

@@ -42,11 +42,15 @@ SLEEP_WAKE_CLASSES = {
     "weight_sync": "test_weight_sync.py",
 }
 
-# Classes that compare a pushed checkpoint with checkpoint B's golden on their cell: their cells take it as
-# data from a cached action (tests/sleep_wake/goldens, tools/goldens.bzl) instead of starting B's server.
-CHECKPOINT_B_GOLDEN_CLASSES = [
-    "weight_sync",
-]
+# Classes that compare with a checkpoint's golden on their cell -> the checkpoints ("a", "b"): their cells
+# take each as data from a cached action (tests/sleep_wake/goldens, tools/goldens.bzl), taken by a fresh
+# server on that checkpoint, and find it in SLEEPWAKE_GOLDEN_<A|B> (tools/defs.bzl cell_goldens).
+GOLDEN_CLASSES = {
+    # A's golden comes from the cell's own server before any push; B's must not come from a push.
+    "weight_sync": ["b"],
+    # Both: the walk pushes A and B back and forth, so neither may be taken through a push it tests.
+    "state_walk": ["a", "b"],
+}
 
 # Classes split over Bazel shards, one pytest class per shard (test_state_walk.py defines SHARDS classes).
 SHARD_COUNTS = {

@@ -11,7 +11,7 @@ load(
     "FAKE_CELL_DEPS",
     "GPU_CELL_DATA",
     "GPU_TAGS",
-    "checkpoint_b_golden",
+    "cell_goldens",
     "fake_cell_env",
     "gpu_cell_env",
     "sleepwake_py_test",
@@ -40,7 +40,7 @@ def _mutant_target(name, mutant, classes, class_files, fake):
             ["%s=$(rootpath %s)" % (c, f) for c, f in zip(classes, files)],
         ),
     )
-    golden_env, golden_data = checkpoint_b_golden(classes, _RUNNER, _MODE, "%s_%s" % (_RUNNER, _MODE) if fake else None)
+    golden_env, golden_data = cell_goldens(classes, _RUNNER, _MODE, "%s_%s" % (_RUNNER, _MODE) if fake else None)
     env.update(golden_env)
     files = files + golden_data
     if fake:

@@ -1,6 +1,8 @@
 """Takes one checkpoint's golden on one cell (runner x mode, with the vLLM build of the toolchain that
 runs this) and writes it as a file (lib/goldens.py): the action behind //tests/sleep_wake/goldens, so the
-weight-sync class's reference server starts once per matrix and never on a re-run.
+reference servers of the weight-sync class and the state walk start once per matrix and never on a re-run.
+The server starts on the checkpoint itself: no push, so the golden does not depend on the push the
+classes test.
 
 The server is started exactly as a cell's (the same ServerConfig, the GPU lease, the zygote), from the
 variables the action passes through (.bazelrc build:gpu --action_env), so it shares the GPU with the
@@ -12,9 +14,8 @@ import os
 import sys
 import tempfile
 
-from tests.sleep_wake.lib import expect, goldens, releases, servers, thresholds
+from tests.sleep_wake.lib import goldens, releases, servers, thresholds
 from tests.sleep_wake.lib.client import client_of
-from tests.sleep_wake.lib.prompts import CHECKPOINT_GOLDEN_PROMPTS
 
 
 def take(args, environ) -> None:
@@ -36,7 +37,7 @@ def take(args, environ) -> None:
         client = client_of(server)
         served = client.version()
         releases.check_served(served, identity)
-        golden = expect.take_golden(client, CHECKPOINT_GOLDEN_PROMPTS)
+        golden = goldens.take(client)
     goldens.write(args.out, golden, runner=args.runner, mode=args.mode,
                   checkpoint=goldens.checkpoint_name(config.model),
                   identity=identity, served=served)

@@ -37,3 +37,16 @@ CHECKPOINT_GOLDEN_PROMPTS = PROMPTS + LONG_PROMPTS
 # Fixed length for token-id comparisons (always sent with ignore_eos, so every completion is exactly
 # this long and a shorter one means the request was cut off).
 GOLDEN_MAX_TOKENS = 16
+
+# The state walk's two requests beyond the greedy goldens, in one place because a checkpoint's golden
+# file (lib/goldens.py) holds their answers and the walk (walk/runner.py) sends them again: a change to
+# one side alone would compare two different requests.
+# The seeded sample: n choices at temperature 1.0 from one seed, so sampling is compared too, not
+# only the argmax.
+SEED_N, SEED = 4, 1234
+SEEDED_PROMPT = PROMPTS[2]
+SEEDED_TEMPERATURE = 1.0
+# The request in flight: shorter than one KV block, so it caches nothing, and STREAM_TOKENS long, so it
+# is mid-decode when a /sleep lands; its golden is the uninterrupted run a paused request resumes into.
+IN_FLIGHT = PROMPTS[3]
+STREAM_TOKENS = 128
