@@ -26,7 +26,11 @@ import time
 
 import pytest
 
-SHARDS = 6
+from tools.matrix import SHARD_COUNTS
+
+# The GPU walk's shards, so that each terminal probe has a shard of its own as on the GPU.
+SHARDS = SHARD_COUNTS["state_walk"]
+
 SEED = 20261201
 MAX_STEPS = 60
 

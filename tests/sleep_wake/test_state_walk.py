@@ -32,13 +32,8 @@ MAX_STEPS = 60
 
 def _goldens(cell, name: str, checkpoint: str) -> runner.Goldens:
     """A checkpoint's walk goldens from its golden action's file (SLEEPWAKE_GOLDEN_A / _B)."""
-    variable = f"SLEEPWAKE_GOLDEN_{name}"
-    path = os.environ.get(variable)
-    if not path:
-        pytest.fail(f"{variable} is unset: the matrix sets it to checkpoint {name}'s golden on this cell "
-                    "(tools/defs.bzl); outside Bazel build //tests/sleep_wake/goldens:all and export it")
-    taken = goldens.read_checkpoint(path, runner=cell.runner, mode=cell.mode, identity=servers.identity(),
-                                    checkpoint=goldens.checkpoint_name(checkpoint))
+    taken = goldens.read_checkpoint(goldens.env_path(name), runner=cell.runner, mode=cell.mode,
+                                    identity=servers.identity(), checkpoint=goldens.checkpoint_name(checkpoint))
     return runner.Goldens({p: taken.greedy[p] for p in runner.WALK_PROMPTS}, taken.seeded.token_ids,
                           taken.stream.token_ids[0])
 

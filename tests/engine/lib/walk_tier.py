@@ -254,7 +254,7 @@ class EngineTier:
                         f"timeline {server.timeline}", ended_at[:1], f"< {sleep_at}")
         else:  # "held": a keep freezes it (a level >= 1 one's cache reset preempts it to the waiting queue)
             server.settle()
-            self._equal(model.held_oracle(after) if level else "requests.held_while_paused",
+            self._equal(model.held_oracle(after),
                         (server.record.end(rid), server.forwards(rid)), (None, forwards_at_answer),
                         f"{what}: the request mode=keep froze (finish reason, forward passes) after /sleep answered")
             self.open.append(Open([rid], "held", "generate_stream", IN_FLIGHT_TOKENS, tokens_at_answer,
@@ -262,7 +262,7 @@ class EngineTier:
             return
         if late is not None:
             server.settle()
-            self._equal("requests.held_while_paused", (server.forwards(late.ids[0]), server.record.end(late.ids[0])),
+            self._equal(model.held_oracle(after), (server.forwards(late.ids[0]), server.record.end(late.ids[0])),
                         (0, None), f"{what}: the request that arrived while the wait sleep drained")
             self.open.append(late)
         server.settle()
@@ -306,7 +306,15 @@ class EngineTier:
                 self._equal("requests.ends_in_race", (record.end(o.ids[0]), len(record.tokens(o.ids[0]))),
                             (FinishReason.LENGTH, o.max_tokens),
                             f"{what}: the request a level-0 keep froze, drained by the wait sleep")
+                self._held_tokens(o, s, s.held, what)
             self.open = [o for o in self.open if o not in held]
+
+    def _held_tokens(self, o: Open, state: State, origin: str, what: str) -> None:
+        """A held request's tokens: where no golden predicts them (weights changed or garbage), their
+        count; where one does, the fake's constant token cannot show it (SKIPPED)."""
+        if model.resumed_golden(state, origin) is None:
+            self._equal("output.finish_length", len(self.server.record.tokens(o.ids[0])), o.max_tokens,
+                        f"{what}: the tokens of the request that ran on other weights than it started on")
 
     # --- wakes, reloads, resets -----------------------------------------------------------------------
     def wake(self, op, s: State, after: State, where: str) -> None:
@@ -327,6 +335,8 @@ class EngineTier:
         waiting, self.open = self.open, []
         for o in waiting:
             self._ended(o.ids, what)
+            if o.kind == "held":
+                self._held_tokens(o, after, s.held, what)
             oracle_id = "requests.resumes_after_keep" if o.kind == "held" else "output.finish_length"
             self._equal(oracle_id, [(self.server.record.end(r), len(self.server.record.tokens(r))) for r in o.ids],
                         [(FinishReason.LENGTH, o.max_tokens)] * len(o.ids),

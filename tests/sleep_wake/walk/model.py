@@ -290,16 +290,11 @@ class InFlight:
 
 
 IN_FLIGHT = {
-    "abort": InFlight("aborted", ("requests.abort_aborts", "requests.abort_time", "requests.clean_end",
-                                  "requests.load_drains")),
-    "wait": InFlight("completed", ("requests.ends_in_race", "output.finish_length", "requests.load_drains")),
-    "keep": InFlight("held", ("requests.held_while_paused",)),
+    "abort": InFlight("aborted", ("requests.abort_aborts", "requests.abort_time", "requests.clean_end")),
+    "wait": InFlight("completed", ("requests.ends_in_race", "output.finish_length")),
+    # A held request is judged by held_oracle of the state the sleep left (paused, or asleep).
+    "keep": InFlight("held", ()),
 }
-# A second request sent while a wait sleep drains the first: it arrives paused, so it waits (PAUSED_NEW
-# schedules only the running queue, scheduler.py schedule) until the wake that resumes scheduling.
-LATE_ARRIVAL_ORACLES = ("requests.held_while_paused",)
-# What judges the requests that run when a wake resumes scheduling (the held one, the queued ones).
-RESUME_ORACLES = ("requests.resumes_after_keep", "prefix_cache.kept_paused_request", "output.finish_length")
 
 
 def in_flight_outcome(mode: str, level: int) -> InFlight:

@@ -122,22 +122,40 @@ class Operation:
                 ids.append("requests.clean_end")
         elif self.name == "sleep":
             level, mode, in_flight = self.params
+            after = self.apply(state)
             if in_flight:
                 if state.weights is not None:
                     ids.append(model.golden_oracle(state))
-                ids += model.in_flight_outcome(mode, level).oracles
-            if in_flight == 2:
-                ids += model.LATE_ARRIVAL_ORACLES
+                outcome = model.in_flight_outcome(mode, level)
+                ids += outcome.oracles
+                if outcome.ends == "held" or in_flight == 2:  # the held one, the one arriving in the drain
+                    ids.append(model.held_oracle(after))
+                elif not (after.held or after.queued):
+                    ids.append("requests.load_drains")
             if mode == "abort" and (state.held or state.queued):
                 ids.append("requests.abort_aborts")
             if mode == "wait" and state.held_kv:
-                ids.append("requests.ends_in_race")
+                ids += ["requests.ends_in_race"] + _resumed_oracles(state, state.held)
         elif self.name == "wake" and (state.held or state.queued):
             after = self.apply(state)
-            ids += model.RESUME_ORACLES if not after.paused else [model.held_oracle(after)]
+            if after.paused:
+                ids.append(model.held_oracle(after))
+            else:
+                if state.held:
+                    ids += ["requests.resumes_after_keep"] + _resumed_oracles(after, state.held)
+                if state.queued:
+                    ids.append("output.finish_length")
+                if "long" in state.queued:
+                    ids.append("prefix_cache.hit_iff_cached")
         elif self.name == "reset_prefix_cache":
             ids.append("api.reset_prefix_cache_result")
         return tuple(dict.fromkeys(ids))
+
+
+def _resumed_oracles(state: State, origin: str) -> list:
+    """What judges the tokens of a held request that runs on in `state`: its checkpoint's uninterrupted
+    run where the model predicts it, else only its count."""
+    return ["prefix_cache.kept_paused_request" if model.resumed_golden(state, origin) else "output.finish_length"]
 
 
 def sleep(level: int, mode: str = "abort", in_flight: int = 0) -> Operation:

@@ -18,15 +18,13 @@ import time
 from tests.sleep_wake.lib import expect, host_memory, measure, oracle, thresholds
 from tests.sleep_wake.lib.background import background, end_clock, generated_tokens, wait_decoding
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
-from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, LONG_PROMPTS, PROMPTS
+from tests.sleep_wake.lib.prompts import (GOLDEN_MAX_TOKENS, IN_FLIGHT, LONG_PROMPTS, PROMPTS, SEED, SEED_N,
+                                          SEEDED_PROMPT, SEEDED_TEMPERATURE, STREAM_TOKENS)
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import State
 
-STREAM_TOKENS = 128  # a request in flight: long enough to be mid-decode when /sleep lands
-SEED_N, SEED = 4, 1234
 LONG = LONG_PROMPTS[0]  # the prompt of the prefix-cache operations: several KV blocks long
-IN_FLIGHT = PROMPTS[3]  # a request in flight: shorter than one KV block, so it caches nothing
 WALK_PROMPTS = PROMPTS + [LONG]
 
 
@@ -70,8 +68,8 @@ def _request(client, op_name: str, prompt: str, timeout_s: float):
     if op_name == "generate_stream":
         return lambda: client.complete_stream(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
     if op_name == "generate_n4":
-        return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, temperature=1.0, seed=SEED, n=SEED_N,
-                                       timeout_s=timeout_s)
+        return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED,
+                                       n=SEED_N, timeout_s=timeout_s)
     return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
 
 
@@ -146,7 +144,8 @@ class GpuTier:
                      f"walk {where}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})")
 
     def _generate_n4(self, op, s: State, where: str) -> None:
-        got = self.ctx.client.complete(PROMPTS[2], GOLDEN_MAX_TOKENS, temperature=1.0, seed=SEED, n=SEED_N)
+        got = self.ctx.client.complete(SEEDED_PROMPT, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED,
+                                       n=SEED_N)
         self._judge_n4(got, model.golden_of(s, "short"), f"walk {where}")
 
     def _judge_n4(self, got, golden: str | None, what: str) -> None:
@@ -173,7 +172,7 @@ class GpuTier:
 
     def _send_paused(self, op, s: State, after: State, where: str) -> None:
         """A request sent while scheduling is paused: accepted (/load counts it) and left waiting."""
-        prompt = LONG if op.name == "generate_cached" else (PROMPTS[2] if op.name == "generate_n4"
+        prompt = LONG if op.name == "generate_cached" else (SEEDED_PROMPT if op.name == "generate_n4"
                                                              else self._next_prompt())
         call = _request(self.ctx.client, op.name, prompt, thresholds.get("request_completion_s_max"))
         kind = "long" if op.name == "generate_cached" else "plain"
@@ -216,7 +215,7 @@ class GpuTier:
             origin = model.served(s)
             if outcome.ends == "held":
                 self._judge_waiting_at_sleep(op, s, existing, where)
-                self._judge_held_open(stream, where)
+                self._judge_held_open(stream, after, f"walk {where}: the request a keep froze")
                 self.open.append(Open(stream, "held", "generate_stream", IN_FLIGHT, origin, stack.pop_all()))
                 return
             if outcome.ends == "completed":  # mode wait drains before it answers
@@ -232,6 +231,7 @@ class GpuTier:
             self._in_flight_ended(outcome.ends, origin, stream.result(), stream_end() - sent, where)
             self._judge_waiting_at_sleep(op, s, existing, where)
             if in_flight == 2:
+                self._judge_held_open(late.future, after, f"walk {where}: the request that arrived during the drain")
                 self.open.append(late)
             if not self.open:
                 expect.load_drains(client, f"after walk {where}")
@@ -253,11 +253,11 @@ class GpuTier:
         answer.result()  # the sleep's own failure, if any, is raised here
         return late
 
-    def _judge_held_open(self, stream, where: str) -> None:
-        """A stream a keep froze is still open when /sleep answers; its tokens are judged whole when it
-        ends (the wake that resumes it, or an abort)."""
-        oracle.holds("requests.held_while_paused", not stream.done(),
-                     f"walk {where}: the request a keep froze, right after /sleep answered", "ended", "open")
+    def _judge_held_open(self, stream, after: State, what: str) -> None:
+        """A request that must wait (a stream a keep froze, a request arriving during a wait drain) is
+        still open when /sleep answers; its tokens are judged whole when it ends."""
+        oracle.holds(model.held_oracle(after), not stream.done(), f"{what}, right after /sleep answered",
+                     "ended", "open")
 
     def _in_flight_ended(self, ends: str, origin: str, result, seconds: float, where: str) -> None:
         got = result.token_ids[0] if result.token_ids else []
@@ -292,11 +292,13 @@ class GpuTier:
                 self._aborted(o, where)
             self.open = [o for o in self.open if o not in existing]
         elif mode == "wait" and s.held_kv:
+            # The drained request's last chunk and the sleep's answer race to the client: its end is
+            # waited for (bounded), then judged as a request that resumed in the state before the sleep.
             held = [o for o in existing if o.kind == "held"]
             for o in held:
-                oracle.holds("requests.ends_in_race", o.future.done(),
-                             f"walk {where}: the request a level-0 keep froze, when the wait sleep answered",
-                             "open", "ended (drained)")
+                measure.wait_until(o.future.done, thresholds.get("request_completion_s_max"),
+                                   what=f"walk {where}: the request a level-0 keep froze, drained by the wait sleep",
+                                   oracle_id="requests.ends_in_race")
                 self._resumed(o, s, where)
             self.open = [o for o in self.open if o not in held]
 
@@ -361,8 +363,9 @@ class GpuTier:
         self.ctx.client.reload_weights(self.ctx.checkpoints[path] if path else None)
 
     def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
-        oracle.equal("api.reset_prefix_cache_result", self.ctx.client.reset_prefix_cache(),
-                     model.reset_prefix_cache_result(self.version, model.resets_prefix_cache(s)), f"walk {where}")
+        resets = model.resets_prefix_cache(s)
+        oracle.equal("api.reset_prefix_cache_result", self.ctx.client.reset_prefix_cache(blocks_held=not resets),
+                     model.reset_prefix_cache_result(self.version, resets), f"walk {where}")
 
     # --- after every step -------------------------------------------------------------------------
     def check_state(self, s: State, where: str) -> None:
@@ -430,8 +433,9 @@ class GpuTier:
         "other tokens", "error" (a non-200 answer) or "held" (no answer within the wait)."""
         client = self.ctx.client
         result = client.complete_stream(PROMPTS[0], GOLDEN_MAX_TOKENS, timeout_s=thresholds.get("held_request_window_s"))
-        if result.timed_out:
-            return "held"
+        silent = result.status == 200 and not any(result.token_ids) and result.finish_reasons == [None]
+        if silent and (result.timed_out or "timed out" in (result.error or "")):
+            return "held"  # accepted, then nothing within the window (a read timeout mid-stream says so too)
         if result.error is not None or result.finish_reasons != ["length"]:
             return "error"
         golden = self._golden("A").greedy[PROMPTS[0]].token_ids[0]

@@ -148,7 +148,8 @@ def test_a_request_arriving_during_a_wait_drain_waits():
     late = run(ops.sleep(1, "wait", 2))
     assert late.queued == {"plain"} and late.held is None
     assert "sleep:1:wait:2" in ops.BY_TOKEN and "sleep:1:abort:2" not in ops.BY_TOKEN
-    assert "requests.held_while_paused" in ops.sleep(1, "wait", 2).oracles(INITIAL)
+    assert "requests.held_while_asleep" in ops.sleep(1, "wait", 2).oracles(INITIAL)
+    assert "requests.held_while_paused" in ops.sleep(0, "wait", 2).oracles(INITIAL)
 
 
 def test_a_reload_keeps_the_prefix_cache_which_goes_stale():
@@ -267,8 +268,7 @@ def test_every_band_is_consistent_in_every_reachable_state():
 
 
 def test_every_oracle_id_is_known():
-    named = set(ops.AFTER_EVERY_STEP) | set(model.RESUME_ORACLES) | set(model.LATE_ARRIVAL_ORACLES)
-    named |= set(ops.TERMINAL_ORACLES.values())
+    named = set(ops.AFTER_EVERY_STEP) | set(ops.TERMINAL_ORACLES.values())
     for state in plan.reachable_states():
         named |= {b.oracle for b in model.device_band(state, SIZES, "MRV1-eager").bounds}
         named |= {b.oracle for b in model.host_band(state, V, 2 << 30, SIZES.weights_bytes).bounds}
