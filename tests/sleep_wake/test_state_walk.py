@@ -48,7 +48,11 @@ def walk_context(server, client, recorder, cell):
     if same:
         raise oracle.Precondition(f"checkpoint B must serve other tokens than A ({same} alike): the walk's "
                                   "goldens cannot tell the checkpoints apart")
-    client.complete(runner.PROMPTS[0])  # a forward: eager mode reserves its activation blocks
+    # Every kind of request the walk sends, once, before the readings: the API server's heap grows by tens
+    # of MiB at its first logprobs, n=4, long-prompt and streamed answers (seen on the H200: 12-45 MiB over
+    # a walk's host band at its first such step), and eager mode reserves its activation blocks at the
+    # first forward. The answers are judged against A's golden: the fresh server must serve it.
+    runner.warm_up(client, taken["A"])
     client.reset_prefix_cache()
     sizes = model.Sizes(settled_gpu_bytes(server, "walk start (INITIAL)", recorder=recorder),
                         memory.checkpoint_tensor_bytes(checkpoints["A"]), server.config.kv_cache_bytes)

@@ -73,6 +73,20 @@ def _request(client, op_name: str, prompt: str, timeout_s: float):
     return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
 
 
+def warm_up(client, golden: Goldens) -> None:
+    """One request of every kind the walk sends, each judged against the golden of the checkpoint the
+    fresh server started on: what the server holds afterwards is the baseline of every band."""
+    for prompt in WALK_PROMPTS:
+        c = client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
+        expect.tokens(c, golden.greedy[prompt], prompt=prompt, step="the walk's warm-up on a fresh server")
+    seeded = client.complete(SEEDED_PROMPT, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED, n=SEED_N)
+    oracle.equal("output.seeded_sampling", seeded.token_ids, golden.seeded,
+                 "the walk's warm-up on a fresh server: the seeded sample")
+    stream = client.complete_stream(IN_FLIGHT, STREAM_TOKENS)
+    oracle.equal("output.golden_tokens", (stream.token_ids[0], stream.finish_reasons, stream.error),
+                 (golden.stream, ["length"], None), "the walk's warm-up on a fresh server: the long stream")
+
+
 class GpuTier:
     """The walk's operations on one vLLM server (driver.Tier)."""
 
