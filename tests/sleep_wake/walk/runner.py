@@ -113,6 +113,7 @@ class Walker:
     def _generate_stream(self, op, s: State) -> None:
         prompt = self._next_prompt()
         result = self.ctx.client.complete_stream(prompt, GOLDEN_MAX_TOKENS)
+        self.ctx.client.check_stream(result, f"walk {op}: a stream of {prompt!r}")
         oracle.holds("requests.clean_end", result.error is None and result.finish_reasons == ["length"],
                      f"walk {op}: a stream of {prompt!r}", (result.finish_reasons, result.error), "length")
         want = self._golden(s).greedy[prompt].token_ids[0]
@@ -159,7 +160,8 @@ class Walker:
             else:  # mode abort: the abort outputs go out before the pause completes
                 bound, oracle_id = thresholds.get("abort_s_max"), "requests.abort_time"
             measure.wait_until(stream.done, bound, what=f"walk {op}: the request in flight to end",
-                               oracle_id=oracle_id)
+                               oracle_id=oracle_id, confirm_live=client.confirm_live)
+            client.check_stream(stream.result(), f"walk {op}: the request in flight")
             self._in_flight_ended(op, s, outcome.ends, stream.result(), stream_end() - sent)
             expect.load_drains(client, f"after walk {op}")
 
@@ -188,8 +190,9 @@ class Walker:
             stream, pool = self.held
             self.held = None
             try:
-                result = expect.result(stream, thresholds.get("request_completion_s_max"),
+                result = expect.result(stream, thresholds.get("request_completion_s_max"), client=self.ctx.client,
                                        step=f"walk {op}: the request a level-0 keep paused")
+                self.ctx.client.check_stream(result, f"walk {op}: the request a level-0 keep paused")
             finally:
                 pool.close()  # shuts the pool down (background), its request having ended
             oracle.equal("requests.resumes_after_keep", (result.finish_reasons, result.error), (["length"], None),
@@ -201,6 +204,8 @@ class Walker:
                             result.token_ids[0], want)
         elif self.held is not None:
             stream, _ = self.held
+            if stream.done():
+                self.ctx.client.check_stream(stream.result(), f"walk {op}: the paused request while still asleep")
             oracle.holds("requests.held_while_paused", not stream.done(),
                          f"walk {op}: the paused request while still asleep", "ended", "open")
 
