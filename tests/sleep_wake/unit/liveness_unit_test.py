@@ -137,7 +137,8 @@ def test_the_junit_xml_marks_errored_cases_and_their_liveness_oracle(tmp_path):
     xml = tmp_path / "junit.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path),
                     f"--junitxml={xml}", "-o", "junit_family=xunit2", f"--rootdir={tmp_path}"],
-                   cwd=WORKSPACE, env={**os.environ, "PYTHONPATH": WORKSPACE}, capture_output=True, check=False)
+                   cwd=WORKSPACE, capture_output=True, check=False,
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join([WORKSPACE, os.environ.get("PYTHONPATH", "")])})
     cases = {tc.get("name"): [(p.get("name"), p.get("value")) for p in tc.iter("property")]
              for tc in ET.parse(xml).getroot().iter("testcase")}
     assert cases["test_no_answer"] == [("errored", "no answer"), ("liveness", "api.answers")]
