@@ -190,6 +190,8 @@ _LIST = [
            "all are awake"),
     Oracle("flags.gauge", "vllm:engine_sleep_state reads the state of the last call (pinned divergences "
            "applied per release)"),
+    # api.status, api.answers and server.healthy are liveness oracles: an overloaded host or any crash fires
+    # them too, so they kill only a mutant whose defect is a hang or an error answer (tests/mutants/verdict.py).
     Oracle("api.status", "a sleep-API call on a live server answers 2xx (or the documented status of a "
            "misuse)"),
     Oracle("api.answers", "a sleep-API call the server accepted is answered within the client's bound (a hang "
@@ -282,6 +284,12 @@ _LIST = [
            "host_leak_bytes_per_cycle_max"),
     Oracle("host_bytes.cycle_spread", "max - min of host bytes over level-1 cycles 2..N",
            "host_cycle_flat_max"),
+    # --- the executor's bookkeeping, seen by the engine tier's fake worker (tests/engine) ------------
+    Oracle("executor.worker_calls", "the worker receives exactly the sleeps and wakes the executor's "
+           "bookkeeping lets through: none for level 0 or the scheduling tag, none while asleep again, none "
+           "for a tag that is not asleep (#31618, #48310)"),
+    Oracle("engine.failed_sleep_state", "a worker failure inside sleep reaches the caller and leaves the "
+           "state vLLM documents: the scheduler paused, the executor's flags untouched, the memory released"),
     # --- the state walk -----------------------------------------------------------------------------
     Oracle("walk.pairs_visited", "a shard's walks visit every (state, operation) pair of its partition"),
     # --- latency ----------------------------------------------------------------------------------

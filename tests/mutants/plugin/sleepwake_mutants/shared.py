@@ -16,7 +16,7 @@ from . import REACHED
 
 KiB = 1 << 10
 MiB = 1 << 20
-_state = {"mutant": None, "reached": False}
+_state = {"mutant": None, "reached": False, "fd": None}
 
 
 def applying(name: str) -> None:
@@ -24,10 +24,20 @@ def applying(name: str) -> None:
     _state["mutant"], _state["reached"] = name, False
 
 
+def announce_on(fd: int) -> None:
+    """Print REACHED to this file descriptor instead of sys.stderr: for a process whose stderr a test
+    captures at the time (the engine tier's pytest, which drops a passing test's output)."""
+    _state["fd"] = fd
+
+
 def _reached() -> None:
     if not _state["reached"]:
         _state["reached"] = True
-        print(REACHED.format(name=_state["mutant"], pid=os.getpid()), file=sys.stderr, flush=True)
+        line = REACHED.format(name=_state["mutant"], pid=os.getpid())
+        if _state["fd"] is not None:
+            os.write(_state["fd"], (line + "\n").encode())
+        else:
+            print(line, file=sys.stderr, flush=True)
 
 
 def announcing(function: Callable) -> Callable:
