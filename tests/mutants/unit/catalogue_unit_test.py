@@ -90,6 +90,14 @@ def test_a_liveness_oracle_kills_only_a_defect_marked_as_what_it_sees(name):
     assert not idle, f"{name}: fails_as {idle}, but no killer of that kind: list its liveness oracle or drop the mark"
 
 
+def test_the_fake_runs_a_control_of_every_class_a_liveness_oracle_may_kill_in():
+    marked = sorted({c for m in sleepwake_mutants.MUTANTS.values() if m.fails_as for c, ids in m.kills.items()
+                     if set(ids) & set(verdict.LIVENESS)})
+    listed = re.findall(r'"(\w+)"', _argument(MUTANTS_BUILD, "FAKE_CONTROL_CLASSES"))
+    assert sorted(listed) == marked, (f"tests/mutants/BUILD.bazel FAKE_CONTROL_CLASSES is {listed}; the classes a "
+                                      f"liveness oracle may kill in are {marked}: make it that list")
+
+
 def test_log_line_templates_are_what_the_verdict_expects():
     # verdict.marker_regex fills {name} and {pid}; a template without them cannot prove which
     # mutant, in which process, was applied.
