@@ -49,7 +49,8 @@ def test_level0_keep_freezes_a_running_request(core):
                  f"passes); timeline: {core.timeline}")
     checks.answers("wake_up(['scheduling'])", core.engine.wake_up, ["scheduling"])
     done = run_until_finished(core.engine, ["running"], core.timeline)
-    oracle.equal("requests.resumes_after_keep", (done["running"].finish_reason, len(done["running"].new_token_ids) >= 1),
+    resumed = done["running"]
+    oracle.equal("requests.resumes_after_keep", (resumed.finish_reason, len(resumed.new_token_ids) >= 1),
                  (FinishReason.LENGTH, True), "the frozen request after the wake: (finish reason, tokens in its "
                  "last output)")
 

@@ -104,7 +104,8 @@ def test_executor_bookkeeping_and_worker_reach():
         _pinned(f"self.{name}" in init, f"Executor no longer keeps self.{name}; the tests and the "
                 "no_double_sleep_guard mutant (tests/engine/mutants/catalogue.py) read it")
     _pinned("self.driver_worker = WorkerWrapperBase(" in _source(UniProcExecutor._init_executor),
-            "UniProcExecutor no longer holds its worker as driver_worker; update _attach in tests/engine/lib/engines.py")
+            "UniProcExecutor no longer holds its worker as driver_worker; update _attach in "
+            "tests/engine/lib/engines.py")
     _pinned("self.worker = worker_class(" in _source(WorkerWrapperBase.init_worker),
             "WorkerWrapperBase no longer holds the worker as .worker; update _attach in tests/engine/lib/engines.py")
 
@@ -161,4 +162,5 @@ def test_the_tier_ran_on_the_cpu():
 
     _pinned(isinstance(vllm.platforms.current_platform, UnspecifiedPlatform),
             f"vLLM runs on {type(vllm.platforms.current_platform).__name__}; see tests/engine/lib/cpu_vllm.py")
-    _pinned(not torch.cuda.is_initialized(), "something in the engine tier initialised CUDA: see tests/engine/lib/cpu_vllm.py")
+    _pinned(not torch.cuda.is_initialized(),
+            "something in the engine tier initialised CUDA: see tests/engine/lib/cpu_vllm.py")

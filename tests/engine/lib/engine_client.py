@@ -65,7 +65,8 @@ class QueueEngineClient:
             ended = self._finished_changed.wait_for(lambda: request_id in self._finished or self._dead, timeout_s)
         self._raise_if_dead()
         if not ended:
-            oracle.fail("requests.completes", f"request {request_id}", "unfinished", f"{timeout_s} s", "finished within")
+            oracle.fail("requests.completes", f"request {request_id}", "unfinished", f"{timeout_s} s",
+                        "finished within")
         return self._finished[request_id]
 
     def finished(self, request_id: str) -> EngineCoreOutput | None:

@@ -106,10 +106,12 @@ def test_log_line_templates_are_what_the_verdict_expects():
     assert "{pid}" in sleepwake_mutants.NO_MUTANT and "{name}" not in sleepwake_mutants.NO_MUTANT
 
 
-def test_a_patched_function_says_it_was_reached_once(capsys):
+def test_a_patched_function_says_it_was_reached_once(capsys, monkeypatch):
     """shared.wrap and shared.replace print REACHED at the first call of a patched function, sync or async."""
     import asyncio
     from sleepwake_mutants import shared
+
+    monkeypatch.setitem(shared._state, "fd", None)  # on stderr, whatever an engine conftest set
 
     class Engine:
         def sleep(self, level=1):
@@ -123,7 +125,8 @@ def test_a_patched_function_says_it_was_reached_once(capsys):
     shared.wrap(Engine, "sleep", lambda original: lambda self, level=1: original(self, level) + 1)
     assert capsys.readouterr().err == ""  # applied: not yet reached
     assert engine.sleep(1) == 2 and engine.sleep(2) == 3
-    assert capsys.readouterr().err.splitlines() == [sleepwake_mutants.REACHED.format(name="slow_sleep", pid=os.getpid())]
+    reached = sleepwake_mutants.REACHED.format(name="slow_sleep", pid=os.getpid())
+    assert capsys.readouterr().err.splitlines() == [reached]
     shared.applying("gauge_not_updated")
     shared.replace(Engine, "wake_up", Engine.wake_up)
     assert asyncio.iscoroutinefunction(Engine.wake_up) and capsys.readouterr().err == ""

@@ -136,11 +136,13 @@ def test_a_liveness_kill_stands_against_a_clean_control_under_the_same_concurren
 def test_a_liveness_kill_without_a_clean_control_alike_is_errored(tmp_path, capsys):
     """A hang the control shows too (an overloaded host), a control run under other concurrency, or none:
     the defect's kill says nothing."""
-    for i, (control, why) in enumerate([(_control("concurrent_race", liveness=["api.answers"]),
-                          "api.answers: the control of concurrent_race fired it too"),
-                         (_control("concurrent_race", slots="1"), "api.answers alone, and the control of concurrent_race ran under "
-                          "other concurrency ({'slots_per_gpu': '1'} against {'slots_per_gpu': '4'})"),
-                         (None, "api.answers alone, and no control of concurrent_race ran")]):
+    other = "({'slots_per_gpu': '1'} against {'slots_per_gpu': '4'})"
+    cases = [(_control("concurrent_race", liveness=["api.answers"]),
+              "api.answers: the control of concurrent_race fired it too"),
+             (_control("concurrent_race", slots="1"),
+              f"api.answers alone, and the control of concurrent_race ran under other concurrency {other}"),
+             (None, "api.answers alone, and no control of concurrent_race ran")]
+    for i, (control, why) in enumerate(cases):
         root = tmp_path / str(i)
         _write(root, "mutant_a", _liveness_kill("a", "concurrent_race", ["api.answers"]))
         if control is not None:

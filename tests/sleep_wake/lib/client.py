@@ -224,7 +224,8 @@ class SleepWakeClient:
         that maps nothing: a wake while awake or paused at level 0, of tags already resident, of a tag
         that is no pool."""
         with self._phase(ALLOCATE, "wake") if memory_moves else contextlib.nullcontext():
-            return self._timed_call((self._ok if check else self._answer), "POST", "/wake_up", params=_tags_params(tags))
+            return self._timed_call((self._ok if check else self._answer), "POST", "/wake_up",
+                                    params=_tags_params(tags))
 
     def _timed_call(self, call, *args, **kwargs):
         beside = self._start_step_beside()

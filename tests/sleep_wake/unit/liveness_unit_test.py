@@ -13,7 +13,6 @@ import pytest
 from tests.sleep_wake.fakes.fake_vllm import FakeVllm
 from tests.sleep_wake.lib import expect, liveness, oracle
 from tests.sleep_wake.lib.client import SleepWakeClient, StreamResult
-from tests.sleep_wake.lib.prompts import PROMPTS
 
 WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

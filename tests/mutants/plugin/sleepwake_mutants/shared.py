@@ -24,7 +24,7 @@ def applying(name: str) -> None:
     _state["mutant"], _state["reached"] = name, False
 
 
-def announce_on(fd: int) -> None:
+def announce_on(fd: int | None) -> None:
     """Print REACHED to this file descriptor instead of sys.stderr: for a process whose stderr a test
     captures at the time (the engine tier's pytest, which drops a passing test's output)."""
     _state["fd"] = fd
