@@ -173,10 +173,13 @@ class SleepWakeClient:
 
     def check_stream(self, result: "StreamResult", what: str) -> None:
         """Raises what a stream's trouble stands for when it is no answer of a live server: a broken
-        connection (liveness.Unreachable), or a timeout or a cut stream on a server that is not live
-        (confirm_live). Returns when the stream's end is a live server's own answer, for the oracles."""
+        connection (liveness.Unreachable), or a timeout, a cut stream or an error status on a server that
+        is not live (confirm_live). Returns when the stream's end is a live server's own answer, for the
+        oracles."""
         if result.transport:
             raise liveness.Unreachable(f"{what}: {result.error}")
+        if result.status is not None and result.status != 200:
+            self.confirm_live(f"{what}: {result.error}", dead_liveness="api.status")
         if result.timed_out or result.cut:
             self.confirm_live(f"{what}: {result.error}")
 

@@ -86,9 +86,14 @@ def test_a_stream_s_trouble_is_a_verdict_only_when_a_live_server_sent_it(fake, c
     hung = StreamResult([None], [[]], 0, "stream still open after 60 s", timed_out=True, status=200)
     client.check_stream(hung, "the stream")  # a live server's hang of one request: the oracles judge it
     client.check_stream(StreamResult(["abort"], [[1]], 1, "error event: aborted"), "the stream")
+    answered = StreamResult([None], [[]], 0, "HTTP 500: EngineDeadError", status=500)
+    client.check_stream(answered, "the stream")  # a live server's error answer: the oracles judge it
     fake.engine.dead = True
     with pytest.raises(liveness.EngineDead, match="the stream: stream still open after 60 s"):
         client.check_stream(hung, "the stream")
+    with pytest.raises(liveness.EngineDead) as e:
+        client.check_stream(answered, "the stream")
+    assert e.value.liveness == "api.status"
 
 
 def test_health_of_a_server_that_does_not_answer_is_no_answer(fake):
