@@ -2,7 +2,8 @@
 
 SLEEPWAKE_ENGINE_MUTANT (mutants/catalogue.py) applies one re-introduced bug before the tests run.
 vLLM is imported by the fixtures, not here: the unit tests below this directory (unit/) share this
-conftest and need no vLLM.
+conftest and need no vLLM. A failing oracle becomes JUnit properties as in the GPU tier (the hook
+below), which mutants/judge.py reads.
 """
 
 import os
@@ -11,11 +12,16 @@ import sys
 import pytest
 
 import sleepwake_mutants
+from sleepwake_mutants import shared
 from tests.engine.mutants import catalogue
+from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
 
 
 def pytest_configure(config):
     name = os.environ.get(catalogue.ENV, "none") or "none"
+    # The patches' REACHED line goes to the stderr of now: pytest captures a test's own, and drops it
+    # when the test passes.
+    shared.announce_on(os.dup(sys.stderr.fileno()))
     catalogue.apply(name)
     line = (sleepwake_mutants.NO_MUTANT.format(pid=os.getpid()) if name == "none"
             else sleepwake_mutants.ACTIVATION.format(name=name, pid=os.getpid()))

@@ -8,83 +8,96 @@ exists only on EngineCoreProc; "abort" ends in-flight requests and must tell the
 
 from concurrent.futures import Future
 
+from tests.engine.lib import checks
 from tests.engine.lib.loop import drive
 from tests.engine.lib.requests import add, send
 from tests.engine.lib.steps import run_until_finished, step, steps
+from tests.sleep_wake.lib import oracle
 from vllm.v1.engine import FinishReason
 
 HELD_STEPS = 3
 
 
 def test_level0_pauses_without_touching_the_executor(core):
-    core.engine.sleep(level=0)
+    checks.answers("sleep(level=0)", core.engine.sleep, level=0)
     executor = core.engine.model_executor
-    assert core.timeline.events == [], f"level 0 reached the worker: {core.timeline}"
-    assert not executor.is_sleeping and executor.sleeping_tags == set()
-    assert core.engine.is_sleeping(), "level 0 must read as sleeping: the scheduler is paused (#33195)"
+    oracle.equal("executor.worker_calls", core.timeline.events, [], f"level 0 reached the worker: {core.timeline}")
+    oracle.equal("flags.is_sleeping", (executor.is_sleeping, set(executor.sleeping_tags)), (False, set()),
+                 "the executor's (is_sleeping, sleeping_tags) at level 0")
+    oracle.equal("flags.is_sleeping", core.engine.is_sleeping(), True,
+                 "is_sleeping() at level 0: the scheduler is paused (#33195)")
     add(core.engine, "held")
-    steps(core.engine, HELD_STEPS)
-    assert not core.timeline.forwarded("held"), f"a paused engine ran a request: {core.timeline}"
-    core.engine.wake_up(["scheduling"])
-    assert core.timeline.of("wake_up") == [], "the level-0 wake reached the worker"
-    assert not core.engine.is_sleeping()
+    checks.unscheduled("requests.held_while_paused", core, "held", HELD_STEPS, "a request sent at level 0")
+    checks.answers("wake_up(['scheduling'])", core.engine.wake_up, ["scheduling"])
+    checks.worker_calls(core.timeline, "wake_up", [], "the level-0 wake")
+    oracle.equal("flags.is_sleeping", core.engine.is_sleeping(), False, "is_sleeping() after the level-0 wake")
     done = run_until_finished(core.engine, ["held"], core.timeline)
-    assert done["held"].finish_reason == FinishReason.LENGTH
+    oracle.equal("output.finish_length", done["held"].finish_reason, FinishReason.LENGTH,
+                 "the request held by level 0, after the wake")
 
 
 def test_level0_keep_freezes_a_running_request(core):
     add(core.engine, "running", max_tokens=4)
     step(core.engine)  # prefill: the request is running now
-    assert core.timeline.forwarded("running")
+    if not core.timeline.forwarded("running"):
+        raise oracle.Precondition(f"the request did not start on the first step: {core.timeline}")
     forwards_before = len(core.timeline.of("forward"))
-    core.engine.sleep(level=0, mode="keep")
+    checks.answers("sleep(level=0, mode='keep')", core.engine.sleep, level=0, mode="keep")
     finished = steps(core.engine, HELD_STEPS)
-    assert "running" not in finished, "mode=keep ended the request instead of freezing it"
-    assert len(core.timeline.of("forward")) == forwards_before, (
-        f"mode=keep (PAUSED_ALL) still scheduled the running request: {core.timeline}")
-    core.engine.wake_up(["scheduling"])
+    oracle.equal("requests.held_while_paused", ("running" in finished, len(core.timeline.of("forward"))),
+                 (False, forwards_before), "mode=keep (PAUSED_ALL) freezes the running request: (ended, forward "
+                 f"passes); timeline: {core.timeline}")
+    checks.answers("wake_up(['scheduling'])", core.engine.wake_up, ["scheduling"])
     done = run_until_finished(core.engine, ["running"], core.timeline)
-    assert done["running"].finish_reason == FinishReason.LENGTH
-    assert len(done["running"].new_token_ids) >= 1
+    resumed = done["running"]
+    oracle.equal("requests.resumes_after_keep", (resumed.finish_reason, len(resumed.new_token_ids) >= 1),
+                 (FinishReason.LENGTH, True), "the frozen request after the wake: (finish reason, tokens in its "
+                 "last output)")
 
 
 def test_abort_mode_sends_abort_outputs_before_offload(proc):
     engine, timeline = proc.engine, proc.timeline
     send(engine, "inflight", max_tokens=50)
     drive(engine, lambda: timeline.forwarded("inflight"), "the request's first forward", timeline)
-    result = engine.sleep(level=1, mode="abort")
+    result = checks.answers("sleep(level=1, mode='abort')", engine.sleep, level=1, mode="abort")
     if isinstance(result, Future):  # the aborted ids still go out with one more (empty) step
-        drive(engine, result.done, "the abort-mode sleep", timeline)
-        result.result()
+        drive(engine, result.done, "the abort-mode sleep", timeline, oracle_id="api.answers")
+        checks.answers("the abort-mode sleep's result", result.result)
     aborts = [i for i, e in enumerate(timeline.events)
               if e.kind == "output" and e.detail == ("inflight", "ABORT")]
-    assert aborts, (f"no abort output for the in-flight request before or after the offload: its "
-                    f"client would wait forever (#45326); timeline: {timeline}")
-    assert aborts[0] < timeline.index("sleep"), (
-        f"the abort output left after the offload (#45326); timeline: {timeline}")
-    assert engine.is_sleeping() and proc.worker.resident["kv_cache"] is False
+    oracle.holds("requests.abort_aborts", bool(aborts), f"the abort output of the in-flight request: without it "
+                 f"its client would wait forever (#45326); timeline: {timeline}", "none", "sent")
+    oracle.holds("requests.clean_end", aborts[0] < timeline.index("sleep"),
+                 f"the abort output before the offload (#45326); timeline: {timeline}", "after", "before")
+    oracle.equal("flags.is_sleeping", engine.is_sleeping(), True, "is_sleeping() after the abort-mode sleep")
+    checks.resident(proc.worker, {"weights", "kv_cache"}, "after the abort-mode sleep")
 
 
 def test_wait_mode_drains_before_offload(proc):
     engine, timeline = proc.engine, proc.timeline
     send(engine, "inflight", max_tokens=4)
     drive(engine, lambda: timeline.forwarded("inflight"), "the request's first forward", timeline)
-    pending = engine.sleep(level=1, mode="wait")
-    assert isinstance(pending, Future) and not pending.done() and timeline.index("sleep") < 0, (
-        f"sleep(mode='wait') returned {pending!r} while a request was decoding: the offload came "
-        f"before the drain (#45520); timeline: {timeline}")
+    pending = checks.answers("sleep(level=1, mode='wait')", engine.sleep, level=1, mode="wait")
+    oracle.holds("requests.ends_in_race", isinstance(pending, Future) and not pending.done()
+                 and timeline.index("sleep") < 0,
+                 f"sleep(mode='wait') while a request decodes waits for the drain before the offload (#45520); "
+                 f"timeline: {timeline}", repr(pending), "a pending Future, no sleep call yet")
     send(engine, "arrived_during_drain")
-    drive(engine, pending.done, "the drain", timeline)
-    assert pending.result() is None
+    drive(engine, pending.done, "the drain", timeline, oracle_id="requests.ends_in_race")
+    oracle.equal("api.status", checks.answers("the wait-mode sleep's result", pending.result), None,
+                 "the wait-mode sleep's result")
     sleep_at = timeline.index("sleep")
-    assert timeline.index("forward", last=True) < sleep_at, (
-        f"a forward pass came after the sleep RPC (#45520); timeline: {timeline}")
-    assert ("inflight", "LENGTH") in [e.detail for e in timeline.events[:sleep_at]
-                                      if e.kind == "output"], f"drain did not finish it: {timeline}"
-    assert not timeline.forwarded("arrived_during_drain"), (
-        f"a request that arrived during the drain was scheduled (mode=wait queues it): {timeline}")
-    assert engine.is_sleeping()
-    engine.wake_up()
+    oracle.holds("requests.ends_in_race", timeline.index("forward", last=True) < sleep_at,
+                 f"the last forward pass before the sleep call (#45520); timeline: {timeline}", "after", "before")
+    oracle.holds("output.finish_length", ("inflight", "LENGTH") in [e.detail for e in timeline.events[:sleep_at]
+                                                                    if e.kind == "output"],
+                 f"the drained request ends by length before the sleep call; timeline: {timeline}", "not", "by length")
+    oracle.holds("requests.held_while_asleep", not timeline.forwarded("arrived_during_drain"),
+                 f"a request that arrived during the drain (mode=wait queues it); timeline: {timeline}",
+                 "scheduled", "queued")
+    oracle.equal("flags.is_sleeping", engine.is_sleeping(), True, "is_sleeping() after the wait-mode sleep")
+    checks.answers("wake_up()", engine.wake_up)
     drive(engine, lambda: ("arrived_during_drain", "LENGTH") in [e.detail for e in timeline.of("output")],
-          "the queued request after the wake", timeline)
-    assert timeline.index("wake_up") < timeline.index("forward", last=True)
+          "the queued request after the wake", timeline, oracle_id="requests.completes")
+    oracle.holds("requests.held_while_asleep", timeline.index("wake_up") < timeline.index("forward", last=True),
+                 f"the queued request's forward after the wake; timeline: {timeline}", "before", "after")

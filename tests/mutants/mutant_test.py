@@ -100,10 +100,10 @@ def test_mutant_is_killed_by_its_classes():
         pytest.fail(f"classes {missing} have no file in SLEEPWAKE_MUTANT_CLASS_FILES; mutant_suite's "
                     "class_files must name every class a mutant lists")
     if mutant == "none":
-        kills, issue, bound, size = None, "", (), ""
+        kills, issue, bound, size, fails_as = None, "", (), "", ()
     elif mutant in sleepwake_mutants.MUTANTS:
         entry = sleepwake_mutants.MUTANTS[mutant]
-        kills, issue, bound, size = entry.kills, entry.issue, entry.bound, entry.size
+        kills, issue, bound, size, fails_as = entry.kills, entry.issue, entry.bound, entry.size, entry.fails_as
         try:
             verdict.check_classes_agree(mutant, classes, kills)
         except ValueError as e:
@@ -134,13 +134,14 @@ def test_mutant_is_killed_by_its_classes():
 
     # Judged and written even when the run broke, so that mutation_table.py shows this target.
     cases = verdict.parse_junit(junit) if os.path.exists(junit) else []
-    decision = verdict.decide(mutant, cases, classes, class_files, kills, inner,
-                              sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT)
+    decision = verdict.decide(mutant, cases, classes, class_files, kills, inner, sleepwake_mutants.ACTIVATION,
+                              sleepwake_mutants.NO_MUTANT, sleepwake_mutants.REACHED, fails_as)
     if rc is None:
         decision.problems.append(f"the inner pytest ran past {timeout_s:.0f} s and was interrupted")
     if not os.path.exists(junit):
         decision.problems.append(f"the inner pytest wrote no JUnit report (exit {rc}); see {pytest_log}")
     with open(os.path.join(outputs, "mutation_row.json"), "w", encoding="utf-8") as f:
-        json.dump(verdict.row(decision, issue, cell, bound, size), f, indent=2, sort_keys=True)
+        json.dump(verdict.row(decision, issue, cell, bound, size, verdict.concurrency()), f, indent=2,
+                  sort_keys=True)
     print(decision.report())
     assert decision.passed, decision.report()

@@ -1,11 +1,12 @@
 """A pytest plugin for the mutant harness's inner run: stop once a test failed with one of the oracle ids
 the catalogue expects (SLEEPWAKE_MUTANT_KILL_IDS, comma-separated), since the class is then killed and the
 rest of its tests would only spend time (the state walk's six shards each start a server). Any other
-failure lets the run go on: a later test may still be the kill."""
+failure lets the run go on: a later test may still be the kill; so does an expected oracle on a server
+no longer live (marked errored), which is no kill."""
 
 import os
 
-from tools.results.testlogs import ORACLE_PROPERTY  # the JUnit property oracle.py writes a failure's id to
+from tools.results.testlogs import ERRORED_PROPERTY, ORACLE_PROPERTY  # the JUnit properties oracle.py writes
 
 ENV = "SLEEPWAKE_MUTANT_KILL_IDS"
 
@@ -20,7 +21,8 @@ class StopOnKill:
 
     def pytest_runtest_logreport(self, report):
         fired = {v for n, v in report.user_properties if n == ORACLE_PROPERTY}
-        if report.failed and fired & self.ids and self.session is not None:
+        errored = any(n == ERRORED_PROPERTY for n, _ in report.user_properties)
+        if report.failed and fired & self.ids and not errored and self.session is not None:
             self.session.shouldstop = f"killed by {', '.join(sorted(fired & self.ids))}: the rest need not run"
 
 

@@ -2,14 +2,21 @@
 
 Verdicts come from oracle ids, never from failure text (which echoes the test's own source): each
 failing oracle leaves `<property name="oracle" value="ID"/>` on its test case (tests/sleep_wake/lib/
-oracle.py). Per class, against the catalogue's expected ids:
-  * killed: a case failed with one of the expected oracle ids;
-  * other oracle: cases failed with oracle ids, none of them expected (reported with the ids);
-  * errored: cases failed without any oracle id (a refused connection, a timeout of a wait, a crash, a
-    fixture's precondition): proof of nothing, never a kill;
-  * survived: no case failed.
-The server logs must also show that vLLM applied the mutant, else a pass would be a survival of a bug
-that was never there and a failure a kill by something else.
+oracle.py). A kill is an expected oracle firing on a live, answering server: a case marked `errored`
+(tests/sleep_wake/lib/liveness.py: no answer, a dead engine, a broken connection, or an oracle that
+fired on a server not live by then) counts no oracle id, and the liveness oracles (LIVENESS: what a
+hang, an error answer, an overloaded host and a crash all fail) count only for a catalogue entry whose
+defect is one (its `fails_as`), and then only if the class's control, run under the same concurrency,
+did not fire them: tools/results/mutation_table.py checks that across targets (needs_control).
+Per class, against the catalogue's expected ids:
+  * killed: a case failed with one of the expected oracle ids, as above;
+  * other oracle: cases failed with oracle ids on a live server, none of them expected;
+  * errored: cases failed without any such id (a refused connection, no answer, a dead engine, a wait's
+    timeout, a crash, a fixture's precondition, a bug in the test): proof of nothing, never a kill;
+  * survived: no case failed;
+  * not applied: the server logs do not show the mutant applied and its patched code reached (the
+    plugin's ACTIVATION and REACHED lines): a pass would be a survival of a bug that was never there
+    and a failure a kill by something else.
 """
 
 from __future__ import annotations
@@ -18,11 +25,15 @@ import dataclasses
 import os
 import re
 
+from sleepwake_mutants import ERROR_ANSWER, HANG
 from tools.results.testlogs import Case, parse_junit  # noqa: F401  (the harness's readers take them from here)
 
-KILLED, SURVIVED, OTHER, ERRORED = "killed", "survived", "other oracle", "errored"
+KILLED, SURVIVED, OTHER, ERRORED, NOT_APPLIED = "killed", "survived", "other oracle", "errored", "not applied"
 PASSED = "passed"  # the control's verdict for a class whose tests all passed
-OUTCOMES = (KILLED, OTHER, ERRORED, SURVIVED)
+OUTCOMES = (KILLED, OTHER, ERRORED, SURVIVED, NOT_APPLIED)
+# The liveness oracles, and the kind of defect each one may show: all of them also fire for an
+# overloaded host or a crash of anything, so they kill only a mutant marked so (Mutant.fails_as).
+LIVENESS = {"api.answers": HANG, "api.status": ERROR_ANSWER, "server.healthy": ERROR_ANSWER}
 MESSAGE_CHARS = 300  # of each failure message in reports and mutation_row.json
 PYTEST_LOG = "pytest.log"  # the inner pytest's own output, beside the server logs; not a server log
 _PID = "SLEEPWAKEPID"  # placeholder for {pid}: letters only, so re.escape leaves it alone
@@ -36,16 +47,22 @@ class ClassResult:
     passed: int = 0  # testcases of the class that passed
     oracles: list[list[str]] = dataclasses.field(default_factory=list)  # per failed test, its oracle ids
     expected: list[str] = dataclasses.field(default_factory=list)  # the catalogue's ids for the class
+    liveness: list[list[str]] = dataclasses.field(default_factory=list)  # per failed test, liveness ids seen
+    errored: list[list[str]] = dataclasses.field(default_factory=list)  # per failed test, why it proves nothing
+    # A kill that rests on these liveness ids alone: it stands only if the class's control, under the
+    # same concurrency, did not fire them (tools/results/mutation_table.py).
+    needs_control: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def fired(self) -> list[str]:
         """The expected oracle ids that failed in some case."""
-        seen = {o for ids in self.oracles for o in ids}
+        seen = {o for ids in self.oracles + self.liveness for o in ids}
         return [o for o in self.expected if o in seen]
 
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "failed_tests": self.failed_tests, "messages": self.messages,
-                "oracles": self.oracles, "expected": self.expected, "fired": self.fired}
+                "oracles": self.oracles, "expected": self.expected, "fired": self.fired,
+                "liveness": self.liveness, "errored": self.errored, "needs_control": self.needs_control}
 
 
 @dataclasses.dataclass
@@ -54,6 +71,7 @@ class Decision:
     classes: dict[str, ClassResult]
     problems: list[str]  # reasons the run proves nothing, whatever the class verdicts say
     activated: bool
+    reached: bool = False  # a patched function of the mutant was called
 
     @property
     def passed(self) -> bool:
@@ -71,11 +89,17 @@ class Decision:
         for name, r in self.classes.items():
             what = {KILLED: f"killed by {', '.join(r.fired)}", SURVIVED: "survived (no test failed)",
                     OTHER: f"failed by other oracles than {', '.join(r.expected) or 'none (control)'}",
-                    ERRORED: "errored: tests failed without an oracle (proves nothing)",
-                    PASSED: "passed"}[r.verdict]
+                    ERRORED: "errored: tests failed without an oracle on a live server (proves nothing)",
+                    NOT_APPLIED: "not applied (see the problems below)", PASSED: "passed"}[r.verdict]
+            if r.needs_control:
+                what = (f"killed by the liveness oracles {', '.join(r.needs_control)} alone: a kill only if "
+                        "the class's control ran under the same concurrency without firing them "
+                        "(tools/results/mutation_table.py checks)")
             lines.append(f"  {name}: {what}; {r.passed} passed, {len(r.failed_tests)} failed")
-            for test, ids, message in zip(r.failed_tests, r.oracles, r.messages):
-                lines.append(f"    FAILED {test} [{', '.join(ids) or 'no oracle'}]: {message}")
+            for i, (test, ids, message) in enumerate(zip(r.failed_tests, r.oracles, r.messages)):
+                marks = [f"errored: {', '.join(r.errored[i])}"] if i < len(r.errored) and r.errored[i] else []
+                marks += [f"liveness: {', '.join(r.liveness[i])}"] if i < len(r.liveness) and r.liveness[i] else []
+                lines.append(f"    FAILED {test} [{', '.join(list(ids) + marks) or 'no oracle'}]: {message}")
         lines += ["  PROBLEM: " + p for p in self.problems]
         return "\n".join(lines)
 
@@ -93,21 +117,37 @@ def class_of(case: Case, class_files: dict[str, str]) -> str | None:
     return None
 
 
-def class_verdict(failed: list[Case], expected) -> str:
-    """killed / other oracle / errored / survived for a class whose failed cases are `failed`, against the
-    expected oracle ids (None: the control, whose every failure is one of the last three)."""
+def sound_ids(case: Case) -> list[str]:
+    """The oracle ids of a case that fired on a live, answering server: none for a case marked errored
+    (the server was not live when it failed), and never a liveness oracle's."""
+    return [] if case.errored else [o for o in case.oracles if o not in LIVENESS]
+
+
+def liveness_ids(case: Case) -> list[str]:
+    """The liveness oracles a case fired or ran into (as an oracle, or as what an errored case met)."""
+    return [o for o in dict.fromkeys(case.oracles + case.liveness) if o in LIVENESS]
+
+
+def class_verdict(failed: list[Case], expected, fails_as=()) -> tuple[str, list[str]]:
+    """(killed / other oracle / errored / survived, the liveness ids a kill rests on alone) for a class
+    whose failed cases are `failed`, against the expected oracle ids (None: the control, whose every
+    failure is one of the last three) and what the defect is (Mutant.fails_as)."""
     if not failed:
-        return PASSED if expected is None else SURVIVED
-    if expected is not None and any(o in expected for c in failed for o in c.oracles):
-        return KILLED
-    return OTHER if any(c.oracles for c in failed) else ERRORED
+        return (PASSED if expected is None else SURVIVED), []
+    if expected is not None:
+        if any(o in expected for c in failed for o in sound_ids(c)):
+            return KILLED, []
+        counted = sorted({o for c in failed for o in liveness_ids(c) if o in expected and LIVENESS[o] in fails_as})
+        if counted:
+            return KILLED, counted
+    return (OTHER if any(sound_ids(c) for c in failed) else ERRORED), []
 
 
 def judge_classes(cases: list[Case], classes: list[str], class_files: dict[str, str],
-                  kills: dict[str, tuple] | None) -> dict[str, ClassResult]:
-    """Per class, its verdict against kills (class -> the oracle ids that must fire), or for the
-    control (kills=None) passed / other oracle / errored. A class with no testcase at all ran nothing:
-    that is a broken run (errored), never a survival or a pass."""
+                  kills: dict[str, tuple] | None, fails_as=()) -> dict[str, ClassResult]:
+    """Per class, its verdict against kills (class -> the oracle ids that must fire) and what the defect
+    is (fails_as), or for the control (kills=None) passed / other oracle / errored. A class with no
+    testcase at all ran nothing: that is a broken run (errored), never a survival or a pass."""
     by_class = {c: [] for c in classes}
     for case in cases:
         short = class_of(case, class_files)
@@ -122,10 +162,11 @@ def judge_classes(cases: list[Case], classes: list[str], class_files: dict[str, 
                                      [[]], list(expected or ()))
             continue
         failed = [c for c in mine if c.outcome == "failed"]
-        out[short] = ClassResult(class_verdict(failed, expected), [c.test_id for c in failed],
-                                 [c.message[:MESSAGE_CHARS] for c in failed],
+        verdict, needs_control = class_verdict(failed, expected, fails_as)
+        out[short] = ClassResult(verdict, [c.test_id for c in failed], [c.message[:MESSAGE_CHARS] for c in failed],
                                  sum(c.outcome == "passed" for c in mine), [list(c.oracles) for c in failed],
-                                 list(expected or ()))
+                                 list(expected or ()), [liveness_ids(c) for c in failed],
+                                 [list(c.errored) for c in failed], needs_control)
     return out
 
 
@@ -167,10 +208,12 @@ def check_classes_agree(mutant: str, build_classes: list[str], kills: dict[str, 
 
 
 def decide(mutant: str, cases: list[Case], classes: list[str], class_files: dict[str, str],
-           kills: dict[str, str] | None, log_root: str, activation: str, no_mutant: str) -> Decision:
+           kills: dict[str, str] | None, log_root: str, activation: str, no_mutant: str, reached: str,
+           fails_as=()) -> Decision:
     """The verdict of one mutant target (mutant "none", kills None: the control).
 
-    activation / no_mutant are the plugin's ACTIVATION and NO_MUTANT line templates."""
+    activation / no_mutant / reached are the plugin's ACTIVATION, NO_MUTANT and REACHED line templates;
+    fails_as the catalogue entry's."""
     control = mutant == "none"
     mine = marker_regex(activation, name=None if control else mutant)
     any_active, idle = log_lines(log_root, marker_regex(activation, name=None), marker_regex(no_mutant))
@@ -184,7 +227,7 @@ def decide(mutant: str, cases: list[Case], classes: list[str], class_files: dict
         if any_active:
             problems.append("the control run applied a mutant: " + "; ".join(any_active[:3]))
         return Decision(mutant, judge_classes(cases, classes, class_files, None), problems, False)
-    activated = bool(log_lines(log_root, mine)[0])
+    activated, was_reached = (bool(found) for found in log_lines(log_root, mine, marker_regex(reached, name=mutant)))
     if not activated:
         problems.append(
             f"no vLLM process printed the activation line of {mutant} "
@@ -192,18 +235,34 @@ def decide(mutant: str, cases: list[Case], classes: list[str], class_files: dict
             f"{log_root}: the mutant was never applied, so its survival or kill proves nothing. Check the "
             "server log header for PYTHONPATH (site dir first) and SLEEPWAKE_MUTANT, and that the name is "
             "in the catalogue.")
+    elif not was_reached:
+        problems.append(
+            f"no vLLM process printed the reached line of {mutant} ({reached.format(name=mutant, pid='<pid>')!r}):"
+            " applied, but no test called a function it patches, so it is not applied for these classes. "
+            "Check that the classes send the call the mutant patches, or that the catalogue names the right ones.")
     if idle:
         problems.append("some vLLM processes loaded the plugin without applying the mutant: "
                         + "; ".join(idle[:3]))
     others = [line for line in any_active if not mine.search(line)]
     if others:
         problems.append("another mutant was applied: " + "; ".join(others[:3]))
-    return Decision(mutant, judge_classes(cases, classes, class_files, kills), problems, activated)
+    judged = judge_classes(cases, classes, class_files, kills, fails_as)
+    if not (activated and was_reached):
+        for result in judged.values():
+            result.verdict, result.needs_control = NOT_APPLIED, []
+    return Decision(mutant, judged, problems, activated, was_reached)
 
 
-def row(decision: Decision, issue: str, cell: str, bound=(), size: str = "") -> dict:
+def concurrency(environ=None) -> dict:
+    """How many cells shared the GPU: a liveness kill stands only against a control run alike."""
+    env = os.environ if environ is None else environ
+    return {"slots_per_gpu": env.get("SLEEPWAKE_SLOTS_PER_GPU") or "1"}
+
+
+def row(decision: Decision, issue: str, cell: str, bound=(), size: str = "", ran_under: dict | None = None) -> dict:
     """mutation_row.json: what tools/results/mutation_table.py tabulates. bound and size: the catalogue's (the
-    thresholds the mutant is sized against and how big it is)."""
+    thresholds the mutant is sized against and how big it is); ran_under: concurrency()."""
     return {"mutant": decision.mutant, "issue": issue, "cell": cell, "passed": decision.passed,
-            "activated": decision.activated, "problems": decision.problems, "bound": list(bound),
-            "size": size, "classes": {c: r.to_json() for c, r in decision.classes.items()}}
+            "activated": decision.activated, "reached": decision.reached, "problems": decision.problems,
+            "bound": list(bound), "size": size, "concurrency": ran_under or {},
+            "classes": {c: r.to_json() for c, r in decision.classes.items()}}

@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from tests.sleep_wake.lib import cells, expect, measure, metrics, oracle, releases, servers, thresholds
+from tests.sleep_wake.lib import cells, expect, liveness, measure, metrics, oracle, releases, servers, thresholds
 from tests.sleep_wake.lib.client import SleepWakeClient, client_of
 from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
 from tests.sleep_wake.lib.prompts import PROMPTS
@@ -82,6 +82,8 @@ def _start_server(name: str, cell, recorder, nodeid: str):
     except BaseException:
         context.__exit__(None, None, None)
         raise
+    # Whether it is still live decides, after an oracle fails, if that failure is a verdict (oracle's hook).
+    liveness.watch(server.url, thresholds.get("request_completion_s_max"))
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
     recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command),
                     log=server.log_path, vllm_identity=identity, vllm_version=served,
@@ -111,6 +113,7 @@ def test_process_cpu(recorder):
 def _stop_server(context, server, recorder, nodeid: str) -> None:
     """Stops a server of _start_server and records where its time went (tools/bench splits a slow
     matrix with these), also when the stop itself fails."""
+    liveness.unwatch(server.url)
     try:
         context.__exit__(None, None, None)
     finally:
@@ -174,7 +177,7 @@ def awake(request):
             # (#29341), which would fail every later golden check for the wrong reason.
             client.wake_everything()
             client.reload_weights()
-    except (oracle.OracleFailure, requests.RequestException):
+    except (oracle.OracleFailure, liveness.Errored, requests.RequestException):
         # The test has failed already (its own oracle is its verdict); a server this broken fails the
         # next test's precondition above, not this test's teardown.
         pass

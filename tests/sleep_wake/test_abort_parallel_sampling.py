@@ -48,8 +48,10 @@ class TestAbortDuringParallelSampling:
             at_sleep = generated_tokens(client) - since
             measure.wait_until(stream.done, thresholds.get("request_completion_s_max"),
                                what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort",
-                               oracle_id="requests.completes")
+                               oracle_id="requests.completes", confirm_live=client.confirm_live)
             result = stream.result()
+        # A broken connection, or a stream still open on a server no longer live, is no verdict on the abort.
+        client.check_stream(result, f"[{ISSUE}] the n={N} stream")
         oracle.bounded(recorder, "requests.abort_time", stream_end() - sent, cell.id,
                        f"[{ISSUE}] seconds from /sleep?mode=abort to the end of the n={N} stream")
         recorder.record(test, "aborted_stream", {"finish_reasons": result.finish_reasons,
@@ -58,8 +60,6 @@ class TestAbortDuringParallelSampling:
         oracle.holds("requests.completes", not result.timed_out, f"[{ISSUE}] the n={N} stream", result.error,
                      "an end")
         if result.error is not None:
-            if result.error.startswith("transport error") and result.status is None:
-                raise ConnectionError(f"the n={N} stream: {result.error}")
             oracle.holds("requests.clean_end", result.error.startswith("error event"),
                          f"[{ISSUE}] how the n={N} stream ended", result.error, "finish reasons or an abort error event")
         ends = [(r, len(t)) for r, t in zip(result.finish_reasons, result.token_ids)]

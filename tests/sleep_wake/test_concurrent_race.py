@@ -16,26 +16,28 @@ BURST = 8
 RACE_MAX_TOKENS = 768
 
 
-def ended(future, bound_s: float, what: str):
-    """The future's result; the oracle requests.ends_in_race fails when it does not end in the bound."""
+def ended(client, future, bound_s: float, what: str):
+    """The future's result; the oracle requests.ends_in_race fails when it does not end in the bound on
+    a live server."""
     try:
         return future.result(timeout=bound_s)
     except concurrent.futures.TimeoutError:
+        client.confirm_live(f"[{ISSUE}] {what}: still open after {bound_s:g} s")
         oracle.fail("requests.ends_in_race", f"[{ISSUE}] {what}", "still open", f"{bound_s:g} s", "ends within")
 
 
-def _ended_cleanly(result, i: int) -> str:
+def _ended_cleanly(client, result, i: int) -> str:
     """'length' (full length), 'abort', 'aborted before its first token' or 'error event'; anything else
-    fails the oracle requests.clean_end (a cut stream: the server died, #45520)."""
+    a live server sends fails the oracle requests.clean_end (a cut stream, #45520). A broken connection,
+    or a stream cut or still open on a server no longer live, raises (client.check_stream): no verdict."""
     what = f"[{ISSUE}] how streaming request {i} ended"
+    client.check_stream(result, what)
     if result.timed_out:
         oracle.fail("requests.ends_in_race", what, f"{result.error} after {result.seconds:.1f} s with "
                     f"{result.num_tokens} tokens", "an end", "")
     if result.error is not None:
         # An error event or an HTTP error answer is an acceptable way to be aborted; a stream that closed
-        # without [DONE] is not (the server died, #45520). A refused connection is no answer at all.
-        if result.error.startswith("transport error") and result.status is None:
-            raise ConnectionError(f"streaming request {i}: {result.error}")
+        # without [DONE] is not (#45520).
         oracle.holds("requests.clean_end", result.error.startswith(("error event", "HTTP")), what,
                      result.error, "finish reason or error event")
         return "error event"
@@ -63,7 +65,8 @@ class TestConcurrentRace:
                 wait_decoding(client, burst, BURST, since, BURST)
                 _, sleep_s = measure.timed(client.sleep, level=1, mode="abort")
             expect.asleep(client, 1, step="sleep level 1 (mode abort) during the burst", issue=ISSUE)
-            outcomes = [_ended_cleanly(ended(f, bound, f"streaming request {i}"), i) for i, f in enumerate(burst)]
+            outcomes = [_ended_cleanly(client, ended(client, f, bound, f"streaming request {i}"), i)
+                        for i, f in enumerate(burst)]
             expect.load_drains(client, "once the aborted burst ended")
             # Requests arriving while asleep are held until the wake, then served (#45326: they hung).
             late = [pool.submit(client.complete, p, timeout_s=bound) for p in PROMPTS]
@@ -72,7 +75,8 @@ class TestConcurrentRace:
                         f"[{HELD}] the {len(late)} requests sent while asleep, until wake_up is sent")
             _, wake_s = measure.timed(client.wake_up)
             for p, f in zip(PROMPTS, late):
-                expect.tokens(expect.result(f, bound, step=f"request {p!r} sent while asleep", issue=HELD),
+                expect.tokens(expect.result(f, bound, client=client, step=f"request {p!r} sent while asleep",
+                                            issue=HELD),
                               golden[p], prompt=p, step="a request held by the sleep, after wake", issue="#45326")
         counts = {o: outcomes.count(o) for o in set(outcomes)}
         test = measure.current_test()

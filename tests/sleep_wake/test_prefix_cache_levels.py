@@ -69,7 +69,8 @@ class TestPrefixCacheLevels:
             expect.held("requests.held_while_paused", client, [stream], window,
                         f"[{LEVEL0}] the request paused mid-decode (mode keep) still open")
             client.wake_up(["scheduling"])
-            result = expect.result(stream, bound, step="resume after a level-0 pause", issue=LEVEL0)
+            result = expect.result(stream, bound, client=client, step="resume after a level-0 pause", issue=LEVEL0)
+            client.check_stream(result, f"[{LEVEL0}] the request paused mid-decode, after the wake")
         expect.awake(client, step="level 0 (mode keep) then wake_up(tags=[scheduling])", issue=LEVEL0)
         recorder.record(measure.current_test(), "paused_stream", {"tokens": len(result.token_ids[0]),
                         "finish_reason": result.finish_reasons[0], "error": result.error}, "")

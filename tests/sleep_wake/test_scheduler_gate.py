@@ -25,7 +25,7 @@ def _held_until_second_wake(client, golden, first: str, second: str, prompts: li
         client.wake_up([second])
         step = f"held request after waking {first} then {second}"
         for prompt, future in zip(prompts, held):
-            completion = expect.result(future, bound, step=step, issue=ISSUE)
+            completion = expect.result(future, bound, client=client, step=step, issue=ISSUE)
             expect.tokens(completion, golden[prompt], prompt=prompt, step=step, issue=ISSUE)
     expect.awake(client, step=f"wake {first} then {second}", issue=ISSUE)
 

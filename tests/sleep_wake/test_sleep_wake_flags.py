@@ -23,7 +23,7 @@ class TestSleepWakeFlags:
                             "a request sent while scheduling is paused (level 0)")
                 client.wake_up(wake_tags)
                 step, issue = f"level 0 then {how}", "level-0 held request (#45326)"
-                completion = expect.result(held, bound, step=step, issue=issue)
+                completion = expect.result(held, bound, client=client, step=step, issue=issue)
                 expect.tokens(completion, golden[prompt], prompt=prompt, step=step, issue=issue)
             expect.awake(client, step=f"level 0 then {how}", issue="level-0 flags")
 

@@ -52,6 +52,6 @@ def summary(run: model.Run) -> str:
                      f"{w.shards}/{w.expected_shards} shards, {w.walks} walks, {w.steps} steps"
                      + (f"; unvisited: {', '.join(w.unvisited[:10])}" if w.unvisited else ""))
     if run.mutation:
-        lines.append("mutants: " + ("every mutant killed by its oracle, every control passed" if run.mutation.ok else "NOT GREEN (a mutant survived, a control failed or a row is missing)")
+        lines.append("mutants: " + ("every mutant killed by its oracle, every control passed" if run.mutation.ok else "NOT GREEN (a mutant survived, errored or was not applied, a control failed or a row is missing)")
                      + " (the page holds the table)")
     return "\n".join(lines) + "\n"

@@ -8,8 +8,13 @@ bound each mutant is sized against and its size, from the catalogue), the
 number of mutants each class killed, and whether every mutant was killed and every class killed one.
 A mutant of the catalogue (tests/mutants/plugin/sleepwake_mutants, read from the workspace) with no
 row counts as not killed. Exits 1 unless all of that holds (and the control, if it ran, passed).
+
+A kill that rests on liveness oracles alone (a row's needs_control: api.answers, api.status,
+server.healthy, which an overloaded host or a crash fires too) stands only where the class's control
+ran under the same concurrency and did not fire them; otherwise the class is errored (confirm_by_controls).
 """
 import argparse
+import copy
 import importlib.util
 import json
 import os
@@ -25,10 +30,11 @@ ROW_FILE = "mutation_row.json"
 CONTROL = "none"
 DEFAULT_CATALOGUE = "tests/mutants/plugin/sleepwake_mutants"
 GPU_PREFIX, FAKE_PREFIX = "mutant_", "fake_mutant_"  # target names of tests/mutants/defs.bzl mutant_suite
-# The verdicts of tests/mutants/verdict.py (killed, other oracle, errored, survived; passed: a control).
+# The verdicts of tests/mutants/verdict.py (killed, other oracle, errored, survived, not applied; passed: a
+# control).
 CELL_TEXT = {"killed": "killed", "other oracle": "other oracle", "errored": "errored", "survived": "survived",
-             "passed": "pass"}
-OUTCOMES = ("killed", "other oracle", "errored", "survived")
+             "not applied": "not applied", "passed": "pass"}
+OUTCOMES = ("killed", "other oracle", "errored", "survived", "not applied")
 
 
 def _row(target_dir):
@@ -67,7 +73,7 @@ def _bound(r) -> str:
 
 def _cell(result: dict) -> str:
     """A class's verdict with the oracle ids behind it: the expected ones that fired for a kill, the
-    ones that fired instead for another oracle."""
+    ones that fired instead for another oracle, why a liveness kill did not stand."""
     verdict = result["verdict"]
     text = CELL_TEXT.get(verdict, verdict)
     if verdict == "killed":
@@ -75,7 +81,46 @@ def _cell(result: dict) -> str:
     if verdict == "other oracle":
         fired = sorted({o for ids in result.get("oracles") or [] for o in ids})
         return f"{text} ({', '.join(fired)})"
+    if result.get("unconfirmed"):
+        return f"{text} ({result['unconfirmed']})"
     return text
+
+
+def _control_fired(control: dict) -> set:
+    """Every oracle a control's class fired or ran into, liveness ones included."""
+    return {o for key in ("oracles", "liveness") for ids in control.get(key) or [] for o in ids}
+
+
+def confirm_by_controls(rows) -> list:
+    """The rows with each kill that rests on liveness oracles alone (needs_control) kept only where the
+    class's control ran under the same concurrency without firing them; else that class is errored and
+    its row not killed. Copies: the rows read are left as they were."""
+    controls = {}
+    for r in rows:
+        if r["mutant"] == CONTROL:
+            for c, result in r["classes"].items():
+                controls[c] = (r, result)
+    out = []
+    for r in rows:
+        r = copy.deepcopy(r)
+        for c, result in r["classes"].items():
+            needs = result.get("needs_control") or []
+            if r["mutant"] == CONTROL or result.get("verdict") != "killed" or not needs:
+                continue
+            control = controls.get(c)
+            if control is None:
+                why = f"{', '.join(needs)} alone, and no control of {c} ran"
+            elif control[0].get("concurrency") != r.get("concurrency"):
+                why = (f"{', '.join(needs)} alone, and the control of {c} ran under other concurrency "
+                       f"({control[0].get('concurrency')} against {r.get('concurrency')})")
+            elif set(needs) & _control_fired(control[1]):
+                why = f"{', '.join(sorted(set(needs) & _control_fired(control[1])))}: the control of {c} fired it too"
+            else:
+                continue
+            result["verdict"], result["unconfirmed"] = "errored", why
+            r["passed"] = False
+        out.append(r)
+    return out
 
 
 def outcome_counts(rows) -> dict:
@@ -92,6 +137,7 @@ def outcome_counts(rows) -> dict:
 
 def table(rows, expected=None):
     """(markdown text, ok). expected: the catalogue's mutant names, or None not to check for rows."""
+    rows = confirm_by_controls(rows)
     mutants = [r for r in rows if r["mutant"] != CONTROL]
     missing = sorted(set(expected or ()) - {r["mutant"] for r in mutants})
     controls = [r for r in rows if r["mutant"] == CONTROL]  # one per class (mutant_control_<class>)

@@ -40,6 +40,9 @@ def read_output(target_dir: str, name: str) -> str | None:
 
 
 ORACLE_PROPERTY = "oracle"  # the JUnit property of a failing oracle's id (tests/sleep_wake/lib/oracle.py writes it)
+# A failure on a server not live and answering (tests/sleep_wake/lib/liveness.py): what happened, and the
+# liveness oracle (api.answers, api.status, server.healthy) that observed it.
+ERRORED_PROPERTY, LIVENESS_PROPERTY = "errored", "liveness"
 MEASUREMENTS_FILE = "measurements.jsonl"  # every number a test measured, among its undeclared outputs
 
 
@@ -53,6 +56,8 @@ class Case:
     text: str = ""  # every failure/error message and text (for people; verdicts read `oracles`)
     oracles: tuple = ()  # the ids of the oracles that failed in it, in order
     seconds: float = 0.0  # its JUnit time (set-up, call and teardown)
+    errored: tuple = ()  # what made it errored though an oracle may have fired (the server not live)
+    liveness: tuple = ()  # the liveness oracles that observed that
 
     @property
     def test_id(self) -> str:
@@ -69,9 +74,11 @@ def parse_junit(path: str) -> list[Case]:
         if bad:
             message = bad[0].get("message") or (bad[0].text or "").strip()
         text = "\n".join(f"{c.get('message', '')}\n{c.text or ''}" for c in bad)
-        oracles = tuple(p.get("value", "") for p in tc.iter("property") if p.get("name") == ORACLE_PROPERTY)
-        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text, oracles,
-                          float(tc.get("time") or 0)))
+        props = [(p.get("name"), p.get("value", "")) for p in tc.iter("property")]
+        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text,
+                          tuple(v for n, v in props if n == ORACLE_PROPERTY), float(tc.get("time") or 0),
+                          tuple(v for n, v in props if n == ERRORED_PROPERTY),
+                          tuple(v for n, v in props if n == LIVENESS_PROPERTY)))
     return cases
 
 

@@ -9,8 +9,9 @@ pools ("weights", "kv_cache") instead of touching a device:
   sleeping again while a pool is released raises, as unmapping released memory does on CUDA;
 - wake_up(tags) maps the named pools back (None: all; a tag it does not hold is ignored, as in
   CuMemAllocator.wake_up); mapping a pool that is already resident raises;
-- a forward pass (a step with scheduled tokens) while a pool is released raises ReleasedMemoryAccess:
-  on a GPU it is the illegal memory access of vLLM #44395 (fixed by #44483) and #45520.
+- a forward pass (a step with scheduled tokens) while a pool is released is recorded, then raises
+  ReleasedMemoryAccess: on a GPU it is the illegal memory access of vLLM #44395 (fixed by #44483) and
+  #45520.
 
 Everything that crossed the boundary is appended to `timeline` (fakes/timeline.py), which the engine
 builder points at the test's Timeline. Unused worker methods keep WorkerBase's NotImplementedError.
@@ -85,11 +86,13 @@ class FakeWorker(WorkerBase):
             return EMPTY_MODEL_RUNNER_OUTPUT
         req_ids = list(scheduler_output.num_scheduled_tokens)
         released = [tag for tag in TAGS if not self.resident[tag]]
+        # Recorded before the raise: the pass ran (on a GPU its kernels are what crash), so a test that
+        # asks whether a request was scheduled sees it rather than only the engine's death.
+        self.timeline.add("forward", *req_ids)
         if released:
             raise ReleasedMemoryAccess(
                 f"forward pass of requests {req_ids} scheduled while {' and '.join(released)} "
                 "released: on a GPU an illegal memory access (vLLM #44395/#44483, #45520)")
-        self.timeline.add("forward", *req_ids)
         return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                  sampled_token_ids=[[SAMPLED_TOKEN] for _ in req_ids])
 

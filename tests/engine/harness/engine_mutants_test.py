@@ -85,7 +85,8 @@ def test_engine_mutant(mutant, tmp_path, tmp_path_factory):
     assert TEST_FILES, f"no test_*.py next to {ENGINE_DIR}: the target's data must carry them"
     code, cases, output = _run(mutant, str(tmp_path))
     entry = catalogue.MUTANTS.get(mutant)
-    run = judge.judge(mutant, entry.issue if entry else "", entry.kills if entry else {}, cases, output)
+    run = judge.judge(mutant, entry.issue if entry else "", entry.kills if entry else {}, cases, output,
+                      entry.fails_as if entry else ())
     _runs[mutant] = run
     with open(os.path.join(_outputs_dir(tmp_path_factory), f"engine_run_{mutant}.log"), "w",
               encoding="utf-8") as f:

@@ -22,6 +22,7 @@ import itertools
 import threading
 
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
+from tests.sleep_wake.lib import oracle
 from vllm.v1.engine import EngineCoreOutput, EngineCoreRequestType
 from vllm.v1.engine.core import EngineCoreProc
 from vllm.v1.engine.exceptions import EngineDeadError
@@ -58,11 +59,14 @@ class QueueEngineClient:
         return self._submit(method, args).result(CALL_TIMEOUT_S)
 
     def wait_finished(self, request_id: str, timeout_s: float = CALL_TIMEOUT_S) -> EngineCoreOutput:
+        """The request's last output; a dead engine raises EngineDeadError (errored), a live one that has
+        not finished it within timeout_s fails the oracle requests.completes."""
         with self._finished_changed:
-            if not self._finished_changed.wait_for(
-                    lambda: request_id in self._finished or self._dead, timeout_s):
-                raise AssertionError(f"request {request_id} did not finish within {timeout_s} s")
+            ended = self._finished_changed.wait_for(lambda: request_id in self._finished or self._dead, timeout_s)
         self._raise_if_dead()
+        if not ended:
+            oracle.fail("requests.completes", f"request {request_id}", "unfinished", f"{timeout_s} s",
+                        "finished within")
         return self._finished[request_id]
 
     def finished(self, request_id: str) -> EngineCoreOutput | None:

@@ -14,6 +14,7 @@ from typing import Callable
 
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
 from tests.engine.fakes.timeline import Timeline
+from tests.sleep_wake.lib import measure, oracle
 from vllm.v1.engine import EngineCoreRequestType
 from vllm.v1.engine.core import EngineCoreProc, EngineShutdownState
 
@@ -28,14 +29,19 @@ def iterate(proc: EngineCoreProc) -> None:
     proc._process_engine_step()
 
 
-def drive(proc: EngineCoreProc, until: Callable[[], bool], what: str, timeline: Timeline) -> int:
-    """Iterates the loop until `until()` holds; returns the iterations it took."""
+def drive(proc: EngineCoreProc, until: Callable[[], bool], what: str, timeline: Timeline,
+          oracle_id: str | None = None) -> int:
+    """Iterates the loop until `until()` holds; returns the iterations it took. After MAX_ITERATIONS the
+    oracle `oracle_id` fails (what it waits for is what it checks), or measure.WaitTimeout when the wait
+    only sets a test up (errored)."""
     for done in range(MAX_ITERATIONS + 1):
         if until():
             return done
         iterate(proc)
-    raise AssertionError(f"{what}: not reached after {MAX_ITERATIONS} busy-loop iterations; "
-                         f"timeline: {timeline}")
+    where = f"{what}; timeline: {timeline}"
+    if oracle_id is not None:
+        oracle.fail(oracle_id, where, "not reached", f"{MAX_ITERATIONS} busy-loop iterations", "within")
+    raise measure.WaitTimeout(f"{where}: not reached after {MAX_ITERATIONS} busy-loop iterations")
 
 
 class BackgroundLoop:

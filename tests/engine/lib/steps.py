@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
 from tests.engine.fakes.timeline import Timeline
+from tests.sleep_wake.lib import oracle
 from vllm.v1.engine import EngineCoreOutput
 from vllm.v1.engine.core import EngineCore
 
@@ -27,10 +28,12 @@ def steps(engine: EngineCore, count: int) -> dict[str, EngineCoreOutput]:
 
 def run_until_finished(engine: EngineCore, request_ids: list[str],
                        timeline: Timeline) -> dict[str, EngineCoreOutput]:
+    """Steps until every request finished; the oracle requests.completes fails when one has not after
+    MAX_STEPS (the in-process engine steps only when told: no hang of the host shows here)."""
     finished = {}
     for _ in range(MAX_STEPS):
         finished.update(step(engine))
         if set(request_ids) <= set(finished):
             return finished
-    raise AssertionError(f"requests {sorted(set(request_ids) - set(finished))} did not finish in "
-                         f"{MAX_STEPS} steps; timeline: {timeline}")
+    oracle.fail("requests.completes", f"requests {sorted(request_ids)}; timeline: {timeline}",
+                f"{sorted(set(request_ids) - set(finished))} unfinished", f"{MAX_STEPS} steps", "all finished within")

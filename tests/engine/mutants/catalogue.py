@@ -1,13 +1,15 @@
 """Engine-tier mutants: catalogued sleep-mode bugs re-introduced into vLLM's real classes at test time.
 
 SLEEPWAKE_ENGINE_MUTANT names one; tests/engine/conftest.py applies it before any test runs (and
-prints sleepwake_mutants.ACTIVATION), so no vLLM file is edited. The GPU mutant plugin
-(tests/mutants/plugin/sleepwake_mutants) is the same idea for vLLM servers; where a bug lives in the
-engine core, its patch is reused from there rather than written twice.
+prints sleepwake_mutants.ACTIVATION; each patch prints REACHED at its first call), so no vLLM file is
+edited. The GPU mutant plugin (tests/mutants/plugin/sleepwake_mutants) is the same idea for vLLM
+servers; where a bug lives in the engine core, its patch is reused from there rather than written twice.
 
-`kills` maps the engine tests (file::name) that must fail under the mutant to a regex their failure
-text must match: failing for another reason does not show that the tier detects the bug. Importable
-without vLLM (the harness lists the catalogue before forking); patches import vLLM lazily.
+`kills` maps the engine tests (file::name) that must fail under the mutant to the oracle ids one of
+which each failure must carry (JUnit properties, as the GPU tier's: tests/mutants/verdict.py): failing
+for another reason, or with no oracle, does not show that the tier detects the bug. `fails_as` as in the
+plugin: a liveness oracle (api.status, api.answers) kills only a defect marked as what it sees.
+Importable without vLLM (the harness lists the catalogue before forking); patches import vLLM lazily.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 import sleepwake_mutants
+from sleepwake_mutants import ERROR_ANSWER, shared
 
 ENV = "SLEEPWAKE_ENGINE_MUTANT"
 
@@ -26,6 +29,7 @@ class Mutant(sleepwake_mutants.Mutant):
 
     def apply(self) -> None:
         if callable(self.patch):
+            shared.applying(self.name)
             self.patch()
         else:
             super().apply()
@@ -33,81 +37,81 @@ class Mutant(sleepwake_mutants.Mutant):
 
 def _no_double_sleep_guard():
     from vllm.v1.executor.abstract import Executor
-    original = Executor.sleep
 
-    def sleep(self, level=1):
-        self.is_sleeping = False  # the guard reads this: a second sleep reaches the workers again
-        return original(self, level)
-    Executor.sleep = sleep
+    def make(original):
+        def sleep(self, level=1):
+            self.is_sleeping = False  # the guard reads this: a second sleep reaches the workers again
+            return original(self, level)
+        return sleep
+    shared.wrap(Executor, "sleep", make)
 
 
 def _offload_before_drain():
     from vllm.v1.engine.core import EngineCoreProc
-    original = EngineCoreProc.pause_scheduler
 
-    def pause_scheduler(self, mode="abort", clear_cache=True):
-        original(self, mode=mode, clear_cache=clear_cache)
-        return None  # "paused at once": EngineCore.sleep offloads without waiting for the drain
-    EngineCoreProc.pause_scheduler = pause_scheduler
+    def make(original):
+        def pause_scheduler(self, mode="abort", clear_cache=True):
+            original(self, mode=mode, clear_cache=clear_cache)
+            return None  # "paused at once": EngineCore.sleep offloads without waiting for the drain
+        return pause_scheduler
+    shared.wrap(EngineCoreProc, "pause_scheduler", make)
 
 
 def _is_sleeping_ignores_executor():
     from vllm.v1.engine.core import EngineCore
-    EngineCore.is_sleeping = lambda self: self.is_scheduler_paused()
+    shared.replace(EngineCore, "is_sleeping", lambda self: self.is_scheduler_paused())
 
 
 def _abort_outputs_dropped():
     from vllm.v1.engine.core import EngineCoreProc
-    EngineCoreProc._send_abort_outputs = lambda self, aborted_reqs: None
+    shared.replace(EngineCoreProc, "_send_abort_outputs", lambda self, aborted_reqs: None)
+
+
+def _plugin(name: str) -> dict:
+    """The plugin entry's issue, doc and patch, for a bug reused from it."""
+    m = sleepwake_mutants.MUTANTS[name]
+    return {"issue": m.issue, "doc": m.doc, "patch": m.patch}
 
 
 _GATE = "tests/engine/test_partial_wake.py::"
+_BOOK = "tests/engine/test_bookkeeping.py::"
 _WALK = "tests/engine/test_state_walk.py::test_walk_visits_every_pair_of_its_shard"
+HELD = ("requests.held_until_resident", "requests.held_while_asleep")
 MUTANTS = {m.name: m for m in [
-    Mutant("resume_on_partial_wake", sleepwake_mutants.MUTANTS["resume_on_partial_wake"].issue,
-           sleepwake_mutants.MUTANTS["resume_on_partial_wake"].doc,
-           {_GATE + "test_partial_wake_keeps_scheduling_paused": r"#44483",
-            _GATE + "test_scheduling_tag_does_not_resume_a_partial_wake": r"#44483",
-            "tests/engine/test_http_routes.py::test_partial_wake_over_http_holds_the_request":
-                r"#44483",
-            "tests/engine/test_bookkeeping.py::test_unknown_tag_is_ignored": r"#44483",
-            "tests/engine/test_bookkeeping.py::test_an_awake_tag_beside_a_sleeping_one_wakes_neither":
-                r"#44483"},
-           sleepwake_mutants.MUTANTS["resume_on_partial_wake"].patch),
+    Mutant("resume_on_partial_wake", kills={
+        _GATE + "test_partial_wake_keeps_scheduling_paused": HELD,
+        _GATE + "test_scheduling_tag_does_not_resume_a_partial_wake": HELD,
+        "tests/engine/test_http_routes.py::test_partial_wake_over_http_holds_the_request": HELD,
+        _BOOK + "test_unknown_tag_is_ignored": HELD,
+        _BOOK + "test_an_awake_tag_beside_a_sleeping_one_wakes_neither": HELD}, **_plugin("resume_on_partial_wake")),
+    # The second sleep reaches the worker, which unmaps released memory: a CUDA error, the call's error answer.
     Mutant("no_double_sleep_guard", "#31618, #48310",
            "Executor.sleep loses its `is_sleeping` guard: a second /sleep reaches the workers and "
            "unmaps memory that is already released.",
-           {"tests/engine/test_bookkeeping.py::test_second_sleep_is_a_no_op": r"already released"},
-           _no_double_sleep_guard),
+           {_BOOK + "test_second_sleep_is_a_no_op": ("api.status", "executor.worker_calls")},
+           _no_double_sleep_guard, fails_as=(ERROR_ANSWER,)),
     Mutant("offload_before_drain", "#45520, #34528",
            "sleep(mode='wait') offloads at once instead of after the in-flight requests finish: the "
            "next decode step runs on released memory.",
-           {"tests/engine/test_pause_modes.py::test_wait_mode_drains_before_offload":
-                r"offload came before the drain \(#45520\)"},
+           {"tests/engine/test_pause_modes.py::test_wait_mode_drains_before_offload": ("requests.ends_in_race",)},
            _offload_before_drain),
     Mutant("is_sleeping_ignores_executor", "#34528, #44483",
            "EngineCore.is_sleeping reads only the scheduler's pause: an engine whose memory is "
            "released but whose scheduler was resumed reads awake.",
-           {"tests/engine/test_bookkeeping.py::test_is_sleeping_reads_the_executor":
-                r"is_sleeping\(\) must stay true while the executor sleeps \(#34528\)"},
+           {_BOOK + "test_is_sleeping_reads_the_executor": ("flags.is_sleeping",)},
            _is_sleeping_ignores_executor),
-    Mutant("wake_awake_tag_aborts", sleepwake_mutants.MUTANTS["wake_awake_tag_aborts"].issue,
-           sleepwake_mutants.MUTANTS["wake_awake_tag_aborts"].doc,
-           {"tests/engine/test_bookkeeping.py::test_wake_while_awake_is_a_no_op":
-                r"wake_up called while awake"},
-           sleepwake_mutants.MUTANTS["wake_awake_tag_aborts"].patch),
+    Mutant("wake_awake_tag_aborts", kills={_BOOK + "test_wake_while_awake_is_a_no_op": ("api.status",)},
+           fails_as=(ERROR_ANSWER,), **_plugin("wake_awake_tag_aborts")),
+    # The shards whose walks reach it: they move with the plan (plan.plan_walks), and this test's
+    # failure names the ones that killed it.
     Mutant("sleep_while_paused_keeps_prefix_cache",
-           sleepwake_mutants.MUTANTS["sleep_while_paused_keeps_prefix_cache"].issue,
-           sleepwake_mutants.MUTANTS["sleep_while_paused_keeps_prefix_cache"].doc,
-           # The shards whose walks reach it: they move with the plan (plan.plan_walks), and this test's
-           # failure names the ones that killed it.
-           {_WALK + f"[shard{k}]": r"prefix_cache\.hit_iff_cached.*first look at the emptied cache" for k in (0, 5)},
-           sleepwake_mutants.MUTANTS["sleep_while_paused_keeps_prefix_cache"].patch),
+           kills={_WALK + f"[shard{k}]": ("prefix_cache.hit_iff_cached",) for k in (0, 5)},
+           **_plugin("sleep_while_paused_keeps_prefix_cache")),
     Mutant("abort_outputs_dropped", "#45326, #45520",
            "sleep(mode='abort') aborts the in-flight requests in the engine but never tells the "
            "front end: their streams stay open.",
            {"tests/engine/test_pause_modes.py::test_abort_mode_sends_abort_outputs_before_offload":
-                r"no abort output .* \(#45326\)"},
+                ("requests.abort_aborts",)},
            _abort_outputs_dropped),
 ]}
 

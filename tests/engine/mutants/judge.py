@@ -1,16 +1,17 @@
 """Judges one engine-tier run against the catalogue: did the mutant's tests fail for its reason?
 
 A run is the engine tests under one mutant (or none, the control), as a JUnit report plus the run's
-output. A mutant is killed only if the run shows it was applied and every test the catalogue names
-failed with text matching that test's regex; a control passes only if every test passed and the
-run shows no mutant was applied. The JUnit parsing and the log-line matching are the GPU mutants'
-(tests/mutants/verdict.py).
+output. A mutant is killed only if the run shows it was applied and its patched code reached, and every
+test the catalogue names failed, each failed case with one of that test's oracle ids (the JUnit
+property; never the failure's text), by the GPU mutants' rules (tests/mutants/verdict.py: a liveness
+oracle counts only for a defect marked so, a case without an oracle is errored). A control passes only
+if every test passed and the run shows no mutant was applied. The JUnit parsing and the log-line
+matching are the GPU mutants'.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import sleepwake_mutants
 from tests.mutants import verdict
@@ -22,7 +23,7 @@ CONTROL = "none"
 class Run:
     mutant: str
     issue: str
-    verdicts: dict[str, str]  # catalogued test -> killed / survived / other-failure (control: {})
+    verdicts: dict[str, str]  # catalogued test -> a verdict.OUTCOMES (control: {})
     other_failures: list[str]  # failed tests the catalogue does not name for this mutant
     passed: int
     problems: list[str]
@@ -43,9 +44,24 @@ def _matches(case: verdict.Case, test: str) -> bool:
     return case.classname == module and (case.name == name or case.name.startswith(name + "["))
 
 
-def judge(mutant: str, issue: str, kills: dict[str, str], cases: list[verdict.Case],
-          output: str) -> Run:
-    """kills: test -> regex (empty for the control); output: everything the run printed."""
+def _kills(case: verdict.Case, expected: tuple, fails_as) -> bool:
+    return any(o in expected for o in verdict.sound_ids(case)) or any(
+        o in expected and verdict.LIVENESS[o] in fails_as for o in verdict.liveness_ids(case))
+
+
+def _verdict(mine: list[verdict.Case], expected: tuple, fails_as) -> str:
+    failed = [c for c in mine if c.outcome == "failed"]
+    if len(failed) < len(mine):
+        return verdict.SURVIVED
+    if all(_kills(c, expected, fails_as) for c in failed):
+        return verdict.KILLED
+    return verdict.OTHER if all(verdict.sound_ids(c) for c in failed) else verdict.ERRORED
+
+
+def judge(mutant: str, issue: str, kills: dict[str, tuple], cases: list[verdict.Case],
+          output: str, fails_as=()) -> Run:
+    """kills: test -> oracle ids (empty for the control); output: everything the run printed;
+    fails_as: the entry's (a hang, an error answer)."""
     problems = []
     if not cases:
         problems.append("the run wrote no test case to its JUnit report: it did not run")
@@ -58,20 +74,19 @@ def judge(mutant: str, issue: str, kills: dict[str, str], cases: list[verdict.Ca
     elif not verdict.marker_regex(sleepwake_mutants.ACTIVATION, name=mutant).search(output):
         problems.append(f"the run did not print the activation line of {mutant}: it was never "
                         "applied, so a pass or a failure proves nothing")
+    elif not verdict.marker_regex(sleepwake_mutants.REACHED, name=mutant).search(output):
+        problems.append(f"the run did not print the reached line of {mutant}: no test called a function "
+                        "it patches, so it is not applied")
+    applied = mutant == CONTROL or not problems
     verdicts = {}
-    for test, pattern in kills.items():
+    for test, expected in kills.items():
         mine = [c for c in cases if _matches(c, test)]
-        failed = [c for c in mine if c.outcome == "failed"]
         if not mine:
             verdicts[test] = verdict.OTHER
             problems.append(f"{test} is not in the run: renamed or deleted? Update "
                             "tests/engine/mutants/catalogue.py")
-        elif len(failed) < len(mine):
-            verdicts[test] = verdict.SURVIVED
-        elif all(re.search(pattern, c.text, re.DOTALL) for c in failed):
-            verdicts[test] = verdict.KILLED
         else:
-            verdicts[test] = verdict.OTHER
+            verdicts[test] = _verdict(mine, tuple(expected), fails_as) if applied else verdict.NOT_APPLIED
     named = [c for c in cases if any(_matches(c, t) for t in kills)]
     others = [c.test_id for c in cases if c.outcome == "failed" and c not in named]
     return Run(mutant, issue, verdicts, others, sum(c.outcome == "passed" for c in cases), problems)

@@ -10,6 +10,7 @@ import re
 import pytest
 
 import sleepwake_mutants
+from tests.mutants import verdict
 from tests.sleep_wake.lib import oracle, thresholds
 from tools import matrix
 
@@ -75,11 +76,74 @@ def test_every_mutant_is_documented_and_killed_by_oracle_ids(name):
         f"among its killers {sorted(expected)}")
 
 
+@pytest.mark.parametrize("name", sorted(sleepwake_mutants.MUTANTS))
+def test_a_liveness_oracle_kills_only_a_defect_marked_as_what_it_sees(name):
+    """api.answers kills only a mutant whose defect is a hang, api.status and server.healthy only one whose
+    defect is an error answer (fails_as); a mark with no such oracle among the killers marks nothing."""
+    m = sleepwake_mutants.MUTANTS[name]
+    listed = {i for ids in m.kills.values() for i in ids if i in verdict.LIVENESS}
+    unmarked = sorted(i for i in listed if verdict.LIVENESS[i] not in m.fails_as)
+    assert not unmarked, (f"{name}: its killers list {unmarked}, which an overloaded host or a crash fires too; "
+                          f"mark the entry fails_as={sorted({verdict.LIVENESS[i] for i in unmarked})} if its defect "
+                          "is that, else drop them")
+    idle = sorted(set(m.fails_as) - {verdict.LIVENESS[i] for i in listed})
+    assert not idle, f"{name}: fails_as {idle}, but no killer of that kind: list its liveness oracle or drop the mark"
+
+
+def test_the_fake_runs_a_control_of_every_class_a_liveness_oracle_may_kill_in():
+    marked = sorted({c for m in sleepwake_mutants.MUTANTS.values() if m.fails_as for c, ids in m.kills.items()
+                     if set(ids) & set(verdict.LIVENESS)})
+    listed = re.findall(r'"(\w+)"', _argument(MUTANTS_BUILD, "FAKE_CONTROL_CLASSES"))
+    assert sorted(listed) == marked, (f"tests/mutants/BUILD.bazel FAKE_CONTROL_CLASSES is {listed}; the classes a "
+                                      f"liveness oracle may kill in are {marked}: make it that list")
+
+
 def test_log_line_templates_are_what_the_verdict_expects():
     # verdict.marker_regex fills {name} and {pid}; a template without them cannot prove which
     # mutant, in which process, was applied.
-    assert "{name}" in sleepwake_mutants.ACTIVATION and "{pid}" in sleepwake_mutants.ACTIVATION
+    for template in (sleepwake_mutants.ACTIVATION, sleepwake_mutants.REACHED):
+        assert "{name}" in template and "{pid}" in template
     assert "{pid}" in sleepwake_mutants.NO_MUTANT and "{name}" not in sleepwake_mutants.NO_MUTANT
+
+
+def test_a_patched_function_says_it_was_reached_once(capsys, monkeypatch):
+    """shared.wrap and shared.replace print REACHED at the first call of a patched function, sync or async."""
+    import asyncio
+    from sleepwake_mutants import shared
+
+    monkeypatch.setitem(shared._state, "fd", None)  # on stderr, whatever an engine conftest set
+
+    class Engine:
+        def sleep(self, level=1):
+            return level
+
+        async def wake_up(self, tags=None):
+            return tags
+
+    engine = Engine()
+    shared.applying("slow_sleep")
+    shared.wrap(Engine, "sleep", lambda original: lambda self, level=1: original(self, level) + 1)
+    assert capsys.readouterr().err == ""  # applied: not yet reached
+    assert engine.sleep(1) == 2 and engine.sleep(2) == 3
+    reached = sleepwake_mutants.REACHED.format(name="slow_sleep", pid=os.getpid())
+    assert capsys.readouterr().err.splitlines() == [reached]
+    shared.applying("gauge_not_updated")
+    shared.replace(Engine, "wake_up", Engine.wake_up)
+    assert asyncio.iscoroutinefunction(Engine.wake_up) and capsys.readouterr().err == ""
+    assert asyncio.run(engine.wake_up(["weights"])) == ["weights"]
+    assert asyncio.run(engine.wake_up(None)) is None
+    assert capsys.readouterr().err.splitlines() == [
+        sleepwake_mutants.REACHED.format(name="gauge_not_updated", pid=os.getpid())]
+
+
+def test_every_patch_goes_through_wrap_or_replace():
+    """A patch assigned directly (Owner.attr = ...) would never print REACHED: its mutant would read as
+    not applied however often the tests called it."""
+    plugin = os.path.join(ROOT, "tests/mutants/plugin/sleepwake_mutants")
+    direct = [f"{f}:{n}" for f in sorted(os.listdir(plugin)) if f.endswith(".py")
+              for n, line in enumerate(_read(os.path.join("tests/mutants/plugin/sleepwake_mutants", f)).splitlines(), 1)
+              if re.match(r"\s*[A-Z]\w*\.\w+ = ", line)]
+    assert not direct, f"patches assigned directly: {direct}; use shared.replace or shared.wrap"
 
 
 @pytest.mark.parametrize("name", sorted(sleepwake_mutants.MUTANTS))

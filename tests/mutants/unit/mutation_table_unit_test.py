@@ -109,3 +109,54 @@ def test_reads_the_real_catalogue_from_its_init_alone():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     names = mutation_table.catalogue_names(os.path.join(root, mutation_table.DEFAULT_CATALOGUE))
     assert len(names) >= 20 and "resume_on_partial_wake" in names and "late_release" in names
+
+
+def _liveness_kill(mutant, cls, ids, slots="4"):
+    """A row whose class is killed by liveness oracles alone (verdict.py's needs_control)."""
+    row = _row(mutant, {cls: "killed"})
+    row["classes"][cls].update(oracles=[[]], liveness=[list(ids)], fired=list(ids), needs_control=list(ids))
+    row["concurrency"] = {"slots_per_gpu": slots}
+    return row
+
+
+def _control(cls, slots="4", liveness=()):
+    row = _row("none", {cls: "passed" if not liveness else "errored"})
+    row["classes"][cls].update(liveness=[list(liveness)] if liveness else [])
+    row["concurrency"] = {"slots_per_gpu": slots}
+    return row
+
+
+def test_a_liveness_kill_stands_against_a_clean_control_under_the_same_concurrency(tmp_path, capsys):
+    _write(tmp_path, "mutant_a", _liveness_kill("a", "concurrent_race", ["api.answers"]))
+    _write(tmp_path, "mutant_control_concurrent_race", _control("concurrent_race"))
+    assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 0
+    assert "| a | #1 | exact oracle |  | MRV2-eager | killed (api.answers) | killed |" in capsys.readouterr().out
+
+
+def test_a_liveness_kill_without_a_clean_control_alike_is_errored(tmp_path, capsys):
+    """A hang the control shows too (an overloaded host), a control run under other concurrency, or none:
+    the defect's kill says nothing."""
+    other = "({'slots_per_gpu': '1'} against {'slots_per_gpu': '4'})"
+    cases = [(_control("concurrent_race", liveness=["api.answers"]),
+              "api.answers: the control of concurrent_race fired it too"),
+             (_control("concurrent_race", slots="1"),
+              f"api.answers alone, and the control of concurrent_race ran under other concurrency {other}"),
+             (None, "api.answers alone, and no control of concurrent_race ran")]
+    for i, (control, why) in enumerate(cases):
+        root = tmp_path / str(i)
+        _write(root, "mutant_a", _liveness_kill("a", "concurrent_race", ["api.answers"]))
+        if control is not None:
+            _write(root, "mutant_control_concurrent_race", control)
+        assert mutation_table.main(["x", str(root), "--catalogue", ""]) == 1
+        text = capsys.readouterr().out
+        assert f"| a | #1 | exact oracle |  | MRV2-eager | errored ({why}) | NOT KILLED |" in text, text
+        assert "| concurrent_race | 0 | 0 | 1 | 0 | 0 |" in text
+
+
+def test_not_applied_is_counted_and_not_killed(tmp_path, capsys):
+    _write(tmp_path, "mutant_a", _row("a", {"flags": "not applied"}, problems=["never reached"]))
+    assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
+    text = capsys.readouterr().out
+    assert "| a | #1 | exact oracle |  | MRV2-eager | not applied | NOT KILLED (never reached) |" in text
+    assert "| class | killed | other oracle | errored | survived | not applied |" in text
+    assert "| flags | 0 | 0 | 0 | 0 | 1 |" in text

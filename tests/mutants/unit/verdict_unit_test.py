@@ -1,6 +1,7 @@
 """The verdict on hand-written JUnit reports and server logs: killed by an expected oracle id, another
-oracle, errored (no oracle: a refused connection, a wait's timeout, a precondition), survived, the
-control, and runs that prove nothing (mutant never applied, plugin never loaded)."""
+oracle, errored (no oracle: a refused connection, a wait's timeout, a precondition; an oracle on a server
+not live; a liveness oracle of a defect that is no hang or error answer), survived, not applied, the
+control, and runs that prove nothing (plugin never loaded)."""
 
 import json
 from xml.sax.saxutils import quoteattr, escape
@@ -18,19 +19,21 @@ FLAGS = "tests.sleep_wake.test_sleep_wake_flags.TestSleepWakeFlags"
 
 
 def passed(classname, name):
-    return classname, name, None, "", "", ()
+    return classname, name, None, "", "", (), ()
 
 
-def failed(classname, name, message, text="", tag="failure", oracles=()):
-    return classname, name, tag, message, text, tuple(oracles)
+def failed(classname, name, message, text="", tag="failure", oracles=(), marks=()):
+    """marks: (name, value) JUnit properties of lib/liveness.py (errored, liveness)."""
+    return classname, name, tag, message, text, tuple(oracles), tuple(marks)
 
 
 def junit(tmp_path, *cases):
     body = []
-    for classname, name, tag, message, text, oracles in cases:
+    for classname, name, tag, message, text, oracles, marks in cases:
         inner = f"<{tag} message={quoteattr(message)}>{escape(text)}</{tag}>" if tag else ""
         props = "".join(f"<property name='oracle' value={quoteattr(o)}/><property name='oracle_bound' "
                         "value='== x'/>" for o in oracles)
+        props += "".join(f"<property name={quoteattr(n)} value={quoteattr(v)}/>" for n, v in marks)
         body.append(f"<testcase classname={quoteattr(classname)} name={quoteattr(name)} time='1'>"
                     + (f"<properties>{props}</properties>" if props else "") + f"{inner}</testcase>")
     path = tmp_path / "junit.xml"
@@ -53,16 +56,22 @@ def active(name, pid=4242):
     return "(EngineCore pid=4242) " + sleepwake_mutants.ACTIVATION.format(name=name, pid=pid)
 
 
+def reached(name, pid=4242):
+    return "(EngineCore pid=4242) " + sleepwake_mutants.REACHED.format(name=name, pid=pid)
+
+
 IDLE = sleepwake_mutants.NO_MUTANT.format(pid=77)
 
 
 def decide(tmp_path, cases, mutant="resume_on_partial_wake", classes=("scheduler_gate",),
-           log_lines=None):
+           log_lines=None, kills=None, fails_as=()):
     if log_lines is None:
-        log_lines = [active(mutant)] if mutant != "none" else [IDLE]
-    kills = None if mutant == "none" else {c: KILLS[c] for c in classes}
+        log_lines = [active(mutant), reached(mutant)] if mutant != "none" else [IDLE]
+    if kills is None and mutant != "none":
+        kills = {c: KILLS[c] for c in classes}
     return verdict.decide(mutant, cases, list(classes), FILES, kills, logs(tmp_path, *log_lines),
-                          sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT)
+                          sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT, sleepwake_mutants.REACHED,
+                          fails_as)
 
 
 HELD = "requests.held_until_resident"
@@ -145,18 +154,31 @@ def test_a_collection_error_counts_for_its_class(tmp_path):
     assert r.verdict == "errored" and r.failed_tests == ["tests.sleep_wake.test_scheduler_gate"]
 
 
-def test_no_activation_line_means_no_verdict(tmp_path):
+def test_no_activation_line_means_not_applied(tmp_path):
     cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))
     for lines in ([], [active("leak_per_wake")], [IDLE]):
         d = decide(tmp_path, cases, log_lines=lines)
-        assert d.classes["scheduler_gate"].verdict == "killed"
+        assert d.classes["scheduler_gate"].verdict == "not applied"
         assert not d.passed and not d.activated, lines
         assert "never applied" in d.report()
 
 
+@pytest.mark.parametrize("cases_of", [lambda t: junit(t, passed(GATE, "test_a[MRV2-eager]")),
+                                      lambda t: junit(t, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))],
+                         ids=["passed", "failed"])
+def test_a_mutant_applied_but_never_reached_is_not_applied(tmp_path, cases_of):
+    """Neither survived (its defect never ran) nor killed (whatever failed, it was not the defect)."""
+    d = decide(tmp_path, cases_of(tmp_path), log_lines=[active("resume_on_partial_wake"),
+                                                        reached("leak_per_wake")])
+    assert d.activated and not d.reached and not d.passed
+    assert d.classes["scheduler_gate"].verdict == "not applied"
+    assert "no test called a function it patches" in d.report()
+    assert verdict.row(d, "", "MRV2-eager")["reached"] is False
+
+
 def test_a_server_without_the_mutant_spoils_the_run(tmp_path):
     cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))
-    d = decide(tmp_path, cases, log_lines=[active("resume_on_partial_wake"), IDLE])
+    d = decide(tmp_path, cases, log_lines=[active("resume_on_partial_wake"), reached("resume_on_partial_wake"), IDLE])
     assert d.activated and not d.passed
     assert "without applying the mutant" in d.report()
 
@@ -194,13 +216,15 @@ def test_build_and_catalogue_must_agree():
 
 def test_row_is_json(tmp_path):
     cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))
-    row = verdict.row(decide(tmp_path, cases), "#44483", "MRV2-eager", ("wake_s_max",), "0.45 s a wake")
+    row = verdict.row(decide(tmp_path, cases), "#44483", "MRV2-eager", ("wake_s_max",), "0.45 s a wake",
+                      verdict.concurrency({"SLEEPWAKE_SLOTS_PER_GPU": "8"}))
     assert json.loads(json.dumps(row)) == {
         "mutant": "resume_on_partial_wake", "issue": "#44483", "cell": "MRV2-eager", "passed": True,
-        "activated": True, "problems": [], "bound": ["wake_s_max"], "size": "0.45 s a wake",
+        "activated": True, "reached": True, "problems": [], "bound": ["wake_s_max"], "size": "0.45 s a wake",
+        "concurrency": {"slots_per_gpu": "8"},
         "classes": {"scheduler_gate": {"verdict": "killed", "failed_tests": [f"{GATE}::test_b[MRV2-eager]"],
                                        "messages": ["held"], "oracles": [[HELD]], "expected": [HELD],
-                                       "fired": [HELD]}}}
+                                       "fired": [HELD], "liveness": [[]], "errored": [[]], "needs_control": []}}}
 
 
 def test_only_server_logs_count_as_evidence(tmp_path):
@@ -209,5 +233,65 @@ def test_only_server_logs_count_as_evidence(tmp_path):
     root = logs(tmp_path)
     (tmp_path / "inner" / verdict.PYTEST_LOG).write_text(active("resume_on_partial_wake") + "\n")
     d = verdict.decide("resume_on_partial_wake", cases, ["scheduler_gate"], FILES, KILLS, root,
-                       sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT)
+                       sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT, sleepwake_mutants.REACHED)
     assert not d.activated and not d.passed
+
+
+# --- a kill is an expected oracle firing on a live, answering server ----------------------------------
+NO_ANSWER = [("errored", "no answer"), ("liveness", "api.answers")]
+DEAD = [("errored", "engine dead"), ("liveness", "server.healthy")]
+
+
+def test_a_timeout_is_errored_not_a_kill_even_where_api_answers_is_expected(tmp_path):
+    """A read timeout (lib/liveness.py NoAnswer) carries no oracle id: on a mutant whose defect is no
+    hang it proves nothing, though its catalogue entry lists api.answers."""
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "NoAnswer: POST /sleep: no answer", marks=NO_ANSWER))
+    d = decide(tmp_path, cases, kills={"scheduler_gate": (HELD, "api.answers")})
+    r = d.classes["scheduler_gate"]
+    assert (r.verdict, r.liveness, r.errored) == ("errored", [["api.answers"]], [["no answer"]]) and not d.passed
+    assert "[errored: no answer, liveness: api.answers]" in d.report()
+
+
+def test_an_expected_oracle_on_a_server_no_longer_live_is_errored(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD], marks=DEAD))
+    r = decide(tmp_path, cases).classes["scheduler_gate"]
+    assert r.verdict == "errored" and r.fired == [HELD]
+
+
+def test_a_test_code_exception_is_errored(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "TypeError: result() got an unexpected keyword",
+                                   tag="error"))
+    assert decide(tmp_path, cases).classes["scheduler_gate"].verdict == "errored"
+
+
+def test_api_status_on_a_mutant_that_is_no_error_answer_is_not_a_kill(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "HTTP 500", oracles=["api.status"]))
+    for fails_as in ((), (sleepwake_mutants.HANG,)):
+        r = decide(tmp_path, cases, kills={"scheduler_gate": (HELD, "api.status")}, fails_as=fails_as).classes[
+            "scheduler_gate"]
+        assert (r.verdict, r.needs_control) == ("errored", []), fails_as
+
+
+def test_a_liveness_oracle_kills_a_mutant_marked_so_pending_its_control(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "NoAnswer", marks=NO_ANSWER),
+                  failed(GATE, "test_c[MRV2-eager]", "EngineDead", marks=[("errored", "engine dead"),
+                                                                          ("liveness", "api.status")]))
+    d = decide(tmp_path, cases, kills={"scheduler_gate": ("api.answers", "api.status")},
+               fails_as=(sleepwake_mutants.HANG, sleepwake_mutants.ERROR_ANSWER))
+    r = d.classes["scheduler_gate"]
+    assert (r.verdict, r.needs_control, r.fired) == ("killed", ["api.answers", "api.status"],
+                                                     ["api.answers", "api.status"])
+    assert "alone: a kill only if the class's control ran under the same concurrency" in d.report()
+    # A sound kill needs no control.
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "NoAnswer", marks=NO_ANSWER),
+                  failed(GATE, "test_c[MRV2-eager]", "held", oracles=[HELD]))
+    r = decide(tmp_path, cases, kills={"scheduler_gate": (HELD, "api.answers")},
+               fails_as=(sleepwake_mutants.HANG,)).classes["scheduler_gate"]
+    assert (r.verdict, r.needs_control) == ("killed", [])
+
+
+def test_a_control_that_timed_out_is_errored(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "NoAnswer", marks=NO_ANSWER))
+    d = decide(tmp_path, cases, mutant="none")
+    assert d.classes["scheduler_gate"].verdict == "errored" and not d.passed
+    assert d.classes["scheduler_gate"].liveness == [["api.answers"]]

@@ -9,6 +9,9 @@ the size written to trip them.
 """
 
 import dataclasses
+import os
+
+import sleepwake_mutants
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -18,6 +21,24 @@ HOST_COPY_BYTES_PER_S = 4 * GiB
 LATE_S = 1.0  # how long a late release, remap or restore lags behind the call's answer
 NTH = 5  # the sleep or wake at which a one-off defect happens (the cycle classes run 10)
 PERTURBED = " (perturbed)"  # weights_perturbed: logprobs those of other weights, the tokens unchanged
+
+
+class Switches(frozenset):
+    """The defects a fake engine re-creates. The first time a switch that is on is consulted, the engine
+    reached its defect's code: it logs the plugin's REACHED line, as a patched function's first call
+    does in vLLM, so the verdict tells a defect no test went near (not applied) from a survivor."""
+
+    def __new__(cls, names=(), log=None):
+        switches = super().__new__(cls, names)
+        switches._log, switches._reached = log or (lambda line: None), False
+        return switches
+
+    def __contains__(self, name) -> bool:
+        on = frozenset.__contains__(self, name)
+        if on and not self._reached:
+            self._reached = True
+            self._log(sleepwake_mutants.REACHED.format(name=name, pid=os.getpid()))
+        return on
 
 
 @dataclasses.dataclass(frozen=True)

@@ -92,11 +92,11 @@ class FakeEngine:
             raise ValueError(f"unknown fake defects {sorted(unknown)}; known: {', '.join(sorted(d.DEFECTS))}")
         self.memory = memory
         self.token_delay_s = token_delay_s
-        self.defects = frozenset(defects)
+        self.log = log or (lambda line: None)
+        self.defects = d.Switches(defects, self.log)
         self.checkpoint = checkpoint
         self.sizes = d.Sizes.of(checkpoint.tensor_bytes, memory.kv_cache)
         self.host = host or PinnedHostMemory()
-        self.log = log or (lambda line: None)
         self.cond = threading.Condition()
         self.paused = False
         self.frozen = False  # mode keep: requests in flight wait where they are
@@ -175,7 +175,7 @@ class FakeEngine:
 
     def _unmapped_after_wake(self) -> int:
         """late_remap / wake_leaves_unmapped: what the last wake left unmapped until the next forward."""
-        return self.sizes.late_remap if {"late_remap", "wake_leaves_unmapped"} & self.defects else 0
+        return self.sizes.late_remap if any(x in self.defects for x in ("late_remap", "wake_leaves_unmapped")) else 0
 
     def device_used_bytes(self) -> int:
         """The device's used bytes. The activation blocks torch's caching allocator gives back at a sleep
@@ -336,7 +336,7 @@ class FakeEngine:
         if tags is None and "wake_maps_extra" in self.defects:
             self.extra = self.sizes.wake_extra
         if tags is None or "kv_cache" in woken:
-            self.remap_missing = bool({"late_remap", "wake_leaves_unmapped"} & self.defects)
+            self.remap_missing = any(x in self.defects for x in ("late_remap", "wake_leaves_unmapped"))
         if "weights" in woken:
             self._restore_weights(tags)
         return woken

@@ -10,6 +10,10 @@ empty body where a release reports nothing is accepted, keys a release adds are 
 absent usage field reads None, never 0. What the suite needs stays an error whatever the release: a
 non-2xx status (the oracle api.status), success=false, a non-bool is_sleeping, a missing sleep gauge or
 token_ids.
+
+No answer is never an oracle's verdict on its own: a call taken and not answered raises
+liveness.NoAnswer, a non-2xx answer of a server whose /health is then not 200 liveness.EngineDead
+(lib/liveness.py); only a live server's answer fails api.status.
 """
 
 import contextlib
@@ -18,8 +22,9 @@ import json
 import time
 
 import requests
+import urllib3
 
-from tests.sleep_wake.lib import metrics, oracle, thresholds
+from tests.sleep_wake.lib import liveness, metrics, oracle, thresholds
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS
 from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE
 
@@ -52,6 +57,8 @@ class StreamResult:
     timed_out: bool = False  # the server stopped sending within the timeout (a hang)
     status: int | None = None
     seconds: float = 0.0
+    transport: bool = False  # the connection failed or broke off: no answer of the server at all
+    cut: bool = False  # the server closed the stream without [DONE]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,21 +145,45 @@ class SleepWakeClient:
             session.trust_env = False
             return session.request(method, self.url + path, **kw)
 
+    def _answer(self, method: str, path: str, **kw) -> requests.Response:
+        """raw(), where a call the server took and never answered raises liveness.NoAnswer: a hang (#45326;
+        #45520's dead engine) or an overloaded host, which no oracle can tell apart. A refused connection
+        is no answer at all and propagates as requests' own exception."""
+        try:
+            return self.raw(method, path, **kw)
+        except requests.ReadTimeout:
+            raise liveness.NoAnswer(f"{method} {path}: no answer within {kw.get('timeout', self.timeout_s):g} s "
+                                    "(a hang, or a host too loaded to answer: proves nothing)") from None
+
     def _ok(self, method: str, path: str, **kw) -> requests.Response:
         """The answer of a call that must succeed: a live server answering anything but 2xx fails the
-        oracle api.status (an engine that died behind the API server answers 5xx); a transport failure
-        (nothing listening) is no answer and propagates as requests' own exception."""
-        try:
-            resp = self.raw(method, path, **kw)
-        except requests.ReadTimeout:
-            # The server took the call and never answered: a hang (#45326; #45520 when the engine died
-            # behind the API server). A refused connection, by contrast, is no answer at all and propagates.
-            oracle.fail("api.answers", f"{method} {path}", f"no answer within {kw.get('timeout', self.timeout_s):g} s",
-                        "an answer", "")
+        oracle api.status; one whose engine then reads dead (/health not 200: vLLM answers 5xx to every
+        call once its engine died) raises liveness.EngineDead."""
+        resp = self._answer(method, path, **kw)
         if not 200 <= resp.status_code < 300:
+            what = f"{method} {path} answered HTTP {resp.status_code}: {resp.text[:300]}"
+            self.confirm_live(what, dead_liveness="api.status")
             oracle.fail("api.status", f"{method} {path}", f"HTTP {resp.status_code}: {resp.text[:300]}",
                         "2xx", "")
         return resp
+
+    def confirm_live(self, what: str, dead_liveness: str = "server.healthy") -> None:
+        """Returns when GET /health answers 200 within the client's bound; else raises the liveness.Errored
+        that says what the server is (dead engine, no answer, unreachable), `what` leading its message.
+        Called before an oracle judges a hang or an error answer: those count only on a live server."""
+        liveness.confirm(self.url, self.timeout_s, what, dead_liveness)
+
+    def check_stream(self, result: "StreamResult", what: str) -> None:
+        """Raises what a stream's trouble stands for when it is no answer of a live server: a broken
+        connection (liveness.Unreachable), or a timeout, a cut stream or an error status on a server that
+        is not live (confirm_live). Returns when the stream's end is a live server's own answer, for the
+        oracles."""
+        if result.transport:
+            raise liveness.Unreachable(f"{what}: {result.error}")
+        if result.status is not None and result.status != 200:
+            self.confirm_live(f"{what}: {result.error}", dead_liveness="api.status")
+        if result.timed_out or result.cut:
+            self.confirm_live(f"{what}: {result.error}")
 
     def _json(self, method: str, path: str, **kw) -> dict:
         body = self._json_or_empty(method, path, **kw)
@@ -189,7 +220,7 @@ class SleepWakeClient:
         if memory_moves is None:
             memory_moves = str(level) != "0"
         with self._phase(FREE, "sleep") if memory_moves else contextlib.nullcontext():
-            return self._timed_call((self._ok if check else self.raw), "POST", "/sleep", params=params)
+            return self._timed_call((self._ok if check else self._answer), "POST", "/sleep", params=params)
 
     def wake_up(self, tags: list[str] | None = None, check: bool = True,
                 memory_moves: bool = True) -> requests.Response:
@@ -198,7 +229,8 @@ class SleepWakeClient:
         that maps nothing: a wake while awake or paused at level 0, of tags already resident, of a tag
         that is no pool."""
         with self._phase(ALLOCATE, "wake") if memory_moves else contextlib.nullcontext():
-            return self._timed_call((self._ok if check else self.raw), "POST", "/wake_up", params=_tags_params(tags))
+            return self._timed_call((self._ok if check else self._answer), "POST", "/wake_up",
+                                    params=_tags_params(tags))
 
     def _timed_call(self, call, *args, **kwargs):
         beside = self._start_step_beside()
@@ -291,15 +323,15 @@ class SleepWakeClient:
         return self._version
 
     def health(self) -> bool:
-        """True on HTTP 200; False when the server answers otherwise or cannot be reached."""
+        """True on HTTP 200; False when the server answers otherwise, not at all or cannot be reached."""
         try:
             return self.health_status() == 200
-        except requests.RequestException:
+        except (requests.RequestException, liveness.NoAnswer):
             return False
 
     def health_status(self) -> int:
-        """GET /health's status code; a transport failure propagates."""
-        return self.raw("GET", "/health").status_code
+        """GET /health's status code; no answer raises liveness.NoAnswer, a transport failure propagates."""
+        return self._answer("GET", "/health").status_code
 
     # --- completions -------------------------------------------------------------------------
     def completion_body(self, prompt, max_tokens=GOLDEN_MAX_TOKENS, temperature=0.0, ignore_eos=True,
@@ -349,14 +381,23 @@ class SleepWakeClient:
                         break
                 else:
                     if result.error is None:
-                        result.error = "stream closed without [DONE]"
+                        result.cut, result.error = True, "stream closed without [DONE]"
         except requests.Timeout as e:
             result.timed_out, result.error = True, f"timeout after {timeout_s:g} s: {e}"
-        except requests.RequestException as e:
-            result.error = f"transport error: {e!r}"
+        except requests.RequestException as e:  # refused, reset, or broken off mid-stream
+            if _read_timed_out(e):  # silent past the timeout while streaming: requests says ConnectionError
+                result.timed_out, result.error = True, f"timeout after {timeout_s:g} s: {e}"
+                return result
+            result.transport, result.error = True, f"transport error: {e!r}"
         finally:
             result.seconds = time.monotonic() - start
         return result
+
+
+def _read_timed_out(error: requests.RequestException) -> bool:
+    """Whether a stream's failure is urllib3's read timeout, which requests raises from iter_lines as a
+    ConnectionError (only a timeout before the answer starts is requests.Timeout)."""
+    return any(isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in error.args)
 
 
 def _consume_sse_line(line: str, result: StreamResult) -> bool:

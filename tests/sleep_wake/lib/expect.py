@@ -7,9 +7,8 @@ message only: the verdict of a failure is its oracle id.
 
 import concurrent.futures
 
-import requests
-
 from tests.sleep_wake.lib import measure, metrics, oracle, thresholds
+from tests.sleep_wake.lib.client import ServerResponseError
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 
@@ -67,19 +66,21 @@ def tokens(completion, golden_completion, *, prompt: str, step: str, issue: str 
                  f"{where}: finish_reason for {prompt!r} (ignore_eos, max_tokens {GOLDEN_MAX_TOKENS})")
 
 
-def result(future, timeout_s: float, *, step: str, issue: str = ""):
-    """The result of a background request: the oracle requests.completes fails when it hangs past the
-    bound or the server answers it with an error; a transport failure (the server gone) propagates."""
+def result(future, timeout_s: float, *, client, step: str, issue: str = ""):
+    """The result of a background request: the oracle requests.completes fails when it is still open
+    past the bound on a live server (client.confirm_live), or a live server answered it with a body
+    that is no completion. Anything else the request raised propagates as it is: a live server's error
+    answer is api.status, no answer or a dead engine a liveness.Errored, and a refused connection or a
+    bug in the test proves nothing about the request (errored)."""
+    where = _where(step, issue)
     try:
         return future.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
-        oracle.fail("requests.completes", f"{_where(step, issue)}: a held request", "still open",
-                    f"{timeout_s:g} s", "ends within")
-    except requests.RequestException:
-        raise
-    except Exception as e:  # the server's answer: HTTP 5xx from a dead engine, a malformed body
-        oracle.fail("requests.completes", f"{_where(step, issue)}: a held request", f"failed: {e}",
-                    "a completion", "==")
+        client.confirm_live(f"{where}: a held request still open after {timeout_s:g} s")
+        oracle.fail("requests.completes", f"{where}: a held request", "still open", f"{timeout_s:g} s",
+                    "ends within")
+    except ServerResponseError as e:
+        oracle.fail("requests.completes", f"{where}: a held request", f"answered: {e}", "a completion", "==")
 
 
 def golden(client, golden_run: dict, *, step: str, issue: str = "", prompts=None,
@@ -132,50 +133,46 @@ def golden_with_logprobs(client, recorder, golden_run: dict, prompts, cell_id, *
 def accepted(client, futures, count: int, what: str) -> None:
     """`count` requests sent in the background are accepted (/load) or one of them already ended."""
     measure.wait_until(lambda: client.load() >= count or any(f.done() for f in futures),
-                       thresholds.get("request_completion_s_max"), what=what, oracle_id="requests.accepted")
+                       thresholds.get("request_completion_s_max"), what=what, oracle_id="requests.accepted",
+                       confirm_live=client.confirm_live)
 
 
 def held(oracle_id: str, client, futures, window_s: float, what: str) -> None:
     """The oracle `oracle_id`: every request of `futures` stays pending, and /is_sleeping true, for the
-    whole window. A request that ended inside it was scheduled: the oracle fails with how it ended. When
-    the server stops answering /is_sleeping mid-window, the requests decide: one that ends within the
-    completion bound was not held (a crash the schedule caused fails the oracle); none ending leaves
-    the transport error standing (errored)."""
-    def outcomes():
-        return {i: ended_how(f) for i, f in enumerate(futures) if f.done()}
-
+    whole window. A request a live server answered inside it (a completion, or an error answer: either
+    way not held) fails the oracle with how it ended. A request that ended any other way (no answer, a
+    dead engine, a refused connection, a bug in the test) raises what it ended with, as does a server
+    that stops answering /is_sleeping: neither shows what the scheduler did (errored)."""
     def pending():
-        ended = outcomes()
+        ended = {i: ended_how(f) for i, f in enumerate(futures) if f.done()}
         if ended:
             oracle.fail(oracle_id, what, f"requests ended inside the window: {ended}", "all pending", "")
         return client.is_sleeping()
 
-    try:
-        measure.assert_holds(oracle_id, pending, window_s, what=f"{what} (is_sleeping true)")
-    except requests.RequestException:
-        concurrent.futures.wait(futures, timeout=thresholds.get("request_completion_s_max"),
-                                return_when=concurrent.futures.FIRST_COMPLETED)
-        if outcomes():
-            oracle.fail(oracle_id, what, f"requests ended while the server stopped answering: {outcomes()}",
-                        "all pending", "")
-        raise
+    measure.assert_holds(oracle_id, pending, window_s, what=f"{what} (is_sleeping true)")
 
 
 def ended_how(future) -> str:
-    """How a finished background request ended, for a message."""
-    try:
+    """How a finished background request ended, for a message; raises what it raised unless that is
+    a live server's answer (an oracle's failure: api.status; a body that is no completion)."""
+    error = future.exception()
+    if error is None:
         value = future.result()
-    except Exception as e:  # the server's answer or a transport failure
-        return f"failed: {e}"
-    return f"finish_reasons {getattr(value, 'finish_reasons', value)}"
+        return f"finish_reasons {getattr(value, 'finish_reasons', value)}"
+    if isinstance(error, (oracle.OracleFailure, ServerResponseError)):
+        return f"answered: {error}"
+    raise error
 
 
 def load_drains(client, what: str) -> None:
     measure.wait_until(lambda: client.load() == 0, thresholds.get("request_completion_s_max"),
-                       what=f"/load back to 0 {what}", oracle_id="requests.load_drains")
+                       what=f"/load back to 0 {what}", oracle_id="requests.load_drains",
+                       confirm_live=client.confirm_live)
 
 
 def healthy(client, step: str) -> None:
-    """/health answers 200 (the API server up and its engine alive). A refused connection propagates."""
+    """/health answers 200 (the API server up and its engine alive): a liveness oracle, which the verdict
+    counts only for a defect that is an error answer. No answer raises liveness.NoAnswer; a refused
+    connection propagates."""
     status = client.health_status()
     oracle.equal("server.healthy", status, 200, f"GET /health after {step}")

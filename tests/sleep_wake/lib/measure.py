@@ -53,10 +53,16 @@ class WaitTimeout(TimeoutError):
 
 
 def wait_until(predicate, timeout_s: float, poll_s: float | None = None, what: str = "condition",
-               oracle_id: str | None = None) -> float:
+               oracle_id: str | None = None, confirm_live=None) -> float:
     """Poll `predicate` (every poll_s, default the poll_s threshold) until truthy; return the seconds
     it took. After timeout_s: the oracle `oracle_id` fails (the wait is what it checks: a request that
-    must end, /load that must drain), or WaitTimeout when the wait only sets a test up."""
+    must end, /load that must drain), or WaitTimeout when the wait only sets a test up.
+    confirm_live(what), required with an oracle: called before the oracle fails, it raises instead when
+    the server is not live (client.confirm_live): a request that never ends on a dead engine, or a /load
+    the API server still counts for it, is no verdict on the request."""
+    if oracle_id is not None and confirm_live is None:
+        raise ValueError(f"wait_until({what!r}, oracle_id={oracle_id!r}) without confirm_live: pass the "
+                         "client's confirm_live, so that the oracle fails only on a live server")
     poll_s = thresholds.get("poll_s") if poll_s is None else poll_s
     start = time.monotonic()
     deadline = start + timeout_s
@@ -66,6 +72,8 @@ def wait_until(predicate, timeout_s: float, poll_s: float | None = None, what: s
             return time.monotonic() - start
         if time.monotonic() >= deadline:
             if oracle_id is not None:
+                if confirm_live is not None:
+                    confirm_live(f"{what}: not after {timeout_s:g} s")
                 oracle.fail(oracle_id, f"{what}: not within the bound", f"not after {timeout_s:g} s "
                             f"(last value {last!r})", f"{timeout_s:g} s", "within")
             raise WaitTimeout(f"timed out after {timeout_s:g} s waiting for {what}; last value {last!r}")

@@ -4,7 +4,7 @@ import glob
 import math
 import os
 
-from tests.sleep_wake.lib import measure, oracle, thresholds
+from tests.sleep_wake.lib import liveness, measure, oracle, thresholds
 
 MiB = 1 << 20
 # Two NVML readings one poll apart that differ by less than this count as settled: cuMem maps and
@@ -30,7 +30,9 @@ def settled_gpu_bytes(server, what: str, done=None, recorder=None) -> int:
     seconds = measure.wait_until(settled, thresholds.get("memory_settle_s_max"),
                                  poll_s=thresholds.get("memory_settle_poll_s"),
                                  what=f"NVML bytes of the server to settle {what} (readings {readings[-6:]})",
-                                 oracle_id="device_bytes.settles")
+                                 oracle_id="device_bytes.settles",
+                                 confirm_live=lambda why: liveness.confirm(
+                                     server.url, thresholds.get("request_completion_s_max"), why))
     if recorder is not None:
         recorder.record("", "memory_settle_s", seconds, "s", what=what, readings=len(readings))
     if readings[-1] <= 0:

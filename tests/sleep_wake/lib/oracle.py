@@ -5,8 +5,9 @@ A failing oracle raises OracleFailure, which carries the id, the measured value 
 suite's conftest turns it into JUnit properties of the failing test case
 (`<property name="oracle" value="ID"/>`, `oracle_measured`, `oracle_bound`), and the mutant verdicts
 read those properties, never the failure text (tests/mutants/verdict.py). Anything else a test raises
-(a refused connection, a timeout of a wait, a fixture's precondition) proves nothing about sleep mode
-and is judged `errored`.
+(a refused connection, a timeout of a wait, a fixture's precondition, a bug in the test) proves nothing
+about sleep mode and is judged `errored`; so is an oracle that fired on a server not live by then
+(lib/liveness.py: the hook probes the servers the conftest watches, and marks the case).
 
 The ids are listed once, in ORACLES: the catalogue of mutants names the ids that must fire for it, and a
 unit test checks that every id it names is here.
@@ -21,7 +22,7 @@ import threading
 
 import pytest
 
-from tests.sleep_wake.lib import thresholds
+from tests.sleep_wake.lib import liveness, thresholds
 from tools.results.testlogs import ORACLE_PROPERTY as PROPERTY  # what the verdicts read back
 
 MEASURED_PROPERTY, BOUND_PROPERTY = "oracle_measured", "oracle_bound"
@@ -154,8 +155,10 @@ def bounded_median(recorder, oracle_id: str, samples: list[float], beside: list[
 
 
 def properties(exc: BaseException) -> list[tuple[str, str]]:
-    """The JUnit properties of a failure: the oracle's id, measured value and bound; [] for any other
-    exception."""
+    """The JUnit properties of a failure: the oracle's id, measured value and bound; for a
+    liveness.Errored what happened and the liveness oracle that saw it; [] for any other exception."""
+    if isinstance(exc, liveness.Errored):
+        return exc.properties()
     if not isinstance(exc, OracleFailure):
         return []
     return [prop for f in exc.failures() for prop in (
@@ -167,11 +170,15 @@ def properties(exc: BaseException) -> list[tuple[str, str]]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """The conftest's hook (imported there): an oracle failure in set-up, call or teardown becomes the
-    test case's JUnit properties. The item's list too, since the teardown report, which the JUnit writer
-    reads them from, copies it."""
+    test case's JUnit properties, marked errored when a watched server is not live after it
+    (liveness.after_oracle); a liveness.Errored its kind. The item's list too, since the teardown report,
+    which the JUnit writer reads them from, copies it."""
     report = yield
     if call.excinfo is not None:
-        for name, value in properties(call.excinfo.value):
+        found = properties(call.excinfo.value)
+        if isinstance(call.excinfo.value, OracleFailure):
+            found += liveness.after_oracle(call.excinfo.value)
+        for name, value in found:
             item.user_properties.append((name, value))
             report.user_properties.append((name, value))
     return report
@@ -183,6 +190,8 @@ _LIST = [
            "all are awake"),
     Oracle("flags.gauge", "vllm:engine_sleep_state reads the state of the last call (pinned divergences "
            "applied per release)"),
+    # api.status, api.answers and server.healthy are liveness oracles: an overloaded host or any crash fires
+    # them too, so they kill only a mutant whose defect is a hang or an error answer (tests/mutants/verdict.py).
     Oracle("api.status", "a sleep-API call on a live server answers 2xx (or the documented status of a "
            "misuse)"),
     Oracle("api.answers", "a sleep-API call the server accepted is answered within the client's bound (a hang "
@@ -282,6 +291,12 @@ _LIST = [
            "host_leak_bytes_per_cycle_max"),
     Oracle("host_bytes.cycle_spread", "max - min of host bytes over level-1 cycles 2..N",
            "host_cycle_flat_max"),
+    # --- the executor's bookkeeping, seen by the engine tier's fake worker (tests/engine) ------------
+    Oracle("executor.worker_calls", "the worker receives exactly the sleeps and wakes the executor's "
+           "bookkeeping lets through: none for level 0 or the scheduling tag, none while asleep again, none "
+           "for a tag that is not asleep (#31618, #48310)"),
+    Oracle("engine.failed_sleep_state", "a worker failure inside sleep reaches the caller and leaves the "
+           "state vLLM documents: the scheduler paused, the executor's flags untouched, the memory released"),
     # --- the state walk -----------------------------------------------------------------------------
     Oracle("walk.pairs_visited", "a shard's walks visit every (state, operation) pair of its partition"),
     # --- latency ----------------------------------------------------------------------------------

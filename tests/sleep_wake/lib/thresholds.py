@@ -459,8 +459,8 @@ KNOWN_DIVERGENCES = {d.name: d for d in [
                 "unmapped: the copy fails, the executor keeps both tags asleep (abstract.py:343-354 updates "
                 "them only after the workers answered) and the answer is a 500 (vllm-project/vllm#45619, the "
                 "fix, was closed unmerged). Seen on the H200 with 0.26.0 (all four runner x mode cells) and "
-                "0.24.0 (two cells): 500 'CUDA error: invalid argument', /is_sleeping true, the gauge still "
-                "level 2's, /health 200, a request waits; a later weights wake and reload answer 200 and "
+                "0.24.0 (two cells), 0.25.0 from its source (the same lines): 500 'CUDA error: invalid argument', "
+                "/is_sleeping true, the gauge still level 2's, /health 200, a request waits; a later weights wake and reload answer 200 and "
                 "requests still wait (docs/walk/exploration.md)"),
     ),
     KnownDivergence(
@@ -473,8 +473,8 @@ KNOWN_DIVERGENCES = {d.name: d for d in [
                 "5480-5530) loads the checkpoint into the parameters, whose memory a sleep unmapped "
                 "(device_allocator/cumem.py keeps the virtual addresses reserved, so the pointers stay "
                 "valid and the write faults); the documented recipe wakes the weights first. Seen on the H200 "
-                "with 0.26.0 (all four cells) and 0.24.0 (two cells), at level 1, at level 2 and with the KV "
-                "cache woken: 500 'CUDA error: invalid argument', /is_sleeping true, the gauge unchanged, "
+                "with 0.26.0 (all four cells) and 0.24.0 (two cells), 0.25.0 from its source (the same lines), "
+                "at level 1, at level 2 and with the KV cache woken: 500 'CUDA error: invalid argument', /is_sleeping true, the gauge unchanged, "
                 "/health 200, a request waits; a full wake then answers 200 and the first request after it "
                 "kills the engine ('EngineCore encountered an issue', /health 503): the server is done "
                 "(docs/walk/exploration.md)"),

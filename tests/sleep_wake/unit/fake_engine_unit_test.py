@@ -203,3 +203,24 @@ def test_a_request_scheduled_while_asleep_computes_garbage():
     epoch = e.accept()
     assert e.wait_scheduled(epoch) and e.is_sleeping()
     assert e.plan("p", 4, 1, None)[0].planned == [0] * 4
+
+
+def test_a_defect_logs_the_plugin_s_reached_line_when_its_switch_is_first_consulted():
+    """The fake's stand-in for a patched function's first call (tests/mutants/verdict.py: a mutant never
+    reached is not applied): nothing at start, one line at the first sleep, none for a defect no call
+    consults (no wake of a tag ever happens here)."""
+    import os
+
+    import sleepwake_mutants
+
+    lines = []
+    slow = FakeEngine(EAGER, defects=["slow_sleep"], log=lines.append)
+    unreached = FakeEngine(EAGER, defects=["weights_wake_maps_more"], log=lines.append)
+    assert lines == []  # nothing at start
+    for engine in (slow, unreached):
+        engine.sleep(0, "abort")
+        engine.wake_up(["scheduling"])
+    slow.sleep(1, "abort")
+    slow.sleep(1, "abort")
+    reached = [line for line in lines if line.startswith("sleepwake-mutant")]  # the server log holds more
+    assert reached == [sleepwake_mutants.REACHED.format(name="slow_sleep", pid=os.getpid())]

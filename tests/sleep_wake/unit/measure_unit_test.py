@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.sleep_wake.lib import measure, oracle, thresholds
+from tests.sleep_wake.lib import liveness, measure, oracle, thresholds
 
 
 def test_recorder_writes_jsonl_to_bazel_outputs(tmp_path, monkeypatch):
@@ -48,8 +48,21 @@ def test_wait_until_times_out_with_last_value():
 
 def test_wait_until_with_an_oracle_fails_that_oracle():
     with pytest.raises(oracle.OracleFailure, match="requests.load_drains") as e:
-        measure.wait_until(lambda: 3 == 0, 0.2, poll_s=0.05, what="/load back to 0", oracle_id="requests.load_drains")
+        measure.wait_until(lambda: 3 == 0, 0.2, poll_s=0.05, what="/load back to 0", oracle_id="requests.load_drains",
+                           confirm_live=lambda what: None)
     assert e.value.oracle_id == "requests.load_drains" and "last value False" in e.value.measured
+
+
+def test_wait_until_fails_its_oracle_only_on_a_live_server():
+    """A wait that ran out on a server that is not live raises what confirm_live raises (errored), and a
+    wait with an oracle but no way to tell is refused."""
+    def dead(what):
+        raise liveness.EngineDead(f"{what}; GET /health answered 503", "server.healthy")
+    with pytest.raises(liveness.EngineDead, match="the request to end: not after 0.1 s; GET /health answered 503"):
+        measure.wait_until(lambda: False, 0.1, poll_s=0.05, what="the request to end", oracle_id="requests.completes",
+                           confirm_live=dead)
+    with pytest.raises(ValueError, match="without confirm_live"):
+        measure.wait_until(lambda: True, 0.1, what="x", oracle_id="requests.completes")
 
 
 def test_assert_holds():

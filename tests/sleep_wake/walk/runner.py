@@ -175,6 +175,7 @@ class GpuTier:
                            model.golden_of(s, "short"), f"walk {where}")
 
     def _judge_stream(self, result, prompt: str, golden: str | None, what: str) -> None:
+        self.ctx.client.check_stream(result, f"{what}: a stream of {prompt!r}")
         oracle.holds("requests.clean_end", result.error is None and result.finish_reasons == ["length"],
                      f"{what}: a stream of {prompt!r}", (result.finish_reasons, result.error), "length")
         got = result.token_ids[0]
@@ -241,7 +242,8 @@ class GpuTier:
             else:  # mode abort: the abort outputs go out before the pause completes
                 bound, oracle_id = thresholds.get("abort_s_max"), "requests.abort_time"
             measure.wait_until(stream.done, bound, what=f"walk {where}: the request in flight to end",
-                               oracle_id=oracle_id)
+                               oracle_id=oracle_id, confirm_live=client.confirm_live)
+            client.check_stream(stream.result(), f"walk {where}: the request in flight")
             self._in_flight_ended(outcome.ends, origin, stream.result(), stream_end() - sent, where)
             self._judge_waiting_at_sleep(op, s, existing, where)
             if in_flight == 2:
@@ -302,7 +304,7 @@ class GpuTier:
             for o in existing:
                 measure.wait_until(o.future.done, thresholds.get("abort_s_max"),
                                    what=f"walk {where}: the waiting request ({o.kind}) to end",
-                                   oracle_id="requests.abort_time")
+                                   oracle_id="requests.abort_time", confirm_live=self.ctx.client.confirm_live)
                 self._aborted(o, where)
             self.open = [o for o in self.open if o not in existing]
         elif mode == "wait" and s.held_kv:
@@ -312,12 +314,15 @@ class GpuTier:
             for o in held:
                 measure.wait_until(o.future.done, thresholds.get("request_completion_s_max"),
                                    what=f"walk {where}: the request a level-0 keep froze, drained by the wait sleep",
-                                   oracle_id="requests.ends_in_race")
+                                   oracle_id="requests.ends_in_race", confirm_live=self.ctx.client.confirm_live)
                 self._resumed(o, s, where)
             self.open = [o for o in self.open if o not in held]
 
     def _aborted(self, o: Open, where: str) -> None:
-        value = o.future.result()
+        value = expect.result(o.future, thresholds.get("abort_s_max"), client=self.ctx.client,
+                              step=f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended")
+        if o.op_name == "generate_stream":
+            self.ctx.client.check_stream(value, f"walk {where}: the {o.kind} request ({o.op_name})")
         finish = value.finish_reasons
         n = [len(t) for t in value.token_ids]
         want_n = STREAM_TOKENS if o.kind == "held" else GOLDEN_MAX_TOKENS
@@ -330,8 +335,10 @@ class GpuTier:
     def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None) -> None:
         """A request that waited ran once scheduling resumed in `state`: it ends by length, with its
         checkpoint's golden where the model predicts one."""
-        value = expect.result(o.future, thresholds.get("request_completion_s_max"),
+        value = expect.result(o.future, thresholds.get("request_completion_s_max"), client=self.ctx.client,
                               step=f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed")
+        if o.op_name == "generate_stream":
+            self.ctx.client.check_stream(value, f"walk {where}: the {o.kind} request ({o.op_name})")
         if o.pool is not None:
             o.pool.close()
         what = f"walk {where}: the {o.kind} request ({o.op_name}) that waited"
@@ -448,8 +455,8 @@ class GpuTier:
         client = self.ctx.client
         result = client.complete_stream(PROMPTS[0], GOLDEN_MAX_TOKENS, timeout_s=thresholds.get("held_request_window_s"))
         silent = result.status == 200 and not any(result.token_ids) and result.finish_reasons == [None]
-        if silent and (result.timed_out or "timed out" in (result.error or "")):
-            return "held"  # accepted, then nothing within the window (a read timeout mid-stream says so too)
+        if silent and result.timed_out:
+            return "held"  # accepted, then nothing within the window
         if result.error is not None or result.finish_reasons != ["length"]:
             return "error"
         golden = self._golden("A").greedy[PROMPTS[0]].token_ids[0]

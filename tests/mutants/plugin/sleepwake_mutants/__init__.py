@@ -4,7 +4,8 @@ vLLM loads every `vllm.general_plugins` entry point in each of its processes (AP
 workers), so a patch applied by `register()` is live wherever the real code runs; no file of vLLM is
 edited. The mutant is chosen per server by the SLEEPWAKE_MUTANT environment variable, which the
 server inherits from the test. Every process that applies one prints ACTIVATION to stderr (the
-server log), so a harness can tell "killed by the suite" from "never applied".
+server log), and REACHED at the first call of a patched function (shared.py), so a harness can tell
+"killed by the suite" from "never applied" and from "applied where no test went".
 
 This module is the catalogue and must import without vLLM and without its sibling modules (the harness,
 CPU unit tests and tools/results/mutation_table.py read MUTANTS, the last one from this file alone): each entry
@@ -14,6 +15,10 @@ to the oracle ids (tests/sleep_wake/lib/oracle.py) one of whose failures kills i
 oracle that guards that bug, not any failure (tests/mutants/verdict.py). `bound`, `size` and `expected`
 say how big the defect is against the thresholds that should catch it (tests/sleep_wake/lib/thresholds.py):
 1.5 times the bound (not 2x, not 10x), so a kill says the bound is sensitive to a defect just past it.
+`fails_as` marks a defect that *is* a hang (HANG) or an error answer (ERROR_ANSWER: a 5xx, an engine
+dead behind the API server): only for such an entry do the liveness oracles it lists (api.answers,
+api.status, server.healthy) count as a kill, since an overloaded host or a crash of anything fails
+them too (tests/mutants/verdict.py).
 """
 
 import dataclasses
@@ -24,6 +29,8 @@ import sys
 ENV = "SLEEPWAKE_MUTANT"
 ACTIVATION = "sleepwake-mutant active: {name} (pid {pid})"
 NO_MUTANT = "sleepwake-mutant: none active (pid {pid})"
+REACHED = "sleepwake-mutant reached: {name} (pid {pid})"  # shared.py prints it (kept here: the harness reads it)
+HANG, ERROR_ANSWER = "hang", "error answer"  # what a defect is, for its liveness oracles (fails_as)
 _applied = []  # register() may run several times per process (vLLM loads plugins from several places)
 KiB = 1 << 10
 MiB = 1 << 20
@@ -45,8 +52,10 @@ class Mutant:
     # typical healthy value (thresholds.py sources) plus what the patch adds, 1.5 times the bound
     # (tests/mutants/unit/catalogue_unit_test.py checks 1.4x-1.6x).
     expected: dict = dataclasses.field(default_factory=dict)
+    fails_as: tuple = ()  # HANG and/or ERROR_ANSWER: the defect is one, its liveness oracles may kill it
 
     def apply(self) -> None:
+        importlib.import_module(f"{__name__}.shared").applying(self.name)
         module, function = self.patch.split(":")
         getattr(importlib.import_module(f"{__name__}.{module}"), function)()
 
@@ -66,10 +75,12 @@ def _kv_kept(fraction):
 
 
 MUTANTS = {m.name: m for m in [
+    # A request run on unmapped memory crashes a GPU's engine (an illegal address: the 2026-11-29 run), so
+    # the requests held then end in 5xx answers of a dead engine: the defect shows as an error answer too.
     Mutant("resume_on_partial_wake", "#44483 (reverted), #44395",
            "Scheduling resumes after a weights-only wake: requests run on the unmapped KV cache.",
-           {"scheduler_gate": ("requests.held_until_resident",)}, "scheduling:resume_on_partial_wake",
-           size="a held request runs at once"),
+           {"scheduler_gate": ("requests.held_until_resident", "api.status")}, "scheduling:resume_on_partial_wake",
+           size="a held request runs at once", fails_as=(ERROR_ANSWER,)),
     Mutant("prefix_cache_kept", "#17103, #22726",
            "Sleep does not reset the prefix cache: prompts hit blocks whose memory was discarded.",
            {"output_correctness": ("prefix_cache.reset_after_discard",)}, "scheduling:prefix_cache_kept",
@@ -246,11 +257,11 @@ MUTANTS = {m.name: m for m in [
            # VLLM_KEEP_ALIVE_ON_ENGINE_DEATH), or the next sleep-API call with a 5xx, or /health 503; on the
            # H200 (2026-12-01) the /sleep itself never answered (its utility call died with the engine).
            {"concurrent_race": ("requests.held_while_asleep", "api.status", "api.answers", "server.healthy")},
-           "scheduling:engine_dies_on_sleep_during_decode", size="the engine dies"),
+           "scheduling:engine_dies_on_sleep_during_decode", size="the engine dies", fails_as=(HANG, ERROR_ANSWER)),
     Mutant("wake_awake_tag_aborts", "#31618",
            "Waking an engine that is awake fails the call instead of being a no-op.",
            {"error_paths": ("api.status",)}, "scheduling:wake_awake_tag_aborts",
-           size="HTTP 500 instead of 200"),
+           size="HTTP 500 instead of 200", fails_as=(ERROR_ANSWER,)),
     Mutant("abort_leaves_choices_running", "#45326, #45520",
            "sleep?mode=abort ends an n>1 request's choices in the engine but never tells the front "
            "end: the stream stays open.",
@@ -263,11 +274,13 @@ MUTANTS = {m.name: m for m in [
            "so every choice ends by length.",
            {"abort_parallel_sampling": ("requests.abort_aborts", "requests.abort_time")},
            "scheduling:sleep_drains_instead_of_aborting", size="no request aborted"),
+    # As resume_on_partial_wake: on a GPU the request run on unmapped memory may crash the engine.
     Mutant("request_runs_while_asleep", "#45326, #44395",
            "A request sent while the engine sleeps is scheduled at once, onto unmapped weights and KV "
            "cache, instead of being held until the wake.",
-           {"concurrent_race": ("requests.held_while_asleep",)},
-           "scheduling:request_runs_while_asleep", size="every request sent while asleep runs"),
+           {"concurrent_race": ("requests.held_while_asleep", "api.status")},
+           "scheduling:request_runs_while_asleep", size="every request sent while asleep runs",
+           fails_as=(ERROR_ANSWER,)),
     # --- only the state walk reaches these (walk.py): a contract broken on a pair of operations no other
     # class combines ----------------------------------------------------------------------------------
     Mutant("sleep_while_paused_keeps_prefix_cache", "#17103 (a sleep during a level-0 pause)",
@@ -295,10 +308,11 @@ MUTANTS = {m.name: m for m in [
     Mutant("reset_prefix_cache_noop", "/reset_prefix_cache",
            "/reset_prefix_cache reports success and keeps every cached block.",
            {"state_walk": ("prefix_cache.hit_iff_cached",)}, "walk:reset_prefix_cache_noop", size="no block reset"),
+    # The weights wake that follows maps their pool a second time: a CUDA error, HTTP 500.
     Mutant("kv_wake_maps_weights", "#44483 (a KV-cache-first wake)",
            "wake_up(tags=kv_cache) while the weights sleep maps the weights' pool too.",
            {"state_walk": ("device_bytes.kv_wake_weights_unmapped", "api.status")}, "walk:kv_wake_maps_weights",
-           size="the weights mapped a wake early"),
+           size="the weights mapped a wake early", fails_as=(ERROR_ANSWER,)),
     Mutant("kv_wake_maps_nothing", "#44483 (a KV-cache-first wake)",
            "wake_up(tags=kv_cache) while the weights sleep maps nothing and reports success.",
            {"state_walk": ("device_bytes.kv_wake_mapped",)}, "walk:kv_wake_maps_nothing",
@@ -308,7 +322,7 @@ MUTANTS = {m.name: m for m in [
            # The woken pool unmapped again shows in that state's bytes, or vLLM refuses (a 5xx).
            {"state_walk": ("api.status", "flags.is_sleeping", "device_bytes.weights_wake_mapped",
                            "device_bytes.kv_wake_mapped")}, "walk:sleep_during_partial_wake_sleeps_again",
-           size="the woken pool unmapped again"),
+           size="the woken pool unmapped again", fails_as=(ERROR_ANSWER,)),
     Mutant("reload_resumes_scheduling", "#44483 (a reload during a level-0 pause)",
            "collective_rpc reload_weights resumes scheduling, also during a level-0 pause.",
            {"state_walk": ("flags.is_sleeping",)}, "walk:reload_resumes_scheduling", size="the pause ends at the reload"),

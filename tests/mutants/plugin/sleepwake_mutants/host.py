@@ -6,7 +6,7 @@ each bound; pinned through cudaHostRegister on pages of their own, so VmRSS grow
 
 import mmap
 
-from .shared import KiB, MiB, after, wrap
+from .shared import KiB, MiB, after, replace, wrap
 
 PINNED_LEAK_PER_SLEEP = 48 * KiB  # host_leak_bytes_per_cycle_max is 32 KiB
 PINNED_JUMP = 480 * KiB           # host_cycle_flat_max is 352 KiB (healthy spread up to 88 KiB on top)
@@ -50,7 +50,7 @@ def level2_keeps_host_copy():
         # Level 2 backs the weights up to host memory like level 1 (0.26.0: offload_tags=() unless
         # level 1). Output stays right (the reload overwrites them); only host RAM tells.
         get_mem_allocator_instance().sleep(offload_tags=("weights",))
-    CuMemBackend.suspend = suspend
+    replace(CuMemBackend, "suspend", suspend)
 
 
 def host_copy_leaked():

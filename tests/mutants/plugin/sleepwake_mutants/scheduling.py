@@ -5,7 +5,7 @@ import os
 import re
 import threading
 
-from .shared import wrap
+from .shared import replace, wrap
 
 
 def resume_on_partial_wake():
@@ -78,7 +78,7 @@ def is_sleeping_false_partial():
         # Only "fully asleep" counts: a partial wake or a level-0 pause reads awake.
         executor = self.model_executor
         return bool(executor.is_sleeping) and set(executor.sleeping_tags) >= {"weights", "kv_cache"}
-    EngineCore.is_sleeping = is_sleeping
+    replace(EngineCore, "is_sleeping", is_sleeping)
 
 
 def gauge_not_updated():
@@ -88,7 +88,7 @@ def gauge_not_updated():
         if level >= 1:
             await self.renderer.clear_mm_cache_async()
         await self.engine_core.sleep_async(level, mode)  # record_sleep_state(1, level) dropped
-    AsyncLLM.sleep = sleep
+    replace(AsyncLLM, "sleep", sleep)
 
 
 def engine_dies_on_sleep_during_decode():

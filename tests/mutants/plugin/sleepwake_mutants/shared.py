@@ -1,16 +1,69 @@
-"""Helpers the patches share: wrapping a method, raw device memory, the lm_head and a deferred action."""
+"""Helpers the patches share: wrapping a method, raw device memory, the lm_head and a deferred action.
 
+Every patch goes through wrap or replace, whose functions print REACHED (stderr: the server log) at the
+first call in a process: a mutant whose patched code no test ever reached is not applied, neither
+killed nor survived (tests/mutants/verdict.py).
+"""
+
+import functools
+import inspect
+import os
+import sys
 import threading
 from typing import Callable
 
+from . import REACHED
+
 KiB = 1 << 10
 MiB = 1 << 20
+_state = {"mutant": None, "reached": False, "fd": None}
+
+
+def applying(name: str) -> None:
+    """The mutant whose patches are about to be applied: their first call prints its REACHED line."""
+    _state["mutant"], _state["reached"] = name, False
+
+
+def announce_on(fd: int | None) -> None:
+    """Print REACHED to this file descriptor instead of sys.stderr: for a process whose stderr a test
+    captures at the time (the engine tier's pytest, which drops a passing test's output)."""
+    _state["fd"] = fd
+
+
+def _reached() -> None:
+    if not _state["reached"]:
+        _state["reached"] = True
+        line = REACHED.format(name=_state["mutant"], pid=os.getpid())
+        if _state["fd"] is not None:
+            os.write(_state["fd"], (line + "\n").encode())
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+
+def announcing(function: Callable) -> Callable:
+    """function, printing the mutant's REACHED line at its first call (a coroutine function stays one:
+    vLLM awaits AsyncLLM's methods)."""
+    if inspect.iscoroutinefunction(function):
+        @functools.wraps(function)
+        async def announced(*args, **kwargs):
+            _reached()
+            return await function(*args, **kwargs)
+    else:
+        @functools.wraps(function)
+        def announced(*args, **kwargs):
+            _reached()
+            return function(*args, **kwargs)
+    return announced
+
+
+def replace(owner, attr: str, function: Callable) -> None:
+    """owner.attr = function."""
+    setattr(owner, attr, announcing(function))
 
 
 def wrap(owner, attr: str, make: Callable) -> None:
     """owner.attr = make(original)."""
-    original = getattr(owner, attr)
-    setattr(owner, attr, make(original))
+    replace(owner, attr, make(getattr(owner, attr)))
 
 
 def after(owner, attr: str, action: Callable, nth: int | None = None) -> None:

@@ -3,7 +3,7 @@ combines (a sleep during a level-0 pause, a sleep during a partial wake, a KV-ca
 pause mode wait, a reload or a prefix-cache reset in a state other than awake). vLLM 0.26.0's
 v1/engine/core.py, v1/engine/async_llm.py, v1/executor/abstract.py and device_allocator/cumem.py."""
 
-from .shared import wrap
+from .shared import replace, wrap
 
 
 def sleep_while_paused_keeps_prefix_cache():
@@ -83,7 +83,7 @@ def reset_prefix_cache_noop():
 
     async def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False):
         return True  # reports the reset done; the cached blocks stay (a sleep's own reset still works)
-    AsyncLLM.reset_prefix_cache = reset_prefix_cache
+    replace(AsyncLLM, "reset_prefix_cache", reset_prefix_cache)
 
 
 def _kv_first_wake(map_weights: bool):

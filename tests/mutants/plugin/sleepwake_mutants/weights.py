@@ -1,7 +1,7 @@
 """Mutants of the weights a server serves after sleeps, reloads and pushes of new weights
 (vllm/v1/worker/gpu_worker.py Worker.wake_up / reload_weights of vLLM 0.26.0)."""
 
-from .shared import Deferred, lm_head, wrap
+from .shared import Deferred, lm_head, replace, wrap
 
 # The final RMSNorm's weight (all 1.0 in the synthetic checkpoint) set to this scales every logit by
 # it: greedy tokens stay, logprobs move. 0.9765625 = 250/256 is exact in bf16. A float32 numpy forward
@@ -14,7 +14,7 @@ LATE_RESTORE_S = 1.0
 
 def reload_weights_noop():
     from vllm.v1.worker.gpu_worker import Worker
-    Worker.reload_weights = lambda self, *args, **kwargs: None
+    replace(Worker, "reload_weights", lambda self, *args, **kwargs: None)
 
 
 def reload_ignores_weights_path():

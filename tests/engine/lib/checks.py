@@ -1,0 +1,68 @@
+"""The engine tests' checks, each an oracle of tests/sleep_wake/lib/oracle.py with the id the GPU tier
+fails for the same defect (as lib/walk_driver.py does): a pool's residency is the device_bytes oracle of
+that state's band, an engine call that raises is a live engine's error answer (api.status), a request
+scheduled while it must wait is the held oracle of the state.
+"""
+
+from __future__ import annotations
+
+from tests.engine.fakes.worker import TAGS, ReleasedMemoryAccess
+from tests.engine.lib.steps import steps
+from tests.sleep_wake.lib import oracle
+
+
+def residency_oracle(asleep: set, tag: str, level: int = 1) -> str:
+    """The device_bytes oracle whose band a wrong residency of `tag` breaks on a GPU, with `asleep` the
+    tags that should be asleep (after a sleep of `level`)."""
+    if not asleep:
+        return "device_bytes.wake_shortfall"  # a pool not mapped back by the wake
+    if asleep == set(TAGS):
+        return "device_bytes.level1_asleep" if level == 1 else "device_bytes.level2_asleep"
+    if asleep == {"kv_cache"}:
+        return "device_bytes.weights_wake_mapped" if tag == "weights" else "device_bytes.weights_wake_kv_unmapped"
+    return "device_bytes.kv_wake_mapped" if tag == "kv_cache" else "device_bytes.kv_wake_weights_unmapped"
+
+
+def resident(worker, asleep: set, where: str, level: int = 1) -> None:
+    """The fake worker's pools: every tag of `asleep` released, every other one mapped."""
+    with oracle.together():
+        for tag in TAGS:
+            oracle.equal(residency_oracle(asleep, tag, level), worker.resident[tag], tag not in asleep,
+                         f"{where}: the fake worker's {tag} pool resident (a GPU's mapped bytes)")
+
+
+def answers(what: str, call, *args, **kwargs):
+    """call(*args, **kwargs)'s result; an exception from the live in-process engine is its error answer,
+    the oracle api.status (a GPU's 5xx)."""
+    try:
+        return call(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001  the engine's answer, whatever it raised
+        oracle.fail("api.status", what, f"raised {e!r}", "no error", "")
+
+
+def raises(oracle_id: str, what: str, expected: type, match: str, call, *args) -> None:
+    """A call that must raise `expected` with `match` in its text (a failure vLLM lets reach the caller)."""
+    try:
+        call(*args)
+    except expected as e:
+        oracle.holds(oracle_id, match in str(e), what, repr(e), f"{expected.__name__}: {match}")
+        return
+    oracle.fail(oracle_id, what, "returned", f"raises {expected.__name__}: {match}", "")
+
+
+def unscheduled(oracle_id: str, core, request_id: str, count: int, where: str) -> None:
+    """`count` steps leave `request_id` without a forward pass: the fake worker records a pass before it
+    raises on released memory, so one scheduled on it fails the oracle with the worker's error."""
+    try:
+        steps(core.engine, count)
+    except ReleasedMemoryAccess as e:
+        oracle.fail(oracle_id, f"{where}: a forward pass on released memory; timeline: {core.timeline}", repr(e),
+                    "no forward pass", "")
+    oracle.holds(oracle_id, not core.timeline.forwarded(request_id),
+                 f"{where}: forward passes of {request_id!r}; timeline: {core.timeline}", "forwarded", "none")
+
+
+def worker_calls(timeline, kind: str, expected: list, where: str) -> None:
+    """The details of the worker calls of `kind` (sleep: (level,); wake_up: tags) are `expected`."""
+    oracle.equal("executor.worker_calls", [e.detail for e in timeline.of(kind)], expected,
+                 f"{where}: the {kind} calls that reached the worker; timeline: {timeline}")
