@@ -199,12 +199,14 @@ def env_name(field_name: str) -> str:
 
 
 def default_of(f: dataclasses.Field):
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+    factory = f.default_factory
+    return f.default if factory is dataclasses.MISSING else factory()
 
 
 def _parse(name: str, text: str, f: dataclasses.Field):
     """The value of variable `name` for setting f, typed as its default; ConfigError if it does not parse."""
     default = default_of(f)
+    value: object
     try:
         if isinstance(default, bool):
             if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
