@@ -1,8 +1,9 @@
 """Fixtures of the sleep/wake suite: the matrix cell, one vLLM server per test class, its golden output.
 
-The launcher is imported inside the fixtures, so the CPU unit tests in this package never need it.
-The server class comes from the module named by SLEEPWAKE_SERVER_MODULE (default tools.launcher.server):
-the fake tier names tests.sleep_wake.fakes.fake_server there, which has the same public surface.
+The server class comes from the module named by SLEEPWAKE_SERVER_MODULE (default tools.launcher.server,
+lib/servers.py): the fake tier names tests.sleep_wake.fakes.fake_server there; both implement the
+interface the fixtures use (tools/launcher/interface.py). The launcher's server is imported only when
+a server starts, so the CPU unit tests in this package never need vLLM's.
 """
 
 import os
@@ -16,6 +17,7 @@ from tests.sleep_wake.lib import cells, expect, measure, metrics, oracle, releas
 from tests.sleep_wake.lib.client import SleepWakeClient, client_of
 from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
 from tests.sleep_wake.lib.prompts import PROMPTS
+from tools.launcher.interface import Server
 
 
 def pytest_generate_tests(metafunc):
@@ -60,8 +62,8 @@ def _server_class():
         pytest.fail(str(e), pytrace=False)
 
 
-def _start_server(name: str, cell, recorder, nodeid: str):
-    """A started VllmServer context (caller exits it) with its start-up time recorded."""
+def _start_server(name: str, cell, recorder, nodeid: str) -> tuple[Server, Server]:
+    """A started server's context (caller exits it) and the server, with its start-up time recorded."""
     from tools.launcher.config import ServerConfig
 
     VllmServer = _server_class()
@@ -83,7 +85,7 @@ def _start_server(name: str, cell, recorder, nodeid: str):
         context.__exit__(None, None, None)
         raise
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
-    recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command),
+    recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command or ()),
                     log=server.log_path, vllm_identity=identity, vllm_version=served,
                     start_mode=server.start_mode, launcher_cpu_s=round(_LAUNCHER_CPU_S[-1], 3))
     return context, server
@@ -91,7 +93,7 @@ def _start_server(name: str, cell, recorder, nodeid: str):
 
 # The test process's CPU seconds in each of its servers' starts (the launcher's lease, zygote request and
 # /health polls), for test_process_cpu.
-_LAUNCHER_CPU_S = []
+_LAUNCHER_CPU_S: list[float] = []
 
 
 @pytest.fixture(scope="session", autouse=True)
