@@ -96,7 +96,7 @@ GPU_IDENTITY = _GPU_IDENTITY
 FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
 
 def gpu_cell_env(runner, mode):
-    """The environment that configures a GPU cell (tests/sleep_wake/cells.py and ServerConfig.from_env)."""
+    """The environment that configures a GPU cell (ServerConfig.from_env, read once by tests/sleep_wake/lib/cells.py)."""
     return {
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,
