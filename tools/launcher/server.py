@@ -27,7 +27,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any
 

@@ -86,7 +86,7 @@ class EnvReads:
         self.sites: dict[str, set] = {}
         self._bulk_sites: set = set()
 
-    def __enter__(self) -> "EnvReads":
+    def __enter__(self) -> EnvReads:
         # os._Environ defines both; get(), `in` and os.getenv() go through __getitem__.
         cls = type(os.environ)
         self._saved = (cls.__getitem__, cls.__iter__)

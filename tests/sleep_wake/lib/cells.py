@@ -13,9 +13,9 @@ import os
 from collections.abc import Mapping
 
 from tools.launcher.config import ServerConfig
-# The matrix's vocabulary, which thresholds.py reads from here.
 from tools.matrix import EXECUTION_MODES, RUNNERS, cell_id
 
+# RUNNERS and EXECUTION_MODES: the matrix's vocabulary, which thresholds.py reads from here.
 __all__ = ["EXECUTION_MODES", "RUNNERS", "CellSpec", "cell_from_env"]
 
 

@@ -40,7 +40,7 @@ def read(path: str, *, runner: str, mode: str, identity: str | None, checkpoint:
             body = json.load(f)
     except (OSError, ValueError) as e:
         raise oracle.Precondition(f"cannot read the golden {path} ({e}); rebuild it: bazel build "
-                                  "//tests/sleep_wake/goldens:all")
+                                  "//tests/sleep_wake/goldens:all") from e
     if body.get("format") != FORMAT:
         raise oracle.Precondition(f"the golden {path} has format {body.get('format')!r}, this suite reads "
                                   f"{FORMAT}; rebuild it")

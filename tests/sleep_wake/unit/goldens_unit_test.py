@@ -56,4 +56,5 @@ def test_checkpoint_name_from_its_dir_or_config(tmp_path):
     ckpt = tmp_path / "synthetic_qwen3_b"
     ckpt.mkdir()
     (ckpt / "config.json").write_text("{}")
-    assert goldens.checkpoint_name(str(ckpt)) == goldens.checkpoint_name(str(ckpt / "config.json")) == "synthetic_qwen3_b"
+    name = "synthetic_qwen3_b"
+    assert goldens.checkpoint_name(str(ckpt)) == goldens.checkpoint_name(str(ckpt / "config.json")) == name
