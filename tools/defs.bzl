@@ -106,16 +106,36 @@ def gpu_cell_env(runner, mode):
     }
 
 def checkpoint_b_golden(classes, runner, mode, fake_cell = None):
-    """(env, data) giving a target running `classes` checkpoint B's golden on its cell, when one of them
-    compares with it (CHECKPOINT_B_GOLDEN_CLASSES); else nothing, so no other cell waits for the golden's
-    action. fake_cell: "<runner>_<mode>[_vllm<version>]" for the fake server's golden."""
+    """The env and data that give a target checkpoint B's golden on its cell, if it needs it.
+
+    Only when one of `classes` compares with it (CHECKPOINT_B_GOLDEN_CLASSES), so no other cell waits
+    for the golden's action.
+
+    Args:
+      classes: the test classes the target runs.
+      runner: the cell's model runner.
+      mode: the cell's execution mode.
+      fake_cell: "<runner>_<mode>[_vllm<version>]" for the fake server's golden; None for a GPU cell's.
+
+    Returns:
+      (env, data): SLEEPWAKE_GOLDEN_B and the golden's label, or ({}, []).
+    """
     if not [c for c in classes if c in CHECKPOINT_B_GOLDEN_CLASSES]:
         return {}, []
     label = checkpoint_b_golden_label(runner, mode, fake_cell)
     return {"SLEEPWAKE_GOLDEN_B": "$(rootpath %s)" % label}, [label]
 
 def fake_cell_env(runner, mode, vllm_version = None):
-    """A cell's environment with the fake server (fake_server.py) in place of vLLM's."""
+    """A cell's environment with the fake server (fake_server.py) in place of vLLM's.
+
+    Args:
+      runner: the cell's model runner.
+      mode: the cell's execution mode.
+      vllm_version: the release whose response shapes the fake serves; None for its default.
+
+    Returns:
+      The test's env dict.
+    """
     env = {
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,

@@ -67,10 +67,12 @@ def checkpoint_b_golden_label(runner, mode, fake_cell = None):
         return "%s:checkpoint_b_fake_%s" % (_PACKAGE, fake_cell)
     return "%s:checkpoint_b_%s_%s" % (_PACKAGE, runner, mode)
 
+# buildifier: disable=unnamed-macro (it declares one target per cell, each named by its cell: a name would name none)
 def checkpoint_b_goldens(runners, modes, fake_cells, checkpoint, fake_checkpoint, identity, fake_server_module,
                          gpu_tags):
-    """Checkpoint B's golden on every GPU cell and on each fake cell given (tagged manual: built only
-    for the cells that take them).
+    """Checkpoint B's golden on every GPU cell and on each fake cell given.
+
+    Each is tagged manual: built only for the cells that take them.
 
     Args:
       runners: the GPU cells' runners.
