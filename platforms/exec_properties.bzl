@@ -34,6 +34,8 @@ GPU_EXEC_PROPERTIES = _merge(_GPU_DEFAULTS, GPU_POOL)
 # top, and Bazel cannot remove a platform key per target (an empty value is sent as is). A CPU pool key
 # the GPU pool does not set would route GPU cells to the CPU pool.
 _LEAKED = [k for k in CPU_EXEC_PROPERTIES if k not in GPU_EXEC_PROPERTIES]
+
+# buildifier: disable=no-effect (a check at load time: a .bzl file allows no top-level `if`)
 _LEAKED and fail(("SLEEPWAKE_CPU_POOL_PROPERTIES sets %s, which GPU cells would inherit from //platforms:cpu: " +
                   "set it in SLEEPWAKE_GPU_POOL_PROPERTIES too") % ", ".join(_LEAKED))
 

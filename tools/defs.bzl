@@ -96,7 +96,7 @@ GPU_IDENTITY = _GPU_IDENTITY
 FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
 
 def gpu_cell_env(runner, mode):
-    """The environment that configures a GPU cell (tests/sleep_wake/cells.py and ServerConfig.from_env)."""
+    """The environment that configures a GPU cell (ServerConfig.from_env, read once by tests/sleep_wake/lib/cells.py)."""
     return {
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,
@@ -106,10 +106,21 @@ def gpu_cell_env(runner, mode):
     }
 
 def cell_goldens(classes, runner, mode, fake_cell = None):
-    """(env, data) giving a target running `classes` the golden on its cell of each checkpoint one of them
-    compares with (GOLDEN_CLASSES), its runfile path in SLEEPWAKE_GOLDEN_<A|B> (tests/sleep_wake/lib/
-    goldens.py ENV); no other golden, so no cell waits for an action whose file it does not read.
-    fake_cell: "<runner>_<mode>[_vllm<version>]" for the fake server's goldens."""
+    """The env and data that give a target the goldens of the checkpoints its classes compare with.
+
+    Only the checkpoints one of `classes` compares with (GOLDEN_CLASSES), so no cell waits for an action
+    whose file it does not read; each golden's runfile path is SLEEPWAKE_GOLDEN_<A|B> (tests/sleep_wake/
+    lib/goldens.py ENV).
+
+    Args:
+      classes: the test classes the target runs.
+      runner: the cell's model runner.
+      mode: the cell's execution mode.
+      fake_cell: "<runner>_<mode>[_vllm<version>]" for the fake server's goldens; None for a GPU cell's.
+
+    Returns:
+      (env, data): the variables and the goldens' labels, or ({}, []).
+    """
     env = {}
     data = []
     for checkpoint in CHECKPOINTS:
@@ -120,7 +131,16 @@ def cell_goldens(classes, runner, mode, fake_cell = None):
     return env, data
 
 def fake_cell_env(runner, mode, vllm_version = None):
-    """A cell's environment with the fake server (fake_server.py) in place of vLLM's."""
+    """A cell's environment with the fake server (fake_server.py) in place of vLLM's.
+
+    Args:
+      runner: the cell's model runner.
+      mode: the cell's execution mode.
+      vllm_version: the release whose response shapes the fake serves; None for its default.
+
+    Returns:
+      The test's env dict.
+    """
     env = {
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,

@@ -68,8 +68,17 @@ checkpoint_golden = rule(
 )
 
 def golden_label(checkpoint, runner, mode, fake_cell = None):
-    """The label of a checkpoint's ("a" or "b") golden on a GPU cell (golden_<checkpoint>_<runner>_<mode>),
-    or on a fake cell "<runner>_<mode>[_vllm<v>]" (golden_<checkpoint>_fake_<cell>)."""
+    """The label of a checkpoint's golden on a GPU cell, or on a fake cell.
+
+    Args:
+      checkpoint: "a" or "b".
+      runner: the cell's model runner.
+      mode: the cell's execution mode.
+      fake_cell: "<runner>_<mode>[_vllm<v>]" for the fake server's golden; None for a GPU cell's.
+
+    Returns:
+      golden_<checkpoint>_<runner>_<mode>, or golden_<checkpoint>_fake_<cell>, in the goldens' package.
+    """
     if checkpoint not in CHECKPOINTS:
         fail("golden of checkpoint %r: the goldens are of %s (tools/matrix.bzl GOLDEN_CLASSES)" % (
             checkpoint, CHECKPOINTS))
@@ -78,8 +87,17 @@ def golden_label(checkpoint, runner, mode, fake_cell = None):
     return "%s:golden_%s_%s_%s" % (_PACKAGE, checkpoint, runner, mode)
 
 def golden_fake_cells(checkpoint):
-    """The fake cells that take a checkpoint's golden: every <runner>_<mode> (the fake mutants run on
-    one) and the fake-tier cells of each class that compares with it (GOLDEN_CLASSES)."""
+    """The fake cells that take a checkpoint's golden.
+
+    Every <runner>_<mode> (the fake mutants run on one) and the fake-tier cells of each class that
+    compares with it (GOLDEN_CLASSES).
+
+    Args:
+      checkpoint: "a" or "b".
+
+    Returns:
+      The cells, "<runner>_<mode>[_vllm<version>]", sorted.
+    """
     cells = {"%s_%s" % (r, m): None for r in RUNNERS for m in EXECUTION_MODES}
     for test_class, checkpoints in GOLDEN_CLASSES.items():
         if checkpoint in checkpoints:
@@ -87,9 +105,11 @@ def golden_fake_cells(checkpoint):
                 cells[cell] = None
     return sorted(cells.keys())
 
+# buildifier: disable=unnamed-macro (it declares one target per cell, each named by its cell: a name would name none)
 def checkpoint_goldens(checkpoints, fake_checkpoints, runners, modes, identity, fake_server_module, gpu_tags):
-    """Each checkpoint's golden on every GPU cell and on the fake cells that take it (golden_fake_cells),
-    tagged manual: built only for the cells that take them.
+    """Each checkpoint's golden on every GPU cell and on the fake cells that take it (golden_fake_cells).
+
+    Each is tagged manual: built only for the cells that take them.
 
     Args:
       checkpoints: "a"/"b" -> (files, config.json) of the GPU cells' checkpoint.

@@ -222,7 +222,8 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     assert "cell time: no GPU cell recorded server timings" in output
     # --config=gpu's own filter (.bazelrc) stays in each wave's.
     filters = [[a for a in argv if a.startswith("--test_tag_filters")] for argv in invocations(workspace)]
-    assert filters == [["--test_tag_filters=state_walk,-vllm_overlay"], ["--test_tag_filters=-state_walk,-vllm_overlay"]]
+    assert filters == [["--test_tag_filters=state_walk,-vllm_overlay"],
+                       ["--test_tag_filters=-state_walk,-vllm_overlay"]]
     assert "run_matrix.sh: wave 1 of 2 (walk): --test_tag_filters=state_walk,-vllm_overlay" in output
     assert re.search(r"run_matrix.sh: bazel test took [\d.]+ s in 2 waves \([\d.]+ [\d.]+ s\)", output), output
     assert "ran_tests: 2 test case(s) ran" in output
@@ -275,8 +276,8 @@ def test_bazelrc_gives_the_golden_actions_the_cells_gpu_settings():
     server leases and starts reach actions as they reach tests, with the same defaults."""
     with open(os.path.join(WORKSPACE, ".bazelrc"), encoding="utf-8") as f:
         lines = f.read().splitlines()
-    tests = dict(re.match(r"test:gpu --test_env=([A-Z_]+)(=.*)?$", l).groups("") for l in lines
-                 if re.match(r"test:gpu --test_env=", l))
-    actions = dict(re.match(r"build:gpu --action_env=([A-Z_]+)(=.*)?$", l).groups("") for l in lines
-                   if re.match(r"build:gpu --action_env=", l))
+    tests = dict(re.match(r"test:gpu --test_env=([A-Z_]+)(=.*)?$", line).groups("") for line in lines
+                 if re.match(r"test:gpu --test_env=", line))
+    actions = dict(re.match(r"build:gpu --action_env=([A-Z_]+)(=.*)?$", line).groups("") for line in lines
+                   if re.match(r"build:gpu --action_env=", line))
     assert actions and actions == tests

@@ -7,8 +7,9 @@
 #   tools/setup.sh ARGS...         ARGS go to Bazel (e.g. --config=disk-cache, targets)
 #
 # Installs: Bazel (Debian's bazel-bootstrap 4.2.3) unless one is on PATH, nginx (the remote-cache test),
-# chromium (the report's browser test),
-# and the harness venv at /opt/sleepwake/venv from the hashed lock (pip --require-hashes). The venv
+# chromium (the report's browser test), npm's buildifier at /opt/sleepwake/npm (//tools/lint, npm ci of
+# third_party/npm, integrity-checked), and the harness venv at /opt/sleepwake/venv from the hashed lock
+# (pip --require-hashes). The venv
 # sits at a fixed path because its interpreter path is part of every Python action's cache key.
 # On a GPU runner it also installs the harness overlay (/opt/sleepwake/harness-overlay: the lock's
 # packages that vLLM does not bring, e.g. pytest and absl-py) for the Python that has vLLM
@@ -22,6 +23,7 @@ VENV=/opt/sleepwake/venv
 LOCK=third_party/python/requirements.lock
 GPU_PYTHON_WRAPPER=/opt/sleepwake/gpu-python
 OVERLAY=/opt/sleepwake/harness-overlay
+NPM_TOOLS=/opt/sleepwake/npm
 install_only=0
 [[ "${1:-}" == "--install-only" ]] && { install_only=1; shift; }
 
@@ -45,7 +47,7 @@ cpu_pieces=1
 if ((gpu_count > 0)) && ! timeout 10 python3 -c 'import urllib.request; urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=8)' 2>/dev/null; then
   cpu_pieces=0
   say "GPU runner without a package index (pypi.org unreachable): installing what the matrix needs only;"
-  say "skipped: nginx, chromium, $VENV, the engine tier's release overlays and BuildGrid (CPU tests only)"
+  say "skipped: nginx, chromium, $VENV, $NPM_TOOLS, the engine tier's release overlays and BuildGrid (CPU tests only)"
 fi
 
 missing=()
@@ -53,6 +55,7 @@ command -v bazel >/dev/null || missing+=(bazel-bootstrap)
 if ((cpu_pieces)); then
   [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
   command -v chromium >/dev/null || missing+=(chromium)  # //tools/report:browser_test draws the report
+  command -v npm >/dev/null || missing+=(npm)  # buildifier, from npm's registry (third_party/npm)
   [[ -x /usr/bin/python3 ]] || missing+=(python3)
   /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 fi
@@ -86,6 +89,19 @@ if ((cpu_pieces)); then
     fi
   else
     say "$VENV is current (lock sha256 ${lock_sha:0:16})"
+  fi
+
+  # buildifier for //tools/lint: @bazel/buildifier carries its binaries in the package (no install
+  # script downloads anything), pinned with its integrity hash in third_party/npm/package-lock.json.
+  npm_sha=$(cat third_party/npm/package.json third_party/npm/package-lock.json | sha256sum | cut -d' ' -f1)
+  if [[ "$(cat "$NPM_TOOLS/.lock-sha256" 2>/dev/null)" != "$npm_sha" ]]; then
+    say "installing $NPM_TOOLS from third_party/npm (sha256 ${npm_sha:0:16})"
+    rm -rf "$NPM_TOOLS" && mkdir -p "$NPM_TOOLS" && cp third_party/npm/package.json third_party/npm/package-lock.json "$NPM_TOOLS/"
+    if (cd "$NPM_TOOLS" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error); then
+      echo "$npm_sha" > "$NPM_TOOLS/.lock-sha256"
+    else
+      optional "could not install $NPM_TOOLS with npm ci (is registry.npmjs.org reachable?)"
+    fi
   fi
 
   # BuildGrid and PostgreSQL for the remote-execution test (its own hashed lock and venv).

@@ -1,10 +1,14 @@
 """Fixtures of the sleep/wake suite: the matrix cell, one vLLM server per test class, its golden output.
 
-The launcher is imported inside the fixtures, so the CPU unit tests in this package never need it.
-The server class comes from the module named by SLEEPWAKE_SERVER_MODULE (default tools.launcher.server):
-the fake tier names tests.sleep_wake.fakes.fake_server there, which has the same public surface.
+The cell is read from the environment once per test process (lib/cells.py: the launcher's own
+ServerConfig.from_env), and every server of the cell starts from a copy of that configuration.
+The server class comes from the module named by SLEEPWAKE_SERVER_MODULE (default tools.launcher.server,
+lib/servers.py): the fake tier names tests.sleep_wake.fakes.fake_server there; both implement the
+interface the fixtures use (tools/launcher/interface.py). The launcher's server is imported only when
+a server starts, so the CPU unit tests in this package never need vLLM's.
 """
 
+import functools
 import os
 import re
 import time
@@ -16,19 +20,27 @@ from tests.sleep_wake.lib import cells, expect, liveness, measure, metrics, orac
 from tests.sleep_wake.lib.client import SleepWakeClient, client_of
 from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
 from tests.sleep_wake.lib.prompts import PROMPTS
+from tools.launcher.errors import ConfigError
+from tools.launcher.interface import Server
+
+
+@functools.lru_cache(maxsize=1)
+def _cell() -> cells.CellSpec | str:
+    """The cell of this test process, or why the environment configures none."""
+    try:
+        return cells.cell_from_env()
+    except ConfigError as e:
+        return str(e)
 
 
 def pytest_generate_tests(metafunc):
     """Every test needing the cell (directly or through `server`) gets the id suffix [MRV1-eager]."""
     if "cell" not in metafunc.fixturenames:
         return
-    try:
-        spec = cells.cell_from_env()
-        param, ident = spec, spec.id
-    except cells.CellConfigError as e:
-        # Collection still works; every test of the cell then fails with the reason.
-        param, ident = str(e), "unconfigured"
-    metafunc.parametrize("cell", [param], ids=[ident], indirect=True, scope="session")
+    cell = _cell()
+    # Collection still works unconfigured; every test of the cell then fails with the reason.
+    ident = "unconfigured" if isinstance(cell, str) else cell.id
+    metafunc.parametrize("cell", [cell], ids=[ident], indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +52,8 @@ def cell(request) -> cells.CellSpec:
 
 @pytest.fixture(scope="session")
 def recorder() -> measure.Recorder:
-    try:
-        cell_id = cells.cell_from_env().id
-    except cells.CellConfigError:
-        cell_id = None
-    return measure.Recorder(cell_id=cell_id)
+    cell = _cell()
+    return measure.Recorder(cell_id=None if isinstance(cell, str) else cell.id)
 
 
 def _log_dir(name: str) -> str:
@@ -60,16 +69,11 @@ def _server_class():
         pytest.fail(str(e), pytrace=False)
 
 
-def _start_server(name: str, cell, recorder, nodeid: str):
-    """A started VllmServer context (caller exits it) with its start-up time recorded."""
-    from tools.launcher.config import ServerConfig
-
+def _start_server(name: str, cell: cells.CellSpec, recorder, nodeid: str) -> tuple[Server, Server]:
+    """A started server's context (caller exits it) and the server, with its start-up time recorded."""
     VllmServer = _server_class()
-    config = ServerConfig.from_env(_log_dir(name))
+    config = cell.server_config(_log_dir(name))
     config.health_poll_s = thresholds.get("health_poll_s")
-    if (config.runner, config.execution_mode) != (cell.runner, cell.mode):
-        pytest.fail(f"ServerConfig.from_env built runner={config.runner} mode={config.execution_mode} "
-                    f"but the cell is {cell.id}: the environment is inconsistent")
     context = VllmServer(config, lease=True)
     start, start_cpu = time.monotonic(), time.process_time()
     server = context.__enter__()
@@ -85,7 +89,7 @@ def _start_server(name: str, cell, recorder, nodeid: str):
     # Whether it is still live decides, after an oracle fails, if that failure is a verdict (oracle's hook).
     liveness.watch(server.url, thresholds.get("request_completion_s_max"))
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
-    recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command),
+    recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command or ()),
                     log=server.log_path, vllm_identity=identity, vllm_version=served,
                     start_mode=server.start_mode, launcher_cpu_s=round(_LAUNCHER_CPU_S[-1], 3))
     return context, server
@@ -93,7 +97,7 @@ def _start_server(name: str, cell, recorder, nodeid: str):
 
 # The test process's CPU seconds in each of its servers' starts (the launcher's lease, zygote request and
 # /health polls), for test_process_cpu.
-_LAUNCHER_CPU_S = []
+_LAUNCHER_CPU_S: list[float] = []
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -61,7 +61,8 @@ class TestAbortDuringParallelSampling:
                      "an end")
         if result.error is not None:
             oracle.holds("requests.clean_end", result.error.startswith("error event"),
-                         f"[{ISSUE}] how the n={N} stream ended", result.error, "finish reasons or an abort error event")
+                         f"[{ISSUE}] how the n={N} stream ended", result.error,
+                         "finish reasons or an abort error event")
         ends = [(r, len(t)) for r, t in zip(result.finish_reasons, result.token_ids)]
         # Aborted: finish_reason abort, or none for a choice that streamed nothing (vLLM skips its empty
         # chunks: openai/completion/serving.py, "not delta_token_ids and not previous_num_tokens[i]") or

@@ -98,8 +98,8 @@ class TestHostMemory:
         with oracle.together():
             for state, values in series.items():
                 oracle.bounded(recorder, "host_bytes.leak_per_cycle", measure.median_increment(values[1:]),
-                               cell.id, f"[{ISSUE}] median growth per cycle of {state} allocated host bytes over cycles "
-                               f"2..{CYCLES}: {values}")
+                               cell.id, f"[{ISSUE}] median growth per cycle of {state} allocated host bytes"
+                               f" over cycles 2..{CYCLES}: {values}")
             for state, values in series.items():
                 oracle.bounded(recorder, "host_bytes.cycle_spread", measure.spread(values[1:]), cell.id,
                                f"[{ISSUE}] max - min of {state} allocated host bytes over cycles 2..{CYCLES}: {values}")

@@ -5,8 +5,8 @@ restore that lands after the response fails instead of being waited for.
 
 The reading: the device's used bytes (NVML nvmlDeviceGetMemoryInfo, VllmServer.device_used_bytes), taken
 inside the GPU's exclusive memory phase (client.sleep_window(exclusive=True)), where no neighbour on the GPU may
-start, wake, reload, sleep or stop. It is current as soon as the driver unmaps or maps (it is the figure vLLM 0.26.0's own
-sleep check reads: gpu_worker.py Worker.sleep, torch.accelerator.get_memory_info before and after), while
+start, wake, reload, sleep or stop. It is current as soon as the driver unmaps or maps (it is the figure vLLM
+0.26.0's own sleep check reads: gpu_worker.py Worker.sleep, torch.accelerator.get_memory_info before and after), while
 NVML's per-process figure, which test_physical_memory settles on, has been seen stale under load. vLLM's
 "Sleep mode freed" log line is recorded beside it as a cross-check only: it is the code under test
 reporting on itself.

@@ -271,8 +271,8 @@ def cpu_by_thread_text(groups: list[dict], top: int = 8) -> str:
     if not groups:
         return "CPU by thread: unknown (the servers recorded none)"
     return "CPU by thread: " + "; ".join(
-        f"{g['name']} {g['cpu_s']:.0f} CPU-s ({100 * g['share']:.0f}%, {g['threads']} threads in {g['servers']} servers)"
-        for g in groups[:top])
+        f"{g['name']} {g['cpu_s']:.0f} CPU-s ({100 * g['share']:.0f}%, {g['threads']} threads in"
+        f" {g['servers']} servers)" for g in groups[:top])
 
 
 def tests_cpu(units: list[dict], cores: int) -> dict | None:
@@ -338,13 +338,15 @@ def text(breakdown: dict) -> str:
     short = {"lease_wait_s": "slot waits", "start_s": "starts", "memory_phase_wait_s": "memory-phase waits",
              "stop_s": "stops", "rest_s": "own work"}
     lines = [f"cell time: {breakdown['cells']} GPU units (cells, or shards of one), {breakdown['cell_seconds']:.0f}"
-             " cell-seconds: " + ", ".join(f"{label} {phases[k]['cell_seconds']:.0f} s ({100 * phases[k]['share']:.0f}%)"
-                                          for k, label in short.items())]
+             " cell-seconds: " + ", ".join(
+                 f"{label} {phases[k]['cell_seconds']:.0f} s ({100 * phases[k]['share']:.0f}%)"
+                 for k, label in short.items())]
     lines.append("  longest: " + ", ".join(f"{u} {s:.0f} s" for u, s in breakdown["longest_units"]))
     for name, c in sorted(breakdown["by_class"].items(), key=lambda kv: -kv[1]["longest_unit_s"]):
         lines.append(f"  {name}: {c['units']} units, {c['cell_seconds']:.0f} s = starts {c['start_s']:.0f}"
                      f" ({c['servers']} servers) + waits {c['memory_phase_wait_s']:.0f} + stops {c['stop_s']:.0f}"
-                     f" + slot waits {c['lease_wait_s']:.0f} + own {c['rest_s']:.0f}; longest {c['longest_unit_s']:.0f} s")
+                     f" + slot waits {c['lease_wait_s']:.0f} + own {c['rest_s']:.0f};"
+                     f" longest {c['longest_unit_s']:.0f} s")
     return "\n".join(lines)
 
 

@@ -101,8 +101,10 @@ def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_f
     _unit(tmp_path, "a_mrv1_eager", 40.0,
           _timing("zygote", lease_wait_s=10.0, start_s=6.0, memory_phase_wait_s=4.0, stop_s=1.0),
           _timing("zygote", start_s=7.0, stop_s=1.0))  # a second server of cell a
-    _unit(tmp_path, "b_mrv2_graph/shard_1_of_2", 35.0, _timing("plain", start_s=7.0, memory_phase_wait_s=10.0, stop_s=1.0))
-    _unit(tmp_path, "b_mrv2_graph/shard_2_of_2", 25.0, _timing("plain", start_s=8.0, memory_phase_wait_s=10.0, stop_s=1.0))
+    _unit(tmp_path, "b_mrv2_graph/shard_1_of_2", 35.0,
+          _timing("plain", start_s=7.0, memory_phase_wait_s=10.0, stop_s=1.0))
+    _unit(tmp_path, "b_mrv2_graph/shard_2_of_2", 25.0,
+          _timing("plain", start_s=8.0, memory_phase_wait_s=10.0, stop_s=1.0))
     _unit(tmp_path, "a_fake_mrv1_eager", 3.0, _timing("fake", start_s=0.1))
     units = bazel_runs.test_units(str(tmp_path))
     breakdown = bazel_runs.cell_breakdown(units, elapsed_s=50.0)
@@ -120,7 +122,8 @@ def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_f
     assert breakdown["longest_units"][0] == ["a_mrv1_eager", 40.0]
     text = bazel_runs.text(breakdown)
     assert "cell time: 3 GPU units (cells, or shards of one), 100 cell-seconds" in text
-    assert "  b: 2 units, 60 s = starts 15 (2 servers) + waits 20 + stops 2 + slot waits 0 + own 23; longest 35 s" in text
+    assert ("  b: 2 units, 60 s = starts 15 (2 servers) + waits 20 + stops 2 + slot waits 0 + own 23;"
+            " longest 35 s") in text
     assert bazel_runs.cell_breakdown(units[:1], 50.0) == {"cells": 0}  # the fake cell only
 
 

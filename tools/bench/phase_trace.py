@@ -26,8 +26,16 @@ import json
 import os
 import sys
 
-from tools.launcher.gpu_lease import (ALLOCATE, EXCLUDED_BY, FREE, KEPT_OUT_BY_WAITING, KINDS, START_STEP,
-                                      passes_waiting_free, role)
+from tools.launcher.gpu_lease import (
+    ALLOCATE,
+    EXCLUDED_BY,
+    FREE,
+    KEPT_OUT_BY_WAITING,
+    KINDS,
+    START_STEP,
+    passes_waiting_free,
+    role,
+)
 
 POLL = "poll"  # nothing kept the wait out: the poll's latency, or a holder the trace does not have
 

@@ -20,8 +20,9 @@ def test_each_instant_of_a_wait_goes_to_what_kept_it_out(tmp_path):
         (ALLOCATE, "start:load_model", 0.0, 0.0, 2.0),  # a long start step
         (ALLOCATE, "reload", 0.5, 0.5, 1.5),  # beside it until 1.5: the two share the sleep's wait then
         (FREE, "sleep", 1.0, 2.0, 2.1),  # a sleep waits for it from 1.0 to 2.0 ...
-        (ALLOCATE, "start:init_device", 1.5, 2.2, 2.3),  # ... and keeps this start step out 1.5-2.0
-        #                          (allocations overlap: the start step is no cause), then holds 2.0-2.1, then a poll
+        # ... and keeps this start step out 1.5-2.0 (allocations overlap: the start step is no cause),
+        # then holds 2.0-2.1, then a poll:
+        (ALLOCATE, "start:init_device", 1.5, 2.2, 2.3),
         (RELEASE, "teardown", 1.5, 1.5, 1.6),  # overlaps everything but an exclusive window: no wait
         (EXCLUSIVE, "window", 3.0, 3.5, 4.0),  # kept out by the teardown below
         (RELEASE, "teardown", 3.0, 3.0, 3.5),
@@ -62,9 +63,9 @@ def test_a_held_phase_writes_its_trace_line_and_the_reader_reads_it(tmp_path, ca
         pass
     with gpu_lease.memory_phase_at(str(lock), ALLOCATE, timeout_s=1):
         pass
-    lines = [json.loads(l) for l in (tmp_path / "gpu0.memory.trace.jsonl").read_text().splitlines()]
-    assert [(l["kind"], l["what"]) for l in lines] == [(FREE, "sleep"), (ALLOCATE, ALLOCATE)]
-    assert all(l["asked"] <= l["entered"] <= l["left"] for l in lines)
+    entries = [json.loads(line) for line in (tmp_path / "gpu0.memory.trace.jsonl").read_text().splitlines()]
+    assert [(e["kind"], e["what"]) for e in entries] == [(FREE, "sleep"), (ALLOCATE, ALLOCATE)]
+    assert all(e["asked"] <= e["entered"] <= e["left"] for e in entries)
     [(name, summary)] = phase_trace.summaries(str(tmp_path)).items()  # the bench's JSON
     assert name == "gpu0.memory.trace.jsonl" and summary["phases"] == 2 and json.dumps(summary)
     assert phase_trace.main([str(tmp_path)]) == 0

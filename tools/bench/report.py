@@ -96,8 +96,9 @@ def markdown(result: dict) -> str:
                           breakdown.get("mean_cells_in_flight", "?"), _seconds(matrix.get("critical_path_s"))), "",
                       "| phase | cell-seconds | share | median cell |", "|---|---|---|---|"]
             for phase in breakdown["phases"]:
-                lines.append("| %s | %.0f | %.0f%% | %s |" % (phase["what"], phase["cell_seconds"],
-                                                            100 * (phase["share"] or 0), _seconds(phase["median_cell_s"])))
+                lines.append("| %s | %.0f | %.0f%% | %s |" % (
+                    phase["what"], phase["cell_seconds"], 100 * (phase["share"] or 0),
+                    _seconds(phase["median_cell_s"])))
             by_class = breakdown.get("by_class") or {}
             if by_class:
                 lines += ["", "| class | units | cell-seconds | starts (servers) | memory-phase waits | own work |"

@@ -14,13 +14,15 @@ def _log(start_line, launched=LAUNCHED, healthy=LAUNCHED + 9.5):
         "# argv: [\"/usr/bin/python3\", \"-m\", \"vllm.entrypoints.openai.api_server\"]",
         start_line,
         "[sleepwake supervisor 21256] forked by zygote 20455 (key k): the server skips importing vllm",
-        "(APIServer pid=21257) INFO 11-30 21:04:41 [api_utils.py:325] vLLM server version 0.26.0, serving model m",
+        "(APIServer pid=21257) INFO 11-30 21:04:41 [api_utils.py:325] vLLM server version 0.26.0,"
+        " serving model m",
         "(APIServer pid=21257) INFO 11-30 21:04:41 [api_utils.py:273] non-default args: {'model': 'm'}",
-        "(EngineCore pid=21300) INFO 11-30 21:04:43 [core.py:117] Initializing a V1 LLM engine (v0.26.0) with config: x",
-        "(EngineCore pid=21300) INFO 11-30 21:04:45 [gpu_model_runner.py:5348] Model loading took 0.46 GiB memory"
-        " and 0.612345 seconds",
-        "(EngineCore pid=21300) INFO 11-30 21:04:47 [core.py:348] init engine (profile, create kv cache, warmup"
-        " model) took 3.91 s",
+        "(EngineCore pid=21300) INFO 11-30 21:04:43 [core.py:117] Initializing a V1 LLM engine"
+        " (v0.26.0) with config: x",
+        "(EngineCore pid=21300) INFO 11-30 21:04:45 [gpu_model_runner.py:5348] Model loading took"
+        " 0.46 GiB memory and 0.612345 seconds",
+        "(EngineCore pid=21300) INFO 11-30 21:04:47 [core.py:348] init engine (profile, create kv cache,"
+        " warmup model) took 3.91 s",
         "(APIServer pid=21257) INFO 11-30 21:04:49 [api_server.py:677] Starting vLLM server on http://127.0.0.1:1",
         "(APIServer pid=21257) INFO:     Application startup complete.",
         "%s %.3f" % (HEALTHY_MARK, healthy),

@@ -1,7 +1,8 @@
 """The pins another vLLM release needs on top of the CPU venv, for the engine tier on that release.
 
-    python3 -m tools.deps.version_overlay third_party/python/requirements.lock /tmp/full-0.25.0.lock > /tmp/overlay.txt
-    python3 -m tools.deps.add_hashes /tmp/overlay.txt >> third_party/python/vllm-0.25.0.overlay.lock   (after its header)
+    python3 -m tools.deps.version_overlay third_party/python/requirements.lock /tmp/full-0.25.0.lock \
+        > /tmp/overlay.txt
+    python3 -m tools.deps.add_hashes /tmp/overlay.txt >> third_party/python/vllm-0.25.0.overlay.lock  # after its header
 
 /tmp/full-<v>.lock is pip-compile's lock of requirements.in with the vllm pin changed to <v>. The
 overlay is every pin that differs from requirements.lock, less the GPU kernel packages: the engine

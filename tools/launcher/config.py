@@ -10,7 +10,6 @@ import sys
 
 from tools.launcher.errors import ConfigError, VllmNotFoundError
 from tools.launcher.phase_plugin import sleepwake_cpu_use as cpu_use_plugin
-
 from tools.matrix import EXECUTION_MODES, RUNNERS  # mode -> its vLLM flags; runner -> its env value
 
 MP_METHODS = ("fork", "spawn")
@@ -159,7 +158,7 @@ class ServerConfig:
     health_poll_s: float = _setting(0.05, "Seconds between GET /health polls while the server starts.")
 
     @classmethod
-    def from_env(cls, log_dir: str | None = None, environ=None, **overrides) -> "ServerConfig":
+    def from_env(cls, log_dir: str | None = None, environ=None, **overrides) -> ServerConfig:
         """The configuration from SLEEPWAKE_<NAME> variables (a GPU cell's, which the matrix macro sets),
         then `overrides` (a command line's); ConfigError names a variable that does not parse."""
         env = os.environ if environ is None else environ
@@ -199,12 +198,14 @@ def env_name(field_name: str) -> str:
 
 
 def default_of(f: dataclasses.Field):
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+    factory = f.default_factory
+    return f.default if factory is dataclasses.MISSING else factory()
 
 
 def _parse(name: str, text: str, f: dataclasses.Field):
     """The value of variable `name` for setting f, typed as its default; ConfigError if it does not parse."""
     default = default_of(f)
+    value: object
     try:
         if isinstance(default, bool):
             if text.lower() not in ("1", "0", "true", "false", "yes", "no"):

@@ -216,7 +216,7 @@ def _try_enter(fd: int, kind: str, what: str = "") -> bool:
     return False
 
 
-def start_step_inside(lease: "Lease | None") -> bool:
+def start_step_inside(lease: Lease | None) -> bool:
     """Whether a GPU neighbour's worker is in one of its start steps now (it holds ALLOCATE with
     _START_STEP_INSIDE). A latency sample taken meanwhile shares the GPU's copy engines and driver with a
     weight load, a profile run or a graph capture, and a wake beside one is several times slower

@@ -175,7 +175,7 @@ def _add(totals: dict, key: str, seconds: float, threads: int) -> None:
 
 def reap_exited() -> list[tuple[int, int]]:
     """(pid, wait status) of every child of this process that has exited, reaped without blocking."""
-    out = []
+    out: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

@@ -27,16 +27,29 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, TYPE_CHECKING, Any
 
+from tools import matrix
 from tools.launcher import gpu_lease, ports, process_tree, zygote_client
-from tools.launcher.config import (ServerConfig, build_command, build_env, check_importable,
-                                   env_diff, preload_modules, resolve_model, validate)
-from tools.launcher.config import cpu_use_env as _cpu_use_env  # private: the fake server mirrors the public names
-from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError  # noqa: F401 (API)
+from tools.launcher.config import (
+    ServerConfig,
+    build_command,
+    build_env,
+    check_importable,
+    cpu_use_env,
+    env_diff,
+    preload_modules,
+    resolve_model,
+    validate,
+)
+from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError
 from tools.launcher.nvml import Nvml
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.timings import ServerTimings
-from tools import matrix as _spec  # private: the fake server mirrors this module's public names
+
+if TYPE_CHECKING:
+    from tools.launcher.interface import Server, ServerFactory
 
 log = logging.getLogger("sleepwake.launcher")
 
@@ -44,7 +57,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 # On the server's PYTHONPATH for memory_phase_scope steps: vLLM finds the plugin through its dist-info.
 _PHASE_PLUGIN_DIR = os.path.dirname(os.path.abspath(phase_plugin.__file__))
 LOG_TAIL_LINES = 50
-V2_MARKER = _spec.LOG_MARKER_V2  # logged by vLLM 0.26.0's gpu_worker.py only when it builds MRV2
+V2_MARKER = matrix.LOG_MARKER_V2  # logged by vLLM 0.26.0's gpu_worker.py only when it builds MRV2
 # The log header's launch time and the line appended once /health answered (epoch seconds), which
 # tools/bench reads for its per-phase breakdown of a start.
 LAUNCH_MARK = "launched at"
@@ -55,7 +68,7 @@ _MIB = 1 << 20
 def check_runner(runner: str, log_text: str) -> None:
     """Raises ServerStartError unless the log shows that vLLM built the runner asked for (the spec's
     VLLM_USE_V2_MODEL_RUNNER value says whether it is the V2 runner, whose build the log marks)."""
-    want_v2, built_v2 = _spec.RUNNERS[runner] == "1", V2_MARKER in log_text
+    want_v2, built_v2 = matrix.RUNNERS[runner] == "1", V2_MARKER in log_text
     name = runner.upper()
     if want_v2 and not built_v2:
         raise ServerStartError(
@@ -80,16 +93,21 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(read_log(path).splitlines()[-lines:])
 
 
-def wait_for_release(nvml, pids, device_index: int, baseline: int | None, tolerance: int, timeout_s: float,
-                     poll_s: float = 0.25) -> None:
+def wait_for_release(nvml: Any, pids: list[int], device_index: int, baseline: int | None, tolerance: int,
+                     timeout_s: float, poll_s: float = 0.25) -> None:
     """Waits until NVML lists none of pids and, when baseline is given (an exclusive lease), the
     device's used memory is within tolerance of it; raises ServerReleaseError with the numbers."""
     deadline = time.monotonic() + timeout_s
     while True:
         procs = nvml.processes()
         listed = {pid: procs[pid] for pid in pids if pid in procs}
-        used = nvml.device_used_bytes(device_index) if baseline is not None else None
-        over = used is not None and used > baseline + tolerance
+        over = ""  # how the device's used memory exceeds the baseline, if it does
+        if baseline is not None:
+            used = nvml.device_used_bytes(device_index)
+            if used > baseline + tolerance:
+                over = ("device %d uses %.0f MiB vs %.0f MiB before the server started (tolerance %.0f MiB,"
+                        " %.0f MiB over)" % (device_index, used / _MIB, baseline / _MIB, tolerance / _MIB,
+                                              (used - baseline - tolerance) / _MIB))
         if not listed and not over:
             return
         if time.monotonic() >= deadline:
@@ -98,9 +116,7 @@ def wait_for_release(nvml, pids, device_index: int, baseline: int | None, tolera
                 problems.append("NVML still lists server PIDs %s (MiB: %s)" % (
                     sorted(listed), {pid: round(b / _MIB) for pid, b in listed.items()}))
             if over:
-                problems.append("device %d uses %.0f MiB vs %.0f MiB before the server started (tolerance %.0f"
-                                " MiB, %.0f MiB over)" % (device_index, used / _MIB, baseline / _MIB,
-                                                          tolerance / _MIB, (used - baseline - tolerance) / _MIB))
+                problems.append(over)
             raise ServerReleaseError(
                 "GPU memory not released %.0f s after the server stopped: %s. Find the holder with"
                 " nvidia-smi and end it; until then the next cell on this GPU measures wrong numbers."
@@ -124,36 +140,40 @@ class VllmServer:
     """One vLLM server. command_factory(config, port) -> argv replaces vLLM's command (tests use a fake
     server with it; the vLLM-importable check runs only for the real command); nvml replaces NVML."""
 
-    def __init__(self, config: ServerConfig, lease: bool = False, *, nvml=None, command_factory=None,
-                 environ=None):
+    def __init__(self, config: ServerConfig, lease: bool = False, *, nvml: Any = None,
+                 command_factory: Callable[[ServerConfig, int], list[str]] | None = None,
+                 environ: Mapping[str, str] | None = None):
         self.config = config
-        self.lease = None  # gpu_lease.Lease once taken
-        self.port = None
-        self.command = None
-        self.log_path = None
-        self.env = None
+        self.lease: gpu_lease.Lease | None = None  # once taken
+        self.port = 0  # until started; a restart of a server that never started picks a fresh one too
+        self.command: list[str] | None = None
+        self.log_path = ""  # the current launch's log, once launched
+        self.env: dict[str, str] | None = None
         self._want_lease = lease
-        self._nvml = nvml
+        self._nvml = nvml  # Nvml, or a test's stand-in with its methods; made at the first start
         self._factory = command_factory
         self._environ = dict(os.environ if environ is None else environ)
-        self._sup = None  # the supervisor: a subprocess.Popen, or a zygote_client.ForeignProcess
-        self.start_mode = None  # "zygote" or "plain", once launched
+        # The supervisor: a subprocess.Popen, or a zygote_client.ForeignProcess, which has the members
+        # of Popen used here.
+        self._sup: Any = None
+        self.start_mode: str | None = None  # "zygote" or "plain", once launched
         self.timings = ServerTimings()  # accumulated over restarts; the fixtures record it at stop
-        self._cpu_at_ready = None  # the tree's CPU seconds when it answered /health (timings.serve_cpu_s)
+        self._cpu_at_ready: float | None = None  # the tree's CPU seconds at /health (timings.serve_cpu_s)
         self._device_index = 0
-        self._baseline = None
+        self._baseline: int | None = None
         self._prepared = False
-        self._cover_path = None  # the cover file of a worker that brackets its own calls (brackets_calls)
+        self._log_dir = ""
+        self._cover_path: str | None = None  # the cover file of a worker that brackets its own calls
 
     @property
     def url(self) -> str:
         return ports.url(self.config.host, self.port)
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> VllmServer:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def start(self) -> None:
@@ -202,7 +222,7 @@ class VllmServer:
         return self._nvml.device_used_bytes(self._device_index)
 
     @contextlib.contextmanager
-    def memory_phase(self, kind: str, what: str = ""):
+    def memory_phase(self, kind: str, what: str = "") -> Iterator[float]:
         """Context manager ordering this server's memory phases against its GPU neighbours'
         (gpu_lease.memory_phase, kind gpu_lease.ALLOCATE, FREE, RELEASE or EXCLUSIVE; what: the call, for
         the GPU's phase trace). Yields the seconds it waited, which timings adds up."""
@@ -248,7 +268,7 @@ class VllmServer:
                     phase_plugin.ENV_LOCK: gpu_lease.memory_lock_path(self.lease),
                     phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
                     phase_plugin.ENV_COVER: self._cover_path})
-        if self._cover_path is not None or _cpu_use_env(cfg):  # either plugin has something to do
+        if self._cover_path is not None or cpu_use_env(cfg):  # either plugin has something to do
             self.env["PYTHONPATH"] = os.pathsep.join(p for p in (_PHASE_PLUGIN_DIR, self.env.get("PYTHONPATH")) if p)
         self._device_index = int(self.lease.gpu if self.lease else gpus[0])
         self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
@@ -271,7 +291,8 @@ class VllmServer:
             begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait
             for _ in range(cfg.port_retries + 1):
                 reservation = None if port else ports.Reservation(cfg.host)
-                port = port or reservation.port
+                if reservation is not None:
+                    port = reservation.port
                 try:
                     self._launch(port)
                     healthy = self._wait_healthy()
@@ -331,7 +352,7 @@ class VllmServer:
                        " last bracketed step (%s), over unbracketed_bytes_max %d MiB: memory moved outside"
                        " the steps, where a neighbour's sleep could see it" % (
                            held // _MIB, (held - last) // _MIB, names[-1], self.config.unbracketed_bytes_max // _MIB))
-        if problem:
+        if problem or last is None:  # (a None last has its problem above)
             self._stop_server(check_release=False)
             raise ServerStartError("memory_phase_scope steps: %s. Run with SLEEPWAKE_MEMORY_PHASE_SCOPE=start"
                                    " (the launcher holds the phase for the whole start). Log: %s"
@@ -375,7 +396,7 @@ class VllmServer:
             raise ServerStartError("the supervisor did not start the server; last log lines of %s:\n%s"
                                    % (self.log_path, log_tail(self.log_path)))
 
-    def _plain_supervisor(self, log_file) -> subprocess.Popen:
+    def _plain_supervisor(self, log_file: IO[bytes]) -> subprocess.Popen:
         sup_env = dict(self._environ)
         sup_env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, sup_env.get("PYTHONPATH")) if p)
         # The supervisor inherits the lease's lock: the slot stays taken until the tree is gone,
@@ -384,7 +405,7 @@ class VllmServer:
                                 stdout=subprocess.PIPE, stderr=log_file, env=sup_env,
                                 pass_fds=(self.lease.fd,) if self.lease else ())
 
-    def _zygote_supervisor(self, spec: dict, log_file):
+    def _zygote_supervisor(self, spec: dict, log_file: IO[bytes]) -> zygote_client.ForeignProcess | None:
         """The supervisor forked by the zygote for this server's key, or None (start_mode auto) when
         the zygote cannot be used; the reason goes to the launcher's log and the server log."""
         cfg = self.config
@@ -551,3 +572,8 @@ def _install_handlers() -> None:
     # Only where nobody else handles SIGTERM (and only the main thread may install handlers).
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+if TYPE_CHECKING:  # the interface the suite makes and uses its servers through; mypy (//tools/lint:types_test)
+    _factory: ServerFactory = VllmServer
+    _server: Server = VllmServer(ServerConfig())

@@ -86,7 +86,7 @@ def query_gpus() -> list[Gpu]:
     try:
         result = subprocess.run(QUERY, capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
-        raise GpuUnavailableError("nvidia-smi is not installed, so this host has no usable NVIDIA GPU")
+        raise GpuUnavailableError("nvidia-smi is not installed, so this host has no usable NVIDIA GPU") from None
     if result.returncode != 0:
         raise GpuUnavailableError("nvidia-smi failed (exit %d: %s)" % (
             result.returncode, (result.stderr or result.stdout).strip().splitlines()[-1:]))

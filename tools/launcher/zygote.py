@@ -53,6 +53,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
+from types import FrameType
 
 from tools.launcher import process_tree, supervisor, unix_socket, zygote_env
 
@@ -70,7 +72,7 @@ _PLUMBING = ("os", "_collections_abc", "posixpath", "genericpath")
 
 
 def _caller() -> str:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and (os.path.basename(frame.f_code.co_filename)[:-3] in _PLUMBING
                                  or frame.f_code.co_filename.strip("<>").split(" ")[-1] in _PLUMBING):
         frame = frame.f_back
@@ -85,7 +87,7 @@ class EnvReads:
         self.sites: dict[str, set] = {}
         self._bulk_sites: set = set()
 
-    def __enter__(self) -> "EnvReads":
+    def __enter__(self) -> EnvReads:
         # os._Environ defines both; get(), `in` and os.getenv() go through __getitem__.
         cls = type(os.environ)
         self._saved = (cls.__getitem__, cls.__iter__)
@@ -101,11 +103,11 @@ class EnvReads:
             reads._bulk_sites.add(_caller())
             return iterate(env)
 
-        cls.__getitem__, cls.__iter__ = __getitem__, __iter__
+        cls.__getitem__, cls.__iter__ = __getitem__, __iter__  # type: ignore[method-assign]  # the point
         return self
 
     def __exit__(self, *exc) -> None:
-        type(os.environ).__getitem__, type(os.environ).__iter__ = self._saved
+        type(os.environ).__getitem__, type(os.environ).__iter__ = self._saved  # type: ignore[method-assign]
 
     def point_reads(self) -> dict[str, list[str]]:
         out = {name: sorted(sites - self._bulk_sites) for name, sites in self.sites.items()}
@@ -188,7 +190,7 @@ class Zygote:
     socket_path: str = ""
     supervisors: set = dataclasses.field(default_factory=set)  # PIDs of the supervisors it forked
     own_children: frozenset = frozenset()  # children the import itself left (not orphans)
-    cuda_initialized: object = cuda_initialized
+    cuda_initialized: Callable[[], bool] = cuda_initialized  # tests replace it
 
     def refusal(self, message: dict) -> Refusal | None:
         if message.get("key") != self.key:
@@ -225,7 +227,7 @@ class Zygote:
     def shadowed(self, spec: dict) -> list:
         """Modules already imported that the server's sys.path would find elsewhere first."""
         path = self.server_path(spec)
-        first = {}
+        first: dict[str, int] = {}
         for index, entry in enumerate(path):
             first.setdefault(entry, index)
         out = []
@@ -378,7 +380,7 @@ def _run_as_main(module: str) -> int:
         code = 1
     # What Py_FinalizeEx does first: join non-daemon threads, then run atexit handlers.
     try:
-        threading._shutdown()
+        threading._shutdown()  # type: ignore[attr-defined]  # CPython's own exit step, not in the stubs
     except Exception:
         traceback.print_exc()
     atexit._run_exitfuncs()

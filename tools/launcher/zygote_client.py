@@ -99,7 +99,8 @@ class ForeignProcess:
         self.pid = pid
         self.stdin = stdin
         self.stdout = stdout
-        self.returncode = None
+        self.returncode: int | None = None
+        self._pidfd: int | None
         try:
             self._pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -113,15 +114,17 @@ class ForeignProcess:
             os.close(self._pidfd)
             self._pidfd = None
 
-    def poll(self):
-        if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
+    # Running while it has a pidfd: _gone() closes it and sets the returncode.
+    def poll(self) -> int | None:
+        if self._pidfd is not None and select.select([self._pidfd], [], [], 0)[0]:
             self._gone()
         return self.returncode
 
-    def wait(self, timeout: float | None = None):
-        if self.returncode is None:
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self._pidfd is not None:
             if not select.select([self._pidfd], [], [], timeout)[0]:
-                raise subprocess.TimeoutExpired(["supervisor %d (forked by a zygote)" % self.pid], timeout)
+                # (only with a timeout: without one, select waits until the process is gone)
+                raise subprocess.TimeoutExpired(["supervisor %d (forked by a zygote)" % self.pid], timeout or 0.0)
             self._gone()
         return self.returncode
 
@@ -164,5 +167,5 @@ def start_supervisor(spec: dict, log_fd: int, lease_fd: int | None, *, lock_dir:
         if reply and not reply.get("stale"):
             raise ZygoteUnavailable("the zygote for key %s refused: %s" % (key, reply.get("error")))
         if reply:
-            problems.append(reply.get("error"))
+            problems.append(str(reply.get("error")))
     raise ZygoteUnavailable("the zygote for key %s went away %d times: %s" % (key, ATTEMPTS, "; ".join(problems)))

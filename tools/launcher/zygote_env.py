@@ -69,7 +69,8 @@ def is_per_server(name: str) -> bool:
 
 def split_env(env) -> tuple[dict, dict]:
     """(key variables, per-server variables) of a server environment."""
-    key, own = {}, {}
+    key: dict[str, str] = {}
+    own: dict[str, str] = {}
     for name, value in env.items():
         (own if is_per_server(name) else key)[name] = value
     return key, own

@@ -119,7 +119,7 @@ class Host:
             zygote = self.zygotes.get(key)
             if zygote is not None and zygote.serving():
                 return {"ok": True, "socket": zygote.socket, "pid": zygote.proc.pid, "started": False}
-            failed_at, failure = self.failures.get(key, (None, None))
+            failed_at, failure = self.failures.get(key, (None, {}))
             if failed_at is not None and time.monotonic() - failed_at < FAILURE_MEMORY_S:
                 return dict(failure, error="%s (the start %.0f s ago; not retried for %.0f s)" % (
                     failure["error"], time.monotonic() - failed_at, FAILURE_MEMORY_S))

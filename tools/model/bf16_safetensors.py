@@ -8,7 +8,8 @@ bf16 bit patterns (uint16) and go straight to disk.
 import json
 import math
 import struct
-from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,7 +20,7 @@ _ALIGNMENT = 8  # safetensors pads the JSON header with spaces to a multiple of 
 class Tensor(NamedTuple):
   """One tensor to write: its name, shape and a lazy iterable of uint16 bf16 chunks (C order)."""
   name: str
-  shape: Tuple[int, ...]
+  shape: tuple[int, ...]
   chunks: Iterable[np.ndarray]
 
 
@@ -43,7 +44,7 @@ def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
   return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
-def _header_bytes(tensors: Sequence[Tensor], metadata: Optional[Mapping[str, str]]) -> bytes:
+def _header_bytes(tensors: Sequence[Tensor], metadata: Mapping[str, str] | None) -> bytes:
   entries = {}
   offset = 0
   for tensor in tensors:
@@ -62,7 +63,7 @@ def _header_bytes(tensors: Sequence[Tensor], metadata: Optional[Mapping[str, str
 
 
 def write_bf16_safetensors(path: str, tensors: Sequence[Tensor],
-                           metadata: Optional[Mapping[str, str]] = None) -> int:
+                           metadata: Mapping[str, str] | None = None) -> int:
   """Writes `tensors` to `path` in order, consuming each tensor's chunks lazily.
 
   Returns the number of tensor data bytes written. Raises ValueError if a tensor's chunks do not add
@@ -90,7 +91,7 @@ def write_bf16_safetensors(path: str, tensors: Sequence[Tensor],
   return written
 
 
-def read_header(path: str) -> Tuple[dict, int]:
+def read_header(path: str) -> tuple[dict, int]:
   """Returns (header dict, byte offset where tensor data starts) of a .safetensors file."""
   with open(path, "rb") as f:
     (length,) = struct.unpack("<Q", f.read(8))

@@ -14,19 +14,17 @@ import math
 import os
 import sys
 import zlib
-from typing import Iterator, List
+from collections.abc import Iterator
 
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
 
 if not __package__:
   # Run as a plain script (python tools/model/make_synthetic_model.py): make the workspace root,
   # which holds the `tools` package, importable as it is under Bazel.
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tools.model import bf16_safetensors
-from tools.model import word_tokenizer
+from tools.model import bf16_safetensors, word_tokenizer
 
 # Special token ids, fixed by word_tokenizer.SPECIAL_TOKENS.
 UNK_ID, BOS_ID, EOS_ID, PAD_ID = 0, 1, 2, 3
@@ -227,7 +225,7 @@ def _lm_head_chunks(seed: int, shape: ModelShape, embedding_bits: np.ndarray,
     yield bf16_safetensors.float32_to_bf16_bits(rows).reshape(-1)
 
 
-def tensor_names_and_shapes(shape: ModelShape) -> List[tuple]:
+def tensor_names_and_shapes(shape: ModelShape) -> list[tuple]:
   """(name, shape) of every tensor, in file order, named as vLLM's Qwen3 loader expects."""
   h, i = shape.hidden_size, shape.intermediate_size
   q, kv = shape.num_attention_heads * shape.head_dim, shape.num_key_value_heads * shape.head_dim
@@ -252,7 +250,7 @@ def tensor_names_and_shapes(shape: ModelShape) -> List[tuple]:
 
 
 def _tensors(seed: int, shape: ModelShape, logit_std: float,
-             successor_gain: float) -> List[bf16_safetensors.Tensor]:
+             successor_gain: float) -> list[bf16_safetensors.Tensor]:
   # The embedding is needed twice (its own tensor and lm_head), so it is the one tensor held in
   # memory (as bf16 bits); everything else is generated while it is written.
   embedding_bits = np.concatenate(list(_uniform_bf16_chunks(

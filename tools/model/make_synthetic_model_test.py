@@ -184,7 +184,9 @@ def _rope(x, theta):
 
 def _reference_logits(path, shape, ids):
   """Float32 numpy forward pass of Qwen3 (vLLM's math) over the checkpoint; logits per position."""
-  weight = lambda name: bf16_safetensors.read_bf16_tensor(path, name)
+  def weight(name):
+    return bf16_safetensors.read_bf16_tensor(path, name)
+
   n, hd, eps = len(ids), shape.head_dim, shape.rms_norm_eps
   group = shape.num_attention_heads // shape.num_key_value_heads
   causal = np.triu(np.full((n, n), -np.inf), 1)

@@ -7,7 +7,6 @@ therefore decodes to text, which vLLM's detokenizer needs.
 
 import json
 import os
-from typing import Dict, List
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -74,7 +73,7 @@ CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }} : {{ messag
                  "{% endfor %}{% if add_generation_prompt %}assistant : {% endif %}")
 
 
-def vocabulary(vocab_size: int) -> Dict[str, int]:
+def vocabulary(vocab_size: int) -> dict[str, int]:
   """Token -> id for exactly `vocab_size` tokens (deterministic, no randomness involved)."""
   fixed = list(SPECIAL_TOKENS) + list(BASE_WORDS)
   if vocab_size < MIN_VOCAB_SIZE:
@@ -102,7 +101,7 @@ def _write_json(path: str, obj) -> None:
     f.write("\n")
 
 
-def write_tokenizer_files(out_dir: str, vocab_size: int, model_max_length: int) -> List[str]:
+def write_tokenizer_files(out_dir: str, vocab_size: int, model_max_length: int) -> list[str]:
   """Writes tokenizer.json, tokenizer_config.json and special_tokens_map.json; returns the paths."""
   tokenizer = build_tokenizer(vocab_size)
   if tokenizer.get_vocab_size(with_added_tokens=True) != vocab_size:

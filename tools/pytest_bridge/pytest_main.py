@@ -94,8 +94,8 @@ def _die_with_parent() -> None:
 
 def _run_session(record_path: str, current_test: str, argv: list[str]) -> int:
     # This process imports no pytest: the child alone pays for it.
-    child = subprocess.Popen([sys.executable, "-m", "tools.pytest_bridge.pytest_session", record_path, current_test] + argv,
-                             preexec_fn=_die_with_parent)
+    child = subprocess.Popen([sys.executable, "-m", "tools.pytest_bridge.pytest_session", record_path, current_test]
+                             + argv, preexec_fn=_die_with_parent)
 
     def forward(signum, frame):
         child.send_signal(signum)  # a no-op once the child has been reaped

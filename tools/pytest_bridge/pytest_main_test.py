@@ -285,8 +285,10 @@ class TestEndOfSession:
         code, output, _ = run_main(tmp_path, ["sample_functions.py"], extra_args=["-s"], PYTHONPATH=pythonpath)
         assert code == 0 and "sample_autoload_plugin" not in output, output
         assert "sample_autoload_plugin loaded" in subprocess.run(  # the same site, autoloading as pytest does
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", os.path.join(SAMPLES, "sample_functions.py")],
-            cwd=WORKSPACE, env=_env(tmp_path, PYTHONPATH=pythonpath), capture_output=True, text=True, timeout=120).stdout
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s",
+             os.path.join(SAMPLES, "sample_functions.py")],
+            cwd=WORKSPACE, env=_env(tmp_path, PYTHONPATH=pythonpath), capture_output=True, text=True,
+            timeout=120).stdout
 
     def test_run_sets_up_the_protocol_files_and_cleans_up(self, tmp_path):
         code, output, _ = run_main(tmp_path, ["sample_protocol.py"])
@@ -295,7 +297,8 @@ class TestEndOfSession:
 
     @pytest.mark.parametrize("sample,where", [
         ("sample_exits.py", "in tools/pytest_bridge/testdata/pytest_main/sample_exits.py::test_exits_the_process"),
-        ("sample_exits_in_fixture.py", "in tools/pytest_bridge/testdata/pytest_main/sample_exits_in_fixture.py::test_never_runs"),
+        ("sample_exits_in_fixture.py",
+         "in tools/pytest_bridge/testdata/pytest_main/sample_exits_in_fixture.py::test_never_runs"),
     ])
     def test_an_exit_before_pytest_finished_fails_whatever_the_exit_code(self, tmp_path, sample, where):
         code, output, _ = run_main(tmp_path, [sample])  # the process exits 0

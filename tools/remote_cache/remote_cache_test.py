@@ -77,7 +77,7 @@ def test_results_come_back_from_remote_cache_after_expunge(cache_url, probe_work
     try:
         first = run_bazel(probe_workspace, root, "test", *flags, *PROBE_TESTS)
         assert first.returncode == 0, f"first run failed:\n{first.stdout[-4000:]}"
-        puts = [l for l in access_log.read_text().splitlines() if '"PUT /ac/' in l]
+        puts = [line for line in access_log.read_text().splitlines() if '"PUT /ac/' in line]
         assert puts, f"the first run uploaded no action result to {url}:\n{first.stdout[-2000:]}"
 
         expunge = run_bazel(probe_workspace, root, "clean", "--expunge")

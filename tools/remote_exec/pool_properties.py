@@ -19,7 +19,7 @@ import importlib.metadata
 import shutil
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 # What the build digest covers: vLLM and the torch it runs on (their installed RECORDs list every file
 # with its hash, so a reinstall of another build changes it even under the same version).

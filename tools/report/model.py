@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from tools.matrix import (EXECUTION_MODES, FAKE_INFIX, RUNNERS, SHARD_COUNTS, SLEEP_WAKE_CLASSES, cell_id,
-                          split_name)
-from tools.results import mutation_table
+from tools.matrix import EXECUTION_MODES, FAKE_INFIX, RUNNERS, SHARD_COUNTS, SLEEP_WAKE_CLASSES, cell_id, split_name
 from tools.report import reading
+from tools.results import mutation_table
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 # States whose result proves nothing about this run. FLAGGED: those of cells this run ran; a stale

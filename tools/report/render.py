@@ -246,7 +246,8 @@ class Page:
             css = "ok" if w.complete else "bad"
             rows.append(f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.id)}</td>'
                         f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}</td>'
-                        f"<td>{w.walks}</td><td>{w.steps}</td><td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>")
+                        f"<td>{w.walks}</td><td>{w.steps}</td>"
+                        f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>")
         if not rows:
             return ""
         return ('<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '

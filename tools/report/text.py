@@ -33,7 +33,8 @@ def summary(run: model.Run) -> str:
     outcome = ", ".join(f"{sum(c.outcome == o for c in cases)} {o}" for o in ("passed", "failed", "skipped"))
     lines.append(f"GPU cells: {len(ran)} ({states or 'none ran'}); their test cases: {outcome}")
     if run.fake:
-        lines.append(f"fake tier: {len(run.fake)} ({', '.join(f'{s} {n}' for s, n in sorted(run.states(list(run.fake.values())).items()))})")
+        fake_states = sorted(run.states(list(run.fake.values())).items())
+        lines.append(f"fake tier: {len(run.fake)} ({', '.join(f'{s} {n}' for s, n in fake_states)})")
     for cell in run.failing():
         why = cell.note or "; ".join(f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}"
                                      for c in cell.failures[:3])
@@ -52,6 +53,8 @@ def summary(run: model.Run) -> str:
                      f"{w.shards}/{w.expected_shards} shards, {w.walks} walks, {w.steps} steps"
                      + (f"; unvisited: {', '.join(w.unvisited[:10])}" if w.unvisited else ""))
     if run.mutation:
-        lines.append("mutants: " + ("every mutant killed by its oracle, every control passed" if run.mutation.ok else "NOT GREEN (a mutant survived, errored or was not applied, a control failed or a row is missing)")
+        lines.append("mutants: " + ("every mutant killed by its oracle, every control passed" if run.mutation.ok
+                                    else "NOT GREEN (a mutant survived, errored or was not applied, a control "
+                                         "failed or a row is missing)")
                      + " (the page holds the table)")
     return "\n".join(lines) + "\n"

@@ -32,7 +32,8 @@ def summarize(invocation: testlogs.Invocation) -> tuple[collections.Counter, lis
     totals, reasons, unreadable = collections.Counter(), [], []
     for result in invocation.results:
         if result.xml is None or not os.path.exists(result.xml):
-            unreadable.append(f"{result.label} (shard {result.shard}, run {result.run}): {result.xml or 'no local test.xml'}")
+            unreadable.append(f"{result.label} (shard {result.shard}, run {result.run}):"
+                              f" {result.xml or 'no local test.xml'}")
             continue
         totals.update(testlogs.junit_outcomes(result.xml))
         reasons += [r for r in testlogs.skip_reasons(result.xml) if r not in reasons]

@@ -10,7 +10,7 @@ thread, as the engine core process runs it, for the HTTP tests.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
 from tests.engine.fakes.timeline import Timeline
@@ -65,7 +65,7 @@ class BackgroundLoop:
             self.error = e
             self.proc.output_queue.put_nowait(EngineCoreProc.ENGINE_CORE_DEAD)
 
-    def start(self) -> "BackgroundLoop":
+    def start(self) -> BackgroundLoop:
         self.proc.process_input_queue_block = True
         self._thread.start()
         return self

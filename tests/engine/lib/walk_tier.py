@@ -454,7 +454,9 @@ class EngineTier:
             response = self.server.post("/wake_up", params={"tags": list(tags)} if tags is not None else None)
         else:
             path = op.params[0]
-            body = {"method": "reload_weights", **({"kwargs": {"weights_path": self.checkpoints[path]}} if path else {})}
+            body = {"method": "reload_weights"}
+            if path is not None:
+                body["kwargs"] = {"weights_path": self.checkpoints[path]}
             response = self.server.post("/collective_rpc", json=body)
         self.server.settle()
         self._alive(f"walk {where}")

@@ -10,6 +10,7 @@ the size written to trip them.
 
 import dataclasses
 import os
+from collections.abc import Callable
 
 import sleepwake_mutants
 
@@ -27,6 +28,9 @@ class Switches(frozenset):
     """The defects a fake engine re-creates. The first time a switch that is on is consulted, the engine
     reached its defect's code: it logs the plugin's REACHED line, as a patched function's first call
     does in vLLM, so the verdict tells a defect no test went near (not applied) from a survivor."""
+
+    _log: Callable[[str], None]
+    _reached: bool
 
     def __new__(cls, names=(), log=None):
         switches = super().__new__(cls, names)

@@ -116,14 +116,15 @@ class FakeEngine:
         # without a path loads (vLLM's model_config.model).
         self.weights: str | None = checkpoint.digest
         self.model_path = checkpoint.path
-        self.host_copy = None  # (weights, pinned blocks) while a level-1 sleep holds the copy
-        self.stale_head = None  # host_copy_predates_update: the output projection before the last push
+        # (weights, pinned blocks) while a level-1 sleep holds the copy
+        self.host_copy: tuple[str | None, list[int]] | None = None
+        self.stale_head: str | None = None  # host_copy_predates_update: the output projection before the last push
         self.perturbed = False  # weights_perturbed: restored weights whose logprobs differ
         self.worker_sleeps = self.worker_wakes = self.level1_sleeps = 0
-        self.worker_level = None  # the level of the executor's last sleep
+        self.worker_level: int | None = None  # the level of the executor's last sleep
         self.leaked = 0
         self.extra = 0  # bytes a defect mapped beside the pools, until the call that gives them back
-        self.pinned_extra = []  # host blocks a defect pinned, freed by the next wake
+        self.pinned_extra: list[int] = []  # host blocks a defect pinned, freed by the next wake
         self.late_release_until = 0.0
         self.remap_missing = False
         self.weights_mapped_early = False  # kv_wake_maps_weights: the weights' pool mapped, still "asleep"
@@ -460,7 +461,7 @@ class FakeEngine:
         step until scheduling resumes; EngineDeadError once the engine has died."""
         if self.token_delay_s:
             time.sleep(self.token_delay_s)  # simulated decode time: lets a sleep land mid-decode
-        out = []
+        out: list[tuple[Choice, list]] = []
         with self.cond:
             while self.frozen and self.abort_epoch == epoch and not self.dead and not self.stopping.is_set():
                 self.cond.wait(0.05)

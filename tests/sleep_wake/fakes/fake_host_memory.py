@@ -64,7 +64,7 @@ class PinnedHostMemory:
 
     def __init__(self, process: HostProcess | None = None):
         self.process = process
-        self.cached = collections.Counter()  # free blocks by size, still resident
+        self.cached: collections.Counter[int] = collections.Counter()  # free blocks by size, still resident
         self.resident = 0  # every block ever allocated: none is given back
 
     def allocate(self, size: int) -> int:

@@ -23,6 +23,7 @@ from tests.sleep_wake.lib import metrics, releases
 
 GiB = 1 << 30
 MODEL = "fake"
+_HOST = "127.0.0.1"  # loopback only, as the launcher's default
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -46,7 +47,7 @@ class FakeVllm:
         self.port = port
         self.requests: list[dict] = []
         self.hang_paths: set[str] = set()
-        self._httpd = None
+        self._httpd: ThreadingHTTPServer | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "FakeVllm":
@@ -55,15 +56,16 @@ class FakeVllm:
         class Handler(_Handler):
             server_fake = fake
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
+        httpd = self._httpd = ThreadingHTTPServer((_HOST, self.port), Handler)
+        httpd.daemon_threads = True
+        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        if self._httpd is None:
+            raise RuntimeError("the fake vLLM server is not serving: start() it first")
+        return f"http://{_HOST}:{self._httpd.server_port}"
 
     def stop(self) -> None:
         self.engine.stopping.set()
@@ -96,7 +98,7 @@ class FakeVllm:
         return "\n".join(lines) + "\n"
 
     def usage(self, prompt_tokens: int, completion_tokens: int, cached: int) -> dict:
-        details = {"cached_tokens": cached}
+        details: dict[str, int | None] = {"cached_tokens": cached}
         if _release(self.version) >= (0, 26, 0):
             details["created_cache_tokens"] = None
         details["multimodal_tokens"] = None

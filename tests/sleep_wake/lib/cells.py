@@ -1,35 +1,48 @@
-"""The matrix cell a GPU test runs in, read from the environment the matrix macro sets."""
+"""The matrix cell a test runs in: the environment the matrix macro sets, read once, by the launcher's
+own reader (ServerConfig.from_env), into the configuration every server of the cell starts from.
+
+The cell's runner and mode are that configuration's, so the id a result is recorded under and the
+server it came from cannot disagree. Unset, they are the launcher's defaults (mrv1, eager), as for
+`vllm_server` by hand; a value that does not parse is the launcher's ConfigError.
+"""
+
+from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 
+from tools.launcher.config import ServerConfig
 from tools.matrix import EXECUTION_MODES, RUNNERS, cell_id
+
+# RUNNERS and EXECUTION_MODES: the matrix's vocabulary, which thresholds.py reads from here.
+__all__ = ["EXECUTION_MODES", "RUNNERS", "CellSpec", "cell_from_env"]
 
 
 @dataclasses.dataclass(frozen=True)
 class CellSpec:
-    runner: str
-    mode: str
-    id: str = ""  # pytest id suffix and threshold lookup key, e.g. "MRV1-eager"; derived when empty
+    config: ServerConfig  # never changed: each server gets its own copy (server_config)
 
-    def __post_init__(self):
-        expected = cell_id(self.runner, self.mode)
-        if not self.id:
-            object.__setattr__(self, "id", expected)
-        elif self.id != expected:
-            raise CellConfigError(f"CellSpec id {self.id!r} does not match runner/mode ({expected!r})")
+    @property
+    def runner(self) -> str:
+        return self.config.runner
+
+    @property
+    def mode(self) -> str:
+        return self.config.execution_mode
+
+    @property
+    def id(self) -> str:
+        """pytest id suffix and threshold lookup key, e.g. "MRV1-eager"."""
+        return cell_id(self.runner, self.mode)
+
+    def server_config(self, log_dir: str) -> ServerConfig:
+        """What one server of the cell starts with: a copy of the cell's configuration, its log under
+        log_dir."""
+        return dataclasses.replace(self.config, log_dir=log_dir)
 
 
-class CellConfigError(ValueError):
-    pass
-
-
-def cell_from_env(environ=os.environ) -> CellSpec:
-    runner = environ.get("SLEEPWAKE_RUNNER", "")
-    mode = environ.get("SLEEPWAKE_EXECUTION_MODE", "")
-    if runner not in RUNNERS or mode not in EXECUTION_MODES:
-        raise CellConfigError(
-            f"SLEEPWAKE_RUNNER={runner!r} SLEEPWAKE_EXECUTION_MODE={mode!r}: expected runner in "
-            f"{tuple(RUNNERS)} and mode in {EXECUTION_MODES}. GPU cells are run by `bazel test` targets of "
-            "sleep_wake_matrix, which set both; outside Bazel export them yourself.")
-    return CellSpec(runner, mode)
+def cell_from_env(environ: Mapping[str, str] = os.environ) -> CellSpec:
+    """The cell of this test process; ConfigError (tools/launcher/errors.py) names a variable that does
+    not parse."""
+    return CellSpec(ServerConfig.from_env(environ=environ))

@@ -16,8 +16,16 @@ import os
 
 from tests.sleep_wake.lib import expect, oracle
 from tests.sleep_wake.lib.client import Completion, parse_completion
-from tests.sleep_wake.lib.prompts import (CHECKPOINT_GOLDEN_PROMPTS, GOLDEN_MAX_TOKENS, IN_FLIGHT, SEED, SEED_N,
-                                          SEEDED_PROMPT, SEEDED_TEMPERATURE, STREAM_TOKENS)
+from tests.sleep_wake.lib.prompts import (
+    CHECKPOINT_GOLDEN_PROMPTS,
+    GOLDEN_MAX_TOKENS,
+    IN_FLIGHT,
+    SEED,
+    SEED_N,
+    SEEDED_PROMPT,
+    SEEDED_TEMPERATURE,
+    STREAM_TOKENS,
+)
 
 # 2: the seeded sample and the stream beside the greedy answers.
 FORMAT = 2
@@ -105,7 +113,7 @@ def _load(path: str, *, runner: str, mode: str, identity: str | None, checkpoint
             body = json.load(f)
     except (OSError, ValueError) as e:
         raise oracle.Precondition(f"cannot read the golden {path} ({e}); rebuild it: bazel build "
-                                  "//tests/sleep_wake/goldens:all")
+                                  "//tests/sleep_wake/goldens:all") from e
     if body.get("format") != FORMAT:
         raise oracle.Precondition(f"the golden {path} has format {body.get('format')!r}, this suite reads "
                                   f"{FORMAT}; rebuild it")

@@ -8,7 +8,6 @@ import threading
 import time
 
 from tests.sleep_wake.lib import oracle, thresholds
-
 from tools.results.testlogs import MEASUREMENTS_FILE  # the readers of results share the name
 
 

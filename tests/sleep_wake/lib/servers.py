@@ -2,8 +2,14 @@
 (conftest.py) and the golden action (tests/sleep_wake/goldens/take_golden.py), which start servers the
 same way."""
 
+from __future__ import annotations
+
 import importlib
 import os
+from collections.abc import Mapping
+from typing import cast
+
+from tools.launcher.interface import ServerFactory
 
 SERVER_MODULE_ENV = "SLEEPWAKE_SERVER_MODULE"
 DEFAULT_SERVER_MODULE = "tools.launcher.server"
@@ -14,18 +20,20 @@ class ServerModuleError(Exception):
     """SLEEPWAKE_SERVER_MODULE names no module with a VllmServer."""
 
 
-def server_class(environ=os.environ):
+def server_class(environ: Mapping[str, str] = os.environ) -> ServerFactory:
     """VllmServer of the module SLEEPWAKE_SERVER_MODULE names: the one seam between the suite and
-    the server it runs against (the fake tier names tests.sleep_wake.fakes.fake_server)."""
+    the server it runs against (the fake tier names tests.sleep_wake.fakes.fake_server). Both servers
+    implement tools/launcher/interface.py, which mypy checks; a module named here is taken at its word."""
     name = environ.get(SERVER_MODULE_ENV) or DEFAULT_SERVER_MODULE
     try:
-        return importlib.import_module(name).VllmServer
+        return cast(ServerFactory, importlib.import_module(name).VllmServer)
     except (ImportError, AttributeError) as e:
         raise ServerModuleError(f"{SERVER_MODULE_ENV}={name!r} does not provide VllmServer ({e}); leave it "
-                                f"unset for {DEFAULT_SERVER_MODULE} or name a module with the same surface")
+                                f"unset for {DEFAULT_SERVER_MODULE} or name a module whose VllmServer implements "
+                                "tools/launcher/interface.py") from None
 
 
-def identity(environ=os.environ) -> str | None:
+def identity(environ: Mapping[str, str] = os.environ) -> str | None:
     """The vLLM build / GPU description the matrix passes as a runfile (a cache-key input)."""
     path = environ.get(IDENTITY_ENV)
     if not path or not os.path.exists(path):

@@ -8,9 +8,9 @@ import time
 import pytest
 import requests
 
+from tests.sleep_wake.fakes.fake_vllm import FakeVllm
 from tests.sleep_wake.lib import liveness, measure, metrics, oracle
 from tests.sleep_wake.lib.client import ServerResponseError, SleepWakeClient, parse_completion
-from tests.sleep_wake.fakes.fake_vllm import FakeVllm
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE
 

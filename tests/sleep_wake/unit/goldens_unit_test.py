@@ -8,8 +8,16 @@ import pytest
 from tests.sleep_wake.fakes.fake_vllm import FakeVllm
 from tests.sleep_wake.lib import goldens, oracle
 from tests.sleep_wake.lib.client import SleepWakeClient
-from tests.sleep_wake.lib.prompts import (CHECKPOINT_GOLDEN_PROMPTS, GOLDEN_MAX_TOKENS, IN_FLIGHT, PROMPTS, SEED,
-                                          SEED_N, SEEDED_PROMPT, STREAM_TOKENS)
+from tests.sleep_wake.lib.prompts import (
+    CHECKPOINT_GOLDEN_PROMPTS,
+    GOLDEN_MAX_TOKENS,
+    IN_FLIGHT,
+    PROMPTS,
+    SEED,
+    SEED_N,
+    SEEDED_PROMPT,
+    STREAM_TOKENS,
+)
 
 CELL = dict(runner="mrv1", mode="eager", identity="vllm 0.26.0 on H200", checkpoint="synthetic_qwen3_b")
 
@@ -110,4 +118,5 @@ def test_checkpoint_name_from_its_dir_or_config(tmp_path):
     ckpt = tmp_path / "synthetic_qwen3_b"
     ckpt.mkdir()
     (ckpt / "config.json").write_text("{}")
-    assert goldens.checkpoint_name(str(ckpt)) == goldens.checkpoint_name(str(ckpt / "config.json")) == "synthetic_qwen3_b"
+    name = "synthetic_qwen3_b"
+    assert goldens.checkpoint_name(str(ckpt)) == goldens.checkpoint_name(str(ckpt / "config.json")) == name

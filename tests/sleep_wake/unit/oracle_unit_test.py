@@ -190,7 +190,8 @@ def test_every_oracle_id_a_test_names_exists():
         tree = ast.parse(open(f, encoding="utf-8").read())
         formatted = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
         for node in ast.walk(tree):
-            if id(node) not in formatted and isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.count(".") == 1:
+            if (id(node) not in formatted and isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and node.value.count(".") == 1):
                 head = node.value.split(".")[0]
                 if head in {o.split(".")[0] for o in oracle.ORACLES}:
                     named.add(node.value)

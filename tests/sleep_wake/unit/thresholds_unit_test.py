@@ -6,9 +6,8 @@ import re
 
 import pytest
 
-from tests.sleep_wake.walk import operations as walk_operations
-
 from tests.sleep_wake.lib import bounds_doc, metrics, releases, thresholds
+from tests.sleep_wake.walk import operations as walk_operations
 
 SUITE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/sleep_wake
 

@@ -26,7 +26,7 @@ import dataclasses
 
 from tests.sleep_wake.lib import oracle
 from tests.sleep_wake.walk import model
-from tests.sleep_wake.walk.model import GARBAGE, KV_CACHE, PAUSE_ALL, PAUSE_NEW, WEIGHTS, State
+from tests.sleep_wake.walk.model import KV_CACHE, PAUSE_ALL, PAUSE_NEW, WEIGHTS, State
 
 MODES = ("abort", "wait", "keep")
 WAKE_TAGS = (None, (WEIGHTS,), (KV_CACHE,), ("scheduling",), ("no_such_tag",), (WEIGHTS, KV_CACHE),

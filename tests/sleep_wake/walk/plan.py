@@ -368,8 +368,9 @@ def terminal_probes() -> list:
         op = PROBED.get(name, kind_ops[0])
         if op not in kind_ops:
             raise ValueError(f"the probe {op} of {name} is not among its pairs {kind_ops}")
-        path = _first_path(INITIAL, lambda st, o, nxt: (nxt.level, tuple(sorted(nxt.asleep_tags))) == (level, asleep)
-                           and ops.terminal(op, nxt) == name)
+        def there(st, o, nxt, op=op, name=name, where=(level, asleep)):
+            return (nxt.level, tuple(sorted(nxt.asleep_tags))) == where and ops.terminal(op, nxt) == name
+        path = _first_path(INITIAL, there)
         probes.append(path + [op])
     return probes
 

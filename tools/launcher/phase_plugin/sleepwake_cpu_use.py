@@ -19,7 +19,8 @@ import sys
 if __package__:  # imported by the launcher, as tools.launcher.phase_plugin.*
     from .sleepwake_on_import import patch_when_imported
 else:  # loaded by vLLM from its entry point, this folder on the server's PYTHONPATH
-    from sleepwake_on_import import patch_when_imported
+    # (the type check reads the package's copy above; this name resolves only on the server's path)
+    from sleepwake_on_import import patch_when_imported  # type: ignore[import-not-found,no-redef]
 
 ENV_TORCH_THREADS = "SLEEPWAKE_TORCH_THREADS"
 ENV_CUDA_SYNC = "SLEEPWAKE_CUDA_SYNC"
@@ -38,7 +39,9 @@ def set_torch_threads(threads: int, torch_module=None) -> None:
     """torch.set_num_threads in this process: a forked server inherits the zygote's pool size, which
     OMP_NUM_THREADS cannot change after torch loaded."""
     if torch_module is None:
-        import torch as torch_module
+        import torch
+
+        torch_module = torch
     torch_module.set_num_threads(threads)
     _mark({"torch_threads": torch_module.get_num_threads(), "pid": os.getpid()})
 

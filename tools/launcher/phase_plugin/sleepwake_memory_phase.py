@@ -28,7 +28,8 @@ import time
 if __package__:  # imported by the launcher, as tools.launcher.phase_plugin.*
     from .sleepwake_on_import import patch_when_imported
 else:  # loaded by vLLM from its entry point, this folder on the server's PYTHONPATH
-    from sleepwake_on_import import patch_when_imported
+    # (the type check reads the package's copy above; this name resolves only on the server's path)
+    from sleepwake_on_import import patch_when_imported  # type: ignore[import-not-found,no-redef]
 
 ENV_LOCK = "SLEEPWAKE_MEMORY_LOCK"
 ENV_TIMEOUT = "SLEEPWAKE_MEMORY_LOCK_TIMEOUT_S"

@@ -5,6 +5,7 @@ engine core's worker, which the API server never imports."""
 import importlib.abc
 import importlib.machinery
 import sys
+from collections.abc import Callable
 
 
 class PatchOnImport(importlib.abc.MetaPathFinder):
@@ -13,7 +14,8 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
     asks, so a second finder of its own would never see the import."""
 
     def __init__(self, module: str):
-        self.module, self.patches = module, {}  # the plugin's key -> its patch
+        self.module = module
+        self.patches: dict[str, Callable] = {}  # the plugin's key -> its patch
 
     def find_spec(self, name, path, target=None):
         if name != self.module:

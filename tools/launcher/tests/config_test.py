@@ -16,7 +16,8 @@ def test_command_is_exact_for_eager_and_graph(tmp_path):
     argv = config.build_command(cfg, 8001, python="/py")
     assert argv == ["/py", "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path), "--host",
                     "127.0.0.1", "--port", "8001", "--seed", "7", "--max-model-len", "512",
-                    "--kv-cache-memory-bytes", "123", "--gpu-memory-utilization", "0.05", "--enable-sleep-mode", "--enable-server-load-tracking",
+                    "--kv-cache-memory-bytes", "123", "--gpu-memory-utilization", "0.05", "--enable-sleep-mode",
+                    "--enable-server-load-tracking",
                     "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-seqs", "32",
                     "--enforce-eager", "--foo", "bar"]
     cfg.execution_mode = "graph"
@@ -134,7 +135,8 @@ def test_every_setting_with_a_variable_is_read_from_it_and_overrides_win():
 
 
 @pytest.mark.parametrize("name,value,message", [
-    ("SLEEPWAKE_SLOTS_PER_GPU", "two", "SLEEPWAKE_SLOTS_PER_GPU='two' is not an int: set it to one (or unset it for 1)"),
+    ("SLEEPWAKE_SLOTS_PER_GPU", "two",
+     "SLEEPWAKE_SLOTS_PER_GPU='two' is not an int: set it to one (or unset it for 1)"),
     ("SLEEPWAKE_GRACE_S", "1s", "SLEEPWAKE_GRACE_S='1s' is not a float"),
     ("SLEEPWAKE_START_MODE", "fast", "SLEEPWAKE_START_MODE='fast' is not one of auto, zygote, plain"),
 ])

@@ -11,11 +11,10 @@ import time
 import pytest
 
 from tools.launcher import gpu_lease
-from tools.launcher.tests import testing
-from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS, RELEASE
 from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, LeaseTimeoutError
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS, RELEASE
 from tools.launcher.nvml import FakeNvml
-
+from tools.launcher.tests import testing
 
 H200_UUIDS = ["GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "GPU-8932aa01-0000-4106-c12f-20bd9faed9f6",
               "GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b", "GPU-77777777-8888-9999-aaaa-bbbbbbbbbbbb"]

@@ -56,7 +56,8 @@ def test_release_waits_while_nvml_lists_server_pids_then_raises_with_numbers():
 
 def test_release_compares_device_memory_only_with_a_baseline():
     fake = FakeNvml(used={0: 4 * GIB})
-    with pytest.raises(ServerReleaseError, match="device 0 uses 4096 MiB vs 2048 MiB .*tolerance 512 MiB, 1536 MiB over"):
+    with pytest.raises(ServerReleaseError,
+                       match="device 0 uses 4096 MiB vs 2048 MiB .*tolerance 512 MiB, 1536 MiB over"):
         wait_for_release(fake, [41], 0, 2 * GIB, 512 << 20, timeout_s=0.2, poll_s=0.05)
     wait_for_release(fake, [41], 0, None, 512 << 20, timeout_s=0.2)  # shared GPU: no baseline
     wait_for_release(fake, [41], 0, 4 * GIB - (256 << 20), 512 << 20, timeout_s=0.2)  # within tolerance

@@ -90,7 +90,8 @@ def test_records_are_read_behind_the_prefix_vllm_puts_on_its_engine_cores_lines(
            '(EngineCore pid=11413) sleepwake-memory-phase {"step": "init_device", "waited_s": 1.69, '
            '"held_s": 0.97, "pid": 11413, "process_bytes": 715128832}\n'
            "sleepwake-memory-phase nvml unavailable: no driver\n"
-           'sleepwake-memory-phase {"step": "load_model", "waited_s": 0, "held_s": 1.7, "pid": 1, "process_bytes": 2}\n')
+           'sleepwake-memory-phase {"step": "load_model", "waited_s": 0, "held_s": 1.7, "pid": 1,'
+           ' "process_bytes": 2}\n')
     assert [r["step"] for r in plugin.read_steps(log)] == ["init_device", "load_model"]
     assert plugin.read_steps(log)[0]["process_bytes"] == 715128832
 

@@ -12,13 +12,19 @@ import urllib.request
 
 import pytest
 
-from tools.launcher import gpu_lease, ports, process_tree, server as server_lib
-from tools.launcher.tests import testing
-from tools.launcher.errors import (LeaseTimeoutError, PortConflictError, ServerReleaseError, ServerStartError,
-                                   VllmNotFoundError)
+from tools.launcher import gpu_lease, ports, process_tree
+from tools.launcher import server as server_lib
+from tools.launcher.errors import (
+    LeaseTimeoutError,
+    PortConflictError,
+    ServerReleaseError,
+    ServerStartError,
+    VllmNotFoundError,
+)
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.server import VllmServer, check_runner
+from tools.launcher.tests import testing
 
 GIB = 1 << 30
 

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from tools.launcher import process_tree, unix_socket, zygote, zygote_client
-from tools.launcher.tests import testing
 from tools.launcher.errors import ServerStartError
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.server import VllmServer
+from tools.launcher.tests import testing
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import contextlib
 import pathlib
 import signal
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 from tools.nested_bazel import free_port
 from tools.remote_exec.engine import buildgrid, postgres, processes
@@ -77,7 +77,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workdir", type=pathlib.Path, required=True,
                         help="fresh directory for the database, the CAS and the workers' scratch space")
     parser.add_argument("--worker", type=_worker, action="append", required=True,
-                        metavar="BOT_ID:KEY=VALUE,...", help="a worker and the platform properties it advertises (repeat)")
+                        metavar="BOT_ID:KEY=VALUE,...",
+                        help="a worker and the platform properties it advertises (repeat)")
     parser.add_argument("--log_dir", type=pathlib.Path, default=None, help="service logs (default: WORKDIR/logs)")
     parser.add_argument("--buildgrid_python", type=pathlib.Path, default=DEFAULT_BUILDGRID_PYTHON,
                         help="the Python of a venv with BuildGrid (and its `bgd` beside it)")

@@ -17,7 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 from tools.remote_exec.engine import processes
 

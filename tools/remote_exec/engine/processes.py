@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 # How often a readiness condition is polled: these services offer no readiness signal to wait on.
 _POLL_SECONDS = 0.1
@@ -84,6 +84,6 @@ def run_to_completion(what: str, cmd: list[str], log: pathlib.Path, timeout: flo
             rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 timeout=timeout).returncode
         except subprocess.TimeoutExpired:
-            raise ServiceError(f"{what} did not finish in {timeout:.0f} s (log {log}):\n{log_tail(log)}")
+            raise ServiceError(f"{what} did not finish in {timeout:.0f} s (log {log}):\n{log_tail(log)}") from None
     if rc != 0:
         raise ServiceError(f"{what} failed with exit code {rc} (log {log}):\n{log_tail(log)}")

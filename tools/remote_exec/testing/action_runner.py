@@ -68,7 +68,7 @@ def run_action(channel: grpc.Channel, instance: str, payload, extra_env: dict[st
         timeout = action.timeout.seconds or None
         try:
             proc = subprocess.run(list(command.arguments), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+                                  capture_output=True, timeout=timeout)
             exit_code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as e:
             exit_code = 124

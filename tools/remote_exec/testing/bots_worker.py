@@ -169,7 +169,7 @@ def serve(args: argparse.Namespace) -> None:
         lease_id, payload = lease.id, any_pb2.Any()
         payload.CopyFrom(lease.payload)  # the session message is replaced while the action runs
         _log(args.bot_id, f"running lease {lease_id}")
-        session = _run_lease(stub, session, lease_id, lambda: action_runner.run_action(
+        session = _run_lease(stub, session, lease_id, lambda payload=payload: action_runner.run_action(
             channel, args.instance, payload, extra_env, scratch), lambda m: _log(args.bot_id, m))
         session = _update(stub, session)
 

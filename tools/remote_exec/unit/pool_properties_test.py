@@ -53,6 +53,7 @@ def test_parse_gpus_rejects_a_worker_with_two_gpu_models():
 
 
 def test_format_properties_refuses_values_the_list_syntax_cannot_carry():
-    assert pool_properties.format_properties({"gpu": "nvidia", "vllm_build": "0.26.0+ab"}) == "gpu=nvidia,vllm_build=0.26.0+ab"
+    properties = {"gpu": "nvidia", "vllm_build": "0.26.0+ab"}
+    assert pool_properties.format_properties(properties) == "gpu=nvidia,vllm_build=0.26.0+ab"
     with pytest.raises(ValueError, match="cannot be written"):
         pool_properties.format_properties({"gpu_model": "a,b"})

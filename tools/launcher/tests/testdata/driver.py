@@ -12,10 +12,10 @@ import os
 import signal
 import sys
 
-from tools.launcher.tests import testing
 from tools.launcher.config import ServerConfig
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.server import VllmServer
+from tools.launcher.tests import testing
 
 as_module = "module" in sys.argv[3:]
 server = VllmServer(ServerConfig(**json.loads(sys.argv[1])), nvml=FakeNvml(),

@@ -16,7 +16,7 @@ if os.environ.get("FAKE_PRELOAD_READS_AT_IMPORT"):
     IMPORTED_WITH = os.environ.get(os.environ["FAKE_PRELOAD_READS_AT_IMPORT"])
 
 
-@functools.lru_cache()
+@functools.lru_cache
 def cache_key() -> str:
     if os.environ.get("FAKE_PRELOAD_CALL_LOG"):
         with open(os.environ["FAKE_PRELOAD_CALL_LOG"], "a") as log:

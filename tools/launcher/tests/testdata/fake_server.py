@@ -10,10 +10,11 @@ steps through the memory-phase plugin, as vLLM with the plugin does; FAKE_SERVER
 them (a plugin that did not load), FAKE_SERVER_NO_SLEEP=1 leaves the worker without a sleep to bracket.
 --runner_line: env (prints vLLM's "Using V2 Model Runner" iff VLLM_USE_V2_MODEL_RUNNER=1), always, never.
 CPU work, for the launcher's CPU accounting: FAKE_SERVER_START_CPU_S of it before listening, and
-GET /spin?cpu_s=S spends S while serving, in a thread that has exited when it answers. FAKE_SERVER_LATE_IMPORTS (comma-separated modules): imported
-at start, as vLLM's engine core imports its worker, each first printed with whether it was imported
-already (a zygote's preload). FAKE_SERVER_LATE_CALLS (comma-separated MODULE:FUNCTION): called at start, as
-vLLM's first kernel lookup computes Triton's cache key.
+GET /spin?cpu_s=S spends S while serving, in a thread that has exited when it answers.
+FAKE_SERVER_LATE_IMPORTS (comma-separated modules): imported at start, as vLLM's engine core imports its
+worker, each first printed with whether it was imported already (a zygote's preload).
+FAKE_SERVER_LATE_CALLS (comma-separated MODULE:FUNCTION): called at start, as vLLM's first kernel lookup
+computes Triton's cache key.
 
 It also runs as a module (`python -m fake_server` with this directory on PYTHONPATH), which is how a
 zygote pre-imports and forks it in place of vLLM's API server. Its heavy import is fake_heavy (the

@@ -7,9 +7,9 @@ process it creates is recorded in FAKE_SERVER_PID_FILE; the teardown grace is sh
 import os
 
 from tools.launcher import vllm_server
-from tools.launcher.tests import testing
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.server import VllmServer
+from tools.launcher.tests import testing
 
 
 def fake_server(config, lease):
