@@ -419,6 +419,9 @@ class EngineTier:
         self.skipped["host_bytes"] += 1
         self._step = None
 
+    def ran(self, step, index: int) -> None:
+        """Nothing to record: the coverage JSON counts the steps (test_state_walk.py)."""
+
     def probe_cache(self, s: State, where: str) -> None:
         ids, max_tokens = self._send("generate_cached")
         self._judge_ran(ids, "generate_cached", max_tokens, True, f"walk {where}")

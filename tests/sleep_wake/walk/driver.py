@@ -37,7 +37,7 @@ class Tier(Protocol):
     Operation.oracles). check_state judges the invariants of the state the server is now in;
     probe_cache and look_at_emptied_cache send the long prompt where the driver says the cache must
     be looked at; terminal makes a terminal pair's call and judges it and everything observable after
-    it against the pin of its known divergence."""
+    it against the pin of its known divergence; ran records a step that ran (its measurements)."""
 
     replay_on: str  # what a replay runs on, for the failure's message ("a fresh server")
 
@@ -50,6 +50,7 @@ class Tier(Protocol):
     def probe_cache(self, state: State, where: str) -> None: ...
     def look_at_emptied_cache(self, state: State, where: str) -> None: ...
     def terminal(self, op, state: State, pin: thresholds.Pin, where: str) -> None: ...
+    def ran(self, step: Step, index: int) -> None: ...
     def pick(self, shard: int) -> str: ...
 
 
@@ -92,6 +93,7 @@ class Walker:
         if not self.executed:
             self.executed.append([])
         self.executed[-1].append(step)
+        self.tier.ran(step, self.step_index)
         self.step_index += 1
 
     def run(self, walks, seed: int, shard: int) -> None:

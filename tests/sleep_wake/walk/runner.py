@@ -412,6 +412,11 @@ class GpuTier:
                 oracle.fail(b.oracle, f"walk {where}: host bytes of the server's processes ({b.what})", host,
                             b.value, b.relation)
 
+    def ran(self, step, index: int) -> None:
+        """One record per step that ran (tools/bench/bazel_runs reads the walk's step seconds from them)."""
+        self.ctx.recorder.record("", "walk_step", index, "step", op=str(step.op), before=step.before.describe(),
+                                 after=step.after.describe())
+
     def probe_cache(self, s: State, where: str) -> None:
         self._generate_cached(None, s, where)
 

@@ -45,6 +45,9 @@ class RecordingTier:
     def terminal(self, op, state, pin, where):
         self._record("terminal", str(op), pin.applies)
 
+    def ran(self, step, index):
+        self._record("ran", str(step.op), index)
+
 
 class SkippingWalker(driver.Walker):
     """A walker with a bug: it never runs one operation, yet goes on as if it had."""
@@ -81,6 +84,7 @@ def test_a_walker_that_runs_every_step_visits_every_pair_of_its_shard(monkeypatc
     walks, _ = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
     assert walks and ran == [str(op) for walk in walks for op in walk] and walker.step_index == len(ran)
     assert sum(1 for c in tier.calls if c[0] == "check") == len(ran)  # every step's state is checked
+    assert [c[1] for c in tier.calls if c[0] == "ran"] == ran  # and recorded once it ran
 
 
 def test_a_walker_that_runs_nothing_visits_nothing(monkeypatch):
@@ -101,7 +105,7 @@ def test_the_emptied_cache_is_looked_at_where_the_plan_sends_no_request():
     for op in [ops.Operation("generate_cached"), ops.sleep(1), ops.wake()]:
         walker.step(op)
     assert [c[0] for c in tier.calls].count("probe_cache") == 1  # after the generate: the blocks are there
-    assert tier.calls[-1][0] == "look"  # awake again after the level-1 sleep emptied them: look once
+    assert tier.calls[-2][0] == "look"  # awake again after the level-1 sleep emptied them: look once
 
 
 def test_a_step_the_model_cannot_predict_is_a_precondition():
@@ -124,7 +128,7 @@ def test_a_probe_checks_the_pin_and_where_it_does_not_apply_the_documented_state
     tier = RecordingTier()
     walker = driver.Walker(tier, V)
     walker.probe([ops.sleep(1), ops.wake(["weights"]), ops.wake()])
-    assert tier.calls[-2] == ("terminal", "wake:-", False) and tier.calls[-1] == ("check", model.INITIAL.__class__(
+    assert tier.calls[-3] == ("terminal", "wake:-", False) and tier.calls[-2] == ("check", model.INITIAL.__class__(
         host_cached=True))  # fixed: the documented full wake, then the state's checks
 
 
