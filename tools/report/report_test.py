@@ -15,6 +15,7 @@ import zipfile
 
 import pytest
 
+from tools.matrix import SHARD_COUNTS
 from tools.report import cli, model, render
 from tools.results.testlogs_testing import write_bep, write_xml
 
@@ -365,10 +366,11 @@ def _walk_cell(root, shards):
 
 
 def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
-    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(6)})
+    shards = SHARD_COUNTS["state_walk"]
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(shards)})
     run = model.load_run(str(tmp_path), str(tmp_path), None)
     [w] = run.walk_coverage()
-    assert (w.visited, w.pairs, w.shards, w.steps, w.complete) == (30, 30, 6, 300, True)
+    assert (w.visited, w.pairs, w.shards, w.steps, w.complete) == (5 * shards, 5 * shards, shards, 50 * shards, True)
     page = Elements(render.page(run, str(tmp_path)))
     assert [a["data-walk"] for a in page.all("tr") if "data-walk" in a] == ["state_walk_mrv1_eager"]
     shutil.rmtree(tmp_path / MATRIX)
@@ -376,5 +378,5 @@ def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
     [w] = model.load_run(str(tmp_path), str(tmp_path), None).walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.complete, w.unvisited) == (9, 10, 2, False, ["wake:kv_cache"])
     assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
-    assert ("state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/6 shards, 4 walks, 100 steps; "
+    assert (f"state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/{shards} shards, 4 walks, 100 steps; "
             "unvisited: wake:kv_cache") in capsys.readouterr().out
