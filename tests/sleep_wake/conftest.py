@@ -136,18 +136,6 @@ def server(request, cell, recorder):
         _stop_server(context, srv, recorder, request.node.nodeid)
 
 
-@pytest.fixture
-def isolated_server(request, cell, recorder):
-    """A fresh server for one test: for tests whose steps leave state a shared server must not carry
-    (dead engine after a crash race, accumulated leaks, a level-2 state without reload). Do not use it
-    in a class that also uses `server`: with one GPU slot the second lease would wait for the first."""
-    context, srv = _start_server(request.node.name, cell, recorder, request.node.nodeid)
-    try:
-        yield srv
-    finally:
-        _stop_server(context, srv, recorder, request.node.nodeid)
-
-
 @pytest.fixture(scope="class")
 def client(server) -> SleepWakeClient:
     return client_of(server)

@@ -140,7 +140,7 @@ def timing_checks(records: list[dict], cell: str) -> dict[str, Timing]:
 
 
 def starts(records: list[dict], cell: str) -> Timing | None:
-    """The cell's server starts (one per class server, one per test on an isolated server)."""
+    """The cell's server starts (one per class server)."""
     samples = [r["value"] for r in records if r.get("key") == START_KEY and isinstance(r.get("value"), (int, float))]
     if not samples:
         return None
