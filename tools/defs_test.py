@@ -89,26 +89,10 @@ def matrix():
     return _evaluate(MATRIX_PACKAGE)
 
 
-def test_the_sharded_family_runs_every_class_one_shard_each(matrix):
-    rules, classes, shard_counts = matrix
-    sharded = {name: attrs for name, (kind, attrs) in rules.items()
-               if kind == "py_test" and name.startswith("sharded_")}
-    assert sorted(sharded) == ["sharded_mrv1_eager", "sharded_mrv1_graph", "sharded_mrv2_eager",
-                               "sharded_mrv2_graph"]
-    for name, attrs in sharded.items():
-        runner, mode = name.split("_")[1:]
-        assert attrs["shard_count"] == len(classes) - len(shard_counts) + sum(shard_counts.values()), (
-            "one shard per pytest class, from tools/matrix.bzl")
-        assert sorted(attrs["args"]) == sorted(f"{MATRIX_PACKAGE}/{f}" for f in classes.values())
-        assert "manual" in attrs["tags"] and {"gpu", runner, mode} <= set(attrs["tags"])
-        assert (attrs["env"]["SLEEPWAKE_RUNNER"], attrs["env"]["SLEEPWAKE_EXECUTION_MODE"]) == (runner, mode)
-    assert rules["sharded"] == ("test_suite", {"tests": [":" + n for n in sorted(sharded)], "tags": ["manual"]})
-
-
 def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix):
     rules, classes, shard_counts = matrix
     cells = {name: attrs for name, (kind, attrs) in rules.items()  # the fake tier's CPU targets aside
-             if kind == "py_test" and not name.startswith("sharded_") and "gpu" in attrs["tags"]}
+             if kind == "py_test" and "gpu" in attrs["tags"]}
     assert len(cells) == 4 * len(classes)
     for attrs in cells.values():
         test_class = next(c for c in classes if c in attrs["tags"])
@@ -153,8 +137,7 @@ def test_only_the_golden_classes_cells_take_a_checkpoints_golden_and_each_its_ow
         fake = "fake" in attrs["tags"]
         suffix = name.split("_fake_", 1)[1] if fake else f"{runner}_{mode}"
         assert label == f"{GOLDEN_PACKAGE}:golden_{checkpoint}_{'fake_' if fake else ''}{suffix}", name
-    expected = {n for n, a in cells.items() if "sharded" in a["tags"]
-                or any(checkpoint in spec.GOLDEN_CLASSES.get(c, []) for c in a["tags"])}
+    expected = {n for n, a in cells.items() if any(checkpoint in spec.GOLDEN_CLASSES.get(c, []) for c in a["tags"])}
     assert takers == expected and takers
 
 

@@ -214,7 +214,7 @@ class TestSharding:
         assert outcome == "skipped" and message.startswith("shard index 4 of 5 shards got no test class")
 
     def test_as_many_shards_as_classes_give_each_shard_one_class_and_one_server(self, tmp_path):
-        # What //tests/sleep_wake:sharded_<runner>_<mode> relies on: shard_count = number of classes.
+        # What the state walk's cells rely on (tools/matrix.bzl SHARD_COUNTS): one pytest class per shard.
         ran = []
         for index in range(len(SHARDED_CLASSES)):
             shard_dir = tmp_path / f"shard{index}"
