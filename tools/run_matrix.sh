@@ -101,6 +101,8 @@ cpu_before=$(cpu_times)
 PYTHONPATH="$PWD" python3 -m tools.bench.host_cpu --while_alive $$ >"$lock_dir/host-cpu.txt" 2>&1 &
 host_cpu=$!
 rc=0 matched=0 beps=() took=()
+# An earlier run's wave files must not stand for this run's (a wave this run stops before would leave one).
+rm -f .bazel-bep-wave*.json
 for i in "${!waves[@]}"; do
   wave=${waves[$i]}
   # The events of this invocation only: a failed build must not leave an earlier run's to be read.
@@ -140,8 +142,11 @@ else
   echo "run_matrix.sh: the host's CPU by kind of process was not measured (see $lock_dir/host-cpu.txt)" >&2
 fi
 # The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
-# first (tools/report); it shows the results, it never decides them.
-python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text ||
+# first (tools/report); it shows the results, it never decides them. Every wave's build events, so
+# that a cell an earlier run left in bazel-testlogs is told apart (stale).
+bep_args=(); for b in "${beps[@]}"; do bep_args+=(--bep="$b"); done
+((${#bep_args[@]})) || bep_args=(--no_bep)
+python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" ||
   echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
 # What the cells waited for on each GPU (none written when every cell had a GPU to itself).
 if compgen -G "$lock_dir/gpu*.memory.trace.jsonl" >/dev/null; then

@@ -374,7 +374,7 @@ def main(argv=None) -> int:
         print(f"bazel_runs: no build event file {missing[0]}: pass the file given to --build_event_json_file",
               file=sys.stderr)
         return 1
-    only = set().union(*(reading.read_invocation(bep).xmls for bep in args.bep)) if args.bep else None
+    only = reading.read_invocation(args.bep).xmls if args.bep else None
     units = test_units(args.testlogs, only)
     print(text(cell_breakdown(units, None)))
     if args.slots >= 1 and gpu_units(units):

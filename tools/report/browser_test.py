@@ -14,7 +14,7 @@ LAPTOP = (1280, 800)
 
 @pytest.fixture(scope="module")
 def run():
-    return model.load_run(str(FIXTURE), str(FIXTURE), None)
+    return model.load_run(str(FIXTURE), str(FIXTURE), [])
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Writes the HTML report of a matrix run (and of the mutants, when they ran) from bazel-testlogs.
 
-  bazel run //tools/report -- [TESTLOGS] [--out FILE] [--bep FILE]
-  python3 -m tools.report [TESTLOGS] [--out FILE] [--bep FILE]      (from the workspace root)
+  bazel run //tools/report -- [TESTLOGS] [--out FILE] [--bep FILE]...
+  python3 -m tools.report [TESTLOGS] [--out FILE] [--bep FILE]...   (from the workspace root)
   python3 -m tools.report [TESTLOGS] --text [--out FILE]             (the same run as text; the page too with --out)
 
 Relative paths are the workspace's (bazel run runs in the runfiles tree). Exits 0 once the page is
@@ -10,6 +10,7 @@ written, whatever the tests' outcome: the page shows results, Bazel judges them.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 
@@ -18,6 +19,7 @@ from tools.report import model, render, text
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = "sleepwake-report.html"  # beside the testlogs dir
 BEP_FILE = ".bazel-bep.json"  # where .bazelrc has every bazel test write its build events
+BEP_WAVES = ".bazel-bep-wave*.json"  # tools/run_matrix.sh's instead: one per wave (bazel test) of its run
 
 
 class UsageError(Exception):
@@ -33,6 +35,17 @@ def resolve(path: str) -> str:
     """A path as the user meant it: relative to the workspace under bazel run, else to the cwd."""
     base = os.environ.get("BUILD_WORKSPACE_DIRECTORY") or os.getcwd()
     return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
+
+
+def default_beps(ws: str) -> list[str]:
+    """The build events of the workspace's last run: tools/run_matrix.sh's wave files when they are newer
+    than BEP_FILE (which every other bazel test writes), else BEP_FILE; [] when there is neither."""
+    waves = sorted(glob.glob(os.path.join(ws, BEP_WAVES)))
+    single = os.path.join(ws, BEP_FILE)
+    if waves and (not os.path.isfile(single)
+                  or max(os.path.getmtime(w) for w in waves) >= os.path.getmtime(single)):
+        return waves
+    return [single] if os.path.isfile(single) else []
 
 
 def testlogs_root(path: str) -> str:
@@ -55,9 +68,10 @@ def parse_args(argv):
                         help="the bazel-testlogs directory of the run (default: the workspace's bazel-testlogs)")
     parser.add_argument("--out", default=None,
                         help=f"the page to write (default: {DEFAULT_OUT} beside the testlogs directory)")
-    parser.add_argument("--bep", default=None,
-                        help=f"build event file of the bazel test, to flag stale cells (default: the workspace's "
-                             f"{BEP_FILE}, if present)")
+    parser.add_argument("--bep", action="append", default=None,
+                        help=f"a build event file of the run, to flag stale cells; once per bazel test of the run "
+                             f"(default: the workspace's newer of {BEP_WAVES}, tools/run_matrix.sh's waves, and "
+                             f"{BEP_FILE})")
     parser.add_argument("--text", action="store_true",
                         help="print the run as text (headline, failing cells, counts, measurement spread); writes the "
                              "page only when --out is given too")
@@ -71,10 +85,11 @@ def main(argv) -> int:
     try:
         root = testlogs_root(resolve(args.testlogs) if args.testlogs else os.path.join(ws, "bazel-testlogs"))
         out = resolve(args.out) if args.out else os.path.join(os.path.dirname(os.path.abspath(root)), DEFAULT_OUT)
-        bep = None if args.no_bep else resolve(args.bep) if args.bep else os.path.join(ws, BEP_FILE)
-        if args.bep and not os.path.isfile(bep):
-            raise UsageError(f"no build event file {bep}: pass the --build_event_json_file of the bazel test")
-        run = model.load_run(root, ws, bep)
+        beps = [] if args.no_bep else [resolve(b) for b in args.bep] if args.bep else default_beps(ws)
+        for bep in beps if args.bep else []:
+            if not os.path.isfile(bep):
+                raise UsageError(f"no build event file {bep}: pass the --build_event_json_file of each bazel test")
+        run = model.load_run(root, ws, beps)
         if args.text:
             sys.stdout.write(text.summary(run))
             if not args.out:

@@ -95,7 +95,7 @@ class Run:
     classes: list[str]
     columns: list[tuple[str, str]]  # (runner, mode)
     cells: dict[tuple[str, str, str], Cell]  # (class, runner, mode)
-    invocation: str | None  # the bazel command of the build events; None: stale cells not told apart
+    invocation: str | None  # the bazel commands of the build events; None: stale cells not told apart
     identities: dict[str, list[str]]  # vllm_identity text -> the cells that reported it
     identity_file: tuple[str, str] | None  # (path, text) of @sleepwake_gpu's identity.txt
     mutation: Mutation | None
@@ -193,7 +193,7 @@ def _judge(cell: Cell, invocation: reading.Invocation | None) -> None:
             cell.dirs = current
         else:
             cell.state = STALE
-            cell.note = "not among the results of the last bazel test (left by an earlier one)"
+            cell.note = "not among the results of this run's bazel tests (left by an earlier one)"
     for result_dir in cell.dirs:
         xml = os.path.join(result_dir, "test.xml")
         try:
@@ -235,20 +235,22 @@ def _mutation(root: str, workspace: str) -> Mutation | None:
     return Mutation(table=text, ok=ok)
 
 
-def load_run(root: str, workspace: str, bep_path: str | None) -> Run:
-    """The run whose results are under the testlogs dir `root`. bep_path: its build events, or None."""
+def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
+    """The run whose results are under the testlogs dir `root`. bep_paths: its build event files, one per
+    bazel test of the run (tools/run_matrix.sh's waves); none: stale cells are not told apart."""
     notes = []
     invocation = None
-    if bep_path and os.path.isfile(bep_path):
-        invocation = reading.read_invocation(bep_path)
+    found = [p for p in bep_paths if os.path.isfile(p)]
+    if found:
+        invocation = reading.read_invocation(found)
         under = os.path.realpath(root) + os.sep
         if not any(x.startswith(under) for x in invocation.xmls):
-            notes.append(f"the build events {bep_path} name no result under {root}: they describe another "
-                         "run and were ignored, so stale cells cannot be told from this run's")
+            notes.append(f"the build events {', '.join(found)} name no result under {root}: they describe "
+                         "another run and were ignored, so stale cells cannot be told from this run's")
             invocation = None
     else:
-        notes.append(f"no build event file ({bep_path or 'none given'}): a stale cell, left in bazel-testlogs "
-                     "by an earlier bazel test, cannot be told from this run's")
+        notes.append(f"no build event file ({', '.join(bep_paths) or 'none given'}): a stale cell, left in "
+                     "bazel-testlogs by an earlier bazel test, cannot be told from this run's")
     matrix = os.path.join(root, reading.MATRIX_DIR)
     classes = list(SLEEP_WAKE_CLASSES)  # the grid's rows: the spec's classes (tools/matrix.bzl)
     columns = [(r, m) for r in RUNNERS for m in EXECUTION_MODES]

@@ -88,16 +88,21 @@ def log_files(result_dir: str) -> list[OutputFile]:
 
 @dataclasses.dataclass
 class Invocation:
-    """What a build event file says: the command and the test.xml files of its results (real paths)."""
+    """What a run's build event files say: the bazel commands and the test.xml files of their results
+    (real paths)."""
     command: str
     xmls: set[str]
 
 
-def read_invocation(bep_path: str) -> Invocation:
-    """The invocation of a BEP JSON file (`--build_event_json_file`), cached results included."""
-    bep = testlogs.read_bep(bep_path)
-    return Invocation(command=" ".join(w for w in [bep.command, *bep.patterns] if w),
-                      xmls={os.path.realpath(r.xml) for r in bep.results if r.xml})
+def read_invocation(bep_paths: list[str]) -> Invocation:
+    """The run of one or more BEP JSON files (`--build_event_json_file`), one per `bazel test` (tools/
+    run_matrix.sh runs one per wave), cached results included: the commands and every file's results."""
+    commands, xmls = [], set()
+    for path in bep_paths:
+        bep = testlogs.read_bep(path)
+        commands.append(" ".join(w for w in [bep.command, *bep.patterns] if w))
+        xmls |= {os.path.realpath(r.xml) for r in bep.results if r.xml}
+    return Invocation(command="; bazel ".join(c for c in commands if c), xmls=xmls)
 
 
 def identity_file(testlogs_root: str) -> str | None:

@@ -72,7 +72,7 @@ class Page:
         parts = [f'<span class="{"bad" if s == model.FAILED else ""}">{escape(s)}: {n}</span>'
                  for s, n in sorted(states.items())]
         outcome = {o: sum(c.outcome == o for c in cases) for o in ("passed", "failed", "skipped")}
-        source = (f"the results of the bazel test <code>{escape(run.invocation)}</code>" if run.invocation
+        source = (f"the results of <code>bazel {escape(run.invocation)}</code>" if run.invocation
                   else "every result found there (no build events)")
         notes = "".join(f"<li>{escape(n)}</li>" for n in run.notes)
         failing = run.failing()

@@ -243,6 +243,64 @@ def test_build_events_of_another_run_are_ignored(tmp_path):
     assert 'data-state="stale"' not in page and "describe another run and were ignored" in page
 
 
+def _waves(bep, ws, names=(".bazel-bep-wave1.json", ".bazel-bep-wave2.json")):
+    """The build events of _bazel_layout as tools/run_matrix.sh leaves them: one file per wave (bazel
+    test), the results dealt out between them, each with its own started and pattern events."""
+    events = [json.loads(line) for line in bep.read_text().splitlines()]
+    head = [e for e in events if "testResult" not in e["id"]]
+    results = [e for e in events if "testResult" in e["id"]]
+    paths = []
+    for i, name in enumerate(names):
+        path = ws / name
+        path.write_text("".join(json.dumps(e) + "\n" for e in head + results[i::len(names)]))
+        paths.append(path)
+    return paths
+
+
+def _stale_state_and_notes(page):
+    states = {a["data-cell"]: a["data-state"] for a in Elements(page).all("td") if "data-cell" in a}
+    return states[STALE], "cannot be told from this run" in html.unescape(page)
+
+
+def test_the_main_jobs_wave_event_files_are_read_by_default(tmp_path, monkeypatch):
+    """tools/run_matrix.sh runs two bazel tests (waves) and writes .bazel-bep-wave1.json and -wave2.json,
+    not .bazel-bep.json: without --bep the report reads both, so its stale cells are still told apart."""
+    logs, bep = _bazel_layout(tmp_path)
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    _waves(bep, ws)
+    monkeypatch.setenv("BUILD_WORKSPACE_DIRECTORY", str(ws))
+    page = _render(tmp_path, logs=logs)
+    assert _stale_state_and_notes(page) == (model.STALE, False)
+    assert "test //tests/sleep_wake/...; bazel test //tests/sleep_wake/..." in html.unescape(page)
+
+
+def test_each_wave_file_given_counts_and_one_alone_leaves_the_others_cells_stale(tmp_path):
+    logs, bep = _bazel_layout(tmp_path)
+    one, two = _waves(bep, tmp_path)
+    both = Elements(_render(tmp_path, "--bep", one, "--bep", two, logs=logs))
+    states = {a["data-cell"]: a["data-state"] for a in both.all("td") if "data-cell" in a}
+    assert {c: s for c, s in states.items() if s != model.NOT_RUN} == STATES
+    alone = Elements(_render(tmp_path, "--bep", one, logs=logs))
+    states = {a["data-cell"]: a["data-state"] for a in alone.all("td") if "data-cell" in a}
+    assert model.STALE in states.values() and len([s for s in states.values() if s == model.STALE]) > 1
+
+
+def test_the_default_build_events_are_the_newer_of_the_waves_and_the_single_file(tmp_path):
+    ws = tmp_path
+    assert cli.default_beps(str(ws)) == []
+    single = ws / cli.BEP_FILE
+    single.write_text("")
+    assert cli.default_beps(str(ws)) == [str(single)]
+    waves = _waves(ws / cli.BEP_FILE, ws)  # an empty run's events, written after the single file
+    os.utime(single, (1, 1))
+    assert cli.default_beps(str(ws)) == [str(w) for w in waves]
+    os.utime(single, None)
+    for w in waves:  # a later tools/test.sh run (one bazel test) after the main job's waves
+        os.utime(w, (1, 1))
+    assert cli.default_beps(str(ws)) == [str(single)]
+
+
 def test_a_cut_measurements_line_is_reported_not_fatal(tmp_path):
     logs, bep = _bazel_layout(tmp_path)
     with open(logs / MATRIX / "latency_mrv1_eager" / "test.outputs" / "measurements.jsonl", "a") as f:
@@ -334,7 +392,7 @@ def test_a_rerun_is_judged_on_its_own_results_not_on_an_earlier_runs_per_test(tm
     assert cli.main(["tools.report", str(tmp_path), "--bep", str(bep), "--text"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("1/1 GPU cells passed") and "12 earlier result(s)" in first, first
-    run = model.load_run(str(tmp_path), str(tmp_path), str(bep))
+    run = model.load_run(str(tmp_path), str(tmp_path), [str(bep)])
     walk = run.cells[("state_walk", "mrv1", "eager")]
     assert (walk.state, len(walk.dirs), len(walk.stale_dirs)) == (model.PASSED, 6, 12)
 
@@ -368,14 +426,14 @@ def _walk_cell(root, shards):
 def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
     shards = SHARD_COUNTS["state_walk"]
     _walk_cell(tmp_path, {s: (5, 5, []) for s in range(shards)})
-    run = model.load_run(str(tmp_path), str(tmp_path), None)
+    run = model.load_run(str(tmp_path), str(tmp_path), [])
     [w] = run.walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.steps, w.complete) == (5 * shards, 5 * shards, shards, 50 * shards, True)
     page = Elements(render.page(run, str(tmp_path)))
     assert [a["data-walk"] for a in page.all("tr") if "data-walk" in a] == ["state_walk_mrv1_eager"]
     shutil.rmtree(tmp_path / MATRIX)
     _walk_cell(tmp_path, {0: (4, 5, ["wake:kv_cache"]), 1: (5, 5, [])})  # a gap, and four shards missing
-    [w] = model.load_run(str(tmp_path), str(tmp_path), None).walk_coverage()
+    [w] = model.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.complete, w.unvisited) == (9, 10, 2, False, ["wake:kv_cache"])
     assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
     assert (f"state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/{shards} shards, 4 walks, 100 steps; "
