@@ -23,6 +23,7 @@ FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
 MATRIX = pathlib.Path("tests", "sleep_wake")
 ZIPPED = "memory_leak_cycle_mrv2_graph"  # its outputs are zipped, as Bazel does by default
 STALE = "error_paths_mrv2_eager"  # left out of the build events
+WALK_SHARDS = SHARD_COUNTS["state_walk"]  # the spec's, which the report expects of a whole walk
 STATES = {
     "memory_leak_cycle_mrv1_eager": model.PASSED,
     "physical_memory_mrv1_eager": model.PASSED,
@@ -377,24 +378,24 @@ def test_a_run_of_a_few_targets_is_judged_on_those_and_not_on_earlier_results(tm
 
 def test_a_rerun_is_judged_on_its_own_results_not_on_an_earlier_runs_per_test(tmp_path, capsys):
     """--runs_per_test=2, then a plain run of the same sharded cell: bazel-testlogs holds both runs' result
-    dirs (shard_1_of_6_run_1_of_2/ beside shard_1_of_6/), and the cell is judged on this run's; on the H200
+    dirs (shard_1_of_N_run_1_of_2/ beside shard_1_of_N/), and the cell is judged on this run's; on the H200
     the whole cell was taken for stale ("NOT GREEN: 0/0 GPU cells passed")."""
-    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(6)})
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)})
     cell = tmp_path / MATRIX / "state_walk_mrv1_eager"
     current = sorted(cell.glob("shard_*/test.xml"))
-    for shard in range(6):
+    for shard in range(WALK_SHARDS):
         for run in (1, 2):  # the earlier invocation's runs, one of them failed: not this run's verdict
-            write_xml(cell / f"shard_{shard + 1}_of_6_run_{run}_of_2" / "test.xml",
+            write_xml(cell / f"shard_{shard + 1}_of_{WALK_SHARDS}_run_{run}_of_2" / "test.xml",
                       {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "failed" if run == 2 else "passed"})
     bep = tmp_path / "bep.json"
     write_bep(bep, [("//tests/sleep_wake:state_walk_mrv1_eager", xml, "PASSED", i + 1)
                     for i, xml in enumerate(current)])
     assert cli.main(["tools.report", str(tmp_path), "--bep", str(bep), "--text"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("1/1 GPU cells passed") and "12 earlier result(s)" in first, first
+    assert first.startswith("1/1 GPU cells passed") and f"{2 * WALK_SHARDS} earlier result(s)" in first, first
     run = model.load_run(str(tmp_path), str(tmp_path), [str(bep)])
     walk = run.cells[("state_walk", "mrv1", "eager")]
-    assert (walk.state, len(walk.dirs), len(walk.stale_dirs)) == (model.PASSED, 6, 12)
+    assert (walk.state, len(walk.dirs), len(walk.stale_dirs)) == (model.PASSED, WALK_SHARDS, 2 * WALK_SHARDS)
 
 
 def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
@@ -415,7 +416,7 @@ def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
 def _walk_cell(root, shards):
     """A state_walk cell as Bazel leaves a sharded target: shard_<i>_of_<n>/, each with its coverage."""
     for shard, (visited, pairs, unvisited) in shards.items():
-        d = root / MATRIX / "state_walk_mrv1_eager" / f"shard_{shard + 1}_of_6"
+        d = root / MATRIX / "state_walk_mrv1_eager" / f"shard_{shard + 1}_of_{WALK_SHARDS}"
         write_xml(d / "test.xml", {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "passed"})
         (d / "test.outputs").mkdir()
         (d / "test.outputs" / "measurements.jsonl").write_text(json.dumps(
@@ -424,17 +425,17 @@ def _walk_cell(root, shards):
 
 
 def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
-    shards = SHARD_COUNTS["state_walk"]
-    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(shards)})
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)})
     run = model.load_run(str(tmp_path), str(tmp_path), [])
     [w] = run.walk_coverage()
-    assert (w.visited, w.pairs, w.shards, w.steps, w.complete) == (5 * shards, 5 * shards, shards, 50 * shards, True)
+    n = WALK_SHARDS
+    assert (w.visited, w.pairs, w.shards, w.steps, w.complete) == (5 * n, 5 * n, n, 50 * n, True)
     page = Elements(render.page(run, str(tmp_path)))
     assert [a["data-walk"] for a in page.all("tr") if "data-walk" in a] == ["state_walk_mrv1_eager"]
     shutil.rmtree(tmp_path / MATRIX)
-    _walk_cell(tmp_path, {0: (4, 5, ["wake:kv_cache"]), 1: (5, 5, [])})  # a gap, and four shards missing
+    _walk_cell(tmp_path, {0: (4, 5, ["wake:kv_cache"]), 1: (5, 5, [])})  # a gap, and the other shards missing
     [w] = model.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.complete, w.unvisited) == (9, 10, 2, False, ["wake:kv_cache"])
     assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
-    assert (f"state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/{shards} shards, 4 walks, 100 steps; "
-            "unvisited: wake:kv_cache") in capsys.readouterr().out
+    assert (f"state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
+            "100 steps; unvisited: wake:kv_cache") in capsys.readouterr().out
