@@ -24,6 +24,18 @@ def test_every_class_has_its_file_a_fake_tier_entry_and_valid_shards():
     assert all(isinstance(n, int) and n > 1 for n in matrix.SHARD_COUNTS.values())
 
 
+def test_the_readmes_counts_and_releases_are_the_specs():
+    """The README's opening gives the matrix's size and the supported releases: checked here, not kept by hand."""
+    readme = _read("README.md")
+    size = re.search(r"×\s+(\d+)\s+test\s+classes:\s+(\d+)\s+Bazel\s+cells", readme)
+    assert size, "README: the opening's '× N test classes: M Bazel cells' is gone (update this test with it)"
+    classes, cells = int(size.group(1)), int(size.group(2))
+    assert classes == len(matrix.SLEEP_WAKE_CLASSES), f"README says {classes} test classes"
+    assert cells == classes * len(matrix.RUNNERS) * len(matrix.EXECUTION_MODES), f"README says {cells} cells"
+    releases = re.search(r"supported: \*\*([^*]+)\*\*", readme)
+    assert releases and releases.group(1).split(", ") == list(matrix.RELEASES), "README's supported releases"
+
+
 def test_every_runner_and_mode_says_what_selects_it():
     assert set(matrix.RUNNERS.values()) <= {"0", "1"}, "VLLM_USE_V2_MODEL_RUNNER is 0 or 1"
     assert all(isinstance(flags, list) for flags in matrix.EXECUTION_MODES.values())
