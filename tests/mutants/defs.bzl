@@ -18,8 +18,8 @@ load(
 )
 
 _CLASS_PACKAGE = "//tests/sleep_wake:"
-# What mutant_test.py imports: the suite's fixtures, the harness (site_dir, verdict) and the plugin.
-_DEPS = ["//tests/sleep_wake:fixtures", "//tests/sleep_wake/walk", "//tests/mutants:harness"]
+# What mutant_test.py imports: the suite's fixtures and the mutants' library (site_dir, verdict, the plugin).
+_DEPS = ["//tests/sleep_wake:fixtures", "//tests/sleep_wake/walk", "//tests/mutants:lib"]
 
 # Mutants are observed on one cell: MRV2 (vLLM 0.26.0's default runner for dense models) in eager mode
 # (no graph capture, so servers start fastest).
@@ -45,7 +45,7 @@ def _mutant_target(name, mutant, classes, class_files, fake):
     files = files + golden_data
     if fake:
         # The fake server re-creates the mutant (tests/sleep_wake/fakes/fake_engine.py DEFECTS) and
-        # logs the plugin's activation line, so the same harness judges it on a CPU in seconds.
+        # logs the plugin's activation line, so mutant_test.py judges it as on the GPU, on a CPU in seconds.
         env.update(fake_cell_env(_RUNNER, _MODE))
         sleepwake_py_test(
             name = name,

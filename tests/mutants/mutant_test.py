@@ -59,7 +59,7 @@ def _inner_env(mutant: str, site: str, outputs: str) -> dict:
         env[sleepwake_mutants.ENV] = mutant
     if env.get("VLLM_PLUGINS"):  # vLLM loads only the plugins named there when it is set
         env["VLLM_PLUGINS"] += "," + site_dir.PACKAGE
-    # The harness's own pytest settings and Bazel's filter must not reach the inner run.
+    # This test's own pytest settings and Bazel's filter must not reach the inner run.
     for key in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST", "TESTBRIDGE_TEST_ONLY", "XML_OUTPUT_FILE",
                 "TEST_PREMATURE_EXIT_FILE", "TEST_SHARD_STATUS_FILE"):
         env.pop(key, None)

@@ -30,7 +30,7 @@ def build(dest: str, package_dir: str = PLUGIN_DIR) -> str:
     if not os.path.isfile(os.path.join(package_dir, "__init__.py")):
         raise FileNotFoundError(
             f"the plugin package {package_dir} has no __init__.py. Under Bazel the mutant targets get it"
-            " through the //tests/mutants:harness library; outside Bazel run from a checkout.")
+            " through the //tests/mutants:lib library; outside Bazel run from a checkout.")
     os.makedirs(dest, exist_ok=True)
     package_copy = os.path.join(dest, PACKAGE)
     dist_info = os.path.join(dest, f"{PACKAGE}-{VERSION}.dist-info")

@@ -1,4 +1,4 @@
-"""A pytest plugin for the mutant harness's inner run: stop once a test failed with one of the oracle ids
+"""A pytest plugin for mutant_test.py's inner run: stop once a test failed with one of the oracle ids
 the catalogue expects (SLEEPWAKE_MUTANT_KILL_IDS, comma-separated), since the class is then killed and the
 rest of its tests would only spend time (each of the state walk's shards starts a server). Any other
 failure lets the run go on: a later test may still be the kill; so does an expected oracle on a server

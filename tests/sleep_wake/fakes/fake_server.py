@@ -22,7 +22,7 @@ child that holds the engine's pinned host memory (fake_host_memory.py), whose /p
 host-memory class reads as it reads vLLM's. The engine appends vLLM's sleep lines to the log.
 
 Environment (the test process's, which a real server would inherit):
-  SLEEPWAKE_MUTANT                a defect of fake_defects.DEFECTS to re-create (the mutant harness's switch)
+  SLEEPWAKE_MUTANT                a defect of fake_defects.DEFECTS to re-create (the mutant plugin's switch)
   SLEEPWAKE_FAKE_TOKEN_DELAY_S    seconds per decode step (default 0.002)
   SLEEPWAKE_FAKE_VLLM_VERSION     the release whose response shapes the fake serves (default 0.26.0)
 """
