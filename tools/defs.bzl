@@ -60,7 +60,7 @@ def sleepwake_py_test(
         main = "//tools/pytest_bridge:pytest_main.py",
         deps = deps + ["//tools/pytest_bridge:pytest_bazel"],
         # The toolchains' interpreters sit at fixed paths outside Bazel's view: the lock they are built
-        # from (the CPU venv, the GPU runner's harness overlay) makes their contents part of every key.
+        # from (the CPU venv, the GPU runner's overlay) makes their contents part of every key.
         data = data + [_LOCK],
         env = env,
         args = [(pkg + "/" + f) if pkg else f for f in test_files] + args,

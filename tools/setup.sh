@@ -8,10 +8,10 @@
 #
 # Installs: Bazel (Debian's bazel-bootstrap 4.2.3) unless one is on PATH, nginx (the remote-cache test),
 # chromium (the report's browser test), npm's buildifier at /opt/sleepwake/npm (//tools/lint, npm ci of
-# third_party/npm, integrity-checked), and the harness venv at /opt/sleepwake/venv from the hashed lock
+# third_party/npm, integrity-checked), and the suite's venv at /opt/sleepwake/venv from the hashed lock
 # (pip --require-hashes). The venv
 # sits at a fixed path because its interpreter path is part of every Python action's cache key.
-# On a GPU runner it also installs the harness overlay (/opt/sleepwake/harness-overlay: the lock's
+# On a GPU runner it also installs the runner overlay (/opt/sleepwake/runner-overlay: the lock's
 # packages that vLLM does not bring, e.g. pytest and absl-py) for the Python that has vLLM
 # (SLEEPWAKE_GPU_PYTHON, default: the python3 on PATH; SLEEPWAKE_WHEELHOUSE: wheels for a runner
 # without an index), writes /opt/sleepwake/gpu-python, a wrapper running that Python with the overlay,
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 VENV=/opt/sleepwake/venv
 LOCK=third_party/python/requirements.lock
 GPU_PYTHON_WRAPPER=/opt/sleepwake/gpu-python
-OVERLAY=/opt/sleepwake/harness-overlay
+OVERLAY=/opt/sleepwake/runner-overlay
 NPM_TOOLS=/opt/sleepwake/npm
 install_only=0
 [[ "${1:-}" == "--install-only" ]] && { install_only=1; shift; }
@@ -37,7 +37,7 @@ if command -v nvidia-smi >/dev/null; then
   gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 fi
 # A GPU runner may have no package mirror: there the CPU-side pieces (nginx for the remote-cache
-# test, the harness venv) are optional, since the matrix runs under the runner's own Python.
+# test, the suite's venv) are optional, since the matrix runs under the runner's own Python.
 optional() { if ((gpu_count > 0)); then say "WARNING: $* (skipped: only CPU tests need it)"; else die "$*"; fi; }
 
 # What only CPU tests use (nginx, the CPU venv with its vLLM, the engine tier's release overlays,
@@ -131,18 +131,18 @@ if ((gpu_count > 0)); then
   gpu_python=${SLEEPWAKE_GPU_PYTHON:-$(command -v python3)}
   "$gpu_python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' ||
     die "$gpu_python cannot import vllm: install vLLM for it, or set SLEEPWAKE_GPU_PYTHON to a Python that has it"
-  # The harness's own packages (pytest, absl-py, ...) come from the lock, hash-checked, as an overlay
-  # first on the runner's path; what vLLM itself needs stays the runner's (tools/deps/harness_overlay.py).
+  # The suite's own packages (pytest, absl-py, ...) come from the lock, hash-checked, as an overlay
+  # first on the runner's path; what vLLM itself needs stays the runner's (tools/deps/runner_overlay.py).
   overlay_lock=$(mktemp)
-  "$gpu_python" -m tools.deps.harness_overlay "$LOCK" > "$overlay_lock" || die "could not derive the harness overlay from $LOCK"
+  "$gpu_python" -m tools.deps.runner_overlay "$LOCK" > "$overlay_lock" || die "could not derive the runner overlay from $LOCK"
   overlay_sha=$(sha256sum "$overlay_lock" | cut -d' ' -f1)
   if [[ "$(cat "$OVERLAY/.lock-sha256" 2>/dev/null)" != "$overlay_sha" ]]; then
-    say "installing the harness overlay $OVERLAY for $gpu_python (${SLEEPWAKE_WHEELHOUSE:+wheels from $SLEEPWAKE_WHEELHOUSE, }sha256 ${overlay_sha:0:16})"
+    say "installing the runner overlay $OVERLAY for $gpu_python (${SLEEPWAKE_WHEELHOUSE:+wheels from $SLEEPWAKE_WHEELHOUSE, }sha256 ${overlay_sha:0:16})"
     rm -rf "$OVERLAY"
     # SLEEPWAKE_WHEELHOUSE: a folder of wheels for a runner without a package index; hashes still apply.
     "$gpu_python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes --target "$OVERLAY" \
         ${SLEEPWAKE_WHEELHOUSE:+--no-index --find-links "$SLEEPWAKE_WHEELHOUSE"} -r "$overlay_lock" ||
-      die "could not install the harness overlay with $gpu_python -m pip (no index? set SLEEPWAKE_WHEELHOUSE to a folder of the wheels in $overlay_lock)"
+      die "could not install the runner overlay with $gpu_python -m pip (no index? set SLEEPWAKE_WHEELHOUSE to a folder of the wheels in $overlay_lock)"
     echo "$overlay_sha" > "$OVERLAY/.lock-sha256"
   else
     say "$OVERLAY is current (sha256 ${overlay_sha:0:16})"
@@ -153,7 +153,7 @@ if ((gpu_count > 0)); then
   cat > "$GPU_PYTHON_WRAPPER" <<WRAP
 #!/bin/sh
 # Written by tools/setup.sh: the GPU runner's Python with vLLM, for --config=gpu.
-# The harness overlay first, then the runner's own path, then what Bazel's stub put there (runfiles).
+# The runner overlay first, then the runner's own path, then what Bazel's stub put there (runfiles).
 export PYTHONPATH="$OVERLAY${PYTHONPATH:+:$PYTHONPATH}\${PYTHONPATH:+:\$PYTHONPATH}"
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 exec "$gpu_python" "\$@"

@@ -2,7 +2,7 @@
 
 A lock is pip-compile output: `name[extras]==version` (with ` \\` when `--hash=` lines follow), then
 `# via` annotations naming the packages that require it (or `-r requirements.in` for a direct one).
-Read by tools/deps/harness_overlay.py (the GPU runner's overlay), tools/deps/version_overlay.py (the engine
+Read by tools/deps/runner_overlay.py (the GPU runner's overlay), tools/deps/version_overlay.py (the engine
 tier's other vLLM releases) and tools/deps/add_hashes.py (writing the hash lines).
 """
 

@@ -1,12 +1,12 @@
-"""The harness's own packages, taken from the hashed lock, as an overlay for a GPU runner's Python.
+"""The suite's own packages, taken from the hashed lock, as an overlay for a GPU runner's Python.
 
-A GPU runner brings vLLM and torch; the harness brings its test runner and tools. Packages that vLLM
+A GPU runner brings vLLM and torch; the suite brings its test runner and tools. Packages that vLLM
 itself depends on (numpy, requests, tokenizers, safetensors, psutil, ...) are left to the runner: any
 Python that imports vLLM has them, and our pins installed over them could break its vLLM. Everything
-else the harness needs (pytest and what it needs, absl-py, ...) comes from the lock, hash-checked,
+else the suite needs (pytest and what it needs, absl-py, ...) comes from the lock, hash-checked,
 into a directory that tools/setup.sh puts first on the runner's sys.path.
 
-    python3 -m tools.deps.harness_overlay third_party/python/requirements.lock > overlay.lock
+    python3 -m tools.deps.runner_overlay third_party/python/requirements.lock > overlay.lock
 
 The `# via` annotations of the lock (tools/deps/lock_pins.py reads them) say what pulled each pin in.
 """
@@ -36,7 +36,7 @@ def runner_closure(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> set[str]:
 
 
 def overlay_pins(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> list[Pin]:
-    """The pins the harness needs that the runner's vLLM does not bring, in lock order."""
+    """The pins the suite needs that the runner's vLLM does not bring, in lock order."""
     if root not in pins:
         raise ValueError(f"the lock pins no {root!r}: it must pin the runner's package so the overlay "
                          "can leave that package's dependencies to the runner")
@@ -46,16 +46,16 @@ def overlay_pins(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> list[Pin]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: harness_overlay.py LOCK  (prints the overlay's hashed requirements)", file=sys.stderr)
+        print("usage: runner_overlay.py LOCK  (prints the overlay's hashed requirements)", file=sys.stderr)
         return 2
     try:
         with open(argv[1], encoding="utf-8") as f:
             pins = parse_lock(f.read())
         overlay = overlay_pins(pins)
     except (OSError, ValueError) as e:
-        print(f"harness_overlay: {e}", file=sys.stderr)
+        print(f"runner_overlay: {e}", file=sys.stderr)
         return 2
-    print("# The harness's own packages: generated from %s by tools/deps/harness_overlay.py." % argv[1])
+    print("# The suite's own packages: generated from %s by tools/deps/runner_overlay.py." % argv[1])
     for pin in overlay:
         print("\n".join(pin.lines))
     return 0
