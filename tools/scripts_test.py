@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tools.launcher import slots
+from tools.results.testlogs_testing import write_xml
 
 TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
 WORKSPACE = os.path.dirname(TOOLS_DIR)
@@ -24,7 +25,13 @@ SCRIPT_FILES = [".bazelrc", "tools/__init__.py", "tools/test.sh", "tools/run_mat
                 "tools/launcher/slots.py", "tools/launcher/visible_devices.py", "tools/matrix.py", "tools/matrix.bzl",
                 "tools/bench/__init__.py", "tools/bench/bazel_runs.py", "tools/bench/host_cpu.py",
                 "tools/report/__init__.py", "tools/report/reading.py", "tools/launcher/zygote_host.py",
-                "tools/launcher/unix_socket.py"]
+                "tools/launcher/unix_socket.py",
+                # The report run_matrix.sh writes after the run, and what it imports.
+                "tools/report/__main__.py", "tools/report/cli.py", "tools/report/model.py", "tools/report/render.py",
+                "tools/report/series.py", "tools/report/svg.py", "tools/report/text.py",
+                "tools/results/mutation_table.py", "tools/launcher/config.py",
+                "tools/launcher/phase_plugin/__init__.py", "tools/launcher/phase_plugin/sleepwake_cpu_use.py",
+                "tools/launcher/phase_plugin/sleepwake_on_import.py"]
 FAKES = os.path.join(TOOLS_DIR, "testdata", "scripts")
 # What the two H200s of an nvidia-h200-x2 runner report: index, uuid, free MiB.
 TWO_H200 = ("0, GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, 143163\n"
@@ -212,6 +219,9 @@ def invocations(workspace) -> list[list[str]]:
 
 def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     """Beside the walk's shards, other cells' starts hold the allocation phase its sleeps wait for."""
+    # An earlier run's result, which the report must tell from this run's by the waves' build events.
+    write_xml(workspace / "bazel-testlogs" / "tests" / "sleep_wake" / "latency_mrv2_graph" / "test.xml",
+              {"test_latency": "passed"})
     code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
                                  FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"))
     assert code == 0, output
@@ -227,6 +237,10 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     assert "run_matrix.sh: wave 1 of 2 (walk): --test_tag_filters=state_walk,-vllm_overlay" in output
     assert re.search(r"run_matrix.sh: bazel test took [\d.]+ s in 2 waves \([\d.]+ [\d.]+ s\)", output), output
     assert "ran_tests: 2 test case(s) ran" in output
+    # The report reads both waves' build events: this run's cells are told from the earlier one (stale).
+    assert "the results of `bazel test //tests/sleep_wake/...; bazel test //tests/sleep_wake/...`" in output, output
+    assert re.search(r"^2/2 GPU cells passed.*1 earlier result\(s\) in these testlogs not counted", output,
+                     re.M), output
 
 
 def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(workspace):
