@@ -46,7 +46,7 @@ def test_a_missing_event_drops_only_the_phases_that_need_it():
 
 
 def test_a_log_without_marks_has_no_phases():
-    assert start_phases.parse("fake vLLM server 1 starting\n")["phases"] == {}
+    assert start_phases.parse("stub vLLM server 1 starting\n")["phases"] == {}
 
 
 def test_the_workers_bracketed_steps_give_how_long_the_start_held_its_allocate_phase():

@@ -137,7 +137,7 @@ def _healthy(url: str) -> bool:
 
 
 class VllmServer:
-    """One vLLM server. command_factory(config, port) -> argv replaces vLLM's command (tests use a fake
+    """One vLLM server. command_factory(config, port) -> argv replaces vLLM's command (tests use a stub
     server with it; the vLLM-importable check runs only for the real command); nvml replaces NVML."""
 
     def __init__(self, config: ServerConfig, lease: bool = False, *, nvml: Any = None,

@@ -102,7 +102,7 @@ def serve(cfg: ServerConfig, make_server=VllmServer) -> int:
 
 
 def main(argv, make_server=VllmServer) -> int:
-    """make_server(config, lease) -> a VllmServer; tests pass one running a fake server."""
+    """make_server(config, lease) -> a VllmServer; tests pass one running a stub server."""
     if len(argv) > 1:
         print("error: unexpected arguments %s; pass server arguments with --server_arg=..." % argv[1:],
               file=sys.stderr)

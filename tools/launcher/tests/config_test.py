@@ -146,11 +146,11 @@ def test_a_variable_that_does_not_parse_is_named(name, value, message):
 
 
 def test_zygote_preloads_default_to_the_vllm_list_for_vllm_only():
-    vllm, fake = ["/py", "-m", config.VLLM_ENTRYPOINT, "--port", "1"], ["/py", "-m", "fake_server"]
+    vllm, fake = ["/py", "-m", config.VLLM_ENTRYPOINT, "--port", "1"], ["/py", "-m", "stub_api_server"]
     assert config.preload_modules(ServerConfig(), vllm) == list(config.VLLM_PRELOAD)
     assert "vllm.v1.worker.gpu_worker" in config.VLLM_PRELOAD
     assert config.preload_modules(ServerConfig(), fake) == []
-    assert config.preload_modules(ServerConfig(), ["/py", "fake_server.py"]) == []
+    assert config.preload_modules(ServerConfig(), ["/py", "stub_api_server.py"]) == []
     assert config.preload_modules(ServerConfig(zygote_preload="none"), vllm) == []
     mine = ServerConfig.from_env(None, {"SLEEPWAKE_ZYGOTE_PRELOAD": "a.b, c"})
     assert config.preload_modules(mine, fake) == config.preload_modules(mine, vllm) == ["a.b", "c"]

@@ -86,14 +86,14 @@ def test_sigterm_of_the_test_process_stops_the_server_in_order(tmp_path, start_m
 
 def _start_supervisor(tmp_path):
     pid_file = str(tmp_path / "pids")
-    argv = testing.fake_command(pid_file=pid_file)(testing.fast_config(tmp_path), 0)
+    argv = testing.stub_command(pid_file=pid_file)(testing.fast_config(tmp_path), 0)
     sup = subprocess.Popen([sys.executable, "-m", "tools.launcher.supervisor"], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, env=testing.python_env())
     spec = {"argv": argv, "env": testing.python_env(), "grace_s": 0.5, "parent_pid": os.getpid()}
     sup.stdin.write((json.dumps(spec) + "\n").encode())
     sup.stdin.flush()
     assert "pid" in json.loads(sup.stdout.readline())
-    deadline = time.monotonic() + 30  # the fake records its family before it serves
+    deadline = time.monotonic() + 30  # the stub records its family before it serves
     while len(testing.recorded_pids(pid_file)) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     recorded = testing.recorded_pids(pid_file)

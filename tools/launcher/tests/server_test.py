@@ -1,4 +1,4 @@
-"""The lifecycle of VllmServer, driven with testdata/fake_server.py in place of vLLM."""
+"""The lifecycle of VllmServer, driven with testdata/stub_api_server.py in place of vLLM."""
 
 import json
 import logging
@@ -33,14 +33,14 @@ GIB = 1 << 30
 def pid_file(tmp_path):
     path = str(tmp_path / "pids")
     yield path
-    assert testing.survivors_after(testing.recorded_pids(path)) == [], "fake server processes survived"
+    assert testing.survivors_after(testing.recorded_pids(path)) == [], "stub server processes survived"
 
 
 def _server(tmp_path, pid_file, mode="ok", runner_line="env", nvml=None, lease=False, fixed_port=None,
             extra_env=None, **cfg):
     environ = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     return VllmServer(testing.fast_config(tmp_path, **cfg), lease=lease, nvml=nvml or FakeNvml(),
-                      command_factory=testing.fake_command(mode, runner_line, pid_file, fixed_port),
+                      command_factory=testing.stub_command(mode, runner_line, pid_file, fixed_port),
                       environ=dict(environ, **(extra_env or {})))
 
 
@@ -57,9 +57,9 @@ def test_serves_then_takes_down_the_whole_tree(tmp_path, pid_file, runner):
         assert len(recorded) == 4 and sorted(recorded) == server.pids()
         orphan = max(recorded)  # the double-forked, setsid'd "engine core"
         assert _ppid(orphan) == server._sup.pid, "the supervisor should have adopted the orphan (subreaper)"
-        assert server.command[1] == testing.FAKE_SERVER and str(server.port) in server.command
+        assert server.command[1] == testing.STUB_SERVER and str(server.port) in server.command
         assert server.url == "http://127.0.0.1:%d" % server.port
-        assert "fake vLLM server ready" in open(server.log_path).read()
+        assert "stub vLLM server ready" in open(server.log_path).read()
     assert server.pids() == []
     assert testing.survivors_after(recorded, 0) == []
     assert "tree of 4 process(es) gone" in open(server.log_path).read()
@@ -89,7 +89,7 @@ def test_death_at_start_raises_with_the_log_tail_and_leaves_nothing(tmp_path, pi
 
 
 def test_start_timeout_raises_and_stops_the_server(tmp_path, pid_file):
-    with pytest.raises(ServerStartError, match=r"(?s)did not answer GET .*/health with 200 within 1 s.*fake vLLM"
+    with pytest.raises(ServerStartError, match=r"(?s)did not answer GET .*/health with 200 within 1 s.*stub vLLM"
                                                r" server ready"):
         _server(tmp_path, pid_file, mode="never_healthy", startup_timeout_s=1.0).start()
     assert len(testing.recorded_pids(pid_file)) == 4
@@ -155,7 +155,7 @@ def test_a_neighbour_listening_first_on_the_port_is_not_taken_for_this_server(tm
     thread = threading.Thread(target=lambda: holder.setdefault("httpd", _neighbour_on(port.port, served)))
     thread.start()
     try:
-        with _server(tmp_path, pid_file, port=port.port, extra_env={"FAKE_SERVER_LISTEN_DELAY_S": "1.0"}) as server:
+        with _server(tmp_path, pid_file, port=port.port, extra_env={"STUB_SERVER_LISTEN_DELAY_S": "1.0"}) as server:
             assert server.port != port.port
             assert ports.listening_pids(server.pids(), server.port)
         thread.join(5)
@@ -334,12 +334,12 @@ def test_a_worker_that_brackets_its_calls_is_covered_by_its_clients_phases_and_i
 
 
 @pytest.mark.parametrize("extra_env,nvml,message", [
-    ({"FAKE_SERVER_UNBRACKETED": "1"}, None, "its worker did not bracket init_device, load_model"),
-    ({"FAKE_SERVER_NO_SLEEP": "1"}, None, "its worker does not bracket sleep (this vLLM renamed the call"),
-    ({"FAKE_SERVER_WORKER_BYTES": str(1 << 30)}, FakeNvml(procs={}), "NVML"),
+    ({"STUB_SERVER_UNBRACKETED": "1"}, None, "its worker did not bracket init_device, load_model"),
+    ({"STUB_SERVER_NO_SLEEP": "1"}, None, "its worker does not bracket sleep (this vLLM renamed the call"),
+    ({"STUB_SERVER_WORKER_BYTES": str(1 << 30)}, FakeNvml(procs={}), "NVML"),
 ])
 def test_a_start_whose_memory_phases_cannot_be_shown_fails(tmp_path, pid_file, extra_env, nvml, message):
-    if "FAKE_SERVER_WORKER_BYTES" in extra_env:
+    if "STUB_SERVER_WORKER_BYTES" in extra_env:
         # The worker reported 1 GiB after its last step; NVML shows the tree holding 2 GiB at /health.
         class Grown(FakeNvml):
             def process_bytes(self, pids):
@@ -383,7 +383,7 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
 
 def test_the_trees_cpu_is_split_into_its_start_and_its_serving(tmp_path, pid_file):
     """What the start spent (to /health) and what serving spent after it, each counted once."""
-    server = _server(tmp_path, pid_file, extra_env={"FAKE_SERVER_START_CPU_S": "0.6"})
+    server = _server(tmp_path, pid_file, extra_env={"STUB_SERVER_START_CPU_S": "0.6"})
     server.start()
     with urllib.request.urlopen(server.url + "/spin?cpu_s=0.4", timeout=10) as answer:
         assert answer.status == 200
@@ -462,7 +462,7 @@ def test_torch_threads_reach_the_servers_process_through_the_cpu_use_plugin(tmp_
     fake_torch.mkdir()
     (fake_torch / "torch.py").write_text("def set_num_threads(n):\n    global N\n    N = n\n"
                                          "def get_num_threads():\n    return N\n")
-    server = _server(tmp_path, pid_file, extra_env={"FAKE_SERVER_PLUGINS": "sleepwake_cpu_use",
+    server = _server(tmp_path, pid_file, extra_env={"STUB_SERVER_PLUGINS": "sleepwake_cpu_use",
                                                     "PYTHONPATH": str(fake_torch)}, torch_threads=2)
     with server:
         pass

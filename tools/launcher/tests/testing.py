@@ -1,4 +1,4 @@
-"""Helpers for the launcher's CPU tests: the fake server's command and process-survival checks."""
+"""Helpers for the launcher's CPU tests: the stub server's command and process-survival checks."""
 
 from __future__ import annotations
 
@@ -13,20 +13,20 @@ from tools.launcher import process_tree, unix_socket, zygote_client, zygote_host
 from tools.launcher.config import ServerConfig
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
-FAKE_SERVER = os.path.join(TESTDATA, "fake_server.py")
+STUB_SERVER = os.path.join(TESTDATA, "stub_api_server.py")
 DRIVER = os.path.join(TESTDATA, "driver.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
-FAKE_MODULE = "fake_server"  # testdata/fake_server.py as a module, with TESTDATA on PYTHONPATH
+STUB_MODULE = "stub_api_server"  # testdata/stub_api_server.py as a module, with TESTDATA on PYTHONPATH
 
 
-def fake_command(mode: str = "ok", runner_line: str = "env", pid_file: str | None = None,
+def stub_command(mode: str = "ok", runner_line: str = "env", pid_file: str | None = None,
                  fixed_port: int | None = None, as_module: bool = False):
-    """A command_factory running testdata/fake_server.py; fixed_port ignores the port it is given.
-    as_module: `python -m fake_server` (what a zygote can fork; needs module_environ)."""
+    """A command_factory running testdata/stub_api_server.py; fixed_port ignores the port it is given.
+    as_module: `python -m stub_api_server` (what a zygote can fork; needs module_environ)."""
     def factory(config: ServerConfig, port: int) -> list[str]:
-        program = ["-m", FAKE_MODULE] if as_module else [FAKE_SERVER]
+        program = ["-m", STUB_MODULE] if as_module else [STUB_SERVER]
         argv = [sys.executable] + program + ["--host", config.host, "--port", str(fixed_port or port),
                                              "--mode", mode, "--runner_line", runner_line]
         return argv + (["--pid_file", pid_file] if pid_file else [])
@@ -34,16 +34,16 @@ def fake_command(mode: str = "ok", runner_line: str = "env", pid_file: str | Non
 
 
 def fake_site(tmp_path) -> str:
-    """A copy of the fake server module, its heavy import and its preload, which a test may rewrite."""
+    """A copy of the stub server module, its heavy import and its preload, which a test may rewrite."""
     site = os.path.join(str(tmp_path), "fake_site")
     os.makedirs(site, exist_ok=True)
-    for name in ("fake_server.py", "fake_heavy.py", "fake_preload.py"):
+    for name in ("stub_api_server.py", "fake_heavy.py", "fake_preload.py"):
         shutil.copy(os.path.join(TESTDATA, name), os.path.join(site, name))
     return site
 
 
 def module_environ(site: str = TESTDATA, test_tmpdir: str | None = None, **extra) -> dict:
-    """A server base environment in which `python -m fake_server` imports from site, without
+    """A server base environment in which `python -m stub_api_server` imports from site, without
     CUDA_VISIBLE_DEVICES (the fake NVML has one GPU). test_tmpdir: as inside a Bazel test (where the
     launcher must not start a zygote host, and PYTHONPATH entries under it are per-server); None: as
     outside one."""
@@ -101,7 +101,7 @@ def running_host(lock_dir: str):
 
 
 def imports(log_path: str) -> list[int]:
-    """PIDs of the processes that imported fake_heavy (FAKE_SERVER_IMPORT_LOG)."""
+    """PIDs of the processes that imported fake_heavy (STUB_SERVER_IMPORT_LOG)."""
     try:
         with open(log_path) as f:
             return [int(line) for line in f if line.strip()]
@@ -123,7 +123,7 @@ def fast_config(tmp_path, **overrides) -> ServerConfig:
 
 
 def recorded_pids(pid_file: str) -> dict[int, float]:
-    """pid -> start time of every process the fake server created."""
+    """pid -> start time of every process the stub server created."""
     try:
         with open(pid_file) as f:
             return {int(pid): float(start) for pid, start in (line.split() for line in f if line.strip())}

@@ -99,14 +99,14 @@ def test_a_bad_flag_or_path_is_one_line_naming_it_with_exit_code_2(tmp_path, mod
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupt_during_the_start_stops_the_server_tree_and_exits_130_quietly(tmp_path, model, sig):
     pid_file = str(tmp_path / "pids")
-    env = dict(testing.python_env(), FAKE_SERVER_MODE="never_healthy", FAKE_SERVER_PID_FILE=pid_file)
+    env = dict(testing.python_env(), STUB_SERVER_MODE="never_healthy", STUB_SERVER_PID_FILE=pid_file)
     proc = subprocess.Popen([sys.executable, DRIVER, "--model=" + model, "--log_dir=%s" % (tmp_path / "logs"),
                              "--cache_dir=%s" % (tmp_path / "cache"), "--lock_dir=%s" % (tmp_path / "locks"),
                              "--lease"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while len(testing.recorded_pids(pid_file)) < 4:  # the fake server and its three helpers
+        while len(testing.recorded_pids(pid_file)) < 4:  # the stub server and its three helpers
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         proc.send_signal(sig)

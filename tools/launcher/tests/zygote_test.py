@@ -1,4 +1,4 @@
-"""The zygote start path, with testdata/fake_server.py (and fake_heavy, its "vllm", and fake_preload, its
+"""The zygote start path, with testdata/stub_api_server.py (and fake_heavy, its "vllm", and fake_preload, its
 engine core's worker) in place of vLLM."""
 
 import logging
@@ -18,7 +18,7 @@ from tools.launcher.tests import testing
 def pid_file(tmp_path):
     path = str(tmp_path / "pids")
     yield path
-    assert testing.survivors_after(testing.recorded_pids(path)) == [], "fake server processes survived"
+    assert testing.survivors_after(testing.recorded_pids(path)) == [], "stub server processes survived"
 
 
 @pytest.fixture
@@ -35,12 +35,12 @@ def host(tmp_path):
 def _server(tmp_path, pid_file, environ, mode="ok", lease=False, script=False, **cfg):
     cfg.setdefault("start_mode", "zygote")
     return VllmServer(testing.fast_config(tmp_path, **cfg), lease=lease, nvml=FakeNvml(),
-                      command_factory=testing.fake_command(mode, pid_file=pid_file, as_module=not script),
+                      command_factory=testing.stub_command(mode, pid_file=pid_file, as_module=not script),
                       environ=environ)
 
 
 def _environ(tmp_path, site, **extra):
-    extra.setdefault("FAKE_SERVER_IMPORT_LOG", str(tmp_path / "imports"))
+    extra.setdefault("STUB_SERVER_IMPORT_LOG", str(tmp_path / "imports"))
     return testing.module_environ(site, test_tmpdir=str(tmp_path), **extra)
 
 
@@ -55,11 +55,11 @@ def _wait_gone(pid, timeout_s=10.0):
 
 def test_servers_fork_from_one_import_each_with_its_own_environment(tmp_path, pid_file, site, host):
     plugins = testing.plugin_site(str(tmp_path / "cell_a" / "site"))  # in TEST_TMPDIR: a per-server entry
-    base = _environ(tmp_path, site, FAKE_SERVER_PLUGINS="fake_plugin")
+    base = _environ(tmp_path, site, STUB_SERVER_PLUGINS="fake_plugin")
     with_plugin = dict(base, SLEEPWAKE_MUTANT="alpha", PYTHONPATH=os.pathsep.join([plugins, base["PYTHONPATH"]]))
     mrv1 = _server(tmp_path, pid_file, with_plugin, lease=True, slots_per_gpu=2)
     mrv2 = _server(tmp_path, pid_file, dict(base, SLEEPWAKE_MUTANT="beta"), runner="mrv2", lease=True, slots_per_gpu=2)
-    with mrv1, mrv2:  # each start checks the runner the fake built from VLLM_USE_V2_MODEL_RUNNER
+    with mrv1, mrv2:  # each start checks the runner the stub built from VLLM_USE_V2_MODEL_RUNNER
         assert mrv1.start_mode == mrv2.start_mode == "zygote"
         first = mrv1.pids()
         servers = first + mrv2.pids()
@@ -95,7 +95,7 @@ def test_the_zygote_answers_pings_and_refuses_what_it_cannot_serve(tmp_path, pid
             return unix_socket.recv(sock, 5)[0]
 
     pong = ask({"op": "ping"})
-    assert pong["ok"] and pong["module"] == testing.FAKE_MODULE and sockets[0] == "zygote-%s.sock" % pong["key"]
+    assert pong["ok"] and pong["module"] == testing.STUB_MODULE and sockets[0] == "zygote-%s.sock" % pong["key"]
     read_end, write_end = os.pipe()
     try:
         fds = [read_end, write_end, write_end]
@@ -148,7 +148,7 @@ def test_a_reinstalled_module_gets_a_fresh_zygote(tmp_path, pid_file, site, host
     environ = _environ(tmp_path, site)
     with _server(tmp_path, pid_file, environ):
         pass
-    with open(os.path.join(site, "fake_server.py"), "a") as f:
+    with open(os.path.join(site, "stub_api_server.py"), "a") as f:
         f.write("\n# reinstalled\n")  # new size and mtime, as pip's reinstall leaves
     with _server(tmp_path, pid_file, environ) as server:
         assert server.start_mode == "zygote"
@@ -179,12 +179,12 @@ def test_an_unusable_zygote_falls_back_to_a_plain_start_and_says_why(tmp_path, p
               "per-server variable read at import": "reads per-server variables, which would keep this"
                                                     " zygote's values in every server: VLLM_USE_V2_MODEL_RUNNER",
               "not a module": "the server command is not `python -m module ...`",
-              "import fails": "the zygote host could not start a zygote for fake_server: RuntimeError: fake_heavy:"
+              "import fails": "the zygote host could not start a zygote for stub_api_server: RuntimeError: fake_heavy:"
                               " import failed"}[case]
     if case == "per-server variable read at import":
-        environ["FAKE_SERVER_READS_AT_IMPORT"] = "VLLM_USE_V2_MODEL_RUNNER"
+        environ["STUB_SERVER_READS_AT_IMPORT"] = "VLLM_USE_V2_MODEL_RUNNER"
     if case == "import fails":  # the plain start then fails too, at its own import
-        environ["FAKE_SERVER_IMPORT_FAILS"] = "1"
+        environ["STUB_SERVER_IMPORT_FAILS"] = "1"
     script = case == "not a module"
     with testing.running_host(str(tmp_path / "locks")) if case != "no host inside bazel" else _nothing():
         server = _server(tmp_path, pid_file, environ, script=script, start_mode="auto")
@@ -211,7 +211,7 @@ def _zygote_log(tmp_path, server) -> str:
 def test_a_preload_is_imported_once_in_the_zygote_and_a_zygote_without_it_is_another(tmp_path, pid_file, site,
                                                                                     host):
     environ = _environ(tmp_path, site, FAKE_PRELOAD_IMPORT_LOG=str(tmp_path / "preloads"),
-                       FAKE_SERVER_LATE_IMPORTS="fake_preload")
+                       STUB_SERVER_LATE_IMPORTS="fake_preload")
     with _server(tmp_path, pid_file, environ, zygote_preload="fake_preload") as first, \
             _server(tmp_path, pid_file, environ, zygote_preload="fake_preload") as second:
         assert first.start_mode == second.start_mode == "zygote"
@@ -219,7 +219,7 @@ def test_a_preload_is_imported_once_in_the_zygote_and_a_zygote_without_it_is_ano
     assert testing.imports(str(tmp_path / "preloads")) == zygote_pid, "imported outside the one zygote"
     for server in (first, second):
         assert "late import fake_preload (imported already: True)" in _log(server)
-    assert re.search(r"imported fake_server in [\d.]+ s, then 1 of 1 preload\(s\) in [\d.]+ s;",
+    assert re.search(r"imported stub_api_server in [\d.]+ s, then 1 of 1 preload\(s\) in [\d.]+ s;",
                      _zygote_log(tmp_path, first))
     with _server(tmp_path, pid_file, environ, zygote_preload="none") as plain_list:  # the list keys the zygote
         assert plain_list.start_mode == "zygote"
@@ -230,7 +230,7 @@ def test_a_preload_is_imported_once_in_the_zygote_and_a_zygote_without_it_is_ano
 
 def test_a_preload_with_a_function_computes_its_cached_value_once_in_the_zygote(tmp_path, pid_file, site, host):
     environ = _environ(tmp_path, site, FAKE_PRELOAD_CALL_LOG=str(tmp_path / "calls"),
-                       FAKE_SERVER_LATE_CALLS="fake_preload:cache_key")
+                       STUB_SERVER_LATE_CALLS="fake_preload:cache_key")
     with _server(tmp_path, pid_file, environ, zygote_preload="fake_preload:cache_key") as first, \
             _server(tmp_path, pid_file, environ, zygote_preload="fake_preload:cache_key") as second:
         assert first.start_mode == second.start_mode == "zygote"
@@ -256,7 +256,7 @@ def test_a_preload_reading_a_per_server_variable_refuses_every_fork(tmp_path, pi
 
 
 def test_a_preload_that_fails_to_import_is_logged_and_the_zygote_serves(tmp_path, pid_file, site, host):
-    environ = _environ(tmp_path, site, FAKE_SERVER_LATE_IMPORTS="fake_preload")
+    environ = _environ(tmp_path, site, STUB_SERVER_LATE_IMPORTS="fake_preload")
     with _server(tmp_path, pid_file, environ, zygote_preload="fake_no_such_module,fake_preload") as server:
         assert server.start_mode == "zygote"
         assert "late import fake_preload (imported already: True)" in _log(server)

@@ -1,7 +1,7 @@
-"""The vllm_server binary with the fake server (testdata/fake_server.py) in place of vLLM and a fake NVML.
+"""The vllm_server binary with the stub server (testdata/stub_api_server.py) in place of vLLM and a fake NVML.
 
-Takes the binary's flags. FAKE_SERVER_MODE picks the fake's mode (ok, never_healthy, ...) and every
-process it creates is recorded in FAKE_SERVER_PID_FILE; the teardown grace is short.
+Takes the binary's flags. STUB_SERVER_MODE picks the stub's mode (ok, never_healthy, ...) and every
+process it creates is recorded in STUB_SERVER_PID_FILE; the teardown grace is short.
 """
 
 import os
@@ -12,12 +12,12 @@ from tools.launcher.server import VllmServer
 from tools.launcher.tests import testing
 
 
-def fake_server(config, lease):
+def stub_server(config, lease):
     config.grace_s = 0.5
     return VllmServer(config, lease=lease, nvml=FakeNvml(),
-                      command_factory=testing.fake_command(os.environ["FAKE_SERVER_MODE"],
-                                                           pid_file=os.environ["FAKE_SERVER_PID_FILE"]))
+                      command_factory=testing.stub_command(os.environ["STUB_SERVER_MODE"],
+                                                           pid_file=os.environ["STUB_SERVER_PID_FILE"]))
 
 
 if __name__ == "__main__":
-    vllm_server.run(make_server=fake_server)
+    vllm_server.run(make_server=stub_server)

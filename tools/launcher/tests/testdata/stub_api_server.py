@@ -6,21 +6,21 @@ Every PID it creates is appended to --pid_file, so a test can check that none su
 
 Modes: ok (answers GET /health 200), never_healthy (answers 503), die_at_start (prints and exits 3).
 With SLEEPWAKE_MEMORY_LOCK set (a shared lease, memory_phase_scope steps) it runs a worker's start-up
-steps through the memory-phase plugin, as vLLM with the plugin does; FAKE_SERVER_UNBRACKETED=1 skips
-them (a plugin that did not load), FAKE_SERVER_NO_SLEEP=1 leaves the worker without a sleep to bracket.
+steps through the memory-phase plugin, as vLLM with the plugin does; STUB_SERVER_UNBRACKETED=1 skips
+them (a plugin that did not load), STUB_SERVER_NO_SLEEP=1 leaves the worker without a sleep to bracket.
 --runner_line: env (prints vLLM's "Using V2 Model Runner" iff VLLM_USE_V2_MODEL_RUNNER=1), always, never.
-CPU work, for the launcher's CPU accounting: FAKE_SERVER_START_CPU_S of it before listening, and
+CPU work, for the launcher's CPU accounting: STUB_SERVER_START_CPU_S of it before listening, and
 GET /spin?cpu_s=S spends S while serving, in a thread that has exited when it answers.
-FAKE_SERVER_LATE_IMPORTS (comma-separated modules): imported at start, as vLLM's engine core imports its
+STUB_SERVER_LATE_IMPORTS (comma-separated modules): imported at start, as vLLM's engine core imports its
 worker, each first printed with whether it was imported already (a zygote's preload).
-FAKE_SERVER_LATE_CALLS (comma-separated MODULE:FUNCTION): called at start, as vLLM's first kernel lookup
+STUB_SERVER_LATE_CALLS (comma-separated MODULE:FUNCTION): called at start, as vLLM's first kernel lookup
 computes Triton's cache key.
 
-It also runs as a module (`python -m fake_server` with this directory on PYTHONPATH), which is how a
+It also runs as a module (`python -m stub_api_server` with this directory on PYTHONPATH), which is how a
 zygote pre-imports and forks it in place of vLLM's API server. Its heavy import is fake_heavy (the
 stand-in for the vllm package), and like vLLM's load_general_plugins (vllm/plugins/__init__.py, at
 run time, not at import) it loads the `vllm.general_plugins` entry points on sys.path when it starts:
-those named in FAKE_SERVER_PLUGINS (comma-separated; the real vLLM's own entry points, installed in
+those named in STUB_SERVER_PLUGINS (comma-separated; the real vLLM's own entry points, installed in
 the same environment, would import vLLM).
 """
 
@@ -84,15 +84,15 @@ def _spawn_family(pid_file):
 def _start_worker():
     """The worker's start-up steps as a vLLM server with the memory-phase plugin runs them (the launcher
     put the plugin's dir on PYTHONPATH): each inside the ALLOCATE phase, each logging its MARK line. The
-    bytes are FAKE_SERVER_WORKER_BYTES (NVML's figure for the worker's process)."""
+    bytes are STUB_SERVER_WORKER_BYTES (NVML's figure for the worker's process)."""
     import sleepwake_memory_phase as plugin
 
     class Worker:
         pass
 
-    for step in plugin.STEPS + tuple(n for n in plugin.CALLS if not os.environ.get("FAKE_SERVER_NO_" + n.upper())):
+    for step in plugin.STEPS + tuple(n for n in plugin.CALLS if not os.environ.get("STUB_SERVER_NO_" + n.upper())):
         setattr(Worker, step, lambda self: None)
-    worker_bytes = int(os.environ.get("FAKE_SERVER_WORKER_BYTES", "0"))
+    worker_bytes = int(os.environ.get("STUB_SERVER_WORKER_BYTES", "0"))
     plugin.bracket(Worker, os.environ["SLEEPWAKE_MEMORY_LOCK"], 5.0, process_bytes=lambda: worker_bytes)
     for step in plugin.STEPS:
         getattr(Worker(), step)()
@@ -117,34 +117,34 @@ def main():
     parser.add_argument("--runner_line", choices=["env", "always", "never"], default="env")
     parser.add_argument("--pid_file")
     args = parser.parse_args()
-    print("fake vLLM server %d starting on %s:%d" % (os.getpid(), args.host, args.port), flush=True)
+    print("stub vLLM server %d starting on %s:%d" % (os.getpid(), args.host, args.port), flush=True)
     # What a collection here walks: the oldest generation, and whether the import's state is in it.
     walked = {id(o) for o in gc.get_objects()}
-    print("fake vLLM server gc: %d frozen, %d of fake_heavy's %d containers walked by a collection" % (
+    print("stub vLLM server gc: %d frozen, %d of fake_heavy's %d containers walked by a collection" % (
         gc.get_freeze_count(), sum(id(entry) in walked for entry in fake_heavy.STATE), fake_heavy.HEAVY_OBJECTS),
         flush=True)
-    for name in [n for n in os.environ.get("FAKE_SERVER_LATE_IMPORTS", "").split(",") if n]:
-        print("fake vLLM server: late import %s (imported already: %s)" % (name, name in sys.modules), flush=True)
+    for name in [n for n in os.environ.get("STUB_SERVER_LATE_IMPORTS", "").split(",") if n]:
+        print("stub vLLM server: late import %s (imported already: %s)" % (name, name in sys.modules), flush=True)
         importlib.import_module(name)
-    for call in [c for c in os.environ.get("FAKE_SERVER_LATE_CALLS", "").split(",") if c]:
+    for call in [c for c in os.environ.get("STUB_SERVER_LATE_CALLS", "").split(",") if c]:
         module, function = call.split(":")
-        print("fake vLLM server: late call %s -> %s" % (call, getattr(importlib.import_module(module), function)()),
+        print("stub vLLM server: late call %s -> %s" % (call, getattr(importlib.import_module(module), function)()),
               flush=True)
     # Like vLLM (api_server.py setup_server): bind with SO_REUSEADDR first, listen only once started,
-    # FAKE_SERVER_LISTEN_DELAY_S later.
+    # STUB_SERVER_LISTEN_DELAY_S later.
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))
     except OSError as e:
         _bind_failed(e)
-    wanted = [name for name in os.environ.get("FAKE_SERVER_PLUGINS", "").split(",") if name]
+    wanted = [name for name in os.environ.get("STUB_SERVER_PLUGINS", "").split(",") if name]
     for plugin in importlib.metadata.entry_points(group=PLUGIN_GROUP):
         if plugin.name in wanted:
-            print("fake vLLM server: plugin %s loaded" % plugin.name, flush=True)
+            print("stub vLLM server: plugin %s loaded" % plugin.name, flush=True)
             plugin.load()()
     _spawn_family(args.pid_file)
-    if os.environ.get("SLEEPWAKE_MEMORY_LOCK") and not os.environ.get("FAKE_SERVER_UNBRACKETED"):
+    if os.environ.get("SLEEPWAKE_MEMORY_LOCK") and not os.environ.get("STUB_SERVER_UNBRACKETED"):
         _start_worker()
     if args.runner_line == "always" or (args.runner_line == "env"
                                         and os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1"):
@@ -155,7 +155,7 @@ def main():
         print("RuntimeError: fake engine core failed to start", flush=True)
         sys.exit(3)
     healthy = args.mode == "ok"
-    _spend_cpu(float(os.environ.get("FAKE_SERVER_START_CPU_S", "0")))
+    _spend_cpu(float(os.environ.get("STUB_SERVER_START_CPU_S", "0")))
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -174,7 +174,7 @@ def main():
         def log_message(self, *args):
             pass
 
-    time.sleep(float(os.environ.get("FAKE_SERVER_LISTEN_DELAY_S", "0")))
+    time.sleep(float(os.environ.get("STUB_SERVER_LISTEN_DELAY_S", "0")))
     httpd = http.server.ThreadingHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
     httpd.socket.close()
     httpd.socket = sock
@@ -182,7 +182,7 @@ def main():
         httpd.server_activate()
     except OSError as e:
         _bind_failed(e)
-    print("fake vLLM server ready", flush=True)
+    print("stub vLLM server ready", flush=True)
     httpd.serve_forever()
 
 
