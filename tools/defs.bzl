@@ -13,11 +13,11 @@ load("//tools:matrix.bzl", "EXECUTION_MODES", "GOLDEN_CLASSES", "RUNNERS")
 # the names TF/XLA/JAX runners already select on.
 GPU_TAGS = ["gpu", "requires-gpu-nvidia", "sleep_wake"]
 
-_MODEL_CONFIG = "//tools/model:synthetic_qwen3/config.json"
-_MODEL = "//tools/model:synthetic_qwen3"
+_MODEL_CONFIG = "//tools/checkpoints:synthetic_qwen3/config.json"
+_MODEL = "//tools/checkpoints:synthetic_qwen3"
 # Checkpoint B (same shapes, other seed): the new weights the weight-sync class pushes into a server.
-_MODEL_B_CONFIG = "//tools/model:synthetic_qwen3_b/config.json"
-_MODEL_B = "//tools/model:synthetic_qwen3_b"
+_MODEL_B_CONFIG = "//tools/checkpoints:synthetic_qwen3_b/config.json"
+_MODEL_B = "//tools/checkpoints:synthetic_qwen3_b"
 _GPU_IDENTITY = "@sleepwake_gpu//:identity.txt"
 _LOCK = "//third_party/python:requirements.lock"
 
@@ -82,10 +82,10 @@ GPU_CELL_DATA = [_MODEL, _MODEL_CONFIG, _MODEL_B, _MODEL_B_CONFIG, _GPU_IDENTITY
 # needs: the small checkpoints A and B, whose tensor bytes become the fake's weights pool and whose
 # digests what it generates, and the fake itself.
 FAKE_SERVER_MODULE = "tests.sleep_wake.fakes.fake_server"
-_SMALL_MODEL = "//tools/model:synthetic_qwen3_small"
-_SMALL_MODEL_CONFIG = "//tools/model:synthetic_qwen3_small/config.json"
-_SMALL_MODEL_B = "//tools/model:synthetic_qwen3_small_b"
-_SMALL_MODEL_B_CONFIG = "//tools/model:synthetic_qwen3_small_b/config.json"
+_SMALL_MODEL = "//tools/checkpoints:synthetic_qwen3_small"
+_SMALL_MODEL_CONFIG = "//tools/checkpoints:synthetic_qwen3_small/config.json"
+_SMALL_MODEL_B = "//tools/checkpoints:synthetic_qwen3_small_b"
+_SMALL_MODEL_B_CONFIG = "//tools/checkpoints:synthetic_qwen3_small_b/config.json"
 FAKE_CELL_DATA = [_SMALL_MODEL, _SMALL_MODEL_CONFIG, _SMALL_MODEL_B, _SMALL_MODEL_B_CONFIG]
 
 # What the golden actions take (tests/sleep_wake/goldens, tools/goldens.bzl): each checkpoint (its files,

@@ -3,8 +3,8 @@ alone (all its shards, stopping at the first oracle failure), judged by the orac
 
     python3 -m tests.mutants.walk_reach MODEL_DIR MODEL_B_DIR --out docs/walk-reach.md
 
-(MODEL_DIR: bazel-bin/tools/model/synthetic_qwen3_small, MODEL_B_DIR: ..._small_b; run from the workspace
-root with the venv's python3 after `bazel build //tools/model:all`.) The page lists, per mutant, the
+(MODEL_DIR: bazel-bin/tools/checkpoints/synthetic_qwen3_small, MODEL_B_DIR: ..._small_b; run from the workspace
+root with the venv's python3 after `bazel build //tools/checkpoints:all`.) The page lists, per mutant, the
 oracles of the walk that fired, or why nothing did. The mutants written for the walk (walk.py) are killed
 by their catalogued ids in //tests/mutants:fake_mutants; this is the rest of the catalogue.
 """

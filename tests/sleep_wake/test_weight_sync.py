@@ -78,7 +78,7 @@ def _expect_goldens_differ(golden_a: dict, golden_b: dict) -> None:
     if same:
         raise oracle.Precondition(
             f"checkpoints A and B give the same greedy tokens for {same}, so a push that changed nothing "
-            "would pass; B must be the generator with another seed (//tools/model:synthetic_qwen3_b)")
+            "would pass; B must be the generator with another seed (//tools/checkpoints:synthetic_qwen3_b)")
 
 
 def _push(client, level: int, path: str, what: str) -> None:

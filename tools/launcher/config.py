@@ -19,8 +19,8 @@ START_MODES = ("auto", "zygote", "plain")
 # steps: the server's GPU worker holds the ALLOCATE memory phase only around its allocation steps
 # (phase_plugin/sleepwake_memory_phase.py); start: the launcher holds it from launch to /health.
 MEMORY_PHASE_SCOPES = ("steps", "start")
-# Runfiles path of the suite's synthetic checkpoint (//tools/model:synthetic_qwen3).
-DEFAULT_MODEL_RUNFILE = "tools/model/synthetic_qwen3/config.json"
+# Runfiles path of the suite's synthetic checkpoint (//tools/checkpoints:synthetic_qwen3).
+DEFAULT_MODEL_RUNFILE = "tools/checkpoints/synthetic_qwen3/config.json"
 WORKSPACE = "sleepwake"
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 # What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
@@ -241,7 +241,7 @@ def default_model(environ=None, anchor: str = __file__, argv0: str | None = None
             return os.path.dirname(os.path.abspath(path))
     raise ConfigError(
         "the default model (runfile %s) is not in the runfiles; looked at %s. Run through Bazel with"
-        " data = [\"//tools/model:synthetic_qwen3\"], or pass --model / ServerConfig(model=...)."
+        " data = [\"//tools/checkpoints:synthetic_qwen3\"], or pass --model / ServerConfig(model=...)."
         % (DEFAULT_MODEL_RUNFILE, ", ".join(candidates)))
 
 

@@ -18,7 +18,7 @@ from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the plat
 from tests.engine.fakes.output_queue import RecordingOutputQueue
 from tests.engine.fakes.timeline import Timeline
 from tests.engine.fakes.worker import FakeWorker
-from tools.model import make_synthetic_model
+from tools.checkpoints import make_synthetic_model
 from vllm import envs
 from vllm.config import (CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, SchedulerConfig,
                          VllmConfig)

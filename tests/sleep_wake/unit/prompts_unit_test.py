@@ -1,13 +1,13 @@
-"""The prompts against the synthetic checkpoint's tokenizer (tools/model/word_tokenizer.py): every word is
+"""The prompts against the synthetic checkpoint's tokenizer (tools/checkpoints/word_tokenizer.py): every word is
 in the vocabulary, PROMPTS stay within one 16-token KV block and LONG_PROMPTS span more than three."""
 
 import pytest
 
 from tests.sleep_wake.lib.prompts import LONG_PROMPTS, PROMPTS
-from tools.model import word_tokenizer
+from tools.checkpoints import word_tokenizer
 
 BLOCK = 16  # vLLM's default KV block size on CUDA
-VOCAB_SIZE = 32000  # //tools/model:synthetic_qwen3 and _b
+VOCAB_SIZE = 32000  # //tools/checkpoints:synthetic_qwen3 and _b
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ def test_model_is_a_dir_or_its_config_json(tmp_path):
     assert config.resolve_model("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"  # a hub id passes through
 
 
-@pytest.mark.parametrize("missing", ["/no/such/model", "tools/model/nothing/config.json", "./model"])
+@pytest.mark.parametrize("missing", ["/no/such/model", "tools/checkpoints/nothing/config.json", "./model"])
 def test_missing_model_path_says_what_to_do(missing):
     with pytest.raises(ConfigError, match="does not exist.*Pass a checkpoint dir"):
         config.resolve_model(missing)
@@ -78,7 +78,7 @@ def test_directories_that_cannot_be_written_are_refused_naming_the_flag(tmp_path
 
 
 def test_default_model_comes_from_the_runfiles(tmp_path):
-    model_dir = tmp_path / "sleepwake" / "tools" / "model" / "synthetic_qwen3"
+    model_dir = tmp_path / "sleepwake" / "tools" / "checkpoints" / "synthetic_qwen3"
     model_dir.mkdir(parents=True)
     (model_dir / "config.json").write_text("{}")
     found = config.default_model({"RUNFILES_DIR": str(tmp_path)}, anchor="/nowhere/a/b/c.py", argv0="/nowhere/x")

@@ -12,8 +12,8 @@ import safetensors
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from tools.model import bf16_safetensors
-from tools.model import make_synthetic_model as msm
+from tools.checkpoints import bf16_safetensors
+from tools.checkpoints import make_synthetic_model as msm
 
 FILES = ("config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json",
          "tokenizer.json", "tokenizer_config.json")

@@ -20,11 +20,11 @@ import numpy as np
 from absl import app, flags
 
 if not __package__:
-  # Run as a plain script (python tools/model/make_synthetic_model.py): make the workspace root,
+  # Run as a plain script (python tools/checkpoints/make_synthetic_model.py): make the workspace root,
   # which holds the `tools` package, importable as it is under Bazel.
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tools.model import bf16_safetensors, word_tokenizer
+from tools.checkpoints import bf16_safetensors, word_tokenizer
 
 # Special token ids, fixed by word_tokenizer.SPECIAL_TOKENS.
 UNK_ID, BOS_ID, EOS_ID, PAD_ID = 0, 1, 2, 3

@@ -24,7 +24,7 @@ def _synthetic_checkpoint_impl(ctx):
 
 synthetic_checkpoint = rule(
     implementation = _synthetic_checkpoint_impl,
-    doc = "The checkpoint's files, <name>/<file> for each of outs (its runfiles path tools/model/<name>/...).",
+    doc = "The checkpoint's files, <name>/<file> for each of outs (its runfiles path tools/checkpoints/<name>/...).",
     attrs = {
         "outs": attr.output_list(mandatory = True, doc = "<name>/<file> for every file the generator writes."),
         "seed": attr.int(mandatory = True, doc = "The generator's seed: another seed, other weights."),
