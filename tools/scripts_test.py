@@ -27,7 +27,7 @@ SCRIPT_FILES = [".bazelrc", "tools/__init__.py", "tools/test.sh", "tools/run_mat
                 "tools/report/__init__.py", "tools/report/reading.py", "tools/launcher/zygote_host.py",
                 "tools/launcher/unix_socket.py",
                 # The report run_matrix.sh writes after the run, and what it imports.
-                "tools/report/__main__.py", "tools/report/cli.py", "tools/report/model.py", "tools/report/render.py",
+                "tools/report/__main__.py", "tools/report/cli.py", "tools/report/view.py", "tools/report/render.py",
                 "tools/report/series.py", "tools/report/svg.py", "tools/report/text.py",
                 "tools/results/mutation_table.py", "tools/launcher/config.py",
                 "tools/launcher/phase_plugin/__init__.py", "tools/launcher/phase_plugin/sleepwake_cpu_use.py",

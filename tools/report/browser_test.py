@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 from tools.matrix import EXECUTION_MODES, RUNNERS, SLEEP_WAKE_CLASSES
-from tools.report import browser, model, render
+from tools.report import browser, render, view
 
 FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
 LAPTOP = (1280, 800)
@@ -14,7 +14,7 @@ LAPTOP = (1280, 800)
 
 @pytest.fixture(scope="module")
 def run():
-    return model.load_run(str(FIXTURE), str(FIXTURE), [])
+    return view.load_run(str(FIXTURE), str(FIXTURE), [])
 
 
 @pytest.fixture(scope="module")

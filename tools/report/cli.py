@@ -14,7 +14,7 @@ import glob
 import os
 import sys
 
-from tools.report import model, render, text
+from tools.report import render, text, view
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = "sleepwake-report.html"  # beside the testlogs dir
@@ -89,7 +89,7 @@ def main(argv) -> int:
         for bep in beps if args.bep else []:
             if not os.path.isfile(bep):
                 raise UsageError(f"no build event file {bep}: pass the --build_event_json_file of each bazel test")
-        run = model.load_run(root, ws, beps)
+        run = view.load_run(root, ws, beps)
         if args.text:
             sys.stdout.write(text.summary(run))
             if not args.out:

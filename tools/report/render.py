@@ -8,7 +8,7 @@ import re
 import urllib.parse
 from html import escape
 
-from tools.report import model, series, svg
+from tools.report import series, svg, view
 from tools.report.reading import OutputFile
 
 GB, MiB = 1e9, float(1 << 20)
@@ -43,7 +43,7 @@ svg .sample{fill:#1f77b4;fill-opacity:.8} li.sub{margin-left:22px;list-style:cir
 class Page:
     """Renders one run; `out_dir` is where the page is written, for relative links."""
 
-    def __init__(self, run: model.Run, out_dir: str):
+    def __init__(self, run: view.Run, out_dir: str):
         self.run, self.out_dir = run, out_dir
 
     def href(self, path: str) -> str:
@@ -69,7 +69,7 @@ class Page:
     def header(self) -> str:
         run, states = self.run, self.run.states()
         cases = [c for cell in run.ordered() for c in cell.cases]
-        parts = [f'<span class="{"bad" if s == model.FAILED else ""}">{escape(s)}: {n}</span>'
+        parts = [f'<span class="{"bad" if s == view.FAILED else ""}">{escape(s)}: {n}</span>'
                  for s, n in sorted(states.items())]
         outcome = {o: sum(c.outcome == o for c in cases) for o in ("passed", "failed", "skipped")}
         source = (f"the results of <code>bazel {escape(run.invocation)}</code>" if run.invocation
@@ -101,7 +101,7 @@ class Page:
         return ('<section id="grid"><h2>Cells: runner &times; mode &times; class</h2>'
                 f'<table class="grid"><col class="class">{head}{"".join(rows)}</table></section>')
 
-    def grid_cell(self, cell: model.Cell) -> str:
+    def grid_cell(self, cell: view.Cell) -> str:
         css = cell.state.replace(" ", "-")
         ran = cell.count("passed") + cell.count("failed")
         counts = f" {cell.count('passed')}/{ran}" if ran else ""
@@ -109,7 +109,7 @@ class Page:
         if cell.seconds:
             start = f", server start {cell.server_start_s:.1f} s" if cell.server_start_s is not None else ""
             inner.append(f'<div class="muted">{cell.seconds:.0f} s{start}</div>')
-        if cell.state == model.FAILED:
+        if cell.state == view.FAILED:
             first = cell.failures[0].message.strip().splitlines() or [""]
             preview = first[0][:MESSAGE_PREVIEW] + ("…" if len(first[0]) > MESSAGE_PREVIEW or len(first) > 1 else "")
             inner.append(f'<div class="msg">{escape(preview)} <a href="#fail-{escape(cell.name)}">details</a></div>')
@@ -133,7 +133,7 @@ class Page:
                 f'<p class="summary"><b>{len(fake)} targets</b> {counts}</p>'
                 f'<table class="grid fake"><col class="class">{rows}</table></section>')
 
-    def cell_links(self, cell: model.Cell) -> str:
+    def cell_links(self, cell: view.Cell) -> str:
         links = []
         for i, d in enumerate(cell.dirs):
             shard = f" {i + 1}" if len(cell.dirs) > 1 else ""
@@ -151,7 +151,7 @@ class Page:
 
     # --- failures --------------------------------------------------------------------------------
     def failures(self) -> str:
-        failed = [c for c in self.run.ordered() + list(self.run.fake.values()) if c.state == model.FAILED]
+        failed = [c for c in self.run.ordered() + list(self.run.fake.values()) if c.state == view.FAILED]
         if not failed:
             return '<section id="failures"><h2>Failures</h2><p class="ok">no cell failed</p></section>'
         articles = []
@@ -200,7 +200,7 @@ class Page:
             out.append(f'<h3><code>{escape(test)}</code></h3><div class="panels">{figures}</div>')
         return "".join(out) + "</section>"
 
-    def panel(self, cell: model.Cell, p: series.Panel) -> str:
+    def panel(self, cell: view.Cell, p: series.Panel) -> str:
         if p.by_cycle:
             charts = (svg.line_chart(p.series, title="bytes", guides=p.guides, scale=GB, unit="GB",
                                      x_name="cycle", min_span=0.1)
@@ -292,5 +292,5 @@ def markdown_table(text: str) -> tuple[str, list[str]]:
     return f'<table class="mutants">{"".join(out)}</table>', lines
 
 
-def page(run: model.Run, out_dir: str) -> str:
+def page(run: view.Run, out_dir: str) -> str:
     return Page(run, out_dir).html()

@@ -16,7 +16,7 @@ import zipfile
 import pytest
 
 from tools.matrix import SHARD_COUNTS
-from tools.report import cli, model, render
+from tools.report import cli, render, view
 from tools.results.testlogs_testing import write_bep, write_xml
 
 FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
@@ -25,16 +25,16 @@ ZIPPED = "memory_leak_cycle_mrv2_graph"  # its outputs are zipped, as Bazel does
 STALE = "error_paths_mrv2_eager"  # left out of the build events
 WALK_SHARDS = SHARD_COUNTS["state_walk"]  # the spec's, which the report expects of a whole walk
 STATES = {
-    "memory_leak_cycle_mrv1_eager": model.PASSED,
-    "physical_memory_mrv1_eager": model.PASSED,
-    "latency_mrv1_eager": model.PASSED,
-    "memory_leak_cycle_mrv2_graph": model.FAILED,
-    "latency_mrv2_graph": model.FAILED,
-    "flags_mrv1_eager": model.FAILED,
-    "scheduler_gate_mrv1_graph": model.NO_CASES,  # zero test cases
-    "abort_parallel_sampling_mrv2_graph": model.NO_CASES,  # pytest_main's skipped case: a filter selected none
-    "concurrent_race_mrv1_eager": model.UNREADABLE,
-    STALE: model.STALE,
+    "memory_leak_cycle_mrv1_eager": view.PASSED,
+    "physical_memory_mrv1_eager": view.PASSED,
+    "latency_mrv1_eager": view.PASSED,
+    "memory_leak_cycle_mrv2_graph": view.FAILED,
+    "latency_mrv2_graph": view.FAILED,
+    "flags_mrv1_eager": view.FAILED,
+    "scheduler_gate_mrv1_graph": view.NO_CASES,  # zero test cases
+    "abort_parallel_sampling_mrv2_graph": view.NO_CASES,  # pytest_main's skipped case: a filter selected none
+    "concurrent_race_mrv1_eager": view.UNREADABLE,
+    STALE: view.STALE,
 }
 IDENTITY = "gpus: 0, NVIDIA H200, 570.133.20, 143771 MiB; 1, NVIDIA H200, 570.133.20, 143771 MiB"
 
@@ -116,7 +116,7 @@ def test_grid_has_every_cell_in_its_state(run):
     _, _, doc, _ = run
     cells = {a["data-cell"]: a["data-state"] for a in doc.all("td") if "data-cell" in a}
     assert len(cells) == 64  # 16 classes x 2 runners x 2 modes, from tools/matrix.bzl
-    assert {c: s for c, s in cells.items() if s != model.NOT_RUN} == STATES
+    assert {c: s for c, s in cells.items() if s != view.NOT_RUN} == STATES
 
 
 def test_a_cell_that_ran_nothing_says_why(run):
@@ -128,7 +128,7 @@ def test_a_cell_that_ran_nothing_says_why(run):
 def test_each_failed_cell_shows_its_failure_messages(run):
     _, page, _, _ = run
     articles = dict(re.findall(r'<article class="failure" id="fail-([^"]+)">(.*?)</article>', page, re.S))
-    assert set(articles) == {c for c, s in STATES.items() if s == model.FAILED}
+    assert set(articles) == {c for c, s in STATES.items() if s == view.FAILED}
     leak = html.unescape(articles["memory_leak_cycle_mrv2_graph"])
     assert "test_bytes_flat_over_ten_cycles[MRV2-graph]" in leak
     assert ("measured 1.67772e+08 bytes (spread or growth over the cycles), expected <= 6.71089e+07 "
@@ -231,7 +231,7 @@ def test_without_build_events_stale_cells_are_not_told_apart(tmp_path):
     logs, _ = _bazel_layout(tmp_path)
     doc = Elements(_render(tmp_path, "--no_bep", logs=logs))
     states = {a["data-cell"]: a["data-state"] for a in doc.all("td") if "data-cell" in a}
-    assert states[STALE] == model.PASSED
+    assert states[STALE] == view.PASSED
     assert "cannot be told from this run" in html.unescape(_render(tmp_path, "--no_bep", logs=logs))
 
 
@@ -272,7 +272,7 @@ def test_the_main_jobs_wave_event_files_are_read_by_default(tmp_path, monkeypatc
     _waves(bep, ws)
     monkeypatch.setenv("BUILD_WORKSPACE_DIRECTORY", str(ws))
     page = _render(tmp_path, logs=logs)
-    assert _stale_state_and_notes(page) == (model.STALE, False)
+    assert _stale_state_and_notes(page) == (view.STALE, False)
     assert "test //tests/sleep_wake/...; bazel test //tests/sleep_wake/..." in html.unescape(page)
 
 
@@ -281,10 +281,10 @@ def test_each_wave_file_given_counts_and_one_alone_leaves_the_others_cells_stale
     one, two = _waves(bep, tmp_path)
     both = Elements(_render(tmp_path, "--bep", one, "--bep", two, logs=logs))
     states = {a["data-cell"]: a["data-state"] for a in both.all("td") if "data-cell" in a}
-    assert {c: s for c, s in states.items() if s != model.NOT_RUN} == STATES
+    assert {c: s for c, s in states.items() if s != view.NOT_RUN} == STATES
     alone = Elements(_render(tmp_path, "--bep", one, logs=logs))
     states = {a["data-cell"]: a["data-state"] for a in alone.all("td") if "data-cell" in a}
-    assert model.STALE in states.values() and len([s for s in states.values() if s == model.STALE]) > 1
+    assert view.STALE in states.values() and len([s for s in states.values() if s == view.STALE]) > 1
 
 
 def test_the_default_build_events_are_the_newer_of_the_waves_and_the_single_file(tmp_path):
@@ -337,7 +337,7 @@ def test_the_fake_tier_is_a_grid_of_its_own_and_the_headline_counts_gpu_cells(tm
     assert "flags_fake_mrv1_eager" not in grids[0][1] and "flags_fake_mrv1_eager" in grids[1][1]
     assert len(gpu) == 64  # the GPU grid keeps its 16 classes x 4 cells, no fake row added
     headline = re.search(r'<p class="headline">(.*?)</p>', page, re.S).group(1)
-    ran = sum(1 for t, a, _ in doc.found if t == "td" and a.get("data-state") not in (None, model.NOT_RUN, model.STALE)
+    ran = sum(1 for t, a, _ in doc.found if t == "td" and a.get("data-state") not in (None, view.NOT_RUN, view.STALE)
               and "fake" not in a.get("data-cell", ""))
     assert re.search(rf"\d+/{ran} GPU cells passed", headline), headline
     assert re.search(r"fake tier: [01]/1 passed", headline) and "vLLM 0.26.0, NVIDIA H200" in headline
@@ -352,7 +352,7 @@ def test_text_mode_says_what_the_page_says(tmp_path, capsys):
     assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text"]) == 0
     out = capsys.readouterr().out
     # The stale cell is an earlier run's result: counted apart, not as one of this run's cells.
-    bad = {c: s for c, s in STATES.items() if s not in (model.PASSED, model.STALE)}
+    bad = {c: s for c, s in STATES.items() if s not in (view.PASSED, view.STALE)}
     assert out.startswith("NOT GREEN: 3/9 GPU cells passed, vLLM 0.26.0, NVIDIA H200"), out.splitlines()[0]
     assert "1 earlier result(s) in these testlogs not counted (stale)" in out.splitlines()[0]
     listed = re.findall(r"^  ([a-z ]+): (\w+)", out, re.M)
@@ -369,7 +369,7 @@ def test_a_run_of_a_few_targets_is_judged_on_those_and_not_on_earlier_results(tm
     logs, bep = _bazel_layout(tmp_path)
     matrix = logs / MATRIX
     for name, state in STATES.items():
-        if state not in (model.PASSED, model.STALE):
+        if state not in (view.PASSED, view.STALE):
             shutil.rmtree(matrix / name)
     assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
@@ -393,16 +393,16 @@ def test_a_rerun_is_judged_on_its_own_results_not_on_an_earlier_runs_per_test(tm
     assert cli.main(["tools.report", str(tmp_path), "--bep", str(bep), "--text"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("1/1 GPU cells passed") and f"{2 * WALK_SHARDS} earlier result(s)" in first, first
-    run = model.load_run(str(tmp_path), str(tmp_path), [str(bep)])
+    run = view.load_run(str(tmp_path), str(tmp_path), [str(bep)])
     walk = run.cells[("state_walk", "mrv1", "eager")]
-    assert (walk.state, len(walk.dirs), len(walk.stale_dirs)) == (model.PASSED, WALK_SHARDS, 2 * WALK_SHARDS)
+    assert (walk.state, len(walk.dirs), len(walk.stale_dirs)) == (view.PASSED, WALK_SHARDS, 2 * WALK_SHARDS)
 
 
 def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
     logs, bep = _bazel_layout(tmp_path)
     matrix = logs / MATRIX
     for name, state in STATES.items():
-        if state != model.PASSED:
+        if state != view.PASSED:
             shutil.rmtree(matrix / name)
     assert cli.main(["tools.report", str(logs), "--no_bep", "--text"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
@@ -426,7 +426,7 @@ def _walk_cell(root, shards):
 
 def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
     _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)})
-    run = model.load_run(str(tmp_path), str(tmp_path), [])
+    run = view.load_run(str(tmp_path), str(tmp_path), [])
     [w] = run.walk_coverage()
     n = WALK_SHARDS
     assert (w.visited, w.pairs, w.shards, w.steps, w.complete) == (5 * n, 5 * n, n, 50 * n, True)
@@ -434,7 +434,7 @@ def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
     assert [a["data-walk"] for a in page.all("tr") if "data-walk" in a] == ["state_walk_mrv1_eager"]
     shutil.rmtree(tmp_path / MATRIX)
     _walk_cell(tmp_path, {0: (4, 5, ["wake:kv_cache"]), 1: (5, 5, [])})  # a gap, and the other shards missing
-    [w] = model.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
+    [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.complete, w.unvisited) == (9, 10, 2, False, ["wake:kv_cache"])
     assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
     assert (f"state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "

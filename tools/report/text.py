@@ -1,18 +1,18 @@
 """The run as plain text for a terminal or a CI log: the page's headline, the cells that failed or
 prove nothing (with why), the counts, the server starts and the spread of every measured key across
-cells (what thresholds are set from). The same model as the page, so the two never disagree."""
+cells (what thresholds are set from). The same view of the run as the page, so the two never disagree."""
 from __future__ import annotations
 
 import statistics
 
-from tools.report import model
+from tools.report import view
 
 
-def _spread(run: model.Run) -> dict[str, list[tuple[float, str]]]:
+def _spread(run: view.Run) -> dict[str, list[tuple[float, str]]]:
     """measured key -> [(value, cell)] over the GPU cells that ran and are not stale."""
     by_key: dict[str, list[tuple[float, str]]] = {}
     for cell in run.ordered():
-        if cell.state in (model.NOT_RUN, model.STALE):
+        if cell.state in (view.NOT_RUN, view.STALE):
             continue
         for r in cell.records:
             value = r.get("value")
@@ -21,15 +21,15 @@ def _spread(run: model.Run) -> dict[str, list[tuple[float, str]]]:
     return by_key
 
 
-def summary(run: model.Run) -> str:
+def summary(run: view.Run) -> str:
     text, ok, fake_text = run.headline()
     lines = [("" if ok else "NOT GREEN: ") + text + fake_text]
     lines.append(f"read from {run.testlogs}: " + (f"the results of `bazel {run.invocation}`" if run.invocation
                                                    else "every result found there (no build events)"))
     lines += [f"note: {n}" for n in run.notes]
-    ran = [c for c in run.ordered() if c.state != model.NOT_RUN]
+    ran = [c for c in run.ordered() if c.state != view.NOT_RUN]
     states = ", ".join(f"{s} {n}" for s, n in sorted(run.states(ran).items()))
-    cases = [c for cell in ran if cell.state != model.STALE for c in cell.cases]
+    cases = [c for cell in ran if cell.state != view.STALE for c in cell.cases]
     outcome = ", ".join(f"{sum(c.outcome == o for c in cases)} {o}" for o in ("passed", "failed", "skipped"))
     lines.append(f"GPU cells: {len(ran)} ({states or 'none ran'}); their test cases: {outcome}")
     if run.fake:

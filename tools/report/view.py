@@ -1,5 +1,6 @@
-"""The model of a run: every cell of the runner x mode x class grid with its state, cases, logs and
-measurements; the vLLM/GPU identities; the mutation table when mutants ran."""
+"""The view of a run that the page (render.py) and the text (text.py) show: every cell of the runner x mode
+x class grid with its state, cases, logs and measurements; the vLLM/GPU identities; the mutation table when
+mutants ran."""
 from __future__ import annotations
 
 import dataclasses
