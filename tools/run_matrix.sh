@@ -7,7 +7,7 @@
 #                              the cores (tools/launcher/slots.py says how); printed before the run.
 #   SLEEPWAKE_START_MODE=...   auto (default): cells fork their servers from a zygote that imported
 #                              vLLM once (tools/launcher/zygote_host.py, started here), else start
-#                              them plainly; plain or zygote force one (README "Speed").
+#                              them plainly; plain or zygote force one (docs/main-job.md).
 #   SLEEPWAKE_KEEP_ZYGOTES_S=S how long the zygote host and its zygotes wait after the run for the
 #                              next one, whose cells then fork from a zygote that has imported vLLM
 #                              already (about 11 s less a run). Default 600; 0 stops them with the run.

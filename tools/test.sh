@@ -4,7 +4,7 @@
 # GPU runner, --test_filter=..., --config=disk-cache). SLEEPWAKE_REMOTE_CACHE=http://host:port adds
 # --config=remote-cache with that URL; SLEEPWAKE_REMOTE_EXECUTOR=grpc[s]://host:port adds --config=remote
 # with that executor (SLEEPWAKE_REMOTE_INSTANCE: its instance name; the pools' properties come from
-# SLEEPWAKE_GPU_POOL_PROPERTIES, see README "Remote execution"). Exits non-zero when a test fails, when
+# SLEEPWAKE_GPU_POOL_PROPERTIES, see docs/remote.md). Exits non-zero when a test fails, when
 # no test target matched, and when no test case ran at all (a --test_filter that matched nothing in
 # any target): tools/results/ran_tests.py reads this invocation's build events.
 set -uo pipefail

@@ -7,7 +7,7 @@ Run it with the Python that runs the GPU cells on that worker (the one with vLLM
 
 The same line configures both sides: the workers advertise these properties (buildbox-worker
 --platform, bb_worker's platform, the vendor's pool settings) and the CI client sends them
-(SLEEPWAKE_GPU_POOL_PROPERTIES, see README "Remote execution"). Because they are part of every GPU
+(SLEEPWAKE_GPU_POOL_PROPERTIES, see docs/remote.md). Because they are part of every GPU
 action's key, a pool with another vLLM install, driver or GPU model never shares results with this one.
 """
 
