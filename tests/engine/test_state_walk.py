@@ -1,22 +1,24 @@
 """The state walk on the engine tier: the model of tests/sleep_wake/walk drives vLLM's real EngineCore.
 
-The GPU walk's plan, shard for shard (plan.plan_shards(6, 20261201, 60): one plan over every pair, its
-walks dealt out to six shards), runs here against EngineCoreProc's real busy loop, scheduler, KV cache manager and
-UniProcExecutor around the fake worker, with vLLM's own /sleep, /wake_up, /is_sleeping,
-/reset_prefix_cache and /collective_rpc routes over HTTP (lib/walk_tier.py, driven by the one walk
-driver, tests/sleep_wake/walk/driver.py). After every step it
-checks what the engine tier can observe against the model: /is_sleeping (route and engine), the
+The GPU walk's plan, shard for shard (plan.plan_shards over the spec's SHARD_COUNTS["state_walk"]: one plan
+over every pair, its walks dealt out to the shards), runs here against EngineCoreProc's real busy loop,
+scheduler, KV cache manager and UniProcExecutor around the fake worker, with vLLM's own /sleep, /wake_up,
+/is_sleeping, /reset_prefix_cache and /collective_rpc routes over HTTP (lib/walk_tier.py, driven by the
+one walk driver, tests/sleep_wake/walk/driver.py). After every step it checks what the engine tier can
+observe against the model: /is_sleeping (route and engine), the
 executor's sleeping tags, the scheduler's pause, the fake worker's pools and weights, that a request
 sent while asleep waits (and that no forward pass ran on released memory: the fake worker raises),
 that a repeat of the long prompt hits cached tokens iff the model says its blocks are cached, and how
 a request in flight ends under each pause mode. What it cannot observe is skipped per check
 (walk_tier.SKIPPED), never per pair; a terminal pair it cannot honour is named in walk_tier.CANNOT_HONOUR.
 
-A shard fails (walk.pairs_visited) when its walks leave one of its pairs unvisited; its coverage
+A shard fails (walk.pairs_visited) when the steps that ran leave one of its pairs unvisited; its coverage
 (pairs, steps, consecutive pairs, checks made and skipped) goes to the test log and to
-engine_walk_shard<N>.json among the target's undeclared outputs. Shards 0-2 end with a terminal probe,
-the full wake after a wake of one tag that the known divergence full_wake_remaps_resident_pool answers
-with a 500: the fake worker refuses to map a resident pool as CuMemAllocator does.
+engine_walk_shard<N>.json among the target's undeclared outputs. Shard i ends with terminal probe i
+(plan.terminal_probes) where the engine tier can honour it: the full wake after a wake of one tag (the
+fake worker refuses to map a resident pool as CuMemAllocator does) and the reload while the weights
+sleep (it refuses to write a released pool); the kv-first wake after level 2 is the GPU worker's
+(walk_tier.CANNOT_HONOUR).
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence in every shard instead of the plan.
 """
 
