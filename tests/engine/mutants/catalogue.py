@@ -108,9 +108,12 @@ MUTANTS = {m.name: m for m in [
            kills={_WALK + f"[shard{k}]": ("prefix_cache.hit_iff_cached",) for k in (0, 5)},
            **_plugin("sleep_while_paused_keeps_prefix_cache")),
     # The walk's newer regions (the plugin's waiting.py and walk.py), the plugin's patches as they are: each
-    # killed by three of the walk's shards that reach it early (docs/walk-reach.md names the pair). Of the
-    # plugin's entries, abort_spares_waiting is not here: the walk's engine tier waits for the requests an
-    # abort sleep must end and, when one does not end, stops at a Precondition (errored), not an oracle.
+    # killed by three of the walk's shards that reach it early (docs/walk-reach.md names the pair), but
+    # abort_spares_waiting: where an abort sleep leaves a waiting request open, the walk's engine tier stops
+    # at a Precondition (errored, walk_tier._ended), so a test of its own shows it.
+    Mutant("abort_spares_waiting", kills={
+        "tests/engine/test_pause_modes.py::test_abort_mode_ends_the_waiting_requests_too": ("requests.abort_aborts",)},
+        **_plugin("abort_spares_waiting")),
     *[Mutant(name, kills={_WALK + f"[shard{k}]": ids for k in shards}, **_plugin(name)) for name, shards, ids in (
         ("paused_new_admits_waiting", (0, 1, 4), ("requests.held_while_paused", "requests.held_while_asleep")),
         ("drain_admits_late_arrivals", (3, 4, 7), ("requests.held_while_paused", "requests.held_while_asleep")),
