@@ -1,7 +1,8 @@
 """Detection power of the engine tier: each engine mutant must be killed, and the control must pass.
 
 One run of the engine tests (tests/engine/test_*.py; the walk only for the mutants whose kills name it,
-and only the walk's named shards for a mutant nothing else kills) per catalogued mutant (mutants/catalogue.py) plus the control, each judged by mutants/judge.py.
+and only the walk's named shards for a mutant nothing else kills) per catalogued mutant
+(mutants/catalogue.py) plus the control, each judged by mutants/judge.py.
 Importing vLLM's engine costs ~14 s per process, so this process imports it once and forks a child per
 run; the child applies its mutant (through
 SLEEPWAKE_ENGINE_MUTANT and tests/engine/conftest.py), runs pytest and exits, leaving the parent's

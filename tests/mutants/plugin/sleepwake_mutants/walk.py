@@ -1,7 +1,9 @@
 """Mutants only the state walk reaches: each breaks a contract on a pair of operations no other class
 combines (a sleep during a level-0 pause, a sleep during a partial wake, a KV-cache-first wake's memory,
-pause mode wait, a reload or a prefix-cache reset in a state other than awake). vLLM 0.26.0's
-v1/engine/core.py, v1/engine/async_llm.py, v1/executor/abstract.py and device_allocator/cumem.py."""
+pause mode wait, a reload or a prefix-cache reset in a state other than awake, a reload over cached
+blocks, two-tag and tag+scheduling wakes). vLLM 0.26.0's v1/engine/core.py, v1/engine/async_llm.py,
+v1/executor/abstract.py and device_allocator/cumem.py. Those of the requests that wait (sent while
+paused, frozen by a keep, arriving during a drain) are in waiting.py."""
 
 from .shared import replace, wrap
 
