@@ -73,6 +73,25 @@ def test_abort_mode_sends_abort_outputs_before_offload(proc):
     checks.resident(proc.worker, {"weights", "kv_cache"}, "after the abort-mode sleep")
 
 
+def test_abort_mode_ends_the_waiting_requests_too(proc):
+    """A request sent while paused waits in the scheduler's queue; a later abort sleep ends it with the
+    running ones (pause_scheduler finishes every request, core.py), else it would run after the wake, on
+    whatever weights then serve (#51476)."""
+    engine, timeline = proc.engine, proc.timeline
+    checks.answers("sleep(level=0, mode='abort')", engine.sleep, level=0, mode="abort")
+    send(engine, "queued")
+    drive(engine, lambda: "queued" in engine.scheduler.requests, "the request queued while paused", timeline)
+    oracle.holds("requests.held_while_paused", not timeline.forwarded("queued"),
+                 f"the request sent while paused; timeline: {timeline}", "scheduled", "queued")
+    result = checks.answers("sleep(level=1, mode='abort')", engine.sleep, level=1, mode="abort")
+    if isinstance(result, Future):
+        drive(engine, result.done, "the abort-mode sleep", timeline, oracle_id="api.answers")
+        checks.answers("the abort-mode sleep's result", result.result)
+    oracle.holds("requests.abort_aborts", ("queued", "ABORT") in [e.detail for e in timeline.of("output")],
+                 f"the abort output of the request that waited: without it its client waits for the wake and "
+                 f"then gets a completion; timeline: {timeline}", "none", "sent")
+
+
 def test_wait_mode_drains_before_offload(proc):
     engine, timeline = proc.engine, proc.timeline
     send(engine, "inflight", max_tokens=4)

@@ -4,8 +4,10 @@ alone (all its shards, stopping at the first oracle failure), judged by the orac
     python3 -m tests.mutants.walk_reach MODEL_DIR MODEL_B_DIR --out docs/walk-reach.md
 
 (MODEL_DIR: bazel-bin/tools/checkpoints/synthetic_qwen3_small, MODEL_B_DIR: ..._small_b; run from the workspace
-root with the venv's python3 after `bazel build //tools/checkpoints:all`.) The page lists, per mutant, the
-oracles of the walk that fired, or why nothing did. The mutants written for the walk (walk.py) are killed
+root with the venv's python3 after `bazel build //tools/checkpoints:all
+//tests/sleep_wake/goldens:golden_a_fake_mrv2_eager //tests/sleep_wake/goldens:golden_b_fake_mrv2_eager`: the
+walk compares with the fake cell's goldens of A and B, GOLDENS.) The page lists, per mutant, the oracles of
+the walk that fired, or why nothing did. The mutants written for the walk (walk.py, waiting.py) are killed
 by their catalogued ids in //tests/mutants:fake_mutants; this is the rest of the catalogue.
 """
 
@@ -25,22 +27,24 @@ WALK_FILE = "tests/sleep_wake/test_state_walk.py"
 OUT_OF_REACH = {
     "abort_leaves_choices_running": "the walk's requests in flight are single-choice; n>1 in flight during an "
                                     "abort is abort_parallel_sampling's",
-    "request_runs_while_asleep": "the walk sends no request while the server sleeps (held requests are the "
-                                 "classes': concurrent_race, scheduler_gate, flags)",
-    "resume_on_partial_wake": "as request_runs_while_asleep: only a request sent during a partial wake shows it "
-                              "(scheduler_gate)",
     "leak_once": "a one-off leak below wake_restore_bytes_max (the fake's: one weight tensor, 43 MiB) is inside "
                  "the walk's band of an awake state; the spread over cycles is memory_leak_cycle's",
-    "reload_ignores_weights_path": "the walk takes checkpoint B's golden by pushing B: a push that does not land "
-                                   "stops it at that precondition (errored); weight_sync owns the push",
-    "reload_weights_noop": "as reload_ignores_weights_path: the walk's goldens need a working reload",
     "weights_wake_maps_more": "one extra tensor (the fake's: 43 MiB) mapped by a weights wake stays inside the "
                               "walk's band for that state, which is relative to the awake bytes read once, not to "
                               "the bytes asleep the moment before; physical_memory measures the mapped delta",
+    "engine_dies_on_sleep_during_decode": "the engine dies at the walk's first sleep during decode: what fails "
+                                          "next fails on a dead server, which the verdict counts as errored; "
+                                          "concurrent_race kills it by the liveness oracles its entry allows",
+    "wake_awake_tag_aborts": "its one symptom is the wake's 500 (api.status), a liveness oracle that this survey, "
+                             "judging by every oracle without the entry's fails_as, does not count; error_paths "
+                             "kills it",
 }
 # Not run: the walk bounds no latency (the latency class does); a slow sleep or wake only makes it slower.
 NOT_RUN = {"slow_sleep", "slow_wake", "slow_staged_wake", "slower_wake", "slower_staged_wake", "slow_first_request"}
 FILES = {"state_walk": WALK_FILE}
+# The walk's goldens of A and B on the fake's MRV2-eager cell (tests/sleep_wake/goldens' actions).
+GOLDENS = {"SLEEPWAKE_GOLDEN_A": "bazel-bin/tests/sleep_wake/goldens/golden_a_fake_mrv2_eager.json",
+           "SLEEPWAKE_GOLDEN_B": "bazel-bin/tests/sleep_wake/goldens/golden_b_fake_mrv2_eager.json"}
 
 
 def reach(mutant: str, model: str, model_b: str, work: str) -> verdict.ClassResult:
@@ -49,7 +53,8 @@ def reach(mutant: str, model: str, model_b: str, work: str) -> verdict.ClassResu
                SLEEPWAKE_MODEL=os.path.join(model, "config.json"),
                SLEEPWAKE_MODEL_B=os.path.join(model_b, "config.json"),
                SLEEPWAKE_SERVER_MODULE="tests.sleep_wake.fakes.fake_server",
-               TEST_UNDECLARED_OUTPUTS_DIR=os.path.join(work, mutant), PYTHONPATH=os.getcwd() + ":tests/mutants/plugin")
+               TEST_UNDECLARED_OUTPUTS_DIR=os.path.join(work, mutant), PYTHONPATH=os.getcwd() + ":tests/mutants/plugin",
+               **{name: os.path.abspath(path) for name, path in GOLDENS.items()})
     env[sleepwake_mutants.ENV] = mutant
     env[stop_on_kill.ENV] = ",".join(oracle.ORACLES)  # any oracle of the walk is a reach
     subprocess.run([sys.executable, "-m", "pytest", WALK_FILE, "-q", "-p", "no:cacheprovider", "-p",
@@ -66,13 +71,15 @@ def main(argv) -> int:
     parser.add_argument("model_b", help="its checkpoint B dir (synthetic_qwen3_small_b)")
     parser.add_argument("--out", help="write the markdown page here too")
     args = parser.parse_args(argv[1:])
+    written = sum("state_walk" in m.kills for m in sleepwake_mutants.MUTANTS.values())
     rows = ["# Which mutants the state walk reaches", "",
             "Generated by `python3 -m tests.mutants.walk_reach` on the fake tier (each mutant's re-creation "
             "against `state_walk` alone, MRV2-eager, stopping at the first oracle failure). *reached*: an "
             "oracle of the walk fired; *survived*: none did, and the reason below says why the walk cannot "
-            "see it; the mutants written for the walk (their catalogued kills name it) are killed by their "
-            "catalogued ids in `//tests/mutants:fake_mutants` and on the H200.", "",
-            "| mutant | the walk's verdict | oracles that fired |", "|---|---|---|"]
+            f"see it; the {written} mutants written for the walk are killed by their catalogued ids in "
+            "`//tests/mutants:fake_mutants`, the first eleven also on the H200; the section after the table "
+            "lists those of the walk's newer regions, which no H200 has run yet.",
+            "", "| mutant | the walk's verdict | oracles that fired |", "|---|---|---|"]
     unexplained = []
     with tempfile.TemporaryDirectory() as work:
         for name, m in sorted(sleepwake_mutants.MUTANTS.items()):
@@ -94,8 +101,16 @@ def main(argv) -> int:
             print(rows[-1], flush=True)
     text = "\n".join(rows) + "\n"
     if args.out:
+        # The sections after the table (from the first "## " heading) are kept by hand: the kills of the
+        # mutants written for the walk, which their own targets show.
+        kept = ""
+        if os.path.exists(args.out):
+            with open(args.out, encoding="utf-8") as f:
+                old = f.read()
+            at = old.find("\n## ")
+            kept = old[at:] if at >= 0 else ""
         with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(text + kept)
     if unexplained:
         print(f"walk_reach: {unexplained} escape the walk without a reason in OUT_OF_REACH: add one, or "
               "make the walk reach them", file=sys.stderr)

@@ -1,7 +1,8 @@
 """Detection power of the engine tier: each engine mutant must be killed, and the control must pass.
 
-One run of the engine tests (tests/engine/test_*.py; the walk only for the mutants whose kills name it)
-per catalogued mutant (mutants/catalogue.py) plus the control, each judged by mutants/judge.py.
+One run of the engine tests (tests/engine/test_*.py; the walk only for the mutants whose kills name it,
+and only the walk's named shards for a mutant nothing else kills) per catalogued mutant
+(mutants/catalogue.py) plus the control, each judged by mutants/judge.py.
 Importing vLLM's engine costs ~14 s per process, so this process imports it once and forks a child per
 run; the child applies its mutant (through
 SLEEPWAKE_ENGINE_MUTANT and tests/engine/conftest.py), runs pytest and exits, leaving the parent's
@@ -36,10 +37,15 @@ _runs: dict[str, judge.Run] = {}
 
 
 def files_for(mutant: str) -> list[str]:
-    """The engine tests a mutant's run takes: all of them, and the walk where its kills name the walk."""
+    """The engine tests a mutant's run takes: all of them, and the walk where its kills name the walk. A
+    mutant only the walk kills runs just the walk's shards its kills name: a shard that does not reach the
+    defect walks all its pairs, so the whole walk under each of them would outgrow the target's time."""
     entry = catalogue.MUTANTS.get(mutant)
     walk = os.path.relpath(WALK_FILE, ROOT)
-    return TEST_FILES + ([WALK_FILE] if entry and any(k.startswith(walk + "::") for k in entry.kills) else [])
+    named = [k for k in entry.kills if k.startswith(walk + "::")] if entry else []
+    if named and len(named) == len(entry.kills):
+        return [os.path.join(ROOT, k) for k in named]
+    return TEST_FILES + ([WALK_FILE] if named else [])
 
 
 def _child(mutant: str, junit: str, log: str, basetemp: str) -> None:

@@ -107,6 +107,29 @@ MUTANTS = {m.name: m for m in [
     Mutant("sleep_while_paused_keeps_prefix_cache",
            kills={_WALK + f"[shard{k}]": ("prefix_cache.hit_iff_cached",) for k in (0, 5)},
            **_plugin("sleep_while_paused_keeps_prefix_cache")),
+    # The walk's newer regions (the plugin's waiting.py and walk.py), the plugin's patches as they are: each
+    # killed by three of the walk's shards that reach it early (docs/walk-reach.md names the pair), but
+    # abort_spares_waiting: where an abort sleep leaves a waiting request open, the walk's engine tier stops
+    # at a Precondition (errored, walk_tier._ended), so a test of its own shows it.
+    Mutant("abort_spares_waiting", kills={
+        "tests/engine/test_pause_modes.py::test_abort_mode_ends_the_waiting_requests_too": ("requests.abort_aborts",)},
+        **_plugin("abort_spares_waiting")),
+    *[Mutant(name, kills={_WALK + f"[shard{k}]": ids for k in shards}, **_plugin(name)) for name, shards, ids in (
+        ("paused_new_admits_waiting", (0, 1, 4), ("requests.held_while_paused", "requests.held_while_asleep")),
+        ("drain_admits_late_arrivals", (3, 4, 7), ("requests.held_while_paused", "requests.held_while_asleep")),
+        ("keep_without_preemption", (0, 6, 7), ("prefix_cache.hit_iff_cached", "api.reset_prefix_cache_result")),
+        ("scheduling_tag_resumes", (1, 4, 5), HELD),
+        ("wake_aborts_queued", (4, 6, 7), ("output.finish_length",)),
+        ("keep_reset_aborts_frozen", (0, 2, 6), ("requests.held_while_asleep",)),
+        ("preempted_restarts_output", (0, 1, 6), ("output.finish_length", "requests.resumes_after_keep")),
+        ("reset_prefix_cache_preempts_running", (1, 5, 6), ("api.reset_prefix_cache_result",)),
+        ("reload_resets_prefix_cache", (2, 4, 7), ("prefix_cache.hit_iff_cached",)),
+        ("two_tag_wake_maps_first_tag", (1, 2, 4), ("device_bytes.wake_shortfall",)),
+        # Here the fake worker's pool flags show the weights left asleep (the GPU's band cannot: model.py).
+        ("scheduling_tag_kept", (1, 6, 7), ("flags.is_sleeping", "device_bytes.weights_wake_mapped")),
+        ("pause_mode_sticky", (1, 2, 4), ("requests.ends_in_race",)),
+        ("reload_aborts_requests", (2, 6, 7), ("requests.held_while_paused", "requests.held_until_resident")),
+    )],
     Mutant("abort_outputs_dropped", "#45326, #45520",
            "sleep(mode='abort') aborts the in-flight requests in the engine but never tells the "
            "front end: their streams stay open.",

@@ -180,6 +180,29 @@ DEFECTS = {
     "kv_wake_maps_nothing": "a KV-cache wake while the weights sleep maps nothing",
     "sleep_during_partial_wake_sleeps_again": "a sleep during a partial wake puts the executor to sleep again",
     "reload_resumes_scheduling": "reload_weights resumes scheduling, also during a level-0 pause",
+    # Only the walk's newer regions reach these (requests that wait, pause modes while paused, keep at level
+    # >= 1, the late arrival of a wait drain, two-tag and tag+scheduling wakes, reloads over cached blocks).
+    "abort_spares_waiting": ("sleep?mode=abort ends only the running requests: the waiting ones (sent while "
+                             "paused, or preempted by a keep) stay queued and run after the wake"),
+    "paused_new_admits_waiting": ("an abort or wait pause (PAUSED_NEW) holds no waiting request: a request sent "
+                                  "while paused so is scheduled at once, onto unmapped pools if asleep"),
+    "drain_admits_late_arrivals": "a request arriving while a wait sleep drains is scheduled with the drain",
+    "keep_without_preemption": ("a level >= 1 keep's cache reset does not preempt the frozen requests (#34382 "
+                                "reverted): they keep their blocks, the prefix-cache reset is refused"),
+    "scheduling_tag_resumes": "a wake naming scheduling resumes scheduling while a tag still sleeps",
+    "wake_aborts_queued": "the wake that resumes scheduling aborts the requests queued while paused",
+    "keep_reset_aborts_frozen": "a level >= 1 keep's cache reset aborts the frozen requests instead of preempting them",
+    "preempted_restarts_output": ("a request a keep's cache reset preempted restarts from its prompt at the wake: "
+                                  "the tokens it streamed are generated again (#16832)"),
+    "reset_prefix_cache_preempts_running": ("/reset_prefix_cache preempts the running requests to reset: it "
+                                            "succeeds under a level-0 keep's frozen request"),
+    "reload_resets_prefix_cache": "reload_weights resets the prefix cache (#45093, reverted by #46125)",
+    "two_tag_wake_maps_first_tag": ("a two-tag wake maps only the first tag's pool and counts both awake: the "
+                                    "KV cache stays unmapped"),
+    "scheduling_tag_kept": ("a wake of a tag plus scheduling passes scheduling on to the executor, which "
+                            "ignores the call for a tag that is not asleep"),
+    "pause_mode_sticky": "a sleep while paused keeps the first pause's mode (a wait after a keep drains nothing)",
+    "reload_aborts_requests": "reload_weights aborts every request, running or waiting, before the weights change",
     # Fake-only (FAKE_ONLY).
     "gauge_tracks_tags": ("the gauge keeps the sleep level until every tag is awake: the divergence "
                           "gauge_awake_while_partially_asleep fixed, which its pinning tests must notice"),

@@ -73,6 +73,17 @@ class Choice:
     finish_reason: str | None = None
 
 
+@dataclasses.dataclass(eq=False)
+class Ticket:
+    """One request's place in the engine (accept() returns it; wait_scheduled, decode_step and end_decode
+    take it back): the abort epoch it was accepted in (a sleep with mode abort ends every request of an
+    earlier epoch), and what a defect did to this request alone, where vLLM picks requests by their queue
+    (running or waiting) rather than ending them all."""
+    epoch: int
+    aborted: bool = False  # ended with finish_reason abort at its next step or wait
+    restart: bool = False  # preempted_restarts_output: its tokens so far are dropped at its next step
+
+
 class EngineDeadError(RuntimeError):
     pass
 
@@ -104,6 +115,11 @@ class FakeEngine:
         # blocks and wait for the wake like new ones (scheduler.py reset_prefix_cache with
         # reset_running_requests), so a wait sleep does not drain them and a reset is not refused.
         self.preempted = 0
+        # The requests waiting to be scheduled (vLLM's waiting queue: sent while paused) and those scheduled
+        # and not yet ended (its running queue, a keep's preempted ones included), for the defects that
+        # pick one queue.
+        self.waiting: set[Ticket] = set()
+        self.decoding: set[Ticket] = set()
         self.sleeping_tags: set[str] = set()
         self.gauge = dict(metrics.GAUGE_AWAKE)
         self.load = 0  # requests accepted and not finished (/load)
@@ -197,20 +213,41 @@ class FakeEngine:
             was_sleeping, was_paused = self.paused or self.executor_sleeping, self.paused
             partial = self.executor_sleeping and self.sleeping_tags != {"weights", "kv_cache"}
             if mode == "abort":
-                self.abort_epoch += 1
-                self.preempted = 0
+                if "abort_spares_waiting" in self.defects:
+                    # finish_requests over the running queue only: the waiting requests, and those a keep's
+                    # cache reset preempted back to that queue, stay queued
+                    if not self.preempted:
+                        for ticket in self.decoding:
+                            ticket.aborted = True
+                else:
+                    self.abort_epoch += 1
+                    self.preempted = 0
             self.paused = True
-            self.frozen = mode == "keep" or self.preempted > 0
+            if not (was_paused and "pause_mode_sticky" in self.defects):
+                self.frozen = mode == "keep" or self.preempted > 0
             self.cond.notify_all()
-            if mode == "wait":  # new requests queue; the running ones run to the end first
+            if mode == "wait" and not self.frozen:  # new requests queue; the running ones run to the end first
+                # (a pause that freezes them counts none unfinished: scheduler.py get_num_unfinished_requests)
                 self.cond.wait_for(lambda: self.running <= self.preempted or self.dead or self.stopping.is_set(),
                                    MAX_HOLD_S)
-            keeps_cache = "prefix_cache_kept" in self.defects or (
+            # A level >= 1 keep's cache reset preempts the frozen requests back to the waiting queue
+            # (reset_running_requests=True); without that the reset is refused while they hold blocks.
+            preempts, refused = level >= 1 and mode == "keep" and self.running > self.preempted, False
+            if preempts and "keep_reset_aborts_frozen" in self.defects:
+                for ticket in self.decoding:
+                    ticket.aborted = True
+                preempts = False
+            elif preempts and "keep_without_preemption" in self.defects:
+                preempts, refused = False, True
+            keeps_cache = refused or "prefix_cache_kept" in self.defects or (
                 was_paused and "sleep_while_paused_keeps_prefix_cache" in self.defects)
             if (level >= 1 and not keeps_cache) or (level == 0 and "prefix_cache_reset_on_level0" in self.defects):
                 self.prefix_cache.clear()
-            if level >= 1 and mode == "keep":
-                self.preempted = self.running  # the cache reset preempts the frozen ones
+            if preempts:
+                self.preempted = self.running
+                if "preempted_restarts_output" in self.defects:
+                    for ticket in self.decoding:
+                        ticket.restart = True
             if level >= 1 and (not self.executor_sleeping or (
                     partial and "sleep_during_partial_wake_sleeps_again" in self.defects)):
                 self._worker_sleep(level)
@@ -278,7 +315,9 @@ class FakeEngine:
     def wake_up(self, tags) -> None:
         with self.cond:
             self._check_alive()
-            if tags is not None:
+            asked = list(tags) if tags is not None else None
+            if tags is not None and "scheduling" in tags and (
+                    tags == ["scheduling"] or "scheduling_tag_kept" not in self.defects):
                 tags = [t for t in tags if t != "scheduling"]
             woke = None
             if tags is None or tags:
@@ -287,7 +326,11 @@ class FakeEngine:
                      or ("slow_staged_wake" in self.defects and tags is not None)):
             time.sleep(self.sizes.wake_delay_s)  # simulated: the defect is the time itself
         with self.cond:
-            if not self.executor_sleeping or "resume_on_partial_wake" in self.defects:
+            if (not self.executor_sleeping or "resume_on_partial_wake" in self.defects
+                    or (asked and "scheduling" in asked and "scheduling_tag_resumes" in self.defects)):
+                if self.paused and "wake_aborts_queued" in self.defects:
+                    for ticket in self.waiting:
+                        ticket.aborted = True
                 self.paused = self.frozen = False
                 self.preempted = 0
             if not self.executor_sleeping or "gauge_tracks_tags" not in self.defects:
@@ -320,6 +363,12 @@ class FakeEngine:
             raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at "
                                "cumem_allocator.cpp:169")
         woken = list(tags) if tags else sorted(self.sleeping_tags)
+        mapped = woken
+        if tags and len(tags) > 1 and "two_tag_wake_maps_first_tag" in self.defects:
+            # The workers are asked for the first tag only; the executor counts every tag awake. The walk
+            # names weights first, so the KV cache is the pool left unmapped.
+            mapped = woken[:1]
+            self.kv_unmapped = "kv_cache" not in mapped
         self.sleeping_tags -= set(woken)
         self.worker_wakes += 1
         for block in self.pinned_extra:
@@ -338,7 +387,7 @@ class FakeEngine:
             self.extra = self.sizes.wake_extra
         if tags is None or "kv_cache" in woken:
             self.remap_missing = any(x in self.defects for x in ("late_remap", "wake_leaves_unmapped"))
-        if "weights" in woken:
+        if "weights" in mapped:
             self._restore_weights(tags)
         return woken
 
@@ -369,6 +418,10 @@ class FakeEngine:
             self._check_alive()
             if "weights" in self.sleeping_tags:
                 raise RuntimeError("reload_weights while the weights are asleep: their memory is unmapped")
+            if "reload_aborts_requests" in self.defects:
+                self.abort_epoch += 1  # every request ends, running or waiting, before the weights change
+                self.preempted = 0
+                self.cond.notify_all()
             if "reload_weights_noop" in self.defects:
                 return
             if weights_path is not None and "host_copy_predates_update" in self.defects:
@@ -381,6 +434,8 @@ class FakeEngine:
                 self.model_path = weights_path  # gpu_model_runner.py: model_config.model = weights_path
             self.weights = (fake_checkpoint.load(self.model_path).digest if self.model_path
                             else self.checkpoint.digest)
+            if self.running <= self.preempted and "reload_resets_prefix_cache" in self.defects:
+                self.prefix_cache.clear()  # refused while a running request holds blocks, as any reset
             if "reload_resumes_scheduling" in self.defects:
                 self.paused = self.frozen = False
                 self.cond.notify_all()
@@ -392,40 +447,60 @@ class FakeEngine:
             if "reset_prefix_cache_fails_asleep" in self.defects and (self.paused or self.executor_sleeping):
                 return False
             if self.running > self.preempted:
-                return False
+                if "reset_prefix_cache_preempts_running" not in self.defects:
+                    return False
+                self.preempted = self.running  # reset_running_requests: back to the waiting queue
             if "reset_prefix_cache_noop" not in self.defects:
                 self.prefix_cache.clear()
             return True
 
     # --- requests -------------------------------------------------------------------------------
-    def accept(self) -> int:
-        """A request arrives: counted in /load; returns the abort epoch it belongs to."""
+    def accept(self) -> Ticket:
+        """A request arrives: counted in /load; returns its ticket (the abort epoch it belongs to)."""
         with self.cond:
             self._check_alive()
             self.load += 1
             if "request_runs_while_asleep" in self.defects and self.executor_sleeping:
                 self.paused = self.frozen = False  # scheduled onto the unmapped pools at once
                 self.cond.notify_all()
-            return self.abort_epoch
+            return Ticket(self.abort_epoch)
 
     def finish(self) -> None:
         with self.cond:
             self.load -= 1
 
-    def wait_scheduled(self, epoch: int) -> bool:
-        """Block while scheduling is paused; False if a sleep aborted the request (or it gave up)."""
+    def _ended(self, ticket: Ticket) -> bool:
+        return self.abort_epoch != ticket.epoch or ticket.aborted
+
+    def _admits(self) -> bool:
+        """Whether the scheduler takes a waiting request now: only while unpaused (scheduler.py schedule
+        reads the waiting queue only UNPAUSED)."""
+        if not self.paused:
+            return True
+        if self.frozen:
+            return False
+        return ("paused_new_admits_waiting" in self.defects
+                or (self.running > self.preempted and "drain_admits_late_arrivals" in self.defects))
+
+    def wait_scheduled(self, ticket: Ticket) -> bool:
+        """Block while the scheduler holds new requests; False if a sleep aborted the request (or it gave up)."""
         deadline = time.monotonic() + MAX_HOLD_S
         with self.cond:
-            while (self.paused and not self.dead and not self.stopping.is_set()
-                   and time.monotonic() < deadline):
-                if self.abort_epoch != epoch:
+            self.waiting.add(ticket)
+            try:
+                while (not self._admits() and not self.dead and not self.stopping.is_set()
+                       and time.monotonic() < deadline):
+                    if self._ended(ticket):
+                        return False
+                    self.cond.wait(0.05)
+                self._check_alive()
+                if self._ended(ticket) or not self._admits():
                     return False
-                self.cond.wait(0.05)
-            self._check_alive()
-            if self.abort_epoch != epoch or self.paused:
-                return False
-            self.running += 1
-            return True
+                self.running += 1
+                self.decoding.add(ticket)
+                return True
+            finally:
+                self.waiting.discard(ticket)
 
     def prefill(self, prompt: str) -> tuple[int, int]:
         """(prompt tokens, of which served from the prefix cache) for a scheduled request."""
@@ -454,7 +529,7 @@ class FakeEngine:
         return [Choice(i, fake_checkpoint.tokens(weights, prompt, max_tokens, i, seed), weights)
                 for i in range(n)]
 
-    def decode_step(self, choices: list[Choice], epoch: int) -> list[tuple[Choice, list]]:
+    def decode_step(self, choices: list[Choice], ticket: Ticket) -> list[tuple[Choice, list]]:
         """One token for every unfinished choice, as one engine step; [(choice, new ids)].
 
         A sleep in abort mode ends every unfinished choice with "abort"; one in keep mode holds the
@@ -463,10 +538,15 @@ class FakeEngine:
             time.sleep(self.token_delay_s)  # simulated decode time: lets a sleep land mid-decode
         out: list[tuple[Choice, list]] = []
         with self.cond:
-            while self.frozen and self.abort_epoch == epoch and not self.dead and not self.stopping.is_set():
+            while self.frozen and not self._ended(ticket) and not self.dead and not self.stopping.is_set():
                 self.cond.wait(0.05)
             self._check_alive()
-            aborted = self.abort_epoch != epoch
+            aborted = self._ended(ticket)
+            if ticket.restart and not aborted:  # recomputed from the prompt alone: its tokens so far dropped
+                ticket.restart = False
+                for c in choices:
+                    c.token_ids.clear()
+                    c.logprobs.clear()
             for c in choices:
                 if c.finish_reason is not None:
                     continue
@@ -484,7 +564,8 @@ class FakeEngine:
                 out.append((c, [token]))
         return out
 
-    def end_decode(self) -> None:
+    def end_decode(self, ticket: Ticket | None = None) -> None:
         with self.cond:
             self.running -= 1
+            self.decoding.discard(ticket)
             self.cond.notify_all()  # a sleep in wait mode may be waiting for the last one

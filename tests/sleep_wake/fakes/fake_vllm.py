@@ -206,18 +206,18 @@ def _completions(h, fake, query, body):
         raise ValueError("n must be 1 when using greedy sampling.")
     prompt, max_tokens = body["prompt"], body.get("max_tokens", 16)
     seed = body.get("seed") if temperature else None  # greedy output does not depend on the seed
-    epoch = engine.accept()
+    ticket = engine.accept()
     stream = None
     try:
         stream = _Stream(h, fake) if body.get("stream") else None
-        scheduled = engine.wait_scheduled(epoch)
+        scheduled = engine.wait_scheduled(ticket)
         words, cached = engine.prefill(prompt) if scheduled else (len(prompt.split()), 0)
         choices = engine.plan(prompt, max_tokens, n, seed)
         if scheduled:
             try:
-                _decode(engine, choices, epoch, stream)
+                _decode(engine, choices, ticket, stream)
             finally:
-                engine.end_decode()
+                engine.end_decode(ticket)
         else:
             for c in choices:
                 c.finish_reason = "abort"
@@ -254,9 +254,9 @@ def _without_nulls(value):
     return value
 
 
-def _decode(engine, choices, epoch, stream) -> None:
+def _decode(engine, choices, ticket, stream) -> None:
     while any(c.finish_reason is None for c in choices):
-        for choice, ids in engine.decode_step(choices, epoch):
+        for choice, ids in engine.decode_step(choices, ticket):
             if stream:
                 stream.chunk(choice, ids)
 

@@ -98,7 +98,7 @@ def _decode_all(e, prompt, epoch):
         while choices[0].finish_reason is None:
             e.decode_step(choices, epoch)
     finally:
-        e.end_decode()
+        e.end_decode(epoch)
     return choices[0]
 
 
@@ -119,7 +119,8 @@ def test_prefix_cache_hits_whole_blocks_of_all_but_the_last_token():
 def test_keep_freezes_requests_in_flight_and_wait_drains_them():
     e = FakeEngine(EAGER, token_delay_s=0.01)
     epoch = e.accept()
-    reference = _decode_all(FakeEngine(EAGER), "p", 0).token_ids
+    fresh = FakeEngine(EAGER)
+    reference = _decode_all(fresh, "p", fresh.accept()).token_ids
     assert e.wait_scheduled(epoch)
     choices = e.plan("p", 4, 1, None)
     e.decode_step(choices, epoch)

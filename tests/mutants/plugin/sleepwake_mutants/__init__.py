@@ -326,6 +326,87 @@ MUTANTS = {m.name: m for m in [
     Mutant("reload_resumes_scheduling", "#44483 (a reload during a level-0 pause)",
            "collective_rpc reload_weights resumes scheduling, also during a level-0 pause.",
            {"state_walk": ("flags.is_sleeping",)}, "walk:reload_resumes_scheduling", size="the pause ends at the reload"),
+    # --- the walk's newer regions (waiting.py, walk.py): requests sent while paused or asleep, pause modes
+    # while paused, keep with a request in flight at level >= 1, a request arriving during a wait drain,
+    # two-tag and tag+scheduling wakes, a reload over cached blocks ------------------------------------
+    Mutant("abort_spares_waiting", "#51476 (requests admitted while paused), core.py pause_scheduler",
+           "sleep?mode=abort aborts only the running requests: those waiting in the scheduler (sent while "
+           "paused, or preempted by a keep) stay queued and run after the wake, on whatever weights then serve.",
+           {"state_walk": ("requests.abort_time", "requests.abort_aborts")}, "waiting:abort_spares_waiting",
+           size="every waiting request outlives the abort"),
+    Mutant("paused_new_admits_waiting", "#51476, #34125 (PAUSED_NEW), scheduler.py schedule",
+           "An abort or wait pause (PAUSED_NEW) schedules the waiting queue: a request sent while paused runs "
+           "at once, onto unmapped pools while asleep.",
+           {"state_walk": ("requests.held_while_paused", "requests.held_until_resident",
+                           "requests.held_while_asleep")}, "waiting:paused_new_admits_waiting",
+           size="every request sent during an abort or wait pause runs"),
+    Mutant("drain_admits_late_arrivals", "#34125 (mode wait), scheduler.py schedule",
+           "While a wait sleep drains the running requests, the waiting queue is scheduled too: a request "
+           "arriving during the drain runs before the sleep answers.",
+           {"state_walk": ("requests.held_while_paused", "requests.held_while_asleep")},
+           "waiting:drain_admits_late_arrivals", size="every request arriving during a drain runs"),
+    Mutant("keep_without_preemption", "#34382 (reverted), #57970",
+           "A level >= 1 keep's cache reset does not preempt the frozen requests: they keep their blocks, "
+           "whose KV the sleep discards (after the wake they decode on it), and the prefix-cache reset is "
+           "refused while they hold them.",
+           {"state_walk": ("prefix_cache.hit_iff_cached", "api.reset_prefix_cache_result",
+                           "prefix_cache.kept_paused_request", "requests.held_while_asleep",
+                           "requests.held_until_resident")}, "waiting:keep_without_preemption",
+           size="the frozen requests keep stale blocks, no reset"),
+    Mutant("scheduling_tag_resumes", "#44395, #44406 (a wake naming scheduling)",
+           "A wake naming scheduling (alone or beside a tag) resumes scheduling while a tag still sleeps: "
+           "the waiting requests run on unmapped memory.",
+           {"state_walk": ("requests.held_while_asleep", "requests.held_until_resident")},
+           "waiting:scheduling_tag_resumes", size="scheduling resumed at every scheduling wake"),
+    Mutant("wake_aborts_queued", "#51476, #51488 (requests queued while paused)",
+           "The wake that resumes scheduling aborts the requests queued while paused instead of running them.",
+           {"state_walk": ("output.golden_tokens", "weights.pushed_checkpoint_golden", "output.finish_length",
+                           "output.seeded_sampling", "requests.clean_end")}, "waiting:wake_aborts_queued",
+           size="every queued request aborted at the wake"),
+    Mutant("keep_reset_aborts_frozen", "#34382, #32351 (keep at level >= 1)",
+           "A level >= 1 keep's cache reset aborts the frozen requests instead of preempting them: they end "
+           "with the sleep instead of resuming after the wake.",
+           {"state_walk": ("requests.held_while_asleep",)}, "waiting:keep_reset_aborts_frozen",
+           size="every frozen request aborted"),
+    Mutant("preempted_restarts_output", "#16832, #5349 (recompute after preemption)",
+           "A request a keep's cache reset preempted is recomputed from its prompt alone: the tokens it "
+           "streamed before the sleep are generated again after the wake.",
+           {"state_walk": ("prefix_cache.kept_paused_request", "output.finish_length",
+                           "requests.resumes_after_keep")}, "waiting:preempted_restarts_output",
+           size="the streamed tokens repeated"),
+    Mutant("reset_prefix_cache_preempts_running", "#34382 (reset_running_requests), #12284",
+           "/reset_prefix_cache preempts the running requests so that it always resets: under a level-0 "
+           "keep's frozen request it answers success=true and drops its KV.",
+           {"state_walk": ("api.reset_prefix_cache_result", "prefix_cache.hit_iff_cached")},
+           "waiting:reset_prefix_cache_preempts_running", size="the reset never refused"),
+    Mutant("reload_resets_prefix_cache", "#45093 (reverted by #46125), #9744",
+           "reload_weights resets the prefix cache: a reload over cached blocks leaves none.",
+           {"state_walk": ("prefix_cache.hit_iff_cached",)}, "walk:reload_resets_prefix_cache",
+           size="every cached block dropped at a reload"),
+    Mutant("two_tag_wake_maps_first_tag", "#15500 (wake tags), vllm-omni #4473",
+           "A wake of weights and kv_cache maps only the first tag's pool but counts both awake: the KV cache "
+           "stays unmapped while scheduling resumes.",
+           {"state_walk": ("device_bytes.wake_shortfall",)}, "walk:two_tag_wake_maps_first_tag",
+           size="the KV cache left unmapped"),
+    Mutant("scheduling_tag_kept", "#44406, core.py wake_up (scheduling beside a tag)",
+           "A wake of a tag plus scheduling passes scheduling on to the executor, which ignores a call naming "
+           "a tag that is not asleep: the tag stays asleep.",
+           # The weights left asleep by a weights+scheduling wake stay inside that state's band (its lower
+           # bound is the checkpoint's bytes alone); the flags or the KV cache's bytes show the tag asleep.
+           {"state_walk": ("device_bytes.kv_wake_mapped", "flags.is_sleeping", "api.kv_first_wake_after_level2")},
+           "walk:scheduling_tag_kept",
+           size="tag+scheduling wakes nothing"),
+    Mutant("pause_mode_sticky", "#32351, #34528 (pause modes)",
+           "A sleep while paused keeps the first pause's mode: a wait sleep after a level-0 keep leaves the "
+           "frozen request frozen instead of draining it.",
+           {"state_walk": ("requests.ends_in_race",)}, "waiting:pause_mode_sticky",
+           size="the pause mode never changes while paused"),
+    Mutant("reload_aborts_requests", "verl / NeMo-RL abort before a weight sync, moved into the server",
+           "reload_weights aborts every request, running or waiting: the requests a pause holds end at a "
+           "reload instead of running after the wake.",
+           {"state_walk": ("requests.held_while_paused", "requests.held_until_resident",
+                           "requests.held_while_asleep")}, "waiting:reload_aborts_requests",
+           size="every request aborted at a reload"),
     Mutant("staged_wake_loses_weights", "#21336",
            "From the third staged wake (weights, then kv_cache) on, the restored weights are lost: "
            "output is correct for two cycles, then garbage.",

@@ -1,7 +1,9 @@
 """Mutants only the state walk reaches: each breaks a contract on a pair of operations no other class
 combines (a sleep during a level-0 pause, a sleep during a partial wake, a KV-cache-first wake's memory,
-pause mode wait, a reload or a prefix-cache reset in a state other than awake). vLLM 0.26.0's
-v1/engine/core.py, v1/engine/async_llm.py, v1/executor/abstract.py and device_allocator/cumem.py."""
+pause mode wait, a reload or a prefix-cache reset in a state other than awake, a reload over cached
+blocks, two-tag and tag+scheduling wakes). vLLM 0.26.0's v1/engine/core.py, v1/engine/async_llm.py,
+v1/executor/abstract.py and device_allocator/cumem.py. Those of the requests that wait (sent while
+paused, frozen by a keep, arriving during a drain) are in waiting.py."""
 
 from .shared import replace, wrap
 
@@ -132,3 +134,53 @@ def reload_resumes_scheduling():
             return result
         return collective_rpc
     wrap(EngineCore, "collective_rpc", make)
+
+
+def reload_resets_prefix_cache():
+    from vllm.v1.engine.core import EngineCore
+
+    def make(original):
+        def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+            result = original(self, method, timeout, args, kwargs)
+            if method == "reload_weights":
+                # #45093 (reverted by #46125): every weight update silently resets the prefix cache, a
+                # decision the API leaves to the caller (/reset_prefix_cache).
+                self.reset_prefix_cache()
+            return result
+        return collective_rpc
+    wrap(EngineCore, "collective_rpc", make)
+
+
+def two_tag_wake_maps_first_tag():
+    from vllm.v1.executor.abstract import Executor
+
+    def wake_up(self, tags=None):
+        # abstract.py Executor.wake_up, but the workers are asked for the first tag only while every tag
+        # named is counted awake: a wake of weights and kv_cache leaves the KV cache unmapped.
+        if not self.is_sleeping:
+            return
+        if tags and any(tag not in self.sleeping_tags for tag in tags):
+            return
+        self.collective_rpc("wake_up", kwargs=dict(tags=list(tags[:1]) if tags else tags))
+        if tags:
+            self.sleeping_tags.difference_update(tags)
+        else:
+            self.sleeping_tags.clear()
+        if not self.sleeping_tags:
+            self.is_sleeping = False
+    replace(Executor, "wake_up", wake_up)
+
+
+def scheduling_tag_kept():
+    from vllm.v1.engine.core import EngineCore
+
+    def wake_up(self, tags=None):
+        # core.py EngineCore.wake_up, but "scheduling" is dropped only when it is the one tag: beside another
+        # tag it reaches the executor, which ignores a call naming a tag that is not asleep.
+        if tags == ["scheduling"]:
+            tags = []
+        if tags is None or tags:
+            self.model_executor.wake_up(tags)
+        if not self.model_executor.is_sleeping:
+            self.resume_scheduler()
+    replace(EngineCore, "wake_up", wake_up)
