@@ -352,7 +352,11 @@ def device_band(state: State, sizes: Sizes, cell_id: str) -> Band:
         return Band((Bound("device_bytes.level2_asleep", "<=",
                            awake * thresholds.get("level2_bytes_fraction_max", cell_id), "asleep at level 2"),))
     if asleep == {KV_CACHE}:
-        return Band((Bound("device_bytes.weights_wake_mapped", ">=", w * (1 - err), "weights resident"),
+        # Every pool but the KV cache resident: the awake bytes less the KV cache and what a sleep may leave
+        # short; a weights wake that maps less than the checkpoint falls below it (the context alone is
+        # more than the checkpoint's bytes, so those would bound nothing).
+        return Band((Bound("device_bytes.weights_wake_mapped", ">=", awake - kv - shortfall - w * err,
+                           "weights resident"),
                      Bound("device_bytes.weights_wake_kv_unmapped", "<=", awake - freed_kv, "KV cache asleep"),
                      Bound("device_bytes.weights_wake_fraction", "<=",
                            awake * thresholds.get("weights_wake_bytes_fraction_max", cell_id), "KV cache asleep")))

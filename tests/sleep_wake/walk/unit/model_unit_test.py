@@ -283,3 +283,16 @@ def test_inconsistent_state_is_refused():
         model.State(asleep_tags=frozenset({"weights"}))
     with pytest.raises(ValueError, match="prompt kind"):
         model.hits_cache(INITIAL, "medium")
+
+
+@pytest.mark.parametrize("cell_id", ["MRV1-eager", "MRV2-graph"])
+def test_a_weights_wake_that_maps_nothing_breaks_the_band(cell_id):
+    """With the KV cache asleep, the weights' lower bound is the awake bytes less the KV cache and what a
+    sleep may leave short: bytes without the weights fall below it (a bound of the checkpoint's bytes alone,
+    which the context exceeds, let them pass)."""
+    band = model.device_band(run(ops.sleep(1), ops.wake(["weights"])), SIZES, cell_id)
+    shortfall = thresholds.get("wake_shortfall_bytes_max", cell_id)
+    healthy = SIZES.awake_bytes - SIZES.kv_bytes - shortfall
+    unmapped = healthy - SIZES.weights_bytes
+    assert not band.violations(healthy)
+    assert [b.oracle for b in band.violations(unmapped)] == ["device_bytes.weights_wake_mapped"]
