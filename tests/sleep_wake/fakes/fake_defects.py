@@ -126,6 +126,8 @@ DEFECTS = {
     "prefix_cache_reset_on_level0": "a level-0 sleep resets the prefix cache",
     "reload_weights_noop": "reload_weights does nothing: level 2 wakes into garbage (#29341, #54235)",
     "reload_ignores_weights_path": "reload_weights ignores weights_path: a pushed checkpoint never arrives",
+    "push_loads_wrong_file": "a push loads a wrong file, the same one every time: neither the old checkpoint "
+                             "nor the pushed one serves",
     "host_copy_predates_update": ("each wake restores the output projection as it was before the last "
                                   "push (a host copy taken before the update)"),
     "leak_per_wake": "each wake of the executor maps the largest weight tensor again, keeping the old mapping",

@@ -434,6 +434,9 @@ class FakeEngine:
                 self.model_path = weights_path  # gpu_model_runner.py: model_config.model = weights_path
             self.weights = (fake_checkpoint.load(self.model_path).digest if self.model_path
                             else self.checkpoint.digest)
+            if weights_path is not None and "push_loads_wrong_file" in self.defects:
+                # Repeatably wrong: a golden taken from this server after a push would agree with itself.
+                self.weights = fake_checkpoint.mixed(self.weights, "the pushed file's stale twin")
             if self.running <= self.preempted and "reload_resets_prefix_cache" in self.defects:
                 self.prefix_cache.clear()  # refused while a running request holds blocks, as any reset
             if "reload_resumes_scheduling" in self.defects:

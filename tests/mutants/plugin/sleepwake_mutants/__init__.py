@@ -98,6 +98,13 @@ MUTANTS = {m.name: m for m in [
            "checkpoint never arrives.",
            {"weight_sync": ("weights.pushed_checkpoint_golden",)},
            "weights:reload_ignores_weights_path", size="the whole push lost"),
+    Mutant("push_loads_wrong_file", "weight sync (RL weight update: a resolver that maps the pushed path to a "
+           "stale copy)",
+           "A push of weights_path loads a wrong file, the same one every time: the served tokens are neither "
+           "checkpoint's. Goldens taken from the server under test after a push would agree with it; the "
+           "walk's come from the golden actions.",
+           {"state_walk": ("weights.pushed_checkpoint_golden",), "weight_sync": ("weights.pushed_checkpoint_golden",)},
+           "weights:push_loads_wrong_file", size="the pushed output projection's rows rolled by one"),
     Mutant("host_copy_predates_update", "weight sync (stale host copy)",
            "Each wake restores the output projection as it was before the last push: the weights come back "
            "from a host copy taken before the update.",

@@ -28,6 +28,23 @@ def reload_ignores_weights_path():
     wrap(Worker, "reload_weights", make)
 
 
+def push_loads_wrong_file():
+    from vllm.v1.worker.gpu_worker import Worker
+
+    def make(original):
+        def reload_weights(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            if kwargs.get("weights_path") is not None:
+                # A wrong file, the same every time: the pushed output projection with its rows rolled by
+                # one, so greedy tokens change the same way at every push. A golden taken from this server
+                # after a push agrees with itself; only an independent one tells.
+                head = lm_head(self)
+                head.copy_(head.roll(1, dims=0))
+            return result
+        return reload_weights
+    wrap(Worker, "reload_weights", make)
+
+
 def host_copy_predates_update():
     from vllm.v1.worker.gpu_worker import Worker
 
