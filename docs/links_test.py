@@ -20,24 +20,42 @@ SECTION_REF = re.compile(r"\bREADME(?:\.md)?(?:'s)?(?:\s|#|//)+\"([A-Z][^\"\n]*)
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 # What the walk of the checkout skips: VCS and tool caches, Bazel's output links, binary and lock files.
 SKIP_DIRS = {".git", ".ruff_cache", ".mypy_cache", ".pytest_cache", "__pycache__", "node_modules"}
-TEXT_SUFFIXES = (".py", ".sh", ".bzl", ".bazel", ".md", ".toml", ".ini", ".in", ".yml", ".yaml", ".cfg",
-                 ".bazelrc", ".json", ".txt")
+TEXT_SUFFIXES = (
+    ".py",
+    ".sh",
+    ".bzl",
+    ".bazel",
+    ".md",
+    ".toml",
+    ".ini",
+    ".in",
+    ".yml",
+    ".yaml",
+    ".cfg",
+    ".bazelrc",
+    ".json",
+    ".txt",
+)
 TEXT_NAMES = {"WORKSPACE", "BUILD", "run"}
 
 
 def _pages():
     root = os.environ.get("TEST_SRCDIR")
     base = os.path.join(root, os.environ["TEST_WORKSPACE"]) if root else os.path.dirname(os.path.dirname(__file__))
-    pages = [os.path.join(base, "README.md")] + sorted(glob.glob(os.path.join(base, "docs", "**", "*.md"),
-                                                                 recursive=True))
+    pages = [os.path.join(base, "README.md")] + sorted(
+        glob.glob(os.path.join(base, "docs", "**", "*.md"), recursive=True)
+    )
     return base, pages
 
 
 def broken_links(path: str) -> list[str]:
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    return [t for t in LINK.findall(text) if "://" not in t and not t.startswith("mailto:")
-            and not os.path.exists(os.path.join(os.path.dirname(path), t))]
+    return [
+        t
+        for t in LINK.findall(text)
+        if "://" not in t and not t.startswith("mailto:") and not os.path.exists(os.path.join(os.path.dirname(path), t))
+    ]
 
 
 def headings(readme_text: str) -> set[str]:
@@ -100,20 +118,26 @@ def test_a_link_relative_to_the_wrong_directory_is_broken(tmp_path):
 def test_every_readme_section_the_code_and_docs_name_is_a_heading_of_the_readme():
     missing = missing_sections(checkout.root("README.md"))
     assert not missing, "references to README sections it does not have (point them at a heading or a doc):\n  " + (
-        "\n  ".join(missing))
+        "\n  ".join(missing)
+    )
 
 
 def test_a_reference_to_a_section_the_readme_lacks_is_found(tmp_path):
     (tmp_path / "README.md").write_text("# sleepwake\n\n## Two commands\n\n## Configurations (`.bazelrc`)\n")
     (tmp_path / "tools").mkdir()
-    (tmp_path / "tools" / "a.sh").write_text('# see README "Two commands" and README "Configurations"\n'
-                                             '# and the README\'s "Speed", README.md "Remote execution" and README\n'
-                                             '# "Bounds" across a line break\n')
+    (tmp_path / "tools" / "a.sh").write_text(
+        '# see README "Two commands" and README "Configurations"\n'
+        '# and the README\'s "Speed", README.md "Remote execution" and README\n'
+        '# "Bounds" across a line break\n'
+    )
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "b.md").write_text('The README "Two commands" and README "Gone".\n')
     (tmp_path / "bazel-out").mkdir()  # Bazel's output links are not the checkout's
     (tmp_path / "bazel-out" / "c.py").write_text('README "Elsewhere"\n')
     (tmp_path / "tools" / "d.py").write_text('open(os.path.join(root, "README.md"))  # "Not a reference"\n')
     assert missing_sections(str(tmp_path)) == [
-        'docs/b.md:1: README "Gone"', 'tools/a.sh:2: README "Speed"', 'tools/a.sh:2: README "Remote execution"',
-        'tools/a.sh:2: README "Bounds"']
+        'docs/b.md:1: README "Gone"',
+        'tools/a.sh:2: README "Speed"',
+        'tools/a.sh:2: README "Remote execution"',
+        'tools/a.sh:2: README "Bounds"',
+    ]

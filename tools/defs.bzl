@@ -15,6 +15,7 @@ GPU_TAGS = ["gpu", "requires-gpu-nvidia", "sleep_wake"]
 
 _MODEL_CONFIG = "//tools/checkpoints:synthetic_qwen3/config.json"
 _MODEL = "//tools/checkpoints:synthetic_qwen3"
+
 # Checkpoint B (same shapes, other seed): the new weights the weight-sync class pushes into a server.
 _MODEL_B_CONFIG = "//tools/checkpoints:synthetic_qwen3_b/config.json"
 _MODEL_B = "//tools/checkpoints:synthetic_qwen3_b"

@@ -25,6 +25,7 @@ class StarlarkFake:
         def declare(name, **attributes):
             assert name not in self.rules, f"{kind} {name} declared twice"
             self.rules[name] = (kind, attributes)
+
         return declare
 
     def package_name(self):
@@ -33,8 +34,10 @@ class StarlarkFake:
     def glob(self, patterns, exclude=()):
         found = set()
         for pattern in patterns:
-            found.update(os.path.relpath(p, os.path.join(WORKSPACE, self.package))
-                         for p in glob.glob(os.path.join(WORKSPACE, self.package, pattern), recursive=True))
+            found.update(
+                os.path.relpath(p, os.path.join(WORKSPACE, self.package))
+                for p in glob.glob(os.path.join(WORKSPACE, self.package, pattern), recursive=True)
+            )
         return sorted(found - set(exclude))
 
     # Generated repositories, as a client with no SLEEPWAKE_*_POOL_PROPERTIES writes them.
@@ -51,6 +54,7 @@ class StarlarkFake:
 
     def scope(self):
         """Globals for executing a BUILD or .bzl file: the builtins, and load() into these globals."""
+
         def fail(message):
             raise AssertionError("fail(): " + message)
 
@@ -61,10 +65,18 @@ class StarlarkFake:
         native.exports_files = lambda files, **_: None
         # rule() and attr: the golden rule (tools/goldens.bzl) declares as its implementation's name.
         attr = type("attr", (), {k: staticmethod(lambda **_: None) for k in ("bool", "label", "string")})()
-        scope = {"fail": fail, "native": native, "glob": self.glob, "package": lambda **_: None,
-                 "rule": lambda implementation, **_: self._rule(implementation.__name__.strip("_")), "attr": attr,
-                 "exports_files": native.exports_files, "py_library": native.py_library,
-                 "test_suite": native.test_suite, "filegroup": native.filegroup}
+        scope = {
+            "fail": fail,
+            "native": native,
+            "glob": self.glob,
+            "package": lambda **_: None,
+            "rule": lambda implementation, **_: self._rule(implementation.__name__.strip("_")),
+            "attr": attr,
+            "exports_files": native.exports_files,
+            "py_library": native.py_library,
+            "test_suite": native.test_suite,
+            "filegroup": native.filegroup,
+        }
 
         def load(label, *names):
             loaded = self.load_bzl(label)
@@ -91,8 +103,11 @@ def matrix():
 
 def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix):
     rules, classes, shard_counts = matrix
-    cells = {name: attrs for name, (kind, attrs) in rules.items()  # the fake tier's CPU targets aside
-             if kind == "py_test" and "gpu" in attrs["tags"]}
+    cells = {
+        name: attrs
+        for name, (kind, attrs) in rules.items()  # the fake tier's CPU targets aside
+        if kind == "py_test" and "gpu" in attrs["tags"]
+    }
     assert len(cells) == 4 * len(classes)
     for attrs in cells.values():
         test_class = next(c for c in classes if c in attrs["tags"])
@@ -104,6 +119,7 @@ def test_starlark_and_python_read_one_spec():
     """tools/defs.bzl takes the runners and modes from tools/matrix.bzl, as tools/matrix.py does: one
     matrix, two readers."""
     from tools import matrix as spec
+
     loaded = StarlarkFake("tools").load_bzl("//tools:defs.bzl")
     assert loaded["RUNNERS"] == spec.RUNNERS and loaded["EXECUTION_MODES"] == spec.EXECUTION_MODES
     with open(os.path.join(WORKSPACE, "tools", "defs.bzl"), encoding="utf-8") as f:
@@ -115,8 +131,11 @@ GOLDEN_PACKAGE = "//tests/sleep_wake/goldens"
 
 def _golden_labels(attrs) -> dict:
     """checkpoint ("a", "b") -> the golden label a target reads from SLEEPWAKE_GOLDEN_<A|B>."""
-    return {var[-1].lower(): value[len("$(rootpath "):-1] for var, value in attrs["env"].items()
-            if var.startswith("SLEEPWAKE_GOLDEN_")}
+    return {
+        var[-1].lower(): value[len("$(rootpath ") : -1]
+        for var, value in attrs["env"].items()
+        if var.startswith("SLEEPWAKE_GOLDEN_")
+    }
 
 
 @pytest.mark.parametrize("checkpoint", ["a", "b"])
@@ -124,6 +143,7 @@ def test_only_the_golden_classes_cells_take_a_checkpoints_golden_and_each_its_ow
     """A cell that waited for a golden it does not read would start later for nothing; one that read
     another cell's or checkpoint's golden would compare with the wrong reference."""
     from tools import matrix as spec
+
     rules, classes, _ = matrix
     cells = {name: attrs for name, (kind, attrs) in rules.items() if kind == "py_test"}
     takers = set()
@@ -166,8 +186,9 @@ def test_every_golden_a_cell_or_mutant_takes_is_declared():
     path = os.path.join(WORKSPACE, "tests/sleep_wake/goldens/BUILD.bazel")
     with open(path) as f:
         exec(compile(f.read(), path, "exec"), scope)  # noqa: S102
-    goldens = {f"{GOLDEN_PACKAGE}:{name}" for name, (kind, _) in declared.rules.items()
-               if kind == "checkpoint_golden_impl"}
+    goldens = {
+        f"{GOLDEN_PACKAGE}:{name}" for name, (kind, _) in declared.rules.items() if kind == "checkpoint_golden_impl"
+    }
     taken = {label for kind, a in rules.values() if kind == "py_test" for label in _golden_labels(a).values()}
     assert {label.rsplit(":", 1)[1].split("_")[1] for label in taken} == {"a", "b"}
     assert taken and taken <= goldens, f"taken but not declared: {sorted(taken - goldens)}"

@@ -37,8 +37,11 @@ def _checkpoint_golden_impl(ctx):
         inputs = inputs,
         outputs = [out],
         mnemonic = "SleepwakeGolden",
-        progress_message = "Taking %s's golden on %s_%s" % (ctx.attr.checkpoint.label.name, ctx.attr.runner,
-                                                          ctx.attr.mode),
+        progress_message = "Taking %s's golden on %s_%s" % (
+            ctx.attr.checkpoint.label.name,
+            ctx.attr.runner,
+            ctx.attr.mode,
+        ),
         # The runner's GPU settings the cells get through --test_env (slots, visible GPUs, start mode)
         # come through --action_env (.bazelrc build:gpu): the golden's server leases a slot beside them.
         use_default_shell_env = True,
@@ -53,13 +56,18 @@ checkpoint_golden = rule(
     doc = "<name>.json: a checkpoint's golden (tests/sleep_wake/lib/goldens.py) on one cell.",
     attrs = {
         "checkpoint": attr.label(mandatory = True, doc = "The checkpoint's files (its genrule)."),
-        "checkpoint_config": attr.label(mandatory = True, allow_single_file = [".json"],
-                                        doc = "The checkpoint's config.json, among those files."),
+        "checkpoint_config": attr.label(
+            mandatory = True,
+            allow_single_file = [".json"],
+            doc = "The checkpoint's config.json, among those files.",
+        ),
         "runner": attr.string(mandatory = True, doc = "The cell's model runner."),
         "mode": attr.string(mandatory = True, doc = "The cell's execution mode."),
         "gpu": attr.bool(default = True, doc = "A vLLM server on a GPU; False: the fake server on a CPU."),
-        "identity": attr.label(allow_single_file = True,
-                               doc = "The vLLM/GPU identity (a key input; the served release is checked)."),
+        "identity": attr.label(
+            allow_single_file = True,
+            doc = "The vLLM/GPU identity (a key input; the served release is checked).",
+        ),
         "server_module": attr.string(default = "tools.launcher.server", doc = "Whose VllmServer serves."),
         "fake_vllm_version": attr.string(doc = "The release whose response shapes the fake serves."),
         # cfg = "target": the golden runs the toolchain's Python with its vLLM, as the cells do.
@@ -81,7 +89,9 @@ def golden_label(checkpoint, runner, mode, fake_cell = None):
     """
     if checkpoint not in CHECKPOINTS:
         fail("golden of checkpoint %r: the goldens are of %s (tools/matrix.bzl GOLDEN_CLASSES)" % (
-            checkpoint, CHECKPOINTS))
+            checkpoint,
+            CHECKPOINTS,
+        ))
     if fake_cell:
         return "%s:golden_%s_fake_%s" % (_PACKAGE, checkpoint, fake_cell)
     return "%s:golden_%s_%s_%s" % (_PACKAGE, checkpoint, runner, mode)

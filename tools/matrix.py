@@ -12,8 +12,11 @@ def _literals(path: str) -> dict:
     """NAME -> value of every top-level `NAME = <literal>` of a .bzl file."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
-    return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
+    return {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+    }
 
 
 _SPEC = _literals(SPEC)
@@ -45,5 +48,5 @@ def split_name(name: str) -> tuple[str, str, str] | None:
         for mode in EXECUTION_MODES:
             suffix = f"_{runner}_{mode}"
             if name.endswith(suffix) and len(name) > len(suffix):
-                return name[:-len(suffix)], runner, mode
+                return name[: -len(suffix)], runner, mode
     return None

@@ -17,9 +17,11 @@ def test_every_class_has_its_file_a_fake_tier_entry_and_valid_shards():
     for short, test_file in matrix.SLEEP_WAKE_CLASSES.items():
         assert re.fullmatch(r"test_\w+\.py", test_file), (short, test_file)
         assert os.path.isfile(os.path.join(WORKSPACE, "tests", "sleep_wake", test_file)), (
-            f"class {short}: tests/sleep_wake/{test_file} does not exist")
+            f"class {short}: tests/sleep_wake/{test_file} does not exist"
+        )
         assert (short in matrix.FAKE_TIER_CELLS) != (short in matrix.FAKE_TIER_EXCLUDED), (
-            f"class {short}: in exactly one of FAKE_TIER_CELLS and FAKE_TIER_EXCLUDED")
+            f"class {short}: in exactly one of FAKE_TIER_CELLS and FAKE_TIER_EXCLUDED"
+        )
     assert set(matrix.SHARD_COUNTS) <= set(matrix.SLEEP_WAKE_CLASSES)
     assert all(isinstance(n, int) and n > 1 for n in matrix.SHARD_COUNTS.values())
 
@@ -49,12 +51,18 @@ def test_every_release_has_its_overlay_or_is_the_venvs_pin():
     for release in matrix.RELEASES:
         if release != matrix.SUITE_RELEASE:
             assert os.path.isfile(os.path.join(WORKSPACE, "third_party", "python", f"vllm-{release}.overlay.lock")), (
-                f"release {release}: no third_party/python/vllm-{release}.overlay.lock (docs/extending.md)")
+                f"release {release}: no third_party/python/vllm-{release}.overlay.lock (docs/extending.md)"
+            )
 
 
 def test_the_build_files_load_the_spec_instead_of_listing_it():
-    for path in ("tools/defs.bzl", "tests/sleep_wake/BUILD.bazel", "tests/mutants/BUILD.bazel",
-                 "tests/engine/BUILD.bazel", "third_party/python/BUILD.bazel"):
+    for path in (
+        "tools/defs.bzl",
+        "tests/sleep_wake/BUILD.bazel",
+        "tests/mutants/BUILD.bazel",
+        "tests/engine/BUILD.bazel",
+        "third_party/python/BUILD.bazel",
+    ):
         text = _read(path)
         assert 'load("//tools:matrix.bzl"' in text, f"{path} must load what it needs from //tools:matrix.bzl"
         for release in matrix.RELEASES:

@@ -38,19 +38,33 @@ def stub_repositories(source_root: pathlib.Path) -> pathlib.Path:
     for parent in (pathlib.Path.cwd().parent, source_root / "third_party"):
         if (parent / "rules_cc" / "WORKSPACE").exists():
             return parent
-    raise FileNotFoundError("stub repositories not found: run through Bazel "
-                            "(data //third_party:stub_repositories) or from the source tree")
+    raise FileNotFoundError(
+        "stub repositories not found: run through Bazel (data //third_party:stub_repositories) or from the source tree"
+    )
 
 
 def bazel_command(output_user_root: pathlib.Path, *args: str) -> list[str]:
     # The nested server is a daemon outside the test's process group: if the test is killed before its
     # `bazel shutdown`, the server still exits once idle.
-    return [BAZEL, f"--output_user_root={output_user_root}", "--host_jvm_args=-Xmx1g", "--nohome_rc",
-            "--max_idle_secs=120", *args]
+    return [
+        BAZEL,
+        f"--output_user_root={output_user_root}",
+        "--host_jvm_args=-Xmx1g",
+        "--nohome_rc",
+        "--max_idle_secs=120",
+        *args,
+    ]
 
 
-def run_bazel(workspace: pathlib.Path, output_user_root: pathlib.Path, *args: str,
-              timeout: float = 600) -> subprocess.CompletedProcess:
+def run_bazel(
+    workspace: pathlib.Path, output_user_root: pathlib.Path, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Runs `bazel ARGS` in workspace; stdout and stderr together in .stdout, as text."""
-    return subprocess.run(bazel_command(output_user_root, *args), cwd=workspace, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return subprocess.run(
+        bazel_command(output_user_root, *args),
+        cwd=workspace,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )

@@ -20,22 +20,43 @@ from tools.results.testlogs_testing import write_xml
 
 TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
 WORKSPACE = os.path.dirname(TOOLS_DIR)
-SCRIPT_FILES = [".bazelrc", "tools/__init__.py", "tools/test.sh", "tools/run_matrix.sh", "tools/results/ran_tests.py",
-                "tools/results/testlogs.py", "tools/launcher/__init__.py", "tools/launcher/errors.py",
-                "tools/launcher/slots.py", "tools/launcher/visible_devices.py", "tools/matrix.py", "tools/matrix.bzl",
-                "tools/bench/__init__.py", "tools/bench/bazel_runs.py", "tools/bench/host_cpu.py",
-                "tools/report/__init__.py", "tools/report/reading.py", "tools/launcher/zygote_host.py",
-                "tools/launcher/unix_socket.py",
-                # The report run_matrix.sh writes after the run, and what it imports.
-                "tools/report/__main__.py", "tools/report/cli.py", "tools/report/view.py", "tools/report/render.py",
-                "tools/report/series.py", "tools/report/svg.py", "tools/report/text.py",
-                "tools/results/mutation_table.py", "tools/launcher/config.py",
-                "tools/launcher/phase_plugin/__init__.py", "tools/launcher/phase_plugin/sleepwake_cpu_use.py",
-                "tools/launcher/phase_plugin/sleepwake_on_import.py"]
+SCRIPT_FILES = [
+    ".bazelrc",
+    "tools/__init__.py",
+    "tools/test.sh",
+    "tools/run_matrix.sh",
+    "tools/results/ran_tests.py",
+    "tools/results/testlogs.py",
+    "tools/launcher/__init__.py",
+    "tools/launcher/errors.py",
+    "tools/launcher/slots.py",
+    "tools/launcher/visible_devices.py",
+    "tools/matrix.py",
+    "tools/matrix.bzl",
+    "tools/bench/__init__.py",
+    "tools/bench/bazel_runs.py",
+    "tools/bench/host_cpu.py",
+    "tools/report/__init__.py",
+    "tools/report/reading.py",
+    "tools/launcher/zygote_host.py",
+    "tools/launcher/unix_socket.py",
+    # The report run_matrix.sh writes after the run, and what it imports.
+    "tools/report/__main__.py",
+    "tools/report/cli.py",
+    "tools/report/view.py",
+    "tools/report/render.py",
+    "tools/report/series.py",
+    "tools/report/svg.py",
+    "tools/report/text.py",
+    "tools/results/mutation_table.py",
+    "tools/launcher/config.py",
+    "tools/launcher/phase_plugin/__init__.py",
+    "tools/launcher/phase_plugin/sleepwake_cpu_use.py",
+    "tools/launcher/phase_plugin/sleepwake_on_import.py",
+]
 FAKES = os.path.join(TOOLS_DIR, "testdata", "scripts")
 # What the two H200s of an nvidia-h200-x2 runner report: index, uuid, free MiB.
-TWO_H200 = ("0, GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, 143163\n"
-            "1, GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b, 143163\n")
+TWO_H200 = "0, GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, 143163\n1, GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b, 143163\n"
 NOTHING_MATCHED = "--test_filter 'no_such_test' matched no test in this target."
 SKIPPED = {"no test selected": "skipped"}
 
@@ -48,8 +69,11 @@ def workspace(tmp_path):
         shutil.copy2(os.path.join(WORKSPACE, rel), ws / rel)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, target in [("bazel", os.path.join(FAKES, "fake_bazel.py")),
-                         ("nvidia-smi", os.path.join(FAKES, "fake_nvidia_smi.py")), ("python3", None)]:
+    for name, target in [
+        ("bazel", os.path.join(FAKES, "fake_bazel.py")),
+        ("nvidia-smi", os.path.join(FAKES, "fake_nvidia_smi.py")),
+        ("python3", None),
+    ]:
         command = f'exec "{sys.executable}"' + (f' "{target}"' if target else "")
         (bin_dir / name).write_text(f'#!/bin/sh\n{command} "$@"\n')
         (bin_dir / name).chmod(0o755)
@@ -58,28 +82,44 @@ def workspace(tmp_path):
 
 def run_script(workspace, script, args=(), results=(), **env):
     """Runs tools/<script> in the scratch workspace; returns (exit code, output, the fake bazel's argv)."""
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("CI", "SLEEPWAKE_REMOTE_CACHE", "CUDA_VISIBLE_DEVICES", "SLEEPWAKE_SLOTS_PER_GPU",
-                         "SLEEPWAKE_KEEP_ZYGOTES_S")}
-    base.update(PATH=f"{workspace.parent / 'bin'}:{os.environ['PATH']}", PYTHONPATH=WORKSPACE,
-                FAKE_BAZEL_ARGV=str(workspace.parent / "argv.json"),
-                FAKE_BAZEL_TESTLOGS=str(workspace.parent / "testlogs"),
-                FAKE_BAZEL_RESULTS=json.dumps([list(r) for r in results]),
-                SLEEPWAKE_LOCK_DIR=str(workspace.parent / "locks"))  # not the host's: its traces stay put
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "CI",
+            "SLEEPWAKE_REMOTE_CACHE",
+            "CUDA_VISIBLE_DEVICES",
+            "SLEEPWAKE_SLOTS_PER_GPU",
+            "SLEEPWAKE_KEEP_ZYGOTES_S",
+        )
+    }
+    base.update(
+        PATH=f"{workspace.parent / 'bin'}:{os.environ['PATH']}",
+        PYTHONPATH=WORKSPACE,
+        FAKE_BAZEL_ARGV=str(workspace.parent / "argv.json"),
+        FAKE_BAZEL_TESTLOGS=str(workspace.parent / "testlogs"),
+        FAKE_BAZEL_RESULTS=json.dumps([list(r) for r in results]),
+        SLEEPWAKE_LOCK_DIR=str(workspace.parent / "locks"),
+    )  # not the host's: its traces stay put
     if script == "run_matrix.sh":
         base.setdefault("SLEEPWAKE_KEEP_ZYGOTES_S", "0")  # a kept host is the subject of its own test only
     base.update(env)
-    proc = subprocess.run(["bash", str(workspace / "tools" / script), *args], env=base, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        ["bash", str(workspace / "tools" / script), *args], env=base, capture_output=True, text=True, timeout=120
+    )
     argv_file = workspace.parent / "argv.json"
     bazel_argv = json.loads(argv_file.read_text()) if argv_file.exists() else None
     return proc.returncode, proc.stdout + proc.stderr, bazel_argv
 
 
 def test_test_sh_fails_when_the_filter_matched_nothing_anywhere(workspace):
-    code, output, argv = run_script(workspace, "test.sh", ["--test_filter=no_such_test"],
-                                    [("//tools:a_test", SKIPPED, NOTHING_MATCHED),
-                                     ("//tools:b_test", SKIPPED, NOTHING_MATCHED)])
+    code, output, argv = run_script(
+        workspace,
+        "test.sh",
+        ["--test_filter=no_such_test"],
+        [("//tools:a_test", SKIPPED, NOTHING_MATCHED), ("//tools:b_test", SKIPPED, NOTHING_MATCHED)],
+    )
     assert code == 1, output
     assert "ran_tests: FAILED: no test case ran in `bazel test //...`" in output
     assert NOTHING_MATCHED in output and "test.sh: FAILED: no test case ran" in output
@@ -87,24 +127,33 @@ def test_test_sh_fails_when_the_filter_matched_nothing_anywhere(workspace):
 
 
 def test_test_sh_passes_when_a_test_case_ran_in_some_target(workspace):
-    code, output, argv = run_script(workspace, "test.sh", ["--test_filter=test_x"],
-                                    [("//tools:a_test", SKIPPED, NOTHING_MATCHED),
-                                     ("//tools:b_test", {"test_x": "passed"}, "")])
+    code, output, argv = run_script(
+        workspace,
+        "test.sh",
+        ["--test_filter=test_x"],
+        [("//tools:a_test", SKIPPED, NOTHING_MATCHED), ("//tools:b_test", {"test_x": "passed"}, "")],
+    )
     assert code == 0, output
     assert "ran_tests: 1 test case(s) ran" in output
     assert f"--build_event_json_file={workspace}/.bazel-bep.json" in argv
 
 
 def test_test_sh_keeps_bazels_own_failures(workspace):
-    code, output, _ = run_script(workspace, "test.sh", results=[("//tools:a_test", {"t": "failed"}, "")],
-                                 FAKE_BAZEL_RC="3")
+    code, output, _ = run_script(
+        workspace, "test.sh", results=[("//tools:a_test", {"t": "failed"}, "")], FAKE_BAZEL_RC="3"
+    )
     assert code == 3 and "some tests failed" in output
 
 
 def test_run_matrix_fails_when_the_filter_matched_nothing_in_any_cell(workspace):
-    code, output, argv = run_script(workspace, "run_matrix.sh", ["--test_filter=TestNoSuch"],
-                                    [("//tests/sleep_wake:flags_mrv1_eager", SKIPPED, NOTHING_MATCHED)],
-                                    FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_SLOTS_PER_GPU="2")
+    code, output, argv = run_script(
+        workspace,
+        "run_matrix.sh",
+        ["--test_filter=TestNoSuch"],
+        [("//tests/sleep_wake:flags_mrv1_eager", SKIPPED, NOTHING_MATCHED)],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+        SLEEPWAKE_SLOTS_PER_GPU="2",
+    )
     assert code == 1, output
     assert "run_matrix.sh: FAILED: no test case ran" in output
     assert argv[-2:] == ["--test_filter=TestNoSuch", "//tests/sleep_wake/..."]
@@ -112,10 +161,15 @@ def test_run_matrix_fails_when_the_filter_matched_nothing_in_any_cell(workspace)
 
 def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
     # The runner reserved GPU 0 for another job: one GPU, named by its UUID, is this matrix's.
-    code, output, argv = run_script(workspace, "run_matrix.sh", ["//tests/sleep_wake:flags_mrv1_eager"],
-                                    [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
-                                    FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_SLOTS_PER_GPU="3",
-                                    CUDA_VISIBLE_DEVICES="GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b")
+    code, output, argv = run_script(
+        workspace,
+        "run_matrix.sh",
+        ["//tests/sleep_wake:flags_mrv1_eager"],
+        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+        SLEEPWAKE_SLOTS_PER_GPU="3",
+        CUDA_VISIBLE_DEVICES="GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b",
+    )
     assert code == 0, output
     assert "run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once" in output
     assert "slots: GPUs 1 (NVML indices) x 3 slot(s) per GPU (SLEEPWAKE_SLOTS_PER_GPU)" in output
@@ -126,9 +180,13 @@ def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
 
 
 def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(workspace):
-    code, output, argv = run_script(workspace, "run_matrix.sh", [],
-                                    [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
-                                    FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    code, output, argv = run_script(
+        workspace,
+        "run_matrix.sh",
+        [],
+        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+    )
     assert code == 0, output
     expected, why = slots.automatic_slots(143163 << 20, len(os.sched_getaffinity(0)), 2)
     assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output
@@ -148,9 +206,13 @@ def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspa
     locks = workspace.parent / "locks"
     locks.mkdir()
     (locks / "gpu0.memory.trace.jsonl").write_text("{}\n")
-    code, output, _ = run_script(workspace, "run_matrix.sh", [],
-                                 [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
-                                 FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    code, output, _ = run_script(
+        workspace,
+        "run_matrix.sh",
+        [],
+        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+    )
     assert code == 0, output
     assert (locks / "gpu0.memory.trace.jsonl.prev").read_text() == "{}\n"
     assert not (locks / "gpu0.memory.trace.jsonl").exists() and "memory phases over" not in output
@@ -158,14 +220,21 @@ def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspa
 
 def test_run_matrix_says_how_busy_the_hosts_cpus_were(workspace):
     """Cores or memory phases: whether more slots could help is read from the host's CPU time."""
-    code, output, _ = run_script(workspace, "run_matrix.sh", [],
-                                 [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
-                                 FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    code, output, _ = run_script(
+        workspace,
+        "run_matrix.sh",
+        [],
+        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+    )
     assert code == 0, output
     assert re.search(r"run_matrix.sh: host CPUs busy \d+% of \d+ during bazel test", output), output
     # ... and by kind of process (tools/bench/host_cpu.py), with the tests' processes apart from the servers.
-    assert re.search(r"run_matrix.sh: host CPU-s over \d+ s on \d+ cores: busy \d+ \(\d+%\); servers \d+, bazel \d+,"
-                     r" tests \d+, other \d+; unsampled -?\d+", output), output
+    assert re.search(
+        r"run_matrix.sh: host CPU-s over \d+ s on \d+ cores: busy \d+ \(\d+%\); servers \d+, bazel \d+,"
+        r" tests \d+, other \d+; unsampled -?\d+",
+        output,
+    ), output
 
 
 WALK = ("//tests/sleep_wake:state_walk_mrv1_eager", {"test_walk": "passed"}, "", ["gpu", "state_walk"])
@@ -175,6 +244,7 @@ FLAGS = ("//tests/sleep_wake:flags_mrv1_eager", {"test_flags": "passed"}, "", ["
 def _host_answer(lock_dir, present: bool):
     """The zygote host's ping answer once one serves (present) or None once none does."""
     from tools.launcher import zygote_host
+
     for _ in range(200):
         answer = zygote_host.ping(str(lock_dir))
         if (answer is not None) == present:
@@ -186,30 +256,35 @@ def _host_answer(lock_dir, present: bool):
 def test_run_matrix_leaves_its_zygote_host_for_the_next_run_unless_told_not_to(workspace):
     locks = workspace.parent / "locks"
     cell = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")]
-    code, output, argv = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                    SLEEPWAKE_KEEP_ZYGOTES_S="600")
+    code, output, argv = run_script(
+        workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_KEEP_ZYGOTES_S="600"
+    )
     try:
         assert code == 0, output
         assert "run_matrix.sh: the zygote host waits 600 s after this run for the next" in output
         assert "--test_env=SLEEPWAKE_ZYGOTE_IDLE_S=600" in argv  # each zygote waits as long
         kept = _host_answer(locks, present=True)
         # The next run's cells reach the same host, whose zygotes have imported vLLM already.
-        code, output, _ = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                     SLEEPWAKE_KEEP_ZYGOTES_S="600")
+        code, output, _ = run_script(
+            workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_KEEP_ZYGOTES_S="600"
+        )
         assert code == 0 and _host_answer(locks, present=True)["pid"] == kept["pid"], output
     finally:
         os.kill(_host_answer(locks, present=True)["pid"], signal.SIGTERM)
     _host_answer(locks, present=False)
-    code, output, argv = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                    SLEEPWAKE_KEEP_ZYGOTES_S="0")
+    code, output, argv = run_script(
+        workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_KEEP_ZYGOTES_S="0"
+    )
     assert code == 0 and not [a for a in argv if "ZYGOTE_IDLE" in a], output
     # At once again: the last run's host may still be on its way out; this run's waits for its lock.
-    code, output, _ = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                 SLEEPWAKE_KEEP_ZYGOTES_S="0")
+    code, output, _ = run_script(
+        workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_KEEP_ZYGOTES_S="0"
+    )
     assert code == 0 and "no zygote host answered" not in output, output
     _host_answer(locks, present=False)  # stopped with the run
-    code, output, _ = run_script(workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                 SLEEPWAKE_KEEP_ZYGOTES_S="ten minutes")
+    code, output, _ = run_script(
+        workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_KEEP_ZYGOTES_S="ten minutes"
+    )
     assert code == 2 and "SLEEPWAKE_KEEP_ZYGOTES_S=ten minutes is not a whole number" in output, output
 
 
@@ -220,10 +295,18 @@ def invocations(workspace) -> list[list[str]]:
 def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     """Beside the walk's shards, other cells' starts hold the allocation phase its sleeps wait for."""
     # An earlier run's result, which the report must tell from this run's by the waves' build events.
-    write_xml(workspace / "bazel-testlogs" / "tests" / "sleep_wake" / "latency_mrv2_graph" / "test.xml",
-              {"test_latency": "passed"})
-    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                 FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"))
+    write_xml(
+        workspace / "bazel-testlogs" / "tests" / "sleep_wake" / "latency_mrv2_graph" / "test.xml",
+        {"test_latency": "passed"},
+    )
+    code, output, _ = run_script(
+        workspace,
+        "run_matrix.sh",
+        [],
+        [WALK, FLAGS],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+        FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"),
+    )
     assert code == 0, output
     waves = [json.loads(line) for line in (workspace.parent / "locks" / "waves.jsonl").read_text().splitlines()]
     assert [w["wave"] for w in waves] == ["walk", "rest"]  # for the trace's summary per wave
@@ -232,52 +315,71 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     assert "cell time: no GPU cell recorded server timings" in output
     # --config=gpu's own filter (.bazelrc) stays in each wave's.
     filters = [[a for a in argv if a.startswith("--test_tag_filters")] for argv in invocations(workspace)]
-    assert filters == [["--test_tag_filters=state_walk,-vllm_overlay"],
-                       ["--test_tag_filters=-state_walk,-vllm_overlay"]]
+    assert filters == [
+        ["--test_tag_filters=state_walk,-vllm_overlay"],
+        ["--test_tag_filters=-state_walk,-vllm_overlay"],
+    ]
     assert "run_matrix.sh: wave 1 of 2 (walk): --test_tag_filters=state_walk,-vllm_overlay" in output
     assert re.search(r"run_matrix.sh: bazel test took [\d.]+ s in 2 waves \([\d.]+ [\d.]+ s\)", output), output
     assert "ran_tests: 2 test case(s) ran" in output
     # The report reads both waves' build events: this run's cells are told from the earlier one (stale).
     assert "the results of `bazel test //tests/sleep_wake/...; bazel test //tests/sleep_wake/...`" in output, output
-    assert re.search(r"^2/2 GPU cells passed.*1 earlier result\(s\) in these testlogs not counted", output,
-                     re.M), output
+    assert re.search(r"^2/2 GPU cells passed.*1 earlier result\(s\) in these testlogs not counted", output, re.M), (
+        output
+    )
 
 
 def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(workspace):
     # The filter names a walk test only: the second wave runs nothing, the run as a whole did.
-    code, output, _ = run_script(workspace, "run_matrix.sh", ["--test_filter=test_walk"],
-                                 [WALK, (FLAGS[0], SKIPPED, NOTHING_MATCHED, FLAGS[3])],
-                                 FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    code, output, _ = run_script(
+        workspace,
+        "run_matrix.sh",
+        ["--test_filter=test_walk"],
+        [WALK, (FLAGS[0], SKIPPED, NOTHING_MATCHED, FLAGS[3])],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+    )
     assert code == 0 and "ran_tests: 1 test case(s) ran" in output, output
     # A target of one wave only: the other wave's "no test targets" is said to be expected.
     code, output, _ = run_script(workspace, "run_matrix.sh", [FLAGS[0]], [FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200)
     assert code == 0 and "run_matrix.sh: wave 1 has none of the targets asked for" in output, output
     # A failing wave does not stop the next one; its exit code stays the run's.
-    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                 FAKE_BAZEL_RC="3")
+    code, output, _ = run_script(
+        workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200, FAKE_BAZEL_RC="3"
+    )
     assert code == 3 and len(invocations(workspace)) == 3 * 2, output
     # A wave in which some targets failed to build ran the others (--keep_going): the next wave runs, the
     # results so far are read, and the run fails.
-    code, output, _ = run_script(workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200,
-                                 FAKE_BAZEL_RC="1", FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"))
+    code, output, _ = run_script(
+        workspace,
+        "run_matrix.sh",
+        [],
+        [WALK, FLAGS],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+        FAKE_BAZEL_RC="1",
+        FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"),
+    )
     assert code == 1 and len(invocations(workspace)) == 3 * 2 + 2, output
     assert "run_matrix.sh: wave 1: some targets failed to build" in output
     assert "cell time: no GPU cell recorded server timings" in output  # this run's results, read
 
 
 def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):
-    code, output, argv = run_script(workspace, "run_matrix.sh", ["--test_tag_filters=flags"], [WALK, FLAGS],
-                                    FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    code, output, argv = run_script(
+        workspace, "run_matrix.sh", ["--test_tag_filters=flags"], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200
+    )
     assert code == 0, output
     assert len(invocations(workspace)) == 1 and "wave" not in output
     assert [a for a in argv if a.startswith("--test_tag_filters")] == ["--test_tag_filters=flags"]
 
 
-@pytest.mark.parametrize("env,message", [
-    ({}, "nvidia-smi failed (exit 9"),
-    ({"FAKE_NVIDIA_SMI_CSV": TWO_H200, "CUDA_VISIBLE_DEVICES": "5"}, "'5' is not a GPU of this host"),
-    ({"FAKE_NVIDIA_SMI_CSV": TWO_H200, "SLEEPWAKE_SLOTS_PER_GPU": "many"}, "not a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({}, "nvidia-smi failed (exit 9"),
+        ({"FAKE_NVIDIA_SMI_CSV": TWO_H200, "CUDA_VISIBLE_DEVICES": "5"}, "'5' is not a GPU of this host"),
+        ({"FAKE_NVIDIA_SMI_CSV": TWO_H200, "SLEEPWAKE_SLOTS_PER_GPU": "many"}, "not a whole number >= 1"),
+    ],
+)
 def test_run_matrix_without_a_usable_gpu_stops_before_bazel(workspace, env, message):
     code, output, argv = run_script(workspace, "run_matrix.sh", **env)
     assert code == 1, output
@@ -290,8 +392,14 @@ def test_bazelrc_gives_the_golden_actions_the_cells_gpu_settings():
     server leases and starts reach actions as they reach tests, with the same defaults."""
     with open(os.path.join(WORKSPACE, ".bazelrc"), encoding="utf-8") as f:
         lines = f.read().splitlines()
-    tests = dict(re.match(r"test:gpu --test_env=([A-Z_]+)(=.*)?$", line).groups("") for line in lines
-                 if re.match(r"test:gpu --test_env=", line))
-    actions = dict(re.match(r"build:gpu --action_env=([A-Z_]+)(=.*)?$", line).groups("") for line in lines
-                   if re.match(r"build:gpu --action_env=", line))
+    tests = dict(
+        re.match(r"test:gpu --test_env=([A-Z_]+)(=.*)?$", line).groups("")
+        for line in lines
+        if re.match(r"test:gpu --test_env=", line)
+    )
+    actions = dict(
+        re.match(r"build:gpu --action_env=([A-Z_]+)(=.*)?$", line).groups("")
+        for line in lines
+        if re.match(r"build:gpu --action_env=", line)
+    )
     assert actions and actions == tests

@@ -23,14 +23,18 @@ def pytest_configure(config):
     # when the test passes.
     shared.announce_on(os.dup(sys.stderr.fileno()))
     catalogue.apply(name)
-    line = (sleepwake_mutants.NO_MUTANT.format(pid=os.getpid()) if name == "none"
-            else sleepwake_mutants.ACTIVATION.format(name=name, pid=os.getpid()))
+    line = (
+        sleepwake_mutants.NO_MUTANT.format(pid=os.getpid())
+        if name == "none"
+        else sleepwake_mutants.ACTIVATION.format(name=name, pid=os.getpid())
+    )
     print(line, file=sys.stderr, flush=True)
 
 
 @pytest.fixture(scope="session")
 def engines():
     from tests.engine.lib import engines
+
     return engines
 
 

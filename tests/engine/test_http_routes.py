@@ -21,6 +21,7 @@ from vllm.v1.engine import FinishReason
 @dataclasses.dataclass
 class Server:
     """lib/engine_server.py's EngineServer, with calls that must answer 200."""
+
     engine: EngineServer
 
     @property
@@ -70,10 +71,18 @@ def test_sleep_and_wake_round_trip_over_http(server):
     server.post("/wake_up")
     oracle.equal("flags.is_sleeping", server.is_sleeping(), False, "GET /is_sleeping after /wake_up")
     send(server.built.engine, "after_wake")
-    oracle.equal("output.finish_length", server.client.wait_finished("after_wake").finish_reason,
-                 FinishReason.LENGTH, "a request after the wake")
-    oracle.equal("executor.worker_calls", [e.kind for e in server.built.timeline.events if e.kind != "output"][:2],
-                 ["sleep", "wake_up"], f"the worker's first calls; timeline: {server.built.timeline}")
+    oracle.equal(
+        "output.finish_length",
+        server.client.wait_finished("after_wake").finish_reason,
+        FinishReason.LENGTH,
+        "a request after the wake",
+    )
+    oracle.equal(
+        "executor.worker_calls",
+        [e.kind for e in server.built.timeline.events if e.kind != "output"][:2],
+        ["sleep", "wake_up"],
+        f"the worker's first calls; timeline: {server.built.timeline}",
+    )
 
 
 def test_partial_wake_over_http_holds_the_request(server):
@@ -86,16 +95,28 @@ def test_partial_wake_over_http_holds_the_request(server):
     # Read at once, with the engine's death in the reading: the fake worker records a forward pass before
     # it raises on the released KV cache, so a scheduled request shows as a pass, whether or not the
     # engine died of it.
-    oracle.equal("requests.held_until_resident", server.request_state("held"), (0, None, "None"),
-                 f"the request sent after a weights-only wake (#44483): (forward passes, finish reason, engine "
-                 f"error); timeline: {server.built.timeline}")
+    oracle.equal(
+        "requests.held_until_resident",
+        server.request_state("held"),
+        (0, None, "None"),
+        f"the request sent after a weights-only wake (#44483): (forward passes, finish reason, engine "
+        f"error); timeline: {server.built.timeline}",
+    )
     server.post("/wake_up", tags="kv_cache")
-    oracle.equal("requests.completes", server.client.wait_finished("held").finish_reason, FinishReason.LENGTH,
-                 "the held request after the kv_cache wake")
+    oracle.equal(
+        "requests.completes",
+        server.client.wait_finished("held").finish_reason,
+        FinishReason.LENGTH,
+        "the held request after the kv_cache wake",
+    )
     # The same reading sees the pass once it ran: the check above could have seen one.
     forwards, _, error = server.request_state("held")
-    oracle.equal("requests.completes", (forwards > 0, error), (True, "None"),
-                 "the held request after the kv_cache wake: (a forward pass recorded, engine error)")
+    oracle.equal(
+        "requests.completes",
+        (forwards > 0, error),
+        (True, "None"),
+        "the held request after the kv_cache wake: (a forward pass recorded, engine error)",
+    )
     oracle.equal("flags.is_sleeping", server.is_sleeping(), False, "GET /is_sleeping after both wakes")
 
 
@@ -104,13 +125,25 @@ def test_level0_over_http_leaves_memory_resident(server):
     oracle.equal("flags.is_sleeping", server.is_sleeping(), True, "GET /is_sleeping at level 0")
     send(server.built.engine, "held")
     server.settle()
-    oracle.equal("requests.held_while_paused", server.request_state("held"), (0, None, "None"),
-                 "a request sent at level 0: (forward passes, finish reason, engine error)")
-    oracle.equal("executor.worker_calls", server.built.timeline.events, [],
-                 f"level 0 reached the worker: {server.built.timeline}")
+    oracle.equal(
+        "requests.held_while_paused",
+        server.request_state("held"),
+        (0, None, "None"),
+        "a request sent at level 0: (forward passes, finish reason, engine error)",
+    )
+    oracle.equal(
+        "executor.worker_calls",
+        server.built.timeline.events,
+        [],
+        f"level 0 reached the worker: {server.built.timeline}",
+    )
     server.post("/wake_up", tags="scheduling")
-    oracle.equal("requests.completes", server.client.wait_finished("held").finish_reason, FinishReason.LENGTH,
-                 "the request held by level 0, after the wake")
+    oracle.equal(
+        "requests.completes",
+        server.client.wait_finished("held").finish_reason,
+        FinishReason.LENGTH,
+        "the request held by level 0, after the wake",
+    )
     oracle.equal("flags.is_sleeping", server.is_sleeping(), False, "GET /is_sleeping after the level-0 wake")
     checks.worker_calls(server.built.timeline, "sleep", [], "level 0 and its wake")
     checks.worker_calls(server.built.timeline, "wake_up", [], "level 0 and its wake")
@@ -121,5 +154,9 @@ def test_failed_worker_sleep_is_a_500_and_leaves_the_engine_paused(server):
     response = server.http.post("/sleep", params={"level": 1})
     oracle.equal("api.status", response.status_code, 500, f"/sleep whose worker fails: {response.text[:300]}")
     # The route returned an error, but the scheduler stays paused (see test_bookkeeping.py).
-    oracle.equal("engine.failed_sleep_state", (server.is_sleeping(), server.client.call("is_scheduler_paused")),
-                 (True, True), "after the failed sleep: (GET /is_sleeping, scheduler paused)")
+    oracle.equal(
+        "engine.failed_sleep_state",
+        (server.is_sleeping(), server.client.call("is_scheduler_paused")),
+        (True, True),
+        "after the failed sleep: (GET /is_sleeping, scheduler paused)",
+    )

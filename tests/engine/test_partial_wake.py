@@ -26,34 +26,49 @@ def _sleep_with_held_request(core):
 
 
 def _assert_held(core, after: str, held_oracle: str = "requests.held_until_resident"):
-    oracle.holds(held_oracle, core.engine.is_scheduler_paused(),
-                 f"the scheduler after {after} while memory is still released (#44483); resident: "
-                 f"{core.worker.resident}", "resumed", "paused")
+    oracle.holds(
+        held_oracle,
+        core.engine.is_scheduler_paused(),
+        f"the scheduler after {after} while memory is still released (#44483); resident: {core.worker.resident}",
+        "resumed",
+        "paused",
+    )
     oracle.equal("flags.is_sleeping", core.engine.is_sleeping(), True, f"is_sleeping() after {after} (#44483)")
     checks.unscheduled(held_oracle, core, "held", HELD_STEPS, f"after {after} (#44483)")
 
 
 def _assert_served_after_full_residency(core, held_oracle: str = "requests.held_until_resident"):
-    oracle.holds("requests.completes", not core.engine.is_scheduler_paused(),
-                 "the scheduler with every tag resident", "paused", "resumed")
+    oracle.holds(
+        "requests.completes",
+        not core.engine.is_scheduler_paused(),
+        "the scheduler with every tag resident",
+        "paused",
+        "resumed",
+    )
     oracle.equal("flags.is_sleeping", core.engine.is_sleeping(), False, "is_sleeping() with every tag resident")
     done = run_until_finished(core.engine, ["held"], core.timeline)
-    oracle.equal("output.finish_length", done["held"].finish_reason, FinishReason.LENGTH,
-                 "the held request after the last wake")
+    oracle.equal(
+        "output.finish_length", done["held"].finish_reason, FinishReason.LENGTH, "the held request after the last wake"
+    )
     events = core.timeline.events
     last_wake = core.timeline.index("wake_up", last=True)
     early = [e for e in events[:last_wake] if e.kind == "forward"]
     oracle.equal(held_oracle, early, [], f"forward passes before the last wake; timeline: {core.timeline}")
 
 
-@pytest.mark.parametrize("first,second", [("weights", "kv_cache"), ("kv_cache", "weights")],
-                         ids=["weights_first", "kv_cache_first"])
+@pytest.mark.parametrize(
+    "first,second", [("weights", "kv_cache"), ("kv_cache", "weights")], ids=["weights_first", "kv_cache_first"]
+)
 def test_partial_wake_keeps_scheduling_paused(core, first, second):
     _sleep_with_held_request(core)
     checks.answers(f"wake_up([{first!r}])", core.engine.wake_up, [first])
     checks.resident(core.worker, {second}, f"after a {first}-only wake")
-    oracle.equal("flags.is_sleeping", core.engine.model_executor.sleeping_tags, {second},
-                 f"the executor's sleeping tags after a {first}-only wake")
+    oracle.equal(
+        "flags.is_sleeping",
+        core.engine.model_executor.sleeping_tags,
+        {second},
+        f"the executor's sleeping tags after a {first}-only wake",
+    )
     _assert_held(core, f"a {first}-only wake")
     checks.answers(f"wake_up([{second!r}])", core.engine.wake_up, [second])
     _assert_served_after_full_residency(core)
@@ -82,6 +97,10 @@ def test_full_wake_resumes_scheduling(core, level):
     checks.worker_calls(core.timeline, "sleep", [(level,)], f"a level-{level} sleep")
     # Level 2 discarded the weights: the engine serves again, but on weights that need
     # collective_rpc("reload_weights") (#29341); the GPU matrix checks the output.
-    oracle.equal("output.golden_tokens", core.worker.weights_intact, level == 1,
-                 f"the fake worker's weights intact after a level-{level} sleep and a full wake")
+    oracle.equal(
+        "output.golden_tokens",
+        core.worker.weights_intact,
+        level == 1,
+        f"the fake worker's weights intact after a level-{level} sleep and a full wake",
+    )
     _assert_served_after_full_residency(core, "requests.held_while_asleep")

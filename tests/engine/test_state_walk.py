@@ -46,6 +46,7 @@ def checkpoints(engines, model_dir, tmp_path_factory):
 @pytest.fixture
 def engine_server(engines, model_dir):
     from tests.engine.lib.engine_server import EngineServer
+
     server = EngineServer(model_dir)
     yield server
     server.close()
@@ -69,37 +70,58 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
     if planned is None:  # a replay: its failure, if any, is the verdict
         return
     pairs, walks = planned
-    probes = [p for p in plan.terminal_probes()[shard::SHARDS]
-              if operations.terminal(p[-1], plan.run(model.INITIAL, p[:-1])) not in walk_tier.CANNOT_HONOUR]
+    probes = [
+        p
+        for p in plan.terminal_probes()[shard::SHARDS]
+        if operations.terminal(p[-1], plan.run(model.INITIAL, p[:-1])) not in walk_tier.CANNOT_HONOUR
+    ]
     probed = [walker.probe(probe) for probe in probes]
     visited, consecutive = walker.coverage()
     missing = set(pairs) - visited
     coverage = {
-        "shard": shard, "seed": SEED, "shard_pairs": len(pairs), "pairs_visited": len(pairs & visited),
-        "all_pairs_visited": len(visited), "walks": len(walks), "steps": walker.step_index,
-        "consecutive_pairs": len(consecutive), "unvisited": sorted(map(plan.describe_pair, missing)),
-        "terminal_probes": probed, "cannot_honour": walk_tier.CANNOT_HONOUR,
-        **tier.coverage_record(), "seconds": round(time.monotonic() - started, 1),
+        "shard": shard,
+        "seed": SEED,
+        "shard_pairs": len(pairs),
+        "pairs_visited": len(pairs & visited),
+        "all_pairs_visited": len(visited),
+        "walks": len(walks),
+        "steps": walker.step_index,
+        "consecutive_pairs": len(consecutive),
+        "unvisited": sorted(map(plan.describe_pair, missing)),
+        "terminal_probes": probed,
+        "cannot_honour": walk_tier.CANNOT_HONOUR,
+        **tier.coverage_record(),
+        "seconds": round(time.monotonic() - started, 1),
     }
-    with open(os.path.join(_outputs_dir(tmp_path_factory), f"engine_walk_shard{shard}.json"), "w",
-              encoding="utf-8") as f:
+    with open(
+        os.path.join(_outputs_dir(tmp_path_factory), f"engine_walk_shard{shard}.json"), "w", encoding="utf-8"
+    ) as f:
         json.dump(coverage, f, indent=1)
     with capsys.disabled():
-        print(f"\nengine walk shard {shard}: {coverage['pairs_visited']}/{len(pairs)} pairs, {walker.step_index} "
-              f"steps in {len(walks)} walks, {len(consecutive)} consecutive pairs, probes {probed}, "
-              f"{sum(tier.checked.values())} checks made, {sum(tier.skipped.values())} skipped, "
-              f"{coverage['seconds']} s")
+        print(
+            f"\nengine walk shard {shard}: {coverage['pairs_visited']}/{len(pairs)} pairs, {walker.step_index} "
+            f"steps in {len(walks)} walks, {len(consecutive)} consecutive pairs, probes {probed}, "
+            f"{sum(tier.checked.values())} checks made, {sum(tier.skipped.values())} skipped, "
+            f"{coverage['seconds']} s"
+        )
     unexplained = sorted(set(tier.skipped) - set(walk_tier.SKIPPED))
     if unexplained:
-        pytest.fail(f"checks the GPU walk makes that this walk neither makes nor explains: {unexplained}; "
-                    "check them in lib/walk_tier.py or say why not in walk_tier.SKIPPED")
-    oracle.equal("walk.pairs_visited", len(missing), 0,
-                 f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
-                 f"({coverage['unvisited'][:5]})")
+        pytest.fail(
+            f"checks the GPU walk makes that this walk neither makes nor explains: {unexplained}; "
+            "check them in lib/walk_tier.py or say why not in walk_tier.SKIPPED"
+        )
+    oracle.equal(
+        "walk.pairs_visited",
+        len(missing),
+        0,
+        f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
+        f"({coverage['unvisited'][:5]})",
+    )
 
 
 def test_the_shards_cover_every_reachable_pair():
     from tests.sleep_wake.walk import plan
+
     shards = [pairs for _, pairs in plan.plan_shards(SHARDS, SEED, MAX_STEPS)]
     assert set().union(*shards) == plan.reachable_pairs()
     assert len(shards) == SHARDS and all(shards)
@@ -112,14 +134,28 @@ def test_the_walk_tier_names_known_oracles_and_makes_no_bare_assert():
 
     from tests.engine.lib import walk_tier
     from tests.sleep_wake.lib import oracle
+
     tree = ast.parse(open(walk_tier.__file__, encoding="utf-8").read())
     assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)]
-    assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call)
-                and isinstance(n.exc.func, ast.Name) and n.exc.func.id == "AssertionError"]
+    assert not [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Raise)
+        and isinstance(n.exc, ast.Call)
+        and isinstance(n.exc.func, ast.Name)
+        and n.exc.func.id == "AssertionError"
+    ]
     families = {o.split(".")[0] for o in oracle.ORACLES}
     formatted = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
-    named = {n.value for n in ast.walk(tree) if id(n) not in formatted and isinstance(n, ast.Constant)
-             and isinstance(n.value, str) and n.value.count(".") == 1 and " " not in n.value
-             and n.value.split(".")[0] in families}
+    named = {
+        n.value
+        for n in ast.walk(tree)
+        if id(n) not in formatted
+        and isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and n.value.count(".") == 1
+        and " " not in n.value
+        and n.value.split(".")[0] in families
+    }
     assert named and named <= set(oracle.ORACLES), sorted(named - set(oracle.ORACLES))
     assert set(walk_tier.STAND_INS) <= set(walk_tier.SKIPPED)

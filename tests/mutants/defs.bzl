@@ -18,6 +18,7 @@ load(
 )
 
 _CLASS_PACKAGE = "//tests/sleep_wake:"
+
 # What mutant_test.py imports: the suite's fixtures and the mutants' library (site_dir, verdict, the plugin).
 _DEPS = ["//tests/sleep_wake:fixtures", "//tests/sleep_wake/walk", "//tests/mutants:lib"]
 
@@ -92,6 +93,7 @@ def mutant_suite(name, mutants, control_classes, class_files, fake = False):
             fail("'none' is the control's name; pass its classes as control_classes")
         _mutant_target(prefix + mutant, mutant, classes, class_files, fake)
         tests.append(":" + prefix + mutant)
+
     # One control per class, so the control's servers start in parallel like the mutants' do.
     for test_class in control_classes:
         _mutant_target(prefix + "control_" + test_class, "none", [test_class], class_files, fake)

@@ -30,7 +30,8 @@ def build(dest: str, package_dir: str = PLUGIN_DIR) -> str:
     if not os.path.isfile(os.path.join(package_dir, "__init__.py")):
         raise FileNotFoundError(
             f"the plugin package {package_dir} has no __init__.py. Under Bazel the mutant targets get it"
-            " through the //tests/mutants:lib library; outside Bazel run from a checkout.")
+            " through the //tests/mutants:lib library; outside Bazel run from a checkout."
+        )
     os.makedirs(dest, exist_ok=True)
     package_copy = os.path.join(dest, PACKAGE)
     dist_info = os.path.join(dest, f"{PACKAGE}-{VERSION}.dist-info")
@@ -39,8 +40,7 @@ def build(dest: str, package_dir: str = PLUGIN_DIR) -> str:
     # Runfiles are symlinks into the source tree; copy contents so the site stands on its own.
     shutil.copytree(package_dir, package_copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     os.makedirs(dist_info)
-    for name, text in (("METADATA", METADATA), ("entry_points.txt", ENTRY_POINTS),
-                       ("top_level.txt", PACKAGE + "\n")):
+    for name, text in (("METADATA", METADATA), ("entry_points.txt", ENTRY_POINTS), ("top_level.txt", PACKAGE + "\n")):
         with open(os.path.join(dist_info, name), "w", encoding="utf-8") as f:
             f.write(text)
     return dest

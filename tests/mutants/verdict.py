@@ -60,9 +60,17 @@ class ClassResult:
         return [o for o in self.expected if o in seen]
 
     def to_json(self) -> dict:
-        return {"verdict": self.verdict, "failed_tests": self.failed_tests, "messages": self.messages,
-                "oracles": self.oracles, "expected": self.expected, "fired": self.fired,
-                "liveness": self.liveness, "errored": self.errored, "needs_control": self.needs_control}
+        return {
+            "verdict": self.verdict,
+            "failed_tests": self.failed_tests,
+            "messages": self.messages,
+            "oracles": self.oracles,
+            "expected": self.expected,
+            "fired": self.fired,
+            "liveness": self.liveness,
+            "errored": self.errored,
+            "needs_control": self.needs_control,
+        }
 
 
 @dataclasses.dataclass
@@ -76,25 +84,31 @@ class Decision:
     @property
     def passed(self) -> bool:
         wanted = PASSED if self.mutant == "none" else KILLED
-        return not self.problems and bool(self.classes) and all(
-            r.verdict == wanted for r in self.classes.values())
+        return not self.problems and bool(self.classes) and all(r.verdict == wanted for r in self.classes.values())
 
     def report(self) -> str:
         if self.mutant == "none":
             head = "control (no mutant): " + ("every class passed" if self.passed else "FAILED")
         else:
-            head = f"mutant {self.mutant}: " + ("killed by every listed class" if self.passed
-                                                else "NOT killed as the catalogue expects")
+            head = f"mutant {self.mutant}: " + (
+                "killed by every listed class" if self.passed else "NOT killed as the catalogue expects"
+            )
         lines = [head]
         for name, r in self.classes.items():
-            what = {KILLED: f"killed by {', '.join(r.fired)}", SURVIVED: "survived (no test failed)",
-                    OTHER: f"failed by other oracles than {', '.join(r.expected) or 'none (control)'}",
-                    ERRORED: "errored: tests failed without an oracle on a live server (proves nothing)",
-                    NOT_APPLIED: "not applied (see the problems below)", PASSED: "passed"}[r.verdict]
+            what = {
+                KILLED: f"killed by {', '.join(r.fired)}",
+                SURVIVED: "survived (no test failed)",
+                OTHER: f"failed by other oracles than {', '.join(r.expected) or 'none (control)'}",
+                ERRORED: "errored: tests failed without an oracle on a live server (proves nothing)",
+                NOT_APPLIED: "not applied (see the problems below)",
+                PASSED: "passed",
+            }[r.verdict]
             if r.needs_control:
-                what = (f"killed by the liveness oracles {', '.join(r.needs_control)} alone: a kill only if "
-                        "the class's control ran under the same concurrency without firing them "
-                        "(tools/results/mutation_table.py checks)")
+                what = (
+                    f"killed by the liveness oracles {', '.join(r.needs_control)} alone: a kill only if "
+                    "the class's control ran under the same concurrency without firing them "
+                    "(tools/results/mutation_table.py checks)"
+                )
             lines.append(f"  {name}: {what}; {r.passed} passed, {len(r.failed_tests)} failed")
             for i, (test, ids, message) in enumerate(zip(r.failed_tests, r.oracles, r.messages)):
                 marks = [f"errored: {', '.join(r.errored[i])}"] if i < len(r.errored) and r.errored[i] else []
@@ -143,8 +157,9 @@ def class_verdict(failed: list[Case], expected, fails_as=()) -> tuple[str, list[
     return (OTHER if any(sound_ids(c) for c in failed) else ERRORED), []
 
 
-def judge_classes(cases: list[Case], classes: list[str], class_files: dict[str, str],
-                  kills: dict[str, tuple] | None, fails_as=()) -> dict[str, ClassResult]:
+def judge_classes(
+    cases: list[Case], classes: list[str], class_files: dict[str, str], kills: dict[str, tuple] | None, fails_as=()
+) -> dict[str, ClassResult]:
     """Per class, its verdict against kills (class -> the oracle ids that must fire) and what the defect
     is (fails_as), or for the control (kills=None) passed / other oracle / errored. A class with no
     testcase at all ran nothing: that is a broken run (errored), never a survival or a pass."""
@@ -157,16 +172,28 @@ def judge_classes(cases: list[Case], classes: list[str], class_files: dict[str, 
     for short, mine in by_class.items():
         expected = None if kills is None else tuple(kills[short])
         if not mine:
-            out[short] = ClassResult(ERRORED, [class_files.get(short, short)],
-                                     ["no testcase of this class in the JUnit report: it did not run"], 0,
-                                     [[]], list(expected or ()))
+            out[short] = ClassResult(
+                ERRORED,
+                [class_files.get(short, short)],
+                ["no testcase of this class in the JUnit report: it did not run"],
+                0,
+                [[]],
+                list(expected or ()),
+            )
             continue
         failed = [c for c in mine if c.outcome == "failed"]
         verdict, needs_control = class_verdict(failed, expected, fails_as)
-        out[short] = ClassResult(verdict, [c.test_id for c in failed], [c.message[:MESSAGE_CHARS] for c in failed],
-                                 sum(c.outcome == "passed" for c in mine), [list(c.oracles) for c in failed],
-                                 list(expected or ()), [liveness_ids(c) for c in failed],
-                                 [list(c.errored) for c in failed], needs_control)
+        out[short] = ClassResult(
+            verdict,
+            [c.test_id for c in failed],
+            [c.message[:MESSAGE_CHARS] for c in failed],
+            sum(c.outcome == "passed" for c in mine),
+            [list(c.oracles) for c in failed],
+            list(expected or ()),
+            [liveness_ids(c) for c in failed],
+            [list(c.errored) for c in failed],
+            needs_control,
+        )
     return out
 
 
@@ -204,12 +231,22 @@ def check_classes_agree(mutant: str, build_classes: list[str], kills: dict[str, 
         raise ValueError(
             f"mutant {mutant}: tests/mutants/BUILD.bazel lists classes {sorted(build_classes)} but the "
             f"catalogue (sleepwake_mutants.MUTANTS[{mutant!r}].kills) expects {sorted(kills)}. Make the "
-            "mutants dict in BUILD.bazel and the catalogue agree.")
+            "mutants dict in BUILD.bazel and the catalogue agree."
+        )
 
 
-def decide(mutant: str, cases: list[Case], classes: list[str], class_files: dict[str, str],
-           kills: dict[str, str] | None, log_root: str, activation: str, no_mutant: str, reached: str,
-           fails_as=()) -> Decision:
+def decide(
+    mutant: str,
+    cases: list[Case],
+    classes: list[str],
+    class_files: dict[str, str],
+    kills: dict[str, str] | None,
+    log_root: str,
+    activation: str,
+    no_mutant: str,
+    reached: str,
+    fails_as=(),
+) -> Decision:
     """The verdict of one mutant target (mutant "none", kills None: the control).
 
     activation / no_mutant / reached are the plugin's ACTIVATION, NO_MUTANT and REACHED line templates;
@@ -223,7 +260,8 @@ def decide(mutant: str, cases: list[Case], classes: list[str], class_files: dict
             problems.append(
                 "no vLLM process printed the plugin's no-mutant line: the plugin was not loaded, so the "
                 "control does not show that loading it leaves vLLM intact. Check that the servers got the "
-                "site dir on PYTHONPATH (server log header) and that VLLM_PLUGINS, if set, names it.")
+                "site dir on PYTHONPATH (server log header) and that VLLM_PLUGINS, if set, names it."
+            )
         if any_active:
             problems.append("the control run applied a mutant: " + "; ".join(any_active[:3]))
         return Decision(mutant, judge_classes(cases, classes, class_files, None), problems, False)
@@ -234,15 +272,16 @@ def decide(mutant: str, cases: list[Case], classes: list[str], class_files: dict
             f"({activation.format(name=mutant, pid='<pid>')!r}) in the logs under "
             f"{log_root}: the mutant was never applied, so its survival or kill proves nothing. Check the "
             "server log header for PYTHONPATH (site dir first) and SLEEPWAKE_MUTANT, and that the name is "
-            "in the catalogue.")
+            "in the catalogue."
+        )
     elif not was_reached:
         problems.append(
             f"no vLLM process printed the reached line of {mutant} ({reached.format(name=mutant, pid='<pid>')!r}):"
             " applied, but no test called a function it patches, so it is not applied for these classes. "
-            "Check that the classes send the call the mutant patches, or that the catalogue names the right ones.")
+            "Check that the classes send the call the mutant patches, or that the catalogue names the right ones."
+        )
     if idle:
-        problems.append("some vLLM processes loaded the plugin without applying the mutant: "
-                        + "; ".join(idle[:3]))
+        problems.append("some vLLM processes loaded the plugin without applying the mutant: " + "; ".join(idle[:3]))
     others = [line for line in any_active if not mine.search(line)]
     if others:
         problems.append("another mutant was applied: " + "; ".join(others[:3]))
@@ -262,7 +301,16 @@ def concurrency(environ=None) -> dict:
 def row(decision: Decision, issue: str, cell: str, bound=(), size: str = "", ran_under: dict | None = None) -> dict:
     """mutation_row.json: what tools/results/mutation_table.py tabulates. bound and size: the catalogue's (the
     thresholds the mutant is sized against and how big it is); ran_under: concurrency()."""
-    return {"mutant": decision.mutant, "issue": issue, "cell": cell, "passed": decision.passed,
-            "activated": decision.activated, "reached": decision.reached, "problems": decision.problems,
-            "bound": list(bound), "size": size, "concurrency": ran_under or {},
-            "classes": {c: r.to_json() for c, r in decision.classes.items()}}
+    return {
+        "mutant": decision.mutant,
+        "issue": issue,
+        "cell": cell,
+        "passed": decision.passed,
+        "activated": decision.activated,
+        "reached": decision.reached,
+        "problems": decision.problems,
+        "bound": list(bound),
+        "size": size,
+        "concurrency": ran_under or {},
+        "classes": {c: r.to_json() for c, r in decision.classes.items()},
+    }

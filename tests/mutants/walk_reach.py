@@ -26,41 +26,66 @@ WALK_FILE = "tests/sleep_wake/test_state_walk.py"
 # Why the walk cannot see these; a mutant that survives or errors without a reason here fails the survey.
 OUT_OF_REACH = {
     "abort_leaves_choices_running": "the walk's requests in flight are single-choice; n>1 in flight during an "
-                                    "abort is abort_parallel_sampling's",
+    "abort is abort_parallel_sampling's",
     "leak_once": "a one-off leak below wake_restore_bytes_max (the fake's: one weight tensor, 43 MiB) is inside "
-                 "the walk's band of an awake state; the spread over cycles is memory_leak_cycle's",
+    "the walk's band of an awake state; the spread over cycles is memory_leak_cycle's",
     "weights_wake_maps_more": "one extra tensor (the fake's: 43 MiB) mapped by a weights wake stays inside the "
-                              "walk's band for that state, which is relative to the awake bytes read once, not to "
-                              "the bytes asleep the moment before; physical_memory measures the mapped delta",
+    "walk's band for that state, which is relative to the awake bytes read once, not to "
+    "the bytes asleep the moment before; physical_memory measures the mapped delta",
     "engine_dies_on_sleep_during_decode": "the engine dies at the walk's first sleep during decode: what fails "
-                                          "next fails on a dead server, which the verdict counts as errored; "
-                                          "concurrent_race kills it by the liveness oracles its entry allows",
+    "next fails on a dead server, which the verdict counts as errored; "
+    "concurrent_race kills it by the liveness oracles its entry allows",
     "wake_awake_tag_aborts": "its one symptom is the wake's 500 (api.status), a liveness oracle that this survey, "
-                             "judging by every oracle without the entry's fails_as, does not count; error_paths "
-                             "kills it",
+    "judging by every oracle without the entry's fails_as, does not count; error_paths "
+    "kills it",
 }
 # Not run: the walk bounds no latency (the latency class does); a slow sleep or wake only makes it slower.
 NOT_RUN = {"slow_sleep", "slow_wake", "slow_staged_wake", "slower_wake", "slower_staged_wake", "slow_first_request"}
 FILES = {"state_walk": WALK_FILE}
 # The walk's goldens of A and B on the fake's MRV2-eager cell (tests/sleep_wake/goldens' actions).
-GOLDENS = {"SLEEPWAKE_GOLDEN_A": "bazel-bin/tests/sleep_wake/goldens/golden_a_fake_mrv2_eager.json",
-           "SLEEPWAKE_GOLDEN_B": "bazel-bin/tests/sleep_wake/goldens/golden_b_fake_mrv2_eager.json"}
+GOLDENS = {
+    "SLEEPWAKE_GOLDEN_A": "bazel-bin/tests/sleep_wake/goldens/golden_a_fake_mrv2_eager.json",
+    "SLEEPWAKE_GOLDEN_B": "bazel-bin/tests/sleep_wake/goldens/golden_b_fake_mrv2_eager.json",
+}
 
 
 def reach(mutant: str, model: str, model_b: str, work: str) -> verdict.ClassResult:
     junit = os.path.join(work, f"{mutant}.xml")
-    env = dict(os.environ, SLEEPWAKE_RUNNER="mrv2", SLEEPWAKE_EXECUTION_MODE="eager",
-               SLEEPWAKE_MODEL=os.path.join(model, "config.json"),
-               SLEEPWAKE_MODEL_B=os.path.join(model_b, "config.json"),
-               SLEEPWAKE_SERVER_MODULE="tests.sleep_wake.fakes.fake_server",
-               TEST_UNDECLARED_OUTPUTS_DIR=os.path.join(work, mutant), PYTHONPATH=os.getcwd() + ":tests/mutants/plugin",
-               **{name: os.path.abspath(path) for name, path in GOLDENS.items()})
+    env = dict(
+        os.environ,
+        SLEEPWAKE_RUNNER="mrv2",
+        SLEEPWAKE_EXECUTION_MODE="eager",
+        SLEEPWAKE_MODEL=os.path.join(model, "config.json"),
+        SLEEPWAKE_MODEL_B=os.path.join(model_b, "config.json"),
+        SLEEPWAKE_SERVER_MODULE="tests.sleep_wake.fakes.fake_server",
+        TEST_UNDECLARED_OUTPUTS_DIR=os.path.join(work, mutant),
+        PYTHONPATH=os.getcwd() + ":tests/mutants/plugin",
+        **{name: os.path.abspath(path) for name, path in GOLDENS.items()},
+    )
     env[sleepwake_mutants.ENV] = mutant
     env[stop_on_kill.ENV] = ",".join(oracle.ORACLES)  # any oracle of the walk is a reach
-    subprocess.run([sys.executable, "-m", "pytest", WALK_FILE, "-q", "-p", "no:cacheprovider", "-p",
-                    "tests.mutants.stop_on_kill", f"--junitxml={junit}", "-o", "junit_family=xunit2",
-                    f"--basetemp={os.path.join(work, mutant + '-tmp')}"],
-                   env=env, capture_output=True, text=True, timeout=600, check=False)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            WALK_FILE,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.mutants.stop_on_kill",
+            f"--junitxml={junit}",
+            "-o",
+            "junit_family=xunit2",
+            f"--basetemp={os.path.join(work, mutant + '-tmp')}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     cases = verdict.parse_junit(junit) if os.path.exists(junit) else []
     return verdict.judge_classes(cases, ["state_walk"], FILES, {"state_walk": tuple(oracle.ORACLES)})["state_walk"]
 
@@ -72,14 +97,19 @@ def main(argv) -> int:
     parser.add_argument("--out", help="write the markdown page here too")
     args = parser.parse_args(argv[1:])
     written = sum("state_walk" in m.kills for m in sleepwake_mutants.MUTANTS.values())
-    rows = ["# Which mutants the state walk reaches", "",
-            "Generated by `python3 -m tests.mutants.walk_reach` on the fake tier (each mutant's re-creation "
-            "against `state_walk` alone, MRV2-eager, stopping at the first oracle failure). *reached*: an "
-            "oracle of the walk fired; *survived*: none did, and the reason below says why the walk cannot "
-            f"see it; the {written} mutants written for the walk are killed by their catalogued ids in "
-            "`//tests/mutants:fake_mutants`, the first eleven also on the H200; the section after the table "
-            "lists those of the walk's newer regions, which no H200 has run yet.",
-            "", "| mutant | the walk's verdict | oracles that fired |", "|---|---|---|"]
+    rows = [
+        "# Which mutants the state walk reaches",
+        "",
+        "Generated by `python3 -m tests.mutants.walk_reach` on the fake tier (each mutant's re-creation "
+        "against `state_walk` alone, MRV2-eager, stopping at the first oracle failure). *reached*: an "
+        "oracle of the walk fired; *survived*: none did, and the reason below says why the walk cannot "
+        f"see it; the {written} mutants written for the walk are killed by their catalogued ids in "
+        "`//tests/mutants:fake_mutants`, the first eleven also on the H200; the section after the table "
+        "lists those of the walk's newer regions, which no H200 has run yet.",
+        "",
+        "| mutant | the walk's verdict | oracles that fired |",
+        "|---|---|---|",
+    ]
     unexplained = []
     with tempfile.TemporaryDirectory() as work:
         for name, m in sorted(sleepwake_mutants.MUTANTS.items()):
@@ -112,8 +142,11 @@ def main(argv) -> int:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + kept)
     if unexplained:
-        print(f"walk_reach: {unexplained} escape the walk without a reason in OUT_OF_REACH: add one, or "
-              "make the walk reach them", file=sys.stderr)
+        print(
+            f"walk_reach: {unexplained} escape the walk without a reason in OUT_OF_REACH: add one, or "
+            "make the walk reach them",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

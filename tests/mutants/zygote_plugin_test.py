@@ -24,12 +24,26 @@ MUTANT = "slow_wake"
 
 
 def _fork(tmp_path, lock_dir, env, log_path):
-    spec = {"argv": [sys.executable, "-m", VLLM_ENTRYPOINT, "--help"], "env": env, "cwd": os.getcwd(),
-            "grace_s": 5.0, "parent_pid": os.getpid(), "parent_start": process_tree.start_time(os.getpid())}
+    spec = {
+        "argv": [sys.executable, "-m", VLLM_ENTRYPOINT, "--help"],
+        "env": env,
+        "cwd": os.getcwd(),
+        "grace_s": 5.0,
+        "parent_pid": os.getpid(),
+        "parent_start": process_tree.start_time(os.getpid()),
+    }
     with open(log_path, "ab") as log:
-        sup, _ = zygote_client.start_supervisor(spec, log.fileno(), None, lock_dir=lock_dir, idle_s=60,
-                                                start_timeout_s=600, host_idle_s=60, environ={},
-                                                preloads=preload_modules(ServerConfig(), spec["argv"]))
+        sup, _ = zygote_client.start_supervisor(
+            spec,
+            log.fileno(),
+            None,
+            lock_dir=lock_dir,
+            idle_s=60,
+            start_timeout_s=600,
+            host_idle_s=60,
+            environ={},
+            preloads=preload_modules(ServerConfig(), spec["argv"]),
+        )
     sup.wait(timeout=300)
     with open(log_path) as f:
         return f.read()
@@ -46,8 +60,9 @@ def test_a_forked_vllm_server_parses_its_arguments_and_loads_its_own_plugin(tmp_
         with_plugin = dict(env, PYTHONPATH=site_dir.pythonpath_with(site, env), SLEEPWAKE_MUTANT=MUTANT)
         plugged = _fork(tmp_path, lock_dir, with_plugin, str(tmp_path / "with_plugin.log"))
         plain = _fork(tmp_path, lock_dir, env, str(tmp_path / "without.log"))
-    zygote_logs = [n for n in os.listdir(lock_dir) if n.startswith("zygote-") and n.endswith(".log")
-                   and n != "zygote-host.log"]
+    zygote_logs = [
+        n for n in os.listdir(lock_dir) if n.startswith("zygote-") and n.endswith(".log") and n != "zygote-host.log"
+    ]
     assert len(zygote_logs) == 1, "both servers should come from one zygote: %s" % zygote_logs
     with open(os.path.join(lock_dir, zygote_logs[0])) as f:
         zygote_log = f.read()
@@ -55,8 +70,9 @@ def test_a_forked_vllm_server_parses_its_arguments_and_loads_its_own_plugin(tmp_
     preloads = "then %d of %d preload(s) in " % (len(VLLM_PRELOAD), len(VLLM_PRELOAD))
     assert preloads in zygote_log and "threads: 1 Python" in zygote_log, zygote_log[-3000:]
     zygote_pid = int(re.search(r"\[sleepwake zygote (\d+)\] imported", zygote_log).group(1))
-    active = re.search(re.escape(sleepwake_mutants.ACTIVATION.format(name=MUTANT, pid="PID")).replace("PID", r"(\d+)"),
-                       plugged)
+    active = re.search(
+        re.escape(sleepwake_mutants.ACTIVATION.format(name=MUTANT, pid="PID")).replace("PID", r"(\d+)"), plugged
+    )
     assert active, "the mutant plugin did not load in the forked server:\n" + plugged[-3000:]
     assert int(active.group(1)) != zygote_pid
     assert "forked by zygote %d" % zygote_pid in plugged and "forked by zygote %d" % zygote_pid in plain

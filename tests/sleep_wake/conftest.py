@@ -89,9 +89,19 @@ def _start_server(name: str, cell: cells.CellSpec, recorder, nodeid: str) -> tup
     # Whether it is still live decides, after an oracle fails, if that failure is a verdict (oracle's hook).
     liveness.watch(server.url, thresholds.get("request_completion_s_max"))
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
-    recorder.record(nodeid, "server_start_s", seconds, "s", url=server.url, command=list(server.command or ()),
-                    log=server.log_path, vllm_identity=identity, vllm_version=served,
-                    start_mode=server.start_mode, launcher_cpu_s=round(_LAUNCHER_CPU_S[-1], 3))
+    recorder.record(
+        nodeid,
+        "server_start_s",
+        seconds,
+        "s",
+        url=server.url,
+        command=list(server.command or ()),
+        log=server.log_path,
+        vllm_identity=identity,
+        vllm_version=served,
+        start_mode=server.start_mode,
+        launcher_cpu_s=round(_LAUNCHER_CPU_S[-1], 3),
+    )
     return context, server
 
 
@@ -109,9 +119,15 @@ def test_process_cpu(recorder):
     yield
     if _LAUNCHER_CPU_S:
         t = os.times()
-        recorder.record("", "test_process_cpu", round(t.user + t.system, 3), "s",
-                        children_cpu_s=round(t.children_user + t.children_system, 3),
-                        launcher_cpu_s=round(sum(_LAUNCHER_CPU_S), 3), servers=len(_LAUNCHER_CPU_S))
+        recorder.record(
+            "",
+            "test_process_cpu",
+            round(t.user + t.system, 3),
+            "s",
+            children_cpu_s=round(t.children_user + t.children_system, 3),
+            launcher_cpu_s=round(sum(_LAUNCHER_CPU_S), 3),
+            servers=len(_LAUNCHER_CPU_S),
+        )
 
 
 def _stop_server(context, server, recorder, nodeid: str) -> None:
@@ -122,8 +138,14 @@ def _stop_server(context, server, recorder, nodeid: str) -> None:
         context.__exit__(None, None, None)
     finally:
         timings = server.timings.as_record()
-        recorder.record(nodeid, "server_timings", round(sum(v for k, v in timings.items() if k.endswith("_s")), 3),
-                        "s", start_mode=server.start_mode, **timings)
+        recorder.record(
+            nodeid,
+            "server_timings",
+            round(sum(v for k, v in timings.items() if k.endswith("_s")), 3),
+            "s",
+            start_mode=server.start_mode,
+            **timings,
+        )
 
 
 @pytest.fixture(scope="class")
@@ -160,8 +182,9 @@ def awake(request):
         raise oracle.Precondition(f"server {client.url} is not healthy before the test (see its log)")
     state = client.state()
     if state.is_sleeping or state.gauge != metrics.GAUGE_AWAKE:
-        raise oracle.Precondition(f"server must be awake before the test: is_sleeping={state.is_sleeping} "
-                                  f"gauge={state.gauge}")
+        raise oracle.Precondition(
+            f"server must be awake before the test: is_sleeping={state.is_sleeping} gauge={state.gauge}"
+        )
     yield client
     try:
         if client.health() and client.is_sleeping():

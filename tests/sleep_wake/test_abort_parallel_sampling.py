@@ -29,16 +29,25 @@ class TestAbortDuringParallelSampling:
         again = _sampled(client)
         # Without it "the same ids after wake" would prove nothing.
         if again.token_ids != reference.token_ids or len(reference.token_ids) != N:
-            raise oracle.Precondition(f"seeded n={N} sampling is not reproducible before any sleep: expected "
-                                      f"{reference.token_ids}, seen {again.token_ids}")
+            raise oracle.Precondition(
+                f"seeded n={N} sampling is not reproducible before any sleep: expected "
+                f"{reference.token_ids}, seen {again.token_ids}"
+            )
         awake = settled_gpu_bytes(server, "awake, before the aborted request", recorder=recorder)
         recorder.record(test, "awake_bytes", awake, "bytes")
 
         with background(client) as pool:
             with client.sleep_window():  # the sleep must land while the n=4 request decodes
                 since = generated_tokens(client)
-                stream = pool.submit(client.complete_stream, PROMPT, STREAM_MAX_TOKENS, temperature=1.0,
-                                     seed=SEED, n=N, timeout_s=thresholds.get("request_completion_s_max"))
+                stream = pool.submit(
+                    client.complete_stream,
+                    PROMPT,
+                    STREAM_MAX_TOKENS,
+                    temperature=1.0,
+                    seed=SEED,
+                    n=N,
+                    timeout_s=thresholds.get("request_completion_s_max"),
+                )
                 stream_end = end_clock(stream)
                 wait_decoding(client, [stream], 1, since, 2 * N)
                 sent = time.perf_counter()
@@ -46,45 +55,77 @@ class TestAbortDuringParallelSampling:
             # Tokens the engine had generated for the request when /sleep answered: fewer than finishing
             # every choice takes means the sleep landed where the choices could not all have finished.
             at_sleep = generated_tokens(client) - since
-            measure.wait_until(stream.done, thresholds.get("request_completion_s_max"),
-                               what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort",
-                               oracle_id="requests.completes", confirm_live=client.confirm_live)
+            measure.wait_until(
+                stream.done,
+                thresholds.get("request_completion_s_max"),
+                what=f"[{ISSUE}] the n={N} stream to end after /sleep?mode=abort",
+                oracle_id="requests.completes",
+                confirm_live=client.confirm_live,
+            )
             result = stream.result()
         # A broken connection, or a stream still open on a server no longer live, is no verdict on the abort.
         client.check_stream(result, f"[{ISSUE}] the n={N} stream")
-        oracle.bounded(recorder, "requests.abort_time", stream_end() - sent, cell.id,
-                       f"[{ISSUE}] seconds from /sleep?mode=abort to the end of the n={N} stream")
-        recorder.record(test, "aborted_stream", {"finish_reasons": result.finish_reasons,
-                                                 "tokens": [len(t) for t in result.token_ids],
-                                                 "error": result.error, "tokens_at_sleep": at_sleep}, "")
-        oracle.holds("requests.completes", not result.timed_out, f"[{ISSUE}] the n={N} stream", result.error,
-                     "an end")
+        oracle.bounded(
+            recorder,
+            "requests.abort_time",
+            stream_end() - sent,
+            cell.id,
+            f"[{ISSUE}] seconds from /sleep?mode=abort to the end of the n={N} stream",
+        )
+        recorder.record(
+            test,
+            "aborted_stream",
+            {
+                "finish_reasons": result.finish_reasons,
+                "tokens": [len(t) for t in result.token_ids],
+                "error": result.error,
+                "tokens_at_sleep": at_sleep,
+            },
+            "",
+        )
+        oracle.holds("requests.completes", not result.timed_out, f"[{ISSUE}] the n={N} stream", result.error, "an end")
         if result.error is not None:
-            oracle.holds("requests.clean_end", result.error.startswith("error event"),
-                         f"[{ISSUE}] how the n={N} stream ended", result.error,
-                         "finish reasons or an abort error event")
+            oracle.holds(
+                "requests.clean_end",
+                result.error.startswith("error event"),
+                f"[{ISSUE}] how the n={N} stream ended",
+                result.error,
+                "finish reasons or an abort error event",
+            )
         ends = [(r, len(t)) for r, t in zip(result.finish_reasons, result.token_ids)]
         # Aborted: finish_reason abort, or none for a choice that streamed nothing (vLLM skips its empty
         # chunks: openai/completion/serving.py, "not delta_token_ids and not previous_num_tokens[i]") or
         # when an error event ended the whole stream. A choice that streamed tokens always gets a chunk
         # with its finish reason, so one that ends without it was never reported finished (#45326).
-        aborted = [i for i, (r, n) in enumerate(ends)
-                   if r == "abort" or (r is None and n < STREAM_MAX_TOKENS and (n == 0 or result.error))]
+        aborted = [
+            i
+            for i, (r, n) in enumerate(ends)
+            if r == "abort" or (r is None and n < STREAM_MAX_TOKENS and (n == 0 or result.error))
+        ]
         full = [i for i, (r, n) in enumerate(ends) if r == "length" and n == STREAM_MAX_TOKENS]
-        oracle.holds("requests.clean_end", len(aborted) + len(full) == N,
-                     f"[{ISSUE}] each of the {N} choices ends aborted or by 'length' at {STREAM_MAX_TOKENS} tokens",
-                     f"(finish_reason, tokens) {ends}", "aborted or full length")
+        oracle.holds(
+            "requests.clean_end",
+            len(aborted) + len(full) == N,
+            f"[{ISSUE}] each of the {N} choices ends aborted or by 'length' at {STREAM_MAX_TOKENS} tokens",
+            f"(finish_reason, tokens) {ends}",
+            "aborted or full length",
+        )
         # A sleep that lets requests run to the end (drains) instead of aborting them passes every other
         # check here. The request was decoding when /sleep was sent (wait_decoding), so a sleep that aborts
         # ends a choice; one that generated every token before answering drained.
-        oracle.holds("requests.abort_aborts", bool(aborted),
-                     f"[{ISSUE}] /sleep?mode=abort with {N} choices in flight ({at_sleep} of the "
-                     f"{N * STREAM_MAX_TOKENS} tokens finishing them takes generated when /sleep answered)",
-                     f"(finish_reason, tokens) {ends}", "at least one aborted")
+        oracle.holds(
+            "requests.abort_aborts",
+            bool(aborted),
+            f"[{ISSUE}] /sleep?mode=abort with {N} choices in flight ({at_sleep} of the "
+            f"{N * STREAM_MAX_TOKENS} tokens finishing them takes generated when /sleep answered)",
+            f"(finish_reason, tokens) {ends}",
+            "at least one aborted",
+        )
         if at_sleep >= N * STREAM_MAX_TOKENS:
             raise oracle.Precondition(
                 f"{at_sleep} tokens had been generated when /sleep answered, enough to finish all {N} choices "
-                f"of {STREAM_MAX_TOKENS} tokens, so the abort was not exercised: raise STREAM_MAX_TOKENS")
+                f"of {STREAM_MAX_TOKENS} tokens, so the abort was not exercised: raise STREAM_MAX_TOKENS"
+            )
 
         expect.load_drains(client, "after the abort (a child request leaked)")
         expect.asleep(client, 1, step="sleep level 1 (mode abort) during parallel sampling", issue=ISSUE)
@@ -92,5 +133,9 @@ class TestAbortDuringParallelSampling:
         expect.awake(client, step="full wake after the abort", issue=ISSUE)
         memory.expect_restored(server, recorder, cell.id, awake, "the abort and a full wake")
         expect.golden(client, golden, step="abort during parallel sampling and wake", issue=ISSUE)
-        oracle.equal("output.seeded_sampling", _sampled(client).token_ids, reference.token_ids,
-                     f"[{ISSUE}] seeded n={N} sampling after abort and wake")
+        oracle.equal(
+            "output.seeded_sampling",
+            _sampled(client).token_ids,
+            reference.token_ids,
+            f"[{ISSUE}] seeded n={N} sampling after abort and wake",
+        )

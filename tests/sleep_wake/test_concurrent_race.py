@@ -33,18 +33,32 @@ def _ended_cleanly(client, result, i: int) -> str:
     what = f"[{ISSUE}] how streaming request {i} ended"
     client.check_stream(result, what)
     if result.timed_out:
-        oracle.fail("requests.ends_in_race", what, f"{result.error} after {result.seconds:.1f} s with "
-                    f"{result.num_tokens} tokens", "an end", "")
+        oracle.fail(
+            "requests.ends_in_race",
+            what,
+            f"{result.error} after {result.seconds:.1f} s with {result.num_tokens} tokens",
+            "an end",
+            "",
+        )
     if result.error is not None:
         # An error event or an HTTP error answer is an acceptable way to be aborted; a stream that closed
         # without [DONE] is not (#45520).
-        oracle.holds("requests.clean_end", result.error.startswith(("error event", "HTTP")), what,
-                     result.error, "finish reason or error event")
+        oracle.holds(
+            "requests.clean_end",
+            result.error.startswith(("error event", "HTTP")),
+            what,
+            result.error,
+            "finish reason or error event",
+        )
         return "error event"
     reason = result.finish_reasons[0]
     if reason == "length":
-        oracle.equal("requests.clean_end", len(result.token_ids[0]), RACE_MAX_TOKENS,
-                     f"{what}: tokens of a request that ended by length")
+        oracle.equal(
+            "requests.clean_end",
+            len(result.token_ids[0]),
+            RACE_MAX_TOKENS,
+            f"{what}: tokens of a request that ended by length",
+        )
         return "length"
     if reason is None and result.num_tokens == 0:
         # vLLM 0.26.0 streams nothing for a choice aborted before its first token
@@ -60,31 +74,49 @@ class TestConcurrentRace:
         with background(client, BURST + len(PROMPTS)) as pool:
             with client.sleep_window():  # the sleep must land while the burst decodes
                 since = generated_tokens(client)
-                burst = [pool.submit(client.complete_stream, PROMPTS[i % len(PROMPTS)], RACE_MAX_TOKENS,
-                                     timeout_s=bound) for i in range(BURST)]
+                burst = [
+                    pool.submit(client.complete_stream, PROMPTS[i % len(PROMPTS)], RACE_MAX_TOKENS, timeout_s=bound)
+                    for i in range(BURST)
+                ]
                 wait_decoding(client, burst, BURST, since, BURST)
                 _, sleep_s = measure.timed(client.sleep, level=1, mode="abort")
             expect.asleep(client, 1, step="sleep level 1 (mode abort) during the burst", issue=ISSUE)
-            outcomes = [_ended_cleanly(client, ended(client, f, bound, f"streaming request {i}"), i)
-                        for i, f in enumerate(burst)]
+            outcomes = [
+                _ended_cleanly(client, ended(client, f, bound, f"streaming request {i}"), i)
+                for i, f in enumerate(burst)
+            ]
             expect.load_drains(client, "once the aborted burst ended")
             # Requests arriving while asleep are held until the wake, then served (#45326: they hung).
             late = [pool.submit(client.complete, p, timeout_s=bound) for p in PROMPTS]
             expect.accepted(client, late, len(late), "the requests sent while asleep accepted (/load)")
-            expect.held("requests.held_while_asleep", client, late, thresholds.get("held_request_window_s"),
-                        f"[{HELD}] the {len(late)} requests sent while asleep, until wake_up is sent")
+            expect.held(
+                "requests.held_while_asleep",
+                client,
+                late,
+                thresholds.get("held_request_window_s"),
+                f"[{HELD}] the {len(late)} requests sent while asleep, until wake_up is sent",
+            )
             _, wake_s = measure.timed(client.wake_up)
             for p, f in zip(PROMPTS, late):
-                expect.tokens(expect.result(f, bound, client=client, step=f"request {p!r} sent while asleep",
-                                            issue=HELD),
-                              golden[p], prompt=p, step="a request held by the sleep, after wake", issue="#45326")
+                expect.tokens(
+                    expect.result(f, bound, client=client, step=f"request {p!r} sent while asleep", issue=HELD),
+                    golden[p],
+                    prompt=p,
+                    step="a request held by the sleep, after wake",
+                    issue="#45326",
+                )
         counts = {o: outcomes.count(o) for o in set(outcomes)}
         test = measure.current_test()
         recorder.record(test, "race_sleep_s", sleep_s, "s")
         recorder.record(test, "race_wake_s", wake_s, "s")
         recorder.record(test, "race_outcomes", counts, "requests")
-        oracle.holds("requests.abort_aborts", len(outcomes) - counts.get("length", 0) >= 1,
-                     f"[{ISSUE}] /sleep?mode=abort with {BURST} requests in flight", counts, "at least one aborted")
+        oracle.holds(
+            "requests.abort_aborts",
+            len(outcomes) - counts.get("length", 0) >= 1,
+            f"[{ISSUE}] /sleep?mode=abort with {BURST} requests in flight",
+            counts,
+            "at least one aborted",
+        )
         expect.healthy(client, "the race (engine dead behind a 200?)")
         expect.load_drains(client, "after the race")
         expect.awake(client, step="the race and a full wake", issue=ISSUE)

@@ -6,23 +6,24 @@ from tests.sleep_wake.lib import expect, measure, oracle, thresholds
 # Expected HTTP status per misuse, with the reason from vLLM 0.26.0's source.
 EXPECTED_STATUS = {
     "sleep_level_not_integer": (
-        400, "entrypoints/serve/dev/sleep/api_router.py sleep() does int(level): ValueError, which the "
-             "app's exception_handler maps to 400 BadRequestError (serve/utils/error_response.py "
-             "create_error_response: ValueError -> HTTPStatus.BAD_REQUEST)"),
+        400,
+        "entrypoints/serve/dev/sleep/api_router.py sleep() does int(level): ValueError, which the "
+        "app's exception_handler maps to 400 BadRequestError (serve/utils/error_response.py "
+        "create_error_response: ValueError -> HTTPStatus.BAD_REQUEST)",
+    ),
     "wake_unknown_tag": (
-        200, "v1/executor/abstract.py wake_up logs 'Tag X is not in sleeping tags' (or 'Executor is "
-             "not sleeping.') and returns; the router answers 200"),
-    "wake_while_awake": (
-        200, "v1/executor/abstract.py wake_up: 'Executor is not sleeping.' warning, no-op (#31618)"),
-    "sleep_while_asleep": (
-        200, "v1/executor/abstract.py sleep: 'Executor is already sleeping.' warning, no-op"),
+        200,
+        "v1/executor/abstract.py wake_up logs 'Tag X is not in sleeping tags' (or 'Executor is "
+        "not sleeping.') and returns; the router answers 200",
+    ),
+    "wake_while_awake": (200, "v1/executor/abstract.py wake_up: 'Executor is not sleeping.' warning, no-op (#31618)"),
+    "sleep_while_asleep": (200, "v1/executor/abstract.py sleep: 'Executor is already sleeping.' warning, no-op"),
 }
 
 
 def _expect_status(recorder, resp, case: str, issue: str) -> None:
     status, reason = EXPECTED_STATUS[case]
-    recorder.record(measure.current_test(), f"status:{case}", resp.status_code, "http status",
-                    body=resp.text[:300])
+    recorder.record(measure.current_test(), f"status:{case}", resp.status_code, "http status", body=resp.text[:300])
     oracle.equal("api.status", resp.status_code, status, f"[{issue}] {case} ({reason}); body {resp.text[:300]}")
 
 
@@ -38,8 +39,13 @@ class TestErrorPaths:
         # fix (or a worse change) shows.
         pin = thresholds.divergence("sleep_level_out_of_range_accepted", client.version())
         resp = client.sleep(level=3, check=False)
-        recorder.record(measure.current_test(), "status:sleep_level_out_of_range", resp.status_code,
-                        "http status", body=resp.text[:300])
+        recorder.record(
+            measure.current_test(),
+            "status:sleep_level_out_of_range",
+            resp.status_code,
+            "http status",
+            body=resp.text[:300],
+        )
         seen = client.state()
         observed = {"status": resp.status_code, "is_sleeping": seen.is_sleeping, "gauge": seen.gauge}
         expected = {k: v for k, v in pin.expected.items() if k != "weights_discarded"}

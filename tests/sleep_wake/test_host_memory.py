@@ -15,9 +15,16 @@ CYCLES = 10
 def _host(server, recorder, key: str, **extra) -> host_memory.HostMemory:
     """The server tree's host memory now, recorded with its breakdown and per-process numbers."""
     total, per_pid = host_memory.server_host_memory(server)
-    recorder.record(measure.current_test(), key, total.rss, "bytes", pinned=total.pinned,
-                    breakdown=total.as_dict(), per_pid={pid: m.as_dict() for pid, m in per_pid.items()},
-                    **extra)
+    recorder.record(
+        measure.current_test(),
+        key,
+        total.rss,
+        "bytes",
+        pinned=total.pinned,
+        breakdown=total.as_dict(),
+        per_pid={pid: m.as_dict() for pid, m in per_pid.items()},
+        **extra,
+    )
     return total
 
 
@@ -38,7 +45,8 @@ def _expect_no_host_copy_yet(server) -> None:
             f"this server already copied its weights to host memory at an earlier sleep ({earlier}), and "
             "PyTorch's caching host allocator keeps those pinned blocks, so a new copy would not show. Run "
             "this test on a server that has not slept at level 1 (the class's order: level 2, level 1, "
-            "cycles)")
+            "cycles)"
+        )
 
 
 class TestHostMemory:
@@ -47,9 +55,14 @@ class TestHostMemory:
         awake = _host(server, recorder, "host_awake_bytes")
         _sleep(client, 2, "sleep level 2")
         asleep = _host(server, recorder, "host_level2_asleep_bytes")
-        oracle.bounded(recorder, "host_bytes.level2_asleep", asleep.rss - awake.rss, cell.id,
-                       f"[{ISSUE}] host bytes added by a level-2 sleep, which discards the weights "
-                       f"(breakdown of the change {(asleep - awake).as_dict()})")
+        oracle.bounded(
+            recorder,
+            "host_bytes.level2_asleep",
+            asleep.rss - awake.rss,
+            cell.id,
+            f"[{ISSUE}] host bytes added by a level-2 sleep, which discards the weights "
+            f"(breakdown of the change {(asleep - awake).as_dict()})",
+        )
         client.recover_from_level2()
         expect.awake(client, step="level-2 recovery", issue=ISSUE)
         expect.golden(client, golden, step="level 2 recovery with reload", issue=ISSUE)
@@ -62,11 +75,19 @@ class TestHostMemory:
         asleep = _host(server, recorder, "host_level1_asleep_bytes")
         logged = server_log.allocator_sleeps(server_log.read(server.log_path))
         copy = asleep.rss - awake.rss
-        recorder.record(measure.current_test(), "host_copy_bytes", copy, "bytes",
-                        pinned=asleep.pinned - awake.pinned, checkpoint_tensor_bytes=weights,
-                        vllm_backed_up_bytes=logged[-1].backed_up_bytes if logged else None)
-        what = (f"[{ISSUE}] host bytes added by the first level-1 sleep / checkpoint tensor bytes ({copy} / "
-                f"{weights}; breakdown of the change {(asleep - awake).as_dict()})")
+        recorder.record(
+            measure.current_test(),
+            "host_copy_bytes",
+            copy,
+            "bytes",
+            pinned=asleep.pinned - awake.pinned,
+            checkpoint_tensor_bytes=weights,
+            vllm_backed_up_bytes=logged[-1].backed_up_bytes if logged else None,
+        )
+        what = (
+            f"[{ISSUE}] host bytes added by the first level-1 sleep / checkpoint tensor bytes ({copy} / "
+            f"{weights}; breakdown of the change {(asleep - awake).as_dict()})"
+        )
         with oracle.together():
             oracle.bounded(recorder, "host_bytes.level1_copy_min", copy / weights, cell.id, what)
             oracle.bounded(recorder, "host_bytes.level1_copy_max", copy / weights, cell.id, what)
@@ -76,9 +97,13 @@ class TestHostMemory:
         woken = _host(server, recorder, "host_woken_bytes")
         pin = thresholds.divergence("host_copy_cached_after_wake", client.version())
         seen = host_memory.retention(woken.rss - awake.rss, copy, thresholds.get("level2_host_bytes_max"))
-        oracle.equal("host_bytes.retained_after_wake", seen, pin.expected,
-                     f"[{ISSUE}] after the wake the server holds {woken.rss - awake.rss} host bytes more than "
-                     f"before the sleep (the copy was {copy}), {pin.describe()}")
+        oracle.equal(
+            "host_bytes.retained_after_wake",
+            seen,
+            pin.expected,
+            f"[{ISSUE}] after the wake the server holds {woken.rss - awake.rss} host bytes more than "
+            f"before the sleep (the copy was {copy}), {pin.describe()}",
+        )
         expect.golden(client, golden, step="level 1 and full wake", issue=ISSUE)
 
     def test_host_bytes_flat_over_ten_cycles(self, server, client, golden, recorder, cell):
@@ -92,14 +117,23 @@ class TestHostMemory:
             expect.awake(client, step=f"cycle {cycle}: full wake", issue=ISSUE)
             series["awake"].append(_host(server, recorder, "host_awake_bytes", cycle=cycle).allocated)
             prompt = prompts[cycle % len(prompts)]
-            expect.tokens(client.complete(prompt), golden[prompt], prompt=prompt, step=f"cycle {cycle}",
-                          issue=ISSUE)
+            expect.tokens(client.complete(prompt), golden[prompt], prompt=prompt, step=f"cycle {cycle}", issue=ISSUE)
         # From cycle 2: the first level-1 sleep of a server pins its copy (test_level1_holds_a_host_copy...).
         with oracle.together():
             for state, values in series.items():
-                oracle.bounded(recorder, "host_bytes.leak_per_cycle", measure.median_increment(values[1:]),
-                               cell.id, f"[{ISSUE}] median growth per cycle of {state} allocated host bytes"
-                               f" over cycles 2..{CYCLES}: {values}")
+                oracle.bounded(
+                    recorder,
+                    "host_bytes.leak_per_cycle",
+                    measure.median_increment(values[1:]),
+                    cell.id,
+                    f"[{ISSUE}] median growth per cycle of {state} allocated host bytes"
+                    f" over cycles 2..{CYCLES}: {values}",
+                )
             for state, values in series.items():
-                oracle.bounded(recorder, "host_bytes.cycle_spread", measure.spread(values[1:]), cell.id,
-                               f"[{ISSUE}] max - min of {state} allocated host bytes over cycles 2..{CYCLES}: {values}")
+                oracle.bounded(
+                    recorder,
+                    "host_bytes.cycle_spread",
+                    measure.spread(values[1:]),
+                    cell.id,
+                    f"[{ISSUE}] max - min of {state} allocated host bytes over cycles 2..{CYCLES}: {values}",
+                )

@@ -15,5 +15,6 @@ class TestLogprobsPrecision:
         client.wake_up()
         expect.awake(client, step="full wake from level 1", issue=ISSUE)
         # Logprobs are compared position by position on the same tokens, which the helper checks first.
-        expect.golden_with_logprobs(client, recorder, golden, PROMPTS, cell.id, step="level 1 and full wake",
-                                    issue=ISSUE)
+        expect.golden_with_logprobs(
+            client, recorder, golden, PROMPTS, cell.id, step="level 1 and full wake", issue=ISSUE
+        )

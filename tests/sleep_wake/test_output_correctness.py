@@ -15,8 +15,9 @@ class TestOutputCorrectness:
         expect.asleep(client, 1, step="sleep level 1", issue="level-1 output")
         client.wake_up()
         expect.awake(client, step="full wake from level 1", issue="level-1 output")
-        expect.golden(client, golden, step="level 1 and full wake",
-                      issue="weights restored from CPU must be bit-exact (#21336)")
+        expect.golden(
+            client, golden, step="level 1 and full wake", issue="weights restored from CPU must be bit-exact (#21336)"
+        )
 
     def test_staged_wake_is_golden(self, client, golden):
         client.sleep(level=1)
@@ -33,8 +34,12 @@ class TestOutputCorrectness:
             expect.asleep(client, 2, step=f"cycle {cycle}: sleep level 2", issue="level-2 output")
             client.recover_from_level2()
             expect.awake(client, step=f"cycle {cycle}: level-2 recovery", issue="level-2 output")
-            expect.golden(client, golden, step=f"cycle {cycle}: level 2, wake weights, reload_weights, "
-                          "wake kv_cache", issue="#29341/#54235 garbage after level 2")
+            expect.golden(
+                client,
+                golden,
+                step=f"cycle {cycle}: level 2, wake weights, reload_weights, wake kv_cache",
+                issue="#29341/#54235 garbage after level 2",
+            )
 
     def test_prefix_cache_not_stale_after_wake(self, client, golden, recorder):
         first = client.complete(LONG_PROMPT)
@@ -44,18 +49,29 @@ class TestOutputCorrectness:
         if not repeat.cached_tokens:
             raise oracle.Precondition(
                 f"expected cached_tokens > 0 for the repeated prompt before sleep, seen {repeat.cached_tokens!r}; "
-                "the server must run --enable-prefix-caching and --enable-prompt-tokens-details")
-        expect.tokens(repeat, first, prompt=LONG_PROMPT, step="a prefix-cache hit before sleep",
-                      issue="prefix-cache hit changes output")
+                "the server must run --enable-prefix-caching and --enable-prompt-tokens-details"
+            )
+        expect.tokens(
+            repeat,
+            first,
+            prompt=LONG_PROMPT,
+            step="a prefix-cache hit before sleep",
+            issue="prefix-cache hit changes output",
+        )
         client.sleep(level=1)
         expect.asleep(client, 1, step="sleep level 1", issue="#17103/#22726")
         client.wake_up()
         expect.awake(client, step="full wake from level 1", issue="#17103/#22726")
         after = client.complete(LONG_PROMPT)
         recorder.record(measure.current_test(), "cached_tokens_after_wake", after.cached_tokens, "tokens")
-        oracle.equal("prefix_cache.reset_after_discard", after.cached_tokens, 0,
-                     "[#17103/#22726] cached_tokens of the first request after a level-1 wake (level 1 discards "
-                     "the KV cache and resets the prefix cache; a hit serves discarded blocks)")
-        expect.tokens(after, first, prompt=LONG_PROMPT, step="level 1 and full wake",
-                      issue="#17103/#22726 stale prefix cache")
+        oracle.equal(
+            "prefix_cache.reset_after_discard",
+            after.cached_tokens,
+            0,
+            "[#17103/#22726] cached_tokens of the first request after a level-1 wake (level 1 discards "
+            "the KV cache and resets the prefix cache; a hit serves discarded blocks)",
+        )
+        expect.tokens(
+            after, first, prompt=LONG_PROMPT, step="level 1 and full wake", issue="#17103/#22726 stale prefix cache"
+        )
         expect.golden(client, golden, step="prefix-cache check", issue="#17103/#22726")

@@ -30,8 +30,13 @@ def _sleep(server, client, recorder, cell, level: int) -> tuple[int, int]:
 
 
 def _held_asleep(recorder, cell, level: int, awake: int, asleep: int, why: str) -> None:
-    oracle.bounded(recorder, f"device_bytes.level{level}_asleep", asleep / awake, cell.id,
-                   f"bytes held asleep (level {level}) / awake bytes ({asleep} / {awake}; {why})")
+    oracle.bounded(
+        recorder,
+        f"device_bytes.level{level}_asleep",
+        asleep / awake,
+        cell.id,
+        f"bytes held asleep (level {level}) / awake bytes ({asleep} / {awake}; {why})",
+    )
 
 
 class TestPhysicalMemory:
@@ -40,8 +45,13 @@ class TestPhysicalMemory:
         kv = server.config.kv_cache_bytes
         with oracle.together():  # the same two readings, seen from the awake bytes and from the KV cache
             _held_asleep(recorder, cell, 1, awake, asleep, "#11743 freed nothing, #47654")
-            oracle.bounded(recorder, "device_bytes.level1_freed_kv", (awake - asleep) / kv, cell.id,
-                           f"bytes freed by level 1 / KV cache bytes ({awake - asleep} / {kv}; #11743)")
+            oracle.bounded(
+                recorder,
+                "device_bytes.level1_freed_kv",
+                (awake - asleep) / kv,
+                cell.id,
+                f"bytes freed by level 1 / KV cache bytes ({awake - asleep} / {kv}; #11743)",
+            )
         client.wake_up()
         expect.awake(client, step="full wake from level 1", issue="level-1 memory")
         memory.expect_restored(server, recorder, cell.id, awake, "full wake from level 1")
@@ -65,19 +75,38 @@ class TestPhysicalMemory:
         client.wake_up(["weights"])
         expect.partially_asleep(client, step="level 1 then wake weights", issue="#44483")
         weights_only = _settled(server, recorder, "after wake_up(tags=weights)")
-        for key, value in (("checkpoint_tensor_bytes", weights), ("awake_bytes", awake),
-                           ("level1_asleep_bytes", asleep), ("weights_only_bytes", weights_only)):
+        for key, value in (
+            ("checkpoint_tensor_bytes", weights),
+            ("awake_bytes", awake),
+            ("level1_asleep_bytes", asleep),
+            ("weights_only_bytes", weights_only),
+        ):
             _record(recorder, key, value)
         mapped = weights_only - asleep
         with oracle.together():  # three views of the same three readings
-            oracle.bounded(recorder, "device_bytes.weights_wake_mapped", abs(mapped - weights) / weights, cell.id,
-                           f"|bytes mapped by the weights wake - checkpoint tensor bytes| / checkpoint bytes "
-                           f"(mapped {mapped}, checkpoint {weights})")
-            oracle.bounded(recorder, "device_bytes.weights_wake_kv_unmapped", (awake - weights_only) / kv,
-                           cell.id, f"(awake - weights-only bytes) / KV cache bytes ({awake - weights_only} / "
-                           f"{kv}): the KV cache must stay unmapped until its own wake (#44483)")
-            oracle.bounded(recorder, "device_bytes.weights_wake_fraction", weights_only / awake, cell.id,
-                           f"weights-only bytes / awake bytes ({weights_only} / {awake})")
+            oracle.bounded(
+                recorder,
+                "device_bytes.weights_wake_mapped",
+                abs(mapped - weights) / weights,
+                cell.id,
+                f"|bytes mapped by the weights wake - checkpoint tensor bytes| / checkpoint bytes "
+                f"(mapped {mapped}, checkpoint {weights})",
+            )
+            oracle.bounded(
+                recorder,
+                "device_bytes.weights_wake_kv_unmapped",
+                (awake - weights_only) / kv,
+                cell.id,
+                f"(awake - weights-only bytes) / KV cache bytes ({awake - weights_only} / "
+                f"{kv}): the KV cache must stay unmapped until its own wake (#44483)",
+            )
+            oracle.bounded(
+                recorder,
+                "device_bytes.weights_wake_fraction",
+                weights_only / awake,
+                cell.id,
+                f"weights-only bytes / awake bytes ({weights_only} / {awake})",
+            )
         client.wake_up(["kv_cache"])
         expect.awake(client, step="wake kv_cache after weights", issue="#44483")
         memory.expect_restored(server, recorder, cell.id, awake, "staged wake (weights, kv_cache)")
@@ -92,9 +121,13 @@ class TestPhysicalMemory:
         residue = _settled(server, recorder, "after sleep level 1")
         _record(recorder, "awake_bytes", awake)
         _record(recorder, f"level1_residue_bytes_{cell.mode}", residue, mode=cell.mode)
-        oracle.bounded(recorder, "device_bytes.level1_residue", residue, cell.id,
-                       f"bytes resident at level 1 in {cell.mode} mode (graph mode keeps its CUDA-graph pool, "
-                       "#45648)")
+        oracle.bounded(
+            recorder,
+            "device_bytes.level1_residue",
+            residue,
+            cell.id,
+            f"bytes resident at level 1 in {cell.mode} mode (graph mode keeps its CUDA-graph pool, #45648)",
+        )
         client.wake_up()
         expect.awake(client, step="full wake from level 1", issue="asleep residue")
         memory.expect_restored(server, recorder, cell.id, awake, "full wake from level 1")

@@ -25,14 +25,14 @@ def _cached_repeat(client, prompt: str, recorder):
     """The prompt's prefix-cache hit on a repeat (after a first request cached it); fails unless > 0."""
     client.complete(prompt)
     repeat = client.complete(prompt)
-    recorder.record(measure.current_test(), "cached_tokens_repeat", repeat.cached_tokens, "tokens",
-                    prompt=prompt)
+    recorder.record(measure.current_test(), "cached_tokens_repeat", repeat.cached_tokens, "tokens", prompt=prompt)
     # The oracles below compare with this hit: they mean something only if there is one.
     if not repeat.cached_tokens:
         raise oracle.Precondition(
             f"expected cached_tokens > 0 for a repeat of a {len(prompt.split())}-token prompt, seen "
             f"{repeat.cached_tokens!r}; the server must run --enable-prefix-caching and "
-            "--enable-prompt-tokens-details")
+            "--enable-prompt-tokens-details"
+        )
     return repeat
 
 
@@ -45,13 +45,17 @@ class TestPrefixCacheLevels:
             client.wake_up(["scheduling"])
             expect.awake(client, step="level 0 then wake_up(tags=[scheduling])", issue=LEVEL0)
             after = client.complete(prompt)
-            recorder.record(measure.current_test(), "cached_tokens_after_level0", after.cached_tokens,
-                            "tokens", prompt=prompt)
-            oracle.equal("prefix_cache.kept_at_level0", after.cached_tokens, hit.cached_tokens,
-                         f"[{LEVEL0}] cached tokens of the repeat after a level-0 pause, against the repeat "
-                         "before it (only levels >= 1 discard the KV cache)")
-            expect.tokens(after, long_golden[prompt], prompt=prompt, step="level 0 pause and resume",
-                          issue=LEVEL0)
+            recorder.record(
+                measure.current_test(), "cached_tokens_after_level0", after.cached_tokens, "tokens", prompt=prompt
+            )
+            oracle.equal(
+                "prefix_cache.kept_at_level0",
+                after.cached_tokens,
+                hit.cached_tokens,
+                f"[{LEVEL0}] cached tokens of the repeat after a level-0 pause, against the repeat "
+                "before it (only levels >= 1 discard the KV cache)",
+            )
+            expect.tokens(after, long_golden[prompt], prompt=prompt, step="level 0 pause and resume", issue=LEVEL0)
 
     def test_level0_keep_resumes_in_flight_request(self, client, recorder):
         prompt = LONG_PROMPTS[0]
@@ -61,27 +65,43 @@ class TestPrefixCacheLevels:
         with background(client) as pool:
             with client.sleep_window():  # the pause must land while the request decodes
                 since = generated_tokens(client)
-                stream = pool.submit(client.complete_stream, prompt, PAUSED_MAX_TOKENS,
-                                     timeout_s=window + 2 * bound)
+                stream = pool.submit(client.complete_stream, prompt, PAUSED_MAX_TOKENS, timeout_s=window + 2 * bound)
                 wait_decoding(client, [stream], 1, since, 8)
                 client.sleep(level=0, mode="keep")
             expect.asleep(client, 0, step="sleep level 0 (mode keep) mid-decode", issue=LEVEL0)
-            expect.held("requests.held_while_paused", client, [stream], window,
-                        f"[{LEVEL0}] the request paused mid-decode (mode keep) still open")
+            expect.held(
+                "requests.held_while_paused",
+                client,
+                [stream],
+                window,
+                f"[{LEVEL0}] the request paused mid-decode (mode keep) still open",
+            )
             client.wake_up(["scheduling"])
             result = expect.result(stream, bound, client=client, step="resume after a level-0 pause", issue=LEVEL0)
             client.check_stream(result, f"[{LEVEL0}] the request paused mid-decode, after the wake")
         expect.awake(client, step="level 0 (mode keep) then wake_up(tags=[scheduling])", issue=LEVEL0)
-        recorder.record(measure.current_test(), "paused_stream", {"tokens": len(result.token_ids[0]),
-                        "finish_reason": result.finish_reasons[0], "error": result.error}, "")
-        oracle.equal("requests.resumes_after_keep", (result.finish_reasons, result.error), (["length"], None),
-                     f"[{LEVEL0}] how the request paused mid-decode ended after the wake (finish reasons, error)")
+        recorder.record(
+            measure.current_test(),
+            "paused_stream",
+            {"tokens": len(result.token_ids[0]), "finish_reason": result.finish_reasons[0], "error": result.error},
+            "",
+        )
+        oracle.equal(
+            "requests.resumes_after_keep",
+            (result.finish_reasons, result.error),
+            (["length"], None),
+            f"[{LEVEL0}] how the request paused mid-decode ended after the wake (finish reasons, error)",
+        )
         got, want = result.token_ids[0], reference.token_ids[0]
         if got != want:
-            oracle.fail("prefix_cache.kept_paused_request",
-                        f"[{LEVEL0}] the request paused mid-decode resumed with other tokens than an "
-                        f"uninterrupted run, from position {expect.first_difference(got, want)}: its KV blocks "
-                        "did not survive the level-0 pause", got, want)
+            oracle.fail(
+                "prefix_cache.kept_paused_request",
+                f"[{LEVEL0}] the request paused mid-decode resumed with other tokens than an "
+                f"uninterrupted run, from position {expect.first_difference(got, want)}: its KV blocks "
+                "did not survive the level-0 pause",
+                got,
+                want,
+            )
 
     def test_levels_1_and_2_reset_prefix_cache(self, client, long_golden, recorder):
         for level, prompt in ((1, LONG_PROMPTS[1]), (2, LONG_PROMPTS[2])):
@@ -94,10 +114,18 @@ class TestPrefixCacheLevels:
                 client.recover_from_level2()
             expect.awake(client, step=f"level {level} and its wake", issue=LEVELS12)
             after = client.complete(prompt)
-            recorder.record(measure.current_test(), f"cached_tokens_after_level{level}", after.cached_tokens,
-                            "tokens", prompt=prompt)
-            oracle.equal("prefix_cache.reset_after_discard", after.cached_tokens, 0,
-                         f"[{LEVELS12}] cached tokens of the first request after a level-{level} sleep (it "
-                         "discards the KV cache; a hit serves discarded blocks)")
-            expect.tokens(after, long_golden[prompt], prompt=prompt, step=f"level {level} and its wake",
-                          issue=LEVELS12)
+            recorder.record(
+                measure.current_test(),
+                f"cached_tokens_after_level{level}",
+                after.cached_tokens,
+                "tokens",
+                prompt=prompt,
+            )
+            oracle.equal(
+                "prefix_cache.reset_after_discard",
+                after.cached_tokens,
+                0,
+                f"[{LEVELS12}] cached tokens of the first request after a level-{level} sleep (it "
+                "discards the KV cache; a hit serves discarded blocks)",
+            )
+            expect.tokens(after, long_golden[prompt], prompt=prompt, step=f"level {level} and its wake", issue=LEVELS12)

@@ -17,11 +17,17 @@ def _held_until_second_wake(client, golden, first: str, second: str, prompts: li
     expect.partially_asleep(client, step=f"wake {first} only", issue=ISSUE)
     with background(client, len(prompts)) as pool:
         held = [pool.submit(client.complete, p, timeout_s=window + 2 * bound) for p in prompts]
-        expect.accepted(client, held, len(prompts), f"{len(prompts)} requests accepted (/load) while "
-                        f"{second} is asleep")
-        expect.held("requests.held_until_resident", client, held, window,
-                    f"[{ISSUE}] requests sent while only {first} is awake (one that finished here was "
-                    f"scheduled with {second} unmapped)")
+        expect.accepted(
+            client, held, len(prompts), f"{len(prompts)} requests accepted (/load) while {second} is asleep"
+        )
+        expect.held(
+            "requests.held_until_resident",
+            client,
+            held,
+            window,
+            f"[{ISSUE}] requests sent while only {first} is awake (one that finished here was "
+            f"scheduled with {second} unmapped)",
+        )
         client.wake_up([second])
         step = f"held request after waking {first} then {second}"
         for prompt, future in zip(prompts, held):

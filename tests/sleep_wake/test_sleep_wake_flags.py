@@ -19,8 +19,13 @@ class TestSleepWakeFlags:
             with background(client) as pool:
                 held = pool.submit(client.complete, prompt, timeout_s=window + 2 * bound)
                 expect.accepted(client, [held], 1, "the request accepted (/load >= 1) while paused")
-                expect.held("requests.held_while_paused", client, [held], window,
-                            "a request sent while scheduling is paused (level 0)")
+                expect.held(
+                    "requests.held_while_paused",
+                    client,
+                    [held],
+                    window,
+                    "a request sent while scheduling is paused (level 0)",
+                )
                 client.wake_up(wake_tags)
                 step, issue = f"level 0 then {how}", "level-0 held request (#45326)"
                 completion = expect.result(held, bound, client=client, step=step, issue=issue)
@@ -45,10 +50,13 @@ class TestSleepWakeFlags:
         expect.awake(client, step="level 2 recovery", issue="level-2 flags")
         # The optional last step of the recovery; releases differ in whether they report its result.
         pin = thresholds.divergence("reset_prefix_cache_result_unreported", client.version())
-        oracle.equal("api.reset_prefix_cache_result", client.reset_prefix_cache(), pin.expected,
-                     f"/reset_prefix_cache on an idle server after the level-2 recovery, {pin.describe()}")
-        expect.golden(client, golden, step="level 2 recovery with reload",
-                      issue="#29341/#54235 garbage after level 2")
+        oracle.equal(
+            "api.reset_prefix_cache_result",
+            client.reset_prefix_cache(),
+            pin.expected,
+            f"/reset_prefix_cache on an idle server after the level-2 recovery, {pin.describe()}",
+        )
+        expect.golden(client, golden, step="level 2 recovery with reload", issue="#29341/#54235 garbage after level 2")
 
     def test_partial_wakes_keep_sleeping_flag(self, client, golden):
         """A wake of one tag leaves /is_sleeping true (#44483); the gauge is pinned as divergent."""

@@ -35,14 +35,24 @@ class TestSleepWakeImmediacy:
                 client.sleep(level=level)
                 after = server.device_used_bytes()  # the first reading: no wait, no poll
             logged = server_log.worker_sleeps(server_log.read(server.log_path))
-            recorder.record(measure.current_test(), f"level{level}_freed_immediate_bytes", before - after,
-                            "bytes", before=before, after=after,
-                            vllm_logged_freed_bytes=logged[-1].freed_bytes if logged else None)
+            recorder.record(
+                measure.current_test(),
+                f"level{level}_freed_immediate_bytes",
+                before - after,
+                "bytes",
+                before=before,
+                after=after,
+                vllm_logged_freed_bytes=logged[-1].freed_bytes if logged else None,
+            )
             expect.asleep(client, level, step=f"sleep level {level}", issue=RELEASE)
             oracle.bounded(
-                recorder, "device_bytes.freed_at_sleep_answer", (before - after) / kv, cell.id,
+                recorder,
+                "device_bytes.freed_at_sleep_answer",
+                (before - after) / kv,
+                cell.id,
                 f"[{RELEASE}] device bytes freed by sleep level {level} at the first reading after /sleep "
-                f"answered / KV cache bytes ({before - after} / {kv}; used {before} before, {after} after)")
+                f"answered / KV cache bytes ({before - after} / {kv}; used {before} before, {after} after)",
+            )
             _recover(client, level)
             expect.awake(client, step=f"recovery from level {level}", issue=RELEASE)
             expect.golden(client, golden, step=f"level {level} and its recovery", issue=RELEASE)
@@ -55,13 +65,24 @@ class TestSleepWakeImmediacy:
                 for tags in wakes:
                     client.wake_up(tags)
                 woken = server.device_used_bytes()  # the first reading after the last wake answered
-            recorder.record(measure.current_test(), "wake_shortfall_immediate_bytes", before - woken, "bytes",
-                            before=before, woken=woken, how=how)
+            recorder.record(
+                measure.current_test(),
+                "wake_shortfall_immediate_bytes",
+                before - woken,
+                "bytes",
+                before=before,
+                woken=woken,
+                how=how,
+            )
             expect.awake(client, step=f"level 1 and a {how}", issue=RESTORE)
             oracle.bounded(
-                recorder, "device_bytes.restored_at_wake_answer", before - woken, cell.id,
+                recorder,
+                "device_bytes.restored_at_wake_answer",
+                before - woken,
+                cell.id,
                 f"[{RESTORE}: memory not back when /wake_up answered] device bytes before the sleep minus "
-                f"the first reading after a {how} (used {before} before, {woken} after)")
+                f"the first reading after a {how} (used {before} before, {woken} after)",
+            )
             expect.golden(client, golden, step=f"level 1 and a {how}", issue=RESTORE)
 
     def test_request_right_after_wake_is_golden(self, client, golden):
@@ -76,6 +97,7 @@ class TestSleepWakeImmediacy:
             # Nothing between the wake's answer and the requests: no flag read, no wait.
             step = f"a request sent right after the {how} answered"
             for prompt in PROMPTS:
-                expect.tokens(client.complete(prompt, GOLDEN_MAX_TOKENS), golden[prompt], prompt=prompt,
-                              step=step, issue=RESTORE)
+                expect.tokens(
+                    client.complete(prompt, GOLDEN_MAX_TOKENS), golden[prompt], prompt=prompt, step=step, issue=RESTORE
+                )
             expect.awake(client, step=f"level {level} and a {how}", issue=RESTORE)

@@ -44,8 +44,9 @@ class TestSleepWakeLatency:
             expect.asleep(client, 1, step="timed sleep", issue="sleep latency")
             client.wake_up()
         _record(recorder, "sleep_s", samples)
-        oracle.bounded(recorder, "latency.sleep", measure.median(samples), cell.id,
-                       f"median sleep level 1 of {REPEATS}: {samples}")
+        oracle.bounded(
+            recorder, "latency.sleep", measure.median(samples), cell.id, f"median sleep level 1 of {REPEATS}: {samples}"
+        )
         expect.golden(client, golden, step="timed sleeps", issue="sleep latency")
 
     def test_full_and_staged_wake_latency(self, client, golden, recorder, cell):
@@ -66,11 +67,22 @@ class TestSleepWakeLatency:
         _record(recorder, "wake_full_s", full, full_beside)
         _record(recorder, "wake_staged_s", staged, staged_beside)
         with oracle.together():
-            oracle.bounded_median(recorder, "latency.wake", full, full_beside, cell.id,
-                                  f"full wakes of {REPEATS}: {full}, beside a start step {full_beside} (#45648)")
-            oracle.bounded_median(recorder, "latency.staged_wake", staged, staged_beside, cell.id,
-                                  f"staged wakes of {REPEATS}: {staged}, beside a start step {staged_beside} "
-                                  f"(#45648)")
+            oracle.bounded_median(
+                recorder,
+                "latency.wake",
+                full,
+                full_beside,
+                cell.id,
+                f"full wakes of {REPEATS}: {full}, beside a start step {full_beside} (#45648)",
+            )
+            oracle.bounded_median(
+                recorder,
+                "latency.staged_wake",
+                staged,
+                staged_beside,
+                cell.id,
+                f"staged wakes of {REPEATS}: {staged}, beside a start step {staged_beside} (#45648)",
+            )
         expect.golden(client, golden, step="timed wakes", issue="#45648")
 
     def test_cycle_latency(self, client, golden, recorder, cell):
@@ -83,9 +95,15 @@ class TestSleepWakeLatency:
             wake_s = client.last_call_s
             completion, request_s = measure.timed(client.complete, prompt, GOLDEN_MAX_TOKENS)
             samples.append(sleep_s + wake_s + request_s)
-            expect.tokens(completion, golden[prompt], prompt=prompt, step=f"timed cycle {i}",
-                          issue="first request after wake")
+            expect.tokens(
+                completion, golden[prompt], prompt=prompt, step=f"timed cycle {i}", issue="first request after wake"
+            )
         _record(recorder, "cycle_s", samples)
-        oracle.bounded(recorder, "latency.cycle", measure.median(samples), cell.id,
-                       f"median sleep+wake+first request of {REPEATS}: {samples}")
+        oracle.bounded(
+            recorder,
+            "latency.cycle",
+            measure.median(samples),
+            cell.id,
+            f"median sleep+wake+first request of {REPEATS}: {samples}",
+        )
         expect.awake(client, step="timed cycles", issue="cycle latency")

@@ -14,5 +14,6 @@ class TestStagedWakeCycles:
             expect.partially_asleep(client, step=f"cycle {cycle}: wake weights", issue="#44483")
             client.wake_up(["kv_cache"])
             expect.awake(client, step=f"cycle {cycle}: wake kv_cache", issue="#44483")
-            expect.golden(client, golden, step=f"staged wake cycle {cycle}",
-                          issue="#21336 (output degrades over cycles)")
+            expect.golden(
+                client, golden, step=f"staged wake cycle {cycle}", issue="#21336 (output degrades over cycles)"
+            )

@@ -32,10 +32,16 @@ MAX_STEPS = 60
 
 def _goldens(cell, name: str, checkpoint: str) -> runner.Goldens:
     """A checkpoint's walk goldens from its golden action's file (SLEEPWAKE_GOLDEN_A / _B)."""
-    taken = goldens.read_checkpoint(goldens.env_path(name), runner=cell.runner, mode=cell.mode,
-                                    identity=servers.identity(), checkpoint=goldens.checkpoint_name(checkpoint))
-    return runner.Goldens({p: taken.greedy[p] for p in runner.WALK_PROMPTS}, taken.seeded.token_ids,
-                          taken.stream.token_ids[0])
+    taken = goldens.read_checkpoint(
+        goldens.env_path(name),
+        runner=cell.runner,
+        mode=cell.mode,
+        identity=servers.identity(),
+        checkpoint=goldens.checkpoint_name(checkpoint),
+    )
+    return runner.Goldens(
+        {p: taken.greedy[p] for p in runner.WALK_PROMPTS}, taken.seeded.token_ids, taken.stream.token_ids[0]
+    )
 
 
 @pytest.fixture(scope="class")
@@ -46,16 +52,21 @@ def walk_context(server, client, recorder, cell):
     taken = {name: _goldens(cell, name, path) for name, path in checkpoints.items()}
     same = [p for p in runner.WALK_PROMPTS if taken["A"].greedy[p].token_ids == taken["B"].greedy[p].token_ids]
     if same:
-        raise oracle.Precondition(f"checkpoint B must serve other tokens than A ({same} alike): the walk's "
-                                  "goldens cannot tell the checkpoints apart")
+        raise oracle.Precondition(
+            f"checkpoint B must serve other tokens than A ({same} alike): the walk's "
+            "goldens cannot tell the checkpoints apart"
+        )
     # Every kind of request the walk sends, once, before the readings: the API server's heap grows by tens
     # of MiB at its first logprobs, n=4, long-prompt and streamed answers (seen on the H200: 12-45 MiB over
     # a walk's host band at its first such step), and eager mode reserves its activation blocks at the
     # first forward. The answers are judged against A's golden: the fresh server must serve it.
     runner.warm_up(client, taken["A"])
     client.reset_prefix_cache()
-    sizes = model.Sizes(settled_gpu_bytes(server, "walk start (INITIAL)", recorder=recorder),
-                        memory.checkpoint_tensor_bytes(checkpoints["A"]), server.config.kv_cache_bytes)
+    sizes = model.Sizes(
+        settled_gpu_bytes(server, "walk start (INITIAL)", recorder=recorder),
+        memory.checkpoint_tensor_bytes(checkpoints["A"]),
+        server.config.kv_cache_bytes,
+    )
     host_awake = host_memory.server_host_memory(server)[0].rss
     return runner.Context(server, client, recorder, cell.id, checkpoints, taken, sizes, host_awake)
 
@@ -75,22 +86,43 @@ def _walk(shard: int, walk_context, recorder) -> None:
         tier.close()
     visited, consecutive = walker.coverage()
     missing = set(pairs) - visited
-    recorder.record(measure.current_test(), "walk_coverage", len(pairs & visited), "pairs", shard=shard,
-                    seed=seed, shard_pairs=len(pairs), steps=walker.step_index, walks=len(walks),
-                    states=len({s.before for w in walker.executed for s in w}),
-                    situations=len({sit for sit, _ in visited}), consecutive_pairs=len(consecutive),
-                    terminal_probes=probed, unvisited=sorted(map(plan.describe_pair, missing)))
-    oracle.equal("walk.pairs_visited", len(missing), 0,
-                 f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
-                 f"({sorted(map(plan.describe_pair, missing))[:5]})")
+    recorder.record(
+        measure.current_test(),
+        "walk_coverage",
+        len(pairs & visited),
+        "pairs",
+        shard=shard,
+        seed=seed,
+        shard_pairs=len(pairs),
+        steps=walker.step_index,
+        walks=len(walks),
+        states=len({s.before for w in walker.executed for s in w}),
+        situations=len({sit for sit, _ in visited}),
+        consecutive_pairs=len(consecutive),
+        terminal_probes=probed,
+        unvisited=sorted(map(plan.describe_pair, missing)),
+    )
+    oracle.equal(
+        "walk.pairs_visited",
+        len(missing),
+        0,
+        f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
+        f"({sorted(map(plan.describe_pair, missing))[:5]})",
+    )
 
 
 def _shard_class(shard: int):
     def test_walk_visits_every_pair_of_its_shard(self, walk_context, recorder):
         _walk(shard, walk_context, recorder)
-    return type(f"TestStateWalkShard{shard}", (), {
-        "__doc__": f"Shard {shard} of {SHARDS} of the model's reachable (situation, operation) pairs.",
-        "test_walk_visits_every_pair_of_its_shard": test_walk_visits_every_pair_of_its_shard})
+
+    return type(
+        f"TestStateWalkShard{shard}",
+        (),
+        {
+            "__doc__": f"Shard {shard} of {SHARDS} of the model's reachable (situation, operation) pairs.",
+            "test_walk_visits_every_pair_of_its_shard": test_walk_visits_every_pair_of_its_shard,
+        },
+    )
 
 
 for _shard in range(SHARDS):

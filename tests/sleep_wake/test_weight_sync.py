@@ -30,8 +30,10 @@ CYCLES = 3
 def checkpoint_b() -> str:
     value = os.environ.get("SLEEPWAKE_MODEL_B")
     if not value:
-        pytest.fail("SLEEPWAKE_MODEL_B is unset: the matrix sets it to checkpoint B's config.json "
-                    "(tools/defs.bzl gpu_cell_env); outside Bazel export it yourself")
+        pytest.fail(
+            "SLEEPWAKE_MODEL_B is unset: the matrix sets it to checkpoint B's config.json "
+            "(tools/defs.bzl gpu_cell_env); outside Bazel export it yourself"
+        )
     return resolve_model(value)  # absolute: the engine resolves weights_path in its own cwd
 
 
@@ -40,19 +42,29 @@ def golden_b(cell, checkpoint_b) -> dict:
     """Checkpoint B's golden on this cell and vLLM build, from the file the golden action wrote."""
     path = os.environ.get("SLEEPWAKE_GOLDEN_B")
     if not path:
-        pytest.fail("SLEEPWAKE_GOLDEN_B is unset: the matrix sets it to checkpoint B's golden on this cell "
-                    "(tools/defs.bzl); outside Bazel write one with python -m "
-                    "tests.sleep_wake.goldens.take_golden and export its path")
-    return goldens.read(path, runner=cell.runner, mode=cell.mode, identity=servers.identity(),
-                        checkpoint=goldens.checkpoint_name(checkpoint_b), prompts=SYNC_PROMPTS)
+        pytest.fail(
+            "SLEEPWAKE_GOLDEN_B is unset: the matrix sets it to checkpoint B's golden on this cell "
+            "(tools/defs.bzl); outside Bazel write one with python -m "
+            "tests.sleep_wake.goldens.take_golden and export its path"
+        )
+    return goldens.read(
+        path,
+        runner=cell.runner,
+        mode=cell.mode,
+        identity=servers.identity(),
+        checkpoint=goldens.checkpoint_name(checkpoint_b),
+        prompts=SYNC_PROMPTS,
+    )
 
 
 @pytest.fixture(scope="class")
 def checkpoint_a(server, checkpoint_b) -> str:
     path = resolve_model(server.config.model)
     if path == checkpoint_b:
-        pytest.fail(f"the cell serves {path}, which is checkpoint B itself: SLEEPWAKE_MODEL (or "
-                    "VLLM_TEST_MODEL) and SLEEPWAKE_MODEL_B must name different checkpoints")
+        pytest.fail(
+            f"the cell serves {path}, which is checkpoint B itself: SLEEPWAKE_MODEL (or "
+            "VLLM_TEST_MODEL) and SLEEPWAKE_MODEL_B must name different checkpoints"
+        )
     return path
 
 
@@ -78,7 +90,8 @@ def _expect_goldens_differ(golden_a: dict, golden_b: dict) -> None:
     if same:
         raise oracle.Precondition(
             f"checkpoints A and B give the same greedy tokens for {same}, so a push that changed nothing "
-            "would pass; B must be the generator with another seed (//tools/checkpoints:synthetic_qwen3_b)")
+            "would pass; B must be the generator with another seed (//tools/checkpoints:synthetic_qwen3_b)"
+        )
 
 
 def _push(client, level: int, path: str, what: str) -> None:
@@ -88,8 +101,9 @@ def _push(client, level: int, path: str, what: str) -> None:
     client.wake_up(["weights"])
     client.reload_weights(path)
     client.wake_up(["kv_cache"])
-    expect.awake(client, step=f"pushing {what} (sleep level {level}, wake weights, reload_weights, wake "
-                 "kv_cache)", issue=ISSUE)
+    expect.awake(
+        client, step=f"pushing {what} (sleep level {level}, wake weights, reload_weights, wake kv_cache)", issue=ISSUE
+    )
 
 
 def _sleep_and_wake(client, level: int, step: str) -> None:
@@ -99,11 +113,13 @@ def _sleep_and_wake(client, level: int, step: str) -> None:
     expect.awake(client, step=f"{step}: full wake", issue=ISSUE)
 
 
-def _expect(client, recorder, cell, golden: dict, step: str,
-            oracle_id: str = "weights.pushed_checkpoint_golden") -> None:
+def _expect(
+    client, recorder, cell, golden: dict, step: str, oracle_id: str = "weights.pushed_checkpoint_golden"
+) -> None:
     """The checkpoint whose golden this is serves it: token ids and per-token logprobs."""
-    expect.golden_with_logprobs(client, recorder, golden, SYNC_PROMPTS, cell.id, step=step, issue=ISSUE,
-                                oracle_id=oracle_id)
+    expect.golden_with_logprobs(
+        client, recorder, golden, SYNC_PROMPTS, cell.id, step=step, issue=ISSUE, oracle_id=oracle_id
+    )
 
 
 def _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level: int) -> None:
@@ -119,23 +135,26 @@ def _push_a_back(client, recorder, cell, golden_a, checkpoint_a, level: int, aft
 
 
 class TestWeightSync:
-    def test_pushed_weights_survive_level1_sleep(self, client, golden_a, golden_b, checkpoint_a,
-                                                 checkpoint_b, recorder, cell):
+    def test_pushed_weights_survive_level1_sleep(
+        self, client, golden_a, golden_b, checkpoint_a, checkpoint_b, recorder, cell
+    ):
         _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=1)
         _sleep_and_wake(client, 1, "checkpoint B")
         _expect(client, recorder, cell, golden_b, "checkpoint B, then a level-1 sleep and full wake")
         _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 1, "a level-1 sleep")
 
-    def test_pushed_weights_survive_cycles(self, client, golden_a, golden_b, checkpoint_a, checkpoint_b,
-                                           recorder, cell):
+    def test_pushed_weights_survive_cycles(
+        self, client, golden_a, golden_b, checkpoint_a, checkpoint_b, recorder, cell
+    ):
         _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=2)
         for cycle in range(1, CYCLES + 1):
             _sleep_and_wake(client, 1, f"checkpoint B, cycle {cycle}")
             _expect(client, recorder, cell, golden_b, f"checkpoint B, then level-1 cycle {cycle}")
         _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 2, f"{CYCLES} cycles")
 
-    def test_pushed_weights_survive_staged_wake(self, client, golden_a, golden_b, checkpoint_a,
-                                                checkpoint_b, recorder, cell):
+    def test_pushed_weights_survive_staged_wake(
+        self, client, golden_a, golden_b, checkpoint_a, checkpoint_b, recorder, cell
+    ):
         _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=1)
         client.sleep(level=1)
         expect.asleep(client, 1, step="checkpoint B: sleep level 1", issue=ISSUE)
@@ -146,8 +165,9 @@ class TestWeightSync:
         _expect(client, recorder, cell, golden_b, "checkpoint B, then a staged wake (weights, kv_cache)")
         _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 1, "a staged wake")
 
-    def test_pushed_weights_survive_level2_reload(self, client, golden_a, golden_b, checkpoint_a,
-                                                  checkpoint_b, recorder, cell):
+    def test_pushed_weights_survive_level2_reload(
+        self, client, golden_a, golden_b, checkpoint_a, checkpoint_b, recorder, cell
+    ):
         _push_b(client, recorder, cell, golden_a, golden_b, checkpoint_b, level=2)
         _push(client, 2, checkpoint_b, "checkpoint B again")
         _expect(client, recorder, cell, golden_b, "checkpoint B, then a level-2 sleep and reload of B")
@@ -157,7 +177,12 @@ class TestWeightSync:
         expect.asleep(client, 2, step="checkpoint B: sleep level 2", issue=ISSUE)
         client.recover_from_level2()
         expect.awake(client, step="checkpoint B: level 2, plain recovery", issue=ISSUE)
-        _expect(client, recorder, cell, {"checkpoint B": golden_b, "checkpoint A": golden_a}[pin.expected],
-                f"checkpoint B, then level 2 and reload_weights without a path ({pin.expected}'s golden "
-                f"{pin.describe()})", oracle_id="weights.served_after_plain_reload")
+        _expect(
+            client,
+            recorder,
+            cell,
+            {"checkpoint B": golden_b, "checkpoint A": golden_a}[pin.expected],
+            f"checkpoint B, then level 2 and reload_weights without a path ({pin.expected}'s golden {pin.describe()})",
+            oracle_id="weights.served_after_plain_reload",
+        )
         _push_a_back(client, recorder, cell, golden_a, checkpoint_a, 2, "the level-2 reloads")

@@ -59,18 +59,25 @@ def critical_path_s(output: str) -> float | None:
 
 def target_results(output: str) -> dict:
     """target -> {"status", "cached", "seconds"} from Bazel's test summary."""
-    return {m.group(1): {"status": m.group(3), "cached": bool(m.group(2)),
-                         "seconds": float(m.group(4)) if m.group(4) else None}
-            for m in _TARGET.finditer(output)}
+    return {
+        m.group(1): {
+            "status": m.group(3),
+            "cached": bool(m.group(2)),
+            "seconds": float(m.group(4)) if m.group(4) else None,
+        }
+        for m in _TARGET.finditer(output)
+    }
 
 
 FAKE_START_MODE = "fake"
 # Where a GPU cell's time goes, in server_timings' fields; the rest of the cell's time is its tests'
 # own requests and checks, pytest and the interpreter.
-CELL_PHASES = (("lease_wait_s", "waiting for a GPU slot"),
-               ("start_s", "server starts (launch to GET /health 200)"),
-               ("memory_phase_wait_s", "waiting on GPU neighbours' memory phases"),
-               ("stop_s", "teardowns and NVML release checks"))
+CELL_PHASES = (
+    ("lease_wait_s", "waiting for a GPU slot"),
+    ("start_s", "server starts (launch to GET /health 200)"),
+    ("memory_phase_wait_s", "waiting on GPU neighbours' memory phases"),
+    ("stop_s", "teardowns and NVML release checks"),
+)
 # The CPU seconds each server's process tree spent (tools/launcher/timings.py): None in older logs.
 CPU_KEYS = ("start_cpu_s", "serve_cpu_s")
 
@@ -98,16 +105,40 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
                 continue
             text = testlogs.read_output(unit_dir, testlogs.MEASUREMENTS_FILE) or ""
             entries = [json.loads(line) for line in text.splitlines() if line.strip()]
-            timings = [dict({k: e.get(k, 0.0) for k, _ in CELL_PHASES}, **{k: e.get(k) for k in CPU_KEYS}, cell=cell,
-                            start_mode=e.get("start_mode"), cpu_by_thread=e.get("cpu_by_thread") or {})
-                       for e in entries if e.get("key") == "server_timings"]
-            test_cpu = next(({"cpu_s": e["value"], "children_cpu_s": e.get("children_cpu_s", 0.0),
-                              "launcher_cpu_s": e.get("launcher_cpu_s", 0.0)}
-                             for e in entries if e.get("key") == "test_process_cpu"), None)
+            timings = [
+                dict(
+                    {k: e.get(k, 0.0) for k, _ in CELL_PHASES},
+                    **{k: e.get(k) for k in CPU_KEYS},
+                    cell=cell,
+                    start_mode=e.get("start_mode"),
+                    cpu_by_thread=e.get("cpu_by_thread") or {},
+                )
+                for e in entries
+                if e.get("key") == "server_timings"
+            ]
+            test_cpu = next(
+                (
+                    {
+                        "cpu_s": e["value"],
+                        "children_cpu_s": e.get("children_cpu_s", 0.0),
+                        "launcher_cpu_s": e.get("launcher_cpu_s", 0.0),
+                    }
+                    for e in entries
+                    if e.get("key") == "test_process_cpu"
+                ),
+                None,
+            )
             walk_steps = sorted((e["time"], e.get("op", "")) for e in entries if e.get("key") == "walk_step")
-            units.append({"unit": os.path.relpath(unit_dir, testlogs_dir), "cell": cell,
-                          "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")), "timings": timings,
-                          "test_cpu": test_cpu, "walk_steps": walk_steps})
+            units.append(
+                {
+                    "unit": os.path.relpath(unit_dir, testlogs_dir),
+                    "cell": cell,
+                    "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")),
+                    "timings": timings,
+                    "test_cpu": test_cpu,
+                    "walk_steps": walk_steps,
+                }
+            )
     return units
 
 
@@ -133,8 +164,9 @@ def class_of(cell: str) -> str:
 
 def _phase_sums(units: list[dict]) -> dict:
     sums = {k: sum(t[k] for t in gpu_timings(units)) for k, _ in CELL_PHASES}
-    sums["rest_s"] = sum(max(u["seconds"] - sum(t[k] for t in gpu_only(u["timings"]) for k, _ in CELL_PHASES), 0.0)
-                         for u in units)
+    sums["rest_s"] = sum(
+        max(u["seconds"] - sum(t[k] for t in gpu_only(u["timings"]) for k, _ in CELL_PHASES), 0.0) for u in units
+    )
     return sums
 
 
@@ -151,21 +183,35 @@ def cell_breakdown(units: list[dict], elapsed_s: float | None) -> dict:
     phases = []
     for key, what in CELL_PHASES + (("rest_s", "the tests' own requests and checks, pytest"),):
         values = [p[key] for p in per_unit]
-        phases.append({"key": key, "what": what, "cell_seconds": round(sum(values), 1),
-                       "share": round(sum(values) / total, 3) if total else None,
-                       "median_cell_s": round(statistics.median(values), 2)})
+        phases.append(
+            {
+                "key": key,
+                "what": what,
+                "cell_seconds": round(sum(values), 1),
+                "share": round(sum(values) / total, 3) if total else None,
+                "median_cell_s": round(statistics.median(values), 2),
+            }
+        )
     by_class = {}
     for name in sorted({class_of(u["cell"]) for u in gpu}):
         members = [u for u in gpu if class_of(u["cell"]) == name]
-        by_class[name] = dict({k: round(v, 1) for k, v in _phase_sums(members).items()}, units=len(members),
-                              servers=sum(len(gpu_only(u["timings"])) for u in members),
-                              cell_seconds=round(sum(u["seconds"] for u in members), 1),
-                              longest_unit_s=round(max(u["seconds"] for u in members), 1))
+        by_class[name] = dict(
+            {k: round(v, 1) for k, v in _phase_sums(members).items()},
+            units=len(members),
+            servers=sum(len(gpu_only(u["timings"])) for u in members),
+            cell_seconds=round(sum(u["seconds"] for u in members), 1),
+            longest_unit_s=round(max(u["seconds"] for u in members), 1),
+        )
     longest = sorted(gpu, key=lambda u: -u["seconds"])[:5]
-    return {"cells": len(gpu), "cell_seconds": round(total, 1),
-            "median_cell_s": round(statistics.median(u["seconds"] for u in gpu), 2), "phases": phases,
-            "by_class": by_class, "longest_units": [[u["unit"], round(u["seconds"], 1)] for u in longest],
-            "mean_cells_in_flight": round(total / elapsed_s, 1) if elapsed_s else None}
+    return {
+        "cells": len(gpu),
+        "cell_seconds": round(total, 1),
+        "median_cell_s": round(statistics.median(u["seconds"] for u in gpu), 2),
+        "phases": phases,
+        "by_class": by_class,
+        "longest_units": [[u["unit"], round(u["seconds"], 1)] for u in longest],
+        "mean_cells_in_flight": round(total / elapsed_s, 1) if elapsed_s else None,
+    }
 
 
 def summarise(values) -> dict:
@@ -173,8 +219,12 @@ def summarise(values) -> dict:
     values = list(values)
     if not values:
         return {"count": 0}
-    return {"count": len(values), "median_s": round(statistics.median(values), 2),
-            "min_s": round(min(values), 2), "max_s": round(max(values), 2)}
+    return {
+        "count": len(values),
+        "median_s": round(statistics.median(values), 2),
+        "min_s": round(min(values), 2),
+        "max_s": round(max(values), 2),
+    }
 
 
 def held_s(unit: dict) -> float:
@@ -186,8 +236,7 @@ def held_s(unit: dict) -> float:
 
 def _held_and_waits(gpu: list[dict]) -> tuple[float, float]:
     """The GPU units' seconds in their slots and, of those, their waits on neighbours' memory phases."""
-    return (sum(held_s(u) for u in gpu),
-            sum(t["memory_phase_wait_s"] for t in gpu_timings(gpu)))
+    return (sum(held_s(u) for u in gpu), sum(t["memory_phase_wait_s"] for t in gpu_timings(gpu)))
 
 
 def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
@@ -197,10 +246,12 @@ def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
     time the cells held their slots (held_s); None where unknown."""
     gpu = [u for u in gpu_units(units) if class_of(u["cell"]) in matrix.SLEEP_WAKE_CLASSES]
     held, waits = _held_and_waits(gpu)
-    return {"matrix_elapsed_s": elapsed_s,
-            "matrix_start_median_s": summarise(t["start_s"] for t in gpu_timings(gpu)).get("median_s"),
-            "longest_cell_s": round(max(held_s(u) for u in gpu), 1) if gpu else None,
-            "wait_share": round(waits / held, 3) if held else None}
+    return {
+        "matrix_elapsed_s": elapsed_s,
+        "matrix_start_median_s": summarise(t["start_s"] for t in gpu_timings(gpu)).get("median_s"),
+        "longest_cell_s": round(max(held_s(u) for u in gpu), 1) if gpu else None,
+        "wait_share": round(waits / held, 3) if held else None,
+    }
 
 
 def floor(units: list[dict], slots: int, start_alone_s: float | None = None) -> dict:
@@ -219,8 +270,10 @@ def floor(units: list[dict], slots: int, start_alone_s: float | None = None) -> 
 
 
 def floor_text(f: dict) -> str:
-    line = (f"floor at {f['slots']} slots: the slots busy {f['busy_s']:.0f} s with this work, "
-            f"{f['no_waits_s']:.0f} s without memory-phase waits")
+    line = (
+        f"floor at {f['slots']} slots: the slots busy {f['busy_s']:.0f} s with this work, "
+        f"{f['no_waits_s']:.0f} s without memory-phase waits"
+    )
     if "starts_alone_s" in f:
         line += f", {f['starts_alone_s']:.0f} s with every start in {f['start_alone_s']:g} s as alone"
     return line
@@ -235,17 +288,24 @@ def cpu_floor(units: list[dict], cores: int) -> dict | None:
     if not timings or any(t.get(k) is None for t in timings for k in CPU_KEYS):
         return None
     starts, serving = sum(t["start_cpu_s"] for t in timings), sum(t["serve_cpu_s"] for t in timings)
-    return {"cores": cores, "servers": len(timings), "start_cpu_s": round(starts, 1), "serve_cpu_s": round(serving, 1),
-            "start_cpu_median_s": round(statistics.median(t["start_cpu_s"] for t in timings), 2),
-            "cpu_floor_s": round((starts + serving) / cores, 1)}
+    return {
+        "cores": cores,
+        "servers": len(timings),
+        "start_cpu_s": round(starts, 1),
+        "serve_cpu_s": round(serving, 1),
+        "start_cpu_median_s": round(statistics.median(t["start_cpu_s"] for t in timings), 2),
+        "cpu_floor_s": round((starts + serving) / cores, 1),
+    }
 
 
 def cpu_floor_text(f: dict | None) -> str:
     if f is None:
         return "CPU floor: unknown (the servers recorded no CPU time)"
-    return (f"CPU floor on {f['cores']} cores: {f['cpu_floor_s']:.0f} s for the servers' {f['start_cpu_s']:.0f} CPU-s"
-            f" starting ({f['servers']} servers, median {f['start_cpu_median_s']:g}) and {f['serve_cpu_s']:.0f} CPU-s"
-            " serving")
+    return (
+        f"CPU floor on {f['cores']} cores: {f['cpu_floor_s']:.0f} s for the servers' {f['start_cpu_s']:.0f} CPU-s"
+        f" starting ({f['servers']} servers, median {f['start_cpu_median_s']:g}) and {f['serve_cpu_s']:.0f} CPU-s"
+        " serving"
+    )
 
 
 def cpu_by_thread(units: list[dict]) -> list[dict]:
@@ -272,7 +332,9 @@ def cpu_by_thread_text(groups: list[dict], top: int = 8) -> str:
         return "CPU by thread: unknown (the servers recorded none)"
     return "CPU by thread: " + "; ".join(
         f"{g['name']} {g['cpu_s']:.0f} CPU-s ({100 * g['share']:.0f}%, {g['threads']} threads in"
-        f" {g['servers']} servers)" for g in groups[:top])
+        f" {g['servers']} servers)"
+        for g in groups[:top]
+    )
 
 
 def tests_cpu(units: list[dict], cores: int) -> dict | None:
@@ -289,20 +351,29 @@ def tests_cpu(units: list[dict], cores: int) -> dict | None:
         by_class[name] = by_class.get(name, 0.0) + u["test_cpu"]["cpu_s"] + u["test_cpu"]["children_cpu_s"]
     total = sum(by_class.values())
     servers = cpu_floor(units, cores) if cores else None
-    return {"units": len(recorded), "cpu_s": round(total, 1),
-            "launcher_cpu_s": round(sum(u["test_cpu"]["launcher_cpu_s"] for u in recorded), 1),
-            "by_class": [(k, round(v, 1)) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])],
-            "floor_s": round((servers["start_cpu_s"] + servers["serve_cpu_s"] + total) / cores, 1) if servers else None,
-            "cores": cores}
+    return {
+        "units": len(recorded),
+        "cpu_s": round(total, 1),
+        "launcher_cpu_s": round(sum(u["test_cpu"]["launcher_cpu_s"] for u in recorded), 1),
+        "by_class": [(k, round(v, 1)) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])],
+        "floor_s": round((servers["start_cpu_s"] + servers["serve_cpu_s"] + total) / cores, 1) if servers else None,
+        "cores": cores,
+    }
 
 
 def tests_cpu_text(f: dict | None, top: int = 6) -> str:
     if f is None:
         return "tests' CPU: unknown (the GPU cells recorded no test_process_cpu)"
-    return (f"tests' CPU: {f['cpu_s']:.0f} CPU-s in {f['units']} GPU units ({f['launcher_cpu_s']:.0f} of them while"
-            f" their servers started); by class: " + ", ".join(f"{k} {v:.0f}" for k, v in f["by_class"][:top])
-            + (f"; with the servers' CPU the floor on {f['cores']} cores is {f['floor_s']:.0f} s"
-               if f["floor_s"] is not None else ""))
+    return (
+        f"tests' CPU: {f['cpu_s']:.0f} CPU-s in {f['units']} GPU units ({f['launcher_cpu_s']:.0f} of them while"
+        f" their servers started); by class: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in f["by_class"][:top])
+        + (
+            f"; with the servers' CPU the floor on {f['cores']} cores is {f['floor_s']:.0f} s"
+            if f["floor_s"] is not None
+            else ""
+        )
+    )
 
 
 def _step_kind(token: str) -> str:
@@ -321,13 +392,13 @@ def walk_step_seconds(units: list[dict]) -> list[tuple]:
         steps = u.get("walk_steps") or []
         for (before, _), (after, token) in zip(steps, steps[1:]):
             seconds.setdefault(_step_kind(token), []).append(after - before)
-    return sorted(((k, len(v), round(statistics.mean(v), 3)) for k, v in seconds.items()),
-                  key=lambda kv: -kv[1] * kv[2])
+    return sorted(
+        ((k, len(v), round(statistics.mean(v), 3)) for k, v in seconds.items()), key=lambda kv: -kv[1] * kv[2]
+    )
 
 
 def walk_step_seconds_text(kinds: list[tuple]) -> str:
-    return "walk steps, mean seconds by operation: " + ", ".join(
-        f"{k} {mean:.2f} ({n} steps)" for k, n, mean in kinds)
+    return "walk steps, mean seconds by operation: " + ", ".join(f"{k} {mean:.2f} ({n} steps)" for k, n, mean in kinds)
 
 
 def text(breakdown: dict) -> str:
@@ -335,44 +406,73 @@ def text(breakdown: dict) -> str:
     if not breakdown.get("cells"):
         return "cell time: no GPU cell recorded server timings"
     phases = {p["key"]: p for p in breakdown["phases"]}
-    short = {"lease_wait_s": "slot waits", "start_s": "starts", "memory_phase_wait_s": "memory-phase waits",
-             "stop_s": "stops", "rest_s": "own work"}
-    lines = [f"cell time: {breakdown['cells']} GPU units (cells, or shards of one), {breakdown['cell_seconds']:.0f}"
-             " cell-seconds: " + ", ".join(
-                 f"{label} {phases[k]['cell_seconds']:.0f} s ({100 * phases[k]['share']:.0f}%)"
-                 for k, label in short.items())]
+    short = {
+        "lease_wait_s": "slot waits",
+        "start_s": "starts",
+        "memory_phase_wait_s": "memory-phase waits",
+        "stop_s": "stops",
+        "rest_s": "own work",
+    }
+    lines = [
+        f"cell time: {breakdown['cells']} GPU units (cells, or shards of one), {breakdown['cell_seconds']:.0f}"
+        " cell-seconds: "
+        + ", ".join(
+            f"{label} {phases[k]['cell_seconds']:.0f} s ({100 * phases[k]['share']:.0f}%)" for k, label in short.items()
+        )
+    ]
     lines.append("  longest: " + ", ".join(f"{u} {s:.0f} s" for u, s in breakdown["longest_units"]))
     for name, c in sorted(breakdown["by_class"].items(), key=lambda kv: -kv[1]["longest_unit_s"]):
-        lines.append(f"  {name}: {c['units']} units, {c['cell_seconds']:.0f} s = starts {c['start_s']:.0f}"
-                     f" ({c['servers']} servers) + waits {c['memory_phase_wait_s']:.0f} + stops {c['stop_s']:.0f}"
-                     f" + slot waits {c['lease_wait_s']:.0f} + own {c['rest_s']:.0f};"
-                     f" longest {c['longest_unit_s']:.0f} s")
+        lines.append(
+            f"  {name}: {c['units']} units, {c['cell_seconds']:.0f} s = starts {c['start_s']:.0f}"
+            f" ({c['servers']} servers) + waits {c['memory_phase_wait_s']:.0f} + stops {c['stop_s']:.0f}"
+            f" + slot waits {c['lease_wait_s']:.0f} + own {c['rest_s']:.0f};"
+            f" longest {c['longest_unit_s']:.0f} s"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Where the GPU cells' time went, from a run's test logs.")
     parser.add_argument("testlogs", help="the cells' test logs, e.g. bazel-testlogs/tests/sleep_wake")
-    parser.add_argument("--bep", action="append", default=[],
-                        help="a build event file (repeatable): count only the results of its invocation")
-    parser.add_argument("--slots", type=int, default=0,
-                        help="the cells run at once (GPUs x slots per GPU): also print the floor they allow")
-    parser.add_argument("--cores", type=int, default=0,
-                        help="the runner's cores: also print the CPU floor, the servers' CPU work over them")
-    parser.add_argument("--start_alone_s", type=float, default=None,
-                        help="the seconds of a server start with no neighbours (the bench's warm start): the"
-                        " floor with every start that fast too")
+    parser.add_argument(
+        "--bep",
+        action="append",
+        default=[],
+        help="a build event file (repeatable): count only the results of its invocation",
+    )
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=0,
+        help="the cells run at once (GPUs x slots per GPU): also print the floor they allow",
+    )
+    parser.add_argument(
+        "--cores",
+        type=int,
+        default=0,
+        help="the runner's cores: also print the CPU floor, the servers' CPU work over them",
+    )
+    parser.add_argument(
+        "--start_alone_s",
+        type=float,
+        default=None,
+        help="the seconds of a server start with no neighbours (the bench's warm start): the"
+        " floor with every start that fast too",
+    )
     args = parser.parse_args(argv)
     if args.start_alone_s is not None and args.slots < 1:
         parser.error("--start_alone_s needs --slots, the cells run at once")
     if not os.path.isdir(args.testlogs):
-        print(f"bazel_runs: no test logs at {args.testlogs}: run the matrix first (tools/run_matrix.sh)",
-              file=sys.stderr)
+        print(
+            f"bazel_runs: no test logs at {args.testlogs}: run the matrix first (tools/run_matrix.sh)", file=sys.stderr
+        )
         return 1
     missing = [bep for bep in args.bep if not os.path.exists(bep)]
     if missing:
-        print(f"bazel_runs: no build event file {missing[0]}: pass the file given to --build_event_json_file",
-              file=sys.stderr)
+        print(
+            f"bazel_runs: no build event file {missing[0]}: pass the file given to --build_event_json_file",
+            file=sys.stderr,
+        )
         return 1
     only = reading.read_invocation(args.bep).xmls if args.bep else None
     units = test_units(args.testlogs, only)

@@ -33,8 +33,10 @@ def test_elapsed_is_the_last_commands():
 
 def test_run_matrix_waves_count_together():
     """Two waves, one after the other: their times and their critical paths add up."""
-    waves = OUTPUT + ("INFO: Elapsed time: 120.500s, Critical Path: 110.00s\n"
-                      "run_matrix.sh: bazel test took 271.3 s in 2 waves (150.1 121.2 s)\n")
+    waves = OUTPUT + (
+        "INFO: Elapsed time: 120.500s, Critical Path: 110.00s\n"
+        "run_matrix.sh: bazel test took 271.3 s in 2 waves (150.1 121.2 s)\n"
+    )
     assert bazel_runs.elapsed_s(waves) == 271.3
     assert bazel_runs.critical_path_s(waves) == 250.2
     assert bazel_runs.critical_path_s(OUTPUT) == 140.2
@@ -47,8 +49,11 @@ def test_target_results():
     assert results["//tests/sleep_wake:flags_mrv2_graph"]["cached"] is True
     assert results["//tests/sleep_wake:latency_mrv1_eager"] == {"status": "FAILED", "cached": False, "seconds": 12.0}
     assert results["//tests/sleep_wake:latency_mrv2_eager"]["status"] == "TIMEOUT"
-    assert results["//tests/sleep_wake:error_paths_mrv1_eager"] == {"status": "NO STATUS", "cached": False,
-                                                                    "seconds": None}
+    assert results["//tests/sleep_wake:error_paths_mrv1_eager"] == {
+        "status": "NO STATUS",
+        "cached": False,
+        "seconds": None,
+    }
 
 
 def _measurements(*entries):
@@ -56,8 +61,18 @@ def _measurements(*entries):
 
 
 def _timing(mode, **phases):
-    return dict({"key": "server_timings", "start_mode": mode, "lease_wait_s": 0.0, "start_s": 0.0,
-                 "memory_phase_wait_s": 0.0, "memory_phases": 0, "stop_s": 0.0}, **phases)
+    return dict(
+        {
+            "key": "server_timings",
+            "start_mode": mode,
+            "lease_wait_s": 0.0,
+            "start_s": 0.0,
+            "memory_phase_wait_s": 0.0,
+            "memory_phases": 0,
+            "stop_s": 0.0,
+        },
+        **phases,
+    )
 
 
 def _unit(root, unit, seconds, *entries, zipped=False):
@@ -65,8 +80,9 @@ def _unit(root, unit, seconds, *entries, zipped=False):
     or in outputs.zip."""
     d = root / unit
     (d / "test.outputs").mkdir(parents=True)
-    (d / "test.xml").write_text(f'<testsuites><testsuite name="x" time="{seconds}"><testcase name="t" time="1"/>'
-                                "</testsuite></testsuites>")
+    (d / "test.xml").write_text(
+        f'<testsuites><testsuite name="x" time="{seconds}"><testcase name="t" time="1"/></testsuite></testsuites>'
+    )
     if zipped:
         with zipfile.ZipFile(d / "test.outputs" / "outputs.zip", "w") as z:
             z.writestr("measurements.jsonl", _measurements(*entries))
@@ -75,19 +91,33 @@ def _unit(root, unit, seconds, *entries, zipped=False):
 
 
 def test_units_and_their_timings_from_plain_and_zipped_outputs_and_shards(tmp_path):
-    _unit(tmp_path, "flags_mrv1_eager", 20, _timing("zygote", start_s=6.5, lease_wait_s=2.0),
-          {"key": "server_start_s", "value": 8.5})
+    _unit(
+        tmp_path,
+        "flags_mrv1_eager",
+        20,
+        _timing("zygote", start_s=6.5, lease_wait_s=2.0),
+        {"key": "server_start_s", "value": 8.5},
+    )
     _unit(tmp_path, "latency_mrv2_graph", 30, _timing("plain", start_s=9.0), zipped=True)
     _unit(tmp_path, "state_walk_mrv1_eager/shard_2_of_6", 130, _timing("zygote", start_s=24.0))
     units = bazel_runs.test_units(str(tmp_path))
     timings = [t for u in units for t in u["timings"]]
     assert [(t["cell"], t["start_mode"], t["start_s"], t["lease_wait_s"]) for t in timings] == [
-        ("flags_mrv1_eager", "zygote", 6.5, 2.0), ("latency_mrv2_graph", "plain", 9.0, 0.0),
-        ("state_walk_mrv1_eager", "zygote", 24.0, 0.0)]
+        ("flags_mrv1_eager", "zygote", 6.5, 2.0),
+        ("latency_mrv2_graph", "plain", 9.0, 0.0),
+        ("state_walk_mrv1_eager", "zygote", 24.0, 0.0),
+    ]
     assert [(u["unit"], u["seconds"]) for u in units] == [
-        ("flags_mrv1_eager", 20.0), ("latency_mrv2_graph", 30.0), ("state_walk_mrv1_eager/shard_2_of_6", 130.0)]
-    assert bazel_runs.summarise(t["start_s"] for t in timings[:2]) == {"count": 2, "median_s": 7.75, "min_s": 6.5,
-                                                                       "max_s": 9.0}
+        ("flags_mrv1_eager", 20.0),
+        ("latency_mrv2_graph", 30.0),
+        ("state_walk_mrv1_eager/shard_2_of_6", 130.0),
+    ]
+    assert bazel_runs.summarise(t["start_s"] for t in timings[:2]) == {
+        "count": 2,
+        "median_s": 7.75,
+        "min_s": 6.5,
+        "max_s": 9.0,
+    }
     assert bazel_runs.summarise([]) == {"count": 0}
     assert bazel_runs.test_units(str(tmp_path / "missing")) == []
 
@@ -98,13 +128,19 @@ def test_critical_path_is_the_last_commands():
 
 
 def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_fakes(tmp_path):
-    _unit(tmp_path, "a_mrv1_eager", 40.0,
-          _timing("zygote", lease_wait_s=10.0, start_s=6.0, memory_phase_wait_s=4.0, stop_s=1.0),
-          _timing("zygote", start_s=7.0, stop_s=1.0))  # a second server of cell a
-    _unit(tmp_path, "b_mrv2_graph/shard_1_of_2", 35.0,
-          _timing("plain", start_s=7.0, memory_phase_wait_s=10.0, stop_s=1.0))
-    _unit(tmp_path, "b_mrv2_graph/shard_2_of_2", 25.0,
-          _timing("plain", start_s=8.0, memory_phase_wait_s=10.0, stop_s=1.0))
+    _unit(
+        tmp_path,
+        "a_mrv1_eager",
+        40.0,
+        _timing("zygote", lease_wait_s=10.0, start_s=6.0, memory_phase_wait_s=4.0, stop_s=1.0),
+        _timing("zygote", start_s=7.0, stop_s=1.0),
+    )  # a second server of cell a
+    _unit(
+        tmp_path, "b_mrv2_graph/shard_1_of_2", 35.0, _timing("plain", start_s=7.0, memory_phase_wait_s=10.0, stop_s=1.0)
+    )
+    _unit(
+        tmp_path, "b_mrv2_graph/shard_2_of_2", 25.0, _timing("plain", start_s=8.0, memory_phase_wait_s=10.0, stop_s=1.0)
+    )
     _unit(tmp_path, "a_fake_mrv1_eager", 3.0, _timing("fake", start_s=0.1))
     units = bazel_runs.test_units(str(tmp_path))
     breakdown = bazel_runs.cell_breakdown(units, elapsed_s=50.0)
@@ -116,14 +152,23 @@ def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_f
     # a: 40 - (10 + 13 + 4 + 2) = 11; b's shards: 35 - 18 = 17 and 25 - 19 = 6
     assert phases["rest_s"]["cell_seconds"] == 34.0
     assert sum(p["share"] for p in breakdown["phases"]) == 1.0
-    assert breakdown["by_class"]["b"] == {"units": 2, "servers": 2, "cell_seconds": 60.0, "longest_unit_s": 35.0,
-                                          "lease_wait_s": 0.0, "start_s": 15.0, "memory_phase_wait_s": 20.0,
-                                          "stop_s": 2.0, "rest_s": 23.0}
+    assert breakdown["by_class"]["b"] == {
+        "units": 2,
+        "servers": 2,
+        "cell_seconds": 60.0,
+        "longest_unit_s": 35.0,
+        "lease_wait_s": 0.0,
+        "start_s": 15.0,
+        "memory_phase_wait_s": 20.0,
+        "stop_s": 2.0,
+        "rest_s": 23.0,
+    }
     assert breakdown["longest_units"][0] == ["a_mrv1_eager", 40.0]
     text = bazel_runs.text(breakdown)
     assert "cell time: 3 GPU units (cells, or shards of one), 100 cell-seconds" in text
-    assert ("  b: 2 units, 60 s = starts 15 (2 servers) + waits 20 + stops 2 + slot waits 0 + own 23;"
-            " longest 35 s") in text
+    assert (
+        "  b: 2 units, 60 s = starts 15 (2 servers) + waits 20 + stops 2 + slot waits 0 + own 23; longest 35 s"
+    ) in text
     assert bazel_runs.cell_breakdown(units[:1], 50.0) == {"cells": 0}  # the fake cell only
 
 
@@ -131,14 +176,19 @@ def test_matrix_measures_take_the_longest_gpu_unit_and_the_wait_share_of_the_tim
     _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0, memory_phase_wait_s=5.0))
     # 90 s waiting for a slot before it ran: its time is the 41 s it held one.
     _unit(tmp_path, "flags_mrv2_graph", 131.0, _timing("zygote", start_s=12.0, lease_wait_s=90.0))
-    _unit(tmp_path, "state_walk_mrv2_eager/shard_2_of_6", 134.0,
-          _timing("zygote", start_s=24.0, memory_phase_wait_s=34.7))
+    _unit(
+        tmp_path, "state_walk_mrv2_eager/shard_2_of_6", 134.0, _timing("zygote", start_s=24.0, memory_phase_wait_s=34.7)
+    )
     _unit(tmp_path, "flags_fake_mrv1_eager", 400.0, _timing(bazel_runs.FAKE_START_MODE, start_s=0.1))
     _unit(tmp_path, "cells_unit_test", 500.0)
     got = bazel_runs.matrix_measures(bazel_runs.test_units(str(tmp_path)), 283.1)
     # A walk shard counts as a cell; fake and unit targets do not.
-    assert got == {"matrix_elapsed_s": 283.1, "matrix_start_median_s": 12.0, "longest_cell_s": 134.0,
-                   "wait_share": round(39.7 / (23.1 + 41.0 + 134.0), 3)}
+    assert got == {
+        "matrix_elapsed_s": 283.1,
+        "matrix_start_median_s": 12.0,
+        "longest_cell_s": 134.0,
+        "wait_share": round(39.7 / (23.1 + 41.0 + 134.0), 3),
+    }
     _unit(tmp_path, "latency_mrv1_eager", 190.0, _timing("zygote", lease_wait_s=50.0))
     assert bazel_runs.matrix_measures(bazel_runs.test_units(str(tmp_path)), None)["longest_cell_s"] == 140.0
 
@@ -155,8 +205,9 @@ def test_the_command_line_counts_only_the_invocations_it_is_given(tmp_path, caps
     """bazel-testlogs keeps earlier runs' results: a one-cell run must not report the whole matrix."""
     _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0))
     _unit(tmp_path, "latency_mrv1_eager", 30.0, _timing("zygote", start_s=11.0))  # an earlier run's
-    write_bep(tmp_path / "bep.json", [("//t:flags_mrv1_eager", str(tmp_path / "flags_mrv1_eager" / "test.xml"),
-                                       "PASSED")])
+    write_bep(
+        tmp_path / "bep.json", [("//t:flags_mrv1_eager", str(tmp_path / "flags_mrv1_eager" / "test.xml"), "PASSED")]
+    )
     assert bazel_runs.main([str(tmp_path), "--bep", str(tmp_path / "bep.json")]) == 0
     out = capsys.readouterr().out
     assert "cell time: 1 GPU units" in out and "latency" not in out
@@ -167,8 +218,13 @@ def test_the_command_line_counts_only_the_invocations_it_is_given(tmp_path, caps
 def test_the_floor_is_the_slots_held_time_then_without_waits_then_with_starts_as_alone(tmp_path, capsys):
     # 2 slots. a: 40 s in its slot after a 10 s wait for it, of which 10 s waiting on memory phases and
     # 12 s starting (two servers); b: 30 s, 5 s waits, 8 s start.
-    _unit(tmp_path, "a_mrv1_eager", 50.0, _timing("zygote", lease_wait_s=10.0, start_s=6.0, memory_phase_wait_s=10.0),
-          _timing("zygote", start_s=6.0))
+    _unit(
+        tmp_path,
+        "a_mrv1_eager",
+        50.0,
+        _timing("zygote", lease_wait_s=10.0, start_s=6.0, memory_phase_wait_s=10.0),
+        _timing("zygote", start_s=6.0),
+    )
     _unit(tmp_path, "b_mrv2_graph", 30.0, _timing("zygote", start_s=8.0, memory_phase_wait_s=5.0))
     _unit(tmp_path, "a_fake_mrv1_eager", 99.0, _timing("fake", start_s=0.1))
     units = bazel_runs.test_units(str(tmp_path))
@@ -176,24 +232,38 @@ def test_the_floor_is_the_slots_held_time_then_without_waits_then_with_starts_as
     # Own work 70 - 15 - 20 = 35, plus three starts of 2 s: 41 cell-seconds.
     assert bazel_runs.floor(units, 2, start_alone_s=2.0)["starts_alone_s"] == 20.5
     assert bazel_runs.main([str(tmp_path), "--slots", "2", "--start_alone_s", "2"]) == 0
-    assert ("floor at 2 slots: the slots busy 35 s with this work, 28 s without memory-phase waits, 20 s with every"
-            " start in 2 s as alone") in capsys.readouterr().out
+    assert (
+        "floor at 2 slots: the slots busy 35 s with this work, 28 s without memory-phase waits, 20 s with every"
+        " start in 2 s as alone"
+    ) in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bazel_runs.main([str(tmp_path), "--start_alone_s", "2"])
     assert "--start_alone_s needs --slots" in capsys.readouterr().err
 
 
 def test_the_cpu_floor_is_the_servers_cpu_work_over_the_cores(tmp_path, capsys):
-    _unit(tmp_path, "a_mrv1_eager", 50.0, _timing("zygote", start_cpu_s=30.0, serve_cpu_s=10.0),
-          _timing("zygote", start_cpu_s=20.0, serve_cpu_s=4.0))
+    _unit(
+        tmp_path,
+        "a_mrv1_eager",
+        50.0,
+        _timing("zygote", start_cpu_s=30.0, serve_cpu_s=10.0),
+        _timing("zygote", start_cpu_s=20.0, serve_cpu_s=4.0),
+    )
     _unit(tmp_path, "b_mrv2_graph", 30.0, _timing("zygote", start_cpu_s=40.0, serve_cpu_s=24.0))
     _unit(tmp_path, "a_fake_mrv1_eager", 99.0, _timing("fake", start_cpu_s=500.0, serve_cpu_s=500.0))
     units = bazel_runs.test_units(str(tmp_path))
-    assert bazel_runs.cpu_floor(units, 4) == {"cores": 4, "servers": 3, "start_cpu_s": 90.0, "serve_cpu_s": 38.0,
-                                              "start_cpu_median_s": 30.0, "cpu_floor_s": 32.0}
+    assert bazel_runs.cpu_floor(units, 4) == {
+        "cores": 4,
+        "servers": 3,
+        "start_cpu_s": 90.0,
+        "serve_cpu_s": 38.0,
+        "start_cpu_median_s": 30.0,
+        "cpu_floor_s": 32.0,
+    }
     assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
-    assert ("CPU floor on 4 cores: 32 s for the servers' 90 CPU-s starting (3 servers, median 30) and 38 CPU-s"
-            " serving") in capsys.readouterr().out
+    assert (
+        "CPU floor on 4 cores: 32 s for the servers' 90 CPU-s starting (3 servers, median 30) and 38 CPU-s serving"
+    ) in capsys.readouterr().out
 
 
 def test_logs_without_cpu_times_give_no_cpu_floor(tmp_path):
@@ -203,40 +273,77 @@ def test_logs_without_cpu_times_give_no_cpu_floor(tmp_path):
 
 def test_the_servers_cpu_is_summed_by_thread_name_most_first(tmp_path, capsys):
     loop, pool = "VLLM::EngineCor/VLLM::EngineCor", "VLLM::EngineCor/pt_main_thread"
-    _unit(tmp_path, "a_mrv1_eager", 50.0,
-          _timing("zygote", start_cpu_s=3.0, serve_cpu_s=3.0,
-                  cpu_by_thread={loop: {"cpu_s": 4.0, "threads": 1}, pool: {"cpu_s": 2.0, "threads": 15}}),
-          _timing("zygote", start_cpu_s=1.0, serve_cpu_s=1.0, cpu_by_thread={pool: {"cpu_s": 6.0, "threads": 15}}))
-    _unit(tmp_path, "a_fake_mrv1_eager", 9.0, _timing("fake", start_cpu_s=1.0, serve_cpu_s=1.0,
-                                                      cpu_by_thread={"fake/x": {"cpu_s": 90.0, "threads": 1}}))
+    _unit(
+        tmp_path,
+        "a_mrv1_eager",
+        50.0,
+        _timing(
+            "zygote",
+            start_cpu_s=3.0,
+            serve_cpu_s=3.0,
+            cpu_by_thread={loop: {"cpu_s": 4.0, "threads": 1}, pool: {"cpu_s": 2.0, "threads": 15}},
+        ),
+        _timing("zygote", start_cpu_s=1.0, serve_cpu_s=1.0, cpu_by_thread={pool: {"cpu_s": 6.0, "threads": 15}}),
+    )
+    _unit(
+        tmp_path,
+        "a_fake_mrv1_eager",
+        9.0,
+        _timing("fake", start_cpu_s=1.0, serve_cpu_s=1.0, cpu_by_thread={"fake/x": {"cpu_s": 90.0, "threads": 1}}),
+    )
     _unit(tmp_path, "b_mrv1_eager", 5.0, _timing("zygote", start_cpu_s=1.0, serve_cpu_s=1.0))  # an older log
     groups = bazel_runs.cpu_by_thread(bazel_runs.test_units(str(tmp_path)))
-    assert groups == [{"name": pool, "cpu_s": 8.0, "threads": 30, "servers": 2, "share": 0.667},
-                      {"name": loop, "cpu_s": 4.0, "threads": 1, "servers": 1, "share": 0.333}]
+    assert groups == [
+        {"name": pool, "cpu_s": 8.0, "threads": 30, "servers": 2, "share": 0.667},
+        {"name": loop, "cpu_s": 4.0, "threads": 1, "servers": 1, "share": 0.333},
+    ]
     assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
-    assert (f"CPU by thread: {pool} 8 CPU-s (67%, 30 threads in 2 servers); {loop} 4 CPU-s (33%, 1 threads in 1"
-            " servers)") in capsys.readouterr().out
+    assert (
+        f"CPU by thread: {pool} 8 CPU-s (67%, 30 threads in 2 servers); {loop} 4 CPU-s (33%, 1 threads in 1 servers)"
+    ) in capsys.readouterr().out
 
 
 def _test_cpu(cpu_s, children_cpu_s=0.0, launcher_cpu_s=0.0):
-    return {"key": "test_process_cpu", "value": cpu_s, "children_cpu_s": children_cpu_s,
-            "launcher_cpu_s": launcher_cpu_s}
+    return {
+        "key": "test_process_cpu",
+        "value": cpu_s,
+        "children_cpu_s": children_cpu_s,
+        "launcher_cpu_s": launcher_cpu_s,
+    }
 
 
 def test_the_tests_cpu_is_summed_by_class_and_added_to_the_floor(tmp_path, capsys):
-    _unit(tmp_path, "state_walk_mrv1_eager/shard_1_of_2", 50.0, _timing("zygote", start_cpu_s=6.0, serve_cpu_s=10.0),
-          _test_cpu(5.0, launcher_cpu_s=1.0))
-    _unit(tmp_path, "state_walk_mrv1_eager/shard_2_of_2", 50.0, _timing("zygote", start_cpu_s=6.0, serve_cpu_s=10.0),
-          _test_cpu(4.0, children_cpu_s=1.0, launcher_cpu_s=1.5))
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_1_of_2",
+        50.0,
+        _timing("zygote", start_cpu_s=6.0, serve_cpu_s=10.0),
+        _test_cpu(5.0, launcher_cpu_s=1.0),
+    )
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_2_of_2",
+        50.0,
+        _timing("zygote", start_cpu_s=6.0, serve_cpu_s=10.0),
+        _test_cpu(4.0, children_cpu_s=1.0, launcher_cpu_s=1.5),
+    )
     _unit(tmp_path, "flags_mrv2_graph", 30.0, _timing("zygote", start_cpu_s=8.0, serve_cpu_s=2.0), _test_cpu(3.0))
     _unit(tmp_path, "flags_fake_mrv1_eager", 9.0, _timing("fake", start_cpu_s=1.0, serve_cpu_s=1.0), _test_cpu(90.0))
     _unit(tmp_path, "b_mrv1_eager", 5.0, _timing("zygote", start_cpu_s=1.0, serve_cpu_s=1.0))  # an older log
     f = bazel_runs.tests_cpu(bazel_runs.test_units(str(tmp_path)), 4)
-    assert f == {"units": 3, "cpu_s": 13.0, "launcher_cpu_s": 2.5, "by_class": [("state_walk", 10.0), ("flags", 3.0)],
-                 "floor_s": 14.2, "cores": 4}  # (44 CPU-s of the GPU servers + 13 of their tests) / 4 cores
+    assert f == {
+        "units": 3,
+        "cpu_s": 13.0,
+        "launcher_cpu_s": 2.5,
+        "by_class": [("state_walk", 10.0), ("flags", 3.0)],
+        "floor_s": 14.2,
+        "cores": 4,
+    }  # (44 CPU-s of the GPU servers + 13 of their tests) / 4 cores
     assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
-    assert ("tests' CPU: 13 CPU-s in 3 GPU units (2 of them while their servers started); by class: state_walk 10,"
-            " flags 3; with the servers' CPU the floor on 4 cores is 14 s") in capsys.readouterr().out
+    assert (
+        "tests' CPU: 13 CPU-s in 3 GPU units (2 of them while their servers started); by class: state_walk 10,"
+        " flags 3; with the servers' CPU the floor on 4 cores is 14 s"
+    ) in capsys.readouterr().out
     assert bazel_runs.tests_cpu(bazel_runs.test_units(str(tmp_path / "none")), 4) is None
 
 
@@ -245,16 +352,38 @@ def _step(time, op):
 
 
 def test_the_walks_step_seconds_are_the_time_between_its_records_by_operation(tmp_path, capsys):
-    _unit(tmp_path, "state_walk_mrv1_eager/shard_1_of_2", 50.0, _timing("zygote"),
-          _step(10.0, "sleep:1:abort:0"), _step(10.5, "wake:-"), _step(10.6, "sleep:0:wait:1"), _step(11.6, "reload:B"),
-          _step(12.0, "wake:weights"))
-    _unit(tmp_path, "state_walk_mrv1_eager/shard_2_of_2", 50.0, _timing("zygote"),
-          _step(20.3, "wake:kv_cache"), _step(20.0, "reload:-"))  # out of order on disk: sorted by time
-    _unit(tmp_path, "state_walk_fake_mrv1_eager", 9.0, _timing("fake"), _step(1.0, "sleep:1:abort:0"),
-          _step(9.0, "reload:A"))
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_1_of_2",
+        50.0,
+        _timing("zygote"),
+        _step(10.0, "sleep:1:abort:0"),
+        _step(10.5, "wake:-"),
+        _step(10.6, "sleep:0:wait:1"),
+        _step(11.6, "reload:B"),
+        _step(12.0, "wake:weights"),
+    )
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_2_of_2",
+        50.0,
+        _timing("zygote"),
+        _step(20.3, "wake:kv_cache"),
+        _step(20.0, "reload:-"),
+    )  # out of order on disk: sorted by time
+    _unit(
+        tmp_path,
+        "state_walk_fake_mrv1_eager",
+        9.0,
+        _timing("fake"),
+        _step(1.0, "sleep:1:abort:0"),
+        _step(9.0, "reload:A"),
+    )
     kinds = bazel_runs.walk_step_seconds(bazel_runs.test_units(str(tmp_path)))
     # wakes 0.5, 0.4 and 0.3 s; the fake tier's steps are left out; the most time first
     assert kinds == [("wake", 3, 0.4), ("reload", 1, 1.0), ("sleep in flight", 1, 0.1)]
     assert bazel_runs.main([str(tmp_path)]) == 0
-    assert ("walk steps, mean seconds by operation: wake 0.40 (3 steps), reload 1.00 (1 steps), sleep in flight"
-            " 0.10 (1 steps)") in capsys.readouterr().out
+    assert (
+        "walk steps, mean seconds by operation: wake 0.40 (3 steps), reload 1.00 (1 steps), sleep in flight"
+        " 0.10 (1 steps)"
+    ) in capsys.readouterr().out

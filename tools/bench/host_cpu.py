@@ -39,7 +39,7 @@ def _stat(proc: str, pid: str) -> tuple[int, int, int]:
     """(ppid, user + system ticks, start time) of /proc/<pid>/stat."""
     with open(os.path.join(proc, pid, "stat")) as f:
         text = f.read()
-    fields = text[text.rindex(")") + 2:].split()  # the name may hold spaces and parentheses
+    fields = text[text.rindex(")") + 2 :].split()  # the name may hold spaces and parentheses
     return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19])
 
 
@@ -124,9 +124,11 @@ def summary(totals: dict, busy: int, seconds: float, cores: int, hz: int) -> str
     cpu = {k: v / hz for k, v in totals.items()}
     busy_s = busy / hz
     share = busy_s / (seconds * cores) if seconds > 0 else 0.0
-    return (f"host CPU-s over {seconds:.0f} s on {cores} cores: busy {busy_s:.0f} ({100 * share:.0f}%); "
-            + ", ".join(f"{k} {cpu[k]:.0f}" for k in KINDS)
-            + f"; unsampled {busy_s - sum(cpu.values()):.0f}")
+    return (
+        f"host CPU-s over {seconds:.0f} s on {cores} cores: busy {busy_s:.0f} ({100 * share:.0f}%); "
+        + ", ".join(f"{k} {cpu[k]:.0f}" for k in KINDS)
+        + f"; unsampled {busy_s - sum(cpu.values()):.0f}"
+    )
 
 
 def main(argv=None) -> int:
@@ -134,9 +136,13 @@ def main(argv=None) -> int:
     parser.add_argument("--interval_s", type=float, default=1.0, help="seconds between two samples of /proc")
     parser.add_argument("--proc", default="/proc", help="the proc file system to read (tests give a fake one)")
     parser.add_argument("--samples", type=int, default=0, help="stop after this many samples (0: at SIGTERM)")
-    parser.add_argument("--while_alive", type=int, default=0,
-                        help="also stop once this PID is gone (run_matrix.sh passes its own), so that a killed"
-                        " run leaves no sampler behind")
+    parser.add_argument(
+        "--while_alive",
+        type=int,
+        default=0,
+        help="also stop once this PID is gone (run_matrix.sh passes its own), so that a killed"
+        " run leaves no sampler behind",
+    )
     args = parser.parse_args(argv)
     if args.interval_s <= 0:
         parser.error(f"--interval_s={args.interval_s} must be > 0")
@@ -154,8 +160,16 @@ def main(argv=None) -> int:
             break
     if not args.samples:
         sampler.sample()  # what ran since the last tick
-    print(summary(sampler.totals(), busy_ticks(args.proc) - busy0, time.monotonic() - began, os.cpu_count() or 1,
-                  os.sysconf("SC_CLK_TCK")), flush=True)
+    print(
+        summary(
+            sampler.totals(),
+            busy_ticks(args.proc) - busy0,
+            time.monotonic() - began,
+            os.cpu_count() or 1,
+            os.sysconf("SC_CLK_TCK"),
+        ),
+        flush=True,
+    )
     return 0
 
 

@@ -59,12 +59,18 @@ def test_a_reused_pid_is_another_process(tmp_path):
 
 def test_the_summary_line_and_the_command_line(tmp_path):
     assert host_cpu.summary({"servers": 300, "bazel": 0, "tests": 100, "other": 0}, 500, 10.0, 4, 100) == (
-        "host CPU-s over 10 s on 4 cores: busy 5 (12%); servers 3, bazel 0, tests 1, other 0; unsampled 1")
+        "host CPU-s over 10 s on 4 cores: busy 5 (12%); servers 3, bazel 0, tests 1, other 0; unsampled 1"
+    )
     proc = tmp_path / "proc"
     _proc(proc, TREE)
-    out = subprocess.run([sys.executable, "-m", "tools.bench.host_cpu", "--proc", str(proc), "--samples", "2",
-                          "--interval_s", "0.01"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "tools.bench.host_cpu", "--proc", str(proc), "--samples", "2", "--interval_s", "0.01"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.startswith("host CPU-s over 0 s on ") and "servers 0, bazel 0, tests 0, other 0" in out, out
-    bad = subprocess.run([sys.executable, "-m", "tools.bench.host_cpu", "--interval_s", "0"], capture_output=True,
-                         text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "tools.bench.host_cpu", "--interval_s", "0"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "--interval_s=0.0 must be > 0" in bad.stderr

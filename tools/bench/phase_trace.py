@@ -15,6 +15,7 @@ Where tools/run_matrix.sh ran its waves one after the other, it left their times
 (waves.jsonl), and each wave is summarised apart too: the waves never overlap, so a phase belongs to the
 wave it was asked in.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -96,13 +97,22 @@ def summarize(phases: list[Phase]) -> Summary:
         waits[p.kind][1] += p.entered - p.asked
         blockers = set(EXCLUDED_BY[p.kind]) | {"waiting " + k for k in KEPT_OUT_BY_WAITING[p.kind]}
         lo, hi = bisect.bisect_left(starts, p.asked - longest), bisect.bisect_left(starts, p.entered)
-        found = [(max(s, p.asked), min(e, p.entered), cause) for s, e, kind, cause in intervals[lo:hi]
-                 if kind in blockers and e > p.asked]
+        found = [
+            (max(s, p.asked), min(e, p.entered), cause)
+            for s, e, kind, cause in intervals[lo:hi]
+            if kind in blockers and e > p.asked
+        ]
         # While a start step is inside, a waiting FREE does not keep this one out.
-        passes = [(s, e) for s, e, kind, cause in intervals[lo:hi] if e > p.asked
-                  and cause == f"{ALLOCATE} {START_STEP}"] if p.kind == ALLOCATE and passes_waiting_free(p.what) else []
-        cuts = sorted({p.asked, p.entered} | {x for s, e, _ in found for x in (s, e)}
-                      | {min(max(x, p.asked), p.entered) for span in passes for x in span})
+        passes = (
+            [(s, e) for s, e, kind, cause in intervals[lo:hi] if e > p.asked and cause == f"{ALLOCATE} {START_STEP}"]
+            if p.kind == ALLOCATE and passes_waiting_free(p.what)
+            else []
+        )
+        cuts = sorted(
+            {p.asked, p.entered}
+            | {x for s, e, _ in found for x in (s, e)}
+            | {min(max(x, p.asked), p.entered) for span in passes for x in span}
+        )
         for a, b in zip(cuts, cuts[1:]):
             causes = {c for s, e, c in found if s <= a and e >= b}
             if any(s <= a and e >= b for s, e in passes):
@@ -112,8 +122,9 @@ def summarize(phases: list[Phase]) -> Summary:
             for c in causes:
                 kept[p.kind][c] += (b - a) / len(causes)
     span = (max(p.left for p in phases) - min(p.asked for p in phases)) if phases else 0.0
-    return Summary(len(phases), span, dict(held), {k: tuple(v) for k, v in waits.items()},
-                   {k: dict(v) for k, v in kept.items()})
+    return Summary(
+        len(phases), span, dict(held), {k: tuple(v) for k, v in waits.items()}, {k: dict(v) for k, v in kept.items()}
+    )
 
 
 def trace_files(lock_dir: str) -> list[str]:
@@ -149,39 +160,53 @@ def summaries(lock_dir: str) -> dict:
     out, waves = {}, read_waves(lock_dir)
     for path in trace_files(lock_dir):
         phases = read(path)[0]
-        out[os.path.basename(path)] = dict(dataclasses.asdict(summarize(phases)), waves={
-            name: dict(dataclasses.asdict(summarize(part)), lead_s=lead_s(part, began))
-            for name, began, part in by_wave(phases, waves)})
+        out[os.path.basename(path)] = dict(
+            dataclasses.asdict(summarize(phases)),
+            waves={
+                name: dict(dataclasses.asdict(summarize(part)), lead_s=lead_s(part, began))
+                for name, began, part in by_wave(phases, waves)
+            },
+        )
     return out
 
 
 def text(name: str, s: Summary) -> str:
-    lines = [f"{name}: {s.phases} memory phases over {s.span_s:.0f} s; held (summed over holders): "
-             + ", ".join(f"{k} {s.held_s[k]:.0f} s" for k in KINDS if k in s.held_s)]
+    lines = [
+        f"{name}: {s.phases} memory phases over {s.span_s:.0f} s; held (summed over holders): "
+        + ", ".join(f"{k} {s.held_s[k]:.0f} s" for k in KINDS if k in s.held_s)
+    ]
     for kind in KINDS:
         if kind not in s.waits:
             continue
         n, total = s.waits[kind]
         causes = sorted(s.kept_out_by.get(kind, {}).items(), key=lambda kv: -kv[1])
-        lines.append(f"  {kind} waited {total:.1f} s in {n} phases, kept out by: "
-                     + ", ".join(f"{c} {v:.1f} s" for c, v in causes))
+        lines.append(
+            f"  {kind} waited {total:.1f} s in {n} phases, kept out by: "
+            + ", ".join(f"{c} {v:.1f} s" for c, v in causes)
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("where", help="a trace file, or the lock dir holding gpu*.memory.trace.jsonl")
     args = parser.parse_args(argv)
     paths = trace_files(args.where) if os.path.isdir(args.where) else [args.where]
     if not paths or not all(os.path.isfile(p) for p in paths):
-        print(f"phase_trace: no memory-phase trace at {args.where} (a run with GPU neighbours writes "
-              "gpu<N>.memory.trace.jsonl in its lock dir)", file=sys.stderr)
+        print(
+            f"phase_trace: no memory-phase trace at {args.where} (a run with GPU neighbours writes "
+            "gpu<N>.memory.trace.jsonl in its lock dir)",
+            file=sys.stderr,
+        )
         return 1
     for path in paths:
         phases, bad = read(path)
-        print(text(os.path.basename(path), summarize(phases))
-              + (f"\n  ({bad} line(s) were not phases and were left out)" if bad else ""))
+        print(
+            text(os.path.basename(path), summarize(phases))
+            + (f"\n  ({bad} line(s) were not phases and were left out)" if bad else "")
+        )
         for name, began, part in by_wave(phases, read_waves(os.path.dirname(os.path.abspath(path)))):
             print("\n".join("  " + line for line in text(f"wave {name}", summarize(part)).splitlines()))
             if part:

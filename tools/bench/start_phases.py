@@ -31,8 +31,10 @@ PHASES = (
     ("first_health", "listening", "healthy"),
     ("total", "launched", "healthy"),
 )
-_VLLM_LINE = re.compile(r"^(?:\(\S+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-                        r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,]\d+)? \[[^\]]*\] (.*)$")
+_VLLM_LINE = re.compile(
+    r"^(?:\(\S+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,]\d+)? \[[^\]]*\] (.*)$"
+)
 _LAUNCHED = re.compile(re.escape(LAUNCH_MARK) + r" (\d+\.\d+)")
 _REPORTED = {
     "model_load_s": re.compile(r"Model loading took .* and ([\d.]+) seconds"),
@@ -60,7 +62,7 @@ def parse(log_text: str) -> dict:
             year = datetime.datetime.fromtimestamp(events["launched"]).year
             continue
         if line.startswith(HEALTHY_MARK) and "healthy" not in events:
-            events["healthy"] = float(line[len(HEALTHY_MARK):].split()[0])
+            events["healthy"] = float(line[len(HEALTHY_MARK) :].split()[0])
             continue
         mode = _MODE.match(line)
         if mode:
@@ -77,12 +79,18 @@ def parse(log_text: str) -> dict:
             found = pattern.search(message)
             if found and name not in reported:
                 reported[name] = float(found.group(1))
-    phases = {name: round(events[end] - events[begin], 3) for name, begin, end in PHASES
-              if begin in events and end in events}
+    phases = {
+        name: round(events[end] - events[begin], 3) for name, begin, end in PHASES if begin in events and end in events
+    }
     # With memory_phase_scope steps, the worker's bracketed steps: how long the start held its GPU's
     # ALLOCATE phase (what neighbours' sleeps wait for) and how long it waited for it.
     steps = phase_plugin.read_steps(log_text)
-    memory = {"allocate_held_s": round(sum(s["held_s"] for s in steps), 3),
-              "allocate_waited_s": round(sum(s["waited_s"] for s in steps), 3)} if steps else {}
-    return {"start_mode": start_mode, "events": events, "phases": phases, "reported": reported,
-            "memory_phase": memory}
+    memory = (
+        {
+            "allocate_held_s": round(sum(s["held_s"] for s in steps), 3),
+            "allocate_waited_s": round(sum(s["waited_s"] for s in steps), 3),
+        }
+        if steps
+        else {}
+    )
+    return {"start_mode": start_mode, "events": events, "phases": phases, "reported": reported, "memory_phase": memory}

@@ -69,63 +69,71 @@ BASE_WORDS = tuple(dict.fromkeys(_WORDS + _CAPITALISED + _PUNCTUATION + _NUMBERS
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(BASE_WORDS)
 
 # A chat template so /v1/chat/completions works too; every word it adds is in the vocabulary.
-CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }} : {{ message['content'] }} "
-                 "{% endfor %}{% if add_generation_prompt %}assistant : {% endif %}")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }} : {{ message['content'] }} "
+    "{% endfor %}{% if add_generation_prompt %}assistant : {% endif %}"
+)
 
 
 def vocabulary(vocab_size: int) -> dict[str, int]:
-  """Token -> id for exactly `vocab_size` tokens (deterministic, no randomness involved)."""
-  fixed = list(SPECIAL_TOKENS) + list(BASE_WORDS)
-  if vocab_size < MIN_VOCAB_SIZE:
-    raise ValueError(f"vocab_size={vocab_size} is smaller than the {MIN_VOCAB_SIZE} fixed tokens; "
-                     f"use a vocab_size of at least {MIN_VOCAB_SIZE}")
-  # Filler words are named after their own id ("w1234" has id 1234), so they cannot collide with
-  # the fixed words (none of which is "w" followed by digits).
-  tokens = fixed + [f"w{i}" for i in range(len(fixed), vocab_size)]
-  return {token: i for i, token in enumerate(tokens)}
+    """Token -> id for exactly `vocab_size` tokens (deterministic, no randomness involved)."""
+    fixed = list(SPECIAL_TOKENS) + list(BASE_WORDS)
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(
+            f"vocab_size={vocab_size} is smaller than the {MIN_VOCAB_SIZE} fixed tokens; "
+            f"use a vocab_size of at least {MIN_VOCAB_SIZE}"
+        )
+    # Filler words are named after their own id ("w1234" has id 1234), so they cannot collide with
+    # the fixed words (none of which is "w" followed by digits).
+    tokens = fixed + [f"w{i}" for i in range(len(fixed), vocab_size)]
+    return {token: i for i, token in enumerate(tokens)}
 
 
 def build_tokenizer(vocab_size: int) -> Tokenizer:
-  """A WordLevel tokenizer: whitespace/punctuation split, unknown words -> <unk>, decode joins
-  tokens with single spaces (WordPiece decoder without cleanup; no token carries the ## prefix)."""
-  tokenizer = Tokenizer(models.WordLevel(vocab=vocabulary(vocab_size), unk_token=UNK))
-  tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-  tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-  tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
-  return tokenizer
+    """A WordLevel tokenizer: whitespace/punctuation split, unknown words -> <unk>, decode joins
+    tokens with single spaces (WordPiece decoder without cleanup; no token carries the ## prefix)."""
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocabulary(vocab_size), unk_token=UNK))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    return tokenizer
 
 
 def _write_json(path: str, obj) -> None:
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-    f.write("\n")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
 
 
 def write_tokenizer_files(out_dir: str, vocab_size: int, model_max_length: int) -> list[str]:
-  """Writes tokenizer.json, tokenizer_config.json and special_tokens_map.json; returns the paths."""
-  tokenizer = build_tokenizer(vocab_size)
-  if tokenizer.get_vocab_size(with_added_tokens=True) != vocab_size:
-    raise AssertionError(f"tokenizer has {tokenizer.get_vocab_size(with_added_tokens=True)} "
-                         f"tokens, config says {vocab_size}")
-  tokenizer_path = os.path.join(out_dir, "tokenizer.json")
-  # tokenizers serialises the WordLevel vocabulary ordered by id, so this is deterministic.
-  with open(tokenizer_path, "w", encoding="utf-8") as f:
-    f.write(tokenizer.to_str(pretty=True))
-    f.write("\n")
-  special = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD, "unk_token": UNK}
-  config_path = os.path.join(out_dir, "tokenizer_config.json")
-  _write_json(config_path, {
-      **special,
-      "add_bos_token": False,
-      "add_eos_token": False,
-      "chat_template": CHAT_TEMPLATE,
-      # Decoding must be a plain space join everywhere (vLLM's incremental detokenizer and
-      # transformers' decode), so no "Hello , world" -> "Hello, world" cleanup.
-      "clean_up_tokenization_spaces": False,
-      "model_max_length": model_max_length,
-      "padding_side": "left",
-      "tokenizer_class": "PreTrainedTokenizerFast",
-  })
-  special_path = os.path.join(out_dir, "special_tokens_map.json")
-  _write_json(special_path, special)
-  return [tokenizer_path, config_path, special_path]
+    """Writes tokenizer.json, tokenizer_config.json and special_tokens_map.json; returns the paths."""
+    tokenizer = build_tokenizer(vocab_size)
+    if tokenizer.get_vocab_size(with_added_tokens=True) != vocab_size:
+        raise AssertionError(
+            f"tokenizer has {tokenizer.get_vocab_size(with_added_tokens=True)} tokens, config says {vocab_size}"
+        )
+    tokenizer_path = os.path.join(out_dir, "tokenizer.json")
+    # tokenizers serialises the WordLevel vocabulary ordered by id, so this is deterministic.
+    with open(tokenizer_path, "w", encoding="utf-8") as f:
+        f.write(tokenizer.to_str(pretty=True))
+        f.write("\n")
+    special = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD, "unk_token": UNK}
+    config_path = os.path.join(out_dir, "tokenizer_config.json")
+    _write_json(
+        config_path,
+        {
+            **special,
+            "add_bos_token": False,
+            "add_eos_token": False,
+            "chat_template": CHAT_TEMPLATE,
+            # Decoding must be a plain space join everywhere (vLLM's incremental detokenizer and
+            # transformers' decode), so no "Hello , world" -> "Hello, world" cleanup.
+            "clean_up_tokenization_spaces": False,
+            "model_max_length": model_max_length,
+            "padding_side": "left",
+            "tokenizer_class": "PreTrainedTokenizerFast",
+        },
+    )
+    special_path = os.path.join(out_dir, "special_tokens_map.json")
+    _write_json(special_path, special)
+    return [tokenizer_path, config_path, special_path]

@@ -32,12 +32,18 @@ def file_version(filename: str, name: str) -> str | None:
 
 
 def digests(name: str, version: str, index: str = INDEX) -> list[str]:
-    request = urllib.request.Request(f"{index}/{normalise(name)}/",
-                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    request = urllib.request.Request(
+        f"{index}/{normalise(name)}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         files = json.load(response)["files"]
-    found = sorted({f["hashes"]["sha256"] for f in files
-                    if file_version(f["filename"], name) == version and "sha256" in f.get("hashes", {})})
+    found = sorted(
+        {
+            f["hashes"]["sha256"]
+            for f in files
+            if file_version(f["filename"], name) == version and "sha256" in f.get("hashes", {})
+        }
+    )
     if not found:
         raise SystemExit(f"add_hashes: no file of {name}=={version} on {index}: is the pin right?")
     return found
@@ -47,13 +53,12 @@ def add_hashes(lines: list[str], lookup=digests) -> list[str]:
     out = []
     for line in lines:
         match = PIN.match(line)
-        if not match or line[match.end():].strip():  # not a pin, or one that has its hashes already
+        if not match or line[match.end() :].strip():  # not a pin, or one that has its hashes already
             out.append(line)
             continue
         hashes = lookup(match.group(1), match.group(2))
         out.append(line + " \\")
-        out += [f"    --hash=sha256:{h}" + (" \\" if i < len(hashes) - 1 else "")
-                for i, h in enumerate(hashes)]
+        out += [f"    --hash=sha256:{h}" + (" \\" if i < len(hashes) - 1 else "") for i, h in enumerate(hashes)]
     return out
 
 

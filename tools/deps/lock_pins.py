@@ -45,7 +45,7 @@ def parse_lock(text: str) -> dict[str, Pin]:
         if stripped.startswith("--hash="):
             current.lines.append(line)
         elif stripped.startswith("# via"):
-            rest = stripped[len("# via"):].strip()
+            rest = stripped[len("# via") :].strip()
             in_via = not rest
             if rest:
                 current.via.append(rest if rest.startswith("-r") else normalise(rest))

@@ -38,8 +38,10 @@ def runner_closure(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> set[str]:
 def overlay_pins(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> list[Pin]:
     """The pins the suite needs that the runner's vLLM does not bring, in lock order."""
     if root not in pins:
-        raise ValueError(f"the lock pins no {root!r}: it must pin the runner's package so the overlay "
-                         "can leave that package's dependencies to the runner")
+        raise ValueError(
+            f"the lock pins no {root!r}: it must pin the runner's package so the overlay "
+            "can leave that package's dependencies to the runner"
+        )
     closure = runner_closure(pins, root)
     return [pin for name, pin in pins.items() if name not in closure]
 

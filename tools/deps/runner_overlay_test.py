@@ -19,10 +19,19 @@ def _sample():
 
 def test_parses_pins_hashes_and_both_via_styles():
     pins = _sample()
-    assert list(pins) == ["absl-py", "numpy", "packaging", "pluggy", "pytest", "torch", "transformers",
-                          "vllm", "uvicorn", "uvloop"]  # uvicorn[standard]==...: extras are not the name
-    assert pins["absl-py"].lines == ["absl-py==2.5.1 \\", "    --hash=sha256:aaaa \\",
-                                     "    --hash=sha256:bbbb"]
+    assert list(pins) == [
+        "absl-py",
+        "numpy",
+        "packaging",
+        "pluggy",
+        "pytest",
+        "torch",
+        "transformers",
+        "vllm",
+        "uvicorn",
+        "uvloop",
+    ]  # uvicorn[standard]==...: extras are not the name
+    assert pins["absl-py"].lines == ["absl-py==2.5.1 \\", "    --hash=sha256:aaaa \\", "    --hash=sha256:bbbb"]
     assert pins["numpy"].via == ["-r third_party/python/requirements.in", "torch", "vllm"]
     assert pins["pluggy"].via == ["pytest"]
 
@@ -49,9 +58,18 @@ def test_the_real_lock_overlay_has_the_test_runner_and_not_vllm_or_torch():
 
 
 def test_cli_prints_hashed_requirements_and_rejects_bad_usage(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "tools.deps.runner_overlay", SAMPLE], capture_output=True,
-                         text=True, cwd=WORKSPACE, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "tools.deps.runner_overlay", SAMPLE],
+        capture_output=True,
+        text=True,
+        cwd=WORKSPACE,
+        check=True,
+    ).stdout
     assert "pytest==9.2.0 \\\n    --hash=sha256:ffff" in out and "vllm==" not in out
-    bad = subprocess.run([sys.executable, "-m", "tools.deps.runner_overlay", str(tmp_path / "none")],
-                         capture_output=True, text=True, cwd=WORKSPACE)
+    bad = subprocess.run(
+        [sys.executable, "-m", "tools.deps.runner_overlay", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        cwd=WORKSPACE,
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "runner_overlay:" in bad.stderr

@@ -20,8 +20,11 @@ GPU_ONLY = re.compile(r"^(flashinfer-|nvidia-|cuda-tile|quack-kernels|tokenspeed
 
 def overlay(base_text: str, release_text: str) -> list[str]:
     base = parse_lock(base_text)
-    return [f"{pin.project}=={pin.version}" for name, pin in parse_lock(release_text).items()
-            if (name not in base or base[name].version != pin.version) and not GPU_ONLY.match(name)]
+    return [
+        f"{pin.project}=={pin.version}"
+        for name, pin in parse_lock(release_text).items()
+        if (name not in base or base[name].version != pin.version) and not GPU_ONLY.match(name)
+    ]
 
 
 if __name__ == "__main__":

@@ -64,95 +64,147 @@ def _setting(default=None, help: str = "", *, choices=(), factory=None, env: boo
 
 @dataclasses.dataclass
 class ServerConfig:
-    model: str = _setting("", "Checkpoint dir or its config.json (or a hub name, served offline from the HF"
-                          " cache). Default: the suite's synthetic checkpoint from the runfiles"
-                          " (%s). VLLM_TEST_MODEL, when set, wins." % DEFAULT_MODEL_RUNFILE)
-    runner: str = _setting("mrv1", "Model runner. Sets VLLM_USE_V2_MODEL_RUNNER explicitly (unset, vLLM picks"
-                           " V2 for dense models).", choices=RUNNERS)
-    execution_mode: str = _setting("eager", "eager: --enforce-eager; graph: CUDA graphs up to batch 32.",
-                                   choices=EXECUTION_MODES)
-    kv_cache_bytes: int = _setting(2 << 30, "KV-cache size in bytes (--kv-cache-memory-bytes). Explicit because"
-                                   " --gpu-memory-utilization is device-wide: a second server on a shared GPU"
-                                   " gets only what the first left.")
+    model: str = _setting(
+        "",
+        "Checkpoint dir or its config.json (or a hub name, served offline from the HF"
+        " cache). Default: the suite's synthetic checkpoint from the runfiles"
+        " (%s). VLLM_TEST_MODEL, when set, wins." % DEFAULT_MODEL_RUNFILE,
+    )
+    runner: str = _setting(
+        "mrv1",
+        "Model runner. Sets VLLM_USE_V2_MODEL_RUNNER explicitly (unset, vLLM picks V2 for dense models).",
+        choices=RUNNERS,
+    )
+    execution_mode: str = _setting(
+        "eager", "eager: --enforce-eager; graph: CUDA graphs up to batch 32.", choices=EXECUTION_MODES
+    )
+    kv_cache_bytes: int = _setting(
+        2 << 30,
+        "KV-cache size in bytes (--kv-cache-memory-bytes). Explicit because"
+        " --gpu-memory-utilization is device-wide: a second server on a shared GPU"
+        " gets only what the first left.",
+    )
     # With explicit KV bytes vLLM 0.26.0 uses this fraction only for a start-up check (v1/worker/
     # utils.py request_memory): free device memory must exceed fraction x total. Its 0.9 default
     # fails every server after the first on a shared GPU, so ask for little (7 GiB of an H200).
-    gpu_memory_utilization: float = _setting(0.05, "--gpu-memory-utilization. With explicit --kv_cache_bytes vLLM"
-                                             " uses it only to check at start that this fraction of the device"
-                                             " is free; keep it small on a shared GPU.")
+    gpu_memory_utilization: float = _setting(
+        0.05,
+        "--gpu-memory-utilization. With explicit --kv_cache_bytes vLLM"
+        " uses it only to check at start that this fraction of the device"
+        " is free; keep it small on a shared GPU.",
+    )
     max_model_len: int = _setting(1024, "--max-model-len of the server.")
     seed: int = _setting(0, "--seed of the server.")
-    log_dir: str | None = _setting(None, "Where the server log goes. Default: $TEST_UNDECLARED_OUTPUTS_DIR, else"
-                                   " a new temp dir.")
-    cache_dir: str = _setting("/tmp/sleepwake-cache", "Shared vLLM/Triton/inductor cache dir, so later starts"
-                              " are not cold.")
+    log_dir: str | None = _setting(
+        None, "Where the server log goes. Default: $TEST_UNDECLARED_OUTPUTS_DIR, else a new temp dir."
+    )
+    cache_dir: str = _setting(
+        "/tmp/sleepwake-cache", "Shared vLLM/Triton/inductor cache dir, so later starts are not cold."
+    )
     startup_timeout_s: float = _setting(420.0, "Seconds to wait for GET /health == 200.")
-    release_timeout_s: float = _setting(120.0, "Seconds to wait after teardown for NVML to show the GPU memory"
-                                        " released.")
-    mp_method: str = _setting("fork", "VLLM_WORKER_MULTIPROC_METHOD. fork starts in ~24 s vs ~51 s for spawn"
-                              " on the H200, but the worker inherits the parent's state (unsafe if CUDA was"
-                              " initialised first, which vLLM detects and then spawns anyway); spawn is slower"
-                              " and clean.", choices=MP_METHODS)
+    release_timeout_s: float = _setting(
+        120.0, "Seconds to wait after teardown for NVML to show the GPU memory released."
+    )
+    mp_method: str = _setting(
+        "fork",
+        "VLLM_WORKER_MULTIPROC_METHOD. fork starts in ~24 s vs ~51 s for spawn"
+        " on the H200, but the worker inherits the parent's state (unsafe if CUDA was"
+        " initialised first, which vLLM detects and then spawns anyway); spawn is slower"
+        " and clean.",
+        choices=MP_METHODS,
+    )
     # Not from the environment: extra server flags belong to the command line that asked for them.
-    server_args: list[str] = _setting(help="Extra argument for the vLLM server, passed through; repeatable"
-                                      " (--server_arg).", factory=list, env=False, flag="server_arg")
+    server_args: list[str] = _setting(
+        help="Extra argument for the vLLM server, passed through; repeatable (--server_arg).",
+        factory=list,
+        env=False,
+        flag="server_arg",
+    )
     host: str = _setting("127.0.0.1", "Address to serve on. Non-loopback needs --allow_non_loopback.")
     port: int = _setting(0, "Port; 0 picks a free one. A bind conflict is retried on a fresh port.")
     # Not from the environment: serving beyond loopback must be asked for where it is seen.
-    allow_non_loopback: bool = _setting(False, "Allow a non-loopback --host. The server runs with"
-                                        " VLLM_SERVER_DEV_MODE=1, whose endpoints let anyone who reaches it"
-                                        " reset or reload it.", env=False)
+    allow_non_loopback: bool = _setting(
+        False,
+        "Allow a non-loopback --host. The server runs with"
+        " VLLM_SERVER_DEV_MODE=1, whose endpoints let anyone who reaches it"
+        " reset or reload it.",
+        env=False,
+    )
     slots_per_gpu: int = _setting(1, "Servers allowed per GPU when leasing.")
-    lock_dir: str = _setting("/tmp/sleepwake-gpu-locks", "Directory of the GPU slot lock files (and of the"
-                             " zygotes' sockets).")
-    lease_timeout_s: float = _setting(600.0, "Seconds to wait for a GPU slot. Below Bazel's 900 s long timeout,"
-                                      " so the launcher's error is what shows.")
+    lock_dir: str = _setting(
+        "/tmp/sleepwake-gpu-locks", "Directory of the GPU slot lock files (and of the zygotes' sockets)."
+    )
+    lease_timeout_s: float = _setting(
+        600.0,
+        "Seconds to wait for a GPU slot. Below Bazel's 900 s long timeout, so the launcher's error is what shows.",
+    )
     # Not zero: the CUDA driver, NVML and other tenants' contexts move by tens of MiB on their own; a
     # leaked vLLM server holds its KV cache (GiBs).
-    release_tolerance_bytes: int = _setting(512 << 20, "Allowed growth of the device's used memory over the"
-                                            " pre-start baseline once the server is gone (checked only with an"
-                                            " exclusive lease).")
+    release_tolerance_bytes: int = _setting(
+        512 << 20,
+        "Allowed growth of the device's used memory over the"
+        " pre-start baseline once the server is gone (checked only with an"
+        " exclusive lease).",
+    )
     grace_s: float = _setting(10.0, "Seconds from SIGTERM to SIGKILL of the server's process tree.")
     port_retries: int = _setting(3, "Fresh ports tried after a bind conflict.")
-    start_mode: str = _setting("auto", "auto: fork the server from a zygote that imported vLLM once per runner"
-                               " (started on first use, over a socket in --lock_dir; tools/launcher/zygote.py),"
-                               " else start it plainly and log why; zygote: the zygote or an error; plain:"
-                               " `python -m vllm...` every time.", choices=START_MODES)
-    memory_phase_scope: str = _setting("steps", "On a shared GPU, what a start holds the ALLOCATE memory phase"
-                                       " for (tools/launcher/gpu_lease.py): steps, each allocation step of the"
-                                       " GPU worker (a vLLM plugin in the server), so neighbours' sleeps go in"
-                                       " between; start, from launch to GET /health.",
-                                       choices=MEMORY_PHASE_SCOPES)
+    start_mode: str = _setting(
+        "auto",
+        "auto: fork the server from a zygote that imported vLLM once per runner"
+        " (started on first use, over a socket in --lock_dir; tools/launcher/zygote.py),"
+        " else start it plainly and log why; zygote: the zygote or an error; plain:"
+        " `python -m vllm...` every time.",
+        choices=START_MODES,
+    )
+    memory_phase_scope: str = _setting(
+        "steps",
+        "On a shared GPU, what a start holds the ALLOCATE memory phase"
+        " for (tools/launcher/gpu_lease.py): steps, each allocation step of the"
+        " GPU worker (a vLLM plugin in the server), so neighbours' sleeps go in"
+        " between; start, from launch to GET /health.",
+        choices=MEMORY_PHASE_SCOPES,
+    )
     # A neighbour's sleep frees at least the 0.5 GB of weights (a sleep after a weights-only wake),
     # usually the 2 GiB KV cache too; a CUDA context created outside the steps is ~0.5 GB.
-    unbracketed_bytes_max: int = _setting(256 << 20, "With memory_phase_scope steps: the most device bytes the"
-                                          " server's processes may hold at GET /health beyond what its worker"
-                                          " held after its last bracketed step; more fails the start, since"
-                                          " memory moved where a neighbour's sleep could see it.")
+    unbracketed_bytes_max: int = _setting(
+        256 << 20,
+        "With memory_phase_scope steps: the most device bytes the"
+        " server's processes may hold at GET /health beyond what its worker"
+        " held after its last bracketed step; more fails the start, since"
+        " memory moved where a neighbour's sleep could see it.",
+    )
     # A zygote keeps ~1 GB of imported vLLM; a minute covers the gaps between the cells of one run.
     zygote_idle_s: float = _setting(60.0, "Seconds an idle zygote waits for the next server before it exits.")
-    zygote_host_idle_s: float = _setting(120.0, "Seconds a zygote host started outside Bazel outlives its"
-                                         " zygotes.")
+    zygote_host_idle_s: float = _setting(120.0, "Seconds a zygote host started outside Bazel outlives its zygotes.")
     # Importing vLLM takes tens of seconds, several times that with dozens of processes importing at once
     # (docs/measured-settings.md).
     zygote_start_timeout_s: float = _setting(300.0, "Seconds to wait for a zygote to import vLLM.")
-    zygote_preload: str = _setting("auto", "Modules a zygote imports after the server's module, comma-separated,"
-                                   " so that every server it forks has them (vLLM's engine core imports its"
-                                   " worker and model only after the fork); MODULE:FUNCTION also calls a"
-                                   " cached function every server would compute. One missing from the"
-                                   " installed vLLM is logged and skipped. auto: config.VLLM_PRELOAD for"
-                                   " vLLM's API server, none for another module; none: no preload.")
+    zygote_preload: str = _setting(
+        "auto",
+        "Modules a zygote imports after the server's module, comma-separated,"
+        " so that every server it forks has them (vLLM's engine core imports its"
+        " worker and model only after the fork); MODULE:FUNCTION also calls a"
+        " cached function every server would compute. One missing from the"
+        " installed vLLM is logged and skipped. auto: config.VLLM_PRELOAD for"
+        " vLLM's API server, none for another module; none: no preload.",
+    )
     # Both through the plugin phase_plugin/sleepwake_cpu_use.py: the servers' CPU work is the matrix's
     # floor on one H200, and these cut it (docs/measured-settings.md). A GPU server's torch does no CPU
     # work worth a pool.
-    torch_threads: int = _setting(1, "Torch's CPU threads in each server process (torch.set_num_threads, which"
-                                  " a forked server needs: its pool was sized in the zygote); 0 leaves torch's"
-                                  " default, one per core.")
-    cuda_sync: str = _setting("blocking", "How the server's worker waits for the GPU (its CUDA context's"
-                              " scheduling flag): blocking (sleep until the GPU is done, which frees the core"
-                              " for a neighbour); auto, CUDA's default (spin while the process has fewer"
-                              " contexts than cores); spin; yield (spin, yielding the core).",
-                              choices=tuple(cpu_use_plugin.CUDA_SYNC_FLAGS))
+    torch_threads: int = _setting(
+        1,
+        "Torch's CPU threads in each server process (torch.set_num_threads, which"
+        " a forked server needs: its pool was sized in the zygote); 0 leaves torch's"
+        " default, one per core.",
+    )
+    cuda_sync: str = _setting(
+        "blocking",
+        "How the server's worker waits for the GPU (its CUDA context's"
+        " scheduling flag): blocking (sleep until the GPU is done, which frees the core"
+        " for a neighbour); auto, CUDA's default (spin while the process has fewer"
+        " contexts than cores); spin; yield (spin, yielding the core).",
+        choices=tuple(cpu_use_plugin.CUDA_SYNC_FLAGS),
+    )
     # vLLM binds its port early but listens only once the engine is up, so until then each poll is a
     # refused loopback connect (well under a millisecond).
     health_poll_s: float = _setting(0.05, "Seconds between GET /health polls while the server starts.")
@@ -218,12 +270,15 @@ def _parse(name: str, text: str, f: dataclasses.Field):
         else:
             value = text
     except ValueError:
-        raise ConfigError("%s=%r is not a%s %s: set it to one (or unset it for %r)" % (
-            name, text, "n" if type(default).__name__[0] in "aeiou" else "", type(default).__name__,
-            default)) from None
+        raise ConfigError(
+            "%s=%r is not a%s %s: set it to one (or unset it for %r)"
+            % (name, text, "n" if type(default).__name__[0] in "aeiou" else "", type(default).__name__, default)
+        ) from None
     if f.metadata["choices"] and value not in f.metadata["choices"]:
-        raise ConfigError("%s=%r is not one of %s: set one of them (or unset it for %r)" % (
-            name, text, ", ".join(f.metadata["choices"]), default))
+        raise ConfigError(
+            "%s=%r is not one of %s: set one of them (or unset it for %r)"
+            % (name, text, ", ".join(f.metadata["choices"]), default)
+        )
     return value
 
 
@@ -241,8 +296,9 @@ def default_model(environ=None, anchor: str = __file__, argv0: str | None = None
             return os.path.dirname(os.path.abspath(path))
     raise ConfigError(
         "the default model (runfile %s) is not in the runfiles; looked at %s. Run through Bazel with"
-        " data = [\"//tools/checkpoints:synthetic_qwen3\"], or pass --model / ServerConfig(model=...)."
-        % (DEFAULT_MODEL_RUNFILE, ", ".join(candidates)))
+        ' data = ["//tools/checkpoints:synthetic_qwen3"], or pass --model / ServerConfig(model=...).'
+        % (DEFAULT_MODEL_RUNFILE, ", ".join(candidates))
+    )
 
 
 def resolve_model(model: str) -> str:
@@ -251,13 +307,16 @@ def resolve_model(model: str) -> str:
         return default_model()
     if os.path.isdir(model):
         if not os.path.isfile(os.path.join(model, "config.json")):
-            raise ConfigError("--model %s is a directory without config.json, so not a checkpoint: pass the"
-                              " checkpoint dir (the one holding config.json) or its config.json" % model)
+            raise ConfigError(
+                "--model %s is a directory without config.json, so not a checkpoint: pass the"
+                " checkpoint dir (the one holding config.json) or its config.json" % model
+            )
         return os.path.abspath(model)
     if os.path.isfile(model):
         if os.path.basename(model) != "config.json":
-            raise ConfigError("--model %s is a file but not a config.json: pass the checkpoint dir or its"
-                              " config.json" % model)
+            raise ConfigError(
+                "--model %s is a file but not a config.json: pass the checkpoint dir or its config.json" % model
+            )
         return os.path.dirname(os.path.abspath(model))
     # "org/name" is a hub id (served from the HF cache, offline); anything else that looks like a
     # filesystem path is a path that is missing.
@@ -265,7 +324,8 @@ def resolve_model(model: str) -> str:
     if looks_like_path:
         raise ConfigError(
             "model path %r does not exist (cwd %s). Pass a checkpoint dir or its config.json; under Bazel"
-            " add the checkpoint to the target's data and pass its $(rootpath)." % (model, os.getcwd()))
+            " add the checkpoint to the target's data and pass its $(rootpath)." % (model, os.getcwd())
+        )
     return model
 
 
@@ -281,13 +341,15 @@ def validate(config: ServerConfig) -> None:
         raise ConfigError(
             "refusing to serve on non-loopback host %r: the server runs with VLLM_SERVER_DEV_MODE=1, whose"
             " endpoints let anyone who reaches the port reset or reload it. Use 127.0.0.1, or pass"
-            " --allow_non_loopback (ServerConfig.allow_non_loopback=True) on a trusted network."
-            % config.host)
+            " --allow_non_loopback (ServerConfig.allow_non_loopback=True) on a trusted network." % config.host
+        )
     for name in preload_modules(config, []):
         module, colon, function = name.partition(":")
         if not all(part.isidentifier() for part in module.split(".")) or (colon and not function.isidentifier()):
-            raise ConfigError("--zygote_preload: %r is not a module name; give dotted module names, each with an"
-                              " optional :function to call, comma-separated (or auto, or none)" % name)
+            raise ConfigError(
+                "--zygote_preload: %r is not a module name; give dotted module names, each with an"
+                " optional :function to call, comma-separated (or auto, or none)" % name
+            )
     for name, low, high, what in _RANGES:
         if not low <= getattr(config, name) <= high:
             raise ConfigError("--%s=%s is out of range: %s" % (name, getattr(config, name), what))
@@ -303,7 +365,7 @@ _RANGES = (
     ("max_model_len", 1, float("inf"), "give the longest sequence in tokens, >= 1"),
     ("torch_threads", 0, 4096, "give 0 (torch's default) or a thread count"),
     ("gpu_memory_utilization", 1e-9, 1.0, "give a fraction of the device in (0, 1], e.g. 0.05"),
-    ("seed", 0, 2 ** 32 - 1, "give a seed in 0-4294967295"),
+    ("seed", 0, 2**32 - 1, "give a seed in 0-4294967295"),
     ("slots_per_gpu", 1, float("inf"), "give the servers per GPU, >= 1"),
     ("startup_timeout_s", 1e-9, float("inf"), "give the seconds to wait for /health, > 0"),
     ("release_timeout_s", 0, float("inf"), "give the seconds to wait for the GPU memory, >= 0"),
@@ -317,12 +379,21 @@ def _check_writable_dir(name: str, path: str) -> None:
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise ConfigError("--%s=%s cannot be a directory: %s is a file. Pass a directory path." % (
-            name, path, existing))
+        raise ConfigError(
+            "--%s=%s cannot be a directory: %s is a file. Pass a directory path." % (name, path, existing)
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError("--%s=%s is not writable (%s %s). Pass a directory you can write." % (
-            name, path, existing, "is read-only to you" if existing == os.path.abspath(path)
-            else "exists and is read-only to you, so it cannot be created"))
+        raise ConfigError(
+            "--%s=%s is not writable (%s %s). Pass a directory you can write."
+            % (
+                name,
+                path,
+                existing,
+                "is read-only to you"
+                if existing == os.path.abspath(path)
+                else "exists and is read-only to you, so it cannot be created",
+            )
+        )
 
 
 def is_loopback(host: str) -> bool:
@@ -336,15 +407,33 @@ def is_loopback(host: str) -> bool:
 
 def build_command(config: ServerConfig, port, python: str = sys.executable) -> list[str]:
     """The exact argv of the vLLM server."""
-    argv = [python, "-m", VLLM_ENTRYPOINT, "--model", resolve_model(config.model),
-            "--host", config.host, "--port", str(port), "--seed", str(config.seed),
-            "--max-model-len", str(config.max_model_len),
-            # Explicit bytes: --gpu-memory-utilization is a fraction of the whole device, so a second
-            # server on a shared GPU got only what the first left (0.69 GiB).
-            "--kv-cache-memory-bytes", str(config.kv_cache_bytes),
-            "--gpu-memory-utilization", str(config.gpu_memory_utilization),
-            "--enable-sleep-mode", "--enable-server-load-tracking", "--enable-prefix-caching",
-            "--enable-prompt-tokens-details", "--max-num-seqs", "32"]
+    argv = [
+        python,
+        "-m",
+        VLLM_ENTRYPOINT,
+        "--model",
+        resolve_model(config.model),
+        "--host",
+        config.host,
+        "--port",
+        str(port),
+        "--seed",
+        str(config.seed),
+        "--max-model-len",
+        str(config.max_model_len),
+        # Explicit bytes: --gpu-memory-utilization is a fraction of the whole device, so a second
+        # server on a shared GPU got only what the first left (0.69 GiB).
+        "--kv-cache-memory-bytes",
+        str(config.kv_cache_bytes),
+        "--gpu-memory-utilization",
+        str(config.gpu_memory_utilization),
+        "--enable-sleep-mode",
+        "--enable-server-load-tracking",
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--max-num-seqs",
+        "32",
+    ]
     # Stats stay on: the sleep-state gauge lives in /metrics.
     return argv + list(EXECUTION_MODES[config.execution_mode]) + list(config.server_args)
 
@@ -353,31 +442,33 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
     """The server's environment: base_env plus the variables that decide what vLLM builds."""
     env = dict(base_env)
     cache = os.path.abspath(config.cache_dir)
-    env.update({
-        "VLLM_SERVER_DEV_MODE": "1",
-        # Always set, never inherited: unset, vLLM picks V2 for dense models and an MRV1 cell tests MRV2.
-        "VLLM_USE_V2_MODEL_RUNNER": RUNNERS[config.runner],
-        "VLLM_USE_FLASHINFER_SAMPLER": "0",
-        "VLLM_WORKER_MULTIPROC_METHOD": config.mp_method,
-        "VLLM_LOGGING_LEVEL": "INFO",
-        # A dead engine core must show as the API server's 5xx answers, which the suite's oracles judge,
-        # not as a port that closes 5 s later (launcher.py watchdog_loop), which proves nothing.
-        "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        # Importing vLLM's worker imports humming (vllm/utils/import_utils.py has_humming), which then
-        # starts two Python processes, each importing torch, to prebuild kernels for quantised formats
-        # the suite's bf16 model never uses: in every engine core, or, preloaded, in the zygote, whose
-        # forks lose the threads that reap them. With this, humming builds them when first used.
-        "HUMMING_DISABLE_PARALLEL_BUILD": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-        # One shared cache dir so cells after the first do not compile kernels and graphs cold.
-        "VLLM_CACHE_ROOT": os.path.join(cache, "vllm"),
-        "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
-        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
-        "XDG_CACHE_HOME": os.path.join(cache, "xdg"),
-    })
+    env.update(
+        {
+            "VLLM_SERVER_DEV_MODE": "1",
+            # Always set, never inherited: unset, vLLM picks V2 for dense models and an MRV1 cell tests MRV2.
+            "VLLM_USE_V2_MODEL_RUNNER": RUNNERS[config.runner],
+            "VLLM_USE_FLASHINFER_SAMPLER": "0",
+            "VLLM_WORKER_MULTIPROC_METHOD": config.mp_method,
+            "VLLM_LOGGING_LEVEL": "INFO",
+            # A dead engine core must show as the API server's 5xx answers, which the suite's oracles judge,
+            # not as a port that closes 5 s later (launcher.py watchdog_loop), which proves nothing.
+            "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            # Importing vLLM's worker imports humming (vllm/utils/import_utils.py has_humming), which then
+            # starts two Python processes, each importing torch, to prebuild kernels for quantised formats
+            # the suite's bf16 model never uses: in every engine core, or, preloaded, in the zygote, whose
+            # forks lose the threads that reap them. With this, humming builds them when first used.
+            "HUMMING_DISABLE_PARALLEL_BUILD": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+            # One shared cache dir so cells after the first do not compile kernels and graphs cold.
+            "VLLM_CACHE_ROOT": os.path.join(cache, "vllm"),
+            "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+            "XDG_CACHE_HOME": os.path.join(cache, "xdg"),
+        }
+    )
     # The config decides, not a variable the runner's environment left.
     for name in (cpu_use_plugin.ENV_TORCH_THREADS, cpu_use_plugin.ENV_CUDA_SYNC):
         env.pop(name, None)
@@ -419,11 +510,15 @@ def check_importable(python: str, env, module: str = "vllm") -> None:
     import vLLM (which takes ~20 s).
     """
     code = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
-    result = subprocess.run([python, "-c", code, module], env=dict(env), capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run([python, "-c", code, module], env=dict(env), capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
         raise VllmNotFoundError(
             "%s cannot import %s (PYTHONPATH=%r)%s. Run the server with the interpreter that has vLLM"
             " installed (on the GPU runner: --config=gpu), or add vLLM to this interpreter's path."
-            % (python, module, env.get("PYTHONPATH", ""), (": " + result.stderr.strip()) if result.stderr.strip()
-               else ""))
+            % (
+                python,
+                module,
+                env.get("PYTHONPATH", ""),
+                (": " + result.stderr.strip()) if result.stderr.strip() else "",
+            )
+        )

@@ -52,8 +52,11 @@ def visible_gpus(nvml, environ) -> list[str]:
 def owner_description(environ=None) -> str:
     env = os.environ if environ is None else environ
     return "pid=%d target=%s host=%s since=%s" % (
-        os.getpid(), env.get("TEST_TARGET", "(not a bazel test)"), socket.gethostname(),
-        datetime.datetime.now().isoformat(timespec="seconds"))
+        os.getpid(),
+        env.get("TEST_TARGET", "(not a bazel test)"),
+        socket.gethostname(),
+        datetime.datetime.now().isoformat(timespec="seconds"),
+    )
 
 
 def _slot_path(lock_dir: str, gpu: str, slot: int) -> str:
@@ -83,8 +86,14 @@ def holders(lock_dir: str, gpus, slots_per_gpu: int) -> list[str]:
     return lines
 
 
-def acquire(gpus, lock_dir: str, slots_per_gpu: int = 1, timeout_s: float = 600.0, owner: str | None = None,
-            poll_s: float = 0.25) -> Lease:
+def acquire(
+    gpus,
+    lock_dir: str,
+    slots_per_gpu: int = 1,
+    timeout_s: float = 600.0,
+    owner: str | None = None,
+    poll_s: float = 0.25,
+) -> Lease:
     """Takes a free slot, waiting at most timeout_s; raises LeaseTimeoutError naming the holders.
 
     Fails at once if this process holds every slot itself (two servers in one test): nobody else
@@ -105,19 +114,19 @@ def acquire(gpus, lock_dir: str, slots_per_gpu: int = 1, timeout_s: float = 600.
                 os.write(fd, (owner + "\n").encode())
                 waited = time.monotonic() - start
                 log.info("GPU lease: took %s after waiting %.1f s", path, waited)
-                return Lease(gpu=gpu, slot=slot, path=path, fd=fd, waited_s=waited,
-                             exclusive=slots_per_gpu == 1)
+                return Lease(gpu=gpu, slot=slot, path=path, fd=fd, waited_s=waited, exclusive=slots_per_gpu == 1)
         held = holders(lock_dir, gpus, slots_per_gpu)
         if all(" pid=%d " % os.getpid() in line for line in held):
             raise LeaseTimeoutError(
                 "this process already holds every GPU slot (%s), so waiting would never end. Stop the"
-                " other server before starting this one, or raise slots_per_gpu." % "; ".join(held))
+                " other server before starting this one, or raise slots_per_gpu." % "; ".join(held)
+            )
         if time.monotonic() - start >= timeout_s:
             raise LeaseTimeoutError(
                 "no GPU slot became free within %.0f s (GPUs %s, %d slot(s) each, locks in %s). Holders:\n  %s\n"
                 "Wait for those cells, end stale ones, or run fewer at once (--local_test_jobs = GPUs x"
-                " slots_per_gpu)." % (timeout_s, ",".join(gpus), slots_per_gpu, lock_dir,
-                                      "\n  ".join(held)))
+                " slots_per_gpu)." % (timeout_s, ",".join(gpus), slots_per_gpu, lock_dir, "\n  ".join(held))
+            )
         time.sleep(poll_s)  # flock cannot wait on "any of several files"; poll them with a deadline
 
 
@@ -298,9 +307,20 @@ def trace_path(lock_path: str) -> str:
 
 
 def _trace(lock_path: str, kind: str, what: str, asked: float, entered: float) -> None:
-    line = json.dumps({"kind": kind, "what": what or kind, "pid": os.getpid(),
-                       "target": os.environ.get("TEST_TARGET", ""), "asked": round(asked, 4),
-                       "entered": round(entered, 4), "left": round(time.time(), 4)}) + "\n"
+    line = (
+        json.dumps(
+            {
+                "kind": kind,
+                "what": what or kind,
+                "pid": os.getpid(),
+                "target": os.environ.get("TEST_TARGET", ""),
+                "asked": round(asked, 4),
+                "entered": round(entered, 4),
+                "left": round(time.time(), 4),
+            }
+        )
+        + "\n"
+    )
     try:  # one write of an O_APPEND file: the holders' lines do not interleave
         fd = os.open(trace_path(lock_path), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
@@ -325,7 +345,8 @@ def memory_phase_at(path: str, kind: str, timeout_s: float, poll_s: float = 0.01
                 raise LeaseTimeoutError(
                     "memory phase lock %s: no %s phase within %.0f s: other servers on this GPU kept"
                     " starting, waking or sleeping for that long. Check the other cells' logs, or give"
-                    " each cell its own GPU (SLEEPWAKE_SLOTS_PER_GPU=1)." % (path, kind, timeout_s)) from None
+                    " each cell its own GPU (SLEEPWAKE_SLOTS_PER_GPU=1)." % (path, kind, timeout_s)
+                ) from None
             time.sleep(poll_s)  # a bounded wait on several conditions: fcntl can wait on one range only
         for flag in (_FREE_WAITING, _EXCLUSIVE_WAITING):
             _lock_byte(fd, fcntl.F_UNLCK, flag)

@@ -79,5 +79,6 @@ class Server(Protocol):
 class ServerFactory(Protocol):
     """How the suite makes a server: VllmServer(config, lease=True[, environ=...]), not yet started."""
 
-    def __call__(self, config: ServerConfig, lease: bool = False, *,
-                 environ: Mapping[str, str] | None = None) -> Server: ...
+    def __call__(
+        self, config: ServerConfig, lease: bool = False, *, environ: Mapping[str, str] | None = None
+    ) -> Server: ...

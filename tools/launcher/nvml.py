@@ -17,15 +17,17 @@ class Nvml:
             try:
                 import pynvml as lib
             except ImportError as e:
-                raise GpuUnavailableError("NVML bindings are missing (%s): install nvidia-ml-py; %s"
-                                          % (e, GPU_CELL_HINT)) from e
+                raise GpuUnavailableError(
+                    "NVML bindings are missing (%s): install nvidia-ml-py; %s" % (e, GPU_CELL_HINT)
+                ) from e
         self._lib = lib
         try:
             lib.nvmlInit()
             count = lib.nvmlDeviceGetCount()
         except Exception as e:  # pynvml.NVMLError and friends: no driver, no device, no permission
-            raise GpuUnavailableError("NVML is unavailable (%s), so no NVIDIA GPU can be used here: %s"
-                                      % (e, GPU_CELL_HINT)) from e
+            raise GpuUnavailableError(
+                "NVML is unavailable (%s), so no NVIDIA GPU can be used here: %s" % (e, GPU_CELL_HINT)
+            ) from e
         if count == 0:
             raise GpuUnavailableError("NVML sees no NVIDIA GPU: %s" % GPU_CELL_HINT)
 

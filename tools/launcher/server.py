@@ -74,11 +74,13 @@ def check_runner(runner: str, log_text: str) -> None:
         raise ServerStartError(
             "asked for %s (VLLM_USE_V2_MODEL_RUNNER=1) but the log has no %r: vLLM built the V1 runner"
             " (this model or platform may not support V2). The cell would report V1 results as %s;"
-            " check the log for why vLLM fell back." % (name, V2_MARKER, name))
+            " check the log for why vLLM fell back." % (name, V2_MARKER, name)
+        )
     if not want_v2 and built_v2:
         raise ServerStartError(
             "asked for %s (VLLM_USE_V2_MODEL_RUNNER=0) but the log says %r: the variable did not reach"
-            " the server or this vLLM ignores it. The cell would report V2 results as %s." % (name, V2_MARKER, name))
+            " the server or this vLLM ignores it. The cell would report V2 results as %s." % (name, V2_MARKER, name)
+        )
 
 
 def read_log(path: str) -> str:
@@ -93,8 +95,15 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(read_log(path).splitlines()[-lines:])
 
 
-def wait_for_release(nvml: Any, pids: list[int], device_index: int, baseline: int | None, tolerance: int,
-                     timeout_s: float, poll_s: float = 0.25) -> None:
+def wait_for_release(
+    nvml: Any,
+    pids: list[int],
+    device_index: int,
+    baseline: int | None,
+    tolerance: int,
+    timeout_s: float,
+    poll_s: float = 0.25,
+) -> None:
     """Waits until NVML lists none of pids and, when baseline is given (an exclusive lease), the
     device's used memory is within tolerance of it; raises ServerReleaseError with the numbers."""
     deadline = time.monotonic() + timeout_s
@@ -105,22 +114,33 @@ def wait_for_release(nvml: Any, pids: list[int], device_index: int, baseline: in
         if baseline is not None:
             used = nvml.device_used_bytes(device_index)
             if used > baseline + tolerance:
-                over = ("device %d uses %.0f MiB vs %.0f MiB before the server started (tolerance %.0f MiB,"
-                        " %.0f MiB over)" % (device_index, used / _MIB, baseline / _MIB, tolerance / _MIB,
-                                              (used - baseline - tolerance) / _MIB))
+                over = (
+                    "device %d uses %.0f MiB vs %.0f MiB before the server started (tolerance %.0f MiB,"
+                    " %.0f MiB over)"
+                    % (
+                        device_index,
+                        used / _MIB,
+                        baseline / _MIB,
+                        tolerance / _MIB,
+                        (used - baseline - tolerance) / _MIB,
+                    )
+                )
         if not listed and not over:
             return
         if time.monotonic() >= deadline:
             problems = []
             if listed:
-                problems.append("NVML still lists server PIDs %s (MiB: %s)" % (
-                    sorted(listed), {pid: round(b / _MIB) for pid, b in listed.items()}))
+                problems.append(
+                    "NVML still lists server PIDs %s (MiB: %s)"
+                    % (sorted(listed), {pid: round(b / _MIB) for pid, b in listed.items()})
+                )
             if over:
                 problems.append(over)
             raise ServerReleaseError(
                 "GPU memory not released %.0f s after the server stopped: %s. Find the holder with"
                 " nvidia-smi and end it; until then the next cell on this GPU measures wrong numbers."
-                % (timeout_s, "; ".join(problems)))
+                % (timeout_s, "; ".join(problems))
+            )
         time.sleep(poll_s)
 
 
@@ -140,9 +160,15 @@ class VllmServer:
     """One vLLM server. command_factory(config, port) -> argv replaces vLLM's command (tests use a stub
     server with it; the vLLM-importable check runs only for the real command); nvml replaces NVML."""
 
-    def __init__(self, config: ServerConfig, lease: bool = False, *, nvml: Any = None,
-                 command_factory: Callable[[ServerConfig, int], list[str]] | None = None,
-                 environ: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        config: ServerConfig,
+        lease: bool = False,
+        *,
+        nvml: Any = None,
+        command_factory: Callable[[ServerConfig, int], list[str]] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ):
         self.config = config
         self.lease: gpu_lease.Lease | None = None  # once taken
         self.port = 0  # until started; a restart of a server that never started picks a fresh one too
@@ -261,20 +287,28 @@ class VllmServer:
             self.timings.lease_wait_s += self.lease.waited_s
             self.env = build_env(cfg, self._environ, self.lease.gpu)
             if self._brackets_steps():
-                fd, self._cover_path = tempfile.mkstemp(prefix="cover-", suffix=".lock",
-                                                        dir=os.path.dirname(self.lease.path))
+                fd, self._cover_path = tempfile.mkstemp(
+                    prefix="cover-", suffix=".lock", dir=os.path.dirname(self.lease.path)
+                )
                 os.close(fd)
-                self.env.update({
-                    phase_plugin.ENV_LOCK: gpu_lease.memory_lock_path(self.lease),
-                    phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
-                    phase_plugin.ENV_COVER: self._cover_path})
+                self.env.update(
+                    {
+                        phase_plugin.ENV_LOCK: gpu_lease.memory_lock_path(self.lease),
+                        phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
+                        phase_plugin.ENV_COVER: self._cover_path,
+                    }
+                )
         if self._cover_path is not None or cpu_use_env(cfg):  # either plugin has something to do
             self.env["PYTHONPATH"] = os.pathsep.join(p for p in (_PHASE_PLUGIN_DIR, self.env.get("PYTHONPATH")) if p)
         self._device_index = int(self.lease.gpu if self.lease else gpus[0])
-        self._log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
-            prefix="sleepwake-vllm-")
-        for path in [self._log_dir] + [self.env[k] for k in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR",
-                                                             "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")]:
+        self._log_dir = (
+            cfg.log_dir
+            or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+            or tempfile.mkdtemp(prefix="sleepwake-vllm-")
+        )
+        for path in [self._log_dir] + [
+            self.env[k] for k in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")
+        ]:
             os.makedirs(path, exist_ok=True)
         self._prepared = True
 
@@ -302,8 +336,7 @@ class VllmServer:
                 if healthy:
                     break
                 taken.append(port)
-                log.warning("port %d was taken (bind conflict in %s); retrying with a fresh port", port,
-                            self.log_path)
+                log.warning("port %d was taken (bind conflict in %s); retrying with a fresh port", port, self.log_path)
                 port = 0
         elapsed = time.monotonic() - begin
         if steps and len(taken) <= cfg.port_retries:
@@ -313,8 +346,9 @@ class VllmServer:
             raise PortConflictError(
                 "every port tried was already in use (%s; %d retries). Another server is binding ports"
                 " in this range: pass a different --port/ServerConfig.port, or raise port_retries. Last log"
-                " lines of %s:\n%s" % (", ".join(map(str, taken)), cfg.port_retries, self.log_path,
-                                       log_tail(self.log_path)))
+                " lines of %s:\n%s"
+                % (", ".join(map(str, taken)), cfg.port_retries, self.log_path, log_tail(self.log_path))
+            )
         try:
             check_runner(cfg.runner, read_log(self.log_path))
         except ServerStartError as e:
@@ -325,8 +359,7 @@ class VllmServer:
         self.timings.start_cpu_s += self._cpu_at_ready
 
     def _brackets_steps(self) -> bool:
-        return (self.lease is not None and not self.lease.exclusive
-                and self.config.memory_phase_scope == "steps")
+        return self.lease is not None and not self.lease.exclusive and self.config.memory_phase_scope == "steps"
 
     def _check_bracketed_start(self) -> float:
         """Checks that the worker took the ALLOCATE phase around its start-up steps and that nothing
@@ -339,48 +372,70 @@ class VllmServer:
         last = steps[-1]["process_bytes"] if steps else None
         problem = None
         if missing:
-            problem = ("its worker did not bracket %s (the memory-phase plugin %s did not load in the"
-                       " worker's process, or this vLLM renamed the step)" % (", ".join(missing), _PHASE_PLUGIN_DIR))
+            problem = (
+                "its worker did not bracket %s (the memory-phase plugin %s did not load in the"
+                " worker's process, or this vLLM renamed the step)" % (", ".join(missing), _PHASE_PLUGIN_DIR)
+            )
         elif unbracketed_calls:
-            problem = ("its worker does not bracket %s (this vLLM renamed the call, or a plugin replaced it"
-                       " after the start): a neighbour's allocation could land in its sleep"
-                       % ", ".join(unbracketed_calls))
+            problem = (
+                "its worker does not bracket %s (this vLLM renamed the call, or a plugin replaced it"
+                " after the start): a neighbour's allocation could land in its sleep" % ", ".join(unbracketed_calls)
+            )
         elif last is None:
             problem = "NVML gave the worker no figure for its own bytes after %s" % names[-1]
         elif held - last > self.config.unbracketed_bytes_max:
-            problem = ("its processes hold %d MiB at GET /health, %d MiB more than the worker held after its"
-                       " last bracketed step (%s), over unbracketed_bytes_max %d MiB: memory moved outside"
-                       " the steps, where a neighbour's sleep could see it" % (
-                           held // _MIB, (held - last) // _MIB, names[-1], self.config.unbracketed_bytes_max // _MIB))
+            problem = (
+                "its processes hold %d MiB at GET /health, %d MiB more than the worker held after its"
+                " last bracketed step (%s), over unbracketed_bytes_max %d MiB: memory moved outside"
+                " the steps, where a neighbour's sleep could see it"
+                % (held // _MIB, (held - last) // _MIB, names[-1], self.config.unbracketed_bytes_max // _MIB)
+            )
         if problem or last is None:  # (a None last has its problem above)
             self._stop_server(check_release=False)
-            raise ServerStartError("memory_phase_scope steps: %s. Run with SLEEPWAKE_MEMORY_PHASE_SCOPE=start"
-                                   " (the launcher holds the phase for the whole start). Log: %s"
-                                   % (problem, self.log_path))
+            raise ServerStartError(
+                "memory_phase_scope steps: %s. Run with SLEEPWAKE_MEMORY_PHASE_SCOPE=start"
+                " (the launcher holds the phase for the whole start). Log: %s" % (problem, self.log_path)
+            )
         waited = 0.0
         for step in steps:
             self.timings.add_memory_phase(step["waited_s"])
             waited += step["waited_s"]
         with open(self.log_path, "a") as f:
-            f.write("# sleepwake launcher: %d MiB held at GET /health, %d MiB after the last bracketed step\n"
-                    % (held // _MIB, last // _MIB))
+            f.write(
+                "# sleepwake launcher: %d MiB held at GET /health, %d MiB after the last bracketed step\n"
+                % (held // _MIB, last // _MIB)
+            )
         return waited
 
     def _launch(self, port: int) -> None:
         cfg = self.config
         self.port = port
         self.command = list((self._factory or build_command)(cfg, port))
-        fd, self.log_path = tempfile.mkstemp(prefix="vllm-%s-%s-" % (cfg.runner, cfg.execution_mode),
-                                             suffix=".log", dir=self._log_dir)
+        fd, self.log_path = tempfile.mkstemp(
+            prefix="vllm-%s-%s-" % (cfg.runner, cfg.execution_mode), suffix=".log", dir=self._log_dir
+        )
         launched_at = time.time()
         with os.fdopen(fd, "w") as header:
-            header.write("# sleepwake launcher, %s (%s %.3f)\n# argv: %s\n# env changes:\n%s\n" % (
-                time.strftime("%Y-%m-%d %H:%M:%S"), LAUNCH_MARK, launched_at, json.dumps(self.command),
-                "\n".join("#   " + line for line in env_diff(self._environ, self.env))))
+            header.write(
+                "# sleepwake launcher, %s (%s %.3f)\n# argv: %s\n# env changes:\n%s\n"
+                % (
+                    time.strftime("%Y-%m-%d %H:%M:%S"),
+                    LAUNCH_MARK,
+                    launched_at,
+                    json.dumps(self.command),
+                    "\n".join("#   " + line for line in env_diff(self._environ, self.env)),
+                )
+            )
             if self.lease:
                 header.write("# GPU lease: %s (waited %.1f s)\n" % (self.lease.path, self.lease.waited_s))
-        spec = {"argv": self.command, "env": self.env, "cwd": os.getcwd(), "grace_s": cfg.grace_s,
-                "parent_pid": os.getpid(), "parent_start": process_tree.start_time(os.getpid())}
+        spec = {
+            "argv": self.command,
+            "env": self.env,
+            "cwd": os.getcwd(),
+            "grace_s": cfg.grace_s,
+            "parent_pid": os.getpid(),
+            "parent_start": process_tree.start_time(os.getpid()),
+        }
         with open(self.log_path, "ab") as log_file:
             self._sup = self._zygote_supervisor(spec, log_file) if cfg.start_mode != "plain" else None
             if self._sup is None:
@@ -393,17 +448,24 @@ class VllmServer:
             self._sup.stdin.flush()
         if "pid" not in self._read_report(timeout_s=60):
             self._stop_server(check_release=False)
-            raise ServerStartError("the supervisor did not start the server; last log lines of %s:\n%s"
-                                   % (self.log_path, log_tail(self.log_path)))
+            raise ServerStartError(
+                "the supervisor did not start the server; last log lines of %s:\n%s"
+                % (self.log_path, log_tail(self.log_path))
+            )
 
     def _plain_supervisor(self, log_file: IO[bytes]) -> subprocess.Popen:
         sup_env = dict(self._environ)
         sup_env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, sup_env.get("PYTHONPATH")) if p)
         # The supervisor inherits the lease's lock: the slot stays taken until the tree is gone,
         # even if this process dies first.
-        return subprocess.Popen([sys.executable, "-m", "tools.launcher.supervisor"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=log_file, env=sup_env,
-                                pass_fds=(self.lease.fd,) if self.lease else ())
+        return subprocess.Popen(
+            [sys.executable, "-m", "tools.launcher.supervisor"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            env=sup_env,
+            pass_fds=(self.lease.fd,) if self.lease else (),
+        )
 
     def _zygote_supervisor(self, spec: dict, log_file: IO[bytes]) -> zygote_client.ForeignProcess | None:
         """The supervisor forked by the zygote for this server's key, or None (start_mode auto) when
@@ -411,10 +473,16 @@ class VllmServer:
         cfg = self.config
         try:
             sup, key = zygote_client.start_supervisor(
-                spec, log_file.fileno(), self.lease.fd if self.lease else None, lock_dir=cfg.lock_dir,
-                idle_s=cfg.zygote_idle_s, start_timeout_s=cfg.zygote_start_timeout_s,
-                host_idle_s=cfg.zygote_host_idle_s, environ=self._environ,
-                preloads=preload_modules(cfg, spec["argv"]))
+                spec,
+                log_file.fileno(),
+                self.lease.fd if self.lease else None,
+                lock_dir=cfg.lock_dir,
+                idle_s=cfg.zygote_idle_s,
+                start_timeout_s=cfg.zygote_start_timeout_s,
+                host_idle_s=cfg.zygote_host_idle_s,
+                environ=self._environ,
+                preloads=preload_modules(cfg, spec["argv"]),
+            )
         except zygote_client.ZygoteUnavailable as e:
             if cfg.start_mode == "zygote":
                 raise ServerStartError("start_mode zygote: %s" % e) from None
@@ -444,13 +512,18 @@ class VllmServer:
                 raise ServerStartError(
                     "the vLLM server exited during start-up (exit code %s) before GET %s/health answered"
                     " 200. Fix the cause in its log; last %d lines of %s:\n%s"
-                    % (report.get("rc"), self.url, LOG_TAIL_LINES, self.log_path, log_tail(self.log_path)))
+                    % (report.get("rc"), self.url, LOG_TAIL_LINES, self.log_path, log_tail(self.log_path))
+                )
             if _healthy(self.url):
                 if not ports.listening_pids(self.pids(), self.port):
                     # Another server listens on this port (a user's fixed port, or one picked again
                     # before ours bound it): its 200 says nothing about ours. Ours cannot listen there.
-                    log.warning("GET %s/health answered 200, but no process of this server listens on port"
-                                " %d: another server has it", self.url, self.port)
+                    log.warning(
+                        "GET %s/health answered 200, but no process of this server listens on port"
+                        " %d: another server has it",
+                        self.url,
+                        self.port,
+                    )
                     self._stop_server(check_release=False)
                     return False
                 with open(self.log_path, "a") as f:
@@ -462,8 +535,8 @@ class VllmServer:
                     "the vLLM server did not answer GET %s/health with 200 within %.0f s (startup_timeout_s);"
                     " it was stopped. If it was only slow (cold caches, shared CPUs) raise"
                     " SLEEPWAKE_STARTUP_TIMEOUT_S; otherwise see where it hangs. Last %d lines of %s:\n%s"
-                    % (self.url, self.config.startup_timeout_s, LOG_TAIL_LINES, self.log_path,
-                       log_tail(self.log_path)))
+                    % (self.url, self.config.startup_timeout_s, LOG_TAIL_LINES, self.log_path, log_tail(self.log_path))
+                )
             try:
                 self._sup.wait(timeout=self.config.health_poll_s)  # wakes early if the server dies
             except subprocess.TimeoutExpired:
@@ -515,11 +588,19 @@ class VllmServer:
             snap.setdefault(pid, None)
         left = process_tree.wait_gone(snap, 5.0)
         if left:
-            raise ServerReleaseError("server processes survived the teardown: %s. End them (kill -9) before"
-                                     " the next cell uses this GPU; log: %s" % (sorted(left), self.log_path))
+            raise ServerReleaseError(
+                "server processes survived the teardown: %s. End them (kill -9) before"
+                " the next cell uses this GPU; log: %s" % (sorted(left), self.log_path)
+            )
         if check_release:
-            wait_for_release(self._nvml, list(snap), self._device_index, self._baseline,
-                             self.config.release_tolerance_bytes, self.config.release_timeout_s)
+            wait_for_release(
+                self._nvml,
+                list(snap),
+                self._device_index,
+                self._baseline,
+                self.config.release_tolerance_bytes,
+                self.config.release_timeout_s,
+            )
         return report
 
     def _count_bracketed_calls(self) -> None:

@@ -62,20 +62,23 @@ def automatic_slots(free_bytes: int, cores: int, gpus: int) -> tuple[int, str]:
     by_memory = free_bytes // (GIB_PER_CELL * GIB)
     by_cores = int(cores * CELLS_PER_CORE) // gpus
     slots = max(1, min(by_memory, by_cores, MAX_SLOTS))
-    return slots, (f"min({free_bytes / GIB:.0f} GiB free / {GIB_PER_CELL} GiB per cell = {by_memory},"
-                   f" {cores} cores x {CELLS_PER_CORE} cells per core / {gpus} GPU(s) = {by_cores},"
-                   f" cap {MAX_SLOTS})")
+    return slots, (
+        f"min({free_bytes / GIB:.0f} GiB free / {GIB_PER_CELL} GiB per cell = {by_memory},"
+        f" {cores} cores x {CELLS_PER_CORE} cells per core / {gpus} GPU(s) = {by_cores},"
+        f" cap {MAX_SLOTS})"
+    )
 
 
 def plan(gpus: list[Gpu], environ, cores: int) -> tuple[list[Gpu], int, str]:
     """(the GPUs given to this runner, slots per GPU, why) ; raises GpuUnavailableError or ValueError."""
-    given = [gpus[i] for i in visible_devices.resolve(environ.get("CUDA_VISIBLE_DEVICES"),
-                                                      [gpu.uuid for gpu in gpus])]
+    given = [gpus[i] for i in visible_devices.resolve(environ.get("CUDA_VISIBLE_DEVICES"), [gpu.uuid for gpu in gpus])]
     override = environ.get("SLEEPWAKE_SLOTS_PER_GPU")
     if override is not None:
         if not override.strip().isdigit() or int(override) < 1:
-            raise ValueError(f"SLEEPWAKE_SLOTS_PER_GPU={override!r} is not a whole number >= 1; set it to"
-                             " the cells per GPU you want, or unset it to size them automatically")
+            raise ValueError(
+                f"SLEEPWAKE_SLOTS_PER_GPU={override!r} is not a whole number >= 1; set it to"
+                " the cells per GPU you want, or unset it to size them automatically"
+            )
         return given, int(override), "SLEEPWAKE_SLOTS_PER_GPU"
     # Every GPU gets the same number of slots (gpu_lease): size them for the emptiest.
     slots, why = automatic_slots(min(gpu.free_bytes for gpu in given), cores, len(given))
@@ -88,8 +91,10 @@ def query_gpus() -> list[Gpu]:
     except FileNotFoundError:
         raise GpuUnavailableError("nvidia-smi is not installed, so this host has no usable NVIDIA GPU") from None
     if result.returncode != 0:
-        raise GpuUnavailableError("nvidia-smi failed (exit %d: %s)" % (
-            result.returncode, (result.stderr or result.stdout).strip().splitlines()[-1:]))
+        raise GpuUnavailableError(
+            "nvidia-smi failed (exit %d: %s)"
+            % (result.returncode, (result.stderr or result.stdout).strip().splitlines()[-1:])
+        )
     return parse_query(result.stdout)
 
 
@@ -99,8 +104,10 @@ def main() -> int:
     except (GpuUnavailableError, ValueError) as e:
         print(f"slots: {e}", file=sys.stderr)
         return 2
-    print(f"slots: GPUs {','.join(str(gpu.index) for gpu in gpus)} (NVML indices) x {slots} slot(s) per"
-          f" GPU ({why})", file=sys.stderr)
+    print(
+        f"slots: GPUs {','.join(str(gpu.index) for gpu in gpus)} (NVML indices) x {slots} slot(s) per GPU ({why})",
+        file=sys.stderr,
+    )
     print(len(gpus), slots)
     return 0
 

@@ -85,9 +85,16 @@ class _Reaper:
 
 def _launch_popen(spec: dict):
     """The plain path: exec the server's argv in a new session, dying with this process."""
-    return subprocess.Popen(spec["argv"], env=spec["env"], cwd=spec.get("cwd"), stdin=subprocess.DEVNULL,
-                            stdout=sys.stderr.fileno(), stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+    return subprocess.Popen(
+        spec["argv"],
+        env=spec["env"],
+        cwd=spec.get("cwd"),
+        stdin=subprocess.DEVNULL,
+        stdout=sys.stderr.fileno(),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
 
 
 def main() -> int:
@@ -119,8 +126,11 @@ def supervise(spec: dict, launch, test_gone_fd: int | None = None) -> int:
             continue
         if 0 in readable:
             line = _read_line(0).strip()
-            reasons.append({b"stop": "asked to stop", b"stop fast": "asked to stop fast"}.get(
-                line, "test process gone (pipe closed)"))
+            reasons.append(
+                {b"stop": "asked to stop", b"stop fast": "asked to stop fast"}.get(
+                    line, "test process gone (pipe closed)"
+                )
+            )
         elif readable:
             reasons.append("test process gone (pidfd)")
         reap()

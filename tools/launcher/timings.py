@@ -33,6 +33,7 @@ class ServerTimings:
 
     def as_record(self) -> dict:
         record = {k: round(v, 3) if isinstance(v, float) else v for k, v in dataclasses.asdict(self).items()}
-        record["cpu_by_thread"] = {k: {"cpu_s": round(g["cpu_s"], 2), "threads": g["threads"]}
-                                   for k, g in self.cpu_by_thread.items()}
+        record["cpu_by_thread"] = {
+            k: {"cpu_s": round(g["cpu_s"], 2), "threads": g["threads"]} for k, g in self.cpu_by_thread.items()
+        }
         return record

@@ -90,8 +90,9 @@ def recv(sock: socket.socket, timeout_s: float) -> tuple[dict, list[int]]:
     try:
         while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
             if len(data) >= _HEADER.size and _HEADER.unpack_from(data)[0] > MAX_MESSAGE:
-                raise ProtocolError("message of %d bytes announced; at most %d" % (
-                    _HEADER.unpack_from(data)[0], MAX_MESSAGE))
+                raise ProtocolError(
+                    "message of %d bytes announced; at most %d" % (_HEADER.unpack_from(data)[0], MAX_MESSAGE)
+                )
             wait_readable()
             chunk, new_fds, _, _ = socket.recv_fds(sock, 65536, MAX_FDS)
             fds.extend(new_fds)
@@ -100,7 +101,7 @@ def recv(sock: socket.socket, timeout_s: float) -> tuple[dict, list[int]]:
             data += chunk
         length = _HEADER.unpack_from(data)[0]
         try:
-            message = json.loads(data[_HEADER.size:_HEADER.size + length])
+            message = json.loads(data[_HEADER.size : _HEADER.size + length])
         except ValueError as e:
             raise ProtocolError("the message is not JSON: %s" % e) from None
         if not isinstance(message, dict):

@@ -18,18 +18,21 @@ def _index_of(entry: str, uuids: list[str]) -> int:
         if not 0 <= index < len(uuids):
             raise GpuUnavailableError(
                 "CUDA_VISIBLE_DEVICES entry %r is not a GPU of this host: NVML lists %d (indices 0-%d)."
-                " Set it to GPUs this runner has, or unset it to use all of them." % (
-                    entry, len(uuids), len(uuids) - 1))
+                " Set it to GPUs this runner has, or unset it to use all of them." % (entry, len(uuids), len(uuids) - 1)
+            )
         return index
     if entry.startswith("MIG-"):
-        raise GpuUnavailableError("CUDA_VISIBLE_DEVICES entry %r is a MIG instance; the matrix leases whole"
-                                  " GPUs: give GPU indices or GPU UUIDs." % entry)
+        raise GpuUnavailableError(
+            "CUDA_VISIBLE_DEVICES entry %r is a MIG instance; the matrix leases whole"
+            " GPUs: give GPU indices or GPU UUIDs." % entry
+        )
     matches = [index for index, uuid in enumerate(uuids) if uuid.startswith(entry)]
     if len(matches) != 1:
         raise GpuUnavailableError(
             "CUDA_VISIBLE_DEVICES entry %r %s of this host's GPUs (%s). Give an index or a GPU UUID as"
-            " `nvidia-smi -L` prints it." % (entry, "matches none" if not matches else "matches several",
-                                              ", ".join(uuids)))
+            " `nvidia-smi -L` prints it."
+            % (entry, "matches none" if not matches else "matches several", ", ".join(uuids))
+        )
     return matches[0]
 
 
@@ -45,10 +48,10 @@ def resolve(listed: str | None, uuids: list[str]) -> list[int]:
         return list(range(len(uuids)))
     entries = [entry.strip() for entry in listed.split(",") if entry.strip()]
     if not entries:
-        raise GpuUnavailableError("CUDA_VISIBLE_DEVICES is set but empty, so no GPU is visible: %s"
-                                  % GPU_CELL_HINT)
+        raise GpuUnavailableError("CUDA_VISIBLE_DEVICES is set but empty, so no GPU is visible: %s" % GPU_CELL_HINT)
     indices = [_index_of(entry, uuids) for entry in entries]
     if len(set(indices)) != len(indices):
-        raise GpuUnavailableError("CUDA_VISIBLE_DEVICES=%s names a GPU twice (NVML indices %s); list each"
-                                  " GPU once." % (listed, indices))
+        raise GpuUnavailableError(
+            "CUDA_VISIBLE_DEVICES=%s names a GPU twice (NVML indices %s); list each GPU once." % (listed, indices)
+        )
     return indices

@@ -1,7 +1,7 @@
 """Serves one vLLM server the way the sleepwake suite starts it, in the foreground until Ctrl-C.
 
-    bazel run //tools/launcher:vllm_server -- --runner=mrv2 --execution_mode=graph
-    bazel run //tools/launcher:vllm_server -- --dry_run     # print the command and env, start nothing
+bazel run //tools/launcher:vllm_server -- --runner=mrv2 --execution_mode=graph
+bazel run //tools/launcher:vllm_server -- --dry_run     # print the command and env, start nothing
 """
 
 from __future__ import annotations
@@ -45,8 +45,12 @@ def _define_setting_flags() -> None:
 
 _define_setting_flags()
 flags.DEFINE_bool("lease", False, "Take a GPU slot (flock in --lock_dir) and pin the server to that GPU.")
-flags.DEFINE_bool("check", False, "Start, wait until healthy, verify the runner vLLM built, stop, verify the GPU"
-                  " memory was released, then exit 0 (non-zero on any failure): a smoke test of a runner.")
+flags.DEFINE_bool(
+    "check",
+    False,
+    "Start, wait until healthy, verify the runner vLLM built, stop, verify the GPU"
+    " memory was released, then exit 0 (non-zero on any failure): a smoke test of a runner.",
+)
 flags.DEFINE_bool("dry_run", False, "Print the command and the environment changes, then exit; starts nothing.")
 
 FLAGS = flags.FLAGS
@@ -54,8 +58,11 @@ FLAGS = flags.FLAGS
 
 def config_from_flags(environ=None) -> ServerConfig:
     """SLEEPWAKE_<NAME> variables, then the flags given on the command line."""
-    given = {f.name: FLAGS[config_lib.flag_name(f)].value for f in config_lib.settings()
-             if FLAGS[config_lib.flag_name(f)].present}
+    given = {
+        f.name: FLAGS[config_lib.flag_name(f)].value
+        for f in config_lib.settings()
+        if FLAGS[config_lib.flag_name(f)].present
+    }
     if given.get("log_dir") == "":
         given.pop("log_dir")
     return ServerConfig.from_env(environ=os.environ if environ is None else environ, **given)
@@ -67,7 +74,9 @@ def dry_run(cfg: ServerConfig, environ) -> str:
     lease = "<the leased GPU>" if FLAGS.lease else None
     env = config_lib.build_env(cfg, environ, lease)
     return "command:\n  %s\nenvironment changes:\n%s" % (
-        shlex.join(argv), "\n".join("  " + line for line in config_lib.env_diff(environ, env)))
+        shlex.join(argv),
+        "\n".join("  " + line for line in config_lib.env_diff(environ, env)),
+    )
 
 
 def _interrupt(signum, frame):
@@ -82,12 +91,15 @@ def serve(cfg: ServerConfig, make_server=VllmServer) -> int:
     """Starts the server, then stops it on Ctrl-C/SIGTERM (or at once with --check); returns the exit code."""
     started = time.monotonic()
     with make_server(cfg, FLAGS.lease) as server:
-        print("vLLM server ready at %s (%.1f s, %s start)\n  command: %s\n  log: %s" % (
-            server.url, time.monotonic() - started, server.start_mode, shlex.join(server.command),
-            server.log_path), flush=True)
+        print(
+            "vLLM server ready at %s (%.1f s, %s start)\n  command: %s\n  log: %s"
+            % (server.url, time.monotonic() - started, server.start_mode, shlex.join(server.command), server.log_path),
+            flush=True,
+        )
         if FLAGS.check:
-            print("check: runner %s verified, %d GPU bytes held; stopping" % (cfg.runner, server.gpu_bytes()),
-                  flush=True)
+            print(
+                "check: runner %s verified, %d GPU bytes held; stopping" % (cfg.runner, server.gpu_bytes()), flush=True
+            )
         else:
             print("Ctrl-C stops it.", flush=True)
             try:
@@ -104,8 +116,7 @@ def serve(cfg: ServerConfig, make_server=VllmServer) -> int:
 def main(argv, make_server=VllmServer) -> int:
     """make_server(config, lease) -> a VllmServer; tests pass one running a stub server."""
     if len(argv) > 1:
-        print("error: unexpected arguments %s; pass server arguments with --server_arg=..." % argv[1:],
-              file=sys.stderr)
+        print("error: unexpected arguments %s; pass server arguments with --server_arg=..." % argv[1:], file=sys.stderr)
         return 2
     try:
         cfg = config_from_flags()

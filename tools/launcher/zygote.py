@@ -73,8 +73,10 @@ _PLUMBING = ("os", "_collections_abc", "posixpath", "genericpath")
 
 def _caller() -> str:
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None and (os.path.basename(frame.f_code.co_filename)[:-3] in _PLUMBING
-                                 or frame.f_code.co_filename.strip("<>").split(" ")[-1] in _PLUMBING):
+    while frame is not None and (
+        os.path.basename(frame.f_code.co_filename)[:-3] in _PLUMBING
+        or frame.f_code.co_filename.strip("<>").split(" ")[-1] in _PLUMBING
+    ):
         frame = frame.f_back
     return "%s:%d" % (frame.f_code.co_filename, frame.f_lineno) if frame else "?"
 
@@ -176,6 +178,7 @@ class Refusal:
 @dataclasses.dataclass
 class Zygote:
     """What a fork is checked against: the imported module and the state the import left."""
+
     module: str
     key: str
     python: str
@@ -196,27 +199,39 @@ class Zygote:
         if message.get("key") != self.key:
             return Refusal("this zygote serves key %s, the request is for %s" % (self.key, message.get("key")))
         if module_files_state(self.module, *self.preloaded) != self.files:
-            return Refusal("the files of %s%s changed since this zygote imported it (reinstalled?); a new"
-                           " zygote imports them again" % (self.module, " or of its preloads" if self.preloaded
-                                                           else ""), stale=True)
+            return Refusal(
+                "the files of %s%s changed since this zygote imported it (reinstalled?); a new"
+                " zygote imports them again" % (self.module, " or of its preloads" if self.preloaded else ""),
+                stale=True,
+            )
         if self.unsafe_reads:
-            return Refusal("importing %s%s reads per-server variables, which would keep this zygote's values"
-                           " in every server: %s. Key the zygote on them (zygote_env.PER_SERVER_*) or list"
-                           " why they are harmless in zygote_env.IMPORT_SAFE" % (
-                               self.module, " and its preloads" if self.preloaded else "", ", ".join(
-                                   "%s (%s)" % (name, sites[0]) for name, sites in sorted(self.unsafe_reads.items()))))
+            return Refusal(
+                "importing %s%s reads per-server variables, which would keep this zygote's values"
+                " in every server: %s. Key the zygote on them (zygote_env.PER_SERVER_*) or list"
+                " why they are harmless in zygote_env.IMPORT_SAFE"
+                % (
+                    self.module,
+                    " and its preloads" if self.preloaded else "",
+                    ", ".join("%s (%s)" % (name, sites[0]) for name, sites in sorted(self.unsafe_reads.items())),
+                )
+            )
         if self.cuda_initialized():
             return Refusal("CUDA is initialised in the zygote; a forked child cannot use it")
         spec = message.get("spec") or {}
         argv = spec.get("argv") or []
-        if len(argv) < 3 or argv[1:3] != ["-m", self.module] or os.path.realpath(argv[0]) != os.path.realpath(
-                self.python):
-            return Refusal("this zygote runs `%s -m %s`, the request's argv starts %s" % (
-                self.python, self.module, argv[:3]))
+        if (
+            len(argv) < 3
+            or argv[1:3] != ["-m", self.module]
+            or os.path.realpath(argv[0]) != os.path.realpath(self.python)
+        ):
+            return Refusal(
+                "this zygote runs `%s -m %s`, the request's argv starts %s" % (self.python, self.module, argv[:3])
+            )
         shadows = self.shadowed(spec)
         if shadows:
-            return Refusal("per-server sys.path entries would shadow modules the zygote already imported: %s"
-                           % "; ".join(shadows))
+            return Refusal(
+                "per-server sys.path entries would shadow modules the zygote already imported: %s" % "; ".join(shadows)
+            )
         return None
 
     def server_path(self, spec: dict) -> list:
@@ -251,8 +266,9 @@ def _loaded_top_level() -> dict:
         path = getattr(mod, "__file__", None)
         if not path:
             continue
-        entry = os.path.dirname(os.path.dirname(path)) if os.path.basename(path) == "__init__.py" \
-            else os.path.dirname(path)
+        entry = (
+            os.path.dirname(os.path.dirname(path)) if os.path.basename(path) == "__init__.py" else os.path.dirname(path)
+        )
         out[name] = os.path.abspath(entry)
     return out
 
@@ -292,8 +308,10 @@ def _preload(modules) -> tuple:
                 getattr(loaded, function)()
             out.append(name)
         except (Exception, SystemExit) as e:
-            _say("preload %s failed, left to the server: %s: %s" % (
-                name, type(e).__name__, (str(e).strip().splitlines() or [""])[0]))
+            _say(
+                "preload %s failed, left to the server: %s: %s"
+                % (name, type(e).__name__, (str(e).strip().splitlines() or [""])[0])
+            )
     return tuple(out)
 
 
@@ -334,26 +352,48 @@ def import_module(module: str, preloads=()) -> Zygote:
         per_server[name] = sorted(set(per_server.get(name, [])) | set(sites))
     unsafe = {n: s for n, s in per_server.items() if n not in zygote_env.IMPORT_SAFE}
     key_path = [os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-    _say("imported %s in %.1f s%s; per-server variables read at import: %s; CUDA initialised: %s; threads: %d"
-         " Python, %d native; %d objects frozen for the forks' collections" % (
-             module, imported - start, ", then %d of %d preload(s) in %.1f s" % (
-                 len(preloaded), len(preloads), time.monotonic() - imported) if preloads else "",
-             sorted(per_server) or "none", cuda_initialized(), threading.active_count(),
-             len(os.listdir("/proc/self/task")), frozen))
+    _say(
+        "imported %s in %.1f s%s; per-server variables read at import: %s; CUDA initialised: %s; threads: %d"
+        " Python, %d native; %d objects frozen for the forks' collections"
+        % (
+            module,
+            imported - start,
+            ", then %d of %d preload(s) in %.1f s" % (len(preloaded), len(preloads), time.monotonic() - imported)
+            if preloads
+            else "",
+            sorted(per_server) or "none",
+            cuda_initialized(),
+            threading.active_count(),
+            len(os.listdir("/proc/self/task")),
+            frozen,
+        )
+    )
     # IMPORT_SAFE says why a read is harmless at the sites it names; the preloads' sites are new ones.
     if preload_sites:
-        _say("per-server variables the preloads read: %s" % ", ".join(
-            "%s (%s)" % (name, "; ".join(sites)) for name, sites in sorted(preload_sites.items())))
+        _say(
+            "per-server variables the preloads read: %s"
+            % ", ".join("%s (%s)" % (name, "; ".join(sites)) for name, sites in sorted(preload_sites.items()))
+        )
     if unsafe:
         _say("refusing every fork: %s" % unsafe)
-    return Zygote(module=module, key="", python=sys.executable, key_pythonpath=key_path,
-                  site_path=[os.path.abspath(p) for p in sys.path if p and os.path.abspath(p) not in key_path],
-                  files=module_files_state(module, *preloaded), unsafe_reads=unsafe, loaded=_loaded_top_level(),
-                  import_fds=import_fds, preloaded=preloaded, pid=os.getpid(),
-                  own_children=frozenset(process_tree.children(os.getpid())))
+    return Zygote(
+        module=module,
+        key="",
+        python=sys.executable,
+        key_pythonpath=key_path,
+        site_path=[os.path.abspath(p) for p in sys.path if p and os.path.abspath(p) not in key_path],
+        files=module_files_state(module, *preloaded),
+        unsafe_reads=unsafe,
+        loaded=_loaded_top_level(),
+        import_fds=import_fds,
+        preloaded=preloaded,
+        pid=os.getpid(),
+        own_children=frozenset(process_tree.children(os.getpid())),
+    )
 
 
 # -- the forked server ------------------------------------------------------------------------------
+
 
 class ForkedServer:
     """The supervisor's handle on a server it forked (the _Reaper sets returncode)."""
@@ -407,6 +447,7 @@ def _become_server(zygote: Zygote, spec: dict, supervisor_pid: int) -> None:
     sys.path[:] = zygote.server_path(spec)
     importlib.invalidate_caches()
     import tempfile
+
     tempfile.tempdir = None  # gettempdir() caches; this server's TMPDIR decides again
     sys.argv[:] = ["-m"] + list(spec["argv"][3:])
 
@@ -459,19 +500,29 @@ def _become_supervisor(zygote: Zygote, spec: dict, fds: list) -> int:
     if test_gone is None:
         supervisor._say("the test process was gone before the server started; not starting it")
         return 1
-    supervisor._say("forked by zygote %d (key %s): the server skips importing %s"
-                    % (os.getppid(), zygote.key, zygote.module))
+    supervisor._say(
+        "forked by zygote %d (key %s): the server skips importing %s" % (os.getppid(), zygote.key, zygote.module)
+    )
     return supervisor.supervise(spec, lambda s: _fork_server(zygote, s), test_gone_fd=test_gone)
 
 
 # -- the zygote's loop ------------------------------------------------------------------------------
 
+
 def _handle(zygote: Zygote, conn: socket.socket, message: dict, fds: list):
     """Answers one request; in a forked child returns the supervisor's work, else None."""
     op = message.get("op")
     if op == "ping":
-        unix_socket.send(conn, {"ok": True, "pid": os.getpid(), "key": zygote.key, "module": zygote.module,
-                                "preloaded": list(zygote.preloaded)})
+        unix_socket.send(
+            conn,
+            {
+                "ok": True,
+                "pid": os.getpid(),
+                "key": zygote.key,
+                "module": zygote.module,
+                "preloaded": list(zygote.preloaded),
+            },
+        )
         return None
     if op != "fork":
         unix_socket.send(conn, {"ok": False, "error": "unknown op %r" % op})
@@ -554,17 +605,26 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to serve on.")
     parser.add_argument("--module", required=True, help="The server module to import and run as __main__.")
-    parser.add_argument("--preload", action="append", default=[], metavar="MODULE[:FUNCTION]", help="Also import"
-                        " MODULE after --module (repeatable): a module every server imports only later (vLLM's"
-                        " engine core imports its worker and model after the fork), which each then has already;"
-                        " with :FUNCTION also call MODULE.FUNCTION(), a cached computation each server would"
-                        " repeat. Its environment reads and CUDA count as --module's; if it fails, the zygote logs"
-                        " it and serves, and the server does it itself.")
+    parser.add_argument(
+        "--preload",
+        action="append",
+        default=[],
+        metavar="MODULE[:FUNCTION]",
+        help="Also import"
+        " MODULE after --module (repeatable): a module every server imports only later (vLLM's"
+        " engine core imports its worker and model after the fork), which each then has already;"
+        " with :FUNCTION also call MODULE.FUNCTION(), a cached computation each server would"
+        " repeat. Its environment reads and CUDA count as --module's; if it fails, the zygote logs"
+        " it and serves, and the server does it itself.",
+    )
     parser.add_argument("--key", required=True, help="The key (zygote_env.zygote_key) requests must carry.")
-    parser.add_argument("--idle_s", type=float, default=60.0, help="Exit after this long without a request"
-                        " (0: never).")
-    parser.add_argument("--ready_fd", type=int, required=True, help="Descriptor to write one JSON line to"
-                        " once serving (or failing), then close.")
+    parser.add_argument("--idle_s", type=float, default=60.0, help="Exit after this long without a request (0: never).")
+    parser.add_argument(
+        "--ready_fd",
+        type=int,
+        required=True,
+        help="Descriptor to write one JSON line to once serving (or failing), then close.",
+    )
     args = parser.parse_args(argv)
     # `python -m` put the cwd first on sys.path; a server's own cwd replaces it in the fork.
     if sys.path and sys.path[0] == os.getcwd():
@@ -575,8 +635,10 @@ def main(argv=None) -> int:
         zygote.key, zygote.socket_path = args.key, args.socket
         supervisor.prctl(supervisor.PR_SET_CHILD_SUBREAPER, 1)  # see "Orphans" above
         if zygote.cuda_initialized():
-            raise RuntimeError("importing %s%s initialised CUDA; forked servers could not use it" % (
-                args.module, " and its preloads" if args.preload else ""))
+            raise RuntimeError(
+                "importing %s%s initialised CUDA; forked servers could not use it"
+                % (args.module, " and its preloads" if args.preload else "")
+            )
         listener = unix_socket.listen(args.socket)
     except BaseException as e:
         traceback.print_exc()

@@ -42,9 +42,15 @@ def start_host(lock_dir: str, idle_s: float, environ) -> subprocess.Popen:
     os.makedirs(lock_dir, exist_ok=True)
     env = {"PATH": environ.get("PATH", os.defpath), "PYTHONPATH": ROOT}
     with open(os.path.join(lock_dir, zygote_host.HOST_LOG), "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tools.launcher.zygote_host", "--lock_dir", lock_dir,
-                                 "--idle_s", str(idle_s)], env=env, cwd="/", stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.launcher.zygote_host", "--lock_dir", lock_dir, "--idle_s", str(idle_s)],
+            env=env,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     _hosts_started.append(proc)
     return proc
 
@@ -60,7 +66,8 @@ def _connect_host(lock_dir: str, environ, host_idle_s: float):
             "no zygote host serves %s, and this process runs inside a Bazel test, where a host it started"
             " would be killed with the test (Bazel's process-wrapper reaps what a test leaves) and take"
             " other cells' servers with it; start one outside Bazel first (tools/run_matrix.sh does):"
-            " PYTHONPATH=%s python3 -m tools.launcher.zygote_host --lock_dir %s" % (lock_dir, ROOT, lock_dir))
+            " PYTHONPATH=%s python3 -m tools.launcher.zygote_host --lock_dir %s" % (lock_dir, ROOT, lock_dir)
+        )
     start_host(lock_dir, host_idle_s, environ)
     deadline = time.monotonic() + HOST_START_TIMEOUT_S
     while True:
@@ -68,9 +75,10 @@ def _connect_host(lock_dir: str, environ, host_idle_s: float):
             return unix_socket.connect(path, HOST_START_TIMEOUT_S)
         except (FileNotFoundError, ConnectionRefusedError):
             if time.monotonic() >= deadline:
-                raise ZygoteUnavailable("started a zygote host for %s but it did not listen within %.0f s; see %s"
-                                        % (lock_dir, HOST_START_TIMEOUT_S,
-                                           os.path.join(lock_dir, zygote_host.HOST_LOG))) from None
+                raise ZygoteUnavailable(
+                    "started a zygote host for %s but it did not listen within %.0f s; see %s"
+                    % (lock_dir, HOST_START_TIMEOUT_S, os.path.join(lock_dir, zygote_host.HOST_LOG))
+                ) from None
             time.sleep(0.05)  # the host binds within ~0.1 s of starting; connect() cannot wait for a path
 
 
@@ -83,8 +91,9 @@ def _zygote_socket(lock_dir: str, request: dict, environ, host_idle_s: float) ->
         except OSError as e:
             raise ZygoteUnavailable("the zygote host at %s did not answer: %s" % (lock_dir, e)) from None
     if not reply.get("ok"):
-        raise ZygoteUnavailable("the zygote host could not start a zygote for %s: %s"
-                                % (request["module"], reply.get("error")))
+        raise ZygoteUnavailable(
+            "the zygote host could not start a zygote for %s: %s" % (request["module"], reply.get("error"))
+        )
     return reply["socket"]
 
 
@@ -129,8 +138,18 @@ class ForeignProcess:
         return self.returncode
 
 
-def start_supervisor(spec: dict, log_fd: int, lease_fd: int | None, *, lock_dir: str, idle_s: float,
-                     start_timeout_s: float, host_idle_s: float, environ, preloads=()) -> tuple[ForeignProcess, str]:
+def start_supervisor(
+    spec: dict,
+    log_fd: int,
+    lease_fd: int | None,
+    *,
+    lock_dir: str,
+    idle_s: float,
+    start_timeout_s: float,
+    host_idle_s: float,
+    environ,
+    preloads=(),
+) -> tuple[ForeignProcess, str]:
     """Has the zygote for spec's `python -m module` (that also imported preloads) fork a supervisor
     running spec; returns it and the zygote's key. Raises ZygoteUnavailable with the reason when that
     cannot be done."""
@@ -138,11 +157,21 @@ def start_supervisor(spec: dict, log_fd: int, lease_fd: int | None, *, lock_dir:
     if len(argv) < 3 or argv[1] != "-m":
         raise ZygoteUnavailable("the server command is not `python -m module ...` (%s)" % argv[:3])
     if not hasattr(os, "pidfd_open"):
-        raise ZygoteUnavailable("this Python (%s) has no os.pidfd_open (Linux >= 5.3, Python >= 3.9)"
-                                % sys.version.split()[0])
+        raise ZygoteUnavailable(
+            "this Python (%s) has no os.pidfd_open (Linux >= 5.3, Python >= 3.9)" % sys.version.split()[0]
+        )
     key, env = zygote_env.zygote_key(argv[0], argv[2], spec["env"], code_digest(), preloads)
-    request = {"op": "zygote", "key": key, "python": argv[0], "module": argv[2], "preloads": list(preloads),
-               "env": env, "code_root": ROOT, "idle_s": idle_s, "start_timeout_s": start_timeout_s}
+    request = {
+        "op": "zygote",
+        "key": key,
+        "python": argv[0],
+        "module": argv[2],
+        "preloads": list(preloads),
+        "env": env,
+        "code_root": ROOT,
+        "idle_s": idle_s,
+        "start_timeout_s": start_timeout_s,
+    }
     problems = []
     for _ in range(ATTEMPTS):
         path = _zygote_socket(lock_dir, request, environ, host_idle_s)
@@ -160,8 +189,9 @@ def start_supervisor(spec: dict, log_fd: int, lease_fd: int | None, *, lock_dir:
             os.close(ctl_read)
             os.close(report_write)
         if reply.get("ok"):
-            return ForeignProcess(reply["pid"], reply.get("start"), os.fdopen(ctl_write, "wb"),
-                                  os.fdopen(report_read, "rb")), key
+            return ForeignProcess(
+                reply["pid"], reply.get("start"), os.fdopen(ctl_write, "wb"), os.fdopen(report_read, "rb")
+            ), key
         os.close(ctl_write)
         os.close(report_read)
         if reply and not reply.get("stale"):

@@ -24,12 +24,26 @@ import json
 import os
 
 PROTOCOL = 1
-PER_SERVER_NAMES = frozenset({
-    "CUDA_VISIBLE_DEVICES", "VLLM_USE_V2_MODEL_RUNNER", "PYTHONPATH",
-    # What Bazel and pytest set per test, and the shell's bookkeeping.
-    "HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD", "SHLVL", "_", "XML_OUTPUT_FILE",
-    "TESTBRIDGE_TEST_ONLY", "JAVA_RUNFILES", "PYTHON_RUNFILES",
-})
+PER_SERVER_NAMES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "VLLM_USE_V2_MODEL_RUNNER",
+        "PYTHONPATH",
+        # What Bazel and pytest set per test, and the shell's bookkeeping.
+        "HOME",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+        "XML_OUTPUT_FILE",
+        "TESTBRIDGE_TEST_ONLY",
+        "JAVA_RUNFILES",
+        "PYTHON_RUNFILES",
+    }
+)
 PER_SERVER_PREFIXES = ("SLEEPWAKE_", "TEST_", "RUNFILES_", "PYTEST_", "GTEST_", "BUILD_")
 # Directories private to one test: PYTHONPATH entries inside them are per-server additions.
 PER_TEST_DIR_VARS = ("TEST_SRCDIR", "RUNFILES_DIR", "PYTHON_RUNFILES", "JAVA_RUNFILES", "TEST_TMPDIR")
@@ -37,9 +51,11 @@ PER_TEST_DIR_VARS = ("TEST_SRCDIR", "RUNFILES_DIR", "PYTHON_RUNFILES", "JAVA_RUN
 # Per-server variables that importing vLLM 0.26.0 reads (recorded by the zygote, zygote.EnvReads, in
 # the CPU venv with vLLM 0.26.0 and torch 2.11.0), and why each read leaves nothing behind that a
 # server needs to differ. A read not listed here makes the zygote refuse every fork.
-_TEMP = ("tempfile.gettempdir() runs at import (dill/session.py keeps it as TEMPDIR, for"
-         " dill.dump_session, which vLLM does not call) and caches it; the forked server clears that"
-         " cache (zygote._become_server), so its own TMPDIR decides every later temp file")
+_TEMP = (
+    "tempfile.gettempdir() runs at import (dill/session.py keeps it as TEMPDIR, for"
+    " dill.dump_session, which vLLM does not call) and caches it; the forked server clears that"
+    " cache (zygote._become_server), so its own TMPDIR decides every later temp file"
+)
 IMPORT_SAFE = {
     "CUDA_VISIBLE_DEVICES": (
         "torch counts devices through NVML (torch/cuda/__init__.py _parse_visible_devices) and keeps no"
@@ -51,12 +67,14 @@ IMPORT_SAFE = {
         " (w8a8_utils.py CUTLASS_FP8_SUPPORTED, kernels/oink_ops.py OINK_AVAILABLE; read from the"
         " source, on a CPU the platform is unspecified and asks nothing) for physical GPU 0 and caches"
         " it (platforms/cuda.py get_device_capability): the capability of every server's GPU on a"
-        " runner of one GPU model, as the H200 runner is; the zygote logs the preloads' sites"),
+        " runner of one GPU model, as the H200 runner is; the zygote logs the preloads' sites"
+    ),
     "HOME": (
         "expands '~' in default cache and config paths (huggingface_hub/constants.py, torch/hub.py,"
         " triton/knobs.py, vllm/envs.py); build_env sets every cache the server uses (VLLM_CACHE_ROOT,"
         " XDG_CACHE_HOME, TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR), which are key variables, and the"
-        " zygote runs with -s, so no user site-packages dir depends on it"),
+        " zygote runs with -s, so no user site-packages dir depends on it"
+    ),
     "TMPDIR": _TEMP,
     "TEMP": _TEMP,
     "TMP": _TEMP,
@@ -82,7 +100,7 @@ def _inside(path: str, directory: str) -> bool:
 
 def provides(entry: str, top_level: str) -> bool:
     """True if the sys.path entry holds the package or module top_level."""
-    return (os.path.isdir(os.path.join(entry, top_level)) or os.path.isfile(os.path.join(entry, top_level + ".py")))
+    return os.path.isdir(os.path.join(entry, top_level)) or os.path.isfile(os.path.join(entry, top_level + ".py"))
 
 
 def split_pythonpath(env, module: str) -> tuple[list[str], list[str]]:
@@ -105,9 +123,15 @@ def zygote_key(python: str, module: str, env, code_digest: str, preloads=()) -> 
     order may import otherwise). Equal keys may share a zygote."""
     key_env, _ = split_env(env)
     key_path, _ = split_pythonpath(env, module)
-    material = {"protocol": PROTOCOL, "python": os.path.realpath(python), "module": module,
-                "preloads": list(preloads), "pythonpath": key_path, "env": sorted(key_env.items()),
-                "code": code_digest}
+    material = {
+        "protocol": PROTOCOL,
+        "python": os.path.realpath(python),
+        "module": module,
+        "preloads": list(preloads),
+        "pythonpath": key_path,
+        "env": sorted(key_env.items()),
+        "code": code_digest,
+    }
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
     if key_path:
         key_env["PYTHONPATH"] = os.pathsep.join(key_path)

@@ -121,8 +121,11 @@ class Host:
                 return {"ok": True, "socket": zygote.socket, "pid": zygote.proc.pid, "started": False}
             failed_at, failure = self.failures.get(key, (None, {}))
             if failed_at is not None and time.monotonic() - failed_at < FAILURE_MEMORY_S:
-                return dict(failure, error="%s (the start %.0f s ago; not retried for %.0f s)" % (
-                    failure["error"], time.monotonic() - failed_at, FAILURE_MEMORY_S))
+                return dict(
+                    failure,
+                    error="%s (the start %.0f s ago; not retried for %.0f s)"
+                    % (failure["error"], time.monotonic() - failed_at, FAILURE_MEMORY_S),
+                )
             if zygote is not None and zygote.proc.poll() is None:
                 # Its socket is gone: it is exiting (idle or stale); let it finish before replacing it.
                 try:
@@ -144,19 +147,43 @@ class Host:
         read_end, write_end = os.pipe()
         started = time.monotonic()
         with open(log, "ab") as log_file:
-            log_file.write(("# zygote for key %s, started %s by the host for %s -m %s\n# preloads: %s\n"
-                            "# key environment:\n%s\n" % (
-                                key, time.strftime("%Y-%m-%d %H:%M:%S"), request["python"], request["module"],
-                                " ".join(preloads) or "none",
-                                "\n".join("#   %s=%s" % kv for kv in sorted(request["env"].items())))).encode())
+            log_file.write(
+                (
+                    "# zygote for key %s, started %s by the host for %s -m %s\n# preloads: %s\n"
+                    "# key environment:\n%s\n"
+                    % (
+                        key,
+                        time.strftime("%Y-%m-%d %H:%M:%S"),
+                        request["python"],
+                        request["module"],
+                        " ".join(preloads) or "none",
+                        "\n".join("#   %s=%s" % kv for kv in sorted(request["env"].items())),
+                    )
+                ).encode()
+            )
             log_file.flush()
             proc = subprocess.Popen(
                 # -s: no user site-packages, which would follow the zygote's HOME (a per-server variable).
-                [request["python"], "-s", "-m", "tools.launcher.zygote", "--socket", sock,
-                 "--module", request["module"]] + [arg for name in preloads for arg in ("--preload", name)]
+                [
+                    request["python"],
+                    "-s",
+                    "-m",
+                    "tools.launcher.zygote",
+                    "--socket",
+                    sock,
+                    "--module",
+                    request["module"],
+                ]
+                + [arg for name in preloads for arg in ("--preload", name)]
                 + ["--key", key, "--idle_s", str(request.get("idle_s", 60.0)), "--ready_fd", str(write_end)],
-                env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                pass_fds=(write_end,), start_new_session=True)
+                env=env,
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_end,),
+                start_new_session=True,
+            )
         os.close(write_end)
         timeout_s = float(request.get("start_timeout_s", 300.0))
         with os.fdopen(read_end, "rb") as ready:
@@ -169,14 +196,17 @@ class Host:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-            error = reply.get("error") or ("no word from the zygote within %.0f s" % timeout_s if not line
-                                           else "the zygote wrote %r" % line)
+            error = reply.get("error") or (
+                "no word from the zygote within %.0f s" % timeout_s if not line else "the zygote wrote %r" % line
+            )
             _say("zygote for key %s failed to start: %s" % (key, error))
             return {"ok": False, "error": "%s; last lines of %s:\n%s" % (error, log, _tail(log)), "log": log}
         with self._lock:
             self.zygotes[key] = _Zygote(proc, sock, log)
-        _say("zygote %d for key %s serves %s (%.1f s to import)" % (proc.pid, key, request["module"],
-                                                                    time.monotonic() - started))
+        _say(
+            "zygote %d for key %s serves %s (%.1f s to import)"
+            % (proc.pid, key, request["module"], time.monotonic() - started)
+        )
         return {"ok": True, "socket": sock, "pid": proc.pid, "started": True}
 
     def handle(self, conn) -> None:
@@ -259,8 +289,10 @@ def _take_lock(lock_fd: int, lock_dir: str, replace: bool) -> bool:
             _say("another host serves %s; exiting" % lock_dir)
             return False
         if answer is not None and answer.get("pid") != stopped:
-            _say("host %s serves %s with other code (%s, this is %s); stopping it" % (
-                answer.get("pid"), lock_dir, answer.get("code"), code))
+            _say(
+                "host %s serves %s with other code (%s, this is %s); stopping it"
+                % (answer.get("pid"), lock_dir, answer.get("code"), code)
+            )
             stopped = answer["pid"]
             os.kill(stopped, signal.SIGTERM)
         try:
@@ -274,15 +306,31 @@ def _take_lock(lock_fd: int, lock_dir: str, replace: bool) -> bool:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lock_dir", required=True, help="The GPU lease dir (ServerConfig.lock_dir); the"
-                        " host's and the zygotes' sockets and logs go there.")
-    parser.add_argument("--idle_s", type=float, default=120.0, help="Exit after this long with no live zygote"
-                        " and no request (0: only when killed).")
-    parser.add_argument("--replace_other_code", action="store_true", help="If the host serving --lock_dir runs"
-                        " other sources than this one's (HOST_SOURCES), stop it and serve in its place, as for"
-                        " a host on its way out; a host of these sources is left serving.")
-    parser.add_argument("--await_s", type=float, default=None, help="Serve nothing: wait at most this long for"
-                        " a host of these sources to answer on --lock_dir; exit 0 once one does, else 1.")
+    parser.add_argument(
+        "--lock_dir",
+        required=True,
+        help="The GPU lease dir (ServerConfig.lock_dir); the host's and the zygotes' sockets and logs go there.",
+    )
+    parser.add_argument(
+        "--idle_s",
+        type=float,
+        default=120.0,
+        help="Exit after this long with no live zygote and no request (0: only when killed).",
+    )
+    parser.add_argument(
+        "--replace_other_code",
+        action="store_true",
+        help="If the host serving --lock_dir runs"
+        " other sources than this one's (HOST_SOURCES), stop it and serve in its place, as for"
+        " a host on its way out; a host of these sources is left serving.",
+    )
+    parser.add_argument(
+        "--await_s",
+        type=float,
+        default=None,
+        help="Serve nothing: wait at most this long for"
+        " a host of these sources to answer on --lock_dir; exit 0 once one does, else 1.",
+    )
     args = parser.parse_args(argv)
     if args.await_s is not None:
         return 0 if await_host(args.lock_dir, args.await_s) else 1

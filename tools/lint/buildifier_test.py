@@ -9,8 +9,12 @@ EXEMPT = {("tests/mutants/defs.bzl", "function-docstring-args")}
 
 
 def _warnings(files: list[dict]) -> list[str]:
-    return [f"{f['filename']}:{w['start']['line']}: {w['category']}: {w['message'].splitlines()[0]}"
-            for f in files for w in f["warnings"] if (f["filename"], w["category"]) not in EXEMPT]
+    return [
+        f"{f['filename']}:{w['start']['line']}: {w['category']}: {w['message'].splitlines()[0]}"
+        for f in files
+        for w in f["warnings"]
+        if (f["filename"], w["category"]) not in EXEMPT
+    ]
 
 
 def test_no_file_has_a_lint_warning():

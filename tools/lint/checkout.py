@@ -25,8 +25,10 @@ def root(anchor: str) -> str:
         raise CheckoutNotFound(f"{anchor} is not in this test's runfiles (cwd {os.getcwd()}): add it to data")
     found = os.path.dirname(os.path.realpath(anchor))
     if not os.path.isfile(os.path.join(found, "WORKSPACE")):
-        raise CheckoutNotFound(f"{anchor} resolves to {found}, which holds no WORKSPACE: the runfiles are"
-                               " copies, not links to the checkout (run without --noenable_runfiles)")
+        raise CheckoutNotFound(
+            f"{anchor} resolves to {found}, which holds no WORKSPACE: the runfiles are"
+            " copies, not links to the checkout (run without --noenable_runfiles)"
+        )
     return found
 
 

@@ -10,8 +10,9 @@ RUFF = [sys.executable, "-m", "ruff"]  # from the hashed lock, in the toolchain'
 def test_ruff_check_passes():
     root = checkout.root("ruff.toml")
     result = checkout.run(RUFF + ["check", "--no-cache", "--output-format", "concise", "."], cwd=root)
-    assert result.returncode == 0, (f"ruff check in {root} (fix what it names; `ruff check --fix` fixes some):\n"
-                                    f"{result.stdout}{result.stderr}")
+    assert result.returncode == 0, (
+        f"ruff check in {root} (fix what it names; `ruff check --fix` fixes some):\n{result.stdout}{result.stderr}"
+    )
 
 
 def test_ruff_check_fails_on_a_planted_violation(tmp_path):
@@ -19,6 +20,7 @@ def test_ruff_check_fails_on_a_planted_violation(tmp_path):
     root = checkout.root("ruff.toml")
     planted = tmp_path / "planted.py"
     planted.write_text("import os\n")
-    result = checkout.run(RUFF + ["check", "--no-cache", "--config", f"{root}/ruff.toml", str(planted)],
-                          cwd=str(tmp_path))
+    result = checkout.run(
+        RUFF + ["check", "--no-cache", "--config", f"{root}/ruff.toml", str(planted)], cwd=str(tmp_path)
+    )
     assert result.returncode == 1 and "F401" in result.stdout, result.stdout + result.stderr

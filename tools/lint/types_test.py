@@ -15,17 +15,21 @@ FAKE_SERVER = "tests/sleep_wake/fakes/fake_server.py"
 
 def mypy(tmp_path, *files: str) -> subprocess.CompletedProcess:
     """mypy with the checkout's config, its cache in this test's temp dir; files replace the config's."""
-    return subprocess.run([sys.executable, "-m", "mypy", "--config-file", CONFIG,
-                           "--cache-dir", str(tmp_path / "mypy-cache"), *files],
-                          capture_output=True, text=True, timeout=600,
-                          # A planted file outside the tree still resolves the tree's modules.
-                          env=dict(os.environ, MYPYPATH=os.getcwd()))
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", CONFIG, "--cache-dir", str(tmp_path / "mypy-cache"), *files],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # A planted file outside the tree still resolves the tree's modules.
+        env=dict(os.environ, MYPYPATH=os.getcwd()),
+    )
 
 
 def test_the_configured_files_type_check(tmp_path):
     result = mypy(tmp_path)
-    assert result.returncode == 0, f"mypy found errors (fix them, or see mypy.ini for what it checks):\n" \
-                                   f"{result.stdout}{result.stderr}"
+    assert result.returncode == 0, (
+        f"mypy found errors (fix them, or see mypy.ini for what it checks):\n{result.stdout}{result.stderr}"
+    )
 
 
 def test_a_fake_server_lacking_a_member_of_the_interface_fails(tmp_path):

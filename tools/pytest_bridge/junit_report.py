@@ -18,10 +18,19 @@ def write_single_case(path: str, suite: str, name: str, outcome: str, message: s
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome {outcome!r} is not one of {OUTCOMES}")
     root = ElementTree.Element("testsuites")
-    testsuite = ElementTree.SubElement(root, "testsuite", {
-        "name": suite, "tests": "1", "failures": "0", "errors": "1" if outcome == "error" else "0",
-        "skipped": "1" if outcome == "skipped" else "0", "time": "0",
-        "timestamp": datetime.datetime.now().isoformat(timespec="seconds")})
+    testsuite = ElementTree.SubElement(
+        root,
+        "testsuite",
+        {
+            "name": suite,
+            "tests": "1",
+            "failures": "0",
+            "errors": "1" if outcome == "error" else "0",
+            "skipped": "1" if outcome == "skipped" else "0",
+            "time": "0",
+            "timestamp": datetime.datetime.now().isoformat(timespec="seconds"),
+        },
+    )
     case = ElementTree.SubElement(testsuite, "testcase", {"classname": suite, "name": name, "time": "0"})
     detail = ElementTree.SubElement(case, outcome, {"message": message})
     detail.text = message

@@ -56,8 +56,11 @@ def _keyword_matcher(text: str):
     try:
         from _pytest.mark.expression import Expression
     except ImportError:
-        print("pytest_bazel_plugin: this pytest has no _pytest.mark.expression; the test filter is"
-              " matched as a substring of test ids only", file=sys.stderr)
+        print(
+            "pytest_bazel_plugin: this pytest has no _pytest.mark.expression; the test filter is"
+            " matched as a substring of test ids only",
+            file=sys.stderr,
+        )
         return None
     try:
         expression = Expression.compile(text)
@@ -110,9 +113,12 @@ class FilterPlugin:
         if self.text:
             matcher = _keyword_matcher(self.text)
             self.is_expression = matcher is not None
-            kept = [item for item in items
-                    if self.text in (item.nodeid if "::" in self.text else short_id(item))
-                    or (matcher is not None and matcher(item))]
+            kept = [
+                item
+                for item in items
+                if self.text in (item.nodeid if "::" in self.text else short_id(item))
+                or (matcher is not None and matcher(item))
+            ]
             _keep_only(config, items, kept)
         self.selected = len(items)
 
@@ -142,5 +148,7 @@ class ShardPlugin:
     def pytest_report_collectionfinish(self, items: list[pytest.Item]) -> list[str]:
         if self.total <= 1:
             return []
-        return [f"pytest_bazel_plugin: shard index {self.index} of {self.total} shards runs"
-                f" {self.kept} of {self.offered} selected tests"]
+        return [
+            f"pytest_bazel_plugin: shard index {self.index} of {self.total} shards runs"
+            f" {self.kept} of {self.offered} selected tests"
+        ]

@@ -43,16 +43,20 @@ def _shard_env() -> tuple[int, int]:
     total = int(os.environ.get("TEST_TOTAL_SHARDS", "0") or 0)
     index = int(os.environ.get("TEST_SHARD_INDEX", "0") or 0)
     if total > 1 and not 0 <= index < total:
-        raise SystemExit(f"pytest_main: TEST_SHARD_INDEX={index} is outside 0..{total - 1}"
-                         f" (TEST_TOTAL_SHARDS={total}); Bazel sets both, check the environment.")
+        raise SystemExit(
+            f"pytest_main: TEST_SHARD_INDEX={index} is outside 0..{total - 1}"
+            f" (TEST_TOTAL_SHARDS={total}); Bazel sets both, check the environment."
+        )
     return index, total
 
 
 def _filter_hint(record: dict) -> str:
     text = record["filter"]
     if text.startswith("-") or "," in text:
-        return (" It looks like a gtest filter: --test_filter here is a test id fragment or a -k"
-                " expression; write `a or b` for several tests and `not x` to leave one out.")
+        return (
+            " It looks like a gtest filter: --test_filter here is a test id fragment or a -k"
+            " expression; write `a or b` for several tests and `not x` to leave one out."
+        )
     if not record["filter_is_expression"]:
         return " It is not a valid -k expression either (`x or` is incomplete)."
     return ""
@@ -69,19 +73,21 @@ def _explain_no_tests(record: dict, argv: list[str], index: int, total: int):
     if code != _NO_TESTS_COLLECTED:
         return code, None, None
     if record["collected"] == 0 and not record["filter"]:
-        reason = (f"the files given ({' '.join(argv)}) define no tests. pytest collects functions"
-                  " named test* and classes named Test* (without __init__); fix the names or drop the"
-                  " file from the target.")
+        reason = (
+            f"the files given ({' '.join(argv)}) define no tests. pytest collects functions"
+            " named test* and classes named Test* (without __init__); fix the names or drop the"
+            " file from the target."
+        )
         print(f"pytest_main: FAILED: {reason}")
         return 1, "error", reason
     if record["filter"] and record["selected"] == 0:
-        reason = (f"--test_filter {record['filter']!r} matched no test in this target."
-                  + _filter_hint(record))
+        reason = f"--test_filter {record['filter']!r} matched no test in this target." + _filter_hint(record)
         print(f"pytest_main: {reason} This target passes as skipped.")
         return 0, "skipped", reason
     if total > 1 and record["shard_offered"] and not record["shard_kept"]:
-        reason = (f"shard index {index} of {total} shards got no test class (the target has fewer"
-                  " test groups than shards).")
+        reason = (
+            f"shard index {index} of {total} shards got no test class (the target has fewer test groups than shards)."
+        )
         print(f"pytest_main: {reason} This shard passes as skipped.")
         return 0, "skipped", reason
     return code, None, None  # e.g. extra -k/-m arguments deselected everything: a failure, as in pytest
@@ -94,8 +100,10 @@ def _die_with_parent() -> None:
 
 def _run_session(record_path: str, current_test: str, argv: list[str]) -> int:
     # This process imports no pytest: the child alone pays for it.
-    child = subprocess.Popen([sys.executable, "-m", "tools.pytest_bridge.pytest_session", record_path, current_test]
-                             + argv, preexec_fn=_die_with_parent)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tools.pytest_bridge.pytest_session", record_path, current_test] + argv,
+        preexec_fn=_die_with_parent,
+    )
 
     def forward(signum, frame):
         child.send_signal(signum)  # a no-op once the child has been reaped
@@ -126,9 +134,11 @@ def _premature_exit(returncode: int, current_test: str) -> str:
             where = f"in {f.read()} (its set-up, call or teardown)"
     except FileNotFoundError:
         where = "before any test started (while collecting, or in a conftest)"
-    return (f"the test process {how} {where} before pytest finished its session: a test or fixture"
-            " ended the process (os._exit, a crash, a kill). This is a failure whatever the exit code;"
-            " see test.log for how far it got.")
+    return (
+        f"the test process {how} {where} before pytest finished its session: a test or fixture"
+        " ended the process (os._exit, a crash, a kill). This is a failure whatever the exit code;"
+        " see test.log for how far it got."
+    )
 
 
 def main(argv: list[str]) -> int:

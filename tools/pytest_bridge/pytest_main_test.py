@@ -24,26 +24,46 @@ PYTEST_MAIN = os.path.join(TOOLS_DIR, "pytest_main.py")
 SAMPLES = os.path.relpath(os.path.join(TOOLS_DIR, "testdata", "pytest_main"), WORKSPACE)
 
 # The outer Bazel run sets these for itself; the inner run must see only what each test sets.
-PROTOCOL_VARS = ("TESTBRIDGE_TEST_ONLY", "TEST_TOTAL_SHARDS", "TEST_SHARD_INDEX",
-                 "TEST_SHARD_STATUS_FILE", "XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE",
-                 "TEST_TARGET", "TEST_TMPDIR", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+PROTOCOL_VARS = (
+    "TESTBRIDGE_TEST_ONLY",
+    "TEST_TOTAL_SHARDS",
+    "TEST_SHARD_INDEX",
+    "TEST_SHARD_STATUS_FILE",
+    "XML_OUTPUT_FILE",
+    "TEST_PREMATURE_EXIT_FILE",
+    "TEST_TARGET",
+    "TEST_TMPDIR",
+    "PYTEST_ADDOPTS",
+    "PYTEST_PLUGINS",
+)
 
-SCHEDULER_GATE = {"TestSchedulerGate::test_x[MRV1-eager]", "TestSchedulerGate::test_x[MRV1-graph]",
-                  "TestSchedulerGate::test_x[MRV2-eager]", "TestSchedulerGate::test_x[MRV2-graph]",
-                  "TestSchedulerGate::test_y"}
+SCHEDULER_GATE = {
+    "TestSchedulerGate::test_x[MRV1-eager]",
+    "TestSchedulerGate::test_x[MRV1-graph]",
+    "TestSchedulerGate::test_x[MRV2-eager]",
+    "TestSchedulerGate::test_x[MRV2-graph]",
+    "TestSchedulerGate::test_y",
+}
 OTHER = {"TestOther::test_x", "TestOther::test_graph_only"}
 THIRD = {"TestThird::test_z"}
 FUNCTIONS = {"sample_functions::test_a", "sample_functions::test_b", "sample_functions::test_c"}
-SHARDED_SAMPLES = ["sharded/sample_flags.py", "sharded/sample_gate.py", "sharded/sample_latency.py",
-                   "sharded/sample_race.py"]
+SHARDED_SAMPLES = [
+    "sharded/sample_flags.py",
+    "sharded/sample_gate.py",
+    "sharded/sample_latency.py",
+    "sharded/sample_race.py",
+]
 SHARDED_CLASSES = {"TestFlags", "TestGate", "TestLatency", "TestRace"}
 
 
 def _env(tmp_path, **overrides):
     env = {key: value for key, value in os.environ.items() if key not in PROTOCOL_VARS}
     (tmp_path / "tmpdir").mkdir(exist_ok=True)
-    env.update(XML_OUTPUT_FILE=str(tmp_path / "test.xml"), TEST_TMPDIR=str(tmp_path / "tmpdir"),
-               TEST_PREMATURE_EXIT_FILE=str(tmp_path / "premature_exit"))
+    env.update(
+        XML_OUTPUT_FILE=str(tmp_path / "test.xml"),
+        TEST_TMPDIR=str(tmp_path / "tmpdir"),
+        TEST_PREMATURE_EXIT_FILE=str(tmp_path / "premature_exit"),
+    )
     env.update(overrides)
     return env
 
@@ -55,8 +75,14 @@ def _command(samples, extra_args=()):
 def run_main(tmp_path, samples, extra_args=(), **env):
     """Runs pytest_main; returns (exit code, output, {short test id: outcome} from the JUnit XML)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(_command(samples, extra_args), cwd=WORKSPACE, env=_env(tmp_path, **env),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        _command(samples, extra_args),
+        cwd=WORKSPACE,
+        env=_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc.returncode, proc.stdout + proc.stderr, _testcases(tmp_path / "test.xml")
 
 
@@ -88,9 +114,13 @@ def _run_shards(tmp_path, total):
     for index in range(total):
         shard_dir = tmp_path / f"shard{index}"
         status_file = shard_dir / "shard_status"
-        code, output, cases = run_main(shard_dir, ["sample_classes.py", "sample_functions.py"],
-                                       TEST_TOTAL_SHARDS=str(total), TEST_SHARD_INDEX=str(index),
-                                       TEST_SHARD_STATUS_FILE=str(status_file))
+        code, output, cases = run_main(
+            shard_dir,
+            ["sample_classes.py", "sample_functions.py"],
+            TEST_TOTAL_SHARDS=str(total),
+            TEST_SHARD_INDEX=str(index),
+            TEST_SHARD_STATUS_FILE=str(status_file),
+        )
         assert code == 0, output
         assert status_file.exists(), "Bazel needs the shard status file touched"
         shards.append(set(cases))
@@ -99,9 +129,15 @@ def _run_shards(tmp_path, total):
 
 def _start_blocking_sample(tmp_path, new_session=False):
     """Runs sample_sigterm.py until its test blocks; returns (pytest_main's Popen, the pytest pid)."""
-    proc = subprocess.Popen(_command(["sample_sigterm.py"]), cwd=WORKSPACE,
-                            env=_env(tmp_path, SAMPLE_SIGNAL_DIR=str(tmp_path)), start_new_session=new_session,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _command(["sample_sigterm.py"]),
+        cwd=WORKSPACE,
+        env=_env(tmp_path, SAMPLE_SIGNAL_DIR=str(tmp_path)),
+        start_new_session=new_session,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists() or not (tmp_path / "started").read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -122,28 +158,38 @@ def _finish(proc):
 class TestFilterSelects:
     """The filter keeps exactly the tests it names; without one, everything runs."""
 
-    @pytest.mark.parametrize("test_filter,expected", [
-        ("TestSchedulerGate", SCHEDULER_GATE),  # a class name
-        ("test_x", SCHEDULER_GATE - {"TestSchedulerGate::test_y"} | {"TestOther::test_x"}),  # a test name
-        ("TestSchedulerGate::test_x[MRV1-eager]", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # an id
-        ("test_x[MRV2", {"TestSchedulerGate::test_x[MRV2-eager]", "TestSchedulerGate::test_x[MRV2-graph]"}),
-        ("sample_classes.py::TestOther::test_x", {"TestOther::test_x"}),  # a node id with its file
-        ("MRV1 and not graph", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # -k expressions
-        ("TestThird or graph_only", THIRD | {"TestOther::test_graph_only"}),
-        ("test_a", {"sample_functions::test_a"}),
-        ("schedulergate and mrv2", {"TestSchedulerGate::test_x[MRV2-eager]",  # -k is case-insensitive
-                                    "TestSchedulerGate::test_x[MRV2-graph]"}),
-    ])
+    @pytest.mark.parametrize(
+        "test_filter,expected",
+        [
+            ("TestSchedulerGate", SCHEDULER_GATE),  # a class name
+            ("test_x", SCHEDULER_GATE - {"TestSchedulerGate::test_y"} | {"TestOther::test_x"}),  # a test name
+            ("TestSchedulerGate::test_x[MRV1-eager]", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # an id
+            ("test_x[MRV2", {"TestSchedulerGate::test_x[MRV2-eager]", "TestSchedulerGate::test_x[MRV2-graph]"}),
+            ("sample_classes.py::TestOther::test_x", {"TestOther::test_x"}),  # a node id with its file
+            ("MRV1 and not graph", {"TestSchedulerGate::test_x[MRV1-eager]"}),  # -k expressions
+            ("TestThird or graph_only", THIRD | {"TestOther::test_graph_only"}),
+            ("test_a", {"sample_functions::test_a"}),
+            (
+                "schedulergate and mrv2",
+                {
+                    "TestSchedulerGate::test_x[MRV2-eager]",  # -k is case-insensitive
+                    "TestSchedulerGate::test_x[MRV2-graph]",
+                },
+            ),
+        ],
+    )
     def test_filter_selects_exactly_the_matching_tests(self, tmp_path, test_filter, expected):
-        code, output, cases = run_main(tmp_path, ["sample_classes.py", "sample_functions.py"],
-                                       TESTBRIDGE_TEST_ONLY=test_filter)
+        code, output, cases = run_main(
+            tmp_path, ["sample_classes.py", "sample_functions.py"], TESTBRIDGE_TEST_ONLY=test_filter
+        )
         assert code == 0, output
         assert set(cases) == expected, output
         assert "deselected" in output
 
     def test_no_filter_runs_everything_and_writes_the_suite_name(self, tmp_path):
-        code, output, cases = run_main(tmp_path, ["sample_classes.py", "sample_functions.py"],
-                                       TEST_TARGET="//tools:sample")
+        code, output, cases = run_main(
+            tmp_path, ["sample_classes.py", "sample_functions.py"], TEST_TARGET="//tools:sample"
+        )
         assert code == 0, output
         assert cases == dict.fromkeys(SCHEDULER_GATE | OTHER | THIRD | FUNCTIONS, "passed")
         suite = ElementTree.parse(tmp_path / "test.xml").getroot().find("testsuite")
@@ -158,23 +204,27 @@ class TestFilterSelects:
 class TestFilterMatchingNothing:
     """A filter that matches nothing passes as skipped, saying why; no filter and no test fails."""
 
-    @pytest.mark.parametrize("test_filter,hint", [
-        ("no_such_test", None),
-        ("MRV3 and eager", None),
-        # Directory and module names are not test ids: pytest's -k alone would match them (every test
-        # under tests/sleep_wake for `sleep`).
-        ("testdata", None),
-        ("pytest_main", None),
-        ("sample_classes", None),
-        # gtest-style and unparsable filters say how to write the filter instead.
-        ("-test_x", "looks like a gtest filter"),
-        ("test_x,test_y", "looks like a gtest filter"),
-        ("test_x or", "not a valid -k expression"),
-        ("(", "not a valid -k expression"),
-    ])
+    @pytest.mark.parametrize(
+        "test_filter,hint",
+        [
+            ("no_such_test", None),
+            ("MRV3 and eager", None),
+            # Directory and module names are not test ids: pytest's -k alone would match them (every test
+            # under tests/sleep_wake for `sleep`).
+            ("testdata", None),
+            ("pytest_main", None),
+            ("sample_classes", None),
+            # gtest-style and unparsable filters say how to write the filter instead.
+            ("-test_x", "looks like a gtest filter"),
+            ("test_x,test_y", "looks like a gtest filter"),
+            ("test_x or", "not a valid -k expression"),
+            ("(", "not a valid -k expression"),
+        ],
+    )
     def test_filter_matching_nothing_passes_as_skipped_and_says_why(self, tmp_path, test_filter, hint):
-        code, output, cases = run_main(tmp_path, ["sample_classes.py"], TESTBRIDGE_TEST_ONLY=test_filter,
-                                       TEST_TARGET="//tools:sample")
+        code, output, cases = run_main(
+            tmp_path, ["sample_classes.py"], TESTBRIDGE_TEST_ONLY=test_filter, TEST_TARGET="//tools:sample"
+        )
         assert code == 0, output
         message = f"--test_filter {test_filter!r} matched no test in this target."
         assert message in output
@@ -219,9 +269,14 @@ class TestSharding:
         for index in range(len(SHARDED_CLASSES)):
             shard_dir = tmp_path / f"shard{index}"
             status_file = shard_dir / "shard_status"
-            code, output, cases = run_main(shard_dir, SHARDED_SAMPLES, TEST_TOTAL_SHARDS="4",
-                                           TEST_SHARD_INDEX=str(index), TEST_SHARD_STATUS_FILE=str(status_file),
-                                           SAMPLE_SIGNAL_DIR=str(shard_dir))
+            code, output, cases = run_main(
+                shard_dir,
+                SHARDED_SAMPLES,
+                TEST_TOTAL_SHARDS="4",
+                TEST_SHARD_INDEX=str(index),
+                TEST_SHARD_STATUS_FILE=str(status_file),
+                SAMPLE_SIGNAL_DIR=str(shard_dir),
+            )
             assert code == 0, output
             assert status_file.exists(), "Bazel needs the shard status file touched"
             classes = {test_id.split("::")[0] for test_id in cases}
@@ -230,24 +285,26 @@ class TestSharding:
             assert (shard_dir / "servers").read_text().split() == sorted(classes)
             ran.append(set(cases))
         assert {test_id.split("::")[0] for shard in ran for test_id in shard} == SHARDED_CLASSES
-        code, output, everything = run_main(tmp_path / "unsharded", SHARDED_SAMPLES,
-                                            SAMPLE_SIGNAL_DIR=str(tmp_path))
+        code, output, everything = run_main(tmp_path / "unsharded", SHARDED_SAMPLES, SAMPLE_SIGNAL_DIR=str(tmp_path))
         assert code == 0, output
         assert set().union(*ran) == set(everything) and sum(map(len, ran)) == len(everything) == 9
 
     def test_sharding_applies_to_the_filtered_tests(self, tmp_path):
         selected = []
         for index in range(2):
-            code, output, cases = run_main(tmp_path / str(index), ["sample_classes.py"],
-                                           TESTBRIDGE_TEST_ONLY="test_x", TEST_TOTAL_SHARDS="2",
-                                           TEST_SHARD_INDEX=str(index))
+            code, output, cases = run_main(
+                tmp_path / str(index),
+                ["sample_classes.py"],
+                TESTBRIDGE_TEST_ONLY="test_x",
+                TEST_TOTAL_SHARDS="2",
+                TEST_SHARD_INDEX=str(index),
+            )
             assert code == 0, output
             selected.append(set(cases))
         assert selected == [{"TestOther::test_x"}, SCHEDULER_GATE - {"TestSchedulerGate::test_y"}]
 
     def test_shard_index_out_of_range_fails(self, tmp_path):
-        code, output, _ = run_main(tmp_path, ["sample_classes.py"],
-                                   TEST_TOTAL_SHARDS="2", TEST_SHARD_INDEX="2")
+        code, output, _ = run_main(tmp_path, ["sample_classes.py"], TEST_TOTAL_SHARDS="2", TEST_SHARD_INDEX="2")
         assert code != 0
         assert "TEST_SHARD_INDEX=2 is outside 0..1" in output
 
@@ -272,8 +329,12 @@ class TestEndOfSession:
         outputs.mkdir()
         code, output, _ = run_main(tmp_path / "plain", ["sample_busy.py"], TEST_UNDECLARED_OUTPUTS_DIR=str(outputs))
         assert code == 0 and not (outputs / "test_profile.txt").exists(), output
-        code, output, _ = run_main(tmp_path / "profiled", ["sample_busy.py"], SLEEPWAKE_PROFILE_TESTS="1",
-                                   TEST_UNDECLARED_OUTPUTS_DIR=str(outputs))
+        code, output, _ = run_main(
+            tmp_path / "profiled",
+            ["sample_busy.py"],
+            SLEEPWAKE_PROFILE_TESTS="1",
+            TEST_UNDECLARED_OUTPUTS_DIR=str(outputs),
+        )
         profile = (outputs / "test_profile.txt").read_text()
         assert code == 0 and "sorted by tottime" in profile and "sorted by cumulative" in profile, output
         busiest = [line for line in profile.splitlines() if "sample_busy.py" in line and "(spend_cpu)" in line]
@@ -284,22 +345,41 @@ class TestEndOfSession:
         pythonpath = os.pathsep.join([site] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
         code, output, _ = run_main(tmp_path, ["sample_functions.py"], extra_args=["-s"], PYTHONPATH=pythonpath)
         assert code == 0 and "sample_autoload_plugin" not in output, output
-        assert "sample_autoload_plugin loaded" in subprocess.run(  # the same site, autoloading as pytest does
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s",
-             os.path.join(SAMPLES, "sample_functions.py")],
-            cwd=WORKSPACE, env=_env(tmp_path, PYTHONPATH=pythonpath), capture_output=True, text=True,
-            timeout=120).stdout
+        assert (
+            "sample_autoload_plugin loaded"
+            in subprocess.run(  # the same site, autoloading as pytest does
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-p",
+                    "no:cacheprovider",
+                    "-s",
+                    os.path.join(SAMPLES, "sample_functions.py"),
+                ],
+                cwd=WORKSPACE,
+                env=_env(tmp_path, PYTHONPATH=pythonpath),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            ).stdout
+        )
 
     def test_run_sets_up_the_protocol_files_and_cleans_up(self, tmp_path):
         code, output, _ = run_main(tmp_path, ["sample_protocol.py"])
         assert code == 0, output  # the sample checks the premature exit file, basetemp and cache provider
         assert not (tmp_path / "premature_exit").exists()
 
-    @pytest.mark.parametrize("sample,where", [
-        ("sample_exits.py", "in tools/pytest_bridge/testdata/pytest_main/sample_exits.py::test_exits_the_process"),
-        ("sample_exits_in_fixture.py",
-         "in tools/pytest_bridge/testdata/pytest_main/sample_exits_in_fixture.py::test_never_runs"),
-    ])
+    @pytest.mark.parametrize(
+        "sample,where",
+        [
+            ("sample_exits.py", "in tools/pytest_bridge/testdata/pytest_main/sample_exits.py::test_exits_the_process"),
+            (
+                "sample_exits_in_fixture.py",
+                "in tools/pytest_bridge/testdata/pytest_main/sample_exits_in_fixture.py::test_never_runs",
+            ),
+        ],
+    )
     def test_an_exit_before_pytest_finished_fails_whatever_the_exit_code(self, tmp_path, sample, where):
         code, output, _ = run_main(tmp_path, [sample])  # the process exits 0
         assert code == 1, output
@@ -329,7 +409,9 @@ class TestEndOfSession:
         os.kill(pytest_pid, signal.SIGKILL)
         output = _finish(proc)
         assert proc.returncode == 1, output
-        assert ("the test process was killed by SIGKILL in tools/pytest_bridge/testdata/pytest_main/sample_sigterm.py::"
-                "TestBlocks::test_blocks_until_terminated") in output
+        assert (
+            "the test process was killed by SIGKILL in tools/pytest_bridge/testdata/pytest_main/sample_sigterm.py::"
+            "TestBlocks::test_blocks_until_terminated"
+        ) in output
         assert _single_case(tmp_path / "test.xml")[0] == "error"
         assert (tmp_path / "premature_exit").exists()

@@ -28,10 +28,13 @@ from tools.pytest_bridge.pytest_bazel_plugin import FilterPlugin, ShardPlugin
 
 def pytest_args(files_and_args: list[str]) -> list[str]:
     args = [
-        "-p", "no:cacheprovider",  # the runfiles tree is read-only and never reused by a later run
+        "-p",
+        "no:cacheprovider",  # the runfiles tree is read-only and never reused by a later run
         "-ra",  # the reason for every non-passing test, at the end of test.log
-        "--rootdir", os.getcwd(),  # node ids are workspace paths, whatever files a target holds
-        "-o", "log_cli=false",  # live logs would interleave with the report; failures show captured logs
+        "--rootdir",
+        os.getcwd(),  # node ids are workspace paths, whatever files a target holds
+        "-o",
+        "log_cli=false",  # live logs would interleave with the report; failures show captured logs
         # Only the bridge's plugins: a runner's Python may hold others (the H200 image has pytest-timeout,
         # -xdist, -cov, -mock, -benchmark, hypothesis' and anyio's), which would change how a cell runs,
         # and pytest assertion-rewrites every module of an autoloaded plugin's package as it imports it:
@@ -111,19 +114,26 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _interrupt_once)
     signal.signal(signal.SIGINT, _interrupt_once)
     test_filter = FilterPlugin(os.environ.get("TESTBRIDGE_TEST_ONLY", ""))
-    sharder = ShardPlugin(int(os.environ.get("TEST_SHARD_INDEX", "0") or 0),
-                          int(os.environ.get("TEST_TOTAL_SHARDS", "0") or 0))
-    code = int(_profiled(lambda: pytest.main(pytest_args(files_and_args),
-                                             plugins=[test_filter, sharder, _Progress(current_test)])))
-    _write_atomically(record_path, {
-        "exit_code": code,
-        "filter": test_filter.text,
-        "filter_is_expression": test_filter.is_expression,
-        "collected": test_filter.collected,
-        "selected": test_filter.selected,
-        "shard_offered": sharder.offered,
-        "shard_kept": sharder.kept,
-    })
+    sharder = ShardPlugin(
+        int(os.environ.get("TEST_SHARD_INDEX", "0") or 0), int(os.environ.get("TEST_TOTAL_SHARDS", "0") or 0)
+    )
+    code = int(
+        _profiled(
+            lambda: pytest.main(pytest_args(files_and_args), plugins=[test_filter, sharder, _Progress(current_test)])
+        )
+    )
+    _write_atomically(
+        record_path,
+        {
+            "exit_code": code,
+            "filter": test_filter.text,
+            "filter_is_expression": test_filter.is_expression,
+            "collected": test_filter.collected,
+            "selected": test_filter.selected,
+            "shard_offered": sharder.offered,
+            "shard_kept": sharder.kept,
+        },
+    )
     return code
 
 

@@ -5,6 +5,7 @@ probe workspace's tests through it with a nested Bazel, expunges every local sta
 and requires every test result to come back from the remote cache. This is what makes "share results
 through a remote cache in CI" a tested claim rather than a config line.
 """
+
 import os
 import pathlib
 import pwd
@@ -36,8 +37,9 @@ def cache_url(tmp_path):
     # The worker writes under tmp_path, which only this user can reach; run it as this user.
     user = pwd.getpwuid(os.geteuid()).pw_name
     conf.write_text(fill(HERE / "nginx.conf.in", ROOT=root, PORT=port, PREFIX=prefix, USER=user))
-    proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(prefix)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [NGINX, "-c", str(conf), "-p", str(prefix)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -47,8 +49,10 @@ def cache_url(tmp_path):
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 out = proc.communicate()[0].decode(errors="replace")
-                pytest.fail(f"nginx did not start on 127.0.0.1:{port}: {out}\n"
-                            f"{(prefix / 'error.log').read_text() if (prefix / 'error.log').exists() else ''}")
+                pytest.fail(
+                    f"nginx did not start on 127.0.0.1:{port}: {out}\n"
+                    f"{(prefix / 'error.log').read_text() if (prefix / 'error.log').exists() else ''}"
+                )
             time.sleep(0.1)  # polling the port above: nginx has no readiness signal
     yield f"http://127.0.0.1:{port}", prefix / "access.log"
     proc.terminate()
@@ -71,9 +75,16 @@ def probe_workspace(tmp_path):
 def test_results_come_back_from_remote_cache_after_expunge(cache_url, probe_workspace, tmp_path):
     url, access_log = cache_url
     root = tmp_path / "bazel_root"
-    flags = ["--remote_cache=" + url, "--remote_upload_local_results=true",
-             "--incompatible_strict_action_env", "--spawn_strategy=local", "--nosandbox_debug", "--color=no",
-             "--curses=no", "--test_output=errors"]
+    flags = [
+        "--remote_cache=" + url,
+        "--remote_upload_local_results=true",
+        "--incompatible_strict_action_env",
+        "--spawn_strategy=local",
+        "--nosandbox_debug",
+        "--color=no",
+        "--curses=no",
+        "--test_output=errors",
+    ]
     try:
         first = run_bazel(probe_workspace, root, "test", *flags, *PROBE_TESTS)
         assert first.returncode == 0, f"first run failed:\n{first.stdout[-4000:]}"
@@ -87,9 +98,11 @@ def test_results_come_back_from_remote_cache_after_expunge(cache_url, probe_work
         assert second.returncode == 0, f"second run failed:\n{second.stdout[-4000:]}"
         for target in PROBE_TESTS:
             assert re.search(re.escape(target) + r"\s+\(cached\) PASSED", second.stdout), (
-                f"{target} was not served from the remote cache after expunge:\n{second.stdout[-4000:]}")
+                f"{target} was not served from the remote cache after expunge:\n{second.stdout[-4000:]}"
+            )
         hits = re.search(r"(\d+) remote cache hit", second.stdout)
         assert hits and int(hits.group(1)) >= len(PROBE_TESTS), (
-            f"expected >= {len(PROBE_TESTS)} remote cache hits:\n{second.stdout[-4000:]}")
+            f"expected >= {len(PROBE_TESTS)} remote cache hits:\n{second.stdout[-4000:]}"
+        )
     finally:
         run_bazel(probe_workspace, root, "shutdown")

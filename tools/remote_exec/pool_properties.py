@@ -45,7 +45,7 @@ def parse_gpus(nvidia_smi_csv: str) -> tuple[str, str]:
     rows = {tuple(field.strip() for field in line.split(",")) for line in nvidia_smi_csv.splitlines() if line.strip()}
     if len(rows) != 1:
         raise ValueError(f"expected one GPU model and driver on this worker, nvidia-smi lists {sorted(rows)}")
-    (model, driver), = rows
+    ((model, driver),) = rows
     return model, driver
 
 
@@ -58,22 +58,35 @@ def format_properties(properties: dict[str, str]) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nvidia_smi", default=shutil.which("nvidia-smi") or "nvidia-smi",
-                        help="nvidia-smi to ask for the GPU model and driver")
+    parser.add_argument(
+        "--nvidia_smi",
+        default=shutil.which("nvidia-smi") or "nvidia-smi",
+        help="nvidia-smi to ask for the GPU model and driver",
+    )
     args = parser.parse_args(argv)
     try:
-        smi = subprocess.run([args.nvidia_smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, check=True, timeout=60).stdout
+        smi = subprocess.run(
+            [args.nvidia_smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
         model, driver = parse_gpus(smi)
         build = vllm_build()
-        print(format_properties({"OSFamily": "Linux", "gpu": "nvidia", "gpu_model": model,
-                                 "cuda_driver": driver, "vllm_build": build}))
+        print(
+            format_properties(
+                {"OSFamily": "Linux", "gpu": "nvidia", "gpu_model": model, "cuda_driver": driver, "vllm_build": build}
+            )
+        )
     except (OSError, subprocess.CalledProcessError) as e:
         print(f"pool_properties: cannot run {args.nvidia_smi} ({e}): run this on a GPU worker", file=sys.stderr)
         return 1
     except importlib.metadata.PackageNotFoundError as e:
-        print(f"pool_properties: {sys.executable} has no {e.name}: run it with the Python that runs the GPU cells",
-              file=sys.stderr)
+        print(
+            f"pool_properties: {sys.executable} has no {e.name}: run it with the Python that runs the GPU cells",
+            file=sys.stderr,
+        )
         return 1
     except ValueError as e:
         print(f"pool_properties: {e}", file=sys.stderr)

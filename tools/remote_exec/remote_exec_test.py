@@ -30,13 +30,21 @@ CPU_POOL = {"OSFamily": "Linux", "gpu": "none"}
 _GPU = {"OSFamily": "Linux", "gpu": "nvidia", "gpu_model": "Stand-in GPU", "cuda_driver": "0.0-test"}
 GPU_POOL_A = {**_GPU, "vllm_build": "0.26.0+build-a"}
 GPU_POOL_B = {**_GPU, "vllm_build": "0.26.0+build-b"}
-WORKERS = [buildgrid.Worker("cpu-pool", CPU_POOL), buildgrid.Worker("gpu-a", GPU_POOL_A),
-           buildgrid.Worker("gpu-b", GPU_POOL_B)]
+WORKERS = [
+    buildgrid.Worker("cpu-pool", CPU_POOL),
+    buildgrid.Worker("gpu-a", GPU_POOL_A),
+    buildgrid.Worker("gpu-b", GPU_POOL_B),
+]
 
 CPU_PROBE, GPU_PROBE = "//:cpu_probe_test", "//:gpu_probe_test"
 # Copied from this repository into the probe workspace: what --config=remote really is.
-_COPIED = [".bazelrc", "platforms/BUILD.bazel", "platforms/exec_properties.bzl",
-           "third_party/remote_exec/pool.bzl", "third_party/remote_exec/BUILD.bazel"]
+_COPIED = [
+    ".bazelrc",
+    "platforms/BUILD.bazel",
+    "platforms/exec_properties.bzl",
+    "third_party/remote_exec/pool.bzl",
+    "third_party/remote_exec/BUILD.bazel",
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +72,17 @@ class Probe:
     def test(self, salt: str, gpu_pool: dict, *targets: str):
         """`bazel test --config=remote` as the GPU pool's client; salt makes the actions new to the engine."""
         pool = ",".join(f"{k}={v}" for k, v in gpu_pool.items() if k not in ("OSFamily", "gpu"))
-        return self.bazel("test", "--config=remote", "--test_tag_filters=", "--color=no", "--curses=no",
-                          "--test_output=errors", f"--test_env=PROBE_SALT={salt}",
-                          f"--repo_env=SLEEPWAKE_GPU_POOL_PROPERTIES={pool}", *targets)
+        return self.bazel(
+            "test",
+            "--config=remote",
+            "--test_tag_filters=",
+            "--color=no",
+            "--curses=no",
+            "--test_output=errors",
+            f"--test_env=PROBE_SALT={salt}",
+            f"--repo_env=SLEEPWAKE_GPU_POOL_PROPERTIES={pool}",
+            *targets,
+        )
 
     def executor(self, target: str) -> str:
         """Which worker ran target's test, from the line probe_test.py printed into its test.log."""
@@ -89,14 +105,19 @@ def probe(request, tmp_path_factory):
     (ws / ".bazelversion").write_text("4\n")
     probe = Probe(ws, tmp_path_factory.mktemp("bazel_root"))
     # The nested Bazel server starts while the engine does; neither needs the other yet.
-    warm_up = subprocess.Popen(bazel_command(probe.output_root, "info", "release"), cwd=ws,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    warm_up = subprocess.Popen(
+        bazel_command(probe.output_root, "info", "release"),
+        cwd=ws,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         engine = request.getfixturevalue("engine")
         warm_up.wait(timeout=600)
         # As the README tells a CI machine to: the executor and instance in the git-ignored user.bazelrc.
-        (ws / "user.bazelrc").write_text(f"build:remote --remote_executor={engine}\n"
-                                         f"build:remote --remote_instance_name={buildgrid.INSTANCE}\n")
+        (ws / "user.bazelrc").write_text(
+            f"build:remote --remote_executor={engine}\nbuild:remote --remote_instance_name={buildgrid.INSTANCE}\n"
+        )
         yield probe
     finally:
         warm_up.wait(timeout=600)
@@ -140,7 +161,8 @@ def test_results_come_back_from_the_engine_after_expunge(probe, first_run):
     out = _ok(probe.test(salt, GPU_POOL_A, CPU_PROBE, GPU_PROBE), "run after expunge")
     for target in (CPU_PROBE, GPU_PROBE):
         assert re.search(re.escape(target) + r"\s+\(cached\) PASSED", out), (
-            f"{target} was not served from the engine's cache after expunge:\n{out[-3000:]}")
+            f"{target} was not served from the engine's cache after expunge:\n{out[-3000:]}"
+        )
     hits = re.search(r"(\d+) remote cache hit", out)
     assert hits and int(hits.group(1)) >= 2, f"expected >= 2 remote cache hits:\n{out[-3000:]}"
     assert _executed_remotely(out) == 0, f"nothing should have executed again:\n{out[-3000:]}"
@@ -160,7 +182,8 @@ def test_another_vllm_build_executes_again_and_never_shares_a_result(probe):
 
     out = _ok(probe.test(salt, GPU_POOL_A, GPU_PROBE), "run on build a again")
     assert re.search(re.escape(GPU_PROBE) + r"\s+\(cached\) PASSED", out), (
-        f"build a's result is gone after build b ran:\n{out[-3000:]}")
+        f"build a's result is gone after build b ran:\n{out[-3000:]}"
+    )
     assert probe.executor(GPU_PROBE) == "gpu-a"
 
 
@@ -168,4 +191,5 @@ def test_an_unregistered_property_is_rejected_with_its_name(probe):
     result = probe.test(uuid.uuid4().hex, GPU_POOL_A, "//:unknown_property_probe_test")
     assert result.returncode != 0, f"an action with an unknown property ran:\n{result.stdout[-3000:]}"
     assert re.search(r"FAILED_PRECONDITION: Unregistered platform property \[unknown_key=", result.stdout), (
-        f"the rejection does not name the property:\n{result.stdout[-3000:]}")
+        f"the rejection does not name the property:\n{result.stdout[-3000:]}"
+    )

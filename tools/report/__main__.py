@@ -1,4 +1,5 @@
 """python3 -m tools.report [TESTLOGS] [--out FILE]: see cli.py."""
+
 import sys
 
 from tools.report import cli

@@ -5,6 +5,7 @@ the window). Layout, not markup: only a browser knows whether a table or a chart
 The page is copied with the probe appended, opened from a file (no network: the page is
 self-contained) in a throwaway profile, and the DOM Chromium dumps after load holds the probe's JSON.
 """
+
 from __future__ import annotations
 
 import html
@@ -47,24 +48,36 @@ def find_browser() -> str:
         path = shutil.which(name)
         if path:
             return path
-    raise BrowserError("no Chromium on PATH (looked for %s): install Debian's chromium (tools/setup.sh does)"
-                       % ", ".join(BROWSERS))
+    raise BrowserError(
+        "no Chromium on PATH (looked for %s): install Debian's chromium (tools/setup.sh does)" % ", ".join(BROWSERS)
+    )
 
 
-def look(page_html: str, width: int = 1280, height: int = 900, browser: str | None = None,
-         timeout_s: float = 60.0) -> dict:
+def look(
+    page_html: str, width: int = 1280, height: int = 900, browser: str | None = None, timeout_s: float = 60.0
+) -> dict:
     """The probe's reading of page_html drawn in a width x height window."""
     browser = browser or find_browser()
     with tempfile.TemporaryDirectory(prefix="sleepwake-browser-") as tmp:
         page = os.path.join(tmp, "page.html")
         with open(page, "w", encoding="utf-8") as f:
-            f.write(page_html.replace("</body>", PROBE + "</body>") if "</body>" in page_html
-                    else page_html + PROBE)
-        argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--user-data-dir=" + os.path.join(tmp, "profile"),
-                "--window-size=%d,%d" % (width, height), "--virtual-time-budget=5000", "--dump-dom",
-                "file://" + page]
+            f.write(page_html.replace("</body>", PROBE + "</body>") if "</body>" in page_html else page_html + PROBE)
+        argv = [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--user-data-dir=" + os.path.join(tmp, "profile"),
+            "--window-size=%d,%d" % (width, height),
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            "file://" + page,
+        ]
         env = dict(os.environ, HOME=tmp)  # Chromium writes under $HOME, which a sandbox may not allow
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
@@ -73,6 +86,7 @@ def look(page_html: str, width: int = 1280, height: int = 900, browser: str | No
         found = _RESULT.search(done.stdout)
         if not found:
             tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-            raise BrowserError("%s (exit %d) dumped no probe result; its last lines:\n%s"
-                               % (browser, done.returncode, tail))
+            raise BrowserError(
+                "%s (exit %d) dumped no probe result; its last lines:\n%s" % (browser, done.returncode, tail)
+            )
         return json.loads(html.unescape(found.group(1)))

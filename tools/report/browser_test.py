@@ -1,6 +1,7 @@
 """The fixture's report as headless Chromium draws it: what a person reads first is the headline, in
 the first screen; the GPU grid shows every cell of the spec; nothing is wider than a laptop's window.
 And the probe itself can fail: a page with an element wider than the window is caught."""
+
 import pathlib
 
 import pytest
@@ -38,6 +39,9 @@ def test_nothing_is_wider_than_the_window(seen):
 
 
 def test_the_probe_sees_an_overflow():
-    seen = browser.look('<!doctype html><html><body><p class="headline">x</p>'
-                        '<div class="wide" style="width:3000px">wide</div></body></html>', *LAPTOP)
+    seen = browser.look(
+        '<!doctype html><html><body><p class="headline">x</p>'
+        '<div class="wide" style="width:3000px">wide</div></body></html>',
+        *LAPTOP,
+    )
     assert "div.wide" in seen["overflow"] and seen["scroll_width"] > seen["viewport"], seen

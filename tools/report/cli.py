@@ -7,6 +7,7 @@
 Relative paths are the workspace's (bazel run runs in the runfiles tree). Exits 0 once the page is
 written, whatever the tests' outcome: the page shows results, Bazel judges them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,7 @@ def default_beps(ws: str) -> list[str]:
     than BEP_FILE (which every other bazel test writes), else BEP_FILE; [] when there is neither."""
     waves = sorted(glob.glob(os.path.join(ws, BEP_WAVES)))
     single = os.path.join(ws, BEP_FILE)
-    if waves and (not os.path.isfile(single)
-                  or max(os.path.getmtime(w) for w in waves) >= os.path.getmtime(single)):
+    if waves and (not os.path.isfile(single) or max(os.path.getmtime(w) for w in waves) >= os.path.getmtime(single)):
         return waves
     return [single] if os.path.isfile(single) else []
 
@@ -51,30 +51,46 @@ def default_beps(ws: str) -> list[str]:
 def testlogs_root(path: str) -> str:
     """The testlogs dir holding tests/sleep_wake (or tests/mutants); also accepted: that package dir."""
     if not os.path.isdir(path):
-        raise UsageError(f"no directory {path}: run the matrix first (tools/run_matrix.sh) or pass the "
-                         "bazel-testlogs directory of a run")
+        raise UsageError(
+            f"no directory {path}: run the matrix first (tools/run_matrix.sh) or pass the "
+            "bazel-testlogs directory of a run"
+        )
     for package in ("sleep_wake", "mutants"):
         if os.path.basename(path) == package and os.path.basename(os.path.dirname(path)) == "tests":
             return os.path.dirname(os.path.dirname(path))
     if not any(os.path.isdir(os.path.join(path, "tests", p)) for p in ("sleep_wake", "mutants")):
-        raise UsageError(f"{path} holds no tests/sleep_wake or tests/mutants results: pass the "
-                         "bazel-testlogs directory of a matrix or mutant run")
+        raise UsageError(
+            f"{path} holds no tests/sleep_wake or tests/mutants results: pass the "
+            "bazel-testlogs directory of a matrix or mutant run"
+        )
     return path
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="tools.report", description=__doc__.splitlines()[0])
-    parser.add_argument("testlogs", nargs="?", default=None,
-                        help="the bazel-testlogs directory of the run (default: the workspace's bazel-testlogs)")
-    parser.add_argument("--out", default=None,
-                        help=f"the page to write (default: {DEFAULT_OUT} beside the testlogs directory)")
-    parser.add_argument("--bep", action="append", default=None,
-                        help=f"a build event file of the run, to flag stale cells; once per bazel test of the run "
-                             f"(default: the workspace's newer of {BEP_WAVES}, tools/run_matrix.sh's waves, and "
-                             f"{BEP_FILE})")
-    parser.add_argument("--text", action="store_true",
-                        help="print the run as text (headline, failing cells, counts, measurement spread); writes the "
-                             "page only when --out is given too")
+    parser.add_argument(
+        "testlogs",
+        nargs="?",
+        default=None,
+        help="the bazel-testlogs directory of the run (default: the workspace's bazel-testlogs)",
+    )
+    parser.add_argument(
+        "--out", default=None, help=f"the page to write (default: {DEFAULT_OUT} beside the testlogs directory)"
+    )
+    parser.add_argument(
+        "--bep",
+        action="append",
+        default=None,
+        help=f"a build event file of the run, to flag stale cells; once per bazel test of the run "
+        f"(default: the workspace's newer of {BEP_WAVES}, tools/run_matrix.sh's waves, and "
+        f"{BEP_FILE})",
+    )
+    parser.add_argument(
+        "--text",
+        action="store_true",
+        help="print the run as text (headline, failing cells, counts, measurement spread); writes the "
+        "page only when --out is given too",
+    )
     parser.add_argument("--no_bep", action="store_true", help="read no build events (stale cells not flagged)")
     return parser.parse_args(argv[1:])
 
@@ -101,8 +117,7 @@ def main(argv) -> int:
         print(f"tools.report: {e}", file=sys.stderr)
         return 1
     states = ", ".join(f"{n} {s}" for s, n in sorted(run.states().items()))
-    print(f"report: {out} ({len(run.cells)} cells: {states}"
-          + ("; mutants" if run.mutation else "") + ")")
+    print(f"report: {out} ({len(run.cells)} cells: {states}" + ("; mutants" if run.mutation else "") + ")")
     return 0
 
 

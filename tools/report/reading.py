@@ -4,6 +4,7 @@ results the last `bazel test` produced (its build events), and the GPU identity 
 tools/results/testlogs.py reads outputs, shard result dirs, skip records and build events; what it does not
 offer (log files inside test.outputs or outputs.zip, a run's measurements, the identity file) lives here.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,6 +24,7 @@ IDENTITY_FILE = os.path.join("external", "sleepwake_gpu", "identity.txt")
 @dataclasses.dataclass(frozen=True)
 class OutputFile:
     """A file a test wrote: `path` itself, or the member `member` of the zip archive at `path`."""
+
     path: str
     member: str | None = None
 
@@ -90,6 +92,7 @@ def log_files(result_dir: str) -> list[OutputFile]:
 class Invocation:
     """What a run's build event files say: the bazel commands and the test.xml files of their results
     (real paths)."""
+
     command: str
     xmls: set[str]
 
@@ -113,7 +116,7 @@ def identity_file(testlogs_root: str) -> str | None:
     parts = os.path.realpath(testlogs_root).split(os.sep)
     if "execroot" not in parts:
         return None
-    base = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("execroot")]) or os.sep
+    base = os.sep.join(parts[: len(parts) - 1 - parts[::-1].index("execroot")]) or os.sep
     path = os.path.join(base, IDENTITY_FILE)
     return path if os.path.isfile(path) else None
 

@@ -1,6 +1,7 @@
 """The HTML page of a run: summary, the runner x mode x class grid, failures, vLLM/GPU identity, memory
 charts, timings against bounds and the mutation table. Self-contained: inline CSS and SVG, no script,
 no network. Everything read from logs goes through escape(); links are relative to the page."""
+
 from __future__ import annotations
 
 import os
@@ -54,12 +55,23 @@ class Page:
         return f'<a href="{self.href(path)}"{t}>{escape(text)}</a>'
 
     def html(self) -> str:
-        body = [self.header(), self.grid(), self.fake_grid(), self.failures(), self.identity(),
-                self.memory(series.GPU, "GPU memory"), self.memory(series.HOST, "Host memory"),
-                self.timings(), self.walk(), self.mutants()]
-        return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                "<title>sleepwake matrix report</title>"
-                f"<style>{CSS}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n")
+        body = [
+            self.header(),
+            self.grid(),
+            self.fake_grid(),
+            self.failures(),
+            self.identity(),
+            self.memory(series.GPU, "GPU memory"),
+            self.memory(series.HOST, "Host memory"),
+            self.timings(),
+            self.walk(),
+            self.mutants(),
+        ]
+        return (
+            '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            "<title>sleepwake matrix report</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n"
+        )
 
     # --- summary and grid ----------------------------------------------------------------------
     def headline(self) -> str:
@@ -69,21 +81,37 @@ class Page:
     def header(self) -> str:
         run, states = self.run, self.run.states()
         cases = [c for cell in run.ordered() for c in cell.cases]
-        parts = [f'<span class="{"bad" if s == view.FAILED else ""}">{escape(s)}: {n}</span>'
-                 for s, n in sorted(states.items())]
+        parts = [
+            f'<span class="{"bad" if s == view.FAILED else ""}">{escape(s)}: {n}</span>'
+            for s, n in sorted(states.items())
+        ]
         outcome = {o: sum(c.outcome == o for c in cases) for o in ("passed", "failed", "skipped")}
-        source = (f"the results of <code>bazel {escape(run.invocation)}</code>" if run.invocation
-                  else "every result found there (no build events)")
+        source = (
+            f"the results of <code>bazel {escape(run.invocation)}</code>"
+            if run.invocation
+            else "every result found there (no build events)"
+        )
         notes = "".join(f"<li>{escape(n)}</li>" for n in run.notes)
         failing = run.failing()
-        first = ("<p>first, the cells that failed or prove nothing: " + ", ".join(
-            f'<a href="#fail-{escape(c.name)}">{escape(c.name)}</a> ({escape(c.state)})' for c in failing)
-            + "</p>") if failing else ""
-        return (f"<header><h1>sleepwake matrix</h1>{self.headline()}{first}"
-                f'<p class="summary"><b>{len(run.cells)} GPU cells</b> {"".join(parts)}</p>'
-                f"<p>test cases of the GPU cells: {outcome['passed']} passed, {outcome['failed']} failed, "
-                f"{outcome['skipped']} skipped. Read from {self.link(run.testlogs, run.testlogs)}: {source}.</p>"
-                + (f'<ul class="notes">{notes}</ul>' if notes else "") + "</header>")
+        first = (
+            (
+                "<p>first, the cells that failed or prove nothing: "
+                + ", ".join(
+                    f'<a href="#fail-{escape(c.name)}">{escape(c.name)}</a> ({escape(c.state)})' for c in failing
+                )
+                + "</p>"
+            )
+            if failing
+            else ""
+        )
+        return (
+            f"<header><h1>sleepwake matrix</h1>{self.headline()}{first}"
+            f'<p class="summary"><b>{len(run.cells)} GPU cells</b> {"".join(parts)}</p>'
+            f"<p>test cases of the GPU cells: {outcome['passed']} passed, {outcome['failed']} failed, "
+            f"{outcome['skipped']} skipped. Read from {self.link(run.testlogs, run.testlogs)}: {source}.</p>"
+            + (f'<ul class="notes">{notes}</ul>' if notes else "")
+            + "</header>"
+        )
 
     def grid(self) -> str:
         run = self.run
@@ -91,15 +119,18 @@ class Page:
         for r, _ in run.columns:
             if r not in runners:
                 runners.append(r)
-        head = "<tr><th rowspan=\"2\">class</th>" + "".join(
-            f'<th colspan="{sum(1 for x, _ in run.columns if x == r)}">{escape(r.upper())}</th>' for r in runners)
+        head = '<tr><th rowspan="2">class</th>' + "".join(
+            f'<th colspan="{sum(1 for x, _ in run.columns if x == r)}">{escape(r.upper())}</th>' for r in runners
+        )
         head += "</tr><tr>" + "".join(f"<th>{escape(m)}</th>" for _, m in run.columns) + "</tr>"
         rows = []
         for c in run.classes:
             tds = "".join(self.grid_cell(run.cells[(c, r, m)]) for r, m in run.columns)
             rows.append(f'<tr><th class="class">{escape(c)}</th>{tds}</tr>')
-        return ('<section id="grid"><h2>Cells: runner &times; mode &times; class</h2>'
-                f'<table class="grid"><col class="class">{head}{"".join(rows)}</table></section>')
+        return (
+            '<section id="grid"><h2>Cells: runner &times; mode &times; class</h2>'
+            f'<table class="grid"><col class="class">{head}{"".join(rows)}</table></section>'
+        )
 
     def grid_cell(self, cell: view.Cell) -> str:
         css = cell.state.replace(" ", "-")
@@ -116,8 +147,10 @@ class Page:
         if cell.note:
             inner.append(f'<div class="note">{escape(cell.note)}</div>')
         inner.append(f'<div class="links">{self.cell_links(cell)}</div>')
-        return (f'<td class="cell {css}" data-cell="{escape(cell.name)}" data-state="{escape(cell.state)}" '
-                f'title="{escape(cell.name)}">{"".join(inner)}</td>')
+        return (
+            f'<td class="cell {css}" data-cell="{escape(cell.name)}" data-state="{escape(cell.state)}" '
+            f'title="{escape(cell.name)}">{"".join(inner)}</td>'
+        )
 
     def fake_grid(self) -> str:
         """The fake tier's targets, a grid of their own: they run the classes against the fake server on a
@@ -127,11 +160,15 @@ class Page:
             return ""
         states = self.run.states(fake.values())
         counts = " ".join(f"<span>{escape(s)}: {n}</span>" for s, n in sorted(states.items()))
-        rows = "".join(f'<tr><th class="class">{escape(name)}</th>{self.grid_cell(cell)}</tr>'
-                       for name, cell in sorted(fake.items()))
-        return ('<section id="fake"><h2>Fake tier (CPU, the fake server)</h2>'
-                f'<p class="summary"><b>{len(fake)} targets</b> {counts}</p>'
-                f'<table class="grid fake"><col class="class">{rows}</table></section>')
+        rows = "".join(
+            f'<tr><th class="class">{escape(name)}</th>{self.grid_cell(cell)}</tr>'
+            for name, cell in sorted(fake.items())
+        )
+        return (
+            '<section id="fake"><h2>Fake tier (CPU, the fake server)</h2>'
+            f'<p class="summary"><b>{len(fake)} targets</b> {counts}</p>'
+            f'<table class="grid fake"><col class="class">{rows}</table></section>'
+        )
 
     def cell_links(self, cell: view.Cell) -> str:
         links = []
@@ -160,10 +197,13 @@ class Page:
                 f'<div class="case"><code>{escape(case.test_id)}</code>'
                 f'<pre class="message">{escape(case.message)}</pre>'
                 f"<details><summary>full failure text</summary><pre>{escape(case.text)}</pre></details></div>"
-                for case in cell.failures)
-            articles.append(f'<article class="failure" id="fail-{escape(cell.name)}">'
-                            f"<h3>{escape(cell.name)} <span class=\"muted\">({escape(cell.id)})</span></h3>"
-                            f'<div class="links">{self.cell_links(cell)}</div>{cases}</article>')
+                for case in cell.failures
+            )
+            articles.append(
+                f'<article class="failure" id="fail-{escape(cell.name)}">'
+                f'<h3>{escape(cell.name)} <span class="muted">({escape(cell.id)})</span></h3>'
+                f'<div class="links">{self.cell_links(cell)}</div>{cases}</article>'
+            )
         return f'<section id="failures"><h2>Failures</h2>{"".join(articles)}</section>'
 
     # --- identity --------------------------------------------------------------------------------
@@ -172,15 +212,20 @@ class Page:
         if len(run.identities) > 1:
             parts.append(f'<p class="bad">the cells report {len(run.identities)} different vLLM/GPU identities</p>')
         for text, cells in run.identities.items():
-            parts.append(f"<pre>{escape(text)}</pre><p class=\"muted\">reported by {len(cells)} cell(s) at "
-                         f"server start: {escape(', '.join(cells))}</p>")
+            parts.append(
+                f'<pre>{escape(text)}</pre><p class="muted">reported by {len(cells)} cell(s) at '
+                f"server start: {escape(', '.join(cells))}</p>"
+            )
         if run.identity_file:
             path, text = run.identity_file
-            parts.append(f"<h3>@sleepwake_gpu identity file</h3><p>{self.link(path, path)}</p>"
-                         f"<pre>{escape(text)}</pre>")
+            parts.append(
+                f"<h3>@sleepwake_gpu identity file</h3><p>{self.link(path, path)}</p><pre>{escape(text)}</pre>"
+            )
         if not parts:
-            parts.append('<p class="muted">no server start recorded a vLLM identity, and no @sleepwake_gpu '
-                         "identity file was found beside the testlogs</p>")
+            parts.append(
+                '<p class="muted">no server start recorded a vLLM identity, and no @sleepwake_gpu '
+                "identity file was found beside the testlogs</p>"
+            )
         return f'<section id="identity"><h2>vLLM and GPU</h2>{"".join(parts)}</section>'
 
     # --- memory ----------------------------------------------------------------------------------
@@ -192,9 +237,11 @@ class Page:
                     rows.setdefault(re.sub(r"\[[^\]]*\]$", "", p.test), []).append((cell, p))
         if not rows:
             return ""
-        out = [f'<section id="{kind}-memory"><h2>{escape(heading)}</h2>'
-               '<p class="muted">Bytes the tests read per cycle or per phase, per cell. Dashed red: a bound '
-               "checked on these bytes; dotted grey: a reference reading. Hover a point for its value.</p>"]
+        out = [
+            f'<section id="{kind}-memory"><h2>{escape(heading)}</h2>'
+            '<p class="muted">Bytes the tests read per cycle or per phase, per cell. Dashed red: a bound '
+            "checked on these bytes; dotted grey: a reference reading. Hover a point for its value.</p>"
+        ]
         for test, panels in rows.items():
             figures = "".join(self.panel(cell, p) for cell, p in panels)
             out.append(f'<h3><code>{escape(test)}</code></h3><div class="panels">{figures}</div>')
@@ -202,15 +249,25 @@ class Page:
 
     def panel(self, cell: view.Cell, p: series.Panel) -> str:
         if p.by_cycle:
-            charts = (svg.line_chart(p.series, title="bytes", guides=p.guides, scale=GB, unit="GB",
-                                     x_name="cycle", min_span=0.1)
-                      + svg.line_chart(p.series, title="change since cycle 1", guides=p.change_guides, scale=MiB,
-                                       unit="MiB", x_name="cycle", baseline=True, min_span=8))
+            charts = svg.line_chart(
+                p.series, title="bytes", guides=p.guides, scale=GB, unit="GB", x_name="cycle", min_span=0.1
+            ) + svg.line_chart(
+                p.series,
+                title="change since cycle 1",
+                guides=p.change_guides,
+                scale=MiB,
+                unit="MiB",
+                x_name="cycle",
+                baseline=True,
+                min_span=8,
+            )
         else:
             bars = [(lab.replace("_bytes", ""), y) for s in p.series for (_, y), lab in zip(s.points, s.labels)]
             charts = svg.bar_chart(bars, title="bytes per phase", guides=p.guides, scale=GB, unit="GB")
-        return (f'<figure class="panel" data-cell="{escape(cell.name)}" data-test="{escape(p.test)}" '
-                f'data-kind="{escape(p.kind)}"><figcaption>{escape(cell.id)}</figcaption>{charts}</figure>')
+        return (
+            f'<figure class="panel" data-cell="{escape(cell.name)}" data-test="{escape(p.test)}" '
+            f'data-kind="{escape(p.kind)}"><figcaption>{escape(cell.id)}</figcaption>{charts}</figure>'
+        )
 
     # --- timings ---------------------------------------------------------------------------------
     def timings(self) -> str:
@@ -225,17 +282,24 @@ class Page:
             return ""
         out = ['<section id="timings"><h2>Timings against their bounds</h2>']
         if starts:
-            out.append(svg.strip_chart([svg.StripRow(t.cell, t.samples, None, t.bound, t.ok) for t in starts],
-                                       title="server start (s): asking the launcher for a server until it "
-                                             "answers, GPU-lease wait included"))
-            out.append(f'<p class="muted">bound: the launcher\'s start-up timeout, {series.START_BOUND:g} s '
-                       "(ServerConfig.startup_timeout_s; SLEEPWAKE_STARTUP_TIMEOUT_S overrides it)</p>")
+            out.append(
+                svg.strip_chart(
+                    [svg.StripRow(t.cell, t.samples, None, t.bound, t.ok) for t in starts],
+                    title="server start (s): asking the launcher for a server until it "
+                    "answers, GPU-lease wait included",
+                )
+            )
+            out.append(
+                f'<p class="muted">bound: the launcher\'s start-up timeout, {series.START_BOUND:g} s '
+                "(ServerConfig.startup_timeout_s; SLEEPWAKE_STARTUP_TIMEOUT_S overrides it)</p>"
+            )
         order = list(series.SAMPLES_OF)  # sleep, wake, staged wake, cycle; then any other, by name
         for key, rows in sorted(checks.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 99, kv[0])):
             sample = series.SAMPLES_OF.get(key)
             title = f"{key}: the checked median" + (f" of the {sample} samples" if sample else "")
-            out.append(svg.strip_chart([svg.StripRow(t.cell, t.samples, t.value, t.bound, t.ok) for t in rows],
-                                       title=title))
+            out.append(
+                svg.strip_chart([svg.StripRow(t.cell, t.samples, t.value, t.bound, t.ok) for t in rows], title=title)
+            )
         return "".join(out) + "</section>"
 
     # --- the state walk ------------------------------------------------------------------------------
@@ -244,16 +308,20 @@ class Page:
         rows = []
         for w in self.run.walk_coverage():
             css = "ok" if w.complete else "bad"
-            rows.append(f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.id)}</td>'
-                        f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}</td>'
-                        f"<td>{w.walks}</td><td>{w.steps}</td>"
-                        f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>")
+            rows.append(
+                f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.id)}</td>'
+                f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}</td>'
+                f"<td>{w.walks}</td><td>{w.steps}</td>"
+                f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>"
+            )
         if not rows:
             return ""
-        return ('<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '
-                'visited, summed over the shards that reported (tests/sleep_wake/walk).</p>'
-                '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
-                f'<th>steps</th><th>unvisited</th></tr>{"".join(rows)}</table></section>')
+        return (
+            '<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '
+            "visited, summed over the shards that reported (tests/sleep_wake/walk).</p>"
+            '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
+            f"<th>steps</th><th>unvisited</th></tr>{''.join(rows)}</table></section>"
+        )
 
     # --- mutants ---------------------------------------------------------------------------------
     def mutants(self) -> str:
@@ -262,8 +330,11 @@ class Page:
             return ""
         table, rest = markdown_table(m.table)
         verdict = '<p class="ok">every check passed</p>' if m.ok else '<p class="bad">the mutation run fails</p>'
-        items = "".join(f'<li class="sub">{escape(line[2:])}</li>' if line.startswith("- ")
-                        else f"<li>{escape(line)}</li>" for line in rest if line.strip())
+        items = "".join(
+            f'<li class="sub">{escape(line[2:])}</li>' if line.startswith("- ") else f"<li>{escape(line)}</li>"
+            for line in rest
+            if line.strip()
+        )
         return f'<section id="mutants"><h2>Mutants</h2>{verdict}{table}<ul>{items}</ul></section>'
 
 
@@ -283,7 +354,7 @@ def markdown_table(text: str) -> tuple[str, list[str]]:
     width = len(cells[0])
     out = ["<tr>" + "".join(f"<th>{escape(c)}</th>" for c in cells[0]) + "</tr>"]
     for row in cells[1:]:
-        row = row[:width - 1] + [" | ".join(row[width - 1:])]  # a "|" inside the verdict text
+        row = row[: width - 1] + [" | ".join(row[width - 1 :])]  # a "|" inside the verdict text
         tds = []
         for c in row:
             css = "bad" if any(w in c for w in BAD_WORDS) else "ok" if c.startswith(OK_WORDS) else ""

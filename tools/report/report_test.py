@@ -85,14 +85,25 @@ def _bazel_layout(tmp_path, bep_skip=(STALE,)):
             z.write(p, p.relative_to(outputs).as_posix())
     shutil.rmtree(outputs / "TestMemoryLeakCycle")
     (outputs / "measurements.jsonl").unlink()
-    events = [{"id": {"started": {}}, "started": {"command": "test"}},
-              {"id": {"pattern": {"pattern": ["//tests/sleep_wake/..."]}}}]
+    events = [
+        {"id": {"started": {}}, "started": {"command": "test"}},
+        {"id": {"pattern": {"pattern": ["//tests/sleep_wake/..."]}}},
+    ]
     for xml in sorted(logs.rglob("test.xml")):
         if xml.parent.name not in bep_skip:
-            events.append({"id": {"testResult": {"label": f"//tests/sleep_wake:{xml.parent.name}", "run": 1,
-                                                 "shard": 1, "attempt": 1}},
-                           "testResult": {"testActionOutput": [{"name": "test.xml", "uri": xml.as_uri()}],
-                                          "status": "PASSED"}})
+            events.append(
+                {
+                    "id": {
+                        "testResult": {
+                            "label": f"//tests/sleep_wake:{xml.parent.name}",
+                            "run": 1,
+                            "shard": 1,
+                            "attempt": 1,
+                        }
+                    },
+                    "testResult": {"testActionOutput": [{"name": "test.xml", "uri": xml.as_uri()}], "status": "PASSED"},
+                }
+            )
     bep = tmp_path / "bep.json"
     bep.write_text("".join(json.dumps(e) + "\n" for e in events))
     return logs, bep
@@ -131,8 +142,10 @@ def test_each_failed_cell_shows_its_failure_messages(run):
     assert set(articles) == {c for c, s in STATES.items() if s == view.FAILED}
     leak = html.unescape(articles["memory_leak_cycle_mrv2_graph"])
     assert "test_bytes_flat_over_ten_cycles[MRV2-graph]" in leak
-    assert ("measured 1.67772e+08 bytes (spread or growth over the cycles), expected <= 6.71089e+07 "
-            "(threshold 'cycle_bytes_flat_max'") in leak
+    assert (
+        "measured 1.67772e+08 bytes (spread or growth over the cycles), expected <= 6.71089e+07 "
+        "(threshold 'cycle_bytes_flat_max'"
+    ) in leak
     assert "threshold 'wake_s_max'" in html.unescape(articles["latency_mrv2_graph"])
     assert 'href="#fail-latency_mrv2_graph"' in page  # the grid links its red cell to the message
 
@@ -198,8 +211,17 @@ def test_links_point_at_the_cells_files(run):
     for cell in STATES:
         assert str(logs / MATRIX / cell / "test.log") in resolved, cell
     assert str(logs / MATRIX / ZIPPED / "test.outputs" / "outputs.zip") in resolved
-    assert str(logs / MATRIX / "latency_mrv1_eager" / "test.outputs" / "TestSleepWakeLatency" /
-               "vllm-mrv1-eager-k2j3h4.log") in resolved
+    assert (
+        str(
+            logs
+            / MATRIX
+            / "latency_mrv1_eager"
+            / "test.outputs"
+            / "TestSleepWakeLatency"
+            / "vllm-mrv1-eager-k2j3h4.log"
+        )
+        in resolved
+    )
     assert all(not h.startswith("/") for h in hrefs)  # relative: the page moves with the testlogs
 
 
@@ -238,8 +260,17 @@ def test_without_build_events_stale_cells_are_not_told_apart(tmp_path):
 def test_build_events_of_another_run_are_ignored(tmp_path):
     logs, _ = _bazel_layout(tmp_path)
     other = tmp_path / "other.json"
-    other.write_text(json.dumps({"id": {"testResult": {"label": "//x:x"}}, "testResult": {"testActionOutput": [
-        {"name": "test.xml", "uri": "file:///elsewhere/testlogs/x/test.xml"}]}}) + "\n")
+    other.write_text(
+        json.dumps(
+            {
+                "id": {"testResult": {"label": "//x:x"}},
+                "testResult": {
+                    "testActionOutput": [{"name": "test.xml", "uri": "file:///elsewhere/testlogs/x/test.xml"}]
+                },
+            }
+        )
+        + "\n"
+    )
     page = html.unescape(_render(tmp_path, "--bep", other, logs=logs))
     assert 'data-state="stale"' not in page and "describe another run and were ignored" in page
 
@@ -253,7 +284,7 @@ def _waves(bep, ws, names=(".bazel-bep-wave1.json", ".bazel-bep-wave2.json")):
     paths = []
     for i, name in enumerate(names):
         path = ws / name
-        path.write_text("".join(json.dumps(e) + "\n" for e in head + results[i::len(names)]))
+        path.write_text("".join(json.dumps(e) + "\n" for e in head + results[i :: len(names)]))
         paths.append(path)
     return paths
 
@@ -315,10 +346,13 @@ def test_the_package_dir_is_accepted_for_the_testlogs_dir(tmp_path):
     assert _render(tmp_path, "--bep", bep, logs=logs / MATRIX) == _render(tmp_path, "--bep", bep, logs=logs)
 
 
-@pytest.mark.parametrize("make, says", [
-    (lambda p: p / "missing", "no directory"),
-    (lambda p: p, "holds no tests/sleep_wake or tests/mutants results"),
-])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda p: p / "missing", "no directory"),
+        (lambda p: p, "holds no tests/sleep_wake or tests/mutants results"),
+    ],
+)
 def test_a_wrong_testlogs_dir_is_one_line(tmp_path, capsys, make, says):
     assert cli.main(["tools.report", str(make(tmp_path)), "--out", str(tmp_path / "r.html")]) == 1
     err = capsys.readouterr().err
@@ -337,8 +371,13 @@ def test_the_fake_tier_is_a_grid_of_its_own_and_the_headline_counts_gpu_cells(tm
     assert "flags_fake_mrv1_eager" not in grids[0][1] and "flags_fake_mrv1_eager" in grids[1][1]
     assert len(gpu) == 64  # the GPU grid keeps its 16 classes x 4 cells, no fake row added
     headline = re.search(r'<p class="headline">(.*?)</p>', page, re.S).group(1)
-    ran = sum(1 for t, a, _ in doc.found if t == "td" and a.get("data-state") not in (None, view.NOT_RUN, view.STALE)
-              and "fake" not in a.get("data-cell", ""))
+    ran = sum(
+        1
+        for t, a, _ in doc.found
+        if t == "td"
+        and a.get("data-state") not in (None, view.NOT_RUN, view.STALE)
+        and "fake" not in a.get("data-cell", "")
+    )
     assert re.search(rf"\d+/{ran} GPU cells passed", headline), headline
     assert re.search(r"fake tier: [01]/1 passed", headline) and "vLLM 0.26.0, NVIDIA H200" in headline
 
@@ -385,11 +424,14 @@ def test_a_rerun_is_judged_on_its_own_results_not_on_an_earlier_runs_per_test(tm
     current = sorted(cell.glob("shard_*/test.xml"))
     for shard in range(WALK_SHARDS):
         for run in (1, 2):  # the earlier invocation's runs, one of them failed: not this run's verdict
-            write_xml(cell / f"shard_{shard + 1}_of_{WALK_SHARDS}_run_{run}_of_2" / "test.xml",
-                      {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "failed" if run == 2 else "passed"})
+            write_xml(
+                cell / f"shard_{shard + 1}_of_{WALK_SHARDS}_run_{run}_of_2" / "test.xml",
+                {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "failed" if run == 2 else "passed"},
+            )
     bep = tmp_path / "bep.json"
-    write_bep(bep, [("//tests/sleep_wake:state_walk_mrv1_eager", xml, "PASSED", i + 1)
-                    for i, xml in enumerate(current)])
+    write_bep(
+        bep, [("//tests/sleep_wake:state_walk_mrv1_eager", xml, "PASSED", i + 1) for i, xml in enumerate(current)]
+    )
     assert cli.main(["tools.report", str(tmp_path), "--bep", str(bep), "--text"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("1/1 GPU cells passed") and f"{2 * WALK_SHARDS} earlier result(s)" in first, first
@@ -419,9 +461,22 @@ def _walk_cell(root, shards):
         d = root / MATRIX / "state_walk_mrv1_eager" / f"shard_{shard + 1}_of_{WALK_SHARDS}"
         write_xml(d / "test.xml", {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "passed"})
         (d / "test.outputs").mkdir()
-        (d / "test.outputs" / "measurements.jsonl").write_text(json.dumps(
-            {"key": "walk_coverage", "value": visited, "unit": "pairs", "shard": shard, "shard_pairs": pairs,
-             "steps": 10 * pairs, "walks": 2, "unvisited": unvisited, "test": "t"}) + "\n")
+        (d / "test.outputs" / "measurements.jsonl").write_text(
+            json.dumps(
+                {
+                    "key": "walk_coverage",
+                    "value": visited,
+                    "unit": "pairs",
+                    "shard": shard,
+                    "shard_pairs": pairs,
+                    "steps": 10 * pairs,
+                    "walks": 2,
+                    "unvisited": unvisited,
+                    "test": "t",
+                }
+            )
+            + "\n"
+        )
 
 
 def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
@@ -437,5 +492,7 @@ def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.complete, w.unvisited) == (9, 10, 2, False, ["wake:kv_cache"])
     assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
-    assert (f"state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
-            "100 steps; unvisited: wake:kv_cache") in capsys.readouterr().out
+    assert (
+        f"state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
+        "100 steps; unvisited: wake:kv_cache"
+    ) in capsys.readouterr().out

@@ -10,6 +10,7 @@ Keys with "host" go to host panels, the others to GPU panels, so a new host seri
 Timings: every check whose unit is "s" (the median it checked against its bound), with the samples the
 latency test recorded for it; and every server start against the launcher's start-up timeout.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,9 +21,14 @@ GPU, HOST = "gpu", "host"
 # Readings that are not the server's memory but a size to compare with: drawn as reference lines.
 REFERENCE_KEYS = {"checkpoint_tensor_bytes"}
 # The samples test_sleep_wake_latency.py records for each median it checks.
-SAMPLES_OF = {"sleep_s_max": "sleep_s", "wake_s_max": "wake_full_s", "staged_wake_s_max": "wake_staged_s",
-              "wake_beside_start_s_max": "wake_full_s", "staged_wake_beside_start_s_max": "wake_staged_s",
-              "cycle_s_max": "cycle_s"}
+SAMPLES_OF = {
+    "sleep_s_max": "sleep_s",
+    "wake_s_max": "wake_full_s",
+    "staged_wake_s_max": "wake_staged_s",
+    "wake_beside_start_s_max": "wake_full_s",
+    "staged_wake_beside_start_s_max": "wake_staged_s",
+    "cycle_s_max": "cycle_s",
+}
 START_KEY = "server_start_s"
 START_BOUND = ServerConfig().startup_timeout_s  # the launcher's default; SLEEPWAKE_STARTUP_TIMEOUT_S overrides
 
@@ -37,6 +43,7 @@ class Series:
 @dataclasses.dataclass
 class Guide:
     """A line to draw: y = value + slope * (x - first x). A bound when `bound`, else a reference."""
+
     label: str
     value: float
     slope: float = 0.0
@@ -47,6 +54,7 @@ class Guide:
 class Panel:
     """A test's readings in one cell. A cycle panel is drawn twice: the bytes (with `guides`) and their
     change since the first cycle (with `change_guides`, the spread, growth and per-cycle bounds)."""
+
     test: str
     kind: str  # GPU or HOST
     by_cycle: bool
@@ -56,8 +64,12 @@ class Panel:
 
 
 def _is_reading(r: dict) -> bool:
-    return ("bound" not in r and isinstance(r.get("value"), (int, float)) and not isinstance(r["value"], bool)
-            and (r.get("unit") == "bytes" or "host" in str(r.get("key", ""))))
+    return (
+        "bound" not in r
+        and isinstance(r.get("value"), (int, float))
+        and not isinstance(r["value"], bool)
+        and (r.get("unit") == "bytes" or "host" in str(r.get("key", "")))
+    )
 
 
 def _kind(key) -> str:
@@ -94,8 +106,9 @@ def memory_panels(records: list[dict]) -> list[Panel]:
             groups.setdefault((str(r.get("test", "")), _kind(r["key"])), []).append(r)
     panels = []
     for (test, kind), readings in groups.items():
-        absolute, change = _bound_guides([r for r in records if r.get("test") == test and "bound" in r
-                                          and _kind(r.get("key")) == kind])
+        absolute, change = _bound_guides(
+            [r for r in records if r.get("test") == test and "bound" in r and _kind(r.get("key")) == kind]
+        )
         refs = [_reference(r) for r in readings if r["key"] in REFERENCE_KEYS]
         readings = [r for r in readings if r["key"] not in REFERENCE_KEYS]
         by_cycle = any("cycle" in r for r in readings)
@@ -108,8 +121,17 @@ def memory_panels(records: list[dict]) -> list[Panel]:
                     refs.append(_reference(r))
             found = [series[k] for k in sorted(series)]  # asleep before awake, whatever the record order
         else:
-            found = [Series("bytes", [(i + 1, r["value"]) for i, r in enumerate(readings)],
-                            [str(r["key"]) for r in readings])] if readings else []
+            found = (
+                [
+                    Series(
+                        "bytes",
+                        [(i + 1, r["value"]) for i, r in enumerate(readings)],
+                        [str(r["key"]) for r in readings],
+                    )
+                ]
+                if readings
+                else []
+            )
         if found:
             panels.append(Panel(test, kind, by_cycle, found, absolute + refs, change if by_cycle else []))
     return panels
@@ -118,6 +140,7 @@ def memory_panels(records: list[dict]) -> list[Panel]:
 @dataclasses.dataclass
 class Timing:
     """One row of a timing chart: a cell's samples and the value checked against its bound."""
+
     cell: str
     test: str
     samples: list[float]
@@ -133,8 +156,11 @@ def timing_checks(records: list[dict], cell: str) -> dict[str, Timing]:
         if "bound" not in r or r.get("unit") != "s":
             continue
         sample_key = SAMPLES_OF.get(r["key"])
-        samples = [s["value"] for s in records if sample_key and s.get("key") == sample_key
-                   and s.get("test") == r.get("test") and "bound" not in s]
+        samples = [
+            s["value"]
+            for s in records
+            if sample_key and s.get("key") == sample_key and s.get("test") == r.get("test") and "bound" not in s
+        ]
         out[r["key"]] = Timing(cell, str(r.get("test", "")), samples, r.get("value"), r["bound"], r.get("ok"))
     return out
 

@@ -1,6 +1,7 @@
 """The run as plain text for a terminal or a CI log: the page's headline, the cells that failed or
 prove nothing (with why), the counts, the server starts and the spread of every measured key across
 cells (what thresholds are set from). The same view of the run as the page, so the two never disagree."""
+
 from __future__ import annotations
 
 import statistics
@@ -24,8 +25,14 @@ def _spread(run: view.Run) -> dict[str, list[tuple[float, str]]]:
 def summary(run: view.Run) -> str:
     text, ok, fake_text = run.headline()
     lines = [("" if ok else "NOT GREEN: ") + text + fake_text]
-    lines.append(f"read from {run.testlogs}: " + (f"the results of `bazel {run.invocation}`" if run.invocation
-                                                   else "every result found there (no build events)"))
+    lines.append(
+        f"read from {run.testlogs}: "
+        + (
+            f"the results of `bazel {run.invocation}`"
+            if run.invocation
+            else "every result found there (no build events)"
+        )
+    )
     lines += [f"note: {n}" for n in run.notes]
     ran = [c for c in run.ordered() if c.state != view.NOT_RUN]
     states = ", ".join(f"{s} {n}" for s, n in sorted(run.states(ran).items()))
@@ -36,25 +43,37 @@ def summary(run: view.Run) -> str:
         fake_states = sorted(run.states(list(run.fake.values())).items())
         lines.append(f"fake tier: {len(run.fake)} ({', '.join(f'{s} {n}' for s, n in fake_states)})")
     for cell in run.failing():
-        why = cell.note or "; ".join(f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}"
-                                     for c in cell.failures[:3])
+        why = cell.note or "; ".join(
+            f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}" for c in cell.failures[:3]
+        )
         lines.append(f"  {cell.state}: {cell.name}" + (f" ({why})" if why else ""))
     by_key = _spread(run)
     starts = sorted(v for v, _ in by_key.get("server_start_s", []))
     if starts:
-        lines.append(f"server starts: {len(starts)}; median {statistics.median(starts):.1f} s, "
-                     f"min {starts[0]:.1f} s, max {starts[-1]:.1f} s")
+        lines.append(
+            f"server starts: {len(starts)}; median {statistics.median(starts):.1f} s, "
+            f"min {starts[0]:.1f} s, max {starts[-1]:.1f} s"
+        )
     for key, values in sorted(by_key.items()):
         vs = sorted(v for v, _ in values)
-        lines.append(f"{key:45s} n={len(vs):3d} min={vs[0]:.6g} median={statistics.median(vs):.6g} "
-                     f"max={vs[-1]:.6g}  (max in {max(values)[1]})")
+        lines.append(
+            f"{key:45s} n={len(vs):3d} min={vs[0]:.6g} median={statistics.median(vs):.6g} "
+            f"max={vs[-1]:.6g}  (max in {max(values)[1]})"
+        )
     for w in run.walk_coverage():
-        lines.append(f"state walk {w.cell.id}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
-                     f"{w.shards}/{w.expected_shards} shards, {w.walks} walks, {w.steps} steps"
-                     + (f"; unvisited: {', '.join(w.unvisited[:10])}" if w.unvisited else ""))
+        lines.append(
+            f"state walk {w.cell.id}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
+            f"{w.shards}/{w.expected_shards} shards, {w.walks} walks, {w.steps} steps"
+            + (f"; unvisited: {', '.join(w.unvisited[:10])}" if w.unvisited else "")
+        )
     if run.mutation:
-        lines.append("mutants: " + ("every mutant killed by its oracle, every control passed" if run.mutation.ok
-                                    else "NOT GREEN (a mutant survived, errored or was not applied, a control "
-                                         "failed or a row is missing)")
-                     + " (the page holds the table)")
+        lines.append(
+            "mutants: "
+            + (
+                "every mutant killed by its oracle, every control passed"
+                if run.mutation.ok
+                else "NOT GREEN (a mutant survived, errored or was not applied, a control failed or a row is missing)"
+            )
+            + " (the page holds the table)"
+        )
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """The view of a run that the page (render.py) and the text (text.py) show: every cell of the runner x mode
 x class grid with its state, cases, logs and measurements; the vLLM/GPU identities; the mutation table when
 mutants ran."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -70,6 +71,7 @@ WALK_CLASS, WALK_KEY = "state_walk", "walk_coverage"  # test_state_walk.py recor
 @dataclasses.dataclass
 class WalkCoverage:
     """What the state walk of one cell covered: summed over the shards that reported."""
+
     cell: Cell
     shards: int  # that reported coverage
     expected_shards: int  # SHARD_COUNTS of the spec
@@ -147,22 +149,37 @@ class Run:
             for r in cell.records:
                 if r.get("key") == WALK_KEY and isinstance(r.get("value"), (int, float)):
                     rows[r.get("shard")] = r  # a rerun shard's last record counts
-            out.append(WalkCoverage(
-                cell, len(rows), SHARD_COUNTS.get(WALK_CLASS, 1), sum(int(r["value"]) for r in rows.values()),
-                sum(int(r.get("shard_pairs", 0)) for r in rows.values()),
-                sum(int(r.get("steps", 0)) for r in rows.values()), sum(int(r.get("walks", 0)) for r in rows.values()),
-                sorted(str(u) for r in rows.values() for u in r.get("unvisited", []))))
+            out.append(
+                WalkCoverage(
+                    cell,
+                    len(rows),
+                    SHARD_COUNTS.get(WALK_CLASS, 1),
+                    sum(int(r["value"]) for r in rows.values()),
+                    sum(int(r.get("shard_pairs", 0)) for r in rows.values()),
+                    sum(int(r.get("steps", 0)) for r in rows.values()),
+                    sum(int(r.get("walks", 0)) for r in rows.values()),
+                    sorted(str(u) for r in rows.values() for u in r.get("unvisited", [])),
+                )
+            )
         return out
 
     def _identity_lines(self, key: str) -> list[str]:
         texts = list(self.identities) + ([self.identity_file[1]] if self.identity_file else [])
-        return [line.split(":", 1)[1].strip() for text in texts for line in text.splitlines()
-                if line.split(":", 1)[0].strip().lower() == key]
+        return [
+            line.split(":", 1)[1].strip()
+            for text in texts
+            for line in text.splitlines()
+            if line.split(":", 1)[0].strip().lower() == key
+        ]
 
     def versions(self) -> list[str]:
         """The vLLM releases the GPU cells' servers reported (GET /version), else the identity's."""
-        served = {str(r["vllm_version"]) for cell in self.ordered() for r in cell.records
-                  if r.get("key") == "server_start_s" and r.get("vllm_version")}
+        served = {
+            str(r["vllm_version"])
+            for cell in self.ordered()
+            for r in cell.records
+            if r.get("key") == "server_start_s" and r.get("vllm_version")
+        }
         return sorted(served or {line.split()[0] for line in self._identity_lines("vllm") if line})
 
     def gpu_model(self) -> str:
@@ -230,8 +247,9 @@ def _mutation(root: str, workspace: str) -> Mutation | None:
     if not rows:
         return None
     catalogue = os.path.join(workspace, mutation_table.DEFAULT_CATALOGUE)
-    expected = mutation_table.catalogue_names(catalogue) if os.path.isfile(
-        os.path.join(catalogue, "__init__.py")) else None
+    expected = (
+        mutation_table.catalogue_names(catalogue) if os.path.isfile(os.path.join(catalogue, "__init__.py")) else None
+    )
     text, ok = mutation_table.table(rows, expected)
     return Mutation(table=text, ok=ok)
 
@@ -246,12 +264,16 @@ def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
         invocation = reading.read_invocation(found)
         under = os.path.realpath(root) + os.sep
         if not any(x.startswith(under) for x in invocation.xmls):
-            notes.append(f"the build events {', '.join(found)} name no result under {root}: they describe "
-                         "another run and were ignored, so stale cells cannot be told from this run's")
+            notes.append(
+                f"the build events {', '.join(found)} name no result under {root}: they describe "
+                "another run and were ignored, so stale cells cannot be told from this run's"
+            )
             invocation = None
     else:
-        notes.append(f"no build event file ({', '.join(bep_paths) or 'none given'}): a stale cell, left in "
-                     "bazel-testlogs by an earlier bazel test, cannot be told from this run's")
+        notes.append(
+            f"no build event file ({', '.join(bep_paths) or 'none given'}): a stale cell, left in "
+            "bazel-testlogs by an earlier bazel test, cannot be told from this run's"
+        )
     matrix = os.path.join(root, reading.MATRIX_DIR)
     classes = list(SLEEP_WAKE_CLASSES)  # the grid's rows: the spec's classes (tools/matrix.bzl)
     columns = [(r, m) for r in RUNNERS for m in EXECUTION_MODES]
@@ -284,7 +306,15 @@ def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
                 if cell.name not in names:
                     names.append(cell.name)
     found = reading.identity_file(root)
-    return Run(testlogs=root, classes=sorted(classes), columns=columns, cells=cells,
-               invocation=invocation.command if invocation else None, identities=identities,
-               identity_file=(found, reading.read_text(found)) if found else None,
-               mutation=_mutation(root, workspace), notes=notes, fake=fake)
+    return Run(
+        testlogs=root,
+        classes=sorted(classes),
+        columns=columns,
+        cells=cells,
+        invocation=invocation.command if invocation else None,
+        identities=identities,
+        identity_file=(found, reading.read_text(found)) if found else None,
+        mutation=_mutation(root, workspace),
+        notes=notes,
+        fake=fake,
+    )

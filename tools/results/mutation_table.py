@@ -13,6 +13,7 @@ A kill that rests on liveness oracles alone (a row's needs_control: api.answers,
 server.healthy, which an overloaded host or a crash fires too) stands only where the class's control
 ran under the same concurrency and did not fire them; otherwise the class is errored (confirm_by_controls).
 """
+
 import argparse
 import copy
 import importlib.util
@@ -32,8 +33,14 @@ DEFAULT_CATALOGUE = "tests/mutants/plugin/sleepwake_mutants"
 GPU_PREFIX, FAKE_PREFIX = "mutant_", "fake_mutant_"  # target names of tests/mutants/defs.bzl mutant_suite
 # The verdicts of tests/mutants/verdict.py (killed, other oracle, errored, survived, not applied; passed: a
 # control).
-CELL_TEXT = {"killed": "killed", "other oracle": "other oracle", "errored": "errored", "survived": "survived",
-             "not applied": "not applied", "passed": "pass"}
+CELL_TEXT = {
+    "killed": "killed",
+    "other oracle": "other oracle",
+    "errored": "errored",
+    "survived": "survived",
+    "not applied": "not applied",
+    "passed": "pass",
+}
 OUTCOMES = ("killed", "other oracle", "errored", "survived", "not applied")
 
 
@@ -57,8 +64,7 @@ def load_rows(root, prefix=GPU_PREFIX):
 
 def catalogue_names(package_dir):
     """The catalogue's mutant names, read from the plugin package's MUTANTS (no vLLM needed)."""
-    spec = importlib.util.spec_from_file_location("_sleepwake_catalogue",
-                                                  os.path.join(package_dir, "__init__.py"))
+    spec = importlib.util.spec_from_file_location("_sleepwake_catalogue", os.path.join(package_dir, "__init__.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return sorted(module.MUTANTS)
@@ -111,8 +117,10 @@ def confirm_by_controls(rows) -> list:
             if control is None:
                 why = f"{', '.join(needs)} alone, and no control of {c} ran"
             elif control[0].get("concurrency") != r.get("concurrency"):
-                why = (f"{', '.join(needs)} alone, and the control of {c} ran under other concurrency "
-                       f"({control[0].get('concurrency')} against {r.get('concurrency')})")
+                why = (
+                    f"{', '.join(needs)} alone, and the control of {c} ran under other concurrency "
+                    f"({control[0].get('concurrency')} against {r.get('concurrency')})"
+                )
             elif set(needs) & _control_fired(control[1]):
                 why = f"{', '.join(sorted(set(needs) & _control_fired(control[1])))}: the control of {c} fired it too"
             else:
@@ -143,8 +151,10 @@ def table(rows, expected=None):
     controls = [r for r in rows if r["mutant"] == CONTROL]  # one per class (mutant_control_<class>)
     control_failed = sorted(c for r in controls if not r.get("passed") for c in r["classes"])
     classes = sorted({c for r in rows for c in r["classes"]})
-    lines = ["| mutant | issue | bound | size | cell | " + " | ".join(classes) + " | verdict |",
-             "|---" * (len(classes) + 6) + "|"]
+    lines = [
+        "| mutant | issue | bound | size | cell | " + " | ".join(classes) + " | verdict |",
+        "|---" * (len(classes) + 6) + "|",
+    ]
     for r in rows:
         cells = [_cell(r["classes"][c]) if c in r["classes"] else "" for c in classes]
         if r["mutant"] == CONTROL:
@@ -153,30 +163,40 @@ def table(rows, expected=None):
             verdict = "killed" if r.get("passed") else "NOT KILLED"
         if r.get("problems"):
             verdict += " (" + "; ".join(r["problems"])[:120] + ")"
-        lines.append(f"| {'(control)' if r['mutant'] == CONTROL else r['mutant']} | {r.get('issue', '')} "
-                     f"| {_bound(r)} | {r.get('size', '')} | {r.get('cell', '')} | " + " | ".join(cells)
-                     + f" | {verdict} |")
+        lines.append(
+            f"| {'(control)' if r['mutant'] == CONTROL else r['mutant']} | {r.get('issue', '')} "
+            f"| {_bound(r)} | {r.get('size', '')} | {r.get('cell', '')} | " + " | ".join(cells) + f" | {verdict} |"
+        )
 
-    kills = {c: sorted(r["mutant"] for r in mutants if r["classes"].get(c, {}).get("verdict") == "killed")
-             for c in classes}
+    kills = {
+        c: sorted(r["mutant"] for r in mutants if r["classes"].get(c, {}).get("verdict") == "killed") for c in classes
+    }
     counts = outcome_counts(rows)
     lines += ["", "| class | " + " | ".join(OUTCOMES) + " |", "|---" * (len(OUTCOMES) + 1) + "|"]
-    lines += [f"| {c} | " + " | ".join(str(counts.get(c, {}).get(o, 0)) for o in OUTCOMES) + " |"
-              for c in classes]
+    lines += [f"| {c} | " + " | ".join(str(counts.get(c, {}).get(o, 0)) for o in OUTCOMES) + " |" for c in classes]
     lines += ["", "kills per class:"]
     lines += [f"- {c}: {len(kills[c])}" + (f" ({', '.join(kills[c])})" if kills[c] else "") for c in classes]
     survivors = [r["mutant"] for r in mutants if not r.get("passed")]
     idle = [c for c in classes if not kills[c]]
     all_killed = bool(mutants) and not survivors and not missing
-    lines += ["",
-              f"every mutant killed: {'yes' if all_killed else 'no'} ({len(mutants) - len(survivors)}/"
-              f"{len(mutants) + len(missing)}" + (f"; not killed: {', '.join(survivors)}" if survivors else "")
-              + (f"; no row (did not run): {', '.join(missing)}" if missing else "") + ")",
-              f"every class killed at least one mutant: {'yes' if classes and not idle else 'no'}"
-              + (f" (none killed by: {', '.join(idle)})" if idle else ""),
-              "control: " + ("missing (no mutant_control_* target ran)" if not controls
-                             else f"FAILED ({', '.join(control_failed)})" if control_failed
-                             else f"passed ({len(controls)} classes)")]
+    lines += [
+        "",
+        f"every mutant killed: {'yes' if all_killed else 'no'} ({len(mutants) - len(survivors)}/"
+        f"{len(mutants) + len(missing)}"
+        + (f"; not killed: {', '.join(survivors)}" if survivors else "")
+        + (f"; no row (did not run): {', '.join(missing)}" if missing else "")
+        + ")",
+        f"every class killed at least one mutant: {'yes' if classes and not idle else 'no'}"
+        + (f" (none killed by: {', '.join(idle)})" if idle else ""),
+        "control: "
+        + (
+            "missing (no mutant_control_* target ran)"
+            if not controls
+            else f"FAILED ({', '.join(control_failed)})"
+            if control_failed
+            else f"passed ({len(controls)} classes)"
+        ),
+    ]
     ok = all_killed and bool(classes) and not idle and not control_failed
     return "\n".join(lines) + "\n", ok
 
@@ -185,22 +205,33 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default="bazel-testlogs/tests/mutants")
     parser.add_argument("--out", help="also write the table to this file")
-    parser.add_argument("--catalogue", default=DEFAULT_CATALOGUE,
-                        help="the plugin package whose MUTANTS must all have a row; '' not to check")
-    parser.add_argument("--fake", action="store_true",
-                        help="tabulate the fake server's re-creations (fake_mutant_* targets, "
-                             "//tests/mutants:fake_mutants) instead of the vLLM mutants (mutant_*)")
+    parser.add_argument(
+        "--catalogue",
+        default=DEFAULT_CATALOGUE,
+        help="the plugin package whose MUTANTS must all have a row; '' not to check",
+    )
+    parser.add_argument(
+        "--fake",
+        action="store_true",
+        help="tabulate the fake server's re-creations (fake_mutant_* targets, "
+        "//tests/mutants:fake_mutants) instead of the vLLM mutants (mutant_*)",
+    )
     args = parser.parse_args(argv[1:])
     expected = None
     if args.catalogue and os.path.isfile(os.path.join(args.catalogue, "__init__.py")):
         expected = catalogue_names(args.catalogue)
     elif args.catalogue:
-        print(f"note: no catalogue at {args.catalogue} (run from the workspace root): mutants that "
-              "wrote no row are not detected", file=sys.stderr)
+        print(
+            f"note: no catalogue at {args.catalogue} (run from the workspace root): mutants that "
+            "wrote no row are not detected",
+            file=sys.stderr,
+        )
     rows = load_rows(args.root, FAKE_PREFIX if args.fake else GPU_PREFIX)
     if not rows:
-        print(f"no {ROW_FILE} under {args.root}/*/test.outputs: run the mutants first "
-              "(tools/run_matrix.sh //tests/mutants:mutants) or pass the testlogs dir that holds them")
+        print(
+            f"no {ROW_FILE} under {args.root}/*/test.outputs: run the mutants first "
+            "(tools/run_matrix.sh //tests/mutants:mutants) or pass the testlogs dir that holds them"
+        )
         return 1
     text, ok = table(rows, expected)
     print(text, end="")

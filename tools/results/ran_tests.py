@@ -14,6 +14,7 @@ included, so results left in bazel-testlogs by earlier invocations never count.
 
 Exit: 0 at least one test case ran; 1 none ran; 2 no usable build event file.
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,8 +33,9 @@ def summarize(invocation: testlogs.Invocation) -> tuple[collections.Counter, lis
     totals, reasons, unreadable = collections.Counter(), [], []
     for result in invocation.results:
         if result.xml is None or not os.path.exists(result.xml):
-            unreadable.append(f"{result.label} (shard {result.shard}, run {result.run}):"
-                              f" {result.xml or 'no local test.xml'}")
+            unreadable.append(
+                f"{result.label} (shard {result.shard}, run {result.run}): {result.xml or 'no local test.xml'}"
+            )
             continue
         totals.update(testlogs.junit_outcomes(result.xml))
         reasons += [r for r in testlogs.skip_reasons(result.xml) if r not in reasons]
@@ -45,31 +47,45 @@ def main(argv: list[str]) -> int:
     invocations = []
     for bep in beps:
         if not os.path.exists(bep):
-            print(f"ran_tests: no build event file {bep}: run `bazel test` in this workspace first (.bazelrc"
-                  " writes it), or pass the file given to --build_event_json_file", file=sys.stderr)
+            print(
+                f"ran_tests: no build event file {bep}: run `bazel test` in this workspace first (.bazelrc"
+                " writes it), or pass the file given to --build_event_json_file",
+                file=sys.stderr,
+            )
             return 2
         invocations.append(testlogs.read_bep(bep))
     commands = [f"`bazel {i.command} {' '.join(i.patterns)}`" for i in invocations]
     what = " and ".join(dict.fromkeys(commands)) + (f" ({len(commands)} invocations)" if len(commands) > 1 else "")
     results = [r for i in invocations for r in i.results]
     if not results:
-        print(f"ran_tests: FAILED: {what} has no test result in {' '.join(beps)}: no test target was built"
-              " and run (a build error, or every target filtered out by tags)", file=sys.stderr)
+        print(
+            f"ran_tests: FAILED: {what} has no test result in {' '.join(beps)}: no test target was built"
+            " and run (a build error, or every target filtered out by tags)",
+            file=sys.stderr,
+        )
         return 2
     totals, reasons, unreadable = summarize(testlogs.Invocation(command="test", patterns=[], results=results))
     ran = sum(totals[outcome] for outcome in testlogs.RAN)
     for line in unreadable:
         print(f"ran_tests: cannot read the test.xml of {line}", file=sys.stderr)
     if ran == 0:
-        print(f"ran_tests: FAILED: no test case ran in {what}: all {len(results)} test"
-              f" result(s) are skipped or empty ({totals['skipped']} skipped case(s)). Why:", file=sys.stderr)
+        print(
+            f"ran_tests: FAILED: no test case ran in {what}: all {len(results)} test"
+            f" result(s) are skipped or empty ({totals['skipped']} skipped case(s)). Why:",
+            file=sys.stderr,
+        )
         for reason in reasons[:5] or ["(no reason recorded)"]:
             print(f"  {reason}", file=sys.stderr)
-        print("Fix the --test_filter (a test id fragment or a -k expression over class, test and"
-              " parameter names) or the targets.", file=sys.stderr)
+        print(
+            "Fix the --test_filter (a test id fragment or a -k expression over class, test and"
+            " parameter names) or the targets.",
+            file=sys.stderr,
+        )
         return 1
-    print(f"ran_tests: {ran} test case(s) ran in {what} ({totals['passed']} passed, {totals['failed']}"
-          f" failed, {totals['skipped']} skipped) over {len(results)} test result(s)")
+    print(
+        f"ran_tests: {ran} test case(s) ran in {what} ({totals['passed']} passed, {totals['failed']}"
+        f" failed, {totals['skipped']} skipped) over {len(results)} test result(s)"
+    )
     return 0
 
 

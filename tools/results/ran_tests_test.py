@@ -11,8 +11,7 @@ NOTHING_MATCHED = "--test_filter 'no_such_test' matched no test in this target."
 def test_an_invocation_where_every_target_skipped_fails_and_says_why(tmp_path, capsys):
     a = write_xml(tmp_path / "a" / "test.xml", {"no test selected": "skipped"}, NOTHING_MATCHED)
     b = write_xml(tmp_path / "b" / "test.xml", {"no test selected": "skipped"}, NOTHING_MATCHED)
-    write_bep(tmp_path / "bep.json", [("//t:a", a, "PASSED"), ("//t:b", b, "PASSED")],
-              patterns=["//t/..."])
+    write_bep(tmp_path / "bep.json", [("//t:a", a, "PASSED"), ("//t:b", b, "PASSED")], patterns=["//t/..."])
     assert ran_tests.main(["ran_tests", str(tmp_path / "bep.json")]) == 1
     err = capsys.readouterr().err
     assert "FAILED: no test case ran in `bazel test //t/...`: all 2 test result(s) are skipped" in err
@@ -41,10 +40,13 @@ def test_failed_cases_ran(tmp_path):
     assert ran_tests.main(["ran_tests", str(tmp_path / "bep.json")]) == 0
 
 
-@pytest.mark.parametrize("setup,message", [
-    ("missing", "no build event file"),
-    ("no_results", "has no test result"),
-])
+@pytest.mark.parametrize(
+    "setup,message",
+    [
+        ("missing", "no build event file"),
+        ("no_results", "has no test result"),
+    ],
+)
 def test_no_usable_build_events_is_an_error(tmp_path, capsys, setup, message):
     if setup == "no_results":
         write_bep(tmp_path / "bep.json", [])
@@ -54,12 +56,22 @@ def test_no_usable_build_events_is_an_error(tmp_path, capsys, setup, message):
 
 def test_read_bep_keeps_the_last_attempt_per_shard_and_run(tmp_path):
     xml = write_xml(tmp_path / "x.xml", {"t": "passed"})
-    write_bep(tmp_path / "bep.json", [("//t:a", xml, "FAILED", 1, 1, 1), ("//t:a", xml, "PASSED", 1, 1, 2),
-                                      ("//t:a", xml, "PASSED", 2, 1, 1), ("//t:b", None, "NO_STATUS")])
+    write_bep(
+        tmp_path / "bep.json",
+        [
+            ("//t:a", xml, "FAILED", 1, 1, 1),
+            ("//t:a", xml, "PASSED", 1, 1, 2),
+            ("//t:a", xml, "PASSED", 2, 1, 1),
+            ("//t:b", None, "NO_STATUS"),
+        ],
+    )
     invocation = testlogs.read_bep(tmp_path / "bep.json")
     assert invocation.command == "test" and invocation.patterns == ["//..."]
     assert sorted((r.label, r.shard, r.attempt, r.status, r.xml) for r in invocation.results) == [
-        ("//t:a", 1, 2, "PASSED", xml), ("//t:a", 2, 1, "PASSED", xml), ("//t:b", 1, 1, "NO_STATUS", None)]
+        ("//t:a", 1, 2, "PASSED", xml),
+        ("//t:a", 2, 1, "PASSED", xml),
+        ("//t:b", 1, 1, "NO_STATUS", None),
+    ]
 
 
 def test_junit_outcomes_count_errors_as_failed_and_skips_apart(tmp_path):

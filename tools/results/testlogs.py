@@ -6,6 +6,7 @@ workspace root. Its testResult events name the test.xml of every test the invoca
 the cache, per shard and run; directories of bazel-testlogs that no such event names are stale, left by
 earlier invocations.
 """
+
 from __future__ import annotations
 
 import collections
@@ -49,6 +50,7 @@ MEASUREMENTS_FILE = "measurements.jsonl"  # every number a test measured, among 
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One JUnit testcase."""
+
     classname: str  # e.g. tests.sleep_wake.test_scheduler_gate.TestSchedulerGate
     name: str  # e.g. test_weights_first_holds_request_until_kv_cache[MRV2-eager]
     outcome: str  # "passed", "failed" (failure or error) or "skipped"
@@ -75,10 +77,19 @@ def parse_junit(path: str) -> list[Case]:
             message = bad[0].get("message") or (bad[0].text or "").strip()
         text = "\n".join(f"{c.get('message', '')}\n{c.text or ''}" for c in bad)
         props = [(p.get("name"), p.get("value", "")) for p in tc.iter("property")]
-        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, text,
-                          tuple(v for n, v in props if n == ORACLE_PROPERTY), float(tc.get("time") or 0),
-                          tuple(v for n, v in props if n == ERRORED_PROPERTY),
-                          tuple(v for n, v in props if n == LIVENESS_PROPERTY)))
+        cases.append(
+            Case(
+                tc.get("classname", ""),
+                tc.get("name", ""),
+                outcome,
+                message,
+                text,
+                tuple(v for n, v in props if n == ORACLE_PROPERTY),
+                float(tc.get("time") or 0),
+                tuple(v for n, v in props if n == ERRORED_PROPERTY),
+                tuple(v for n, v in props if n == LIVENESS_PROPERTY),
+            )
+        )
     return cases
 
 
@@ -105,6 +116,7 @@ def result_dirs(target_dir: str) -> list[str]:
 @dataclasses.dataclass
 class TestResult:
     """One testResult event: a target's shard, run and attempt, and where its test.xml is."""
+
     label: str
     shard: int
     run: int
@@ -122,6 +134,7 @@ def _local_path(uri: str) -> str | None:
 @dataclasses.dataclass
 class Invocation:
     """What a BEP file says about one bazel command: its target patterns and its test results."""
+
     command: str
     patterns: list[str]
     results: list[TestResult]
@@ -147,11 +160,15 @@ def read_bep(path: str) -> Invocation:
             elif "testResult" in event_id and "testResult" in event:
                 ident, payload = event_id["testResult"], event["testResult"]
                 outputs = {o.get("name"): o.get("uri", "") for o in payload.get("testActionOutput", [])}
-                result = TestResult(label=ident["label"], shard=ident.get("shard", 1), run=ident.get("run", 1),
-                                    attempt=ident.get("attempt", 1), status=payload.get("status", "UNKNOWN"),
-                                    cached=bool(payload.get("cachedLocally")
-                                                or payload.get("executionInfo", {}).get("cachedRemotely")),
-                                    xml=_local_path(outputs["test.xml"]) if "test.xml" in outputs else None)
+                result = TestResult(
+                    label=ident["label"],
+                    shard=ident.get("shard", 1),
+                    run=ident.get("run", 1),
+                    attempt=ident.get("attempt", 1),
+                    status=payload.get("status", "UNKNOWN"),
+                    cached=bool(payload.get("cachedLocally") or payload.get("executionInfo", {}).get("cachedRemotely")),
+                    xml=_local_path(outputs["test.xml"]) if "test.xml" in outputs else None,
+                )
                 key = (result.label, result.shard, result.run)
                 if key not in results or results[key].attempt < result.attempt:
                     results[key] = result

@@ -18,8 +18,11 @@ def write_xml(path, outcomes: dict[str, str], skip_message: str = "") -> str:
     for name, outcome in outcomes.items():
         case = ElementTree.SubElement(suite, "testcase", {"classname": "sample.TestX", "name": name})
         if outcome != "passed":
-            ElementTree.SubElement(case, "failure" if outcome == "failed" else outcome,
-                                   {"message": skip_message if outcome == "skipped" else "boom"})
+            ElementTree.SubElement(
+                case,
+                "failure" if outcome == "failed" else outcome,
+                {"message": skip_message if outcome == "skipped" else "boom"},
+            )
     ElementTree.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
     return str(path)
 
@@ -27,8 +30,10 @@ def write_xml(path, outcomes: dict[str, str], skip_message: str = "") -> str:
 def write_bep(path, results, command: str = "test", patterns=("//...",)) -> None:
     """A BEP JSON file of one invocation; results are (label, xml path or None, status) or
     (label, xml path, status, shard, run, attempt, cached)."""
-    events = [{"id": {"started": {}}, "started": {"command": command, "uuid": "fake"}},
-              {"id": {"pattern": {"pattern": list(patterns)}}, "expanded": {}}]
+    events = [
+        {"id": {"started": {}}, "started": {"command": command, "uuid": "fake"}},
+        {"id": {"pattern": {"pattern": list(patterns)}}, "expanded": {}},
+    ]
     for result in results:
         label, xml, status, shard, run, attempt, cached = (tuple(result) + (1, 1, 1, False))[:7]
         outputs = [{"name": "test.log", "uri": "file://" + os.path.abspath(str(xml or "x")) + ".log"}]
@@ -37,8 +42,12 @@ def write_bep(path, results, command: str = "test", patterns=("//...",)) -> None
         payload = {"testActionOutput": outputs, "status": status}
         if cached:
             payload["cachedLocally"] = True
-        events.append({"id": {"testResult": {"label": label, "run": run, "shard": shard, "attempt": attempt}},
-                       "testResult": payload})
+        events.append(
+            {
+                "id": {"testResult": {"label": label, "run": run, "shard": shard, "attempt": attempt}},
+                "testResult": payload,
+            }
+        )
     events.append({"id": {"buildFinished": {}}, "finished": {"overallSuccess": True}})
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(event) + "\n" for event in events)

@@ -14,7 +14,6 @@ from tests.engine.fakes.timeline import Timeline
 
 
 class RecordingOutputQueue(queue.Queue):
-
     def __init__(self, timeline: Timeline) -> None:
         super().__init__()
         self.timeline = timeline

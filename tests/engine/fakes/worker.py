@@ -38,15 +38,15 @@ class ReleasedMemoryAccess(RuntimeError):
 
 
 class FakeWorker(WorkerBase):
-
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.timeline = Timeline()  # replaced by the engine builder with the test's own
         self.resident = {tag: False for tag in TAGS}
         self.weights_intact = False  # False after a level-2 sleep until reload_weights
         self.fail_next_sleep: str | None = None  # set by a test: the next sleep raises this text
-        self._layers = [f"model.layers.{i}.self_attn.attn"
-                        for i in range(self.model_config.get_num_layers(self.parallel_config))]
+        self._layers = [
+            f"model.layers.{i}.self_attn.attn" for i in range(self.model_config.get_num_layers(self.parallel_config))
+        ]
 
     # --- start-up, in the order EngineCore and UniProcExecutor call it ----------------------------
     def init_device(self) -> None:
@@ -61,7 +61,8 @@ class FakeWorker(WorkerBase):
             block_size=BLOCK_SIZE,
             num_kv_heads=self.model_config.get_num_kv_heads(self.parallel_config),
             head_size=self.model_config.get_head_size(),
-            dtype=self.model_config.dtype)
+            dtype=self.model_config.dtype,
+        )
         return {name: spec for name in self._layers}
 
     def determine_available_memory(self) -> int:
@@ -92,13 +93,19 @@ class FakeWorker(WorkerBase):
         if released:
             raise ReleasedMemoryAccess(
                 f"forward pass of requests {req_ids} scheduled while {' and '.join(released)} "
-                "released: on a GPU an illegal memory access (vLLM #44395/#44483, #45520)")
-        return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                 sampled_token_ids=[[SAMPLED_TOKEN] for _ in req_ids])
+                "released: on a GPU an illegal memory access (vLLM #44395/#44483, #45520)"
+            )
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            sampled_token_ids=[[SAMPLED_TOKEN] for _ in req_ids],
+        )
 
     def sample_tokens(self, grammar_output) -> ModelRunnerOutput:
-        raise NotImplementedError("FakeWorker.execute_model returns its output; sample_tokens is "
-                                  "only called after an execute_model that returned None")
+        raise NotImplementedError(
+            "FakeWorker.execute_model returns its output; sample_tokens is "
+            "only called after an execute_model that returned None"
+        )
 
     def take_draft_token_ids(self):
         return None  # no speculative decoding
@@ -110,7 +117,8 @@ class FakeWorker(WorkerBase):
             raise ReleasedMemoryAccess(
                 f"sleep(level={level}) of {' and '.join(released)} that an earlier sleep already "
                 "released: on a GPU, unmapping released memory is a CUDA error (the executor's "
-                "double-sleep guard, vllm/v1/executor/abstract.py, exists to prevent it)")
+                "double-sleep guard, vllm/v1/executor/abstract.py, exists to prevent it)"
+            )
         self.timeline.add("sleep", level)
         # gpu_worker.Worker.sleep releases first and checks the device's free memory after, so a
         # failed check leaves the memory released.
@@ -127,15 +135,17 @@ class FakeWorker(WorkerBase):
         if mapped:
             raise ReleasedMemoryAccess(
                 f"wake_up({tags}) maps {' and '.join(mapped)} that is already resident: on a GPU, "
-                "create_and_map of mapped memory is a CUDA error")
+                "create_and_map of mapped memory is a CUDA error"
+            )
         self.timeline.add("wake_up", *(tags if tags is not None else ["<all>"]))
         for tag in wanted:
             self.resident[tag] = True
 
     def reload_weights(self, *args, **kwargs) -> None:
         if not self.resident["weights"]:
-            raise ReleasedMemoryAccess("reload_weights while the weights pool is released; wake "
-                                       "tags=weights first (the level-2 recipe)")
+            raise ReleasedMemoryAccess(
+                "reload_weights while the weights pool is released; wake tags=weights first (the level-2 recipe)"
+            )
         self.timeline.add("reload_weights")
         self.weights_intact = True
 

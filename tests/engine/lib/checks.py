@@ -27,8 +27,12 @@ def resident(worker, asleep: set, where: str, level: int = 1) -> None:
     """The fake worker's pools: every tag of `asleep` released, every other one mapped."""
     with oracle.together():
         for tag in TAGS:
-            oracle.equal(residency_oracle(asleep, tag, level), worker.resident[tag], tag not in asleep,
-                         f"{where}: the fake worker's {tag} pool resident (a GPU's mapped bytes)")
+            oracle.equal(
+                residency_oracle(asleep, tag, level),
+                worker.resident[tag],
+                tag not in asleep,
+                f"{where}: the fake worker's {tag} pool resident (a GPU's mapped bytes)",
+            )
 
 
 def answers(what: str, call, *args, **kwargs):
@@ -56,13 +60,27 @@ def unscheduled(oracle_id: str, core, request_id: str, count: int, where: str) -
     try:
         steps(core.engine, count)
     except ReleasedMemoryAccess as e:
-        oracle.fail(oracle_id, f"{where}: a forward pass on released memory; timeline: {core.timeline}", repr(e),
-                    "no forward pass", "")
-    oracle.holds(oracle_id, not core.timeline.forwarded(request_id),
-                 f"{where}: forward passes of {request_id!r}; timeline: {core.timeline}", "forwarded", "none")
+        oracle.fail(
+            oracle_id,
+            f"{where}: a forward pass on released memory; timeline: {core.timeline}",
+            repr(e),
+            "no forward pass",
+            "",
+        )
+    oracle.holds(
+        oracle_id,
+        not core.timeline.forwarded(request_id),
+        f"{where}: forward passes of {request_id!r}; timeline: {core.timeline}",
+        "forwarded",
+        "none",
+    )
 
 
 def worker_calls(timeline, kind: str, expected: list, where: str) -> None:
     """The details of the worker calls of `kind` (sleep: (level,); wake_up: tags) are `expected`."""
-    oracle.equal("executor.worker_calls", [e.detail for e in timeline.of(kind)], expected,
-                 f"{where}: the {kind} calls that reached the worker; timeline: {timeline}")
+    oracle.equal(
+        "executor.worker_calls",
+        [e.detail for e in timeline.of(kind)],
+        expected,
+        f"{where}: the {kind} calls that reached the worker; timeline: {timeline}",
+    )

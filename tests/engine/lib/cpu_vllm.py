@@ -17,8 +17,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
-PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "platform_plugin")
+PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "platform_plugin")
 PLUGIN = "sleepwake_engine_cpu"
 if PLUGIN_DIR not in sys.path:
     sys.path.insert(0, PLUGIN_DIR)
@@ -31,7 +30,8 @@ if not isinstance(vllm.platforms.current_platform, UnspecifiedPlatform):
         f"vLLM runs on {type(vllm.platforms.current_platform).__name__}, not the engine tier's "
         f"UnspecifiedPlatform: vLLM was imported before tests/engine/lib/cpu_vllm.py, or "
         f"VLLM_PLUGINS={os.environ.get('VLLM_PLUGINS')!r} leaves out {PLUGIN}. Import cpu_vllm "
-        f"first, or add {PLUGIN} to VLLM_PLUGINS")
+        f"first, or add {PLUGIN} to VLLM_PLUGINS"
+    )
 
 # The per-release targets put a release's overlay (/opt/sleepwake/vllm-<v>) first on the path and
 # name the release they mean to test: a missing overlay would silently test the venv's own vLLM.
@@ -39,4 +39,5 @@ _EXPECTED = os.environ.get("SLEEPWAKE_EXPECT_VLLM")
 if _EXPECTED and vllm.__version__ != _EXPECTED:
     raise RuntimeError(
         f"this target tests vLLM {_EXPECTED} but imported vLLM {vllm.__version__} from "
-        f"{os.path.dirname(vllm.__file__)}: its overlay is not installed; run tools/setup.sh --install-only")
+        f"{os.path.dirname(vllm.__file__)}: its overlay is not installed; run tools/setup.sh --install-only"
+    )

@@ -31,7 +31,6 @@ CALL_TIMEOUT_S = 30.0  # a utility call the loop never answers fails the test in
 
 
 class QueueEngineClient:
-
     def __init__(self, proc: EngineCoreProc, loop_error=lambda: None) -> None:
         self._proc = proc
         self._loop_error = loop_error  # the busy loop's fatal error, for EngineDeadError's text
@@ -65,8 +64,9 @@ class QueueEngineClient:
             ended = self._finished_changed.wait_for(lambda: request_id in self._finished or self._dead, timeout_s)
         self._raise_if_dead()
         if not ended:
-            oracle.fail("requests.completes", f"request {request_id}", "unfinished", f"{timeout_s} s",
-                        "finished within")
+            oracle.fail(
+                "requests.completes", f"request {request_id}", "unfinished", f"{timeout_s} s", "finished within"
+            )
         return self._finished[request_id]
 
     def finished(self, request_id: str) -> EngineCoreOutput | None:
@@ -87,8 +87,7 @@ class QueueEngineClient:
         call_id = next(self._call_ids)
         future = concurrent.futures.Future()
         self._pending[call_id] = future
-        self._proc.input_queue.put_nowait(
-            (EngineCoreRequestType.UTILITY, (0, call_id, method, args)))
+        self._proc.input_queue.put_nowait((EngineCoreRequestType.UTILITY, (0, call_id, method, args)))
         return future
 
     def _raise_if_dead(self) -> None:

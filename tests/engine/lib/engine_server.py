@@ -71,8 +71,10 @@ class OutputRecord(RecordingOutputQueue):
     def wait_ended(self, request_ids, timeout_s: float = WAIT_S) -> bool:
         """True once every request has a finish reason; False on timeout or if the engine died."""
         with self._changed:
-            return self._changed.wait_for(
-                lambda: self.dead or all(self._ended(r) for r in request_ids), timeout_s) and not self.dead
+            return (
+                self._changed.wait_for(lambda: self.dead or all(self._ended(r) for r in request_ids), timeout_s)
+                and not self.dead
+            )
 
     def _ended(self, request_id: str) -> bool:
         stream = self.streams.get(request_id)
@@ -93,12 +95,12 @@ class RouteClient(QueueEngineClient):
             self.last_failure = f"{method}{args}: {e}"
             raise
 
-    async def reset_prefix_cache(self, reset_running_requests: bool = False,
-                                 reset_connector: bool = False) -> bool:
+    async def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
         return await self._call("reset_prefix_cache", reset_running_requests, reset_connector)
 
-    async def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (),
-                             kwargs: dict | None = None):
+    async def collective_rpc(
+        self, method: str, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None
+    ):
         return await self._call("collective_rpc", method, timeout, args, kwargs)
 
 
@@ -111,6 +113,7 @@ class InFlightGate:
     once. After GATE_S it lets go anyway and says so (timed_out): the walk then cannot tell that the
     sleep landed mid-decode, a Precondition, not a verdict.
     """
+
     GATE_S = 10.0
 
     def __init__(self, built: Built) -> None:
@@ -204,12 +207,20 @@ class EngineServer:
     def send(self, prompt: list[int], max_tokens: int, seed: int | None = None, kind: str = "req") -> str:
         """What the input socket thread does with an ADD: preprocess, then queue it."""
         rid = f"{kind}-{next(self._ids)}"
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, seed=seed,
-                                temperature=1.0 if seed is not None else 0.0)
+        params = SamplingParams(
+            max_tokens=max_tokens, ignore_eos=True, seed=seed, temperature=1.0 if seed is not None else 0.0
+        )
         request = EngineCoreRequest(
-            request_id=rid, prompt_token_ids=prompt, mm_features=None, sampling_params=params,
-            pooling_params=None, arrival_time=time.time(), lora_request=None, cache_salt=None,
-            data_parallel_rank=None)
+            request_id=rid,
+            prompt_token_ids=prompt,
+            mm_features=None,
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=time.time(),
+            lora_request=None,
+            cache_salt=None,
+            data_parallel_rank=None,
+        )
         self.proc.input_queue.put_nowait((EngineCoreRequestType.ADD, self.proc.preprocess_add_request(request)))
         return rid
 

@@ -20,8 +20,7 @@ from tests.engine.fakes.timeline import Timeline
 from tests.engine.fakes.worker import FakeWorker
 from tools.checkpoints import make_synthetic_model
 from vllm import envs
-from vllm.config import (CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, SchedulerConfig,
-                         VllmConfig)
+from vllm.config import CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
 from vllm.v1.engine import EngineCoreRequestType
 from vllm.v1.engine.core import EngineCore, EngineCoreProc, EngineShutdownState
 from vllm.v1.executor.uniproc_executor import UniProcExecutor
@@ -31,17 +30,29 @@ MAX_MODEL_LEN = 256
 
 # The attributes EngineCoreProc.__init__ sets before and around EngineCore.__init__, minus the ZMQ
 # handshake's. test_vllm_internals.py compares this with vLLM's source so a new one is noticed.
-PROC_ATTRIBUTES = ("input_queue", "output_queue", "engine_index", "engines_running",
-                   "shutdown_state", "tensor_ipc_receiver", "has_coordinator",
-                   "frontend_stats_publish_address", "publish_dp_lb_stats", "addresses",
-                   "process_input_queue_block", "output_thread")
+PROC_ATTRIBUTES = (
+    "input_queue",
+    "output_queue",
+    "engine_index",
+    "engines_running",
+    "shutdown_state",
+    "tensor_ipc_receiver",
+    "has_coordinator",
+    "frontend_stats_publish_address",
+    "publish_dp_lb_stats",
+    "addresses",
+    "process_input_queue_block",
+    "output_thread",
+)
 
 
 def write_model_dir(path: str) -> str:
     """The tiny synthetic Qwen3's config files (no weights: the fake worker loads none)."""
     os.makedirs(path, exist_ok=True)
-    for name, content in [("config.json", make_synthetic_model.config_json(make_synthetic_model.TINY)),
-                          ("generation_config.json", make_synthetic_model.generation_config_json())]:
+    for name, content in [
+        ("config.json", make_synthetic_model.config_json(make_synthetic_model.TINY)),
+        ("generation_config.json", make_synthetic_model.generation_config_json()),
+    ]:
         with open(os.path.join(path, name), "w", encoding="utf-8") as f:
             json.dump(content, f)
     return path
@@ -50,17 +61,26 @@ def write_model_dir(path: str) -> str:
 def vllm_config(model_dir: str) -> VllmConfig:
     return VllmConfig(
         model_config=ModelConfig(
-            model=model_dir, skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16",
-            max_model_len=MAX_MODEL_LEN, seed=0,
+            model=model_dir,
+            skip_tokenizer_init=True,
+            enforce_eager=True,
+            dtype="bfloat16",
+            max_model_len=MAX_MODEL_LEN,
+            seed=0,
             # enable_sleep_mode only gates vLLM's CuMem allocator, which the fake worker stands in
             # for; the platform check behind it rejects the CPU. EngineCore.sleep does not read it.
-            enable_sleep_mode=False),
+            enable_sleep_mode=False,
+        ),
         cache_config=CacheConfig(block_size=16, enable_prefix_caching=True),
         # async_scheduling off: the engine steps with EngineCore.step, one forward per step, which
         # is what the tests count. 0.26.0's default turns it on only for executors that support it.
-        scheduler_config=SchedulerConfig(max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False,
-                                         max_num_batched_tokens=MAX_MODEL_LEN, max_num_seqs=8,
-                                         async_scheduling=False),
+        scheduler_config=SchedulerConfig(
+            max_model_len=MAX_MODEL_LEN,
+            is_encoder_decoder=False,
+            max_num_batched_tokens=MAX_MODEL_LEN,
+            max_num_seqs=8,
+            async_scheduling=False,
+        ),
         device_config=DeviceConfig(device="cpu"),
         parallel_config=ParallelConfig(worker_cls=WORKER_CLS, distributed_executor_backend="uni"),
     )
@@ -69,6 +89,7 @@ def vllm_config(model_dir: str) -> VllmConfig:
 @dataclasses.dataclass
 class Built:
     """An engine and the boundary it talks to."""
+
     engine: EngineCore  # an EngineCoreProc for the queue-driven tests
     worker: FakeWorker
     timeline: Timeline
@@ -123,9 +144,11 @@ def build_engine_core_proc(model_dir: str) -> Built:
     proc.output_thread = None  # no socket thread
     proc.output_queue = None  # set below, once the timeline exists
     executor_fail_callback = lambda: proc.input_queue.put_nowait(  # noqa: E731 (as vLLM's)
-        (EngineCoreRequestType.EXECUTOR_FAILED, b""))
-    EngineCore.__init__(proc, vllm_config(model_dir), UniProcExecutor, log_stats=False,
-                        executor_fail_callback=executor_fail_callback)
+        (EngineCoreRequestType.EXECUTOR_FAILED, b"")
+    )
+    EngineCore.__init__(
+        proc, vllm_config(model_dir), UniProcExecutor, log_stats=False, executor_fail_callback=executor_fail_callback
+    )
     built = _attach(proc)
     proc.output_queue = RecordingOutputQueue(built.timeline)
     return built

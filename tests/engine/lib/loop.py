@@ -29,8 +29,9 @@ def iterate(proc: EngineCoreProc) -> None:
     proc._process_engine_step()
 
 
-def drive(proc: EngineCoreProc, until: Callable[[], bool], what: str, timeline: Timeline,
-          oracle_id: str | None = None) -> int:
+def drive(
+    proc: EngineCoreProc, until: Callable[[], bool], what: str, timeline: Timeline, oracle_id: str | None = None
+) -> int:
     """Iterates the loop until `until()` holds; returns the iterations it took. After MAX_ITERATIONS the
     oracle `oracle_id` fails (what it waits for is what it checks), or measure.WaitTimeout when the wait
     only sets a test up (errored)."""
@@ -76,5 +77,4 @@ class BackgroundLoop:
         self.proc.input_queue.put_nowait((EngineCoreRequestType.WAKEUP, None))
         self._thread.join(STOP_TIMEOUT_S)
         if self._thread.is_alive():
-            raise RuntimeError(f"the engine's busy loop did not stop within {STOP_TIMEOUT_S} s "
-                               "of a shutdown request")
+            raise RuntimeError(f"the engine's busy loop did not stop within {STOP_TIMEOUT_S} s of a shutdown request")

@@ -18,10 +18,16 @@ _first_tokens = itertools.count(100, PROMPT_LEN)  # distinct prompts, ids inside
 def engine_core_request(request_id: str, max_tokens: int) -> EngineCoreRequest:
     first = next(_first_tokens) % 1900 + 100
     return EngineCoreRequest(
-        request_id=request_id, prompt_token_ids=list(range(first, first + PROMPT_LEN)),
-        mm_features=None, sampling_params=SamplingParams(max_tokens=max_tokens),
-        pooling_params=None, arrival_time=time.time(), lora_request=None, cache_salt=None,
-        data_parallel_rank=None)
+        request_id=request_id,
+        prompt_token_ids=list(range(first, first + PROMPT_LEN)),
+        mm_features=None,
+        sampling_params=SamplingParams(max_tokens=max_tokens),
+        pooling_params=None,
+        arrival_time=time.time(),
+        lora_request=None,
+        cache_salt=None,
+        data_parallel_rank=None,
+    )
 
 
 def add(engine: EngineCore, request_id: str, max_tokens: int = 3) -> Request:

@@ -14,8 +14,7 @@ MAX_STEPS = 50  # the tests' requests need a handful
 def step(engine: EngineCore) -> dict[str, EngineCoreOutput]:
     """One EngineCore.step; the outputs of the requests it finished, by request id."""
     outputs, _ = engine.step()
-    return {o.request_id: o for eco in outputs.values() for o in eco.outputs
-            if o.finish_reason is not None}
+    return {o.request_id: o for eco in outputs.values() for o in eco.outputs if o.finish_reason is not None}
 
 
 def steps(engine: EngineCore, count: int) -> dict[str, EngineCoreOutput]:
@@ -26,8 +25,7 @@ def steps(engine: EngineCore, count: int) -> dict[str, EngineCoreOutput]:
     return finished
 
 
-def run_until_finished(engine: EngineCore, request_ids: list[str],
-                       timeline: Timeline) -> dict[str, EngineCoreOutput]:
+def run_until_finished(engine: EngineCore, request_ids: list[str], timeline: Timeline) -> dict[str, EngineCoreOutput]:
     """Steps until every request finished; the oracle requests.completes fails when one has not after
     MAX_STEPS (the in-process engine steps only when told: no hang of the host shows here)."""
     finished = {}
@@ -35,5 +33,10 @@ def run_until_finished(engine: EngineCore, request_ids: list[str],
         finished.update(step(engine))
         if set(request_ids) <= set(finished):
             return finished
-    oracle.fail("requests.completes", f"requests {sorted(request_ids)}; timeline: {timeline}",
-                f"{sorted(set(request_ids) - set(finished))} unfinished", f"{MAX_STEPS} steps", "all finished within")
+    oracle.fail(
+        "requests.completes",
+        f"requests {sorted(request_ids)}; timeline: {timeline}",
+        f"{sorted(set(request_ids) - set(finished))} unfinished",
+        f"{MAX_STEPS} steps",
+        "all finished within",
+    )

@@ -49,23 +49,23 @@ def short_prompt() -> list[int]:
 # --- what the walk cannot check here, and why ---------------------------------------------------------
 SKIPPED = {
     "flags.gauge": "vllm:engine_sleep_state is written by AsyncLLM.sleep/wake_up (record_sleep_state), "
-                   "which the engine tier's QueueEngineClient stands in for without its stat loggers",
+    "which the engine tier's QueueEngineClient stands in for without its stat loggers",
     "output.golden_tokens": "the fake worker samples one constant token: no golden of real weights; the "
-                            "weights' integrity is checked instead (garbage after level 2 until a reload)",
+    "weights' integrity is checked instead (garbage after level 2 until a reload)",
     "weights.pushed_checkpoint_golden": "the fake worker loads no checkpoint: A and B serve alike; the "
-                                        "weights' integrity is checked instead",
+    "weights' integrity is checked instead",
     "output.logprob_drift": "the fake worker computes no logprobs",
     "output.seeded_sampling": "the fake worker ignores the seed (one constant token)",
     "requests.abort_time": "a time bound measured on the H200's server; on the CPU the abort output's "
-                           "order (before the offload, before /sleep answers) is checked instead",
+    "order (before the offload, before /sleep answers) is checked instead",
     "api.status": "(generates only) requests go to the engine core's input queue: there is no OpenAI "
-                  "route in front of it to answer a status",
+    "route in front of it to answer a status",
     "server.healthy": "(checked as: the busy loop is alive) there is no /health route on this app",
     "device_bytes": "no device memory: the fake worker's two pool flags stand for it (checked per tag)",
     "host_bytes": "no host copy: the fake worker backs nothing up",
     "prefix_cache.kept_paused_request": "the fake worker samples one constant token, so a resumed request's "
-                                        "tokens cannot tell a kept KV cache from a recomputed one; its count is "
-                                        "checked instead",
+    "tokens cannot tell a kept KV cache from a recomputed one; its count is "
+    "checked instead",
 }
 # Ids the walk checks here only through a stand-in (the weights' integrity for a golden, the busy loop for
 # /health): the GPU walk's own check under that id is still skipped, and counted so.
@@ -74,7 +74,7 @@ STAND_INS = ("output.golden_tokens", "weights.pushed_checkpoint_golden", "server
 # fake tier only.
 CANNOT_HONOUR = {
     ops.KV_FIRST_AFTER_LEVEL2: "the failing restore of the level-2 sleep's model buffers is the GPU worker's "
-                               "(gpu_worker.py wake_up); the fake worker keeps no model buffers",
+    "(gpu_worker.py wake_up); the fake worker keeps no model buffers",
 }
 
 
@@ -94,6 +94,7 @@ def _residency_oracle(state: State, tag: str) -> str:
 class Open:
     """A request that waits: its ids (n of them for an n=4 fan-out), what the model calls it (QUEUED_KINDS
     or "held"), the tokens each had when it started waiting, the forward passes it had then."""
+
     ids: list
     kind: str
     op_name: str
@@ -133,9 +134,14 @@ class EngineTier:
 
     def _alive(self, where: str) -> None:
         error = self.server.alive()
-        self._holds("server.healthy", error is None, f"{where}: the engine's busy loop is alive (a forward "
-                    "pass on released memory kills it: the fake worker raises, a GPU faults)",
-                    repr(error), "alive")
+        self._holds(
+            "server.healthy",
+            error is None,
+            f"{where}: the engine's busy loop is alive (a forward "
+            "pass on released memory kills it: the fake worker raises, a GPU faults)",
+            repr(error),
+            "alive",
+        )
 
     def _begin(self, op, before: State) -> None:
         self._step_checked = set()
@@ -143,8 +149,12 @@ class EngineTier:
 
     def _status(self, response, what: str, expected: int = ops.EXPECTED_STATUS) -> None:
         failure = self.server.client.last_failure if response.status_code != expected else None
-        self._equal("api.status", response.status_code, expected,
-                    f"{what}: {response.text[:300]!r}; the engine's failure: {failure}")
+        self._equal(
+            "api.status",
+            response.status_code,
+            expected,
+            f"{what}: {response.text[:300]!r}; the engine's failure: {failure}",
+        )
 
     def _ended(self, ids, what: str, oracle_id: str) -> None:
         """Every request of ids has ended; one still open after WAIT_S fails oracle_id, the step's own
@@ -153,14 +163,22 @@ class EngineTier:
         if not self.server.record.wait_ended(ids):
             self._alive(what)
             open_ids = [r for r in ids if self.server.record.end(r) is None]
-            self._equal(oracle_id, open_ids, [], f"{what}: requests still open {WAIT_S} s later (they must "
-                        f"end); timeline: {self.server.timeline}")
+            self._equal(
+                oracle_id,
+                open_ids,
+                [],
+                f"{what}: requests still open {WAIT_S} s later (they must end); timeline: {self.server.timeline}",
+            )
 
     def _finished_by_length(self, rid: str, max_tokens: int, oracle_id: str, what: str) -> None:
         self._ended([rid], what, oracle_id)
         end, tokens = self.server.record.end(rid), self.server.record.tokens(rid)
-        self._equal(oracle_id, (end, len(tokens)), (FinishReason.LENGTH, max_tokens),
-                    f"{what}: how request {rid} ended (finish reason, tokens)")
+        self._equal(
+            oracle_id,
+            (end, len(tokens)),
+            (FinishReason.LENGTH, max_tokens),
+            f"{what}: how request {rid} ended (finish reason, tokens)",
+        )
 
     # --- generates ----------------------------------------------------------------------------------
     def _send(self, op_name: str) -> tuple[list, int]:
@@ -170,8 +188,9 @@ class EngineTier:
             return [server.send(list(LONG_PROMPT), GENERATE_TOKENS, kind="long")], GENERATE_TOKENS
         if op_name == "generate_n4":
             prompt = short_prompt()
-            return [server.send(prompt, GENERATE_TOKENS, seed=SEED + i, kind="n4") for i in range(SEED_N)], \
-                GENERATE_TOKENS
+            return [
+                server.send(prompt, GENERATE_TOKENS, seed=SEED + i, kind="n4") for i in range(SEED_N)
+            ], GENERATE_TOKENS
         if op_name == "generate_stream":
             return [server.send(short_prompt(), STREAM_TOKENS, kind="stream")], STREAM_TOKENS
         return [server.send(short_prompt(), GENERATE_TOKENS, kind="fresh")], GENERATE_TOKENS
@@ -181,9 +200,12 @@ class EngineTier:
         ids, max_tokens = self._send(op.name)
         if not model.can_run(s):
             self.server.settle()
-            self._equal(model.held_oracle(s), [(self.server.forwards(r), self.server.record.end(r)) for r in ids],
-                        [(0, None)] * len(ids),
-                        f"walk {where}: the request sent while paused (forward passes, finish reason)")
+            self._equal(
+                model.held_oracle(s),
+                [(self.server.forwards(r), self.server.record.end(r)) for r in ids],
+                [(0, None)] * len(ids),
+                f"walk {where}: the request sent while paused (forward passes, finish reason)",
+            )
             self.open.append(Open(ids, "long" if op.name == "generate_cached" else "plain", op.name, max_tokens))
             return
         self._judge_ran(ids, op.name, max_tokens, model.hits_cache(s, "long"), f"walk {where}")
@@ -193,15 +215,23 @@ class EngineTier:
             self._finished_by_length(rid, max_tokens, "output.finish_length", what)
         if op_name == "generate_cached":
             cached = self.server.record.cached.get(ids[0])
-            self._equal("prefix_cache.hit_iff_cached", bool(cached), hits,
-                        f"{what}: the long prompt hit cached tokens ({cached!r} of {len(LONG_PROMPT)})")
+            self._equal(
+                "prefix_cache.hit_iff_cached",
+                bool(cached),
+                hits,
+                f"{what}: the long prompt hit cached tokens ({cached!r} of {len(LONG_PROMPT)})",
+            )
         if op_name == "generate_stream":
             stream = self.server.record.streams[ids[0]]
             shape = ([len(t) for t, _ in stream], [r for _, r in stream])
             want = ([1] * max_tokens, [None] * (max_tokens - 1) + [FinishReason.LENGTH])
-            self._equal("requests.clean_end", shape, want,
-                        f"{what}: the stream's outputs (tokens each, finish reasons), one token a step and a "
-                        "finish only on the last")
+            self._equal(
+                "requests.clean_end",
+                shape,
+                want,
+                f"{what}: the stream's outputs (tokens each, finish reasons), one token a step and a "
+                "finish only on the last",
+            )
         self.server.settle()  # the step after the finish frees its blocks
 
     # --- sleeps -------------------------------------------------------------------------------------
@@ -233,52 +263,82 @@ class EngineTier:
         forwards_at_answer = server.forwards(rid)
         self._status(response, what)
         if server.gate.timed_out:
-            raise oracle.Precondition(f"{what}: /sleep reached the engine more than {server.gate.GATE_S} s "
-                                      f"after the in-flight request's prefill; timeline: {server.timeline}")
+            raise oracle.Precondition(
+                f"{what}: /sleep reached the engine more than {server.gate.GATE_S} s "
+                f"after the in-flight request's prefill; timeline: {server.timeline}"
+            )
         events = server.timeline.events
         ended_at = [i for i, e in enumerate(events) if e.kind == "output" and e.detail[0] == rid]
         sleep_at = server.timeline.index("sleep", last=True) if level >= 1 and not s.asleep_tags else len(events)
         ends = model.in_flight_outcome(mode, level).ends
         self._judge_existing(mode, s, existing, what)
         if ends == "aborted":
-            self._equal("requests.abort_aborts", (end_at_answer, tokens_at_answer < IN_FLIGHT_TOKENS),
-                        (FinishReason.ABORT, True),
-                        f"{what}: the request in flight when /sleep answered (finish reason, cut short)")
-            self._holds("requests.clean_end", bool(ended_at) and ended_at[0] < sleep_at,
-                        f"{what}: the abort output left the engine before the offload (#45326), "
-                        f"timeline {server.timeline}", ended_at[:1], f"< {sleep_at}")
+            self._equal(
+                "requests.abort_aborts",
+                (end_at_answer, tokens_at_answer < IN_FLIGHT_TOKENS),
+                (FinishReason.ABORT, True),
+                f"{what}: the request in flight when /sleep answered (finish reason, cut short)",
+            )
+            self._holds(
+                "requests.clean_end",
+                bool(ended_at) and ended_at[0] < sleep_at,
+                f"{what}: the abort output left the engine before the offload (#45326), timeline {server.timeline}",
+                ended_at[:1],
+                f"< {sleep_at}",
+            )
         elif ends == "completed":
-            self._equal("requests.ends_in_race", (end_at_answer, tokens_at_answer),
-                        (FinishReason.LENGTH, IN_FLIGHT_TOKENS),
-                        f"{what}: the drained request when /sleep answered (finish reason, tokens)")
-            self._holds("output.finish_length", bool(ended_at) and ended_at[0] < sleep_at,
-                        f"{what}: the drained request ended by length before the offload (#45520), "
-                        f"timeline {server.timeline}", ended_at[:1], f"< {sleep_at}")
+            self._equal(
+                "requests.ends_in_race",
+                (end_at_answer, tokens_at_answer),
+                (FinishReason.LENGTH, IN_FLIGHT_TOKENS),
+                f"{what}: the drained request when /sleep answered (finish reason, tokens)",
+            )
+            self._holds(
+                "output.finish_length",
+                bool(ended_at) and ended_at[0] < sleep_at,
+                f"{what}: the drained request ended by length before the offload (#45520), timeline {server.timeline}",
+                ended_at[:1],
+                f"< {sleep_at}",
+            )
         else:  # "held": a keep freezes it (a level >= 1 one's cache reset preempts it to the waiting queue)
             server.settle()
-            self._equal(model.held_oracle(after),
-                        (server.record.end(rid), server.forwards(rid)), (None, forwards_at_answer),
-                        f"{what}: the request mode=keep froze (finish reason, forward passes) after /sleep answered")
-            self.open.append(Open([rid], "held", "generate_stream", IN_FLIGHT_TOKENS, tokens_at_answer,
-                                  forwards_at_answer))
+            self._equal(
+                model.held_oracle(after),
+                (server.record.end(rid), server.forwards(rid)),
+                (None, forwards_at_answer),
+                f"{what}: the request mode=keep froze (finish reason, forward passes) after /sleep answered",
+            )
+            self.open.append(
+                Open([rid], "held", "generate_stream", IN_FLIGHT_TOKENS, tokens_at_answer, forwards_at_answer)
+            )
             return
         if late is not None:
             server.settle()
-            self._equal(model.held_oracle(after), (server.forwards(late.ids[0]), server.record.end(late.ids[0])),
-                        (0, None), f"{what}: the request that arrived while the wait sleep drained")
+            self._equal(
+                model.held_oracle(after),
+                (server.forwards(late.ids[0]), server.record.end(late.ids[0])),
+                (0, None),
+                f"{what}: the request that arrived while the wait sleep drained",
+            )
             self.open.append(late)
         server.settle()
         if not self.open:
-            self._equal("requests.load_drains", server.unfinished(), 0,
-                        f"{what}: requests the scheduler still holds after the in-flight request ended")
+            self._equal(
+                "requests.load_drains",
+                server.unfinished(),
+                0,
+                f"{what}: requests the scheduler still holds after the in-flight request ended",
+            )
 
     def _sleep_with_late_arrival(self, level: int, mode: str, late_sent: threading.Event, what: str):
         """/sleep?mode=wait from a thread; once the engine paused (the in-flight request still draining,
         held by the gate), a second request; then the sleep's answer. (response, its Open)."""
         server = self.server
         answer = {}
-        thread = threading.Thread(target=lambda: answer.setdefault(
-            "r", server.post("/sleep", params={"level": level, "mode": mode})), name="walk-wait-sleep")
+        thread = threading.Thread(
+            target=lambda: answer.setdefault("r", server.post("/sleep", params={"level": level, "mode": mode})),
+            name="walk-wait-sleep",
+        )
         thread.start()
         try:
             server.wait_for(server.proc.is_scheduler_paused, f"{what}: the engine paused by the wait sleep")
@@ -288,8 +348,9 @@ class EngineTier:
         thread.join(WAIT_S)
         if "r" not in answer:
             self._alive(what)
-            raise oracle.Precondition(f"{what}: the wait sleep did not answer within {WAIT_S} s; "
-                                      f"timeline: {server.timeline}")
+            raise oracle.Precondition(
+                f"{what}: the wait sleep did not answer within {WAIT_S} s; timeline: {server.timeline}"
+            )
         return answer["r"], Open(ids, "plain", "generate_fresh", max_tokens)
 
     def _judge_existing(self, mode: str, s: State, existing: list, what: str) -> None:
@@ -299,15 +360,22 @@ class EngineTier:
         if mode == "abort":
             for o in existing:
                 self._ended(o.ids, what, "requests.abort_aborts")
-                self._equal("requests.abort_aborts", [record.end(r) for r in o.ids], [FinishReason.ABORT] * len(o.ids),
-                            f"{what}: the {o.kind} request ({o.op_name}) when the abort sleep answered")
+                self._equal(
+                    "requests.abort_aborts",
+                    [record.end(r) for r in o.ids],
+                    [FinishReason.ABORT] * len(o.ids),
+                    f"{what}: the {o.kind} request ({o.op_name}) when the abort sleep answered",
+                )
             self.open = [o for o in self.open if o not in existing]
         elif mode == "wait" and s.held_kv:
             held = [o for o in existing if o.kind == "held"]
             for o in held:
-                self._equal("requests.ends_in_race", (record.end(o.ids[0]), len(record.tokens(o.ids[0]))),
-                            (FinishReason.LENGTH, o.max_tokens),
-                            f"{what}: the request a level-0 keep froze, drained by the wait sleep")
+                self._equal(
+                    "requests.ends_in_race",
+                    (record.end(o.ids[0]), len(record.tokens(o.ids[0]))),
+                    (FinishReason.LENGTH, o.max_tokens),
+                    f"{what}: the request a level-0 keep froze, drained by the wait sleep",
+                )
                 self._held_tokens(o, s, s.held, what)
             self.open = [o for o in self.open if o not in held]
 
@@ -315,8 +383,12 @@ class EngineTier:
         """A held request's tokens: where no golden predicts them (weights changed or garbage), their
         count; where one does, the fake's constant token cannot show it (SKIPPED)."""
         if model.resumed_golden(state, origin) is None:
-            self._equal("output.finish_length", len(self.server.record.tokens(o.ids[0])), o.max_tokens,
-                        f"{what}: the tokens of the request that ran on other weights than it started on")
+            self._equal(
+                "output.finish_length",
+                len(self.server.record.tokens(o.ids[0])),
+                o.max_tokens,
+                f"{what}: the tokens of the request that ran on other weights than it started on",
+            )
 
     # --- wakes, reloads, resets -----------------------------------------------------------------------
     def wake(self, op, s: State, after: State, where: str) -> None:
@@ -330,9 +402,12 @@ class EngineTier:
         self.server.settle()
         if after.paused:
             for o in self.open:
-                self._equal(model.held_oracle(after), [(self.server.forwards(r), self.server.record.end(r))
-                                                       for r in o.ids],
-                            [(o.forwards, None)] * len(o.ids), f"{what}: the {o.kind} request still waiting")
+                self._equal(
+                    model.held_oracle(after),
+                    [(self.server.forwards(r), self.server.record.end(r)) for r in o.ids],
+                    [(o.forwards, None)] * len(o.ids),
+                    f"{what}: the {o.kind} request still waiting",
+                )
             return
         waiting, self.open = self.open, []
         for o in waiting:
@@ -340,14 +415,21 @@ class EngineTier:
             if o.kind == "held":
                 self._held_tokens(o, after, s.held, what)
             oracle_id = "requests.resumes_after_keep" if o.kind == "held" else "output.finish_length"
-            self._equal(oracle_id, [(self.server.record.end(r), len(self.server.record.tokens(r))) for r in o.ids],
-                        [(FinishReason.LENGTH, o.max_tokens)] * len(o.ids),
-                        f"{what}: the {o.kind} request ({o.op_name}) that waited, after scheduling resumed "
-                        "(finish reason, tokens)")
+            self._equal(
+                oracle_id,
+                [(self.server.record.end(r), len(self.server.record.tokens(r))) for r in o.ids],
+                [(FinishReason.LENGTH, o.max_tokens)] * len(o.ids),
+                f"{what}: the {o.kind} request ({o.op_name}) that waited, after scheduling resumed "
+                "(finish reason, tokens)",
+            )
             if o.kind == "long":
                 cached = self.server.record.cached.get(o.ids[0])
-                self._equal("prefix_cache.hit_iff_cached", bool(cached), s.prefix is not None,
-                            f"{what}: the long prompt that waited hit cached tokens ({cached!r})")
+                self._equal(
+                    "prefix_cache.hit_iff_cached",
+                    bool(cached),
+                    s.prefix is not None,
+                    f"{what}: the long prompt that waited hit cached tokens ({cached!r})",
+                )
         self.server.settle()
 
     def reload(self, op, s: State, after: State, where: str) -> None:
@@ -358,9 +440,13 @@ class EngineTier:
             body["kwargs"] = {"weights_path": self.checkpoints[path]}
         reloads = len(self.server.timeline.of("reload_weights"))
         self._status(self.server.post("/collective_rpc", json=body), f"walk {where}")
-        self._equal("weights.reload_reaches_worker", len(self.server.timeline.of("reload_weights")) - reloads, 1,
-                    f"walk {where}: reload_weights calls that reached the worker (checkpoint "
-                    f"{path or 'by model path'}, which the fake does not tell apart)")
+        self._equal(
+            "weights.reload_reaches_worker",
+            len(self.server.timeline.of("reload_weights")) - reloads,
+            1,
+            f"walk {where}: reload_weights calls that reached the worker (checkpoint "
+            f"{path or 'by model path'}, which the fake does not tell apart)",
+        )
 
     def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
         self._begin(op, s)
@@ -368,9 +454,12 @@ class EngineTier:
         self._status(response, f"walk {where}")
         body = response.json() if response.content else None
         result = None if body is None else body.get("success")
-        self._equal("api.reset_prefix_cache_result", result,
-                    model.reset_prefix_cache_result(self.version, model.resets_prefix_cache(s)),
-                    f"walk {where}: POST /reset_prefix_cache ({body!r})")
+        self._equal(
+            "api.reset_prefix_cache_result",
+            result,
+            model.reset_prefix_cache_result(self.version, model.resets_prefix_cache(s)),
+            f"walk {where}: POST /reset_prefix_cache ({body!r})",
+        )
 
     # --- after every step -------------------------------------------------------------------------
     def check_state(self, s: State, where: str) -> None:
@@ -383,30 +472,53 @@ class EngineTier:
         executor = server.proc.model_executor
         sleeping = model.sleeping(s)
         with oracle.together():
-            self._equal("flags.is_sleeping", server.http_is_sleeping(), sleeping,
-                        f"{where}: GET /is_sleeping (vLLM's route)")
-            self._equal("flags.is_sleeping", server.client.call("is_sleeping"), sleeping,
-                        f"{where}: EngineCore.is_sleeping")
-            self._equal("flags.is_sleeping", (sorted(executor.sleeping_tags), executor.is_sleeping),
-                        (sorted(s.asleep_tags), bool(s.asleep_tags)),
-                        f"{where}: the executor's sleeping tags and is_sleeping (what /is_sleeping reads "
-                        "besides the scheduler)")
-            self._equal("flags.is_sleeping", server.client.call("is_scheduler_paused"), s.paused,
-                        f"{where}: EngineCore.is_scheduler_paused (the other half of /is_sleeping; the gate "
-                        "of #44483)")
+            self._equal(
+                "flags.is_sleeping", server.http_is_sleeping(), sleeping, f"{where}: GET /is_sleeping (vLLM's route)"
+            )
+            self._equal(
+                "flags.is_sleeping", server.client.call("is_sleeping"), sleeping, f"{where}: EngineCore.is_sleeping"
+            )
+            self._equal(
+                "flags.is_sleeping",
+                (sorted(executor.sleeping_tags), executor.is_sleeping),
+                (sorted(s.asleep_tags), bool(s.asleep_tags)),
+                f"{where}: the executor's sleeping tags and is_sleeping (what /is_sleeping reads "
+                "besides the scheduler)",
+            )
+            self._equal(
+                "flags.is_sleeping",
+                server.client.call("is_scheduler_paused"),
+                s.paused,
+                f"{where}: EngineCore.is_scheduler_paused (the other half of /is_sleeping; the gate of #44483)",
+            )
             for tag in TAGS:
-                self._equal(_residency_oracle(s, tag), server.worker.resident[tag], tag not in s.asleep_tags,
-                            f"{where}: the fake worker's {tag} pool resident (a GPU's mapped bytes)")
-            self._equal(model.golden_oracle(s), server.worker.weights_intact, model.serves(s) is not None,
-                        f"{where}: the fake worker's weights intact (False: garbage after a level-2 sleep "
-                        "until a reload), against the checkpoint the model says serves")
+                self._equal(
+                    _residency_oracle(s, tag),
+                    server.worker.resident[tag],
+                    tag not in s.asleep_tags,
+                    f"{where}: the fake worker's {tag} pool resident (a GPU's mapped bytes)",
+                )
+            self._equal(
+                model.golden_oracle(s),
+                server.worker.weights_intact,
+                model.serves(s) is not None,
+                f"{where}: the fake worker's weights intact (False: garbage after a level-2 sleep "
+                "until a reload), against the checkpoint the model says serves",
+            )
             for o in self.open:
-                self._equal(model.held_oracle(s), [(server.forwards(r), server.record.end(r)) for r in o.ids],
-                            [(o.forwards if o.kind == "held" else 0, None)] * len(o.ids),
-                            f"{where}: the {o.kind} request ({o.op_name}) that must wait (forward passes, finish)")
+                self._equal(
+                    model.held_oracle(s),
+                    [(server.forwards(r), server.record.end(r)) for r in o.ids],
+                    [(o.forwards if o.kind == "held" else 0, None)] * len(o.ids),
+                    f"{where}: the {o.kind} request ({o.op_name}) that must wait (forward passes, finish)",
+                )
             if not self.open:
-                self._equal("requests.load_drains", server.unfinished(), 0,
-                            f"{where}: requests the scheduler holds between steps")
+                self._equal(
+                    "requests.load_drains",
+                    server.unfinished(),
+                    0,
+                    f"{where}: requests the scheduler holds between steps",
+                )
         self._account()
 
     def _account(self) -> None:
@@ -440,9 +552,12 @@ class EngineTier:
         rid = self.server.send(short_prompt(), PROBE_TOKENS, kind="probe")
         self.server.settle()
         error = self.server.alive()
-        self._equal(model.held_oracle(s), (self.server.forwards(rid), self.server.record.end(rid), repr(error)),
-                    (0, None, "None"),
-                    f"{where}: a request sent in ({s.describe()}) (forward passes, finish reason, engine error)")
+        self._equal(
+            model.held_oracle(s),
+            (self.server.forwards(rid), self.server.record.end(rid), repr(error)),
+            (0, None, "None"),
+            f"{where}: a request sent in ({s.describe()}) (forward passes, finish reason, engine error)",
+        )
         self.server.abort([rid])
         self.server.settle()
 
@@ -474,14 +589,21 @@ class EngineTier:
         if "request" in want:
             rid = self.server.send(short_prompt(), PROBE_TOKENS, kind="after-terminal")
             ended = self.server.record.wait_ended([rid], thresholds.get("held_request_window_s"))
-            seen["request"] = "held" if not ended else (
-                "ended" if self.server.record.end(rid) == FinishReason.LENGTH else "error")
+            seen["request"] = (
+                "held" if not ended else ("ended" if self.server.record.end(rid) == FinishReason.LENGTH else "error")
+            )
             if not ended:
                 self.server.abort([rid])
-        self._equal(ops.TERMINAL_ORACLES[name], seen, {k: want[k] for k in seen},
-                    f"walk {where}, {pin.describe()}; body {response.text[:300]!r}")
+        self._equal(
+            ops.TERMINAL_ORACLES[name],
+            seen,
+            {k: want[k] for k in seen},
+            f"walk {where}, {pin.describe()}; body {response.text[:300]!r}",
+        )
 
     def coverage_record(self) -> dict:
-        return {"checks": dict(sorted(self.checked.items())), "skipped_checks": dict(sorted(self.skipped.items())),
-                "skip_reasons": {k: SKIPPED.get(k) for k in sorted(self.skipped)}}
-
+        return {
+            "checks": dict(sorted(self.checked.items())),
+            "skipped_checks": dict(sorted(self.skipped.items())),
+            "skip_reasons": {k: SKIPPED.get(k) for k in sorted(self.skipped)},
+        }

@@ -60,10 +60,23 @@ def _child(mutant: str, junit: str, log: str, basetemp: str) -> None:
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         os.environ[catalogue.ENV] = mutant
         os.environ.pop("PYTEST_ADDOPTS", None)
-        code = int(pytest.main(
-            files_for(mutant) + ["-p", "no:cacheprovider", "-q", "-rfE", "--color=no",
-                          f"--rootdir={ROOT}", f"--basetemp={basetemp}",
-                          f"--junitxml={junit}", "-o", "junit_family=xunit2"]))
+        code = int(
+            pytest.main(
+                files_for(mutant)
+                + [
+                    "-p",
+                    "no:cacheprovider",
+                    "-q",
+                    "-rfE",
+                    "--color=no",
+                    f"--rootdir={ROOT}",
+                    f"--basetemp={basetemp}",
+                    f"--junitxml={junit}",
+                    "-o",
+                    "junit_family=xunit2",
+                ]
+            )
+        )
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -91,11 +104,16 @@ def test_engine_mutant(mutant, tmp_path, tmp_path_factory):
     assert TEST_FILES, f"no test_*.py next to {ENGINE_DIR}: the target's data must carry them"
     code, cases, output = _run(mutant, str(tmp_path))
     entry = catalogue.MUTANTS.get(mutant)
-    run = judge.judge(mutant, entry.issue if entry else "", entry.kills if entry else {}, cases, output,
-                      entry.fails_as if entry else ())
+    run = judge.judge(
+        mutant,
+        entry.issue if entry else "",
+        entry.kills if entry else {},
+        cases,
+        output,
+        entry.fails_as if entry else (),
+    )
     _runs[mutant] = run
-    with open(os.path.join(_outputs_dir(tmp_path_factory), f"engine_run_{mutant}.log"), "w",
-              encoding="utf-8") as f:
+    with open(os.path.join(_outputs_dir(tmp_path_factory), f"engine_run_{mutant}.log"), "w", encoding="utf-8") as f:
         f.write(output)
     report = judge.table([run]) + f"pytest exit {code}; run log: engine_run_{mutant}.log\n"
     print(report)
@@ -106,8 +124,7 @@ def test_mutation_table(tmp_path_factory, capsys):
     """Written last (pytest keeps file order): the table of every run above, into the test log."""
     missing = [m for m in RUNS if m not in _runs]
     text = judge.table(list(_runs.values()))
-    with open(os.path.join(_outputs_dir(tmp_path_factory), "engine_mutation_table.md"), "w",
-              encoding="utf-8") as f:
+    with open(os.path.join(_outputs_dir(tmp_path_factory), "engine_mutation_table.md"), "w", encoding="utf-8") as f:
         f.write(text)
     with capsys.disabled():
         print("\n" + text)

@@ -42,7 +42,9 @@ def _no_double_sleep_guard():
         def sleep(self, level=1):
             self.is_sleeping = False  # the guard reads this: a second sleep reaches the workers again
             return original(self, level)
+
         return sleep
+
     shared.wrap(Executor, "sleep", make)
 
 
@@ -53,17 +55,21 @@ def _offload_before_drain():
         def pause_scheduler(self, mode="abort", clear_cache=True):
             original(self, mode=mode, clear_cache=clear_cache)
             return None  # "paused at once": EngineCore.sleep offloads without waiting for the drain
+
         return pause_scheduler
+
     shared.wrap(EngineCoreProc, "pause_scheduler", make)
 
 
 def _is_sleeping_ignores_executor():
     from vllm.v1.engine.core import EngineCore
+
     shared.replace(EngineCore, "is_sleeping", lambda self: self.is_scheduler_paused())
 
 
 def _abort_outputs_dropped():
     from vllm.v1.engine.core import EngineCoreProc
+
     shared.replace(EngineCoreProc, "_send_abort_outputs", lambda self, aborted_reqs: None)
 
 
@@ -77,66 +83,109 @@ _GATE = "tests/engine/test_partial_wake.py::"
 _BOOK = "tests/engine/test_bookkeeping.py::"
 _WALK = "tests/engine/test_state_walk.py::test_walk_visits_every_pair_of_its_shard"
 HELD = ("requests.held_until_resident", "requests.held_while_asleep")
-MUTANTS = {m.name: m for m in [
-    Mutant("resume_on_partial_wake", kills={
-        _GATE + "test_partial_wake_keeps_scheduling_paused": HELD,
-        _GATE + "test_scheduling_tag_does_not_resume_a_partial_wake": HELD,
-        "tests/engine/test_http_routes.py::test_partial_wake_over_http_holds_the_request": HELD,
-        _BOOK + "test_unknown_tag_is_ignored": HELD,
-        _BOOK + "test_an_awake_tag_beside_a_sleeping_one_wakes_neither": HELD}, **_plugin("resume_on_partial_wake")),
-    # The second sleep reaches the worker, which unmaps released memory: a CUDA error, the call's error answer.
-    Mutant("no_double_sleep_guard", "#31618, #48310",
-           "Executor.sleep loses its `is_sleeping` guard: a second /sleep reaches the workers and "
-           "unmaps memory that is already released.",
-           {_BOOK + "test_second_sleep_is_a_no_op": ("api.status", "executor.worker_calls")},
-           _no_double_sleep_guard, fails_as=(ERROR_ANSWER,)),
-    Mutant("offload_before_drain", "#45520, #34528",
-           "sleep(mode='wait') offloads at once instead of after the in-flight requests finish: the "
-           "next decode step runs on released memory.",
-           {"tests/engine/test_pause_modes.py::test_wait_mode_drains_before_offload": ("requests.ends_in_race",)},
-           _offload_before_drain),
-    Mutant("is_sleeping_ignores_executor", "#34528, #44483",
-           "EngineCore.is_sleeping reads only the scheduler's pause: an engine whose memory is "
-           "released but whose scheduler was resumed reads awake.",
-           {_BOOK + "test_is_sleeping_reads_the_executor": ("flags.is_sleeping",)},
-           _is_sleeping_ignores_executor),
-    Mutant("wake_awake_tag_aborts", kills={_BOOK + "test_wake_while_awake_is_a_no_op": ("api.status",)},
-           fails_as=(ERROR_ANSWER,), **_plugin("wake_awake_tag_aborts")),
-    # The shards whose walks reach it: they move with the plan (plan.plan_walks), and this test's
-    # failure names the ones that killed it.
-    Mutant("sleep_while_paused_keeps_prefix_cache",
-           kills={_WALK + f"[shard{k}]": ("prefix_cache.hit_iff_cached",) for k in (0, 5)},
-           **_plugin("sleep_while_paused_keeps_prefix_cache")),
-    # The walk's newer regions (the plugin's waiting.py and walk.py), the plugin's patches as they are: each
-    # killed by three of the walk's shards that reach it early (docs/walk-reach.md names the pair), but
-    # abort_spares_waiting: where an abort sleep leaves a waiting request open, the walk's engine tier stops
-    # at a Precondition (errored, walk_tier._ended), so a test of its own shows it.
-    Mutant("abort_spares_waiting", kills={
-        "tests/engine/test_pause_modes.py::test_abort_mode_ends_the_waiting_requests_too": ("requests.abort_aborts",)},
-        **_plugin("abort_spares_waiting")),
-    *[Mutant(name, kills={_WALK + f"[shard{k}]": ids for k in shards}, **_plugin(name)) for name, shards, ids in (
-        ("paused_new_admits_waiting", (0, 1, 4), ("requests.held_while_paused", "requests.held_while_asleep")),
-        ("drain_admits_late_arrivals", (3, 4, 7), ("requests.held_while_paused", "requests.held_while_asleep")),
-        ("keep_without_preemption", (0, 6, 7), ("prefix_cache.hit_iff_cached", "api.reset_prefix_cache_result")),
-        ("scheduling_tag_resumes", (1, 4, 5), HELD),
-        ("wake_aborts_queued", (4, 6, 7), ("output.finish_length",)),
-        ("keep_reset_aborts_frozen", (0, 2, 6), ("requests.held_while_asleep",)),
-        ("preempted_restarts_output", (0, 1, 6), ("output.finish_length", "requests.resumes_after_keep")),
-        ("reset_prefix_cache_preempts_running", (1, 5, 6), ("api.reset_prefix_cache_result",)),
-        ("reload_resets_prefix_cache", (2, 4, 7), ("prefix_cache.hit_iff_cached",)),
-        ("two_tag_wake_maps_first_tag", (1, 2, 4), ("device_bytes.wake_shortfall",)),
-        # Here the fake worker's pool flags show the weights left asleep (the GPU's band cannot: model.py).
-        ("scheduling_tag_kept", (1, 6, 7), ("flags.is_sleeping", "device_bytes.weights_wake_mapped")),
-        ("pause_mode_sticky", (1, 2, 4), ("requests.ends_in_race",)),
-        ("reload_aborts_requests", (2, 6, 7), ("requests.held_while_paused", "requests.held_until_resident")),
-    )],
-    Mutant("abort_outputs_dropped", "#45326, #45520",
-           "sleep(mode='abort') aborts the in-flight requests in the engine but never tells the "
-           "front end: their streams stay open.",
-           {"tests/engine/test_pause_modes.py::test_abort_mode_sends_abort_outputs_before_offload":
-                ("requests.abort_aborts",)},
-           _abort_outputs_dropped),
-]}
+MUTANTS = {
+    m.name: m
+    for m in [
+        Mutant(
+            "resume_on_partial_wake",
+            kills={
+                _GATE + "test_partial_wake_keeps_scheduling_paused": HELD,
+                _GATE + "test_scheduling_tag_does_not_resume_a_partial_wake": HELD,
+                "tests/engine/test_http_routes.py::test_partial_wake_over_http_holds_the_request": HELD,
+                _BOOK + "test_unknown_tag_is_ignored": HELD,
+                _BOOK + "test_an_awake_tag_beside_a_sleeping_one_wakes_neither": HELD,
+            },
+            **_plugin("resume_on_partial_wake"),
+        ),
+        # The second sleep reaches the worker, which unmaps released memory: a CUDA error, the call's error answer.
+        Mutant(
+            "no_double_sleep_guard",
+            "#31618, #48310",
+            "Executor.sleep loses its `is_sleeping` guard: a second /sleep reaches the workers and "
+            "unmaps memory that is already released.",
+            {_BOOK + "test_second_sleep_is_a_no_op": ("api.status", "executor.worker_calls")},
+            _no_double_sleep_guard,
+            fails_as=(ERROR_ANSWER,),
+        ),
+        Mutant(
+            "offload_before_drain",
+            "#45520, #34528",
+            "sleep(mode='wait') offloads at once instead of after the in-flight requests finish: the "
+            "next decode step runs on released memory.",
+            {"tests/engine/test_pause_modes.py::test_wait_mode_drains_before_offload": ("requests.ends_in_race",)},
+            _offload_before_drain,
+        ),
+        Mutant(
+            "is_sleeping_ignores_executor",
+            "#34528, #44483",
+            "EngineCore.is_sleeping reads only the scheduler's pause: an engine whose memory is "
+            "released but whose scheduler was resumed reads awake.",
+            {_BOOK + "test_is_sleeping_reads_the_executor": ("flags.is_sleeping",)},
+            _is_sleeping_ignores_executor,
+        ),
+        Mutant(
+            "wake_awake_tag_aborts",
+            kills={_BOOK + "test_wake_while_awake_is_a_no_op": ("api.status",)},
+            fails_as=(ERROR_ANSWER,),
+            **_plugin("wake_awake_tag_aborts"),
+        ),
+        # The shards whose walks reach it: they move with the plan (plan.plan_walks), and this test's
+        # failure names the ones that killed it.
+        Mutant(
+            "sleep_while_paused_keeps_prefix_cache",
+            kills={_WALK + f"[shard{k}]": ("prefix_cache.hit_iff_cached",) for k in (0, 5)},
+            **_plugin("sleep_while_paused_keeps_prefix_cache"),
+        ),
+        # The walk's newer regions (the plugin's waiting.py and walk.py), the plugin's patches as they are: each
+        # killed by three of the walk's shards that reach it early (docs/walk-reach.md names the pair), but
+        # abort_spares_waiting: where an abort sleep leaves a waiting request open, the walk's engine tier stops
+        # at a Precondition (errored, walk_tier._ended), so a test of its own shows it.
+        Mutant(
+            "abort_spares_waiting",
+            kills={
+                "tests/engine/test_pause_modes.py::test_abort_mode_ends_the_waiting_requests_too": (
+                    "requests.abort_aborts",
+                )
+            },
+            **_plugin("abort_spares_waiting"),
+        ),
+        *[
+            Mutant(name, kills={_WALK + f"[shard{k}]": ids for k in shards}, **_plugin(name))
+            for name, shards, ids in (
+                ("paused_new_admits_waiting", (0, 1, 4), ("requests.held_while_paused", "requests.held_while_asleep")),
+                ("drain_admits_late_arrivals", (3, 4, 7), ("requests.held_while_paused", "requests.held_while_asleep")),
+                (
+                    "keep_without_preemption",
+                    (0, 6, 7),
+                    ("prefix_cache.hit_iff_cached", "api.reset_prefix_cache_result"),
+                ),
+                ("scheduling_tag_resumes", (1, 4, 5), HELD),
+                ("wake_aborts_queued", (4, 6, 7), ("output.finish_length",)),
+                ("keep_reset_aborts_frozen", (0, 2, 6), ("requests.held_while_asleep",)),
+                ("preempted_restarts_output", (0, 1, 6), ("output.finish_length", "requests.resumes_after_keep")),
+                ("reset_prefix_cache_preempts_running", (1, 5, 6), ("api.reset_prefix_cache_result",)),
+                ("reload_resets_prefix_cache", (2, 4, 7), ("prefix_cache.hit_iff_cached",)),
+                ("two_tag_wake_maps_first_tag", (1, 2, 4), ("device_bytes.wake_shortfall",)),
+                # Here the fake worker's pool flags show the weights left asleep (the GPU's band cannot: model.py).
+                ("scheduling_tag_kept", (1, 6, 7), ("flags.is_sleeping", "device_bytes.weights_wake_mapped")),
+                ("pause_mode_sticky", (1, 2, 4), ("requests.ends_in_race",)),
+                ("reload_aborts_requests", (2, 6, 7), ("requests.held_while_paused", "requests.held_until_resident")),
+            )
+        ],
+        Mutant(
+            "abort_outputs_dropped",
+            "#45326, #45520",
+            "sleep(mode='abort') aborts the in-flight requests in the engine but never tells the "
+            "front end: their streams stay open.",
+            {
+                "tests/engine/test_pause_modes.py::test_abort_mode_sends_abort_outputs_before_offload": (
+                    "requests.abort_aborts",
+                )
+            },
+            _abort_outputs_dropped,
+        ),
+    ]
+}
 
 
 def apply(name: str) -> None:
@@ -146,4 +195,5 @@ def apply(name: str) -> None:
     if name not in MUTANTS:
         raise ValueError(f"{ENV}={name!r} names no engine mutant; known: {', '.join(sorted(MUTANTS))}")
     from tests.engine.lib import cpu_vllm  # noqa: F401  (pins vLLM's platform before the patch imports it)
+
     MUTANTS[name].apply()

@@ -40,13 +40,14 @@ class Run:
 def _matches(case: verdict.Case, test: str) -> bool:
     """test is "tests/engine/test_x.py::test_y"; its JUnit cases are tests.engine.test_x / test_y[...]."""
     path, name = test.split("::")
-    module = path[:-len(".py")].replace("/", ".")
+    module = path[: -len(".py")].replace("/", ".")
     return case.classname == module and (case.name == name or case.name.startswith(name + "["))
 
 
 def _kills(case: verdict.Case, expected: tuple, fails_as) -> bool:
     return any(o in expected for o in verdict.sound_ids(case)) or any(
-        o in expected and verdict.LIVENESS[o] in fails_as for o in verdict.liveness_ids(case))
+        o in expected and verdict.LIVENESS[o] in fails_as for o in verdict.liveness_ids(case)
+    )
 
 
 def _verdict(mine: list[verdict.Case], expected: tuple, fails_as) -> str:
@@ -58,8 +59,7 @@ def _verdict(mine: list[verdict.Case], expected: tuple, fails_as) -> str:
     return verdict.OTHER if all(verdict.sound_ids(c) for c in failed) else verdict.ERRORED
 
 
-def judge(mutant: str, issue: str, kills: dict[str, tuple], cases: list[verdict.Case],
-          output: str, fails_as=()) -> Run:
+def judge(mutant: str, issue: str, kills: dict[str, tuple], cases: list[verdict.Case], output: str, fails_as=()) -> Run:
     """kills: test -> oracle ids (empty for the control); output: everything the run printed;
     fails_as: the entry's (a hang, an error answer)."""
     problems = []
@@ -67,24 +67,29 @@ def judge(mutant: str, issue: str, kills: dict[str, tuple], cases: list[verdict.
         problems.append("the run wrote no test case to its JUnit report: it did not run")
     if mutant == CONTROL:
         if not verdict.marker_regex(sleepwake_mutants.NO_MUTANT).search(output):
-            problems.append("the run did not print the no-mutant line: tests/engine/conftest.py "
-                            "was not loaded, so the run is not the engine tier's")
+            problems.append(
+                "the run did not print the no-mutant line: tests/engine/conftest.py "
+                "was not loaded, so the run is not the engine tier's"
+            )
         if verdict.marker_regex(sleepwake_mutants.ACTIVATION, name=None).search(output):
             problems.append("the control run applied a mutant")
     elif not verdict.marker_regex(sleepwake_mutants.ACTIVATION, name=mutant).search(output):
-        problems.append(f"the run did not print the activation line of {mutant}: it was never "
-                        "applied, so a pass or a failure proves nothing")
+        problems.append(
+            f"the run did not print the activation line of {mutant}: it was never "
+            "applied, so a pass or a failure proves nothing"
+        )
     elif not verdict.marker_regex(sleepwake_mutants.REACHED, name=mutant).search(output):
-        problems.append(f"the run did not print the reached line of {mutant}: no test called a function "
-                        "it patches, so it is not applied")
+        problems.append(
+            f"the run did not print the reached line of {mutant}: no test called a function "
+            "it patches, so it is not applied"
+        )
     applied = mutant == CONTROL or not problems
     verdicts = {}
     for test, expected in kills.items():
         mine = [c for c in cases if _matches(c, test)]
         if not mine:
             verdicts[test] = verdict.OTHER
-            problems.append(f"{test} is not in the run: renamed or deleted? Update "
-                            "tests/engine/mutants/catalogue.py")
+            problems.append(f"{test} is not in the run: renamed or deleted? Update tests/engine/mutants/catalogue.py")
         else:
             verdicts[test] = _verdict(mine, tuple(expected), fails_as) if applied else verdict.NOT_APPLIED
     named = [c for c in cases if any(_matches(c, t) for t in kills)]
@@ -94,8 +99,10 @@ def judge(mutant: str, issue: str, kills: dict[str, tuple], cases: list[verdict.
 
 def table(runs: list[Run]) -> str:
     """Markdown: one row per mutant (the control last) with each catalogued test's verdict."""
-    lines = ["| mutant | vLLM issue imitated | tests that must kill it: verdict | other tests that "
-             "failed | verdict |", "|---|---|---|---|---|"]
+    lines = [
+        "| mutant | vLLM issue imitated | tests that must kill it: verdict | other tests that failed | verdict |",
+        "|---|---|---|---|---|",
+    ]
     for run in sorted(runs, key=lambda r: (r.mutant == CONTROL, r.mutant)):
         tests = "; ".join(f"`{t.split('::')[1]}`: {v}" for t, v in run.verdicts.items()) or "-"
         others = ", ".join(f"`{t.rsplit('.', 1)[-1]}`" for t in run.other_failures) or "-"

@@ -14,8 +14,9 @@ def _worker(**resident):
 
 
 def _scheduled(*request_ids):
-    return types.SimpleNamespace(total_num_scheduled_tokens=len(request_ids),
-                                 num_scheduled_tokens={r: 1 for r in request_ids})
+    return types.SimpleNamespace(
+        total_num_scheduled_tokens=len(request_ids), num_scheduled_tokens={r: 1 for r in request_ids}
+    )
 
 
 def test_a_forward_on_released_memory_is_recorded_then_raises():

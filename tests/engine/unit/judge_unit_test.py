@@ -17,8 +17,11 @@ def _case(name, outcome, oracles=(), text=""):
 
 
 def test_killed_only_when_every_instance_fails_with_an_expected_oracle():
-    cases = [_case("test_gate[1]", "failed", [HELD]), _case("test_gate[2]", "failed", [HELD]),
-             _case("test_other", "passed")]
+    cases = [
+        _case("test_gate[1]", "failed", [HELD]),
+        _case("test_gate[2]", "failed", [HELD]),
+        _case("test_other", "passed"),
+    ]
     assert judge.judge("m", "#1", {TEST: (HELD,)}, cases, REACHED).verdicts == {TEST: KILLED}
     cases[1] = _case("test_gate[2]", "passed")
     assert judge.judge("m", "#1", {TEST: (HELD,)}, cases, REACHED).verdicts == {TEST: SURVIVED}
@@ -67,7 +70,9 @@ def test_control_passes_only_when_all_pass_without_a_mutant():
 
 
 def test_table_has_a_row_per_run_with_the_control_last():
-    runs = [judge.judge(judge.CONTROL, "", {}, [_case("test_gate", "passed")], IDLE),
-            judge.judge("m", "#44483", {TEST: (HELD,)}, [_case("test_gate", "failed", [HELD])], REACHED)]
+    runs = [
+        judge.judge(judge.CONTROL, "", {}, [_case("test_gate", "passed")], IDLE),
+        judge.judge("m", "#44483", {TEST: (HELD,)}, [_case("test_gate", "failed", [HELD])], REACHED),
+    ]
     rows = judge.table(runs).splitlines()
     assert len(rows) == 4 and "`m`" in rows[2] and "killed" in rows[2] and "control" in rows[3]

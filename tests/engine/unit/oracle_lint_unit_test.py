@@ -35,8 +35,10 @@ def test_every_check_of_the_engine_tier_is_an_oracle():
     files = _files()
     assert len(files) >= 10, f"found only {files} (Bazel: the engine's test files and lib/ are this test's data)"
     bare = [hit for f in files for hit in bare_checks(f)]
-    assert not bare, ("checks that bypass the oracles (use oracle.equal/holds/fail with an id of oracle.ORACLES, "
-                      f"lib/checks.py, or oracle.Precondition for set-up): {bare}")
+    assert not bare, (
+        "checks that bypass the oracles (use oracle.equal/holds/fail with an id of oracle.ORACLES, "
+        f"lib/checks.py, or oracle.Precondition for set-up): {bare}"
+    )
 
 
 def test_the_lint_sees_a_bare_assert(tmp_path):

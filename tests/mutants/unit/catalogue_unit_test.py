@@ -33,7 +33,6 @@ def _dict_of_lists(text):
     return {k: re.findall(r'"(\w+)"', v) for k, v in re.findall(r'"(\w+)": \[([^\]]*)\]', text)}
 
 
-
 MUTANTS_BUILD = _read("tests/mutants/BUILD.bazel")
 MATRIX_BUILD = _read("tests/sleep_wake/BUILD.bazel")
 
@@ -44,7 +43,8 @@ def test_build_lists_exactly_the_catalogue():
     only_build, only_catalogue = sorted(set(build) - set(catalogue)), sorted(set(catalogue) - set(build))
     assert not only_build and not only_catalogue, (
         f"mutants only in tests/mutants/BUILD.bazel: {only_build}; only in the catalogue "
-        f"(plugin/sleepwake_mutants MUTANTS): {only_catalogue}. Add or rename so both list the same.")
+        f"(plugin/sleepwake_mutants MUTANTS): {only_catalogue}. Add or rename so both list the same."
+    )
     differ = {n: (build[n], catalogue[n]) for n in build if build[n] != catalogue[n]}
     assert not differ, f"killing classes differ, mutant: (BUILD, catalogue): {differ}"
 
@@ -56,7 +56,8 @@ def test_the_classes_are_the_suites_test_files():
         assert os.path.exists(os.path.join(ROOT, "tests/sleep_wake", test_file)), (short, test_file)
     for build in (MUTANTS_BUILD, MATRIX_BUILD):
         assert 'load("//tools:matrix.bzl"' in build and "SLEEP_WAKE_CLASSES" in build, (
-            "the matrix and the mutants must both take their classes from tools/matrix.bzl")
+            "the matrix and the mutants must both take their classes from tools/matrix.bzl"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(sleepwake_mutants.MUTANTS))
@@ -73,7 +74,8 @@ def test_every_mutant_is_documented_and_killed_by_oracle_ids(name):
     expected = {i for ids in m.kills.values() for i in ids}
     assert not m.expected or sized & expected, (
         f"{name}: sized against {sorted(m.expected)}, but no oracle of those bounds ({sorted(sized)}) is "
-        f"among its killers {sorted(expected)}")
+        f"among its killers {sorted(expected)}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(sleepwake_mutants.MUTANTS))
@@ -83,19 +85,30 @@ def test_a_liveness_oracle_kills_only_a_defect_marked_as_what_it_sees(name):
     m = sleepwake_mutants.MUTANTS[name]
     listed = {i for ids in m.kills.values() for i in ids if i in verdict.LIVENESS}
     unmarked = sorted(i for i in listed if verdict.LIVENESS[i] not in m.fails_as)
-    assert not unmarked, (f"{name}: its killers list {unmarked}, which an overloaded host or a crash fires too; "
-                          f"mark the entry fails_as={sorted({verdict.LIVENESS[i] for i in unmarked})} if its defect "
-                          "is that, else drop them")
+    assert not unmarked, (
+        f"{name}: its killers list {unmarked}, which an overloaded host or a crash fires too; "
+        f"mark the entry fails_as={sorted({verdict.LIVENESS[i] for i in unmarked})} if its defect "
+        "is that, else drop them"
+    )
     idle = sorted(set(m.fails_as) - {verdict.LIVENESS[i] for i in listed})
     assert not idle, f"{name}: fails_as {idle}, but no killer of that kind: list its liveness oracle or drop the mark"
 
 
 def test_the_fake_runs_a_control_of_every_class_a_liveness_oracle_may_kill_in():
-    marked = sorted({c for m in sleepwake_mutants.MUTANTS.values() if m.fails_as for c, ids in m.kills.items()
-                     if set(ids) & set(verdict.LIVENESS)})
+    marked = sorted(
+        {
+            c
+            for m in sleepwake_mutants.MUTANTS.values()
+            if m.fails_as
+            for c, ids in m.kills.items()
+            if set(ids) & set(verdict.LIVENESS)
+        }
+    )
     listed = re.findall(r'"(\w+)"', _argument(MUTANTS_BUILD, "FAKE_CONTROL_CLASSES"))
-    assert sorted(listed) == marked, (f"tests/mutants/BUILD.bazel FAKE_CONTROL_CLASSES is {listed}; the classes a "
-                                      f"liveness oracle may kill in are {marked}: make it that list")
+    assert sorted(listed) == marked, (
+        f"tests/mutants/BUILD.bazel FAKE_CONTROL_CLASSES is {listed}; the classes a "
+        f"liveness oracle may kill in are {marked}: make it that list"
+    )
 
 
 def test_log_line_templates_are_what_the_verdict_expects():
@@ -133,16 +146,21 @@ def test_a_patched_function_says_it_was_reached_once(capsys, monkeypatch):
     assert asyncio.run(engine.wake_up(["weights"])) == ["weights"]
     assert asyncio.run(engine.wake_up(None)) is None
     assert capsys.readouterr().err.splitlines() == [
-        sleepwake_mutants.REACHED.format(name="gauge_not_updated", pid=os.getpid())]
+        sleepwake_mutants.REACHED.format(name="gauge_not_updated", pid=os.getpid())
+    ]
 
 
 def test_every_patch_goes_through_wrap_or_replace():
     """A patch assigned directly (Owner.attr = ...) would never print REACHED: its mutant would read as
     not applied however often the tests called it."""
     plugin = os.path.join(ROOT, "tests/mutants/plugin/sleepwake_mutants")
-    direct = [f"{f}:{n}" for f in sorted(os.listdir(plugin)) if f.endswith(".py")
-              for n, line in enumerate(_read(os.path.join("tests/mutants/plugin/sleepwake_mutants", f)).splitlines(), 1)
-              if re.match(r"\s*[A-Z]\w*\.\w+ = ", line)]
+    direct = [
+        f"{f}:{n}"
+        for f in sorted(os.listdir(plugin))
+        if f.endswith(".py")
+        for n, line in enumerate(_read(os.path.join("tests/mutants/plugin/sleepwake_mutants", f)).splitlines(), 1)
+        if re.match(r"\s*[A-Z]\w*\.\w+ = ", line)
+    ]
     assert not direct, f"patches assigned directly: {direct}; use shared.replace or shared.wrap"
 
 
@@ -152,7 +170,8 @@ def test_every_patch_is_a_function_of_the_plugin_package(name):
     assert sep, f"{name}: patch must be 'module:function', got {sleepwake_mutants.MUTANTS[name].patch!r}"
     # The package's modules import vLLM inside their functions only, so this works without vLLM.
     assert callable(getattr(importlib.import_module(f"sleepwake_mutants.{module}"), function, None)), (
-        f"{name}: sleepwake_mutants.{module} has no function {function}")
+        f"{name}: sleepwake_mutants.{module} has no function {function}"
+    )
 
 
 # Every mechanism bound needs a mutant whose defect is 1.5 times past it.
@@ -183,7 +202,8 @@ def test_sized_mutants_miss_their_bound_by_half_of_it(name):
     for bound, value in m.expected.items():
         assert MISS_MIN <= _miss(bound, value) <= MISS_MAX, (
             f"{name}: expected {value:g} against {bound} = {thresholds.get(bound, _mutants_cell()):g} misses "
-            f"it {_miss(bound, value):.2f}x; resize the mutant to miss by {MISS_MIN}-{MISS_MAX}x")
+            f"it {_miss(bound, value):.2f}x; resize the mutant to miss by {MISS_MIN}-{MISS_MAX}x"
+        )
 
 
 def test_every_probed_bound_has_a_sized_mutant():

@@ -8,16 +8,30 @@ from tools.results import mutation_table
 
 
 def _row(mutant, verdicts, passed=None, problems=()):
-    passed = all(v == ("passed" if mutant == "none" else "killed") for v in verdicts.values()) \
-        if passed is None else passed
-    return {"mutant": mutant, "issue": "#1" if mutant != "none" else "", "cell": "MRV2-eager",
-            "passed": passed and not problems, "activated": mutant != "none", "problems": list(problems),
-            "bound": ["wake_s_max"] if mutant == "b" else [], "size": "2x" if mutant == "b" else "",
-            "classes": {c: {"verdict": v, "failed_tests": [], "messages": [],
-                            "oracles": [["latency.wake"]] if v in ("killed", "other oracle") else [],
-                            "expected": ["latency.wake"] if v != "other oracle" else ["latency.sleep"],
-                            "fired": ["latency.wake"] if v == "killed" else []}
-                        for c, v in verdicts.items()}}
+    passed = (
+        all(v == ("passed" if mutant == "none" else "killed") for v in verdicts.values()) if passed is None else passed
+    )
+    return {
+        "mutant": mutant,
+        "issue": "#1" if mutant != "none" else "",
+        "cell": "MRV2-eager",
+        "passed": passed and not problems,
+        "activated": mutant != "none",
+        "problems": list(problems),
+        "bound": ["wake_s_max"] if mutant == "b" else [],
+        "size": "2x" if mutant == "b" else "",
+        "classes": {
+            c: {
+                "verdict": v,
+                "failed_tests": [],
+                "messages": [],
+                "oracles": [["latency.wake"]] if v in ("killed", "other oracle") else [],
+                "expected": ["latency.wake"] if v != "other oracle" else ["latency.sleep"],
+                "fired": ["latency.wake"] if v == "killed" else [],
+            }
+            for c, v in verdicts.items()
+        },
+    }
 
 
 def _write(root, target, row, zipped=False):
@@ -44,8 +58,9 @@ def test_all_killed(tmp_path, capsys):
     assert lines[0] == "| mutant | issue | bound | size | cell | flags | latency | verdict |"
     assert lines[1] == "|---|---|---|---|---|---|---|---|"
     assert lines[2] == "| a | #1 | exact oracle |  | MRV2-eager | killed (latency.wake) |  | killed |"
-    assert lines[3] == ("| b | #1 | wake_s_max | 2x | MRV2-eager | killed (latency.wake) | killed (latency.wake) "
-                        "| killed |")
+    assert lines[3] == (
+        "| b | #1 | wake_s_max | 2x | MRV2-eager | killed (latency.wake) | killed (latency.wake) | killed |"
+    )
     assert lines[4] == "| (control) |  |  |  | MRV2-eager | pass | pass | control passed |"
     assert "- flags: 2 (a, b)" in lines and "- latency: 1 (b)" in lines
     assert "every mutant killed: yes (2/2)" in text
@@ -137,11 +152,17 @@ def test_a_liveness_kill_without_a_clean_control_alike_is_errored(tmp_path, caps
     """A hang the control shows too (an overloaded host), a control run under other concurrency, or none:
     the defect's kill says nothing."""
     other = "({'slots_per_gpu': '1'} against {'slots_per_gpu': '4'})"
-    cases = [(_control("concurrent_race", liveness=["api.answers"]),
-              "api.answers: the control of concurrent_race fired it too"),
-             (_control("concurrent_race", slots="1"),
-              f"api.answers alone, and the control of concurrent_race ran under other concurrency {other}"),
-             (None, "api.answers alone, and no control of concurrent_race ran")]
+    cases = [
+        (
+            _control("concurrent_race", liveness=["api.answers"]),
+            "api.answers: the control of concurrent_race fired it too",
+        ),
+        (
+            _control("concurrent_race", slots="1"),
+            f"api.answers alone, and the control of concurrent_race ran under other concurrency {other}",
+        ),
+        (None, "api.answers alone, and no control of concurrent_race ran"),
+    ]
     for i, (control, why) in enumerate(cases):
         root = tmp_path / str(i)
         _write(root, "mutant_a", _liveness_kill("a", "concurrent_race", ["api.answers"]))

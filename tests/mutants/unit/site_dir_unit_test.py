@@ -28,8 +28,9 @@ _PROBE = textwrap.dedent("""
 def _probe(site, call=False):
     env = dict(os.environ, PYTHONPATH=site)
     env.pop(sleepwake_mutants.ENV, None)  # register() then applies nothing (and needs no vLLM)
-    proc = subprocess.run([sys.executable, "-c", _PROBE, "call" if call else "load"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, "call" if call else "load"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), proc.stderr
 

@@ -11,8 +11,10 @@ import pytest
 import sleepwake_mutants
 from tests.mutants import verdict
 
-FILES = {"scheduler_gate": "tests/sleep_wake/test_scheduler_gate.py",
-         "flags": "tests/sleep_wake/test_sleep_wake_flags.py"}
+FILES = {
+    "scheduler_gate": "tests/sleep_wake/test_scheduler_gate.py",
+    "flags": "tests/sleep_wake/test_sleep_wake_flags.py",
+}
 KILLS = {"scheduler_gate": ("requests.held_until_resident",), "flags": ("flags.gauge",)}
 GATE = "tests.sleep_wake.test_scheduler_gate.TestSchedulerGate"
 FLAGS = "tests.sleep_wake.test_sleep_wake_flags.TestSleepWakeFlags"
@@ -31,14 +33,22 @@ def junit(tmp_path, *cases):
     body = []
     for classname, name, tag, message, text, oracles, marks in cases:
         inner = f"<{tag} message={quoteattr(message)}>{escape(text)}</{tag}>" if tag else ""
-        props = "".join(f"<property name='oracle' value={quoteattr(o)}/><property name='oracle_bound' "
-                        "value='== x'/>" for o in oracles)
+        props = "".join(
+            f"<property name='oracle' value={quoteattr(o)}/><property name='oracle_bound' value='== x'/>"
+            for o in oracles
+        )
         props += "".join(f"<property name={quoteattr(n)} value={quoteattr(v)}/>" for n, v in marks)
-        body.append(f"<testcase classname={quoteattr(classname)} name={quoteattr(name)} time='1'>"
-                    + (f"<properties>{props}</properties>" if props else "") + f"{inner}</testcase>")
+        body.append(
+            f"<testcase classname={quoteattr(classname)} name={quoteattr(name)} time='1'>"
+            + (f"<properties>{props}</properties>" if props else "")
+            + f"{inner}</testcase>"
+        )
     path = tmp_path / "junit.xml"
-    path.write_text("<?xml version='1.0' encoding='utf-8'?><testsuites><testsuite name='pytest'>"
-                    + "".join(body) + "</testsuite></testsuites>")
+    path.write_text(
+        "<?xml version='1.0' encoding='utf-8'?><testsuites><testsuite name='pytest'>"
+        + "".join(body)
+        + "</testsuite></testsuites>"
+    )
     return verdict.parse_junit(str(path))
 
 
@@ -48,7 +58,8 @@ def logs(tmp_path, *lines):
     (root / "TestSchedulerGate").mkdir(parents=True, exist_ok=True)
     (root / "TestSchedulerGate" / "vllm-mrv2-eager-1.log").write_text(
         "# sleepwake launcher\nINFO 01-01 api_server.py:1] vLLM API server version 0.26.0\n"
-        + "".join(line + "\n" for line in lines))
+        + "".join(line + "\n" for line in lines)
+    )
     return str(root)
 
 
@@ -63,23 +74,42 @@ def reached(name, pid=4242):
 IDLE = sleepwake_mutants.NO_MUTANT.format(pid=77)
 
 
-def decide(tmp_path, cases, mutant="resume_on_partial_wake", classes=("scheduler_gate",),
-           log_lines=None, kills=None, fails_as=()):
+def decide(
+    tmp_path,
+    cases,
+    mutant="resume_on_partial_wake",
+    classes=("scheduler_gate",),
+    log_lines=None,
+    kills=None,
+    fails_as=(),
+):
     if log_lines is None:
         log_lines = [active(mutant), reached(mutant)] if mutant != "none" else [IDLE]
     if kills is None and mutant != "none":
         kills = {c: KILLS[c] for c in classes}
-    return verdict.decide(mutant, cases, list(classes), FILES, kills, logs(tmp_path, *log_lines),
-                          sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT, sleepwake_mutants.REACHED,
-                          fails_as)
+    return verdict.decide(
+        mutant,
+        cases,
+        list(classes),
+        FILES,
+        kills,
+        logs(tmp_path, *log_lines),
+        sleepwake_mutants.ACTIVATION,
+        sleepwake_mutants.NO_MUTANT,
+        sleepwake_mutants.REACHED,
+        fails_as,
+    )
 
 
 HELD = "requests.held_until_resident"
 
 
 def test_killed_by_an_expected_oracle(tmp_path):
-    cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"),
-                  failed(GATE, "test_b[MRV2-eager]", "OracleFailure: request ran", oracles=[HELD]))
+    cases = junit(
+        tmp_path,
+        passed(GATE, "test_a[MRV2-eager]"),
+        failed(GATE, "test_b[MRV2-eager]", "OracleFailure: request ran", oracles=[HELD]),
+    )
     d = decide(tmp_path, cases)
     assert d.passed and d.activated, d.report()
     r = d.classes["scheduler_gate"]
@@ -101,8 +131,7 @@ def test_a_foreign_exception_is_errored_whatever_its_text_says(tmp_path):
 
 
 def test_another_oracle_is_not_a_kill(tmp_path):
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", f"[oracle flags.gauge] {HELD}",
-                                   oracles=["flags.gauge"]))
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", f"[oracle flags.gauge] {HELD}", oracles=["flags.gauge"]))
     d = decide(tmp_path, cases)
     r = d.classes["scheduler_gate"]
     assert not d.passed and r.verdict == "other oracle" and r.oracles == [["flags.gauge"]] and r.fired == []
@@ -112,9 +141,12 @@ def test_another_oracle_is_not_a_kill(tmp_path):
 def test_any_case_with_an_expected_oracle_kills_the_class(tmp_path):
     # One case errored, another fired another oracle, a third the expected one: the kill stands. And
     # several oracles of one case (oracle.together) all count.
-    cases = junit(tmp_path, failed(GATE, "test_a[MRV2-eager]", "refused"),
-                  failed(GATE, "test_b[MRV2-eager]", "gauge", oracles=["flags.gauge"]),
-                  failed(GATE, "test_c[MRV2-eager]", "two", oracles=["api.status", HELD]))
+    cases = junit(
+        tmp_path,
+        failed(GATE, "test_a[MRV2-eager]", "refused"),
+        failed(GATE, "test_b[MRV2-eager]", "gauge", oracles=["flags.gauge"]),
+        failed(GATE, "test_c[MRV2-eager]", "two", oracles=["api.status", HELD]),
+    )
     r = decide(tmp_path, cases).classes["scheduler_gate"]
     assert r.verdict == "killed" and r.fired == [HELD]
 
@@ -133,23 +165,35 @@ def test_survived_when_every_test_passes(tmp_path):
 
 
 def test_every_listed_class_must_kill(tmp_path):
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]),
-                  passed(FLAGS, "test_level1[MRV2-eager]"))
+    cases = junit(
+        tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]), passed(FLAGS, "test_level1[MRV2-eager]")
+    )
     d = decide(tmp_path, cases, classes=("scheduler_gate", "flags"))
     assert not d.passed
     assert {c: r.verdict for c, r in d.classes.items()} == {"scheduler_gate": "killed", "flags": "survived"}
 
 
 def test_a_class_that_ran_nothing_is_a_broken_run(tmp_path):
-    d = decide(tmp_path, junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD])),
-               classes=("scheduler_gate", "flags"))
+    d = decide(
+        tmp_path,
+        junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD])),
+        classes=("scheduler_gate", "flags"),
+    )
     assert d.classes["flags"].verdict == "errored" and not d.passed
     assert "did not run" in d.classes["flags"].messages[0]
 
 
 def test_a_collection_error_counts_for_its_class(tmp_path):
-    cases = junit(tmp_path, failed("", "tests.sleep_wake.test_scheduler_gate", "collection failure",
-                                   "ImportError: cannot import name", tag="error"))
+    cases = junit(
+        tmp_path,
+        failed(
+            "",
+            "tests.sleep_wake.test_scheduler_gate",
+            "collection failure",
+            "ImportError: cannot import name",
+            tag="error",
+        ),
+    )
     r = decide(tmp_path, cases).classes["scheduler_gate"]
     assert r.verdict == "errored" and r.failed_tests == ["tests.sleep_wake.test_scheduler_gate"]
 
@@ -163,13 +207,17 @@ def test_no_activation_line_means_not_applied(tmp_path):
         assert "never applied" in d.report()
 
 
-@pytest.mark.parametrize("cases_of", [lambda t: junit(t, passed(GATE, "test_a[MRV2-eager]")),
-                                      lambda t: junit(t, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))],
-                         ids=["passed", "failed"])
+@pytest.mark.parametrize(
+    "cases_of",
+    [
+        lambda t: junit(t, passed(GATE, "test_a[MRV2-eager]")),
+        lambda t: junit(t, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD])),
+    ],
+    ids=["passed", "failed"],
+)
 def test_a_mutant_applied_but_never_reached_is_not_applied(tmp_path, cases_of):
     """Neither survived (its defect never ran) nor killed (whatever failed, it was not the defect)."""
-    d = decide(tmp_path, cases_of(tmp_path), log_lines=[active("resume_on_partial_wake"),
-                                                        reached("leak_per_wake")])
+    d = decide(tmp_path, cases_of(tmp_path), log_lines=[active("resume_on_partial_wake"), reached("leak_per_wake")])
     assert d.activated and not d.reached and not d.passed
     assert d.classes["scheduler_gate"].verdict == "not applied"
     assert "no test called a function it patches" in d.report()
@@ -191,17 +239,21 @@ def test_control_passes_when_everything_passes_with_the_plugin_loaded(tmp_path):
 
 
 def test_control_fails_on_any_failure(tmp_path):
-    cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"),
-                  failed(FLAGS, "test_level1[MRV2-eager]", "OracleFailure: gauge", oracles=["flags.gauge"]),
-                  failed(GATE, "test_b[MRV2-eager]", "ConnectionError"))
+    cases = junit(
+        tmp_path,
+        passed(GATE, "test_a[MRV2-eager]"),
+        failed(FLAGS, "test_level1[MRV2-eager]", "OracleFailure: gauge", oracles=["flags.gauge"]),
+        failed(GATE, "test_b[MRV2-eager]", "ConnectionError"),
+    )
     d = decide(tmp_path, cases, mutant="none", classes=("scheduler_gate", "flags"))
     assert not d.passed and d.classes["flags"].verdict == "other oracle"
     assert d.classes["scheduler_gate"].verdict == "errored"
     assert "control (no mutant): FAILED" in d.report()
 
 
-@pytest.mark.parametrize("lines,problem", [([], "plugin was not loaded"),
-                                           ([IDLE, active("slow_wake")], "control run applied a mutant")])
+@pytest.mark.parametrize(
+    "lines,problem", [([], "plugin was not loaded"), ([IDLE, active("slow_wake")], "control run applied a mutant")]
+)
 def test_control_needs_the_plugin_loaded_and_idle(tmp_path, lines, problem):
     cases = junit(tmp_path, passed(GATE, "test_a[MRV2-eager]"))
     d = decide(tmp_path, cases, mutant="none", log_lines=lines)
@@ -216,15 +268,39 @@ def test_build_and_catalogue_must_agree():
 
 def test_row_is_json(tmp_path):
     cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))
-    row = verdict.row(decide(tmp_path, cases), "#44483", "MRV2-eager", ("wake_s_max",), "0.45 s a wake",
-                      verdict.concurrency({"SLEEPWAKE_SLOTS_PER_GPU": "8"}))
+    row = verdict.row(
+        decide(tmp_path, cases),
+        "#44483",
+        "MRV2-eager",
+        ("wake_s_max",),
+        "0.45 s a wake",
+        verdict.concurrency({"SLEEPWAKE_SLOTS_PER_GPU": "8"}),
+    )
     assert json.loads(json.dumps(row)) == {
-        "mutant": "resume_on_partial_wake", "issue": "#44483", "cell": "MRV2-eager", "passed": True,
-        "activated": True, "reached": True, "problems": [], "bound": ["wake_s_max"], "size": "0.45 s a wake",
+        "mutant": "resume_on_partial_wake",
+        "issue": "#44483",
+        "cell": "MRV2-eager",
+        "passed": True,
+        "activated": True,
+        "reached": True,
+        "problems": [],
+        "bound": ["wake_s_max"],
+        "size": "0.45 s a wake",
         "concurrency": {"slots_per_gpu": "8"},
-        "classes": {"scheduler_gate": {"verdict": "killed", "failed_tests": [f"{GATE}::test_b[MRV2-eager]"],
-                                       "messages": ["held"], "oracles": [[HELD]], "expected": [HELD],
-                                       "fired": [HELD], "liveness": [[]], "errored": [[]], "needs_control": []}}}
+        "classes": {
+            "scheduler_gate": {
+                "verdict": "killed",
+                "failed_tests": [f"{GATE}::test_b[MRV2-eager]"],
+                "messages": ["held"],
+                "oracles": [[HELD]],
+                "expected": [HELD],
+                "fired": [HELD],
+                "liveness": [[]],
+                "errored": [[]],
+                "needs_control": [],
+            }
+        },
+    }
 
 
 def test_only_server_logs_count_as_evidence(tmp_path):
@@ -232,8 +308,17 @@ def test_only_server_logs_count_as_evidence(tmp_path):
     cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]))
     root = logs(tmp_path)
     (tmp_path / "inner" / verdict.PYTEST_LOG).write_text(active("resume_on_partial_wake") + "\n")
-    d = verdict.decide("resume_on_partial_wake", cases, ["scheduler_gate"], FILES, KILLS, root,
-                       sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT, sleepwake_mutants.REACHED)
+    d = verdict.decide(
+        "resume_on_partial_wake",
+        cases,
+        ["scheduler_gate"],
+        FILES,
+        KILLS,
+        root,
+        sleepwake_mutants.ACTIVATION,
+        sleepwake_mutants.NO_MUTANT,
+        sleepwake_mutants.REACHED,
+    )
     assert not d.activated and not d.passed
 
 
@@ -259,8 +344,9 @@ def test_an_expected_oracle_on_a_server_no_longer_live_is_errored(tmp_path):
 
 
 def test_a_test_code_exception_is_errored(tmp_path):
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "TypeError: result() got an unexpected keyword",
-                                   tag="error"))
+    cases = junit(
+        tmp_path, failed(GATE, "test_b[MRV2-eager]", "TypeError: result() got an unexpected keyword", tag="error")
+    )
     assert decide(tmp_path, cases).classes["scheduler_gate"].verdict == "errored"
 
 
@@ -268,25 +354,41 @@ def test_api_status_on_a_mutant_that_is_no_error_answer_is_not_a_kill(tmp_path):
     cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "HTTP 500", oracles=["api.status"]))
     for fails_as in ((), (sleepwake_mutants.HANG,)):
         r = decide(tmp_path, cases, kills={"scheduler_gate": (HELD, "api.status")}, fails_as=fails_as).classes[
-            "scheduler_gate"]
+            "scheduler_gate"
+        ]
         assert (r.verdict, r.needs_control) == ("errored", []), fails_as
 
 
 def test_a_liveness_oracle_kills_a_mutant_marked_so_pending_its_control(tmp_path):
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "NoAnswer", marks=NO_ANSWER),
-                  failed(GATE, "test_c[MRV2-eager]", "EngineDead", marks=[("errored", "engine dead"),
-                                                                          ("liveness", "api.status")]))
-    d = decide(tmp_path, cases, kills={"scheduler_gate": ("api.answers", "api.status")},
-               fails_as=(sleepwake_mutants.HANG, sleepwake_mutants.ERROR_ANSWER))
+    cases = junit(
+        tmp_path,
+        failed(GATE, "test_b[MRV2-eager]", "NoAnswer", marks=NO_ANSWER),
+        failed(
+            GATE, "test_c[MRV2-eager]", "EngineDead", marks=[("errored", "engine dead"), ("liveness", "api.status")]
+        ),
+    )
+    d = decide(
+        tmp_path,
+        cases,
+        kills={"scheduler_gate": ("api.answers", "api.status")},
+        fails_as=(sleepwake_mutants.HANG, sleepwake_mutants.ERROR_ANSWER),
+    )
     r = d.classes["scheduler_gate"]
-    assert (r.verdict, r.needs_control, r.fired) == ("killed", ["api.answers", "api.status"],
-                                                     ["api.answers", "api.status"])
+    assert (r.verdict, r.needs_control, r.fired) == (
+        "killed",
+        ["api.answers", "api.status"],
+        ["api.answers", "api.status"],
+    )
     assert "alone: a kill only if the class's control ran under the same concurrency" in d.report()
     # A sound kill needs no control.
-    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "NoAnswer", marks=NO_ANSWER),
-                  failed(GATE, "test_c[MRV2-eager]", "held", oracles=[HELD]))
-    r = decide(tmp_path, cases, kills={"scheduler_gate": (HELD, "api.answers")},
-               fails_as=(sleepwake_mutants.HANG,)).classes["scheduler_gate"]
+    cases = junit(
+        tmp_path,
+        failed(GATE, "test_b[MRV2-eager]", "NoAnswer", marks=NO_ANSWER),
+        failed(GATE, "test_c[MRV2-eager]", "held", oracles=[HELD]),
+    )
+    r = decide(
+        tmp_path, cases, kills={"scheduler_gate": (HELD, "api.answers")}, fails_as=(sleepwake_mutants.HANG,)
+    ).classes["scheduler_gate"]
     assert (r.verdict, r.needs_control) == ("killed", [])
 
 

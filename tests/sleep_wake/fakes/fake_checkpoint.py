@@ -26,8 +26,8 @@ class CheckpointError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
-    path: str            # the directory ("" for the unit tests' checkpoint-less fake)
-    digest: str          # what the pool holds once this checkpoint is loaded
+    path: str  # the directory ("" for the unit tests' checkpoint-less fake)
+    digest: str  # what the pool holds once this checkpoint is loaded
     tensor_bytes: tuple  # bytes per tensor, one CuMem allocation each in the weights pool
 
     @property
@@ -53,8 +53,10 @@ def _digest(paths: tuple, stamps: tuple) -> str:
 def load(path: str) -> Checkpoint:
     """The checkpoint in directory `path`; CheckpointError when there is none."""
     if not os.path.isabs(path):
-        raise CheckpointError(f"{path!r} is not an absolute checkpoint directory (vLLM's workers resolve a "
-                              "relative weights_path in their own working directory); pass an absolute path")
+        raise CheckpointError(
+            f"{path!r} is not an absolute checkpoint directory (vLLM's workers resolve a "
+            "relative weights_path in their own working directory); pass an absolute path"
+        )
     files = tuple(sorted(glob.glob(os.path.join(path, "*.safetensors"))))
     if not files:
         raise CheckpointError(f"no *.safetensors in {path!r}: not a checkpoint directory")

@@ -49,6 +49,7 @@ class Switches(frozenset):
 class Sizes:
     """Each defect's size, in terms of the fake server's model: its weights (the checkpoint's tensors) and
     its KV cache."""
+
     largest_tensor: int
     weights: int
     kv_cache: int
@@ -127,9 +128,10 @@ DEFECTS = {
     "reload_weights_noop": "reload_weights does nothing: level 2 wakes into garbage (#29341, #54235)",
     "reload_ignores_weights_path": "reload_weights ignores weights_path: a pushed checkpoint never arrives",
     "push_loads_wrong_file": "a push loads a wrong file, the same one every time: neither the old checkpoint "
-                             "nor the pushed one serves",
-    "host_copy_predates_update": ("each wake restores the output projection as it was before the last "
-                                  "push (a host copy taken before the update)"),
+    "nor the pushed one serves",
+    "host_copy_predates_update": (
+        "each wake restores the output projection as it was before the last push (a host copy taken before the update)"
+    ),
     "leak_per_wake": "each wake of the executor maps the largest weight tensor again, keeping the old mapping",
     "leak_once": f"wake {NTH} of the executor maps the largest weight tensor again, once",
     "kv_cache_kept_on_sleep": "sleep does not release the KV cache (#11743, #47654)",
@@ -156,17 +158,21 @@ DEFECTS = {
     "slow_sleep": "each sleep of the executor copies the KV cache to host at the fake's copy bandwidth",
     "slow_wake": "each full wake of the executor copies the KV cache back at the fake's copy bandwidth (#45648)",
     "slow_staged_wake": "each tagged wake copies the KV cache back at the fake's copy bandwidth",
-    "weights_perturbed": ("each weights wake restores slightly different weights: the fake's logprobs of "
-                          "other weights for the same greedy tokens (#21336)"),
+    "weights_perturbed": (
+        "each weights wake restores slightly different weights: the fake's logprobs of "
+        "other weights for the same greedy tokens (#21336)"
+    ),
     "engine_dies_on_sleep_during_decode": (
         "/sleep during decode answers 200 and the engine is dead (#45520). The plugin kills the core 0.3 s "
         "after the sleep; the fake, whose requests are faster, kills it as the sleep returns, so that no "
-        "test can finish inside the delay and miss the death"),
+        "test can finish inside the delay and miss the death"
+    ),
     "wake_awake_tag_aborts": "waking an awake executor fails the call (#31618)",
     "abort_leaves_choices_running": (
         "sleep?mode=abort never reports the end of an n>1 request's child choices (#45326). vLLM's stream "
         "then stays open until the client gives up (60 s in the suite); the fake ends it at [DONE] with "
-        "the children's finish_reason missing, which requests.clean_end rejects at once"),
+        "the children's finish_reason missing, which requests.clean_end rejects at once"
+    ),
     "sleep_drains_instead_of_aborting": "sleep?mode=abort waits for the requests in flight (mode wait)",
     "request_runs_while_asleep": "a request sent while the executor sleeps is scheduled at once",
     "staged_wake_loses_weights": "from the third weights-only wake on, the weights are garbage (#21336)",
@@ -184,40 +190,60 @@ DEFECTS = {
     "reload_resumes_scheduling": "reload_weights resumes scheduling, also during a level-0 pause",
     # Only the walk's newer regions reach these (requests that wait, pause modes while paused, keep at level
     # >= 1, the late arrival of a wait drain, two-tag and tag+scheduling wakes, reloads over cached blocks).
-    "abort_spares_waiting": ("sleep?mode=abort ends only the running requests: the waiting ones (sent while "
-                             "paused, or preempted by a keep) stay queued and run after the wake"),
-    "paused_new_admits_waiting": ("an abort or wait pause (PAUSED_NEW) holds no waiting request: a request sent "
-                                  "while paused so is scheduled at once, onto unmapped pools if asleep"),
+    "abort_spares_waiting": (
+        "sleep?mode=abort ends only the running requests: the waiting ones (sent while "
+        "paused, or preempted by a keep) stay queued and run after the wake"
+    ),
+    "paused_new_admits_waiting": (
+        "an abort or wait pause (PAUSED_NEW) holds no waiting request: a request sent "
+        "while paused so is scheduled at once, onto unmapped pools if asleep"
+    ),
     "drain_admits_late_arrivals": "a request arriving while a wait sleep drains is scheduled with the drain",
-    "keep_without_preemption": ("a level >= 1 keep's cache reset does not preempt the frozen requests (#34382 "
-                                "reverted): they keep their blocks, the prefix-cache reset is refused"),
+    "keep_without_preemption": (
+        "a level >= 1 keep's cache reset does not preempt the frozen requests (#34382 "
+        "reverted): they keep their blocks, the prefix-cache reset is refused"
+    ),
     "scheduling_tag_resumes": "a wake naming scheduling resumes scheduling while a tag still sleeps",
     "wake_aborts_queued": "the wake that resumes scheduling aborts the requests queued while paused",
     "keep_reset_aborts_frozen": "a level >= 1 keep's cache reset aborts the frozen requests instead of preempting them",
-    "preempted_restarts_output": ("a request a keep's cache reset preempted restarts from its prompt at the wake: "
-                                  "the tokens it streamed are generated again (#16832)"),
-    "reset_prefix_cache_preempts_running": ("/reset_prefix_cache preempts the running requests to reset: it "
-                                            "succeeds under a level-0 keep's frozen request"),
+    "preempted_restarts_output": (
+        "a request a keep's cache reset preempted restarts from its prompt at the wake: "
+        "the tokens it streamed are generated again (#16832)"
+    ),
+    "reset_prefix_cache_preempts_running": (
+        "/reset_prefix_cache preempts the running requests to reset: it succeeds under a level-0 keep's frozen request"
+    ),
     "reload_resets_prefix_cache": "reload_weights resets the prefix cache (#45093, reverted by #46125)",
-    "two_tag_wake_maps_first_tag": ("a two-tag wake maps only the first tag's pool and counts both awake: the "
-                                    "KV cache stays unmapped"),
-    "scheduling_tag_kept": ("a wake of a tag plus scheduling passes scheduling on to the executor, which "
-                            "ignores the call for a tag that is not asleep"),
+    "two_tag_wake_maps_first_tag": (
+        "a two-tag wake maps only the first tag's pool and counts both awake: the KV cache stays unmapped"
+    ),
+    "scheduling_tag_kept": (
+        "a wake of a tag plus scheduling passes scheduling on to the executor, which "
+        "ignores the call for a tag that is not asleep"
+    ),
     "pause_mode_sticky": "a sleep while paused keeps the first pause's mode (a wait after a keep drains nothing)",
     "reload_aborts_requests": "reload_weights aborts every request, running or waiting, before the weights change",
     # Fake-only (FAKE_ONLY).
-    "gauge_tracks_tags": ("the gauge keeps the sleep level until every tag is awake: the divergence "
-                          "gauge_awake_while_partially_asleep fixed, which its pinning tests must notice"),
+    "gauge_tracks_tags": (
+        "the gauge keeps the sleep level until every tag is awake: the divergence "
+        "gauge_awake_while_partially_asleep fixed, which its pinning tests must notice"
+    ),
 }
 
 # Defects that are no mutant of the catalogue (unit/fake_tier_unit_test.py: every other one is).
 FAKE_ONLY = ("gauge_tracks_tags",)
 # Mutants of the catalogue the fake cannot re-create, with the reason (unit/fake_tier_unit_test.py).
 NOT_RE_CREATED = {
-    "slow_first_request": ("the fake's forward pass costs only its token delay; it has no model of what a "
-                           "first forward after a wake would redo (kernels, graphs), so no size to give it"),
-    "slower_wake": ("sized for the bound of wakes beside a GPU neighbour's start step, which never judges on "
-                    "the fake (no lease, no neighbours); slow_wake re-creates the same defect for the other"),
-    "slower_staged_wake": ("sized for the bound of staged wakes beside a neighbour's start step, which never "
-                           "judges on the fake; slow_staged_wake re-creates the same defect for the other"),
+    "slow_first_request": (
+        "the fake's forward pass costs only its token delay; it has no model of what a "
+        "first forward after a wake would redo (kernels, graphs), so no size to give it"
+    ),
+    "slower_wake": (
+        "sized for the bound of wakes beside a GPU neighbour's start step, which never judges on "
+        "the fake (no lease, no neighbours); slow_wake re-creates the same defect for the other"
+    ),
+    "slower_staged_wake": (
+        "sized for the bound of staged wakes beside a neighbour's start step, which never "
+        "judges on the fake; slow_staged_wake re-creates the same defect for the other"
+    ),
 }

@@ -49,6 +49,7 @@ ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the 
 class GpuMemory:
     """Bytes per pool. Defaults from the H200 run (README): 0.84 GB resident at level 1 in eager mode,
     ~0.1 GB more in graph mode, 354 MiB of activation blocks that eager mode does not get back on wake."""
+
     weights: int
     kv_cache: int
     context: int = 800 * MiB
@@ -79,6 +80,7 @@ class Ticket:
     take it back): the abort epoch it was accepted in (a sleep with mode abort ends every request of an
     earlier epoch), and what a defect did to this request alone, where vLLM picks requests by their queue
     (running or waiting) rather than ending them all."""
+
     epoch: int
     aborted: bool = False  # ended with finish_reason abort at its next step or wait
     restart: bool = False  # preempted_restarts_output: its tokens so far are dropped at its next step
@@ -93,9 +95,15 @@ def _gib(n: int) -> float:
 
 
 class FakeEngine:
-    def __init__(self, memory: GpuMemory, token_delay_s: float = 0.0, defects=(),
-                 checkpoint: fake_checkpoint.Checkpoint = fake_checkpoint.NONE,
-                 host: PinnedHostMemory | None = None, log=None):
+    def __init__(
+        self,
+        memory: GpuMemory,
+        token_delay_s: float = 0.0,
+        defects=(),
+        checkpoint: fake_checkpoint.Checkpoint = fake_checkpoint.NONE,
+        host: PinnedHostMemory | None = None,
+        log=None,
+    ):
         """checkpoint: what the server started on; host: where level-1 copies are pinned; log(line):
         the server log."""
         unknown = set(defects) - set(d.DEFECTS)
@@ -182,13 +190,18 @@ class FakeEngine:
         m = self.memory
         with self.cond:
             late = self.late_release_until > time.monotonic()
-            return (m.context + m.graph_pool + self.leaked + self._kv_resident()
-                    + (0 if "weights" in self.sleeping_tags and not self.weights_mapped_early else m.weights)
-                    + (m.activations if self.activations_reserved else 0)
-                    + self.extra
-                    + (self.sizes.residue if "residue_grows" in self.defects else 0)
-                    + (self.sizes.late_release if late else 0)
-                    - (self._unmapped_after_wake() if self.remap_missing else 0))
+            return (
+                m.context
+                + m.graph_pool
+                + self.leaked
+                + self._kv_resident()
+                + (0 if "weights" in self.sleeping_tags and not self.weights_mapped_early else m.weights)
+                + (m.activations if self.activations_reserved else 0)
+                + self.extra
+                + (self.sizes.residue if "residue_grows" in self.defects else 0)
+                + (self.sizes.late_release if late else 0)
+                - (self._unmapped_after_wake() if self.remap_missing else 0)
+            )
 
     def _unmapped_after_wake(self) -> int:
         """late_remap / wake_leaves_unmapped: what the last wake left unmapped until the next forward."""
@@ -228,8 +241,9 @@ class FakeEngine:
             self.cond.notify_all()
             if mode == "wait" and not self.frozen:  # new requests queue; the running ones run to the end first
                 # (a pause that freezes them counts none unfinished: scheduler.py get_num_unfinished_requests)
-                self.cond.wait_for(lambda: self.running <= self.preempted or self.dead or self.stopping.is_set(),
-                                   MAX_HOLD_S)
+                self.cond.wait_for(
+                    lambda: self.running <= self.preempted or self.dead or self.stopping.is_set(), MAX_HOLD_S
+                )
             # A level >= 1 keep's cache reset preempts the frozen requests back to the waiting queue
             # (reset_running_requests=True); without that the reset is refused while they hold blocks.
             preempts, refused = level >= 1 and mode == "keep" and self.running > self.preempted, False
@@ -239,8 +253,11 @@ class FakeEngine:
                 preempts = False
             elif preempts and "keep_without_preemption" in self.defects:
                 preempts, refused = False, True
-            keeps_cache = refused or "prefix_cache_kept" in self.defects or (
-                was_paused and "sleep_while_paused_keeps_prefix_cache" in self.defects)
+            keeps_cache = (
+                refused
+                or "prefix_cache_kept" in self.defects
+                or (was_paused and "sleep_while_paused_keeps_prefix_cache" in self.defects)
+            )
             if (level >= 1 and not keeps_cache) or (level == 0 and "prefix_cache_reset_on_level0" in self.defects):
                 self.prefix_cache.clear()
             if preempts:
@@ -248,11 +265,13 @@ class FakeEngine:
                 if "preempted_restarts_output" in self.defects:
                     for ticket in self.decoding:
                         ticket.restart = True
-            if level >= 1 and (not self.executor_sleeping or (
-                    partial and "sleep_during_partial_wake_sleeps_again" in self.defects)):
+            if level >= 1 and (
+                not self.executor_sleeping or (partial and "sleep_during_partial_wake_sleeps_again" in self.defects)
+            ):
                 self._worker_sleep(level)
             if "gauge_not_updated" not in self.defects and not (
-                    was_sleeping and "gauge_sticky_while_asleep" in self.defects):
+                was_sleeping and "gauge_sticky_while_asleep" in self.defects
+            ):
                 self.gauge = metrics.gauge(0, level == 1, level == 2)
             if decoding and "engine_dies_on_sleep_during_decode" in self.defects:
                 self.dead = True  # the sleep itself succeeded: /sleep still answers 200
@@ -286,8 +305,10 @@ class FakeEngine:
             tensors = list(self.checkpoint.tensor_bytes)
             if level == 1 and "host_copy_partial" in self.defects:
                 tensors = tensors[::2]  # the others are discarded: garbage after the wake
-            self.host_copy = (self.weights if len(tensors) == len(self.checkpoint.tensor_bytes) else None,
-                              [self.host.allocate(n) for n in tensors])
+            self.host_copy = (
+                self.weights if len(tensors) == len(self.checkpoint.tensor_bytes) else None,
+                [self.host.allocate(n) for n in tensors],
+            )
             backed_up = sum(tensors)
             if level == 1 and "host_copy_twice" in self.defects and not level1_before:
                 self.pinned_extra.append(self.host.allocate(self.sizes.pinned_once))
@@ -303,12 +324,16 @@ class FakeEngine:
         if "pinned_jump_once" in self.defects and self.worker_sleeps == d.NTH:
             self.host.allocate(self.sizes.pinned_once)
         unmapped = self.memory.weights + kv_released
-        self.log(f"CuMemAllocator: sleep freed {_gib(unmapped):.2f} GiB memory in total, of which "
-                 f"{_gib(backed_up):.2f} GiB is backed up in CPU and the rest {_gib(unmapped - backed_up):.2f} "
-                 "GiB is discarded directly.")
+        self.log(
+            f"CuMemAllocator: sleep freed {_gib(unmapped):.2f} GiB memory in total, of which "
+            f"{_gib(backed_up):.2f} GiB is backed up in CPU and the rest {_gib(unmapped - backed_up):.2f} "
+            "GiB is discarded directly."
+        )
         after = self.device_used_bytes()
-        self.log(f"Sleep mode freed {round(_gib(before - after), 2)} GiB memory, {round(_gib(after), 2)} GiB "
-                 "memory is still in use.")
+        self.log(
+            f"Sleep mode freed {round(_gib(before - after), 2)} GiB memory, {round(_gib(after), 2)} GiB "
+            "memory is still in use."
+        )
         if "late_release" in self.defects:  # held past vLLM's own reading, as the plugin's is
             self.late_release_until = time.monotonic() + d.LATE_S
 
@@ -316,18 +341,25 @@ class FakeEngine:
         with self.cond:
             self._check_alive()
             asked = list(tags) if tags is not None else None
-            if tags is not None and "scheduling" in tags and (
-                    tags == ["scheduling"] or "scheduling_tag_kept" not in self.defects):
+            if (
+                tags is not None
+                and "scheduling" in tags
+                and (tags == ["scheduling"] or "scheduling_tag_kept" not in self.defects)
+            ):
                 tags = [t for t in tags if t != "scheduling"]
             woke = None
             if tags is None or tags:
                 woke = self._executor_wake_up(tags)
-        if woke and (("slow_wake" in self.defects and tags is None)
-                     or ("slow_staged_wake" in self.defects and tags is not None)):
+        if woke and (
+            ("slow_wake" in self.defects and tags is None) or ("slow_staged_wake" in self.defects and tags is not None)
+        ):
             time.sleep(self.sizes.wake_delay_s)  # simulated: the defect is the time itself
         with self.cond:
-            if (not self.executor_sleeping or "resume_on_partial_wake" in self.defects
-                    or (asked and "scheduling" in asked and "scheduling_tag_resumes" in self.defects)):
+            if (
+                not self.executor_sleeping
+                or "resume_on_partial_wake" in self.defects
+                or (asked and "scheduling" in asked and "scheduling_tag_resumes" in self.defects)
+            ):
                 if self.paused and "wake_aborts_queued" in self.defects:
                     for ticket in self.waiting:
                         ticket.aborted = True
@@ -346,22 +378,22 @@ class FakeEngine:
         if tags and any(t not in self.sleeping_tags for t in tags):
             return None
         if tags == ["weights"] and self.weights_mapped_early:
-            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at "
-                               "cumem_allocator.cpp:169")
+            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169")
         if tags == ["kv_cache"] and "weights" in self.sleeping_tags and self.worker_level == 2:
             # The known divergence kv_first_wake_after_level2_restores_into_unmapped_weights: the wake
             # restores the model buffers a level-2 sleep saved into the weights pool, still unmapped; the
             # executor keeps both tags asleep.
-            raise RuntimeError("Call to wake_up method failed: restoring the model buffers saved by the level-2 "
-                               "sleep into the weights pool, which is not mapped")
+            raise RuntimeError(
+                "Call to wake_up method failed: restoring the model buffers saved by the level-2 "
+                "sleep into the weights pool, which is not mapped"
+            )
         if tags == ["kv_cache"] and "weights" in self.sleeping_tags:
             self.weights_mapped_early = "kv_wake_maps_weights" in self.defects
             self.kv_unmapped = "kv_wake_maps_nothing" in self.defects
         if tags is None and self.sleeping_tags != {"weights", "kv_cache"}:
             # The known divergence full_wake_remaps_resident_pool: CuMemAllocator.wake_up(None) maps the
             # resident pool again and cuMemMap refuses; the executor keeps its sleeping tags.
-            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at "
-                               "cumem_allocator.cpp:169")
+            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169")
         woken = list(tags) if tags else sorted(self.sleeping_tags)
         mapped = woken
         if tags and len(tags) > 1 and "two_tag_wake_maps_first_tag" in self.defects:
@@ -381,8 +413,13 @@ class FakeEngine:
         if tags and "kv_cache" in tags:
             self.extra = 0
         if woken == ["weights"] and tags is not None:
-            self.extra = (self.sizes.weights_wake_extra if "weights_wake_maps_extra" in self.defects
-                          else self.sizes.weights_wake_more if "weights_wake_maps_more" in self.defects else 0)
+            self.extra = (
+                self.sizes.weights_wake_extra
+                if "weights_wake_maps_extra" in self.defects
+                else self.sizes.weights_wake_more
+                if "weights_wake_maps_more" in self.defects
+                else 0
+            )
         if tags is None and "wake_maps_extra" in self.defects:
             self.extra = self.sizes.wake_extra
         if tags is None or "kv_cache" in woken:
@@ -429,11 +466,12 @@ class FakeEngine:
             if weights_path is not None and "reload_ignores_weights_path" not in self.defects:
                 pushed = fake_checkpoint.load(weights_path)
                 if pushed.tensor_bytes != self.checkpoint.tensor_bytes:
-                    raise RuntimeError(f"the checkpoint at {weights_path} has other tensor shapes than the "
-                                       f"served model ({self.checkpoint.path}): it cannot be loaded in place")
+                    raise RuntimeError(
+                        f"the checkpoint at {weights_path} has other tensor shapes than the "
+                        f"served model ({self.checkpoint.path}): it cannot be loaded in place"
+                    )
                 self.model_path = weights_path  # gpu_model_runner.py: model_config.model = weights_path
-            self.weights = (fake_checkpoint.load(self.model_path).digest if self.model_path
-                            else self.checkpoint.digest)
+            self.weights = fake_checkpoint.load(self.model_path).digest if self.model_path else self.checkpoint.digest
             if weights_path is not None and "push_loads_wrong_file" in self.defects:
                 # Repeatably wrong: a golden taken from this server after a push would agree with itself.
                 self.weights = fake_checkpoint.mixed(self.weights, "the pushed file's stale twin")
@@ -482,8 +520,9 @@ class FakeEngine:
             return True
         if self.frozen:
             return False
-        return ("paused_new_admits_waiting" in self.defects
-                or (self.running > self.preempted and "drain_admits_late_arrivals" in self.defects))
+        return "paused_new_admits_waiting" in self.defects or (
+            self.running > self.preempted and "drain_admits_late_arrivals" in self.defects
+        )
 
     def wait_scheduled(self, ticket: Ticket) -> bool:
         """Block while the scheduler holds new requests; False if a sleep aborted the request (or it gave up)."""
@@ -491,8 +530,9 @@ class FakeEngine:
         with self.cond:
             self.waiting.add(ticket)
             try:
-                while (not self._admits() and not self.dead and not self.stopping.is_set()
-                       and time.monotonic() < deadline):
+                while (
+                    not self._admits() and not self.dead and not self.stopping.is_set() and time.monotonic() < deadline
+                ):
                     if self._ended(ticket):
                         return False
                     self.cond.wait(0.05)
@@ -529,8 +569,7 @@ class FakeEngine:
     def plan(self, prompt: str, max_tokens: int, n: int, seed) -> list[Choice]:
         with self.cond:
             weights = self._serving_weights()
-        return [Choice(i, fake_checkpoint.tokens(weights, prompt, max_tokens, i, seed), weights)
-                for i in range(n)]
+        return [Choice(i, fake_checkpoint.tokens(weights, prompt, max_tokens, i, seed), weights) for i in range(n)]
 
     def decode_step(self, choices: list[Choice], ticket: Ticket) -> list[tuple[Choice, list]]:
         """One token for every unfinished choice, as one engine step; [(choice, new ids)].

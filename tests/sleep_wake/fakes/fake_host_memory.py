@@ -23,13 +23,15 @@ class HostProcess:
 
     def __init__(self):
         # -I -S: no site-packages and no PYTHON* variables, so the process holds little besides the blocks.
-        self._proc = subprocess.Popen([sys.executable, "-I", "-S", _CHILD], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
         self._lock = threading.Lock()
         if self._proc.stdout.readline().strip() != "ready":
             self.stop()
-            raise RuntimeError(f"the fake's host-memory process ({_CHILD}) did not start: exit code "
-                               f"{self._proc.poll()}")
+            raise RuntimeError(
+                f"the fake's host-memory process ({_CHILD}) did not start: exit code {self._proc.poll()}"
+            )
 
     @property
     def pid(self) -> int:
@@ -44,8 +46,10 @@ class HostProcess:
             except (BrokenPipeError, ValueError):
                 answer = ""
         if answer != "ok":
-            raise RuntimeError(f"the fake's host-memory process (pid {self.pid}) did not allocate {size} "
-                               f"bytes: {answer or 'it exited, exit code ' + str(self._proc.poll())}")
+            raise RuntimeError(
+                f"the fake's host-memory process (pid {self.pid}) did not allocate {size} "
+                f"bytes: {answer or 'it exited, exit code ' + str(self._proc.poll())}"
+            )
 
     def stop(self) -> None:
         if self._proc.poll() is None:

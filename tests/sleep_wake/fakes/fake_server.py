@@ -126,8 +126,10 @@ class VllmServer:
         if name in ("", "none"):
             return []
         if name not in fake_defects.DEFECTS:
-            raise ServerStartError(f"{sleepwake_mutants.ENV}={name!r} names no defect the fake re-creates;"
-                                   f" known: {', '.join(sorted(fake_defects.DEFECTS))}")
+            raise ServerStartError(
+                f"{sleepwake_mutants.ENV}={name!r} names no defect the fake re-creates;"
+                f" known: {', '.join(sorted(fake_defects.DEFECTS))}"
+            )
         return [name]
 
     def _start(self) -> None:
@@ -137,25 +139,37 @@ class VllmServer:
         env = build_env(cfg, self._environ)
         defects = self._defects()
         memory = fake_engine.GpuMemory.for_mode(checkpoint.total_bytes, cfg.kv_cache_bytes, cfg.execution_mode)
-        log_dir = cfg.log_dir or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
-            prefix="sleepwake-fake-vllm-")
+        log_dir = (
+            cfg.log_dir
+            or self._environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+            or tempfile.mkdtemp(prefix="sleepwake-fake-vllm-")
+        )
         os.makedirs(log_dir, exist_ok=True)
-        fd, self.log_path = tempfile.mkstemp(prefix=f"vllm-{cfg.runner}-{cfg.execution_mode}-",
-                                             suffix=".log", dir=log_dir)
+        fd, self.log_path = tempfile.mkstemp(
+            prefix=f"vllm-{cfg.runner}-{cfg.execution_mode}-", suffix=".log", dir=log_dir
+        )
         os.close(fd)
         try:
             self._host = fake_host_memory.HostProcess()
             fake = fake_vllm.FakeVllm(
-                float(self._environ.get("SLEEPWAKE_FAKE_TOKEN_DELAY_S", _DEFAULT_TOKEN_DELAY_S)), defects,
-                memory, self._environ.get("SLEEPWAKE_FAKE_VLLM_VERSION", _DEFAULT_VERSION), cfg.port,
-                checkpoint, fake_host_memory.PinnedHostMemory(self._host), self._log)
+                float(self._environ.get("SLEEPWAKE_FAKE_TOKEN_DELAY_S", _DEFAULT_TOKEN_DELAY_S)),
+                defects,
+                memory,
+                self._environ.get("SLEEPWAKE_FAKE_VLLM_VERSION", _DEFAULT_VERSION),
+                cfg.port,
+                checkpoint,
+                fake_host_memory.PinnedHostMemory(self._host),
+                self._log,
+            )
             self._fake = fake.start()
             self.start_mode = "fake"
             self._port = int(fake.url.rsplit(":", 1)[1])
             self.command = ["fake_vllm"] + build_command(cfg, self._port)[3:]  # vLLM's flags, no interpreter
-            self._log(f"# sleepwake fake server (in-process FakeVllm {fake.version}), "
-                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n# argv: {json.dumps(self.command)}\n"
-                      f"# memory: {memory}\n# checkpoint: {checkpoint.path} (digest {checkpoint.digest})")
+            self._log(
+                f"# sleepwake fake server (in-process FakeVllm {fake.version}), "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n# argv: {json.dumps(self.command)}\n"
+                f"# memory: {memory}\n# checkpoint: {checkpoint.path} (digest {checkpoint.digest})"
+            )
             if env["VLLM_USE_V2_MODEL_RUNNER"] == "1":
                 self._log(V2_MARKER)
             template = sleepwake_mutants.ACTIVATION if defects else sleepwake_mutants.NO_MUTANT

@@ -35,12 +35,19 @@ class FakeVllm:
     body); `hang_paths` paths that never answer (until stop), for timeout tests. checkpoint, host and
     log go to FakeEngine (what it serves, where it pins host copies, where it logs)."""
 
-    def __init__(self, token_delay_s: float = 0.0, defects=(), memory: GpuMemory | None = None,
-                 version: str = "0.26.0", port: int = 0, checkpoint=fake_checkpoint.NONE, host=None,
-                 log=None):
+    def __init__(
+        self,
+        token_delay_s: float = 0.0,
+        defects=(),
+        memory: GpuMemory | None = None,
+        version: str = "0.26.0",
+        port: int = 0,
+        checkpoint=fake_checkpoint.NONE,
+        host=None,
+        log=None,
+    ):
         if version not in releases.SUPPORTED:
-            raise ValueError(f"the fake serves the shapes of vLLM {', '.join(releases.SUPPORTED)}, not "
-                             f"{version!r}")
+            raise ValueError(f"the fake serves the shapes of vLLM {', '.join(releases.SUPPORTED)}, not {version!r}")
         memory = memory or GpuMemory(weights=checkpoint.total_bytes, kv_cache=2 * GiB)
         self.engine = FakeEngine(memory, token_delay_s, defects, checkpoint, host, log)
         self.version = version
@@ -86,15 +93,17 @@ class FakeVllm:
     def metrics_text(self) -> str:
         e = self.engine
         labels = f'engine="0",model_name="{MODEL}"'
-        lines = ["# HELP vllm:engine_sleep_state Engine sleep state",
-                 "# TYPE vllm:engine_sleep_state gauge"]
+        lines = ["# HELP vllm:engine_sleep_state Engine sleep state", "# TYPE vllm:engine_sleep_state gauge"]
         gauge = e.gauge_values()
-        lines += [f'vllm:engine_sleep_state{{{labels},sleep_state="{k}"}} {gauge[k]:.1f}'
-                  for k in metrics.SLEEP_STATE_LABELS]
-        lines += ["# TYPE vllm:generation_tokens_total counter",
-                  f"vllm:generation_tokens_total{{{labels}}} {float(e.generated_tokens)}",
-                  "# TYPE vllm:num_requests_running gauge",
-                  f"vllm:num_requests_running{{{labels}}} {float(e.running)}"]
+        lines += [
+            f'vllm:engine_sleep_state{{{labels},sleep_state="{k}"}} {gauge[k]:.1f}' for k in metrics.SLEEP_STATE_LABELS
+        ]
+        lines += [
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{labels}}} {float(e.generated_tokens)}",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{labels}}} {float(e.running)}",
+        ]
         return "\n".join(lines) + "\n"
 
     def usage(self, prompt_tokens: int, completion_tokens: int, cached: int) -> dict:
@@ -102,13 +111,25 @@ class FakeVllm:
         if _release(self.version) >= (0, 26, 0):
             details["created_cache_tokens"] = None
         details["multimodal_tokens"] = None
-        return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-                "completion_tokens": completion_tokens, "prompt_tokens_details": details}
+        return {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+            "prompt_tokens_details": details,
+        }
 
     def completion_body(self, choices: list, usage: dict) -> dict:
-        body = {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": MODEL,
-                "choices": choices, "service_tier": None, "system_fingerprint": None, "usage": usage,
-                "kv_transfer_params": None}
+        body = {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": MODEL,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": usage,
+            "kv_transfer_params": None,
+        }
         if _release(self.version) >= (0, 26, 0):
             body["ec_transfer_params"] = None
         if _release(self.version) >= (0, 25, 0):
@@ -226,11 +247,19 @@ def _completions(h, fake, query, body):
             return stream.end(usage)
         out = []
         for c in choices:
-            out.append({"index": c.index, "text": " ".join(f"w{t}" for t in c.token_ids),
-                        "logprobs": _logprobs(c) if body.get("logprobs") is not None else None,
-                        "finish_reason": c.finish_reason, "stop_reason": None,
-                        "token_ids": c.token_ids if body.get("return_token_ids") else None,
-                        "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None})
+            out.append(
+                {
+                    "index": c.index,
+                    "text": " ".join(f"w{t}" for t in c.token_ids),
+                    "logprobs": _logprobs(c) if body.get("logprobs") is not None else None,
+                    "finish_reason": c.finish_reason,
+                    "stop_reason": None,
+                    "token_ids": c.token_ids if body.get("return_token_ids") else None,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": None,
+                    "routed_experts": None,
+                }
+            )
         h._send(200, fake.completion_body(out, usage))
     except EngineDeadError as e:
         if stream is None:
@@ -243,8 +272,12 @@ def _completions(h, fake, query, body):
 def _logprobs(choice) -> dict:
     words = [f"w{t}" for t in choice.token_ids]
     offsets = [sum(len(w) + 1 for w in words[:i]) for i in range(len(words))]
-    return {"text_offset": offsets, "token_logprobs": choice.logprobs, "tokens": words,
-            "top_logprobs": [{w: lp} for w, lp in zip(words, choice.logprobs)]}
+    return {
+        "text_offset": offsets,
+        "token_logprobs": choice.logprobs,
+        "tokens": words,
+        "top_logprobs": [{w: lp} for w, lp in zip(words, choice.logprobs)],
+    }
 
 
 def _without_nulls(value):
@@ -279,17 +312,41 @@ class _Stream:
     def chunk(self, choice, ids) -> None:
         if not ids and not choice.token_ids:
             return
-        if (choice.finish_reason == "abort" and choice.index > 0
-                and "abort_leaves_choices_running" in self.fake.engine.defects):
+        if (
+            choice.finish_reason == "abort"
+            and choice.index > 0
+            and "abort_leaves_choices_running" in self.fake.engine.defects
+        ):
             return  # the child's abort never reaches the front end
-        self._write({"id": "cmpl-fake", "object": "text_completion", "model": MODEL, "choices": [
-            {"index": choice.index, "text": "".join(f"w{t}" for t in ids), "logprobs": None,
-             "finish_reason": choice.finish_reason, "stop_reason": None, "prompt_token_ids": None,
-             "token_ids": ids}]})
+        self._write(
+            {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "model": MODEL,
+                "choices": [
+                    {
+                        "index": choice.index,
+                        "text": "".join(f"w{t}" for t in ids),
+                        "logprobs": None,
+                        "finish_reason": choice.finish_reason,
+                        "stop_reason": None,
+                        "prompt_token_ids": None,
+                        "token_ids": ids,
+                    }
+                ],
+            }
+        )
 
     def end(self, usage) -> None:
-        self._write({"id": "cmpl-fake", "object": "text_completion", "model": MODEL, "choices": [],
-                     "usage": _without_nulls(usage)})
+        self._write(
+            {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "model": MODEL,
+                "choices": [],
+                "usage": _without_nulls(usage),
+            }
+        )
         self._write("[DONE]")
 
     def error(self, message: str) -> None:
@@ -301,8 +358,9 @@ ROUTES = {
     ("POST", "/sleep"): _sleep,
     ("POST", "/wake_up"): _wake_up,
     ("GET", "/is_sleeping"): lambda h, f, q, b: h._send(200, {"is_sleeping": f.engine.is_sleeping()}),
-    ("GET", "/metrics"): lambda h, f, q, b: h._send(200, f.metrics_text().encode(),
-                                                    "text/plain; version=0.0.4; charset=utf-8"),
+    ("GET", "/metrics"): lambda h, f, q, b: h._send(
+        200, f.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8"
+    ),
     ("GET", "/load"): lambda h, f, q, b: h._send(200, {"server_load": f.engine.load}),
     ("GET", "/version"): lambda h, f, q, b: h._send(200, {"version": f.version}),
     ("GET", "/health"): _health,

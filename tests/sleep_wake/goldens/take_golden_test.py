@@ -15,14 +15,21 @@ FAKE = "tests.sleep_wake.fakes.fake_server"
 
 def _take(tmp_path, checkpoint, name):
     out = str(tmp_path / f"{name}.json")
-    code = take_golden.main(["--checkpoint", checkpoint, "--runner", "mrv1", "--mode", "eager", "--out", out,
-                             "--server_module", FAKE])
+    code = take_golden.main(
+        ["--checkpoint", checkpoint, "--runner", "mrv1", "--mode", "eager", "--out", out, "--server_module", FAKE]
+    )
     return code, out
 
 
 def _read(path, checkpoint):
-    return goldens.read(path, runner="mrv1", mode="eager", identity=None,
-                        checkpoint=goldens.checkpoint_name(checkpoint), prompts=CHECKPOINT_GOLDEN_PROMPTS)
+    return goldens.read(
+        path,
+        runner="mrv1",
+        mode="eager",
+        identity=None,
+        checkpoint=goldens.checkpoint_name(checkpoint),
+        prompts=CHECKPOINT_GOLDEN_PROMPTS,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +45,9 @@ def taken(tmp_path_factory):
 
 
 def _read_checkpoint(path, checkpoint):
-    return goldens.read_checkpoint(path, runner="mrv1", mode="eager", identity=None,
-                                   checkpoint=goldens.checkpoint_name(checkpoint))
+    return goldens.read_checkpoint(
+        path, runner="mrv1", mode="eager", identity=None, checkpoint=goldens.checkpoint_name(checkpoint)
+    )
 
 
 def test_the_golden_file_holds_the_walks_seeded_sample_and_stream(taken):
@@ -59,8 +67,11 @@ def test_the_golden_file_holds_the_walks_seeded_sample_and_stream(taken):
 def test_bs_golden_read_as_as_is_refused(taken):
     checkpoint_a, _ = taken["A"]
     _, path_b = taken["B"]
-    with pytest.raises(oracle.Precondition, match=r"checkpoint 'synthetic_qwen3_small_b', the cell's "
-                                                  r"'synthetic_qwen3_small'"):
+    with pytest.raises(
+        oracle.Precondition,
+        match=r"checkpoint 'synthetic_qwen3_small_b', the cell's "
+        r"'synthetic_qwen3_small'",
+    ):
         _read_checkpoint(path_b, checkpoint_a)
 
 
@@ -72,7 +83,8 @@ def test_the_golden_file_is_what_the_checkpoint_serves_on_the_cell(taken):
         assert golden_b[prompt].finish_reasons == ["length"]
     # Each checkpoint's own: the weight-sync class's push of B is compared with B's, not A's.
     assert [golden_a[p].token_ids for p in CHECKPOINT_GOLDEN_PROMPTS] != [
-        golden_b[p].token_ids for p in CHECKPOINT_GOLDEN_PROMPTS]
+        golden_b[p].token_ids for p in CHECKPOINT_GOLDEN_PROMPTS
+    ]
 
 
 def test_a_golden_it_cannot_take_fails_in_one_line_naming_why(tmp_path, capsys):

@@ -41,14 +41,18 @@ def wait_decoding(client, futures, requests: int, tokens_since: float, tokens: i
     """Wait until `requests` are in flight (/load) and `tokens` more were generated; fail if one of
     the futures ended first (the race would not be exercised)."""
     measure.wait_until(
-        lambda: any(f.done() for f in futures) or (
-            client.load() >= requests and generated_tokens(client) >= tokens_since + tokens),
+        lambda: (
+            any(f.done() for f in futures)
+            or (client.load() >= requests and generated_tokens(client) >= tokens_since + tokens)
+        ),
         thresholds.get("request_completion_s_max"),
-        what=f"{requests} requests in flight and {tokens} tokens generated")
+        what=f"{requests} requests in flight and {tokens} tokens generated",
+    )
     done = [f.result() for f in futures if f.done()]
     if done:
-        raise oracle.Precondition(f"a request ended before /sleep was sent ({done[0]!r}), so the race was "
-                                  "not exercised: raise its max_tokens")
+        raise oracle.Precondition(
+            f"a request ended before /sleep was sent ({done[0]!r}), so the race was not exercised: raise its max_tokens"
+        )
 
 
 def end_clock(future):
@@ -63,4 +67,5 @@ def end_clock(future):
         if not ended:
             raise RuntimeError("end_clock: the request has not ended yet; wait for it first")
         return ended[0]
+
     return at

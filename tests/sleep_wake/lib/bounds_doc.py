@@ -38,8 +38,10 @@ def _rows(t: thresholds.Threshold) -> list[str]:
         else:
             measured, times = _value(t, noise), f"{factor:.2f}x"
         runs = f"{recorded.runs} runs, {recorded.cells}" if recorded else "-"
-        rows.append(f"| `{t.name}`{f' ({key})' if key else ''} | {t.layer} | {t.relation} {_value(t, value)} "
-                    f"| {measured} | {times} | {runs} | {oracles} |")
+        rows.append(
+            f"| `{t.name}`{f' ({key})' if key else ''} | {t.layer} | {t.relation} {_value(t, value)} "
+            f"| {measured} | {times} | {runs} | {oracles} |"
+        )
     return rows
 
 
@@ -52,10 +54,14 @@ def _sources(t: thresholds.Threshold, records: dict) -> list[str]:
     if noise is not None:
         at = f", set in `{noise.run}`" if noise.run else ""
         n = f", {noise.n} readings" if noise.n is not None else ""
-        per_cell = "".join(f"; {k}: {_value(t, v['value'])}" + (f" in `{v['run']}`" if v["run"] else "")
-                           for k, v in sorted(record["per_cell"].items()))
-        lines.append(f"  - healthy extreme {_value(t, noise.value)}{at}{n}{per_cell}; over "
-                     + ", ".join(f"`{r}`" for r in noise.run_ids))
+        per_cell = "".join(
+            f"; {k}: {_value(t, v['value'])}" + (f" in `{v['run']}`" if v["run"] else "")
+            for k, v in sorted(record["per_cell"].items())
+        )
+        lines.append(
+            f"  - healthy extreme {_value(t, noise.value)}{at}{n}{per_cell}; over "
+            + ", ".join(f"`{r}`" for r in noise.run_ids)
+        )
     for h in record["history"]:
         same = noise is not None and tuple(h["runs"]) == noise.run_ids
         runs = "the same runs" if same else ", ".join(f"`{r}`" for r in h["runs"])
@@ -67,8 +73,9 @@ def _runs(runs: dict) -> list[str]:
     lines = ["| run | date | GPUs | vLLM | what | told in |", "|---|---|---|---|---|---|"]
     for run_id, run in sorted(runs.items(), key=lambda kv: (kv[1]["date"], kv[0])):
         doc = os.path.relpath(run["doc"], PAGE_DIR)
-        lines.append(f"| `{run_id}` | {run['date']} | {run['gpus']} | {run['release']} | {run['what']} "
-                     f"| [{run['doc']}]({doc}) |")
+        lines.append(
+            f"| `{run_id}` | {run['date']} | {run['gpus']} | {run['release']} | {run['what']} | [{run['doc']}]({doc}) |"
+        )
     return lines
 
 
@@ -91,8 +98,13 @@ def render() -> str:
     ]
     for t in thresholds.TABLE.values():
         lines += _rows(t)
-    lines += ["", "## Sources", "", "Why each bound is where it is; under it, its noise record and what each run "
-              "measured.", ""]
+    lines += [
+        "",
+        "## Sources",
+        "",
+        "Why each bound is where it is; under it, its noise record and what each run measured.",
+        "",
+    ]
     for t in thresholds.TABLE.values():
         lines += _sources(t, data["records"])
     lines += ["", "## Runs", ""] + _runs(data["runs"])

@@ -40,20 +40,20 @@ class ServerResponseError(RuntimeError):
 
 @dataclasses.dataclass
 class Completion:
-    token_ids: list          # per choice: list[int]
-    logprobs: list | None    # per choice: list[float] (sampled token's logprob), None if not asked
-    finish_reasons: list     # per choice
+    token_ids: list  # per choice: list[int]
+    logprobs: list | None  # per choice: list[float] (sampled token's logprob), None if not asked
+    finish_reasons: list  # per choice
     cached_tokens: int | None  # usage.prompt_tokens_details.cached_tokens
-    text: list               # per choice
+    text: list  # per choice
     raw: dict
 
 
 @dataclasses.dataclass
 class StreamResult:
-    finish_reasons: list     # per choice index; None where the stream ended without one
-    token_ids: list          # per choice: list[int] received so far
-    num_tokens: int          # tokens received over all choices
-    error: str | None        # error event, HTTP status, or transport failure; None if clean
+    finish_reasons: list  # per choice index; None where the stream ended without one
+    token_ids: list  # per choice: list[int] received so far
+    num_tokens: int  # tokens received over all choices
+    error: str | None  # error event, HTTP status, or transport failure; None if clean
     timed_out: bool = False  # the server stopped sending within the timeout (a hang)
     status: int | None = None
     seconds: float = 0.0
@@ -64,6 +64,7 @@ class StreamResult:
 @dataclasses.dataclass(frozen=True)
 class EngineState:
     """Both sleep flags read back to back: /is_sleeping and the vllm:engine_sleep_state gauge."""
+
     is_sleeping: bool
     gauge: dict
 
@@ -73,8 +74,14 @@ def _tags_params(tags):
 
 
 class SleepWakeClient:
-    def __init__(self, url: str, timeout_s: float = 60.0, memory_phase=None, phases_in_server: bool = False,
-                 start_step_beside=None):
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float = 60.0,
+        memory_phase=None,
+        phases_in_server: bool = False,
+        start_step_beside=None,
+    ):
         """memory_phase(kind, what) -> context manager: the server's VllmServer.memory_phase, which
         orders this server's memory phases against its GPU neighbours' (tools/launcher/gpu_lease.py;
         what names the call in the GPU's phase trace); None when the server has its GPU to itself.
@@ -129,8 +136,9 @@ class SleepWakeClient:
             return contextlib.nullcontext()
         if self._holding:
             # A wake allocates: inside a FREE window it could land in a neighbour's sleep.
-            raise RuntimeError("a %s call inside a %s sleep_window: use sleep_window(exclusive=True)"
-                               % (kind, self._holding))
+            raise RuntimeError(
+                "a %s call inside a %s sleep_window: use sleep_window(exclusive=True)" % (kind, self._holding)
+            )
         return self._memory_phase(kind, what)
 
     # --- transport ---------------------------------------------------------------------------
@@ -152,8 +160,10 @@ class SleepWakeClient:
         try:
             return self.raw(method, path, **kw)
         except requests.ReadTimeout:
-            raise liveness.NoAnswer(f"{method} {path}: no answer within {kw.get('timeout', self.timeout_s):g} s "
-                                    "(a hang, or a host too loaded to answer: proves nothing)") from None
+            raise liveness.NoAnswer(
+                f"{method} {path}: no answer within {kw.get('timeout', self.timeout_s):g} s "
+                "(a hang, or a host too loaded to answer: proves nothing)"
+            ) from None
 
     def _ok(self, method: str, path: str, **kw) -> requests.Response:
         """The answer of a call that must succeed: a live server answering anything but 2xx fails the
@@ -163,8 +173,7 @@ class SleepWakeClient:
         if not 200 <= resp.status_code < 300:
             what = f"{method} {path} answered HTTP {resp.status_code}: {resp.text[:300]}"
             self.confirm_live(what, dead_liveness="api.status")
-            oracle.fail("api.status", f"{method} {path}", f"HTTP {resp.status_code}: {resp.text[:300]}",
-                        "2xx", "")
+            oracle.fail("api.status", f"{method} {path}", f"HTTP {resp.status_code}: {resp.text[:300]}", "2xx", "")
         return resp
 
     def confirm_live(self, what: str, dead_liveness: str = "server.healthy") -> None:
@@ -199,16 +208,19 @@ class SleepWakeClient:
         try:
             body = resp.json()
         except ValueError:
-            raise ServerResponseError(f"{method} {path}: body is not JSON: {resp.text[:500]!r}",
-                                      resp.status_code, resp.text) from None
+            raise ServerResponseError(
+                f"{method} {path}: body is not JSON: {resp.text[:500]!r}", resp.status_code, resp.text
+            ) from None
         if not isinstance(body, dict):
-            raise ServerResponseError(f"{method} {path}: expected a JSON object, got {resp.text[:500]!r}",
-                                      resp.status_code, resp.text)
+            raise ServerResponseError(
+                f"{method} {path}: expected a JSON object, got {resp.text[:500]!r}", resp.status_code, resp.text
+            )
         return body
 
     # --- sleep API ---------------------------------------------------------------------------
-    def sleep(self, level: int | str = 1, mode: str | None = None, check: bool = True,
-              memory_moves: bool | None = None) -> requests.Response:
+    def sleep(
+        self, level: int | str = 1, mode: str | None = None, check: bool = True, memory_moves: bool | None = None
+    ) -> requests.Response:
         """POST /sleep. A sleep that unmaps memory holds a FREE memory phase (here, or in the server's
         worker when it brackets its calls), which no neighbour's allocation overlaps (vLLM's own check in
         Worker.sleep reads the device-wide free bytes before and after); one that moves none does not
@@ -222,15 +234,17 @@ class SleepWakeClient:
         with self._phase(FREE, "sleep") if memory_moves else contextlib.nullcontext():
             return self._timed_call((self._ok if check else self._answer), "POST", "/sleep", params=params)
 
-    def wake_up(self, tags: list[str] | None = None, check: bool = True,
-                memory_moves: bool = True) -> requests.Response:
+    def wake_up(
+        self, tags: list[str] | None = None, check: bool = True, memory_moves: bool = True
+    ) -> requests.Response:
         """POST /wake_up. A wake that maps memory holds an ALLOCATE phase (here or in the worker; it could
         break a neighbour's sleep check); memory_moves=False, from a caller that knows the state, for one
         that maps nothing: a wake while awake or paused at level 0, of tags already resident, of a tag
         that is no pool."""
         with self._phase(ALLOCATE, "wake") if memory_moves else contextlib.nullcontext():
-            return self._timed_call((self._ok if check else self._answer), "POST", "/wake_up",
-                                    params=_tags_params(tags))
+            return self._timed_call(
+                (self._ok if check else self._answer), "POST", "/wake_up", params=_tags_params(tags)
+            )
 
     def _timed_call(self, call, *args, **kwargs):
         beside = self._start_step_beside()
@@ -304,11 +318,13 @@ class SleepWakeClient:
             return False
         if success is False:
             # vLLM refuses while running requests hold blocks; the suite calls it only with none in flight.
-            oracle.fail("api.reset_prefix_cache_result", "POST /reset_prefix_cache with no request in flight",
-                        False, True)
+            oracle.fail(
+                "api.reset_prefix_cache_result", "POST /reset_prefix_cache with no request in flight", False, True
+            )
         if success is not True:
-            raise ServerResponseError(f"/reset_prefix_cache: expected {{\"success\": bool}} or an empty "
-                                      f"body, got {body!r}")
+            raise ServerResponseError(
+                f'/reset_prefix_cache: expected {{"success": bool}} or an empty body, got {body!r}'
+            )
         return True
 
     def version(self) -> str:
@@ -334,10 +350,27 @@ class SleepWakeClient:
         return self._answer("GET", "/health").status_code
 
     # --- completions -------------------------------------------------------------------------
-    def completion_body(self, prompt, max_tokens=GOLDEN_MAX_TOKENS, temperature=0.0, ignore_eos=True,
-                        logprobs=None, seed=None, n=1, stream=False, **extra) -> dict:
-        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
-                "ignore_eos": ignore_eos, "n": n, "return_token_ids": True, "stream": stream}
+    def completion_body(
+        self,
+        prompt,
+        max_tokens=GOLDEN_MAX_TOKENS,
+        temperature=0.0,
+        ignore_eos=True,
+        logprobs=None,
+        seed=None,
+        n=1,
+        stream=False,
+        **extra,
+    ) -> dict:
+        body = {
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "ignore_eos": ignore_eos,
+            "n": n,
+            "return_token_ids": True,
+            "stream": stream,
+        }
         if logprobs is not None:
             body["logprobs"] = logprobs
         if seed is not None:
@@ -347,24 +380,40 @@ class SleepWakeClient:
         body.update(extra)
         return body
 
-    def complete(self, prompt, max_tokens=GOLDEN_MAX_TOKENS, temperature=0.0, ignore_eos=True,
-                 logprobs: int | None = None, seed=None, n=1, timeout_s=None, **extra) -> Completion:
-        body = self.completion_body(prompt, max_tokens, temperature, ignore_eos, logprobs, seed, n,
-                                    **extra)
+    def complete(
+        self,
+        prompt,
+        max_tokens=GOLDEN_MAX_TOKENS,
+        temperature=0.0,
+        ignore_eos=True,
+        logprobs: int | None = None,
+        seed=None,
+        n=1,
+        timeout_s=None,
+        **extra,
+    ) -> Completion:
+        body = self.completion_body(prompt, max_tokens, temperature, ignore_eos, logprobs, seed, n, **extra)
         raw = self._json("POST", "/v1/completions", json=body, timeout=timeout_s or self.timeout_s)
         return parse_completion(raw, want_logprobs=logprobs is not None)
 
-    def complete_stream(self, prompt, max_tokens=GOLDEN_MAX_TOKENS, temperature=0.0, ignore_eos=True,
-                        seed=None, n=1, timeout_s=None, **extra) -> StreamResult:
+    def complete_stream(
+        self,
+        prompt,
+        max_tokens=GOLDEN_MAX_TOKENS,
+        temperature=0.0,
+        ignore_eos=True,
+        seed=None,
+        n=1,
+        timeout_s=None,
+        **extra,
+    ) -> StreamResult:
         """A streamed completion that never raises for server-side trouble: it reports it.
 
         timeout_s bounds both each read and the whole stream.
         """
         timeout_s = timeout_s or self.timeout_s
-        body = self.completion_body(prompt, max_tokens, temperature, ignore_eos, None, seed, n,
-                                    stream=True, **extra)
-        result = StreamResult(finish_reasons=[None] * n, token_ids=[[] for _ in range(n)],
-                              num_tokens=0, error=None)
+        body = self.completion_body(prompt, max_tokens, temperature, ignore_eos, None, seed, n, stream=True, **extra)
+        result = StreamResult(finish_reasons=[None] * n, token_ids=[[] for _ in range(n)], num_tokens=0, error=None)
         start = time.monotonic()
         try:
             with self.raw("POST", "/v1/completions", json=body, stream=True, timeout=timeout_s) as resp:
@@ -404,7 +453,7 @@ def _consume_sse_line(line: str, result: StreamResult) -> bool:
     """Fold one SSE line into result; True at [DONE]."""
     if not line or not line.startswith("data:"):
         return False
-    data = line[len("data:"):].strip()
+    data = line[len("data:") :].strip()
     if data == "[DONE]":
         return True
     event = json.loads(data)
@@ -434,17 +483,20 @@ def parse_completion(raw: dict, want_logprobs: bool = False) -> Completion:
         token_ids = []
         for c in choices:
             if c.get("token_ids") is None:
-                raise ServerResponseError(
-                    f"choice {c.get('index')} has no token_ids: was return_token_ids sent? {c!r}")
+                raise ServerResponseError(f"choice {c.get('index')} has no token_ids: was return_token_ids sent? {c!r}")
             token_ids.append(list(c["token_ids"]))
         logprobs = None
         if want_logprobs:
             logprobs = [list((c.get("logprobs") or {}).get("token_logprobs") or []) for c in choices]
         details = (raw.get("usage") or {}).get("prompt_tokens_details") or {}
-        return Completion(token_ids=token_ids, logprobs=logprobs,
-                          finish_reasons=[c.get("finish_reason") for c in choices],
-                          cached_tokens=details.get("cached_tokens"),
-                          text=[c.get("text", "") for c in choices], raw=raw)
+        return Completion(
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reasons=[c.get("finish_reason") for c in choices],
+            cached_tokens=details.get("cached_tokens"),
+            text=[c.get("text", "") for c in choices],
+            raw=raw,
+        )
     except (KeyError, TypeError) as e:
         raise ServerResponseError(f"malformed completion body ({e!r}): {json.dumps(raw)[:500]}") from None
 
@@ -455,6 +507,10 @@ def client_of(server, phases_in_server: bool | None = None) -> SleepWakeClient:
     (False: this client takes each call's phase itself, which covers the worker's)."""
     if phases_in_server is None:
         phases_in_server = getattr(server, "brackets_calls", False)
-    return SleepWakeClient(server.url, timeout_s=thresholds.get("request_completion_s_max"),
-                           memory_phase=getattr(server, "memory_phase", None), phases_in_server=phases_in_server,
-                           start_step_beside=getattr(server, "neighbour_in_start_step", None))
+    return SleepWakeClient(
+        server.url,
+        timeout_s=thresholds.get("request_completion_s_max"),
+        memory_phase=getattr(server, "memory_phase", None),
+        phases_in_server=phases_in_server,
+        start_step_beside=getattr(server, "neighbour_in_start_step", None),
+    )

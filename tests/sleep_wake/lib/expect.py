@@ -38,10 +38,15 @@ def partially_asleep(client, *, step: str, issue: str = "", level: int = 1) -> N
     pin = thresholds.divergence("gauge_awake_while_partially_asleep", client.version())
     seen = client.state()
     where = _where(step, issue)
-    oracle.equal("flags.is_sleeping", seen.is_sleeping, True, f"{where}: /is_sleeping while a tag is still "
-                 "asleep (#44483)")
-    oracle.equal("flags.gauge", fmt(seen.gauge), fmt(pin.expected[level]),
-                 f"{where}: vllm:engine_sleep_state while a tag is still asleep, {pin.describe()}")
+    oracle.equal(
+        "flags.is_sleeping", seen.is_sleeping, True, f"{where}: /is_sleeping while a tag is still asleep (#44483)"
+    )
+    oracle.equal(
+        "flags.gauge",
+        fmt(seen.gauge),
+        fmt(pin.expected[level]),
+        f"{where}: vllm:engine_sleep_state while a tag is still asleep, {pin.describe()}",
+    )
 
 
 def fmt(gauge: dict) -> str:
@@ -54,16 +59,26 @@ def first_difference(got: list, want: list) -> int:
     return next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
 
 
-def tokens(completion, golden_completion, *, prompt: str, step: str, issue: str = "",
-           oracle_id: str = "output.golden_tokens") -> None:
+def tokens(
+    completion, golden_completion, *, prompt: str, step: str, issue: str = "", oracle_id: str = "output.golden_tokens"
+) -> None:
     """Greedy token ids identical to the golden run, full length, cut by length (ignore_eos)."""
     got, want = completion.token_ids[0], golden_completion.token_ids[0]
     where = _where(step, issue)
     if got != want:
-        oracle.fail(oracle_id, f"{where}: token ids for {prompt!r} (first difference at position "
-                    f"{first_difference(got, want)}; text {completion.text[0]!r})", got, want)
-    oracle.equal("output.finish_length", completion.finish_reasons[0], "length",
-                 f"{where}: finish_reason for {prompt!r} (ignore_eos, max_tokens {GOLDEN_MAX_TOKENS})")
+        oracle.fail(
+            oracle_id,
+            f"{where}: token ids for {prompt!r} (first difference at position "
+            f"{first_difference(got, want)}; text {completion.text[0]!r})",
+            got,
+            want,
+        )
+    oracle.equal(
+        "output.finish_length",
+        completion.finish_reasons[0],
+        "length",
+        f"{where}: finish_reason for {prompt!r} (ignore_eos, max_tokens {GOLDEN_MAX_TOKENS})",
+    )
 
 
 def result(future, timeout_s: float, *, client, step: str, issue: str = ""):
@@ -77,18 +92,24 @@ def result(future, timeout_s: float, *, client, step: str, issue: str = ""):
         return future.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
         client.confirm_live(f"{where}: a held request still open after {timeout_s:g} s")
-        oracle.fail("requests.completes", f"{where}: a held request", "still open", f"{timeout_s:g} s",
-                    "ends within")
+        oracle.fail("requests.completes", f"{where}: a held request", "still open", f"{timeout_s:g} s", "ends within")
     except ServerResponseError as e:
         oracle.fail("requests.completes", f"{where}: a held request", f"answered: {e}", "a completion", "==")
 
 
-def golden(client, golden_run: dict, *, step: str, issue: str = "", prompts=None,
-           oracle_id: str = "output.golden_tokens") -> None:
+def golden(
+    client, golden_run: dict, *, step: str, issue: str = "", prompts=None, oracle_id: str = "output.golden_tokens"
+) -> None:
     """Every prompt (default: all of PROMPTS) regenerates its golden token ids."""
     for prompt in prompts or PROMPTS:
-        tokens(client.complete(prompt, GOLDEN_MAX_TOKENS), golden_run[prompt], prompt=prompt, step=step,
-               issue=issue, oracle_id=oracle_id)
+        tokens(
+            client.complete(prompt, GOLDEN_MAX_TOKENS),
+            golden_run[prompt],
+            prompt=prompt,
+            step=step,
+            issue=issue,
+            oracle_id=oracle_id,
+        )
 
 
 def take_golden(client, prompts) -> dict:
@@ -100,7 +121,8 @@ def take_golden(client, prompts) -> dict:
         if len(c.token_ids[0]) != GOLDEN_MAX_TOKENS or c.finish_reasons != ["length"]:
             raise oracle.Precondition(
                 f"golden run for {prompt!r}: expected {GOLDEN_MAX_TOKENS} tokens ending by length, got "
-                f"{len(c.token_ids[0])} ending {c.finish_reasons}")
+                f"{len(c.token_ids[0])} ending {c.finish_reasons}"
+            )
         out[prompt] = c
     return out
 
@@ -112,8 +134,17 @@ def logprob_drift(completion, golden_completion) -> float:
     return max(abs(a - b) for a, b in zip(got, want))
 
 
-def golden_with_logprobs(client, recorder, golden_run: dict, prompts, cell_id, *, step: str, issue: str = "",
-                         oracle_id: str = "output.golden_tokens") -> float:
+def golden_with_logprobs(
+    client,
+    recorder,
+    golden_run: dict,
+    prompts,
+    cell_id,
+    *,
+    step: str,
+    issue: str = "",
+    oracle_id: str = "output.golden_tokens",
+) -> float:
     """Every prompt regenerates its golden token ids, and the worst per-token logprob drift over all of
     them is within logprob_drift_max; returns that drift (all drifts are recorded)."""
     drifts = {}
@@ -121,20 +152,36 @@ def golden_with_logprobs(client, recorder, golden_run: dict, prompts, cell_id, *
         after = client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
         tokens(after, golden_run[prompt], prompt=prompt, step=step, issue=issue, oracle_id=oracle_id)
         drifts[prompt] = logprob_drift(after, golden_run[prompt])
-        recorder.record(measure.current_test(), "logprob_drift", drifts[prompt], "nats", prompt=prompt,
-                        step=step, golden=golden_run[prompt].logprobs[0], seen=after.logprobs[0])
+        recorder.record(
+            measure.current_test(),
+            "logprob_drift",
+            drifts[prompt],
+            "nats",
+            prompt=prompt,
+            step=step,
+            golden=golden_run[prompt].logprobs[0],
+            seen=after.logprobs[0],
+        )
     worst = max(drifts, key=drifts.get)
-    oracle.bounded(recorder, "output.logprob_drift", drifts[worst], cell_id,
-                   f"{_where(step, issue)}: max |logprob - golden| per token, worst prompt {worst!r} "
-                   f"(all prompts: {drifts})")
+    oracle.bounded(
+        recorder,
+        "output.logprob_drift",
+        drifts[worst],
+        cell_id,
+        f"{_where(step, issue)}: max |logprob - golden| per token, worst prompt {worst!r} (all prompts: {drifts})",
+    )
     return drifts[worst]
 
 
 def accepted(client, futures, count: int, what: str) -> None:
     """`count` requests sent in the background are accepted (/load) or one of them already ended."""
-    measure.wait_until(lambda: client.load() >= count or any(f.done() for f in futures),
-                       thresholds.get("request_completion_s_max"), what=what, oracle_id="requests.accepted",
-                       confirm_live=client.confirm_live)
+    measure.wait_until(
+        lambda: client.load() >= count or any(f.done() for f in futures),
+        thresholds.get("request_completion_s_max"),
+        what=what,
+        oracle_id="requests.accepted",
+        confirm_live=client.confirm_live,
+    )
 
 
 def held(oracle_id: str, client, futures, window_s: float, what: str) -> None:
@@ -143,6 +190,7 @@ def held(oracle_id: str, client, futures, window_s: float, what: str) -> None:
     way not held) fails the oracle with how it ended. A request that ended any other way (no answer, a
     dead engine, a refused connection, a bug in the test) raises what it ended with, as does a server
     that stops answering /is_sleeping: neither shows what the scheduler did (errored)."""
+
     def pending():
         ended = {i: ended_how(f) for i, f in enumerate(futures) if f.done()}
         if ended:
@@ -165,9 +213,13 @@ def ended_how(future) -> str:
 
 
 def load_drains(client, what: str) -> None:
-    measure.wait_until(lambda: client.load() == 0, thresholds.get("request_completion_s_max"),
-                       what=f"/load back to 0 {what}", oracle_id="requests.load_drains",
-                       confirm_live=client.confirm_live)
+    measure.wait_until(
+        lambda: client.load() == 0,
+        thresholds.get("request_completion_s_max"),
+        what=f"/load back to 0 {what}",
+        oracle_id="requests.load_drains",
+        confirm_live=client.confirm_live,
+    )
 
 
 def healthy(client, step: str) -> None:

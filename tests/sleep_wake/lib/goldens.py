@@ -35,8 +35,13 @@ FORMAT = 2
 ENV = {"A": "SLEEPWAKE_GOLDEN_A", "B": "SLEEPWAKE_GOLDEN_B"}
 
 # The two extra requests as sent (client.complete's keywords) and as recorded in the file.
-SEEDED_REQUEST = {"prompt": SEEDED_PROMPT, "max_tokens": GOLDEN_MAX_TOKENS, "temperature": SEEDED_TEMPERATURE,
-                  "seed": SEED, "n": SEED_N}
+SEEDED_REQUEST = {
+    "prompt": SEEDED_PROMPT,
+    "max_tokens": GOLDEN_MAX_TOKENS,
+    "temperature": SEEDED_TEMPERATURE,
+    "seed": SEED,
+    "n": SEED_N,
+}
 STREAM_REQUEST = {"prompt": IN_FLIGHT, "max_tokens": STREAM_TOKENS}
 # Their answers' shapes: (choices, tokens each).
 _SHAPES = {"seeded": (SEED_N, GOLDEN_MAX_TOKENS), "stream": (1, STREAM_TOKENS)}
@@ -45,6 +50,7 @@ _SHAPES = {"seeded": (SEED_N, GOLDEN_MAX_TOKENS), "stream": (1, STREAM_TOKENS)}
 @dataclasses.dataclass(frozen=True)
 class CheckpointGolden:
     """What a fresh server on one checkpoint serves on one cell."""
+
     greedy: dict  # prompt -> Completion (GOLDEN_MAX_TOKENS tokens, logprobs) for CHECKPOINT_GOLDEN_PROMPTS
     seeded: Completion  # SEEDED_REQUEST: SEED_N choices
     stream: Completion  # STREAM_REQUEST: one choice of STREAM_TOKENS tokens
@@ -66,7 +72,8 @@ def env_path(checkpoint: str, environ=None) -> str:
         raise oracle.Precondition(
             f"{name} is unset: the matrix sets it for the classes of tools/matrix.bzl GOLDEN_CLASSES "
             f"(tools/defs.bzl cell_goldens); outside Bazel write one with python -m "
-            f"tests.sleep_wake.goldens.take_golden on checkpoint {checkpoint} and export its path")
+            f"tests.sleep_wake.goldens.take_golden on checkpoint {checkpoint} and export its path"
+        )
     return path
 
 
@@ -93,12 +100,21 @@ def take(client) -> CheckpointGolden:
     return CheckpointGolden(greedy, seeded, stream)
 
 
-def write(path: str, golden: CheckpointGolden, *, runner: str, mode: str, checkpoint: str, identity: str | None,
-          served: str) -> None:
-    body = {"format": FORMAT, "runner": runner, "mode": mode, "checkpoint": checkpoint, "identity": identity,
-            "served": served, "answers": {prompt: c.raw for prompt, c in golden.greedy.items()},
-            "seeded": golden.seeded.raw, "stream": golden.stream.raw,
-            "requests": {"seeded": SEEDED_REQUEST, "stream": STREAM_REQUEST}}
+def write(
+    path: str, golden: CheckpointGolden, *, runner: str, mode: str, checkpoint: str, identity: str | None, served: str
+) -> None:
+    body = {
+        "format": FORMAT,
+        "runner": runner,
+        "mode": mode,
+        "checkpoint": checkpoint,
+        "identity": identity,
+        "served": served,
+        "answers": {prompt: c.raw for prompt, c in golden.greedy.items()},
+        "seeded": golden.seeded.raw,
+        "stream": golden.stream.raw,
+        "requests": {"seeded": SEEDED_REQUEST, "stream": STREAM_REQUEST},
+    }
     with open(path, "w", encoding="utf-8") as f:
         json.dump(body, f, indent=1, sort_keys=True)
         f.write("\n")
@@ -112,11 +128,13 @@ def _load(path: str, *, runner: str, mode: str, identity: str | None, checkpoint
         with open(path, encoding="utf-8") as f:
             body = json.load(f)
     except (OSError, ValueError) as e:
-        raise oracle.Precondition(f"cannot read the golden {path} ({e}); rebuild it: bazel build "
-                                  "//tests/sleep_wake/goldens:all") from e
+        raise oracle.Precondition(
+            f"cannot read the golden {path} ({e}); rebuild it: bazel build //tests/sleep_wake/goldens:all"
+        ) from e
     if body.get("format") != FORMAT:
-        raise oracle.Precondition(f"the golden {path} has format {body.get('format')!r}, this suite reads "
-                                  f"{FORMAT}; rebuild it")
+        raise oracle.Precondition(
+            f"the golden {path} has format {body.get('format')!r}, this suite reads {FORMAT}; rebuild it"
+        )
     want = {"runner": runner, "mode": mode, "identity": identity, "checkpoint": checkpoint}
     wrong = {k: (body.get(k), v) for k, v in want.items() if body.get(k) != v}
     if wrong:
@@ -124,7 +142,8 @@ def _load(path: str, *, runner: str, mode: str, identity: str | None, checkpoint
             f"the golden {path} was taken on another cell, vLLM build or checkpoint: "
             + "; ".join(f"{k} {got!r}, the cell's {need!r}" for k, (got, need) in sorted(wrong.items()))
             + f"; the cell's {' or '.join(ENV.values())} must name the golden of its own runner x mode "
-            "and checkpoint (tools/defs.bzl cell_goldens)")
+            "and checkpoint (tools/defs.bzl cell_goldens)"
+        )
     return body
 
 
@@ -146,8 +165,10 @@ def read_checkpoint(path: str, *, runner: str, mode: str, identity: str | None, 
     body = _load(path, runner=runner, mode=mode, identity=identity, checkpoint=checkpoint)
     want = {"seeded": SEEDED_REQUEST, "stream": STREAM_REQUEST}
     if body.get("requests") != want:
-        raise oracle.Precondition(f"the golden {path} answers the requests {body.get('requests')!r}, this "
-                                  f"suite sends {want!r} (lib/prompts.py); rebuild it")
+        raise oracle.Precondition(
+            f"the golden {path} answers the requests {body.get('requests')!r}, this "
+            f"suite sends {want!r} (lib/prompts.py); rebuild it"
+        )
     seeded, stream = parse_completion(body["seeded"]), parse_completion(body["stream"])
     for what, c in (("seeded", seeded), ("stream", stream)):
         short = _cut_short(what, c)

@@ -20,8 +20,14 @@ import os
 
 KiB = 1 << 10
 # /proc/<pid>/status line -> HostMemory field. RssAnon/RssFile/RssShmem exist since Linux 4.5.
-STATUS_FIELDS = {"VmRSS": "rss", "RssAnon": "anon", "RssFile": "file", "RssShmem": "shmem",
-                 "VmLck": "locked", "VmPin": "pinned_vm"}
+STATUS_FIELDS = {
+    "VmRSS": "rss",
+    "RssAnon": "anon",
+    "RssFile": "file",
+    "RssShmem": "shmem",
+    "VmLck": "locked",
+    "VmPin": "pinned_vm",
+}
 
 
 class HostMemoryError(RuntimeError):
@@ -31,11 +37,12 @@ class HostMemoryError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class HostMemory:
     """Bytes of one process or the sum over several (shared pages count once per process)."""
-    rss: int = 0        # VmRSS: every resident page mapped by the process
-    anon: int = 0       # RssAnon: private anonymous pages (heap, pageable tensors)
-    file: int = 0       # RssFile: file-backed pages (libraries, mmapped checkpoints)
-    shmem: int = 0      # RssShmem: shared memory; where the driver books cudaHostAlloc'd pages (above)
-    locked: int = 0     # VmLck: mlock()ed pages
+
+    rss: int = 0  # VmRSS: every resident page mapped by the process
+    anon: int = 0  # RssAnon: private anonymous pages (heap, pageable tensors)
+    file: int = 0  # RssFile: file-backed pages (libraries, mmapped checkpoints)
+    shmem: int = 0  # RssShmem: shared memory; where the driver books cudaHostAlloc'd pages (above)
+    locked: int = 0  # VmLck: mlock()ed pages
     pinned_vm: int = 0  # VmPin: pages pinned through the kernel's pinned_vm accounting
 
     @property
@@ -79,7 +86,8 @@ def parse_status(text: str, where: str = "status") -> HostMemory:
     if missing:
         raise HostMemoryError(
             f"{where} has no {', '.join(missing)} line: host memory needs Linux >= 4.5 "
-            "(RssAnon/RssFile/RssShmem); run the cell on a newer kernel")
+            "(RssAnon/RssFile/RssShmem); run the cell on a newer kernel"
+        )
     return HostMemory(**values)
 
 
@@ -104,8 +112,10 @@ def tree_memory(pids, proc: str = "/proc") -> dict[int, HostMemory]:
         if memory is not None:
             found[pid] = memory
     if not found:
-        raise HostMemoryError(f"none of the processes {sorted(pids)} is alive (or has memory lines in "
-                              f"{proc}): the server is gone; see its log")
+        raise HostMemoryError(
+            f"none of the processes {sorted(pids)} is alive (or has memory lines in "
+            f"{proc}): the server is gone; see its log"
+        )
     return found
 
 

@@ -26,6 +26,7 @@ HEALTH = "/health"
 class Errored(Exception):
     """The server under test did not answer as a live server does: proof of nothing about its
     behaviour. kind: what happened; liveness: the oracle that observed it, if any."""
+
     kind = "errored"
 
     def __init__(self, message: str, liveness: str | None = None):
@@ -38,6 +39,7 @@ class Errored(Exception):
 
 class NoAnswer(Errored):
     """A call the server took and did not answer within the client's bound."""
+
     kind = "no answer"
 
     def __init__(self, message: str, liveness: str | None = "api.answers"):
@@ -46,11 +48,13 @@ class NoAnswer(Errored):
 
 class EngineDead(Errored):
     """The API server answers, its engine does not: GET /health is not 200."""
+
     kind = "engine dead"
 
 
 class Unreachable(Errored):
     """Nothing answers: the connection was refused, reset or cut (a stream that broke off mid-way)."""
+
     kind = "unreachable"
 
 
@@ -71,8 +75,9 @@ def probe(url: str, timeout_s: float, what: str, dead_liveness: str = "server.he
     except requests.RequestException as e:
         return Unreachable(f"{what}; GET {HEALTH} then could not connect: {e!r}")
     if status != 200:
-        return EngineDead(f"{what}; GET {HEALTH} then answered {status}: the engine is dead behind the API "
-                          "server", dead_liveness)
+        return EngineDead(
+            f"{what}; GET {HEALTH} then answered {status}: the engine is dead behind the API server", dead_liveness
+        )
     return None
 
 

@@ -14,7 +14,8 @@ from tools.results.testlogs import MEASUREMENTS_FILE  # the readers of results s
 def outputs_dir() -> str:
     """Bazel's undeclared-outputs dir (ends up in outputs.zip), or a temp dir outside Bazel."""
     path = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or os.path.join(
-        tempfile.gettempdir(), f"sleepwake-outputs-{os.getpid()}")
+        tempfile.gettempdir(), f"sleepwake-outputs-{os.getpid()}"
+    )
     os.makedirs(path, exist_ok=True)
     return path
 
@@ -33,8 +34,15 @@ class Recorder:
         self._lock = threading.Lock()
 
     def record(self, test_name: str, key: str, value, unit: str, **extra) -> dict:
-        entry = {"time": time.time(), "cell": self.cell_id, "test": test_name or current_test(),
-                 "key": key, "value": value, "unit": unit, **extra}
+        entry = {
+            "time": time.time(),
+            "cell": self.cell_id,
+            "test": test_name or current_test(),
+            "key": key,
+            "value": value,
+            "unit": unit,
+            **extra,
+        }
         line = json.dumps(entry, sort_keys=True, default=str)
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
@@ -51,8 +59,14 @@ class WaitTimeout(TimeoutError):
     """A wait that is no oracle ran out: the test could not reach the state it needed (errored)."""
 
 
-def wait_until(predicate, timeout_s: float, poll_s: float | None = None, what: str = "condition",
-               oracle_id: str | None = None, confirm_live=None) -> float:
+def wait_until(
+    predicate,
+    timeout_s: float,
+    poll_s: float | None = None,
+    what: str = "condition",
+    oracle_id: str | None = None,
+    confirm_live=None,
+) -> float:
     """Poll `predicate` (every poll_s, default the poll_s threshold) until truthy; return the seconds
     it took. After timeout_s: the oracle `oracle_id` fails (the wait is what it checks: a request that
     must end, /load that must drain), or WaitTimeout when the wait only sets a test up.
@@ -60,8 +74,10 @@ def wait_until(predicate, timeout_s: float, poll_s: float | None = None, what: s
     the server is not live (client.confirm_live): a request that never ends on a dead engine, or a /load
     the API server still counts for it, is no verdict on the request."""
     if oracle_id is not None and confirm_live is None:
-        raise ValueError(f"wait_until({what!r}, oracle_id={oracle_id!r}) without confirm_live: pass the "
-                         "client's confirm_live, so that the oracle fails only on a live server")
+        raise ValueError(
+            f"wait_until({what!r}, oracle_id={oracle_id!r}) without confirm_live: pass the "
+            "client's confirm_live, so that the oracle fails only on a live server"
+        )
     poll_s = thresholds.get("poll_s") if poll_s is None else poll_s
     start = time.monotonic()
     deadline = start + timeout_s
@@ -73,14 +89,20 @@ def wait_until(predicate, timeout_s: float, poll_s: float | None = None, what: s
             if oracle_id is not None:
                 if confirm_live is not None:
                     confirm_live(f"{what}: not after {timeout_s:g} s")
-                oracle.fail(oracle_id, f"{what}: not within the bound", f"not after {timeout_s:g} s "
-                            f"(last value {last!r})", f"{timeout_s:g} s", "within")
+                oracle.fail(
+                    oracle_id,
+                    f"{what}: not within the bound",
+                    f"not after {timeout_s:g} s (last value {last!r})",
+                    f"{timeout_s:g} s",
+                    "within",
+                )
             raise WaitTimeout(f"timed out after {timeout_s:g} s waiting for {what}; last value {last!r}")
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
 
 
-def assert_holds(oracle_id: str, predicate, duration_s: float, poll_s: float | None = None,
-                 what: str = "condition") -> None:
+def assert_holds(
+    oracle_id: str, predicate, duration_s: float, poll_s: float | None = None, what: str = "condition"
+) -> None:
     """The oracle `oracle_id`: `predicate` stays truthy for the whole of duration_s (a bounded
     observation window), sampled every poll_s (default the hold_sample_s threshold). An exception from
     the predicate (the server unreachable) propagates: it is no observation of the invariant."""
@@ -90,8 +112,13 @@ def assert_holds(oracle_id: str, predicate, duration_s: float, poll_s: float | N
         value = predicate()
         elapsed = time.monotonic() - start
         if not value:
-            oracle.fail(oracle_id, what, f"stopped holding after {elapsed:.2f} s (last value {value!r})",
-                        f"holds for the {duration_s:g} s window", "")
+            oracle.fail(
+                oracle_id,
+                what,
+                f"stopped holding after {elapsed:.2f} s (last value {value!r})",
+                f"holds for the {duration_s:g} s window",
+                "",
+            )
         if elapsed >= duration_s:
             return
         time.sleep(min(poll_s, duration_s - elapsed))

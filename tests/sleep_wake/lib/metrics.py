@@ -8,8 +8,7 @@ SLEEP_STATE_LABELS = ("awake", "weights_offloaded", "discard_all")
 
 
 def gauge(awake: float, weights_offloaded: float, discard_all: float) -> dict[str, float]:
-    return {"awake": float(awake), "weights_offloaded": float(weights_offloaded),
-            "discard_all": float(discard_all)}
+    return {"awake": float(awake), "weights_offloaded": float(weights_offloaded), "discard_all": float(discard_all)}
 
 
 # What vLLM 0.26.0's StatLoggerManager.record_sleep_state(sleep, level) writes
@@ -28,8 +27,7 @@ class Sample:
     value: float
 
 
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
@@ -78,7 +76,8 @@ def sleep_state(text: str) -> dict[str, float]:
     if not per_engine:
         raise ValueError(
             f"{SLEEP_STATE_METRIC} not found in /metrics: the server must run with stats logging on "
-            "(no --disable-log-stats) for the gauge to exist")
+            "(no --disable-log-stats) for the gauge to exist"
+        )
     states = list(per_engine.values())
     for engine, state in per_engine.items():
         if set(state) != set(SLEEP_STATE_LABELS):

@@ -90,19 +90,24 @@ def run_facts(all_entries, release: str | None = None, gpus: str | None = None, 
     identities = {e["vllm_identity"] for e in all_entries if e.get("vllm_identity")}
     found = {releases.public(v) for v in map(releases.from_identity, identities) if v}
     if len(found) > 1:
-        raise MergeError(f"the logs hold servers of vLLM {', '.join(sorted(found))}: one run is one release; "
-                         "merge each release's test logs as a run of its own")
+        raise MergeError(
+            f"the logs hold servers of vLLM {', '.join(sorted(found))}: one run is one release; "
+            "merge each release's test logs as a run of its own"
+        )
     if release and found and releases.public(release) not in found:
         raise MergeError(f"--release {release} but the logs' servers ran vLLM {found.pop()}")
     release = releases.public(release) if release else (found.pop() if found else None)
     gpus = gpus or next(filter(None, map(_gpus, sorted(identities))), None)
     times = [e["time"] for e in all_entries if isinstance(e.get("time"), (int, float))]
-    date = date or (datetime.datetime.fromtimestamp(max(times), datetime.timezone.utc).date().isoformat()
-                    if times else None)
+    date = date or (
+        datetime.datetime.fromtimestamp(max(times), datetime.timezone.utc).date().isoformat() if times else None
+    )
     missing = [flag for flag, v in (("--release", release), ("--gpus", gpus), ("--date", date)) if not v]
     if missing:
-        raise MergeError(f"the logs do not say the run's {', '.join(f[2:] for f in missing)} (no server identity "
-                         f"or reading times): pass {' '.join(missing)}")
+        raise MergeError(
+            f"the logs do not say the run's {', '.join(f[2:] for f in missing)} (no server identity "
+            f"or reading times): pass {' '.join(missing)}"
+        )
     return {"date": date, "gpus": gpus, "release": release}
 
 
@@ -125,8 +130,10 @@ def merge(data: dict, found: dict, run_id: str, run: dict) -> list[str]:
     if not RUN_ID.fullmatch(run_id):
         raise MergeError(f"run id {run_id!r}: letters, digits, '.', '_' and '-' only")
     if run_id in data["runs"]:
-        raise MergeError(f"run {run_id!r} is already in the noise records (told in {data['runs'][run_id]['doc']}): "
-                         "a run is merged once; give another run its own --run")
+        raise MergeError(
+            f"run {run_id!r} is already in the noise records (told in {data['runs'][run_id]['doc']}): "
+            "a run is merged once; give another run its own --run"
+        )
     by_threshold = {}
     for (name, key), reading in found.items():
         by_threshold.setdefault(name, {})[key] = reading
@@ -139,8 +146,14 @@ def merge(data: dict, found: dict, run_id: str, run: dict) -> list[str]:
         ref = t.record or name
         record = data["records"].setdefault(ref, {"history": []})
         if "value" not in record:
-            record.update(cells=_cells(set().union(*(c for _, _, c in by_key.values()))), n=0, per_cell={},
-                          run=None, runs=[], value=None)
+            record.update(
+                cells=_cells(set().union(*(c for _, _, c in by_key.values()))),
+                n=0,
+                per_cell={},
+                run=None,
+                runs=[],
+                value=None,
+            )
         pick = min if t.relation == ">=" else max
         parts = []
         for key, (value, n, cells) in sorted(by_key.items(), key=lambda kv: kv[0] or ""):
@@ -152,11 +165,15 @@ def merge(data: dict, found: dict, run_id: str, run: dict) -> list[str]:
                 bound = t.bound_at(key)
                 fails = {">=": value < bound, "<=": value > bound, "<": value >= bound}[t.relation]
                 if fails:
-                    notes.append(f"{name}{f' ({key})' if key else ''}: the bound {t.relation} {bound:g} fails this "
-                                 "healthy extreme: thresholds_unit_test will fail until the bound moves (a change "
-                                 "of its own, with its reason)")
-            parts.append(f"{f'{key}: ' if key else ''}{_number(value)} over {_count(n, 'reading')} in "
-                         f"{_count(len(cells), 'cell')}")
+                    notes.append(
+                        f"{name}{f' ({key})' if key else ''}: the bound {t.relation} {bound:g} fails this "
+                        "healthy extreme: thresholds_unit_test will fail until the bound moves (a change "
+                        "of its own, with its reason)"
+                    )
+            parts.append(
+                f"{f'{key}: ' if key else ''}{_number(value)} over {_count(n, 'reading')} in "
+                f"{_count(len(cells), 'cell')}"
+            )
         record["runs"].append(run_id)
         if record["n"] is not None:
             record["n"] += sum(n for _, n, _ in by_key.values())
@@ -179,8 +196,10 @@ def _print_extremes(found) -> None:
         t = thresholds.TABLE[name]
         bound = t.bound_at(key)
         factor = (value / bound if t.relation == ">=" else bound / value) if value else float("inf")
-        print(f"{name}{f' ({key})' if key else ''}: bound {t.relation} {bound:g}, healthy extreme {value:g} "
-              f"({factor:.2f}x), {n} readings in {len(cells)} cells")
+        print(
+            f"{name}{f' ({key})' if key else ''}: bound {t.relation} {bound:g}, healthy extreme {value:g} "
+            f"({factor:.2f}x), {n} readings in {len(cells)} cells"
+        )
 
 
 def main(argv) -> int:
@@ -191,7 +210,7 @@ def main(argv) -> int:
     parser.add_argument("--doc", help="the docs/ page that tells the run, relative to the checkout (with --merge)")
     parser.add_argument("--what", help="what ran: the job, its settings (with --merge)")
     parser.add_argument("--release", help="the vLLM release, where the logs hold no server identity")
-    parser.add_argument("--gpus", help="the GPUs (\"1 x H200\"), where the logs hold no server identity")
+    parser.add_argument("--gpus", help='the GPUs ("1 x H200"), where the logs hold no server identity')
     parser.add_argument("--date", help="the run's date (YYYY-MM-DD), where the readings carry no time")
     parser.add_argument("--data", default=thresholds.NOISE_FILE, help="the noise records (default: %(default)s)")
     args = parser.parse_args(argv[1:])
@@ -206,8 +225,9 @@ def main(argv) -> int:
     try:
         missing = [f"--{a}" for a in ("run", "doc", "what") if not getattr(args, a)]
         if missing:
-            raise MergeError(f"--merge needs {' '.join(missing)}: the run's id, the docs/ page that tells it "
-                             "and what ran")
+            raise MergeError(
+                f"--merge needs {' '.join(missing)}: the run's id, the docs/ page that tells it and what ran"
+            )
         if not (args.doc.startswith("docs/") and os.path.isfile(os.path.join(ROOT, args.doc))):
             raise MergeError(f"--doc {args.doc}: no such page under {ROOT}/docs; write the run's page first")
         run = {**run_facts(all_entries, args.release, args.gpus, args.date), "doc": args.doc, "what": args.what}
@@ -218,8 +238,15 @@ def main(argv) -> int:
         print(f"noise_floor --merge: {e}", file=sys.stderr)
         return 2
     write(data, args.data)
-    print("\n".join(notes + [f"recorded run {args.run} in {args.data}; now regenerate the page: "
-                             "python3 -m tests.sleep_wake.lib.bounds_doc > docs/thresholds.md"]))
+    print(
+        "\n".join(
+            notes
+            + [
+                f"recorded run {args.run} in {args.data}; now regenerate the page: "
+                "python3 -m tests.sleep_wake.lib.bounds_doc > docs/thresholds.md"
+            ]
+        )
+    )
     return 0
 
 

@@ -35,4 +35,5 @@ def check_served(served: str, identity: str | None) -> None:
     if installed and public(installed) != public(served):
         raise ReleaseMismatchError(
             f"the server reports vLLM {served} but SLEEPWAKE_VLLM_IDENTITY names vLLM {installed}: the "
-            "server does not run the toolchain's vLLM; check SLEEPWAKE_GPU_PYTHON and its PYTHONPATH")
+            "server does not run the toolchain's vLLM; check SLEEPWAKE_GPU_PYTHON and its PYTHONPATH"
+        )

@@ -14,22 +14,26 @@ import dataclasses
 import re
 
 GiB = 1 << 30
-_ALLOCATOR = re.compile(r"CuMemAllocator: sleep freed (?P<total>[\d.]+) GiB memory in total, of which "
-                        r"(?P<backed_up>[\d.]+) GiB is backed up in CPU")
-_WORKER = re.compile(r"Sleep mode freed (?P<freed>[\d.]+) GiB memory, (?P<used>[\d.]+) GiB memory is "
-                     r"still in use")
+_ALLOCATOR = re.compile(
+    r"CuMemAllocator: sleep freed (?P<total>[\d.]+) GiB memory in total, of which "
+    r"(?P<backed_up>[\d.]+) GiB is backed up in CPU"
+)
+_WORKER = re.compile(
+    r"Sleep mode freed (?P<freed>[\d.]+) GiB memory, (?P<used>[\d.]+) GiB memory is "
+    r"still in use"
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class AllocatorSleep:
-    total_bytes: int      # every pool allocation unmapped
+    total_bytes: int  # every pool allocation unmapped
     backed_up_bytes: int  # of which copied to host memory first (the weights at level 1)
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSleep:
     freed_bytes: int  # device-wide free memory after minus before
-    used_bytes: int   # device-wide used memory after
+    used_bytes: int  # device-wide used memory after
 
 
 def _gib(text: str) -> int:

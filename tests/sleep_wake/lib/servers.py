@@ -28,9 +28,11 @@ def server_class(environ: Mapping[str, str] = os.environ) -> ServerFactory:
     try:
         return cast(ServerFactory, importlib.import_module(name).VllmServer)
     except (ImportError, AttributeError) as e:
-        raise ServerModuleError(f"{SERVER_MODULE_ENV}={name!r} does not provide VllmServer ({e}); leave it "
-                                f"unset for {DEFAULT_SERVER_MODULE} or name a module whose VllmServer implements "
-                                "tools/launcher/interface.py") from None
+        raise ServerModuleError(
+            f"{SERVER_MODULE_ENV}={name!r} does not provide VllmServer ({e}); leave it "
+            f"unset for {DEFAULT_SERVER_MODULE} or name a module whose VllmServer implements "
+            "tools/launcher/interface.py"
+        ) from None
 
 
 def identity(environ: Mapping[str, str] = os.environ) -> str | None:

@@ -7,8 +7,7 @@ from tools.launcher.config import ServerConfig
 from tools.launcher.errors import ConfigError
 
 
-@pytest.mark.parametrize("runner,mode,ident",
-                         [("mrv1", "eager", "MRV1-eager"), ("mrv2", "graph", "MRV2-graph")])
+@pytest.mark.parametrize("runner,mode,ident", [("mrv1", "eager", "MRV1-eager"), ("mrv2", "graph", "MRV2-graph")])
 def test_cell_is_the_configuration_the_servers_start_with(runner, mode, ident):
     env = {"SLEEPWAKE_RUNNER": runner, "SLEEPWAKE_EXECUTION_MODE": mode, "SLEEPWAKE_KV_CACHE_BYTES": "12345"}
     cell = cells.cell_from_env(env)
@@ -24,8 +23,13 @@ def test_unset_cell_is_the_launchers_default():
     assert cells.cell_from_env({}).id == "MRV1-eager"
 
 
-@pytest.mark.parametrize("env", [{"SLEEPWAKE_RUNNER": "mrv3", "SLEEPWAKE_EXECUTION_MODE": "eager"},
-                                 {"SLEEPWAKE_RUNNER": "mrv1", "SLEEPWAKE_EXECUTION_MODE": "EAGER"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SLEEPWAKE_RUNNER": "mrv3", "SLEEPWAKE_EXECUTION_MODE": "eager"},
+        {"SLEEPWAKE_RUNNER": "mrv1", "SLEEPWAKE_EXECUTION_MODE": "EAGER"},
+    ],
+)
 def test_bad_env_names_the_variable(env):
     with pytest.raises(ConfigError, match="SLEEPWAKE_"):
         cells.cell_from_env(env)

@@ -200,8 +200,7 @@ def test_a_calls_own_seconds_leave_out_its_wait_for_the_memory_phase(fake):
         assert client.last_call_s <= total_s - wait_s
 
 
-@pytest.mark.parametrize("seen,expected", [((False, False), False), ((True, False), True),
-                                           ((False, True), True)])
+@pytest.mark.parametrize("seen,expected", [((False, False), False), ((True, False), True), ((False, True), True)])
 def test_a_call_is_beside_a_start_step_when_one_was_inside_as_it_began_or_ended(fake, seen, expected):
     """Start steps last seconds against a call's fraction of one: looking at both ends catches one that
     began during the call and one that ended during it."""

@@ -51,8 +51,9 @@ def test_mixed_weights_keep_the_body_and_take_the_head():
 
 def _engine(path, defects=()):
     checkpoint = fake_checkpoint.load(path)
-    return FakeEngine(GpuMemory(weights=checkpoint.total_bytes, kv_cache=1 << 20), defects=defects,
-                      checkpoint=checkpoint)
+    return FakeEngine(
+        GpuMemory(weights=checkpoint.total_bytes, kv_cache=1 << 20), defects=defects, checkpoint=checkpoint
+    )
 
 
 def test_a_push_is_served_and_kept_as_the_model_path(tmp_path):

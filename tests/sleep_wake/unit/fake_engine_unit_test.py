@@ -48,8 +48,15 @@ def test_scheduling_resumes_only_when_every_tag_is_awake():
     assert not e.paused and not e.is_sleeping()
 
 
-@pytest.mark.parametrize("level,gauge,kept", [(0, metrics.GAUGE_LEVEL0, True), (1, metrics.GAUGE_LEVEL1, True),
-                                              (2, metrics.GAUGE_LEVEL2, False), (3, metrics.GAUGE_LEVEL0, False)])
+@pytest.mark.parametrize(
+    "level,gauge,kept",
+    [
+        (0, metrics.GAUGE_LEVEL0, True),
+        (1, metrics.GAUGE_LEVEL1, True),
+        (2, metrics.GAUGE_LEVEL2, False),
+        (3, metrics.GAUGE_LEVEL0, False),
+    ],
+)
 def test_levels(level, gauge, kept):
     e = FakeEngine(EAGER)
     before = e.weights
@@ -163,11 +170,17 @@ def test_sleep_logs_vllms_lines():
     assert len(server_log.allocator_sleeps("\n".join(lines))) == 1
 
 
-@pytest.mark.parametrize("defect,level,extra", [
-    ("residue_grows", 1, lambda s: s.residue), ("kv_cache_partly_kept", 1, lambda s: s.kv_cache // 2),
-    ("kv_cache_mostly_kept", 1, lambda s: s.kv_cache * 2 // 3), ("kv_cache_mostly_kept", 2, lambda s: 0),
-    ("kv_cache_partly_kept_level2", 1, lambda s: 0), ("kv_cache_partly_kept_level2", 2, lambda s: s.kv_cache // 2),
-])
+@pytest.mark.parametrize(
+    "defect,level,extra",
+    [
+        ("residue_grows", 1, lambda s: s.residue),
+        ("kv_cache_partly_kept", 1, lambda s: s.kv_cache // 2),
+        ("kv_cache_mostly_kept", 1, lambda s: s.kv_cache * 2 // 3),
+        ("kv_cache_mostly_kept", 2, lambda s: 0),
+        ("kv_cache_partly_kept_level2", 1, lambda s: 0),
+        ("kv_cache_partly_kept_level2", 2, lambda s: s.kv_cache // 2),
+    ],
+)
 def test_device_defects_asleep(defect, level, extra):
     # Sizes come from the fake's own model (its weights and KV cache), not from the mutant catalogue.
     e = FakeEngine(EAGER, defects=[defect])

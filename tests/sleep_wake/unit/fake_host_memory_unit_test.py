@@ -43,8 +43,9 @@ def test_the_child_holds_the_bytes_as_shared_memory(process):
 
 def _engine(defects=()):
     host = PinnedHostMemory()
-    engine = FakeEngine(GpuMemory(weights=CHECKPOINT.total_bytes, kv_cache=MiB), defects=defects,
-                        checkpoint=CHECKPOINT, host=host)
+    engine = FakeEngine(
+        GpuMemory(weights=CHECKPOINT.total_bytes, kv_cache=MiB), defects=defects, checkpoint=CHECKPOINT, host=host
+    )
     return engine, host
 
 
@@ -64,12 +65,15 @@ def test_level1_pins_a_copy_that_stays_cached_after_the_wake():
     assert host.resident == COPY
 
 
-@pytest.mark.parametrize("defect,level,after_two_cycles", [
-    ("level2_keeps_host_copy", 2, COPY),
-    ("host_copy_leaked", 1, 2 * COPY),
-    # The leak is the largest tensor's copy (fake_defects.Sizes), in a block rounded up to a power of two.
-    ("pinned_leak_per_sleep", 1, COPY + 2 * (1 << (max(CHECKPOINT.tensor_bytes) - 1).bit_length())),
-])
+@pytest.mark.parametrize(
+    "defect,level,after_two_cycles",
+    [
+        ("level2_keeps_host_copy", 2, COPY),
+        ("host_copy_leaked", 1, 2 * COPY),
+        # The leak is the largest tensor's copy (fake_defects.Sizes), in a block rounded up to a power of two.
+        ("pinned_leak_per_sleep", 1, COPY + 2 * (1 << (max(CHECKPOINT.tensor_bytes) - 1).bit_length())),
+    ],
+)
 def test_host_defects(defect, level, after_two_cycles):
     e, host = _engine([defect])
     for _ in range(2):

@@ -64,13 +64,22 @@ def test_the_walks_reader_gives_every_answer_the_file_holds(path, taken):
 def test_the_extra_requests_are_the_walks_as_sent(path):
     with open(path, encoding="utf-8") as f:
         requests = json.load(f)["requests"]
-    assert requests == {"seeded": {"prompt": SEEDED_PROMPT, "max_tokens": GOLDEN_MAX_TOKENS, "temperature": 1.0,
-                                   "seed": SEED, "n": SEED_N},
-                        "stream": {"prompt": IN_FLIGHT, "max_tokens": STREAM_TOKENS}}
+    assert requests == {
+        "seeded": {
+            "prompt": SEEDED_PROMPT,
+            "max_tokens": GOLDEN_MAX_TOKENS,
+            "temperature": 1.0,
+            "seed": SEED,
+            "n": SEED_N,
+        },
+        "stream": {"prompt": IN_FLIGHT, "max_tokens": STREAM_TOKENS},
+    }
 
 
-@pytest.mark.parametrize("field,value", [("runner", "mrv2"), ("mode", "graph"), ("identity", "vllm 0.25.0 on H200"),
-                                         ("checkpoint", "synthetic_qwen3")])
+@pytest.mark.parametrize(
+    "field,value",
+    [("runner", "mrv2"), ("mode", "graph"), ("identity", "vllm 0.25.0 on H200"), ("checkpoint", "synthetic_qwen3")],
+)
 @pytest.mark.parametrize("reader", ["read", "read_checkpoint"])
 def test_another_cells_golden_is_a_precondition_failure(path, field, value, reader):
     extra = {"prompts": PROMPTS} if reader == "read" else {}

@@ -35,8 +35,9 @@ for line in sys.stdin:
 
 class Child:
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         self.pid = self.proc.pid
 
     def do(self, command: str) -> None:
@@ -86,8 +87,9 @@ def test_tree_sums_every_process_and_skips_the_gone():
     try:
         for c in (a, b):
             c.do("free")
-        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True, check=True)
+        gone = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+        )
         pids = [a.pid, b.pid, int(gone.stdout)]
         before = host_memory.total(host_memory.tree_memory(pids))
         a.do("anon 32")
@@ -105,13 +107,15 @@ def test_server_host_memory_reads_the_servers_pids(child):
     class Server:  # what the suite uses of VllmServer: the PIDs of its process tree
         def pids(self):
             return [child.pid]
+
     total, per_pid = host_memory.server_host_memory(Server())
     assert list(per_pid) == [child.pid] and total == per_pid[child.pid] and total.rss > 0
 
 
 def test_no_process_left_is_an_error():
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     assert host_memory.process_memory(int(gone.stdout)) is None
     with pytest.raises(host_memory.HostMemoryError, match="server is gone"):
         host_memory.tree_memory([int(gone.stdout)])
@@ -131,8 +135,9 @@ Threads:\t1
 
 def test_parse_status_reads_kib():
     m = host_memory.parse_status(STATUS)
-    assert m == host_memory.HostMemory(rss=3000 << 10, anon=1000 << 10, file=1500 << 10, shmem=500 << 10,
-                                       locked=0, pinned_vm=8 << 10)
+    assert m == host_memory.HostMemory(
+        rss=3000 << 10, anon=1000 << 10, file=1500 << 10, shmem=500 << 10, locked=0, pinned_vm=8 << 10
+    )
     assert m.rss == m.anon + m.file + m.shmem
 
 
@@ -146,8 +151,9 @@ def test_own_process_reads():
     assert host_memory.process_memory(os.getpid()).rss > 0
 
 
-@pytest.mark.parametrize("retained,expected", [(0, "released"), (64 * MiB, "released"),
-                                               (300 * MiB, "partial"), (600 * MiB, "kept")])
+@pytest.mark.parametrize(
+    "retained,expected", [(0, "released"), (64 * MiB, "released"), (300 * MiB, "partial"), (600 * MiB, "kept")]
+)
 def test_retention(retained, expected):
     assert host_memory.retention(retained, copy=700 * MiB, noise=64 * MiB) == expected
 
@@ -155,8 +161,14 @@ def test_retention(retained, expected):
 # The engine core of a healthy MRV2-eager server on the H200 (2026-12-01), asleep at cycles 2, 6 and 7 of
 # test_host_bytes_flat_over_ten_cycles: between 6 and 7 the page cache took 1.6 MiB of its file-backed
 # pages; what the server allocated grew 8 KiB.
-H200_CYCLES = [host_memory.HostMemory(rss=a + f + s, anon=a, file=f, shmem=s) for a, f, s in (
-    (1200259072, 192720896, 778313728), (1200275456, 192720896, 778313728), (1200279552, 191082496, 778313728))]
+H200_CYCLES = [
+    host_memory.HostMemory(rss=a + f + s, anon=a, file=f, shmem=s)
+    for a, f, s in (
+        (1200259072, 192720896, 778313728),
+        (1200275456, 192720896, 778313728),
+        (1200279552, 191082496, 778313728),
+    )
+]
 
 
 def test_allocated_bytes_leave_out_the_file_pages_the_page_cache_moves():

@@ -59,9 +59,15 @@ def test_a_held_request_still_open_fails_requests_completes_only_on_a_live_serve
         expect.result(_future(done=False), 0.1, client=client, step="the wake")
 
 
-@pytest.mark.parametrize("error", [TypeError("complete() got an unexpected keyword argument 'prmopt'"),
-                                   liveness.NoAnswer("POST /v1/completions: no answer within 60 s"),
-                                   ConnectionError("refused")], ids=["bug", "no_answer", "refused"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        TypeError("complete() got an unexpected keyword argument 'prmopt'"),
+        liveness.NoAnswer("POST /v1/completions: no answer within 60 s"),
+        ConnectionError("refused"),
+    ],
+    ids=["bug", "no_answer", "refused"],
+)
 def test_a_held_request_that_raised_anything_but_an_answer_is_errored(client, error):
     """A bug in the test (or no answer, or no connection) around a background request used to fail
     requests.completes."""
@@ -107,7 +113,7 @@ def test_health_of_a_server_that_does_not_answer_is_no_answer(fake):
     assert e.value.liveness == "api.answers"
 
 
-_INNER = '''
+_INNER = """
 import pytest
 
 from tests.sleep_wake.fakes.fake_vllm import FakeVllm
@@ -131,20 +137,38 @@ def test_oracle_on_a_dead_server(watched):
 
 def test_oracle_on_a_live_server(watched):
     oracle.equal("flags.gauge", "(1,0,0)", "(0,1,0)", "gauge")
-'''
+"""
 
 
 def test_the_junit_xml_marks_errored_cases_and_their_liveness_oracle(tmp_path):
     (tmp_path / "conftest.py").write_text(
-        "from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401\n")
+        "from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401\n"
+    )
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(_INNER))
     xml = tmp_path / "junit.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path),
-                    f"--junitxml={xml}", "-o", "junit_family=xunit2", f"--rootdir={tmp_path}"],
-                   cwd=WORKSPACE, capture_output=True, check=False,
-                   env={**os.environ, "PYTHONPATH": os.pathsep.join([WORKSPACE, os.environ.get("PYTHONPATH", "")])})
-    cases = {tc.get("name"): [(p.get("name"), p.get("value")) for p in tc.iter("property")]
-             for tc in ET.parse(xml).getroot().iter("testcase")}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path),
+            f"--junitxml={xml}",
+            "-o",
+            "junit_family=xunit2",
+            f"--rootdir={tmp_path}",
+        ],
+        cwd=WORKSPACE,
+        capture_output=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([WORKSPACE, os.environ.get("PYTHONPATH", "")])},
+    )
+    cases = {
+        tc.get("name"): [(p.get("name"), p.get("value")) for p in tc.iter("property")]
+        for tc in ET.parse(xml).getroot().iter("testcase")
+    }
     assert cases["test_no_answer"] == [("errored", "no answer"), ("liveness", "api.answers")]
     dead = cases["test_oracle_on_a_dead_server"]
     assert ("oracle", "requests.held_while_asleep") in dead

@@ -24,8 +24,7 @@ def test_recorder_writes_jsonl_to_bazel_outputs(tmp_path, monkeypatch):
 
 def test_recorder_is_thread_safe(tmp_path):
     rec = measure.Recorder(path=str(tmp_path / "m.jsonl"))
-    threads = [threading.Thread(target=lambda: [rec.record("t", "k", i, "n") for i in range(50)])
-               for _ in range(8)]
+    threads = [threading.Thread(target=lambda: [rec.record("t", "k", i, "n") for i in range(50)]) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
@@ -48,19 +47,33 @@ def test_wait_until_times_out_with_last_value():
 
 def test_wait_until_with_an_oracle_fails_that_oracle():
     with pytest.raises(oracle.OracleFailure, match="requests.load_drains") as e:
-        measure.wait_until(lambda: 3 == 0, 0.2, poll_s=0.05, what="/load back to 0", oracle_id="requests.load_drains",
-                           confirm_live=lambda what: None)
+        measure.wait_until(
+            lambda: 3 == 0,
+            0.2,
+            poll_s=0.05,
+            what="/load back to 0",
+            oracle_id="requests.load_drains",
+            confirm_live=lambda what: None,
+        )
     assert e.value.oracle_id == "requests.load_drains" and "last value False" in e.value.measured
 
 
 def test_wait_until_fails_its_oracle_only_on_a_live_server():
     """A wait that ran out on a server that is not live raises what confirm_live raises (errored), and a
     wait with an oracle but no way to tell is refused."""
+
     def dead(what):
         raise liveness.EngineDead(f"{what}; GET /health answered 503", "server.healthy")
+
     with pytest.raises(liveness.EngineDead, match="the request to end: not after 0.1 s; GET /health answered 503"):
-        measure.wait_until(lambda: False, 0.1, poll_s=0.05, what="the request to end", oracle_id="requests.completes",
-                           confirm_live=dead)
+        measure.wait_until(
+            lambda: False,
+            0.1,
+            poll_s=0.05,
+            what="the request to end",
+            oracle_id="requests.completes",
+            confirm_live=dead,
+        )
     with pytest.raises(ValueError, match="without confirm_live"):
         measure.wait_until(lambda: True, 0.1, what="x", oracle_id="requests.completes")
 
@@ -69,8 +82,9 @@ def test_assert_holds():
     measure.assert_holds("requests.held_while_asleep", lambda: True, 0.2, poll_s=0.05)
     start = time.monotonic()
     with pytest.raises(oracle.OracleFailure, match="stopped holding") as e:
-        measure.assert_holds("requests.held_while_asleep", lambda: time.monotonic() - start < 0.1, 5,
-                             poll_s=0.02, what="x")
+        measure.assert_holds(
+            "requests.held_while_asleep", lambda: time.monotonic() - start < 0.1, 5, poll_s=0.02, what="x"
+        )
     assert e.value.oracle_id == "requests.held_while_asleep"
     assert time.monotonic() - start < 2
 
@@ -87,6 +101,7 @@ def test_assert_holds_lets_a_failure_to_observe_through():
     # A server that stops answering is no observation of the invariant: it must not read as its failure.
     def dies():
         raise ConnectionError("server gone")
+
     with pytest.raises(ConnectionError, match="server gone"):
         measure.assert_holds("requests.held_until_resident", dies, 1.0, what="held")
 
@@ -104,10 +119,13 @@ def test_median_increment_sees_a_steady_leak_not_one_jump():
         measure.spread([])
 
 
-@pytest.mark.parametrize("name,call", [
-    ("poll_s", lambda pred: measure.wait_until(lambda: pred() and False, 0.45)),
-    ("hold_sample_s", lambda pred: measure.assert_holds("requests.held_while_asleep", pred, 0.45)),
-])
+@pytest.mark.parametrize(
+    "name,call",
+    [
+        ("poll_s", lambda pred: measure.wait_until(lambda: pred() and False, 0.45)),
+        ("hold_sample_s", lambda pred: measure.assert_holds("requests.held_while_asleep", pred, 0.45)),
+    ],
+)
 def test_default_polls_come_from_the_thresholds_table(monkeypatch, name, call):
     looks = []
 

@@ -14,9 +14,11 @@ vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="discard_all"} 0.0
 
 
 def test_parse_labels_values_and_comments():
-    text = ('# HELP x y\nplain 3\nwith_ts{a="1"} 2.5 1700000000000\n'
-            'escaped{path="C:\\\\dir",q="say \\"hi\\"",n="a\\nb",comma="x,y"} -1e-3\n'
-            'special{k="v",} NaN\ninf +Inf\n\n')
+    text = (
+        '# HELP x y\nplain 3\nwith_ts{a="1"} 2.5 1700000000000\n'
+        'escaped{path="C:\\\\dir",q="say \\"hi\\"",n="a\\nb",comma="x,y"} -1e-3\n'
+        'special{k="v",} NaN\ninf +Inf\n\n'
+    )
     samples = metrics.parse_prometheus(text)
     assert [s.name for s in samples] == ["plain", "with_ts", "escaped", "special", "inf"]
     assert samples[0].labels == {} and samples[0].value == 3
@@ -27,7 +29,7 @@ def test_parse_labels_values_and_comments():
     assert samples[4].value == math.inf
 
 
-@pytest.mark.parametrize("line", ["no_value", 'bad{a=1} 2', "x 1 2 3"])
+@pytest.mark.parametrize("line", ["no_value", "bad{a=1} 2", "x 1 2 3"])
 def test_malformed_lines_raise(line):
     with pytest.raises(ValueError):
         metrics.parse_prometheus(line)
@@ -58,14 +60,16 @@ def test_sleep_state_engines_must_agree():
 
 def test_expected_gauges_follow_record_sleep_state():
     # vllm/v1/metrics/loggers.py record_sleep_state: awake=1 unless sleep; level picks the flag.
-    assert metrics.GAUGE_BY_LEVEL == {0: metrics.gauge(0, 0, 0), 1: metrics.gauge(0, 1, 0),
-                                      2: metrics.gauge(0, 0, 1)}
+    assert metrics.GAUGE_BY_LEVEL == {0: metrics.gauge(0, 0, 0), 1: metrics.gauge(0, 1, 0), 2: metrics.gauge(0, 0, 1)}
     assert metrics.GAUGE_AWAKE == {"awake": 1.0, "weights_offloaded": 0.0, "discard_all": 0.0}
 
 
 # A page as vLLM serves it after a few requests: the gauge among hundreds of other samples.
-BUSY_PAGE = "".join(f'vllm:request_latency_bucket{{engine="0",le="{i}"}} {i}.0\n' for i in range(500)) + GAUGE_TEXT + \
-    'vllm:engine_sleep_state_seconds{engine="0"} 3.0\nvllm:generation_tokens_total{engine="0"} 42.0\n'
+BUSY_PAGE = (
+    "".join(f'vllm:request_latency_bucket{{engine="0",le="{i}"}} {i}.0\n' for i in range(500))
+    + GAUGE_TEXT
+    + 'vllm:engine_sleep_state_seconds{engine="0"} 3.0\nvllm:generation_tokens_total{engine="0"} 42.0\n'
+)
 
 
 def test_parse_with_names_keeps_only_those_samples():

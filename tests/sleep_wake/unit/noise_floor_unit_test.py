@@ -1,5 +1,6 @@
 """noise_floor on a fake bazel-testlogs: the extremes come from the GPU cells' oracle readings only
 (plain and zipped outputs), never from the fake tier or the mutants, per per_cell key."""
+
 import json
 import os
 import zipfile
@@ -25,8 +26,9 @@ def _result(root, target, entries, zipped=False):
 
 def test_extremes_come_from_the_gpu_cells_only(tmp_path, capsys):
     logs = tmp_path / "bazel-testlogs"
-    _result(logs, "tests/sleep_wake/latency_mrv1_eager", [_reading("MRV1-eager", 0.03),
-                                                          {"key": "sleep_s", "value": 9.0}])  # no oracle
+    _result(
+        logs, "tests/sleep_wake/latency_mrv1_eager", [_reading("MRV1-eager", 0.03), {"key": "sleep_s", "value": 9.0}]
+    )  # no oracle
     _result(logs, "tests/sleep_wake/latency_mrv2_graph/shard_1_of_2", [_reading("MRV2-graph", 0.07)], zipped=True)
     _result(logs, "tests/sleep_wake/latency_fake_mrv1_eager", [_reading("MRV1-eager", 5.0)])
     _result(logs, "tests/mutants/mutant_slow_sleep", [_reading("MRV2-eager", 0.6)])
@@ -39,8 +41,11 @@ def test_extremes_come_from_the_gpu_cells_only(tmp_path, capsys):
 def test_a_lower_bound_takes_the_smallest_and_per_cell_keys_apart(tmp_path):
     logs = tmp_path / "bazel-testlogs"
     low, residue = "sleep_freed_kv_fraction_min", "level1_residue_bytes_max"  # residue: per_cell "graph"
-    _result(logs, "tests/sleep_wake/physical_memory_mrv1_eager", [
-        _reading("MRV1-eager", 0.99, low), _reading("MRV1-eager", 0.97, low), _reading("MRV1-eager", 300, residue)])
+    _result(
+        logs,
+        "tests/sleep_wake/physical_memory_mrv1_eager",
+        [_reading("MRV1-eager", 0.99, low), _reading("MRV1-eager", 0.97, low), _reading("MRV1-eager", 300, residue)],
+    )
     _result(logs, "tests/sleep_wake/physical_memory_mrv1_graph", [_reading("MRV1-graph", 900, residue)])
     found = noise_floor.extremes(noise_floor.readings([str(logs)]))
     assert found[(low, None)][:2] == (0.97, 2)
@@ -52,10 +57,17 @@ def test_no_readings_is_an_error(tmp_path, capsys):
     assert "no oracle readings" in capsys.readouterr().err
 
 
-IDENTITY = ("python: 3.12.3 /usr/bin/python3\nvllm: 0.26.0 record-sha256=ab\ntorch: 2.9.0 record-sha256=cd\n"
-            "gpus: 0, NVIDIA H200, 570.133.20, 143771 MiB; 1, NVIDIA H200, 570.133.20, 143771 MiB")
-START = {"key": "server_start_s", "value": 6.0, "cell": "MRV1-eager", "vllm_identity": IDENTITY,
-         "time": 1796000300.0}  # 2026-11-30 UTC
+IDENTITY = (
+    "python: 3.12.3 /usr/bin/python3\nvllm: 0.26.0 record-sha256=ab\ntorch: 2.9.0 record-sha256=cd\n"
+    "gpus: 0, NVIDIA H200, 570.133.20, 143771 MiB; 1, NVIDIA H200, 570.133.20, 143771 MiB"
+)
+START = {
+    "key": "server_start_s",
+    "value": 6.0,
+    "cell": "MRV1-eager",
+    "vllm_identity": IDENTITY,
+    "time": 1796000300.0,
+}  # 2026-11-30 UTC
 
 
 def _data(tmp_path):
@@ -65,10 +77,14 @@ def _data(tmp_path):
     (tmp_path / "docs" / "run.md").write_text("# a run\n")
     run = {"date": "2026-11-29", "doc": "docs/run.md", "gpus": "1 x H200", "release": "0.26.0", "what": "before"}
     record = {"cells": "every cell", "history": [], "n": 12, "per_cell": {}, "run": "old-1", "runs": ["old-1"]}
-    data = {"records": {"sleep_s_max": {**record, "value": 0.254},
-                        "sleep_freed_kv_fraction_min": {**record, "n": None, "value": 1.048},
-                        "abort_s_max": {"history": [{"runs": ["old-1"], "text": "kept as is"}]}},
-            "runs": {"old-1": run}}
+    data = {
+        "records": {
+            "sleep_s_max": {**record, "value": 0.254},
+            "sleep_freed_kv_fraction_min": {**record, "n": None, "value": 1.048},
+            "abort_s_max": {"history": [{"runs": ["old-1"], "text": "kept as is"}]},
+        },
+        "runs": {"old-1": run},
+    }
     path = tmp_path / "noise.json"
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
@@ -76,18 +92,38 @@ def _data(tmp_path):
 
 def _merge(tmp_path, monkeypatch, logs, *extra, run="new-1"):
     monkeypatch.setattr(noise_floor, "ROOT", str(tmp_path))
-    return noise_floor.main(["noise_floor", "--merge", "--run", run, "--doc", "docs/run.md", "--what", "main job",
-                             "--data", str(tmp_path / "noise.json"), *extra, str(logs)])
+    return noise_floor.main(
+        [
+            "noise_floor",
+            "--merge",
+            "--run",
+            run,
+            "--doc",
+            "docs/run.md",
+            "--what",
+            "main job",
+            "--data",
+            str(tmp_path / "noise.json"),
+            *extra,
+            str(logs),
+        ]
+    )
 
 
 def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeypatch, capsys):
     path = _data(tmp_path)
     logs = tmp_path / "bazel-testlogs"
-    _result(logs, "tests/sleep_wake/latency_mrv1_eager", [START, _reading("MRV1-eager", 0.03),
-                                                          _reading("MRV1-eager", 0.07)])
-    _result(logs, "tests/sleep_wake/physical_memory_mrv2_graph", [
-        _reading("MRV2-graph", 0.99, "sleep_freed_kv_fraction_min"),  # under the record's 1.048: a new extreme
-        _reading("MRV2-graph", 2e-3, "abort_s_max")])  # a contract bound: no noise record
+    _result(
+        logs, "tests/sleep_wake/latency_mrv1_eager", [START, _reading("MRV1-eager", 0.03), _reading("MRV1-eager", 0.07)]
+    )
+    _result(
+        logs,
+        "tests/sleep_wake/physical_memory_mrv2_graph",
+        [
+            _reading("MRV2-graph", 0.99, "sleep_freed_kv_fraction_min"),  # under the record's 1.048: a new extreme
+            _reading("MRV2-graph", 2e-3, "abort_s_max"),
+        ],
+    )  # a contract bound: no noise record
     assert _merge(tmp_path, monkeypatch, logs) == 0
     data = json.loads(path.read_text())
     assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"
@@ -97,8 +133,13 @@ def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeyp
     freed = data["records"]["sleep_freed_kv_fraction_min"]
     assert (freed["value"], freed["run"], freed["runs"], freed["n"]) == (0.99, "new-1", ["old-1", "new-1"], None)
     assert data["records"]["abort_s_max"] == {"history": [{"runs": ["old-1"], "text": "kept as is"}]}
-    assert data["runs"]["new-1"] == {"date": "2026-11-30", "doc": "docs/run.md", "gpus": "2 x H200",
-                                     "release": "0.26.0", "what": "main job"}
+    assert data["runs"]["new-1"] == {
+        "date": "2026-11-30",
+        "doc": "docs/run.md",
+        "gpus": "2 x H200",
+        "release": "0.26.0",
+        "what": "main job",
+    }
     out = capsys.readouterr().out
     assert "sleep_freed_kv_fraction_min: healthy extreme 0.99 (was 1.048)" in out
     assert "the bound >= 0.95" not in out  # 0.99 still passes it
@@ -109,15 +150,22 @@ def test_merge_names_the_run_of_a_new_extreme_per_cell_key(tmp_path, monkeypatch
     path = _data(tmp_path)
     logs = tmp_path / "bazel-testlogs"
     residue = "level1_residue_bytes_max"  # per_cell "graph"
-    _result(logs, "tests/sleep_wake/physical_memory_mrv1_graph", [START, _reading("MRV1-graph", 900, residue),
-                                                                  _reading("MRV1-eager", 300, residue)])
+    _result(
+        logs,
+        "tests/sleep_wake/physical_memory_mrv1_graph",
+        [START, _reading("MRV1-graph", 900, residue), _reading("MRV1-eager", 300, residue)],
+    )
     assert _merge(tmp_path, monkeypatch, logs) == 0
     record = json.loads(path.read_text())["records"][residue]
-    assert (record["value"], record["run"], record["per_cell"]) == (300, "new-1", {"graph": {"run": "new-1",
-                                                                                              "value": 900}})
+    assert (record["value"], record["run"], record["per_cell"]) == (
+        300,
+        "new-1",
+        {"graph": {"run": "new-1", "value": 900}},
+    )
     assert (record["runs"], record["n"], record["cells"]) == (["new-1"], 2, "2 cells")
-    assert record["history"][-1]["text"] == ("this run's extreme 300 over 1 reading in 1 cell; graph: 900 over 1 "
-                                             "reading in 1 cell")
+    assert record["history"][-1]["text"] == (
+        "this run's extreme 300 over 1 reading in 1 cell; graph: 900 over 1 reading in 1 cell"
+    )
 
 
 def test_merge_warns_when_a_bound_fails_a_healthy_extreme(tmp_path, monkeypatch, capsys):
@@ -135,12 +183,41 @@ def test_merge_refuses_what_it_cannot_record(tmp_path, monkeypatch, capsys):
     _result(logs, "tests/sleep_wake/latency_mrv1_eager", [_reading("MRV1-eager", 0.03)])  # no identity, no time
     assert _merge(tmp_path, monkeypatch, logs) == 2
     assert "do not say the run's release, gpus, date" in capsys.readouterr().err
-    assert _merge(tmp_path, monkeypatch, logs, "--release", "0.26.0", "--gpus", "1 x H200", "--date", "2026-12-03",
-                  run="old-1") == 2
+    assert (
+        _merge(
+            tmp_path,
+            monkeypatch,
+            logs,
+            "--release",
+            "0.26.0",
+            "--gpus",
+            "1 x H200",
+            "--date",
+            "2026-12-03",
+            run="old-1",
+        )
+        == 2
+    )
     assert "run 'old-1' is already in the noise records" in capsys.readouterr().err
     monkeypatch.setattr(noise_floor, "ROOT", str(tmp_path))
-    assert noise_floor.main(["noise_floor", "--merge", "--run", "x", "--doc", "docs/none.md", "--what", "w",
-                             "--data", str(path), str(logs)]) == 2
+    assert (
+        noise_floor.main(
+            [
+                "noise_floor",
+                "--merge",
+                "--run",
+                "x",
+                "--doc",
+                "docs/none.md",
+                "--what",
+                "w",
+                "--data",
+                str(path),
+                str(logs),
+            ]
+        )
+        == 2
+    )
     assert "no such page" in capsys.readouterr().err
     other = IDENTITY.replace("0.26.0", "0.25.0")
     _result(logs, "tests/sleep_wake/latency_mrv2_graph", [{**START, "vllm_identity": other}])
@@ -162,12 +239,33 @@ def test_merge_of_a_run_changes_only_its_records(tmp_path, monkeypatch, capsys):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "run.md").write_text("# the run\n")
     monkeypatch.setattr(noise_floor, "ROOT", str(tmp_path))
-    assert noise_floor.main(["noise_floor", "--merge", "--run", "fixture", "--doc", "docs/run.md", "--what", "w",
-                             "--data", str(path), FIXTURE_RUN]) == 0
+    assert (
+        noise_floor.main(
+            [
+                "noise_floor",
+                "--merge",
+                "--run",
+                "fixture",
+                "--doc",
+                "docs/run.md",
+                "--what",
+                "w",
+                "--data",
+                str(path),
+                FIXTURE_RUN,
+            ]
+        )
+        == 0
+    )
     merged = json.loads(path.read_text())
     read = {"sleep_s_max", "wake_s_max", "cycle_s_max", "level1_residue_bytes_max", "sleep_freed_kv_fraction_min"}
-    assert merged["runs"]["fixture"] == {"date": "2026-12-03", "doc": "docs/run.md", "gpus": "1 x H200",
-                                         "release": "0.26.0", "what": "w"}
+    assert merged["runs"]["fixture"] == {
+        "date": "2026-12-03",
+        "doc": "docs/run.md",
+        "gpus": "1 x H200",
+        "release": "0.26.0",
+        "what": "w",
+    }
     for name, record in merged["records"].items():
         before = checkout["records"][name]
         if name not in read:
@@ -175,6 +273,9 @@ def test_merge_of_a_run_changes_only_its_records(tmp_path, monkeypatch, capsys):
             continue
         assert record["runs"] == before["runs"] + ["fixture"], name
         assert (record["value"], record["run"], record["per_cell"]) == (
-            before["value"], before["run"], before["per_cell"]), name
+            before["value"],
+            before["run"],
+            before["per_cell"],
+        ), name
         assert record["history"][:-1] == before["history"] and record["history"][-1]["runs"] == ["fixture"]
     assert "healthy extreme" not in capsys.readouterr().out  # no extreme moved

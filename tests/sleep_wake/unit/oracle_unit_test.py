@@ -23,8 +23,11 @@ def test_a_failure_carries_id_measured_and_bound():
     f = e.value
     assert (f.oracle_id, f.measured, f.bound, f.relation) == ("flags.is_sleeping", False, True, "==")
     assert "[oracle flags.is_sleeping]" in str(f) and isinstance(f, AssertionError)
-    assert oracle.properties(f) == [("oracle", "flags.is_sleeping"), ("oracle_measured", "False"),
-                                    ("oracle_bound", "== True")]
+    assert oracle.properties(f) == [
+        ("oracle", "flags.is_sleeping"),
+        ("oracle_measured", "False"),
+        ("oracle_bound", "== True"),
+    ]
 
 
 def test_an_unknown_id_is_refused():
@@ -85,11 +88,11 @@ def test_bounded_median_fails_a_slow_wake_under_either_condition(tmp_path):
     fails from 0.70 s (slower_wake's)."""
     rec = measure.Recorder(path=str(tmp_path / "m.jsonl"))
     with pytest.raises(oracle.OracleFailure, match="no neighbour in a start step.*'wake_s_max'"):
-        oracle.bounded_median(rec, "latency.wake", [x + 0.42 for x in MOSTLY_QUIET[0]], MOSTLY_QUIET[1],
-                              "MRV2-eager", "full wakes")
+        oracle.bounded_median(
+            rec, "latency.wake", [x + 0.42 for x in MOSTLY_QUIET[0]], MOSTLY_QUIET[1], "MRV2-eager", "full wakes"
+        )
     with pytest.raises(oracle.OracleFailure, match="wake_beside_start_s_max"):
-        oracle.bounded_median(rec, "latency.wake", [x + 0.70 for x in LOADED[0]], LOADED[1], "MRV2-eager",
-                              "full wakes")
+        oracle.bounded_median(rec, "latency.wake", [x + 0.70 for x in LOADED[0]], LOADED[1], "MRV2-eager", "full wakes")
 
 
 def test_bounded_median_needs_a_condition_per_sample_and_a_bound_of_the_oracles_own(tmp_path):
@@ -117,7 +120,7 @@ def test_together_reports_every_failing_oracle(tmp_path):
         oracle.equal("flags.gauge", "(0,1,0)", "(1,0,0)", "gauge")
 
 
-_INNER = '''
+_INNER = """
 import pytest
 from tests.sleep_wake.lib import oracle
 
@@ -136,21 +139,39 @@ def test_setup_oracle(broken):
 
 def test_passes():
     pass
-'''
+"""
 
 
 def test_the_junit_xml_records_the_oracle_of_each_failed_case(tmp_path):
     (tmp_path / "conftest.py").write_text(
-        "from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401\n")
+        "from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401\n"
+    )
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(_INNER))
     xml = tmp_path / "junit.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path),
-                    f"--junitxml={xml}", "-o", "junit_family=xunit2", f"--rootdir={tmp_path}"],
-                   cwd=WORKSPACE, env={**os.environ, "PYTHONPATH": WORKSPACE}, capture_output=True, check=False)
-    cases = {tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")}
-             for tc in ET.parse(xml).getroot().iter("testcase")}
-    assert cases["test_oracle"] == {"oracle": "flags.gauge", "oracle_measured": "(1,0,0)",
-                                    "oracle_bound": "== (0,1,0)"}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path),
+            f"--junitxml={xml}",
+            "-o",
+            "junit_family=xunit2",
+            f"--rootdir={tmp_path}",
+        ],
+        cwd=WORKSPACE,
+        env={**os.environ, "PYTHONPATH": WORKSPACE},
+        capture_output=True,
+        check=False,
+    )
+    cases = {
+        tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")}
+        for tc in ET.parse(xml).getroot().iter("testcase")
+    }
+    assert cases["test_oracle"] == {"oracle": "flags.gauge", "oracle_measured": "(1,0,0)", "oracle_bound": "== (0,1,0)"}
     assert cases["test_foreign_exception_named_like_an_oracle_flags_gauge"] == {}
     assert cases["test_setup_oracle"]["oracle"] == "api.status"
     assert cases["test_passes"] == {}
@@ -170,12 +191,17 @@ def _checks_outside_oracles(path: str) -> list[str]:
 
 
 def test_every_check_of_the_suite_is_an_oracle():
-    files = sorted(glob.glob(os.path.join(SUITE, "test_*.py")) + glob.glob(os.path.join(SUITE, "lib", "*.py"))
-                   + [os.path.join(SUITE, "conftest.py")])
+    files = sorted(
+        glob.glob(os.path.join(SUITE, "test_*.py"))
+        + glob.glob(os.path.join(SUITE, "lib", "*.py"))
+        + [os.path.join(SUITE, "conftest.py")]
+    )
     assert len(files) > 20, f"found only {files} (Bazel: the test files and lib/ are this test's data)"
     bare = [hit for f in files for hit in _checks_outside_oracles(f)]
-    assert not bare, ("checks that bypass the oracles (use oracle.equal/holds/bounded with an id of "
-                      f"oracle.ORACLES, or oracle.Precondition for set-up): {bare}")
+    assert not bare, (
+        "checks that bypass the oracles (use oracle.equal/holds/bounded with an id of "
+        f"oracle.ORACLES, or oracle.Precondition for set-up): {bare}"
+    )
 
 
 def test_the_lint_sees_a_bare_assert(tmp_path):
@@ -190,8 +216,12 @@ def test_every_oracle_id_a_test_names_exists():
         tree = ast.parse(open(f, encoding="utf-8").read())
         formatted = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
         for node in ast.walk(tree):
-            if (id(node) not in formatted and isinstance(node, ast.Constant) and isinstance(node.value, str)
-                    and node.value.count(".") == 1):
+            if (
+                id(node) not in formatted
+                and isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.count(".") == 1
+            ):
                 head = node.value.split(".")[0]
                 if head in {o.split(".")[0] for o in oracle.ORACLES}:
                     named.add(node.value)

@@ -28,22 +28,39 @@ RELEASES = ("0.24.0", "0.25.0", "0.26.0")
 RESET_PREFIX_CACHE = {"0.24.0": b"", "0.25.0": b"", "0.26.0": b'{"success":true}'}
 RESET_PREFIX_CACHE_BUSY_0_26_0 = b'{"success":false}'  # running requests hold blocks
 
-_CHOICE = {"index": 0, "text": " the the", "logprobs": {"text_offset": [0, 4], "token_logprobs": [-0.25, -0.5],
-                                                       "tokens": [" the", " the"],
-                                                       "top_logprobs": [{" the": -0.25}, {" the": -0.5}]},
-           "finish_reason": "length", "stop_reason": None, "token_ids": [11, 11], "prompt_logprobs": None,
-           "prompt_token_ids": None, "routed_experts": None}
+_CHOICE = {
+    "index": 0,
+    "text": " the the",
+    "logprobs": {
+        "text_offset": [0, 4],
+        "token_logprobs": [-0.25, -0.5],
+        "tokens": [" the", " the"],
+        "top_logprobs": [{" the": -0.25}, {" the": -0.5}],
+    },
+    "finish_reason": "length",
+    "stop_reason": None,
+    "token_ids": [11, 11],
+    "prompt_logprobs": None,
+    "prompt_token_ids": None,
+    "routed_experts": None,
+}
 
 
 def _completion(version: str) -> dict:
     details = {"cached_tokens": 16, "multimodal_tokens": None}
     if version == "0.26.0":
         details = {"cached_tokens": 16, "created_cache_tokens": None, "multimodal_tokens": None}
-    body = {"id": "cmpl-8f1c", "object": "text_completion", "created": 1764460800, "model": "synthetic_qwen3",
-            "choices": [dict(_CHOICE)], "service_tier": None, "system_fingerprint": None,
-            "usage": {"prompt_tokens": 20, "total_tokens": 22, "completion_tokens": 2,
-                      "prompt_tokens_details": details},
-            "kv_transfer_params": None}
+    body = {
+        "id": "cmpl-8f1c",
+        "object": "text_completion",
+        "created": 1764460800,
+        "model": "synthetic_qwen3",
+        "choices": [dict(_CHOICE)],
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": {"prompt_tokens": 20, "total_tokens": 22, "completion_tokens": 2, "prompt_tokens_details": details},
+        "kv_transfer_params": None,
+    }
     if version == "0.26.0":
         body["ec_transfer_params"] = None
     if version in ("0.25.0", "0.26.0"):
@@ -56,9 +73,10 @@ def _completion(version: str) -> dict:
 COMPLETION = {v: _completion(v) for v in RELEASES}
 
 # The same request with --enable-prompt-tokens-details off: details null, so cached_tokens is unknown.
-COMPLETION_WITHOUT_DETAILS = dict(COMPLETION["0.26.0"],
-                                  usage={"prompt_tokens": 20, "total_tokens": 22, "completion_tokens": 2,
-                                         "prompt_tokens_details": None})
+COMPLETION_WITHOUT_DETAILS = dict(
+    COMPLETION["0.26.0"],
+    usage={"prompt_tokens": 20, "total_tokens": 22, "completion_tokens": 2, "prompt_tokens_details": None},
+)
 
 # Streamed (stream_options.include_usage): a token chunk (exclude_unset), the final usage chunk
 # (exclude_none), [DONE]. The same in the three releases.
@@ -72,14 +90,17 @@ STREAM = (
     'data: {"id":"cmpl-8f1c","object":"text_completion","created":1764460800,"model":"synthetic_qwen3",'
     '"choices":[],"usage":{"prompt_tokens":20,"total_tokens":22,"completion_tokens":2,'
     '"prompt_tokens_details":{"cached_tokens":16}}}\n\n'
-    "data: [DONE]\n\n")
+    "data: [DONE]\n\n"
+)
 
 IS_SLEEPING = b'{"is_sleeping":true}'
 COLLECTIVE_RPC_RELOAD = b'{"results":[null]}'  # one worker; Worker.reload_weights returns None
 LOAD = b'{"server_load":1}'
 VERSION = {v: ('{"version":"%s"}' % v).encode() for v in RELEASES}
-SLEEP_LEVEL_NOT_INTEGER = (b'{"error":{"message":"invalid literal for int() with base 10: \'abc\'",'
-                           b'"type":"BadRequestError","param":null,"code":400}}')
+SLEEP_LEVEL_NOT_INTEGER = (
+    b'{"error":{"message":"invalid literal for int() with base 10: \'abc\'",'
+    b'"type":"BadRequestError","param":null,"code":400}}'
+)
 
 METRICS = """\
 # HELP vllm:engine_sleep_state Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.

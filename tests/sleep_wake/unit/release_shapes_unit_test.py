@@ -54,15 +54,27 @@ def replay():
     servers = []
 
     def make(routes):
-        servers.append(Replay({k: (v[0], v[1] if isinstance(v[1], bytes) else v[1].encode(),
-                                   v[2] if len(v) > 2 else "application/json") for k, v in routes.items()}))
+        servers.append(
+            Replay(
+                {
+                    k: (
+                        v[0],
+                        v[1] if isinstance(v[1], bytes) else v[1].encode(),
+                        v[2] if len(v) > 2 else "application/json",
+                    )
+                    for k, v in routes.items()
+                }
+            )
+        )
         return servers[-1].client
+
     yield make
     for s in servers:
         s.close()
 
 
 # --- shape differences: read alike -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("version", rr.RELEASES)
 def test_reset_prefix_cache_success_or_unreported(replay, version):
@@ -95,14 +107,18 @@ def test_stream_reads_token_ids_and_finish(replay):
 
 @pytest.mark.parametrize("version", rr.RELEASES)
 def test_identical_endpoints(replay, version):
-    client = replay({("GET", "/is_sleeping"): (200, rr.IS_SLEEPING),
-                     ("POST", "/collective_rpc"): (200, rr.COLLECTIVE_RPC_RELOAD),
-                     ("GET", "/load"): (200, rr.LOAD),
-                     ("GET", "/version"): (200, rr.VERSION[version]),
-                     ("GET", "/metrics"): (200, rr.METRICS, "text/plain; version=0.0.4; charset=utf-8"),
-                     ("POST", "/sleep"): (200, b""),
-                     ("POST", "/wake_up"): (200, b""),
-                     ("GET", "/health"): (200, b"")})
+    client = replay(
+        {
+            ("GET", "/is_sleeping"): (200, rr.IS_SLEEPING),
+            ("POST", "/collective_rpc"): (200, rr.COLLECTIVE_RPC_RELOAD),
+            ("GET", "/load"): (200, rr.LOAD),
+            ("GET", "/version"): (200, rr.VERSION[version]),
+            ("GET", "/metrics"): (200, rr.METRICS, "text/plain; version=0.0.4; charset=utf-8"),
+            ("POST", "/sleep"): (200, b""),
+            ("POST", "/wake_up"): (200, b""),
+            ("GET", "/health"): (200, b""),
+        }
+    )
     assert client.is_sleeping() is True and client.load() == 1 and client.version() == version
     assert client.reload_weights() == {"results": [None]}
     assert client.sleep_state() == metrics.GAUGE_LEVEL1 and generated_tokens(client) == 4096.0
@@ -125,6 +141,7 @@ def test_invalid_level_is_400(replay):
 
 # --- behaviour differences: errors whatever the release -----------------------------------------
 
+
 def test_reset_prefix_cache_refused_fails_its_oracle(replay):
     client = replay({("POST", "/reset_prefix_cache"): (200, rr.RESET_PREFIX_CACHE_BUSY_0_26_0)})
     with pytest.raises(oracle.OracleFailure) as e:
@@ -132,11 +149,14 @@ def test_reset_prefix_cache_refused_fails_its_oracle(replay):
     assert e.value.oracle_id == "api.reset_prefix_cache_result" and e.value.measured is False
 
 
-@pytest.mark.parametrize("body,match", [
-    (b"{}", "expected"),
-    (b'{"success":"yes"}', "expected"),
-    (b"OK", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "body,match",
+    [
+        (b"{}", "expected"),
+        (b'{"success":"yes"}', "expected"),
+        (b"OK", "not JSON"),
+    ],
+)
 def test_reset_prefix_cache_failures(replay, body, match):
     client = replay({("POST", "/reset_prefix_cache"): (200, body)})
     with pytest.raises(ServerResponseError, match=match):
@@ -165,8 +185,9 @@ def test_completion_without_token_ids_is_an_error():
 
 
 def test_stream_chunk_without_token_ids_is_an_error(replay):
-    client = replay({("POST", "/v1/completions"): (200, rr.STREAM.replace(',"token_ids":[11]', ""),
-                                                   "text/event-stream")})
+    client = replay(
+        {("POST", "/v1/completions"): (200, rr.STREAM.replace(',"token_ids":[11]', ""), "text/event-stream")}
+    )
     assert "without token_ids" in client.complete_stream("twenty words", max_tokens=2).error
 
 
@@ -178,6 +199,7 @@ def test_version_must_be_a_string(replay, body):
 
 
 # --- the fake serves the shapes of the release it claims ------------------------------------------
+
 
 def _shape(value):
     """Keys all the way down (list items by their first element), values dropped; top_logprobs maps
@@ -196,5 +218,4 @@ def test_the_fake_serves_the_releases_shapes(version):
         assert client.version() == version
         raw = client.raw("POST", "/v1/completions", json=client.completion_body("a b", 2, logprobs=1)).json()
         assert _shape(raw) == _shape(rr.COMPLETION[version])
-        assert client.raw("POST", "/reset_prefix_cache").content.replace(b" ", b"") == \
-            rr.RESET_PREFIX_CACHE[version]
+        assert client.raw("POST", "/reset_prefix_cache").content.replace(b" ", b"") == rr.RESET_PREFIX_CACHE[version]

@@ -23,8 +23,7 @@ def test_allocator_sleeps_tell_level1_from_level2_by_the_backup():
 
 def test_worker_sleeps_read_freed_and_used():
     sleeps = server_log.worker_sleeps(LOG)
-    assert [(round(s.freed_bytes / GiB, 2), round(s.used_bytes / GiB, 2)) for s in sleeps] == [
-        (2.52, 0.88), (2.9, 0.5)]
+    assert [(round(s.freed_bytes / GiB, 2), round(s.used_bytes / GiB, 2)) for s in sleeps] == [(2.52, 0.88), (2.9, 0.5)]
 
 
 def test_a_server_that_never_slept_has_no_entries(tmp_path):

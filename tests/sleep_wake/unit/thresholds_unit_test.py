@@ -30,10 +30,21 @@ def test_policy_covers_every_layer():
 
 
 def test_entries_the_suites_need_exist():
-    needed = {"level1_bytes_fraction_max", "level2_bytes_fraction_max", "weights_wake_bytes_fraction_max",
-              "leak_bytes_per_cycle_max", "logprob_drift_max", "request_completion_s_max", "race_timeout_s",
-              "abort_s_max", "held_request_window_s", "sleep_s_max", "wake_s_max", "staged_wake_s_max",
-              "cycle_s_max"}
+    needed = {
+        "level1_bytes_fraction_max",
+        "level2_bytes_fraction_max",
+        "weights_wake_bytes_fraction_max",
+        "leak_bytes_per_cycle_max",
+        "logprob_drift_max",
+        "request_completion_s_max",
+        "race_timeout_s",
+        "abort_s_max",
+        "held_request_window_s",
+        "sleep_s_max",
+        "wake_s_max",
+        "staged_wake_s_max",
+        "cycle_s_max",
+    }
     assert needed <= set(thresholds.TABLE)
     assert thresholds.get("logprob_drift_max") == 1e-2
 
@@ -51,8 +62,9 @@ def test_every_threshold_the_test_classes_name_exists():
 
 
 def test_per_cell_precedence(monkeypatch):
-    t = thresholds.Threshold("x", 1.0, "s", thresholds.MECHANISM, "unit test",
-                             per_cell={"graph": 2.0, "mrv2": 3.0, "mrv2-graph": 4.0})
+    t = thresholds.Threshold(
+        "x", 1.0, "s", thresholds.MECHANISM, "unit test", per_cell={"graph": 2.0, "mrv2": 3.0, "mrv2-graph": 4.0}
+    )
     monkeypatch.setitem(thresholds.TABLE, "x", t)
     assert thresholds.get("x") == 1.0
     assert thresholds.get("x", "MRV1-eager") == 1.0
@@ -77,7 +89,8 @@ def test_known_divergence_pins_source_line():
 @pytest.mark.parametrize("d", list(thresholds.KNOWN_DIVERGENCES.values()), ids=lambda d: d.name)
 def test_every_divergence_is_complete(d):
     assert d.versions and set(d.versions) <= set(releases.SUPPORTED), (
-        f"{d.name}: versions {d.versions} must be supported releases {releases.SUPPORTED}")
+        f"{d.name}: versions {d.versions} must be supported releases {releases.SUPPORTED}"
+    )
     # A pin that expects the same either way could never show a fix.
     assert d.observed != d.documented, f"{d.name}: observed and documented must differ"
     assert all(v in d.reason for v in d.versions), f"{d.name}: the reason must cite each listed release"
@@ -102,8 +115,11 @@ _PINNED = re.compile(r'thresholds\.divergence\(\s*"([a-z0-9_]+)"')
 
 def test_every_divergence_is_pinned_by_a_test():
     suite = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = (glob.glob(os.path.join(suite, "test_*.py")) + glob.glob(os.path.join(suite, "lib", "*.py"))
-             + glob.glob(os.path.join(suite, "walk", "*.py")))
+    files = (
+        glob.glob(os.path.join(suite, "test_*.py"))
+        + glob.glob(os.path.join(suite, "lib", "*.py"))
+        + glob.glob(os.path.join(suite, "walk", "*.py"))
+    )
     pinned = {name for f in files for name in _PINNED.findall(open(f).read())}
     # The walk's terminal probes look each of theirs up by name (walk/driver.py Walker.probe).
     pinned |= set(walk_operations.TERMINAL_ORACLES)
@@ -136,7 +152,7 @@ def test_every_mechanism_bound_sits_near_its_noise(t):
         noise = t.recorded_noise()
     except thresholds.NoiseRecordError as e:
         pytest.fail(f"{t.name}: {e}")
-    assert noise is not None, f"{t.name}: its noise record {t.record!r} holds no healthy extreme (\"value\")"
+    assert noise is not None, f'{t.name}: its noise record {t.record!r} holds no healthy extreme ("value")'
     assert noise.runs >= 3, f"{t.name}: noise from {noise.runs} runs; the policy needs >= 3"
     assert set(noise.per_cell) <= set(t.per_cell), f"{t.name}: noise for per_cell keys it does not have"
     for key in [None, *t.per_cell]:
@@ -145,17 +161,18 @@ def test_every_mechanism_bound_sits_near_its_noise(t):
         where = f"{t.name}{f' ({key})' if key else ''}"
         if noise_value == 0:
             assert t.granule and value == t.granule and t.strict, (
-                f"{where}: healthy servers showed 0, so the bound is one granule with a strict <, not {value:g}")
+                f"{where}: healthy servers showed 0, so the bound is one granule with a strict <, not {value:g}"
+            )
             continue
         assert t.factor(key) >= 1, f"{where}: the bound {value:g} fails the healthy {noise_value:g}"
         assert t.factor(key) <= thresholds.NOISE_FACTOR_MAX, (
             f"{where}: {value:g} is {t.factor(key):.2f}x its healthy extreme {noise_value:g}; at most "
-            f"{thresholds.NOISE_FACTOR_MAX:g}x (or write why it is a contract, not a mechanism bound)")
+            f"{thresholds.NOISE_FACTOR_MAX:g}x (or write why it is a contract, not a mechanism bound)"
+        )
 
 
 def test_the_policy_test_sees_a_loose_bound(monkeypatch):
-    loose = dataclasses.replace(thresholds.TABLE["leak_bytes_per_cycle_max"], value=4 * thresholds.MiB,
-                                strict=False)
+    loose = dataclasses.replace(thresholds.TABLE["leak_bytes_per_cycle_max"], value=4 * thresholds.MiB, strict=False)
     with pytest.raises(AssertionError, match="one granule with a strict <"):
         test_every_mechanism_bound_sits_near_its_noise(loose)
     far = dataclasses.replace(thresholds.TABLE["host_leak_bytes_per_cycle_max"], value=16 * thresholds.MiB)
@@ -205,14 +222,17 @@ def test_the_noise_records_are_whole():
         if "value" in record:
             assert record["n"] is None or record["n"] > 0, f"{name}: n is a count of readings or null"
             assert record.get("run") is None or record["run"] in record["runs"], (
-                f"{name}: the run that set the extreme is not among the record's runs")
+                f"{name}: the run that set the extreme is not among the record's runs"
+            )
     for run_id, run in runs.items():
         assert set(run) == {"date", "doc", "gpus", "release", "what"}, f"run {run_id}: fields {sorted(run)}"
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", run["date"]), f"run {run_id}: date {run['date']!r}"
         assert run["doc"].startswith("docs/") and run["doc"].endswith(".md"), (
-            f"run {run_id}: doc {run['doc']!r} must be the docs/ page that tells the run")
+            f"run {run_id}: doc {run['doc']!r} must be the docs/ page that tells the run"
+        )
         assert releases.public(run["release"]) in releases.SUPPORTED or run["release"] == "unknown", (
-            f"run {run_id}: release {run['release']!r}")
+            f"run {run_id}: release {run['release']!r}"
+        )
 
 
 def test_the_noise_file_is_written_sorted():
@@ -221,7 +241,8 @@ def test_the_noise_file_is_written_sorted():
         text = f.read()
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", (
         f"{thresholds.NOISE_FILE} is not in its canonical layout (indent 2, sorted keys): write it with "
-        "noise_floor --merge, or json.dump(data, f, indent=2, sort_keys=True) and a newline")
+        "noise_floor --merge, or json.dump(data, f, indent=2, sort_keys=True) and a newline"
+    )
 
 
 # A date, a MEASURED_* constant, a session, or a run letter ("run E", "runs B-D").
@@ -242,7 +263,8 @@ def test_no_entry_is_an_unmeasured_guess():
     for t in thresholds.TABLE.values():
         if t.layer == thresholds.CONTRACT and t.recorded_noise() is None:
             assert "contract" in t.source or "observation window" in t.source, (
-                f"{t.name}: a contract bound without a measurement says why it is a contract")
+                f"{t.name}: a contract bound without a measurement says why it is a contract"
+            )
 
 
 def test_the_bounds_page_is_generated_from_the_table():
@@ -250,4 +272,5 @@ def test_the_bounds_page_is_generated_from_the_table():
     with open(page, encoding="utf-8") as f:
         committed = f.read()
     assert committed == bounds_doc.render(), (
-        "docs/thresholds.md is stale: run `python3 -m tests.sleep_wake.lib.bounds_doc > docs/thresholds.md`")
+        "docs/thresholds.md is stale: run `python3 -m tests.sleep_wake.lib.bounds_doc > docs/thresholds.md`"
+    )

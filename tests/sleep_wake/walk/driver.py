@@ -24,6 +24,7 @@ from tests.sleep_wake.walk.model import State
 @dataclasses.dataclass
 class Step:
     """One step that ran: the state before, the operation, the state the model says it left."""
+
     before: State
     op: ops.Operation
     after: State
@@ -105,8 +106,9 @@ class Walker:
                 try:
                     self.step(op)
                 except oracle.OracleFailure as failure:
-                    raise plan.with_replay(failure, seed, shard, walk, i, start, self.tier.replay_on,
-                                           self.tier.pick(shard)) from None
+                    raise plan.with_replay(
+                        failure, seed, shard, walk, i, start, self.tier.replay_on, self.tier.pick(shard)
+                    ) from None
 
     def probe(self, walk) -> str:
         """A terminal probe (plan.terminal_probes): the walk to a terminal pair, then its call, judged with
@@ -120,8 +122,10 @@ class Walker:
         before = self.state
         name = ops.terminal(last, before)
         if name is None:
-            raise oracle.Precondition(f"walk probe: {last} in ({before.describe()}) is no terminal pair; "
-                                      "plan.terminal_probes made a probe that is not one")
+            raise oracle.Precondition(
+                f"walk probe: {last} in ({before.describe()}) is no terminal pair; "
+                "plan.terminal_probes made a probe that is not one"
+            )
         pin = thresholds.divergence(name, self.version)
         where = f"probe {last} from ({before.describe()})"
         self.tier.terminal(last, before, pin, where)

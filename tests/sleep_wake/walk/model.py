@@ -74,6 +74,7 @@ class State:
     queued: the kinds of requests sent while scheduling was paused (QUEUED_KINDS), waiting in the
       scheduler's queue until scheduling resumes or an abort sleep ends them.
     """
+
     level: int | None = None
     asleep_tags: frozenset = frozenset()
     pause: str | None = None
@@ -101,9 +102,19 @@ class State:
 
     def sort_key(self) -> tuple:
         """A total order independent of hash seeds (frozenset and None do not sort by themselves)."""
-        return (-1 if self.level is None else self.level, tuple(sorted(self.asleep_tags)), self.pause or "",
-                -1 if self.gauge_level is None else self.gauge_level, self.weights or "", self.model_path,
-                self.host_cached, self.prefix or "", self.held or "", self.held_kv, tuple(sorted(self.queued)))
+        return (
+            -1 if self.level is None else self.level,
+            tuple(sorted(self.asleep_tags)),
+            self.pause or "",
+            -1 if self.gauge_level is None else self.gauge_level,
+            self.weights or "",
+            self.model_path,
+            self.host_cached,
+            self.prefix or "",
+            self.held or "",
+            self.held_kv,
+            tuple(sorted(self.queued)),
+        )
 
     def describe(self) -> str:
         where = "awake" if self.level is None else f"level {self.level}"
@@ -154,8 +165,10 @@ def _inconsistency(s: State) -> str | None:
     if (s.held is not None or s.queued) and not s.paused:
         return "requests wait only while scheduling is paused: the wake that resumes it runs them"
     if s.held_kv and (s.held is None or s.pause != PAUSE_ALL or s.level != 0):
-        return ("a held request keeps its KV blocks only under a level-0 keep: a new-requests pause "
-                "drains it, a level >= 1 sleep's cache reset preempts it")
+        return (
+            "a held request keeps its KV blocks only under a level-0 keep: a new-requests pause "
+            "drains it, a level >= 1 sleep's cache reset preempts it"
+        )
     if s.held is not None and not s.held_kv and not s.asleep_tags:
         return "a preempted request runs again with the wake that leaves no tag asleep"
     if not set(s.queued) <= set(QUEUED_KINDS):
@@ -171,6 +184,7 @@ class Sizes:
     """Readings of one server taken at the start of its first walk (state INITIAL, after a forward):
     awake_bytes its processes' GPU bytes (NVML), weights_bytes the checkpoint's tensor bytes,
     kv_bytes the KV cache it was given (SLEEPWAKE_KV_CACHE_BYTES)."""
+
     awake_bytes: int
     weights_bytes: int
     kv_bytes: int
@@ -190,6 +204,7 @@ class Bound:
 @dataclasses.dataclass(frozen=True)
 class Band:
     """Bytes predicted for a state: every bound must hold, each failing one fails its own oracle."""
+
     bounds: tuple
 
     @property
@@ -285,6 +300,7 @@ class InFlight:
     ends: "aborted" before /sleep answers; "completed" by length before /sleep answers; "held": open
     and silent while paused, until the wake that resumes scheduling (a level-0 keep keeps its KV
     blocks; a level >= 1 keep's cache reset preempts it, and the wake recomputes what it had)."""
+
     ends: str
     oracles: tuple
 
@@ -299,8 +315,10 @@ IN_FLIGHT = {
 
 def in_flight_outcome(mode: str, level: int) -> InFlight:
     if mode not in IN_FLIGHT or level not in LEVELS:
-        raise ValueError(f"no request in flight is modelled for /sleep?level={level}&mode={mode}; modes are "
-                         f"{tuple(IN_FLIGHT)}, levels {LEVELS}")
+        raise ValueError(
+            f"no request in flight is modelled for /sleep?level={level}&mode={mode}; modes are "
+            f"{tuple(IN_FLIGHT)}, levels {LEVELS}"
+        )
     return IN_FLIGHT[mode]
 
 
@@ -340,29 +358,63 @@ def device_band(state: State, sizes: Sizes, cell_id: str) -> Band:
     freed_kv = kv * thresholds.get("sleep_freed_kv_fraction_min", cell_id)
     asleep = state.asleep_tags
     if not asleep:
-        return Band((Bound("device_bytes.wake_shortfall", ">=", awake - shortfall, "every pool resident"),
-                     Bound("device_bytes.wake_growth", "<=", awake + growth, "every pool resident")))
+        return Band(
+            (
+                Bound("device_bytes.wake_shortfall", ">=", awake - shortfall, "every pool resident"),
+                Bound("device_bytes.wake_growth", "<=", awake + growth, "every pool resident"),
+            )
+        )
     if asleep == {WEIGHTS, KV_CACHE} and state.level == 1:
-        return Band((Bound("device_bytes.level1_asleep", "<=",
-                           awake * thresholds.get("level1_bytes_fraction_max", cell_id), "asleep at level 1"),
-                     Bound("device_bytes.level1_residue", "<=",
-                           thresholds.get("level1_residue_bytes_max", cell_id), "asleep at level 1"),
-                     Bound("device_bytes.level1_freed_kv", "<=", awake - freed_kv, "asleep at level 1")))
+        return Band(
+            (
+                Bound(
+                    "device_bytes.level1_asleep",
+                    "<=",
+                    awake * thresholds.get("level1_bytes_fraction_max", cell_id),
+                    "asleep at level 1",
+                ),
+                Bound(
+                    "device_bytes.level1_residue",
+                    "<=",
+                    thresholds.get("level1_residue_bytes_max", cell_id),
+                    "asleep at level 1",
+                ),
+                Bound("device_bytes.level1_freed_kv", "<=", awake - freed_kv, "asleep at level 1"),
+            )
+        )
     if asleep == {WEIGHTS, KV_CACHE}:
-        return Band((Bound("device_bytes.level2_asleep", "<=",
-                           awake * thresholds.get("level2_bytes_fraction_max", cell_id), "asleep at level 2"),))
+        return Band(
+            (
+                Bound(
+                    "device_bytes.level2_asleep",
+                    "<=",
+                    awake * thresholds.get("level2_bytes_fraction_max", cell_id),
+                    "asleep at level 2",
+                ),
+            )
+        )
     if asleep == {KV_CACHE}:
         # Every pool but the KV cache resident: the awake bytes less the KV cache and what a sleep may leave
         # short; a weights wake that maps less than the checkpoint falls below it (the context alone is
         # more than the checkpoint's bytes, so those would bound nothing).
-        return Band((Bound("device_bytes.weights_wake_mapped", ">=", awake - kv - shortfall - w * err,
-                           "weights resident"),
-                     Bound("device_bytes.weights_wake_kv_unmapped", "<=", awake - freed_kv, "KV cache asleep"),
-                     Bound("device_bytes.weights_wake_fraction", "<=",
-                           awake * thresholds.get("weights_wake_bytes_fraction_max", cell_id), "KV cache asleep")))
-    return Band((Bound("device_bytes.kv_wake_mapped", ">=", awake - w * (1 + err) - shortfall, "KV cache resident"),
-                 Bound("device_bytes.kv_wake_weights_unmapped", "<=", awake - w * (1 - err) + growth,
-                       "weights asleep")))
+        return Band(
+            (
+                Bound("device_bytes.weights_wake_mapped", ">=", awake - kv - shortfall - w * err, "weights resident"),
+                Bound("device_bytes.weights_wake_kv_unmapped", "<=", awake - freed_kv, "KV cache asleep"),
+                Bound(
+                    "device_bytes.weights_wake_fraction",
+                    "<=",
+                    awake * thresholds.get("weights_wake_bytes_fraction_max", cell_id),
+                    "KV cache asleep",
+                ),
+            )
+        )
+    return Band(
+        (
+            Bound("device_bytes.kv_wake_mapped", ">=", awake - w * (1 + err) - shortfall, "KV cache resident"),
+            Bound("device_bytes.kv_wake_weights_unmapped", "<=", awake - w * (1 - err) + growth, "weights asleep"),
+        )
+    )
 
 
 # --- host bytes (VmRSS of the server's process tree) -----------------------------------------------
@@ -388,13 +440,21 @@ def host_band(state: State, version: str, host_awake: int, weights_bytes: int, c
     drift = thresholds.get("host_cycle_flat_max", cell_id) + thresholds.get("level2_host_bytes_max", cell_id)
     hi_copy = host_awake + weights_bytes * thresholds.get("host_copy_weights_ratio_max", cell_id) + drift
     if holds_host_copy(state):
-        return Band((Bound("host_bytes.level1_copy_min", ">=", lo_copy, "level-1 host copy held"),
-                     Bound("host_bytes.level1_copy_max", "<=", hi_copy, "level-1 host copy held")))
+        return Band(
+            (
+                Bound("host_bytes.level1_copy_min", ">=", lo_copy, "level-1 host copy held"),
+                Bound("host_bytes.level1_copy_max", "<=", hi_copy, "level-1 host copy held"),
+            )
+        )
     hi_oracle = "host_bytes.level2_asleep" if state.level == 2 and state.asleep_tags else "host_bytes.cycle_spread"
     if state.host_cached:
         kept = thresholds.divergence("host_copy_cached_after_wake", version).expected == host_memory.KEPT
         if kept:
-            return Band((Bound("host_bytes.retained_after_wake", ">=", lo_copy, "pinned block cached"),
-                         Bound("host_bytes.retained_after_wake", "<=", hi_copy, "pinned block cached")))
+            return Band(
+                (
+                    Bound("host_bytes.retained_after_wake", ">=", lo_copy, "pinned block cached"),
+                    Bound("host_bytes.retained_after_wake", "<=", hi_copy, "pinned block cached"),
+                )
+            )
         return Band((Bound("host_bytes.retained_after_wake", "<=", host_awake + drift, "host copy given back"),))
     return Band((Bound(hi_oracle, "<=", host_awake + drift, "no host copy ever made"),))

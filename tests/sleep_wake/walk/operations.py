@@ -29,8 +29,16 @@ from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk.model import KV_CACHE, PAUSE_ALL, PAUSE_NEW, WEIGHTS, State
 
 MODES = ("abort", "wait", "keep")
-WAKE_TAGS = (None, (WEIGHTS,), (KV_CACHE,), ("scheduling",), ("no_such_tag",), (WEIGHTS, KV_CACHE),
-             (WEIGHTS, "scheduling"), (KV_CACHE, "scheduling"))
+WAKE_TAGS = (
+    None,
+    (WEIGHTS,),
+    (KV_CACHE,),
+    ("scheduling",),
+    ("no_such_tag",),
+    (WEIGHTS, KV_CACHE),
+    (WEIGHTS, "scheduling"),
+    (KV_CACHE, "scheduling"),
+)
 RELOAD_PATHS = (None, "A", "B")
 GENERATES = ("generate_fresh", "generate_cached", "generate_n4", "generate_stream")
 # Requests in flight when a /sleep lands: none, one stream mid-decode, or (mode wait) that stream and a
@@ -48,9 +56,11 @@ FULL_WAKE_REMAPS = "full_wake_remaps_resident_pool"
 KV_FIRST_AFTER_LEVEL2 = "kv_first_wake_after_level2_restores_into_unmapped_weights"
 RELOAD_ASLEEP = "reload_while_weights_asleep"
 # The oracle each terminal pair's probe fails: its call's answer and the whole state after it.
-TERMINAL_ORACLES = {FULL_WAKE_REMAPS: "api.full_wake_from_partial",
-                    KV_FIRST_AFTER_LEVEL2: "api.kv_first_wake_after_level2",
-                    RELOAD_ASLEEP: "api.reload_while_weights_asleep"}
+TERMINAL_ORACLES = {
+    FULL_WAKE_REMAPS: "api.full_wake_from_partial",
+    KV_FIRST_AFTER_LEVEL2: "api.kv_first_wake_after_level2",
+    RELOAD_ASLEEP: "api.reload_while_weights_asleep",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +69,7 @@ class Operation:
     (tags,) with tags a tuple or None for a full wake, reload (path,) with path "A", "B" or None; the
     generates and reset_prefix_cache take none. str() is the operation's token in a replay script
     (plan.script)."""
+
     name: str
     params: tuple = ()
 
@@ -172,12 +183,19 @@ def reload(path: str | None = None) -> Operation:
 
 RESET_PREFIX_CACHE = Operation("reset_prefix_cache")
 
-ALL = ([Operation(name) for name in GENERATES]
-       + [sleep(level, mode, n) for level in model.LEVELS for mode in MODES for n in IN_FLIGHT_COUNTS
-          if n < 2 or mode == "wait"]
-       + [wake(tags) for tags in WAKE_TAGS]
-       + [reload(path) for path in RELOAD_PATHS]
-       + [RESET_PREFIX_CACHE])
+ALL = (
+    [Operation(name) for name in GENERATES]
+    + [
+        sleep(level, mode, n)
+        for level in model.LEVELS
+        for mode in MODES
+        for n in IN_FLIGHT_COUNTS
+        if n < 2 or mode == "wait"
+    ]
+    + [wake(tags) for tags in WAKE_TAGS]
+    + [reload(path) for path in RELOAD_PATHS]
+    + [RESET_PREFIX_CACHE]
+)
 BY_TOKEN = {str(op): op for op in ALL}
 
 
@@ -226,13 +244,17 @@ def _why_not(op: Operation, s: State) -> str | None:
         return f"no operation named {op.name!r}"
     divergence = terminal(op, s)
     if divergence:
-        return (f"known divergence {divergence}: on the releases it lists the server is not usable after it, "
-                "so only a shard's last step makes it (plan.terminal_probes)")
+        return (
+            f"known divergence {divergence}: on the releases it lists the server is not usable after it, "
+            "so only a shard's last step makes it (plan.terminal_probes)"
+        )
     if op.name in GENERATES:
         if op.name == "generate_cached" and not model.can_run(s) and "long" in s.queued:
-            return ("a second request of the long prompt waiting beside the first: both are scheduled in one "
-                    "step when scheduling resumes, and whether the second hits the first one's blocks is the "
-                    "scheduler's timing, which no model predicts")
+            return (
+                "a second request of the long prompt waiting beside the first: both are scheduled in one "
+                "step when scheduling resumes, and whether the second hits the first one's blocks is the "
+                "scheduler's timing, which no model predicts"
+            )
         return None
     if op.name == "sleep":
         level, mode, in_flight = op.params
@@ -264,13 +286,13 @@ def _sleep(op: Operation, s: State) -> State:
             queued = queued | {"plain"}
     elif in_flight:  # keep: the request in flight freezes where it is
         held, held_kv = model.served(s), True
-    change = dict(pause=PAUSE_ALL if mode == "keep" else PAUSE_NEW, gauge_level=level, held=held,
-                  held_kv=held_kv, queued=queued)
+    change = dict(
+        pause=PAUSE_ALL if mode == "keep" else PAUSE_NEW, gauge_level=level, held=held, held_kv=held_kv, queued=queued
+    )
     if level >= 1:
         change.update(prefix=None, held_kv=False)  # the cache reset preempts the running requests
         if not s.asleep_tags:
-            change.update(level=level, asleep_tags=frozenset(model.TAGS),
-                          weights=s.weights if level == 1 else None)
+            change.update(level=level, asleep_tags=frozenset(model.TAGS), weights=s.weights if level == 1 else None)
     elif not s.asleep_tags:
         change["level"] = 0
     return dataclasses.replace(s, **change)
@@ -281,8 +303,17 @@ def _wake(op: Operation, s: State) -> State:
     host_cached = s.host_cached or (model.holds_host_copy(s) and WEIGHTS not in asleep)
     if asleep:
         return dataclasses.replace(s, asleep_tags=asleep, gauge_level=None, host_cached=host_cached)
-    resumed = dataclasses.replace(s, level=None, asleep_tags=frozenset(), pause=None, gauge_level=None,
-                                  host_cached=host_cached, held=None, held_kv=False, queued=frozenset())
+    resumed = dataclasses.replace(
+        s,
+        level=None,
+        asleep_tags=frozenset(),
+        pause=None,
+        gauge_level=None,
+        host_cached=host_cached,
+        held=None,
+        held_kv=False,
+        queued=frozenset(),
+    )
     if "long" in s.queued:  # the waiting long prompt runs and caches its blocks
         resumed = dataclasses.replace(resumed, prefix=s.prefix or model.served(resumed))
     return resumed
@@ -297,8 +328,13 @@ def _reset(op: Operation, s: State) -> State:
     return dataclasses.replace(s, prefix=None) if model.resets_prefix_cache(s) else s
 
 
-_APPLY = {**{name: _generate for name in GENERATES}, "sleep": _sleep, "wake": _wake, "reload": _reload,
-          "reset_prefix_cache": _reset}
+_APPLY = {
+    **{name: _generate for name in GENERATES},
+    "sleep": _sleep,
+    "wake": _wake,
+    "reload": _reload,
+    "reset_prefix_cache": _reset,
+}
 
 
 def effect(op: Operation, state: State) -> State:
@@ -319,7 +355,8 @@ def emptied_cache_unseen(unseen: bool, op: Operation, before: State, after: Stat
     if before.prefix_cached and not after.prefix_cached:
         return True
     looked = (op.name == "generate_cached" and model.can_run(before)) or (
-        "long" in before.queued and not after.paused)  # the waiting long prompt ran with the wake
+        "long" in before.queued and not after.paused
+    )  # the waiting long prompt ran with the wake
     return unseen and not looked
 
 
@@ -335,5 +372,4 @@ def require_applicable(op, state: State, step_index: int) -> None:
     planner bug, not a server's (every walker checks this before it acts)."""
     reason = op.why_not(state)
     if reason:
-        raise oracle.Precondition(f"walk step {step_index}: {op} is not applicable in "
-                                  f"({state.describe()}): {reason}")
+        raise oracle.Precondition(f"walk step {step_index}: {op} is not applicable in ({state.describe()}): {reason}")

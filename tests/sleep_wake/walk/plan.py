@@ -49,6 +49,7 @@ class Situation:
     whether running requests are stepped (scheduler.py schedule), and a running request is there only
     under a keep's pause, so "running" says which pause holds; every sleep mode is walked in every
     situation, and the state keeps the pause for the predictions."""
+
     level: int | None
     asleep_tags: tuple
     paused: bool
@@ -78,8 +79,15 @@ def situation(state: State, op) -> Situation:
     requests = "running" if state.held_kv else ("waiting" if state.held or state.queued else "none")
     prefix = "none" if state.prefix is None else ("fresh" if state.prefix == model.served(state) else "stale")
     reload_path = state.model_path if op.name == "reload" and op.params[0] is None else None
-    return Situation(state.level, tuple(sorted(state.asleep_tags)), state.paused, state.weights is None, prefix,
-                     requests, reload_path)
+    return Situation(
+        state.level,
+        tuple(sorted(state.asleep_tags)),
+        state.paused,
+        state.weights is None,
+        prefix,
+        requests,
+        reload_path,
+    )
 
 
 def pair_of(state: State, op) -> tuple:
@@ -88,8 +96,16 @@ def pair_of(state: State, op) -> tuple:
 
 def pair_key(pair) -> tuple:
     sit, op = pair
-    return (-1 if sit.level is None else sit.level, sit.asleep_tags, sit.paused, sit.garbage, sit.prefix,
-            sit.requests, sit.reload_path or "", str(op))
+    return (
+        -1 if sit.level is None else sit.level,
+        sit.asleep_tags,
+        sit.paused,
+        sit.garbage,
+        sit.prefix,
+        sit.requests,
+        sit.reload_path or "",
+        str(op),
+    )
 
 
 def describe_pair(pair) -> str:
@@ -247,8 +263,10 @@ def plan_walks(pairs, seed: int, max_steps: int) -> list:
     todo = set(pairs)
     unknown = todo - _reachable_pairs()
     if unknown:
-        raise ValueError(f"not reachable pairs: {sorted(map(describe_pair, unknown))[:3]}; plan only pairs from "
-                         "plan.reachable_pairs()")
+        raise ValueError(
+            f"not reachable pairs: {sorted(map(describe_pair, unknown))[:3]}; plan only pairs from "
+            "plan.reachable_pairs()"
+        )
     rng = random.Random(seed)
     walks = []
     while todo:
@@ -258,8 +276,9 @@ def plan_walks(pairs, seed: int, max_steps: int) -> list:
             end = run(state, path)
             if len(walk) + len(path) + len(reset_ops(end)) > max_steps:
                 if not walk:
-                    raise ValueError(f"max_steps={max_steps} is too short to reach a pair from INITIAL and "
-                                     "reset; raise it")
+                    raise ValueError(
+                        f"max_steps={max_steps} is too short to reach a pair from INITIAL and reset; raise it"
+                    )
                 break
             for op in path:
                 todo.discard(pair_of(state, op))
@@ -304,8 +323,8 @@ def shrink_candidates(walk, failing_index: int, start: State = INITIAL) -> list:
     failing = walk[failing_index]
     candidates = [shortest_path(INITIAL, states[-1]) + [failing]]
     if failing_index:
-        candidates.append(shortest_path(INITIAL, states[-2]) + walk[failing_index - 1:failing_index + 1])
-    candidates.append(shortest_path(INITIAL, start) + list(walk[:failing_index + 1]))
+        candidates.append(shortest_path(INITIAL, states[-2]) + walk[failing_index - 1 : failing_index + 1])
+    candidates.append(shortest_path(INITIAL, start) + list(walk[: failing_index + 1]))
     out = []
     for c in sorted(candidates, key=len):
         if c not in out:
@@ -318,17 +337,19 @@ def script(seed: int, shard: int, walk) -> str:
     return f'{REPLAY_VAR}="{",".join(str(op) for op in walk)}"  # seed {seed}, shard {shard}'
 
 
-def with_replay(failure: oracle.OracleFailure, seed: int, shard: int, walk, index: int, start: State,
-                on: str, pick: str) -> oracle.OracleFailure:
+def with_replay(
+    failure: oracle.OracleFailure, seed: int, shard: int, walk, index: int, start: State, on: str, pick: str
+) -> oracle.OracleFailure:
     """The failure of step `index` of `walk` (begun in `start`) with its shortest replays
     (shrink_candidates) as SLEEPWAKE_WALK_REPLAY lines; `on`: what a replay runs on, `pick`: the
     --test_filter of the failing shard."""
     lines = [script(seed, shard, c) for c in shrink_candidates(walk, index, start)]
     first, *rest = failure.failures()
-    detail = (f"replay, shortest first, on {on} ({REPLAY_VAR} runs it in every shard; {pick} picks one):\n    "
-              + "\n    ".join(lines))
-    return oracle.OracleFailure(first.oracle_id, first.what, first.measured, first.bound, first.relation, rest,
-                                detail)
+    detail = (
+        f"replay, shortest first, on {on} ({REPLAY_VAR} runs it in every shard; {pick} picks one):\n    "
+        + "\n    ".join(lines)
+    )
+    return oracle.OracleFailure(first.oracle_id, first.what, first.measured, first.bound, first.relation, rest, detail)
 
 
 def parse_script(text: str) -> list:
@@ -368,8 +389,10 @@ def terminal_probes() -> list:
         op = PROBED.get(name, kind_ops[0])
         if op not in kind_ops:
             raise ValueError(f"the probe {op} of {name} is not among its pairs {kind_ops}")
+
         def there(st, o, nxt, op=op, name=name, where=(level, asleep)):
             return (nxt.level, tuple(sorted(nxt.asleep_tags))) == where and ops.terminal(op, nxt) == name
+
         path = _first_path(INITIAL, there)
         probes.append(path + [op])
     return probes

@@ -18,8 +18,17 @@ import time
 from tests.sleep_wake.lib import expect, host_memory, measure, oracle, thresholds
 from tests.sleep_wake.lib.background import background, end_clock, generated_tokens, wait_decoding
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
-from tests.sleep_wake.lib.prompts import (GOLDEN_MAX_TOKENS, IN_FLIGHT, LONG_PROMPTS, PROMPTS, SEED, SEED_N,
-                                          SEEDED_PROMPT, SEEDED_TEMPERATURE, STREAM_TOKENS)
+from tests.sleep_wake.lib.prompts import (
+    GOLDEN_MAX_TOKENS,
+    IN_FLIGHT,
+    LONG_PROMPTS,
+    PROMPTS,
+    SEED,
+    SEED_N,
+    SEEDED_PROMPT,
+    SEEDED_TEMPERATURE,
+    STREAM_TOKENS,
+)
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import State
@@ -33,6 +42,7 @@ class Goldens:
     """What each checkpoint serves, from a fresh server of the cell started on it (the golden actions of
     tests/sleep_wake/goldens, never the server under test): greedy completions of WALK_PROMPTS, the
     seeded n=4 sample, and the uninterrupted STREAM_TOKENS-token run a paused request must resume into."""
+
     greedy: dict
     seeded: list
     stream: list
@@ -55,6 +65,7 @@ class Open:
     """A request the walk sent that has not ended: its future, what the model calls it (QUEUED_KINDS, or
     "held" for a stream a keep froze), the prompt and its own kind of request (an operation's name), and
     for a held stream the checkpoint its first tokens came from and the pool its future runs on."""
+
     future: object
     kind: str
     op_name: str
@@ -68,8 +79,9 @@ def _request(client, op_name: str, prompt: str, timeout_s: float):
     if op_name == "generate_stream":
         return lambda: client.complete_stream(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
     if op_name == "generate_n4":
-        return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED,
-                                       n=SEED_N, timeout_s=timeout_s)
+        return lambda: client.complete(
+            prompt, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED, n=SEED_N, timeout_s=timeout_s
+        )
     return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
 
 
@@ -80,11 +92,19 @@ def warm_up(client, golden: Goldens) -> None:
         c = client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
         expect.tokens(c, golden.greedy[prompt], prompt=prompt, step="the walk's warm-up on a fresh server")
     seeded = client.complete(SEEDED_PROMPT, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED, n=SEED_N)
-    oracle.equal("output.seeded_sampling", seeded.token_ids, golden.seeded,
-                 "the walk's warm-up on a fresh server: the seeded sample")
+    oracle.equal(
+        "output.seeded_sampling",
+        seeded.token_ids,
+        golden.seeded,
+        "the walk's warm-up on a fresh server: the seeded sample",
+    )
     stream = client.complete_stream(IN_FLIGHT, STREAM_TOKENS)
-    oracle.equal("output.golden_tokens", (stream.token_ids[0], stream.finish_reasons, stream.error),
-                 (golden.stream, ["length"], None), "the walk's warm-up on a fresh server: the long stream")
+    oracle.equal(
+        "output.golden_tokens",
+        (stream.token_ids[0], stream.finish_reasons, stream.error),
+        (golden.stream, ["length"], None),
+        "the walk's warm-up on a fresh server: the long stream",
+    )
 
 
 class GpuTier:
@@ -131,8 +151,12 @@ class GpuTier:
     def _unpredicted(self, completion, n_choices: int, what: str) -> None:
         """Garbage weights or stale blocks: no golden, but the API's contract still holds: every choice
         ends by length with GOLDEN_MAX_TOKENS tokens (ignore_eos)."""
-        oracle.equal("output.finish_length", ([len(t) for t in completion.token_ids], completion.finish_reasons),
-                     ([GOLDEN_MAX_TOKENS] * n_choices, ["length"] * n_choices), f"{what} (tokens, finish reasons)")
+        oracle.equal(
+            "output.finish_length",
+            ([len(t) for t in completion.token_ids], completion.finish_reasons),
+            ([GOLDEN_MAX_TOKENS] * n_choices, ["length"] * n_choices),
+            f"{what} (tokens, finish reasons)",
+        )
 
     def _generate_fresh(self, op, s: State, where: str) -> None:
         prompt = self._next_prompt()
@@ -140,8 +164,15 @@ class GpuTier:
         if golden is None:
             self._unpredicted(self.ctx.client.complete(prompt, GOLDEN_MAX_TOKENS), 1, f"walk {where}: {prompt!r}")
             return
-        expect.golden_with_logprobs(self.ctx.client, self.ctx.recorder, self._golden(golden).greedy, [prompt],
-                                    self.ctx.cell_id, step=f"walk {where}", oracle_id=model.golden_oracle(golden))
+        expect.golden_with_logprobs(
+            self.ctx.client,
+            self.ctx.recorder,
+            self._golden(golden).greedy,
+            [prompt],
+            self.ctx.cell_id,
+            step=f"walk {where}",
+            oracle_id=model.golden_oracle(golden),
+        )
 
     def _generate_cached(self, op, s: State, where: str) -> None:
         c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
@@ -152,48 +183,82 @@ class GpuTier:
         if golden is None:
             self._unpredicted(c, 1, f"walk {where}: the long prompt")
         else:
-            expect.tokens(c, self._golden(golden).greedy[LONG], prompt=LONG, step=f"walk {where}",
-                          oracle_id=model.golden_oracle(golden))
-        oracle.equal("prefix_cache.hit_iff_cached", bool(c.cached_tokens), hits,
-                     f"walk {where}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})")
+            expect.tokens(
+                c,
+                self._golden(golden).greedy[LONG],
+                prompt=LONG,
+                step=f"walk {where}",
+                oracle_id=model.golden_oracle(golden),
+            )
+        oracle.equal(
+            "prefix_cache.hit_iff_cached",
+            bool(c.cached_tokens),
+            hits,
+            f"walk {where}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})",
+        )
 
     def _generate_n4(self, op, s: State, where: str) -> None:
-        got = self.ctx.client.complete(SEEDED_PROMPT, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED,
-                                       n=SEED_N)
+        got = self.ctx.client.complete(
+            SEEDED_PROMPT, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED, n=SEED_N
+        )
         self._judge_n4(got, model.golden_of(s, "short"), f"walk {where}")
 
     def _judge_n4(self, got, golden: str | None, what: str) -> None:
         if golden is None:
             self._unpredicted(got, SEED_N, f"{what}: seeded n={SEED_N} sampling on garbage weights")
             return
-        oracle.equal("output.seeded_sampling", got.token_ids, self._golden(golden).seeded,
-                     f"{what}: seeded n={SEED_N} sampling of checkpoint {golden}")
+        oracle.equal(
+            "output.seeded_sampling",
+            got.token_ids,
+            self._golden(golden).seeded,
+            f"{what}: seeded n={SEED_N} sampling of checkpoint {golden}",
+        )
 
     def _generate_stream(self, op, s: State, where: str) -> None:
         prompt = self._next_prompt()
-        self._judge_stream(self.ctx.client.complete_stream(prompt, GOLDEN_MAX_TOKENS), prompt,
-                           model.golden_of(s, "short"), f"walk {where}")
+        self._judge_stream(
+            self.ctx.client.complete_stream(prompt, GOLDEN_MAX_TOKENS),
+            prompt,
+            model.golden_of(s, "short"),
+            f"walk {where}",
+        )
 
     def _judge_stream(self, result, prompt: str, golden: str | None, what: str) -> None:
         self.ctx.client.check_stream(result, f"{what}: a stream of {prompt!r}")
-        oracle.holds("requests.clean_end", result.error is None and result.finish_reasons == ["length"],
-                     f"{what}: a stream of {prompt!r}", (result.finish_reasons, result.error), "length")
+        oracle.holds(
+            "requests.clean_end",
+            result.error is None and result.finish_reasons == ["length"],
+            f"{what}: a stream of {prompt!r}",
+            (result.finish_reasons, result.error),
+            "length",
+        )
         got = result.token_ids[0]
         if golden is None:
             oracle.equal("output.finish_length", len(got), GOLDEN_MAX_TOKENS, f"{what}: tokens streamed")
         elif got != self._golden(golden).greedy[prompt].token_ids[0]:
-            oracle.fail(model.golden_oracle(golden), f"{what}: streamed token ids for {prompt!r}", got,
-                        self._golden(golden).greedy[prompt].token_ids[0])
+            oracle.fail(
+                model.golden_oracle(golden),
+                f"{what}: streamed token ids for {prompt!r}",
+                got,
+                self._golden(golden).greedy[prompt].token_ids[0],
+            )
 
     def _send_paused(self, op, s: State, after: State, where: str) -> None:
         """A request sent while scheduling is paused: accepted (/load counts it) and left waiting."""
-        prompt = LONG if op.name == "generate_cached" else (SEEDED_PROMPT if op.name == "generate_n4"
-                                                             else self._next_prompt())
+        prompt = (
+            LONG
+            if op.name == "generate_cached"
+            else (SEEDED_PROMPT if op.name == "generate_n4" else self._next_prompt())
+        )
         call = _request(self.ctx.client, op.name, prompt, thresholds.get("request_completion_s_max"))
         kind = "long" if op.name == "generate_cached" else "plain"
         self.open.append(Open(self._submit(call), kind, op.name, prompt))
-        expect.accepted(self.ctx.client, [o.future for o in self.open], len(self.open),
-                        f"walk {where}: the request sent while paused, accepted")
+        expect.accepted(
+            self.ctx.client,
+            [o.future for o in self.open],
+            len(self.open),
+            f"walk {where}: the request sent while paused, accepted",
+        )
 
     # --- sleeps -------------------------------------------------------------------------------------
     def sleep(self, op, s: State, after: State, where: str) -> None:
@@ -216,8 +281,12 @@ class GpuTier:
             pool = stack.enter_context(background(client, workers=2))
             with client.sleep_window() if moves else contextlib.nullcontext():
                 since = generated_tokens(client)
-                stream = pool.submit(client.complete_stream, IN_FLIGHT, STREAM_TOKENS,
-                                     timeout_s=thresholds.get("request_completion_s_max"))
+                stream = pool.submit(
+                    client.complete_stream,
+                    IN_FLIGHT,
+                    STREAM_TOKENS,
+                    timeout_s=thresholds.get("request_completion_s_max"),
+                )
                 stream_end = end_clock(stream)
                 wait_decoding(client, [stream], 1, since, 4)
                 sent = time.perf_counter()
@@ -235,14 +304,23 @@ class GpuTier:
                 return
             if outcome.ends == "completed":  # mode wait drains before it answers
                 want = STREAM_TOKENS
-                oracle.holds("requests.ends_in_race", at_answer >= want,
-                             f"walk {where}: tokens the engine had generated for the drained request when /sleep "
-                             "answered", at_answer, f">= {want} (all of them)")
+                oracle.holds(
+                    "requests.ends_in_race",
+                    at_answer >= want,
+                    f"walk {where}: tokens the engine had generated for the drained request when /sleep answered",
+                    at_answer,
+                    f">= {want} (all of them)",
+                )
                 bound, oracle_id = thresholds.get("request_completion_s_max"), "requests.completes"
             else:  # mode abort: the abort outputs go out before the pause completes
                 bound, oracle_id = thresholds.get("abort_s_max"), "requests.abort_time"
-            measure.wait_until(stream.done, bound, what=f"walk {where}: the request in flight to end",
-                               oracle_id=oracle_id, confirm_live=client.confirm_live)
+            measure.wait_until(
+                stream.done,
+                bound,
+                what=f"walk {where}: the request in flight to end",
+                oracle_id=oracle_id,
+                confirm_live=client.confirm_live,
+            )
             client.check_stream(stream.result(), f"walk {where}: the request in flight")
             self._in_flight_ended(outcome.ends, origin, stream.result(), stream_end() - sent, where)
             self._judge_waiting_at_sleep(op, s, existing, where)
@@ -258,11 +336,17 @@ class GpuTier:
         level, mode, _ = op.params
         client = self.ctx.client
         answer = pool.submit(client.sleep, level=level, mode=mode, memory_moves=moves)
-        measure.wait_until(lambda: client.is_sleeping() or answer.done(), thresholds.get("request_completion_s_max"),
-                           poll_s=0.005, what=f"walk {where}: the engine paused by the wait sleep")
+        measure.wait_until(
+            lambda: client.is_sleeping() or answer.done(),
+            thresholds.get("request_completion_s_max"),
+            poll_s=0.005,
+            what=f"walk {where}: the engine paused by the wait sleep",
+        )
         if stream.done() or answer.done():
-            raise oracle.Precondition(f"walk {where}: the drained request ended before the second request could "
-                                      "arrive during the drain; raise STREAM_TOKENS")
+            raise oracle.Precondition(
+                f"walk {where}: the drained request ended before the second request could "
+                "arrive during the drain; raise STREAM_TOKENS"
+            )
         prompt = self._next_prompt()
         call = _request(client, "generate_fresh", prompt, thresholds.get("request_completion_s_max"))
         late = Open(self._submit(call), "plain", "generate_fresh", prompt)
@@ -272,29 +356,54 @@ class GpuTier:
     def _judge_held_open(self, stream, after: State, what: str) -> None:
         """A request that must wait (a stream a keep froze, a request arriving during a wait drain) is
         still open when /sleep answers; its tokens are judged whole when it ends."""
-        oracle.holds(model.held_oracle(after), not stream.done(), f"{what}, right after /sleep answered",
-                     "ended", "open")
+        oracle.holds(
+            model.held_oracle(after), not stream.done(), f"{what}, right after /sleep answered", "ended", "open"
+        )
 
     def _in_flight_ended(self, ends: str, origin: str, result, seconds: float, where: str) -> None:
         got = result.token_ids[0] if result.token_ids else []
         if origin != model.GARBAGE:
             want = self._golden(origin).stream
-            if got != want[:len(got)]:
-                oracle.fail(model.golden_oracle(origin), f"walk {where}: tokens streamed before the sleep", got,
-                            want[:len(got)])
+            if got != want[: len(got)]:
+                oracle.fail(
+                    model.golden_oracle(origin),
+                    f"walk {where}: tokens streamed before the sleep",
+                    got,
+                    want[: len(got)],
+                )
         if ends == "aborted":
-            oracle.bounded(self.ctx.recorder, "requests.abort_time", seconds, self.ctx.cell_id,
-                           f"walk {where}: seconds from /sleep to the end of the aborted request")
-            aborted = result.finish_reasons[0] == "abort" or (result.finish_reasons[0] is None
-                                                              and len(got) < STREAM_TOKENS)
-            oracle.holds("requests.abort_aborts", aborted, f"walk {where}: the request in flight",
-                         (result.finish_reasons, len(got), result.error), "aborted")
+            oracle.bounded(
+                self.ctx.recorder,
+                "requests.abort_time",
+                seconds,
+                self.ctx.cell_id,
+                f"walk {where}: seconds from /sleep to the end of the aborted request",
+            )
+            aborted = result.finish_reasons[0] == "abort" or (
+                result.finish_reasons[0] is None and len(got) < STREAM_TOKENS
+            )
+            oracle.holds(
+                "requests.abort_aborts",
+                aborted,
+                f"walk {where}: the request in flight",
+                (result.finish_reasons, len(got), result.error),
+                "aborted",
+            )
             if result.error is not None:
-                oracle.holds("requests.clean_end", result.error.startswith(("error event", "HTTP")),
-                             f"walk {where}: how the aborted request ended", result.error, "abort or error event")
+                oracle.holds(
+                    "requests.clean_end",
+                    result.error.startswith(("error event", "HTTP")),
+                    f"walk {where}: how the aborted request ended",
+                    result.error,
+                    "abort or error event",
+                )
         else:  # "completed": mode wait drains before the executor sleeps
-            oracle.equal("requests.clean_end", (result.finish_reasons, result.error, len(got)),
-                         (["length"], None, STREAM_TOKENS), f"walk {where}: the request in flight, drained by mode wait")
+            oracle.equal(
+                "requests.clean_end",
+                (result.finish_reasons, result.error, len(got)),
+                (["length"], None, STREAM_TOKENS),
+                f"walk {where}: the request in flight, drained by mode wait",
+            )
 
     def _judge_waiting_at_sleep(self, op, s: State, existing: list, where: str) -> None:
         """What a sleep did to the requests that were already open: an abort ends every one of them; a
@@ -302,9 +411,13 @@ class GpuTier:
         mode = op.params[1]
         if mode == "abort":
             for o in existing:
-                measure.wait_until(o.future.done, thresholds.get("abort_s_max"),
-                                   what=f"walk {where}: the waiting request ({o.kind}) to end",
-                                   oracle_id="requests.abort_time", confirm_live=self.ctx.client.confirm_live)
+                measure.wait_until(
+                    o.future.done,
+                    thresholds.get("abort_s_max"),
+                    what=f"walk {where}: the waiting request ({o.kind}) to end",
+                    oracle_id="requests.abort_time",
+                    confirm_live=self.ctx.client.confirm_live,
+                )
                 self._aborted(o, where)
             self.open = [o for o in self.open if o not in existing]
         elif mode == "wait" and s.held_kv:
@@ -312,46 +425,70 @@ class GpuTier:
             # waited for (bounded), then judged as a request that resumed in the state before the sleep.
             held = [o for o in existing if o.kind == "held"]
             for o in held:
-                measure.wait_until(o.future.done, thresholds.get("request_completion_s_max"),
-                                   what=f"walk {where}: the request a level-0 keep froze, drained by the wait sleep",
-                                   oracle_id="requests.ends_in_race", confirm_live=self.ctx.client.confirm_live)
+                measure.wait_until(
+                    o.future.done,
+                    thresholds.get("request_completion_s_max"),
+                    what=f"walk {where}: the request a level-0 keep froze, drained by the wait sleep",
+                    oracle_id="requests.ends_in_race",
+                    confirm_live=self.ctx.client.confirm_live,
+                )
                 self._resumed(o, s, where)
             self.open = [o for o in self.open if o not in held]
 
     def _aborted(self, o: Open, where: str) -> None:
-        value = expect.result(o.future, thresholds.get("abort_s_max"), client=self.ctx.client,
-                              step=f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended")
+        value = expect.result(
+            o.future,
+            thresholds.get("abort_s_max"),
+            client=self.ctx.client,
+            step=f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended",
+        )
         if o.op_name == "generate_stream":
             self.ctx.client.check_stream(value, f"walk {where}: the {o.kind} request ({o.op_name})")
         finish = value.finish_reasons
         n = [len(t) for t in value.token_ids]
         want_n = STREAM_TOKENS if o.kind == "held" else GOLDEN_MAX_TOKENS
-        oracle.holds("requests.abort_aborts", all(f in ("abort", None) for f in finish) and all(k < want_n for k in n),
-                     f"walk {where}: a {o.kind} request ({o.op_name}) when the abort sleep answered",
-                     (finish, n), "aborted, cut short")
+        oracle.holds(
+            "requests.abort_aborts",
+            all(f in ("abort", None) for f in finish) and all(k < want_n for k in n),
+            f"walk {where}: a {o.kind} request ({o.op_name}) when the abort sleep answered",
+            (finish, n),
+            "aborted, cut short",
+        )
         if o.pool is not None:
             o.pool.close()
 
     def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None) -> None:
         """A request that waited ran once scheduling resumed in `state`: it ends by length, with its
         checkpoint's golden where the model predicts one."""
-        value = expect.result(o.future, thresholds.get("request_completion_s_max"), client=self.ctx.client,
-                              step=f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed")
+        value = expect.result(
+            o.future,
+            thresholds.get("request_completion_s_max"),
+            client=self.ctx.client,
+            step=f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed",
+        )
         if o.op_name == "generate_stream":
             self.ctx.client.check_stream(value, f"walk {where}: the {o.kind} request ({o.op_name})")
         if o.pool is not None:
             o.pool.close()
         what = f"walk {where}: the {o.kind} request ({o.op_name}) that waited"
         if o.kind == "held":
-            oracle.equal("requests.resumes_after_keep", (value.finish_reasons, value.error), (["length"], None),
-                         f"{what}: how it ended")
+            oracle.equal(
+                "requests.resumes_after_keep",
+                (value.finish_reasons, value.error),
+                (["length"], None),
+                f"{what}: how it ended",
+            )
             golden = model.resumed_golden(state, o.origin)
             if golden is None:
                 oracle.equal("output.finish_length", len(value.token_ids[0]), STREAM_TOKENS, f"{what}: its tokens")
             elif value.token_ids[0] != self._golden(golden).stream:
                 got, want = value.token_ids[0], self._golden(golden).stream
-                oracle.fail("prefix_cache.kept_paused_request", f"{what}: its tokens (first difference at "
-                            f"{expect.first_difference(got, want)})", got, want)
+                oracle.fail(
+                    "prefix_cache.kept_paused_request",
+                    f"{what}: its tokens (first difference at {expect.first_difference(got, want)})",
+                    got,
+                    want,
+                )
             return
         waited = dataclasses.replace(state, prefix=prefix_at_resume)
         kind = "long" if o.kind == "long" else "short"
@@ -366,8 +503,13 @@ class GpuTier:
         elif golden is None:
             self._unpredicted(value, 1, what)
         else:
-            expect.tokens(value, self._golden(golden).greedy[o.prompt], prompt=o.prompt, step=what,
-                          oracle_id=model.golden_oracle(golden))
+            expect.tokens(
+                value,
+                self._golden(golden).greedy[o.prompt],
+                prompt=o.prompt,
+                step=what,
+                oracle_id=model.golden_oracle(golden),
+            )
 
     # --- wakes, reloads, resets -----------------------------------------------------------------------
     def wake(self, op, s: State, after: State, where: str) -> None:
@@ -385,8 +527,12 @@ class GpuTier:
 
     def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
         resets = model.resets_prefix_cache(s)
-        oracle.equal("api.reset_prefix_cache_result", self.ctx.client.reset_prefix_cache(blocks_held=not resets),
-                     model.reset_prefix_cache_result(self.version, resets), f"walk {where}")
+        oracle.equal(
+            "api.reset_prefix_cache_result",
+            self.ctx.client.reset_prefix_cache(blocks_held=not resets),
+            model.reset_prefix_cache_result(self.version, resets),
+            f"walk {where}",
+        )
 
     # --- after every step -------------------------------------------------------------------------
     def check_state(self, s: State, where: str) -> None:
@@ -396,26 +542,36 @@ class GpuTier:
         expect.healthy(ctx.client, f"walk {where}")
         ended = [o for o in self.open if o.future.done()]
         if ended:
-            oracle.fail(model.held_oracle(s), f"walk {where}: requests that must wait in ({s.describe()})",
-                        [(o.kind, o.op_name, expect.ended_how(o.future)) for o in ended], "all still open")
+            oracle.fail(
+                model.held_oracle(s),
+                f"walk {where}: requests that must wait in ({s.describe()})",
+                [(o.kind, o.op_name, expect.ended_how(o.future)) for o in ended],
+                "all still open",
+            )
         band = model.device_band(s, ctx.sizes, ctx.cell_id)
-        device = settled_gpu_bytes(ctx.server, f"walk {where}", done=lambda b: not band.violations(b),
-                                   recorder=ctx.recorder)
+        device = settled_gpu_bytes(
+            ctx.server, f"walk {where}", done=lambda b: not band.violations(b), recorder=ctx.recorder
+        )
         host = host_memory.server_host_memory(ctx.server)[0].rss
         hband = model.host_band(s, self.version, ctx.host_awake, ctx.sizes.weights_bytes, ctx.cell_id)
         ctx.recorder.record("", "walk_bytes", device, "bytes", host=host, state=s.describe())
         with oracle.together():
             for b in band.violations(device):
-                oracle.fail(b.oracle, f"walk {where}: GPU bytes of the server ({b.what})", device, b.value,
-                            b.relation)
+                oracle.fail(b.oracle, f"walk {where}: GPU bytes of the server ({b.what})", device, b.value, b.relation)
             for b in hband.violations(host):
-                oracle.fail(b.oracle, f"walk {where}: host bytes of the server's processes ({b.what})", host,
-                            b.value, b.relation)
+                oracle.fail(
+                    b.oracle,
+                    f"walk {where}: host bytes of the server's processes ({b.what})",
+                    host,
+                    b.value,
+                    b.relation,
+                )
 
     def ran(self, step, index: int) -> None:
         """One record per step that ran (tools/bench/bazel_runs reads the walk's step seconds from them)."""
-        self.ctx.recorder.record("", "walk_step", index, "step", op=str(step.op), before=step.before.describe(),
-                                 after=step.after.describe())
+        self.ctx.recorder.record(
+            "", "walk_step", index, "step", op=str(step.op), before=step.before.describe(), after=step.after.describe()
+        )
 
     def probe_cache(self, s: State, where: str) -> None:
         self._generate_cached(None, s, where)
@@ -424,10 +580,18 @@ class GpuTier:
         """A cache that should be empty is seen to be only by a request of the long prompt, which fills
         it again; the walk then resets, so the state is the plan's again."""
         c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
-        oracle.equal("prefix_cache.hit_iff_cached", bool(c.cached_tokens), False,
-                     f"walk: the long prompt, {where}: cached tokens {c.cached_tokens!r} in ({s.describe()})")
-        oracle.equal("api.reset_prefix_cache_result", self.ctx.client.reset_prefix_cache(),
-                     model.reset_prefix_cache_result(self.version), f"walk: the reset after looking, {where}")
+        oracle.equal(
+            "prefix_cache.hit_iff_cached",
+            bool(c.cached_tokens),
+            False,
+            f"walk: the long prompt, {where}: cached tokens {c.cached_tokens!r} in ({s.describe()})",
+        )
+        oracle.equal(
+            "api.reset_prefix_cache_result",
+            self.ctx.client.reset_prefix_cache(),
+            model.reset_prefix_cache_result(self.version),
+            f"walk: the reset after looking, {where}",
+        )
 
     # --- terminal pairs ---------------------------------------------------------------------------
     def terminal(self, op, s: State, pin: thresholds.Pin, where: str) -> None:
@@ -439,8 +603,14 @@ class GpuTier:
             resp = client.wake_up(list(tags) if tags is not None else None, check=False)
         else:
             path = op.params[0]
-            resp = client.raw("POST", "/collective_rpc", json={
-                "method": "reload_weights", **({"kwargs": {"weights_path": self.ctx.checkpoints[path]}} if path else {})})
+            resp = client.raw(
+                "POST",
+                "/collective_rpc",
+                json={
+                    "method": "reload_weights",
+                    **({"kwargs": {"weights_path": self.ctx.checkpoints[path]}} if path else {}),
+                },
+            )
         want = pin.expected
         seen = {"status": resp.status_code}
         if "is_sleeping" in want:
@@ -452,13 +622,20 @@ class GpuTier:
             seen["health"] = client.health_status()
         if "request" in want:
             seen["request"] = self._terminal_request()
-        oracle.equal(ops.TERMINAL_ORACLES[pin.entry.name], seen, {k: want[k] for k in seen}, f"walk {where}, {pin.describe()}; body {resp.text[:200]}")
+        oracle.equal(
+            ops.TERMINAL_ORACLES[pin.entry.name],
+            seen,
+            {k: want[k] for k in seen},
+            f"walk {where}, {pin.describe()}; body {resp.text[:200]}",
+        )
 
     def _terminal_request(self) -> str:
         """How a request sent after a terminal pair ends, in a word: "golden" (the serving checkpoint's),
         "other tokens", "error" (a non-200 answer) or "held" (no answer within the wait)."""
         client = self.ctx.client
-        result = client.complete_stream(PROMPTS[0], GOLDEN_MAX_TOKENS, timeout_s=thresholds.get("held_request_window_s"))
+        result = client.complete_stream(
+            PROMPTS[0], GOLDEN_MAX_TOKENS, timeout_s=thresholds.get("held_request_window_s")
+        )
         silent = result.status == 200 and not any(result.token_ids) and result.finish_reasons == [None]
         if silent and result.timed_out:
             return "held"  # accepted, then nothing within the window
@@ -466,4 +643,3 @@ class GpuTier:
             return "error"
         golden = self._golden("A").greedy[PROMPTS[0]].token_ids[0]
         return "golden" if result.token_ids[0] == golden else "other tokens"
-

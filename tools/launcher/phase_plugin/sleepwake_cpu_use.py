@@ -57,13 +57,16 @@ def set_cuda_sync(flag: int, driver) -> list | None:
         if result != 0:
             _mark({"cuda_sync": flag, "refused": what, "result": result, "pid": os.getpid()})
         return result == 0
+
     count = ctypes.c_int(0)
     if not (ok("cuInit", driver.cuInit(0)) and ok("cuDeviceGetCount", driver.cuDeviceGetCount(ctypes.byref(count)))):
         return None
     for ordinal in range(count.value):
         device = ctypes.c_int(0)
-        if not (ok("cuDeviceGet", driver.cuDeviceGet(ctypes.byref(device), ordinal))
-                and ok("cuDevicePrimaryCtxSetFlags", driver.cuDevicePrimaryCtxSetFlags(device, flag))):
+        if not (
+            ok("cuDeviceGet", driver.cuDeviceGet(ctypes.byref(device), ordinal))
+            and ok("cuDevicePrimaryCtxSetFlags", driver.cuDevicePrimaryCtxSetFlags(device, flag))
+        ):
             return None
         devices.append(device)
     return devices
@@ -100,6 +103,7 @@ def wrap_init_device(owner, flag: int, driver=None) -> None:
         if devices is not None:
             _mark({"cuda_sync": flag, "devices": applied_flags(devices, drv), "pid": os.getpid()})
         return result
+
     setattr(init_device, _WRAPPED, True)
     init_device.__name__ = "init_device"
     owner.init_device = init_device

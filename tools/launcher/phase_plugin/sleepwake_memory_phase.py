@@ -36,8 +36,13 @@ ENV_TIMEOUT = "SLEEPWAKE_MEMORY_LOCK_TIMEOUT_S"
 ENV_COVER = "SLEEPWAKE_MEMORY_COVER"  # the server's cover file (gpu_lease.covered)
 MARK = "sleepwake-memory-phase "
 TARGET = "vllm.v1.worker.gpu_worker"
-STEPS = ("init_device", "load_model", "determine_available_memory", "initialize_from_config",
-         "compile_or_warm_up_model")
+STEPS = (
+    "init_device",
+    "load_model",
+    "determine_available_memory",
+    "initialize_from_config",
+    "compile_or_warm_up_model",
+)
 # A running server's calls that move device memory: (the phase's kind, its `what` in the GPU's trace).
 # gpu_lease.BRIEF names wake and reload: they may pass a waiting sleep while a start step is inside.
 CALLS = {"sleep": ("free", "sleep"), "wake_up": ("allocate", "wake"), "reload_weights": ("allocate", "reload")}
@@ -63,6 +68,7 @@ def _launcher_on_path() -> None:
 def _process_bytes() -> int | None:
     try:
         from tools.launcher.nvml import Nvml
+
         return Nvml().process_bytes([os.getpid()])
     except Exception as e:  # no NVML where the step ran: the launcher's check reports the missing figure
         print("%s nvml unavailable: %s" % (MARK.strip(), e), file=sys.stderr, flush=True)
@@ -73,8 +79,9 @@ def _mark(record: dict) -> None:
     print(MARK + json.dumps(record), file=sys.stderr, flush=True)
 
 
-def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_bytes,
-            cover_path: str | None = None) -> None:
+def bracket(
+    owner, lock_path: str, timeout_s: float, process_bytes=_process_bytes, cover_path: str | None = None
+) -> None:
     """Wraps owner's STEPS (methods present on it) so that each runs inside the ALLOCATE phase, and its
     CALLS so that each runs inside its own (bracket_calls); each step first wraps again a call that a
     plugin loaded later wrapped over ours."""
@@ -89,15 +96,23 @@ def bracket(owner, lock_path: str, timeout_s: float, process_bytes=_process_byte
         def method(self, *args, _step=step, _original=original, **kwargs):
             cls = type(self)  # a subclass that overrides a call would bypass the class's wrapper
             bracket_calls(cls, lock_path, timeout_s, cover_path)
-            with gpu_lease.memory_phase_at(lock_path, gpu_lease.ALLOCATE, timeout_s,
-                                          what="start:" + _step) as waited:
+            with gpu_lease.memory_phase_at(lock_path, gpu_lease.ALLOCATE, timeout_s, what="start:" + _step) as waited:
                 begin = time.monotonic()
                 result = _original(self, *args, **kwargs)
                 held = time.monotonic() - begin
                 used = process_bytes()
-            _mark({"step": _step, "waited_s": round(waited, 4), "held_s": round(held, 4), "pid": os.getpid(),
-                   "process_bytes": used, "calls": sorted(n for n in CALLS if getattr(cls, n, None) in _OURS)})
+            _mark(
+                {
+                    "step": _step,
+                    "waited_s": round(waited, 4),
+                    "held_s": round(held, 4),
+                    "pid": os.getpid(),
+                    "process_bytes": used,
+                    "calls": sorted(n for n in CALLS if getattr(cls, n, None) in _OURS),
+                }
+            )
             return result
+
         setattr(method, _WRAPPED, True)
         method.__name__ = step
         setattr(owner, step, method)
@@ -119,8 +134,11 @@ def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | Non
             if getattr(_inside, "held", False):  # a wrapper of ours outside this one holds the phase
                 return _original(self, *args, **kwargs)
             covered = bool(cover_path) and gpu_lease.covered(cover_path, _kind)
-            phase = (contextlib.nullcontext(0.0) if covered
-                     else gpu_lease.memory_phase_at(lock_path, _kind, timeout_s, what=_what))
+            phase = (
+                contextlib.nullcontext(0.0)
+                if covered
+                else gpu_lease.memory_phase_at(lock_path, _kind, timeout_s, what=_what)
+            )
             with phase as waited:
                 _inside.held = True
                 begin = time.monotonic()
@@ -129,9 +147,17 @@ def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | Non
                 finally:
                     _inside.held = False
                 held = time.monotonic() - begin
-            _mark({"call": _what, "waited_s": round(waited, 4), "held_s": round(held, 4), "covered": covered,
-                   "pid": os.getpid()})
+            _mark(
+                {
+                    "call": _what,
+                    "waited_s": round(waited, 4),
+                    "held_s": round(held, 4),
+                    "covered": covered,
+                    "pid": os.getpid(),
+                }
+            )
             return result
+
         call.__name__ = name
         _OURS.add(call)
         setattr(owner, name, call)
@@ -144,7 +170,7 @@ def _records(log_text: str) -> list[dict]:
     for line in log_text.splitlines():
         at = line.find(MARK + "{")
         if at >= 0:
-            records.append(json.loads(line[at + len(MARK):]))
+            records.append(json.loads(line[at + len(MARK) :]))
     return records
 
 
@@ -165,5 +191,6 @@ def register() -> None:
         return
     timeout_s = float(os.environ.get(ENV_TIMEOUT, "600"))
     cover_path = os.environ.get(ENV_COVER) or None
-    patch_when_imported(TARGET, lambda module: bracket(module.Worker, lock_path, timeout_s, cover_path=cover_path),
-                        key=__name__)
+    patch_when_imported(
+        TARGET, lambda module: bracket(module.Worker, lock_path, timeout_s, cover_path=cover_path), key=__name__
+    )

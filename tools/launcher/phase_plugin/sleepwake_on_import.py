@@ -29,6 +29,7 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
             execute(module)
             for patch in self.patches.values():
                 patch(module)
+
         spec.loader.exec_module = exec_module
         return spec
 

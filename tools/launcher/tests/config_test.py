@@ -11,15 +11,36 @@ from tools.launcher.errors import ConfigError, VllmNotFoundError
 
 def test_command_is_exact_for_eager_and_graph(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    cfg = ServerConfig(model=str(tmp_path), seed=7, max_model_len=512, kv_cache_bytes=123,
-                       server_args=["--foo", "bar"])
+    cfg = ServerConfig(model=str(tmp_path), seed=7, max_model_len=512, kv_cache_bytes=123, server_args=["--foo", "bar"])
     argv = config.build_command(cfg, 8001, python="/py")
-    assert argv == ["/py", "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path), "--host",
-                    "127.0.0.1", "--port", "8001", "--seed", "7", "--max-model-len", "512",
-                    "--kv-cache-memory-bytes", "123", "--gpu-memory-utilization", "0.05", "--enable-sleep-mode",
-                    "--enable-server-load-tracking",
-                    "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-seqs", "32",
-                    "--enforce-eager", "--foo", "bar"]
+    assert argv == [
+        "/py",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(tmp_path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8001",
+        "--seed",
+        "7",
+        "--max-model-len",
+        "512",
+        "--kv-cache-memory-bytes",
+        "123",
+        "--gpu-memory-utilization",
+        "0.05",
+        "--enable-sleep-mode",
+        "--enable-server-load-tracking",
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--max-num-seqs",
+        "32",
+        "--enforce-eager",
+        "--foo",
+        "bar",
+    ]
     cfg.execution_mode = "graph"
     graph = config.build_command(cfg, 8001)
     assert "--enforce-eager" not in graph and graph[-4:] == ["--max-cudagraph-capture-size", "32", "--foo", "bar"]
@@ -47,19 +68,22 @@ def test_a_model_path_that_is_no_checkpoint_is_refused(tmp_path):
         config.resolve_model(str(tmp_path / "weights.safetensors"))
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("port", -1, "--port=-1 is out of range: use 0 (a free port) or a port in 1-65535"),
-    ("port", 65536, "--port=65536 is out of range"),
-    ("kv_cache_bytes", -5, "--kv_cache_bytes=-5 is out of range: give the KV-cache size in bytes, > 0"),
-    ("kv_cache_bytes", 0, "--kv_cache_bytes=0 is out of range"),
-    ("max_model_len", 0, "--max_model_len=0 is out of range: give the longest sequence in tokens"),
-    ("gpu_memory_utilization", 7, "--gpu_memory_utilization=7 is out of range: give a fraction of the device"),
-    ("gpu_memory_utilization", 0.0, "--gpu_memory_utilization=0.0 is out of range"),
-    ("seed", -3, "--seed=-3 is out of range"),
-    ("slots_per_gpu", 0, "--slots_per_gpu=0 is out of range"),
-    ("startup_timeout_s", 0, "--startup_timeout_s=0 is out of range"),
-    ("release_timeout_s", -1, "--release_timeout_s=-1 is out of range"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("port", -1, "--port=-1 is out of range: use 0 (a free port) or a port in 1-65535"),
+        ("port", 65536, "--port=65536 is out of range"),
+        ("kv_cache_bytes", -5, "--kv_cache_bytes=-5 is out of range: give the KV-cache size in bytes, > 0"),
+        ("kv_cache_bytes", 0, "--kv_cache_bytes=0 is out of range"),
+        ("max_model_len", 0, "--max_model_len=0 is out of range: give the longest sequence in tokens"),
+        ("gpu_memory_utilization", 7, "--gpu_memory_utilization=7 is out of range: give a fraction of the device"),
+        ("gpu_memory_utilization", 0.0, "--gpu_memory_utilization=0.0 is out of range"),
+        ("seed", -3, "--seed=-3 is out of range"),
+        ("slots_per_gpu", 0, "--slots_per_gpu=0 is out of range"),
+        ("startup_timeout_s", 0, "--startup_timeout_s=0 is out of range"),
+        ("release_timeout_s", -1, "--release_timeout_s=-1 is out of range"),
+    ],
+)
 def test_values_out_of_range_are_refused_naming_the_flag(field, value, message):
     with pytest.raises(ConfigError) as e:
         config.validate(ServerConfig(**{field: value}))
@@ -70,11 +94,11 @@ def test_values_out_of_range_are_refused_naming_the_flag(field, value, message):
 def test_directories_that_cannot_be_written_are_refused_naming_the_flag(tmp_path, field):
     (tmp_path / "a_file").write_text("")
     for path in (tmp_path / "a_file", tmp_path / "a_file" / "below"):
-        with pytest.raises(ConfigError, match="--%s=%s cannot be a directory: %s is a file" % (
-                field, path, tmp_path / "a_file")):
+        with pytest.raises(
+            ConfigError, match="--%s=%s cannot be a directory: %s is a file" % (field, path, tmp_path / "a_file")
+        ):
             config.validate(ServerConfig(**{field: str(path)}))
     config.validate(ServerConfig(**{field: str(tmp_path / "new" / "dir")}))  # creatable is fine
-
 
 
 def test_default_model_comes_from_the_runfiles(tmp_path):
@@ -94,20 +118,40 @@ def test_env_sets_the_runner_explicitly_over_an_inherited_value(runner, value):
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == value
     assert env["PATH"] == "/bin" and env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
-    assert (env["VLLM_CACHE_ROOT"], env["TRITON_CACHE_DIR"], env["TORCHINDUCTOR_CACHE_DIR"],
-            env["XDG_CACHE_HOME"]) == ("/c/vllm", "/c/triton", "/c/inductor", "/c/xdg")
+    assert (env["VLLM_CACHE_ROOT"], env["TRITON_CACHE_DIR"], env["TORCHINDUCTOR_CACHE_DIR"], env["XDG_CACHE_HOME"]) == (
+        "/c/vllm",
+        "/c/triton",
+        "/c/inductor",
+        "/c/xdg",
+    )
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert env["HUMMING_DISABLE_PARALLEL_BUILD"] == "1"  # a preloading zygote starts no build processes
     assert config.build_env(ServerConfig(), {}, "3")["CUDA_VISIBLE_DEVICES"] == "3"
 
 
 def test_from_env_reads_the_cell_contract():
-    cfg = ServerConfig.from_env("/out", {
-        "SLEEPWAKE_RUNNER": "mrv2", "SLEEPWAKE_EXECUTION_MODE": "graph", "SLEEPWAKE_MODEL": "m/config.json",
-        "SLEEPWAKE_CACHE_DIR": "/cache", "SLEEPWAKE_LOCK_DIR": "/locks", "SLEEPWAKE_SLOTS_PER_GPU": "2",
-        "SLEEPWAKE_KV_CACHE_BYTES": "1024", "SLEEPWAKE_STARTUP_TIMEOUT_S": "99", "SLEEPWAKE_MP_METHOD": "spawn"})
+    cfg = ServerConfig.from_env(
+        "/out",
+        {
+            "SLEEPWAKE_RUNNER": "mrv2",
+            "SLEEPWAKE_EXECUTION_MODE": "graph",
+            "SLEEPWAKE_MODEL": "m/config.json",
+            "SLEEPWAKE_CACHE_DIR": "/cache",
+            "SLEEPWAKE_LOCK_DIR": "/locks",
+            "SLEEPWAKE_SLOTS_PER_GPU": "2",
+            "SLEEPWAKE_KV_CACHE_BYTES": "1024",
+            "SLEEPWAKE_STARTUP_TIMEOUT_S": "99",
+            "SLEEPWAKE_MP_METHOD": "spawn",
+        },
+    )
     assert (cfg.runner, cfg.execution_mode, cfg.model, cfg.log_dir, cfg.cache_dir, cfg.lock_dir) == (
-        "mrv2", "graph", "m/config.json", "/out", "/cache", "/locks")
+        "mrv2",
+        "graph",
+        "m/config.json",
+        "/out",
+        "/cache",
+        "/locks",
+    )
     assert (cfg.slots_per_gpu, cfg.kv_cache_bytes, cfg.startup_timeout_s, cfg.mp_method) == (2, 1024, 99.0, "spawn")
     assert ServerConfig.from_env(None, {"SLEEPWAKE_MODEL": "a", "VLLM_TEST_MODEL": "b"}).model == "b"
 
@@ -134,12 +178,18 @@ def test_every_setting_with_a_variable_is_read_from_it_and_overrides_win():
     assert ServerConfig.from_env(None, {"SLEEPWAKE_ALLOW_NON_LOOPBACK": "1"}).allow_non_loopback is False
 
 
-@pytest.mark.parametrize("name,value,message", [
-    ("SLEEPWAKE_SLOTS_PER_GPU", "two",
-     "SLEEPWAKE_SLOTS_PER_GPU='two' is not an int: set it to one (or unset it for 1)"),
-    ("SLEEPWAKE_GRACE_S", "1s", "SLEEPWAKE_GRACE_S='1s' is not a float"),
-    ("SLEEPWAKE_START_MODE", "fast", "SLEEPWAKE_START_MODE='fast' is not one of auto, zygote, plain"),
-])
+@pytest.mark.parametrize(
+    "name,value,message",
+    [
+        (
+            "SLEEPWAKE_SLOTS_PER_GPU",
+            "two",
+            "SLEEPWAKE_SLOTS_PER_GPU='two' is not an int: set it to one (or unset it for 1)",
+        ),
+        ("SLEEPWAKE_GRACE_S", "1s", "SLEEPWAKE_GRACE_S='1s' is not a float"),
+        ("SLEEPWAKE_START_MODE", "fast", "SLEEPWAKE_START_MODE='fast' is not one of auto, zygote, plain"),
+    ],
+)
 def test_a_variable_that_does_not_parse_is_named(name, value, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         ServerConfig.from_env(None, {name: value})
@@ -189,4 +239,7 @@ def test_importable_check_sees_the_servers_path(tmp_path):
 
 def test_env_diff_names_added_changed_and_removed():
     assert config.env_diff({"A": "1", "B": "2", "C": "3"}, {"A": "1", "B": "9", "D": "4"}) == [
-        "~B=9 (was 2)", "+D=4", "-C"]
+        "~B=9 (was 2)",
+        "+D=4",
+        "-C",
+    ]

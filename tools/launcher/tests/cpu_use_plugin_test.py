@@ -47,9 +47,14 @@ def test_each_device_gets_the_flag_after_cuinit():
     driver = FakeDriver(devices=2)
     devices = plugin.set_cuda_sync(plugin.CUDA_SYNC_FLAGS["blocking"], driver)
     assert [d.value for d in devices] == [100, 101]
-    assert driver.calls == [("cuInit", 0), ("cuDeviceGetCount",), ("cuDeviceGet", 0),
-                            ("cuDevicePrimaryCtxSetFlags", 100, 4), ("cuDeviceGet", 1),
-                            ("cuDevicePrimaryCtxSetFlags", 101, 4)]
+    assert driver.calls == [
+        ("cuInit", 0),
+        ("cuDeviceGetCount",),
+        ("cuDeviceGet", 0),
+        ("cuDevicePrimaryCtxSetFlags", 100, 4),
+        ("cuDeviceGet", 1),
+        ("cuDevicePrimaryCtxSetFlags", 101, 4),
+    ]
 
 
 def test_a_driver_that_refuses_the_flag_is_logged_and_the_server_keeps_cudas_default(capsys):
@@ -89,8 +94,11 @@ def get_num_threads():
 
 def test_torch_threads_reach_torch_in_the_servers_process(tmp_path):
     (tmp_path / "torch.py").write_text(_FAKE_TORCH)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(plugin.__file__), str(tmp_path)]),
-               **{plugin.ENV_TORCH_THREADS: "3"})
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([os.path.dirname(plugin.__file__), str(tmp_path)]),
+        **{plugin.ENV_TORCH_THREADS: "3"},
+    )
     code = "import sleepwake_cpu_use as p, torch; p.register(); print(torch.get_num_threads())"
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -100,16 +108,21 @@ def test_torch_threads_reach_torch_in_the_servers_process(tmp_path):
 def test_without_either_setting_the_plugin_does_nothing():
     env = {k: v for k, v in os.environ.items() if k not in (plugin.ENV_TORCH_THREADS, plugin.ENV_CUDA_SYNC)}
     env["PYTHONPATH"] = os.path.dirname(plugin.__file__)
-    code = ("import sys, sleepwake_cpu_use as p; from sleepwake_on_import import PatchOnImport; p.register(); "
-            "print(any(isinstance(f, PatchOnImport) for f in sys.meta_path), 'torch' in sys.modules)")
+    code = (
+        "import sys, sleepwake_cpu_use as p; from sleepwake_on_import import PatchOnImport; p.register(); "
+        "print(any(isinstance(f, PatchOnImport) for f in sys.meta_path), 'torch' in sys.modules)"
+    )
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert run.stdout.split() == ["False", "False"], run.stderr
 
 
-@pytest.mark.parametrize("threads, sync, want", [
-    (0, "auto", {}),
-    (1, "blocking", {"SLEEPWAKE_TORCH_THREADS": "1", "SLEEPWAKE_CUDA_SYNC": "blocking"}),
-])
+@pytest.mark.parametrize(
+    "threads, sync, want",
+    [
+        (0, "auto", {}),
+        (1, "blocking", {"SLEEPWAKE_TORCH_THREADS": "1", "SLEEPWAKE_CUDA_SYNC": "blocking"}),
+    ],
+)
 def test_the_config_not_the_runners_environment_decides_what_the_plugin_reads(tmp_path, threads, sync, want):
     base = {"SLEEPWAKE_TORCH_THREADS": "7", "SLEEPWAKE_CUDA_SYNC": "spin"}  # left by the runner's shell
     cfg = config_lib.ServerConfig(cache_dir=str(tmp_path), torch_threads=threads, cuda_sync=sync)
@@ -125,6 +138,7 @@ def test_an_unknown_cuda_sync_is_refused():
 def test_without_a_cuda_driver_the_worker_starts_as_it_would_and_the_log_says_why(monkeypatch, capsys):
     def no_driver(name):
         raise OSError(f"{name}: cannot open shared object file")
+
     monkeypatch.setattr(plugin.ctypes, "CDLL", no_driver)
 
     class Worker:

@@ -87,8 +87,12 @@ def test_sigterm_of_the_test_process_stops_the_server_in_order(tmp_path, start_m
 def _start_supervisor(tmp_path):
     pid_file = str(tmp_path / "pids")
     argv = testing.stub_command(pid_file=pid_file)(testing.fast_config(tmp_path), 0)
-    sup = subprocess.Popen([sys.executable, "-m", "tools.launcher.supervisor"], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, env=testing.python_env())
+    sup = subprocess.Popen(
+        [sys.executable, "-m", "tools.launcher.supervisor"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=testing.python_env(),
+    )
     spec = {"argv": argv, "env": testing.python_env(), "grace_s": 0.5, "parent_pid": os.getpid()}
     sup.stdin.write((json.dumps(spec) + "\n").encode())
     sup.stdin.flush()

@@ -16,33 +16,43 @@ from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS, RELEASE
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.tests import testing
 
-H200_UUIDS = ["GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "GPU-8932aa01-0000-4106-c12f-20bd9faed9f6",
-              "GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b", "GPU-77777777-8888-9999-aaaa-bbbbbbbbbbbb"]
+H200_UUIDS = [
+    "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6",
+    "GPU-8932aa01-0000-4106-c12f-20bd9faed9f6",
+    "GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b",
+    "GPU-77777777-8888-9999-aaaa-bbbbbbbbbbbb",
+]
 
 
-@pytest.mark.parametrize("listed,expected", [
-    (None, ["0", "1", "2", "3"]),  # unset: every GPU NVML lists
-    ("2, 3", ["2", "3"]),
-    ("3,1", ["3", "1"]),
-    # UUIDs, as runners that reserve GPUs often give them, map to NVML indices, so a lock file names
-    # the same GPU however the runner spelled it.
-    ("GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b,GPU-77777777-8888-9999-aaaa-bbbbbbbbbbbb", ["2", "3"]),
-    ("GPU-1f2e,0", ["2", "0"]),  # a unique prefix, as CUDA accepts
-])
+@pytest.mark.parametrize(
+    "listed,expected",
+    [
+        (None, ["0", "1", "2", "3"]),  # unset: every GPU NVML lists
+        ("2, 3", ["2", "3"]),
+        ("3,1", ["3", "1"]),
+        # UUIDs, as runners that reserve GPUs often give them, map to NVML indices, so a lock file names
+        # the same GPU however the runner spelled it.
+        ("GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b,GPU-77777777-8888-9999-aaaa-bbbbbbbbbbbb", ["2", "3"]),
+        ("GPU-1f2e,0", ["2", "0"]),  # a unique prefix, as CUDA accepts
+    ],
+)
 def test_visible_gpus_are_nvml_indices_of_what_cuda_visible_devices_lists(listed, expected):
     environ = {} if listed is None else {"CUDA_VISIBLE_DEVICES": listed}
     assert gpu_lease.visible_gpus(FakeNvml(device_count=4, uuids=H200_UUIDS), environ) == expected
 
 
-@pytest.mark.parametrize("listed,message", [
-    ("", "set but empty"),
-    ("4", "'4' is not a GPU of this host: NVML lists 4 \\(indices 0-3\\)"),
-    ("-1", "'-1' is not a GPU of this host"),
-    ("GPU-8932", "'GPU-8932' matches several"),
-    ("GPU-ffff", "'GPU-ffff' matches none"),
-    ("MIG-1234", "MIG instance"),
-    ("1,GPU-8932aa01", "names a GPU twice"),
-])
+@pytest.mark.parametrize(
+    "listed,message",
+    [
+        ("", "set but empty"),
+        ("4", "'4' is not a GPU of this host: NVML lists 4 \\(indices 0-3\\)"),
+        ("-1", "'-1' is not a GPU of this host"),
+        ("GPU-8932", "'GPU-8932' matches several"),
+        ("GPU-ffff", "'GPU-ffff' matches none"),
+        ("MIG-1234", "MIG instance"),
+        ("1,GPU-8932aa01", "names a GPU twice"),
+    ],
+)
 def test_visible_gpus_refuse_what_names_no_gpu_here(listed, message):
     with pytest.raises(GpuUnavailableError, match=message):
         gpu_lease.visible_gpus(FakeNvml(device_count=4, uuids=H200_UUIDS), {"CUDA_VISIBLE_DEVICES": listed})
@@ -64,7 +74,11 @@ def test_slots_fill_every_gpu_first_and_a_self_deadlock_fails_at_once(tmp_path):
     leases = [gpu_lease.acquire(["0", "1"], str(tmp_path), 2, timeout_s=1, owner=owner) for _ in range(4)]
     try:
         assert [os.path.basename(lease.path) for lease in leases] == [
-            "gpu0.slot0.lock", "gpu1.slot0.lock", "gpu0.slot1.lock", "gpu1.slot1.lock"]
+            "gpu0.slot0.lock",
+            "gpu1.slot0.lock",
+            "gpu0.slot1.lock",
+            "gpu1.slot1.lock",
+        ]
         assert not any(lease.exclusive for lease in leases)
         with pytest.raises(LeaseTimeoutError, match="this process already holds every GPU slot") as e:
             gpu_lease.acquire(["0", "1"], str(tmp_path), 2, timeout_s=60, poll_s=0.05)
@@ -79,8 +93,12 @@ def test_slots_fill_every_gpu_first_and_a_self_deadlock_fails_at_once(tmp_path):
 
 def test_the_wait_is_bounded_and_reported(tmp_path, caplog):
     caplog.set_level(logging.INFO, "sleepwake.launcher")
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "hold"], env=testing.python_env(),
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(tmp_path), "hold"],
+        env=testing.python_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "0"  # it holds gpu0 for 0.15 s from now
     lease = gpu_lease.acquire(["0"], str(tmp_path), timeout_s=10, poll_s=0.02)
     assert holder.wait(timeout=10) == 0
@@ -115,8 +133,16 @@ def test_leases_are_exclusive_across_processes(tmp_path):
     # Six processes contend for two slots. Which GPU each gets depends on timing (a late starter
     # finds gpu0 free again), so the check is exclusivity: a holder exits non-zero if its slot's
     # marker already exists, i.e. if two processes held one slot at once.
-    holders = [subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "hold"], env=testing.python_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    holders = [
+        subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(tmp_path), "hold"],
+            env=testing.python_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
     results = [holder.communicate(timeout=60) for holder in holders]
     assert [holder.returncode for holder in holders] == [0] * 6, [err for _, err in results]
     assert {out.strip() for out, _ in results} <= {"0", "1"}
@@ -128,9 +154,15 @@ def test_a_second_holder_gets_the_other_gpu(tmp_path):
     holders = []
     try:
         for expected in ("0", "1"):
-            holders.append(subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "until_stdin_closes"],
-                                            env=testing.python_env(), stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, text=True))
+            holders.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", _HOLDER, str(tmp_path), "until_stdin_closes"],
+                    env=testing.python_env(),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
             assert holders[-1].stdout.readline().strip() == expected
     finally:
         for holder in holders:
@@ -139,8 +171,12 @@ def test_a_second_holder_gets_the_other_gpu(tmp_path):
 
 
 def test_the_timeout_names_the_holder_and_a_killed_holder_frees_its_slot(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "die"], stdout=subprocess.PIPE,
-                              text=True, env=dict(testing.python_env(), TEST_TARGET="//tests:cell_b"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(tmp_path), "die"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(testing.python_env(), TEST_TARGET="//tests:cell_b"),
+    )
     try:
         assert holder.stdout.readline().strip() == "0"
         with pytest.raises(LeaseTimeoutError) as e:
@@ -211,12 +247,15 @@ def test_the_published_exclusion_table_is_what_the_lock_does(tmp_path):
         b.release()
 
 
-@pytest.mark.parametrize("holder,waiter,flag,kept_out", [
-    # A sleep waits for the allocations under way, not for a stream of overlapping starts.
-    (ALLOCATE, FREE, gpu_lease._FREE_WAITING, (ALLOCATE,)),
-    # An exclusive window waits for whatever is inside, and nothing new gets in meanwhile.
-    (FREE, EXCLUSIVE, gpu_lease._EXCLUSIVE_WAITING, (FREE, ALLOCATE)),
-])
+@pytest.mark.parametrize(
+    "holder,waiter,flag,kept_out",
+    [
+        # A sleep waits for the allocations under way, not for a stream of overlapping starts.
+        (ALLOCATE, FREE, gpu_lease._FREE_WAITING, (ALLOCATE,)),
+        # An exclusive window waits for whatever is inside, and nothing new gets in meanwhile.
+        (FREE, EXCLUSIVE, gpu_lease._EXCLUSIVE_WAITING, (FREE, ALLOCATE)),
+    ],
+)
 def test_a_waiting_phase_keeps_newcomers_out_until_it_got_in(tmp_path, holder, waiter, flag, kept_out):
     a, b, c = _shared_leases(tmp_path, 3)
     inside = []
@@ -266,8 +305,9 @@ def test_a_wake_passes_a_waiting_free_only_while_a_start_step_is_inside(tmp_path
             lease.release()
 
 
-@pytest.mark.parametrize("what,inside", [("start:load_model", True), ("start:init_device", True),
-                                          ("wake", False), ("reload", False)])
+@pytest.mark.parametrize(
+    "what,inside", [("start:load_model", True), ("start:init_device", True), ("wake", False), ("reload", False)]
+)
 def test_a_neighbour_in_a_start_step_is_seen_and_nothing_else_is(tmp_path, what, inside):
     """The latency oracles split their samples by it (oracle.bounded_median)."""
     a, b = _shared_leases(tmp_path, 2)
@@ -290,17 +330,24 @@ def _enter_and_record(lease, kind, inside):
         inside.append(kind)
 
 
-_HOLD_PHASE = ("import os, sys, time; from tools.launcher import gpu_lease; "
-               "lease = gpu_lease.Lease(gpu='0', slot=1, path=sys.argv[1], fd=-1, waited_s=0, exclusive=False); "
-               "ctx = gpu_lease.memory_phase(lease, sys.argv[2], timeout_s=5); ctx.__enter__(); "
-               "print('inside', flush=True); time.sleep(60)")
+_HOLD_PHASE = (
+    "import os, sys, time; from tools.launcher import gpu_lease; "
+    "lease = gpu_lease.Lease(gpu='0', slot=1, path=sys.argv[1], fd=-1, waited_s=0, exclusive=False); "
+    "ctx = gpu_lease.memory_phase(lease, sys.argv[2], timeout_s=5); ctx.__enter__(); "
+    "print('inside', flush=True); time.sleep(60)"
+)
 
 
 def test_a_holder_that_dies_releases_its_phase(tmp_path):
     (a,) = _shared_leases(tmp_path, 1)[:1]
     a.exclusive = False  # as one of several slots
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_PHASE, a.path, ALLOCATE], stdout=subprocess.PIPE,
-                              text=True, cwd=os.getcwd(), env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_PHASE, a.path, ALLOCATE],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     try:
         assert holder.stdout.readline().strip() == "inside"
         assert _blocked(a, FREE)
@@ -355,12 +402,15 @@ def test_memory_phase_is_free_for_a_gpu_of_its_own(tmp_path):
 
 def test_a_cover_is_seen_by_other_processes_for_its_kind_and_exclusive_covers_every_call(tmp_path):
     cover = str(tmp_path / "cover.lock")
-    probe = ("import sys; from tools.launcher import gpu_lease as g; "
-             "print(' '.join(str(g.covered(sys.argv[1], k)) for k in (g.ALLOCATE, g.FREE)))")
+    probe = (
+        "import sys; from tools.launcher import gpu_lease as g; "
+        "print(' '.join(str(g.covered(sys.argv[1], k)) for k in (g.ALLOCATE, g.FREE)))"
+    )
 
     def seen():
-        run = subprocess.run([sys.executable, "-c", probe, cover], capture_output=True, text=True, timeout=60,
-                             cwd=testing.ROOT)
+        run = subprocess.run(
+            [sys.executable, "-c", probe, cover], capture_output=True, text=True, timeout=60, cwd=testing.ROOT
+        )
         assert run.returncode == 0, run.stderr
         return run.stdout.split()
 

@@ -18,12 +18,15 @@ def _lib(devices):
     """A pynvml stand-in: devices is a list of (used bytes, [(pid, bytes)]), UUIDs GPU-<index>."""
     proc = lambda pid, used: types.SimpleNamespace(pid=pid, usedGpuMemory=used)  # noqa: E731
     return types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: len(devices),
+        nvmlInit=lambda: None,
+        nvmlDeviceGetCount=lambda: len(devices),
         nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetUUID=lambda h: b"GPU-%d" % h, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlDeviceGetUUID=lambda h: b"GPU-%d" % h,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H200",
         nvmlSystemGetDriverVersion=lambda: "570.1",
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=devices[h][0]),
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(p, b) for p, b in devices[h][1]])
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(p, b) for p, b in devices[h][1]],
+    )
 
 
 def test_no_nvml_says_this_is_a_gpu_cell():
@@ -56,8 +59,9 @@ def test_release_waits_while_nvml_lists_server_pids_then_raises_with_numbers():
 
 def test_release_compares_device_memory_only_with_a_baseline():
     fake = FakeNvml(used={0: 4 * GIB})
-    with pytest.raises(ServerReleaseError,
-                       match="device 0 uses 4096 MiB vs 2048 MiB .*tolerance 512 MiB, 1536 MiB over"):
+    with pytest.raises(
+        ServerReleaseError, match="device 0 uses 4096 MiB vs 2048 MiB .*tolerance 512 MiB, 1536 MiB over"
+    ):
         wait_for_release(fake, [41], 0, 2 * GIB, 512 << 20, timeout_s=0.2, poll_s=0.05)
     wait_for_release(fake, [41], 0, None, 512 << 20, timeout_s=0.2)  # shared GPU: no baseline
     wait_for_release(fake, [41], 0, 4 * GIB - (256 << 20), 512 << 20, timeout_s=0.2)  # within tolerance

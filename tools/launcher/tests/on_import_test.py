@@ -8,7 +8,7 @@ import textwrap
 
 from tools.launcher.phase_plugin import sleepwake_on_import
 
-_DRIVER = textwrap.dedent('''
+_DRIVER = textwrap.dedent("""
     import json, sys
     from sleepwake_on_import import PatchOnImport, patch_when_imported
     seen = []
@@ -20,7 +20,7 @@ _DRIVER = textwrap.dedent('''
     import early_module
     patch_when_imported("early_module", lambda m: seen.append(("now", m.VALUE)), key="cpu_use")
     print(json.dumps({"seen": seen, "finders": len(finders)}))
-''')
+""")
 
 
 def test_every_plugin_patches_a_module_imported_after_they_registered(tmp_path):
@@ -30,5 +30,6 @@ def test_every_plugin_patches_a_module_imported_after_they_registered(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     run = subprocess.run([sys.executable, "-c", _DRIVER], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == ('{"seen": [["memory_phase", "late_module"], ["cpu_use", "late_module"],'
-                                  ' ["now", "early_module"]], "finders": 1}')
+    assert run.stdout.strip() == (
+        '{"seen": [["memory_phase", "late_module"], ["cpu_use", "late_module"], ["now", "early_module"]], "finders": 1}'
+    )

@@ -70,11 +70,13 @@ def test_a_snapshot_finds_the_whole_tree_from_the_proc_children_files_as_psutil_
     # A child, started by a second thread of the root, and its two children.
     # The thread stays alive: the kernel lists the child under that thread's children file, not the main
     # thread's (a thread that exits hands its children to another of the process).
-    script = ("import subprocess, threading, time\n"
-              "def spawn():\n"
-              "    subprocess.Popen(['bash', '-c', 'sleep 30 & sleep 30; wait'])\n"
-              "    time.sleep(30)\n"
-              "threading.Thread(target=spawn, daemon=True).start(); time.sleep(30)\n")
+    script = (
+        "import subprocess, threading, time\n"
+        "def spawn():\n"
+        "    subprocess.Popen(['bash', '-c', 'sleep 30 & sleep 30; wait'])\n"
+        "    time.sleep(30)\n"
+        "threading.Thread(target=spawn, daemon=True).start(); time.sleep(30)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-S", "-E", "-c", script])
     try:
         deadline = time.monotonic() + 10

@@ -36,12 +36,17 @@ def pid_file(tmp_path):
     assert testing.survivors_after(testing.recorded_pids(path)) == [], "stub server processes survived"
 
 
-def _server(tmp_path, pid_file, mode="ok", runner_line="env", nvml=None, lease=False, fixed_port=None,
-            extra_env=None, **cfg):
+def _server(
+    tmp_path, pid_file, mode="ok", runner_line="env", nvml=None, lease=False, fixed_port=None, extra_env=None, **cfg
+):
     environ = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    return VllmServer(testing.fast_config(tmp_path, **cfg), lease=lease, nvml=nvml or FakeNvml(),
-                      command_factory=testing.stub_command(mode, runner_line, pid_file, fixed_port),
-                      environ=dict(environ, **(extra_env or {})))
+    return VllmServer(
+        testing.fast_config(tmp_path, **cfg),
+        lease=lease,
+        nvml=nvml or FakeNvml(),
+        command_factory=testing.stub_command(mode, runner_line, pid_file, fixed_port),
+        environ=dict(environ, **(extra_env or {})),
+    )
 
 
 def _ppid(pid):
@@ -65,8 +70,10 @@ def test_serves_then_takes_down_the_whole_tree(tmp_path, pid_file, runner):
     assert "tree of 4 process(es) gone" in open(server.log_path).read()
 
 
-@pytest.mark.parametrize("runner,runner_line,wrong", [("mrv2", "never", "built the V1 runner"),
-                                                      ("mrv1", "always", "says 'Using V2 Model Runner'")])
+@pytest.mark.parametrize(
+    "runner,runner_line,wrong",
+    [("mrv2", "never", "built the V1 runner"), ("mrv1", "always", "says 'Using V2 Model Runner'")],
+)
 def test_a_runner_other_than_asked_fails_the_start(tmp_path, pid_file, runner, runner_line, wrong):
     with pytest.raises(ServerStartError, match=wrong):
         _server(tmp_path, pid_file, runner=runner, runner_line=runner_line).start()
@@ -89,8 +96,11 @@ def test_death_at_start_raises_with_the_log_tail_and_leaves_nothing(tmp_path, pi
 
 
 def test_start_timeout_raises_and_stops_the_server(tmp_path, pid_file):
-    with pytest.raises(ServerStartError, match=r"(?s)did not answer GET .*/health with 200 within 1 s.*stub vLLM"
-                                               r" server ready"):
+    with pytest.raises(
+        ServerStartError,
+        match=r"(?s)did not answer GET .*/health with 200 within 1 s.*stub vLLM"
+        r" server ready",
+    ):
         _server(tmp_path, pid_file, mode="never_healthy", startup_timeout_s=1.0).start()
     assert len(testing.recorded_pids(pid_file)) == 4
 
@@ -226,8 +236,9 @@ def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_fi
     server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=2)
     server.start()
     stopped = threading.Event()
-    neighbour = gpu_lease.Lease(gpu=server.lease.gpu, slot=1 - server.lease.slot, path=server.lease.path,
-                                fd=-1, waited_s=0.0, exclusive=False)
+    neighbour = gpu_lease.Lease(
+        gpu=server.lease.gpu, slot=1 - server.lease.slot, path=server.lease.path, fd=-1, waited_s=0.0, exclusive=False
+    )
     with gpu_lease.memory_phase(neighbour, gpu_lease.EXCLUSIVE, timeout_s=5):
         stop_wall = []
 
@@ -236,11 +247,13 @@ def test_teardown_waits_for_a_neighbours_exclusive_memory_phase(tmp_path, pid_fi
             server.stop()
             stop_wall.append(time.monotonic() - begin)
             stopped.set()
+
         stopper = threading.Thread(target=stop)
         stopper.start()
         assert not stopped.wait(1.0), "the server was torn down inside a neighbour's exclusive phase"
         assert testing.survivors_after(testing.recorded_pids(pid_file), 0), (
-            "its processes must still be there while the neighbour measures")
+            "its processes must still be there while the neighbour measures"
+        )
     assert stopped.wait(30), "the teardown did not proceed once the neighbour's phase ended"
     stopper.join()
     # The bench's breakdown of a slow matrix: the wait is the neighbour's, and not the stop's too
@@ -257,8 +270,9 @@ def test_a_shared_start_holds_the_allocate_phase_only_in_its_workers_steps(tmp_p
     """With steps, a neighbour's sleep (FREE) gets in while the server starts, between its worker's
     steps; with start, the launcher holds ALLOCATE from launch to /health and it never does."""
     server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=2, memory_phase_scope=scope)
-    neighbour = gpu_lease.Lease(gpu="0", slot=1, path=gpu_lease._slot_path(server.config.lock_dir, "0", 1),
-                                fd=-1, waited_s=0.0, exclusive=False)
+    neighbour = gpu_lease.Lease(
+        gpu="0", slot=1, path=gpu_lease._slot_path(server.config.lock_dir, "0", 1), fd=-1, waited_s=0.0, exclusive=False
+    )
     starting, healthy, got_in = threading.Event(), threading.Event(), []
 
     def sleep_repeatedly():
@@ -270,6 +284,7 @@ def test_a_shared_start_holds_the_allocate_phase_only_in_its_workers_steps(tmp_p
                         got_in.append(server.port)
             except LeaseTimeoutError:
                 pass
+
     sleeper = threading.Thread(target=sleep_repeatedly)
     sleeper.start()
     os.makedirs(server.config.lock_dir, exist_ok=True)
@@ -284,6 +299,7 @@ def test_a_shared_start_holds_the_allocate_phase_only_in_its_workers_steps(tmp_p
             return real_wait()
         finally:
             healthy.set()
+
     server._launch, server._wait_healthy = launch, wait_healthy
     try:
         server.start()
@@ -306,7 +322,8 @@ def test_a_shared_start_holds_the_allocate_phase_only_in_its_workers_steps(tmp_p
 
 @pytest.mark.parametrize("scope", ["steps", "start"])
 def test_a_worker_that_brackets_its_calls_is_covered_by_its_clients_phases_and_its_waits_count(
-        tmp_path, pid_file, scope):
+    tmp_path, pid_file, scope
+):
     """With steps the worker brackets its sleeps, wakes and reloads (phase_plugin.CALLS): the server says
     so (brackets_calls), a phase its client holds covers them on the server's cover file, and at the stop
     the waits the worker logged for uncovered calls count as memory-phase waits, not as the cell's work."""
@@ -324,8 +341,10 @@ def test_a_worker_that_brackets_its_calls_is_covered_by_its_clients_phases_and_i
             assert gpu_lease.covered(cover, gpu_lease.FREE) and not gpu_lease.covered(cover, gpu_lease.ALLOCATE)
         with open(server.log_path, "a") as f:  # what the worker logs for two calls, one of them covered
             for waited, covered in ((0.75, False), (9.0, True)):
-                f.write('(EngineCore pid=1) %s{"call": "sleep", "waited_s": %s, "held_s": 0.02, "covered": %s}\n'
-                        % (phase_plugin.MARK, waited, json.dumps(covered)))
+                f.write(
+                    '(EngineCore pid=1) %s{"call": "sleep", "waited_s": %s, "held_s": 0.02, "covered": %s}\n'
+                    % (phase_plugin.MARK, waited, json.dumps(covered))
+                )
         before = server.timings.memory_phase_wait_s
     finally:
         server.stop()
@@ -333,17 +352,21 @@ def test_a_worker_that_brackets_its_calls_is_covered_by_its_clients_phases_and_i
     assert not os.path.exists(cover)
 
 
-@pytest.mark.parametrize("extra_env,nvml,message", [
-    ({"STUB_SERVER_UNBRACKETED": "1"}, None, "its worker did not bracket init_device, load_model"),
-    ({"STUB_SERVER_NO_SLEEP": "1"}, None, "its worker does not bracket sleep (this vLLM renamed the call"),
-    ({"STUB_SERVER_WORKER_BYTES": str(1 << 30)}, FakeNvml(procs={}), "NVML"),
-])
+@pytest.mark.parametrize(
+    "extra_env,nvml,message",
+    [
+        ({"STUB_SERVER_UNBRACKETED": "1"}, None, "its worker did not bracket init_device, load_model"),
+        ({"STUB_SERVER_NO_SLEEP": "1"}, None, "its worker does not bracket sleep (this vLLM renamed the call"),
+        ({"STUB_SERVER_WORKER_BYTES": str(1 << 30)}, FakeNvml(procs={}), "NVML"),
+    ],
+)
 def test_a_start_whose_memory_phases_cannot_be_shown_fails(tmp_path, pid_file, extra_env, nvml, message):
     if "STUB_SERVER_WORKER_BYTES" in extra_env:
         # The worker reported 1 GiB after its last step; NVML shows the tree holding 2 GiB at /health.
         class Grown(FakeNvml):
             def process_bytes(self, pids):
                 return 2 << 30
+
         nvml, message = Grown(), "1024 MiB more than the worker held after its last bracketed step"
     server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=2, extra_env=extra_env, nvml=nvml)
     with pytest.raises(ServerStartError, match="memory_phase_scope steps: ") as e:
@@ -354,15 +377,20 @@ def test_a_start_whose_memory_phases_cannot_be_shown_fails(tmp_path, pid_file, e
 
 
 # Holds GPU 0's only slot lock for argv[2] seconds: another cell's lease, from another process.
-_HOLD_SLOT = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-              "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(float(sys.argv[2]))")
+_HOLD_SLOT = (
+    "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+    "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(float(sys.argv[2]))"
+)
 
 
 def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file):
     server = _server(tmp_path, pid_file, lease=True, slots_per_gpu=1)
     os.makedirs(server.config.lock_dir, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_SLOT, gpu_lease._slot_path(server.config.lock_dir, "0", 0),
-                               "1.0"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_SLOT, gpu_lease._slot_path(server.config.lock_dir, "0", 0), "1.0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     server.start()  # waits for the holder's slot
     holder.wait()
@@ -377,8 +405,16 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
     # start, the restart's stop and start, the exclusive phase above, stop: five, none waited for
     assert timings["memory_phases"] == 5 and timings["memory_phase_wait_s"] == 0.0
     assert timings["stop_s"] > 0
-    assert set(timings) == {"lease_wait_s", "start_s", "memory_phase_wait_s", "memory_phases", "stop_s",
-                            "start_cpu_s", "serve_cpu_s", "cpu_by_thread"}
+    assert set(timings) == {
+        "lease_wait_s",
+        "start_s",
+        "memory_phase_wait_s",
+        "memory_phases",
+        "stop_s",
+        "start_cpu_s",
+        "serve_cpu_s",
+        "cpu_by_thread",
+    }
 
 
 def test_the_trees_cpu_is_split_into_its_start_and_its_serving(tmp_path, pid_file):
@@ -448,10 +484,12 @@ def test_an_interrupt_during_start_leaves_no_server_and_no_lease(tmp_path, pid_f
 
 def test_bind_conflicts_are_recognised_on_every_port_the_server_binds():
     from tools.launcher import ports
+
     assert ports.is_bind_conflict("OSError: [Errno 98] Address already in use")
     assert ports.is_bind_conflict(
         "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network"
-        " address. port: 33229, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+        " address. port: 33229, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"
+    )
     assert not ports.is_bind_conflict("RuntimeError: CUDA out of memory")
 
 
@@ -460,10 +498,15 @@ def test_torch_threads_reach_the_servers_process_through_the_cpu_use_plugin(tmp_
     or not: without it vLLM never finds the plugin and the setting does nothing, silently."""
     fake_torch = tmp_path / "fake_torch"
     fake_torch.mkdir()
-    (fake_torch / "torch.py").write_text("def set_num_threads(n):\n    global N\n    N = n\n"
-                                         "def get_num_threads():\n    return N\n")
-    server = _server(tmp_path, pid_file, extra_env={"STUB_SERVER_PLUGINS": "sleepwake_cpu_use",
-                                                    "PYTHONPATH": str(fake_torch)}, torch_threads=2)
+    (fake_torch / "torch.py").write_text(
+        "def set_num_threads(n):\n    global N\n    N = n\ndef get_num_threads():\n    return N\n"
+    )
+    server = _server(
+        tmp_path,
+        pid_file,
+        extra_env={"STUB_SERVER_PLUGINS": "sleepwake_cpu_use", "PYTHONPATH": str(fake_torch)},
+        torch_threads=2,
+    )
     with server:
         pass
     log_text = open(server.log_path).read()

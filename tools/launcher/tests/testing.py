@@ -21,15 +21,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 STUB_MODULE = "stub_api_server"  # testdata/stub_api_server.py as a module, with TESTDATA on PYTHONPATH
 
 
-def stub_command(mode: str = "ok", runner_line: str = "env", pid_file: str | None = None,
-                 fixed_port: int | None = None, as_module: bool = False):
+def stub_command(
+    mode: str = "ok",
+    runner_line: str = "env",
+    pid_file: str | None = None,
+    fixed_port: int | None = None,
+    as_module: bool = False,
+):
     """A command_factory running testdata/stub_api_server.py; fixed_port ignores the port it is given.
     as_module: `python -m stub_api_server` (what a zygote can fork; needs module_environ)."""
+
     def factory(config: ServerConfig, port: int) -> list[str]:
         program = ["-m", STUB_MODULE] if as_module else [STUB_SERVER]
-        argv = [sys.executable] + program + ["--host", config.host, "--port", str(fixed_port or port),
-                                             "--mode", mode, "--runner_line", runner_line]
+        argv = (
+            [sys.executable]
+            + program
+            + ["--host", config.host, "--port", str(fixed_port or port), "--mode", mode, "--runner_line", runner_line]
+        )
         return argv + (["--pid_file", pid_file] if pid_file else [])
+
     return factory
 
 
@@ -71,8 +81,10 @@ def plugin_site(path: str, name: str = "fake_plugin") -> str:
     os.makedirs(os.path.join(path, "%s-0.1.dist-info" % name))
     with open(os.path.join(path, name + ".py"), "w") as f:
         f.write(_PLUGIN_SOURCE)
-    for file_name, text in (("METADATA", "Metadata-Version: 2.1\nName: %s\nVersion: 0.1\n" % name),
-                            ("entry_points.txt", "[vllm.general_plugins]\n%s = %s:register\n" % (name, name))):
+    for file_name, text in (
+        ("METADATA", "Metadata-Version: 2.1\nName: %s\nVersion: 0.1\n" % name),
+        ("entry_points.txt", "[vllm.general_plugins]\n%s = %s:register\n" % (name, name)),
+    ):
         with open(os.path.join(path, "%s-0.1.dist-info" % name, file_name), "w") as f:
             f.write(text)
     return path
@@ -91,8 +103,9 @@ def running_host(lock_dir: str):
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("the zygote host did not listen; see %s" % os.path.join(
-                        lock_dir, zygote_host.HOST_LOG)) from None
+                    raise AssertionError(
+                        "the zygote host did not listen; see %s" % os.path.join(lock_dir, zygote_host.HOST_LOG)
+                    ) from None
                 time.sleep(0.05)  # polled: the socket appears when the host binds it
         yield proc
     finally:
@@ -115,9 +128,16 @@ def fast_config(tmp_path, **overrides) -> ServerConfig:
     os.makedirs(model, exist_ok=True)
     with open(os.path.join(model, "config.json"), "w") as f:
         f.write("{}")  # a checkpoint dir is one holding config.json
-    values = dict(model=model, log_dir=os.path.join(str(tmp_path), "logs"),
-                  cache_dir=os.path.join(str(tmp_path), "cache"), lock_dir=os.path.join(str(tmp_path), "locks"),
-                  grace_s=0.5, startup_timeout_s=20.0, release_timeout_s=1.0, lease_timeout_s=5.0)
+    values = dict(
+        model=model,
+        log_dir=os.path.join(str(tmp_path), "logs"),
+        cache_dir=os.path.join(str(tmp_path), "cache"),
+        lock_dir=os.path.join(str(tmp_path), "locks"),
+        grace_s=0.5,
+        startup_timeout_s=20.0,
+        release_timeout_s=1.0,
+        lease_timeout_s=5.0,
+    )
     values.update(overrides)
     return ServerConfig(**values)
 

@@ -42,13 +42,16 @@ def test_a_message_and_its_descriptors_arrive_whole(tmp_path, depth):
     os.close(read_end)
 
 
-@pytest.mark.parametrize("frame,error", [
-    (b"", "closed the connection after 0 bytes"),
-    (struct.pack("!I", 10) + b"{}", "closed the connection after 6 bytes"),
-    (struct.pack("!I", 5) + b"nope!", "not JSON"),
-    (struct.pack("!I", 2) + b"[]", "must be a JSON object"),
-    (struct.pack("!I", unix_socket.MAX_MESSAGE + 1), "announced"),
-])
+@pytest.mark.parametrize(
+    "frame,error",
+    [
+        (b"", "closed the connection after 0 bytes"),
+        (struct.pack("!I", 10) + b"{}", "closed the connection after 6 bytes"),
+        (struct.pack("!I", 5) + b"nope!", "not JSON"),
+        (struct.pack("!I", 2) + b"[]", "must be a JSON object"),
+        (struct.pack("!I", unix_socket.MAX_MESSAGE + 1), "announced"),
+    ],
+)
 def test_a_broken_peer_is_a_protocol_error(tmp_path, frame, error):
     client, server = _pair_through(str(tmp_path / "x.sock"))
     with client, server:

@@ -17,8 +17,13 @@ DRIVER = os.path.join(testing.TESTDATA, "vllm_server_driver.py")
 
 
 def _run(*args, env=None):
-    return subprocess.run([sys.executable, BINARY] + list(args), env=dict(testing.python_env(), **(env or {})),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, BINARY] + list(args),
+        env=dict(testing.python_env(), **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -30,11 +35,19 @@ def model(tmp_path):
 
 def test_dry_run_prints_the_command_and_env_diff(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    result = _run("--dry_run", "--model", str(tmp_path), "--runner=mrv2", "--execution_mode=graph", "--port=8123",
-                  "--server_arg=--max-num-batched-tokens", "--server_arg=256", "--mp_method=spawn")
+    result = _run(
+        "--dry_run",
+        "--model",
+        str(tmp_path),
+        "--runner=mrv2",
+        "--execution_mode=graph",
+        "--port=8123",
+        "--server_arg=--max-num-batched-tokens",
+        "--server_arg=256",
+        "--mp_method=spawn",
+    )
     assert result.returncode == 0, result.stderr
-    assert ("-m vllm.entrypoints.openai.api_server --model %s --host 127.0.0.1 --port 8123" % tmp_path
-            in result.stdout)
+    assert "-m vllm.entrypoints.openai.api_server --model %s --host 127.0.0.1 --port 8123" % tmp_path in result.stdout
     assert "--max-cudagraph-capture-size 32 --max-num-batched-tokens 256" in result.stdout
     assert "+VLLM_USE_V2_MODEL_RUNNER=1" in result.stdout or "~VLLM_USE_V2_MODEL_RUNNER=1" in result.stdout
     assert "VLLM_WORKER_MULTIPROC_METHOD=spawn" in result.stdout
@@ -76,9 +89,24 @@ def _bad_inputs(tmp_path):
     }
 
 
-BAD_INPUTS = ["port", "kv_cache_bytes", "max_model_len", "gpu_memory_utilization", "seed", "slots_per_gpu",
-              "log_dir", "cache_dir", "lock_dir", "model_dir_without_config", "model_missing", "host", "runner",
-              "port_not_a_number", "unknown_flag", "positional"]
+BAD_INPUTS = [
+    "port",
+    "kv_cache_bytes",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "seed",
+    "slots_per_gpu",
+    "log_dir",
+    "cache_dir",
+    "lock_dir",
+    "model_dir_without_config",
+    "model_missing",
+    "host",
+    "runner",
+    "port_not_a_number",
+    "unknown_flag",
+    "positional",
+]
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
@@ -100,10 +128,21 @@ def test_a_bad_flag_or_path_is_one_line_naming_it_with_exit_code_2(tmp_path, mod
 def test_an_interrupt_during_the_start_stops_the_server_tree_and_exits_130_quietly(tmp_path, model, sig):
     pid_file = str(tmp_path / "pids")
     env = dict(testing.python_env(), STUB_SERVER_MODE="never_healthy", STUB_SERVER_PID_FILE=pid_file)
-    proc = subprocess.Popen([sys.executable, DRIVER, "--model=" + model, "--log_dir=%s" % (tmp_path / "logs"),
-                             "--cache_dir=%s" % (tmp_path / "cache"), "--lock_dir=%s" % (tmp_path / "locks"),
-                             "--lease"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            DRIVER,
+            "--model=" + model,
+            "--log_dir=%s" % (tmp_path / "logs"),
+            "--cache_dir=%s" % (tmp_path / "cache"),
+            "--lock_dir=%s" % (tmp_path / "locks"),
+            "--lease",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while len(testing.recorded_pids(pid_file)) < 4:  # the stub server and its three helpers
@@ -131,7 +170,8 @@ def test_variables_configure_the_binary_and_a_flag_wins(tmp_path, model):
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in result.stdout and "--port 8125" in result.stdout
     result = _run("--dry_run", "--model", model, env={"SLEEPWAKE_PORT": "eighty"})
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        "error: SLEEPWAKE_PORT='eighty' is not an int: set it to one (or unset it for 0)"]
+        "error: SLEEPWAKE_PORT='eighty' is not an int: set it to one (or unset it for 0)"
+    ]
 
 
 def test_every_setting_is_a_flag_with_help():

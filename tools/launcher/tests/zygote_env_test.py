@@ -16,12 +16,24 @@ def _site(tmp_path, name, *top_level):
 
 
 def test_per_server_variables_are_the_servers_own():
-    assert all(zygote_env.is_per_server(n) for n in (
-        "CUDA_VISIBLE_DEVICES", "VLLM_USE_V2_MODEL_RUNNER", "SLEEPWAKE_MUTANT", "TEST_TMPDIR", "HOME",
-        "PYTEST_CURRENT_TEST", "RUNFILES_DIR", "XML_OUTPUT_FILE"))
+    assert all(
+        zygote_env.is_per_server(n)
+        for n in (
+            "CUDA_VISIBLE_DEVICES",
+            "VLLM_USE_V2_MODEL_RUNNER",
+            "SLEEPWAKE_MUTANT",
+            "TEST_TMPDIR",
+            "HOME",
+            "PYTEST_CURRENT_TEST",
+            "RUNFILES_DIR",
+            "XML_OUTPUT_FILE",
+        )
+    )
     # Read while importing vLLM (vllm/logger.py, huggingface_hub/constants.py): they key the zygote.
-    assert not any(zygote_env.is_per_server(n) for n in (
-        "VLLM_LOGGING_LEVEL", "HF_HUB_OFFLINE", "XDG_CACHE_HOME", "VLLM_WORKER_MULTIPROC_METHOD", "PATH"))
+    assert not any(
+        zygote_env.is_per_server(n)
+        for n in ("VLLM_LOGGING_LEVEL", "HF_HUB_OFFLINE", "XDG_CACHE_HOME", "VLLM_WORKER_MULTIPROC_METHOD", "PATH")
+    )
     key, own = zygote_env.split_env({"VLLM_LOGGING_LEVEL": "INFO", "SLEEPWAKE_MUTANT": "x"})
     assert key == {"VLLM_LOGGING_LEVEL": "INFO"} and own == {"SLEEPWAKE_MUTANT": "x"}
 
@@ -31,8 +43,11 @@ def test_pythonpath_entries_in_a_tests_own_dirs_are_the_servers(tmp_path):
     runfiles = _site(tmp_path, "cell.runfiles", "tools")
     vllm_in_runfiles = _site(tmp_path / "cell.runfiles", "pip", "vllm")
     plugin_site = _site(tmp_path, "test_tmp/site", "sleepwake_mutants")
-    env = {"PYTHONPATH": os.pathsep.join([plugin_site, vllm_site, runfiles, vllm_in_runfiles]),
-           "RUNFILES_DIR": runfiles, "TEST_TMPDIR": str(tmp_path / "test_tmp")}
+    env = {
+        "PYTHONPATH": os.pathsep.join([plugin_site, vllm_site, runfiles, vllm_in_runfiles]),
+        "RUNFILES_DIR": runfiles,
+        "TEST_TMPDIR": str(tmp_path / "test_tmp"),
+    }
     key, own = zygote_env.split_pythonpath(env, MODULE)
     assert key == [vllm_site, vllm_in_runfiles]  # the module's provider stays, even in the runfiles
     assert own == [plugin_site, runfiles]
@@ -43,8 +58,13 @@ def test_servers_differing_only_in_their_own_variables_share_a_key(tmp_path):
     base = {"PYTHONPATH": vllm_site, "VLLM_LOGGING_LEVEL": "INFO", "TEST_TMPDIR": str(tmp_path / "a")}
     key, zygote_environment = zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "code")
     assert zygote_environment == {"PYTHONPATH": vllm_site, "VLLM_LOGGING_LEVEL": "INFO"}
-    other_cell = dict(base, TEST_TMPDIR=str(tmp_path / "b"), VLLM_USE_V2_MODEL_RUNNER="1",
-                      CUDA_VISIBLE_DEVICES="1", PYTHONPATH=os.pathsep.join([str(tmp_path / "b" / "site"), vllm_site]))
+    other_cell = dict(
+        base,
+        TEST_TMPDIR=str(tmp_path / "b"),
+        VLLM_USE_V2_MODEL_RUNNER="1",
+        CUDA_VISIBLE_DEVICES="1",
+        PYTHONPATH=os.pathsep.join([str(tmp_path / "b" / "site"), vllm_site]),
+    )
     assert zygote_env.zygote_key("/usr/bin/python3", MODULE, other_cell, "code")[0] == key
     for changed in (dict(base, VLLM_LOGGING_LEVEL="DEBUG"), dict(base, PYTHONPATH=vllm_site + os.pathsep + "/x")):
         assert zygote_env.zygote_key("/usr/bin/python3", MODULE, changed, "code")[0] != key

@@ -14,9 +14,14 @@ _ROOT = os.path.dirname(os.path.dirname(_HERE))
 
 
 def _host(pythonpath: str, lock_dir: str, *flags) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tools.launcher.zygote_host", "--lock_dir", lock_dir,
-                             "--idle_s", "0", *flags], env={"PATH": os.environ["PATH"], "PYTHONPATH": pythonpath},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/")
+    return subprocess.Popen(
+        [sys.executable, "-m", "tools.launcher.zygote_host", "--lock_dir", lock_dir, "--idle_s", "0", *flags],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": pythonpath},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd="/",
+    )
 
 
 def _other_checkout(tmp_path) -> str:

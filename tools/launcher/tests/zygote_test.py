@@ -34,9 +34,13 @@ def host(tmp_path):
 
 def _server(tmp_path, pid_file, environ, mode="ok", lease=False, script=False, **cfg):
     cfg.setdefault("start_mode", "zygote")
-    return VllmServer(testing.fast_config(tmp_path, **cfg), lease=lease, nvml=FakeNvml(),
-                      command_factory=testing.stub_command(mode, pid_file=pid_file, as_module=not script),
-                      environ=environ)
+    return VllmServer(
+        testing.fast_config(tmp_path, **cfg),
+        lease=lease,
+        nvml=FakeNvml(),
+        command_factory=testing.stub_command(mode, pid_file=pid_file, as_module=not script),
+        environ=environ,
+    )
 
 
 def _environ(tmp_path, site, **extra):
@@ -67,8 +71,9 @@ def test_servers_fork_from_one_import_each_with_its_own_environment(tmp_path, pi
         orphan = max(testing.recorded_pids(pid_file))  # the double-forked, setsid'd "engine core"
         assert process_tree.parent(orphan) in (mrv1._sup.pid, mrv2._sup.pid), "not adopted by its supervisor"
         # The supervisor holds the lease, as in the plain path: the slot stays taken until the tree is gone.
-        assert mrv1.lease.path in [os.path.realpath("/proc/%d/fd/%s" % (mrv1._sup.pid, fd))
-                                   for fd in os.listdir("/proc/%d/fd" % mrv1._sup.pid)]
+        assert mrv1.lease.path in [
+            os.path.realpath("/proc/%d/fd/%s" % (mrv1._sup.pid, fd)) for fd in os.listdir("/proc/%d/fd" % mrv1._sup.pid)
+        ]
     imported = testing.imports(str(tmp_path / "imports"))
     assert len(imported) == 1 and imported[0] not in servers, "fake_heavy imported %s" % imported
     plugin = re.search(r"fake plugin fake_plugin in (\d+): SLEEPWAKE_MUTANT=alpha CUDA_VISIBLE_DEVICES=0", _log(mrv1))
@@ -82,10 +87,19 @@ def test_servers_fork_from_one_import_each_with_its_own_environment(tmp_path, pi
 def test_the_zygote_answers_pings_and_refuses_what_it_cannot_serve(tmp_path, pid_file, site, host):
     environ = _environ(tmp_path, site)
     with _server(tmp_path, pid_file, environ) as server:
-        spec = {"argv": server.command, "env": server.env, "cwd": os.getcwd(), "grace_s": 0.5,
-                "parent_pid": os.getpid(), "parent_start": process_tree.start_time(os.getpid())}
-    sockets = [name for name in os.listdir(tmp_path / "locks") if name.startswith("zygote-") and
-               name.endswith(".sock") and name != "zygote-host.sock"]
+        spec = {
+            "argv": server.command,
+            "env": server.env,
+            "cwd": os.getcwd(),
+            "grace_s": 0.5,
+            "parent_pid": os.getpid(),
+            "parent_start": process_tree.start_time(os.getpid()),
+        }
+    sockets = [
+        name
+        for name in os.listdir(tmp_path / "locks")
+        if name.startswith("zygote-") and name.endswith(".sock") and name != "zygote-host.sock"
+    ]
     assert len(sockets) == 1
     path = str(tmp_path / "locks" / sockets[0])
 
@@ -137,8 +151,11 @@ def test_a_forked_servers_collections_skip_what_the_zygote_imported(tmp_path, pi
 
 def test_a_key_variable_gets_its_own_zygote_a_per_server_one_does_not(tmp_path, pid_file, site, host):
     environ = _environ(tmp_path, site, FAKE_KEY_VARIABLE="1")
-    for variant in (environ, dict(environ, SLEEPWAKE_MUTANT="x", PYTEST_CURRENT_TEST="t"),
-                    dict(environ, FAKE_KEY_VARIABLE="2")):
+    for variant in (
+        environ,
+        dict(environ, SLEEPWAKE_MUTANT="x", PYTEST_CURRENT_TEST="t"),
+        dict(environ, FAKE_KEY_VARIABLE="2"),
+    ):
         with _server(tmp_path, pid_file, variant) as server:
             assert server.start_mode == "zygote"
     assert len(testing.imports(str(tmp_path / "imports"))) == 2
@@ -170,17 +187,20 @@ def test_first_use_outside_bazel_starts_the_host(tmp_path, pid_file, site):
     assert len(zygote_client._hosts_started) == started + 1
 
 
-@pytest.mark.parametrize("case", ["no host inside bazel", "per-server variable read at import", "not a module",
-                                  "import fails"])
+@pytest.mark.parametrize(
+    "case", ["no host inside bazel", "per-server variable read at import", "not a module", "import fails"]
+)
 def test_an_unusable_zygote_falls_back_to_a_plain_start_and_says_why(tmp_path, pid_file, site, caplog, case):
     caplog.set_level(logging.WARNING, "sleepwake.launcher")
     environ = _environ(tmp_path, site)
-    reason = {"no host inside bazel": "no zygote host serves %s" % (tmp_path / "locks"),
-              "per-server variable read at import": "reads per-server variables, which would keep this"
-                                                    " zygote's values in every server: VLLM_USE_V2_MODEL_RUNNER",
-              "not a module": "the server command is not `python -m module ...`",
-              "import fails": "the zygote host could not start a zygote for stub_api_server: RuntimeError: fake_heavy:"
-                              " import failed"}[case]
+    reason = {
+        "no host inside bazel": "no zygote host serves %s" % (tmp_path / "locks"),
+        "per-server variable read at import": "reads per-server variables, which would keep this"
+        " zygote's values in every server: VLLM_USE_V2_MODEL_RUNNER",
+        "not a module": "the server command is not `python -m module ...`",
+        "import fails": "the zygote host could not start a zygote for stub_api_server: RuntimeError: fake_heavy:"
+        " import failed",
+    }[case]
     if case == "per-server variable read at import":
         environ["STUB_SERVER_READS_AT_IMPORT"] = "VLLM_USE_V2_MODEL_RUNNER"
     if case == "import fails":  # the plain start then fails too, at its own import
@@ -208,19 +228,22 @@ def _zygote_log(tmp_path, server) -> str:
         return f.read()
 
 
-def test_a_preload_is_imported_once_in_the_zygote_and_a_zygote_without_it_is_another(tmp_path, pid_file, site,
-                                                                                    host):
-    environ = _environ(tmp_path, site, FAKE_PRELOAD_IMPORT_LOG=str(tmp_path / "preloads"),
-                       STUB_SERVER_LATE_IMPORTS="fake_preload")
-    with _server(tmp_path, pid_file, environ, zygote_preload="fake_preload") as first, \
-            _server(tmp_path, pid_file, environ, zygote_preload="fake_preload") as second:
+def test_a_preload_is_imported_once_in_the_zygote_and_a_zygote_without_it_is_another(tmp_path, pid_file, site, host):
+    environ = _environ(
+        tmp_path, site, FAKE_PRELOAD_IMPORT_LOG=str(tmp_path / "preloads"), STUB_SERVER_LATE_IMPORTS="fake_preload"
+    )
+    with (
+        _server(tmp_path, pid_file, environ, zygote_preload="fake_preload") as first,
+        _server(tmp_path, pid_file, environ, zygote_preload="fake_preload") as second,
+    ):
         assert first.start_mode == second.start_mode == "zygote"
     zygote_pid = testing.imports(str(tmp_path / "imports"))
     assert testing.imports(str(tmp_path / "preloads")) == zygote_pid, "imported outside the one zygote"
     for server in (first, second):
         assert "late import fake_preload (imported already: True)" in _log(server)
-    assert re.search(r"imported stub_api_server in [\d.]+ s, then 1 of 1 preload\(s\) in [\d.]+ s;",
-                     _zygote_log(tmp_path, first))
+    assert re.search(
+        r"imported stub_api_server in [\d.]+ s, then 1 of 1 preload\(s\) in [\d.]+ s;", _zygote_log(tmp_path, first)
+    )
     with _server(tmp_path, pid_file, environ, zygote_preload="none") as plain_list:  # the list keys the zygote
         assert plain_list.start_mode == "zygote"
     assert len(testing.imports(str(tmp_path / "imports"))) == 2
@@ -229,13 +252,17 @@ def test_a_preload_is_imported_once_in_the_zygote_and_a_zygote_without_it_is_ano
 
 
 def test_a_preload_with_a_function_computes_its_cached_value_once_in_the_zygote(tmp_path, pid_file, site, host):
-    environ = _environ(tmp_path, site, FAKE_PRELOAD_CALL_LOG=str(tmp_path / "calls"),
-                       STUB_SERVER_LATE_CALLS="fake_preload:cache_key")
-    with _server(tmp_path, pid_file, environ, zygote_preload="fake_preload:cache_key") as first, \
-            _server(tmp_path, pid_file, environ, zygote_preload="fake_preload:cache_key") as second:
+    environ = _environ(
+        tmp_path, site, FAKE_PRELOAD_CALL_LOG=str(tmp_path / "calls"), STUB_SERVER_LATE_CALLS="fake_preload:cache_key"
+    )
+    with (
+        _server(tmp_path, pid_file, environ, zygote_preload="fake_preload:cache_key") as first,
+        _server(tmp_path, pid_file, environ, zygote_preload="fake_preload:cache_key") as second,
+    ):
         assert first.start_mode == second.start_mode == "zygote"
-    assert testing.imports(str(tmp_path / "calls")) == testing.imports(str(tmp_path / "imports")), \
+    assert testing.imports(str(tmp_path / "calls")) == testing.imports(str(tmp_path / "imports")), (
         "computed outside the one zygote"
+    )
     for server in (first, second):
         assert "late call fake_preload:cache_key -> key" in _log(server)
     assert "then 1 of 1 preload(s) in" in _zygote_log(tmp_path, first)
@@ -247,9 +274,12 @@ def test_a_preload_reading_a_per_server_variable_refuses_every_fork(tmp_path, pi
         assert server.start_mode == "zygote"
     preloading = _server(tmp_path, pid_file, environ, zygote_preload="fake_preload")
     try:
-        with pytest.raises(ServerStartError, match=r"start_mode zygote: .*reads per-server variables, which would"
-                           r" keep this zygote's values in every server: VLLM_USE_V2_MODEL_RUNNER"
-                           r" \(\S*fake_preload\.py:\d+\)"):
+        with pytest.raises(
+            ServerStartError,
+            match=r"start_mode zygote: .*reads per-server variables, which would"
+            r" keep this zygote's values in every server: VLLM_USE_V2_MODEL_RUNNER"
+            r" \(\S*fake_preload\.py:\d+\)",
+        ):
             preloading.start()
     finally:
         preloading.stop()
@@ -261,8 +291,10 @@ def test_a_preload_that_fails_to_import_is_logged_and_the_zygote_serves(tmp_path
         assert server.start_mode == "zygote"
         assert "late import fake_preload (imported already: True)" in _log(server)
     log = _zygote_log(tmp_path, server)
-    assert ("preload fake_no_such_module failed, left to the server: ModuleNotFoundError: No module named"
-            " 'fake_no_such_module'\n") in log
+    assert (
+        "preload fake_no_such_module failed, left to the server: ModuleNotFoundError: No module named"
+        " 'fake_no_such_module'\n"
+    ) in log
     assert "then 1 of 2 preload(s) in" in log
 
 
@@ -275,15 +307,30 @@ class _nothing:
 
 
 def _zygote_of(module, **fields) -> zygote.Zygote:
-    values = dict(module=module, key="k", python="/py", key_pythonpath=[], site_path=[],
-                  files=zygote.module_files_state(module), unsafe_reads={}, loaded={}, import_fds=frozenset())
+    values = dict(
+        module=module,
+        key="k",
+        python="/py",
+        key_pythonpath=[],
+        site_path=[],
+        files=zygote.module_files_state(module),
+        unsafe_reads={},
+        loaded={},
+        import_fds=frozenset(),
+    )
     values.update(fields)
     return zygote.Zygote(**values)
 
 
 def _fork_request(tmp_path, *pythonpath):
-    return {"key": "k", "spec": {"argv": ["/py", "-m", "json", "--x"], "cwd": str(tmp_path),
-                                 "env": {"PYTHONPATH": os.pathsep.join(pythonpath)}}}
+    return {
+        "key": "k",
+        "spec": {
+            "argv": ["/py", "-m", "json", "--x"],
+            "cwd": str(tmp_path),
+            "env": {"PYTHONPATH": os.pathsep.join(pythonpath)},
+        },
+    }
 
 
 def test_a_fork_is_refused_when_cuda_is_initialised(tmp_path):
@@ -310,6 +357,7 @@ def test_a_driver_initialised_without_torch_knowing_counts_as_cuda_initialised()
 
     def no_driver(name):
         raise OSError("%s: cannot open shared object file" % name)
+
     assert not zygote.driver_initialized(load=no_driver)
 
 

@@ -31,8 +31,12 @@ class Worker:
 
 def migrate(python: pathlib.Path, database_url: str, log_dir: pathlib.Path) -> None:
     """Creates BuildGrid's schema in an empty database (the server does not)."""
-    processes.run_to_completion("bgd migrate apply", [str(python.parent / "bgd"), "migrate", "apply", database_url],
-                                log_dir / "bgd-migrate.log", timeout=120)
+    processes.run_to_completion(
+        "bgd migrate apply",
+        [str(python.parent / "bgd"), "migrate", "apply", database_url],
+        log_dir / "bgd-migrate.log",
+        timeout=120,
+    )
 
 
 def server_command(python: pathlib.Path, database_url: str, port: int, workdir: pathlib.Path) -> list[str]:
@@ -43,6 +47,13 @@ def server_command(python: pathlib.Path, database_url: str, port: int, workdir: 
 
 
 def worker_command(python: pathlib.Path, url: str, spec: Worker, scratch: pathlib.Path) -> list[str]:
-    return [str(python), str(BOTS_WORKER), f"--server={url}", f"--instance={INSTANCE}", f"--bot_id={spec.bot_id}",
-            f"--scratch_dir={scratch}", f"--env={EXECUTOR_ENV}={spec.bot_id}",
-            *[f"--property={k}={v}" for k, v in spec.properties.items()]]
+    return [
+        str(python),
+        str(BOTS_WORKER),
+        f"--server={url}",
+        f"--instance={INSTANCE}",
+        f"--bot_id={spec.bot_id}",
+        f"--scratch_dir={scratch}",
+        f"--env={EXECUTOR_ENV}={spec.bot_id}",
+        *[f"--property={k}={v}" for k, v in spec.properties.items()],
+    ]

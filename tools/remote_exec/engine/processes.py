@@ -29,6 +29,7 @@ def port_open(port: int) -> Callable[[], bool]:
             return True
         except OSError:
             return False
+
     return check
 
 
@@ -54,22 +55,28 @@ def spawned(cmd: list[str], log: pathlib.Path, stop_signal: int = signal.SIGTERM
                 proc.wait()
 
 
-def wait_until(what: str, ready: Callable[[], bool], proc: subprocess.Popen, log: pathlib.Path,
-               timeout: float) -> None:
+def wait_until(what: str, ready: Callable[[], bool], proc: subprocess.Popen, log: pathlib.Path, timeout: float) -> None:
     """Returns once ready() holds; raises ServiceError if proc exits first or timeout passes."""
     deadline = time.monotonic() + timeout
     while not ready():
         if proc.poll() is not None:
-            raise ServiceError(f"{what} exited with {proc.returncode} before it was ready "
-                               f"(log {log}):\n{log_tail(log)}")
+            raise ServiceError(
+                f"{what} exited with {proc.returncode} before it was ready (log {log}):\n{log_tail(log)}"
+            )
         if time.monotonic() > deadline:
             raise ServiceError(f"{what} was not ready after {timeout:.0f} s (log {log}):\n{log_tail(log)}")
         time.sleep(_POLL_SECONDS)
 
 
 @contextlib.contextmanager
-def started(what: str, cmd: list[str], log: pathlib.Path, ready: Callable[[], bool], timeout: float,
-            stop_signal: int = signal.SIGTERM) -> Iterator[subprocess.Popen]:
+def started(
+    what: str,
+    cmd: list[str],
+    log: pathlib.Path,
+    ready: Callable[[], bool],
+    timeout: float,
+    stop_signal: int = signal.SIGTERM,
+) -> Iterator[subprocess.Popen]:
     """spawned(cmd), yielded once ready() holds."""
     with spawned(cmd, log, stop_signal) as proc:
         wait_until(what, ready, proc, log, timeout)
@@ -81,8 +88,9 @@ def run_to_completion(what: str, cmd: list[str], log: pathlib.Path, timeout: flo
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
         try:
-            rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                timeout=timeout).returncode
+            rc = subprocess.run(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout
+            ).returncode
         except subprocess.TimeoutExpired:
             raise ServiceError(f"{what} did not finish in {timeout:.0f} s (log {log}):\n{log_tail(log)}") from None
     if rc != 0:

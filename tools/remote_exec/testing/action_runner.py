@@ -39,16 +39,18 @@ def _upload_outputs(uploader, command: Command, workdir: str, result: ActionResu
     for path in command.output_files:
         full = os.path.join(workdir, path)
         if os.path.isfile(full):
-            result.output_files.append(OutputFile(
-                path=path, digest=uploader.upload_file(full), is_executable=os.access(full, os.X_OK)))
+            result.output_files.append(
+                OutputFile(path=path, digest=uploader.upload_file(full), is_executable=os.access(full, os.X_OK))
+            )
     for path in command.output_directories:
         full = os.path.join(workdir, path)
         if os.path.isdir(full):
             result.output_directories.append(OutputDirectory(path=path, tree_digest=uploader.upload_tree(full)))
 
 
-def run_action(channel: grpc.Channel, instance: str, payload, extra_env: dict[str, str],
-               scratch_root: str) -> ActionResult:
+def run_action(
+    channel: grpc.Channel, instance: str, payload, extra_env: dict[str, str], scratch_root: str
+) -> ActionResult:
     """Executes the Action in `payload` (an Any) in a fresh directory and returns its ActionResult.
 
     extra_env is added to the command's environment: how the test tells which worker ran an action.
@@ -67,8 +69,14 @@ def run_action(channel: grpc.Channel, instance: str, payload, extra_env: dict[st
         env.update(extra_env)
         timeout = action.timeout.seconds or None
         try:
-            proc = subprocess.run(list(command.arguments), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                                  capture_output=True, timeout=timeout)
+            proc = subprocess.run(
+                list(command.arguments),
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout,
+            )
             exit_code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as e:
             exit_code = 124

@@ -57,21 +57,39 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--server", required=True, help="the Bots/CAS endpoint, e.g. grpc://127.0.0.1:50051")
     parser.add_argument("--instance", default="main", help="REAPI instance name the worker serves")
     parser.add_argument("--bot_id", required=True, help="this worker's id; also printed in its log lines")
-    parser.add_argument("--property", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                        help="a platform property this worker advertises (repeat); actions are matched on them")
-    parser.add_argument("--env", type=_key_value, action="append", default=[], metavar="NAME=VALUE",
-                        help="added to every action's environment (repeat), so an action can tell who ran it")
-    parser.add_argument("--connect_timeout", type=float, default=120.0,
-                        help="seconds to keep trying to register with a server that is still starting")
+    parser.add_argument(
+        "--property",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a platform property this worker advertises (repeat); actions are matched on them",
+    )
+    parser.add_argument(
+        "--env",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="added to every action's environment (repeat), so an action can tell who ran it",
+    )
+    parser.add_argument(
+        "--connect_timeout",
+        type=float,
+        default=120.0,
+        help="seconds to keep trying to register with a server that is still starting",
+    )
     parser.add_argument("--scratch_dir", default=None, help="where action directories are made (default: TMPDIR)")
     return parser.parse_args(argv)
 
 
 def _bot_session(args: argparse.Namespace) -> bots_pb2.BotSession:
-    device = worker_pb2.Device(handle=args.bot_id, properties=[
-        worker_pb2.Device.Property(key=k, value=v) for k, v in args.property])
-    return bots_pb2.BotSession(bot_id=args.bot_id, status=bots_pb2.BotStatus.OK,
-                               worker=worker_pb2.Worker(devices=[device]))
+    device = worker_pb2.Device(
+        handle=args.bot_id, properties=[worker_pb2.Device.Property(key=k, value=v) for k, v in args.property]
+    )
+    return bots_pb2.BotSession(
+        bot_id=args.bot_id, status=bots_pb2.BotStatus.OK, worker=worker_pb2.Worker(devices=[device])
+    )
 
 
 def _log(bot_id: str, message: str) -> None:
@@ -88,8 +106,10 @@ def _create_session(stub: bots_pb2_grpc.BotsStub, args: argparse.Namespace) -> b
         except grpc.RpcError as e:
             # A server still starting, or one too busy to answer in time; a retried creation
             # replaces the session a timed-out one may have left (same bot_id).
-            if e.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE) \
-                    or time.monotonic() > deadline:
+            if (
+                e.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+                or time.monotonic() > deadline
+            ):
                 raise
 
 
@@ -97,7 +117,8 @@ def _update(stub: bots_pb2_grpc.BotsStub, session: bots_pb2.BotSession) -> bots_
     """One UpdateBotSession: reports our leases, returns the server's view (new leases included)."""
     try:
         return stub.UpdateBotSession(
-            bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session), timeout=_POLL_SECONDS)
+            bots_pb2.UpdateBotSessionRequest(name=session.name, bot_session=session), timeout=_POLL_SECONDS
+        )
     except grpc.RpcError as e:
         if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
             raise
@@ -106,8 +127,10 @@ def _update(stub: bots_pb2_grpc.BotsStub, session: bots_pb2.BotSession) -> bots_
 
 
 def _runnable(session: bots_pb2.BotSession) -> bots_pb2.Lease | None:
-    return next((lease for lease in session.leases
-                 if lease.state in (bots_pb2.LeaseState.PENDING, bots_pb2.LeaseState.ACTIVE)), None)
+    return next(
+        (lease for lease in session.leases if lease.state in (bots_pb2.LeaseState.PENDING, bots_pb2.LeaseState.ACTIVE)),
+        None,
+    )
 
 
 def _run_lease(stub, session, lease_id: str, run, log) -> bots_pb2.BotSession:
@@ -169,8 +192,13 @@ def serve(args: argparse.Namespace) -> None:
         lease_id, payload = lease.id, any_pb2.Any()
         payload.CopyFrom(lease.payload)  # the session message is replaced while the action runs
         _log(args.bot_id, f"running lease {lease_id}")
-        session = _run_lease(stub, session, lease_id, lambda payload=payload: action_runner.run_action(
-            channel, args.instance, payload, extra_env, scratch), lambda m: _log(args.bot_id, m))
+        session = _run_lease(
+            stub,
+            session,
+            lease_id,
+            lambda payload=payload: action_runner.run_action(channel, args.instance, payload, extra_env, scratch),
+            lambda m: _log(args.bot_id, m),
+        )
         session = _update(stub, session)
 
 

@@ -19,22 +19,32 @@ def _installed(tmp_path, records: dict[str, tuple[str, str]]):
         if name not in dists:
             raise importlib.metadata.PackageNotFoundError(name)
         return dists[name]
+
     return distribution
 
 
 def test_vllm_build_names_the_version_and_changes_with_a_rebuilt_torch(tmp_path):
-    before = pool_properties.vllm_build(_installed(tmp_path / "a", {
-        "vllm": ("0.26.0", "vllm/__init__.py,sha256=aaa,10\n"), "torch": ("2.9.0", "torch/x.so,sha256=bbb,20\n")}))
-    after = pool_properties.vllm_build(_installed(tmp_path / "b", {
-        "vllm": ("0.26.0", "vllm/__init__.py,sha256=aaa,10\n"), "torch": ("2.9.0", "torch/x.so,sha256=ccc,20\n")}))
+    before = pool_properties.vllm_build(
+        _installed(
+            tmp_path / "a",
+            {"vllm": ("0.26.0", "vllm/__init__.py,sha256=aaa,10\n"), "torch": ("2.9.0", "torch/x.so,sha256=bbb,20\n")},
+        )
+    )
+    after = pool_properties.vllm_build(
+        _installed(
+            tmp_path / "b",
+            {"vllm": ("0.26.0", "vllm/__init__.py,sha256=aaa,10\n"), "torch": ("2.9.0", "torch/x.so,sha256=ccc,20\n")},
+        )
+    )
     assert before.startswith("0.26.0+") and after.startswith("0.26.0+")
     assert before != after
 
 
 def test_vllm_build_is_stable_for_the_same_install(tmp_path):
     records = {"vllm": ("0.26.0", "v\n"), "torch": ("2.9.0", "t\n")}
-    assert (pool_properties.vllm_build(_installed(tmp_path / "a", records))
-            == pool_properties.vllm_build(_installed(tmp_path / "b", records)))
+    assert pool_properties.vllm_build(_installed(tmp_path / "a", records)) == pool_properties.vllm_build(
+        _installed(tmp_path / "b", records)
+    )
 
 
 def test_a_worker_without_vllm_is_reported(tmp_path):

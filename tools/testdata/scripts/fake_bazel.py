@@ -30,8 +30,9 @@ def tag_filters(args: list[str]) -> list[str]:
             if len(parts) == 2 and parts[1].startswith("--test_tag_filters="):
                 rc.setdefault(parts[0], []).append(parts[1])
     value = ""
-    for a in rc.get("test", []) + [o for arg in args for o in (rc.get("test:" + arg[9:], [])
-                                                               if arg.startswith("--config=") else [arg])]:
+    for a in rc.get("test", []) + [
+        o for arg in args for o in (rc.get("test:" + arg[9:], []) if arg.startswith("--config=") else [arg])
+    ]:
         if a.startswith("--test_tag_filters="):
             value = a.split("=", 1)[1]
     return [t for t in value.split(",") if t]

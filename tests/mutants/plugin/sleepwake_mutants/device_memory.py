@@ -8,29 +8,31 @@ pools (no sleep releases it) and outside PyTorch's caching allocator (no cached 
 
 from .shared import MiB, Deferred, after, device_alloc, device_free, wrap
 
-LEAK_PER_WAKE = 3 * MiB            # leak_bytes_per_cycle_max is one 2 MiB granule, strict
-LEAK_ONCE = 3 * MiB                # cycle_bytes_flat_max likewise
+LEAK_PER_WAKE = 3 * MiB  # leak_bytes_per_cycle_max is one 2 MiB granule, strict
+LEAK_ONCE = 3 * MiB  # cycle_bytes_flat_max likewise
 LEAK_ONCE_AT_WAKE = 5
-KV_KEPT_FRACTION = 0.5             # of the KV cache's bytes, in whole allocations
+KV_KEPT_FRACTION = 0.5  # of the KV cache's bytes, in whole allocations
 KV_MOSTLY_KEPT_FRACTION = 2 / 3
-RESIDUE = 716 * MiB                # level1_residue_bytes_max is 1 GiB (eager); ~0.86 GB resident
-LATE_RELEASE = 1434 * MiB          # held for LATE_S after /sleep answers
-LATE_REMAP = 192 * MiB             # missing when /wake_up answers
-UNMAPPED_AFTER_WAKE = 246 * MiB    # as LATE_REMAP, sized against the settled per-process shortfall
-WEIGHTS_WAKE_EXTRA = 1260 * MiB    # weights_wake_bytes_fraction_max: weights-only wake at 0.38 of awake
-WEIGHTS_WAKE_MORE = 83 * MiB       # weights_wake_bytes_rel_error_max: 0.15 of the 476 MiB checkpoint
-WAKE_EXTRA = 384 * MiB             # wake_restore_bytes_max is 256 MiB
+RESIDUE = 716 * MiB  # level1_residue_bytes_max is 1 GiB (eager); ~0.86 GB resident
+LATE_RELEASE = 1434 * MiB  # held for LATE_S after /sleep answers
+LATE_REMAP = 192 * MiB  # missing when /wake_up answers
+UNMAPPED_AFTER_WAKE = 246 * MiB  # as LATE_REMAP, sized against the settled per-process shortfall
+WEIGHTS_WAKE_EXTRA = 1260 * MiB  # weights_wake_bytes_fraction_max: weights-only wake at 0.38 of awake
+WEIGHTS_WAKE_MORE = 83 * MiB  # weights_wake_bytes_rel_error_max: 0.15 of the 476 MiB checkpoint
+WAKE_EXTRA = 384 * MiB  # wake_restore_bytes_max is 256 MiB
 LATE_S = 1.0
 
 
 def leak_per_wake():
     from vllm.v1.worker.gpu_worker import Worker
+
     leaked = []
     after(Worker, "wake_up", lambda worker: leaked.append(device_alloc(LEAK_PER_WAKE)))
 
 
 def leak_once():
     from vllm.v1.worker.gpu_worker import Worker
+
     leaked = []
     after(Worker, "wake_up", lambda worker: leaked.append(device_alloc(LEAK_ONCE)), nth=LEAK_ONCE_AT_WAKE)
 
@@ -56,6 +58,7 @@ def _keep_kv_mapped(select, levels=(1, 2)):
             finally:
                 self.pointer_to_data.update(kept)
                 self._sleepwake_kept = kept
+
         return sleep
 
     def make_wake(original):
@@ -68,7 +71,9 @@ def _keep_kv_mapped(select, levels=(1, 2)):
             finally:
                 self.pointer_to_data.update(kept)
                 self._sleepwake_kept = {}
+
         return wake_up
+
     wrap(CuMemAllocator, "sleep", make_sleep)
     wrap(CuMemAllocator, "wake_up", make_wake)
 
@@ -89,6 +94,7 @@ def _fraction_of(fraction):
             chosen.append(ptr)
             held += kv[ptr].handle[1]
         return chosen
+
     return select
 
 
@@ -106,6 +112,7 @@ def kv_cache_partly_kept_level2():
 
 def residue_grows():
     from vllm.v1.worker.gpu_worker import Worker
+
     held = []
     # Device memory outside the pools from start-up on (after the KV cache is allocated): resident at
     # level 1, like the CUDA-graph pool level 1 does not release (#45648), only larger.
@@ -114,6 +121,7 @@ def residue_grows():
 
 def late_release():
     from vllm.v1.worker.gpu_worker import Worker
+
     pending = Deferred(LATE_S)
 
     def make(original):
@@ -124,12 +132,15 @@ def late_release():
             # vLLM's own before/after reading, so its "freed >= 0" assertion still holds.)
             pointer = device_alloc(LATE_RELEASE)
             pending.schedule(lambda: device_free(pointer))
+
         return sleep
+
     wrap(Worker, "sleep", make)
 
 
 def late_remap(size=LATE_REMAP):
     from vllm.v1.worker.gpu_worker import Worker
+
     state = {"pointer": None}
 
     def map_back():
@@ -145,19 +156,23 @@ def late_remap(size=LATE_REMAP):
                 # could land inside a GPU neighbour's sleep and fail its free-memory assertion.
                 device_free(state["pointer"])
                 state["pointer"] = None
+
         return wake_up
 
     def make_step(original):
         def execute_model(self, *args, **kwargs):
             map_back()
             return original(self, *args, **kwargs)
+
         return execute_model
 
     def make_sleep(original):
         def sleep(self, level=1):
             map_back()
             return original(self, level)
+
         return sleep
+
     after(Worker, "initialize_from_config", lambda worker: map_back())  # awake bytes from start-up on
     wrap(Worker, "wake_up", make_wake)
     wrap(Worker, "execute_model", make_step)
@@ -173,6 +188,7 @@ def _extra_until(size: int, when, until) -> None:
     next wake for which until(tags) holds or at the next sleep (before vLLM's own reading, so its
     "freed >= 0" check still holds)."""
     from vllm.v1.worker.gpu_worker import Worker
+
     held = []
 
     def release():
@@ -186,13 +202,16 @@ def _extra_until(size: int, when, until) -> None:
                 release()
             if when(tags):
                 held.append(device_alloc(size))
+
         return wake_up
 
     def make_sleep(original):
         def sleep(self, level=1):
             release()
             return original(self, level)
+
         return sleep
+
     wrap(Worker, "wake_up", make_wake)
     wrap(Worker, "sleep", make_sleep)
 

@@ -9,11 +9,11 @@ import mmap
 from .shared import KiB, MiB, after, replace, wrap
 
 PINNED_LEAK_PER_SLEEP = 48 * KiB  # host_leak_bytes_per_cycle_max is 32 KiB
-PINNED_JUMP = 480 * KiB           # host_cycle_flat_max is 352 KiB (healthy spread up to 88 KiB on top)
+PINNED_JUMP = 480 * KiB  # host_cycle_flat_max is 352 KiB (healthy spread up to 88 KiB on top)
 PINNED_JUMP_AT_SLEEP = 5
-LEVEL2_PINNED = int(16.5 * MiB)   # level2_host_bytes_max is 11 MiB
-SECOND_COPY = 580 * MiB           # host_copy_weights_ratio_max: 1.8 x the 476 MiB checkpoint
-COPIED_FRACTION = 0.54            # host_copy_weights_ratio_min: 1.2 against a healthy 1.48
+LEVEL2_PINNED = int(16.5 * MiB)  # level2_host_bytes_max is 11 MiB
+SECOND_COPY = 580 * MiB  # host_copy_weights_ratio_max: 1.8 x the 476 MiB checkpoint
+COPIED_FRACTION = 0.54  # host_copy_weights_ratio_min: 1.2 against a healthy 1.48
 
 
 class _Pinned:
@@ -21,6 +21,7 @@ class _Pinned:
 
     def __init__(self, size: int):
         import torch
+
         self._cudart = torch.cuda.cudart()
         self._buf = mmap.mmap(-1, size)
         self._buf.write(b"\x01" * size)  # resident: every page touched
@@ -50,31 +51,40 @@ def level2_keeps_host_copy():
         # Level 2 backs the weights up to host memory like level 1 (0.26.0: offload_tags=() unless
         # level 1). Output stays right (the reload overwrites them); only host RAM tells.
         get_mem_allocator_instance().sleep(offload_tags=("weights",))
+
     replace(CuMemBackend, "suspend", suspend)
 
 
 def host_copy_leaked():
     from vllm.device_allocator.cumem import CuMemAllocator
+
     kept = []
 
     def make(original):
         def wake_up(self, tags=None):
             # The host copy stays referenced after the wake, so the next sleep pins a new one.
-            kept.extend(data.cpu_backup_tensor for data in self.pointer_to_data.values()
-                        if data.cpu_backup_tensor is not None and (tags is None or data.tag in tags))
+            kept.extend(
+                data.cpu_backup_tensor
+                for data in self.pointer_to_data.values()
+                if data.cpu_backup_tensor is not None and (tags is None or data.tag in tags)
+            )
             return original(self, tags)
+
         return wake_up
+
     wrap(CuMemAllocator, "wake_up", make)
 
 
 def pinned_leak_per_sleep():
     from vllm.v1.worker.gpu_worker import Worker
+
     leaked = []
     after(Worker, "sleep", lambda worker: leaked.append(_pinned(PINNED_LEAK_PER_SLEEP)))
 
 
 def pinned_jump_once():
     from vllm.v1.worker.gpu_worker import Worker
+
     leaked = []
     after(Worker, "sleep", lambda worker: leaked.append(_pinned(PINNED_JUMP)), nth=PINNED_JUMP_AT_SLEEP)
 
@@ -83,6 +93,7 @@ def _pinned_while_asleep(size: int, when) -> None:
     """`size` bytes pinned after each Worker.sleep(level) for which when(level, earlier levels) holds,
     released by the next wake."""
     from vllm.v1.worker.gpu_worker import Worker
+
     held, levels = [], []
 
     def make_sleep(original):
@@ -92,13 +103,16 @@ def _pinned_while_asleep(size: int, when) -> None:
                 held.append(_pinned(size))
             levels.append(level)
             return result
+
         return sleep
 
     def make_wake(original):
         def wake_up(self, tags=None):
             _release(held)
             return original(self, tags)
+
         return wake_up
+
     wrap(Worker, "sleep", make_sleep)
     wrap(Worker, "wake_up", make_wake)
 
@@ -133,5 +147,7 @@ def host_copy_partial():
             finally:
                 for data in dropped:
                     data.tag = "weights"
+
         return sleep
+
     wrap(CuMemAllocator, "sleep", make)

@@ -15,7 +15,9 @@ def resume_on_partial_wake():
         def wake_up(self, tags=None):
             original(self, tags)
             self.resume_scheduler()  # the #44483 fix resumed only once every tag was resident
+
         return wake_up
+
     wrap(EngineCore, "wake_up", make)
 
 
@@ -25,7 +27,9 @@ def prefix_cache_kept():
     def make(original):
         def pause_scheduler(self, mode="abort", clear_cache=True):
             return original(self, mode=mode, clear_cache=False)  # sleep no longer resets the cache
+
         return pause_scheduler
+
     for cls in (EngineCore, EngineCoreProc):
         wrap(cls, "pause_scheduler", make)
 
@@ -41,7 +45,9 @@ def prefix_cache_reset_on_level0():
                 # this throws the cached blocks away as if the KV cache had been discarded.
                 self.reset_prefix_cache()
             return result
+
         return sleep
+
     wrap(EngineCore, "sleep", make)
 
 
@@ -52,7 +58,9 @@ def sleep_drains_instead_of_aborting():
         def sleep(self, level=1, mode="abort"):
             # mode=abort behaves like mode=wait: in-flight requests run to the end before the sleep.
             return original(self, level, "wait" if mode == "abort" else mode)
+
         return sleep
+
     wrap(EngineCore, "sleep", make)
 
 
@@ -67,7 +75,9 @@ def request_runs_while_asleep():
                 # waiting in the paused scheduler for the wake.
                 self.resume_scheduler()
             return result
+
         return add_request
+
     wrap(EngineCore, "add_request", make)
 
 
@@ -78,6 +88,7 @@ def is_sleeping_false_partial():
         # Only "fully asleep" counts: a partial wake or a level-0 pause reads awake.
         executor = self.model_executor
         return bool(executor.is_sleeping) and set(executor.sleeping_tags) >= {"weights", "kv_cache"}
+
     replace(EngineCore, "is_sleeping", is_sleeping)
 
 
@@ -88,6 +99,7 @@ def gauge_not_updated():
         if level >= 1:
             await self.renderer.clear_mm_cache_async()
         await self.engine_core.sleep_async(level, mode)  # record_sleep_state(1, level) dropped
+
     replace(AsyncLLM, "sleep", sleep)
 
 
@@ -102,7 +114,9 @@ def engine_dies_on_sleep_during_decode():
                 # The /sleep call still answers 200; the engine core dies right after (#45520).
                 threading.Timer(0.3, os._exit, args=(1,)).start()
             return result
+
         return sleep
+
     wrap(EngineCore, "sleep", make)
 
 
@@ -114,12 +128,15 @@ def wake_awake_tag_aborts():
             if not self.is_sleeping:
                 raise RuntimeError("wake_up called while awake")  # was a logged no-op (#31618)
             return original(self, tags)
+
         return wake_up
+
     wrap(Executor, "wake_up", make)
 
 
 def abort_leaves_choices_running():
     from vllm.v1.engine.core import EngineCoreProc
+
     child = re.compile(r"^\d+_")  # parallel_sampling.py get_child_info: f"{index}_{parent id}"
 
     def make(original):
@@ -127,5 +144,7 @@ def abort_leaves_choices_running():
             # The engine aborts and frees every choice, but the abort of an n>1 request's choices
             # never reaches the front end: to the client they run on forever (#45326).
             return original(self, [r for r in aborted_reqs if not child.match(r.request_id)])
+
         return send_abort_outputs
+
     wrap(EngineCoreProc, "_send_abort_outputs", make)

@@ -44,15 +44,18 @@ def announcing(function: Callable) -> Callable:
     """function, printing the mutant's REACHED line at its first call (a coroutine function stays one:
     vLLM awaits AsyncLLM's methods)."""
     if inspect.iscoroutinefunction(function):
+
         @functools.wraps(function)
         async def announced(*args, **kwargs):
             _reached()
             return await function(*args, **kwargs)
     else:
+
         @functools.wraps(function)
         def announced(*args, **kwargs):
             _reached()
             return function(*args, **kwargs)
+
     return announced
 
 
@@ -78,7 +81,9 @@ def after(owner, attr: str, action: Callable, nth: int | None = None) -> None:
             if nth is None or len(calls) == nth:
                 action(self)
             return result
+
         return method
+
     wrap(owner, attr, make)
 
 
@@ -86,11 +91,13 @@ def device_alloc(size: int):
     """size bytes of device memory from cudaMalloc, outside PyTorch's caching allocator and the CuMem
     pools: NVML shows exactly these bytes, and no sleep or empty_cache releases them."""
     from vllm.device_allocator.cumem import libcudart
+
     return libcudart.cudaMalloc(size)
 
 
 def device_free(pointer) -> None:
     from vllm.device_allocator.cumem import libcudart
+
     libcudart.cudaFree(pointer)
 
 

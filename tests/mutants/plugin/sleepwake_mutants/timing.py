@@ -5,12 +5,12 @@ import time
 
 from .shared import wrap
 
-SLEEP_DELAY_S = 0.58          # sleep_s_max is 0.4 s; measured medians 0.018-0.107 s
-WAKE_DELAY_S = 0.42           # wake_s_max is 0.30 s; measured medians 0.026-0.214 s
-TAGGED_WAKE_DELAY_S = 0.195   # staged_wake_s_max is 0.30 s for two tagged wakes; medians 0.036-0.226 s
+SLEEP_DELAY_S = 0.58  # sleep_s_max is 0.4 s; measured medians 0.018-0.107 s
+WAKE_DELAY_S = 0.42  # wake_s_max is 0.30 s; measured medians 0.026-0.214 s
+TAGGED_WAKE_DELAY_S = 0.195  # staged_wake_s_max is 0.30 s for two tagged wakes; medians 0.036-0.226 s
 # The same defects sized against the bounds that judge wakes beside a neighbour's start step, whose
 # healthy medians are 0.14-0.38 s (full) and 0.13-0.41 s (staged), about 0.2 s typically.
-BESIDE_START_WAKE_DELAY_S = 0.70         # wake_beside_start_s_max is 0.60 s
+BESIDE_START_WAKE_DELAY_S = 0.70  # wake_beside_start_s_max is 0.60 s
 BESIDE_START_TAGGED_WAKE_DELAY_S = 0.345  # staged_wake_beside_start_s_max is 0.60 s for two tagged wakes
 FIRST_FORWARD_DELAY_S = 2.15  # cycle_s_max is 1.5 s; medians 0.078-0.47 s
 
@@ -22,7 +22,9 @@ def slow_sleep():
         def sleep(self, level=1):
             time.sleep(SLEEP_DELAY_S)
             return original(self, level)
+
         return sleep
+
     wrap(Worker, "sleep", make)
 
 
@@ -34,7 +36,9 @@ def _slow_wake(delay_s: float, tagged: bool) -> None:
             if (tags is not None) == tagged:
                 time.sleep(delay_s)
             return original(self, tags)
+
         return wake_up
+
     wrap(Worker, "wake_up", make)
 
 
@@ -56,12 +60,14 @@ def slower_staged_wake():
 
 def slow_first_request():
     from vllm.v1.worker.gpu_worker import Worker
+
     woken = []
 
     def make_wake(original):
         def wake_up(self, tags=None):
             woken.append(True)
             return original(self, tags)
+
         return wake_up
 
     def make_step(original):
@@ -70,6 +76,8 @@ def slow_first_request():
                 woken.clear()
                 time.sleep(FIRST_FORWARD_DELAY_S)
             return original(self, *args, **kwargs)
+
         return execute_model
+
     wrap(Worker, "wake_up", make_wake)
     wrap(Worker, "execute_model", make_step)

@@ -30,7 +30,9 @@ def abort_spares_waiting():
                 # (sent while paused, or preempted by a keep's cache reset) stay queued for the wake.
                 request_ids = [r.request_id for r in self.running]
             return original(self, request_ids, finished_status)
+
         return finish_requests
+
     wrap(Scheduler, "finish_requests", make)
 
 
@@ -50,7 +52,9 @@ def _schedules_waiting_while_paused_new(methods, when):
                 return original(self, *args, **kwargs)
             finally:
                 self._pause_state = PauseState.PAUSED_NEW
+
         return method
+
     for name in methods:
         wrap(Scheduler, name, make)
 
@@ -75,7 +79,9 @@ def keep_without_preemption():
             # ones keep their blocks (whose KV the executor's sleep then discards), so the prefix-cache
             # reset is refused, and its result is not looked at.
             return original(self, False, reset_connector)
+
         return _reset_caches
+
     wrap(EngineCore, "_reset_caches", make)
 
 
@@ -88,7 +94,9 @@ def scheduling_tag_resumes():
             if tags and "scheduling" in tags:
                 # "scheduling" read as "resume scheduling", whatever the executor still has asleep.
                 self.resume_scheduler()
+
         return wake_up
+
     wrap(EngineCore, "wake_up", make)
 
 
@@ -103,10 +111,16 @@ def wake_aborts_queued():
             if was_paused and not self.is_scheduler_paused():
                 # The wake that resumes scheduling drops what was queued while paused as stale (admitted
                 # under the weights before the sleep): aborted, as a pause with mode abort would have.
-                queued = [r.request_id for queue in (self.scheduler.waiting, self.scheduler.skipped_waiting)
-                          for r in queue if r.status == RequestStatus.WAITING]
+                queued = [
+                    r.request_id
+                    for queue in (self.scheduler.waiting, self.scheduler.skipped_waiting)
+                    for r in queue
+                    if r.status == RequestStatus.WAITING
+                ]
                 _send_aborts(self, self.scheduler.finish_requests(queued, RequestStatus.FINISHED_ABORTED))
+
         return wake_up
+
     wrap(EngineCore, "wake_up", make)
 
 
@@ -122,7 +136,9 @@ def keep_reset_aborts_frozen():
                 running = [r.request_id for r in self.scheduler.running]
                 _send_aborts(self, self.scheduler.finish_requests(running, RequestStatus.FINISHED_ABORTED))
             return original(self, reset_running_requests, reset_connector)
+
         return _reset_caches
+
     wrap(EngineCore, "_reset_caches", make)
 
 
@@ -135,9 +151,11 @@ def preempted_restarts_output():
             # Recomputed from the prompt alone (#16832): the tokens it generated are dropped with its
             # blocks, so it generates max_tokens again and the client gets the first ones twice.
             del request._output_token_ids[:]
-            del request._all_token_ids[request.num_prompt_tokens:]
-            del request.block_hashes[request.num_prompt_tokens // self.hash_block_size:]
+            del request._all_token_ids[request.num_prompt_tokens :]
+            del request.block_hashes[request.num_prompt_tokens // self.hash_block_size :]
+
         return _preempt_request
+
     wrap(Scheduler, "_preempt_request", make)
 
 
@@ -149,7 +167,9 @@ def reset_prefix_cache_preempts_running():
             # /reset_prefix_cache preempts the running requests so that the reset always succeeds (the
             # sleep's own reset does; the route documents success=false while requests hold blocks).
             return original(self, True, reset_connector)
+
         return reset_prefix_cache
+
     wrap(EngineCore, "reset_prefix_cache", make)
 
 
@@ -162,7 +182,9 @@ def pause_mode_sticky():
             if self._pause_state != PauseState.UNPAUSED and pause_state != PauseState.UNPAUSED:
                 return  # "already paused": a second pause keeps the first one's mode
             return original(self, pause_state)
+
         return set_pause_state
+
     wrap(Scheduler, "set_pause_state", make)
 
 
@@ -177,5 +199,7 @@ def reload_aborts_requests():
                 # running or waiting, ends before the weights change.
                 _send_aborts(self, self.scheduler.finish_requests(None, RequestStatus.FINISHED_ABORTED))
             return original(self, method, timeout, args, kwargs)
+
         return collective_rpc
+
     wrap(EngineCore, "collective_rpc", make)

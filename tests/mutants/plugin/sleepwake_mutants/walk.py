@@ -19,12 +19,17 @@ def sleep_while_paused_keeps_prefix_cache():
                 return original(self, level, mode)
             finally:
                 self._sleepwake_keep_cache = False
+
         return sleep
 
     def make_pause(original):
         def pause_scheduler(self, mode="abort", clear_cache=True):
-            return original(self, mode=mode, clear_cache=clear_cache and not getattr(self, "_sleepwake_keep_cache", False))
+            return original(
+                self, mode=mode, clear_cache=clear_cache and not getattr(self, "_sleepwake_keep_cache", False)
+            )
+
         return pause_scheduler
+
     wrap(EngineCore, "sleep", make_sleep)
     for cls in (EngineCore, EngineCoreProc):
         wrap(cls, "pause_scheduler", make_pause)
@@ -41,7 +46,9 @@ def gauge_sticky_while_asleep():
                     await self.renderer.clear_mm_cache_async()
                 return await self.engine_core.sleep_async(level, mode)
             return await original(self, level, mode)
+
         return sleep
+
     wrap(AsyncLLM, "sleep", make)
 
 
@@ -51,7 +58,9 @@ def _pause_mode(rewrite):
     def make(original):
         def sleep(self, level=1, mode="abort"):
             return original(self, level, rewrite(level, mode))
+
         return sleep
+
     wrap(EngineCore, "sleep", make)
 
 
@@ -76,7 +85,9 @@ def reset_prefix_cache_fails_asleep():
             if await self.is_sleeping():
                 return False  # answered {"success": false}: the reset refused while the engine sleeps
             return await original(self, reset_running_requests, reset_connector)
+
         return reset_prefix_cache
+
     wrap(AsyncLLM, "reset_prefix_cache", make)
 
 
@@ -85,6 +96,7 @@ def reset_prefix_cache_noop():
 
     async def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False):
         return True  # reports the reset done; the cached blocks stay (a sleep's own reset still works)
+
     replace(AsyncLLM, "reset_prefix_cache", reset_prefix_cache)
 
 
@@ -99,7 +111,9 @@ def _kv_first_wake(map_weights: bool):
                 # the executor still counts them asleep). Else it maps nothing and reports success.
                 return original(self, ["kv_cache", "weights"]) if map_weights else None
             return original(self, tags)
+
         return wake_up
+
     wrap(CuMemAllocator, "wake_up", make)
 
 
@@ -119,7 +133,9 @@ def sleep_during_partial_wake_sleeps_again():
             if self.is_sleeping and set(self.sleeping_tags) != {"weights", "kv_cache"}:
                 self.is_sleeping = False  # the guard only knew "fully asleep": a partial wake sleeps again
             return original(self, level)
+
         return sleep
+
     wrap(Executor, "sleep", make)
 
 
@@ -132,7 +148,9 @@ def reload_resumes_scheduling():
             if method == "reload_weights":
                 self.resume_scheduler()  # a reload during a level-0 pause resumes scheduling
             return result
+
         return collective_rpc
+
     wrap(EngineCore, "collective_rpc", make)
 
 
@@ -147,7 +165,9 @@ def reload_resets_prefix_cache():
                 # decision the API leaves to the caller (/reset_prefix_cache).
                 self.reset_prefix_cache()
             return result
+
         return collective_rpc
+
     wrap(EngineCore, "collective_rpc", make)
 
 
@@ -168,6 +188,7 @@ def two_tag_wake_maps_first_tag():
             self.sleeping_tags.clear()
         if not self.sleeping_tags:
             self.is_sleeping = False
+
     replace(Executor, "wake_up", wake_up)
 
 
@@ -183,4 +204,5 @@ def scheduling_tag_kept():
             self.model_executor.wake_up(tags)
         if not self.model_executor.is_sleeping:
             self.resume_scheduler()
+
     replace(EngineCore, "wake_up", wake_up)

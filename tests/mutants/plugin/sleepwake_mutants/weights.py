@@ -8,12 +8,13 @@ from .shared import Deferred, lm_head, replace, wrap
 # of the seed-0 checkpoint (make_synthetic_model_test._reference_logits) over PROMPTS' 16 greedy tokens
 # puts the worst per-token drift at 0.0209 nats, about twice logprob_drift_max (0.9921875: 0.0064,
 # 0.984375: 0.0133, 0.96875: 0.0290, 0.9375: 0.0690; the old lm_head x 1.25: 0.0693).
-NORM_SCALE = 1 - 3 * 2 ** -7
+NORM_SCALE = 1 - 3 * 2**-7
 LATE_RESTORE_S = 1.0
 
 
 def reload_weights_noop():
     from vllm.v1.worker.gpu_worker import Worker
+
     replace(Worker, "reload_weights", lambda self, *args, **kwargs: None)
 
 
@@ -24,7 +25,9 @@ def reload_ignores_weights_path():
         def reload_weights(self, *args, **kwargs):
             kwargs.pop("weights_path", None)  # reloads the checkpoint the server started on
             return original(self, *args, **kwargs)
+
         return reload_weights
+
     wrap(Worker, "reload_weights", make)
 
 
@@ -41,7 +44,9 @@ def push_loads_wrong_file():
                 head = lm_head(self)
                 head.copy_(head.roll(1, dims=0))
             return result
+
         return reload_weights
+
     wrap(Worker, "reload_weights", make)
 
 
@@ -53,6 +58,7 @@ def host_copy_predates_update():
             if kwargs.get("weights_path") is not None:
                 self._sleepwake_stale = lm_head(self).clone()  # the weights before the push
             return original(self, *args, **kwargs)
+
         return reload_weights
 
     def make_wake(original):
@@ -63,7 +69,9 @@ def host_copy_predates_update():
                 # Each wake restores the output projection as it was before the last push: a host
                 # copy taken before the update. (After a level-2 wake the reload overwrites it.)
                 lm_head(self).copy_(stale)
+
         return wake_up
+
     wrap(Worker, "reload_weights", make_reload)
     wrap(Worker, "wake_up", make_wake)
 
@@ -77,12 +85,15 @@ def weights_perturbed():
             if tags is None or "weights" in tags:
                 # What a slightly lossy weight restore looks like to a logprob consumer.
                 self.model_runner.model.model.norm.weight.data.fill_(NORM_SCALE)
+
         return wake_up
+
     wrap(Worker, "wake_up", make)
 
 
 def staged_wake_loses_weights():
     from vllm.v1.worker.gpu_worker import Worker
+
     calls = []
 
     def make(original):
@@ -94,12 +105,15 @@ def staged_wake_loses_weights():
                     # From the third staged wake on, the restored weights are lost (zeroed, so the
                     # loss is certain rather than up to whatever the new pages held).
                     lm_head(self).zero_()
+
         return wake_up
+
     wrap(Worker, "wake_up", make)
 
 
 def late_restore():
     from vllm.v1.worker.gpu_worker import Worker
+
     pending = Deferred(LATE_RESTORE_S)
 
     def make_sleep(original):
@@ -107,6 +121,7 @@ def late_restore():
             pending.flush()  # never write into a pool about to be unmapped
             self._sleepwake_level = level
             return original(self, level)
+
         return sleep
 
     def make_wake(original):
@@ -119,6 +134,8 @@ def late_restore():
                 saved = weight.clone()
                 weight.zero_()
                 pending.schedule(lambda: weight.copy_(saved))
+
         return wake_up
+
     wrap(Worker, "sleep", make_sleep)
     wrap(Worker, "wake_up", make_wake)

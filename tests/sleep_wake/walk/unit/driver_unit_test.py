@@ -123,13 +123,18 @@ def test_a_probe_checks_the_pin_and_where_it_does_not_apply_the_documented_state
     assert tier.calls[-1] == ("terminal", "reload:B", True)  # applies on the release: no further check
     assert pair_ran(walker, ops.reload("B"))
     entry = thresholds.KNOWN_DIVERGENCES[ops.FULL_WAKE_REMAPS]
-    monkeypatch.setitem(thresholds.KNOWN_DIVERGENCES, ops.FULL_WAKE_REMAPS,
-                        dataclasses.replace(entry, versions=tuple(v for v in entry.versions if v != V)))
+    monkeypatch.setitem(
+        thresholds.KNOWN_DIVERGENCES,
+        ops.FULL_WAKE_REMAPS,
+        dataclasses.replace(entry, versions=tuple(v for v in entry.versions if v != V)),
+    )
     tier = RecordingTier()
     walker = driver.Walker(tier, V)
     walker.probe([ops.sleep(1), ops.wake(["weights"]), ops.wake()])
-    assert tier.calls[-3] == ("terminal", "wake:-", False) and tier.calls[-2] == ("check", model.INITIAL.__class__(
-        host_cached=True))  # fixed: the documented full wake, then the state's checks
+    assert tier.calls[-3] == ("terminal", "wake:-", False) and tier.calls[-2] == (
+        "check",
+        model.INITIAL.__class__(host_cached=True),
+    )  # fixed: the documented full wake, then the state's checks
 
 
 def pair_ran(walker, op) -> bool:
@@ -140,6 +145,7 @@ def test_a_failure_carries_its_replay():
     class Failing(RecordingTier):
         def wake(self, op, before, after, where):
             oracle.fail("flags.is_sleeping", "a planted failure", True, False)
+
     walker = driver.Walker(Failing(), V)
     with pytest.raises(oracle.OracleFailure) as failure:
         walker.run([[ops.sleep(1), ops.wake()]], SEED, 3)

@@ -21,30 +21,38 @@ def run(*steps, start=INITIAL):
 @pytest.fixture
 def divergence_fixed(monkeypatch):
     """Makes vLLM 0.26.0 behave as documented for one known divergence."""
+
     def fix(name):
         entry = thresholds.KNOWN_DIVERGENCES[name]
-        monkeypatch.setitem(thresholds.KNOWN_DIVERGENCES, name, dataclasses.replace(
-            entry, versions=tuple(v for v in entry.versions if v != V)))
+        monkeypatch.setitem(
+            thresholds.KNOWN_DIVERGENCES,
+            name,
+            dataclasses.replace(entry, versions=tuple(v for v in entry.versions if v != V)),
+        )
+
     return fix
 
 
-@pytest.mark.parametrize("steps,sleeping,gauge", [
-    ((), False, metrics.GAUGE_AWAKE),
-    ((ops.sleep(0),), True, metrics.GAUGE_LEVEL0),
-    ((ops.sleep(1),), True, metrics.GAUGE_LEVEL1),
-    ((ops.sleep(2),), True, metrics.GAUGE_LEVEL2),
-    ((ops.sleep(1), ops.wake()), False, metrics.GAUGE_AWAKE),
-    ((ops.sleep(0), ops.wake(["scheduling"])), False, metrics.GAUGE_AWAKE),
-    # partially asleep: the gauge reads awake (pinned), /is_sleeping stays true
-    ((ops.sleep(1), ops.wake(["weights"])), True, metrics.GAUGE_AWAKE),
-    ((ops.sleep(2), ops.wake(["weights"])), True, metrics.GAUGE_AWAKE),
-    # an ignored wake still writes the awake gauge; a second sleep writes its own level's
-    ((ops.sleep(1), ops.wake(["no_such_tag"])), True, metrics.GAUGE_AWAKE),
-    ((ops.sleep(1), ops.wake(["scheduling"])), True, metrics.GAUGE_AWAKE),
-    ((ops.sleep(1), ops.sleep(2)), True, metrics.GAUGE_LEVEL2),
-    ((ops.sleep(1), ops.wake(["weights"]), ops.sleep(1)), True, metrics.GAUGE_LEVEL1),
-    ((ops.wake(),), False, metrics.GAUGE_AWAKE),
-])
+@pytest.mark.parametrize(
+    "steps,sleeping,gauge",
+    [
+        ((), False, metrics.GAUGE_AWAKE),
+        ((ops.sleep(0),), True, metrics.GAUGE_LEVEL0),
+        ((ops.sleep(1),), True, metrics.GAUGE_LEVEL1),
+        ((ops.sleep(2),), True, metrics.GAUGE_LEVEL2),
+        ((ops.sleep(1), ops.wake()), False, metrics.GAUGE_AWAKE),
+        ((ops.sleep(0), ops.wake(["scheduling"])), False, metrics.GAUGE_AWAKE),
+        # partially asleep: the gauge reads awake (pinned), /is_sleeping stays true
+        ((ops.sleep(1), ops.wake(["weights"])), True, metrics.GAUGE_AWAKE),
+        ((ops.sleep(2), ops.wake(["weights"])), True, metrics.GAUGE_AWAKE),
+        # an ignored wake still writes the awake gauge; a second sleep writes its own level's
+        ((ops.sleep(1), ops.wake(["no_such_tag"])), True, metrics.GAUGE_AWAKE),
+        ((ops.sleep(1), ops.wake(["scheduling"])), True, metrics.GAUGE_AWAKE),
+        ((ops.sleep(1), ops.sleep(2)), True, metrics.GAUGE_LEVEL2),
+        ((ops.sleep(1), ops.wake(["weights"]), ops.sleep(1)), True, metrics.GAUGE_LEVEL1),
+        ((ops.wake(),), False, metrics.GAUGE_AWAKE),
+    ],
+)
 def test_flags(steps, sleeping, gauge):
     assert model.flags(run(*steps), V) == (sleeping, gauge)
 
@@ -205,15 +213,30 @@ def test_misuse_is_named_and_answers_200():
     assert ignored.asleep_tags == asleep.asleep_tags and ignored.gauge_level is None
 
 
-@pytest.mark.parametrize("steps,oracles", [
-    ((), {"device_bytes.wake_shortfall", "device_bytes.wake_growth"}),
-    ((ops.sleep(0),), {"device_bytes.wake_shortfall", "device_bytes.wake_growth"}),
-    ((ops.sleep(1),), {"device_bytes.level1_asleep", "device_bytes.level1_residue", "device_bytes.level1_freed_kv"}),
-    ((ops.sleep(2),), {"device_bytes.level2_asleep"}),
-    ((ops.sleep(1), ops.wake(["weights"])), {"device_bytes.weights_wake_mapped", "device_bytes.weights_wake_kv_unmapped",
-                                             "device_bytes.weights_wake_fraction"}),
-    ((ops.sleep(1), ops.wake(["kv_cache"])), {"device_bytes.kv_wake_mapped", "device_bytes.kv_wake_weights_unmapped"}),
-])
+@pytest.mark.parametrize(
+    "steps,oracles",
+    [
+        ((), {"device_bytes.wake_shortfall", "device_bytes.wake_growth"}),
+        ((ops.sleep(0),), {"device_bytes.wake_shortfall", "device_bytes.wake_growth"}),
+        (
+            (ops.sleep(1),),
+            {"device_bytes.level1_asleep", "device_bytes.level1_residue", "device_bytes.level1_freed_kv"},
+        ),
+        ((ops.sleep(2),), {"device_bytes.level2_asleep"}),
+        (
+            (ops.sleep(1), ops.wake(["weights"])),
+            {
+                "device_bytes.weights_wake_mapped",
+                "device_bytes.weights_wake_kv_unmapped",
+                "device_bytes.weights_wake_fraction",
+            },
+        ),
+        (
+            (ops.sleep(1), ops.wake(["kv_cache"])),
+            {"device_bytes.kv_wake_mapped", "device_bytes.kv_wake_weights_unmapped"},
+        ),
+    ],
+)
 def test_device_band_by_state(steps, oracles):
     band = model.device_band(run(*steps), SIZES, "MRV1-eager")
     assert {b.oracle for b in band.bounds} == oracles
@@ -223,16 +246,23 @@ def test_device_band_by_state(steps, oracles):
 def test_device_band_numbers():
     t = thresholds.get
     awake = model.device_band(INITIAL, SIZES, "MRV2-eager")
-    assert (awake.lo, awake.hi) == (SIZES.awake_bytes - t("wake_shortfall_bytes_max", "MRV2-eager"),
-                                    SIZES.awake_bytes + t("wake_restore_bytes_max"))
+    assert (awake.lo, awake.hi) == (
+        SIZES.awake_bytes - t("wake_shortfall_bytes_max", "MRV2-eager"),
+        SIZES.awake_bytes + t("wake_restore_bytes_max"),
+    )
     asleep = model.device_band(run(ops.sleep(1)), SIZES, "MRV2-graph")
-    assert asleep.hi == pytest.approx(min(t("level1_bytes_fraction_max") * SIZES.awake_bytes,
-                                          t("level1_residue_bytes_max", "MRV2-graph"),
-                                          SIZES.awake_bytes - t("sleep_freed_kv_fraction_min") * SIZES.kv_bytes))
+    assert asleep.hi == pytest.approx(
+        min(
+            t("level1_bytes_fraction_max") * SIZES.awake_bytes,
+            t("level1_residue_bytes_max", "MRV2-graph"),
+            SIZES.awake_bytes - t("sleep_freed_kv_fraction_min") * SIZES.kv_bytes,
+        )
+    )
     kv_back = model.device_band(run(ops.sleep(1), ops.wake(["kv_cache"])), SIZES, "MRV1-graph")
     err = t("weights_wake_bytes_rel_error_max")
-    assert kv_back.lo == pytest.approx(SIZES.awake_bytes - (1 + err) * SIZES.weights_bytes
-                                       - t("wake_shortfall_bytes_max", "MRV1-graph"))
+    assert kv_back.lo == pytest.approx(
+        SIZES.awake_bytes - (1 + err) * SIZES.weights_bytes - t("wake_shortfall_bytes_max", "MRV1-graph")
+    )
     assert kv_back.violations(SIZES.awake_bytes)[0].oracle == "device_bytes.kv_wake_weights_unmapped"
 
 
@@ -241,8 +271,9 @@ def test_host_band_by_state(divergence_fixed):
     # Every upper bound allows the heap's drift and what level 2's saved buffers leave behind.
     awake, w, drift = 2 << 30, SIZES.weights_bytes, t("host_cycle_flat_max") + t("level2_host_bytes_max")
     copy = model.host_band(run(ops.sleep(1)), V, awake, w)
-    assert (copy.lo, copy.hi) == pytest.approx((awake + t("host_copy_weights_ratio_min") * w,
-                                                awake + t("host_copy_weights_ratio_max") * w + drift))
+    assert (copy.lo, copy.hi) == pytest.approx(
+        (awake + t("host_copy_weights_ratio_min") * w, awake + t("host_copy_weights_ratio_max") * w + drift)
+    )
     assert {b.oracle for b in copy.bounds} == {"host_bytes.level1_copy_min", "host_bytes.level1_copy_max"}
     cached = run(ops.sleep(1), ops.wake())
     assert cached.host_cached and not INITIAL.host_cached

@@ -48,9 +48,16 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
     @rule(data=st.data())
     def apply(self, data):
         # Only operations the model can predict in this state (its preconditions).
-        op = data.draw(st.sampled_from([op for op in OPS if op.applicable(self.state)
-                                        and not (op.name in ops.GENERATES and not model.can_run(self.state))]),
-                       label="operation")
+        op = data.draw(
+            st.sampled_from(
+                [
+                    op
+                    for op in OPS
+                    if op.applicable(self.state) and not (op.name in ops.GENERATES and not model.can_run(self.state))
+                ]
+            ),
+            label="operation",
+        )
         self.steps.append(str(op))
         before = self.engine.gpu_bytes()
         getattr(self, "_" + op.name)(op)
@@ -58,7 +65,8 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
             moved = self.engine.gpu_bytes() != before
             assert moved == ops.moves_memory(op, self.state), (
                 f"after {self.steps} in ({self.state.describe()}): the fake's device bytes "
-                f"{'moved' if moved else 'stayed'}, the model says they {'move' if not moved else 'stay'}")
+                f"{'moved' if moved else 'stayed'}, the model says they {'move' if not moved else 'stay'}"
+            )
         self.state = op.apply(self.state)
 
     def _generate(self, prompt: str) -> int:
@@ -78,7 +86,8 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
     def _generate_cached(self, op):
         cached = self._generate(LONG)
         assert bool(cached) == model.hits_cache(self.state, "long"), (
-            f"after {self.steps}: the long prompt hit {cached} cached tokens in ({self.state.describe()})")
+            f"after {self.steps}: the long prompt hit {cached} cached tokens in ({self.state.describe()})"
+        )
 
     def _sleep(self, op):
         level, mode, _ = op.params
@@ -94,7 +103,8 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
 
     def _reset_prefix_cache(self, op):
         assert self.engine.reset_prefix_cache() is model.reset_prefix_cache_result(
-            VERSION, model.resets_prefix_cache(self.state))
+            VERSION, model.resets_prefix_cache(self.state)
+        )
 
     @invariant()
     def flags_and_tags_agree(self):
@@ -110,15 +120,21 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
     def the_serving_checkpoint_agrees(self):
         want = model.serves(self.state)
         assert self.engine.weights == (self.digests[want] if want else None), (
-            f"after {self.steps} in ({self.state.describe()}): the fake serves {self.engine.weights!r}")
+            f"after {self.steps} in ({self.state.describe()}): the fake serves {self.engine.weights!r}"
+        )
 
 
 # 1000 examples of up to 40 steps take ~10 s; 300 missed the five-step defect
 # sleep_while_paused_keeps_prefix_cache, 1000 find it and shrink it to generate_cached, sleep:0,
 # sleep:1, wake, generate_cached.
 ModelAgreesWithTheFake.TestCase.settings = settings(
-    derandomize=True, database=None, max_examples=1000, stateful_step_count=40, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow])
+    derandomize=True,
+    database=None,
+    max_examples=1000,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 test_model_agrees_with_the_fake = ModelAgreesWithTheFake.TestCase
 
 

@@ -57,6 +57,7 @@ def test_shards_cover_every_reachable_pair_exactly_once(shards):
 
     def tokens(walk):
         return tuple(map(str, walk))
+
     # each walk of the plan goes to exactly one shard
     assert sorted(tokens(w) for walks, _ in planned for w in walks) == sorted(map(tokens, every_walk))
     for walks, pairs in planned:
@@ -105,6 +106,7 @@ def test_a_pair_that_is_not_reachable_is_refused():
 def test_each_cell_walks_other_paths_between_the_same_pairs():
     def paths(seed):
         return _paths([w for ws, _ in plan.plan_shards(6, seed, MAX_STEPS) for w in ws])
+
     seeds = [plan.cell_seed(SEED, cell) for cell in ("mrv1_eager", "mrv1_graph", "mrv2_eager", "mrv2_graph")]
     assert len(set(seeds)) == 4 and plan.cell_seed(SEED, "mrv2_eager") == seeds[2]
     one, every = paths(seeds[0]), set().union(*map(paths, seeds))
@@ -119,11 +121,20 @@ def test_walks_are_reproducible_from_the_seed():
 
 
 def test_walks_do_not_depend_on_the_hash_seed():
-    code = ("from tests.sleep_wake.walk import plan;"
-            f"print([plan.script({SEED}, 2, w) for w in plan.plan_shards({SHARDS}, {SEED}, {MAX_STEPS})[2][0]])")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONHASHSEED": seed}).stdout
-            for seed in ("1", "2")}
+    code = (
+        "from tests.sleep_wake.walk import plan;"
+        f"print([plan.script({SEED}, 2, w) for w in plan.plan_shards({SHARDS}, {SEED}, {MAX_STEPS})[2][0]])"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    }
     assert len(outs) == 1
 
 
@@ -164,7 +175,11 @@ def test_script_round_trip():
     value = line.split('"')[1]
     assert plan.parse_script(value) == walk
     assert plan.parse_script("sleep:1:abort:0,wake:weights,reload:B,wake:-") == [
-        ops.sleep(1), ops.wake(["weights"]), ops.reload("B"), ops.wake()]
+        ops.sleep(1),
+        ops.wake(["weights"]),
+        ops.reload("B"),
+        ops.wake(),
+    ]
     assert plan.parse_script("") == []
     with pytest.raises(ValueError, match="unknown walk operation 'sleep:3:abort:0'"):
         plan.parse_script("sleep:3:abort:0")
@@ -173,7 +188,8 @@ def test_script_round_trip():
 def test_host_cached_is_left_out_of_pairs_only():
     cached = plan.run(INITIAL, [ops.sleep(1), ops.wake()])
     assert cached.host_cached and plan.situation(cached, ops.RESET_PREFIX_CACHE) == plan.situation(
-        INITIAL, ops.RESET_PREFIX_CACHE)
+        INITIAL, ops.RESET_PREFIX_CACHE
+    )
     assert [op for op, _ in plan.successors(cached)] == [op for op, _ in plan.successors(INITIAL)]
     assert model.host_band(cached, "0.26.0", 1 << 30, 1 << 28) != model.host_band(INITIAL, "0.26.0", 1 << 30, 1 << 28)
 
@@ -189,11 +205,16 @@ def test_a_situation_keeps_what_decides_an_operation():
     assert plan.situation(preempted, ops.wake()).requests == plan.situation(queued, ops.wake()).requests == "waiting"
     stale = plan.run(INITIAL, [ops.Operation("generate_cached"), ops.reload("B")])
     assert plan.situation(stale, ops.RESET_PREFIX_CACHE).prefix == "stale"
-    assert plan.situation(plan.run(INITIAL, [ops.Operation("generate_cached")]), ops.RESET_PREFIX_CACHE).prefix == "fresh"
+    assert (
+        plan.situation(plan.run(INITIAL, [ops.Operation("generate_cached")]), ops.RESET_PREFIX_CACHE).prefix == "fresh"
+    )
     garbage = plan.run(INITIAL, [ops.sleep(2), ops.wake()])
     assert plan.situation(garbage, ops.reload()).garbage and plan.situation(garbage, ops.reload()).reload_path == "A"
     pushed = plan.run(INITIAL, [ops.reload("B")])
-    assert plan.situation(pushed, ops.reload()).reload_path == "B" and plan.situation(pushed, ops.reload("A")).reload_path is None
+    assert (
+        plan.situation(pushed, ops.reload()).reload_path == "B"
+        and plan.situation(pushed, ops.reload("A")).reload_path is None
+    )
 
 
 def test_the_walks_shards_are_the_bazel_shards():
@@ -205,21 +226,38 @@ def test_the_walks_shards_are_the_bazel_shards():
 
 def test_terminal_probes_reach_every_kind_of_terminal_pair_one_per_shard():
     import re
+
     probes = plan.terminal_probes()
-    kinds = {(ops.terminal(p[-1], plan.run(INITIAL, p[:-1])), plan.run(INITIAL, p[:-1]).level,
-              tuple(sorted(plan.run(INITIAL, p[:-1]).asleep_tags))) for p in probes}
-    assert kinds == set(plan.terminal_pairs()) == {
-        (ops.FULL_WAKE_REMAPS, 1, ("kv_cache",)), (ops.FULL_WAKE_REMAPS, 1, ("weights",)),
-        (ops.FULL_WAKE_REMAPS, 2, ("kv_cache",)), (ops.KV_FIRST_AFTER_LEVEL2, 2, ("kv_cache", "weights")),
-        (ops.RELOAD_ASLEEP, 1, ("kv_cache", "weights")), (ops.RELOAD_ASLEEP, 1, ("weights",)),
-        (ops.RELOAD_ASLEEP, 2, ("kv_cache", "weights"))}
+    kinds = {
+        (
+            ops.terminal(p[-1], plan.run(INITIAL, p[:-1])),
+            plan.run(INITIAL, p[:-1]).level,
+            tuple(sorted(plan.run(INITIAL, p[:-1]).asleep_tags)),
+        )
+        for p in probes
+    }
+    assert (
+        kinds
+        == set(plan.terminal_pairs())
+        == {
+            (ops.FULL_WAKE_REMAPS, 1, ("kv_cache",)),
+            (ops.FULL_WAKE_REMAPS, 1, ("weights",)),
+            (ops.FULL_WAKE_REMAPS, 2, ("kv_cache",)),
+            (ops.KV_FIRST_AFTER_LEVEL2, 2, ("kv_cache", "weights")),
+            (ops.RELOAD_ASLEEP, 1, ("kv_cache", "weights")),
+            (ops.RELOAD_ASLEEP, 1, ("weights",)),
+            (ops.RELOAD_ASLEEP, 2, ("kv_cache", "weights")),
+        }
+    )
     for p in probes:
         assert ops.terminal(p[-1], plan.run(INITIAL, p[:-1])) and not any(
-            ops.terminal(op, s) for s, op in plan.trace([p[:-1]])[0])
+            ops.terminal(op, s) for s, op in plan.trace([p[:-1]])[0]
+        )
     suite = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     walk = open(os.path.join(suite, "test_state_walk.py"), encoding="utf-8").read()
     from tools import matrix
-    assert "SHARDS = SHARD_COUNTS[\"state_walk\"]" in walk or re.search(r"^SHARDS = ", walk, re.MULTILINE)
+
+    assert 'SHARDS = SHARD_COUNTS["state_walk"]' in walk or re.search(r"^SHARDS = ", walk, re.MULTILINE)
     assert len(probes) <= matrix.SHARD_COUNTS["state_walk"], "a probe ends its server's life: each needs a shard"
 
 

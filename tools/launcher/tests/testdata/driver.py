@@ -18,15 +18,22 @@ from tools.launcher.server import VllmServer
 from tools.launcher.tests import testing
 
 as_module = "module" in sys.argv[3:]
-server = VllmServer(ServerConfig(**json.loads(sys.argv[1])), nvml=FakeNvml(),
-                    command_factory=testing.stub_command(pid_file=sys.argv[2], as_module=as_module),
-                    environ={k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
+server = VllmServer(
+    ServerConfig(**json.loads(sys.argv[1])),
+    nvml=FakeNvml(),
+    command_factory=testing.stub_command(pid_file=sys.argv[2], as_module=as_module),
+    environ={k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"},
+)
 server.start()
 linger = os.fork() if "linger" in sys.argv[3:] else None
 if linger == 0:
     while True:
         signal.pause()
-print(json.dumps({"pids": server.pids(), "supervisor": server._sup.pid, "start_mode": server.start_mode,
-                  "linger": linger}), flush=True)
+print(
+    json.dumps(
+        {"pids": server.pids(), "supervisor": server._sup.pid, "start_mode": server.start_mode, "linger": linger}
+    ),
+    flush=True,
+)
 while True:
     signal.pause()

@@ -120,16 +120,20 @@ def main():
     print("stub vLLM server %d starting on %s:%d" % (os.getpid(), args.host, args.port), flush=True)
     # What a collection here walks: the oldest generation, and whether the import's state is in it.
     walked = {id(o) for o in gc.get_objects()}
-    print("stub vLLM server gc: %d frozen, %d of fake_heavy's %d containers walked by a collection" % (
-        gc.get_freeze_count(), sum(id(entry) in walked for entry in fake_heavy.STATE), fake_heavy.HEAVY_OBJECTS),
-        flush=True)
+    print(
+        "stub vLLM server gc: %d frozen, %d of fake_heavy's %d containers walked by a collection"
+        % (gc.get_freeze_count(), sum(id(entry) in walked for entry in fake_heavy.STATE), fake_heavy.HEAVY_OBJECTS),
+        flush=True,
+    )
     for name in [n for n in os.environ.get("STUB_SERVER_LATE_IMPORTS", "").split(",") if n]:
         print("stub vLLM server: late import %s (imported already: %s)" % (name, name in sys.modules), flush=True)
         importlib.import_module(name)
     for call in [c for c in os.environ.get("STUB_SERVER_LATE_CALLS", "").split(",") if c]:
         module, function = call.split(":")
-        print("stub vLLM server: late call %s -> %s" % (call, getattr(importlib.import_module(module), function)()),
-              flush=True)
+        print(
+            "stub vLLM server: late call %s -> %s" % (call, getattr(importlib.import_module(module), function)()),
+            flush=True,
+        )
     # Like vLLM (api_server.py setup_server): bind with SO_REUSEADDR first, listen only once started,
     # STUB_SERVER_LISTEN_DELAY_S later.
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
@@ -146,8 +150,9 @@ def main():
     _spawn_family(args.pid_file)
     if os.environ.get("SLEEPWAKE_MEMORY_LOCK") and not os.environ.get("STUB_SERVER_UNBRACKETED"):
         _start_worker()
-    if args.runner_line == "always" or (args.runner_line == "env"
-                                        and os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1"):
+    if args.runner_line == "always" or (
+        args.runner_line == "env" and os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1"
+    ):
         print("INFO [gpu_worker.py:378] Using V2 Model Runner", flush=True)
     if args.mode == "die_at_start":
         for i in range(80):

@@ -14,9 +14,14 @@ from tools.launcher.tests import testing
 
 def stub_server(config, lease):
     config.grace_s = 0.5
-    return VllmServer(config, lease=lease, nvml=FakeNvml(),
-                      command_factory=testing.stub_command(os.environ["STUB_SERVER_MODE"],
-                                                           pid_file=os.environ["STUB_SERVER_PID_FILE"]))
+    return VllmServer(
+        config,
+        lease=lease,
+        nvml=FakeNvml(),
+        command_factory=testing.stub_command(
+            os.environ["STUB_SERVER_MODE"], pid_file=os.environ["STUB_SERVER_PID_FILE"]
+        ),
+    )
 
 
 if __name__ == "__main__":
