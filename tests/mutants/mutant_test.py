@@ -20,8 +20,8 @@ import subprocess
 import sys
 
 import pytest
-
 import sleepwake_mutants
+
 from tests.mutants import site_dir, stop_on_kill, verdict
 from tests.sleep_wake.lib import cells, measure
 

@@ -26,6 +26,7 @@ import os
 import re
 
 from sleepwake_mutants import ERROR_ANSWER, HANG
+
 from tools.results.testlogs import Case, parse_junit  # noqa: F401  (mutant_test.py and the engine judge take them from here)
 
 KILLED, SURVIVED, OTHER, ERRORED, NOT_APPLIED = "killed", "survived", "other oracle", "errored", "not applied"

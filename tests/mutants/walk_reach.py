@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 import sleepwake_mutants
+
 from tests.mutants import stop_on_kill, verdict
 from tests.sleep_wake.fakes.fake_defects import NOT_RE_CREATED
 from tests.sleep_wake.lib import oracle

@@ -13,12 +13,12 @@ import os
 import re
 import sys
 
+import sleepwake_mutants
+
 from tests.mutants import site_dir
 from tools.launcher import process_tree, zygote_client
-from tools.launcher.tests import testing
 from tools.launcher.config import VLLM_ENTRYPOINT, VLLM_PRELOAD, ServerConfig, build_env, preload_modules
-
-import sleepwake_mutants
+from tools.launcher.tests import testing
 
 MUTANT = "slow_wake"
 

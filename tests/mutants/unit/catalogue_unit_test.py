@@ -8,8 +8,8 @@ import os
 import re
 
 import pytest
-
 import sleepwake_mutants
+
 from tests.mutants import verdict
 from tests.sleep_wake.lib import oracle, thresholds
 from tools import matrix
@@ -122,6 +122,7 @@ def test_log_line_templates_are_what_the_verdict_expects():
 def test_a_patched_function_says_it_was_reached_once(capsys, monkeypatch):
     """shared.wrap and shared.replace print REACHED at the first call of a patched function, sync or async."""
     import asyncio
+
     from sleepwake_mutants import shared
 
     monkeypatch.setitem(shared._state, "fd", None)  # on stderr, whatever an engine conftest set

@@ -7,8 +7,8 @@ import sys
 import textwrap
 
 import pytest
-
 import sleepwake_mutants
+
 from tests.mutants import site_dir
 
 # Runs in a child whose only extra path is the site: what vLLM's load_plugins_by_group does, then the

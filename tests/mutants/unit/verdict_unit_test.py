@@ -4,11 +4,11 @@ not live; a liveness oracle of a defect that is no hang or error answer), surviv
 control, and runs that prove nothing (plugin never loaded)."""
 
 import json
-from xml.sax.saxutils import quoteattr, escape
+from xml.sax.saxutils import escape, quoteattr
 
 import pytest
-
 import sleepwake_mutants
+
 from tests.mutants import verdict
 
 FILES = {

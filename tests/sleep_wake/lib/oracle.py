@@ -57,7 +57,7 @@ class OracleFailure(AssertionError):
         text = f"[oracle {oracle_id}] {what}: measured {_text(measured)}, expected {relation} {_text(bound)}"
         super().__init__("\n".join([text] + [str(f) for f in self.also] + ([detail] if detail else [])))
 
-    def failures(self) -> list["OracleFailure"]:
+    def failures(self) -> list[OracleFailure]:
         return [self] + self.also
 
 

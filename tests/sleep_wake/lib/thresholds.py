@@ -673,7 +673,8 @@ KNOWN_DIVERGENCES = {
                 "them only after the workers answered) and the answer is a 500 (vllm-project/vllm#45619, the "
                 "fix, was closed unmerged). Seen on the H200 with 0.26.0 (all four runner x mode cells) and "
                 "0.24.0 (two cells), 0.25.0 from its source (the same lines): 500 'CUDA error: invalid argument', "
-                "/is_sleeping true, the gauge still level 2's, /health 200, a request waits; a later weights wake and reload answer 200 and "
+                "/is_sleeping true, the gauge still level 2's, /health 200, a request waits; a later weights wake and "
+                "reload answer 200 and "
                 "requests still wait (docs/walk/exploration.md)"
             ),
         ),
@@ -689,7 +690,8 @@ KNOWN_DIVERGENCES = {
                 "(device_allocator/cumem.py keeps the virtual addresses reserved, so the pointers stay "
                 "valid and the write faults); the documented recipe wakes the weights first. Seen on the H200 "
                 "with 0.26.0 (all four cells) and 0.24.0 (two cells), 0.25.0 from its source (the same lines), "
-                "at level 1, at level 2 and with the KV cache woken: 500 'CUDA error: invalid argument', /is_sleeping true, the gauge unchanged, "
+                "at level 1, at level 2 and with the KV cache woken: 500 'CUDA error: invalid argument', /is_sleeping "
+                "true, the gauge unchanged, "
                 "/health 200, a request waits; a full wake then answers 200 and the first request after it "
                 "kills the engine ('EngineCore encountered an issue', /health 503): the server is done "
                 "(docs/walk/exploration.md)"
@@ -706,7 +708,8 @@ KNOWN_DIVERGENCES = {
                 "from the source of all three releases, and held on the H200 on all three (docs/runs.md, "
                 '"Known divergences"): device_allocator/cumem.py CuMemAllocator.wake_up '
                 "drops each cpu_backup_tensor (0.24.0 line 241, 0.25.0 and 0.26.0 line 307; allocated with "
-                "pin_memory at 0.24.0 line 199, 0.25.0/0.26.0 line 261), but PyTorch's caching host allocator keeps freed pinned "
+                "pin_memory at 0.24.0 line 199, 0.25.0/0.26.0 line 261), but PyTorch's caching host allocator keeps "
+                "freed pinned "
                 "blocks for reuse, and none of the three releases empties it on a wake (their only "
                 "torch._C._host_emptyCache call is in distributed/parallel_state.py "
                 "cleanup_dist_env_and_memory, at shutdown; a later vLLM adds "

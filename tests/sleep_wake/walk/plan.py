@@ -113,13 +113,13 @@ def describe_pair(pair) -> str:
     return f"{op} in {sit.describe()}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def successors(state: State) -> tuple:
     """((operation, next state), ...) for every applicable operation, in operations.ALL's order."""
     return tuple((op, op.apply(state)) for op in ops.ALL if op.applicable(state))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reachable_states() -> tuple:
     """Every state reachable from INITIAL, in BFS order."""
     seen = {INITIAL: None}
@@ -132,7 +132,7 @@ def reachable_states() -> tuple:
     return tuple(seen)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reachable_pairs() -> frozenset:
     return frozenset(pair_of(s, op) for s in reachable_states() for op, _ in successors(s))
 
@@ -142,7 +142,7 @@ def reachable_pairs() -> set:
     return set(_reachable_pairs())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def step_seconds_table() -> dict:
     with open(STEP_SECONDS_FILE, encoding="utf-8") as f:
         return json.load(f)["seconds"]
@@ -163,7 +163,7 @@ def walk_seconds(walk) -> float:
     return sum(map(step_seconds, walk))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def plan_shards(shards: int, seed: int, max_steps: int) -> tuple:
     """((walks, pairs), ...) per shard: one plan over every reachable pair (plan_walks, seeded `seed`),
     its walks dealt out longest first (walk_seconds) to the shard with the least so far; a shard's

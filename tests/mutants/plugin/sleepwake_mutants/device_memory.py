@@ -6,7 +6,7 @@ Extra device memory comes from cudaMalloc (shared.device_alloc): exact bytes in 
 pools (no sleep releases it) and outside PyTorch's caching allocator (no cached block absorbs it).
 """
 
-from .shared import MiB, Deferred, after, device_alloc, device_free, wrap
+from .shared import Deferred, MiB, after, device_alloc, device_free, wrap
 
 LEAK_PER_WAKE = 3 * MiB  # leak_bytes_per_cycle_max is one 2 MiB granule, strict
 LEAK_ONCE = 3 * MiB  # cycle_bytes_flat_max likewise

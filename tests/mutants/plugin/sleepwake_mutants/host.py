@@ -136,7 +136,7 @@ def host_copy_partial():
             weights = sorted((ptr, data) for ptr, data in self.pointer_to_data.items() if data.tag == "weights")
             total = sum(data.handle[1] for _, data in weights)
             dropped, kept = [], 0
-            for ptr, data in weights:  # back up allocations in address order up to COPIED_FRACTION
+            for _ptr, data in weights:  # back up allocations in address order up to COPIED_FRACTION
                 if kept + data.handle[1] > COPIED_FRACTION * total:
                     dropped.append(data)
                     data.tag = "sleepwake_discarded"  # not an offload tag: discarded, remapped empty

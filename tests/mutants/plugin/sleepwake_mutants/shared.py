@@ -10,7 +10,7 @@ import inspect
 import os
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from . import REACHED
 
