@@ -3,16 +3,13 @@ client, expect and the JUnit hook raise or mark them errored (lib/liveness.py), 
 
 import concurrent.futures
 import os
-import subprocess
-import sys
-import textwrap
-import xml.etree.ElementTree as ET
 
 import pytest
 
 from tests.sleep_wake.fakes.fake_vllm import FakeVllm
 from tests.sleep_wake.lib import expect, liveness, oracle
 from tests.sleep_wake.lib.client import SleepWakeClient, StreamResult
+from tests.sleep_wake.unit import inner_pytest
 
 WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -141,34 +138,7 @@ def test_oracle_on_a_live_server(watched):
 
 
 def test_the_junit_xml_marks_errored_cases_and_their_liveness_oracle(tmp_path):
-    (tmp_path / "conftest.py").write_text(
-        "from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401\n"
-    )
-    (tmp_path / "test_inner.py").write_text(textwrap.dedent(_INNER))
-    xml = tmp_path / "junit.xml"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            str(tmp_path),
-            f"--junitxml={xml}",
-            "-o",
-            "junit_family=xunit2",
-            f"--rootdir={tmp_path}",
-        ],
-        cwd=WORKSPACE,
-        capture_output=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([WORKSPACE, os.environ.get("PYTHONPATH", "")])},
-    )
-    cases = {
-        tc.get("name"): [(p.get("name"), p.get("value")) for p in tc.iter("property")]
-        for tc in ET.parse(xml).getroot().iter("testcase")
-    }
+    cases = inner_pytest.junit_properties(tmp_path, _INNER)
     assert cases["test_no_answer"] == [("errored", "no answer"), ("liveness", "api.answers")]
     dead = cases["test_oracle_on_a_dead_server"]
     assert ("oracle", "requests.held_while_asleep") in dead

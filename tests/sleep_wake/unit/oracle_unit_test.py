@@ -4,14 +4,11 @@ the thresholds table with its relation; every check of the suite goes through an
 import ast
 import glob
 import os
-import subprocess
-import sys
-import textwrap
-import xml.etree.ElementTree as ET
 
 import pytest
 
 from tests.sleep_wake.lib import measure, oracle, thresholds
+from tests.sleep_wake.unit import inner_pytest
 
 SUITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKSPACE = os.path.dirname(os.path.dirname(SUITE))
@@ -143,34 +140,7 @@ def test_passes():
 
 
 def test_the_junit_xml_records_the_oracle_of_each_failed_case(tmp_path):
-    (tmp_path / "conftest.py").write_text(
-        "from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401\n"
-    )
-    (tmp_path / "test_inner.py").write_text(textwrap.dedent(_INNER))
-    xml = tmp_path / "junit.xml"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            str(tmp_path),
-            f"--junitxml={xml}",
-            "-o",
-            "junit_family=xunit2",
-            f"--rootdir={tmp_path}",
-        ],
-        cwd=WORKSPACE,
-        env={**os.environ, "PYTHONPATH": WORKSPACE},
-        capture_output=True,
-        check=False,
-    )
-    cases = {
-        tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")}
-        for tc in ET.parse(xml).getroot().iter("testcase")
-    }
+    cases = {name: dict(props) for name, props in inner_pytest.junit_properties(tmp_path, _INNER).items()}
     assert cases["test_oracle"] == {"oracle": "flags.gauge", "oracle_measured": "(1,0,0)", "oracle_bound": "== (0,1,0)"}
     assert cases["test_foreign_exception_named_like_an_oracle_flags_gauge"] == {}
     assert cases["test_setup_oracle"]["oracle"] == "api.status"

@@ -435,15 +435,19 @@ class GpuTier:
                 self._resumed(o, s, where)
             self.open = [o for o in self.open if o not in held]
 
-    def _aborted(self, o: Open, where: str) -> None:
-        value = expect.result(
-            o.future,
-            thresholds.get("abort_s_max"),
-            client=self.ctx.client,
-            step=f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended",
-        )
+    def _end_of(self, o: Open, bound_s: float, what: str):
+        """What a request that waited answered, once it ended (bounded), its pool given back."""
+        value = expect.result(o.future, bound_s, client=self.ctx.client, step=what)
         if o.op_name == "generate_stream":
-            self.ctx.client.check_stream(value, f"walk {where}: the {o.kind} request ({o.op_name})")
+            self.ctx.client.check_stream(value, what)
+        if o.pool is not None:
+            o.pool.close()
+        return value
+
+    def _aborted(self, o: Open, where: str) -> None:
+        value = self._end_of(
+            o, thresholds.get("abort_s_max"), f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended"
+        )
         finish = value.finish_reasons
         n = [len(t) for t in value.token_ids]
         want_n = STREAM_TOKENS if o.kind == "held" else GOLDEN_MAX_TOKENS
@@ -454,22 +458,15 @@ class GpuTier:
             (finish, n),
             "aborted, cut short",
         )
-        if o.pool is not None:
-            o.pool.close()
 
     def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None) -> None:
         """A request that waited ran once scheduling resumed in `state`: it ends by length, with its
         checkpoint's golden where the model predicts one."""
-        value = expect.result(
-            o.future,
+        value = self._end_of(
+            o,
             thresholds.get("request_completion_s_max"),
-            client=self.ctx.client,
-            step=f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed",
+            f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed",
         )
-        if o.op_name == "generate_stream":
-            self.ctx.client.check_stream(value, f"walk {where}: the {o.kind} request ({o.op_name})")
-        if o.pool is not None:
-            o.pool.close()
         what = f"walk {where}: the {o.kind} request ({o.op_name}) that waited"
         if o.kind == "held":
             oracle.equal(
