@@ -411,13 +411,6 @@ class GpuTier:
         mode = op.params[1]
         if mode == "abort":
             for o in existing:
-                measure.wait_until(
-                    o.future.done,
-                    thresholds.get("abort_s_max"),
-                    what=f"walk {where}: the waiting request ({o.kind}) to end",
-                    oracle_id="requests.abort_time",
-                    confirm_live=self.ctx.client.confirm_live,
-                )
                 self._aborted(o, where)
             self.open = [o for o in self.open if o not in existing]
         elif mode == "wait" and s.held_kv:
@@ -425,18 +418,16 @@ class GpuTier:
             # waited for (bounded), then judged as a request that resumed in the state before the sleep.
             held = [o for o in existing if o.kind == "held"]
             for o in held:
-                measure.wait_until(
-                    o.future.done,
-                    thresholds.get("request_completion_s_max"),
-                    what=f"walk {where}: the request a level-0 keep froze, drained by the wait sleep",
-                    oracle_id="requests.ends_in_race",
-                    confirm_live=self.ctx.client.confirm_live,
-                )
-                self._resumed(o, s, where)
+                self._resumed(o, s, where, ends_oracle="requests.ends_in_race")
             self.open = [o for o in self.open if o not in held]
 
-    def _end_of(self, o: Open, bound_s: float, what: str):
-        """What a request that waited answered, once it ended (bounded), its pool given back."""
+    def _end_of(self, o: Open, bound_s: float, what: str, ends_oracle: str | None = None):
+        """What a request that waited answered, once it ended, its pool given back. ends_oracle: the
+        oracle its end within bound_s is (an abort's time, a drain's end); else requests.completes."""
+        if ends_oracle is not None:
+            measure.wait_until(
+                o.future.done, bound_s, what=what, oracle_id=ends_oracle, confirm_live=self.ctx.client.confirm_live
+            )
         value = expect.result(o.future, bound_s, client=self.ctx.client, step=what)
         if o.op_name == "generate_stream":
             self.ctx.client.check_stream(value, what)
@@ -446,7 +437,10 @@ class GpuTier:
 
     def _aborted(self, o: Open, where: str) -> None:
         value = self._end_of(
-            o, thresholds.get("abort_s_max"), f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended"
+            o,
+            thresholds.get("abort_s_max"),
+            f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended",
+            ends_oracle="requests.abort_time",
         )
         finish = value.finish_reasons
         n = [len(t) for t in value.token_ids]
@@ -459,13 +453,16 @@ class GpuTier:
             "aborted, cut short",
         )
 
-    def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None) -> None:
-        """A request that waited ran once scheduling resumed in `state`: it ends by length, with its
-        checkpoint's golden where the model predicts one."""
+    def _resumed(
+        self, o: Open, state: State, where: str, prefix_at_resume: str | None = None, ends_oracle: str | None = None
+    ) -> None:
+        """A request that waited ran once scheduling resumed in `state` (or a wait sleep drained it,
+        ends_oracle): it ends by length, with its checkpoint's golden where the model predicts one."""
         value = self._end_of(
             o,
             thresholds.get("request_completion_s_max"),
             f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed",
+            ends_oracle=ends_oracle,
         )
         what = f"walk {where}: the {o.kind} request ({o.op_name}) that waited"
         if o.kind == "held":
