@@ -4,7 +4,9 @@ A GPU runner brings vLLM and torch; the suite brings its test runner and tools. 
 itself depends on (numpy, requests, tokenizers, safetensors, psutil, ...) are left to the runner: any
 Python that imports vLLM has them, and our pins installed over them could break its vLLM. Everything
 else the suite needs (pytest and what it needs, absl-py, ...) comes from the lock, hash-checked,
-into a directory that tools/setup.sh puts first on the runner's sys.path.
+into a directory that tools/setup.sh puts first on the runner's sys.path. The source checkers (ruff,
+mypy) and what only they pull in stay out: they run in the CPU suite only, and a runner without an index
+would need their wheels for nothing.
 
     python3 -m tools.deps.runner_overlay third_party/python/requirements.lock > overlay.lock
 
@@ -18,15 +20,21 @@ import sys
 from tools.deps.lock_pins import Pin, parse_lock
 
 RUNNER_ROOT = "vllm"  # the runner's own package: it and everything it needs stay the runner's
+CHECKERS = ("ruff", "mypy")  # direct pins the GPU cells never import (tools/test.sh's source checks)
 
 
 def runner_closure(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> set[str]:
     """`root` and every package it pulls in, following the `via` edges downwards."""
+    return _closure(pins, {root})
+
+
+def _closure(pins: dict[str, Pin], roots: set[str]) -> set[str]:
     children: dict[str, set[str]] = {}
     for pin in pins.values():
         for parent in pin.via:
             children.setdefault(parent, set()).add(pin.name)
-    seen, todo = set(), [root]
+    seen: set[str] = set()
+    todo = list(roots)
     while todo:
         name = todo.pop()
         if name not in seen:
@@ -36,14 +44,16 @@ def runner_closure(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> set[str]:
 
 
 def overlay_pins(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> list[Pin]:
-    """The pins the suite needs that the runner's vLLM does not bring, in lock order."""
+    """The pins the suite's GPU cells need that the runner's vLLM does not bring, in lock order."""
     if root not in pins:
         raise ValueError(
             f"the lock pins no {root!r}: it must pin the runner's package so the overlay "
             "can leave that package's dependencies to the runner"
         )
-    closure = runner_closure(pins, root)
-    return [pin for name, pin in pins.items() if name not in closure]
+    direct = {name for name, pin in pins.items() if any(v.startswith("-r") for v in pin.via)}
+    needed = _closure(pins, direct - set(CHECKERS))
+    runner = runner_closure(pins, root)
+    return [pin for name, pin in pins.items() if name in needed and name not in runner]
 
 
 def main(argv: list[str]) -> int:

@@ -30,6 +30,8 @@ def test_parses_pins_hashes_and_both_via_styles():
         "vllm",
         "uvicorn",
         "uvloop",
+        "mypy",
+        "librt",
     ]  # uvicorn[standard]==...: extras are not the name
     assert pins["absl-py"].lines == ["absl-py==2.5.1 \\", "    --hash=sha256:aaaa \\", "    --hash=sha256:bbbb"]
     assert pins["numpy"].via == ["-r third_party/python/requirements.in", "torch", "vllm"]
@@ -41,6 +43,12 @@ def test_overlay_leaves_everything_vllm_pulls_in_to_the_runner():
     # numpy is the suite's too, but vLLM needs it (directly and through torch): the runner's stays.
     # packaging is needed by pytest and by transformers (a vLLM dependency): the runner's stays.
     assert names == ["absl-py", "pluggy", "pytest"]
+
+
+def test_overlay_leaves_out_the_source_checkers_and_what_only_they_need():
+    # mypy (a CHECKERS root) and librt (pulled in by mypy alone) are never imported by a GPU cell.
+    names = {p.name for p in runner_overlay.overlay_pins(_sample())}
+    assert not names & {"mypy", "librt"}, names
 
 
 def test_a_lock_without_the_runner_package_is_refused():
@@ -55,6 +63,7 @@ def test_the_real_lock_overlay_has_the_test_runner_and_not_vllm_or_torch():
         names = {p.name for p in runner_overlay.overlay_pins(runner_overlay.parse_lock(f.read()))}
     assert {"pytest", "absl-py"} <= names, names
     assert not names & {"vllm", "torch", "numpy", "requests", "transformers"}, names
+    assert not names & {"ruff", "mypy", "ast-serialize", "librt", "pathspec", "mypy-extensions"}, names
 
 
 def test_cli_prints_hashed_requirements_and_rejects_bad_usage(tmp_path):
