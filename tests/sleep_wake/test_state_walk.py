@@ -86,6 +86,9 @@ def _walk(shard: int, walk_context, recorder) -> None:
         tier.close()
     visited, consecutive = walker.coverage()
     missing = set(pairs) - visited
+    # The states the steps that ran left from and arrived at (each arrival checked against the model):
+    # by name, so that the report can count the cell's states over its shards.
+    states = sorted({s.describe() for w in walker.executed for step in w for s in (step.before, step.after)})
     recorder.record(
         measure.current_test(),
         "walk_coverage",
@@ -96,7 +99,9 @@ def _walk(shard: int, walk_context, recorder) -> None:
         shard_pairs=len(pairs),
         steps=walker.step_index,
         walks=len(walks),
-        states=len({s.before for w in walker.executed for s in w}),
+        states=len(states),
+        visited_states=states,
+        model_states=len(plan.reachable_states()),
         situations=len({sit for sit, _ in visited}),
         consecutive_pairs=len(consecutive),
         terminal_probes=probed,

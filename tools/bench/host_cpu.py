@@ -10,9 +10,8 @@ Samples every process once a second until SIGTERM or SIGINT (or --samples), then
 
 A process counts the CPU it used after the first sample. Its last sample is what counts, so a process
 loses up to a second before it exits. The line's `unsampled` is the host's busy time from /proc/stat that
-no sample saw, mostly processes too short-lived to be sampled. On the H200 the tests' processes used
-500-567 CPU-s of a matrix's 1972-2205 (docs/bench/h200-2026-12-02.md), which the servers' own timings
-could not show.
+no sample saw, mostly processes too short-lived to be sampled. The tests' own processes are a share of a
+GPU matrix's CPU that the servers' own timings cannot show (docs/bench holds the measured shares).
 """
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ def _interrupt_once(signum, frame):
     raise KeyboardInterrupt(f"signal {signum} (Bazel's test timeout sends SIGTERM)")
 
 
-# --test_env=SLEEPWAKE_PROFILE_TESTS=1: where the test process's own CPU goes (on the H200 a walk step cost
-# its test process 37 ms against 9 ms on the fake tier, docs/bench/h200-2026-12-02b.md), by function, in
+# --test_env=SLEEPWAKE_PROFILE_TESTS=1: where the test process's own CPU goes (on the H200 a walk step costs
+# its test process several times what it costs on the fake tier, docs/bench), by function, in
 # the target's outputs. Its CPU time, not wall time: waiting on the server is not the test's cost.
 PROFILE_ENV = "SLEEPWAKE_PROFILE_TESTS"
 PROFILE_FILE = "test_profile.txt"

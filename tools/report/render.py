@@ -311,7 +311,7 @@ class Page:
             rows.append(
                 f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.id)}</td>'
                 f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}</td>'
-                f"<td>{w.walks}</td><td>{w.steps}</td>"
+                f"<td>{w.walks}</td><td>{w.steps}</td><td>{_of(w.states, w.model_states)}</td>"
                 f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>"
             )
         if not rows:
@@ -320,7 +320,7 @@ class Page:
             '<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '
             "visited, summed over the shards that reported (tests/sleep_wake/walk).</p>"
             '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
-            f"<th>steps</th><th>unvisited</th></tr>{''.join(rows)}</table></section>"
+            f"<th>steps</th><th>states visited</th><th>unvisited</th></tr>{''.join(rows)}</table></section>"
         )
 
     # --- mutants ---------------------------------------------------------------------------------
@@ -340,6 +340,13 @@ class Page:
 
 BAD_WORDS = ("survived", "other", "not applied", "NOT KILLED", "CONTROL FAILED")
 OK_WORDS = ("killed", "pass", "control passed")
+
+
+def _of(n: int | None, total: int | None) -> str:
+    """ "n of total" where both were recorded."""
+    if n is None:
+        return "-"
+    return f"{n} of {total}" if total else str(n)
 
 
 def markdown_table(text: str) -> tuple[str, list[str]]:

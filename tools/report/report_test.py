@@ -455,9 +455,11 @@ def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
     assert out.startswith("3/3 GPU cells passed") and f"report: {page}" in out and page.is_file()
 
 
-def _walk_cell(root, shards):
-    """A state_walk cell as Bazel leaves a sharded target: shard_<i>_of_<n>/, each with its coverage."""
+def _walk_cell(root, shards, states=None):
+    """A state_walk cell as Bazel leaves a sharded target: shard_<i>_of_<n>/, each with its coverage;
+    states: per shard, the states its steps visited (none recorded where absent)."""
     for shard, (visited, pairs, unvisited) in shards.items():
+        extra = {"visited_states": states[shard], "model_states": 40} if states else {}
         d = root / MATRIX / "state_walk_mrv1_eager" / f"shard_{shard + 1}_of_{WALK_SHARDS}"
         write_xml(d / "test.xml", {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "passed"})
         (d / "test.outputs").mkdir()
@@ -473,6 +475,7 @@ def _walk_cell(root, shards):
                     "walks": 2,
                     "unvisited": unvisited,
                     "test": "t",
+                    **extra,
                 }
             )
             + "\n"
@@ -496,3 +499,17 @@ def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
         f"state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
         "100 steps; unvisited: wake:kv_cache"
     ) in capsys.readouterr().out
+
+
+def test_walk_states_are_the_union_of_the_shards_lists_never_a_sum_of_counts(tmp_path, capsys):
+    # Two shards that both visit INITIAL: 3 distinct states, not 4.
+    _walk_cell(tmp_path, {0: (5, 5, []), 1: (5, 5, [])}, states={0: ["awake", "level 1"], 1: ["awake", "level 2"]})
+    [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
+    assert (w.states, w.model_states) == (3, 40)
+    assert "<td>3 of 40</td>" in render.page(view.load_run(str(tmp_path), str(tmp_path), []), str(tmp_path))
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
+    assert "100 steps, 3 states of 40 reachable" in capsys.readouterr().out
+    shutil.rmtree(tmp_path / MATRIX)
+    _walk_cell(tmp_path, {0: (5, 5, [])})  # a shard that recorded no list: no count rather than a guess
+    [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
+    assert w.states is None

@@ -64,6 +64,11 @@ def summary(run: view.Run) -> str:
         lines.append(
             f"state walk {w.cell.id}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
             f"{w.shards}/{w.expected_shards} shards, {w.walks} walks, {w.steps} steps"
+            + (
+                f", {w.states} states" + (f" of {w.model_states} reachable" if w.model_states else "")
+                if w.states
+                else ""
+            )
             + (f"; unvisited: {', '.join(w.unvisited[:10])}" if w.unvisited else "")
         )
     if run.mutation:

@@ -68,6 +68,17 @@ class Cell:
 WALK_CLASS, WALK_KEY = "state_walk", "walk_coverage"  # test_state_walk.py records one per shard
 
 
+def _states(rows) -> tuple[int | None, int | None]:
+    """The states a cell's shards visited (the union of their visited_states) and the model's count;
+    None where a shard recorded no list (a union of counts would overstate)."""
+    rows = list(rows)
+    if not rows or any(not isinstance(r.get("visited_states"), list) for r in rows):
+        return None, None
+    union = {str(s) for r in rows for s in r["visited_states"]}
+    totals = {r.get("model_states") for r in rows}
+    return len(union), (totals.pop() if len(totals) == 1 and isinstance(next(iter(totals)), int) else None)
+
+
 @dataclasses.dataclass
 class WalkCoverage:
     """What the state walk of one cell covered: summed over the shards that reported."""
@@ -80,6 +91,8 @@ class WalkCoverage:
     steps: int
     walks: int
     unvisited: list[str]
+    states: int | None = None  # distinct states the shards' steps left from or arrived at; None: not recorded
+    model_states: int | None = None  # the model's reachable states, as the shards recorded it
 
     @property
     def complete(self) -> bool:
@@ -159,6 +172,7 @@ class Run:
                     sum(int(r.get("steps", 0)) for r in rows.values()),
                     sum(int(r.get("walks", 0)) for r in rows.values()),
                     sorted(str(u) for r in rows.values() for u in r.get("unvisited", [])),
+                    *_states(rows.values()),
                 )
             )
         return out

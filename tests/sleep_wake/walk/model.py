@@ -435,8 +435,8 @@ def host_band(state: State, version: str, host_awake: int, weights_bytes: int, c
     and asleep at level 2 the model buffers gpu_worker.py saves to CPU (level2_host_bytes_max)."""
     lo_copy = host_awake + weights_bytes * thresholds.get("host_copy_weights_ratio_min", cell_id)
     # The heap's drift over a walk, and what the model buffers a level-2 sleep saves to CPU leave in the
-    # allocator once given back (measured on the H200, 2026-12-01: up to 690 KiB over awake after a
-    # level-2 cycle), whatever the state: bands are at the scale of a weight copy, not of heap noise.
+    # allocator once given back, whatever the state: bands are at the scale of a weight copy, not of heap
+    # noise (the walk's measured drift against this sum: docs/walk/h200-walk-runs.json).
     drift = thresholds.get("host_cycle_flat_max", cell_id) + thresholds.get("level2_host_bytes_max", cell_id)
     hi_copy = host_awake + weights_bytes * thresholds.get("host_copy_weights_ratio_max", cell_id) + drift
     if holds_host_copy(state):

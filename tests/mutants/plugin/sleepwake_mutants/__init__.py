@@ -77,7 +77,7 @@ def _kv_kept(fraction):
 MUTANTS = {
     m.name: m
     for m in [
-        # A request run on unmapped memory crashes a GPU's engine (an illegal address: the 2026-11-29 run), so
+        # A request run on unmapped memory crashes a GPU's engine (an illegal address, docs/runs.md), so
         # the requests held then end in 5xx answers of a dead engine: the defect shows as an error answer too.
         Mutant(
             "resume_on_partial_wake",
@@ -437,7 +437,7 @@ MUTANTS = {
             "/sleep during decoding kills the engine core while the endpoint still returns 200.",
             # The dead engine answers the requests sent while asleep at once (5xx, the front end kept alive:
             # VLLM_KEEP_ALIVE_ON_ENGINE_DEATH), or the next sleep-API call with a 5xx, or /health 503; on the
-            # H200 (2026-12-01) the /sleep itself never answered (its utility call died with the engine).
+            # H200 the /sleep itself never answered (docs/runs.md) (its utility call died with the engine).
             {"concurrent_race": ("requests.held_while_asleep", "api.status", "api.answers", "server.healthy")},
             "scheduling:engine_dies_on_sleep_during_decode",
             size="the engine dies",
@@ -457,7 +457,7 @@ MUTANTS = {
             "#45326, #45520",
             "sleep?mode=abort ends an n>1 request's choices in the engine but never tells the front "
             "end: the stream stays open.",
-            # vLLM's stream stays open: past abort_s_max first (the H200, 2026-12-01), then the completion bound;
+            # vLLM's stream stays open: past abort_s_max first (on the H200, docs/runs.md), then the completion bound;
             # the fake's ends without the finish reasons.
             {"abort_parallel_sampling": ("requests.abort_time", "requests.completes", "requests.clean_end")},
             "scheduling:abort_leaves_choices_running",
