@@ -50,6 +50,13 @@ class Nvml:
         """The GPU's UUID (GPU-...), as CUDA_VISIBLE_DEVICES and `nvidia-smi -L` name it."""
         return _text(self._lib.nvmlDeviceGetUUID(self._handle(index)))
 
+    def device_processes(self, index: int) -> dict[int, int]:
+        """pid -> bytes for the compute processes NVML lists on device `index`."""
+        found: dict[int, int] = {}
+        for proc in self._lib.nvmlDeviceGetComputeRunningProcesses(self._handle(index)):
+            found[proc.pid] = found.get(proc.pid, 0) + int(proc.usedGpuMemory or 0)
+        return found
+
     def processes(self) -> dict[int, int]:
         """pid -> bytes for every compute process on any device (bytes summed over devices).
 
@@ -58,8 +65,8 @@ class Nvml:
         """
         found: dict[int, int] = {}
         for index in range(self.device_count()):
-            for proc in self._lib.nvmlDeviceGetComputeRunningProcesses(self._handle(index)):
-                found[proc.pid] = found.get(proc.pid, 0) + int(proc.usedGpuMemory or 0)
+            for pid, used in self.device_processes(index).items():
+                found[pid] = found.get(pid, 0) + used
         return found
 
     def process_bytes(self, pids) -> int:
@@ -68,8 +75,8 @@ class Nvml:
 
 
 class FakeNvml:
-    """Nvml with settable state: used[index] -> bytes, procs: pid -> bytes; device i's UUID is
-    uuids[i], by default GPU-00000000-0000-0000-0000-00000000000<i>."""
+    """Nvml with settable state: used[index] -> bytes, procs: pid -> bytes, the processes of device 0;
+    device i's UUID is uuids[i], by default GPU-00000000-0000-0000-0000-00000000000<i>."""
 
     def __init__(self, device_count: int = 1, used=None, procs=None, uuids=None):
         self.count = device_count
@@ -93,6 +100,9 @@ class FakeNvml:
 
     def device_uuid(self, index: int) -> str:
         return self.uuids[index]
+
+    def device_processes(self, index: int) -> dict[int, int]:
+        return dict(self.procs) if index == 0 else {}
 
     def processes(self) -> dict[int, int]:
         return dict(self.procs)

@@ -95,6 +95,13 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(read_log(path).splitlines()[-lines:])
 
 
+def unattributed_bytes(nvml: Any, device_index: int) -> int:
+    """The device's used bytes that no process NVML lists on it accounts for: what a process that
+    escaped its server's tree (or the driver) holds. A neighbour's process that NVML lists, another
+    run's server or a build action's, is subtracted: it cannot move this reading."""
+    return nvml.device_used_bytes(device_index) - sum(nvml.device_processes(device_index).values())
+
+
 def wait_for_release(
     nvml: Any,
     pids: list[int],
@@ -104,25 +111,26 @@ def wait_for_release(
     timeout_s: float,
     poll_s: float = 0.25,
 ) -> None:
-    """Waits until NVML lists none of pids and, when baseline is given (an exclusive lease), the
-    device's used memory is within tolerance of it; raises ServerReleaseError with the numbers."""
+    """Waits until NVML lists none of pids and, when baseline is given (an exclusive lease: the
+    unattributed_bytes before the server started), the device's unattributed bytes are within
+    tolerance of it; raises ServerReleaseError with the numbers."""
     deadline = time.monotonic() + timeout_s
     while True:
         procs = nvml.processes()
         listed = {pid: procs[pid] for pid in pids if pid in procs}
-        over = ""  # how the device's used memory exceeds the baseline, if it does
+        over = ""  # how the device's unattributed bytes exceed the baseline, if they do
         if baseline is not None:
-            used = nvml.device_used_bytes(device_index)
-            if used > baseline + tolerance:
+            held = unattributed_bytes(nvml, device_index)
+            if held > baseline + tolerance:
                 over = (
-                    "device %d uses %.0f MiB vs %.0f MiB before the server started (tolerance %.0f MiB,"
-                    " %.0f MiB over)"
+                    "device %d holds %.0f MiB that no process NVML lists accounts for vs %.0f MiB before"
+                    " the server started (tolerance %.0f MiB, %.0f MiB over)"
                     % (
                         device_index,
-                        used / _MIB,
+                        held / _MIB,
                         baseline / _MIB,
                         tolerance / _MIB,
-                        (used - baseline - tolerance) / _MIB,
+                        (held - baseline - tolerance) / _MIB,
                     )
                 )
         if not listed and not over:
@@ -316,7 +324,7 @@ class VllmServer:
         cfg = self.config
         # Device memory is the cell's to judge only when no other cell shares the GPU.
         exclusive = self.lease is not None and self.lease.exclusive
-        self._baseline = self._nvml.device_used_bytes(self._device_index) if exclusive else None
+        self._baseline = unattributed_bytes(self._nvml, self._device_index) if exclusive else None
         taken = []
         # A start allocates weights, KV cache and graphs: no neighbour on the GPU may sleep meanwhile.
         # With steps the server's worker holds the phase around each of those itself.

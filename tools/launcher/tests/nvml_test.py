@@ -4,7 +4,7 @@ import pytest
 
 from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, ServerReleaseError
 from tools.launcher.nvml import FakeNvml, Nvml
-from tools.launcher.server import wait_for_release
+from tools.launcher.server import unattributed_bytes, wait_for_release
 
 GIB = 1 << 30
 
@@ -60,8 +60,29 @@ def test_release_waits_while_nvml_lists_server_pids_then_raises_with_numbers():
 def test_release_compares_device_memory_only_with_a_baseline():
     fake = FakeNvml(used={0: 4 * GIB})
     with pytest.raises(
-        ServerReleaseError, match="device 0 uses 4096 MiB vs 2048 MiB .*tolerance 512 MiB, 1536 MiB over"
+        ServerReleaseError,
+        match="device 0 holds 4096 MiB that no process NVML lists accounts for vs 2048 MiB .*tolerance 512 MiB,"
+        " 1536 MiB over",
     ):
         wait_for_release(fake, [41], 0, 2 * GIB, 512 << 20, timeout_s=0.2, poll_s=0.05)
     wait_for_release(fake, [41], 0, None, 512 << 20, timeout_s=0.2)  # shared GPU: no baseline
     wait_for_release(fake, [41], 0, 4 * GIB - (256 << 20), 512 << 20, timeout_s=0.2)  # within tolerance
+
+
+def test_a_neighbour_nvml_lists_cannot_fail_the_release_but_unlisted_memory_does():
+    # Before the server: 1 GiB that no listed process accounts for (the driver, the context of this
+    # process). After it: another run's server (pid 77, 24 GiB) started on the same GPU meanwhile.
+    fake = FakeNvml(used={0: GIB})
+    baseline = unattributed_bytes(fake, 0)
+    fake.used, fake.procs = {0: 25 * GIB}, {77: 24 * GIB}
+    wait_for_release(fake, [41], 0, baseline, 512 << 20, timeout_s=0.2, poll_s=0.05)
+    # 2 GiB more that no listed process holds (a child that escaped the server's tree): ours to report.
+    fake.used = {0: 27 * GIB}
+    with pytest.raises(ServerReleaseError, match="holds 3072 MiB that no process NVML lists accounts for"):
+        wait_for_release(fake, [41], 0, baseline, 512 << 20, timeout_s=0.2, poll_s=0.05)
+
+
+def test_device_processes_are_the_device_s_own():
+    nvml = Nvml(lib=_lib([(5 * GIB, [(10, GIB), (11, None)]), (7 * GIB, [(10, 2 * GIB)])]))
+    assert (nvml.device_processes(0), nvml.device_processes(1)) == ({10: GIB, 11: 0}, {10: 2 * GIB})
+    assert unattributed_bytes(nvml, 0) == 4 * GIB and unattributed_bytes(nvml, 1) == 5 * GIB
