@@ -57,6 +57,9 @@ if [[ ! "$keep_s" =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 lock_dir=${SLEEPWAKE_LOCK_DIR:-/tmp/sleepwake-gpu-locks}; mkdir -p "$lock_dir"
+# Fresh: no earlier run on this host (since its /tmp was last emptied) has left its zygotes, caches and
+# Bazel outputs behind; the mark is left at the end of every run. The run record says which.
+machine_state=fresh; [[ -e "$lock_dir/matrix-ran" ]] && machine_state=warm
 # Each GPU's memory-phase trace (gpu_lease.trace_path) describes this run only; the last run's is kept.
 for t in "$lock_dir"/gpu*.memory.trace.jsonl "$lock_dir/waves.jsonl"; do [[ -e "$t" ]] && mv -f "$t" "$t.prev"; done
 # Its own session: a Ctrl-C of this run does not reach it. It exits keep_s after its last zygote and
@@ -159,6 +162,13 @@ if ((${#beps[@]})) && [[ -d "$cells" ]]; then
   PYTHONPATH="$PWD" python3 -m tools.bench.bazel_runs "$cells" --slots=$((gpus * slots)) --cores="$(nproc)" \
     $(printf -- '--bep=%s ' "${beps[@]}") || true
 fi
+# The run as one JSON record (tools/bench/run_record.py): verdict, elapsed, server starts, fresh or warm.
+record_args=(); for b in "${beps[@]}"; do record_args+=(--bep="$b"); done
+for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
+PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
+  --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
+  echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2
+touch "$lock_dir/matrix-ran"
 ((rc == 4)) && { echo "run_matrix.sh: FAILED: no test target matched" >&2; exit 1; }
 if ((rc == 0)) && ! python3 tools/results/ran_tests.py "${beps[@]}"; then
   echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2

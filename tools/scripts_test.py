@@ -36,6 +36,7 @@ SCRIPT_FILES = [
     "tools/bench/__init__.py",
     "tools/bench/bazel_runs.py",
     "tools/bench/host_cpu.py",
+    "tools/bench/run_record.py",
     "tools/report/__init__.py",
     "tools/report/reading.py",
     "tools/launcher/zygote_host.py",
@@ -235,6 +236,28 @@ def test_run_matrix_says_how_busy_the_hosts_cpus_were(workspace):
         r" tests \d+, other \d+; unsampled -?\d+",
         output,
     ), output
+
+
+def test_run_matrix_writes_a_run_record_fresh_then_warm(workspace):
+    """Each run leaves sleepwake-run.json: the first on a host is fresh, the next warm; a red run says so."""
+    flags = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")]
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], flags, FAKE_NVIDIA_SMI_CSV=TWO_H200)
+    assert code == 0 and "run record: " in output, output
+    first = json.loads((workspace / "sleepwake-run.json").read_text())
+    assert (first["machine"]["gpus"], first["matrix"]["status"], first["matrix"]["machine_state"]) == (
+        2,
+        "green",
+        "fresh",
+    )
+    assert len(first["matrix"]["waves_s"]) == 2 and first["matrix"]["elapsed_s"] == round(
+        sum(first["matrix"]["waves_s"]), 1
+    )
+    failed = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "failed"}, "")]
+    code, output, _ = run_script(
+        workspace, "run_matrix.sh", [], failed, FAKE_NVIDIA_SMI_CSV=TWO_H200, FAKE_BAZEL_RC="3"
+    )
+    second = json.loads((workspace / "sleepwake-run.json").read_text())
+    assert code == 3 and (second["matrix"]["status"], second["matrix"]["machine_state"]) == ("red", "warm"), output
 
 
 WALK = ("//tests/sleep_wake:state_walk_mrv1_eager", {"test_walk": "passed"}, "", ["gpu", "state_walk"])

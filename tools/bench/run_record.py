@@ -1,0 +1,79 @@
+"""One matrix run as a JSON record, written by tools/run_matrix.sh after every run (sleepwake-run.json):
+the machine, the run's verdict and elapsed time, its GPU server starts and whether the machine was fresh
+or warm, then where the GPU cells' time went (bazel_runs). A run worth keeping is copied to docs/bench/.
+
+    python3 -m tools.bench.run_record bazel-testlogs/tests/sleep_wake --out sleepwake-run.json \\
+        --gpus 1 --cores 16 --rc 0 --machine_state fresh --wave_s 212.7 --wave_s 173.7 --bep .bazel-bep-wave1.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from tools.bench import bazel_runs
+from tools.report import reading
+
+MACHINE_STATES = ("fresh", "warm")  # fresh: no earlier run_matrix.sh run on this host (run_matrix.sh says how)
+
+
+def record(units: list[dict], *, gpus: int, cores: int, rc: int, machine_state: str, waves_s: list[float]) -> dict:
+    """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
+    server_starts, machine_state), counted from the cells' own timings; `cell_time` the breakdown."""
+    if machine_state not in MACHINE_STATES:
+        raise ValueError(f"machine_state {machine_state!r}: say one of {', '.join(MACHINE_STATES)}")
+    elapsed = round(sum(waves_s), 1) if waves_s else None
+    gpu = bazel_runs.gpu_units(units)
+    starts = bazel_runs.gpu_timings(gpu)
+    return {
+        "machine": {"gpus": gpus, "cores": cores},
+        "matrix": {
+            "status": "green" if rc == 0 else "red",
+            "rc": rc,
+            "elapsed_s": elapsed,
+            "waves_s": waves_s,
+            "server_starts": len(starts),
+            "server_start_s": bazel_runs.summarise(t["start_s"] for t in starts),
+            "gpu_units": len(gpu),
+            "machine_state": machine_state,
+            **bazel_runs.matrix_measures(units, elapsed),
+        },
+        "cell_time": bazel_runs.cell_breakdown(units, elapsed),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("testlogs", help="the cells' test logs, e.g. bazel-testlogs/tests/sleep_wake")
+    parser.add_argument("--out", required=True, help="the JSON file to write")
+    parser.add_argument("--gpus", type=int, required=True, help="the GPUs the run used")
+    parser.add_argument("--cores", type=int, required=True, help="the runner's cores")
+    parser.add_argument("--rc", type=int, required=True, help="the run's exit status (0: green)")
+    parser.add_argument("--machine_state", choices=MACHINE_STATES, required=True, help="fresh or warm")
+    parser.add_argument("--wave_s", type=float, action="append", default=[], help="a wave's seconds (repeatable)")
+    parser.add_argument("--bep", action="append", default=[], help="a wave's build event file (repeatable)")
+    args = parser.parse_args(argv)
+    missing = [bep for bep in args.bep if not os.path.exists(bep)]
+    if missing:
+        print(f"run_record: no build event file {missing[0]}; pass the files run_matrix.sh wrote", file=sys.stderr)
+        return 1
+    only = reading.read_invocation(args.bep).xmls if args.bep else None
+    units = bazel_runs.test_units(args.testlogs, only) if os.path.isdir(args.testlogs) else []
+    result = record(
+        units, gpus=args.gpus, cores=args.cores, rc=args.rc, machine_state=args.machine_state, waves_s=args.wave_s
+    )
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    m = result["matrix"]
+    print(
+        f"run record: {args.out} ({m['status']}, {m['elapsed_s']} s, {m['server_starts']} server starts,"
+        f" {m['machine_state']} machine)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+import pytest
+
+from tools.bench import run_record
+
+
+def _unit(cell, start_s):
+    timing = {
+        "start_mode": "zygote",
+        "start_s": start_s,
+        "lease_wait_s": 0.0,
+        "memory_phase_wait_s": 1.0,
+        "stop_s": 0.5,
+    }
+    return {"unit": cell, "cell": cell, "seconds": 20.0, "timings": [timing]}
+
+
+def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm():
+    units = [_unit("flags_mrv1_eager", 6.0), _unit("flags_mrv2_eager", 8.0)]
+    r = run_record.record(units, gpus=1, cores=16, rc=0, machine_state="fresh", waves_s=[30.0, 12.5])
+    m = r["matrix"]
+    assert (m["status"], m["elapsed_s"], m["server_starts"], m["machine_state"]) == ("green", 42.5, 2, "fresh")
+    assert m["server_start_s"]["median_s"] == 7.0 and r["machine"] == {"gpus": 1, "cores": 16}
+    assert (
+        run_record.record(units, gpus=1, cores=16, rc=3, machine_state="warm", waves_s=[])["matrix"]["status"] == "red"
+    )
+
+
+def test_a_machine_state_other_than_fresh_or_warm_is_refused():
+    with pytest.raises(ValueError, match="say one of fresh, warm"):
+        run_record.record([], gpus=1, cores=16, rc=0, machine_state="cold", waves_s=[])
