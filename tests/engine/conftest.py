@@ -52,6 +52,14 @@ def core(engines, model_dir):
 
 
 @pytest.fixture
+def llm_door(engines, model_dir):
+    """vllm.LLM with its engine core in this process (engines.build_llm): (llm, Built of its core)."""
+    llm, built = engines.build_llm(model_dir)
+    yield llm, built
+    built.shutdown()
+
+
+@pytest.fixture
 def proc(engines, model_dir):
     """EngineCoreProc, its busy loop iterated by the test (lib/loop.py) without blocking."""
     built = engines.build_engine_core_proc(model_dir)

@@ -122,6 +122,25 @@ def build_engine_core(model_dir: str) -> Built:
     return _attach(EngineCore(vllm_config(model_dir), UniProcExecutor, log_stats=False))
 
 
+def build_llm(model_dir: str):
+    """vLLM's offline front door, `vllm.LLM`, as TRL's colocated trainers hold it: the engine core in
+    this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM's InprocClient) around the fake worker. Real:
+    LLM, LLMEngine, its output processor and InprocClient. Only the config is the engine tier's: the
+    CPU platform has no device type for EngineArgs to build one from. Returns (llm, Built of its core)."""
+    from unittest import mock
+
+    from vllm import LLM
+    from vllm.engine.arg_utils import EngineArgs
+
+    config = vllm_config(model_dir)
+    with (
+        mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}),
+        mock.patch.object(EngineArgs, "create_engine_config", lambda self, *args, **kwargs: config),
+    ):
+        llm = LLM(model=model_dir, skip_tokenizer_init=True, worker_cls=WORKER_CLS)
+    return llm, _attach(llm.llm_engine.engine_core.engine_core)
+
+
 def build_engine_core_proc(model_dir: str) -> Built:
     """EngineCoreProc, the engine a server runs (also "wait" mode), with queues instead of sockets.
 

@@ -306,6 +306,15 @@ _LIST = [
     Oracle("requests.abort_aborts", "/sleep?mode=abort aborts requests that could not have finished"),
     Oracle("requests.abort_time", "the requests a /sleep?mode=abort ends have ended within the bound", "abort_s_max"),
     Oracle("requests.resumes_after_keep", "a request paused with mode keep resumes and ends by length"),
+    Oracle(
+        "requests.abort_reaches_caller",
+        "a request that a sleep with mode abort ends reaches its caller as ended (abort), as pinned per release"
+        " and front door",
+    ),
+    Oracle(
+        "api.wait_mode",
+        "a sleep with mode wait is accepted and sleeps, or is refused, as pinned per release and front door",
+    ),
     # --- device bytes (NVML) ----------------------------------------------------------------------
     Oracle(
         "device_bytes.settles", "NVML's bytes of the server settle within the bound after a call", "memory_settle_s_max"

@@ -718,6 +718,37 @@ KNOWN_DIVERGENCES = {
                 "reuses"
             ),
         ),
+        # The offline front door, vllm.LLM with its engine core in the caller's process
+        # (VLLM_ENABLE_V1_MULTIPROCESSING=0, as colocated RL trainers run it): pinned on the engine tier
+        # (tests/engine/test_llm_door.py) for each release.
+        KnownDivergence(
+            name="llm_door_wait_mode_refused",
+            documented={"raised": None, "is_sleeping": True},
+            observed={"raised": "ValueError", "is_sleeping": False},
+            versions=("0.24.0", "0.25.0", "0.26.0"),
+            reason=(
+                "LLM.sleep documents mode wait; the in-process engine's client refuses it before anything "
+                "sleeps: InprocClient.sleep raises ValueError (v1/engine/core_client.py:326 in all three "
+                "releases), as EngineCore.pause_scheduler would (core.py 0.24.0/0.25.0 line 741, 0.26.0 "
+                "line 840): no busy loop steps the engine while the call waits (vllm-project/vllm#56754, "
+                "open, would drain in-process); seen on the engine tier with each release"
+            ),
+        ),
+        KnownDivergence(
+            name="llm_door_abort_end_lost",
+            documented={"ended": True, "finish_reason": "abort", "unfinished": 0},
+            observed={"ended": False, "finish_reason": None, "unfinished": 1},
+            versions=("0.24.0", "0.25.0", "0.26.0"),
+            reason=(
+                "EngineCore.pause_scheduler(mode='abort') ends every request in the scheduler "
+                "(finish_requests(None, FINISHED_ABORTED): core.py 0.24.0/0.25.0 line 744, 0.26.0 line 843) "
+                "and sends nothing; EngineCoreProc's override sends the abort outputs (0.24.0/0.25.0 line "
+                "1665, 0.26.0 line 1764), the in-process engine has no queue to send them on, so LLMEngine's "
+                "output processor keeps the request unfinished and LLM.wait_for_completion's loop `while "
+                "has_unfinished_requests(): step()` (entrypoints/offline_utils.py:594 in all three) never ends "
+                "after LLM.enqueue, LLM.sleep(), LLM.wake_up(); seen on the engine tier with each release"
+            ),
+        ),
     ]
 }
 
