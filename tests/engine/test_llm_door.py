@@ -69,6 +69,7 @@ def test_llm_sleeps_and_wakes_at_each_level_and_serves_after(llm_door):
     _generate(llm, "LLM.generate before any sleep")
     for level in (1, 2):
         checks.answers(f"LLM.sleep(level={level})", llm.sleep, level=level)
+        checks.worker_calls(built.timeline, "sleep", [(n,) for n in range(1, level + 1)], f"LLM.sleep(level={level})")
         _sleeping(llm, True, f"after LLM.sleep(level={level})")
         checks.resident(built.worker, set(TAGS), f"after LLM.sleep(level={level})", level)
         checks.answers("LLM.wake_up(['weights'])", llm.wake_up, ["weights"])

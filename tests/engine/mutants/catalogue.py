@@ -73,6 +73,47 @@ def _abort_outputs_dropped():
     shared.replace(EngineCoreProc, "_send_abort_outputs", lambda self, aborted_reqs: None)
 
 
+# The offline front door's own code (vllm.LLM, LLMEngine, InprocClient, and EngineCore.pause_scheduler,
+# which only the in-process engine runs: EngineCoreProc overrides it): killed by tests/engine/test_llm_door.py.
+def _llm_wake_up_drops_tags():
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    def make(original):
+        return lambda self, tags=None: original(self, None)  # every wake maps every pool
+
+    shared.wrap(LLMEngine, "wake_up", make)
+
+
+def _llm_sleep_ignores_level():
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    def make(original):
+        return lambda self, level=1, mode="abort": original(self, 1 if level >= 1 else 0, mode)
+
+    shared.wrap(LLMEngine, "sleep", make)
+
+
+def _inproc_sleep_skips_pause():
+    from vllm.v1.engine.core_client import InprocClient
+
+    def sleep(self, level=1, mode="abort"):
+        if level >= 1:
+            self.engine_core.model_executor.sleep(level)  # the executor alone: the scheduler keeps running
+
+    shared.replace(InprocClient, "sleep", sleep)
+
+
+def _inproc_keep_aborts():
+    from vllm.v1.engine.core import EngineCore
+
+    def make(original):
+        return lambda self, mode="abort", clear_cache=True: original(
+            self, mode="abort" if mode == "keep" else mode, clear_cache=clear_cache
+        )
+
+    shared.wrap(EngineCore, "pause_scheduler", make)
+
+
 def _plugin(name: str) -> dict:
     """The plugin entry's issue, doc and patch, for a bug reused from it."""
     m = sleepwake_mutants.MUTANTS[name]
@@ -82,6 +123,7 @@ def _plugin(name: str) -> dict:
 _GATE = "tests/engine/test_partial_wake.py::"
 _BOOK = "tests/engine/test_bookkeeping.py::"
 _WALK = "tests/engine/test_state_walk.py::test_walk_visits_every_pair_of_its_shard"
+_LLM = "tests/engine/test_llm_door.py::"
 HELD = ("requests.held_until_resident", "requests.held_while_asleep")
 MUTANTS = {
     m.name: m
@@ -172,6 +214,38 @@ MUTANTS = {
                 ("reload_aborts_requests", (2, 6, 7), ("requests.held_while_paused", "requests.held_until_resident")),
             )
         ],
+        Mutant(
+            "llm_wake_up_drops_tags",
+            "#34528 (LLM.wake_up tags); vLLM's sleep-mode recipe: wake the weights, load new ones, then the KV cache",
+            "LLM.wake_up(tags) wakes every pool whatever the tags: a trainer's wake of the weights alone, to "
+            "load new ones before the KV cache comes back, maps the KV cache too.",
+            {_LLM + "test_llm_sleeps_and_wakes_at_each_level_and_serves_after": ("flags.is_sleeping",)},
+            _llm_wake_up_drops_tags,
+        ),
+        Mutant(
+            "llm_sleep_ignores_level",
+            "#34528 (LLM.sleep level); the level-2 refit recipe",
+            "LLM.sleep(level=2) sleeps at level 1: the weights are copied to host memory instead of "
+            "discarded, and a refit's reload lands on the old weights' host copy.",
+            {_LLM + "test_llm_sleeps_and_wakes_at_each_level_and_serves_after": ("executor.worker_calls",)},
+            _llm_sleep_ignores_level,
+        ),
+        Mutant(
+            "inproc_sleep_skips_pause",
+            "#34528 (sleep/pause with the inline engine), #31618",
+            "The in-process engine's sleep releases memory without pausing the scheduler: requests enqueued "
+            "at level 0 run, and at level 1 a forward pass touches released memory.",
+            {_LLM + "test_llm_level0_holds_enqueued_requests_until_scheduling_wakes": ("flags.is_sleeping",)},
+            _inproc_sleep_skips_pause,
+        ),
+        Mutant(
+            "inproc_keep_aborts",
+            "#32351 (pause mode keep)",
+            "The in-process engine treats mode keep as abort: a request kept across a level-0 sleep is "
+            "ended instead of resumed.",
+            {_LLM + "test_llm_keep_freezes_an_enqueued_request_and_it_resumes": ("requests.resumes_after_keep",)},
+            _inproc_keep_aborts,
+        ),
         Mutant(
             "abort_outputs_dropped",
             "#45326, #45520",
