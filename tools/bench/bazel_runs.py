@@ -380,7 +380,8 @@ def _step_kind(token: str) -> str:
     """A walk operation's token (walk/operations.py Operation.__str__) as the deal prices it: a sleep
     with a request in flight apart from the other sleeps."""
     name = token.split(":")[0]
-    return "sleep in flight" if name == "sleep" and token.endswith(":1") else name
+    # sleep:<level>:<mode>:<requests in flight>, 2 with a late arrival during a wait drain
+    return "sleep in flight" if name == "sleep" and not token.endswith(":0") else name
 
 
 def walk_step_seconds(units: list[dict]) -> list[tuple]:

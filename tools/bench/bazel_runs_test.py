@@ -370,6 +370,7 @@ def test_the_walks_step_seconds_are_the_time_between_its_records_by_operation(tm
         _timing("zygote"),
         _step(20.3, "wake:kv_cache"),
         _step(20.0, "reload:-"),
+        _step(20.5, "sleep:0:wait:2"),  # a late arrival during the drain: in flight too
     )  # out of order on disk: sorted by time
     _unit(
         tmp_path,
@@ -381,9 +382,9 @@ def test_the_walks_step_seconds_are_the_time_between_its_records_by_operation(tm
     )
     kinds = bazel_runs.walk_step_seconds(bazel_runs.test_units(str(tmp_path)))
     # wakes 0.5, 0.4 and 0.3 s; the fake tier's steps are left out; the most time first
-    assert kinds == [("wake", 3, 0.4), ("reload", 1, 1.0), ("sleep in flight", 1, 0.1)]
+    assert kinds == [("wake", 3, 0.4), ("reload", 1, 1.0), ("sleep in flight", 2, 0.15)]
     assert bazel_runs.main([str(tmp_path)]) == 0
     assert (
         "walk steps, mean seconds by operation: wake 0.40 (3 steps), reload 1.00 (1 steps), sleep in flight"
-        " 0.10 (1 steps)"
+        " 0.15 (2 steps)"
     ) in capsys.readouterr().out
