@@ -64,6 +64,19 @@ def _ends(llm, request_id: str) -> dict:
     return {"ended": False, "finish_reason": None, "unfinished": engine.get_num_unfinished_requests()}
 
 
+def _wake_and_finish(llm, request_id: str, oracle_id: str, what: str) -> None:
+    """The level-0 wake, then the request that waited ends by length (oracle_id)."""
+    checks.answers("LLM.wake_up(['scheduling'])", llm.wake_up, ["scheduling"])
+    _sleeping(llm, False, "after the level-0 wake")
+    ended = _ends(llm, request_id)
+    oracle.equal(
+        oracle_id,
+        (ended["ended"], ended["finish_reason"]),
+        (True, "length"),
+        f"{what} after the wake: (ended, finish reason)",
+    )
+
+
 def test_llm_sleeps_and_wakes_at_each_level_and_serves_after(llm_door):
     llm, built = llm_door
     _generate(llm, "LLM.generate before any sleep")
@@ -101,14 +114,7 @@ def test_llm_level0_holds_enqueued_requests_until_scheduling_wakes(llm_door):
         (False, False),
         f"a request enqueued at level 0, over {SPIN_STEPS} steps: (ended, scheduled); timeline: {built.timeline}",
     )
-    checks.answers("LLM.wake_up(['scheduling'])", llm.wake_up, ["scheduling"])
-    _sleeping(llm, False, "after the level-0 wake")
-    oracle.equal(
-        "requests.completes",
-        {k: v for k, v in _ends(llm, request_id).items() if k != "unfinished"},
-        {"ended": True, "finish_reason": "length"},
-        "the held request after the wake",
-    )
+    _wake_and_finish(llm, request_id, "requests.completes", "the held request")
 
 
 def test_llm_keep_freezes_an_enqueued_request_and_it_resumes(llm_door):
@@ -117,13 +123,7 @@ def test_llm_keep_freezes_an_enqueued_request_and_it_resumes(llm_door):
     checks.answers("LLM.sleep(level=0, mode='keep')", llm.sleep, level=0, mode="keep")
     frozen = _ends(llm, request_id)
     oracle.equal("requests.held_while_paused", frozen["ended"], False, "the request kept at level 0")
-    checks.answers("LLM.wake_up(['scheduling'])", llm.wake_up, ["scheduling"])
-    oracle.equal(
-        "requests.resumes_after_keep",
-        {k: v for k, v in _ends(llm, request_id).items() if k != "unfinished"},
-        {"ended": True, "finish_reason": "length"},
-        "the kept request after the wake",
-    )
+    _wake_and_finish(llm, request_id, "requests.resumes_after_keep", "the kept request")
 
 
 def test_llm_sleep_with_mode_wait_is_pinned(llm_door):
