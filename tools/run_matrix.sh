@@ -162,16 +162,18 @@ if ((${#beps[@]})) && [[ -d "$cells" ]]; then
   PYTHONPATH="$PWD" python3 -m tools.bench.bazel_runs "$cells" --slots=$((gpus * slots)) --cores="$(nproc)" \
     $(printf -- '--bep=%s ' "${beps[@]}") || true
 fi
-# The run as one JSON record (tools/bench/run_record.py): verdict, elapsed, server starts, fresh or warm.
+if ((rc == 4)); then
+  echo "run_matrix.sh: FAILED: no test target matched" >&2
+  rc=1
+elif ((rc == 0)) && ! python3 tools/results/ran_tests.py "${beps[@]}"; then
+  echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2
+  rc=1
+fi
+# The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with.
 record_args=(); for b in "${beps[@]}"; do record_args+=(--bep="$b"); done
 for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
 PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
   --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
   echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2
 touch "$lock_dir/matrix-ran"
-((rc == 4)) && { echo "run_matrix.sh: FAILED: no test target matched" >&2; exit 1; }
-if ((rc == 0)) && ! python3 tools/results/ran_tests.py "${beps[@]}"; then
-  echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2
-  exit 1
-fi
 exit $rc

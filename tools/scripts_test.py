@@ -158,6 +158,8 @@ def test_run_matrix_fails_when_the_filter_matched_nothing_in_any_cell(workspace)
     assert code == 1, output
     assert "run_matrix.sh: FAILED: no test case ran" in output
     assert argv[-2:] == ["--test_filter=TestNoSuch", "//tests/sleep_wake/..."]
+    # The run record carries that verdict, not Bazel's exit 0.
+    assert json.loads((workspace / "sleepwake-run.json").read_text())["matrix"]["status"] == "red"
 
 
 def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
