@@ -27,6 +27,12 @@ _DEPS = ["//tests/sleep_wake:fixtures", "//tests/sleep_wake/walk", "//tests/muta
 _RUNNER = "mrv2"
 _MODE = "eager"
 
+# How many of a target's shards (tools/matrix.bzl SHARD_COUNTS) run side by side (mutant_test.py), each
+# with its own server: on a GPU runner they wait for slots as cells do, and a surviving walk mutant or the
+# control takes two shard times instead of eight; on a CPU, where the fake's servers share the cores
+# with the other targets, two.
+_SHARDS_AT_ONCE = {"gpu": "4", "fake": "2"}
+
 def _mutant_target(name, mutant, classes, class_files, fake):
     unknown = [c for c in classes if c not in class_files]
     if unknown:
@@ -40,6 +46,7 @@ def _mutant_target(name, mutant, classes, class_files, fake):
         SLEEPWAKE_MUTANT_CLASS_FILES = ",".join(
             ["%s=$(rootpath %s)" % (c, f) for c, f in zip(classes, files)],
         ),
+        SLEEPWAKE_MUTANT_SHARDS_AT_ONCE = _SHARDS_AT_ONCE["fake" if fake else "gpu"],
     )
     golden_env, golden_data = cell_goldens(classes, _RUNNER, _MODE, "%s_%s" % (_RUNNER, _MODE) if fake else None)
     env.update(golden_env)

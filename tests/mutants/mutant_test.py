@@ -6,11 +6,14 @@ Environment (set by mutant_suite in tests/mutants/defs.bzl):
   SLEEPWAKE_MUTANT_CLASS_FILES  short=runfiles path of its test file, comma-separated
   SLEEPWAKE_RUNNER, SLEEPWAKE_EXECUTION_MODE, SLEEPWAKE_MODEL, ...  the GPU cell, as in the matrix
 
-It builds the plugin's site dir, runs the class files in ONE pytest subprocess whose vLLM servers
-load the plugin (SLEEPWAKE_MUTANT selects the mutant), and judges the JUnit report by the oracle ids its
-failed cases carry (verdict.py).
-Everything lands in this target's outputs: inner/ (server logs, junit.xml, pytest.log) and
-mutation_row.json, which tools/results/mutation_table.py tabulates.
+  SLEEPWAKE_MUTANT_SHARDS_AT_ONCE  how many of the classes' shards run side by side (default: all)
+
+It builds the plugin's site dir, runs the class files in a pytest subprocess per shard (the matrix's
+split, tools/matrix.bzl SHARD_COUNTS; one for unsharded classes) whose vLLM servers load the plugin
+(SLEEPWAKE_MUTANT selects the mutant), and judges the JUnit reports by the oracle ids their failed cases
+carry (verdict.py). Everything lands in this target's outputs: inner/ (server logs; junit.xml and
+pytest.log, under shard-<i>/ when sharded) and mutation_row.json, which tools/results/mutation_table.py
+tabulates.
 """
 
 import json
@@ -18,18 +21,24 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import sleepwake_mutants
 
-from tests.mutants import site_dir, stop_on_kill, verdict
+from tests.mutants import inner_shard, site_dir, stop_on_kill, verdict
 from tests.sleep_wake.lib import cells, measure
+from tools.matrix import SHARD_COUNTS
 
 # Our own bound on the inner run stays this far below Bazel's TEST_TIMEOUT: room for the SIGINT grace
 # (pytest then stops its servers and writes the JUnit report) and for judging, so that a hang ends
 # with our report rather than Bazel's kill.
 TIMEOUT_MARGIN_S = 150
 SIGINT_GRACE_S = 90
+# The inner runs of one target's shards at once (SLEEPWAKE_MUTANT_SHARDS_AT_ONCE, set by mutant_suite):
+# each starts a server, which waits for a GPU slot like a matrix cell's.
+AT_ONCE_ENV = "SLEEPWAKE_MUTANT_SHARDS_AT_ONCE"
+POLL_S = 1.0
 
 
 def _list_env(name: str) -> list[str]:
@@ -74,24 +83,83 @@ def _inner_env(mutant: str, site: str, outputs: str) -> dict:
     return env
 
 
-def _run_inner(cmd: list[str], env: dict, log_path: str, timeout_s: float) -> int | None:
-    """Runs the inner pytest; returns its exit code, or None if it had to be stopped at timeout_s."""
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=env, stdout=log, stderr=subprocess.STDOUT)
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT is pytest's KeyboardInterrupt: it tears fixtures down (stopping the servers) and still
+    writes the JUnit report; a run that ignores it is killed after the grace."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
         try:
-            return proc.wait(timeout=timeout_s)
+            proc.wait(timeout=SIGINT_GRACE_S)
         except subprocess.TimeoutExpired:
-            return None
-        finally:
-            if proc.poll() is None:
-                # SIGINT is pytest's KeyboardInterrupt: it tears fixtures down (stopping the servers)
-                # and still writes the JUnit report.
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=SIGINT_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            proc.kill()
+            proc.wait()
+
+
+def _killed(junit: str, kill_ids: set[str]) -> bool:
+    """Whether a finished shard's report holds a kill the siblings need not go on for: an expected oracle
+    on a live server (what stop_on_kill stops a shard for)."""
+    if not kill_ids or not os.path.exists(junit):
+        return False
+    return any(
+        case.outcome == "failed" and set(verdict.sound_ids(case)) & kill_ids for case in verdict.parse_junit(junit)
+    )
+
+
+def _run_shards(
+    cmd: list[str], env: dict, inner: str, tmp: str, total: int, at_once: int, kill_ids: set[str], timeout_s: float
+):
+    """Runs the inner pytest once per shard (inner_shard), at most at_once at a time, each with its own
+    JUnit report and log under inner/shard-<i>/; once a shard is killed the others are stopped and the
+    rest not started. Returns (the reports written, whether the time ran out)."""
+    pending = list(range(total))
+    running: dict[int, subprocess.Popen] = {}
+    logs = []
+    deadline = time.monotonic() + timeout_s
+    killed = timed_out = False
+
+    def paths(i: int) -> tuple[str, str]:
+        directory = os.path.join(inner, f"shard-{i}") if total > 1 else inner
+        os.makedirs(directory, exist_ok=True)
+        return os.path.join(directory, "junit.xml"), os.path.join(directory, verdict.PYTEST_LOG)
+
+    try:
+        while (pending and not killed) or running:
+            while pending and not killed and len(running) < at_once:
+                i = pending.pop(0)
+                junit, log_path = paths(i)
+                shard_env = dict(env, **({inner_shard.ENV: f"{i}/{total}"} if total > 1 else {}))
+                log = open(log_path, "w", encoding="utf-8")
+                logs.append(log)
+                running[i] = subprocess.Popen(
+                    [*cmd, f"--junitxml={junit}", "--basetemp=" + os.path.join(tmp, f"inner-pytest-{i}")],
+                    cwd=os.getcwd(),
+                    env=shard_env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            for i, proc in list(running.items()):
+                if proc.poll() is not None:
+                    del running[i]
+                    killed = killed or _killed(paths(i)[0], kill_ids)
+            if killed:
+                for proc in running.values():
+                    _stop(proc)
+                running.clear()
+            elif running and time.monotonic() >= deadline:
+                timed_out = True
+                for proc in running.values():
+                    _stop(proc)
+                running.clear()
+                pending.clear()
+            elif running:
+                time.sleep(POLL_S)
+    finally:
+        for proc in running.values():
+            _stop(proc)
+        for log in logs:
+            log.close()
+    reports = [paths(i)[0] for i in range(total) if os.path.exists(paths(i)[0])]
+    return reports, timed_out
 
 
 def _tail(path: str, lines: int = 60) -> str:
@@ -130,7 +198,6 @@ def test_mutant_is_killed_by_its_classes():
     outputs = measure.outputs_dir()
     inner = os.path.join(outputs, "inner")
     os.makedirs(inner, exist_ok=True)
-    junit = os.path.join(inner, "junit.xml")
     cmd = [
         sys.executable,
         "-m",
@@ -139,27 +206,35 @@ def test_mutant_is_killed_by_its_classes():
         "-p",
         "tests.mutants.stop_on_kill",
         "-p",
+        "tests.mutants.inner_shard",
+        "-p",
         "no:cacheprovider",
         "-q",
         "-rfE",
         "--color=no",
-        f"--junitxml={junit}",
         "-o",
         "junit_family=xunit2",
         f"--rootdir={os.getcwd()}",
-        "--basetemp=" + os.path.join(tmp, "inner-pytest"),
     ]
     timeout_s = max(60.0, float(os.environ.get("TEST_TIMEOUT", 3600)) - TIMEOUT_MARGIN_S)
-    pytest_log = os.path.join(inner, verdict.PYTEST_LOG)
-    print(f"{mutant} on {cell}: {' '.join(cmd)} (timeout {timeout_s:.0f} s; log {pytest_log})")
+    # The matrix's split of the classes (tools/matrix.bzl SHARD_COUNTS), so that shard i here is the cell's.
+    total = max(SHARD_COUNTS.get(c, 1) for c in classes)
+    at_once = max(1, int(os.environ.get(AT_ONCE_ENV) or total))
+    print(
+        f"{mutant} on {cell}: {' '.join(cmd)} ({total} shard(s), {at_once} at once; "
+        f"timeout {timeout_s:.0f} s; logs {inner})"
+    )
     env = _inner_env(mutant, site, inner)
+    kill_ids: set[str] = set()
     if len(classes) == 1 and kills:  # with several classes each must run to be judged
+        kill_ids = set(kills[classes[0]])
         env[stop_on_kill.ENV] = ",".join(kills[classes[0]])
-    rc = _run_inner(cmd, env, pytest_log, timeout_s)
-    print(_tail(pytest_log))
+    reports, timed_out = _run_shards(cmd, env, inner, tmp, total, at_once, kill_ids, timeout_s)
+    for report in reports:
+        print(_tail(os.path.join(os.path.dirname(report), verdict.PYTEST_LOG), 20))
 
     # Judged and written even when the run broke, so that mutation_table.py shows this target.
-    cases = verdict.parse_junit(junit) if os.path.exists(junit) else []
+    cases = [case for report in reports for case in verdict.parse_junit(report)]
     decision = verdict.decide(
         mutant,
         cases,
@@ -172,11 +247,18 @@ def test_mutant_is_killed_by_its_classes():
         sleepwake_mutants.REACHED,
         fails_as,
     )
-    if rc is None:
+    if timed_out:
         decision.problems.append(f"the inner pytest ran past {timeout_s:.0f} s and was interrupted")
-    if not os.path.exists(junit):
-        decision.problems.append(f"the inner pytest wrote no JUnit report (exit {rc}); see {pytest_log}")
+    if not reports:
+        decision.problems.append(
+            f"the inner pytest wrote no JUnit report; see the {verdict.PYTEST_LOG} files under {inner}"
+        )
     with open(os.path.join(outputs, "mutation_row.json"), "w", encoding="utf-8") as f:
-        json.dump(verdict.row(decision, issue, cell, bound, size, verdict.concurrency()), f, indent=2, sort_keys=True)
+        json.dump(
+            verdict.row(decision, issue, cell, bound, size, verdict.concurrency() | {"shards_at_once": at_once}),
+            f,
+            indent=2,
+            sort_keys=True,
+        )
     print(decision.report())
     assert decision.passed, decision.report()

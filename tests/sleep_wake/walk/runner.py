@@ -431,6 +431,10 @@ class GpuTier:
         value = expect.result(o.future, bound_s, client=self.ctx.client, step=what)
         if o.op_name == "generate_stream":
             self.ctx.client.check_stream(value, what)
+            if ends_oracle is not None and value.timed_out:
+                # A stream that went silent past its own read timeout on a live server (check_stream
+                # confirmed it) has not ended: that is what ends_oracle asks, not how a request ended.
+                oracle.fail(ends_oracle, f"{what}: not within the bound", value.error, f"{bound_s:g} s", "within")
         if o.pool is not None:
             o.pool.close()
         return value

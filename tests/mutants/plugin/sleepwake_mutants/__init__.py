@@ -644,9 +644,20 @@ MUTANTS = {
             "#44395, #44406 (a wake naming scheduling)",
             "A wake naming scheduling (alone or beside a tag) resumes scheduling while a tag still sleeps: "
             "the waiting requests run on unmapped memory.",
-            {"state_walk": ("requests.held_while_asleep", "requests.held_until_resident")},
+            # On a GPU the requests it lets run read unmapped memory and kill the engine (the H200: every
+            # shard, docs/walk-reach.md): a 5xx, or no answer, is the defect's own symptom there, which
+            # counts only against the walk's control run alike (fails_as); the CPU tiers see the request run.
+            {
+                "state_walk": (
+                    "requests.held_while_asleep",
+                    "requests.held_until_resident",
+                    "api.status",
+                    "api.answers",
+                )
+            },
             "waiting:scheduling_tag_resumes",
             size="scheduling resumed at every scheduling wake",
+            fails_as=(HANG, ERROR_ANSWER),
         ),
         Mutant(
             "wake_aborts_queued",
