@@ -21,12 +21,21 @@ MACHINE_STATES = ("fresh", "warm")  # fresh: no earlier run_matrix.sh run on thi
 
 def record(units: list[dict], *, gpus: int, cores: int, rc: int, machine_state: str, waves_s: list[float]) -> dict:
     """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
-    server_starts, machine_state), counted from the cells' own timings; `cell_time` the breakdown."""
+    server_starts, machine_state), counted from the cells' own timings (launch_to_health_s: a start's own
+    seconds, without the wait for a GPU slot); `cell_time` the breakdown."""
     if machine_state not in MACHINE_STATES:
         raise ValueError(f"machine_state {machine_state!r}: say one of {', '.join(MACHINE_STATES)}")
     elapsed = round(sum(waves_s), 1) if waves_s else None
     gpu = bazel_runs.gpu_units(units)
     starts = bazel_runs.gpu_timings(gpu)
+    counted = {
+        # Counted only from matrix cells: a run of other targets (the mutants', whose servers their inner
+        # runs start) has none to count from, which is no count of zero.
+        "server_starts": len(starts) if gpu else None,
+        "launch_to_health_s": bazel_runs.summarise(t["start_s"] for t in starts),
+    }
+    if not gpu:
+        counted["not_counted"] = "no GPU cell of the matrix ran: servers are counted from the cells' own timings"
     return {
         "machine": {"gpus": gpus, "cores": cores},
         "matrix": {
@@ -34,8 +43,7 @@ def record(units: list[dict], *, gpus: int, cores: int, rc: int, machine_state: 
             "rc": rc,
             "elapsed_s": elapsed,
             "waves_s": waves_s,
-            "server_starts": len(starts),
-            "server_start_s": bazel_runs.summarise(t["start_s"] for t in starts),
+            **counted,
             "gpu_units": len(gpu),
             "machine_state": machine_state,
             **bazel_runs.matrix_measures(units, elapsed),

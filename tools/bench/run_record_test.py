@@ -19,7 +19,7 @@ def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm(
     r = run_record.record(units, gpus=1, cores=16, rc=0, machine_state="fresh", waves_s=[30.0, 12.5])
     m = r["matrix"]
     assert (m["status"], m["elapsed_s"], m["server_starts"], m["machine_state"]) == ("green", 42.5, 2, "fresh")
-    assert m["server_start_s"]["median_s"] == 7.0 and r["machine"] == {"gpus": 1, "cores": 16}
+    assert m["launch_to_health_s"]["median_s"] == 7.0 and r["machine"] == {"gpus": 1, "cores": 16}
     assert (
         run_record.record(units, gpus=1, cores=16, rc=3, machine_state="warm", waves_s=[])["matrix"]["status"] == "red"
     )
@@ -28,3 +28,9 @@ def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm(
 def test_a_machine_state_other_than_fresh_or_warm_is_refused():
     with pytest.raises(ValueError, match="say one of fresh, warm"):
         run_record.record([], gpus=1, cores=16, rc=0, machine_state="cold", waves_s=[])
+
+
+def test_a_run_without_matrix_cells_counts_no_starts_rather_than_zero():
+    # The mutants' targets start servers in their inner runs, which no cell timing records.
+    m = run_record.record([], gpus=1, cores=16, rc=0, machine_state="warm", waves_s=[113.1])["matrix"]
+    assert m["server_starts"] is None and "no GPU cell" in m["not_counted"]

@@ -397,7 +397,10 @@ def test_text_mode_says_what_the_page_says(tmp_path, capsys):
     listed = re.findall(r"^  ([a-z ]+): (\w+)", out, re.M)
     assert {cell: state for state, cell in listed} == bad and len(listed) == len(bad)
     assert "--test_filter 'TestSleepWakeFlags' matched no test in this target." in out
-    assert re.search(r"^server starts: \d+; median", out, re.M) and "max 999.0 s" not in out
+    assert (
+        re.search(r"^server starts: \d+; ready for the tests \(GPU slot wait included\) after median", out, re.M)
+        and "max 999.0 s" not in out
+    )
     assert STALE not in "".join(line for line in out.splitlines() if "(max in" in line)
     assert not (logs.parent / cli.DEFAULT_OUT).exists()
 

@@ -51,8 +51,8 @@ def summary(run: view.Run) -> str:
     starts = sorted(v for v, _ in by_key.get("server_start_s", []))
     if starts:
         lines.append(
-            f"server starts: {len(starts)}; median {statistics.median(starts):.1f} s, "
-            f"min {starts[0]:.1f} s, max {starts[-1]:.1f} s"
+            f"server starts: {len(starts)}; ready for the tests (GPU slot wait included) after median "
+            f"{statistics.median(starts):.1f} s, min {starts[0]:.1f} s, max {starts[-1]:.1f} s"
         )
     for key, values in sorted(by_key.items()):
         vs = sorted(v for v, _ in values)
