@@ -16,10 +16,22 @@ import time
 import pytest
 import requests
 
-from tests.sleep_wake.lib import cells, expect, liveness, measure, metrics, oracle, releases, servers, thresholds
+from tests.sleep_wake.lib import (
+    cells,
+    expect,
+    liveness,
+    measure,
+    metrics,
+    oracle,
+    releases,
+    reuse,
+    servers,
+    thresholds,
+)
 from tests.sleep_wake.lib.client import SleepWakeClient, client_of
 from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
 from tests.sleep_wake.lib.prompts import PROMPTS
+from tools.launcher.config import resolve_model
 from tools.launcher.errors import ConfigError
 from tools.launcher.interface import Server
 
@@ -148,14 +160,70 @@ def _stop_server(context, server, recorder, nodeid: str) -> None:
         )
 
 
-@pytest.fixture(scope="class")
-def server(request, cell, recorder):
-    """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/."""
-    context, srv = _start_server(request.node.name, cell, recorder, request.node.nodeid)
+@pytest.fixture(scope="session")
+def pool(recorder):
+    """The servers classes gave back (lib/reuse.py; SLEEPWAKE_REUSE_SERVERS=1), stopped at the session's end."""
     try:
-        yield srv
+        lender = reuse.Pool(reuse.enabled())
+    except ValueError as e:
+        pytest.fail(str(e), pytrace=False)
+    yield lender
+    for idle in lender.drain():
+        _stop_server(idle.context, idle.server, recorder, "")
+
+
+def _borrow(request, cell, recorder, pool, key: str) -> reuse.Lent | None:
+    """An idle server of this configuration, reset and checked (lib/reuse.py), or None: none idle, or the
+    check refused it (then stopped; the class gets a fresh one)."""
+    lent = pool.take(key)
+    if lent is None:
+        return None
+    begin = time.monotonic()
+    why = reuse.lend(cell, lent, client_of(lent.server), recorder)
+    recorder.record(
+        request.node.nodeid,
+        "server_reuse",
+        round(time.monotonic() - begin, 3),
+        "s",
+        lent=why is None,
+        refused=why,
+        served=list(lent.classes),
+    )
+    if why is None:
+        return lent
+    _stop_server(lent.context, lent.server, recorder, request.node.nodeid)
+    return None
+
+
+@pytest.fixture(scope="class")
+def server(request, cell, recorder, pool):
+    """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/; with reuse
+    on, the server a passing class of the same configuration gave back, once its reset is checked."""
+    lends = pool.on and not getattr(request.cls, "FRESH_SERVER", None)
+    key = reuse.key_of(cell.config)
+    lent = _borrow(request, cell, recorder, pool, key) if lends else None
+    if lent is None:
+        context, srv = _start_server(request.node.name, cell, recorder, request.node.nodeid)
+        fresh = None
+        if lends:
+            try:
+                fresh = reuse.read_fresh(cell, srv, client_of(srv), resolve_model(srv.config.model), recorder)
+            except BaseException:
+                _stop_server(context, srv, recorder, request.node.nodeid)
+                raise
+        lent = reuse.Lent(context, srv, fresh)
+    lent.classes.append(request.node.name)
+    failed_before = request.session.testsfailed
+    try:
+        yield lent.server
     finally:
-        _stop_server(context, srv, recorder, request.node.nodeid)
+        # Given back only by a class all of whose tests passed: a failure may have left anything behind.
+        if lends and request.session.testsfailed == failed_before and client_of(lent.server).health():
+            displaced = pool.keep(key, lent)
+            if displaced is not None:
+                _stop_server(displaced.context, displaced.server, recorder, request.node.nodeid)
+        else:
+            _stop_server(lent.context, lent.server, recorder, request.node.nodeid)
 
 
 @pytest.fixture(scope="class")

@@ -27,6 +27,8 @@ def _recover(client, level: int) -> None:
 
 
 class TestSleepWakeImmediacy:
+    FRESH_SERVER = "matches its sleeps with the worker's log lines since the start (lib/reuse.py)"
+
     def test_memory_released_when_sleep_returns(self, server, client, golden, recorder, cell):
         kv = server.config.kv_cache_bytes
         for level in (1, 2):

@@ -125,6 +125,7 @@ def _shard_class(shard: int):
         (),
         {
             "__doc__": f"Shard {shard} of {SHARDS} of the model's reachable (situation, operation) pairs.",
+            "FRESH_SERVER": "every band is relative to readings taken before any push or reload (lib/reuse.py)",
             "test_walk_visits_every_pair_of_its_shard": test_walk_visits_every_pair_of_its_shard,
         },
     )

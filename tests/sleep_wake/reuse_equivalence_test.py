@@ -1,0 +1,78 @@
+"""Server reuse changes no verdict (lib/reuse.py): the classes run in one pytest session against the fake
+server three times, reuse off, reuse on, and reuse on in the reverse order, and every test ends alike
+(outcome and the oracle ids that fired). The runs with reuse must have lent servers, or they prove
+nothing; the classes declaring FRESH_SERVER never borrow. A class that leaves its server with garbage
+weights runs first (testdata/reuse): the next class must not inherit them.
+
+Environment (set by the target, tests/sleep_wake/BUILD.bazel): SLEEPWAKE_REUSE_CLASS_FILES, the class
+files in their forward order, comma-separated; the fake cell's environment and both goldens.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.sleep_wake.lib import reuse
+from tools.results.testlogs import parse_junit
+
+FILES_ENV = "SLEEPWAKE_REUSE_CLASS_FILES"
+# The inner runs' own bound: three runs of about a minute each on a loaded 2-core machine.
+RUN_TIMEOUT_S = 400
+
+
+def _files() -> list[str]:
+    files = [f for f in os.environ.get(FILES_ENV, "").split(",") if f]
+    if not files:
+        pytest.fail(f"{FILES_ENV} is empty: run this through its Bazel target, which lists the class files")
+    return files
+
+
+def _run(name: str, files: list[str], reuse_on: bool) -> tuple[dict, list[dict]]:
+    """({test id: (outcome, oracle ids)}, the run's measurement records) of one inner pytest session."""
+    outputs = os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", os.path.abspath("reuse-outputs")), name)
+    os.makedirs(outputs, exist_ok=True)
+    junit = os.path.join(outputs, "junit.xml")
+    env = dict(os.environ, TEST_UNDECLARED_OUTPUTS_DIR=outputs, **{reuse.ENV: "1" if reuse_on else "0"})
+    for key in ("PYTEST_ADDOPTS", "TESTBRIDGE_TEST_ONLY", "XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE"):
+        env.pop(key, None)
+    tmp = os.environ.get("TEST_TMPDIR") or os.path.abspath("reuse-tmp")
+    cmd = [sys.executable, "-m", "pytest", *files, "-p", "no:cacheprovider", "-q", "-p", "no:randomly"]
+    cmd += [f"--junitxml={junit}", "-o", "junit_family=xunit2", f"--rootdir={os.getcwd()}"]
+    cmd += ["--basetemp=" + os.path.join(tmp, name)]
+    with open(os.path.join(outputs, "pytest.log"), "w", encoding="utf-8") as log:
+        subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S, check=False)
+    if not os.path.exists(junit):
+        pytest.fail(f"run {name} wrote no JUnit report; see {outputs}/pytest.log")
+    ends = {c.test_id: (c.outcome, tuple(c.oracles)) for c in parse_junit(junit)}
+    records = []
+    path = os.path.join(outputs, "measurements.jsonl")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f]
+    return ends, records
+
+
+def _count(records: list[dict], key: str, **match) -> int:
+    return sum(r.get("key") == key and all(r.get(k) == v for k, v in match.items()) for r in records)
+
+
+def test_reuse_in_either_order_ends_every_test_as_fresh_servers_do():
+    files = _files()
+    alone, fresh_records = _run("fresh", files, reuse_on=False)
+    forward, forward_records = _run("reuse", files, reuse_on=True)
+    backward, backward_records = _run("reuse-reversed", list(reversed(files)), reuse_on=True)
+    assert alone and all(outcome == "passed" for outcome, _ in alone.values()), (
+        f"with fresh servers some tests did not pass, so equal verdicts would prove little: {alone}"
+    )
+    for name, ends in (("reuse", forward), ("reuse-reversed", backward)):
+        differ = {t: (alone.get(t), ends.get(t)) for t in set(alone) | set(ends) if alone.get(t) != ends.get(t)}
+        assert not differ, f"run {name}: tests that ended otherwise than on fresh servers: {differ}"
+    assert _count(fresh_records, "server_reuse") == 0
+    for name, records in (("reuse", forward_records), ("reuse-reversed", backward_records)):
+        lent = _count(records, "server_reuse", lent=True)
+        starts = _count(records, "server_start_s")
+        assert lent >= 2, f"run {name} lent {lent} servers: reuse did not happen, so this run proves nothing"
+        assert starts < _count(fresh_records, "server_start_s"), f"run {name}: {starts} starts, no fewer than fresh"
