@@ -1,0 +1,64 @@
+"""ChildWorker: the fake worker as it runs inside a forked EngineCoreProc (the AsyncLLM door), where the
+test cannot read its attributes: it answers two extra worker methods that the test calls through
+AsyncLLM.collective_rpc, the only way into that process, as a trainer's own RPCs go.
+
+- sleepwake_report(): the pools' residency, whether the weights are intact and the timeline's events,
+  as plain lists (the RPC's answer crosses msgpack);
+- sleepwake_hold_in_flight(): the next request to reach its second forward pass waits there until a
+  call is on the engine's input queue (or the scheduler is paused), once: lib/engine_server.py's
+  InFlightGate, here in the engine's own process, so a pause lands mid-decode however loaded the host.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from tests.engine.fakes.worker import FakeWorker
+
+HOLD_S = 10.0  # a call that never reaches the engine lets the request go (reported as hold_timed_out)
+POLL_S = 0.0005
+
+
+class ChildWorker(FakeWorker):
+    # The engine core of this process: engines.build_async_llm's hook sets it in the forked child.
+    engine = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._hold = False
+        self._forwards: collections.Counter = collections.Counter()
+        self.hold_timed_out = False
+
+    def sleepwake_report(self) -> dict:
+        return {
+            "resident": dict(self.resident),
+            "weights_intact": self.weights_intact,
+            "events": [[e.kind, *e.detail] for e in self.timeline.events],
+            "hold_timed_out": self.hold_timed_out,
+        }
+
+    def sleepwake_hold_in_flight(self) -> None:
+        self._hold, self.hold_timed_out = True, False
+        self._forwards.clear()
+
+    def execute_model(self, scheduler_output):
+        if self._hold:
+            self._forwards.update(list(scheduler_output.num_scheduled_tokens))  # one per request, not per token
+            if max(self._forwards.values(), default=0) >= 2:
+                self._hold = False
+                self._wait_for_a_call()
+        return super().execute_model(scheduler_output)
+
+    def _wait_for_a_call(self) -> None:
+        engine = self.engine
+        if engine is None:
+            raise RuntimeError(
+                "ChildWorker has no engine to watch: build it with engines.build_async_llm, whose hook sets it"
+            )
+        deadline = time.monotonic() + HOLD_S
+        while engine.input_queue.empty() and not engine.is_scheduler_paused():
+            if time.monotonic() > deadline:
+                self.hold_timed_out = True
+                return
+            time.sleep(POLL_S)
