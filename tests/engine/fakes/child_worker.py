@@ -3,7 +3,9 @@ test cannot read its attributes: it answers two extra worker methods that the te
 AsyncLLM.collective_rpc, the only way into that process, as a trainer's own RPCs go.
 
 - sleepwake_report(): the pools' residency, whether the weights are intact and the timeline's events,
-  as plain lists (the RPC's answer crosses msgpack);
+  as plain lists (the RPC's answer crosses msgpack); besides the worker's own events, the timeline holds
+  what left the engine by its output queue (hand_over): each request's end ("output", id, reason) and
+  each answer to a call ("answer", call id), so a test sees whether a drain ended before a call answered;
 - sleepwake_hold_in_flight(): the next request to reach its second forward pass waits there until a
   call is on the engine's input queue (or the scheduler is paused), once: lib/engine_server.py's
   InFlightGate, here in the engine's own process, so a pause lands mid-decode however loaded the host.
@@ -20,8 +22,28 @@ HOLD_S = 10.0  # a call that never reaches the engine lets the request go (repor
 POLL_S = 0.0005
 
 
+def hand_over(engine) -> None:
+    """In the forked engine process, once EngineCoreProc is built: its worker watches its input queue (the
+    hold) and records what it puts on its output queue (every put is put_nowait, core.py)."""
+    ChildWorker.engine = engine
+    timeline = engine.model_executor.driver_worker.worker.timeline
+    put = engine.output_queue.put_nowait
+
+    def recorded(item) -> None:
+        if isinstance(item, tuple):  # else ENGINE_CORE_DEAD, a bytes sentinel
+            outputs = item[1]
+            for output in outputs.outputs or ():
+                if output.finish_reason is not None:
+                    timeline.add("output", output.request_id, output.finish_reason.name)
+            if outputs.utility_output is not None:
+                timeline.add("answer", outputs.utility_output.call_id)
+        put(item)
+
+    engine.output_queue.put_nowait = recorded
+
+
 class ChildWorker(FakeWorker):
-    # The engine core of this process: engines.build_async_llm's hook sets it in the forked child.
+    # The engine core of this process: hand_over sets it in the forked child.
     engine = None
 
     def __init__(self, *args, **kwargs) -> None:

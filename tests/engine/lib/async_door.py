@@ -74,17 +74,24 @@ class AsyncDoor:
         return request
 
     def run(self, coro):
-        """The scenario `coro` on the door's loop, within request_completion_s_max."""
-        bound = thresholds.get("request_completion_s_max")
+        """The scenario `coro` on the door's loop, within race_timeout_s: longer than each of its own waits
+        (request_completion_s_max), so a request that hangs fails its own oracle first."""
+        bound = thresholds.get("race_timeout_s")
         try:
             return self.loop.run_until_complete(asyncio.wait_for(coro, bound))
-        except TimeoutError:
-            oracle.fail("api.answers", "the AsyncLLM scenario (a call or a request in it hung)", f"> {bound} s", bound, "<=")
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
+            oracle.fail(
+                "api.answers", "the AsyncLLM scenario (a call or a request in it hung)", f"> {bound} s", bound, "<="
+            )
 
     async def call(self, what: str, coro):
-        """One awaited AsyncLLM call; an exception from it is the live engine's error answer (api.status)."""
+        """One awaited AsyncLLM call: no answer within request_completion_s_max is api.answers, an
+        exception is the live engine's error answer (api.status)."""
+        bound = thresholds.get("request_completion_s_max")
         try:
-            return await coro
+            return await asyncio.wait_for(coro, bound)
+        except asyncio.TimeoutError:  # before Exception: it is one
+            oracle.fail("api.answers", what, f"no answer in {bound} s", bound, "<=")
         except Exception as e:  # noqa: BLE001  the engine's answer, whatever it raised
             oracle.fail("api.status", what, f"raised {e!r}", "no error", "")
 

@@ -15,6 +15,7 @@ import os
 import queue
 
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
+from tests.engine.fakes import child_worker
 from tests.engine.fakes.child_worker import ChildWorker
 from tests.engine.fakes.output_queue import RecordingOutputQueue
 from tests.engine.fakes.timeline import Timeline
@@ -159,9 +160,9 @@ async def build_async_llm(model_dir: str):
     init = EngineCoreProc.__init__
 
     def init_and_hand_over(self, *args, **kwargs):
-        # Runs in the forked engine process: its worker watches this engine's input queue (the hold).
+        # Runs in the forked engine process: the patch is in place when AsyncLLM forks it.
         init(self, *args, **kwargs)
-        ChildWorker.engine = self
+        child_worker.hand_over(self)
 
     with (
         mock.patch.object(AsyncEngineArgs, "create_engine_config", lambda self, *args, **kwargs: config),
