@@ -5,14 +5,15 @@ it: AsyncLLM, its AsyncMPClient and an EngineCoreProc in a forked process, drive
 The contracts those actors rely on between rollouts: await sleep(level) / wake_up(tags) / is_sleeping()
 at levels 0, 1 and 2 with the staged wake and the reload between; reset_prefix_cache; pause_generation's
 modes with a request in flight in a generate() async generator; the same tokens after a level-2 reload.
-Each check compares with what vLLM documents: on 0.24.0, 0.25.0 and 0.26.0 the door answered so everywhere
-(docs/releases.md). A difference on a release would be pinned per release in thresholds.KNOWN_DIVERGENCES,
-as the llm_door_* entries are, never skipped.
+Each check compares with what vLLM documents. Where the door answers otherwise, the difference is pinned per
+release (thresholds.KNOWN_DIVERGENCES, entries named async_door_*), as the llm door's are, never skipped: a
+call awaiting the engine when its process dies never returns (async_door_pending_call_never_fails).
 """
 
 import asyncio
 
 import pytest
+import vllm
 
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib import checks
@@ -168,9 +169,13 @@ def test_async_reset_prefix_cache_empties_the_cache(async_llm_door):
     door.run(scenario())
 
 
-async def _in_flight(door):
-    """A request that has reached its caller once and whose next forward pass waits for the test's call."""
-    await door.call("collective_rpc('sleepwake_hold_in_flight')", door.llm.collective_rpc("sleepwake_hold_in_flight"))
+async def _in_flight(door, die: bool = False):
+    """A request that has reached its caller once and whose next forward pass waits for the test's call
+    (and with die, then kills the engine: fakes/child_worker.py)."""
+    await door.call(
+        "collective_rpc('sleepwake_hold_in_flight')",
+        door.llm.collective_rpc("sleepwake_hold_in_flight", kwargs={"die": die}),
+    )
     request = door.generate(PROMPT, _params())
     started = asyncio.ensure_future(request.started.wait())
     bound = thresholds.get("request_completion_s_max")
@@ -303,5 +308,38 @@ def test_async_sleep_with_mode_wait_drains_then_sleeps(async_llm_door):
         await _finished(door, request, "requests.ends_in_race", "the request in flight at sleep(1, mode='wait')")
         await door.call("AsyncLLM.wake_up()", door.llm.wake_up())
         await _sleeping(door, False, "after the wake")
+
+    door.run(scenario())
+
+
+def test_async_call_in_flight_when_the_engine_dies_as_pinned(async_llm_door):
+    door = async_llm_door
+    pin = thresholds.divergence("async_door_pending_call_never_fails", vllm.__version__)
+
+    async def scenario():
+        request = await _in_flight(door, die=True)
+        sleeping = door.spawn(door.llm.sleep(1))  # queued behind the forward pass that kills the engine
+        bound = thresholds.get("request_completion_s_max")
+        # The request's generator raises once the front end has read the engine's death: from then on a
+        # pending call has had every chance to be failed too.
+        if not await request.ended_within(bound) or "EngineDeadError" not in str(request.end()["error"]):
+            raise oracle.Precondition(f"the engine did not die within {bound} s: {request.end()}")
+        window = thresholds.get("held_request_window_s")  # watching for an answer that must come at once
+        done, _ = await asyncio.wait({sleeping}, timeout=window)
+        error = sleeping.exception() if done else None
+        try:
+            await asyncio.wait_for(door.llm.is_sleeping(), window)
+            later = None
+        except asyncio.TimeoutError:  # before Exception: it is one
+            later = "no answer"
+        except Exception as e:  # noqa: BLE001  what the door answers, compared below
+            later = type(e).__name__
+        oracle.equal(
+            "api.dead_engine_call",
+            {"answered": bool(done), "raised": type(error).__name__ if error else None, "later_call": later},
+            pin.expected,
+            f"await sleep(1) queued when the engine died, over {window} s after its requests failed, and an "
+            f"is_sleeping() after: {pin.describe()}",
+        )
 
     door.run(scenario())

@@ -6,9 +6,11 @@ AsyncLLM.collective_rpc, the only way into that process, as a trainer's own RPCs
   as plain lists (the RPC's answer crosses msgpack); besides the worker's own events, the timeline holds
   what left the engine by its output queue (hand_over): each request's end ("output", id, reason) and
   each answer to a call ("answer", call id), so a test sees whether a drain ended before a call answered;
-- sleepwake_hold_in_flight(): the next request to reach its second forward pass waits there until a
-  call is on the engine's input queue (or the scheduler is paused), once: lib/engine_server.py's
+- sleepwake_hold_in_flight(die=False): the next request to reach its second forward pass waits there
+  until a call is on the engine's input queue (or the scheduler is paused), once: lib/engine_server.py's
   InFlightGate, here in the engine's own process, so a pause lands mid-decode however loaded the host.
+  With die, that forward pass then fails (EngineDeath) and the engine process dies with the call queued:
+  #45520's sleep during decode, made deterministic.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ def hand_over(engine) -> None:
     engine.output_queue.put_nowait = recorded
 
 
+class EngineDeath(RuntimeError):
+    """The forward pass that sleepwake_hold_in_flight(die=True) fails: on a GPU a fault in a kernel."""
+
+
 class ChildWorker(FakeWorker):
     # The engine core of this process: hand_over sets it in the forked child.
     engine = None
@@ -49,6 +55,7 @@ class ChildWorker(FakeWorker):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._hold = False
+        self._die = False
         self._forwards: collections.Counter = collections.Counter()
         self.hold_timed_out = False
 
@@ -60,8 +67,8 @@ class ChildWorker(FakeWorker):
             "hold_timed_out": self.hold_timed_out,
         }
 
-    def sleepwake_hold_in_flight(self) -> None:
-        self._hold, self.hold_timed_out = True, False
+    def sleepwake_hold_in_flight(self, die: bool = False) -> None:
+        self._hold, self._die, self.hold_timed_out = True, die, False
         self._forwards.clear()
 
     def execute_model(self, scheduler_output):
@@ -70,6 +77,11 @@ class ChildWorker(FakeWorker):
             if max(self._forwards.values(), default=0) >= 2:
                 self._hold = False
                 self._wait_for_a_call()
+                if self._die:
+                    raise EngineDeath(
+                        "the forward pass sleepwake_hold_in_flight(die=True) fails once a call is queued: "
+                        "the engine process dies with it unanswered"
+                    )
         return super().execute_model(scheduler_output)
 
     def _wait_for_a_call(self) -> None:

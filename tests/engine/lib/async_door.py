@@ -64,14 +64,20 @@ class AsyncDoor:
     def __init__(self, model_dir: str) -> None:
         self.loop = asyncio.new_event_loop()
         self.llm = self.loop.run_until_complete(engines.build_async_llm(model_dir))
-        self.requests: list[Request] = []
+        self.tasks: list[asyncio.Future] = []
         self._ids = itertools.count()
 
     def generate(self, prompt: dict, params) -> Request:
         """One request through AsyncLLM.generate, consumed by a task of its own (call inside `run`)."""
         request = Request(self.llm, f"req{next(self._ids)}", prompt, params)
-        self.requests.append(request)
+        self.spawn(request.task)
         return request
+
+    def spawn(self, awaitable) -> asyncio.Future:
+        """A task the door cancels at shutdown if the test left it open (a call that never answers)."""
+        task = asyncio.ensure_future(awaitable)
+        self.tasks.append(task)
+        return task
 
     def run(self, coro):
         """The scenario `coro` on the door's loop, within race_timeout_s: longer than each of its own waits
@@ -103,10 +109,10 @@ class AsyncDoor:
         return WorkerReport(answer["resident"], answer["weights_intact"], timeline, answer["hold_timed_out"])
 
     def shutdown(self) -> None:
-        """Cancels the requests the test left open (their generate() aborts them on the live engine), then
+        """Cancels the tasks the test left open (a request's generate() aborts it on a live engine), then
         ends the engine process and the loop: AsyncLLM.shutdown cancels its output handler task on it."""
         try:
-            pending = [r.task for r in self.requests if not r.task.done()]
+            pending = [t for t in self.tasks if not t.done()]
             for task in pending:
                 task.cancel()
             if pending:
