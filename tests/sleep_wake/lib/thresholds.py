@@ -759,12 +759,12 @@ KNOWN_DIVERGENCES = {
             reason=(
                 "an AsyncLLM call awaiting the engine's answer when the engine process dies (here await "
                 "sleep(1) queued behind a forward pass that fails, as #45520's did) never returns: "
-                "AsyncMPClient._call_utility_async parks a future in utility_results (v1/engine/core_client.py:1109 "
-                "in all three releases), and when the engine's death sentinel arrives process_outputs_socket "
-                "hands EngineDeadError to the request outputs' queue only (validate_alive line 1009, except "
-                "line 1045), so requests and later calls raise it (ensure_alive, line 1083) while the pending "
-                "call waits forever; vllm-project/vllm#56416 (open) fails the pending calls; seen on the engine "
-                "tier with each release"
+                "AsyncMPClient._call_utility_async parks a future in utility_results "
+                "(v1/engine/core_client.py:1109 in 0.24.0, 0.25.0 and 0.26.0 alike), and when the engine's "
+                "death sentinel arrives process_outputs_socket hands EngineDeadError to the request outputs' "
+                "queue only (validate_alive line 1009, except line 1045), so requests and later calls raise it "
+                "(ensure_alive, line 1083) while the pending call waits forever; vllm-project/vllm#56416 "
+                "(open) fails the pending calls; seen on the engine tier with each release"
             ),
         ),
     ]
