@@ -165,6 +165,8 @@ async def build_async_llm(model_dir: str):
         child_worker.hand_over(self)
 
     with (
+        # Fork, whatever the environment asks: only a forked child inherits the patch below.
+        mock.patch.dict(os.environ, {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}),
         mock.patch.object(AsyncEngineArgs, "create_engine_config", lambda self, *args, **kwargs: config),
         mock.patch.object(EngineCoreProc, "__init__", init_and_hand_over),
     ):
