@@ -60,6 +60,19 @@ def llm_door(engines, model_dir):
 
 
 @pytest.fixture
+def async_llm_door(model_dir):
+    """vLLM's AsyncLLM with a forked EngineCoreProc (engines.build_async_llm) on a loop of its own
+    (lib/async_door.py); the engine process is ended whatever the test did."""
+    from tests.engine.lib.async_door import AsyncDoor
+
+    door = AsyncDoor(model_dir)
+    try:
+        yield door
+    finally:
+        door.shutdown()
+
+
+@pytest.fixture
 def proc(engines, model_dir):
     """EngineCoreProc, its busy loop iterated by the test (lib/loop.py) without blocking."""
     built = engines.build_engine_core_proc(model_dir)

@@ -15,6 +15,8 @@ import os
 import queue
 
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
+from tests.engine.fakes import child_worker
+from tests.engine.fakes.child_worker import ChildWorker
 from tests.engine.fakes.output_queue import RecordingOutputQueue
 from tests.engine.fakes.timeline import Timeline
 from tests.engine.fakes.worker import FakeWorker
@@ -58,7 +60,7 @@ def write_model_dir(path: str) -> str:
     return path
 
 
-def vllm_config(model_dir: str) -> VllmConfig:
+def vllm_config(model_dir: str, worker_cls: str = WORKER_CLS) -> VllmConfig:
     return VllmConfig(
         model_config=ModelConfig(
             model=model_dir,
@@ -82,7 +84,7 @@ def vllm_config(model_dir: str) -> VllmConfig:
             async_scheduling=False,
         ),
         device_config=DeviceConfig(device="cpu"),
-        parallel_config=ParallelConfig(worker_cls=WORKER_CLS, distributed_executor_backend="uni"),
+        parallel_config=ParallelConfig(worker_cls=worker_cls, distributed_executor_backend="uni"),
     )
 
 
@@ -139,6 +141,37 @@ def build_llm(model_dir: str):
     ):
         llm = LLM(model=model_dir, skip_tokenizer_init=True, worker_cls=WORKER_CLS)
     return llm, _attach(llm.llm_engine.engine_core.engine_core)
+
+
+async def build_async_llm(model_dir: str):
+    """vLLM's `AsyncLLM` as NeMo-RL's and verl's rollout actors hold it: the real AsyncLLM, its
+    AsyncMPClient, and an EngineCoreProc in a process of its own, forked (vLLM's default start method
+    off Ray; the actors' Ray processes spawn it, which would re-import vLLM for seconds per test), its
+    sockets and handshake unchanged, around the fake worker (fakes/child_worker.py: the test reaches it
+    only by collective_rpc). Async because AsyncLLM binds its output handler and ZMQ sockets to the
+    running loop: the loop that builds it is the one that must drive it. Only the config is the engine
+    tier's, as in build_llm. The caller shuts it down (AsyncLLM.shutdown ends the engine process)."""
+    from unittest import mock
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    config = vllm_config(model_dir, f"{ChildWorker.__module__}.{ChildWorker.__qualname__}")
+    init = EngineCoreProc.__init__
+
+    def init_and_hand_over(self, *args, **kwargs):
+        # Runs in the forked engine process: the patch is in place when AsyncLLM forks it.
+        init(self, *args, **kwargs)
+        child_worker.hand_over(self)
+
+    with (
+        # Fork, whatever the environment asks: only a forked child inherits the patch below.
+        mock.patch.dict(os.environ, {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}),
+        mock.patch.object(AsyncEngineArgs, "create_engine_config", lambda self, *args, **kwargs: config),
+        mock.patch.object(EngineCoreProc, "__init__", init_and_hand_over),
+    ):
+        engine_args = AsyncEngineArgs(model=model_dir, skip_tokenizer_init=True, disable_log_stats=True)
+        return AsyncLLM.from_engine_args(engine_args)
 
 
 def build_engine_core_proc(model_dir: str) -> Built:

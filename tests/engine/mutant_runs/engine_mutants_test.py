@@ -1,7 +1,7 @@
 """Detection power of the engine tier: each engine mutant must be killed, and the control must pass.
 
-One run of the engine tests (tests/engine/test_*.py; the walk only for the mutants whose kills name it,
-and only the walk's named shards for a mutant nothing else kills) per catalogued mutant
+One run of the engine tests (tests/engine/test_*.py; the walk and the async door only for the mutants whose
+kills name them, and only their named tests for a mutant nothing else kills) per catalogued mutant
 (mutants/catalogue.py) plus the control, each judged by mutants/judge.py.
 Importing vLLM's engine costs ~14 s per process, so this process imports it once and forks a child per
 run; the child applies its mutant (through
@@ -24,8 +24,13 @@ from tests.mutants import verdict
 ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(ENGINE_DIR))
 WALK_FILE = os.path.join(ENGINE_DIR, "test_state_walk.py")
-# The walk (its own target, engine_walk_test) runs only under the mutants whose kills name it.
-TEST_FILES = sorted(f for f in glob.glob(os.path.join(ENGINE_DIR, "test_*.py")) if f != WALK_FILE)
+ASYNC_FILE = os.path.join(ENGINE_DIR, "test_async_llm_door.py")
+# Test files that run only under the mutants whose kills name them: the walk (its own target,
+# engine_walk_test) and the async door (each of its tests forks an engine process and waits out held
+# windows: ~30 s a run, which every run would pay). The control runs the async door too.
+APART = (WALK_FILE, ASYNC_FILE)
+TEST_FILES = sorted(f for f in glob.glob(os.path.join(ENGINE_DIR, "test_*.py")) if f not in APART)
+CONTROL_FILES = TEST_FILES + [ASYNC_FILE]
 RUNS = [judge.CONTROL] + sorted(catalogue.MUTANTS)
 
 # The children inherit a frozen heap, so the freeze_gc_heap of each engine they start scans only
@@ -37,15 +42,18 @@ _runs: dict[str, judge.Run] = {}
 
 
 def files_for(mutant: str) -> list[str]:
-    """The engine tests a mutant's run takes: all of them, and the walk where its kills name the walk. A
-    mutant only the walk kills runs just the walk's shards its kills name: a shard that does not reach the
-    defect walks all its pairs, so the whole walk under each of them would outgrow the target's time."""
+    """The engine tests a mutant's run takes: all of them but the files apart, and those files where its
+    kills name them. A mutant only files apart kill runs just the tests its kills name (the walk's named
+    shards: a shard that does not reach the defect walks all its pairs, so the whole walk under each of
+    them would outgrow the target's time)."""
     entry = catalogue.MUTANTS.get(mutant)
-    walk = os.path.relpath(WALK_FILE, ROOT)
-    named = [k for k in entry.kills if k.startswith(walk + "::")] if entry else []
+    if entry is None:
+        return CONTROL_FILES
+    apart = {os.path.relpath(f, ROOT) for f in APART}
+    named = [k for k in entry.kills if k.split("::")[0] in apart]
     if named and len(named) == len(entry.kills):
         return [os.path.join(ROOT, k) for k in named]
-    return TEST_FILES + ([WALK_FILE] if named else [])
+    return TEST_FILES + sorted({os.path.join(ROOT, k.split("::")[0]) for k in named})
 
 
 def _child(mutant: str, junit: str, log: str, basetemp: str) -> None:

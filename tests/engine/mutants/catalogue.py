@@ -114,6 +114,62 @@ def _inproc_keep_aborts():
     shared.wrap(EngineCore, "pause_scheduler", make)
 
 
+# The async front door's own code (vllm.v1.engine.async_llm.AsyncLLM, in the caller's process; its engine core
+# is a forked EngineCoreProc the patches do not touch): killed by tests/engine/test_async_llm_door.py.
+def _async_wake_up_drops_tags():
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    def make(original):
+        async def wake_up(self, tags=None):
+            await original(self, None)  # every wake maps every pool
+
+        return wake_up
+
+    shared.wrap(AsyncLLM, "wake_up", make)
+
+
+def _async_is_sleeping_stale():
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    def remembering(asleep):
+        def make(original):
+            async def call(self, *args, **kwargs):
+                await original(self, *args, **kwargs)
+                self.sleepwake_asleep = asleep  # the front end's record of its last call
+
+            return call
+
+        return make
+
+    async def is_sleeping(self):
+        return getattr(self, "sleepwake_asleep", False)  # never asks the engine
+
+    shared.wrap(AsyncLLM, "sleep", remembering(True))
+    shared.wrap(AsyncLLM, "wake_up", remembering(False))
+    shared.replace(AsyncLLM, "is_sleeping", is_sleeping)
+
+
+def _async_reset_prefix_cache_unsent():
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    async def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False):
+        return True  # answered by the front end; the engine's cache keeps its blocks
+
+    shared.replace(AsyncLLM, "reset_prefix_cache", reset_prefix_cache)
+
+
+def _async_pause_keep_aborts():
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    def make(original):
+        async def pause_generation(self, *, mode="abort", wait_for_inflight_requests=None, clear_cache=True):
+            await original(self, mode="abort" if mode == "keep" else mode, clear_cache=clear_cache)
+
+        return pause_generation
+
+    shared.wrap(AsyncLLM, "pause_generation", make)
+
+
 def _plugin(name: str) -> dict:
     """The plugin entry's issue, doc and patch, for a bug reused from it."""
     m = sleepwake_mutants.MUTANTS[name]
@@ -124,6 +180,7 @@ _GATE = "tests/engine/test_partial_wake.py::"
 _BOOK = "tests/engine/test_bookkeeping.py::"
 _WALK = "tests/engine/test_state_walk.py::test_walk_visits_every_pair_of_its_shard"
 _LLM = "tests/engine/test_llm_door.py::"
+_ASYNC = "tests/engine/test_async_llm_door.py::"
 HELD = ("requests.held_until_resident", "requests.held_while_asleep")
 MUTANTS = {
     m.name: m
@@ -245,6 +302,43 @@ MUTANTS = {
             "ended instead of resumed.",
             {_LLM + "test_llm_keep_freezes_an_enqueued_request_and_it_resumes": ("requests.resumes_after_keep",)},
             _inproc_keep_aborts,
+        ),
+        Mutant(
+            "async_wake_up_drops_tags",
+            "#34528 (wake_up tags); verl's and NeMo-RL's refit: wake the weights, load new ones, then the KV cache",
+            "AsyncLLM.wake_up(tags) wakes every pool whatever the tags: a rollout actor's wake of the weights "
+            "alone, to load new ones before the KV cache comes back, maps the KV cache too.",
+            {_ASYNC + "test_async_sleep_and_staged_wake_serve_the_tokens_of_before": ("flags.is_sleeping",)},
+            _async_wake_up_drops_tags,
+        ),
+        Mutant(
+            "async_is_sleeping_stale",
+            "#44483 (/is_sleeping after a partial wake), #34528",
+            "AsyncLLM.is_sleeping answers from the front end's record of its last sleep or wake call instead "
+            "of asking the engine: after a wake of the weights alone it reads awake while the KV cache sleeps.",
+            {_ASYNC + "test_async_sleep_and_staged_wake_serve_the_tokens_of_before": ("flags.is_sleeping",)},
+            _async_is_sleeping_stale,
+        ),
+        Mutant(
+            "async_reset_prefix_cache_unsent",
+            "#17103, #22726 (stale prefix cache)",
+            "AsyncLLM.reset_prefix_cache answers True without reaching the engine: the next rollout hits "
+            "blocks cached with the old weights.",
+            {_ASYNC + "test_async_reset_prefix_cache_empties_the_cache": ("prefix_cache.hit_iff_cached",)},
+            _async_reset_prefix_cache_unsent,
+        ),
+        Mutant(
+            "async_pause_keep_aborts",
+            "#32351 (pause mode keep)",
+            "AsyncLLM.pause_generation(mode='keep') aborts the requests in flight instead of freezing them: "
+            "a rollout frozen for a weight update ends instead of resuming.",
+            {
+                _ASYNC + "test_async_keep_freezes_the_request_in_flight_and_it_resumes[pause]": (
+                    "requests.held_while_paused",
+                    "requests.resumes_after_keep",
+                )
+            },
+            _async_pause_keep_aborts,
         ),
         Mutant(
             "abort_outputs_dropped",

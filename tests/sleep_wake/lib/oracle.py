@@ -312,6 +312,11 @@ _LIST = [
         " and front door",
     ),
     Oracle(
+        "api.dead_engine_call",
+        "a sleep-API call in flight when the engine process dies raises EngineDeadError at its caller (never "
+        "hangs), as pinned per release and front door",
+    ),
+    Oracle(
         "api.wait_mode",
         "a sleep with mode wait is accepted and sleeps, or is refused, as pinned per release and front door",
     ),

@@ -749,6 +749,24 @@ KNOWN_DIVERGENCES = {
                 "after LLM.enqueue, LLM.sleep(), LLM.wake_up(); seen on the engine tier with each release"
             ),
         ),
+        # The async front door, AsyncLLM with its engine core in a process of its own (as NeMo-RL and verl
+        # hold it): pinned on the engine tier (tests/engine/test_async_llm_door.py) for each release.
+        KnownDivergence(
+            name="async_door_pending_call_never_fails",
+            documented={"answered": True, "raised": "EngineDeadError", "later_call": "EngineDeadError"},
+            observed={"answered": False, "raised": None, "later_call": "EngineDeadError"},
+            versions=("0.24.0", "0.25.0", "0.26.0"),
+            reason=(
+                "an AsyncLLM call awaiting the engine's answer when the engine process dies (here await "
+                "sleep(1) queued behind a forward pass that fails, as #45520's did) never returns: "
+                "AsyncMPClient._call_utility_async parks a future in utility_results "
+                "(v1/engine/core_client.py:1109 in 0.24.0, 0.25.0 and 0.26.0 alike), and when the engine's "
+                "death sentinel arrives process_outputs_socket hands EngineDeadError to the request outputs' "
+                "queue only (validate_alive line 1009, except line 1045), so requests and later calls raise it "
+                "(ensure_alive, line 1083) while the pending call waits forever; vllm-project/vllm#56416 "
+                "(open) fails the pending calls; seen on the engine tier with each release"
+            ),
+        ),
     ]
 }
 

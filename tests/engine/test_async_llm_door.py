@@ -1,0 +1,345 @@
+"""The async front door, `vllm.v1.engine.async_llm.AsyncLLM`, as NeMo-RL's and verl's rollout actors hold
+it: AsyncLLM, its AsyncMPClient and an EngineCoreProc in a forked process, driven around the fake worker
+(engines.build_async_llm; the worker answers through collective_rpc, fakes/child_worker.py).
+
+The contracts those actors rely on between rollouts: await sleep(level) / wake_up(tags) / is_sleeping()
+at levels 0, 1 and 2 with the staged wake and the reload between; reset_prefix_cache; pause_generation's
+modes with a request in flight in a generate() async generator; the same tokens after a level-2 reload.
+Each check compares with what vLLM documents. Where the door answers otherwise, the difference is pinned per
+release (thresholds.KNOWN_DIVERGENCES, entries named async_door_*), as the llm door's are, never skipped: a
+call awaiting the engine when its process dies never returns (async_door_pending_call_never_fails).
+"""
+
+import asyncio
+
+import pytest
+import vllm
+
+from tests.engine.fakes.worker import TAGS
+from tests.engine.lib import checks
+from tests.sleep_wake.lib import oracle, thresholds
+from vllm import SamplingParams
+
+# Two full KV blocks (block_size 16): a repeat of it hits 32 cached tokens unless the cache was emptied.
+PROMPT = {"prompt_token_ids": list(range(1, 41))}
+TOKENS = 8
+
+
+def _params() -> SamplingParams:
+    return SamplingParams(max_tokens=TOKENS, ignore_eos=True)
+
+
+async def _sleeping(door, expected: bool, where: str) -> None:
+    got = await door.call("AsyncLLM.is_sleeping()", door.llm.is_sleeping())
+    oracle.equal("flags.is_sleeping", got, expected, f"AsyncLLM.is_sleeping() {where}")
+
+
+async def _finished(door, request, oracle_id: str, what: str) -> dict:
+    """The request's end, which must come within request_completion_s_max and be by length (oracle_id)."""
+    bound = thresholds.get("request_completion_s_max")
+    ended = await request.ended_within(bound)
+    end = request.end()
+    oracle.equal(
+        oracle_id,
+        (ended, end["error"], end["finish_reason"], len(end["token_ids"])),
+        (True, None, "length", TOKENS),
+        f"{what}: (ended within {bound} s, error, finish reason, tokens)",
+    )
+    return end
+
+
+async def _generate(door, what: str) -> dict:
+    return await _finished(door, door.generate(PROMPT, _params()), "output.finish_length", what)
+
+
+def _mine(event, request) -> bool:
+    """Whether the event names the request (the engine's id is the caller's with a suffix: input_processor.py)."""
+    return any(str(d).startswith(request.id + "-") for d in event.detail)
+
+
+def _forwards(report, request) -> int:
+    return sum(_mine(e, request) for e in report.timeline.of("forward"))
+
+
+async def _held(door, request, oracle_id: str, where: str) -> None:
+    """The request neither reaches its caller nor a forward pass over held_request_window_s."""
+    window = thresholds.get("held_request_window_s")
+    if await request.ended_within(window) or request.outputs:
+        # Read before the engine: a forward on released memory kills it, and this is the verdict then.
+        oracle.fail(oracle_id, f"{where}, within {window} s: what reached the caller", request.end(), "nothing")
+    report = await door.report()
+    oracle.equal(
+        oracle_id,
+        _forwards(report, request),
+        0,
+        f"{where}, over {window} s: its forward passes; timeline: {report.timeline}",
+    )
+
+
+async def _cached_before_sleep(door) -> dict:
+    """A request and its repeat: the repeat must hit cached tokens, or a later zero proves nothing."""
+    first = await _generate(door, "generate before any sleep")
+    repeat = await _generate(door, "its repeat")
+    if not repeat["cached"]:
+        raise oracle.Precondition(f"the repeat of a {len(PROMPT['prompt_token_ids'])}-token prompt hit no cached token")
+    return first
+
+
+def test_async_level0_pauses_scheduling_and_holds_a_request_until_it_wakes(async_llm_door):
+    door = async_llm_door
+
+    async def scenario():
+        await door.call("AsyncLLM.sleep(0)", door.llm.sleep(0))
+        await _sleeping(door, True, "at level 0 (the scheduler paused)")
+        report = await door.report()
+        checks.worker_calls(report.timeline, "sleep", [], "AsyncLLM.sleep(0)")
+        checks.resident(report, set(), "at level 0: nothing released")
+        request = door.generate(PROMPT, _params())
+        await _held(door, request, "requests.held_while_paused", "a request sent at level 0")
+        await door.call("AsyncLLM.wake_up(['scheduling'])", door.llm.wake_up(["scheduling"]))
+        await _sleeping(door, False, "after the level-0 wake")
+        await _finished(door, request, "requests.completes", "the request held at level 0, after the wake")
+
+    door.run(scenario())
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_async_sleep_and_staged_wake_serve_the_tokens_of_before(async_llm_door, level):
+    door = async_llm_door
+
+    async def scenario():
+        before = await _cached_before_sleep(door)
+        await door.call(f"AsyncLLM.sleep({level})", door.llm.sleep(level))
+        await _sleeping(door, True, f"after sleep({level})")
+        report = await door.report()
+        checks.worker_calls(report.timeline, "sleep", [(level,)], f"AsyncLLM.sleep({level})")
+        checks.resident(report, set(TAGS), f"after sleep({level})", level)
+        await door.call("AsyncLLM.wake_up(['weights'])", door.llm.wake_up(["weights"]))
+        await _sleeping(door, True, f"after a wake of the weights alone (level {level}): the KV cache sleeps")
+        checks.resident(await door.report(), {"kv_cache"}, "after the wake of the weights", level)
+        request = door.generate(PROMPT, _params())
+        await _held(door, request, "requests.held_until_resident", "a request sent after the weights woke (#44483)")
+        if level == 2:  # the level-2 recipe: the weights' pool back, the trainer's weights into it, the KV cache
+            await _reload(door)
+        await door.call("AsyncLLM.wake_up(['kv_cache'])", door.llm.wake_up(["kv_cache"]))
+        await _sleeping(door, False, f"after every tag woke (level {level})")
+        checks.resident(await door.report(), set(), f"after the wakes from level {level}", level)
+        after = await _finished(door, request, "requests.completes", "the request held by the partial wake")
+        oracle.equal(
+            "prefix_cache.reset_after_discard",
+            after["cached"],
+            0,
+            f"prompt tokens the first request after sleep({level}) found cached",
+        )
+        oracle.equal(
+            "output.golden_tokens",
+            after["token_ids"],
+            before["token_ids"],
+            f"token ids after sleep({level}) and the staged wake vs before",
+        )
+
+    door.run(scenario())
+
+
+async def _reload(door) -> None:
+    """collective_rpc('reload_weights') as the walk sends it (no arguments: the checkpoint started on)."""
+    reloads = len((await door.report()).timeline.of("reload_weights"))
+    await door.call("AsyncLLM.collective_rpc('reload_weights')", door.llm.collective_rpc("reload_weights"))
+    report = await door.report()
+    oracle.equal(
+        "weights.reload_reaches_worker",
+        (len(report.timeline.of("reload_weights")) - reloads, report.weights_intact),
+        (1, True),
+        "(reload_weights calls that reached the worker, its weights intact after)",
+    )
+
+
+def test_async_reset_prefix_cache_empties_the_cache(async_llm_door):
+    door = async_llm_door
+
+    async def scenario():
+        await _cached_before_sleep(door)
+        reset = await door.call("AsyncLLM.reset_prefix_cache()", door.llm.reset_prefix_cache())
+        oracle.equal("api.reset_prefix_cache_result", reset, True, "AsyncLLM.reset_prefix_cache() on an idle engine")
+        after = await _generate(door, "the prompt again after reset_prefix_cache()")
+        oracle.equal(
+            "prefix_cache.hit_iff_cached", after["cached"], 0, "prompt tokens found cached after reset_prefix_cache()"
+        )
+
+    door.run(scenario())
+
+
+async def _in_flight(door, die: bool = False):
+    """A request that has reached its caller once and whose next forward pass waits for the test's call
+    (and with die, then kills the engine: fakes/child_worker.py)."""
+    await door.call(
+        "collective_rpc('sleepwake_hold_in_flight')",
+        door.llm.collective_rpc("sleepwake_hold_in_flight", kwargs={"die": die}),
+    )
+    request = door.generate(PROMPT, _params())
+    started = asyncio.ensure_future(request.started.wait())
+    bound = thresholds.get("request_completion_s_max")
+    await asyncio.wait({started, request.task}, timeout=bound, return_when=asyncio.FIRST_COMPLETED)
+    started.cancel()
+    if not request.started.is_set():
+        oracle.fail("api.answers", "the first output of a request on an awake engine", request.end(), f"<= {bound} s")
+    return request
+
+
+async def _landed_mid_decode(door, request) -> None:
+    report = await door.report()
+    if report.hold_timed_out or _forwards(report, request) >= TOKENS:
+        raise oracle.Precondition(f"the call did not land mid-decode (the worker's hold let go); {report.timeline}")
+
+
+def test_async_pause_abort_ends_the_request_in_flight_for_its_caller(async_llm_door):
+    door = async_llm_door
+
+    async def scenario():
+        request = await _in_flight(door)
+        await door.call("AsyncLLM.pause_generation(mode='abort')", door.llm.pause_generation(mode="abort"))
+        await _landed_mid_decode(door, request)
+        bound = thresholds.get("abort_s_max")
+        ended = await request.ended_within(bound)
+        end = request.end()
+        oracle.equal(
+            "requests.abort_reaches_caller",
+            {"ended": ended, "finish_reason": end["finish_reason"], "error": end["error"]},
+            {"ended": True, "finish_reason": "abort", "error": None},
+            f"the caller's generator of the request in flight, within {bound} s of pause_generation(mode='abort')",
+        )
+        # Paused: a new rollout request waits; clear_cache (the default) emptied the prefix cache that the
+        # aborted request's prefill filled.
+        waiting = door.generate(PROMPT, _params())
+        await _held(door, waiting, "requests.held_while_paused", "a request sent after pause_generation(mode='abort')")
+        await door.call("AsyncLLM.resume_generation()", door.llm.resume_generation())
+        after = await _finished(door, waiting, "requests.completes", "the request held by the pause, resumed")
+        oracle.equal(
+            "prefix_cache.hit_iff_cached",
+            after["cached"],
+            0,
+            "prompt tokens found cached after pause_generation(mode='abort') cleared the cache",
+        )
+
+    door.run(scenario())
+
+
+def test_async_pause_wait_drains_the_request_in_flight(async_llm_door):
+    door = async_llm_door
+
+    async def scenario():
+        request = await _in_flight(door)
+        await door.call("AsyncLLM.pause_generation(mode='wait')", door.llm.pause_generation(mode="wait"))
+        report = await door.report()  # its own answer leaves the engine after the snapshot
+        events = report.timeline.events
+        ends = [i for i, e in enumerate(events) if e.kind == "output" and _mine(e, request)]
+        answered = max((i for i, e in enumerate(events) if e.kind == "answer"), default=-1)  # the pause's answer
+        oracle.equal(
+            "requests.ends_in_race",
+            ([events[i].detail[1] for i in ends], bool(ends) and ends[0] < answered),
+            (["LENGTH"], True),
+            "the request in flight at pause_generation(mode='wait'): (its ends that left the engine, the end "
+            f"before the call's answer); timeline: {report.timeline}",
+        )
+        await _finished(door, request, "output.finish_length", "the drained request, at its caller")
+        await door.call("AsyncLLM.resume_generation()", door.llm.resume_generation())
+        await _generate(door, "a request after resume_generation()")
+
+    door.run(scenario())
+
+
+# How a trainer freezes a rollout (mode keep) and lets it go: pause_generation / resume_generation, or
+# the level-0 sleep and the scheduling tag's wake.
+KEEP = {
+    "pause": (lambda llm: llm.pause_generation(mode="keep"), lambda llm: llm.resume_generation()),
+    "sleep0": (lambda llm: llm.sleep(0, mode="keep"), lambda llm: llm.wake_up(["scheduling"])),
+}
+
+
+@pytest.mark.parametrize("how", sorted(KEEP))
+def test_async_keep_freezes_the_request_in_flight_and_it_resumes(async_llm_door, how):
+    door = async_llm_door
+    freeze, release = KEEP[how]
+
+    async def scenario():
+        request = await _in_flight(door)
+        await door.call(f"{how} with mode keep", freeze(door.llm))
+        await _landed_mid_decode(door, request)
+        frozen = _forwards(await door.report(), request)
+        window = thresholds.get("held_request_window_s")
+        if await request.ended_within(window):
+            oracle.fail(
+                "requests.held_while_paused", f"the request kept by {how}, within {window} s", request.end(), "open"
+            )
+        report = await door.report()
+        oracle.equal(
+            "requests.held_while_paused",
+            _forwards(report, request) - frozen,
+            0,
+            f"the request kept by {how}, over {window} s: its forward passes; timeline: {report.timeline}",
+        )
+        await door.call(f"the release of {how}", release(door.llm))
+        await _sleeping(door, False, f"after the release of {how}")
+        await _finished(door, request, "requests.resumes_after_keep", f"the request kept by {how}, released")
+
+    door.run(scenario())
+
+
+def test_async_sleep_with_mode_wait_drains_then_sleeps(async_llm_door):
+    door = async_llm_door
+
+    async def scenario():
+        request = await _in_flight(door)
+        bound = thresholds.get("request_completion_s_max")
+        try:
+            await asyncio.wait_for(door.llm.sleep(1, mode="wait"), bound)
+            raised = None
+        except asyncio.TimeoutError:  # before Exception: it is one
+            oracle.fail("api.answers", "AsyncLLM.sleep(1, mode='wait')", f"no answer in {bound} s", bound, "<=")
+        except Exception as e:  # noqa: BLE001  what the door answers, compared below
+            raised = type(e).__name__
+        is_sleeping = await door.call("AsyncLLM.is_sleeping()", door.llm.is_sleeping())
+        oracle.equal(
+            "api.wait_mode",
+            {"raised": raised, "is_sleeping": is_sleeping},
+            {"raised": None, "is_sleeping": True},
+            "AsyncLLM.sleep(1, mode='wait') with a request in flight",
+        )
+        await _finished(door, request, "requests.ends_in_race", "the request in flight at sleep(1, mode='wait')")
+        await door.call("AsyncLLM.wake_up()", door.llm.wake_up())
+        await _sleeping(door, False, "after the wake")
+
+    door.run(scenario())
+
+
+def test_async_call_in_flight_when_the_engine_dies_as_pinned(async_llm_door):
+    door = async_llm_door
+    pin = thresholds.divergence("async_door_pending_call_never_fails", vllm.__version__)
+
+    async def scenario():
+        request = await _in_flight(door, die=True)
+        sleeping = door.spawn(door.llm.sleep(1))  # queued behind the forward pass that kills the engine
+        bound = thresholds.get("request_completion_s_max")
+        # The request's generator raises once the front end has read the engine's death: from then on a
+        # pending call has had every chance to be failed too.
+        if not await request.ended_within(bound) or "EngineDeadError" not in str(request.end()["error"]):
+            raise oracle.Precondition(f"the engine did not die within {bound} s: {request.end()}")
+        window = thresholds.get("held_request_window_s")  # watching for an answer that must come at once
+        done, _ = await asyncio.wait({sleeping}, timeout=window)
+        error = sleeping.exception() if done else None
+        try:
+            await asyncio.wait_for(door.llm.is_sleeping(), window)
+            later = None
+        except asyncio.TimeoutError:  # before Exception: it is one
+            later = "no answer"
+        except Exception as e:  # noqa: BLE001  what the door answers, compared below
+            later = type(e).__name__
+        oracle.equal(
+            "api.dead_engine_call",
+            {"answered": bool(done), "raised": type(error).__name__ if error else None, "later_call": later},
+            pin.expected,
+            f"await sleep(1) queued when the engine died, over {window} s after its requests failed, and an "
+            f"is_sleeping() after: {pin.describe()}",
+        )
+
+    door.run(scenario())
