@@ -21,22 +21,11 @@ import os
 
 import requests
 
-from tests.sleep_wake.lib import goldens, host_memory, liveness, memory, metrics, oracle, thresholds
+from tests.sleep_wake.lib import goldens, host_memory, liveness, memory, metrics, oracle, prompts, thresholds
 from tests.sleep_wake.lib.client import ServerResponseError
-from tests.sleep_wake.lib.prompts import (
-    GOLDEN_MAX_TOKENS,
-    IN_FLIGHT,
-    LONG_PROMPTS,
-    PROMPTS,
-    SEED,
-    SEED_N,
-    SEEDED_PROMPT,
-    SEEDED_TEMPERATURE,
-    STREAM_TOKENS,
-)
 
 ENV = "SLEEPWAKE_REUSE_SERVERS"
-LONG = LONG_PROMPTS[0]  # several KV blocks: the probe of an empty prefix cache
+LONG = prompts.LONG_PROMPTS[0]  # several KV blocks: the probe of an empty prefix cache
 
 
 def enabled(environ=None) -> bool:
@@ -61,7 +50,7 @@ class Fresh:
     checkpoint: str
     device_bytes: int
     host_bytes: int  # VmRSS over its process tree, as the walk reads it
-    golden: dict  # prompt -> Completion of PROMPTS, greedy
+    golden: dict  # prompt -> Completion of PROMPTS (lib/prompts.py), greedy
 
 
 @dataclasses.dataclass
@@ -98,10 +87,16 @@ class Pool:
 def warm_up(client) -> None:
     """One request of every kind the suite sends, so that the fresh readings include what a server's heap
     and activation blocks grow by at their first such answer (test_state_walk.py's warm-up says how much)."""
-    for prompt in PROMPTS + [LONG]:
-        client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
-    client.complete(SEEDED_PROMPT, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED, n=SEED_N)
-    client.complete_stream(IN_FLIGHT, STREAM_TOKENS)
+    for prompt in prompts.PROMPTS + [LONG]:
+        client.complete(prompt, prompts.GOLDEN_MAX_TOKENS, logprobs=1)
+    client.complete(
+        prompts.SEEDED_PROMPT,
+        prompts.GOLDEN_MAX_TOKENS,
+        temperature=prompts.SEEDED_TEMPERATURE,
+        seed=prompts.SEED,
+        n=prompts.SEED_N,
+    )
+    client.complete_stream(prompts.IN_FLIGHT, prompts.STREAM_TOKENS)
     client.reset_prefix_cache()
 
 
@@ -114,9 +109,9 @@ def _golden(cell, client, checkpoint: str) -> dict:
             mode=cell.config.execution_mode,
             identity=os.environ.get("SLEEPWAKE_VLLM_IDENTITY"),
             checkpoint=goldens.checkpoint_name(checkpoint),
-            prompts=PROMPTS,
+            prompts=prompts.PROMPTS,
         )
-    return {p: client.complete(p, GOLDEN_MAX_TOKENS) for p in PROMPTS}
+    return {p: client.complete(p, prompts.GOLDEN_MAX_TOKENS) for p in prompts.PROMPTS}
 
 
 def read_fresh(cell, server, client, checkpoint: str, recorder=None) -> Fresh:
@@ -145,11 +140,11 @@ def refusal(cell, server, client, fresh: Fresh, recorder=None) -> str | None:
     state = client.state()
     if state.is_sleeping or state.gauge != metrics.GAUGE_AWAKE:
         return f"not awake: is_sleeping={state.is_sleeping} gauge={state.gauge}"
-    cached = client.complete(LONG, GOLDEN_MAX_TOKENS).cached_tokens
+    cached = client.complete(LONG, prompts.GOLDEN_MAX_TOKENS).cached_tokens
     if cached:
         return f"prefix cache not empty: {cached} cached tokens for a prompt no request sent since the reset"
-    for prompt in PROMPTS:
-        got, want = client.complete(prompt, GOLDEN_MAX_TOKENS).token_ids[0], fresh.golden[prompt].token_ids[0]
+    for prompt in prompts.PROMPTS:
+        got, want = client.complete(prompt, prompts.GOLDEN_MAX_TOKENS).token_ids[0], fresh.golden[prompt].token_ids[0]
         if got != want:
             return f"not the start checkpoint's golden for {prompt!r}: {got} against {want}"
     client.reset_prefix_cache()
