@@ -96,12 +96,13 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _killed(junit: str, kill_ids: set[str]) -> bool:
-    """Whether a finished shard's report holds a kill the siblings need not go on for: an expected oracle
-    on a live server (what stop_on_kill stops a shard for)."""
+    """Whether a finished shard stopped for what stop_on_kill stops it for (an expected oracle id fired in a
+    case not errored), so that its siblings need not go on either; the verdict still judges every case."""
     if not kill_ids or not os.path.exists(junit):
         return False
     return any(
-        case.outcome == "failed" and set(verdict.sound_ids(case)) & kill_ids for case in verdict.parse_junit(junit)
+        case.outcome == "failed" and not case.errored and set(case.oracles) & kill_ids
+        for case in verdict.parse_junit(junit)
     )
 
 

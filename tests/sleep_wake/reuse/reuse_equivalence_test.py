@@ -2,9 +2,9 @@
 server three times, reuse off, reuse on, and reuse on in the reverse order, and every test ends alike
 (outcome and the oracle ids that fired). The runs with reuse must have lent servers, or they prove
 nothing; the classes declaring FRESH_SERVER never borrow. A class that leaves its server with garbage
-weights runs first (testdata/reuse): the next class must not inherit them.
+weights runs first (testdata/): the next class must not inherit them.
 
-Environment (set by the target, tests/sleep_wake/BUILD.bazel): SLEEPWAKE_REUSE_CLASS_FILES, the class
+Environment (set by the target, tests/sleep_wake/reuse/BUILD.bazel): SLEEPWAKE_REUSE_CLASS_FILES, the class
 files in their forward order, comma-separated; the fake cell's environment and both goldens.
 """
 
