@@ -96,12 +96,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _killed(junit: str, kill_ids: set[str]) -> bool:
-    """Whether a finished shard stopped for what stop_on_kill stops it for (an expected oracle id fired in a
-    case not errored), so that its siblings need not go on either; the verdict still judges every case."""
+    """Whether a finished shard stopped for what stop_on_kill stops it for, so that its siblings need not
+    go on either; the verdict still judges every case."""
     if not kill_ids or not os.path.exists(junit):
         return False
     return any(
-        case.outcome == "failed" and not case.errored and set(case.oracles) & kill_ids
+        stop_on_kill.stops(case.outcome == "failed", set(case.oracles), bool(case.errored), kill_ids)
         for case in verdict.parse_junit(junit)
     )
 
@@ -118,21 +118,24 @@ def _run_shards(
     deadline = time.monotonic() + timeout_s
     killed = timed_out = False
 
-    def paths(i: int) -> tuple[str, str]:
-        directory = os.path.join(inner, f"shard-{i}") if total > 1 else inner
-        os.makedirs(directory, exist_ok=True)
-        return os.path.join(directory, "junit.xml"), os.path.join(directory, verdict.PYTEST_LOG)
+    def directory(i: int) -> str:
+        return os.path.join(inner, f"shard-{i}") if total > 1 else inner
+
+    def junit(i: int) -> str:
+        return os.path.join(directory(i), "junit.xml")
 
     try:
         while (pending and not killed) or running:
             while pending and not killed and len(running) < at_once:
                 i = pending.pop(0)
-                junit, log_path = paths(i)
-                shard_env = dict(env, **({inner_shard.ENV: f"{i}/{total}"} if total > 1 else {}))
-                log = open(log_path, "w", encoding="utf-8")
+                os.makedirs(directory(i), exist_ok=True)
+                shard_env = dict(env)
+                if total > 1:
+                    shard_env[inner_shard.ENV] = f"{i}/{total}"
+                log = open(os.path.join(directory(i), verdict.PYTEST_LOG), "w", encoding="utf-8")
                 logs.append(log)
                 running[i] = subprocess.Popen(
-                    [*cmd, f"--junitxml={junit}", "--basetemp=" + os.path.join(tmp, f"inner-pytest-{i}")],
+                    [*cmd, f"--junitxml={junit(i)}", "--basetemp=" + os.path.join(tmp, f"inner-pytest-{i}")],
                     cwd=os.getcwd(),
                     env=shard_env,
                     stdout=log,
@@ -141,7 +144,7 @@ def _run_shards(
             for i, proc in list(running.items()):
                 if proc.poll() is not None:
                     del running[i]
-                    killed = killed or _killed(paths(i)[0], kill_ids)
+                    killed = killed or _killed(junit(i), kill_ids)
             if killed:
                 for proc in running.values():
                     _stop(proc)
@@ -159,7 +162,7 @@ def _run_shards(
             _stop(proc)
         for log in logs:
             log.close()
-    reports = [paths(i)[0] for i in range(total) if os.path.exists(paths(i)[0])]
+    reports = [junit(i) for i in range(total) if os.path.exists(junit(i))]
     return reports, timed_out
 
 

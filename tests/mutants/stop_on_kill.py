@@ -22,8 +22,14 @@ class StopOnKill:
     def pytest_runtest_logreport(self, report):
         fired = {v for n, v in report.user_properties if n == ORACLE_PROPERTY}
         errored = any(n == ERRORED_PROPERTY for n, _ in report.user_properties)
-        if report.failed and fired & self.ids and not errored and self.session is not None:
+        if stops(report.failed, fired, errored, self.ids) and self.session is not None:
             self.session.shouldstop = f"killed by {', '.join(sorted(fired & self.ids))}: the rest need not run"
+
+
+def stops(failed: bool, fired: set, errored: bool, ids: set) -> bool:
+    """Whether a test's outcome ends the run: it failed with an expected oracle id, not errored. Also what
+    stops a target's other shards (mutant_test.py), read from a finished shard's JUnit cases."""
+    return failed and bool(fired & ids) and not errored
 
 
 def pytest_configure(config):

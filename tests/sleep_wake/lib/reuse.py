@@ -21,7 +21,17 @@ import os
 
 import requests
 
-from tests.sleep_wake.lib import goldens, host_memory, liveness, memory, metrics, oracle, prompts, thresholds
+from tests.sleep_wake.lib import (
+    goldens,
+    host_bands,
+    host_memory,
+    liveness,
+    memory,
+    metrics,
+    oracle,
+    prompts,
+    thresholds,
+)
 from tests.sleep_wake.lib.client import ServerResponseError
 
 ENV = "SLEEPWAKE_REUSE_SERVERS"
@@ -155,25 +165,21 @@ def refusal(cell, server, client, fresh: Fresh, recorder=None) -> str | None:
         if value > bound:
             return f"device bytes {device} against {fresh.device_bytes} fresh: {value} over {name} {bound}"
     host = host_memory.server_host_memory(server)[0].rss
-    bands = host_bands(cell.id, client.version(), fresh)
+    bands = awake_host_bands(cell.id, client.version(), fresh)
     if not any(lo <= host <= hi for lo, hi in bands.values()):
         return f"host bytes {host} in none of the awake bands over {fresh.host_bytes} fresh: {bands}"
     return None
 
 
-def host_bands(cell_id: str, version: str, fresh: Fresh) -> dict[str, tuple[float, float]]:
-    """The host bytes an awake server may hold, as the walk bounds them in INITIAL (walk/model.py host_band):
-    what it held fresh plus its drift over a life of sleeps, and, where the release's caching host
-    allocator keeps a level-1 copy's pinned block after the wake (host_copy_cached_after_wake), that block
-    too. A lender does not know whether a class slept at level 1, so either holds."""
-    drift = thresholds.get("host_cycle_flat_max", cell_id) + thresholds.get("level2_host_bytes_max", cell_id)
-    bands = {"no host copy cached": (0.0, fresh.host_bytes + drift)}
-    if thresholds.divergence("host_copy_cached_after_wake", version).expected == host_memory.KEPT:
+def awake_host_bands(cell_id: str, version: str, fresh: Fresh) -> dict[str, tuple[float, float]]:
+    """The host bytes an awake server may hold against what it held fresh, as the walk bounds them in
+    INITIAL (lib/host_bands.py): with no host copy cached, and, where the release keeps a level-1 copy's
+    pinned block after the wake, with that block. A lender does not know whether a class slept at
+    level 1, so either holds."""
+    bands = {"no host copy cached": (0.0, fresh.host_bytes + host_bands.drift(cell_id))}
+    if host_bands.copy_cached_after_wake(version):
         weights = memory.checkpoint_tensor_bytes(fresh.checkpoint)
-        bands["a level-1 copy's block cached"] = (
-            fresh.host_bytes + weights * thresholds.get("host_copy_weights_ratio_min", cell_id),
-            fresh.host_bytes + weights * thresholds.get("host_copy_weights_ratio_max", cell_id) + drift,
-        )
+        bands["a level-1 copy's block cached"] = host_bands.copy_held(fresh.host_bytes, weights, cell_id)
     return bands
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.sleep_wake.lib import host_memory, metrics, thresholds
+from tests.sleep_wake.lib import host_bands, metrics, thresholds
 
 WEIGHTS, KV_CACHE = "weights", "kv_cache"
 TAGS = (WEIGHTS, KV_CACHE)
@@ -426,19 +426,10 @@ def holds_host_copy(state: State) -> bool:
 
 def host_band(state: State, version: str, host_awake: int, weights_bytes: int, cell_id: str | None = None) -> Band:
     """The host bytes of the server's process tree in `state`, against host_awake read once in INITIAL
-    before the server's first level-1 sleep (state-based: no reading depends on an earlier one).
-
-    A weight-sized pinned block is held while a level-1 copy is, and after its wake where PyTorch's
-    caching host allocator keeps it (host_copy_cached_after_wake, per release); it is host_awake plus
-    host_copy_weights_ratio_min..max of the checkpoint's tensor bytes. Every upper bound also allows
-    host_cycle_flat_max of drift over the server's life (API-server heap, the allocator's rounding),
-    and asleep at level 2 the model buffers gpu_worker.py saves to CPU (level2_host_bytes_max)."""
-    lo_copy = host_awake + weights_bytes * thresholds.get("host_copy_weights_ratio_min", cell_id)
-    # The heap's drift over a walk, and what the model buffers a level-2 sleep saves to CPU leave in the
-    # allocator once given back, whatever the state: bands are at the scale of a weight copy, not of heap
-    # noise (the walk's measured drift against this sum: docs/walk/h200-walk-runs.json).
-    drift = thresholds.get("host_cycle_flat_max", cell_id) + thresholds.get("level2_host_bytes_max", cell_id)
-    hi_copy = host_awake + weights_bytes * thresholds.get("host_copy_weights_ratio_max", cell_id) + drift
+    before the server's first level-1 sleep (state-based: no reading depends on an earlier one); the
+    bounds and why: lib/host_bands.py."""
+    lo_copy, hi_copy = host_bands.copy_held(host_awake, weights_bytes, cell_id)
+    drift = host_bands.drift(cell_id)
     if holds_host_copy(state):
         return Band(
             (
@@ -448,8 +439,7 @@ def host_band(state: State, version: str, host_awake: int, weights_bytes: int, c
         )
     hi_oracle = "host_bytes.level2_asleep" if state.level == 2 and state.asleep_tags else "host_bytes.cycle_spread"
     if state.host_cached:
-        kept = thresholds.divergence("host_copy_cached_after_wake", version).expected == host_memory.KEPT
-        if kept:
+        if host_bands.copy_cached_after_wake(version):
             return Band(
                 (
                     Bound("host_bytes.retained_after_wake", ">=", lo_copy, "pinned block cached"),
