@@ -81,11 +81,14 @@ def _server_class():
         pytest.fail(str(e), pytrace=False)
 
 
-def _start_server(name: str, cell: cells.CellSpec, recorder, nodeid: str) -> tuple[Server, Server]:
-    """A started server's context (caller exits it) and the server, with its start-up time recorded."""
+def _start_server(name: str, cell: cells.CellSpec, recorder, nodeid: str, claim: bool = False) -> tuple[Server, Server]:
+    """A started server's context (caller exits it) and the server, with its start-up time recorded;
+    with claim, one another test process gave back, when one of this configuration waits parked
+    (server.borrowed then says so, and the caller judges its reset)."""
     VllmServer = _server_class()
     config = cell.server_config(_log_dir(name))
     config.health_poll_s = thresholds.get("health_poll_s")
+    config.claim = claim
     context = VllmServer(config, lease=True)
     start, start_cpu = time.monotonic(), time.process_time()
     server = context.__enter__()
@@ -100,6 +103,8 @@ def _start_server(name: str, cell: cells.CellSpec, recorder, nodeid: str) -> tup
         raise
     # Whether it is still live decides, after an oracle fails, if that failure is a verdict (oracle's hook).
     liveness.watch(server.url, thresholds.get("request_completion_s_max"))
+    if server.borrowed is not None:
+        return context, server  # no start: _judge_borrowed records how it was taken over
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
     recorder.record(
         nodeid,
@@ -149,15 +154,21 @@ def _stop_server(context, server, recorder, nodeid: str) -> None:
     try:
         context.__exit__(None, None, None)
     finally:
-        timings = server.timings.as_record()
-        recorder.record(
-            nodeid,
-            "server_timings",
-            round(sum(v for k, v in timings.items() if k.endswith("_s")), 3),
-            "s",
-            start_mode=server.start_mode,
-            **timings,
-        )
+        _record_timings(server, recorder, nodeid)
+
+
+def _record_timings(server, recorder, nodeid: str, **extra) -> None:
+    """Where this test process's time with the server went (at its stop, or when it was given back)."""
+    timings = server.timings.as_record()
+    recorder.record(
+        nodeid,
+        "server_timings",
+        round(sum(v for k, v in timings.items() if k.endswith("_s")), 3),
+        "s",
+        start_mode=server.start_mode,
+        **extra,
+        **timings,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -176,8 +187,11 @@ def _borrow(request, cell, recorder, pool, key: str) -> reuse.Lent | None:
     """An idle server of this configuration, reset and checked (lib/reuse.py), or None: none idle, or the
     check refused it (then stopped; the class gets a fresh one)."""
     lent = pool.take(key)
-    if lent is None:
-        return None
+    return None if lent is None else _judged(request, cell, recorder, lent, "this test process")
+
+
+def _judged(request, cell, recorder, lent: reuse.Lent, source: str) -> reuse.Lent | None:
+    """lent once its reset passed the check, else None (the server stopped)."""
     begin = time.monotonic()
     why = reuse.lend(cell, lent, client_of(lent.server), recorder)
     recorder.record(
@@ -188,11 +202,48 @@ def _borrow(request, cell, recorder, pool, key: str) -> reuse.Lent | None:
         lent=why is None,
         refused=why,
         served=list(lent.classes),
+        source=source,
     )
     if why is None:
         return lent
     _stop_server(lent.context, lent.server, recorder, request.node.nodeid)
     return None
+
+
+def _fresh_or_borrowed(request, cell, recorder, lends: bool) -> reuse.Lent:
+    """With lends, a server another test process gave back (tools/launcher/parking.py) once its reset
+    passed the check, else a started one with its fresh readings; without, a started one."""
+    nodeid = request.node.nodeid
+    context, srv = _start_server(request.node.name, cell, recorder, nodeid, claim=lends)
+    if srv.borrowed is not None:
+        note = srv.borrowed
+        lent = reuse.Lent(context, srv, reuse.Fresh.from_record(note.get("fresh")), list(note.get("classes", ())))
+        judged = _judged(request, cell, recorder, lent, "another test process")
+        if judged is not None:
+            return judged
+        context, srv = _start_server(request.node.name, cell, recorder, nodeid)
+    fresh = None
+    if lends:
+        try:
+            fresh = reuse.read_fresh(cell, srv, client_of(srv), resolve_model(srv.config.model), recorder)
+        except BaseException:
+            _stop_server(context, srv, recorder, nodeid)
+            raise
+    return reuse.Lent(context, srv, fresh)
+
+
+def _give_back(request, recorder, pool, key: str, lent: reuse.Lent) -> None:
+    """To the next test process that asks (parked by the launcher), else to this process's pool."""
+    nodeid = request.node.nodeid
+    note = {"fresh": lent.fresh.as_record(), "classes": lent.classes} if lent.fresh else None
+    liveness.unwatch(lent.server.url)
+    if note is not None and lent.server.park(note):
+        _record_timings(lent.server, recorder, nodeid, given_back=True)
+        return
+    liveness.watch(lent.server.url, thresholds.get("request_completion_s_max"))
+    displaced = pool.keep(key, lent)
+    if displaced is not None:
+        _stop_server(displaced.context, displaced.server, recorder, nodeid)
 
 
 @pytest.fixture(scope="class")
@@ -203,15 +254,7 @@ def server(request, cell, recorder, pool):
     key = reuse.key_of(cell.config)
     lent = _borrow(request, cell, recorder, pool, key) if lends else None
     if lent is None:
-        context, srv = _start_server(request.node.name, cell, recorder, request.node.nodeid)
-        fresh = None
-        if lends:
-            try:
-                fresh = reuse.read_fresh(cell, srv, client_of(srv), resolve_model(srv.config.model), recorder)
-            except BaseException:
-                _stop_server(context, srv, recorder, request.node.nodeid)
-                raise
-        lent = reuse.Lent(context, srv, fresh)
+        lent = _fresh_or_borrowed(request, cell, recorder, lends)
     lent.classes.append(request.node.name)
     failed_before = request.session.testsfailed
     try:
@@ -219,9 +262,7 @@ def server(request, cell, recorder, pool):
     finally:
         # Given back only by a class all of whose tests passed: a failure may have left anything behind.
         if lends and request.session.testsfailed == failed_before and client_of(lent.server).health():
-            displaced = pool.keep(key, lent)
-            if displaced is not None:
-                _stop_server(displaced.context, displaced.server, recorder, request.node.nodeid)
+            _give_back(request, recorder, pool, key, lent)
         else:
             _stop_server(lent.context, lent.server, recorder, request.node.nodeid)
 

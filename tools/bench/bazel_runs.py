@@ -111,6 +111,8 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
                     **{k: e.get(k) for k in CPU_KEYS},
                     cell=cell,
                     start_mode=e.get("start_mode"),
+                    # A record without the field is one server's, started and stopped by its cell.
+                    launches=e.get("launches", 1),
                     cpu_by_thread=e.get("cpu_by_thread") or {},
                 )
                 for e in entries
@@ -248,7 +250,7 @@ def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
     held, waits = _held_and_waits(gpu)
     return {
         "matrix_elapsed_s": elapsed_s,
-        "matrix_start_median_s": summarise(t["start_s"] for t in gpu_timings(gpu)).get("median_s"),
+        "matrix_start_median_s": summarise(t["start_s"] for t in gpu_timings(gpu) if t["launches"]).get("median_s"),
         "longest_cell_s": round(max(held_s(u) for u in gpu), 1) if gpu else None,
         "wait_share": round(waits / held, 3) if held else None,
     }

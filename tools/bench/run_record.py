@@ -31,8 +31,10 @@ def record(units: list[dict], *, gpus: int, cores: int, rc: int, machine_state: 
     counted = {
         # Counted only from matrix cells: a run of other targets (the mutants', whose servers their inner
         # runs start) has none to count from, which is no count of zero.
-        "server_starts": len(starts) if gpu else None,
-        "launch_to_health_s": bazel_runs.summarise(t["start_s"] for t in starts),
+        "server_starts": sum(t["launches"] for t in starts) if gpu else None,
+        # Tenancies of a server another cell started and gave back (tools/launcher/parking.py).
+        "servers_taken_over": sum(t["launches"] == 0 for t in starts) if gpu else None,
+        "launch_to_health_s": bazel_runs.summarise(t["start_s"] for t in starts if t["launches"]),
     }
     if not gpu:
         counted["not_counted"] = "no GPU cell of the matrix ran: servers are counted from the cells' own timings"

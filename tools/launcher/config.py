@@ -173,6 +173,20 @@ class ServerConfig:
         " held after its last bracketed step; more fails the start, since"
         " memory moved where a neighbour's sleep could see it.",
     )
+    claim: bool = _setting(
+        False,
+        "Take a server of this configuration that a test process gave back and that waits parked"
+        " (tools/launcher/parking.py) instead of starting one, when there is one, also while waiting"
+        " for a GPU slot. The taker judges the server itself (the suite checks its reset).",
+        env=False,
+    )
+    # The cells of one runner x mode follow each other within seconds in a matrix wave; half a minute
+    # covers a wave's last cells without keeping a slot from a run that comes much later.
+    park_s: float = _setting(
+        30.0,
+        "Seconds a server given back (VllmServer.park) waits for a test process of its configuration"
+        " before it stops; a start of another configuration that finds no free slot stops it sooner.",
+    )
     # A zygote keeps ~1 GB of imported vLLM; a minute covers the gaps between the cells of one run.
     zygote_idle_s: float = _setting(60.0, "Seconds an idle zygote waits for the next server before it exits.")
     zygote_host_idle_s: float = _setting(120.0, "Seconds a zygote host started outside Bazel outlives its zygotes.")
@@ -370,6 +384,7 @@ _RANGES = (
     ("startup_timeout_s", 1e-9, float("inf"), "give the seconds to wait for /health, > 0"),
     ("release_timeout_s", 0, float("inf"), "give the seconds to wait for the GPU memory, >= 0"),
     ("unbracketed_bytes_max", 0, float("inf"), "give a number of bytes, >= 0"),
+    ("park_s", 0, float("inf"), "give the seconds a given-back server waits parked, >= 0"),
 )
 
 

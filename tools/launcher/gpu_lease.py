@@ -93,28 +93,23 @@ def acquire(
     timeout_s: float = 600.0,
     owner: str | None = None,
     poll_s: float = 0.25,
-) -> Lease:
+    between_polls=None,
+) -> Lease | None:
     """Takes a free slot, waiting at most timeout_s; raises LeaseTimeoutError naming the holders.
+    between_polls(), when given, runs after each round that found none: a true answer ends the wait
+    without a lease (None; the launcher claimed a parked server, which holds its own slot).
 
     Fails at once if this process holds every slot itself (two servers in one test): nobody else
     could free one.
     """
-    os.makedirs(lock_dir, exist_ok=True)
     owner = owner or owner_description()
     start = time.monotonic()
     while True:
-        # Slot-major order: the first slot of every GPU before any second slot, to spread cells out.
-        for slot in range(slots_per_gpu):
-            for gpu in gpus:
-                path = _slot_path(lock_dir, gpu, slot)
-                fd = _try_lock(path)
-                if fd is None:
-                    continue
-                os.ftruncate(fd, 0)
-                os.write(fd, (owner + "\n").encode())
-                waited = time.monotonic() - start
-                log.info("GPU lease: took %s after waiting %.1f s", path, waited)
-                return Lease(gpu=gpu, slot=slot, path=path, fd=fd, waited_s=waited, exclusive=slots_per_gpu == 1)
+        lease = try_acquire(gpus, lock_dir, slots_per_gpu, owner, start)
+        if lease is not None:
+            return lease
+        if between_polls is not None and between_polls():
+            return None
         held = holders(lock_dir, gpus, slots_per_gpu)
         if all(" pid=%d " % os.getpid() in line for line in held):
             raise LeaseTimeoutError(
@@ -128,6 +123,24 @@ def acquire(
                 " slots_per_gpu)." % (timeout_s, ",".join(gpus), slots_per_gpu, lock_dir, "\n  ".join(held))
             )
         time.sleep(poll_s)  # flock cannot wait on "any of several files"; poll them with a deadline
+
+
+def try_acquire(gpus, lock_dir: str, slots_per_gpu: int, owner: str, asked: float) -> Lease | None:
+    """A free slot now, or None; asked: when the caller began waiting (time.monotonic), for waited_s."""
+    os.makedirs(lock_dir, exist_ok=True)
+    # Slot-major order: the first slot of every GPU before any second slot, to spread cells out.
+    for slot in range(slots_per_gpu):
+        for gpu in gpus:
+            path = _slot_path(lock_dir, gpu, slot)
+            fd = _try_lock(path)
+            if fd is None:
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, (owner + "\n").encode())
+            waited = time.monotonic() - asked
+            log.info("GPU lease: took %s after waiting %.1f s", path, waited)
+            return Lease(gpu=gpu, slot=slot, path=path, fd=fd, waited_s=waited, exclusive=slots_per_gpu == 1)
+    return None
 
 
 def memory_lock_path(lease: Lease) -> str:

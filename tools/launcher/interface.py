@@ -53,6 +53,16 @@ class Server(Protocol):
         """Whether its worker takes the memory phase around its own sleeps, wakes and reloads, so that
         its client need not (tests/sleep_wake/lib/client.py client_of)."""
 
+    @property
+    def borrowed(self) -> dict | None:
+        """For a server another test process gave back and this one took over (it was started
+        before): what the giver passed to park() for it; None for a server this process started."""
+
+    def park(self, suite: dict) -> str | None:
+        """Hands the running server to the next test process that asks for one of its configuration,
+        with suite (JSON) for it; returns where it waits. None: it cannot be handed over, and is still
+        running and the caller's to stop."""
+
     def __enter__(self) -> Server:
         """Starts it; returns it once GET /health answers 200."""
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from tools import matrix
-from tools.launcher import gpu_lease, ports, process_tree, zygote_client
+from tools.launcher import gpu_lease, parking, ports, process_tree, zygote_client, zygote_env
 from tools.launcher.config import (
     ServerConfig,
     build_command,
@@ -198,6 +198,11 @@ class VllmServer:
         self._prepared = False
         self._log_dir = ""
         self._cover_path: str | None = None  # the cover file of a worker that brackets its own calls
+        # A server another test process parked and this one claimed (parking.py): what the parker said
+        # of it (VllmServer.park's suite argument, under "suite"); None for one this process started.
+        self.borrowed: dict | None = None
+        self._lend_key: str | None = None  # its parking key, when config.claim or park may use one
+        self._log_offset = 0  # where this process's share of the server log begins (a borrowed one's)
 
     @property
     def url(self) -> str:
@@ -214,7 +219,8 @@ class VllmServer:
         try:
             if not self._prepared:
                 self._prepare()
-            self._start(self.config.port)
+            if self.borrowed is None:
+                self._start(self.config.port)
         except BaseException:  # KeyboardInterrupt too: never leave a half-started server behind
             try:
                 self._stop_server(check_release=False)
@@ -291,7 +297,22 @@ class VllmServer:
             check_importable(sys.executable, self.env)
         gpus = gpu_lease.visible_gpus(self._nvml, self._environ)
         if self._want_lease:
-            self.lease = gpu_lease.acquire(gpus, cfg.lock_dir, cfg.slots_per_gpu, cfg.lease_timeout_s)
+            self._lend_key = self._parking_key()
+            if cfg.claim and self._lend_key and self._claim(time.monotonic()):
+                self._prepared = True
+                return
+            asked = time.monotonic()
+            lease = gpu_lease.acquire(
+                gpus,
+                cfg.lock_dir,
+                cfg.slots_per_gpu,
+                cfg.lease_timeout_s,
+                between_polls=lambda: self._while_no_slot(asked),
+            )
+            if lease is None:  # claimed a parked server meanwhile
+                self._prepared = True
+                return
+            self.lease = lease
             self.timings.lease_wait_s += self.lease.waited_s
             self.env = build_env(cfg, self._environ, self.lease.gpu)
             if self._brackets_steps():
@@ -319,6 +340,132 @@ class VllmServer:
         ]:
             os.makedirs(path, exist_ok=True)
         self._prepared = True
+
+    # -- parking (parking.py) ---------------------------------------------------------------------
+
+    def _parking_key(self) -> str | None:
+        """This server's parking key, or None where none applies: a plain start (nothing outlives the
+        test process but a zygote's fork), or a command that is not `python -m module`."""
+        cfg = self.config
+        argv = list((self._factory or build_command)(cfg, 0))
+        if cfg.start_mode == "plain" or len(argv) < 3 or argv[1] != "-m" or not self.env:
+            return None
+        try:
+            zygote_key, _ = zygote_env.zygote_key(
+                argv[0], argv[2], self.env, zygote_client.code_digest(), preload_modules(cfg, argv)
+            )
+            return parking.lending_key(cfg, resolve_model(cfg.model), self.env, zygote_key)
+        except (OSError, ValueError) as e:  # then it is neither claimed nor parked, only started
+            log.warning("no parking key for this server (%s): it will be started and stopped, never lent", e)
+            return None
+
+    def _while_no_slot(self, asked: float) -> bool:
+        """Between polls for a slot: a parked server of this key is taken (True); else one of another
+        key parked for a while is asked to stop, which frees its slot for a later poll."""
+        cfg = self.config
+        if cfg.claim and self._lend_key and self._claim(asked):
+            return True
+        if self._lend_key:
+            parking.evict_one(cfg.lock_dir, gpu_lease.owner_description(self._environ))
+        return False
+
+    def _claim(self, asked: float) -> bool:
+        claimed = parking.claim(self.config.lock_dir, self._lend_key or "", gpu_lease.owner_description(self._environ))
+        if claimed is None:
+            return False
+        meta = claimed.meta
+        waited = time.monotonic() - asked
+        self.lease = gpu_lease.Lease(
+            gpu=meta["gpu"],
+            slot=meta["slot"],
+            path=meta["lease_path"],
+            fd=claimed.lease_fd,
+            waited_s=waited,
+            exclusive=meta["exclusive"],
+        )
+        self.timings.lease_wait_s += waited
+        self._device_index = int(self.lease.gpu)
+        self.env = build_env(self.config, self._environ, self.lease.gpu)
+        self._cover_path = meta.get("cover")
+        self.port = meta["port"]
+        self.command = meta["command"]
+        self.log_path = meta["log_path"]
+        self._log_offset = len(read_log(self.log_path))
+        self._log_dir = os.path.dirname(self.log_path)
+        self.start_mode = meta["start_mode"]
+        self._sup = zygote_client.ForeignProcess(
+            claimed.supervisor_pid, claimed.supervisor_start, claimed.ctl, claimed.report
+        )
+        self.borrowed = meta.get("suite") or {}
+        _live.add(self)
+        _install_handlers()
+        self._cpu_at_ready = process_tree.cpu_seconds(process_tree.snapshot(self._sup.pid, include_root=False))
+        log.info("claimed the parked vLLM server at %s (pids %s, log %s)", self.url, self.pids(), self.log_path)
+        return True
+
+    def park(self, suite: dict) -> str | None:
+        """Hands the running server to the next test process that claims one of its configuration
+        (parking.py), with `suite` for it (what the suite read of the server fresh); returns where it
+        waits. None when it cannot be parked (a plain start, no lease, park_s 0): it is then still this
+        process's, running, and the caller stops it."""
+        cfg, sup = self.config, self._sup
+        if sup is None or self.start_mode != "zygote" or self.lease is None or cfg.park_s <= 0 or not self._lend_key:
+            return None
+        self._end_serving(sup)
+        meta = {
+            "port": self.port,
+            "command": self.command,
+            "log_path": self.log_path,
+            "start_mode": self.start_mode,
+            "gpu": self.lease.gpu,
+            "slot": self.lease.slot,
+            "lease_path": self.lease.path,
+            "exclusive": self.lease.exclusive,
+            "cover": self._cover_path,
+            "suite": suite,
+        }
+        message = {
+            "lock_dir": cfg.lock_dir,
+            "key": self._lend_key,
+            "park_s": cfg.park_s,
+            "memory_lock": gpu_lease.memory_lock_path(self.lease),
+            "lease_timeout_s": cfg.lease_timeout_s,
+            "cover": self._cover_path,
+            "meta": meta,
+        }
+        try:
+            sup.stdin.write(b"park\n" + json.dumps(message).encode() + b"\n")
+            sup.stdin.flush()
+            report = self._read_report(timeout_s=parking.ANSWER_TIMEOUT_S)
+        except (BrokenPipeError, OSError, ValueError):
+            report = {}
+        if not report.get("parked"):
+            log.warning("the supervisor did not park the server (%s); stopping it instead", report or "no answer")
+            return None
+        _live.discard(self)
+        self._sup = None
+        for pipe in (sup.stdin, sup.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
+        # Closed, not released: the supervisor's copy of the lock keeps the slot, unlocking would free it.
+        os.close(self.lease.fd)
+        self.lease.fd = -1
+        self.lease = None
+        self._cover_path = None  # the server's; whoever stops it last removes it
+        self._prepared = False
+        self.borrowed = None
+        return report["parked"]
+
+    def _end_serving(self, sup) -> None:
+        """What a stop adds to timings before the tree goes: the CPU it served with, its bracketed calls."""
+        self._count_bracketed_calls()
+        if self._cpu_at_ready is not None:
+            snap = process_tree.snapshot(sup.pid, include_root=False)
+            self.timings.serve_cpu_s += max(process_tree.cpu_seconds(snap) - self._cpu_at_ready, 0.0)
+            self._cpu_at_ready = None
+            self.timings.cpu_by_thread = process_tree.thread_cpu(snap)
+
+    # -- start (continued) --------------------------------------------------------------------------
 
     def _start(self, port: int) -> None:
         cfg = self.config
@@ -350,6 +497,7 @@ class VllmServer:
         if steps and len(taken) <= cfg.port_retries:
             elapsed -= self._check_bracketed_start()
         self.timings.start_s += elapsed
+        self.timings.launches += 1
         if len(taken) > cfg.port_retries:
             raise PortConflictError(
                 "every port tried was already in use (%s; %d retries). Another server is binding ports"
@@ -559,7 +707,7 @@ class VllmServer:
         if sup is None:
             return {}
         _live.discard(self)
-        self._count_bracketed_calls()
+        self._end_serving(sup)
         # Releasing the GPU changes device-wide memory as much as a start does: a neighbour reading
         # device-wide bytes (the immediacy oracle) must not see it mid-window (seen on the H200: a
         # neighbour's exit read as 3.6 GB not restored). It only frees, so it overlaps starts and sleeps.
@@ -573,10 +721,6 @@ class VllmServer:
 
     def _tear_down(self, sup, check_release: bool, fast: bool) -> dict:
         snap = process_tree.snapshot(sup.pid, include_root=False)
-        if self._cpu_at_ready is not None:
-            self.timings.serve_cpu_s += max(process_tree.cpu_seconds(snap) - self._cpu_at_ready, 0.0)
-            self._cpu_at_ready = None
-            self.timings.cpu_by_thread = process_tree.thread_cpu(snap)
         try:
             sup.stdin.write(b"stop fast\n" if fast else b"stop\n")
             sup.stdin.close()
@@ -616,12 +760,13 @@ class VllmServer:
         timings, which would otherwise count them as the cell's own work."""
         if self._cover_path is None or not self.log_path:
             return
-        for call in phase_plugin.read_calls(read_log(self.log_path)):
+        for call in phase_plugin.read_calls(read_log(self.log_path)[self._log_offset :]):
             if not call.get("covered"):
                 self.timings.add_memory_phase(call["waited_s"])
 
     def _release_lease(self) -> None:
         self._prepared = False  # a later start() takes a lease again
+        self.borrowed = None  # and starts its own server
         if self._cover_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._cover_path)

@@ -21,10 +21,13 @@ How (python -m tools.launcher.supervisor, started by server.py):
     reap. On a signal the grace is capped so the SIGKILL lands before Bazel's own (15 s by default).
   * stdout reports JSON lines to the test process: {"pid": N} once started, then {"reason", "rc",
     "killed"} at the end. stderr is the server's log file, so its decisions appear in the log.
+  * "park" (a forked supervisor only, which is no test process's child): the server waits for the next
+    test process that claims it, which then owns this process as the first one did (parking.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -33,7 +36,7 @@ import signal
 import subprocess
 import sys
 
-from tools.launcher import process_tree
+from tools.launcher import gpu_lease, parking, process_tree
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -111,21 +114,36 @@ def main() -> int:
 def supervise(spec: dict, launch, test_gone_fd: int | None = None) -> int:
     """Starts the server with launch(spec) (an object with pid, returncode and poll()), then tears its
     tree down on "stop", on EOF of stdin, on SIGTERM/SIGINT, on the server's exit, or when
-    test_gone_fd (a pidfd of the test process, where this process is not its child) turns readable."""
+    test_gone_fd (a pidfd of the test process, where this process is not its child) turns readable.
+    "park" and a JSON line hand the server to the next test process that claims it (parking.py), where
+    spec["lease_fd"] names the slot lock this process holds."""
     reasons: list[str] = []
     signal.signal(signal.SIGTERM, lambda signum, _: reasons.append("got SIGTERM"))
     signal.signal(signal.SIGINT, lambda signum, _: reasons.append("got SIGINT"))
     server = launch(spec)
     _report({"pid": server.pid})
     reap = _Reaper(server)
-    watched = [0] + ([test_gone_fd] if test_gone_fd is not None else [])
+    parked: dict | None = None  # the park message while the server waits parked
     while not reasons:
+        watched = [0] + ([test_gone_fd] if test_gone_fd is not None else [])
         try:
             readable, _, _ = select.select(watched, [], [], 0.2)
         except InterruptedError:
             continue
         if 0 in readable:
             line = _read_line(0).strip()
+            if line == b"park":
+                park = json.loads(_read_line(0) or b"null")
+                if not park or spec.get("lease_fd") is None:
+                    _report({"error": "nothing to park with: %s" % ("no lease" if park else "no park message")})
+                    continue
+                if test_gone_fd is not None:
+                    os.close(test_gone_fd)
+                parked = park
+                test_gone_fd = parking.wait_parked(park, spec["lease_fd"], server, reap, reasons, _say, _report)
+                if test_gone_fd is not None:
+                    parked = None
+                continue
             reasons.append(
                 {b"stop": "asked to stop", b"stop fast": "asked to stop fast"}.get(
                     line, "test process gone (pipe closed)"
@@ -138,14 +156,27 @@ def supervise(spec: dict, launch, test_gone_fd: int | None = None) -> int:
             server.poll()
         if server.returncode is not None:
             reasons.append("server exited with code %s" % server.returncode)
-    ordered = reasons[0] == "asked to stop" or reasons[0].startswith("server exited")
+    ordered = parked is not None or reasons[0] == "asked to stop" or reasons[0].startswith("server exited")
     grace = spec["grace_s"] if ordered else min(spec["grace_s"], SIGNAL_GRACE_S)
     _say("stopping the server tree (%s): SIGTERM, %.1f s grace, then SIGKILL" % (reasons[0], grace))
-    killed = process_tree.terminate_tree(os.getpid(), grace, include_root=False, reap=reap)
+    # A parked server's stop is nobody's but this process's: it takes the phase a test's stop takes.
+    with _release_phase(parked):
+        killed = process_tree.terminate_tree(os.getpid(), grace, include_root=False, reap=reap)
     left = process_tree.survivors(killed)
     _say("tree of %d process(es) %s" % (len(killed), "gone" if not left else "NOT gone: %s" % sorted(left)))
+    if parked is not None and parked.get("cover"):
+        with contextlib.suppress(OSError):
+            os.unlink(parked["cover"])
     _report({"reason": reasons[0], "rc": server.returncode, "killed": sorted(killed), "left": sorted(left)})
     return 0
+
+
+def _release_phase(parked: dict | None):
+    if parked is None or not parked.get("memory_lock"):
+        return contextlib.nullcontext()
+    return gpu_lease.memory_phase_at(
+        parked["memory_lock"], gpu_lease.RELEASE, parked["lease_timeout_s"], what="teardown of a parked server"
+    )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ import dataclasses
 
 @dataclasses.dataclass
 class ServerTimings:
-    lease_wait_s: float = 0.0  # waiting for a GPU slot (gpu_lease.acquire)
+    lease_wait_s: float = 0.0  # waiting for a GPU slot (gpu_lease.acquire), or for a parked server
+    # Servers this process started (restarts included); a server it took over from another test
+    # process (parking.py) was started there, and counts there.
+    launches: int = 0
     # The phases do not overlap: a start's or a stop's own wait for its memory phase counts only there.
     start_s: float = 0.0  # launch to GET /health 200, retries and restarts added
     memory_phase_wait_s: float = 0.0  # waiting for neighbours' memory phases (gpu_lease.memory_phase)

@@ -503,6 +503,7 @@ def _become_supervisor(zygote: Zygote, spec: dict, fds: list) -> int:
     supervisor._say(
         "forked by zygote %d (key %s): the server skips importing %s" % (os.getppid(), zygote.key, zygote.module)
     )
+    spec = dict(spec, lease_fd=lease[0] if lease else None)  # parking hands this slot lock on
     return supervisor.supervise(spec, lambda s: _fork_server(zygote, s), test_gone_fd=test_gone)
 
 

@@ -76,6 +76,13 @@ class VllmServer:
     def brackets_calls(self) -> bool:
         return False  # no lease, so no worker plugin: the client's own phases order nothing either
 
+    @property
+    def borrowed(self) -> dict | None:
+        return None  # served in this test process: none outlives it, so none is taken over from another
+
+    def park(self, suite: dict) -> str | None:
+        return None  # nothing to hand over: the fixtures lend it within this process (lib/reuse.py Pool)
+
     def __enter__(self) -> VllmServer:
         self.start()
         return self

@@ -1,16 +1,21 @@
-"""Server reuse between the test classes of one test process (SLEEPWAKE_REUSE_SERVERS=1; off by default).
+"""Server reuse between test classes (SLEEPWAKE_REUSE_SERVERS=1; off by default): of one test process,
+and, where the launcher can hand a server on (tools/launcher/parking.py: a server forked by a zygote),
+of every test process on the machine, so that the cells of one runner x mode share their servers.
 
 A class's server, given back when every test of the class passed, is lent to the next class that asks
 for a server of the same configuration, once a reset to INITIAL has been checked, not assumed: awake by
 both flags, /health, an empty prefix cache, the start checkpoint's goldens, and device and host bytes
 within a healthy server's noise of what the server held fresh. A check that fails means a fresh server
 for that class, never a red class. A class that measures what only a fresh server shows declares
-`FRESH_SERVER = "why"` and neither borrows nor gives back.
+`FRESH_SERVER = "why"` and neither borrows nor gives back. The fresh readings travel with the server:
+the launcher keeps them with a parked one (Fresh.as_record) and hands them to its next test process.
 
-What "the same configuration" is: the cell's ServerConfig but for its log directory; the environment
-that reaches a server (a mutant's switch, PYTHONPATH) is the test process's, the same for every class of
-it. Where the goldens come from: the golden action's file of the start checkpoint when the target has one
-(SLEEPWAKE_GOLDEN_A), else what the server answered fresh, after its warm-up and before any class.
+What "the same configuration" is: in one process, the cell's ServerConfig but for its log directory,
+the environment that reaches a server (a mutant's switch, PYTHONPATH) being the test process's, the
+same for every class of it; across processes, the launcher's parking key (the config, the checkpoint's
+files, the zygote's key, the mutant's switch). Where the goldens come from: the golden action's file of
+the start checkpoint when the target has one (SLEEPWAKE_GOLDEN_A), else what the server answered fresh,
+after its warm-up and before any class.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from tests.sleep_wake.lib import (
     prompts,
     thresholds,
 )
-from tests.sleep_wake.lib.client import ServerResponseError
+from tests.sleep_wake.lib.client import Completion, ServerResponseError
 
 ENV = "SLEEPWAKE_REUSE_SERVERS"
 LONG = prompts.LONG_PROMPTS[0]  # several KV blocks: the probe of an empty prefix cache
@@ -61,6 +66,19 @@ class Fresh:
     device_bytes: int
     host_bytes: int  # VmRSS over its process tree, as the walk reads it
     golden: dict  # prompt -> Completion of PROMPTS (lib/prompts.py), greedy
+
+    def as_record(self) -> dict:
+        """JSON for the launcher to keep with a parked server (tools/launcher/parking.py)."""
+        record = dataclasses.asdict(self)
+        record["golden"] = {p: dataclasses.asdict(c) for p, c in self.golden.items()}
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict | None) -> Fresh | None:
+        if not record:
+            return None
+        golden = {p: Completion(**c) for p, c in record["golden"].items()}
+        return cls(record["checkpoint"], record["device_bytes"], record["host_bytes"], golden)
 
 
 @dataclasses.dataclass

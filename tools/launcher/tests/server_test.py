@@ -407,8 +407,10 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
     # start, the restart's stop and start, the exclusive phase above, stop: five, none waited for
     assert timings["memory_phases"] == 5 and timings["memory_phase_wait_s"] == 0.0
     assert timings["stop_s"] > 0
+    assert timings["launches"] == 2  # the start and the restart's
     assert set(timings) == {
         "lease_wait_s",
+        "launches",
         "start_s",
         "memory_phase_wait_s",
         "memory_phases",
