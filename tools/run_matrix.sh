@@ -11,6 +11,10 @@
 #   SLEEPWAKE_KEEP_ZYGOTES_S=S how long the zygote host and its zygotes wait after the run for the
 #                              next one, whose cells then fork from a zygote that has imported vLLM
 #                              already (about 11 s less a run). Default 600; 0 stops them with the run.
+#   SLEEPWAKE_REUSE_SERVERS=1  (default) a cell whose classes passed gives its server back, and the next
+#                              cell of its runner x mode takes it over once its reset is checked
+#                              (tests/sleep_wake/lib/reuse.py, tools/launcher/parking.py); 0 starts a
+#                              server for every class.
 #   extra arguments            go to Bazel (targets, --test_filter, --config=remote-cache, ...)
 #
 # Each vLLM release keeps its own results: the outputs of a run against vLLM X land in
@@ -95,6 +99,16 @@ echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at 
 # they never hold a job a GPU cell could use; a GPU cell started beyond the slots waits for its lease,
 # which keeps the GPUs at gpus x slots cells. A quarter: the cells kept 63-67% of the cores busy (docs/bench).
 test_jobs=$((gpus * slots + $(nproc) / 4))
+reuse=${SLEEPWAKE_REUSE_SERVERS:-1}
+if [[ "$reuse" != 0 && "$reuse" != 1 ]]; then
+  echo "run_matrix.sh: SLEEPWAKE_REUSE_SERVERS=$reuse: say 1 (the default) to hand servers on between cells," \
+    "0 to start one for every class" >&2
+  exit 2
+fi
+# With reuse, cells waiting for a slot are the ones a given-back server can go to (a parked server
+# of a configuration nobody waits for is evicted soon, parking.EVICT_AFTER_S): half a slot's worth more of them gives
+# each of the four runner x mode configurations a few waiting cells. They only poll.
+((reuse)) && test_jobs=$((test_jobs + gpus * slots / 2))
 jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
 # The host's CPU time while Bazel ran, busy against idle+iowait (/proc/stat): whether cores or the GPU's
 # memory phases bound the slots (tools/launcher/slots.py gives each cell a core).
@@ -114,7 +128,8 @@ for i in "${!waves[@]}"; do
   ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) of ${#waves[@]} (${names[$i]}): $wave"
   began=$(date +%s.%N)
   bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs="$test_jobs" \
-    --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --action_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" "${keep[@]}" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
+    --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --action_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" "${keep[@]}" \
+    --test_env=SLEEPWAKE_REUSE_SERVERS="$reuse" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
   wave_rc=$?
   ended=$(date +%s.%N)
   took+=("$(awk -v a="$began" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')")
@@ -133,6 +148,8 @@ for i in "${!waves[@]}"; do
   esac
 done
 ((rc == 0 && !matched)) && rc=4
+# Servers the last cells gave back wait for cells that are not coming: the GPU is free when this ends.
+PYTHONPATH="$PWD" python3 -m tools.launcher.parking --lock_dir "$lock_dir" --evict_all
 ((${#took[@]} > 1)) && echo "run_matrix.sh: bazel test took" \
   "$(printf '%s\n' "${took[@]}" | awk '{ t += $1 } END { printf "%.1f", t }') s in ${#took[@]} waves (${took[*]} s)"
 read -r t0 i0 <<<"$cpu_before"; read -r t1 i1 <<<"$(cpu_times)"

@@ -178,8 +178,10 @@ def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
     assert "slots: GPUs 1 (NVML indices) x 3 slot(s) per GPU (SLEEPWAKE_SLOTS_PER_GPU)" in output
     # A test job per slot, and a quarter of the cores for the CPU targets, which need no slot.
     cores = len(os.sched_getaffinity(0))
-    assert f"--local_test_jobs={3 + cores // 4}" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
-    assert f"--jobs={max(3 + cores // 4, cores)}" in argv  # --jobs caps the tests at once
+    # With reuse (the default) half the slots more cells wait, for the servers cells give back.
+    assert f"--local_test_jobs={3 + cores // 4 + 3 // 2}" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
+    assert "--test_env=SLEEPWAKE_REUSE_SERVERS=1" in argv
+    assert f"--jobs={max(3 + cores // 4 + 3 // 2, cores)}" in argv  # --jobs caps the tests at once
 
 
 def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(workspace):
@@ -195,12 +197,12 @@ def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(worksp
     assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output
     assert why in output and "SLEEPWAKE_SLOTS_PER_GPU=N overrides" in output
     cores = len(os.sched_getaffinity(0))
-    assert f"--local_test_jobs={2 * expected + cores // 4}" in argv
+    assert f"--local_test_jobs={2 * expected + cores // 4 + 2 * expected // 2}" in argv
     # The golden actions lease a slot beside the cells: both see the same count (tools/goldens.bzl).
     assert f"--test_env=SLEEPWAKE_SLOTS_PER_GPU={expected}" in argv
     assert f"--action_env=SLEEPWAKE_SLOTS_PER_GPU={expected}" in argv
     # Bazel runs no more tests at once than --jobs, whose default is the cores.
-    assert f"--jobs={max(2 * expected + cores // 4, cores)}" in argv
+    assert f"--jobs={max(2 * expected + cores // 4 + 2 * expected // 2, cores)}" in argv
 
 
 def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspace):

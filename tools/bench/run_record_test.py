@@ -22,8 +22,9 @@ def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm(
     assert (m["status"], m["elapsed_s"], m["server_starts"], m["machine_state"]) == ("green", 42.5, 2, "fresh")
     assert m["launch_to_health_s"]["median_s"] == 7.0 and r["machine"] == {"gpus": 1, "cores": 16}
     # A cell that took over a server another cell gave back (tools/launcher/parking.py) started none.
-    taken = run_record.record(units + [_unit("weight_sync_mrv1_eager", 0.0, 0)], gpus=1, cores=16, rc=0,
-                              machine_state="warm", waves_s=[30.0])["matrix"]
+    taken = run_record.record(
+        units + [_unit("weight_sync_mrv1_eager", 0.0, 0)], gpus=1, cores=16, rc=0, machine_state="warm", waves_s=[30.0]
+    )["matrix"]
     assert (taken["server_starts"], taken["servers_taken_over"], taken["launch_to_health_s"]["median_s"]) == (2, 1, 7.0)
     assert (
         run_record.record(units, gpus=1, cores=16, rc=3, machine_state="warm", waves_s=[])["matrix"]["status"] == "red"

@@ -33,7 +33,7 @@ import select
 import sys
 import time
 
-from tools.launcher import gpu_lease, process_tree, unix_socket, zygote_env
+from tools.launcher import process_tree, unix_socket, zygote_env
 
 # A claimant polls for a parked server of its key as often as gpu_lease.acquire polls for a slot
 # (0.25 s): eight of its polls before another configuration's start may evict the server.

@@ -38,6 +38,7 @@ from tests.sleep_wake.lib import (
     thresholds,
 )
 from tests.sleep_wake.lib.client import Completion, ServerResponseError
+from tools.launcher.interface import Server
 
 ENV = "SLEEPWAKE_REUSE_SERVERS"
 LONG = prompts.LONG_PROMPTS[0]  # several KV blocks: the probe of an empty prefix cache
@@ -86,7 +87,7 @@ class Lent:
     """A started server (its context exits it) with its fresh readings and the classes it served."""
 
     context: object
-    server: object
+    server: Server
     fresh: Fresh | None
     classes: list = dataclasses.field(default_factory=list)
 

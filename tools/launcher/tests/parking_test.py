@@ -85,7 +85,9 @@ def _healthy(url: str) -> bool:
 
 
 def _free_slots(tmp_path, slots: int = 2) -> int:
-    leases = [gpu_lease.try_acquire(["0"], str(tmp_path / "locks"), slots, "the test", time.monotonic()) for _ in range(slots)]
+    leases = [
+        gpu_lease.try_acquire(["0"], str(tmp_path / "locks"), slots, "the test", time.monotonic()) for _ in range(slots)
+    ]
     for lease in leases:
         if lease is not None:
             lease.release()
