@@ -104,7 +104,7 @@ def _start_server(name: str, cell: cells.CellSpec, recorder, nodeid: str, claim:
     # Whether it is still live decides, after an oracle fails, if that failure is a verdict (oracle's hook).
     liveness.watch(server.url, thresholds.get("request_completion_s_max"))
     if server.borrowed is not None:
-        return context, server  # no start: _judge_borrowed records how it was taken over
+        return context, server  # no start: _judged records how it was taken over
     # Includes waiting for the GPU lease; the server log has the engine's own timings.
     recorder.record(
         nodeid,

@@ -392,6 +392,8 @@ class VllmServer:
         self.log_path = meta["log_path"]
         self._log_offset = len(read_log(self.log_path))
         self._log_dir = os.path.dirname(self.log_path)
+        if self.config.log_dir:
+            os.makedirs(self.config.log_dir, exist_ok=True)  # for this process's share of the log
         self.start_mode = meta["start_mode"]
         self._sup = zygote_client.ForeignProcess(
             claimed.supervisor_pid, claimed.supervisor_start, claimed.ctl, claimed.report
@@ -457,8 +459,19 @@ class VllmServer:
         return report["parked"]
 
     def _end_serving(self, sup) -> None:
-        """What a stop adds to timings before the tree goes: the CPU it served with, its bracketed calls."""
+        """What a stop or a park adds before the tree goes on: the CPU it served with, its bracketed calls,
+        and for a server taken over, this process's share of its log beside this process's other logs."""
         self._count_bracketed_calls()
+        if self.borrowed is not None and self.config.log_dir:
+            share = os.path.join(self.config.log_dir, os.path.basename(self.log_path))
+            if os.path.abspath(share) == os.path.abspath(self.log_path):
+                return
+            with contextlib.suppress(OSError), open(share, "w") as f:
+                f.write(
+                    "# sleepwake launcher: this test process's share of %s, a server it took over; the"
+                    " lines before are its earlier test processes'\n%s"
+                    % (self.log_path, read_log(self.log_path)[self._log_offset :])
+                )
         if self._cpu_at_ready is not None:
             snap = process_tree.snapshot(sup.pid, include_root=False)
             self.timings.serve_cpu_s += max(process_tree.cpu_seconds(snap) - self._cpu_at_ready, 0.0)

@@ -35,6 +35,7 @@ from tests.sleep_wake.lib import (
     metrics,
     oracle,
     prompts,
+    servers,
     thresholds,
 )
 from tests.sleep_wake.lib.client import Completion, ServerResponseError
@@ -136,7 +137,7 @@ def _golden(cell, client, checkpoint: str) -> dict:
             path,
             runner=cell.config.runner,
             mode=cell.config.execution_mode,
-            identity=os.environ.get("SLEEPWAKE_VLLM_IDENTITY"),
+            identity=servers.identity(),
             checkpoint=goldens.checkpoint_name(checkpoint),
             prompts=prompts.PROMPTS,
         )

@@ -104,7 +104,7 @@ def test_a_server_given_back_outlives_its_test_process_and_the_next_one_takes_it
     holders = gpu_lease.holders(str(tmp_path / "locks"), ["0"], 2)
     assert any("parked server: supervisor pid=%d" % parked["supervisor"] in h for h in holders), holders
 
-    server = _server(tmp_path, environ, pid_file)
+    server = _server(tmp_path, environ, pid_file, log_dir=str(tmp_path / "claimant-logs"))
     server.start()
     try:
         assert server.borrowed == {"fresh": {"device_bytes": 7}}, "the suite's note did not travel with it"
@@ -113,6 +113,8 @@ def test_a_server_given_back_outlives_its_test_process_and_the_next_one_takes_it
         assert not os.path.exists(parked["parked"]), "a claimed server still offered itself"
         holders = gpu_lease.holders(str(tmp_path / "locks"), ["0"], 2)
         assert any(" pid=%d " % os.getpid() in h for h in holders), holders
+        with open(server.log_path, "a") as log:
+            log.write("a line of this tenancy\n")  # as the server writes while this process has it
         again = _server(tmp_path, environ, pid_file)
         again.start()  # nothing parked now: a start of its own, on the second slot
         try:
@@ -121,6 +123,9 @@ def test_a_server_given_back_outlives_its_test_process_and_the_next_one_takes_it
             again.stop()
     finally:
         server.stop()
+    share = (tmp_path / "claimant-logs" / os.path.basename(server.log_path)).read_text()
+    assert share.startswith("# sleepwake launcher: this test process's share of " + server.log_path)
+    assert "a line of this tenancy" in share and "parked at" not in share, share
     assert _gone(parked["pids"] + [parked["supervisor"]]) == []
     assert _free_slots(tmp_path) == 2, "the slot outlived the server"
 
