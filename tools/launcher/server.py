@@ -597,6 +597,8 @@ class VllmServer:
             )
             if self.lease:
                 header.write("# GPU lease: %s (waited %.1f s)\n" % (self.lease.path, self.lease.waited_s))
+            if self._lend_key:  # equal keys may take over each other's servers (parking.py)
+                header.write("# parking key: %s\n" % self._lend_key)
         spec = {
             "argv": self.command,
             "env": self.env,
