@@ -27,6 +27,7 @@ import os
 import requests
 
 from tests.sleep_wake.lib import (
+    expect,
     goldens,
     host_bands,
     host_memory,
@@ -141,7 +142,7 @@ def _golden(cell, client, checkpoint: str) -> dict:
             checkpoint=goldens.checkpoint_name(checkpoint),
             prompts=prompts.PROMPTS,
         )
-    return {p: client.complete(p, prompts.GOLDEN_MAX_TOKENS) for p in prompts.PROMPTS}
+    return expect.take_golden(client, prompts.PROMPTS)
 
 
 def read_fresh(cell, server, client, checkpoint: str, recorder=None) -> Fresh:
@@ -173,10 +174,21 @@ def refusal(cell, server, client, fresh: Fresh, recorder=None) -> str | None:
     cached = client.complete(LONG, prompts.GOLDEN_MAX_TOKENS).cached_tokens
     if cached:
         return f"prefix cache not empty: {cached} cached tokens for a prompt no request sent since the reset"
+    # Token ids and logprobs: a server that left a class computing otherwise may keep its argmax (seen on
+    # the H200: a server lent on served checkpoint B's tokens with logprobs 0.88 nats off B's golden).
+    drift_max = thresholds.get("logprob_drift_max", cell.id)
     for prompt in prompts.PROMPTS:
-        got, want = client.complete(prompt, prompts.GOLDEN_MAX_TOKENS).token_ids[0], fresh.golden[prompt].token_ids[0]
-        if got != want:
-            return f"not the start checkpoint's golden for {prompt!r}: {got} against {want}"
+        seen, golden = client.complete(prompt, prompts.GOLDEN_MAX_TOKENS, logprobs=1), fresh.golden[prompt]
+        if seen.token_ids[0] != golden.token_ids[0]:
+            return (
+                f"not the start checkpoint's golden for {prompt!r}: {seen.token_ids[0]} against {golden.token_ids[0]}"
+            )
+        drift = expect.logprob_drift(seen, golden)
+        if drift > drift_max:
+            return (
+                f"logprobs {drift:.4f} nats off the start checkpoint's golden for {prompt!r},"
+                f" over logprob_drift_max {drift_max}"
+            )
     client.reset_prefix_cache()
     device = memory.settled_gpu_bytes(server, "a server reset for reuse", recorder=recorder)
     growth, shortfall = device - fresh.device_bytes, fresh.device_bytes - device
