@@ -32,7 +32,8 @@ def record(units: list[dict], *, gpus: int, cores: int, rc: int, machine_state: 
         # Counted only from matrix cells: a run of other targets (the mutants', whose servers their inner
         # runs start) has none to count from, which is no count of zero.
         "server_starts": sum(t["launches"] for t in starts) if gpu else None,
-        # Tenancies of a server another cell started and gave back (tools/launcher/parking.py).
+        # Tenancies of a server another cell started and gave back (tools/launcher/parking.py), those
+        # whose reset the suite's check refused (then a start of its own follows) included.
         "servers_taken_over": sum(t["launches"] == 0 for t in starts) if gpu else None,
         "launch_to_health_s": bazel_runs.summarise(t["start_s"] for t in starts if t["launches"]),
     }
