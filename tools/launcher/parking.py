@@ -90,17 +90,6 @@ def _write_owner(lease_fd: int, owner: str) -> None:
     os.pwrite(lease_fd, (owner + "\n").encode(), 0)
 
 
-def _pidfd(pid: int, start: float | None) -> int | None:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None
-    if not process_tree.alive(pid, start):
-        os.close(fd)
-        return None
-    return fd
-
-
 # -- the supervisor's side ------------------------------------------------------------------------------
 
 
@@ -163,7 +152,7 @@ def _answer(listener, park: dict, lease_fd: int, server, reasons: list, say) -> 
                 reasons.append("evicted by %s" % message.get("by"))
                 return None
             ok = message.get("op") == "claim" and len(fds) == 2
-            gone = _pidfd(message.get("pid", -1), message.get("start")) if ok else None
+            gone = process_tree.pidfd(message.get("pid", -1), message.get("start")) if ok else None
             if gone is None:
                 unix_socket.send(conn, {"ok": False, "error": "a claim needs a live test process and 2 pipes"})
                 return None

@@ -239,3 +239,16 @@ def terminate_tree(root: int, grace_s: float, include_root: bool = True, reap=No
     signal_all(snap, signal.SIGKILL)
     wait_gone(snap, 10.0, reap)
     return snap
+
+
+def pidfd(pid: int, start_time: float | None) -> int | None:
+    """A pidfd of pid (readable once it has exited), or None if it is gone already or its PID now names
+    a process started at another time than start_time."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    if not alive(pid, start_time):
+        os.close(fd)
+        return None
+    return fd

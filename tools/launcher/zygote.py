@@ -475,14 +475,7 @@ def _fork_server(zygote: Zygote, spec: dict) -> ForkedServer:
 
 def watch_test_process(pid: int, start_time: float | None) -> int | None:
     """A pidfd of the test process, or None if it is already gone (or its PID was reused)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None
-    if not process_tree.alive(pid, start_time):
-        os.close(fd)
-        return None
-    return fd
+    return process_tree.pidfd(pid, start_time)
 
 
 def _become_supervisor(zygote: Zygote, spec: dict, fds: list) -> int:

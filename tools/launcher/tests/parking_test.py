@@ -35,13 +35,6 @@ print(json.dumps({"parked": server.park(json.loads(sys.argv[2])), "pids": pids, 
 
 
 @pytest.fixture
-def pid_file(tmp_path):
-    path = str(tmp_path / "pids")
-    yield path
-    assert testing.survivors_after(testing.recorded_pids(path)) == [], "stub server processes survived"
-
-
-@pytest.fixture
 def environ(tmp_path):
     env = testing.module_environ(testing.fake_site(tmp_path), test_tmpdir=str(tmp_path))
     with testing.running_host(str(tmp_path / "locks")):

@@ -29,13 +29,6 @@ from tools.launcher.tests import testing
 GIB = 1 << 30
 
 
-@pytest.fixture
-def pid_file(tmp_path):
-    path = str(tmp_path / "pids")
-    yield path
-    assert testing.survivors_after(testing.recorded_pids(path)) == [], "stub server processes survived"
-
-
 def _server(
     tmp_path, pid_file, mode="ok", runner_line="env", nvml=None, lease=False, fixed_port=None, extra_env=None, **cfg
 ):

@@ -15,13 +15,6 @@ from tools.launcher.tests import testing
 
 
 @pytest.fixture
-def pid_file(tmp_path):
-    path = str(tmp_path / "pids")
-    yield path
-    assert testing.survivors_after(testing.recorded_pids(path)) == [], "stub server processes survived"
-
-
-@pytest.fixture
 def site(tmp_path):
     return testing.fake_site(tmp_path)
 
