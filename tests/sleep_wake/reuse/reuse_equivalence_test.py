@@ -1,6 +1,7 @@
 """Server reuse changes no verdict (lib/reuse.py): the classes run in one pytest session against the fake
-server three times, reuse off, reuse on, and reuse on in the reverse order, and every test ends alike
-(outcome and the oracle ids that fired). The runs with reuse must have lent servers, or they prove
+server four times, reuse off, reuse on, reuse on in the reverse order, and reuse on through the fixtures'
+parked path (servers given back and taken over as between cells, parked_fake.py), and every test ends
+alike (outcome and the oracle ids that fired). The runs with reuse must have lent servers, or they prove
 nothing; the classes declaring FRESH_SERVER never borrow. A class that leaves its server with garbage
 weights runs first (testdata/): the next class must not inherit them.
 
@@ -15,11 +16,12 @@ import sys
 
 import pytest
 
-from tests.sleep_wake.lib import reuse
+from tests.sleep_wake.lib import reuse, servers
 from tools.results.testlogs import parse_junit
 
 FILES_ENV = "SLEEPWAKE_REUSE_CLASS_FILES"
-# The inner runs' own bound: three runs of about a minute each on a loaded 2-core machine.
+PARKED_FAKE = "tests.sleep_wake.reuse.parked_fake"
+# The inner runs' own bound: four runs of about a minute each on a loaded 2-core machine.
 RUN_TIMEOUT_S = 400
 
 
@@ -30,12 +32,15 @@ def _files() -> list[str]:
     return files
 
 
-def _run(name: str, files: list[str], reuse_on: bool) -> tuple[dict, list[dict]]:
-    """({test id: (outcome, oracle ids)}, the run's measurement records) of one inner pytest session."""
+def _run(name: str, files: list[str], reuse_on: bool, server_module: str | None = None) -> tuple[dict, list[dict]]:
+    """({test id: (outcome, oracle ids)}, the run's measurement records) of one inner pytest session;
+    server_module: another SLEEPWAKE_SERVER_MODULE than the fake tier's."""
     outputs = os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", os.path.abspath("reuse-outputs")), name)
     os.makedirs(outputs, exist_ok=True)
     junit = os.path.join(outputs, "junit.xml")
     env = dict(os.environ, TEST_UNDECLARED_OUTPUTS_DIR=outputs, **{reuse.ENV: "1" if reuse_on else "0"})
+    if server_module:
+        env[servers.SERVER_MODULE_ENV] = server_module
     for key in ("PYTEST_ADDOPTS", "TESTBRIDGE_TEST_ONLY", "XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE"):
         env.pop(key, None)
     tmp = os.environ.get("TEST_TMPDIR") or os.path.abspath("reuse-tmp")
@@ -64,14 +69,20 @@ def test_reuse_in_either_order_ends_every_test_as_fresh_servers_do():
     alone, fresh_records = _run("fresh", files, reuse_on=False)
     forward, forward_records = _run("reuse", files, reuse_on=True)
     backward, backward_records = _run("reuse-reversed", list(reversed(files)), reuse_on=True)
+    # The fixtures' parked path, as between cells: servers given back with their readings as JSON and
+    # taken over at a start (parked_fake.py plays the launcher's parking within the process).
+    parked, parked_records = _run("parked", files, reuse_on=True, server_module=PARKED_FAKE)
     assert alone and all(outcome == "passed" for outcome, _ in alone.values()), (
         f"with fresh servers some tests did not pass, so equal verdicts would prove little: {alone}"
     )
-    for name, ends in (("reuse", forward), ("reuse-reversed", backward)):
+    for name, ends in (("reuse", forward), ("reuse-reversed", backward), ("parked", parked)):
         differ = {t: (alone.get(t), ends.get(t)) for t in set(alone) | set(ends) if alone.get(t) != ends.get(t)}
         assert not differ, f"run {name}: tests that ended otherwise than on fresh servers: {differ}"
     assert _count(fresh_records, "server_reuse") == 0
-    for name, records in (("reuse", forward_records), ("reuse-reversed", backward_records)):
+    taken_over = _count(parked_records, "server_reuse", lent=True, source="another test process")
+    assert taken_over >= 2, f"run parked took over {taken_over} given-back servers: it proves nothing"
+    assert _count(parked_records, "server_timings", given_back=True) >= taken_over
+    for name, records in (("reuse", forward_records), ("reuse-reversed", backward_records), ("parked", parked_records)):
         lent = _count(records, "server_reuse", lent=True)
         starts = _count(records, "server_start_s")
         assert lent >= 2, f"run {name} lent {lent} servers: reuse did not happen, so this run proves nothing"
