@@ -722,7 +722,6 @@ class VllmServer:
         if sup is None:
             return {}
         _live.discard(self)
-        self._end_serving(sup)
         # Releasing the GPU changes device-wide memory as much as a start does: a neighbour reading
         # device-wide bytes (the immediacy oracle) must not see it mid-window (seen on the H200: a
         # neighbour's exit read as 3.6 GB not restored). It only frees, so it overlaps starts and sleeps.
@@ -735,6 +734,7 @@ class VllmServer:
                 self.timings.stop_s += time.monotonic() - begin
 
     def _tear_down(self, sup, check_release: bool, fast: bool) -> dict:
+        self._end_serving(sup)
         snap = process_tree.snapshot(sup.pid, include_root=False)
         try:
             sup.stdin.write(b"stop fast\n" if fast else b"stop\n")

@@ -420,11 +420,18 @@ def test_the_trees_cpu_is_split_into_its_start_and_its_serving(tmp_path, pid_fil
     server.start()
     with urllib.request.urlopen(server.url + "/spin?cpu_s=0.4", timeout=10) as answer:
         assert answer.status == 200
-    server.stop()
-    # The interpreter's own start-up and the family it forks add a little to the start's 0.6 s; the
-    # kernel counts CPU time in clock ticks (user and system apart, each rounded down), so a reading
+    # The kernel counts CPU time in clock ticks (user and system apart, each rounded down), so a reading
     # may fall short by two of them.
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    # The request's thread answers before it ends: the stop below must find it ended, as a real one does.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        threads = process_tree.thread_cpu(process_tree.snapshot(server._sup.pid, include_root=False))
+        if any(k.endswith("/(exited threads)") and g["cpu_s"] >= 0.4 - 2 * tick for k, g in threads.items()):
+            break
+        time.sleep(0.02)  # polled: the thread's end has no event to wait on from here
+    server.stop()
+    # The interpreter's own start-up and the family it forks add a little to the start's 0.6 s.
     assert 0.6 - 2 * tick <= server.timings.start_cpu_s < 1.2
     assert 0.4 - 2 * tick <= server.timings.serve_cpu_s < 0.7
     # By thread: the start spun in the main thread; /spin in a request's thread, gone since, which the
