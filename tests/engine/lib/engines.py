@@ -149,9 +149,10 @@ async def build_async_llm(model_dir: str, log_stats: bool = False):
     AsyncMPClient, and an EngineCoreProc in a process of its own, forked (vLLM's default start method
     off Ray; the actors' Ray processes spawn it, which would re-import vLLM for seconds per test), its
     sockets and handshake unchanged, around the fake worker (fakes/child_worker.py: the test reaches it
-    only by collective_rpc). log_stats: vLLM's stat loggers on (the sleep gauge among them). Async because AsyncLLM binds its output handler and ZMQ sockets to the
+    only by collective_rpc). Async because AsyncLLM binds its output handler and ZMQ sockets to the
     running loop: the loop that builds it is the one that must drive it. Only the config is the engine
-    tier's, as in build_llm. The caller shuts it down (AsyncLLM.shutdown ends the engine process)."""
+    tier's, as in build_llm. log_stats: vLLM's stat loggers on (the sleep gauge among them). The caller
+    shuts it down (AsyncLLM.shutdown ends the engine process)."""
     from unittest import mock
 
     from vllm.engine.arg_utils import AsyncEngineArgs
