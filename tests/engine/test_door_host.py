@@ -10,11 +10,11 @@ door_host.CANNOT declares, and the last tests hold it to that.
 """
 
 import threading
+import time
 import types
 
 import pytest
 import requests
-import vllm
 
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib import checks
@@ -25,6 +25,7 @@ from tools.launcher import door_host
 # Two full KV blocks (block_size 16): a repeat of it hits 32 cached tokens unless the cache was emptied.
 PROMPT = list(range(1, 41))
 TOKENS = 8
+POLL_S = 0.05
 
 
 @pytest.fixture(params=door_host.DOORS)
@@ -194,8 +195,7 @@ NEEDS = {
     "pause": ("POST", "/pause", {}),
     "server_load": ("GET", "/load", {}),
 }
-# Declared capabilities no request here can need on its own: two calls in flight on the llm door take a
-# completion that stays in flight, which at level 0 it never leaves (LLM.generate steps until it ends).
+# Declared capabilities that one request alone cannot need: test_llm_door_refuses_a_second_call_in_flight.
 UNREACHED = {"concurrent_calls"}
 
 
@@ -217,7 +217,6 @@ def test_door_answers_what_it_cannot_as_declared(hosted):
         {c: (door_host.NOT_IMPLEMENTED, str(door_host.Cannot(hosted.door, c))) for c in answers},
         f"the {hosted.door} door's answers to requests that need what it declares it cannot do",
     )
-    oracle.equal("api.status", hosted.client.version(), vllm.__version__, "/version of the door host")
 
 
 def test_door_serves_what_it_does_not_declare(hosted):
@@ -250,3 +249,49 @@ def _json(client, path: str):
         return client.raw("GET", path).json()
     except requests.RequestException as e:
         return repr(e)
+
+
+@pytest.mark.parametrize("hosted", ["llm"], indirect=True)
+def test_llm_door_refuses_a_second_call_in_flight(hosted):
+    """LLM.generate while the scheduler is paused at level 0 steps until its request ends, which it never
+    does (vllm/entrypoints/offline_utils.py LLM._run_engine): the completion stays in flight, and every call
+    after it, the wake that would free it too, must be refused as CANNOT declares, never queued behind it."""
+    client = hosted.client
+    client.sleep(0)
+    threading.Thread(target=_complete_quietly, args=(client,), daemon=True).start()
+    deadline = time.monotonic() + thresholds.get("request_completion_s_max")
+    answer = _answer(client, "GET", "/is_sleeping")
+    while answer == (200, {"is_sleeping": True}) and time.monotonic() < deadline:  # until the completion holds it
+        time.sleep(POLL_S)
+        answer = _answer(client, "GET", "/is_sleeping")
+    woke = _answer(client, "POST", "/wake_up", params={"tags": "scheduling"})
+    expected = (door_host.NOT_IMPLEMENTED, str(door_host.Cannot(hosted.door, "concurrent_calls")))
+    oracle.equal(
+        "api.status",
+        {"/is_sleeping": answer, "/wake_up": woke},
+        {"/is_sleeping": expected, "/wake_up": expected},
+        "calls while a completion sent at level 0 holds the llm door",
+    )
+
+
+def _complete_quietly(client) -> None:
+    try:
+        client.complete(PROMPT, max_tokens=TOKENS)
+    except Exception:  # noqa: BLE001  the door host's stop ends it; the test reads the other calls
+        pass
+
+
+def _answer(client, method: str, path: str, **kw) -> tuple:
+    """(200, its JSON body or None) or (status, the error's message); a call queued behind the completion
+    instead of refused gets no answer within the window, which reads as such."""
+    try:
+        resp = client.raw(method, path, timeout=thresholds.get("held_request_window_s"), **kw)
+    except requests.Timeout:
+        return ("no answer", None)
+    try:
+        body = resp.json() if resp.content.strip() else None
+    except ValueError:
+        return (resp.status_code, resp.text[:300])
+    if resp.status_code == 200:
+        return (200, body)
+    return (resp.status_code, ((body or {}).get("error") or {}).get("message", ""))

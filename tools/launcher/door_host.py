@@ -23,7 +23,9 @@ import dataclasses
 import importlib
 import inspect
 import json
+import queue
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +33,7 @@ from typing import Any
 
 DOORS = ("llm", "async_llm")
 NOT_IMPLEMENTED = 501
+GRACEFUL_STOP_S = 5  # what a stop waits for open requests before it ends them
 
 # door -> {capability: why the door cannot provide it}. A request that needs one answers 501 with the reason.
 CANNOT: dict[str, dict[str, str]] = {
@@ -100,6 +103,36 @@ def build_engine(door: str, server_argv: list[str]) -> Any:
 ENGINE_FACTORY: Callable[[str, list[str]], Any] = build_engine
 
 
+class CallThread:
+    """One daemon thread that runs calls in order. Daemon, unlike a ThreadPoolExecutor's, which the interpreter
+    joins at exit: a call that never returns (LLM.generate while the scheduler is paused at level 0 steps until
+    its request ends) must not keep the host from stopping."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            fn, future = self._calls.get()
+            if fn is None:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as e:  # noqa: BLE001  the caller's to see, as a ThreadPoolExecutor hands it on
+                future.set_exception(e)
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._calls.put((fn, future))
+        return future
+
+    def stop(self) -> None:
+        self._calls.put((None, None))
+
+
 class LlmDoor:
     """vllm.LLM: each call runs on one thread of its own, as a trainer's loop makes them, one at a time."""
 
@@ -107,7 +140,7 @@ class LlmDoor:
 
     def __init__(self, llm) -> None:
         self.llm = llm
-        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-door")
+        self._thread = CallThread("llm-door")
         self._busy = False
         self._dead: BaseException | None = None
 
@@ -117,7 +150,7 @@ class LlmDoor:
             raise Cannot(self.name, "concurrent_calls")
         self._busy = True
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, lambda: fn(*args, **kwargs))
+            return await asyncio.wrap_future(self._thread.submit(lambda: fn(*args, **kwargs)))
         except Exception as e:
             from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -166,7 +199,7 @@ class LlmDoor:
 
     def shutdown(self) -> None:
         # LLM has no shutdown of its own: its engine core lives in this process and ends with it.
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        self._thread.stop()
 
 
 class AsyncLlmDoor:
@@ -487,7 +520,13 @@ async def serve(args: argparse.Namespace, server_argv: list[str]) -> None:
     door = door_of(args.door, engine)
     try:
         config = uvicorn.Config(
-            build_app(door, args), host=args.host or "0.0.0.0", port=args.port, log_level="warning", lifespan="off"
+            build_app(door, args),
+            host=args.host or "0.0.0.0",
+            port=args.port,
+            log_level="warning",
+            lifespan="off",
+            # A request whose door call never returns (see CallThread) must not hold the stop forever.
+            timeout_graceful_shutdown=GRACEFUL_STOP_S,
         )
         await uvicorn.Server(config).serve()
     finally:
