@@ -258,27 +258,41 @@ def test_llm_door_refuses_a_second_call_in_flight(hosted):
     after it, the wake that would free it too, must be refused as CANNOT declares, never queued behind it."""
     client = hosted.client
     client.sleep(0)
-    threading.Thread(target=_complete_quietly, args=(client,), daemon=True).start()
-    deadline = time.monotonic() + thresholds.get("request_completion_s_max")
-    answer = _answer(client, "GET", "/is_sleeping")
-    while answer == (200, {"is_sleeping": True}) and time.monotonic() < deadline:  # until the completion holds it
-        time.sleep(POLL_S)
-        answer = _answer(client, "GET", "/is_sleeping")
+    ends: list = []
+    answer = _held_by_a_completion(client, ends)
     woke = _answer(client, "POST", "/wake_up", params={"tags": "scheduling"})
     expected = (door_host.NOT_IMPLEMENTED, str(door_host.Cannot(hosted.door, "concurrent_calls")))
     oracle.equal(
         "api.status",
         {"/is_sleeping": answer, "/wake_up": woke},
         {"/is_sleeping": expected, "/wake_up": expected},
-        "calls while a completion sent at level 0 holds the llm door",
+        f"calls while a completion sent at level 0 holds the llm door (the completions that ended: {ends})",
     )
 
 
-def _complete_quietly(client) -> None:
+def _held_by_a_completion(client, ends: list) -> tuple:
+    """The answer of /is_sleeping once a completion holds the door: the first probe that does not read
+    (200, asleep). A completion that lands while a probe is on the door's thread is itself refused and
+    ends at once; it is sent again until one holds, within request_completion_s_max."""
+    deadline = time.monotonic() + thresholds.get("request_completion_s_max")
+    answer = (200, {"is_sleeping": True})
+    while time.monotonic() < deadline:
+        sent = threading.Thread(target=_complete_quietly, args=(client, ends), daemon=True)
+        sent.start()
+        while sent.is_alive() and time.monotonic() < deadline:
+            answer = _answer(client, "GET", "/is_sleeping")
+            if answer != (200, {"is_sleeping": True}):
+                return answer
+            time.sleep(POLL_S)
+    return answer
+
+
+def _complete_quietly(client, ends: list) -> None:
+    """A completion whose end (refused, or ended by the door host's stop) goes to `ends`, for the message."""
     try:
-        client.complete(PROMPT, max_tokens=TOKENS)
-    except Exception:  # noqa: BLE001  the door host's stop ends it; the test reads the other calls
-        pass
+        ends.append(client.complete(PROMPT, max_tokens=TOKENS).finish_reasons)
+    except Exception as e:  # noqa: BLE001  read by the test's message only
+        ends.append(repr(e)[:200])
 
 
 def _answer(client, method: str, path: str, **kw) -> tuple:

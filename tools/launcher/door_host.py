@@ -9,8 +9,9 @@ by calling the door's own Python method (never vLLM's routers):
 
     python -m tools.launcher.door_host --door {llm,async_llm} <the vLLM server's flags: --model X --port N ...>
 
-An endpoint answers what the method returned, and a method that raised answers 500 with its message, so a
-defect of the in-process path shows through HTTP. What a door cannot do is listed once, in CANNOT, and
+An endpoint answers what the method returned, and a method that raised answers with its message and the
+status vLLM's server gives that exception (400 for a ValueError, else 500), so a defect of the in-process
+path shows through HTTP. What a door cannot do is listed once, in CANNOT, and
 answered 501 with the reason: never imitated. The engine comes from ENGINE_FACTORY (--engine_factory), so
 the engine tier can host its CPU engines; that module is imported before vLLM, since it may have to pin
 vLLM's platform first.
@@ -324,9 +325,9 @@ def build_app(door, args: argparse.Namespace):
     model_name = (args.served_model_name or [args.model])[0]
     details = args.enable_prompt_tokens_details
 
-    def error(status: int, e: BaseException) -> JSONResponse:
-        message = str(e) or repr(e)
-        return JSONResponse({"error": {"message": message, "type": type(e).__name__, "code": status}}, status)
+    def error(status: int, e: BaseException, kind: str = "") -> JSONResponse:
+        body = {"message": str(e) or repr(e), "type": kind or type(e).__name__, "param": None, "code": status}
+        return JSONResponse({"error": body}, status)
 
     @app.exception_handler(Cannot)
     async def cannot(request: Request, e: Cannot):
@@ -338,7 +339,10 @@ def build_app(door, args: argparse.Namespace):
 
     @app.exception_handler(Exception)
     async def raised(request: Request, e: Exception):
-        # What the door's method raised: vLLM's routers let it become a 500 with the message.
+        # What the door's method raised, with the status vLLM's server gives it: every supported release
+        # answers a ValueError 400 (its exception_handler), anything else 500.
+        if isinstance(e, ValueError):
+            return error(400, e, "BadRequestError")
         return error(500, e)
 
     @app.get("/health")
