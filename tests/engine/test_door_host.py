@@ -189,6 +189,20 @@ def test_door_reset_prefix_cache_empties_the_cache(hosted):
     oracle.equal("prefix_cache.hit_iff_cached", after.cached_tokens, 0, "prompt tokens found cached after the reset")
 
 
+def test_door_answers_what_its_method_raised(hosted):
+    """A worker method the fake lacks: the door's collective_rpc raises, and the host answers that, a 500 with
+    the door's message, on a live engine (/health 200)."""
+    client = hosted.client
+    missing = "sleepwake_no_such_method"
+    answer = _answer(client, "POST", "/collective_rpc", json={"method": missing})
+    oracle.equal(
+        "api.status",
+        (answer[0], missing in str(answer[1]), client.health_status()),
+        (500, True, 200),
+        f"collective_rpc({missing!r}): (status, the door's message in it, /health after); answer: {answer}",
+    )
+
+
 # What a test sends to need each declared capability: (method, path, request keywords).
 NEEDS = {
     "stream": ("POST", "/v1/completions", {"json": {"prompt": PROMPT, "max_tokens": TOKENS, "stream": True}}),
