@@ -124,33 +124,35 @@ def build_engine_core(model_dir: str) -> Built:
     return _attach(EngineCore(vllm_config(model_dir), UniProcExecutor, log_stats=False))
 
 
-def build_llm(model_dir: str):
+def build_llm(model_dir: str, log_stats: bool = False, worker_cls: str = WORKER_CLS):
     """vLLM's offline front door, `vllm.LLM`, as TRL's colocated trainers hold it: the engine core in
     this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM's InprocClient) around the fake worker. Real:
     LLM, LLMEngine, its output processor and InprocClient. Only the config is the engine tier's: the
-    CPU platform has no device type for EngineArgs to build one from. Returns (llm, Built of its core)."""
+    CPU platform has no device type for EngineArgs to build one from. log_stats: vLLM's stat loggers on
+    (the sleep gauge among them; LLM turns them off unless told). Returns (llm, Built of its core)."""
     from unittest import mock
 
     from vllm import LLM
     from vllm.engine.arg_utils import EngineArgs
 
-    config = vllm_config(model_dir)
+    config = vllm_config(model_dir, worker_cls)
     with (
         mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}),
         mock.patch.object(EngineArgs, "create_engine_config", lambda self, *args, **kwargs: config),
     ):
-        llm = LLM(model=model_dir, skip_tokenizer_init=True, worker_cls=WORKER_CLS)
+        llm = LLM(model=model_dir, skip_tokenizer_init=True, worker_cls=worker_cls, disable_log_stats=not log_stats)
     return llm, _attach(llm.llm_engine.engine_core.engine_core)
 
 
-async def build_async_llm(model_dir: str):
+async def build_async_llm(model_dir: str, log_stats: bool = False):
     """vLLM's `AsyncLLM` as NeMo-RL's and verl's rollout actors hold it: the real AsyncLLM, its
     AsyncMPClient, and an EngineCoreProc in a process of its own, forked (vLLM's default start method
     off Ray; the actors' Ray processes spawn it, which would re-import vLLM for seconds per test), its
     sockets and handshake unchanged, around the fake worker (fakes/child_worker.py: the test reaches it
     only by collective_rpc). Async because AsyncLLM binds its output handler and ZMQ sockets to the
     running loop: the loop that builds it is the one that must drive it. Only the config is the engine
-    tier's, as in build_llm. The caller shuts it down (AsyncLLM.shutdown ends the engine process)."""
+    tier's, as in build_llm. log_stats: vLLM's stat loggers on (the sleep gauge among them). The caller
+    shuts it down (AsyncLLM.shutdown ends the engine process)."""
     from unittest import mock
 
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -170,7 +172,7 @@ async def build_async_llm(model_dir: str):
         mock.patch.object(AsyncEngineArgs, "create_engine_config", lambda self, *args, **kwargs: config),
         mock.patch.object(EngineCoreProc, "__init__", init_and_hand_over),
     ):
-        engine_args = AsyncEngineArgs(model=model_dir, skip_tokenizer_init=True, disable_log_stats=True)
+        engine_args = AsyncEngineArgs(model=model_dir, skip_tokenizer_init=True, disable_log_stats=not log_stats)
         return AsyncLLM.from_engine_args(engine_args)
 
 
