@@ -30,7 +30,7 @@ POLL_S = 0.05
 
 @pytest.fixture(params=door_host.DOORS)
 def hosted(request, model_dir, tmp_path):
-    door = HostedDoor(request.param, model_dir, str(tmp_path / f"door_host_{request.param}.log"))
+    door = HostedDoor(request.param, model_dir, str(tmp_path / f"door_host_{request.param}"))
     try:
         yield door.start()
     finally:

@@ -23,6 +23,9 @@ MEMORY_PHASE_SCOPES = ("steps", "start")
 DEFAULT_MODEL_RUNFILE = "tools/checkpoints/synthetic_qwen3/config.json"
 WORKSPACE = "sleepwake"
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
+# http: vLLM's OpenAI server; llm / async_llm: vllm.LLM / AsyncLLM in DOOR_HOST_MODULE, behind the same API.
+FRONT_DOORS = ("http", "llm", "async_llm")
+DOOR_HOST_MODULE = "tools.launcher.door_host"
 # What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
 # engine core and its executor), then, in the engine core it forks, the scheduler, the worker, both model
 # runners (one zygote serves both), the model loader, Qwen3 and the FlashAttention backend. Imported by
@@ -148,6 +151,13 @@ class ServerConfig:
     )
     grace_s: float = _setting(10.0, "Seconds from SIGTERM to SIGKILL of the server's process tree.")
     port_retries: int = _setting(3, "Fresh ports tried after a bind conflict.")
+    front_door: str = _setting(
+        "http",
+        "The front door the server is driven through: http, vLLM's OpenAI server; llm or async_llm,"
+        " vllm.LLM or AsyncLLM held in-process by tools/launcher/door_host.py, which answers the same"
+        " HTTP API by calling the door's own methods (what a door cannot do answers 501).",
+        choices=FRONT_DOORS,
+    )
     start_mode: str = _setting(
         "auto",
         "auto: fork the server from a zygote that imported vLLM once per runner"
@@ -421,11 +431,12 @@ def is_loopback(host: str) -> bool:
 
 
 def build_command(config: ServerConfig, port, python: str = sys.executable) -> list[str]:
-    """The exact argv of the vLLM server."""
+    """The exact argv of the vLLM server (or of the door host serving its in-process front door)."""
+    entry = [VLLM_ENTRYPOINT] if config.front_door == "http" else [DOOR_HOST_MODULE, "--door", config.front_door]
     argv = [
         python,
         "-m",
-        VLLM_ENTRYPOINT,
+        *entry,
         "--model",
         resolve_model(config.model),
         "--host",

@@ -1,96 +1,68 @@
-"""HostedDoor: tools/launcher/door_host.py in a child process on the engine tier's engines, for a test to
-drive over HTTP with the GPU tier's SleepWakeClient.
+"""HostedDoor: tools/launcher/door_host.py on the engine tier's engines, started and stopped by the launcher
+as the GPU tier starts its servers (tools/launcher/server.py VllmServer with ServerConfig.front_door), for a
+test to drive over HTTP with the GPU tier's SleepWakeClient.
 
-The child builds its door through tests/engine/lib/door_engines.py (the fake worker, vLLM's real LLM or
-AsyncLLM) and serves on a loopback port; `start` returns once GET /health answers 200, or raises with the
-tail of the child's log. The child runs in a session of its own so that `stop` ends it and whatever it
-forked (AsyncLLM's engine process) even when it does not shut down cleanly.
+The door host builds its door through tests/engine/lib/door_engines.py (the fake worker, vLLM's real LLM or
+AsyncLLM), passed as the server flag --engine_factory; `start` returns once GET /health answers 200, or
+raises the launcher's error with the tail of the log. The launcher's supervisor tears down the door host
+and what it forked (AsyncLLM's engine process) at `stop`, as it does a vLLM server's tree.
 """
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 
 from tests.sleep_wake.lib import client as http_client
 from tests.sleep_wake.lib import thresholds
+from tools.launcher.config import ServerConfig
+from tools.launcher.nvml import FakeNvml
+from tools.launcher.server import VllmServer, log_tail
 
 FACTORY = "tests.engine.lib.door_engines:build"
 # Importing vLLM and building the engine in the child: seconds on an idle host, much longer on a loaded one.
 START_S = 300.0
-STOP_S = 30.0
-POLL_S = 0.1
-LOG_TAIL = 4000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+LOG_TAIL_LINES = 60
 
 
 class HostedDoor:
-    def __init__(self, door: str, model_dir: str, log_path: str) -> None:
+    def __init__(self, door: str, model_dir: str, log_dir: str) -> None:
         self.door = door
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.argv = [
-            sys.executable,
-            "-m",
-            "tools.launcher.door_host",
-            "--door",
-            door,
-            "--engine_factory",
-            FACTORY,
-            # The GPU cells' server flags that the door host reads itself, and a model on disk.
-            "--model",
-            model_dir,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--enable-sleep-mode",
-            "--enable-prompt-tokens-details",
-        ]
-        self.proc: subprocess.Popen | None = None
-        self.client = http_client.SleepWakeClient(self.url, timeout_s=thresholds.get("request_completion_s_max"))
+        self.config = ServerConfig(
+            model=model_dir,
+            front_door=door,
+            server_args=["--engine_factory", FACTORY],
+            # Plain: no zygote host serves a Bazel test's processes on the CPU tier (the launcher would say so).
+            start_mode="plain",
+            startup_timeout_s=START_S,
+            log_dir=log_dir,
+            cache_dir=os.path.join(log_dir, "cache"),
+        )
+        self.server: VllmServer | None = None
+        self.client: http_client.SleepWakeClient | None = None
+
+    @property
+    def url(self) -> str:
+        return self.server.url if self.server else ""
+
+    @property
+    def log_path(self) -> str:
+        return self.server.log_path if self.server else ""
 
     def start(self) -> "HostedDoor":
-        # The child imports this checkout's tools/ and tests/ (and a release's overlay) as this process does.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        deadline = time.monotonic() + START_S
-        while not self.client.health():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the {self.door} door host exited with {self.proc.returncode}: {self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the {self.door} door host did not answer /health within {START_S:g} s: {self.log_tail()}"
-                )
-            time.sleep(POLL_S)
+        # The door host imports this checkout's tools/ and tests/ (and a release's overlay) as this process does.
+        # The engine tier hides CUDA with an empty CUDA_VISIBLE_DEVICES, which the launcher reads as a GPU
+        # cell given no GPU; its fake NVML has one, and the factory pins vLLM's CPU platform before vLLM loads.
+        environ = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self.server = VllmServer(self.config, nvml=FakeNvml(), environ=environ)
+        self.server.start()
+        self.client = http_client.SleepWakeClient(self.url, timeout_s=thresholds.get("request_completion_s_max"))
         return self
 
     def log_tail(self) -> str:
-        with open(self.log_path, "rb") as f:
-            return f.read()[-LOG_TAIL:].decode(errors="replace")
+        return log_tail(self.log_path, LOG_TAIL_LINES) if self.log_path else ""
 
     def stop(self) -> None:
-        """SIGTERM (uvicorn's shutdown, then the door's), and SIGKILL to the child's session if it lingers."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(STOP_S)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the session this child leads: it and what it forked
-        except ProcessLookupError:
-            pass
-        self.proc.wait(STOP_S)
+        """The launcher's stop: SIGTERM to the door host (uvicorn's shutdown, then the door's), SIGKILL to
+        what is left of its tree after the grace."""
+        if self.server is not None:
+            self.server.stop()
