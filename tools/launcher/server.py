@@ -432,7 +432,6 @@ class VllmServer:
             "park_s": cfg.park_s,
             "memory_lock": gpu_lease.memory_lock_path(self.lease),
             "lease_timeout_s": cfg.lease_timeout_s,
-            "cover": self._cover_path,
             "meta": meta,
         }
         try:
@@ -462,10 +461,12 @@ class VllmServer:
         """What a stop or a park adds before the tree goes on: the CPU it served with, its bracketed calls,
         and for a server taken over, this process's share of its log beside this process's other logs."""
         self._count_bracketed_calls()
-        if self.borrowed is not None and self.config.log_dir:
-            share = os.path.join(self.config.log_dir, os.path.basename(self.log_path))
-            if os.path.abspath(share) == os.path.abspath(self.log_path):
-                return
+        share = os.path.join(self.config.log_dir or "", os.path.basename(self.log_path))
+        if (
+            self.borrowed is not None
+            and self.config.log_dir
+            and os.path.abspath(share) != os.path.abspath(self.log_path)
+        ):
             with contextlib.suppress(OSError), open(share, "w") as f:
                 f.write(
                     "# sleepwake launcher: this test process's share of %s, a server it took over; the"

@@ -164,9 +164,9 @@ def supervise(spec: dict, launch, test_gone_fd: int | None = None) -> int:
         killed = process_tree.terminate_tree(os.getpid(), grace, include_root=False, reap=reap)
     left = process_tree.survivors(killed)
     _say("tree of %d process(es) %s" % (len(killed), "gone" if not left else "NOT gone: %s" % sorted(left)))
-    if parked is not None and parked.get("cover"):
+    if parked is not None and parked["meta"].get("cover"):
         with contextlib.suppress(OSError):
-            os.unlink(parked["cover"])
+            os.unlink(parked["meta"]["cover"])
     _report({"reason": reasons[0], "rc": server.returncode, "killed": sorted(killed), "left": sorted(left)})
     return 0
 

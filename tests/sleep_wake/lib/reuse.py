@@ -174,8 +174,8 @@ def refusal(cell, server, client, fresh: Fresh, recorder=None) -> str | None:
     cached = client.complete(LONG, prompts.GOLDEN_MAX_TOKENS).cached_tokens
     if cached:
         return f"prefix cache not empty: {cached} cached tokens for a prompt no request sent since the reset"
-    # Token ids and logprobs: a server that left a class computing otherwise may keep its argmax (seen on
-    # the H200: a server lent on served checkpoint B's tokens with logprobs 0.88 nats off B's golden).
+    # Token ids and logprobs: a server that left a class computing otherwise may keep its argmax (one
+    # lent on the H200 did, docs/speed.md "Server reuse between cells").
     drift_max = thresholds.get("logprob_drift_max", cell.id)
     for prompt in prompts.PROMPTS:
         seen, golden = client.complete(prompt, prompts.GOLDEN_MAX_TOKENS, logprobs=1), fresh.golden[prompt]

@@ -190,3 +190,17 @@ def test_the_key_names_what_a_server_is_not_where_a_test_keeps_it(tmp_path):
     os.remove(tmp_path / "cell_b" / "runfiles" / "ckpt" / "config.json")
     os.symlink(other, tmp_path / "cell_b" / "runfiles" / "ckpt" / "config.json")
     assert _key_in(tmp_path, "cell_b") != a, "another checkpoint shared the key"
+
+
+def test_a_taker_logging_where_the_giver_did_still_counts_its_serving(tmp_path, environ, pid_file):
+    # Its share of the log would be the log itself, so none is written; the CPU it served with still counts.
+    parked = _park_in_another_process(tmp_path, environ, pid_file, {})
+    server = _server(tmp_path, environ, pid_file)  # the same log dir as the giver's
+    server.start()
+    try:
+        assert server.borrowed == {} and os.path.dirname(server.log_path) == server.config.log_dir
+    finally:
+        server.stop()
+    assert server.timings.cpu_by_thread, "the stop of a taken-over server counted no CPU"
+    assert "this test process's share" not in open(server.log_path).read()
+    assert _gone(parked["pids"] + [parked["supervisor"]]) == []
