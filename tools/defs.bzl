@@ -7,7 +7,7 @@ what is generated.
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
 load("//tools:goldens.bzl", "CHECKPOINTS", "golden_label")
-load("//tools:matrix.bzl", "EXECUTION_MODES", "GOLDEN_CLASSES", "RUNNERS")
+load("//tools:matrix.bzl", "DOOR_CELLS", "DOOR_EXCLUDED", "EXECUTION_MODES", "FRONT_DOORS", "GOLDEN_CLASSES", "RUNNERS")
 
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
@@ -96,9 +96,10 @@ FAKE_GOLDEN_CHECKPOINTS = {"a": (_SMALL_MODEL, _SMALL_MODEL_CONFIG), "b": (_SMAL
 GPU_IDENTITY = _GPU_IDENTITY
 FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
 
-def gpu_cell_env(runner, mode):
+def gpu_cell_env(runner, mode, door = "http"):
     """The environment that configures a GPU cell (ServerConfig.from_env, read once by tests/sleep_wake/lib/cells.py)."""
     return {
+        "SLEEPWAKE_FRONT_DOOR": door,
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,
         "SLEEPWAKE_MODEL": "$(rootpath %s)" % _MODEL_CONFIG,
@@ -131,18 +132,20 @@ def cell_goldens(classes, runner, mode, fake_cell = None):
             data.append(label)
     return env, data
 
-def fake_cell_env(runner, mode, vllm_version = None):
+def fake_cell_env(runner, mode, vllm_version = None, door = "http"):
     """A cell's environment with the fake server (fake_server.py) in place of vLLM's.
 
     Args:
       runner: the cell's model runner.
       mode: the cell's execution mode.
       vllm_version: the release whose response shapes the fake serves; None for its default.
+      door: the front door the fake stands for (http, or the door host of an in-process door).
 
     Returns:
       The test's env dict.
     """
     env = {
+        "SLEEPWAKE_FRONT_DOOR": door,
         "SLEEPWAKE_RUNNER": runner,
         "SLEEPWAKE_EXECUTION_MODE": mode,
         "SLEEPWAKE_MODEL": "$(rootpath %s)" % _SMALL_MODEL_CONFIG,
@@ -163,9 +166,26 @@ def _runner_modes(runners, modes):
             fail("unknown execution mode %s; known: %s" % (mode, EXECUTION_MODES))
     return [(runner, mode) for runner in runners for mode in modes]
 
-def cell_name(test_class, runner, mode):
-    """The one naming pattern of matrix cells: <class>_<runner>_<mode>, e.g. scheduler_gate_mrv1_eager."""
-    return "%s_%s_%s" % (test_class, runner, mode)
+def cell_name(test_class, runner, mode, door = "http"):
+    """The one naming pattern of matrix cells: <class>_<runner>_<mode> through HTTP, e.g. scheduler_gate_mrv1_eager,
+    and <class>_<door>_<runner>_<mode> through an in-process door, e.g. scheduler_gate_async_llm_mrv2_graph."""
+    if door == "http":
+        return "%s_%s_%s" % (test_class, runner, mode)
+    return "%s_%s_%s_%s" % (test_class, door, runner, mode)
+
+def _door_cells(classes, runners, modes):
+    """(class, door, runner, mode) of every cell: each class on every runner x mode through HTTP, and each
+    in-process door's classes (those DOOR_EXCLUDED does not exclude) on its DOOR_CELLS."""
+    out = [(c, "http", r, m) for c in classes for r, m in _runner_modes(runners, modes)]
+    for door in FRONT_DOORS[1:]:
+        for c in classes:
+            if c in DOOR_EXCLUDED[door]:
+                continue
+            for cell in DOOR_CELLS[door]:
+                runner, mode = cell.split("_", 1)
+                if runner in runners and mode in modes:
+                    out.append((c, door, runner, mode))
+    return out
 
 def sleep_wake_matrix(
         name,
@@ -175,7 +195,8 @@ def sleep_wake_matrix(
         modes = EXECUTION_MODES,
         timeout = "long",
         shard_counts = {}):
-    """One GPU py_test per test class x runner x execution mode, plus test_suites to pick slices.
+    """One GPU py_test per test class x runner x execution mode through HTTP, and per class x cell of each
+    in-process door (tools/matrix.bzl DOOR_CELLS), plus test_suites to pick slices.
 
     Args:
       name: the test_suite holding every cell.
@@ -191,27 +212,28 @@ def sleep_wake_matrix(
     by_runner = {r: [] for r in runners}
     by_mode = {m: [] for m in modes}
     by_class = {c: [] for c in classes}
-    for test_class, src in classes.items():
-        for runner, mode in _runner_modes(runners, modes):
-            cell = cell_name(test_class, runner, mode)
-            golden_env, golden_data = cell_goldens([test_class], runner, mode)
-            sleepwake_py_test(
-                name = cell,
-                srcs = [src],
-                deps = deps,
-                data = GPU_CELL_DATA + golden_data,
-                env = dict(gpu_cell_env(runner, mode), **golden_env),
-                tags = GPU_TAGS + [runner, mode, test_class],
-                size = "large",
-                timeout = timeout,
-                shard_count = shard_counts.get(test_class),
-            )
-            by_runner[runner].append(cell)
-            by_mode[mode].append(cell)
-            by_class[test_class].append(cell)
+    by_door = {d: [] for d in FRONT_DOORS}
+    for test_class, door, runner, mode in _door_cells(classes, runners, modes):
+        cell = cell_name(test_class, runner, mode, door)
+        golden_env, golden_data = cell_goldens([test_class], runner, mode)
+        sleepwake_py_test(
+            name = cell,
+            srcs = [classes[test_class]],
+            deps = deps,
+            data = GPU_CELL_DATA + golden_data,
+            env = dict(gpu_cell_env(runner, mode, door), **golden_env),
+            tags = GPU_TAGS + [runner, mode, test_class, door],
+            size = "large",
+            timeout = timeout,
+            shard_count = shard_counts.get(test_class),
+        )
+        by_runner[runner].append(cell)
+        by_mode[mode].append(cell)
+        by_class[test_class].append(cell)
+        by_door[door].append(cell)
 
     # test_suite's tag filtering would drop `manual` cells; the lists are explicit instead.
-    for group in [by_runner, by_mode, by_class]:
+    for group in [by_runner, by_mode, by_class, by_door]:
         for suite, cells in group.items():
             native.test_suite(name = suite, tests = [":" + c for c in cells])
     native.test_suite(name = name, tests = [":" + m for m in modes])
@@ -234,7 +256,15 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
     for test_class, class_cells in cells.items():
         if test_class not in classes:
             fail("fake tier: %s is not a class of the suite (%s)" % (test_class, classes.keys()))
-        for cell in class_cells:
+
+        # Each in-process door's cells too, for the classes that door runs: the fake answers what the door
+        # cannot do as the door host does (tests/sleep_wake/fakes/fake_vllm.py), so an exclusion missing
+        # from DOOR_EXCLUDED fails here, on a CPU.
+        door_cells = [(c, "http") for c in class_cells]
+        for door in FRONT_DOORS[1:]:
+            if test_class not in DOOR_EXCLUDED[door]:
+                door_cells.append((DOOR_CELLS[door][0], door))
+        for cell, door in door_cells:
             parts = cell.split("_", 2)
             if len(parts) < 2 or parts[0] not in RUNNERS or parts[1] not in EXECUTION_MODES:
                 fail("fake cell %s of %s: expected <runner>_<mode>[_vllm<version>]" % (cell, test_class))
@@ -243,15 +273,15 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
                 if not parts[2].startswith("vllm"):
                     fail("fake cell %s of %s: the suffix must be vllm<version>" % (cell, test_class))
                 version = parts[2][len("vllm"):]
-            target = "%s_fake_%s" % (test_class, cell)
+            target = "%s_fake_%s" % (test_class, cell) + ("" if door == "http" else "_" + door)
             golden_env, golden_data = cell_goldens([test_class], parts[0], parts[1], cell)
             sleepwake_py_test(
                 name = target,
                 srcs = [classes[test_class]],
                 deps = deps + FAKE_CELL_DEPS,
                 data = FAKE_CELL_DATA + golden_data,
-                env = dict(fake_cell_env(parts[0], parts[1], version), **golden_env),
-                tags = ["fake", test_class],
+                env = dict(fake_cell_env(parts[0], parts[1], version, door), **golden_env),
+                tags = ["fake", test_class, door],
                 size = "medium",
             )
             tests.append(":" + target)

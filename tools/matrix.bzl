@@ -21,6 +21,31 @@ EXECUTION_MODES = {
     "graph": ["--max-cudagraph-capture-size", "32"],
 }
 
+# Front doors: how a cell drives vLLM. "http" is vLLM's OpenAI server, on every class x runner x mode;
+# an in-process door (vllm.LLM, AsyncLLM, the objects TRL, NeMo-RL and verl hold) runs in the door host
+# (tools/launcher/door_host.py), which answers the same HTTP API by calling the door's own methods, so the
+# classes drive it unchanged. Door cells: <class>_<door>_<runner>_<mode>, tagged with the door.
+FRONT_DOORS = [
+    "http",
+    "async_llm",
+    "llm",
+]
+
+# In-process door -> the runner x mode cells it runs on. One cell each: the configuration vLLM 0.26.0 picks
+# for a dense model when an RL framework builds the engine with its defaults (model runner V2, CUDA graphs);
+# the runner and mode axes are the HTTP cells' to cover.
+DOOR_CELLS = {
+    "async_llm": ["mrv2_graph"],
+    "llm": ["mrv2_graph"],
+}
+
+# In-process door -> {class: why the class cannot run through it}. Every other class runs on the door's
+# cells. A reason names what the class needs that the door lacks (tools/launcher/door_host.py CANNOT).
+DOOR_EXCLUDED = {
+    "async_llm": {},
+    "llm": {},
+}
+
 # The suite's test classes: short name (used in cell names and tags) -> the file holding the class, in
 # //tests/sleep_wake.
 SLEEP_WAKE_CLASSES = {

@@ -30,6 +30,10 @@ RELEASES: tuple = tuple(_SPEC["RELEASES"])
 SUITE_RELEASE: str = _SPEC["SUITE_RELEASE"]
 FAKE_TIER_CELLS: dict = _SPEC["FAKE_TIER_CELLS"]
 FAKE_TIER_EXCLUDED: dict = _SPEC["FAKE_TIER_EXCLUDED"]
+FRONT_DOORS: tuple = tuple(_SPEC["FRONT_DOORS"])
+HTTP = FRONT_DOORS[0]  # vLLM's OpenAI server: the door of every cell whose name names none
+DOOR_CELLS: dict = _SPEC["DOOR_CELLS"]  # in-process door -> its "<runner>_<mode>" cells
+DOOR_EXCLUDED: dict = _SPEC["DOOR_EXCLUDED"]  # in-process door -> {class: why it cannot run there}
 
 
 def cell_id(runner: str, mode: str) -> str:
@@ -40,13 +44,34 @@ def cell_id(runner: str, mode: str) -> str:
 FAKE_INFIX = "_fake_"  # <class>_fake_<runner>_<mode>[_vllm<release>]: the fake tier (tools/defs.bzl)
 
 
-def split_name(name: str) -> tuple[str, str, str] | None:
-    """(class, runner, mode) of a GPU cell target name, or None for any other target."""
+def door_classes(door: str) -> list[str]:
+    """The classes whose cells run through `door`: all of them over HTTP, else those not excluded."""
+    return [c for c in SLEEP_WAKE_CLASSES if door == HTTP or c not in DOOR_EXCLUDED[door]]
+
+
+def split_cell(name: str) -> tuple[str, str, str, str] | None:
+    """(class, door, runner, mode) of a GPU cell target name (<class>[_<door>]_<runner>_<mode>, tools/defs.bzl
+    cell_name), or None for any other target."""
     if FAKE_INFIX in name:
         return None
     for runner in RUNNERS:
         for mode in EXECUTION_MODES:
             suffix = f"_{runner}_{mode}"
-            if name.endswith(suffix) and len(name) > len(suffix):
-                return name[: -len(suffix)], runner, mode
+            if not name.endswith(suffix) or len(name) <= len(suffix):
+                continue
+            head = name[: -len(suffix)]
+            # Longest first: "async_llm" ends with "llm".
+            for door in sorted(FRONT_DOORS[1:], key=len, reverse=True):
+                if head.endswith("_" + door) and len(head) > len(door) + 1:
+                    return head[: -len(door) - 1], door, runner, mode
+            return head, HTTP, runner, mode
     return None
+
+
+def split_name(name: str) -> tuple[str, str, str] | None:
+    """(class, runner, mode) of an HTTP GPU cell target name, or None for any other target (a door cell's
+    name too: split_cell reads those)."""
+    parts = split_cell(name)
+    if parts is None or parts[1] != HTTP:
+        return None
+    return parts[0], parts[2], parts[3]

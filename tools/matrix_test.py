@@ -33,9 +33,32 @@ def test_the_readmes_counts_and_releases_are_the_specs():
     assert size, "README: the opening's '× N test classes: M Bazel cells' is gone (update this test with it)"
     classes, cells = int(size.group(1)), int(size.group(2))
     assert classes == len(matrix.SLEEP_WAKE_CLASSES), f"README says {classes} test classes"
-    assert cells == classes * len(matrix.RUNNERS) * len(matrix.EXECUTION_MODES), f"README says {cells} cells"
+    http = classes * len(matrix.RUNNERS) * len(matrix.EXECUTION_MODES)
+    doors = sum(len(matrix.door_classes(d)) * len(matrix.DOOR_CELLS[d]) for d in matrix.FRONT_DOORS[1:])
+    assert cells == http + doors, f"README says {cells} cells, the spec makes {http} HTTP and {doors} door cells"
     releases = re.search(r"supported: \*\*([^*]+)\*\*", readme)
     assert releases and releases.group(1).split(", ") == list(matrix.RELEASES), "README's supported releases"
+
+
+def test_every_in_process_door_has_its_cells_and_reasons():
+    assert matrix.HTTP == "http" and set(matrix.DOOR_CELLS) == set(matrix.DOOR_EXCLUDED) == set(matrix.FRONT_DOORS[1:])
+    for door, cells in matrix.DOOR_CELLS.items():
+        assert cells, f"door {door}: no cell (drop it from FRONT_DOORS instead)"
+        for cell in cells:
+            runner, _, mode = cell.partition("_")
+            assert runner in matrix.RUNNERS and mode in matrix.EXECUTION_MODES, f"door {door}: cell {cell}"
+        for test_class, reason in matrix.DOOR_EXCLUDED[door].items():
+            assert test_class in matrix.SLEEP_WAKE_CLASSES and reason.strip(), (door, test_class)
+        assert matrix.door_classes(door), f"door {door}: every class excluded"
+
+
+def test_a_cell_name_splits_into_class_door_runner_and_mode():
+    assert matrix.split_cell("flags_mrv1_eager") == ("flags", "http", "mrv1", "eager")
+    assert matrix.split_cell("flags_async_llm_mrv2_graph") == ("flags", "async_llm", "mrv2", "graph")
+    assert matrix.split_cell("weight_sync_llm_mrv2_graph") == ("weight_sync", "llm", "mrv2", "graph")
+    assert matrix.split_cell("flags_fake_mrv1_eager") is None and matrix.split_cell("unit_test") is None
+    assert matrix.split_name("flags_mrv1_eager") == ("flags", "mrv1", "eager")
+    assert matrix.split_name("flags_llm_mrv2_graph") is None
 
 
 def test_every_runner_and_mode_says_what_selects_it():

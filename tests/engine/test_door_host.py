@@ -153,6 +153,7 @@ def test_door_level0_pauses_scheduling_until_the_scheduling_wake(hosted):
             (False, ["length"], None),
             "the completion held at level 0, after the scheduling wake: (still open, finish reasons, error)",
         )
+        oracle.equal("requests.load_drains", client.load(), 0, "/load once the held completion ended")
     _complete(client, "a completion after the level-0 wake")
 
 
@@ -176,6 +177,8 @@ def _held_completion(client):
         (True, {}),
         f"a completion sent at level 0, over {window} s: (still open, what it got)",
     )
+    # As vLLM's server counts it: the front has taken the request and not answered it.
+    oracle.equal("requests.accepted", client.load(), 1, "/load while the completion is held at level 0")
     return thread, got
 
 
@@ -207,7 +210,6 @@ def test_door_answers_what_its_method_raised(hosted):
 NEEDS = {
     "stream": ("POST", "/v1/completions", {"json": {"prompt": PROMPT, "max_tokens": TOKENS, "stream": True}}),
     "pause": ("POST", "/pause", {}),
-    "server_load": ("GET", "/load", {}),
 }
 # Declared capabilities that one request alone cannot need: test_llm_door_refuses_a_second_call_in_flight.
 UNREACHED = {"concurrent_calls"}

@@ -160,8 +160,8 @@ def gpu_timings(units: list[dict]) -> list[dict]:
 
 
 def class_of(cell: str) -> str:
-    """The class short name of a GPU cell name <class>_<runner>_<mode> (the name itself otherwise)."""
-    return (matrix.split_name(cell) or (cell,))[0]
+    """The class short name of a GPU cell name <class>[_<door>]_<runner>_<mode> (the name itself otherwise)."""
+    return (matrix.split_cell(cell) or (cell,))[0]
 
 
 def _phase_sums(units: list[dict]) -> dict:

@@ -50,6 +50,15 @@ VLLM_PRELOAD = (
     # reads files only: no CUDA, no variable.
     "triton.runtime.cache:triton_key",
 )
+# What the door host imports after VLLM_PRELOAD: the server's flag parser (it parses the same flags), the
+# offline door's module and its HTTP stack. The API server's own import takes all of them but vllm.entrypoints.llm.
+DOOR_PRELOAD = (
+    "vllm.entrypoints.openai.cli_args",
+    "vllm.entrypoints.llm",
+    "fastapi",
+    "uvicorn",
+    "prometheus_client",
+)
 
 
 ENV_PREFIX = "SLEEPWAKE_"  # every setting is also SLEEPWAKE_<NAME>: the matrix macro sets the cell's
@@ -210,7 +219,8 @@ class ServerConfig:
         " worker and model only after the fork); MODULE:FUNCTION also calls a"
         " cached function every server would compute. One missing from the"
         " installed vLLM is logged and skipped. auto: config.VLLM_PRELOAD for"
-        " vLLM's API server, none for another module; none: no preload.",
+        " vLLM's API server, it and config.DOOR_PRELOAD for the door host, none for"
+        " another module; none: no preload.",
     )
     # Both through the plugin phase_plugin/sleepwake_cpu_use.py: the servers' CPU work is the matrix's
     # floor on one H200, and these cut it (docs/measured-settings.md). A GPU server's torch does no CPU
@@ -253,7 +263,10 @@ class ServerConfig:
 def preload_modules(config: ServerConfig, argv) -> list[str]:
     """The modules the zygote for the server command argv (`python -m module ...`) imports after it."""
     if config.zygote_preload == "auto":
-        return list(VLLM_PRELOAD) if list(argv[1:3]) == ["-m", VLLM_ENTRYPOINT] else []
+        module = list(argv[1:3])
+        if module == ["-m", VLLM_ENTRYPOINT]:
+            return list(VLLM_PRELOAD)
+        return list(VLLM_PRELOAD + DOOR_PRELOAD) if module == ["-m", DOOR_HOST_MODULE] else []
     if config.zygote_preload == "none":
         return []
     return [name.strip() for name in config.zygote_preload.split(",") if name.strip()]

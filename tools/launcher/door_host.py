@@ -45,11 +45,8 @@ CANNOT: dict[str, dict[str, str]] = {
             "while one is in flight, such as a /sleep racing a completion, cannot be made through it"
         ),
         "pause": "vllm.LLM has no pause_generation / resume_generation / is_paused; LLM.sleep(level=0) is its pause",
-        "server_load": "vLLM's API server counts /load in its own middleware; no method of vllm.LLM reports it",
     },
-    "async_llm": {
-        "server_load": "vLLM's API server counts /load in its own middleware; no method of AsyncLLM reports it",
-    },
+    "async_llm": {},
 }
 
 # The /v1/completions fields the host maps onto SamplingParams; any other field is refused (400), since
@@ -362,9 +359,14 @@ def build_app(door, args: argparse.Namespace):
         # What vLLM's stat loggers recorded in this process (the gauge exists only with stats logging on).
         return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
+    # /load as vLLM's server counts it (its load_aware_call decorator, --enable-server-load-tracking): the
+    # completion requests this HTTP front has taken and not yet answered to the end, streams included. The
+    # count belongs to the front, not to the door, so the host keeps it as vLLM's server does.
+    in_flight = [0]
+
     @app.get("/load")
     async def load():
-        raise Cannot(door.name, "server_load")
+        return JSONResponse({"server_load": in_flight[0]})
 
     @app.post("/sleep")
     async def sleep(request: Request):
@@ -428,27 +430,47 @@ def build_app(door, args: argparse.Namespace):
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise BadRequest(f"the body must be a JSON object, got {body!r}")
-        prompt, params = prompt_of(body), sampling_params_of(body)
-        request_id = f"cmpl-{uuid.uuid4().hex}"
-        head = {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": model_name}
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            # Raises Cannot before the 200 starts where the door has no stream.
-            outputs = door.stream(prompt, params, request_id)
-            return StreamingResponse(_sse(outputs, head, include_usage, details), media_type="text/event-stream")
-        output = await door.generate(prompt, params, request_id)
-        choices = [choice_of(c, body.get("logprobs") is not None) for c in output.outputs]
-        return JSONResponse({**head, "choices": choices, "usage": usage_of(output, details)})
+        in_flight[0] += 1
+        streaming = False
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise BadRequest(f"the body must be a JSON object, got {body!r}")
+            prompt, params = prompt_of(body), sampling_params_of(body)
+            request_id = f"cmpl-{uuid.uuid4().hex}"
+            head = {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": model_name}
+            if body.get("stream"):
+                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                # Raises Cannot before the 200 starts where the door has no stream.
+                outputs = door.stream(prompt, params, request_id)
+                events = _sse(outputs, head, include_usage, details, on_end=_ended)
+                streaming = True
+                return StreamingResponse(events, media_type="text/event-stream")
+            output = await door.generate(prompt, params, request_id)
+            choices = [choice_of(c, body.get("logprobs") is not None) for c in output.outputs]
+            return JSONResponse({**head, "choices": choices, "usage": usage_of(output, details)})
+        finally:
+            if not streaming:  # a stream ends in _sse
+                _ended()
+
+    def _ended() -> None:
+        in_flight[0] -= 1
 
     return app
 
 
-async def _sse(outputs: AsyncIterator, head: dict, include_usage: bool, details: bool):
+async def _sse(outputs: AsyncIterator, head: dict, include_usage: bool, details: bool, on_end: Callable[[], None]):
     """The door's delta outputs as the server's SSE events, the usage of the whole stream last when asked; an
-    exception mid-stream is an error event, as vLLM's server sends one, then [DONE]."""
+    exception mid-stream is an error event, as vLLM's server sends one, then [DONE]. on_end runs once the
+    stream is over, sent to the end or dropped by its client."""
+    try:
+        async for event in _events(outputs, head, include_usage, details):
+            yield event
+    finally:
+        on_end()
+
+
+async def _events(outputs: AsyncIterator, head: dict, include_usage: bool, details: bool):
     first, completion_tokens = None, 0
     try:
         async for out in outputs:

@@ -60,7 +60,7 @@ from tools.launcher import process_tree, supervisor, unix_socket, zygote_env
 
 REQUEST_TIMEOUT_S = 10.0  # a launcher sends its request right after connecting
 ORPHAN_CHECK_S = 2.0  # how often an idle zygote looks for orphans of a dead supervisor
-_OWN_PACKAGE = __spec__.name.split(".")[0] if __spec__ else "tools"  # dropped from a server's modules
+_OWN_PACKAGE = zygote_env.OWN_PACKAGE  # dropped from a server's modules
 
 
 def _say(message) -> None:

@@ -13,8 +13,9 @@ A server's environment splits in two (split_env):
 
 PYTHONPATH splits the same way (split_pythonpath): entries inside a per-test directory (a test's
 runfiles, its TEST_TMPDIR, where a mutant target builds its plugin site) are the server's own, put on
-sys.path in the fork; the rest is the key's. The entry that provides the module itself always stays in
-the key: the zygote imports the module from it.
+sys.path in the fork; the rest is the key's. The entry that provides the module itself stays in the
+key, since the zygote imports the module from it; unless the module is of the zygote's own package
+(OWN_PACKAGE: the door host), which every fork drops and imports again from its own sys.path.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ PER_SERVER_NAMES = frozenset(
     }
 )
 PER_SERVER_PREFIXES = ("SLEEPWAKE_", "TEST_", "RUNFILES_", "PYTEST_", "GTEST_", "BUILD_")
+# The package the zygote's own code is in: a fork drops its modules (zygote.py), so a server of one of them
+# runs the test's copy, and the zygote's code digest keys what the zygote itself imported.
+OWN_PACKAGE = __spec__.name.split(".")[0] if __spec__ else "tools"
 # Directories private to one test: PYTHONPATH entries inside them are per-server additions.
 PER_TEST_DIR_VARS = ("TEST_SRCDIR", "RUNFILES_DIR", "PYTHON_RUNFILES", "JAVA_RUNFILES", "TEST_TMPDIR")
 
@@ -110,7 +114,7 @@ def split_pythonpath(env, module: str) -> tuple[list[str], list[str]]:
     top_level = module.split(".")[0]
     key, own = [], []
     for entry in entries:
-        if any(_inside(entry, d) for d in private) and not provides(entry, top_level):
+        if any(_inside(entry, d) for d in private) and (top_level == OWN_PACKAGE or not provides(entry, top_level)):
             own.append(entry)
         else:
             key.append(entry)

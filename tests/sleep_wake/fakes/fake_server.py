@@ -167,6 +167,7 @@ class VllmServer:
                 checkpoint,
                 fake_host_memory.PinnedHostMemory(self._host),
                 self._log,
+                cfg.front_door,
             )
             self._fake = fake.start()
             self.start_mode = "fake"

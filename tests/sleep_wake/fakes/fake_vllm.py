@@ -9,6 +9,10 @@ named by `version` (0.24.0, 0.25.0 or 0.26.0). Where the releases differ in shap
     usage.prompt_tokens_details.created_cache_tokens: null from 0.26.0 on.
 tests/sleep_wake/unit/release_responses.py holds the same shapes as literals, with the source lines.
 Prompts are tokenized as whitespace-separated words.
+
+With `door` other than http, the fake stands for the door host (tools/launcher/door_host.py) serving an
+in-process door: what that door cannot do (door_host.CANNOT) answers 501 with the host's reason, so the fake
+tier finds the classes a door cannot run before a GPU does; the rest is served as over HTTP.
 """
 
 import json
@@ -20,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from tests.sleep_wake.fakes import fake_checkpoint
 from tests.sleep_wake.fakes.fake_engine import MAX_HOLD_S, EngineDeadError, FakeEngine, GpuMemory
 from tests.sleep_wake.lib import metrics, releases
+from tools.launcher import door_host
 
 GiB = 1 << 30
 MODEL = "fake"
@@ -45,12 +50,18 @@ class FakeVllm:
         checkpoint=fake_checkpoint.NONE,
         host=None,
         log=None,
+        door: str = "http",
     ):
+        if door != "http" and door not in door_host.CANNOT:
+            raise ValueError(f"the fake serves http or a door of {sorted(door_host.CANNOT)}, not {door!r}")
         if version not in releases.SUPPORTED:
             raise ValueError(f"the fake serves the shapes of vLLM {', '.join(releases.SUPPORTED)}, not {version!r}")
         memory = memory or GpuMemory(weights=checkpoint.total_bytes, kv_cache=2 * GiB)
         self.engine = FakeEngine(memory, token_delay_s, defects, checkpoint, host, log)
         self.version = version
+        self.door = door
+        self._door_busy = False  # a door call in flight (the llm door makes one at a time)
+        self._door_lock = threading.Lock()
         self.port = port
         self.requests: list[dict] = []
         self.hang_paths: set[str] = set()
@@ -169,6 +180,24 @@ class _Handler(BaseHTTPRequestHandler):
         handler = ROUTES.get((method, parsed.path))
         if handler is None:
             return self._send(404, {"detail": "Not Found"})
+        cannot = door_host.CANNOT.get(fake.door, {})
+        capability = _door_needs(method, parsed.path, body)
+        if capability in cannot:
+            return self._send(501, _error(501, str(door_host.Cannot(fake.door, capability)), "Cannot"))
+        one_at_a_time = "concurrent_calls" in cannot and (method, parsed.path) in DOOR_CALLS
+        if one_at_a_time:
+            with fake._door_lock:
+                busy, fake._door_busy = fake._door_busy, True
+            if busy:
+                message = str(door_host.Cannot(fake.door, "concurrent_calls"))
+                return self._send(501, _error(501, message, "Cannot"))
+        try:
+            self._dispatch(handler, fake, query, body)
+        finally:
+            if one_at_a_time:
+                fake._door_busy = False
+
+    def _dispatch(self, handler, fake, query, body):
         try:
             handler(self, fake, query, body)
         except EngineDeadError as e:  # serve/utils engine_error_handler
@@ -353,6 +382,25 @@ class _Stream:
         self._write(_error(500, message, "InternalServerError"))
         self._write("[DONE]")
 
+
+def _door_needs(method: str, path: str, body) -> str | None:
+    """The door_host.CANNOT capability a request needs beyond the door's calls, or None."""
+    if path == "/v1/completions" and isinstance(body, dict) and body.get("stream"):
+        return "stream"
+    if path in ("/pause", "/resume", "/is_paused"):
+        return "pause"
+    return None
+
+
+# The routes that call the door's engine object (door_host.py: /health, /metrics, /version and /load do not).
+DOOR_CALLS = {
+    ("POST", "/sleep"),
+    ("POST", "/wake_up"),
+    ("GET", "/is_sleeping"),
+    ("POST", "/collective_rpc"),
+    ("POST", "/reset_prefix_cache"),
+    ("POST", "/v1/completions"),
+}
 
 ROUTES = {
     ("POST", "/sleep"): _sleep,

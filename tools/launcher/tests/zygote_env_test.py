@@ -53,6 +53,20 @@ def test_pythonpath_entries_in_a_tests_own_dirs_are_the_servers(tmp_path):
     assert own == [plugin_site, runfiles]
 
 
+def test_the_door_hosts_cells_share_a_zygote_though_each_runfiles_provides_it(tmp_path):
+    # The door host is a module of the zygote's own package, which every fork imports again from its own
+    # sys.path: keying on the runfiles that provide it would give every cell a zygote of its own.
+    vllm_site = _site(tmp_path, "vllm-site", "vllm")
+    keys = []
+    for cell in ("a", "b"):
+        runfiles = _site(tmp_path, f"{cell}.runfiles", zygote_env.OWN_PACKAGE)
+        env = {"PYTHONPATH": os.pathsep.join([runfiles, vllm_site]), "RUNFILES_DIR": runfiles}
+        key, own = zygote_env.split_pythonpath(env, "tools.launcher.door_host")
+        assert (key, own) == ([vllm_site], [runfiles])
+        keys.append(zygote_env.zygote_key("/usr/bin/python3", "tools.launcher.door_host", env, "code")[0])
+    assert keys[0] == keys[1]
+
+
 def test_servers_differing_only_in_their_own_variables_share_a_key(tmp_path):
     vllm_site = _site(tmp_path, "vllm-site", "vllm")
     base = {"PYTHONPATH": vllm_site, "VLLM_LOGGING_LEVEL": "INFO", "TEST_TMPDIR": str(tmp_path / "a")}
