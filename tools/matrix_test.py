@@ -29,9 +29,12 @@ def test_every_class_has_its_file_a_fake_tier_entry_and_valid_shards():
 def test_the_readmes_counts_and_releases_are_the_specs():
     """The README's opening gives the matrix's size and the supported releases: checked here, not kept by hand."""
     readme = _read("README.md")
-    size = re.search(r"×\s+(\d+)\s+test\s+classes:\s+(\d+)\s+Bazel\s+cells", readme)
-    assert size, "README: the opening's '× N test classes: M Bazel cells' is gone (update this test with it)"
+    size = re.search(r"×\s+(\d+)\s+test\s+classes\b.*?:\s+(\d+)\s+Bazel\s+cells", readme, re.DOTALL)
+    assert size, "README: the opening's '× N test classes ...: M Bazel cells' is gone (update this test with it)"
     classes, cells = int(size.group(1)), int(size.group(2))
+    for door, label in (("async_llm", "`AsyncLLM`"), ("llm", "`vllm.LLM`")):
+        said = re.search(re.escape(label) + r":\s+(\d+)", readme)
+        assert said and int(said.group(1)) == len(matrix.door_classes(door)), f"README: {label}'s class count"
     assert classes == len(matrix.SLEEP_WAKE_CLASSES), f"README says {classes} test classes"
     http = classes * len(matrix.RUNNERS) * len(matrix.EXECUTION_MODES)
     doors = sum(len(matrix.door_classes(d)) * len(matrix.DOOR_CELLS[d]) for d in matrix.FRONT_DOORS[1:])

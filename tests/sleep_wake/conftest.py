@@ -55,6 +55,27 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("cell", [cell], ids=[ident], indirect=True, scope="session")
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "door_needs(capability): the test needs what an in-process door may lack (tools/launcher/door_host.py"
+        " CANNOT); on a door that declares it cannot, the test is skipped with the door's reason",
+    )
+
+
+def pytest_collection_modifyitems(items):
+    """A test that needs what the cell's front door declares it cannot do is skipped, and says why: the
+    report shows it per door, and the door's other tests still run."""
+    cell = _cell()
+    if isinstance(cell, str):
+        return
+    for item in items:
+        for mark in item.iter_markers("door_needs"):
+            why = cells.door_cannot(cell, *mark.args)
+            if why:
+                item.add_marker(pytest.mark.skip(reason=why))
+
+
 @pytest.fixture(scope="session")
 def cell(request) -> cells.CellSpec:
     if isinstance(request.param, str):

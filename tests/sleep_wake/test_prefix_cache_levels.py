@@ -57,6 +57,8 @@ class TestPrefixCacheLevels:
             )
             expect.tokens(after, long_golden[prompt], prompt=prompt, step="level 0 pause and resume", issue=LEVEL0)
 
+    @pytest.mark.door_needs("stream")
+    @pytest.mark.door_needs("concurrent_calls")
     def test_level0_keep_resumes_in_flight_request(self, client, recorder):
         prompt = LONG_PROMPTS[0]
         bound = thresholds.get("request_completion_s_max")

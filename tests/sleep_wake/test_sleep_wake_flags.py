@@ -1,12 +1,15 @@
 """/is_sleeping and the vllm:engine_sleep_state gauge agree with each other and with the level, at
 every step of sleep and wake; output is golden after each recovery."""
 
+import pytest
+
 from tests.sleep_wake.lib import expect, oracle, thresholds
 from tests.sleep_wake.lib.background import background
 from tests.sleep_wake.lib.prompts import PROMPTS
 
 
 class TestSleepWakeFlags:
+    @pytest.mark.door_needs("concurrent_calls")
     def test_level0_pauses_scheduling_and_holds_requests(self, client, golden):
         """Level 0 only pauses the scheduler: a request is accepted, held, and completes on wake."""
         window = thresholds.get("held_request_window_s")

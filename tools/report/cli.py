@@ -116,8 +116,8 @@ def main(argv) -> int:
     except (UsageError, OSError) as e:
         print(f"tools.report: {e}", file=sys.stderr)
         return 1
-    states = ", ".join(f"{n} {s}" for s, n in sorted(run.states().items()))
-    print(f"report: {out} ({len(run.cells)} cells: {states}" + ("; mutants" if run.mutation else "") + ")")
+    states = ", ".join(f"{n} {s}" for s, n in sorted(run.states(run.generated()).items()))
+    print(f"report: {out} ({len(run.generated())} cells: {states}" + ("; mutants" if run.mutation else "") + ")")
     return 0
 
 

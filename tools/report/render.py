@@ -1,4 +1,4 @@
-"""The HTML page of a run: summary, the runner x mode x class grid, failures, vLLM/GPU identity, memory
+"""The HTML page of a run: summary, the front door x runner x mode x class grid, failures, vLLM/GPU identity, memory
 charts, timings against bounds and the mutation table. Self-contained: inline CSS and SVG, no script,
 no network. Everything read from logs goes through escape(); links are relative to the page."""
 
@@ -24,6 +24,7 @@ table.grid{border-collapse:collapse;table-layout:fixed;width:100%} .grid col.cla
 .grid th,.grid td{border:1px solid #ccc;padding:5px 7px;vertical-align:top}
 .grid td.cell{font-size:12px;overflow-wrap:anywhere} .grid th.class{text-align:left;white-space:nowrap}
 td.passed{background:#e6f4e6} td.failed{background:#fbe3e3} td.not-run{background:#f2f2f2;color:#777}
+td.excluded{background:#fafafa;color:#777;font-style:italic}
 td.no-cases,td.stale,td.unreadable{background:#fff3cd}
 .state{font-weight:600;font-size:13px} .msg{color:#8b1a1a;margin:3px 0} .note{color:#7a5b00;margin:3px 0}
 .links a{margin-right:6px} .summary span{margin-right:14px} .bad{color:#b00020;font-weight:600}
@@ -79,12 +80,15 @@ class Page:
         return f'<p class="headline"><span class="{"ok" if ok else "bad"}">{escape(text)}</span>{escape(fake_text)}</p>'
 
     def header(self) -> str:
-        run, states = self.run, self.run.states()
+        run, states = self.run, self.run.states(self.run.generated())
         cases = [c for cell in run.ordered() for c in cell.cases]
         parts = [
             f'<span class="{"bad" if s == view.FAILED else ""}">{escape(s)}: {n}</span>'
             for s, n in sorted(states.items())
         ]
+        excluded = len(run.ordered()) - len(run.generated())
+        if excluded:
+            parts.append(f'<span class="muted">and {excluded} excluded by the spec (tools/matrix.bzl)</span>')
         outcome = {o: sum(c.outcome == o for c in cases) for o in ("passed", "failed", "skipped")}
         source = (
             f"the results of <code>bazel {escape(run.invocation)}</code>"
@@ -106,7 +110,7 @@ class Page:
         )
         return (
             f"<header><h1>sleepwake matrix</h1>{self.headline()}{first}"
-            f'<p class="summary"><b>{len(run.cells)} GPU cells</b> {"".join(parts)}</p>'
+            f'<p class="summary"><b>{len(run.generated())} GPU cells</b> {"".join(parts)}</p>'
             f"<p>test cases of the GPU cells: {outcome['passed']} passed, {outcome['failed']} failed, "
             f"{outcome['skipped']} skipped. Read from {self.link(run.testlogs, run.testlogs)}: {source}.</p>"
             + (f'<ul class="notes">{notes}</ul>' if notes else "")
@@ -115,20 +119,13 @@ class Page:
 
     def grid(self) -> str:
         run = self.run
-        runners = []
-        for r, _ in run.columns:
-            if r not in runners:
-                runners.append(r)
-        head = '<tr><th rowspan="2">class</th>' + "".join(
-            f'<th colspan="{sum(1 for x, _ in run.columns if x == r)}">{escape(r.upper())}</th>' for r in runners
-        )
-        head += "</tr><tr>" + "".join(f"<th>{escape(m)}</th>" for _, m in run.columns) + "</tr>"
+        head = "<tr><th>class</th>" + "".join(f"<th>{escape(view.column_label(c))}</th>" for c in run.columns) + "</tr>"
         rows = []
         for c in run.classes:
-            tds = "".join(self.grid_cell(run.cells[(c, r, m)]) for r, m in run.columns)
+            tds = "".join(self.grid_cell(run.cells[(c, *column)]) for column in run.columns)
             rows.append(f'<tr><th class="class">{escape(c)}</th>{tds}</tr>')
         return (
-            '<section id="grid"><h2>Cells: runner &times; mode &times; class</h2>'
+            '<section id="grid"><h2>Cells: front door &times; runner &times; mode &times; class</h2>'
             f'<table class="grid"><col class="class">{head}{"".join(rows)}</table></section>'
         )
 
@@ -201,7 +198,7 @@ class Page:
             )
             articles.append(
                 f'<article class="failure" id="fail-{escape(cell.name)}">'
-                f'<h3>{escape(cell.name)} <span class="muted">({escape(cell.id)})</span></h3>'
+                f'<h3>{escape(cell.name)} <span class="muted">({escape(cell.label)})</span></h3>'
                 f'<div class="links">{self.cell_links(cell)}</div>{cases}</article>'
             )
         return f'<section id="failures"><h2>Failures</h2>{"".join(articles)}</section>'
@@ -266,7 +263,7 @@ class Page:
             charts = svg.bar_chart(bars, title="bytes per phase", guides=p.guides, scale=GB, unit="GB")
         return (
             f'<figure class="panel" data-cell="{escape(cell.name)}" data-test="{escape(p.test)}" '
-            f'data-kind="{escape(p.kind)}"><figcaption>{escape(cell.id)}</figcaption>{charts}</figure>'
+            f'data-kind="{escape(p.kind)}"><figcaption>{escape(cell.label)}</figcaption>{charts}</figure>'
         )
 
     # --- timings ---------------------------------------------------------------------------------
@@ -309,7 +306,7 @@ class Page:
         for w in self.run.walk_coverage():
             css = "ok" if w.complete else "bad"
             rows.append(
-                f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.id)}</td>'
+                f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.label)}</td>'
                 f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}</td>'
                 f"<td>{w.walks}</td><td>{w.steps}</td><td>{_of(w.states, w.model_states)}</td>"
                 f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>"

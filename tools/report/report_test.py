@@ -15,13 +15,15 @@ import zipfile
 
 import pytest
 
-from tools.matrix import SHARD_COUNTS
-from tools.report import cli, render, view
+from tools import matrix
+from tools.matrix import SHARD_COUNTS, SLEEP_WAKE_CLASSES
+from tools.report import cli, render, text, view
 from tools.results.testlogs_testing import write_bep, write_xml
 
 FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
 MATRIX = pathlib.Path("tests", "sleep_wake")
 ZIPPED = "memory_leak_cycle_mrv2_graph"  # its outputs are zipped, as Bazel does by default
+DOOR = "flags_async_llm_mrv2_graph"  # a cell through an in-process door: its own column of the grid
 STALE = "error_paths_mrv2_eager"  # left out of the build events
 WALK_SHARDS = SHARD_COUNTS["state_walk"]  # the spec's, which the report expects of a whole walk
 STATES = {
@@ -35,7 +37,10 @@ STATES = {
     "abort_parallel_sampling_mrv2_graph": view.NO_CASES,  # pytest_main's skipped case: a filter selected none
     "concurrent_race_mrv1_eager": view.UNREADABLE,
     STALE: view.STALE,
+    DOOR: view.PASSED,
 }
+# Every class on every HTTP runner x mode and on each in-process door's cells (tools/matrix.bzl).
+GRID_CELLS = len(SLEEP_WAKE_CLASSES) * len(view.grid_columns())
 IDENTITY = "gpus: 0, NVIDIA H200, 570.133.20, 143771 MiB; 1, NVIDIA H200, 570.133.20, 143771 MiB"
 
 
@@ -66,6 +71,21 @@ class Elements(html.parser.HTMLParser):
             if t == "figure" and all(a.get(k) == v for k, v in figure_attrs.items()):
                 out.append([x for t2, x, fig in self.found if fig == i and t2 == tag])
         return out
+
+
+def _grid(page):
+    """(class, column heading) -> (data-cell, data-state, the cell's text) of the GPU grid's cells."""
+    section = re.search(r'<section id="grid">(.*?)</section>', page, re.S).group(1)
+    rows = re.findall(r"<tr>(.*?)</tr>", section, re.S)
+    heads = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", rows[0])][1:]
+    out = {}
+    for row in rows[1:]:
+        test_class = re.search(r'<th class="class">(.*?)</th>', row).group(1)
+        tds = re.findall(r'<td [^>]*data-cell="([^"]*)" data-state="([^"]*)"[^>]*>(.*?)</td>', row, re.S)
+        assert len(tds) == len(heads), test_class
+        for head, (cell, state, inner) in zip(heads, tds):
+            out[(test_class, head)] = (cell, state, html.unescape(re.sub(r"<[^>]+>", " ", inner)))
+    return out
 
 
 def _bazel_layout(tmp_path, bep_skip=(STALE,)):
@@ -126,8 +146,55 @@ def run(tmp_path):
 def test_grid_has_every_cell_in_its_state(run):
     _, _, doc, _ = run
     cells = {a["data-cell"]: a["data-state"] for a in doc.all("td") if "data-cell" in a}
-    assert len(cells) == 64  # 16 classes x 2 runners x 2 modes, from tools/matrix.bzl
-    assert {c: s for c, s in cells.items() if s != view.NOT_RUN} == STATES
+    assert len(cells) == GRID_CELLS
+    assert {c: s for c, s in cells.items() if s not in view.ABSENT} == STATES
+    excluded = {
+        f"{test_class}_{door}_{cell}"
+        for door, classes in matrix.DOOR_EXCLUDED.items()
+        for test_class in classes
+        for cell in matrix.DOOR_CELLS[door]
+    }
+    assert {c for c, s in cells.items() if s == view.EXCLUDED} == excluded
+
+
+def test_a_door_cell_lands_in_its_own_column(run):
+    """flags through AsyncLLM on MRV2-graph is a cell of its own: its result in the async_llm column, the
+    HTTP cells of the class in theirs; a door cell the spec makes that did not run is "not run"."""
+    _, page, _, _ = run
+    grid = _grid(page)
+    heads = list(dict.fromkeys(head for _, head in grid))
+    assert heads[:4] == ["HTTP · MRV1-eager", "HTTP · MRV1-graph", "HTTP · MRV2-eager", "HTTP · MRV2-graph"]
+    assert "async_llm · MRV2-graph" in heads[4:] and "llm · MRV2-graph" in heads[4:]
+    assert grid[("flags", "async_llm · MRV2-graph")][:2] == (DOOR, view.PASSED)
+    assert grid[("flags", "HTTP · MRV2-graph")][:2] == ("flags_mrv2_graph", view.NOT_RUN)
+    assert grid[("flags", "HTTP · MRV1-eager")][:2] == ("flags_mrv1_eager", view.FAILED)
+    assert grid[("flags", "llm · MRV2-graph")][:2] == ("flags_llm_mrv2_graph", view.NOT_RUN)
+
+
+def test_a_class_a_door_cannot_run_is_excluded_with_its_reason_not_missing(tmp_path, monkeypatch, capsys):
+    why = "pushes weights through collective_rpc, which the door does not offer"
+    # The spec's exclusions replaced by these (the report reads the same dict).
+    monkeypatch.setitem(matrix.DOOR_EXCLUDED, "async_llm", {"weight_sync": why})
+    monkeypatch.setitem(matrix.DOOR_EXCLUDED, "llm", {"host_memory": "reads the server's own process", "weight_sync": why})
+    logs, bep = _bazel_layout(tmp_path)
+    page = _render(tmp_path, "--bep", bep, logs=logs)
+    grid = _grid(page)
+    cell, state, shown = grid[("weight_sync", "llm · MRV2-graph")]
+    assert (cell, state) == ("weight_sync_llm_mrv2_graph", view.EXCLUDED) and why in shown
+    assert grid[("host_memory", "async_llm · MRV2-graph")][1] == view.NOT_RUN  # excluded from llm only
+    assert grid[("weight_sync", "HTTP · MRV1-eager")][1] == view.NOT_RUN  # HTTP runs every class
+    # Nothing is missing there: the headline and the failing cells are the same as without exclusions.
+    run = view.load_run(str(logs), str(tmp_path), [str(bep)])
+    assert run.headline()[0].startswith("4/10 GPU cells passed")
+    assert view.EXCLUDED not in {c.state for c in run.failing()}
+    assert len(run.generated()) == GRID_CELLS - 3 and "and 3 excluded by the spec" in page
+    capsys.readouterr()
+    assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if view.EXCLUDED in line]
+    assert listed == [
+        "excluded from the grid by tools/matrix.bzl: host_memory through llm (reads the server's own process); "
+        f"weight_sync through async_llm, llm ({why})"
+    ]
 
 
 def test_a_cell_that_ran_nothing_says_why(run):
@@ -312,7 +379,7 @@ def test_each_wave_file_given_counts_and_one_alone_leaves_the_others_cells_stale
     one, two = _waves(bep, tmp_path)
     both = Elements(_render(tmp_path, "--bep", one, "--bep", two, logs=logs))
     states = {a["data-cell"]: a["data-state"] for a in both.all("td") if "data-cell" in a}
-    assert {c: s for c, s in states.items() if s != view.NOT_RUN} == STATES
+    assert {c: s for c, s in states.items() if s not in view.ABSENT} == STATES
     alone = Elements(_render(tmp_path, "--bep", one, logs=logs))
     states = {a["data-cell"]: a["data-state"] for a in alone.all("td") if "data-cell" in a}
     assert view.STALE in states.values() and len([s for s in states.values() if s == view.STALE]) > 1
@@ -361,25 +428,37 @@ def test_a_wrong_testlogs_dir_is_one_line(tmp_path, capsys, make, says):
 
 def test_the_fake_tier_is_a_grid_of_its_own_and_the_headline_counts_gpu_cells(tmp_path):
     logs, _ = _bazel_layout(tmp_path)
-    # A fake tier target beside the GPU cells, as Bazel leaves it: <class>_fake_<runner>_<mode>.
+    # Fake tier targets beside the GPU cells, as Bazel leaves them: <class>_fake_<runner>_<mode>[_<door>].
     shutil.copytree(logs / MATRIX / "flags_mrv1_eager", logs / MATRIX / "flags_fake_mrv1_eager")
+    shutil.copytree(logs / MATRIX / DOOR, logs / MATRIX / "flags_fake_mrv2_graph_llm")
     page = _render(tmp_path, logs=logs)
     doc = Elements(page)
     gpu = {a["data-cell"] for t, a, _ in doc.found if t == "td" and "data-cell" in a and "fake" not in a["data-cell"]}
     grids = re.findall(r'<section id="(grid|fake)">(.*?)</section>', page, re.S)
     assert [name for name, _ in grids] == ["grid", "fake"]
-    assert "flags_fake_mrv1_eager" not in grids[0][1] and "flags_fake_mrv1_eager" in grids[1][1]
-    assert len(gpu) == 64  # the GPU grid keeps its 16 classes x 4 cells, no fake row added
+    for fake in ("flags_fake_mrv1_eager", "flags_fake_mrv2_graph_llm"):
+        assert fake not in grids[0][1] and fake in grids[1][1], fake
+    assert len(gpu) == GRID_CELLS  # the GPU grid keeps its cells, no fake row added
     headline = re.search(r'<p class="headline">(.*?)</p>', page, re.S).group(1)
     ran = sum(
         1
         for t, a, _ in doc.found
         if t == "td"
-        and a.get("data-state") not in (None, view.NOT_RUN, view.STALE)
+        and a.get("data-state") not in (None, view.STALE, *view.ABSENT)
         and "fake" not in a.get("data-cell", "")
     )
     assert re.search(rf"\d+/{ran} GPU cells passed", headline), headline
-    assert re.search(r"fake tier: [01]/1 passed", headline) and "vLLM 0.26.0, NVIDIA H200" in headline
+    assert re.search(r"fake tier: 1/2 passed", headline) and "vLLM 0.26.0, NVIDIA H200" in headline
+
+
+def test_a_fake_target_through_a_door_names_its_door_and_keeps_its_release():
+    assert view.split_fake("flags_fake_mrv2_graph_llm") == ("flags", "llm", "mrv2", "graph")
+    assert view.split_fake("flags_fake_mrv2_graph_async_llm") == ("flags", "async_llm", "mrv2", "graph")
+    assert view.split_fake("flags_fake_mrv1_eager_vllm0.25.0") == ("flags", "http", "mrv1", "eager")
+    assert view.split_fake("flags_fake_mrv1_eager") == ("flags", "http", "mrv1", "eager")
+    assert view.split_fake("flags_async_llm_mrv2_graph") is None and view.split_fake("x_fake_mrv9_eager") is None
+    cell = view.Cell.at(view.split_fake("flags_fake_mrv2_graph_llm"), target="flags_fake_mrv2_graph_llm")
+    assert (cell.name, cell.door, cell.label) == ("flags_fake_mrv2_graph_llm", "llm", "llm · MRV2-graph")
 
 
 def test_text_mode_says_what_the_page_says(tmp_path, capsys):
@@ -392,7 +471,7 @@ def test_text_mode_says_what_the_page_says(tmp_path, capsys):
     out = capsys.readouterr().out
     # The stale cell is an earlier run's result: counted apart, not as one of this run's cells.
     bad = {c: s for c, s in STATES.items() if s not in (view.PASSED, view.STALE)}
-    assert out.startswith("NOT GREEN: 3/9 GPU cells passed, vLLM 0.26.0, NVIDIA H200"), out.splitlines()[0]
+    assert out.startswith("NOT GREEN: 4/10 GPU cells passed, vLLM 0.26.0, NVIDIA H200"), out.splitlines()[0]
     assert "1 earlier result(s) in these testlogs not counted (stale)" in out.splitlines()[0]
     listed = re.findall(r"^  ([a-z ]+): (\w+)", out, re.M)
     assert {cell: state for state, cell in listed} == bad and len(listed) == len(bad)
@@ -415,7 +494,7 @@ def test_a_run_of_a_few_targets_is_judged_on_those_and_not_on_earlier_results(tm
             shutil.rmtree(matrix / name)
     assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("3/3 GPU cells passed") and "1 earlier result(s)" in first, first
+    assert first.startswith("4/4 GPU cells passed") and "1 earlier result(s)" in first, first
 
 
 def test_a_rerun_is_judged_on_its_own_results_not_on_an_earlier_runs_per_test(tmp_path, capsys):
@@ -439,7 +518,7 @@ def test_a_rerun_is_judged_on_its_own_results_not_on_an_earlier_runs_per_test(tm
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("1/1 GPU cells passed") and f"{2 * WALK_SHARDS} earlier result(s)" in first, first
     run = view.load_run(str(tmp_path), str(tmp_path), [str(bep)])
-    walk = run.cells[("state_walk", "mrv1", "eager")]
+    walk = run.cells[("state_walk", "http", "mrv1", "eager")]
     assert (walk.state, len(walk.dirs), len(walk.stale_dirs)) == (view.PASSED, WALK_SHARDS, 2 * WALK_SHARDS)
 
 
@@ -451,19 +530,19 @@ def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
             shutil.rmtree(matrix / name)
     assert cli.main(["tools.report", str(logs), "--no_bep", "--text"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
-    assert head.startswith("3/3 GPU cells passed"), head
+    assert head.startswith("4/4 GPU cells passed"), head
     page = tmp_path / "both" / "report.html"  # --out too: the text and the page from one reading
     assert cli.main(["tools.report", str(logs), "--no_bep", "--text", "--out", str(page)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("3/3 GPU cells passed") and f"report: {page}" in out and page.is_file()
+    assert out.startswith("4/4 GPU cells passed") and f"report: {page}" in out and page.is_file()
 
 
-def _walk_cell(root, shards, states=None):
+def _walk_cell(root, shards, states=None, cell="state_walk_mrv1_eager"):
     """A state_walk cell as Bazel leaves a sharded target: shard_<i>_of_<n>/, each with its coverage;
     states: per shard, the states its steps visited (none recorded where absent)."""
     for shard, (visited, pairs, unvisited) in shards.items():
         extra = {"visited_states": states[shard], "model_states": 40} if states else {}
-        d = root / MATRIX / "state_walk_mrv1_eager" / f"shard_{shard + 1}_of_{WALK_SHARDS}"
+        d = root / MATRIX / cell / f"shard_{shard + 1}_of_{WALK_SHARDS}"
         write_xml(d / "test.xml", {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "passed"})
         (d / "test.outputs").mkdir()
         (d / "test.outputs" / "measurements.jsonl").write_text(
@@ -499,7 +578,7 @@ def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
     assert (w.visited, w.pairs, w.shards, w.complete, w.unvisited) == (9, 10, 2, False, ["wake:kv_cache"])
     assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
     assert (
-        f"state walk MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
+        f"state walk HTTP · MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
         "100 steps; unvisited: wake:kv_cache"
     ) in capsys.readouterr().out
 
@@ -516,3 +595,20 @@ def test_walk_states_are_the_union_of_the_shards_lists_never_a_sum_of_counts(tmp
     _walk_cell(tmp_path, {0: (5, 5, [])})  # a shard that recorded no list: no count rather than a guess
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert w.states is None
+
+
+def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
+    door = "state_walk_async_llm_mrv2_graph"
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)})
+    _walk_cell(tmp_path, {0: (4, 5, ["wake:kv_cache"])}, cell=door)
+    run = view.load_run(str(tmp_path), str(tmp_path), [])
+    walks = {w.cell.name: w for w in run.walk_coverage()}
+    assert list(walks) == ["state_walk_mrv1_eager", door]
+    assert walks["state_walk_mrv1_eager"].complete
+    assert (walks[door].visited, walks[door].pairs, walks[door].shards, walks[door].complete) == (4, 5, 1, False)
+    page = render.page(run, str(tmp_path))
+    assert [a["data-walk"] for a in Elements(page).all("tr") if "data-walk" in a] == list(walks)
+    assert "<td>async_llm · MRV2-graph</td>" in page
+    lines = [line for line in text.summary(run).splitlines() if line.startswith("state walk")]
+    assert [line.split(":")[0] for line in lines] == ["state walk HTTP · MRV1-eager", "state walk async_llm · MRV2-graph"]
+    assert lines[1].startswith(f"state walk async_llm · MRV2-graph: 4/5 (state, operation) pairs visited, 1/{WALK_SHARDS}")

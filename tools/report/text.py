@@ -12,14 +12,24 @@ from tools.report import view
 def _spread(run: view.Run) -> dict[str, list[tuple[float, str]]]:
     """measured key -> [(value, cell)] over the GPU cells that ran and are not stale."""
     by_key: dict[str, list[tuple[float, str]]] = {}
-    for cell in run.ordered():
-        if cell.state in (view.NOT_RUN, view.STALE):
-            continue
+    for cell in run.ran():
         for r in cell.records:
             value = r.get("value")
             if isinstance(value, (int, float)) and not isinstance(value, bool) and r.get("key"):
                 by_key.setdefault(r["key"], []).append((float(value), cell.name))
     return by_key
+
+
+def _excluded(run: view.Run) -> list[str]:
+    """One line for the grid cells the spec makes no target for: each class once, with the doors it
+    cannot run through and why."""
+    excluded = run.excluded()
+    if not excluded:
+        return []
+    return [
+        "excluded from the grid by tools/matrix.bzl: "
+        + "; ".join(f"{c} through {', '.join(doors)} ({why})" for (c, why), doors in excluded.items())
+    ]
 
 
 def summary(run: view.Run) -> str:
@@ -34,11 +44,12 @@ def summary(run: view.Run) -> str:
         )
     )
     lines += [f"note: {n}" for n in run.notes]
-    ran = [c for c in run.ordered() if c.state != view.NOT_RUN]
+    ran = [c for c in run.ordered() if c.state not in view.ABSENT]
     states = ", ".join(f"{s} {n}" for s, n in sorted(run.states(ran).items()))
     cases = [c for cell in ran if cell.state != view.STALE for c in cell.cases]
     outcome = ", ".join(f"{sum(c.outcome == o for c in cases)} {o}" for o in ("passed", "failed", "skipped"))
     lines.append(f"GPU cells: {len(ran)} ({states or 'none ran'}); their test cases: {outcome}")
+    lines += _excluded(run)
     if run.fake:
         fake_states = sorted(run.states(list(run.fake.values())).items())
         lines.append(f"fake tier: {len(run.fake)} ({', '.join(f'{s} {n}' for s, n in fake_states)})")
@@ -62,7 +73,7 @@ def summary(run: view.Run) -> str:
         )
     for w in run.walk_coverage():
         lines.append(
-            f"state walk {w.cell.id}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
+            f"state walk {w.cell.label}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
             f"{w.shards}/{w.expected_shards} shards, {w.walks} walks, {w.steps} steps"
             + (
                 f", {w.states} states" + (f" of {w.model_states} reachable" if w.model_states else "")

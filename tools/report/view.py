@@ -1,17 +1,33 @@
-"""The view of a run that the page (render.py) and the text (text.py) show: every cell of the runner x mode
-x class grid with its state, cases, logs and measurements; the vLLM/GPU identities; the mutation table when
-mutants ran."""
+"""The view of a run that the page (render.py) and the text (text.py) show: every cell of the front door x
+runner x mode x class grid with its state, cases, logs and measurements; the vLLM/GPU identities; the
+mutation table when mutants ran."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 
-from tools.matrix import EXECUTION_MODES, FAKE_INFIX, RUNNERS, SHARD_COUNTS, SLEEP_WAKE_CLASSES, cell_id, split_name
+from tools.matrix import (
+    DOOR_CELLS,
+    DOOR_EXCLUDED,
+    EXECUTION_MODES,
+    FAKE_INFIX,
+    FRONT_DOORS,
+    HTTP,
+    RUNNERS,
+    SHARD_COUNTS,
+    SLEEP_WAKE_CLASSES,
+    cell_id,
+    split_cell,
+)
 from tools.report import reading
 from tools.results import mutation_table
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
+# A cell of the grid the spec makes no target for (a class a door cannot run, DOOR_EXCLUDED): nothing is
+# missing there, so it is neither "not run" nor counted.
+EXCLUDED = "excluded"
+ABSENT = (NOT_RUN, EXCLUDED)  # no result of the cell in the testlogs
 # States whose result proves nothing about this run. FLAGGED: those of cells this run ran; a stale
 # cell's result is an earlier run's, counted apart (headline, failing).
 NO_CASES, STALE, UNREADABLE = "no cases", "stale", "unreadable"
@@ -19,13 +35,39 @@ FLAGGED = (NO_CASES, UNREADABLE)
 RAN = ("passed", "failed")  # outcomes of a case that ran; "skipped" did not
 
 
+def grid_columns() -> list[tuple[str, str, str]]:
+    """The grid's columns (door, runner, mode): every runner x mode through HTTP, then each in-process
+    door's cells (tools/matrix.bzl DOOR_CELLS), in the spec's order."""
+    http = [(HTTP, r, m) for r in RUNNERS for m in EXECUTION_MODES]
+    return http + [(door, *cell.split("_", 1)) for door in FRONT_DOORS[1:] for cell in DOOR_CELLS[door]]
+
+
+def column_label(column: tuple[str, str, str]) -> str:
+    door, runner, mode = column
+    return f"{'HTTP' if door == HTTP else door} · {cell_id(runner, mode)}"
+
+
+def exclusion(key: tuple[str, str, str, str]) -> str:
+    """Why the spec makes no target for the grid cell (class, door, runner, mode); "" where it makes one.
+    Classes the spec does not know (found in the testlogs only) are never excluded."""
+    test_class, door, runner, mode = key
+    if door == HTTP or test_class not in SLEEP_WAKE_CLASSES:
+        return ""
+    if test_class in DOOR_EXCLUDED.get(door, {}):
+        return DOOR_EXCLUDED[door][test_class]
+    if f"{runner}_{mode}" not in DOOR_CELLS.get(door, []):
+        return f"tools/matrix.bzl DOOR_CELLS runs {door} on {', '.join(DOOR_CELLS.get(door, [])) or 'no cell'}"
+    return ""
+
+
 @dataclasses.dataclass
 class Cell:
     test_class: str
     runner: str
     mode: str
+    door: str = HTTP  # the front door the cell drives vLLM through (tools/matrix.bzl FRONT_DOORS)
     state: str = NOT_RUN
-    note: str = ""  # why a cell is flagged
+    note: str = ""  # why a cell is flagged or excluded
     dirs: list[str] = dataclasses.field(default_factory=list)  # one per shard and run, each with a test.xml
     # Result dirs an earlier bazel test left beside this run's (another --runs_per_test, shard count):
     # left out of the cell's cases and measurements, counted in the headline.
@@ -34,12 +76,25 @@ class Cell:
     logs: list[reading.OutputFile] = dataclasses.field(default_factory=list)
     records: list[dict] = dataclasses.field(default_factory=list)
     bad_lines: int = 0  # lines of measurements.jsonl that were not JSON
-    target: str = ""  # the Bazel target where it is not <class>_<runner>_<mode> (a fake tier cell)
+    target: str = ""  # the Bazel target where it is not <class>[_<door>]_<runner>_<mode> (a fake tier cell)
     shard_seconds: list[float] = dataclasses.field(default_factory=list)  # per result dir, its cases' time
+
+    @classmethod
+    def at(cls, key: tuple[str, str, str, str], **fields) -> Cell:
+        """The cell of a grid key (class, door, runner, mode)."""
+        test_class, door, runner, mode = key
+        return cls(test_class, runner, mode, door, **fields)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return self.test_class, self.door, self.runner, self.mode
 
     @property
     def name(self) -> str:  # the Bazel target, as tools/defs.bzl cell_name() builds it
-        return self.target or f"{self.test_class}_{self.runner}_{self.mode}"
+        if self.target:
+            return self.target
+        door = "" if self.door == HTTP else f"_{self.door}"
+        return f"{self.test_class}{door}_{self.runner}_{self.mode}"
 
     @property
     def seconds(self) -> float:
@@ -54,8 +109,12 @@ class Cell:
         return max(starts) if starts else None
 
     @property
-    def id(self) -> str:  # MRV1-eager, as tests record it
+    def id(self) -> str:  # MRV1-eager, as tests record it (the same through every door)
         return cell_id(self.runner, self.mode)
+
+    @property
+    def label(self) -> str:  # its column's heading: "HTTP · MRV1-eager", "async_llm · MRV2-graph"
+        return column_label((self.door, self.runner, self.mode))
 
     @property
     def failures(self) -> list:
@@ -109,8 +168,8 @@ class Mutation:
 class Run:
     testlogs: str
     classes: list[str]
-    columns: list[tuple[str, str]]  # (runner, mode)
-    cells: dict[tuple[str, str, str], Cell]  # (class, runner, mode)
+    columns: list[tuple[str, str, str]]  # (door, runner, mode)
+    cells: dict[tuple[str, str, str, str], Cell]  # (class, door, runner, mode)
     invocation: str | None  # the bazel commands of the build events; None: stale cells not told apart
     identities: dict[str, list[str]]  # vllm_identity text -> the cells that reported it
     identity_file: tuple[str, str] | None  # (path, text) of @sleepwake_gpu's identity.txt
@@ -119,7 +178,26 @@ class Run:
     fake: dict[str, Cell] = dataclasses.field(default_factory=dict)  # target -> the fake tier's cells
 
     def ordered(self) -> list[Cell]:
-        return [self.cells[(c, r, m)] for c in self.classes for r, m in self.columns]
+        return [self.cells[(c, *column)] for c in self.classes for column in self.columns]
+
+    def ran(self) -> list[Cell]:
+        """The grid's cells this run ran: neither absent from the testlogs nor an earlier run's (stale)."""
+        return [c for c in self.ordered() if c.state not in ABSENT + (STALE,)]
+
+    def generated(self) -> list[Cell]:
+        """The grid's cells the spec makes a target for (all but the excluded)."""
+        return [c for c in self.ordered() if c.state != EXCLUDED]
+
+    def excluded(self) -> dict[tuple[str, str], list[str]]:
+        """(class, why) -> the doors whose cells of the class the spec leaves out, once per door."""
+        out: dict[tuple[str, str], list[str]] = {}
+        for cell in self.ordered():
+            if cell.state != EXCLUDED:
+                continue
+            doors = out.setdefault((cell.test_class, cell.note), [])
+            if cell.door not in doors:
+                doors.append(cell.door)
+        return out
 
     def states(self, cells=None) -> dict[str, int]:
         out = {}
@@ -133,7 +211,7 @@ class Run:
         the fake tier counted apart (it is no GPU cell)."""
         # A stale cell's result is an earlier run's: a run of a few targets is judged on those (the
         # rest of bazel-testlogs is counted apart, never as failed).
-        ran = [c for c in self.ordered() if c.state not in (NOT_RUN, STALE)]
+        ran = self.ran()
         stale = sum(len(c.stale_dirs) for c in self.ordered() + list(self.fake.values()))
         passed = sum(c.state == PASSED for c in ran)
         where = ", ".join(x for x in (", ".join(f"vLLM {v}" for v in self.versions()), self.gpu_model()) if x)
@@ -155,8 +233,8 @@ class Run:
     def walk_coverage(self) -> list[WalkCoverage]:
         """Per state-walk cell that ran, its coverage from the shards' walk_coverage records."""
         out = []
-        for cell in self.ordered():
-            if cell.test_class != WALK_CLASS or cell.state in (NOT_RUN, STALE):
+        for cell in self.ran():
+            if cell.test_class != WALK_CLASS:
                 continue
             rows = {}
             for r in cell.records:
@@ -205,14 +283,27 @@ class Run:
         return ""
 
 
-def split_fake(name: str) -> tuple[str, str, str] | None:
-    """(class, runner, mode) of a fake tier target name, or None for any other target."""
+def split_fake(name: str) -> tuple[str, str, str, str] | None:
+    """(class, door, runner, mode) of a fake tier target name, <class>_fake_<runner>_<mode>[_vllm<version>]
+    or <class>_fake_<runner>_<mode>_<door> (tools/defs.bzl sleep_wake_fake_tier), or None for any other
+    target."""
     head, sep, tail = name.partition(FAKE_INFIX)
     if not sep or not head:
         return None
     runner, _, rest = tail.partition("_")
-    mode = rest.split("_", 1)[0]
-    return (head, runner, mode) if runner in RUNNERS and mode in EXECUTION_MODES else None
+    mode, _, rest = rest.partition("_")
+    if runner not in RUNNERS or mode not in EXECUTION_MODES:
+        return None
+    return head, _trailing_door(rest), runner, mode
+
+
+def _trailing_door(rest: str) -> str:
+    """The in-process door a fake target's name ends with, else HTTP (a bare cell, or _vllm<version>)."""
+    # Longest first: "async_llm" ends with "llm".
+    for door in sorted(FRONT_DOORS[1:], key=len, reverse=True):
+        if rest == door or rest.endswith("_" + door):
+            return door
+    return HTTP
 
 
 def _judge(cell: Cell, invocation: reading.Invocation | None) -> None:
@@ -268,6 +359,45 @@ def _mutation(root: str, workspace: str) -> Mutation | None:
     return Mutation(table=text, ok=ok)
 
 
+def _read_cells(matrix: str, invocation, notes: list[str]) -> tuple[dict, dict]:
+    """(the GPU cells by (class, door, runner, mode), the fake tier's by target) that left results under
+    the package dir `matrix`; a note per cell with lines of measurements that are not JSON."""
+    cells, fake = {}, {}
+    for name in sorted(os.listdir(matrix)) if os.path.isdir(matrix) else []:
+        faked = split_fake(name)
+        parts = faked or split_cell(name)
+        dirs = reading.result_dirs(os.path.join(matrix, name)) if parts else []
+        if not dirs:
+            continue
+        cell = Cell.at(parts, dirs=dirs, target=name if faked else "")
+        _read_cell(cell, invocation)
+        if faked:
+            fake[name] = cell
+            continue
+        cells[parts] = cell
+        if cell.bad_lines:
+            notes.append(f"{name}: {cell.bad_lines} line(s) of measurements.jsonl are not JSON and were left out")
+    return cells, fake
+
+
+def _fill_grid(cells: dict) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """(the grid's rows, its columns): the spec's, and any class or door cell the testlogs hold beyond it;
+    every grid cell without a result is added to `cells`, excluded where the spec makes no target for it."""
+    classes = list(SLEEP_WAKE_CLASSES)
+    columns = grid_columns()
+    for test_class, door, runner, mode in cells:
+        if test_class not in classes:
+            classes.append(test_class)
+        if (door, runner, mode) not in columns:  # a door cell off the spec's DOOR_CELLS (an earlier spec's)
+            columns.append((door, runner, mode))
+    columns.sort(key=lambda column: FRONT_DOORS.index(column[0]))  # stable: the spec's order within a door
+    for key in [(c, *column) for c in classes for column in columns]:
+        if key not in cells:
+            why = exclusion(key)
+            cells[key] = Cell.at(key, state=EXCLUDED, note=why) if why else Cell.at(key)
+    return sorted(classes), columns
+
+
 def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
     """The run whose results are under the testlogs dir `root`. bep_paths: its build event files, one per
     bazel test of the run (tools/run_matrix.sh's waves); none: stale cells are not told apart."""
@@ -288,30 +418,8 @@ def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
             f"no build event file ({', '.join(bep_paths) or 'none given'}): a stale cell, left in "
             "bazel-testlogs by an earlier bazel test, cannot be told from this run's"
         )
-    matrix = os.path.join(root, reading.MATRIX_DIR)
-    classes = list(SLEEP_WAKE_CLASSES)  # the grid's rows: the spec's classes (tools/matrix.bzl)
-    columns = [(r, m) for r in RUNNERS for m in EXECUTION_MODES]
-    cells, fake = {}, {}
-    for name in sorted(os.listdir(matrix)) if os.path.isdir(matrix) else []:
-        faked = split_fake(name)
-        if faked:
-            dirs = reading.result_dirs(os.path.join(matrix, name))
-            if dirs:
-                fake[name] = cell = Cell(*faked, dirs=dirs, target=name)
-                _read_cell(cell, invocation)
-            continue
-        parts = split_name(name)
-        dirs = reading.result_dirs(os.path.join(matrix, name)) if parts else []
-        if not dirs:
-            continue
-        cells[parts] = cell = Cell(*parts, dirs=dirs)
-        _read_cell(cell, invocation)
-        if cell.bad_lines:
-            notes.append(f"{name}: {cell.bad_lines} line(s) of measurements.jsonl are not JSON and were left out")
-        if parts[0] not in classes:
-            classes.append(parts[0])
-    for key in [(c, r, m) for c in classes for r, m in columns]:
-        cells.setdefault(key, Cell(*key))
+    cells, fake = _read_cells(os.path.join(root, reading.MATRIX_DIR), invocation, notes)
+    classes, columns = _fill_grid(cells)
     identities = {}
     for cell in cells.values():
         for r in cell.records:
@@ -322,7 +430,7 @@ def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
     found = reading.identity_file(root)
     return Run(
         testlogs=root,
-        classes=sorted(classes),
+        classes=classes,
         columns=columns,
         cells=cells,
         invocation=invocation.command if invocation else None,

@@ -159,6 +159,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, body=None, content_type="application/json"):
+        # The door host's call has returned before it answers: the next call may come as soon as this arrives.
+        self._release_door()
         data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -184,18 +186,24 @@ class _Handler(BaseHTTPRequestHandler):
         capability = _door_needs(method, parsed.path, body)
         if capability in cannot:
             return self._send(501, _error(501, str(door_host.Cannot(fake.door, capability)), "Cannot"))
-        one_at_a_time = "concurrent_calls" in cannot and (method, parsed.path) in DOOR_CALLS
-        if one_at_a_time:
+        if "concurrent_calls" in cannot and (method, parsed.path) in DOOR_CALLS:
             with fake._door_lock:
                 busy, fake._door_busy = fake._door_busy, True
             if busy:
                 message = str(door_host.Cannot(fake.door, "concurrent_calls"))
                 return self._send(501, _error(501, message, "Cannot"))
+            self._holds_door = True
         try:
             self._dispatch(handler, fake, query, body)
         finally:
-            if one_at_a_time:
-                fake._door_busy = False
+            self._release_door()
+
+    _holds_door = False
+
+    def _release_door(self) -> None:
+        if self._holds_door:
+            self._holds_door = False
+            self.server_fake._door_busy = False
 
     def _dispatch(self, handler, fake, query, body):
         try:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 
 from tools.launcher.config import ServerConfig
+from tools.launcher.door_host import CANNOT, Cannot
 from tools.matrix import EXECUTION_MODES, RUNNERS, cell_id
 
 # RUNNERS and EXECUTION_MODES: the matrix's vocabulary, which thresholds.py reads from here.
@@ -36,6 +37,11 @@ class CellSpec:
         """pytest id suffix and threshold lookup key, e.g. "MRV1-eager"."""
         return cell_id(self.runner, self.mode)
 
+    @property
+    def door(self) -> str:
+        """The front door the cell drives vLLM through (tools/matrix.bzl FRONT_DOORS)."""
+        return self.config.front_door
+
     def server_config(self, log_dir: str) -> ServerConfig:
         """What one server of the cell starts with: a copy of the cell's configuration, its log under
         log_dir."""
@@ -46,3 +52,12 @@ def cell_from_env(environ: Mapping[str, str] = os.environ) -> CellSpec:
     """The cell of this test process; ConfigError (tools/launcher/errors.py) names a variable that does
     not parse."""
     return CellSpec(ServerConfig.from_env(environ=environ))
+
+
+def door_cannot(cell: CellSpec, capability: str) -> str | None:
+    """Why the cell's front door cannot provide capability (door_host.CANNOT), or None if it can."""
+    if capability not in {c for door in CANNOT.values() for c in door}:
+        raise ValueError(f"door_needs({capability!r}): no door declares it; the capabilities are door_host.CANNOT's")
+    if capability not in CANNOT.get(cell.door, {}):
+        return None
+    return str(Cannot(cell.door, capability))

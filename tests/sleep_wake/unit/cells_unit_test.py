@@ -33,3 +33,14 @@ def test_unset_cell_is_the_launchers_default():
 def test_bad_env_names_the_variable(env):
     with pytest.raises(ConfigError, match="SLEEPWAKE_"):
         cells.cell_from_env(env)
+
+
+def test_a_door_that_declares_it_cannot_gives_its_reason_and_another_door_none():
+    llm = cells.cell_from_env({"SLEEPWAKE_FRONT_DOOR": "llm"})
+    http, async_llm = cells.cell_from_env({}), cells.cell_from_env({"SLEEPWAKE_FRONT_DOOR": "async_llm"})
+    assert (llm.door, http.door) == ("llm", "http")
+    reason = cells.door_cannot(llm, "stream")
+    assert reason and "llm door cannot" in reason and "stream" in reason
+    assert cells.door_cannot(http, "stream") is None and cells.door_cannot(async_llm, "stream") is None
+    with pytest.raises(ValueError, match="no door declares it"):
+        cells.door_cannot(llm, "streaming")  # a misspelt capability must not skip nothing, silently
