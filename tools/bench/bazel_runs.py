@@ -92,9 +92,10 @@ def suite_seconds(xml_path: str) -> float:
 def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
     """Every test unit under testlogs_dir: a cell, or each shard of a sharded one (Bazel runs shards
     apart, so a shard is what occupies a slot). Each: "unit" (cell[/shard_K_of_N]), "cell", "seconds"
-    (suite_seconds), the "timings" (server_timings) it recorded, with their "cell" and "start_mode", and
-    "test_cpu": its test process's CPU seconds (test_process_cpu), None where it recorded none, and
-    "walk_steps": the (time, operation token) of each walk_step it recorded, in time order.
+    (suite_seconds), "outcomes": its test cases' {"passed", "failed", "skipped"} counts, the "timings"
+    (server_timings) it recorded, with their "cell" and "start_mode", and "test_cpu": its test process's
+    CPU seconds (test_process_cpu), None where it recorded none, and "walk_steps": the (time, operation
+    token) of each walk_step it recorded, in time order.
     only: the real paths of the test.xml files to keep (an invocation's: tools/report/reading.py)."""
     units = []
     if not os.path.isdir(testlogs_dir):
@@ -136,6 +137,7 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
                     "unit": os.path.relpath(unit_dir, testlogs_dir),
                     "cell": cell,
                     "seconds": suite_seconds(os.path.join(unit_dir, "test.xml")),
+                    "outcomes": dict(testlogs.junit_outcomes(os.path.join(unit_dir, "test.xml"))),
                     "timings": timings,
                     "test_cpu": test_cpu,
                     "walk_steps": walk_steps,
@@ -162,6 +164,12 @@ def gpu_timings(units: list[dict]) -> list[dict]:
 def class_of(cell: str) -> str:
     """The class short name of a GPU cell name <class>[_<door>]_<runner>_<mode> (the name itself otherwise)."""
     return (matrix.split_cell(cell) or (cell,))[0]
+
+
+def door_of(cell: str) -> str | None:
+    """The front door of a GPU cell name (matrix.HTTP where it names none); None for any other target."""
+    parts = matrix.split_cell(cell)
+    return parts[1] if parts else None
 
 
 def _phase_sums(units: list[dict]) -> dict:

@@ -172,6 +172,29 @@ def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_f
     assert bazel_runs.cell_breakdown(units[:1], 50.0) == {"cells": 0}  # the fake cell only
 
 
+def test_a_door_cell_is_read_as_its_class_and_its_door(tmp_path):
+    """<class>_<door>_<runner>_<mode>: the class is the same as over HTTP, not <class>_<door>; the fake
+    tier's door targets (<class>_fake_<runner>_<mode>_<door>) are no cell."""
+    assert [bazel_runs.class_of(c) for c in ("flags_async_llm_mrv2_graph", "weight_sync_llm_mrv2_graph")] == [
+        "flags",
+        "weight_sync",
+    ]
+    doors = [
+        "flags_mrv1_eager",
+        "flags_async_llm_mrv2_graph",
+        "weight_sync_llm_mrv2_graph",
+        "flags_fake_mrv2_graph_llm",
+    ]
+    assert [bazel_runs.door_of(c) for c in doors] == ["http", "async_llm", "llm", None]
+    _unit(tmp_path, "flags_mrv1_eager", 20.0, _timing("zygote", start_s=6.0))
+    _unit(tmp_path, "flags_async_llm_mrv2_graph", 30.0, _timing("zygote", start_s=9.0))
+    units = bazel_runs.test_units(str(tmp_path))
+    assert [u["outcomes"] for u in units] == [{"passed": 1}, {"passed": 1}]
+    breakdown = bazel_runs.cell_breakdown(units, elapsed_s=None)
+    assert list(breakdown["by_class"]) == ["flags"] and breakdown["by_class"]["flags"]["units"] == 2
+    assert bazel_runs.matrix_measures(units, None)["longest_cell_s"] == 30.0  # a cell of a class of the spec
+
+
 def test_matrix_measures_take_the_longest_gpu_unit_and_the_wait_share_of_the_time_in_a_slot(tmp_path):
     _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0, memory_phase_wait_s=5.0))
     # 90 s waiting for a slot before it ran: its time is the 41 s it held one.

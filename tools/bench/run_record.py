@@ -19,10 +19,36 @@ from tools.report import reading
 MACHINE_STATES = ("fresh", "warm")  # fresh: no earlier run_matrix.sh run on this host (run_matrix.sh says how)
 
 
+def _cell_outcomes(units: list[dict]) -> dict[str, dict]:
+    """GPU cell name -> its test cases' outcome counts, summed over its units (its shards)."""
+    out: dict[str, dict] = {}
+    for unit in units:
+        if bazel_runs.door_of(unit["cell"]) is None:
+            continue  # the fake tier's targets, unit tests: no cell of the matrix
+        counts = out.setdefault(unit["cell"], {})
+        for outcome, n in unit.get("outcomes", {}).items():
+            counts[outcome] = counts.get(outcome, 0) + n
+    return out
+
+
+def cells_by_door(units: list[dict]) -> dict[str, dict]:
+    """door -> {"cells", "passed", "failed"} of the GPU cells among the units: counted from the results
+    that are there, so a door none of whose cells ran is absent. A cell failed if a case of it failed,
+    passed if a case ran and none failed; one that is neither ran no case."""
+    out: dict[str, dict] = {}
+    for cell, counts in _cell_outcomes(units).items():
+        door = out.setdefault(bazel_runs.door_of(cell), {"cells": 0, "passed": 0, "failed": 0})
+        door["cells"] += 1
+        door["failed"] += bool(counts.get("failed"))
+        door["passed"] += bool(counts.get("passed")) and not counts.get("failed")
+    return out
+
+
 def record(units: list[dict], *, gpus: int, cores: int, rc: int, machine_state: str, waves_s: list[float]) -> dict:
     """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
     server_starts, machine_state), counted from the cells' own timings (launch_to_health_s: a start's own
-    seconds, without the wait for a GPU slot); `cell_time` the breakdown."""
+    seconds, without the wait for a GPU slot), and the cells that ran by front door (cells_by_door);
+    `cell_time` the breakdown."""
     if machine_state not in MACHINE_STATES:
         raise ValueError(f"machine_state {machine_state!r}: say one of {', '.join(MACHINE_STATES)}")
     elapsed = round(sum(waves_s), 1) if waves_s else None
@@ -48,6 +74,7 @@ def record(units: list[dict], *, gpus: int, cores: int, rc: int, machine_state: 
             "waves_s": waves_s,
             **counted,
             "gpu_units": len(gpu),
+            "cells_by_door": cells_by_door(units),
             "machine_state": machine_state,
             **bazel_runs.matrix_measures(units, elapsed),
         },

@@ -1,6 +1,9 @@
+import json
+
 import pytest
 
 from tools.bench import run_record
+from tools.results.testlogs_testing import write_bep, write_xml
 
 
 def _unit(cell, start_s, launches=1):
@@ -40,3 +43,40 @@ def test_a_run_without_matrix_cells_counts_no_starts_rather_than_zero():
     # The mutants' targets start servers in their inner runs, which no cell timing records.
     m = run_record.record([], gpus=1, cores=16, rc=0, machine_state="warm", waves_s=[113.1])["matrix"]
     assert m["server_starts"] is None and "no GPU cell" in m["not_counted"]
+
+
+def test_cells_by_door_counts_the_cells_this_run_ran_never_the_spec(tmp_path):
+    """Each door's cells as their results say (shards of one cell are one cell), only those the build
+    events name: an earlier run's door cell, the fake tier's door target and the cells the spec makes
+    but this run did not run are no part of it."""
+    ran = {
+        "flags_mrv1_eager": {"t": "passed"},
+        "flags_mrv2_graph": {"t": "passed", "u": "failed"},
+        "scheduler_gate_mrv1_graph": {"t": "skipped"},  # ran no case: neither passed nor failed
+        "state_walk_mrv1_eager/shard_1_of_2": {"t": "passed"},
+        "state_walk_mrv1_eager/shard_2_of_2": {"t": "failed"},
+        "flags_async_llm_mrv2_graph": {"t": "passed"},
+        "weight_sync_llm_mrv2_graph": {"t": "failed"},
+        "flags_fake_mrv2_graph_llm": {"t": "passed"},
+    }
+    results = [
+        (
+            f"//tests/sleep_wake:{unit.split('/')[0]}",
+            write_xml(tmp_path / "logs" / unit / "test.xml", cases),
+            "PASSED",
+            i,
+        )
+        for i, (unit, cases) in enumerate(ran.items())  # a shard number each: Bazel's events tell shards apart
+    ]
+    write_xml(tmp_path / "logs" / "latency_async_llm_mrv2_graph" / "test.xml", {"t": "passed"})  # an earlier run's
+    write_bep(tmp_path / "bep.json", results)
+    out = tmp_path / "run.json"
+    argv = [str(tmp_path / "logs"), "--out", str(out), "--gpus", "1", "--cores", "16", "--rc", "3"]
+    assert run_record.main(argv + ["--machine_state", "warm", "--bep", str(tmp_path / "bep.json")]) == 0
+    assert json.loads(out.read_text())["matrix"]["cells_by_door"] == {
+        "http": {"cells": 4, "passed": 1, "failed": 2},
+        "async_llm": {"cells": 1, "passed": 1, "failed": 0},
+        "llm": {"cells": 1, "passed": 0, "failed": 1},
+    }
+    nothing = run_record.record([], gpus=1, cores=16, rc=0, machine_state="warm", waves_s=[])
+    assert nothing["matrix"]["cells_by_door"] == {}

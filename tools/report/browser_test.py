@@ -1,6 +1,7 @@
 """The fixture's report as headless Chromium draws it: what a person reads first is the headline, in
-the first screen; the GPU grid shows every cell of the spec, through every front door; nothing is wider than a laptop's window.
-And the probe itself can fail: a page with an element wider than the window is caught."""
+the first screen; the GPU grid shows every cell of the spec, through every front door; nothing is wider
+than a laptop's window. And the probe itself can fail: a page with an element wider than the window is
+caught."""
 
 import pathlib
 

@@ -175,7 +175,9 @@ def test_a_class_a_door_cannot_run_is_excluded_with_its_reason_not_missing(tmp_p
     why = "pushes weights through collective_rpc, which the door does not offer"
     # The spec's exclusions replaced by these (the report reads the same dict).
     monkeypatch.setitem(matrix.DOOR_EXCLUDED, "async_llm", {"weight_sync": why})
-    monkeypatch.setitem(matrix.DOOR_EXCLUDED, "llm", {"host_memory": "reads the server's own process", "weight_sync": why})
+    monkeypatch.setitem(
+        matrix.DOOR_EXCLUDED, "llm", {"host_memory": "reads the server's own process", "weight_sync": why}
+    )
     logs, bep = _bazel_layout(tmp_path)
     page = _render(tmp_path, "--bep", bep, logs=logs)
     grid = _grid(page)
@@ -192,8 +194,8 @@ def test_a_class_a_door_cannot_run_is_excluded_with_its_reason_not_missing(tmp_p
     assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text"]) == 0
     listed = [line for line in capsys.readouterr().out.splitlines() if view.EXCLUDED in line]
     assert listed == [
-        "excluded from the grid by tools/matrix.bzl: host_memory through llm (reads the server's own process); "
-        f"weight_sync through async_llm, llm ({why})"
+        "excluded by tools/matrix.bzl: host_memory through llm (reads the server's own process)",
+        f"excluded by tools/matrix.bzl: weight_sync through async_llm, llm ({why})",
     ]
 
 
@@ -473,6 +475,7 @@ def test_text_mode_says_what_the_page_says(tmp_path, capsys):
     bad = {c: s for c, s in STATES.items() if s not in (view.PASSED, view.STALE)}
     assert out.startswith("NOT GREEN: 4/10 GPU cells passed, vLLM 0.26.0, NVIDIA H200"), out.splitlines()[0]
     assert "1 earlier result(s) in these testlogs not counted (stale)" in out.splitlines()[0]
+    assert "; by door: http 10, async_llm 1); their test cases:" in out  # the stale cell among them
     listed = re.findall(r"^  ([a-z ]+): (\w+)", out, re.M)
     assert {cell: state for state, cell in listed} == bad and len(listed) == len(bad)
     assert "--test_filter 'TestSleepWakeFlags' matched no test in this target." in out
@@ -610,5 +613,10 @@ def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
     assert [a["data-walk"] for a in Elements(page).all("tr") if "data-walk" in a] == list(walks)
     assert "<td>async_llm · MRV2-graph</td>" in page
     lines = [line for line in text.summary(run).splitlines() if line.startswith("state walk")]
-    assert [line.split(":")[0] for line in lines] == ["state walk HTTP · MRV1-eager", "state walk async_llm · MRV2-graph"]
-    assert lines[1].startswith(f"state walk async_llm · MRV2-graph: 4/5 (state, operation) pairs visited, 1/{WALK_SHARDS}")
+    assert [line.split(":")[0] for line in lines] == [
+        "state walk HTTP · MRV1-eager",
+        "state walk async_llm · MRV2-graph",
+    ]
+    assert lines[1].startswith(
+        f"state walk async_llm · MRV2-graph: 4/5 (state, operation) pairs visited, 1/{WALK_SHARDS}"
+    )

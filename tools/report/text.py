@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+from tools.matrix import FRONT_DOORS
 from tools.report import view
 
 
@@ -21,14 +22,11 @@ def _spread(run: view.Run) -> dict[str, list[tuple[float, str]]]:
 
 
 def _excluded(run: view.Run) -> list[str]:
-    """One line for the grid cells the spec makes no target for: each class once, with the doors it
-    cannot run through and why."""
-    excluded = run.excluded()
-    if not excluded:
-        return []
+    """A line per class the spec leaves out of some door's cells, with those doors and why: once, however
+    many of the door's cells it would have had."""
     return [
-        "excluded from the grid by tools/matrix.bzl: "
-        + "; ".join(f"{c} through {', '.join(doors)} ({why})" for (c, why), doors in excluded.items())
+        f"excluded by tools/matrix.bzl: {test_class} through {', '.join(doors)} ({why})"
+        for (test_class, why), doors in run.excluded().items()
     ]
 
 
@@ -48,7 +46,11 @@ def summary(run: view.Run) -> str:
     states = ", ".join(f"{s} {n}" for s, n in sorted(run.states(ran).items()))
     cases = [c for cell in ran if cell.state != view.STALE for c in cell.cases]
     outcome = ", ".join(f"{sum(c.outcome == o for c in cases)} {o}" for o in ("passed", "failed", "skipped"))
-    lines.append(f"GPU cells: {len(ran)} ({states or 'none ran'}); their test cases: {outcome}")
+    by_door = ", ".join(f"{door} {n}" for door in FRONT_DOORS if (n := sum(c.door == door for c in ran)))
+    lines.append(
+        f"GPU cells: {len(ran)} ({states or 'none ran'}" + (f"; by door: {by_door}" if by_door else "") + ")"
+        f"; their test cases: {outcome}"
+    )
     lines += _excluded(run)
     if run.fake:
         fake_states = sorted(run.states(list(run.fake.values())).items())

@@ -86,10 +86,6 @@ class Cell:
         return cls(test_class, runner, mode, door, **fields)
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return self.test_class, self.door, self.runner, self.mode
-
-    @property
     def name(self) -> str:  # the Bazel target, as tools/defs.bzl cell_name() builds it
         if self.target:
             return self.target
