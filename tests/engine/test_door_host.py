@@ -182,6 +182,18 @@ def _held_completion(client):
     return thread, got
 
 
+def test_door_returns_every_choice_of_a_parallel_sample(hosted):
+    """n > 1: the answer holds all n choices, each to its length, as vLLM's server answers (a door call that
+    kept only the engine's last output would hold the choices that finished last)."""
+    done = hosted.client.complete(PROMPT, max_tokens=TOKENS, temperature=1.0, seed=7, n=4)
+    oracle.equal(
+        "output.finish_length",
+        (sorted(done.finish_reasons), [len(t) for t in done.token_ids]),
+        (["length"] * 4, [TOKENS] * 4),
+        "a seeded n=4 sample: (finish reasons, tokens per choice)",
+    )
+
+
 def test_door_reset_prefix_cache_empties_the_cache(hosted):
     client = hosted.client
     _cached_before_sleep(client)

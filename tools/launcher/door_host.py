@@ -236,6 +236,12 @@ class AsyncLlmDoor:
         return await self.engine.is_paused()
 
     async def generate(self, prompt: dict, params, request_id: str):
+        from vllm.sampling_params import RequestOutputKind
+
+        # The one output with every choice, as vLLM's server asks for a request that does not stream
+        # (CompletionRequest.to_sampling_params); with the default CUMULATIVE kind and n > 1 each output
+        # holds only the choice that moved, so the last one would lack the others.
+        params.output_kind = RequestOutputKind.FINAL_ONLY
         last = None
         async for out in self.engine.generate(prompt, params, request_id=request_id):
             last = out
