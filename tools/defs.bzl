@@ -167,15 +167,30 @@ def _runner_modes(runners, modes):
     return [(runner, mode) for runner in runners for mode in modes]
 
 def cell_name(test_class, runner, mode, door = "http"):
-    """The one naming pattern of matrix cells: <class>_<runner>_<mode> through HTTP, e.g. scheduler_gate_mrv1_eager,
-    and <class>_<door>_<runner>_<mode> through an in-process door, e.g. scheduler_gate_async_llm_mrv2_graph."""
+    """The one naming pattern of matrix cells.
+
+    <class>_<runner>_<mode> through HTTP, e.g. scheduler_gate_mrv1_eager, and <class>_<door>_<runner>_<mode>
+    through an in-process door, e.g. scheduler_gate_async_llm_mrv2_graph.
+
+    Args:
+      test_class: the class short name.
+      runner: the cell's model runner.
+      mode: the cell's execution mode.
+      door: the cell's front door.
+
+    Returns:
+      The target name.
+    """
     if door == "http":
         return "%s_%s_%s" % (test_class, runner, mode)
     return "%s_%s_%s_%s" % (test_class, door, runner, mode)
 
 def _door_cells(classes, runners, modes):
-    """(class, door, runner, mode) of every cell: each class on every runner x mode through HTTP, and each
-    in-process door's classes (those DOOR_EXCLUDED does not exclude) on its DOOR_CELLS."""
+    """(class, door, runner, mode) of every cell of the matrix.
+
+    Each class on every runner x mode through HTTP, and each in-process door's classes (those
+    DOOR_EXCLUDED does not exclude) on its DOOR_CELLS.
+    """
     out = [(c, "http", r, m) for c in classes for r, m in _runner_modes(runners, modes)]
     for door in FRONT_DOORS[1:]:
         for c in classes:
@@ -195,8 +210,10 @@ def sleep_wake_matrix(
         modes = EXECUTION_MODES,
         timeout = "long",
         shard_counts = {}):
-    """One GPU py_test per test class x runner x execution mode through HTTP, and per class x cell of each
-    in-process door (tools/matrix.bzl DOOR_CELLS), plus test_suites to pick slices.
+    """The GPU cells and the test_suites that pick slices of them.
+
+    One py_test per test class x runner x execution mode through HTTP, and per class x cell of each
+    in-process door (tools/matrix.bzl DOOR_CELLS).
 
     Args:
       name: the test_suite holding every cell.

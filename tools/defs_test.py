@@ -108,11 +108,17 @@ def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix)
         for name, (kind, attrs) in rules.items()  # the fake tier's CPU targets aside
         if kind == "py_test" and "gpu" in attrs["tags"]
     }
-    assert len(cells) == 4 * len(classes)
-    for attrs in cells.values():
+    from tools import matrix as spec
+
+    doors = {d: len(spec.door_classes(d)) * len(spec.DOOR_CELLS[d]) for d in spec.FRONT_DOORS[1:]}
+    assert len(cells) == 4 * len(classes) + sum(doors.values())
+    for name, attrs in cells.items():
         test_class = next(c for c in classes if c in attrs["tags"])
         assert len(attrs["args"]) == 1 and attrs["shard_count"] == shard_counts.get(test_class)
         assert "manual" not in attrs["tags"], "//tests/sleep_wake/... must keep running every cell"
+        # The name, the tag and the server's setting say one door.
+        door = spec.split_cell(name)[1]
+        assert door in attrs["tags"] and attrs["env"]["SLEEPWAKE_FRONT_DOOR"] == door, name
 
 
 def test_starlark_and_python_read_one_spec():
@@ -155,7 +161,9 @@ def test_only_the_golden_classes_cells_take_a_checkpoints_golden_and_each_its_ow
         assert label in attrs["data"], f"{name} reads {label} without having it as data"
         runner, mode = attrs["env"]["SLEEPWAKE_RUNNER"], attrs["env"]["SLEEPWAKE_EXECUTION_MODE"]
         fake = "fake" in attrs["tags"]
-        suffix = name.split("_fake_", 1)[1] if fake else f"{runner}_{mode}"
+        # A fake door cell takes its runner x mode's golden: the door changes how vLLM is called, not its output.
+        door = "_" + attrs["env"]["SLEEPWAKE_FRONT_DOOR"]
+        suffix = name.split("_fake_", 1)[1].removesuffix(door) if fake else f"{runner}_{mode}"
         assert label == f"{GOLDEN_PACKAGE}:golden_{checkpoint}_{'fake_' if fake else ''}{suffix}", name
     expected = {n for n, a in cells.items() if any(checkpoint in spec.GOLDEN_CLASSES.get(c, []) for c in a["tags"])}
     assert takers == expected and takers
