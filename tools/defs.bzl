@@ -7,7 +7,7 @@ what is generated.
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
 load("//tools:goldens.bzl", "CHECKPOINTS", "golden_label")
-load("//tools:matrix.bzl", "DOOR_CELLS", "DOOR_EXCLUDED", "EXECUTION_MODES", "FRONT_DOORS", "GOLDEN_CLASSES", "RUNNERS")
+load("//tools:matrix.bzl", "DOOR_CELLS", "DOOR_EXCLUDED", "DOOR_FAKE_ONLY", "EXECUTION_MODES", "FRONT_DOORS", "GOLDEN_CLASSES", "RUNNERS")
 
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
@@ -279,7 +279,7 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
         # from DOOR_EXCLUDED fails here, on a CPU.
         door_cells = [(c, "http") for c in class_cells]
         for door in FRONT_DOORS[1:]:
-            if test_class not in DOOR_EXCLUDED[door]:
+            if test_class not in DOOR_EXCLUDED[door] or test_class in DOOR_FAKE_ONLY[door]:
                 door_cells.append((DOOR_CELLS[door][0], door))
         for cell, door in door_cells:
             parts = cell.split("_", 2)

@@ -34,6 +34,7 @@ FRONT_DOORS: tuple = tuple(_SPEC["FRONT_DOORS"])
 HTTP = FRONT_DOORS[0]  # vLLM's OpenAI server: the door of every cell whose name names none
 DOOR_CELLS: dict = _SPEC["DOOR_CELLS"]  # in-process door -> its "<runner>_<mode>" cells
 DOOR_EXCLUDED: dict = _SPEC["DOOR_EXCLUDED"]  # in-process door -> {class: why it cannot run there}
+DOOR_FAKE_ONLY: dict = _SPEC["DOOR_FAKE_ONLY"]  # in-process door -> excluded classes the fake tier runs
 
 
 def cell_id(runner: str, mode: str) -> str:

@@ -44,7 +44,9 @@ def test_the_readmes_counts_and_releases_are_the_specs():
 
 
 def test_every_in_process_door_has_its_cells_and_reasons():
-    assert matrix.HTTP == "http" and set(matrix.DOOR_CELLS) == set(matrix.DOOR_EXCLUDED) == set(matrix.FRONT_DOORS[1:])
+    doors = set(matrix.FRONT_DOORS[1:])
+    assert matrix.HTTP == "http" and set(matrix.DOOR_CELLS) == set(matrix.DOOR_EXCLUDED) == doors
+    assert set(matrix.DOOR_FAKE_ONLY) == doors
     for door, cells in matrix.DOOR_CELLS.items():
         assert cells, f"door {door}: no cell (drop it from FRONT_DOORS instead)"
         for cell in cells:
@@ -53,6 +55,9 @@ def test_every_in_process_door_has_its_cells_and_reasons():
         for test_class, reason in matrix.DOOR_EXCLUDED[door].items():
             assert test_class in matrix.SLEEP_WAKE_CLASSES and reason.strip(), (door, test_class)
         assert matrix.door_classes(door), f"door {door}: every class excluded"
+        assert set(matrix.DOOR_FAKE_ONLY[door]) <= set(matrix.DOOR_EXCLUDED[door]), (
+            f"door {door}: a fake-only class must be excluded from the GPU cells, with its reason"
+        )
 
 
 def test_a_cell_name_splits_into_class_door_runner_and_mode():

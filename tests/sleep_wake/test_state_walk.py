@@ -19,7 +19,7 @@ import os
 
 import pytest
 
-from tests.sleep_wake.lib import goldens, host_memory, measure, memory, oracle, servers
+from tests.sleep_wake.lib import cells, goldens, host_memory, measure, memory, oracle, servers
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
 from tests.sleep_wake.walk import driver, model, plan, runner
 from tools.launcher.config import resolve_model
@@ -60,7 +60,7 @@ def walk_context(server, client, recorder, cell):
     # of MiB at its first logprobs, n=4, long-prompt and streamed answers (seen on the H200: 12-45 MiB over
     # a walk's host band at its first such step), and eager mode reserves its activation blocks at the
     # first forward. The answers are judged against A's golden: the fresh server must serve it.
-    runner.warm_up(client, taken["A"])
+    runner.warm_up(client, taken["A"], streams=cells.door_cannot(cell, "stream") is None)
     client.reset_prefix_cache()
     sizes = model.Sizes(
         settled_gpu_bytes(server, "walk start (INITIAL)", recorder=recorder),
@@ -68,19 +68,20 @@ def walk_context(server, client, recorder, cell):
         server.config.kv_cache_bytes,
     )
     host_awake = host_memory.server_host_memory(server)[0].rss
-    return runner.Context(server, client, recorder, cell.id, checkpoints, taken, sizes, host_awake)
+    return runner.Context(server, client, recorder, cell.id, checkpoints, taken, sizes, host_awake, cell.door)
 
 
 def _walk(shard: int, walk_context, recorder) -> None:
     tier = runner.GpuTier(walk_context)
-    walker = driver.Walker(tier, tier.version)
+    door = walk_context.door
+    walker = driver.Walker(tier, tier.version, door)
     seed = plan.cell_seed(SEED, walk_context.cell_id)
     try:
-        planned = plan.run_shard(walker, shard, SHARDS, seed, MAX_STEPS)
+        planned = plan.run_shard(walker, shard, SHARDS, seed, MAX_STEPS, door)
         if planned is None:  # a replay: its failure, if any, is the verdict
             return
         pairs, walks = planned
-        probes = plan.terminal_probes()[shard::SHARDS]
+        probes = plan.terminal_probes(door)[shard::SHARDS]
         probed = [walker.probe(probe) for probe in probes]  # at most one: it ends the server's usable life
     finally:
         tier.close()
@@ -101,7 +102,8 @@ def _walk(shard: int, walk_context, recorder) -> None:
         walks=len(walks),
         states=len(states),
         visited_states=states,
-        model_states=len(plan.reachable_states()),
+        model_states=len(plan.reachable_states(door)),
+        door=door,
         situations=len({sit for sit, _ in visited}),
         consecutive_pairs=len(consecutive),
         terminal_probes=probed,

@@ -19,6 +19,7 @@ from tests.sleep_wake.lib import oracle, thresholds
 from tests.sleep_wake.walk import model, plan
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import State
+from tools.matrix import HTTP
 
 
 @dataclasses.dataclass
@@ -58,9 +59,10 @@ class Tier(Protocol):
 class Walker:
     """One server's walks, from INITIAL, step by step."""
 
-    def __init__(self, tier: Tier, version: str):
+    def __init__(self, tier: Tier, version: str, door: str = HTTP):
         self.tier = tier
         self.version = version
+        self.door = door  # the front door the tier sends through: its walk has the pairs it can reach
         self.state = model.INITIAL
         self.step_index = 0
         self.executed: list[list[Step]] = []  # per walk, the steps that ran, in order
@@ -71,7 +73,7 @@ class Walker:
 
     def step(self, op) -> None:
         before = self.state
-        ops.require_applicable(op, before, self.step_index)
+        ops.require_applicable(op, before, self.step_index, self.door)
         after = op.apply(before)
         where = f"step {self.step_index} ({op} from {before.describe()})"
         perform = self.tier.generate if op.name in ops.GENERATES else getattr(self.tier, op.name)
@@ -107,7 +109,7 @@ class Walker:
                     self.step(op)
                 except oracle.OracleFailure as failure:
                     raise plan.with_replay(
-                        failure, seed, shard, walk, i, start, self.tier.replay_on, self.tier.pick(shard)
+                        failure, seed, shard, walk, i, start, self.tier.replay_on, self.tier.pick(shard), self.door
                     ) from None
 
     def probe(self, walk) -> str:

@@ -18,6 +18,9 @@ Effects follow vLLM 0.26.0 (0.24.0 and 0.25.0 alike on these lines):
     weights pool and keeps `path` as the model path; it leaves the prefix cache as it was.
 Where a release answers otherwise than the API documents and the server is no longer usable after it
 (terminal()), the walk probes the pair as a shard's last step (plan.terminal_probes).
+Through an in-process front door (tools/matrix.bzl FRONT_DOORS) the same model holds; what the door cannot
+send (door_host.CANNOT: vllm.LLM streams nothing and makes one call at a time) takes those operations out
+of its walk, with the door's reason (door_why_not), so its pairs are the model's pairs that door can reach.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import dataclasses
 from tests.sleep_wake.lib import oracle
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk.model import KV_CACHE, PAUSE_ALL, PAUSE_NEW, WEIGHTS, State
+from tools.launcher.door_host import CANNOT, Cannot
+from tools.matrix import HTTP
 
 MODES = ("abort", "wait", "keep")
 WAKE_TAGS = (
@@ -83,12 +88,13 @@ class Operation:
             return "reload:" + (self.params[0] or _NONE)
         return self.name
 
-    def why_not(self, state: State) -> str | None:
-        """None when the model predicts this operation in `state`, else the reason it does not."""
-        return _why_not(self, state)
+    def why_not(self, state: State, door: str = HTTP) -> str | None:
+        """None when the model predicts this operation in `state` and `door` can send it, else the reason
+        it does not."""
+        return _why_not(self, state) or door_why_not(self, state, door)
 
-    def applicable(self, state: State) -> bool:
-        return _why_not(self, state) is None
+    def applicable(self, state: State, door: str = HTTP) -> bool:
+        return self.why_not(state, door) is None
 
     def apply(self, state: State) -> State:
         reason = _why_not(self, state)
@@ -266,6 +272,21 @@ def _why_not(op: Operation, s: State) -> str | None:
     return None
 
 
+def door_why_not(op: Operation, s: State, door: str) -> str | None:
+    """Why `door` cannot send op in s (door_host.CANNOT), or None. A request that would wait (scheduling
+    paused) holds a one-call-at-a-time door's only call, so no wake could follow it: the door has no
+    such pair, as it has no request in flight during a sleep and no stream."""
+    cannot = CANNOT.get(door, {})
+    if op.name == "generate_stream" and "stream" in cannot:
+        return str(Cannot(door, "stream"))
+    if "concurrent_calls" in cannot:
+        if op.name == "sleep" and op.params[2]:
+            return str(Cannot(door, "concurrent_calls"))
+        if op.name in GENERATES and not model.can_run(s):
+            return str(Cannot(door, "concurrent_calls"))
+    return None
+
+
 # --- effects -------------------------------------------------------------------------------------
 def _generate(op: Operation, s: State) -> State:
     long = op.name == "generate_cached"
@@ -367,9 +388,9 @@ def moves_memory(op: Operation, state: State) -> bool:
     return op.apply(state).asleep_tags != state.asleep_tags
 
 
-def require_applicable(op, state: State, step_index: int) -> None:
-    """Raises oracle.Precondition when the walk planned `op` where the model says it cannot run: a
-    planner bug, not a server's (every walker checks this before it acts)."""
-    reason = op.why_not(state)
+def require_applicable(op, state: State, step_index: int, door: str = HTTP) -> None:
+    """Raises oracle.Precondition when the walk planned `op` where the model says it cannot run or `door`
+    cannot send it: a planner bug, not a server's (every walker checks this before it acts)."""
+    reason = op.why_not(state, door)
     if reason:
         raise oracle.Precondition(f"walk step {step_index}: {op} is not applicable in ({state.describe()}): {reason}")

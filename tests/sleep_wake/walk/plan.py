@@ -30,6 +30,7 @@ from tests.sleep_wake.lib import oracle
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import INITIAL, State
+from tools.matrix import HTTP
 
 REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
 _SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
@@ -114,18 +115,19 @@ def describe_pair(pair) -> str:
 
 
 @functools.cache
-def successors(state: State) -> tuple:
-    """((operation, next state), ...) for every applicable operation, in operations.ALL's order."""
-    return tuple((op, op.apply(state)) for op in ops.ALL if op.applicable(state))
+def successors(state: State, door: str = HTTP) -> tuple:
+    """((operation, next state), ...) for every operation applicable through `door`, in operations.ALL's
+    order."""
+    return tuple((op, op.apply(state)) for op in ops.ALL if op.applicable(state, door))
 
 
 @functools.cache
-def reachable_states() -> tuple:
-    """Every state reachable from INITIAL, in BFS order."""
+def reachable_states(door: str = HTTP) -> tuple:
+    """Every state reachable from INITIAL through `door`, in BFS order."""
     seen = {INITIAL: None}
     queue = collections.deque([INITIAL])
     while queue:
-        for _, nxt in successors(queue.popleft()):
+        for _, nxt in successors(queue.popleft(), door):
             if nxt not in seen:
                 seen[nxt] = None
                 queue.append(nxt)
@@ -133,13 +135,13 @@ def reachable_states() -> tuple:
 
 
 @functools.cache
-def _reachable_pairs() -> frozenset:
-    return frozenset(pair_of(s, op) for s in reachable_states() for op, _ in successors(s))
+def _reachable_pairs(door: str = HTTP) -> frozenset:
+    return frozenset(pair_of(s, op) for s in reachable_states(door) for op, _ in successors(s, door))
 
 
-def reachable_pairs() -> set:
-    """{(situation, operation)} over every reachable state and its applicable operations."""
-    return set(_reachable_pairs())
+def reachable_pairs(door: str = HTTP) -> set:
+    """{(situation, operation)} over every state reachable through `door` and its applicable operations."""
+    return set(_reachable_pairs(door))
 
 
 @functools.cache
@@ -164,7 +166,7 @@ def walk_seconds(walk) -> float:
 
 
 @functools.cache
-def plan_shards(shards: int, seed: int, max_steps: int) -> tuple:
+def plan_shards(shards: int, seed: int, max_steps: int, door: str = HTTP) -> tuple:
     """((walks, pairs), ...) per shard: one plan over every reachable pair (plan_walks, seeded `seed`),
     its walks dealt out longest first (walk_seconds) to the shard with the least so far; a shard's
     pairs are those its walks are the first of the plan to visit, so the shards' pairs are disjoint and
@@ -172,7 +174,7 @@ def plan_shards(shards: int, seed: int, max_steps: int) -> tuple:
     INITIAL either way, and one plan crosses the state space fewer times."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    walks = plan_walks(reachable_pairs(), seed, max_steps)
+    walks = plan_walks(reachable_pairs(door), seed, max_steps, door)
     seconds = [walk_seconds(w) for w in walks]
     loads = [(0.0, k) for k in range(shards)]
     dealt = [[] for _ in range(shards)]
@@ -221,7 +223,7 @@ def run(state: State, walk) -> State:
     return state
 
 
-def _first_path(src: State, goal, order=None) -> list | None:
+def _first_path(src: State, goal, order=None, door: str = HTTP) -> list | None:
     """Breadth first from src: the operations up to and including the first edge for which
     goal(state, op, next state) holds, None if none does. order(list) reorders each state's successors
     (a seeded shuffle), else they come in ALL's order."""
@@ -229,7 +231,7 @@ def _first_path(src: State, goal, order=None) -> list | None:
     queue = collections.deque([src])
     while queue:
         state = queue.popleft()
-        edges = list(successors(state))
+        edges = list(successors(state, door))
         if order is not None:
             order(edges)
         for op, nxt in edges:
@@ -245,12 +247,12 @@ def _first_path(src: State, goal, order=None) -> list | None:
     return None
 
 
-def shortest_path(src: State, dst: State) -> list | None:
+def shortest_path(src: State, dst: State, door: str = HTTP) -> list | None:
     """The fewest operations from src to dst (the first in ALL's order among equals), None if none."""
-    return [] if src == dst else _first_path(src, lambda state, op, nxt: nxt == dst)
+    return [] if src == dst else _first_path(src, lambda state, op, nxt: nxt == dst, door=door)
 
 
-def plan_walks(pairs, seed: int, max_steps: int) -> list:
+def plan_walks(pairs, seed: int, max_steps: int, door: str = HTTP) -> list:
     """Walks (lists of operations), to run in order on one server from INITIAL, that together visit
     every pair of `pairs` (a subset of reachable_pairs()); each at most max_steps long, its reset_ops
     tail included.
@@ -261,7 +263,7 @@ def plan_walks(pairs, seed: int, max_steps: int) -> list:
     freedom a situation leaves (many states share one) keeps this near one step and a half a pair;
     the seed decides which states and which operations around them."""
     todo = set(pairs)
-    unknown = todo - _reachable_pairs()
+    unknown = todo - _reachable_pairs(door)
     if unknown:
         raise ValueError(
             f"not reachable pairs: {sorted(map(describe_pair, unknown))[:3]}; plan only pairs from "
@@ -272,7 +274,7 @@ def plan_walks(pairs, seed: int, max_steps: int) -> list:
     while todo:
         walk, state = [], INITIAL
         while todo:
-            path = _first_path(state, lambda st, op, nxt: pair_of(st, op) in todo, rng.shuffle)
+            path = _first_path(state, lambda st, op, nxt: pair_of(st, op) in todo, rng.shuffle, door)
             end = run(state, path)
             if len(walk) + len(path) + len(reset_ops(end)) > max_steps:
                 if not walk:
@@ -310,7 +312,7 @@ def steps_coverage(traces) -> tuple[set, collections.Counter]:
     return visited, consecutive
 
 
-def shrink_candidates(walk, failing_index: int, start: State = INITIAL) -> list:
+def shrink_candidates(walk, failing_index: int, start: State = INITIAL, door: str = HTTP) -> list:
     """Shorter scripts, each replayable from INITIAL on a fresh server, that end with the failing step
     of `walk` (which started in `start`), shortest first: the fewest operations to the failing step's
     state then its operation; the same through the step before it (the failure may need that pair); the
@@ -321,10 +323,10 @@ def shrink_candidates(walk, failing_index: int, start: State = INITIAL) -> list:
     for op in walk[:failing_index]:
         states.append(op.apply(states[-1]))
     failing = walk[failing_index]
-    candidates = [shortest_path(INITIAL, states[-1]) + [failing]]
+    candidates = [shortest_path(INITIAL, states[-1], door) + [failing]]
     if failing_index:
-        candidates.append(shortest_path(INITIAL, states[-2]) + walk[failing_index - 1 : failing_index + 1])
-    candidates.append(shortest_path(INITIAL, start) + list(walk[: failing_index + 1]))
+        candidates.append(shortest_path(INITIAL, states[-2], door) + walk[failing_index - 1 : failing_index + 1])
+    candidates.append(shortest_path(INITIAL, start, door) + list(walk[: failing_index + 1]))
     out = []
     for c in sorted(candidates, key=len):
         if c not in out:
@@ -338,12 +340,20 @@ def script(seed: int, shard: int, walk) -> str:
 
 
 def with_replay(
-    failure: oracle.OracleFailure, seed: int, shard: int, walk, index: int, start: State, on: str, pick: str
+    failure: oracle.OracleFailure,
+    seed: int,
+    shard: int,
+    walk,
+    index: int,
+    start: State,
+    on: str,
+    pick: str,
+    door: str = HTTP,
 ) -> oracle.OracleFailure:
     """The failure of step `index` of `walk` (begun in `start`) with its shortest replays
     (shrink_candidates) as SLEEPWAKE_WALK_REPLAY lines; `on`: what a replay runs on, `pick`: the
     --test_filter of the failing shard."""
-    lines = [script(seed, shard, c) for c in shrink_candidates(walk, index, start)]
+    lines = [script(seed, shard, c) for c in shrink_candidates(walk, index, start, door)]
     first, *rest = failure.failures()
     detail = (
         f"replay, shortest first, on {on} ({REPLAY_VAR} runs it in every shard; {pick} picks one):\n    "
@@ -360,12 +370,14 @@ def parse_script(text: str) -> list:
     return [ops.parse(token) for token in m.group(1).split(",") if token.strip()]
 
 
-def terminal_pairs() -> dict:
+def terminal_pairs(door: str = HTTP) -> dict:
     """{(known divergence, level, tags asleep): [operation, ...]} of every terminal pair (operations.
-    terminal) the reachable states allow, operations in ALL's order."""
+    terminal) the states reachable through `door` allow, operations in ALL's order."""
     kinds = collections.defaultdict(list)
-    for state in reachable_states():
+    for state in reachable_states(door):
         for op in ops.ALL:
+            if ops.door_why_not(op, state, door):
+                continue
             name = ops.terminal(op, state)
             key = (name, state.level, tuple(sorted(state.asleep_tags)))
             if name and op not in kinds[key]:
@@ -380,12 +392,12 @@ def terminal_pairs() -> dict:
 PROBED = {ops.RELOAD_ASLEEP: ops.reload("B"), ops.KV_FIRST_AFTER_LEVEL2: ops.wake(["kv_cache"])}
 
 
-def terminal_probes() -> list:
+def terminal_probes(door: str = HTTP) -> list:
     """One walk per kind of terminal pair (terminal_pairs): the shortest way from INITIAL to a state of
     that kind, then its operation (PROBED, else the kind's only one), which ends the server's usable
     life where its known divergence applies. The test gives probe i to shard i, after its walks."""
     probes = []
-    for (name, level, asleep), kind_ops in terminal_pairs().items():
+    for (name, level, asleep), kind_ops in terminal_pairs(door).items():
         op = PROBED.get(name, kind_ops[0])
         if op not in kind_ops:
             raise ValueError(f"the probe {op} of {name} is not among its pairs {kind_ops}")
@@ -393,12 +405,12 @@ def terminal_probes() -> list:
         def there(st, o, nxt, op=op, name=name, where=(level, asleep)):
             return (nxt.level, tuple(sorted(nxt.asleep_tags))) == where and ops.terminal(op, nxt) == name
 
-        path = _first_path(INITIAL, there)
+        path = _first_path(INITIAL, there, door=door)
         probes.append(path + [op])
     return probes
 
 
-def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int):
+def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int, door: str = HTTP):
     """Runs on walker (the server's or the engine tier's: anything with run(walks, seed, shard)) the
     shard's walks of plan_shards and returns (the shard's pairs, its walks); or, when
     SLEEPWAKE_WALK_REPLAY holds a shrunk failing walk, runs that one walk and returns None."""
@@ -406,6 +418,6 @@ def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int):
     if replay:
         walker.run([parse_script(replay)], seed, shard)
         return None
-    walks, pairs = plan_shards(shards, seed, max_steps)[shard]
+    walks, pairs = plan_shards(shards, seed, max_steps, door)[shard]
     walker.run(walks, seed, shard)
     return pairs, walks

@@ -15,6 +15,8 @@ import contextlib
 import dataclasses
 import time
 
+import requests
+
 from tests.sleep_wake.lib import expect, host_memory, measure, oracle, thresholds
 from tests.sleep_wake.lib.background import background, end_clock, generated_tokens, wait_decoding
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
@@ -32,6 +34,7 @@ from tests.sleep_wake.lib.prompts import (
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import State
+from tools.matrix import HTTP
 
 LONG = LONG_PROMPTS[0]  # the prompt of the prefix-cache operations: several KV blocks long
 WALK_PROMPTS = PROMPTS + [LONG]
@@ -58,6 +61,11 @@ class Context:
     goldens: dict  # "A"/"B" -> Goldens
     sizes: model.Sizes
     host_awake: int
+    door: str = HTTP  # the front door the walk sends through (tools/matrix.bzl FRONT_DOORS)
+
+    @property
+    def door_cannot_stream(self) -> bool:
+        return ops.door_why_not(ops.Operation("generate_stream"), model.INITIAL, self.door) is not None
 
 
 @dataclasses.dataclass
@@ -85,9 +93,10 @@ def _request(client, op_name: str, prompt: str, timeout_s: float):
     return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
 
 
-def warm_up(client, golden: Goldens) -> None:
+def warm_up(client, golden: Goldens, streams: bool = True) -> None:
     """One request of every kind the walk sends, each judged against the golden of the checkpoint the
-    fresh server started on: what the server holds afterwards is the baseline of every band."""
+    fresh server started on: what the server holds afterwards is the baseline of every band. streams:
+    whether the server's front door streams."""
     for prompt in WALK_PROMPTS:
         c = client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
         expect.tokens(c, golden.greedy[prompt], prompt=prompt, step="the walk's warm-up on a fresh server")
@@ -98,6 +107,16 @@ def warm_up(client, golden: Goldens) -> None:
         golden.seeded,
         "the walk's warm-up on a fresh server: the seeded sample",
     )
+    if not streams:
+        # A door without a stream (door_host.CANNOT) is walked without one: the same request, answered whole.
+        whole = client.complete(IN_FLIGHT, STREAM_TOKENS)
+        oracle.equal(
+            "output.golden_tokens",
+            (whole.token_ids[0], whole.finish_reasons),
+            (golden.stream, ["length"]),
+            "the walk's warm-up on a fresh server: the long request (this door has no stream)",
+        )
+        return
     stream = client.complete_stream(IN_FLIGHT, STREAM_TOKENS)
     oracle.equal(
         "output.golden_tokens",
@@ -632,9 +651,10 @@ class GpuTier:
         """How a request sent after a terminal pair ends, in a word: "golden" (the serving checkpoint's),
         "other tokens", "error" (a non-200 answer) or "held" (no answer within the wait)."""
         client = self.ctx.client
-        result = client.complete_stream(
-            PROMPTS[0], GOLDEN_MAX_TOKENS, timeout_s=thresholds.get("held_request_window_s")
-        )
+        window = thresholds.get("held_request_window_s")
+        if self.ctx.door_cannot_stream:
+            return self._terminal_request_whole(window)
+        result = client.complete_stream(PROMPTS[0], GOLDEN_MAX_TOKENS, timeout_s=window)
         silent = result.status == 200 and not any(result.token_ids) and result.finish_reasons == [None]
         if silent and result.timed_out:
             return "held"  # accepted, then nothing within the window
@@ -642,3 +662,19 @@ class GpuTier:
             return "error"
         golden = self._golden("A").greedy[PROMPTS[0]].token_ids[0]
         return "golden" if result.token_ids[0] == golden else "other tokens"
+
+    def _terminal_request_whole(self, window: float) -> str:
+        """_terminal_request through a door without a stream: the request answered whole, "held" when it
+        has no answer within the window (the server is not walked after a terminal pair, so a request
+        left open there ends with it)."""
+        client = self.ctx.client
+        body = client.completion_body(PROMPTS[0], GOLDEN_MAX_TOKENS)
+        try:
+            resp = client.raw("POST", "/v1/completions", json=body, timeout=window)
+        except requests.ReadTimeout:
+            return "held"  # accepted, then no answer within the window
+        choices = resp.json().get("choices") if resp.status_code == 200 else None
+        if not choices or choices[0].get("finish_reason") != "length":
+            return "error"
+        golden = self._golden("A").greedy[PROMPTS[0]].token_ids[0]
+        return "golden" if choices[0].get("token_ids") == golden else "other tokens"

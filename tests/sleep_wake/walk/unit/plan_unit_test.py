@@ -308,3 +308,31 @@ def test_the_deal_counts_a_sleep_with_a_request_in_flight_at_its_own_cost():
     # Counted as a plain sleep, one shard of six took 18 of a cell's 49 and was the longest in every run.
     plain, in_flight = ops.sleep(1, "abort", 0), ops.sleep(1, "abort", 1)
     assert plan.walk_seconds([in_flight]) == plan.step_seconds_table()["sleep_in_flight"] > plan.walk_seconds([plain])
+
+
+def test_the_llm_doors_walk_is_the_model_without_what_the_door_cannot_send():
+    """vllm.LLM streams nothing and makes one call at a time (door_host.CANNOT): its walk has no stream, no
+    request in flight during a sleep and none waiting while paused or asleep, and every other pair of the
+    states it reaches; planned, its shards cover exactly those pairs."""
+    door = "llm"
+    pairs = plan.reachable_pairs(door)
+    assert pairs and pairs < plan.reachable_pairs()
+    names = {op.name for _, op in pairs}
+    assert "generate_stream" not in names and {"generate_fresh", "sleep", "wake", "reload"} <= names
+    assert not any(op.name == "sleep" and op.params[2] for _, op in pairs)
+    assert not any(op.name in ops.GENERATES and (sit.paused or sit.asleep_tags) for sit, op in pairs), "one waits"
+    for state in plan.reachable_states(door):
+        assert not state.queued and not state.held, state.describe()
+        for op in ops.ALL:
+            reason = ops.door_why_not(op, state, door)
+            if reason:
+                assert "llm door cannot" in reason and not op.applicable(state, door)
+    # Every pair the door allows in a state it reaches: none left out but what it cannot send.
+    for state in plan.reachable_states(door):
+        for op in ops.ALL:
+            if op.applicable(state) and not ops.door_why_not(op, state, door):
+                assert plan.pair_of(state, op) in pairs, (state.describe(), str(op))
+    shards = plan.plan_shards(SHARDS, SEED, MAX_STEPS, door)
+    assert set().union(*(p for _, p in shards)) == pairs
+    assert all(op.applicable(s, door) for w in plan.trace([x for ws, _ in shards for x in ws]) for s, op in w)
+    assert plan.plan_shards(SHARDS, SEED, MAX_STEPS, "async_llm") == plan.plan_shards(SHARDS, SEED, MAX_STEPS)
