@@ -3,6 +3,12 @@
 Each target runs tests/mutants/mutant_test.py, which runs the mutant's killing classes in one pytest
 subprocess against vLLM servers that load the sleepwake_mutants plugin, and passes only if every
 listed class failed for the catalogued reason (the control: if every test passed).
+
+A mutant of an in-process front door's own code (the catalogue's `door`, here `doors`) runs its classes
+through that door (the door host, tools/launcher/door_host.py) on the same runner and mode, and has an HTTP
+twin, mutant_<name>_http: the same classes through vLLM's server under the same mutant, which must pass with
+the mutant applied and never reached (the defect is the door's own). Its classes get a control through the
+door too, mutant_control_<class>_<door>, since the mutants' cell is no door cell of the matrix.
 """
 
 load(
@@ -33,7 +39,12 @@ _MODE = "eager"
 # walk control past its inner bound: a pytest start per shard).
 _SHARDS_AT_ONCE = {"gpu": "4", "fake": "2"}
 
-def _mutant_target(name, mutant, classes, class_files, fake):
+def _mutant_target(name, mutant, classes, class_files, fake, door = "http", own_door = "http"):
+    """One target: `classes` under `mutant` through the front door `door`.
+
+    own_door is the mutant's own door (the catalogue's): a target through another door is its twin, whose
+    classes must all pass (mutant_test.py reads SLEEPWAKE_MUTANT_DOOR against the cell's door).
+    """
     unknown = [c for c in classes if c not in class_files]
     if unknown:
         fail("mutant %s: classes %s are not in class_files (%s)" % (mutant, unknown, class_files.keys()))
@@ -48,10 +59,20 @@ def _mutant_target(name, mutant, classes, class_files, fake):
         ),
         SLEEPWAKE_MUTANT_SHARDS_AT_ONCE = _SHARDS_AT_ONCE["fake" if fake else "gpu"],
     )
+    tags = ["mutant", _RUNNER, _MODE]
+    if own_door != "http" and mutant != "none":
+        env["SLEEPWAKE_MUTANT_DOOR"] = own_door
+    if door != "http" or own_door != "http":
+        tags.append(door)  # as the matrix's cells: the front door they run through
+    if door != own_door:
+        tags.append("off_door")
     golden_env, golden_data = cell_goldens(classes, _RUNNER, _MODE, "%s_%s" % (_RUNNER, _MODE) if fake else None)
     env.update(golden_env)
     files = files + golden_data
     if fake:
+        if door != "http" or own_door != "http":
+            fail("mutant %s: the fake has no in-process door's code (fake_defects.py NOT_RE_CREATED)" % mutant)
+
         # The fake server re-creates the mutant (tests/sleep_wake/fakes/fake_engine.py DEFECTS) and
         # logs the plugin's activation line, so mutant_test.py judges it as on the GPU, on a CPU in seconds.
         env.update(fake_cell_env(_RUNNER, _MODE))
@@ -65,25 +86,28 @@ def _mutant_target(name, mutant, classes, class_files, fake):
             size = "medium",
         )
         return
-    env.update(gpu_cell_env(_RUNNER, _MODE))
+    env.update(gpu_cell_env(_RUNNER, _MODE, door))
     sleepwake_py_test(
         name = name,
         srcs = ["mutant_test.py"],
         deps = _DEPS,
         data = files + GPU_CELL_DATA,
         env = env,
-        tags = GPU_TAGS + ["mutant", _RUNNER, _MODE],
+        tags = GPU_TAGS + tags,
         size = "large",
         # One vLLM server per class, started one after another in the same target: a matrix cell
         # (one class) fits "long" (900 s); several classes need "eternal" (3600 s).
         timeout = "long" if len(classes) == 1 else "eternal",
     )
 
-def mutant_suite(name, mutants, control_classes, class_files, fake = False):
+def mutant_suite(name, mutants, control_classes, class_files, fake = False, doors = {}, door_suite = None):
     """mutant_<name> per mutant, mutant_control_<class> per control class, and a test_suite `name`.
 
     With fake = True the targets (fake_mutant_<name>, fake_mutant_control_<class>) run on a CPU
     against the fake server instead of vLLM.
+
+    A mutant in `doors` runs through its door, and also gets mutant_<name>_http (its HTTP twin, which must
+    pass) and, per class of its, mutant_control_<class>_<door> (no mutant, through the door).
 
     Args:
       name: the test_suite of every generated target.
@@ -92,19 +116,42 @@ def mutant_suite(name, mutants, control_classes, class_files, fake = False):
       control_classes: class short names the control (the plugin loaded, no mutant) runs, one
         target each; all must pass.
       class_files: class short name -> its file in //tests/sleep_wake (as in sleep_wake_matrix).
+      fake: the fake tier's targets instead of vLLM's.
+      doors: mutant name -> its in-process front door (the catalogue's `door`), for the mutants that have
+        one; every other mutant runs through HTTP. Must equal the catalogue's (a unit test checks).
+      door_suite: a test_suite of the door mutants' targets, twins and door controls, if named.
     """
     prefix = "fake_mutant_" if fake else "mutant_"
     tests = []
+    door_tests = []
+    door_controls = {}  # (class, door) -> True, in first-seen order
     for mutant, classes in mutants.items():
         if mutant == "none":
             fail("'none' is the control's name; pass its classes as control_classes")
-        _mutant_target(prefix + mutant, mutant, classes, class_files, fake)
+        door = doors.get(mutant, "http")
+        _mutant_target(prefix + mutant, mutant, classes, class_files, fake, door, door)
         tests.append(":" + prefix + mutant)
+        if door == "http":
+            continue
+        _mutant_target(prefix + mutant + "_http", mutant, classes, class_files, fake, "http", door)
+        door_tests += [":" + prefix + mutant, ":" + prefix + mutant + "_http"]
+        for test_class in classes:
+            door_controls[(test_class, door)] = True
+    for mutant in doors:
+        if mutant not in mutants:
+            fail("doors names %s, which is not among the mutants" % mutant)
 
     # One control per class, so the control's servers start in parallel like the mutants' do.
     for test_class in control_classes:
         _mutant_target(prefix + "control_" + test_class, "none", [test_class], class_files, fake)
         tests.append(":" + prefix + "control_" + test_class)
+    for test_class, door in door_controls.keys():
+        control = prefix + "control_" + test_class + "_" + door
+        _mutant_target(control, "none", [test_class], class_files, fake, door, door)
+        door_tests.append(":" + control)
+    tests += [t for t in door_tests if t not in tests]
 
     # Explicit lists, as in sleep_wake_matrix: a test_suite's own tag filtering would drop targets.
     native.test_suite(name = name, tests = tests)
+    if door_suite:
+        native.test_suite(name = door_suite, tests = door_tests)

@@ -7,13 +7,16 @@ Environment (set by mutant_suite in tests/mutants/defs.bzl):
   SLEEPWAKE_RUNNER, SLEEPWAKE_EXECUTION_MODE, SLEEPWAKE_MODEL, ...  the GPU cell, as in the matrix
 
   SLEEPWAKE_MUTANT_SHARDS_AT_ONCE  how many of the classes' shards run side by side (default: all)
+  SLEEPWAKE_MUTANT_DOOR         the mutant's own front door, as BUILD.bazel says (default: http); must be the
+                                catalogue's. A run through another door (the cell's SLEEPWAKE_FRONT_DOOR: a
+                                door mutant's HTTP twin) must pass with the mutant applied and never reached.
 
 It builds the plugin's site dir, runs the class files in a pytest subprocess per shard (the matrix's
 split, tools/matrix.bzl SHARD_COUNTS; one for unsharded classes) whose vLLM servers load the plugin
 (SLEEPWAKE_MUTANT selects the mutant), and judges the JUnit reports by the oracle ids their failed cases
 carry (verdict.py). Everything lands in this target's outputs: inner/ (server logs; junit.xml and
 pytest.log, under shard-<i>/ when sharded) and mutation_row.json, which tools/results/mutation_table.py
-tabulates.
+tabulates (a twin's row is off_door_row.json instead: it is no kill, and the table counts rows as kills).
 """
 
 import json
@@ -28,7 +31,7 @@ import sleepwake_mutants
 
 from tests.mutants import inner_shard, site_dir, stop_on_kill, verdict
 from tests.sleep_wake.lib import cells, measure
-from tools.matrix import SHARD_COUNTS
+from tools.matrix import SHARD_COUNTS, door_classes
 
 # Our own bound on the inner run stays this far below Bazel's TEST_TIMEOUT: room for the SIGINT grace
 # (pytest then stops its servers and writes the JUnit report) and for judging, so that a hang ends
@@ -38,6 +41,8 @@ SIGINT_GRACE_S = 90
 # The inner runs of one target's shards at once (SLEEPWAKE_MUTANT_SHARDS_AT_ONCE, set by mutant_suite):
 # each starts a server, which waits for a GPU slot like a matrix cell's.
 AT_ONCE_ENV = "SLEEPWAKE_MUTANT_SHARDS_AT_ONCE"
+DOOR_ENV = "SLEEPWAKE_MUTANT_DOOR"  # the mutant's own door, as mutant_suite's `doors` gives it
+ROW_FILE, OFF_DOOR_ROW_FILE = "mutation_row.json", "off_door_row.json"
 POLL_S = 1.0
 
 
@@ -181,6 +186,8 @@ def test_mutant_is_killed_by_its_classes():
             f"classes {missing} have no file in SLEEPWAKE_MUTANT_CLASS_FILES; mutant_suite's "
             "class_files must name every class a mutant lists"
         )
+    spec = cells.cell_from_env()
+    own_door = os.environ.get(DOOR_ENV) or sleepwake_mutants.HTTP
     if mutant == "none":
         kills, issue, bound, size, fails_as = None, "", (), "", ()
     elif mutant in sleepwake_mutants.MUTANTS:
@@ -190,12 +197,25 @@ def test_mutant_is_killed_by_its_classes():
             verdict.check_classes_agree(mutant, classes, kills)
         except ValueError as e:
             pytest.fail(str(e))
+        if entry.door != own_door:
+            pytest.fail(
+                f"mutant {mutant}: tests/mutants/BUILD.bazel gives it the door {own_door!r} ({DOOR_ENV}) but the "
+                f"catalogue's entry says {entry.door!r}. Make MUTANT_DOORS in BUILD.bazel and the entry agree."
+            )
     else:
         pytest.fail(
             f"SLEEPWAKE_MUTANT_UNDER_TEST={mutant!r} is neither 'none' nor a mutant of the "
             f"catalogue ({', '.join(sorted(sleepwake_mutants.MUTANTS))})"
         )
-    cell = cells.cell_from_env().id
+    # A door mutant run through another door than its own (its HTTP twin): nothing to kill, all must pass.
+    off_door = own_door if mutant != "none" and spec.door != own_door else ""
+    cell = spec.id if spec.door == sleepwake_mutants.HTTP else f"{spec.id} {spec.door}"
+    excluded = [c for c in classes if c not in door_classes(spec.door)]
+    if excluded:
+        pytest.fail(
+            f"classes {excluded} do not run through the {spec.door} door (tools/matrix.bzl DOOR_EXCLUDED): a "
+            "door mutant's killers must be classes of its door"
+        )
 
     tmp = os.environ.get("TEST_TMPDIR") or os.path.abspath("mutant-tmp")
     site = site_dir.build(os.path.join(tmp, "site"))
@@ -225,12 +245,13 @@ def test_mutant_is_killed_by_its_classes():
     total = max(SHARD_COUNTS.get(c, 1) for c in classes)
     at_once = max(1, int(os.environ.get(AT_ONCE_ENV) or total))
     print(
-        f"{mutant} on {cell}: {' '.join(cmd)} ({total} shard(s), {at_once} at once; "
-        f"timeout {timeout_s:.0f} s; logs {inner})"
+        f"{mutant} on {cell}"
+        + (f" (the {off_door} door's mutant: every class must pass, the mutant never reached)" if off_door else "")
+        + f": {' '.join(cmd)} ({total} shard(s), {at_once} at once; timeout {timeout_s:.0f} s; logs {inner})"
     )
     env = _inner_env(mutant, site, inner)
     kill_ids: set[str] = set()
-    if len(classes) == 1 and kills:  # with several classes each must run to be judged
+    if len(classes) == 1 and kills and not off_door:  # with several classes each must run to be judged
         kill_ids = set(kills[classes[0]])
         env[stop_on_kill.ENV] = ",".join(kills[classes[0]])
     reports, timed_out = _run_shards(cmd, env, inner, tmp, total, at_once, kill_ids, timeout_s)
@@ -239,25 +260,18 @@ def test_mutant_is_killed_by_its_classes():
 
     # Judged and written even when the run broke, so that mutation_table.py shows this target.
     cases = [case for report in reports for case in verdict.parse_junit(report)]
-    decision = verdict.decide(
-        mutant,
-        cases,
-        classes,
-        class_files,
-        kills,
-        inner,
-        sleepwake_mutants.ACTIVATION,
-        sleepwake_mutants.NO_MUTANT,
-        sleepwake_mutants.REACHED,
-        fails_as,
-    )
+    markers = (sleepwake_mutants.ACTIVATION, sleepwake_mutants.NO_MUTANT, sleepwake_mutants.REACHED)
+    if off_door:
+        decision = verdict.decide_off_door(mutant, cases, classes, class_files, inner, *markers, off_door)
+    else:
+        decision = verdict.decide(mutant, cases, classes, class_files, kills, inner, *markers, fails_as)
     if timed_out:
         decision.problems.append(f"the inner pytest ran past {timeout_s:.0f} s and was interrupted")
     if not reports:
         decision.problems.append(
             f"the inner pytest wrote no JUnit report; see the {verdict.PYTEST_LOG} files under {inner}"
         )
-    with open(os.path.join(outputs, "mutation_row.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(outputs, OFF_DOOR_ROW_FILE if off_door else ROW_FILE), "w", encoding="utf-8") as f:
         json.dump(
             verdict.row(decision, issue, cell, bound, size, verdict.concurrency() | {"shards_at_once": at_once}),
             f,

@@ -17,6 +17,9 @@ Per class, against the catalogue's expected ids:
   * not applied: the server logs do not show the mutant applied and its patched code reached (the
     plugin's ACTIVATION and REACHED lines): a pass would be a survival of a bug that was never there
     and a failure a kill by something else.
+A mutant of an in-process door's own code (the catalogue's `door`) is also run through another door, vLLM's
+server (its HTTP twin, decide_off_door): there it must be applied, never reached, and every class pass, as a
+control's, which shows that the defect is the door's own and that loading it leaves the other door intact.
 """
 
 from __future__ import annotations
@@ -81,15 +84,22 @@ class Decision:
     problems: list[str]  # reasons the run proves nothing, whatever the class verdicts say
     activated: bool
     reached: bool = False  # a patched function of the mutant was called
+    # The mutant's own door (the catalogue's), when this run went through another (decide_off_door): then
+    # every class must pass, as a control's.
+    off_door: str = ""
 
     @property
     def passed(self) -> bool:
-        wanted = PASSED if self.mutant == "none" else KILLED
+        wanted = PASSED if self.mutant == "none" or self.off_door else KILLED
         return not self.problems and bool(self.classes) and all(r.verdict == wanted for r in self.classes.values())
 
     def report(self) -> str:
         if self.mutant == "none":
             head = "control (no mutant): " + ("every class passed" if self.passed else "FAILED")
+        elif self.off_door:
+            head = f"mutant {self.mutant} of the {self.off_door} door, through another door: " + (
+                "applied, never reached, every class passed" if self.passed else "FAILED"
+            )
         else:
             head = f"mutant {self.mutant}: " + (
                 "killed by every listed class" if self.passed else "NOT killed as the catalogue expects"
@@ -293,6 +303,48 @@ def decide(
     return Decision(mutant, judged, problems, activated, was_reached)
 
 
+def decide_off_door(
+    mutant: str,
+    cases: list[Case],
+    classes: list[str],
+    class_files: dict[str, str],
+    log_root: str,
+    activation: str,
+    no_mutant: str,
+    reached: str,
+    door: str,
+) -> Decision:
+    """The verdict of a door mutant's run through another door than its own (`door`, the catalogue's): its
+    HTTP twin. It passes only if the servers applied the mutant, no process ran a function it patches (the
+    other door never runs that code) and every class passed, as a control's; a reached patch says the code is
+    not the door's own, whatever the classes did."""
+    mine = marker_regex(activation, name=mutant)
+    any_active, idle, activated, was_reached = log_lines(
+        log_root, marker_regex(activation, name=None), marker_regex(no_mutant), mine, marker_regex(reached, name=mutant)
+    )
+    problems = []
+    if not activated:
+        problems.append(
+            f"no vLLM process printed the activation line of {mutant} "
+            f"({activation.format(name=mutant, pid='<pid>')!r}) in the logs under {log_root}: the mutant was "
+            "never applied, so a pass does not show that this door is untouched by it. Check the server log "
+            "header for PYTHONPATH (site dir first) and SLEEPWAKE_MUTANT."
+        )
+    if was_reached:
+        problems.append(
+            f"a process of this door ran code the {door} door's mutant {mutant} patches: "
+            + "; ".join(was_reached[:3])
+            + f". The code is not the {door} door's own; the catalogue's door for it is wrong."
+        )
+    if idle:
+        problems.append("some vLLM processes loaded the plugin without applying the mutant: " + "; ".join(idle[:3]))
+    others = [line for line in any_active if not mine.search(line)]
+    if others:
+        problems.append("another mutant was applied: " + "; ".join(others[:3]))
+    judged = judge_classes(cases, classes, class_files, None)
+    return Decision(mutant, judged, problems, bool(activated), bool(was_reached), off_door=door)
+
+
 def concurrency(environ=None) -> dict:
     """How many cells shared the GPU: a liveness kill stands only against a control run alike."""
     env = os.environ if environ is None else environ
@@ -302,7 +354,7 @@ def concurrency(environ=None) -> dict:
 def row(decision: Decision, issue: str, cell: str, bound=(), size: str = "", ran_under: dict | None = None) -> dict:
     """mutation_row.json: what tools/results/mutation_table.py tabulates. bound and size: the catalogue's (the
     thresholds the mutant is sized against and how big it is); ran_under: concurrency()."""
-    return {
+    out = {
         "mutant": decision.mutant,
         "issue": issue,
         "cell": cell,
@@ -315,3 +367,6 @@ def row(decision: Decision, issue: str, cell: str, bound=(), size: str = "", ran
         "concurrency": ran_under or {},
         "classes": {c: r.to_json() for c, r in decision.classes.items()},
     }
+    if decision.off_door:  # a door mutant's twin: its classes passed through another door (decide_off_door)
+        out["off_door"] = decision.off_door
+    return out

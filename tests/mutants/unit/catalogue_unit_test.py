@@ -49,6 +49,31 @@ def test_build_lists_exactly_the_catalogue():
     assert not differ, f"killing classes differ, mutant: (BUILD, catalogue): {differ}"
 
 
+def test_build_gives_each_door_mutant_the_catalogues_door():
+    build = dict(re.findall(r'"(\w+)": "(\w+)"', _argument(MUTANTS_BUILD, "MUTANT_DOORS")))
+    catalogue = {name: m.door for name, m in sleepwake_mutants.MUTANTS.items() if m.door != sleepwake_mutants.HTTP}
+    assert build == catalogue, (
+        f"tests/mutants/BUILD.bazel MUTANT_DOORS is {build}; the catalogue's mutants of a door other than http "
+        f"are {catalogue}: make them agree"
+    )
+    assert catalogue, "no door mutant: the in-process doors' own code has none"
+
+
+@pytest.mark.parametrize("name", sorted(sleepwake_mutants.MUTANTS))
+def test_a_mutant_is_killed_through_its_door_by_classes_of_that_door(name):
+    """A door mutant patches that door's own code (doors.py) and its killers run through the door
+    (tools/matrix.bzl DOOR_EXCLUDED leaves them in); every other one is HTTP's."""
+    m = sleepwake_mutants.MUTANTS[name]
+    assert m.door in matrix.FRONT_DOORS, f"{name}: door {m.door!r} is none of {matrix.FRONT_DOORS}"
+    assert sleepwake_mutants.HTTP == matrix.HTTP
+    if m.door == matrix.HTTP:
+        assert not m.patch.startswith("doors:"), f"{name}: a patch of doors.py on the http door"
+        return
+    assert m.patch.startswith("doors:"), f"{name}: a {m.door} door mutant's patch belongs in doors.py"
+    outside = sorted(set(m.kills) - set(matrix.door_classes(m.door)))
+    assert not outside, f"{name}: {outside} do not run through the {m.door} door ({matrix.DOOR_EXCLUDED[m.door]})"
+
+
 def test_the_classes_are_the_suites_test_files():
     classes = matrix.SLEEP_WAKE_CLASSES
     assert len(classes) == 16, f"{len(classes)} classes in tools/matrix.bzl: {classes}"

@@ -397,3 +397,60 @@ def test_a_control_that_timed_out_is_errored(tmp_path):
     d = decide(tmp_path, cases, mutant="none")
     assert d.classes["scheduler_gate"].verdict == "errored" and not d.passed
     assert d.classes["scheduler_gate"].liveness == [["api.answers"]]
+
+
+DOOR_MUTANT = "llm_wake_up_drops_tags"
+
+
+def decide_off_door(tmp_path, cases, log_lines, classes=("flags",)):
+    return verdict.decide_off_door(
+        DOOR_MUTANT,
+        cases,
+        list(classes),
+        FILES,
+        logs(tmp_path, *log_lines),
+        sleepwake_mutants.ACTIVATION,
+        sleepwake_mutants.NO_MUTANT,
+        sleepwake_mutants.REACHED,
+        "llm",
+    )
+
+
+def test_a_door_mutants_twin_passes_applied_unreached_and_green(tmp_path):
+    cases = junit(tmp_path, passed(FLAGS, "test_level1_flags[MRV2-eager]"))
+    d = decide_off_door(tmp_path, cases, [active(DOOR_MUTANT)])
+    assert d.passed and d.activated and not d.reached, d.report()
+    assert d.classes["flags"].verdict == "passed"
+    assert "llm door, through another door: applied, never reached, every class passed" in d.report()
+    row = verdict.row(d, "#34528", "MRV2-eager")
+    assert row["off_door"] == "llm" and row["passed"] is True
+    assert "off_door" not in verdict.row(decide(tmp_path, cases, mutant="none", classes=("flags",)), "", "MRV2-eager")
+
+
+@pytest.mark.parametrize(
+    "lines,cases_of,problem",
+    [
+        # Reached over HTTP: the code is not the door's own, whatever the classes did.
+        (
+            [active(DOOR_MUTANT), reached(DOOR_MUTANT)],
+            lambda t: junit(t, passed(FLAGS, "test_level1_flags[MRV2-eager]")),
+            "not the llm door's own",
+        ),
+        ([IDLE], lambda t: junit(t, passed(FLAGS, "test_level1_flags[MRV2-eager]")), "never applied"),
+        (
+            [active(DOOR_MUTANT), active("slow_wake")],
+            lambda t: junit(t, passed(FLAGS, "test_level1_flags[MRV2-eager]")),
+            "another mutant was applied",
+        ),
+        (
+            [active(DOOR_MUTANT)],
+            lambda t: junit(t, failed(FLAGS, "test_partial", "flag", oracles=["flags.is_sleeping"])),
+            "",
+        ),
+    ],
+    ids=["reached", "not_applied", "another_mutant", "a_class_failed"],
+)
+def test_a_door_mutants_twin_fails_unless_all_three_hold(tmp_path, lines, cases_of, problem):
+    d = decide_off_door(tmp_path, cases_of(tmp_path), lines)
+    assert not d.passed, d.report()
+    assert problem in d.report() and "FAILED" in d.report()

@@ -234,6 +234,18 @@ DEFECTS = {
 FAKE_ONLY = ("gauge_tracks_tags",)
 # Mutants of the catalogue the fake cannot re-create, with the reason (unit/fake_tier_unit_test.py).
 NOT_RE_CREATED = {
+    # The plugin's doors.py: mutants of code only an in-process door runs.
+    **dict.fromkeys(
+        (
+            "llm_collective_rpc_drops_kwargs",
+            "llm_is_sleeping_stale",
+            "llm_sleep_ignores_level",
+            "llm_sleep_skips_gauge",
+            "llm_wake_up_drops_tags",
+        ),
+        "a mutant of vllm.LLM's own code (LLMEngine, in the door host's process): the fake answers as the "
+        "door host would, but runs no LLM or LLMEngine code to re-create it in",
+    ),
     "slow_first_request": (
         "the fake's forward pass costs only its token delay; it has no model of what a "
         "first forward after a wake would redo (kernels, graphs), so no size to give it"

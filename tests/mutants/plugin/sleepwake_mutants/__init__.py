@@ -19,6 +19,12 @@ say how big the defect is against the thresholds that should catch it (tests/sle
 dead behind the API server): only for such an entry do the liveness oracles it lists (api.answers,
 api.status, server.healthy) count as a kill, since an overloaded host or a crash of anything fails
 them too (tests/mutants/verdict.py).
+`door` is the front door whose cells run the mutant's classes (tools/matrix.bzl FRONT_DOORS): "http", vLLM's
+OpenAI server, for most; an in-process door ("llm", "async_llm": tools/launcher/door_host.py) for a mutant of
+code only that door runs (doors.py), whose killing classes must run through that door (tools/matrix.py
+door_classes). Such a mutant's target runs on that door, and its HTTP twin (tests/mutants/defs.bzl) runs the same
+classes through vLLM's server under the same mutant, where it must be applied, never reached, and every class
+pass: the defect is the door's own.
 """
 
 import dataclasses
@@ -31,6 +37,7 @@ ACTIVATION = "sleepwake-mutant active: {name} (pid {pid})"
 NO_MUTANT = "sleepwake-mutant: none active (pid {pid})"
 REACHED = "sleepwake-mutant reached: {name} (pid {pid})"  # shared.py prints it (kept here: the harness reads it)
 HANG, ERROR_ANSWER = "hang", "error answer"  # what a defect is, for its liveness oracles (fails_as)
+HTTP = "http"  # vLLM's OpenAI server: the door of every mutant but those of doors.py (matrix.bzl FRONT_DOORS)
 _applied = []  # register() may run several times per process (vLLM loads plugins from several places)
 KiB = 1 << 10
 MiB = 1 << 20
@@ -53,6 +60,7 @@ class Mutant:
     # (tests/mutants/unit/catalogue_unit_test.py checks 1.4x-1.6x).
     expected: dict = dataclasses.field(default_factory=dict)
     fails_as: tuple = ()  # HANG and/or ERROR_ANSWER: the defect is one, its liveness oracles may kill it
+    door: str = HTTP  # the front door whose cells run its classes; another than HTTP: code only that door runs
 
     def apply(self) -> None:
         importlib.import_module(f"{__name__}.shared").applying(self.name)
@@ -770,6 +778,61 @@ MUTANTS = {
             {"staged_wake_cycles": ("output.golden_tokens",)},
             "weights:staged_wake_loses_weights",
             size="lm_head zeroed from the 3rd staged wake",
+        ),
+        # --- code only an in-process front door runs (doors.py): the offline door vllm.LLM and its LLMEngine,
+        # killed in that door's cells, applied and never reached over HTTP (each one's _http twin) ------------
+        Mutant(
+            "llm_wake_up_drops_tags",
+            "#34528 (LLM.wake_up tags); TRL's colocate refit (trl #4571, #29341): wake the weights, reload, then "
+            "the KV cache",
+            "LLM.wake_up(tags) wakes every pool whatever the tags (LLMEngine.wake_up): a trainer's wake of the "
+            "weights alone maps the KV cache too and resumes scheduling before the weights are reloaded.",
+            {"flags": ("flags.is_sleeping",)},
+            "doors:llm_wake_up_drops_tags",
+            size="every tagged wake a full wake",
+            door="llm",
+        ),
+        Mutant(
+            "llm_sleep_ignores_level",
+            "#34528 (LLM.sleep level); the level-2 refit recipe",
+            "LLM.sleep(level=2) sleeps at level 1 (LLMEngine.sleep): the weights are copied to host memory instead "
+            "of discarded, so the host RAM a trainer needs stays held, and the gauge reports level 1.",
+            {"flags": ("flags.gauge",)},
+            "doors:llm_sleep_ignores_level",
+            size="every level-2 sleep a level-1 sleep",
+            door="llm",
+        ),
+        Mutant(
+            "llm_is_sleeping_stale",
+            "#44483 (/is_sleeping after a partial wake), #14311 (a caller's record standing in for is_sleeping)",
+            "LLMEngine.is_sleeping, which TRL reads (llm.llm_engine.is_sleeping()), answers from the front end's "
+            "record of its last sleep or wake call instead of asking the engine core: after a wake of the weights "
+            "alone it reads awake while the KV cache sleeps.",
+            {"flags": ("flags.is_sleeping",)},
+            "doors:llm_is_sleeping_stale",
+            size="the flag wrong after every partial wake",
+            door="llm",
+        ),
+        Mutant(
+            "llm_collective_rpc_drops_kwargs",
+            "weight sync through LLM.collective_rpc (#12084; #31943: LLM.update_weights sends its update_info as "
+            "kwargs; trl #4571's reload_weights)",
+            "LLMEngine.collective_rpc drops the keyword arguments: reload_weights(weights_path=B) reloads the "
+            "checkpoint the workers last loaded, so a pushed checkpoint never arrives.",
+            {"weight_sync": ("weights.pushed_checkpoint_golden",)},
+            "doors:llm_collective_rpc_drops_kwargs",
+            size="every RPC's keyword arguments lost",
+            door="llm",
+        ),
+        Mutant(
+            "llm_sleep_skips_gauge",
+            "#27788, #27867 (vllm:engine_sleep_state through LLM.sleep)",
+            "LLMEngine.sleep does not record the sleep state: the offline engine's vllm:engine_sleep_state keeps "
+            "reading awake while it sleeps.",
+            {"flags": ("flags.gauge",)},
+            "doors:llm_sleep_skips_gauge",
+            size="the gauge reads awake at every level",
+            door="llm",
         ),
     ]
 }

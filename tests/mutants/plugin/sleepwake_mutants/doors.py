@@ -1,0 +1,96 @@
+"""Mutants of code only an in-process front door runs: the offline door `vllm.LLM` and its `LLMEngine`
+(vllm/entrypoints/llm.py, vllm/v1/engine/llm_engine.py of vLLM 0.26.0), as TRL's trainer holds them.
+
+The door host (tools/launcher/door_host.py) builds the `LLM` in its own process, where vLLM loads the plugin
+while it parses the server's flags (EngineArgs.add_cli_args -> load_general_plugins), so these patches of
+`LLMEngine` are live there; its engine core is a separate EngineCoreProc (`SyncMPClient`, vLLM's default
+VLLM_ENABLE_V1_MULTIPROCESSING=1). vLLM's OpenAI server never builds an `LLMEngine`: in an HTTP cell the
+patches are applied and never reached (the `_http` twin targets show it, tests/mutants/defs.bzl).
+
+Left out, and why:
+  * the engine tier's `inproc_*` mutants (`InprocClient`, `EngineCore.pause_scheduler` run in the caller's
+    process): only an engine built with VLLM_ENABLE_V1_MULTIPROCESSING=0 runs them, and the door host keeps
+    vLLM's default, whose engine core is an `EngineCoreProc` (which overrides pause_scheduler);
+  * the engine tier's `async_*` mutants (`AsyncLLM.wake_up`, `is_sleeping`, `reset_prefix_cache`,
+    `pause_generation`): vLLM's OpenAI server is itself an `AsyncLLM` front end (api_server.py
+    build_async_engine_client_from_engine_args; the /sleep, /wake_up, /is_sleeping, /reset_prefix_cache and
+    /pause routes await the same methods), so in the GPU matrix they are no door's own code: the HTTP cells
+    run them too, and an HTTP twin could not pass. (The engine tier's HTTP routes stand on a queue client,
+    not on AsyncLLM, which is why they stay green there.)
+"""
+
+from .shared import replace, wrap
+
+
+def _llm_engine():
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    return LLMEngine
+
+
+def llm_wake_up_drops_tags():
+    def make(original):
+        def wake_up(self, tags=None):
+            return original(self, None)  # every wake maps every pool and resumes scheduling
+
+        return wake_up
+
+    wrap(_llm_engine(), "wake_up", make)
+
+
+def llm_sleep_ignores_level():
+    def make(original):
+        def sleep(self, level=1, mode="abort"):
+            return original(self, level=1 if level >= 1 else 0, mode=mode)  # level 2 sleeps at level 1
+
+        return sleep
+
+    wrap(_llm_engine(), "sleep", make)
+
+
+def llm_is_sleeping_stale():
+    engine = _llm_engine()
+
+    def remembering(asleep):
+        def make(original):
+            def call(self, *args, **kwargs):
+                result = original(self, *args, **kwargs)
+                self.sleepwake_asleep = asleep  # the front end's record of its last sleep or wake call
+                return result
+
+            return call
+
+        return make
+
+    def is_sleeping(self):
+        return getattr(self, "sleepwake_asleep", False)  # never asks the engine core
+
+    wrap(engine, "sleep", remembering(True))
+    wrap(engine, "wake_up", remembering(False))
+    replace(engine, "is_sleeping", is_sleeping)
+
+
+def llm_collective_rpc_drops_kwargs():
+    def make(original):
+        def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+            return original(self, method, timeout, args, None)  # the worker method runs with its defaults
+
+        return collective_rpc
+
+    wrap(_llm_engine(), "collective_rpc", make)
+
+
+def llm_sleep_skips_gauge():
+    def make(original):
+        def sleep(self, level=1, mode="abort"):
+            # The engine sleeps; its stat loggers are out of reach for the call, so record_sleep_state
+            # never runs and vllm:engine_sleep_state keeps reading awake.
+            managers, self.logger_manager = self.logger_manager, None
+            try:
+                return original(self, level=level, mode=mode)
+            finally:
+                self.logger_manager = managers
+
+        return sleep
+
+    wrap(_llm_engine(), "sleep", make)
