@@ -10,7 +10,7 @@ import sys
 
 from tools.launcher.errors import ConfigError, VllmNotFoundError
 from tools.launcher.phase_plugin import sleepwake_cpu_use as cpu_use_plugin
-from tools.matrix import EXECUTION_MODES, RUNNERS  # mode -> its vLLM flags; runner -> its env value
+from tools.matrix import EXECUTION_MODES, FRONT_DOORS, HTTP, RUNNERS  # mode -> its vLLM flags; runner -> its env value
 
 MP_METHODS = ("fork", "spawn")
 # auto: fork the server from a zygote that imported vLLM once (zygote.py), else start it plainly and
@@ -23,8 +23,7 @@ MEMORY_PHASE_SCOPES = ("steps", "start")
 DEFAULT_MODEL_RUNFILE = "tools/checkpoints/synthetic_qwen3/config.json"
 WORKSPACE = "sleepwake"
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
-# http: vLLM's OpenAI server; llm / async_llm: vllm.LLM / AsyncLLM in DOOR_HOST_MODULE, behind the same API.
-FRONT_DOORS = ("http", "llm", "async_llm")
+# FRONT_DOORS (tools/matrix.bzl): HTTP is vLLM's OpenAI server; the others run in DOOR_HOST_MODULE, behind the same API.
 DOOR_HOST_MODULE = "tools.launcher.door_host"
 # What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
 # engine core and its executor), then, in the engine core it forks, the scheduler, the worker, both model
@@ -445,7 +444,7 @@ def is_loopback(host: str) -> bool:
 
 def build_command(config: ServerConfig, port, python: str = sys.executable) -> list[str]:
     """The exact argv of the vLLM server (or of the door host serving its in-process front door)."""
-    entry = [VLLM_ENTRYPOINT] if config.front_door == "http" else [DOOR_HOST_MODULE, "--door", config.front_door]
+    entry = [VLLM_ENTRYPOINT] if config.front_door == HTTP else [DOOR_HOST_MODULE, "--door", config.front_door]
     argv = [
         python,
         "-m",

@@ -63,6 +63,11 @@ class Cannot(Exception):
         self.capability = capability
 
 
+def cannot(door: str, capability: str) -> str | None:
+    """Why `door` cannot provide capability (CANNOT), as the host answers it; None if it can (http: always)."""
+    return str(Cannot(door, capability)) if capability in CANNOT.get(door, {}) else None
+
+
 class BadRequest(ValueError):
     """A request the host cannot turn into a call of the door (a malformed parameter or body)."""
 

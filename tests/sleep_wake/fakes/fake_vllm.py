@@ -182,16 +182,16 @@ class _Handler(BaseHTTPRequestHandler):
         handler = ROUTES.get((method, parsed.path))
         if handler is None:
             return self._send(404, {"detail": "Not Found"})
-        cannot = door_host.CANNOT.get(fake.door, {})
         capability = _door_needs(method, parsed.path, body)
-        if capability in cannot:
-            return self._send(501, _error(501, str(door_host.Cannot(fake.door, capability)), "Cannot"))
-        if "concurrent_calls" in cannot and (method, parsed.path) in DOOR_CALLS:
+        refused = capability and door_host.cannot(fake.door, capability)
+        if refused:
+            return self._send(501, _error(501, refused, "Cannot"))
+        one_call = door_host.cannot(fake.door, "concurrent_calls")
+        if one_call and (method, parsed.path) in DOOR_CALLS:
             with fake._door_lock:
                 busy, fake._door_busy = fake._door_busy, True
             if busy:
-                message = str(door_host.Cannot(fake.door, "concurrent_calls"))
-                return self._send(501, _error(501, message, "Cannot"))
+                return self._send(501, _error(501, one_call, "Cannot"))
             self._holds_door = True
         try:
             self._dispatch(handler, fake, query, body)

@@ -12,8 +12,8 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from tools.launcher import door_host
 from tools.launcher.config import ServerConfig
-from tools.launcher.door_host import CANNOT, Cannot
 from tools.matrix import EXECUTION_MODES, RUNNERS, cell_id
 
 # RUNNERS and EXECUTION_MODES: the matrix's vocabulary, which thresholds.py reads from here.
@@ -56,8 +56,6 @@ def cell_from_env(environ: Mapping[str, str] = os.environ) -> CellSpec:
 
 def door_cannot(cell: CellSpec, capability: str) -> str | None:
     """Why the cell's front door cannot provide capability (door_host.CANNOT), or None if it can."""
-    if capability not in {c for door in CANNOT.values() for c in door}:
+    if capability not in {c for door in door_host.CANNOT.values() for c in door}:
         raise ValueError(f"door_needs({capability!r}): no door declares it; the capabilities are door_host.CANNOT's")
-    if capability not in CANNOT.get(cell.door, {}):
-        return None
-    return str(Cannot(cell.door, capability))
+    return door_host.cannot(cell.door, capability)

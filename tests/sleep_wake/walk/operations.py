@@ -30,7 +30,7 @@ import dataclasses
 from tests.sleep_wake.lib import oracle
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk.model import KV_CACHE, PAUSE_ALL, PAUSE_NEW, WEIGHTS, State
-from tools.launcher.door_host import CANNOT, Cannot
+from tools.launcher import door_host
 from tools.matrix import HTTP
 
 MODES = ("abort", "wait", "keep")
@@ -276,14 +276,10 @@ def door_why_not(op: Operation, s: State, door: str) -> str | None:
     """Why `door` cannot send op in s (door_host.CANNOT), or None. A request that would wait (scheduling
     paused) holds a one-call-at-a-time door's only call, so no wake could follow it: the door has no
     such pair, as it has no request in flight during a sleep and no stream."""
-    cannot = CANNOT.get(door, {})
-    if op.name == "generate_stream" and "stream" in cannot:
-        return str(Cannot(door, "stream"))
-    if "concurrent_calls" in cannot:
-        if op.name == "sleep" and op.params[2]:
-            return str(Cannot(door, "concurrent_calls"))
-        if op.name in GENERATES and not model.can_run(s):
-            return str(Cannot(door, "concurrent_calls"))
+    if op.name == "generate_stream":
+        return door_host.cannot(door, "stream")
+    if (op.name == "sleep" and op.params[2]) or (op.name in GENERATES and not model.can_run(s)):
+        return door_host.cannot(door, "concurrent_calls")
     return None
 
 

@@ -34,6 +34,7 @@ from tests.sleep_wake.lib.prompts import (
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import State
+from tools.launcher import door_host
 from tools.matrix import HTTP
 
 LONG = LONG_PROMPTS[0]  # the prompt of the prefix-cache operations: several KV blocks long
@@ -65,7 +66,7 @@ class Context:
 
     @property
     def door_cannot_stream(self) -> bool:
-        return ops.door_why_not(ops.Operation("generate_stream"), model.INITIAL, self.door) is not None
+        return door_host.cannot(self.door, "stream") is not None
 
 
 @dataclasses.dataclass
@@ -660,8 +661,11 @@ class GpuTier:
             return "held"  # accepted, then nothing within the window
         if result.error is not None or result.finish_reasons != ["length"]:
             return "error"
-        golden = self._golden("A").greedy[PROMPTS[0]].token_ids[0]
-        return "golden" if result.token_ids[0] == golden else "other tokens"
+        return self._served(result.token_ids[0])
+
+    def _served(self, token_ids) -> str:
+        """ "golden" if a finished terminal request served checkpoint A's golden, else "other tokens"."""
+        return "golden" if token_ids == self._golden("A").greedy[PROMPTS[0]].token_ids[0] else "other tokens"
 
     def _terminal_request_whole(self, window: float) -> str:
         """_terminal_request through a door without a stream: the request answered whole, "held" when it
@@ -676,5 +680,4 @@ class GpuTier:
         choices = resp.json().get("choices") if resp.status_code == 200 else None
         if not choices or choices[0].get("finish_reason") != "length":
             return "error"
-        golden = self._golden("A").greedy[PROMPTS[0]].token_ids[0]
-        return "golden" if choices[0].get("token_ids") == golden else "other tokens"
+        return self._served(choices[0].get("token_ids"))
