@@ -47,7 +47,6 @@ DOOR_EXCLUDED = {
         "abort_parallel_sampling": "streams the choices and sends /sleep while they decode: vllm.LLM has no stream and runs one call at a time",
         "concurrent_race": "sleeps during a streaming burst: vllm.LLM has no stream and runs one call at a time",
         "scheduler_gate": "holds requests across partial wakes: vllm.LLM runs one call at a time, so no wake can be sent while one is held",
-        "state_walk": "its walk (the model's 405 pairs this door can reach: no stream, no request in flight or waiting) runs on the fake tier; its GPU cell waits for a first H200 run",
     },
 }
 
@@ -55,7 +54,7 @@ DOOR_EXCLUDED = {
 # is ready for the door, and only its GPU cell is not yet in the matrix.
 DOOR_FAKE_ONLY = {
     "async_llm": [],
-    "llm": ["state_walk"],
+    "llm": [],
 }
 
 # The suite's test classes: short name (used in cell names and tags) -> the file holding the class, in
