@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError
+import time
+from typing import Any
+
+from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, ServerReleaseError
+
+MIB = 1 << 20
 
 
 def _text(value) -> str:
@@ -109,3 +114,60 @@ class FakeNvml:
 
     def process_bytes(self, pids) -> int:
         return sum(self.procs.get(pid, 0) for pid in pids)
+
+
+def unattributed_bytes(nvml: Any, device_index: int) -> int:
+    """The device's used bytes that no process NVML lists on it accounts for: what a process that
+    escaped its server's tree (or the driver) holds. A neighbour's process that NVML lists, another
+    run's server or a build action's, is subtracted: it cannot move this reading."""
+    return nvml.device_used_bytes(device_index) - sum(nvml.device_processes(device_index).values())
+
+
+def wait_for_release(
+    nvml: Any,
+    pids: list[int],
+    device_index: int,
+    baseline: int | None,
+    tolerance: int,
+    timeout_s: float,
+    poll_s: float = 0.25,
+) -> None:
+    """Waits until NVML lists none of pids and, when baseline is given (an exclusive lease: the
+    unattributed_bytes before the server started), the device's unattributed bytes are within
+    tolerance of it; raises ServerReleaseError with the numbers."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        procs = nvml.processes()
+        listed = {pid: procs[pid] for pid in pids if pid in procs}
+        over = ""  # how the device's unattributed bytes exceed the baseline, if they do
+        if baseline is not None:
+            held = unattributed_bytes(nvml, device_index)
+            if held > baseline + tolerance:
+                over = (
+                    "device %d holds %.0f MiB that no process NVML lists accounts for vs %.0f MiB before"
+                    " the server started (tolerance %.0f MiB, %.0f MiB over)"
+                    % (
+                        device_index,
+                        held / MIB,
+                        baseline / MIB,
+                        tolerance / MIB,
+                        (held - baseline - tolerance) / MIB,
+                    )
+                )
+        if not listed and not over:
+            return
+        if time.monotonic() >= deadline:
+            problems = []
+            if listed:
+                problems.append(
+                    "NVML still lists server PIDs %s (MiB: %s)"
+                    % (sorted(listed), {pid: round(b / MIB) for pid, b in listed.items()})
+                )
+            if over:
+                problems.append(over)
+            raise ServerReleaseError(
+                "GPU memory not released %.0f s after the server stopped: %s. Find the holder with"
+                " nvidia-smi and end it; until then the next cell on this GPU measures wrong numbers."
+                % (timeout_s, "; ".join(problems))
+            )
+        time.sleep(poll_s)

@@ -44,7 +44,8 @@ from tools.launcher.config import (
     validate,
 )
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError
-from tools.launcher.nvml import Nvml
+from tools.launcher.nvml import MIB as _MIB
+from tools.launcher.nvml import Nvml, unattributed_bytes, wait_for_release
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.timings import ServerTimings
 
@@ -62,7 +63,6 @@ V2_MARKER = matrix.LOG_MARKER_V2  # logged by vLLM 0.26.0's gpu_worker.py only w
 # tools/bench reads for its per-phase breakdown of a start.
 LAUNCH_MARK = "launched at"
 HEALTHY_MARK = "# sleepwake launcher: GET /health 200 at"
-_MIB = 1 << 20
 
 
 def check_runner(runner: str, log_text: str) -> None:
@@ -93,63 +93,6 @@ def read_log(path: str) -> str:
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(read_log(path).splitlines()[-lines:])
-
-
-def unattributed_bytes(nvml: Any, device_index: int) -> int:
-    """The device's used bytes that no process NVML lists on it accounts for: what a process that
-    escaped its server's tree (or the driver) holds. A neighbour's process that NVML lists, another
-    run's server or a build action's, is subtracted: it cannot move this reading."""
-    return nvml.device_used_bytes(device_index) - sum(nvml.device_processes(device_index).values())
-
-
-def wait_for_release(
-    nvml: Any,
-    pids: list[int],
-    device_index: int,
-    baseline: int | None,
-    tolerance: int,
-    timeout_s: float,
-    poll_s: float = 0.25,
-) -> None:
-    """Waits until NVML lists none of pids and, when baseline is given (an exclusive lease: the
-    unattributed_bytes before the server started), the device's unattributed bytes are within
-    tolerance of it; raises ServerReleaseError with the numbers."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        procs = nvml.processes()
-        listed = {pid: procs[pid] for pid in pids if pid in procs}
-        over = ""  # how the device's unattributed bytes exceed the baseline, if they do
-        if baseline is not None:
-            held = unattributed_bytes(nvml, device_index)
-            if held > baseline + tolerance:
-                over = (
-                    "device %d holds %.0f MiB that no process NVML lists accounts for vs %.0f MiB before"
-                    " the server started (tolerance %.0f MiB, %.0f MiB over)"
-                    % (
-                        device_index,
-                        held / _MIB,
-                        baseline / _MIB,
-                        tolerance / _MIB,
-                        (held - baseline - tolerance) / _MIB,
-                    )
-                )
-        if not listed and not over:
-            return
-        if time.monotonic() >= deadline:
-            problems = []
-            if listed:
-                problems.append(
-                    "NVML still lists server PIDs %s (MiB: %s)"
-                    % (sorted(listed), {pid: round(b / _MIB) for pid, b in listed.items()})
-                )
-            if over:
-                problems.append(over)
-            raise ServerReleaseError(
-                "GPU memory not released %.0f s after the server stopped: %s. Find the holder with"
-                " nvidia-smi and end it; until then the next cell on this GPU measures wrong numbers."
-                % (timeout_s, "; ".join(problems))
-            )
-        time.sleep(poll_s)
 
 
 # No proxies: an http_proxy in the environment must not route a loopback health check elsewhere.
@@ -432,6 +375,7 @@ class VllmServer:
             "park_s": cfg.park_s,
             "memory_lock": gpu_lease.memory_lock_path(self.lease),
             "lease_timeout_s": cfg.lease_timeout_s,
+            "release_timeout_s": cfg.release_timeout_s,
             "meta": meta,
         }
         try:

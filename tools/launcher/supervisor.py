@@ -35,8 +35,12 @@ import select
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from tools.launcher import gpu_lease, parking, process_tree
+from tools.launcher.errors import GpuUnavailableError, ServerReleaseError
+from tools.launcher.nvml import Nvml, wait_for_release
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -159,9 +163,7 @@ def supervise(spec: dict, launch, test_gone_fd: int | None = None) -> int:
     ordered = parked is not None or reasons[0] == "asked to stop" or reasons[0].startswith("server exited")
     grace = spec["grace_s"] if ordered else min(spec["grace_s"], SIGNAL_GRACE_S)
     _say("stopping the server tree (%s): SIGTERM, %.1f s grace, then SIGKILL" % (reasons[0], grace))
-    # A parked server's stop is nobody's but this process's: it takes the phase a test's stop takes.
-    with _release_phase(parked):
-        killed = process_tree.terminate_tree(os.getpid(), grace, include_root=False, reap=reap)
+    killed = stop_tree(parked, lambda: process_tree.terminate_tree(os.getpid(), grace, include_root=False, reap=reap))
     left = process_tree.survivors(killed)
     _say("tree of %d process(es) %s" % (len(killed), "gone" if not left else "NOT gone: %s" % sorted(left)))
     if parked is not None and parked["meta"].get("cover"):
@@ -171,12 +173,28 @@ def supervise(spec: dict, launch, test_gone_fd: int | None = None) -> int:
     return 0
 
 
-def _release_phase(parked: dict | None):
+def stop_tree(parked: dict | None, terminate: Callable[[], list[int]], nvml_factory: Callable[[], Any] = Nvml) -> list[int]:
+    """Tears the server's tree down with terminate() and returns the PIDs it ended. A parked server's stop
+    is nobody's but this process's: it takes the RELEASE phase a test's stop takes, and like that stop
+    (server.py _tear_down) holds it until NVML lists none of the tree. The driver frees a process's device
+    memory after the process is gone, and a neighbour's EXCLUSIVE window opening in between would read the
+    freeing as its own shortfall (seen on the H200: an evicted server's 3.6 GB read by a neighbour's
+    immediacy window as memory not restored at wake)."""
     if parked is None or not parked.get("memory_lock"):
-        return contextlib.nullcontext()
-    return gpu_lease.memory_phase_at(
+        return terminate()
+    with gpu_lease.memory_phase_at(
         parked["memory_lock"], gpu_lease.RELEASE, parked["lease_timeout_s"], what="teardown of a parked server"
-    )
+    ):
+        killed = terminate()
+        try:
+            nvml = nvml_factory()
+        except GpuUnavailableError:
+            return killed  # no NVIDIA GPU here, so the tree held no device memory
+        try:
+            wait_for_release(nvml, killed, 0, None, 0, parked.get("release_timeout_s", 0.0))
+        except ServerReleaseError as e:
+            _say(e)  # nobody to raise to: the log says it, and the next start's own release check sees it
+    return killed
 
 
 if __name__ == "__main__":

@@ -204,3 +204,27 @@ def test_a_taker_logging_where_the_giver_did_still_counts_its_serving(tmp_path, 
     assert server.timings.cpu_by_thread, "the stop of a taken-over server counted no CPU"
     assert "this test process's share" not in open(server.log_path).read()
     assert _gone(parked["pids"] + [parked["supervisor"]]) == []
+
+
+def test_a_parked_servers_stop_holds_the_release_phase_until_nvml_lists_none_of_its_tree(tmp_path):
+    """The driver frees a dead process's device memory after the process is gone: a neighbour's EXCLUSIVE
+    window must not open before NVML stops listing the tree (supervisor.stop_tree)."""
+    from tools.launcher import supervisor
+
+    lock = str(tmp_path / "gpu0.memory.lock")
+    probe = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    release_held = []  # at each NVML reading: whether a neighbour sees the RELEASE phase held
+
+    class LaggingNvml(FakeNvml):
+        def processes(self):
+            release_held.append(gpu_lease._held_by_others(probe, gpu_lease._INSIDE[gpu_lease.RELEASE]))
+            if len(release_held) == 3:
+                self.procs = {}  # the driver has freed the tree's memory
+            return super().processes()
+
+    parked = {"memory_lock": lock, "lease_timeout_s": 5.0, "release_timeout_s": 5.0}
+    killed = supervisor.stop_tree(parked, lambda: [41, 42], nvml_factory=lambda: LaggingNvml(procs={42: 3 << 30}))
+    assert killed == [41, 42]
+    assert release_held == [True, True, True], "NVML was read outside the release phase (or not at all)"
+    assert not gpu_lease._held_by_others(probe, gpu_lease._INSIDE[gpu_lease.RELEASE]), "the phase outlived the stop"
+    os.close(probe)
