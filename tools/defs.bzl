@@ -277,10 +277,14 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
         # Each in-process door's cells too, for the classes that door runs: the fake answers what the door
         # cannot do as the door host does (tests/sleep_wake/fakes/fake_vllm.py), so an exclusion missing
         # from DOOR_EXCLUDED fails here, on a CPU.
+        # A class's release cells go through each door too, on that door's cell: what differs by release
+        # may differ by door (the router's answers, which an in-process door skips).
+        releases = [c.split("_", 2)[2] for c in class_cells if len(c.split("_", 2)) == 3]
         door_cells = [(c, "http") for c in class_cells]
         for door in FRONT_DOORS[1:]:
             if test_class not in DOOR_EXCLUDED[door] or test_class in DOOR_FAKE_ONLY[door]:
                 door_cells.append((DOOR_CELLS[door][0], door))
+                door_cells += [(DOOR_CELLS[door][0] + "_" + release, door) for release in releases]
         for cell, door in door_cells:
             parts = cell.split("_", 2)
             if len(parts) < 2 or parts[0] not in RUNNERS or parts[1] not in EXECUTION_MODES:

@@ -42,7 +42,7 @@ class TestSleepWakeFlags:
         expect.awake(client, step="full wake from level 1", issue="level-1 flags")
         expect.golden(client, golden, step="level 1 and full wake", issue="level-1 output")
 
-    def test_level2_flags_and_recovery(self, client, golden):
+    def test_level2_flags_and_recovery(self, client, golden, cell):
         """Documented level-2 recovery: wake weights, reload weights, wake kv_cache (#29341)."""
         client.sleep(level=2)
         expect.asleep(client, 2, step="sleep level 2", issue="level-2 flags")
@@ -52,7 +52,7 @@ class TestSleepWakeFlags:
         client.wake_up(["kv_cache"])
         expect.awake(client, step="level 2 recovery", issue="level-2 flags")
         # The optional last step of the recovery; releases differ in whether they report its result.
-        pin = thresholds.divergence("reset_prefix_cache_result_unreported", client.version())
+        pin = thresholds.divergence("reset_prefix_cache_result_unreported", client.version(), cell.door)
         oracle.equal(
             "api.reset_prefix_cache_result",
             client.reset_prefix_cache(),

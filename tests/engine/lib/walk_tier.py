@@ -25,6 +25,7 @@ from tests.engine.lib.engine_server import WAIT_S, EngineServer
 from tests.sleep_wake.lib import oracle, thresholds
 from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
+from tools.matrix import HTTP
 from tests.sleep_wake.walk.model import KV_CACHE, WEIGHTS, State
 from vllm.v1.engine import FinishReason
 
@@ -457,7 +458,7 @@ class EngineTier:
         self._equal(
             "api.reset_prefix_cache_result",
             result,
-            model.reset_prefix_cache_result(self.version, model.resets_prefix_cache(s)),
+            model.reset_prefix_cache_result(self.version, HTTP, model.resets_prefix_cache(s)),
             f"walk {where}: POST /reset_prefix_cache ({body!r})",
         )
 

@@ -8,6 +8,7 @@ import pytest
 
 from tests.sleep_wake.lib import bounds_doc, metrics, releases, thresholds
 from tests.sleep_wake.walk import operations as walk_operations
+from tools import matrix
 
 SUITE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/sleep_wake
 
@@ -97,11 +98,29 @@ def test_every_divergence_is_complete(d):
 
 
 def test_lookup_is_by_release():
-    pin = thresholds.divergence("reset_prefix_cache_result_unreported", "0.25.0")
+    pin = thresholds.divergence("reset_prefix_cache_result_unreported", "0.25.0", "http")
     assert pin.applies and pin.expected is None
-    pin = thresholds.divergence("reset_prefix_cache_result_unreported", "0.26.0+cu129")
+    pin = thresholds.divergence("reset_prefix_cache_result_unreported", "0.26.0+cu129", "http")
     assert not pin.applies and pin.expected is True and pin.version == "0.26.0"
     assert "as documented" in pin.describe()
+
+
+def test_lookup_is_by_front_door():
+    """A divergence in the API server's router is not one of the in-process doors, which skip the router."""
+    for door in ("async_llm", "llm"):
+        pin = thresholds.divergence("reset_prefix_cache_result_unreported", "0.24.0", door)
+        assert not pin.applies and pin.expected is True
+        assert f"through the {door} door" in pin.describe()
+    with pytest.raises(ValueError, match="pass the door"):
+        thresholds.divergence("reset_prefix_cache_result_unreported", "0.24.0")
+    with pytest.raises(ValueError, match="none of the front doors"):
+        thresholds.divergence("gauge_awake_while_partially_asleep", "0.26.0", "grpc")
+    assert thresholds.divergence("gauge_awake_while_partially_asleep", "0.26.0").applies  # on every door
+
+
+def test_each_entry_names_front_doors():
+    for d in thresholds.KNOWN_DIVERGENCES.values():
+        assert d.doors and set(d.doors) <= set(matrix.FRONT_DOORS), f"{d.name}: doors {d.doors}"
 
 
 @pytest.mark.parametrize("version", ["0.23.0", "0.27.0", "dev", "0.26.0rc1"])

@@ -335,10 +335,10 @@ def resets_prefix_cache(state: State) -> bool:
     return not state.held_kv
 
 
-def reset_prefix_cache_result(version: str, resets: bool = True):
-    """What /reset_prefix_cache reports: whether it reset, or None (an empty 200) on the releases of
-    reset_prefix_cache_result_unreported [api.reset_prefix_cache_result]."""
-    pin = thresholds.divergence("reset_prefix_cache_result_unreported", version)
+def reset_prefix_cache_result(version: str, door: str, resets: bool = True):
+    """What /reset_prefix_cache reports through `door`: whether it reset, or None (an empty 200) from the
+    API server's router on the releases of reset_prefix_cache_result_unreported [api.reset_prefix_cache_result]."""
+    pin = thresholds.divergence("reset_prefix_cache_result_unreported", version, door)
     return pin.expected if pin.applies else resets
 
 

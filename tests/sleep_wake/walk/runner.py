@@ -548,7 +548,7 @@ class GpuTier:
         oracle.equal(
             "api.reset_prefix_cache_result",
             self.ctx.client.reset_prefix_cache(blocks_held=not resets),
-            model.reset_prefix_cache_result(self.version, resets),
+            model.reset_prefix_cache_result(self.version, self.ctx.door, resets),
             f"walk {where}",
         )
 
@@ -608,7 +608,7 @@ class GpuTier:
         oracle.equal(
             "api.reset_prefix_cache_result",
             self.ctx.client.reset_prefix_cache(),
-            model.reset_prefix_cache_result(self.version),
+            model.reset_prefix_cache_result(self.version, self.ctx.door),
             f"walk: the reset after looking, {where}",
         )
 

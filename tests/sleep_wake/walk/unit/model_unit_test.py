@@ -134,8 +134,11 @@ def test_pause_modes_while_paused():
     # a preempted request waits like a new one: a wait sleep does not run it
     assert ops.sleep(1, "wait").apply(preempted).held == "A"
     assert not model.resets_prefix_cache(held) and model.resets_prefix_cache(preempted)
-    assert model.reset_prefix_cache_result("0.26.0", False) is False
-    assert model.reset_prefix_cache_result("0.25.0", False) is None
+    assert model.reset_prefix_cache_result("0.26.0", "http", False) is False
+    assert model.reset_prefix_cache_result("0.25.0", "http", False) is None
+    # The router drops the result; the in-process doors return the engine's bool on every release.
+    assert model.reset_prefix_cache_result("0.25.0", "async_llm", False) is False
+    assert model.reset_prefix_cache_result("0.24.0", "llm") is True
 
 
 def test_keep_with_a_request_in_flight_at_every_level():
@@ -189,8 +192,8 @@ def test_prefix_cache():
         assert not model.hits_cache(run(ops.sleep(level), ops.wake(), ops.reload(), start=cached), "long")
     assert not model.hits_cache(run(ops.sleep(0), ops.sleep(1), ops.wake(), start=cached), "long")
     assert not model.hits_cache(ops.RESET_PREFIX_CACHE.apply(cached), "long")
-    assert model.reset_prefix_cache_result("0.26.0") is True
-    assert model.reset_prefix_cache_result("0.25.0") is None
+    assert model.reset_prefix_cache_result("0.26.0", "http") is True
+    assert model.reset_prefix_cache_result("0.25.0", "http") is None
     assert run(ops.sleep(0), CACHED, start=cached).queued == {"long"}  # waits: it reports nothing yet
 
 

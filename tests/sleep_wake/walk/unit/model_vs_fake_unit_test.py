@@ -103,7 +103,7 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
 
     def _reset_prefix_cache(self, op):
         assert self.engine.reset_prefix_cache() is model.reset_prefix_cache_result(
-            VERSION, model.resets_prefix_cache(self.state)
+            VERSION, "http", model.resets_prefix_cache(self.state)
         )
 
     @invariant()
