@@ -77,7 +77,13 @@ def _walk(shard: int, walk_context, recorder) -> None:
     walker = driver.Walker(tier, tier.version, door)
     seed = plan.cell_seed(SEED, walk_context.cell_id)
     try:
-        planned = plan.run_shard(walker, shard, SHARDS, seed, MAX_STEPS, door)
+        try:
+            planned = plan.run_shard(walker, shard, SHARDS, seed, MAX_STEPS, door)
+        except BaseException:
+            if not os.environ.get(plan.REPLAY_VAR):  # the shard's walks stopped: what ran counts all the same
+                walks, pairs = plan.plan_shards(SHARDS, seed, MAX_STEPS, door)[shard]
+                _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed=[], completed=False)
+            raise
         if planned is None:  # a replay: its failure, if any, is the verdict
             return
         pairs, walks = planned
@@ -85,6 +91,20 @@ def _walk(shard: int, walk_context, recorder) -> None:
         probed = [walker.probe(probe) for probe in probes]  # at most one: it ends the server's usable life
     finally:
         tier.close()
+    missing = _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed, completed=True)
+    oracle.equal(
+        "walk.pairs_visited",
+        len(missing),
+        0,
+        f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
+        f"({sorted(map(plan.describe_pair, missing))[:5]})",
+    )
+
+
+def _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed, completed: bool) -> set:
+    """Records what the shard's executed steps covered of its share of the pairs, whether its walks ran to
+    the end or a failure stopped them (completed=False: the report counts its pairs, not the shard), and
+    returns the share's pairs the steps left unvisited."""
     visited, consecutive = walker.coverage()
     missing = set(pairs) - visited
     # The states the steps that ran left from and arrived at (each arrival checked against the model):
@@ -98,6 +118,7 @@ def _walk(shard: int, walk_context, recorder) -> None:
         shard=shard,
         seed=seed,
         shard_pairs=len(pairs),
+        completed=completed,
         steps=walker.step_index,
         walks=len(walks),
         states=len(states),
@@ -109,13 +130,7 @@ def _walk(shard: int, walk_context, recorder) -> None:
         terminal_probes=probed,
         unvisited=sorted(map(plan.describe_pair, missing)),
     )
-    oracle.equal(
-        "walk.pairs_visited",
-        len(missing),
-        0,
-        f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
-        f"({sorted(map(plan.describe_pair, missing))[:5]})",
-    )
+    return missing
 
 
 def _shard_class(shard: int):

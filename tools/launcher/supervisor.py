@@ -173,13 +173,13 @@ def supervise(spec: dict, launch, test_gone_fd: int | None = None) -> int:
     return 0
 
 
-def stop_tree(parked: dict | None, terminate: Callable[[], list[int]], nvml_factory: Callable[[], Any] = Nvml) -> list[int]:
-    """Tears the server's tree down with terminate() and returns the PIDs it ended. A parked server's stop
-    is nobody's but this process's: it takes the RELEASE phase a test's stop takes, and like that stop
-    (server.py _tear_down) holds it until NVML lists none of the tree. The driver frees a process's device
-    memory after the process is gone, and a neighbour's EXCLUSIVE window opening in between would read the
-    freeing as its own shortfall (seen on the H200: an evicted server's 3.6 GB read by a neighbour's
-    immediacy window as memory not restored at wake)."""
+def stop_tree(parked: dict | None, terminate: Callable[[], dict], nvml_factory: Callable[[], Any] = Nvml) -> dict:
+    """Tears the server's tree down with terminate() and returns what it returned (the processes it
+    ended). A parked server's stop is nobody's but this process's: it takes the RELEASE phase a test's
+    stop takes, and like that stop (server.py _tear_down) holds it until NVML lists none of the tree.
+    The driver frees a process's device memory after the process is gone, and a neighbour's EXCLUSIVE
+    window opening in between would read the freeing as its own shortfall (seen on the H200: an evicted
+    server's 3.6 GB read by a neighbour's immediacy window as memory not restored at wake)."""
     if parked is None or not parked.get("memory_lock"):
         return terminate()
     with gpu_lease.memory_phase_at(
@@ -191,7 +191,7 @@ def stop_tree(parked: dict | None, terminate: Callable[[], list[int]], nvml_fact
         except GpuUnavailableError:
             return killed  # no NVIDIA GPU here, so the tree held no device memory
         try:
-            wait_for_release(nvml, killed, 0, None, 0, parked.get("release_timeout_s", 0.0))
+            wait_for_release(nvml, list(killed), 0, None, 0, parked.get("release_timeout_s", 0.0))
         except ServerReleaseError as e:
             _say(e)  # nobody to raise to: the log says it, and the next start's own release check sees it
     return killed

@@ -305,9 +305,10 @@ class Page:
         rows = []
         for w in self.run.walk_coverage():
             css = "ok" if w.complete else "bad"
+            stopped = f" ({w.stopped} stopped)" if w.stopped else ""
             rows.append(
                 f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.label)}</td>'
-                f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}</td>'
+                f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}{stopped}</td>'
                 f"<td>{w.walks}</td><td>{w.steps}</td><td>{_of(w.states, w.model_states)}</td>"
                 f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>"
             )
@@ -315,7 +316,8 @@ class Page:
             return ""
         return (
             '<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '
-            "visited, summed over the shards that reported (tests/sleep_wake/walk).</p>"
+            "visited, counted from the steps that ran, summed over the shards that reported, those a failure stopped "
+            "included; shards: those that walked their share to the end (tests/sleep_wake/walk).</p>"
             '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
             f"<th>steps</th><th>states visited</th><th>unvisited</th></tr>{''.join(rows)}</table></section>"
         )

@@ -540,11 +540,14 @@ def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
     assert out.startswith("4/4 GPU cells passed") and f"report: {page}" in out and page.is_file()
 
 
-def _walk_cell(root, shards, states=None, cell="state_walk_mrv1_eager"):
+def _walk_cell(root, shards, states=None, cell="state_walk_mrv1_eager", stopped=()):
     """A state_walk cell as Bazel leaves a sharded target: shard_<i>_of_<n>/, each with its coverage;
-    states: per shard, the states its steps visited (none recorded where absent)."""
+    states: per shard, the states its steps visited (none recorded where absent); stopped: the shards a
+    failure stopped (their records say completed false)."""
     for shard, (visited, pairs, unvisited) in shards.items():
         extra = {"visited_states": states[shard], "model_states": 40} if states else {}
+        if stopped:
+            extra["completed"] = shard not in stopped
         d = root / MATRIX / cell / f"shard_{shard + 1}_of_{WALK_SHARDS}"
         write_xml(d / "test.xml", {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "passed"})
         (d / "test.outputs").mkdir()
@@ -584,6 +587,19 @@ def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
         f"state walk HTTP · MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
         "100 steps; unvisited: wake:kv_cache"
     ) in capsys.readouterr().out
+
+
+def test_a_shard_a_failure_stopped_counts_its_steps_pairs_but_not_as_a_shard(tmp_path, capsys):
+    _walk_cell(tmp_path, {0: (3, 5, ["sleep:1", "wake:-"]), 1: (5, 5, [])}, stopped=(0,))
+    [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
+    assert (w.visited, w.pairs, w.shards, w.stopped, w.complete) == (8, 10, 1, 1, False)
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
+    assert f"8/10 (state, operation) pairs visited, 1/{WALK_SHARDS} shards (1 stopped by a failure)" in (
+        capsys.readouterr().out
+    )
+    assert f"<td>1/{WALK_SHARDS} (1 stopped)</td>" in render.page(
+        view.load_run(str(tmp_path), str(tmp_path), []), str(tmp_path)
+    )
 
 
 def test_walk_states_are_the_union_of_the_shards_lists_never_a_sum_of_counts(tmp_path, capsys):

@@ -76,7 +76,9 @@ def summary(run: view.Run) -> str:
     for w in run.walk_coverage():
         lines.append(
             f"state walk {w.cell.label}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
-            f"{w.shards}/{w.expected_shards} shards, {w.walks} walks, {w.steps} steps"
+            f"{w.shards}/{w.expected_shards} shards"
+            + (f" ({w.stopped} stopped by a failure)" if w.stopped else "")
+            + f", {w.walks} walks, {w.steps} steps"
             + (
                 f", {w.states} states" + (f" of {w.model_states} reachable" if w.model_states else "")
                 if w.states

@@ -139,19 +139,25 @@ class WalkCoverage:
     """What the state walk of one cell covered: summed over the shards that reported."""
 
     cell: Cell
-    shards: int  # that reported coverage
+    shards: int  # that walked their share to the end
     expected_shards: int  # SHARD_COUNTS of the spec
-    visited: int  # (state, operation) pairs visited of their partitions
+    visited: int  # (state, operation) pairs the executed steps visited of the reporting shards' shares
     pairs: int
     steps: int
     walks: int
     unvisited: list[str]
     states: int | None = None  # distinct states the shards' steps left from or arrived at; None: not recorded
     model_states: int | None = None  # the model's reachable states, as the shards recorded it
+    stopped: int = 0  # shards a failure stopped: their executed steps count in visited, the shard does not
 
     @property
     def complete(self) -> bool:
-        return self.shards == self.expected_shards and self.visited == self.pairs and not self.unvisited
+        return (
+            self.shards == self.expected_shards
+            and not self.stopped
+            and self.visited == self.pairs
+            and not self.unvisited
+        )
 
 
 @dataclasses.dataclass
@@ -236,10 +242,11 @@ class Run:
             for r in cell.records:
                 if r.get("key") == WALK_KEY and isinstance(r.get("value"), (int, float)):
                     rows[r.get("shard")] = r  # a rerun shard's last record counts
+            stopped = sum(1 for r in rows.values() if r.get("completed") is False)
             out.append(
                 WalkCoverage(
                     cell,
-                    len(rows),
+                    len(rows) - stopped,
                     SHARD_COUNTS.get(WALK_CLASS, 1),
                     sum(int(r["value"]) for r in rows.values()),
                     sum(int(r.get("shard_pairs", 0)) for r in rows.values()),
@@ -247,6 +254,7 @@ class Run:
                     sum(int(r.get("walks", 0)) for r in rows.values()),
                     sorted(str(u) for r in rows.values() for u in r.get("unvisited", [])),
                     *_states(rows.values()),
+                    stopped=stopped,
                 )
             )
         return out

@@ -3,8 +3,7 @@ import types
 import pytest
 
 from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, ServerReleaseError
-from tools.launcher.nvml import FakeNvml, Nvml
-from tools.launcher.nvml import unattributed_bytes, wait_for_release
+from tools.launcher.nvml import FakeNvml, Nvml, unattributed_bytes, wait_for_release
 
 GIB = 1 << 30
 

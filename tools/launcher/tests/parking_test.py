@@ -223,8 +223,9 @@ def test_a_parked_servers_stop_holds_the_release_phase_until_nvml_lists_none_of_
             return super().processes()
 
     parked = {"memory_lock": lock, "lease_timeout_s": 5.0, "release_timeout_s": 5.0}
-    killed = supervisor.stop_tree(parked, lambda: [41, 42], nvml_factory=lambda: LaggingNvml(procs={42: 3 << 30}))
-    assert killed == [41, 42]
+    ended = {41: None, 42: None}  # as process_tree.terminate_tree answers: the PIDs it ended
+    killed = supervisor.stop_tree(parked, lambda: ended, nvml_factory=lambda: LaggingNvml(procs={42: 3 << 30}))
+    assert killed == ended
     assert release_held == [True, True, True], "NVML was read outside the release phase (or not at all)"
     assert not gpu_lease._held_by_others(probe, gpu_lease._INSIDE[gpu_lease.RELEASE]), "the phase outlived the stop"
     os.close(probe)
