@@ -616,9 +616,10 @@ KNOWN_DIVERGENCES = {
                 "0.24.0 and 0.25.0: serve/dev/cache/api_router.py:43 returns Response(status_code=200) "
                 "and drops the engine's bool (\"we currently do not check if the prefix cache is "
                 'successfully reset in the API server"); 0.26.0 returns {"success": bool} (line 44), '
-                "false while running requests hold blocks. The router only: LLM.reset_prefix_cache and "
-                "AsyncLLM.reset_prefix_cache return the engine's bool on all three releases (the door cells "
-                "on the H200 read true from an idle engine on 0.24.0 and 0.25.0)"
+                "false while running requests hold blocks. The router only: in 0.24.0 and 0.25.0 alike "
+                "LLM.reset_prefix_cache returns LLMEngine's bool (entrypoints/llm.py:803, v1/engine/"
+                "llm_engine.py:349) and AsyncLLM.reset_prefix_cache the engine core's (v1/engine/async_llm.py:924); "
+                "the door cells on the H200 read true from an idle engine on both"
             ),
             doors=("http",),
         ),
