@@ -1,9 +1,10 @@
-"""Server reuse changes no verdict (lib/reuse.py): the classes run in one pytest session against the fake
-server four times, reuse off, reuse on, reuse on in the reverse order, and reuse on through the fixtures'
-parked path (servers given back and taken over as between cells, parked_fake.py), and every test ends
-alike (outcome and the oracle ids that fired). The runs with reuse must have lent servers, or they prove
-nothing; the classes declaring FRESH_SERVER never borrow. A class that leaves its server with garbage
-weights runs first (testdata/): the next class must not inherit them.
+"""Server reuse changes no verdict (lib/reuse.py): the classes run in one pytest session against the cell's
+servers, reuse off, reuse on, and reuse on in the reverse order, and every test ends alike (outcome and the
+oracle ids that fired). On the fake tier a fourth run takes the fixtures' parked path (servers given back
+and taken over as between cells, parked_fake.py); on a GPU (reuse_equivalence_gpu_test) the launcher parks
+every given-back server itself, so the reuse runs take that path. The runs with reuse must have lent
+servers, or they prove nothing; the classes declaring FRESH_SERVER never borrow. A class that leaves its
+server with garbage weights runs first (testdata/): the next class must not inherit them.
 
 Environment (set by the target, tests/sleep_wake/reuse/BUILD.bazel): SLEEPWAKE_REUSE_CLASS_FILES, the class
 files in their forward order, comma-separated; the fake cell's environment and both goldens.
@@ -21,7 +22,8 @@ from tools.results.testlogs import parse_junit
 
 FILES_ENV = "SLEEPWAKE_REUSE_CLASS_FILES"
 PARKED_FAKE = "tests.sleep_wake.reuse.parked_fake"
-# The inner runs' own bound: four runs of about a minute each on a loaded 2-core machine.
+# The inner runs' own bound: on the fake, about a minute each on a loaded 2-core machine; on the H200 a
+# fresh server per class of reuse_equivalence_gpu_test's order starts in 15-60 s (docs/speed.md).
 RUN_TIMEOUT_S = 400
 
 
@@ -64,25 +66,37 @@ def _count(records: list[dict], key: str, **match) -> int:
     return sum(r.get("key") == key and all(r.get(k) == v for k, v in match.items()) for r in records)
 
 
+def _on_fake() -> bool:
+    """Whether the cell's servers are the fake's: the launcher's own servers are parked by the launcher
+    when given back (tools/launcher/parking.py), so on a GPU the reuse runs take over parked servers
+    already, and only the fake needs parked_fake.py to play that path."""
+    return os.environ.get(servers.SERVER_MODULE_ENV, servers.DEFAULT_SERVER_MODULE) != servers.DEFAULT_SERVER_MODULE
+
+
 def test_reuse_in_either_order_ends_every_test_as_fresh_servers_do():
     files = _files()
     alone, fresh_records = _run("fresh", files, reuse_on=False)
     forward, forward_records = _run("reuse", files, reuse_on=True)
     backward, backward_records = _run("reuse-reversed", list(reversed(files)), reuse_on=True)
-    # The fixtures' parked path, as between cells: servers given back with their readings as JSON and
-    # taken over at a start (parked_fake.py plays the launcher's parking within the process).
-    parked, parked_records = _run("parked", files, reuse_on=True, server_module=PARKED_FAKE)
+    runs = [("reuse", forward, forward_records), ("reuse-reversed", backward, backward_records)]
+    if _on_fake():
+        # The fixtures' parked path, as between cells: servers given back with their readings as JSON and
+        # taken over at a start (parked_fake.py plays the launcher's parking within the process).
+        parked, parked_records = _run("parked", files, reuse_on=True, server_module=PARKED_FAKE)
+        runs.append(("parked", parked, parked_records))
+    else:
+        parked_records = forward_records  # the launcher's parking itself
     assert alone and all(outcome == "passed" for outcome, _ in alone.values()), (
         f"with fresh servers some tests did not pass, so equal verdicts would prove little: {alone}"
     )
-    for name, ends in (("reuse", forward), ("reuse-reversed", backward), ("parked", parked)):
+    for name, ends, _ in runs:
         differ = {t: (alone.get(t), ends.get(t)) for t in set(alone) | set(ends) if alone.get(t) != ends.get(t)}
         assert not differ, f"run {name}: tests that ended otherwise than on fresh servers: {differ}"
     assert _count(fresh_records, "server_reuse") == 0
     taken_over = _count(parked_records, "server_reuse", lent=True, source="another test process")
-    assert taken_over >= 2, f"run parked took over {taken_over} given-back servers: it proves nothing"
+    assert taken_over >= 2, f"the parked path took over {taken_over} given-back servers: it proves nothing"
     assert _count(parked_records, "server_timings", given_back=True) >= taken_over
-    for name, records in (("reuse", forward_records), ("reuse-reversed", backward_records), ("parked", parked_records)):
+    for name, _, records in runs:
         lent = _count(records, "server_reuse", lent=True)
         starts = _count(records, "server_start_s")
         assert lent >= 2, f"run {name} lent {lent} servers: reuse did not happen, so this run proves nothing"
