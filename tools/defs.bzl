@@ -266,7 +266,7 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
       classes: dict of class short name -> test source file (tools/matrix.bzl).
       cells: dict of class short name -> fake cells, each "<runner>_<mode>" or
         "<runner>_<mode>_vllm<version>" (the fake then serves that release's response shapes).
-        Target names: <class>_fake_<cell>, e.g. flags_fake_mrv1_eager.
+        Target names: <class>_fake_<cell>[_<door>], e.g. flags_fake_mrv1_eager, flags_fake_mrv2_graph_vllm0.25.0_llm.
       deps: libraries the test files import (the fixtures); the fakes are added.
     """
     tests = []

@@ -457,6 +457,7 @@ def test_a_fake_target_through_a_door_names_its_door_and_keeps_its_release():
     assert view.split_fake("flags_fake_mrv2_graph_llm") == ("flags", "llm", "mrv2", "graph")
     assert view.split_fake("flags_fake_mrv2_graph_async_llm") == ("flags", "async_llm", "mrv2", "graph")
     assert view.split_fake("flags_fake_mrv1_eager_vllm0.25.0") == ("flags", "http", "mrv1", "eager")
+    assert view.split_fake("flags_fake_mrv2_graph_vllm0.25.0_llm") == ("flags", "llm", "mrv2", "graph")
     assert view.split_fake("flags_fake_mrv1_eager") == ("flags", "http", "mrv1", "eager")
     assert view.split_fake("flags_async_llm_mrv2_graph") is None and view.split_fake("x_fake_mrv9_eager") is None
     cell = view.Cell.at(view.split_fake("flags_fake_mrv2_graph_llm"), target="flags_fake_mrv2_graph_llm")

@@ -289,8 +289,7 @@ class Run:
 
 def split_fake(name: str) -> tuple[str, str, str, str] | None:
     """(class, door, runner, mode) of a fake tier target name, <class>_fake_<runner>_<mode>[_vllm<version>]
-    or <class>_fake_<runner>_<mode>_<door> (tools/defs.bzl sleep_wake_fake_tier), or None for any other
-    target."""
+    [_<door>] (tools/defs.bzl sleep_wake_fake_tier), or None for any other target."""
     head, sep, tail = name.partition(FAKE_INFIX)
     if not sep or not head:
         return None
