@@ -1,4 +1,5 @@
-"""The launcher's only view of the GPU: a small seam over pynvml, and a fake of it for CPU tests."""
+"""The launcher's only view of the GPU: a small seam over pynvml, a fake of it for CPU tests, and the
+release check that reads it (a test's stop and a parked server's, supervisor.stop_tree)."""
 
 from __future__ import annotations
 
