@@ -44,8 +44,7 @@ from tools.launcher.config import (
     validate,
 )
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError
-from tools.launcher.nvml import MIB as _MIB
-from tools.launcher.nvml import Nvml, unattributed_bytes, wait_for_release
+from tools.launcher.nvml import MIB, Nvml, unattributed_bytes, wait_for_release
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.timings import ServerTimings
 
@@ -502,7 +501,7 @@ class VllmServer:
                 "its processes hold %d MiB at GET /health, %d MiB more than the worker held after its"
                 " last bracketed step (%s), over unbracketed_bytes_max %d MiB: memory moved outside"
                 " the steps, where a neighbour's sleep could see it"
-                % (held // _MIB, (held - last) // _MIB, names[-1], self.config.unbracketed_bytes_max // _MIB)
+                % (held // MIB, (held - last) // MIB, names[-1], self.config.unbracketed_bytes_max // MIB)
             )
         if problem or last is None:  # (a None last has its problem above)
             self._stop_server(check_release=False)
@@ -517,7 +516,7 @@ class VllmServer:
         with open(self.log_path, "a") as f:
             f.write(
                 "# sleepwake launcher: %d MiB held at GET /health, %d MiB after the last bracketed step\n"
-                % (held // _MIB, last // _MIB)
+                % (held // MIB, last // MIB)
             )
         return waited
 

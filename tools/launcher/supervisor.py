@@ -191,7 +191,7 @@ def stop_tree(parked: dict | None, terminate: Callable[[], dict], nvml_factory: 
         except GpuUnavailableError:
             return killed  # no NVIDIA GPU here, so the tree held no device memory
         try:
-            wait_for_release(nvml, list(killed), 0, None, 0, parked.get("release_timeout_s", 0.0))
+            wait_for_release(nvml, list(killed), 0, None, 0, parked["release_timeout_s"])
         except ServerReleaseError as e:
             _say(e)  # nobody to raise to: the log says it, and the next start's own release check sees it
     return killed
