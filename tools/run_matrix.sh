@@ -93,7 +93,7 @@ gpu_tags=$(sed -n 's/^test:gpu --test_tag_filters=//p' .bazelrc | tail -1)
 waves=("--test_tag_filters=state_walk${gpu_tags:+,$gpu_tags}" "--test_tag_filters=-state_walk${gpu_tags:+,$gpu_tags}")
 names=(walk rest)
 for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=(""); done
-echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once"
+
 # Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: one per
 # slot, plus a quarter of the cores for the CPU targets a wave runs (the fake walk, the unit tests), so
 # they never hold a job a GPU cell could use; a GPU cell started beyond the slots waits for its lease,
@@ -110,6 +110,13 @@ fi
 # each of the four runner x mode configurations a few waiting cells. They only poll.
 ((reuse)) && test_jobs=$((test_jobs + gpus * slots / 2))
 jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
+# The walk wave runs no more tests at once than the host has cores (nor than the slots): each shard's
+# server steps as fast as its core allows, so beside more shards than cores every step slows, and a shard
+# started beyond the slots waits for a lease inside its own time; one not yet started waits in Bazel's
+# queue instead. Measured against slots plus the CPU quarter: docs/speed.md.
+walk_jobs=$((gpus * slots)); ((walk_jobs > $(nproc))) && walk_jobs=$(nproc)
+walk_note=""; ((${#waves[@]} > 1)) && walk_note=" ($walk_jobs in the walk wave)"
+echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once$walk_note"
 # The host's CPU time while Bazel ran, busy against idle+iowait (/proc/stat): whether cores or the GPU's
 # memory phases bound the slots (tools/launcher/slots.py gives each cell a core).
 cpu_times() { awk '/^cpu /{t=0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6}' /proc/stat; }
@@ -126,8 +133,9 @@ for i in "${!waves[@]}"; do
   bep=.bazel-bep.json; ((${#waves[@]} > 1)) && bep=.bazel-bep-wave$((i + 1)).json
   rm -f "$bep"
   ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) of ${#waves[@]} (${names[$i]}): $wave"
+  wave_jobs=$test_jobs; [[ "${names[$i]}" == walk ]] && wave_jobs=$walk_jobs
   began=$(date +%s.%N)
-  bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs="$test_jobs" \
+  bazel test --config=gpu "${suffix[@]}" --jobs="$jobs" --local_test_jobs="$wave_jobs" \
     --test_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" --action_env=SLEEPWAKE_SLOTS_PER_GPU="$slots" "${keep[@]}" \
     --test_env=SLEEPWAKE_REUSE_SERVERS="$reuse" --build_event_json_file="$PWD/$bep" ${wave:+"$wave"} "$@"
   wave_rc=$?

@@ -174,10 +174,10 @@ def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
         CUDA_VISIBLE_DEVICES="GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b",
     )
     assert code == 0, output
-    assert "run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once" in output
+    cores = len(os.sched_getaffinity(0))
+    assert f"run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once ({min(3, cores)} in the walk wave)" in output
     assert "slots: GPUs 1 (NVML indices) x 3 slot(s) per GPU (SLEEPWAKE_SLOTS_PER_GPU)" in output
     # A test job per slot, and a quarter of the cores for the CPU targets, which need no slot.
-    cores = len(os.sched_getaffinity(0))
     # With reuse (the default) half the slots more cells wait, for the servers cells give back.
     assert f"--local_test_jobs={3 + cores // 4 + 3 // 2}" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
     assert "--test_env=SLEEPWAKE_REUSE_SERVERS=1" in argv
@@ -194,7 +194,7 @@ def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(worksp
     )
     assert code == 0, output
     expected, why = slots.automatic_slots(143163 << 20, len(os.sched_getaffinity(0)), 2)
-    assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output
+    assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output, output
     assert why in output and "SLEEPWAKE_SLOTS_PER_GPU=N overrides" in output
     cores = len(os.sched_getaffinity(0))
     assert f"--local_test_jobs={2 * expected + cores // 4 + 2 * expected // 2}" in argv
@@ -321,6 +321,8 @@ def invocations(workspace) -> list[list[str]]:
 
 def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     """Beside the walk's shards, other cells' starts hold the allocation phase its sleeps wait for."""
+    cores = len(os.sched_getaffinity(0))
+    slots_per_gpu = cores  # more slots than cores: the walk wave is capped by the cores
     # An earlier run's result, which the report must tell from this run's by the waves' build events.
     write_xml(
         workspace / "bazel-testlogs" / "tests" / "sleep_wake" / "latency_mrv2_graph" / "test.xml",
@@ -333,6 +335,7 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
         [WALK, FLAGS],
         FAKE_NVIDIA_SMI_CSV=TWO_H200,
         FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"),
+        SLEEPWAKE_SLOTS_PER_GPU=str(slots_per_gpu),
     )
     assert code == 0, output
     waves = [json.loads(line) for line in (workspace.parent / "locks" / "waves.jsonl").read_text().splitlines()]
@@ -347,6 +350,11 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
         ["--test_tag_filters=-state_walk,-vllm_overlay"],
     ]
     assert "run_matrix.sh: wave 1 of 2 (walk): --test_tag_filters=state_walk,-vllm_overlay" in output
+    # The walk wave runs no more tests at once than the cores, nor than the slots; the rest wave a job per
+    # slot and the CPU targets' share.
+    test_jobs = [[a for a in argv if a.startswith("--local_test_jobs=")] for argv in invocations(workspace)]
+    assert test_jobs[0] == [f"--local_test_jobs={min(2 * slots_per_gpu, cores)}"], test_jobs
+    assert test_jobs[1] == [f"--local_test_jobs={2 * slots_per_gpu + cores // 4 + 2 * slots_per_gpu // 2}"], test_jobs
     assert re.search(r"run_matrix.sh: bazel test took [\d.]+ s in 2 waves \([\d.]+ [\d.]+ s\)", output), output
     assert "ran_tests: 2 test case(s) ran" in output
     # The report reads both waves' build events: this run's cells are told from the earlier one (stale).
