@@ -210,6 +210,7 @@ def cell_breakdown(units: list[dict], elapsed_s: float | None) -> dict:
             units=len(members),
             servers=sum(len(gpu_only(u["timings"])) for u in members),
             cell_seconds=round(sum(u["seconds"] for u in members), 1),
+            median_unit_s=round(statistics.median(u["seconds"] for u in members), 1),
             longest_unit_s=round(max(u["seconds"] for u in members), 1),
         )
     longest = sorted(gpu, key=lambda u: -u["seconds"])[:5]
@@ -437,7 +438,7 @@ def text(breakdown: dict) -> str:
             f"  {name}: {c['units']} units, {c['cell_seconds']:.0f} s = starts {c['start_s']:.0f}"
             f" ({c['servers']} servers) + waits {c['memory_phase_wait_s']:.0f} + stops {c['stop_s']:.0f}"
             f" + slot waits {c['lease_wait_s']:.0f} + own {c['rest_s']:.0f};"
-            f" longest {c['longest_unit_s']:.0f} s"
+            f" median {c['median_unit_s']:.0f} s, longest {c['longest_unit_s']:.0f} s"
         )
     return "\n".join(lines)
 
