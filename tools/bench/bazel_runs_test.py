@@ -168,7 +168,8 @@ def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_f
     text = bazel_runs.text(breakdown)
     assert "cell time: 3 GPU units (cells, or shards of one), 100 cell-seconds" in text
     assert (
-        "  b: 2 units, 60 s = starts 15 (2 servers) + waits 20 + stops 2 + slot waits 0 + own 23; median 30 s, longest 35 s"
+        "  b: 2 units, 60 s = starts 15 (2 servers) + waits 20 + stops 2 + slot waits 0 + own 23;"
+        " median 30 s, longest 35 s"
     ) in text
     assert bazel_runs.cell_breakdown(units[:1], 50.0) == {"cells": 0}  # the fake cell only
 
