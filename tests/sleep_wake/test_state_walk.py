@@ -76,14 +76,15 @@ def _walk(shard: int, walk_context, recorder) -> None:
     door = walk_context.door
     walker = driver.Walker(tier, tier.version, door)
     seed = plan.cell_seed(SEED, walk_context.cell_id)
+
+    def record_stopped() -> None:
+        if not os.environ.get(plan.REPLAY_VAR):  # a replay covers one walk, not the shard's share
+            walks, pairs = plan.plan_shards(SHARDS, seed, MAX_STEPS, door)[shard]
+            _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed=[], completed=False)
+
     try:
-        try:
+        with plan.recorded_when_stopped(record_stopped):
             planned = plan.run_shard(walker, shard, SHARDS, seed, MAX_STEPS, door)
-        except BaseException:
-            if not os.environ.get(plan.REPLAY_VAR):  # the shard's walks stopped: what ran counts all the same
-                walks, pairs = plan.plan_shards(SHARDS, seed, MAX_STEPS, door)[shard]
-                _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed=[], completed=False)
-            raise
         if planned is None:  # a replay: its failure, if any, is the verdict
             return
         pairs, walks = planned

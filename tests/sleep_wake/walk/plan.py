@@ -18,6 +18,7 @@ sort keys, never iterated in hash order, so a seed gives the same walks under an
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import json
@@ -421,3 +422,18 @@ def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int, door: 
     walks, pairs = plan_shards(shards, seed, max_steps, door)[shard]
     walker.run(walks, seed, shard)
     return pairs, walks
+
+
+@contextlib.contextmanager
+def recorded_when_stopped(record):
+    """Calls record() when the body raises (a failure stopped the shard's walks: what ran still counts),
+    then re-raises the body's exception. A record() that fails itself adds a note to that exception and
+    never takes its place: the verdict stays the oracle's, or the error's, that stopped the walks."""
+    try:
+        yield
+    except BaseException as stopped:
+        try:
+            record()
+        except Exception as unrecorded:  # any failure to record must leave the verdict alone
+            stopped.add_note(f"the shard's walk coverage was not recorded: {unrecorded!r}")
+        raise

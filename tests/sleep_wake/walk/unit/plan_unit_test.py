@@ -336,3 +336,24 @@ def test_the_llm_doors_walk_is_the_model_without_what_the_door_cannot_send():
     assert set().union(*(p for _, p in shards)) == pairs
     assert all(op.applicable(s, door) for w in plan.trace([x for ws, _ in shards for x in ws]) for s, op in w)
     assert plan.plan_shards(SHARDS, SEED, MAX_STEPS, "async_llm") == plan.plan_shards(SHARDS, SEED, MAX_STEPS)
+
+
+def test_a_stopped_shard_records_its_coverage_and_keeps_the_failure_that_stopped_it():
+    recorded = []
+    with pytest.raises(AssertionError, match="walk.flags") as stopped:
+        with plan.recorded_when_stopped(lambda: recorded.append("coverage")):
+            raise AssertionError("walk.flags fired")
+    assert recorded == ["coverage"] and not getattr(stopped.value, "__notes__", None)
+
+    def unrecordable():
+        raise OSError("disk full")
+
+    # A recording that fails itself leaves the verdict with the oracle that stopped the walks.
+    with pytest.raises(AssertionError, match="walk.flags") as stopped:
+        with plan.recorded_when_stopped(unrecordable):
+            raise AssertionError("walk.flags fired")
+    assert stopped.value.__notes__ == ["the shard's walk coverage was not recorded: OSError('disk full')"]
+    # A shard whose walks ran to the end records its coverage itself (test_state_walk.py), not here.
+    with plan.recorded_when_stopped(lambda: recorded.append("again")):
+        pass
+    assert recorded == ["coverage"]
