@@ -197,6 +197,10 @@ fi
 # The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with.
 record_args=(); for b in "${beps[@]}"; do record_args+=(--bep="$b"); done
 for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
+# What the cells ran (vLLM's build, torch, GPUs, driver): the GPU toolchain's identity, in Bazel's output
+# base (bazel-out is <output base>/execroot/<workspace>/bazel-out).
+identity=bazel-out/../../../external/sleepwake_gpu/identity.txt
+[[ -f "$identity" ]] && record_args+=(--identity="$identity")
 PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
   --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
   echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2

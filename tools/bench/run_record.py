@@ -1,9 +1,11 @@
 """One matrix run as a JSON record, written by tools/run_matrix.sh after every run (sleepwake-run.json):
-the machine, the run's verdict and elapsed time, its GPU server starts and whether the machine was fresh
-or warm, then where the GPU cells' time went (bazel_runs). A run worth keeping is copied to docs/bench/.
+the machine and what it ran (vLLM's build, torch, the GPUs and driver: the GPU toolchain's identity.txt),
+the run's verdict and elapsed time, its GPU server starts and whether the machine was fresh or warm, then
+where the GPU cells' time went (bazel_runs). A run worth keeping is copied to docs/bench/.
 
     python3 -m tools.bench.run_record bazel-testlogs/tests/sleep_wake --out sleepwake-run.json \\
-        --gpus 1 --cores 16 --rc 0 --machine_state fresh --wave_s 212.7 --wave_s 173.7 --bep .bazel-bep-wave1.json
+        --gpus 1 --cores 16 --rc 0 --machine_state fresh --wave_s 212.7 --wave_s 173.7 --bep .bazel-bep-wave1.json \\
+        --identity bazel-out/../../../external/sleepwake_gpu/identity.txt
 """
 
 from __future__ import annotations
@@ -44,7 +46,26 @@ def cells_by_door(units: list[dict]) -> dict[str, dict]:
     return out
 
 
-def record(units: list[dict], *, gpus: int, cores: int, rc: int, machine_state: str, waves_s: list[float]) -> dict:
+def parse_identity(text: str) -> dict[str, str]:
+    """identity.txt (third_party/gpu_runtime/gpu_runtime.bzl), one `name: value` a line, as a dict."""
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(": ")
+        if sep:
+            out[name.strip()] = value.strip()
+    return out
+
+
+def record(
+    units: list[dict],
+    *,
+    gpus: int,
+    cores: int,
+    rc: int,
+    machine_state: str,
+    waves_s: list[float],
+    identity: dict[str, str] | None = None,
+) -> dict:
     """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
     server_starts, machine_state), counted from the cells' own timings (launch_to_health_s: a start's own
     seconds, without the wait for a GPU slot), and the cells that ran by front door (cells_by_door);
@@ -66,7 +87,8 @@ def record(units: list[dict], *, gpus: int, cores: int, rc: int, machine_state: 
     if not gpu:
         counted["not_counted"] = "no GPU cell of the matrix ran: servers are counted from the cells' own timings"
     return {
-        "machine": {"gpus": gpus, "cores": cores},
+        # None: the run's identity.txt was not found (no GPU toolchain was set up).
+        "machine": {"gpus": gpus, "cores": cores, "identity": identity},
         "matrix": {
             "status": "green" if rc == 0 else "red",
             "rc": rc,
@@ -92,7 +114,17 @@ def main(argv=None) -> int:
     parser.add_argument("--machine_state", choices=MACHINE_STATES, required=True, help="fresh or warm")
     parser.add_argument("--wave_s", type=float, action="append", default=[], help="a wave's seconds (repeatable)")
     parser.add_argument("--bep", action="append", default=[], help="a wave's build event file (repeatable)")
+    parser.add_argument(
+        "--identity", help="the GPU toolchain's identity.txt (what the cells ran); left out, the record says null"
+    )
     args = parser.parse_args(argv)
+    identity = None
+    if args.identity:
+        if not os.path.exists(args.identity):
+            print(f"run_record: no identity file {args.identity}; pass @sleepwake_gpu's identity.txt", file=sys.stderr)
+            return 1
+        with open(args.identity, encoding="utf-8") as f:
+            identity = parse_identity(f.read())
     missing = [bep for bep in args.bep if not os.path.exists(bep)]
     if missing:
         print(f"run_record: no build event file {missing[0]}; pass the files run_matrix.sh wrote", file=sys.stderr)
@@ -100,7 +132,13 @@ def main(argv=None) -> int:
     only = reading.read_invocation(args.bep).xmls if args.bep else None
     units = bazel_runs.test_units(args.testlogs, only) if os.path.isdir(args.testlogs) else []
     result = record(
-        units, gpus=args.gpus, cores=args.cores, rc=args.rc, machine_state=args.machine_state, waves_s=args.wave_s
+        units,
+        gpus=args.gpus,
+        cores=args.cores,
+        rc=args.rc,
+        machine_state=args.machine_state,
+        waves_s=args.wave_s,
+        identity=identity,
     )
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)

@@ -23,7 +23,7 @@ def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm(
     r = run_record.record(units, gpus=1, cores=16, rc=0, machine_state="fresh", waves_s=[30.0, 12.5])
     m = r["matrix"]
     assert (m["status"], m["elapsed_s"], m["server_starts"], m["machine_state"]) == ("green", 42.5, 2, "fresh")
-    assert m["launch_to_health_s"]["median_s"] == 7.0 and r["machine"] == {"gpus": 1, "cores": 16}
+    assert m["launch_to_health_s"]["median_s"] == 7.0 and r["machine"] == {"gpus": 1, "cores": 16, "identity": None}
     # A cell that took over a server another cell gave back (tools/launcher/parking.py) started none.
     taken = run_record.record(
         units + [_unit("weight_sync_mrv1_eager", 0.0, 0)], gpus=1, cores=16, rc=0, machine_state="warm", waves_s=[30.0]
@@ -80,3 +80,26 @@ def test_cells_by_door_counts_the_cells_this_run_ran_never_the_spec(tmp_path):
     }
     nothing = run_record.record([], gpus=1, cores=16, rc=0, machine_state="warm", waves_s=[])
     assert nothing["matrix"]["cells_by_door"] == {}
+
+
+IDENTITY = """python: 3.12.3 /tmp/gpu-py
+vllm: 0.25.0 record-sha256=5f1c
+torch: 2.11.0+cu130 record-sha256=9a0b
+transformers: not installed
+gpus: 0, NVIDIA H200, 580.159.04, 143771 MiB
+fingerprint: vllm-0.25.0+5f1c
+"""
+
+
+def test_the_record_names_what_the_cells_ran_from_the_toolchains_identity(tmp_path):
+    identity = tmp_path / "identity.txt"
+    identity.write_text(IDENTITY)
+    out = tmp_path / "run.json"
+    args = ["--out", str(out), "--gpus", "1", "--cores", "16", "--rc", "0", "--machine_state", "warm"]
+    assert run_record.main([str(tmp_path / "none"), *args, "--identity", str(identity)]) == 0
+    machine = json.loads(out.read_text())["machine"]
+    assert machine["identity"]["vllm"] == "0.25.0 record-sha256=5f1c"
+    assert machine["identity"]["gpus"] == "0, NVIDIA H200, 580.159.04, 143771 MiB"
+    assert machine["identity"]["transformers"] == "not installed"
+    # A path that names no file is refused, not recorded as an unknown machine.
+    assert run_record.main([str(tmp_path / "none"), *args, "--identity", str(tmp_path / "missing.txt")]) == 1
