@@ -73,7 +73,12 @@ PYTHONPATH="$PWD" setsid python3 -m tools.launcher.zygote_host --lock_dir "$lock
 host_pid=$!
 keep=()
 if ((keep_s)); then
-  keep=(--test_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s")  # each zygote's own wait for its next server
+  # Each zygote's own wait for its next server. The golden actions' servers fork from the zygote of the
+  # cells' key too, and the first to ask creates it: without the same wait as an action's environment a
+  # zygote a golden action created exits 60 s after the goldens (config.zygote_idle_s), and the cells
+  # that come later, or the next run, import vLLM again (docs/speed.md). Like the slot count, another
+  # wait keys the golden actions anew.
+  keep=(--test_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s" --action_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s")
   echo "run_matrix.sh: the zygote host waits ${keep_s} s after this run for the next (SLEEPWAKE_KEEP_ZYGOTES_S)"
 else
   trap 'kill "$host_pid" 2>/dev/null' EXIT

@@ -290,6 +290,8 @@ def test_run_matrix_leaves_its_zygote_host_for_the_next_run_unless_told_not_to(w
         assert code == 0, output
         assert "run_matrix.sh: the zygote host waits 600 s after this run for the next" in output
         assert "--test_env=SLEEPWAKE_ZYGOTE_IDLE_S=600" in argv  # each zygote waits as long
+        # ... also one a golden action created (the cells' key), which the cells then fork from.
+        assert "--action_env=SLEEPWAKE_ZYGOTE_IDLE_S=600" in argv
         kept = _host_answer(locks, present=True)
         # The next run's cells reach the same host, whose zygotes have imported vLLM already.
         code, output, _ = run_script(
