@@ -77,7 +77,7 @@ if ((keep_s)); then
   # cells' key too, and the first to ask creates it: without the same wait as an action's environment a
   # zygote a golden action created exits 60 s after the goldens (config.zygote_idle_s), and the cells
   # that come later, or the next run, import vLLM again (docs/speed.md). Like the slot count, another
-  # wait keys the golden actions anew.
+  # wait re-keys every action that takes the default shell environment: the goldens, the checkpoints.
   keep=(--test_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s" --action_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s")
   echo "run_matrix.sh: the zygote host waits ${keep_s} s after this run for the next (SLEEPWAKE_KEEP_ZYGOTES_S)"
 else
@@ -115,11 +115,11 @@ fi
 # each of the four runner x mode configurations a few waiting cells. They only poll.
 ((reuse)) && test_jobs=$((test_jobs + gpus * slots / 2))
 jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
-# The walk wave runs no more tests at once than the host has cores (nor than the slots): each shard's
-# server steps as fast as its core allows, so beside more shards than cores every step slows, and a shard
-# started beyond the slots waits for a lease inside its own time; one not yet started waits in Bazel's
-# queue instead. Measured against slots plus the CPU quarter: docs/speed.md.
-walk_jobs=$((gpus * slots)); ((walk_jobs > $(nproc))) && walk_jobs=$(nproc)
+# The walk wave runs no more tests at once than the host has cores: each shard's server steps as fast as
+# its core allows, so beside more shards than cores every step slows, and a shard started beyond the slots
+# waits for a lease inside its own time; one not yet started waits in Bazel's queue instead. Below the
+# cores, the slots and the CPU targets' quarter (the fake walks are in this wave too). docs/speed.md.
+walk_jobs=$((gpus * slots + $(nproc) / 4)); ((walk_jobs > $(nproc))) && walk_jobs=$(nproc)
 walk_note=""; ((${#waves[@]} > 1)) && walk_note=" ($walk_jobs in the walk wave)"
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once$walk_note"
 # The host's CPU time while Bazel ran, busy against idle+iowait (/proc/stat): whether cores or the GPU's
@@ -204,8 +204,10 @@ record_args=(); for b in "${beps[@]}"; do record_args+=(--bep="$b"); done
 for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
 # What the cells ran (vLLM's build, torch, GPUs, driver): the GPU toolchain's identity, in Bazel's output
 # base (bazel-out is <output base>/execroot/<workspace>/bazel-out).
+# Only when it names the release this run served: a run stopped before Bazel fetched it leaves an earlier one's.
 identity=bazel-out/../../../external/sleepwake_gpu/identity.txt
-[[ -f "$identity" ]] && record_args+=(--identity="$identity")
+[[ -n "${release:-}" && -f "$identity" ]] && grep -q "^vllm: $release " "$identity" &&
+  record_args+=(--identity="$identity")
 PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
   --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
   echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2

@@ -175,7 +175,8 @@ def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
     )
     assert code == 0, output
     cores = len(os.sched_getaffinity(0))
-    assert f"run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once ({min(3, cores)} in the walk wave)" in output
+    walk_jobs = min(3 + cores // 4, cores)
+    assert f"run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once ({walk_jobs} in the walk wave)" in output
     assert "slots: GPUs 1 (NVML indices) x 3 slot(s) per GPU (SLEEPWAKE_SLOTS_PER_GPU)" in output
     # A test job per slot, and a quarter of the cores for the CPU targets, which need no slot.
     # With reuse (the default) half the slots more cells wait, for the servers cells give back.
@@ -352,10 +353,10 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
         ["--test_tag_filters=-state_walk,-vllm_overlay"],
     ]
     assert "run_matrix.sh: wave 1 of 2 (walk): --test_tag_filters=state_walk,-vllm_overlay" in output
-    # The walk wave runs no more tests at once than the cores, nor than the slots; the rest wave a job per
-    # slot and the CPU targets' share.
+    # The walk wave runs no more tests at once than the cores (below them, the slots and the CPU targets'
+    # share); the rest wave a job per slot, the CPU targets' share and the cells waiting for a lent server.
     test_jobs = [[a for a in argv if a.startswith("--local_test_jobs=")] for argv in invocations(workspace)]
-    assert test_jobs[0] == [f"--local_test_jobs={min(2 * slots_per_gpu, cores)}"], test_jobs
+    assert test_jobs[0] == [f"--local_test_jobs={min(2 * slots_per_gpu + cores // 4, cores)}"], test_jobs
     assert test_jobs[1] == [f"--local_test_jobs={2 * slots_per_gpu + cores // 4 + 2 * slots_per_gpu // 2}"], test_jobs
     assert re.search(r"run_matrix.sh: bazel test took [\d.]+ s in 2 waves \([\d.]+ [\d.]+ s\)", output), output
     assert "ran_tests: 2 test case(s) ran" in output

@@ -87,7 +87,7 @@ def record(
     if not gpu:
         counted["not_counted"] = "no GPU cell of the matrix ran: servers are counted from the cells' own timings"
     return {
-        # None: the run's identity.txt was not found (no GPU toolchain was set up).
+        # None: no identity was given (run_matrix.sh gives it when @sleepwake_gpu's names this run's release).
         "machine": {"gpus": gpus, "cores": cores, "identity": identity},
         "matrix": {
             "status": "green" if rc == 0 else "red",

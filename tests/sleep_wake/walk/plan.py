@@ -25,6 +25,7 @@ import json
 import os
 import random
 import re
+import sys
 import zlib
 
 from tests.sleep_wake.lib import oracle
@@ -427,13 +428,17 @@ def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int, door: 
 @contextlib.contextmanager
 def recorded_when_stopped(record):
     """Calls record() when the body raises (a failure stopped the shard's walks: what ran still counts),
-    then re-raises the body's exception. A record() that fails itself adds a note to that exception and
-    never takes its place: the verdict stays the oracle's, or the error's, that stopped the walks."""
+    then re-raises the body's exception. A record() that raises an Exception adds a note to that exception
+    and never takes its place: the verdict stays the oracle's, or the error's, that stopped the walks."""
     try:
         yield
     except BaseException as stopped:
         try:
             record()
         except Exception as unrecorded:  # any failure to record must leave the verdict alone
-            stopped.add_note(f"the shard's walk coverage was not recorded: {unrecorded!r}")
+            note = f"the shard's walk coverage was not recorded: {unrecorded!r}"
+            if hasattr(stopped, "add_note"):  # Python 3.11+; a runner's 3.10 gets the note on stderr
+                stopped.add_note(note)
+            else:
+                print(note, file=sys.stderr)
         raise
