@@ -403,11 +403,19 @@ def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(work
 
 def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):
     code, output, argv = run_script(
-        workspace, "run_matrix.sh", ["--test_tag_filters=flags"], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200
+        workspace,
+        "run_matrix.sh",
+        ["--test_tag_filters=flags"],
+        [WALK, FLAGS],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+        SLEEPWAKE_SLOTS_PER_GPU="8",
     )
     assert code == 0, output
     assert len(invocations(workspace)) == 1 and "wave" not in output
     assert [a for a in argv if a.startswith("--test_tag_filters")] == ["--test_tag_filters=flags"]
+    # No walk wave, so no walk wave's cap: a job per slot, the CPU targets' share, the lent servers' waiters.
+    cores = len(os.sched_getaffinity(0))
+    assert f"--local_test_jobs={16 + cores // 4 + 16 // 2}" in argv, argv
 
 
 @pytest.mark.parametrize(
