@@ -98,7 +98,6 @@ gpu_tags=$(sed -n 's/^test:gpu --test_tag_filters=//p' .bazelrc | tail -1)
 waves=("--test_tag_filters=state_walk${gpu_tags:+,$gpu_tags}" "--test_tag_filters=-state_walk${gpu_tags:+,$gpu_tags}")
 names=(walk rest)
 for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=(""); done
-
 # Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: one per
 # slot, plus a quarter of the cores for the CPU targets a wave runs (the fake walk, the unit tests), so
 # they never hold a job a GPU cell could use; a GPU cell started beyond the slots waits for its lease,
@@ -202,12 +201,6 @@ fi
 # The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with.
 record_args=(); for b in "${beps[@]}"; do record_args+=(--bep="$b"); done
 for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
-# What the cells ran (vLLM's build, torch, GPUs, driver): the GPU toolchain's identity, in Bazel's output
-# base (bazel-out is <output base>/execroot/<workspace>/bazel-out).
-# Only when it names the release this run served: a run stopped before Bazel fetched it leaves an earlier one's.
-identity=bazel-out/../../../external/sleepwake_gpu/identity.txt
-[[ -n "${release:-}" && -f "$identity" ]] && grep -q "^vllm: $release " "$identity" &&
-  record_args+=(--identity="$identity")
 PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
   --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
   echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2

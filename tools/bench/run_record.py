@@ -1,11 +1,11 @@
 """One matrix run as a JSON record, written by tools/run_matrix.sh after every run (sleepwake-run.json):
-the machine and what it ran (vLLM's build, torch, the GPUs and driver: the GPU toolchain's identity.txt),
-the run's verdict and elapsed time, its GPU server starts and whether the machine was fresh or warm, then
-where the GPU cells' time went (bazel_runs). A run worth keeping is copied to docs/bench/.
+the machine and what it ran (vLLM's build, torch, the GPUs and driver: @sleepwake_gpu's identity.txt
+beside the test logs), the run's verdict and elapsed time, its GPU server starts and whether the machine
+was fresh or warm, then where the GPU cells' time went (bazel_runs). A run worth keeping is copied to
+docs/bench/.
 
     python3 -m tools.bench.run_record bazel-testlogs/tests/sleep_wake --out sleepwake-run.json \\
-        --gpus 1 --cores 16 --rc 0 --machine_state fresh --wave_s 212.7 --wave_s 173.7 --bep .bazel-bep-wave1.json \\
-        --identity bazel-out/../../../external/sleepwake_gpu/identity.txt
+        --gpus 1 --cores 16 --rc 0 --machine_state fresh --wave_s 212.7 --wave_s 173.7 --bep .bazel-bep-wave1.json
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def record(
     if not gpu:
         counted["not_counted"] = "no GPU cell of the matrix ran: servers are counted from the cells' own timings"
     return {
-        # None: no identity was given (run_matrix.sh gives it when @sleepwake_gpu's names this run's release).
-        "machine": {"gpus": gpus, "cores": cores, "identity": identity},
+        # Only a run whose GPU cells ran fetched @sleepwake_gpu for the vLLM it served: the file a run that
+        # stopped before them left may name an earlier run's release.
+        "machine": {"gpus": gpus, "cores": cores, "identity": identity if gpu else None},
         "matrix": {
             "status": "green" if rc == 0 else "red",
             "rc": rc,
@@ -114,23 +115,15 @@ def main(argv=None) -> int:
     parser.add_argument("--machine_state", choices=MACHINE_STATES, required=True, help="fresh or warm")
     parser.add_argument("--wave_s", type=float, action="append", default=[], help="a wave's seconds (repeatable)")
     parser.add_argument("--bep", action="append", default=[], help="a wave's build event file (repeatable)")
-    parser.add_argument(
-        "--identity", help="the GPU toolchain's identity.txt (what the cells ran); left out, the record says null"
-    )
     args = parser.parse_args(argv)
-    identity = None
-    if args.identity:
-        if not os.path.exists(args.identity):
-            print(f"run_record: no identity file {args.identity}; pass @sleepwake_gpu's identity.txt", file=sys.stderr)
-            return 1
-        with open(args.identity, encoding="utf-8") as f:
-            identity = parse_identity(f.read())
     missing = [bep for bep in args.bep if not os.path.exists(bep)]
     if missing:
         print(f"run_record: no build event file {missing[0]}; pass the files run_matrix.sh wrote", file=sys.stderr)
         return 1
     only = reading.read_invocation(args.bep).xmls if args.bep else None
     units = bazel_runs.test_units(args.testlogs, only) if os.path.isdir(args.testlogs) else []
+    identity_path = reading.identity_file(args.testlogs) if os.path.isdir(args.testlogs) else None
+    identity = parse_identity(reading.read_text(identity_path)) if identity_path else None
     result = record(
         units,
         gpus=args.gpus,

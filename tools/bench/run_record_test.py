@@ -91,15 +91,29 @@ fingerprint: vllm-0.25.0+5f1c
 """
 
 
-def test_the_record_names_what_the_cells_ran_from_the_toolchains_identity(tmp_path):
-    identity = tmp_path / "identity.txt"
+def test_the_record_names_what_the_cells_ran_from_the_identity_beside_the_test_logs(tmp_path):
+    """bazel-testlogs resolves into <output base>/execroot/<workspace>/bazel-out/<config>/testlogs; the
+    identity @sleepwake_gpu wrote is in <output base>/external/sleepwake_gpu (tools/report/reading.py)."""
+    identity = tmp_path / "external" / "sleepwake_gpu" / "identity.txt"
+    identity.parent.mkdir(parents=True)
     identity.write_text(IDENTITY)
+    logs = tmp_path / "execroot" / "sleepwake" / "bazel-out" / "k8-fastbuild" / "testlogs" / "tests" / "sleep_wake"
+    cell = logs / "flags_mrv1_eager"
+    (cell / "test.outputs").mkdir(parents=True)
+    (cell / "test.xml").write_text(
+        '<testsuites><testsuite name="x" time="20"><testcase name="t" time="1"/></testsuite></testsuites>'
+    )
+    timing = {"key": "server_timings", "start_mode": "zygote", "start_s": 6.0, "lease_wait_s": 0.0}
+    timing.update(memory_phase_wait_s=0.0, memory_phases=0, stop_s=0.0)
+    (cell / "test.outputs" / "measurements.jsonl").write_text(json.dumps(timing) + "\n")
     out = tmp_path / "run.json"
-    args = ["--out", str(out), "--gpus", "1", "--cores", "16", "--rc", "0", "--machine_state", "warm"]
-    assert run_record.main([str(tmp_path / "none"), *args, "--identity", str(identity)]) == 0
+    args = [str(logs), "--out", str(out), "--gpus", "1", "--cores", "16", "--rc", "0", "--machine_state", "warm"]
+    assert run_record.main(args) == 0
     machine = json.loads(out.read_text())["machine"]
     assert machine["identity"]["vllm"] == "0.25.0 record-sha256=5f1c"
     assert machine["identity"]["gpus"] == "0, NVIDIA H200, 580.159.04, 143771 MiB"
     assert machine["identity"]["transformers"] == "not installed"
-    # A path that names no file is refused, not recorded as an unknown machine.
-    assert run_record.main([str(tmp_path / "none"), *args, "--identity", str(tmp_path / "missing.txt")]) == 1
+    # No GPU cell of this run ran: the file may be an earlier run's release, so the record names none.
+    (cell / "test.outputs" / "measurements.jsonl").write_text("")
+    assert run_record.main(args) == 0
+    assert json.loads(out.read_text())["machine"]["identity"] is None
