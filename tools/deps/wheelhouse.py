@@ -36,9 +36,24 @@ PLATFORMS = (
 def download_command(requirements: str, dest: str, python_version: str) -> list[str]:
     """pip's download of exactly the hashed requirements' wheels for that Python, nothing they pull in
     (the overlay lists its whole closure, and the rest is the runner's)."""
-    command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
-               "--require-hashes", "--only-binary=:all:", "--python-version", python_version,
-               "--implementation", "cp", "-d", dest, "-r", requirements]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--require-hashes",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        "-d",
+        dest,
+        "-r",
+        requirements,
+    ]
     for platform in PLATFORMS:
         command += ["--platform", platform]
     return command
@@ -50,11 +65,14 @@ def overlay_requirements(lock_text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Downloads the runner overlay's wheels into DEST, for "
-                                     "SLEEPWAKE_WHEELHOUSE on a GPU runner without a package index.")
+    parser = argparse.ArgumentParser(
+        description="Downloads the runner overlay's wheels into DEST, for "
+        "SLEEPWAKE_WHEELHOUSE on a GPU runner without a package index."
+    )
     parser.add_argument("dest", help="the folder the wheels go to (created if missing)")
-    parser.add_argument("--python_version", default="3.12",
-                        help="the runner's Python (major.minor) whose wheels to fetch; default 3.12")
+    parser.add_argument(
+        "--python_version", default="3.12", help="the runner's Python (major.minor) whose wheels to fetch; default 3.12"
+    )
     parser.add_argument("--lock", default=DEFAULT_LOCK, help=f"the hashed lock; default {DEFAULT_LOCK}")
     args = parser.parse_args(argv)
     try:
@@ -71,12 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.unlink(f.name)
     if done.returncode:
-        print(f"wheelhouse: pip download failed (exit {done.returncode}, above): this host must reach the "
-              "package index; the runner's Python version is --python_version", file=sys.stderr)
+        print(
+            f"wheelhouse: pip download failed (exit {done.returncode}, above): this host must reach the "
+            "package index; the runner's Python version is --python_version",
+            file=sys.stderr,
+        )
         return 1
     wheels = sorted(n for n in os.listdir(args.dest) if n.endswith(".whl"))
-    print(f"wheelhouse: {len(wheels)} wheels in {args.dest}; on the runner: "
-          f"SLEEPWAKE_WHEELHOUSE={os.path.abspath(args.dest)} tools/setup.sh")
+    print(
+        f"wheelhouse: {len(wheels)} wheels in {args.dest}; on the runner: "
+        f"SLEEPWAKE_WHEELHOUSE={os.path.abspath(args.dest)} tools/setup.sh"
+    )
     return 0
 
 

@@ -37,15 +37,24 @@ def workspace(tmp_path):
 
 
 def _env(workspace, **more):
-    env = dict(os.environ, SLEEPWAKE_RUNS_DIR=str(workspace.parent / "runs"),
-               SLEEPWAKE_LOCK_DIR=str(workspace.parent / "locks"), OUT=str(workspace.parent / "out"))
+    env = dict(
+        os.environ,
+        SLEEPWAKE_RUNS_DIR=str(workspace.parent / "runs"),
+        SLEEPWAKE_LOCK_DIR=str(workspace.parent / "locks"),
+        OUT=str(workspace.parent / "out"),
+    )
     env.update(more)
     return env
 
 
 def _script(workspace, name, *args, **env):
-    proc = subprocess.run(["bash", str(workspace / "tools" / "detached_runs" / name), *args],
-                          env=_env(workspace, **env), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(workspace / "tools" / "detached_runs" / name), *args],
+        env=_env(workspace, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
