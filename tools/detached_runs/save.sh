@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Saves into DIR what a finished run left in the workspace and the lock dir, before the next run
 # overwrites it: the record, the report, the cells' test.xml and test.log, the build events, the
-# zygote host's log, the host's CPU and the memory-phase traces.
+# zygote host's and zygotes' logs (each zygote's key environment), the host's CPU and the memory-phase traces.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 d=$1
@@ -14,7 +14,7 @@ if testlogs=$(readlink -f bazel-testlogs) && [[ -d $testlogs/tests ]]; then
   (cd "$testlogs" && find tests -name test.log) >"$d/log.list"
   tar czf "$d/logs.tgz" -C "$testlogs" -T "$d/log.list"
 fi
-cp -f .bazel-bep*.json "$lock_dir"/zygote-host.log "$lock_dir"/host-cpu.txt "$lock_dir"/waves.jsonl \
+cp -f .bazel-bep*.json "$lock_dir"/zygote-*.log "$lock_dir"/host-cpu.txt "$lock_dir"/waves.jsonl \
   "$lock_dir"/gpu*.memory.trace.jsonl "$d/misc/" 2>/dev/null
 tar czf "$d/misc.tgz" -C "$d" misc && rm -rf "$d/misc"
 echo "save.sh: $(ls "$d" | tr '\n' ' ')"

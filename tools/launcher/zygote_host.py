@@ -83,6 +83,16 @@ def _tail(path: str) -> str:
         return "(log unreadable: %s)" % e
 
 
+def key_differences(request: dict, other: dict) -> list[str]:
+    """What two zygote requests differ in, by name (values can be long paths): why a second zygote of one
+    module imports it again instead of sharing the first."""
+    names = [field for field in ("python", "module", "preloads", "code_root") if request.get(field) != other.get(field)]
+    env, other_env = request.get("env") or {}, other.get("env") or {}
+    names += sorted(name for name in set(env) | set(other_env) if env.get(name) != other_env.get(name))
+    # Equal requests with unequal keys: the clients' code digests differ (zygote_env.zygote_key).
+    return names or ["the clients' code"]
+
+
 @dataclasses.dataclass
 class _Zygote:
     proc: subprocess.Popen
@@ -104,6 +114,7 @@ class Host:
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self.failures: dict[str, tuple[float, dict]] = {}  # key -> (when, the failed reply)
+        self.requests: dict[str, dict] = {}  # key -> the request that started its zygote
 
     def _key_lock(self, key: str) -> threading.Lock:
         with self._lock:
@@ -204,10 +215,27 @@ class Host:
         with self._lock:
             self.zygotes[key] = _Zygote(proc, sock, log)
         _say(
-            "zygote %d for key %s serves %s (%.1f s to import)"
-            % (proc.pid, key, request["module"], time.monotonic() - started)
+            "zygote %d for key %s serves %s (%.1f s to import)%s"
+            % (proc.pid, key, request["module"], time.monotonic() - started, self.another_zygote_note(request))
         )
+        with self._lock:
+            self.requests[key] = request
         return {"ok": True, "socket": sock, "pid": proc.pid, "started": True}
+
+    def another_zygote_note(self, request: dict) -> str:
+        """Where a zygote of the same module was started before under another key, what the keys differ
+        in: each such zygote is one more import of the module (docs/speed.md)."""
+        with self._lock:
+            earlier = [
+                (k, r) for k, r in self.requests.items() if r["module"] == request["module"] and k != request["key"]
+            ]
+        if not earlier:
+            return ""
+        key, other = earlier[-1]
+        return "; the zygote of key %s imported it too, under a key that differs in: %s" % (
+            key,
+            ", ".join(key_differences(request, other)),
+        )
 
     def handle(self, conn) -> None:
         with conn:

@@ -84,3 +84,34 @@ def test_await_host_waits_for_a_host_of_this_code_only(tmp_path):
         assert zygote_host.main(["--lock_dir", lock_dir, "--await_s", "0.5"]) == 1  # another code's only
     finally:
         _stop(old)
+
+
+def _request(key, **env):
+    return {
+        "key": key,
+        "python": "/usr/bin/python3",
+        "module": "vllm.entrypoints.openai.api_server",
+        "preloads": [],
+        "code_root": "/ws",
+        "env": env,
+    }
+
+
+def test_key_differences_name_what_split_two_zygotes_of_one_module():
+    first = _request("a", PATH="/bin", VLLM_LOGGING_LEVEL="INFO")
+    second = _request("b", PATH="/usr/bin:/bin", VLLM_LOGGING_LEVEL="INFO", HF_HUB_OFFLINE="1")
+    assert zygote_host.key_differences(second, first) == ["HF_HUB_OFFLINE", "PATH"]
+    assert zygote_host.key_differences(dict(first, preloads=["x"]), first) == ["preloads"]
+    assert zygote_host.key_differences(dict(first, key="c"), first) == ["the clients' code"]
+
+
+def test_a_second_zygote_of_a_module_says_what_its_key_differs_in(tmp_path):
+    host = zygote_host.Host(str(tmp_path))
+    first = _request("a", PATH="/bin")
+    assert host.another_zygote_note(first) == ""
+    host.requests["a"] = first
+    assert host.another_zygote_note(first) == "", "its own key is no other zygote"
+    note = host.another_zygote_note(_request("b", PATH="/usr/bin"))
+    assert "key a" in note and note.endswith("differs in: PATH"), note
+    other_module = dict(_request("c", PATH="/usr/bin"), module="tools.launcher.door_host")
+    assert host.another_zygote_note(other_module) == ""
