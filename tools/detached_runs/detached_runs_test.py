@@ -4,9 +4,14 @@ workspace: each fake writes a record and a test.xml naming its run, and exits as
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
+
+from tools.launcher import zygote_host
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ("start.sh", "runs.sh", "save.sh", "collect.sh")
@@ -104,3 +109,50 @@ def test_start_refuses_an_unknown_mode_and_starts_nothing(workspace):
     code, out = _script(workspace, "start.sh", "a matrix", "b bench")
     assert code == 2 and '"b bench"' in out, out
     assert not (workspace.parent / "runs" / "a").exists()
+
+
+def _python_first(tmp_path):
+    """A folder whose python3 is this test's interpreter, which has what tools.launcher imports."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (shim / "python3").chmod(0o755)
+    return shim
+
+
+def test_release_waits_for_its_parts_then_installs_them(workspace, tmp_path):
+    staged = tmp_path / "stage-devcarry99"
+    staged.mkdir()
+    (staged / "part-00").write_text("wheels")
+    parts = tmp_path / "parts"
+    installer = workspace / ".devcarry99" / "bin" / "install.sh"
+    installer.parent.mkdir(parents=True)
+    installer.write_text(f'#!/bin/bash\nls "{parts}" > "{tmp_path}/installed"\n')
+    env = {
+        "SLEEPWAKE_STAGE_ROOT": str(tmp_path),
+        "SLEEPWAKE_INSTALL_PARTS_DIR": str(parts),
+        "PYTHONPATH": ROOT,  # tools.launcher, which ends the parked servers and the zygote host
+        "PATH": f"{_python_first(tmp_path)}:{os.environ['PATH']}",
+    }
+    lock_dir = str(workspace.parent / "locks")
+    host = subprocess.Popen(
+        [sys.executable, "-m", "tools.launcher.zygote_host", "--lock_dir", lock_dir, "--idle_s", "0"],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": ROOT},
+        cwd="/",
+    )
+    try:
+        assert zygote_host.await_host(lock_dir, 30), "the zygote host did not come up"
+        code, out = _script(workspace, "start.sh", "rel release .devcarry99", "after matrix after 0", **env)
+        assert code == 0, out
+        code, out = _script(workspace, "collect.sh", "rel", "1", **env)
+        assert code == 1, "it waits for the READY mark, not for the parts alone: " + out
+        (staged / "READY").touch()
+        code, out = _script(workspace, "collect.sh", "after", "50", **env)
+        assert code == 0 and "collect.sh: after exit 0" in out, out
+        code, out = _script(workspace, "collect.sh", "rel", "5", **env)
+        assert code == 0 and "collect.sh: rel exit 0" in out, out
+        assert (tmp_path / "installed").read_text().split() == ["part-00"]
+        assert host.wait(timeout=30) == 0, "the old release's zygote host must be stopped before the install"
+    finally:
+        if host.poll() is None:
+            host.kill()

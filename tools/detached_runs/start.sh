@@ -10,8 +10,9 @@
 #   setup    tools/setup.sh ARGS (install, then the main job; the newcomer's command)
 #   matrix   tools/run_matrix.sh ARGS (the main job again, e.g. --nocache_test_results for a warm run)
 #   release  another vLLM: FOLDER is one ../shared/device/stage.py staged (FOLDER/bin/install.sh), whose
-#            parts the calls copied to /tmp/stage-FOLDER with a READY mark beside them (it waits for the
-#            mark); ends the old release's zygotes and parked servers first, then installs
+#            parts the calls copied to /tmp/stage-FOLDER (FOLDER without its leading dot) with a READY
+#            mark beside them, which it waits for; it ends the old release's parked servers and this
+#            lock dir's zygote host, copies the parts where install.sh reads them (/tmp/devcarry), installs
 # Environment for every run: /tmp/vllm-env.sh when present (stage.py's install writes it) and
 # SLEEPWAKE_WHEELHOUSE=.whl when that folder exists (python3 -m tools.deps.wheelhouse .whl).
 set -uo pipefail
