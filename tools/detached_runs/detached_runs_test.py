@@ -1,26 +1,30 @@
-"""start.sh, collect.sh and save.sh, with fakes of tools/setup.sh and tools/run_matrix.sh in a scratch
-workspace: each fake writes a record and a test.xml naming its run, and exits as its arguments say."""
+"""start.sh, runs.sh, save.sh and collect.sh, with fakes of tools/setup.sh and tools/run_matrix.sh in a
+scratch workspace: each fake writes a record and a test.xml naming its run (unless told to fail first),
+and exits as its arguments say."""
 
+import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
-import time
+import tarfile
 
 import pytest
 
 from tools.launcher import zygote_host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ("start.sh", "runs.sh", "save.sh", "collect.sh")
-# A fake main job: `NAME EXIT [WAIT_FOR_FILE]`; it waits for that file when given, so a test can hold a
-# run going for as long as it needs, and leaves what run_matrix.sh leaves.
+# A fake main job: `NAME EXIT [WAIT_FOR_FILE]`; EXIT "early" fails before writing anything. It waits for
+# WAIT_FOR_FILE when given, so a test holds a run going for as long as it needs, and leaves what
+# run_matrix.sh leaves.
 FAKE = """#!/bin/bash
 name=$1 code=$2
 if [[ -n "${3:-}" ]]; then until [[ -e $3 ]]; do sleep 0.1; done; fi
 echo "fake run $name"
+[[ $code == early ]] && exit 7
 echo "{\\"run\\": \\"$name\\"}" > sleepwake-run.json
 mkdir -p out/tests/sleep_wake/cell && echo "<testsuites name=\\"$name\\"/>" > out/tests/sleep_wake/cell/test.xml
 echo "log of $name" > out/tests/sleep_wake/cell/test.log
@@ -38,7 +42,14 @@ def workspace(tmp_path):
     for name in ("setup.sh", "run_matrix.sh"):
         (ws / "tools" / name).write_text(FAKE)
         (ws / "tools" / name).chmod(0o755)
-    return ws
+    yield ws
+    # A test that failed halfway must not leave its chain running.
+    pid_file = tmp_path / "runs" / "runs.pid"
+    if pid_file.exists():
+        try:
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _env(workspace, **more):
@@ -63,41 +74,59 @@ def _script(workspace, name, *args, **env):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def _untar(path, member):
-    return subprocess.run(["tar", "xzOf", str(path), member], capture_output=True, text=True, check=True).stdout
+def _member(workspace, run, path):
+    with tarfile.open(workspace.parent / "out" / f"{run}.tgz") as bundle:
+        return bundle.extractfile(f"{run}/{path}").read().decode()
+
+
+def _members(workspace, run):
+    with tarfile.open(workspace.parent / "out" / f"{run}.tgz") as bundle:
+        return set(bundle.getnames())
+
+
+def _bytes_of(workspace, run, path):
+    with tarfile.open(workspace.parent / "out" / f"{run}.tgz") as bundle:
+        return io.BytesIO(bundle.extractfile(f"{run}/{path}").read())
 
 
 def test_runs_one_after_another_each_saved_before_the_next_overwrites_it(workspace):
     code, out = _script(workspace, "start.sh", "first setup first 0", "second matrix second 3")
     assert code == 0, out
     code, out = _script(workspace, "collect.sh", "second", "50")
-    assert code == 0, out
-    assert "collect.sh: second exit 3" in out
+    assert code == 0 and "collect.sh: second exit 3" in out, out
     code, out = _script(workspace, "collect.sh", "first", "5")
     assert code == 0 and "collect.sh: first exit 0" in out, out
-    got = workspace.parent / "out"
-    assert (got / "first" / "run.json").read_text().strip() == '{"run": "first"}'
-    assert (got / "second" / "run.json").read_text().strip() == '{"run": "second"}'
-    assert (got / "second" / "rc").read_text().strip() == "3"
-    assert 'name="first"' in _untar(got / "first" / "xml.tgz", "tests/sleep_wake/cell/test.xml")
-    assert "log of second" in _untar(got / "second" / "logs.tgz", "tests/sleep_wake/cell/test.log")
-    assert "fake run first" in (got / "first" / "console.log").read_text()
-    for run in ("first", "second"):
-        assert len(os.listdir(got / run)) <= 8, "a device call brings back at most 8 files"
+    assert _member(workspace, "first", "sleepwake-run.json").strip() == '{"run": "first"}'
+    assert _member(workspace, "second", "sleepwake-run.json").strip() == '{"run": "second"}'
+    assert _member(workspace, "second", "rc").strip() == "3"
+    with tarfile.open(fileobj=_bytes_of(workspace, "first", "xml.tgz")) as xml:
+        assert 'name="first"' in xml.extractfile("tests/sleep_wake/cell/test.xml").read().decode()
+    assert "fake run first" in _member(workspace, "first", "console.log")
+    assert len(os.listdir(workspace.parent / "out")) <= 8, "a device call brings back at most 8 files"
+
+
+def test_a_run_that_stops_early_brings_back_nothing_of_the_run_before(workspace):
+    code, out = _script(workspace, "start.sh", "good matrix good 0", "bad matrix bad early")
+    assert code == 0, out
+    code, out = _script(workspace, "collect.sh", "bad", "50")
+    assert code == 0 and "collect.sh: bad exit 7" in out, out
+    names = _members(workspace, "bad")
+    assert "bad/sleepwake-run.json" not in names, "the good run's record passed for the bad run's"
+    with tarfile.open(fileobj=_bytes_of(workspace, "bad", "xml.tgz")) as xml:
+        assert xml.getnames() == [], "the good run's test.xml passed for the bad run's"
 
 
 def test_collect_says_at_once_when_no_run_is_there(workspace):
-    began = time.monotonic()
     code, out = _script(workspace, "collect.sh", "never", "300")
-    assert code == 3, out
-    assert "none running" in out
-    assert time.monotonic() - began < 30, "it must not wait the SECS out on a machine without the run"
+    assert code == 3 and "none running" in out, out
 
 
-def test_collect_of_a_run_still_going_fails_until_it_ends(workspace):
+def test_a_second_chain_is_refused_while_one_runs_and_collect_waits_for_a_run_still_going(workspace):
     go = workspace.parent / "go"
     code, out = _script(workspace, "start.sh", f"slow matrix slow 0 {go}")
     assert code == 0, out
+    code, out = _script(workspace, "start.sh", "other matrix other 0")
+    assert code == 2 and "still go" in out, out
     code, out = _script(workspace, "collect.sh", "slow", "1")
     assert code == 1 and "still runs" in out, out
     go.touch()
@@ -105,10 +134,27 @@ def test_collect_of_a_run_still_going_fails_until_it_ends(workspace):
     assert code == 0 and "collect.sh: slow exit 0" in out, out
 
 
-def test_start_refuses_an_unknown_mode_and_starts_nothing(workspace):
-    code, out = _script(workspace, "start.sh", "a matrix", "b bench")
-    assert code == 2 and '"b bench"' in out, out
-    assert not (workspace.parent / "runs" / "a").exists()
+def test_start_refuses_bad_specs_and_starts_nothing(workspace):
+    for specs, says in [
+        (["a matrix", "b bench"], '"b bench"'),
+        (["../x matrix"], "NAME must be"),
+        (["r release .nowhere"], "no .nowhere/bin/install.sh"),
+        ([], "no run given"),
+    ]:
+        code, out = _script(workspace, "start.sh", *specs)
+        assert code == 2 and says in out, (specs, out)
+    assert not (workspace.parent / "runs" / "runs.pid").exists()
+
+
+def test_collect_refuses_to_bring_back_more_files_than_a_call_can(workspace):
+    code, out = _script(workspace, "start.sh", "big matrix big 0")
+    assert code == 0, out
+    out_dir = workspace.parent / "out"
+    out_dir.mkdir()
+    for i in range(8):
+        (out_dir / f"earlier{i}").write_text("x")
+    code, out = _script(workspace, "collect.sh", "big", "50")
+    assert code == 2 and "more than the 8" in out, out
 
 
 def _python_first(tmp_path):
@@ -120,7 +166,7 @@ def _python_first(tmp_path):
     return shim
 
 
-def test_release_waits_for_its_parts_then_installs_them(workspace, tmp_path):
+def test_release_waits_for_its_parts_stops_the_zygote_host_then_installs(workspace, tmp_path):
     staged = tmp_path / "stage-devcarry99"
     staged.mkdir()
     (staged / "part-00").write_text("wheels")
@@ -145,7 +191,8 @@ def test_release_waits_for_its_parts_then_installs_them(workspace, tmp_path):
         code, out = _script(workspace, "start.sh", "rel release .devcarry99", "after matrix after 0", **env)
         assert code == 0, out
         code, out = _script(workspace, "collect.sh", "rel", "1", **env)
-        assert code == 1, "it waits for the READY mark, not for the parts alone: " + out
+        assert code == 1, out
+        assert not (tmp_path / "installed").exists() and host.poll() is None, "it must wait for READY first"
         (staged / "READY").touch()
         code, out = _script(workspace, "collect.sh", "after", "50", **env)
         assert code == 0 and "collect.sh: after exit 0" in out, out

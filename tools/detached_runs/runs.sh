@@ -17,11 +17,14 @@ stop_host() {
     sleep 0.2
   done
   kill -KILL "$1" 2>/dev/null
+  return 0
 }
 for spec in "$@"; do
   read -r name mode args <<<"$spec"
   d=$runs/$name
   rm -rf "$d" && mkdir -p "$d"
+  # What an earlier run left must not pass for this one's when this one stops before writing its own.
+  rm -f sleepwake-run.json sleepwake-report.html
   date +%s.%N >"$d/began"
   case $mode in
     setup) echo "== $name: tools/setup.sh $args" >"$d/console.log"; tools/setup.sh $args >>"$d/console.log" 2>&1; rc=$? ;;

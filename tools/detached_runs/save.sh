@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Saves into DIR what a finished run left in the workspace and the lock dir, before the next run
-# overwrites it: the record, the report, the cells' test.xml and test.log, the build events, the
-# zygote host's and zygotes' logs (each zygote's key environment), the host's CPU and the memory-phase traces.
+# overwrites it: the record, the report, the cells' test.xml and test.log that this run wrote (a cell it
+# did not run keeps an earlier run's), the build events, the zygote host's and zygotes' logs (each
+# zygote's key environment), the host's CPU and the memory-phase traces.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 d=$1
@@ -9,10 +10,10 @@ lock_dir=${SLEEPWAKE_LOCK_DIR:-/tmp/sleepwake-gpu-locks}
 mkdir -p "$d/misc"
 cp -f sleepwake-run.json sleepwake-report.html "$d/" 2>/dev/null
 if testlogs=$(readlink -f bazel-testlogs) && [[ -d $testlogs/tests ]]; then
-  (cd "$testlogs" && find tests -name test.xml) >"$d/xml.list"
-  tar czf "$d/xml.tgz" -C "$testlogs" -T "$d/xml.list"
-  (cd "$testlogs" && find tests -name test.log) >"$d/log.list"
-  tar czf "$d/logs.tgz" -C "$testlogs" -T "$d/log.list"
+  for kind in xml log; do
+    (cd "$testlogs" && find -L tests -name "test.$kind" -newer "$d/began") >"$d/$kind.list"
+    tar czf "$d/$kind.tgz" -C "$testlogs" -T "$d/$kind.list"
+  done
 fi
 cp -f .bazel-bep*.json "$lock_dir"/zygote-*.log "$lock_dir"/host-cpu.txt "$lock_dir"/waves.jsonl \
   "$lock_dir"/gpu*.memory.trace.jsonl "$d/misc/" 2>/dev/null

@@ -7,24 +7,36 @@
 #
 #   tools/detached_runs/start.sh "NAME setup [ARGS]" "NAME matrix [ARGS]" "NAME release FOLDER" ...
 #
+#   NAME     letters, digits, '_' and '-'
 #   setup    tools/setup.sh ARGS (install, then the main job; the newcomer's command)
 #   matrix   tools/run_matrix.sh ARGS (the main job again, e.g. --nocache_test_results for a warm run)
-#   release  another vLLM: FOLDER is one ../shared/device/stage.py staged (FOLDER/bin/install.sh), whose
-#            parts the calls copied to /tmp/stage-FOLDER (FOLDER without its leading dot) with a READY
-#            mark beside them, which it waits for; it ends the old release's parked servers and this
-#            lock dir's zygote host, copies the parts where install.sh reads them (/tmp/devcarry), installs
-# Environment for every run: /tmp/vllm-env.sh when present (stage.py's install writes it) and
+#   release  another vLLM: FOLDER/bin/install.sh installs the parts it finds in /tmp/devcarry (the device
+#            staging's format); the calls copy them to /tmp/stage-FOLDER (FOLDER without its leading
+#            dot) and then touch READY there, which it waits for. It ends the old release's parked
+#            servers and this lock dir's zygote host first.
+# Environment for every run: /tmp/vllm-env.sh when present (the staging's install writes it) and
 # SLEEPWAKE_WHEELHOUSE=.whl when that folder exists (python3 -m tools.deps.wheelhouse .whl).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 runs=${SLEEPWAKE_RUNS_DIR:-/tmp/runs}
-mkdir -p "$runs"
+die() { echo "start.sh: $*" >&2; exit 2; }
+(($#)) || die "no run given: start.sh \"NAME setup|matrix [ARGS]\" | \"NAME release FOLDER\" ..."
 for spec in "$@"; do
-  read -r _ mode _ <<<"$spec"
-  case $mode in setup | matrix | release) ;; *)
-    echo "start.sh: \"$spec\": the mode is setup, matrix or release (NAME MODE [ARGS])" >&2; exit 2 ;;
+  read -r name mode args <<<"$spec"
+  [[ $name =~ ^[A-Za-z0-9_-]+$ ]] || die "\"$spec\": NAME must be letters, digits, '_' or '-'"
+  case $mode in
+    setup | matrix) ;;
+    release) [[ -f $args/bin/install.sh ]] || die "\"$spec\": no $args/bin/install.sh here: carry the staged folder's bin" ;;
+    *) die "\"$spec\": the mode is setup, matrix or release (NAME MODE [ARGS])" ;;
   esac
 done
+mkdir -p "$runs"
+if pid=$(cat "$runs/runs.pid" 2>/dev/null) && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q detached_runs/runs.sh; then
+  die "runs started earlier still go (pid $pid): collect them first; two chains would share the GPU"
+fi
+# A queued run must not answer with an earlier run's results of the same name before it starts.
+for spec in "$@"; do read -r name _ <<<"$spec"; rm -rf "${runs:?}/$name"; done
 export SLEEPWAKE_RUNS_DIR=$runs
 setsid nohup bash tools/detached_runs/runs.sh "$@" </dev/null >"$runs/runs.log" 2>&1 &
+echo $! >"$runs/runs.pid"
 echo "start.sh: $# run(s) started in the background; results in $runs/NAME (tools/detached_runs/collect.sh NAME)"

@@ -86,7 +86,9 @@ def _tail(path: str) -> str:
 def key_differences(request: dict, other: dict) -> list[str]:
     """What two zygote requests differ in, by name (values can be long paths): why a second zygote of one
     module imports it again instead of sharing the first."""
-    names = [field for field in ("python", "module", "preloads", "code_root") if request.get(field) != other.get(field)]
+    # What zygote_env.zygote_key digests: the interpreter by its real path, not the code root.
+    names = ["python"] if os.path.realpath(request["python"]) != os.path.realpath(other["python"]) else []
+    names += [field for field in ("module", "preloads") if request.get(field) != other.get(field)]
     env, other_env = request.get("env") or {}, other.get("env") or {}
     names += sorted(name for name in set(env) | set(other_env) if env.get(name) != other_env.get(name))
     # Equal requests with unequal keys: the clients' code digests differ (zygote_env.zygote_key).

@@ -103,6 +103,9 @@ def test_key_differences_name_what_split_two_zygotes_of_one_module():
     assert zygote_host.key_differences(second, first) == ["HF_HUB_OFFLINE", "PATH"]
     assert zygote_host.key_differences(dict(first, preloads=["x"]), first) == ["preloads"]
     assert zygote_host.key_differences(dict(first, key="c"), first) == ["the clients' code"]
+    assert zygote_host.key_differences(dict(first, code_root="/other"), first) == ["the clients' code"], (
+        "the code root is not part of the key"
+    )
 
 
 def test_a_second_zygote_of_a_module_says_what_its_key_differs_in(tmp_path):
