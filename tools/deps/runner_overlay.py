@@ -56,20 +56,24 @@ def overlay_pins(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> list[Pin]:
     return [pin for name, pin in pins.items() if name in needed and name not in runner]
 
 
+def overlay_requirements(lock_text: str) -> str:
+    """The overlay's hashed requirements (each pin's lines, as the lock has them) from a lock's text:
+    what tools/setup.sh installs on the runner and tools/deps/wheelhouse.py downloads for it."""
+    return "".join("\n".join(pin.lines) + "\n" for pin in overlay_pins(parse_lock(lock_text)))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: runner_overlay.py LOCK  (prints the overlay's hashed requirements)", file=sys.stderr)
         return 2
     try:
         with open(argv[1], encoding="utf-8") as f:
-            pins = parse_lock(f.read())
-        overlay = overlay_pins(pins)
+            requirements = overlay_requirements(f.read())
     except (OSError, ValueError) as e:
         print(f"runner_overlay: {e}", file=sys.stderr)
         return 2
     print("# The suite's own packages: generated from %s by tools/deps/runner_overlay.py." % argv[1])
-    for pin in overlay:
-        print("\n".join(pin.lines))
+    sys.stdout.write(requirements)
     return 0
 
 

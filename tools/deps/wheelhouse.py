@@ -16,8 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from tools.deps.lock_pins import parse_lock
-from tools.deps.runner_overlay import overlay_pins
+from tools.deps.runner_overlay import overlay_requirements
 
 DEFAULT_LOCK = "third_party/python/requirements.lock"
 # Linux x86-64 runners: pip matches a wheel's manylinux tag exactly, so every tag a runner's glibc
@@ -57,11 +56,6 @@ def download_command(requirements: str, dest: str, python_version: str) -> list[
     for platform in PLATFORMS:
         command += ["--platform", platform]
     return command
-
-
-def overlay_requirements(lock_text: str) -> str:
-    """The overlay's hashed requirements, as tools/setup.sh derives them on the runner."""
-    return "".join("\n".join(pin.lines) + "\n" for pin in overlay_pins(parse_lock(lock_text)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ def _sample_text():
 
 
 def test_requirements_are_the_overlays_pins_with_their_hashes():
-    text = wheelhouse.overlay_requirements(_sample_text())
+    text = runner_overlay.overlay_requirements(_sample_text())
     names = [line.split("==")[0] for line in text.splitlines() if "==" in line]
     expected = [pin.name for pin in runner_overlay.overlay_pins(runner_overlay.parse_lock(_sample_text()))]
     assert names == expected and names, text
@@ -46,7 +46,7 @@ def test_main_downloads_into_dest_and_fails_when_pip_does(tmp_path, monkeypatch)
     monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
     dest = tmp_path / "wheels"
     assert wheelhouse.main([str(dest), "--lock", str(lock)]) == 0
-    assert seen[0] == wheelhouse.overlay_requirements(_sample_text())
+    assert seen[0] == runner_overlay.overlay_requirements(_sample_text())
     assert os.listdir(dest) == ["pytest-0-py3-none-any.whl"]
     assert wheelhouse.main([str(dest), "--lock", str(lock)]) == 1
 

@@ -14,11 +14,8 @@ runs=${SLEEPWAKE_RUNS_DIR:-/tmp/runs}
 name=$1 secs=${2:-500} dest=${3:-${OUT:-.}}
 d=$runs/$name
 end=$(($(date +%s) + secs))
-# The chain start.sh started, by its pid (a pattern would match any process naming the script).
-running() {
-  local pid
-  pid=$(cat "$runs/runs.pid" 2>/dev/null) && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q detached_runs/runs.sh
-}
+source "$(dirname "$0")/running_chain.sh"
+running() { running_chain "$runs" >/dev/null; }
 if [[ ! -d $d ]] && ! running; then
   echo "collect.sh: no run $name in $runs and none running: this machine is not the one that started it"
   exit 3

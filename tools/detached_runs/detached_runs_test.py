@@ -16,7 +16,7 @@ from tools.launcher import zygote_host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ("start.sh", "runs.sh", "save.sh", "collect.sh")
+SCRIPTS = ("start.sh", "runs.sh", "save.sh", "collect.sh", "running_chain.sh")
 # A fake main job: `NAME EXIT [WAIT_FOR_FILE]`; EXIT "early" fails before writing anything. It waits for
 # WAIT_FOR_FILE when given, so a test holds a run going for as long as it needs, and leaves what
 # run_matrix.sh leaves.

@@ -18,6 +18,7 @@
 # SLEEPWAKE_WHEELHOUSE=.whl when that folder exists (python3 -m tools.deps.wheelhouse .whl).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source tools/detached_runs/running_chain.sh
 runs=${SLEEPWAKE_RUNS_DIR:-/tmp/runs}
 die() { echo "start.sh: $*" >&2; exit 2; }
 (($#)) || die "no run given: start.sh \"NAME setup|matrix [ARGS]\" | \"NAME release FOLDER\" ..."
@@ -31,7 +32,7 @@ for spec in "$@"; do
   esac
 done
 mkdir -p "$runs"
-if pid=$(cat "$runs/runs.pid" 2>/dev/null) && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q detached_runs/runs.sh; then
+if pid=$(running_chain "$runs"); then
   die "runs started earlier still go (pid $pid): collect them first; two chains would share the GPU"
 fi
 # A queued run must not answer with an earlier run's results of the same name before it starts.
