@@ -33,9 +33,6 @@ from tools.matrix import SHARD_COUNTS
 # The GPU walk's shards, so that each terminal probe has a shard of its own as on the GPU.
 SHARDS = SHARD_COUNTS["state_walk"]
 
-SEED = 20261201
-MAX_STEPS = 60
-
 
 @pytest.fixture(scope="session")
 def checkpoints(engines, model_dir, tmp_path_factory):
@@ -66,7 +63,7 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
     started = time.monotonic()
     tier = walk_tier.EngineTier(engine_server, vllm.__version__, checkpoints)
     walker = driver.Walker(tier, vllm.__version__)
-    planned = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
+    planned = plan.run_shard(walker, shard, SHARDS, plan.SEED, plan.MAX_STEPS)
     if planned is None:  # a replay: its failure, if any, is the verdict
         return
     pairs, walks = planned
@@ -80,7 +77,7 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
     missing = set(pairs) - visited
     coverage = {
         "shard": shard,
-        "seed": SEED,
+        "seed": plan.SEED,
         "shard_pairs": len(pairs),
         "pairs_visited": len(pairs & visited),
         "all_pairs_visited": len(visited),
@@ -122,7 +119,7 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
 def test_the_shards_cover_every_reachable_pair():
     from tests.sleep_wake.walk import plan
 
-    shards = [pairs for _, pairs in plan.plan_shards(SHARDS, SEED, MAX_STEPS)]
+    shards = [pairs for _, pairs in plan.plan_shards(SHARDS, plan.SEED, plan.MAX_STEPS)]
     assert set().union(*shards) == plan.reachable_pairs()
     assert len(shards) == SHARDS and all(shards)
 

@@ -26,8 +26,6 @@ from tools.launcher.config import resolve_model
 from tools.matrix import SHARD_COUNTS
 
 SHARDS = SHARD_COUNTS["state_walk"]
-SEED = 20261201
-MAX_STEPS = 60
 
 
 def _goldens(cell, name: str, checkpoint: str) -> runner.Goldens:
@@ -75,16 +73,16 @@ def _walk(shard: int, walk_context, recorder) -> None:
     tier = runner.GpuTier(walk_context)
     door = walk_context.door
     walker = driver.Walker(tier, tier.version, door)
-    seed = plan.cell_seed(SEED, walk_context.cell_id)
+    seed = plan.cell_seed(plan.SEED, walk_context.cell_id)
 
     def record_stopped() -> None:
         if not os.environ.get(plan.REPLAY_VAR):  # a replay covers one walk, not the shard's share
-            walks, pairs = plan.plan_shards(SHARDS, seed, MAX_STEPS, door)[shard]
+            walks, pairs = plan.plan_shards(SHARDS, seed, plan.MAX_STEPS, door)[shard]
             _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed=[], completed=False)
 
     try:
         with plan.recorded_when_stopped(record_stopped):
-            planned = plan.run_shard(walker, shard, SHARDS, seed, MAX_STEPS, door)
+            planned = plan.run_shard(walker, shard, SHARDS, seed, plan.MAX_STEPS, door)
         if planned is None:  # a replay: its failure, if any, is the verdict
             return
         pairs, walks = planned

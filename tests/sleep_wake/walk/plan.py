@@ -40,6 +40,14 @@ _SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
 # end together: the walk's own medians, kept as data (docs/walk-step-seconds.json) so that a new
 # measurement changes no code.
 STEP_SECONDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_seconds.json")
+# The longest walk, reset included: a walk starts over from INITIAL after at most this many steps. Short
+# enough that every door's walks deal out over the spec's shards with none left without a walk (the
+# `llm` door plans the fewest pairs) and the shards end close together; every walk's reset costs a few
+# steps more in all (docs/speed.md, "Walk shards").
+MAX_STEPS = 40
+# The suite's seed: each GPU cell's plan is seeded from it and the cell's id (cell_seed), the engine tier's
+# with it alone.
+SEED = 20261201
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,9 +13,9 @@ from tests.sleep_wake.walk.model import INITIAL
 
 SHARDS = 4
 SEED = 7
-MAX_STEPS = 60
-# What the planner needs today (about 1.57 steps per pair over every pair, resets and the ways back
-# included, at 60 steps a walk); a planner that wanders more than this costs GPU time.
+MAX_STEPS = plan.MAX_STEPS
+# What the planner needs today (about 1.6 steps per pair over every pair, resets and the ways back
+# included, at plan.MAX_STEPS a walk); a planner that wanders more than this costs GPU time.
 STEPS_PER_PAIR_MAX = 1.7
 
 
@@ -259,6 +259,20 @@ def test_terminal_probes_reach_every_kind_of_terminal_pair_one_per_shard():
 
     assert 'SHARDS = SHARD_COUNTS["state_walk"]' in walk or re.search(r"^SHARDS = ", walk, re.MULTILINE)
     assert len(probes) <= matrix.SHARD_COUNTS["state_walk"], "a probe ends its server's life: each needs a shard"
+
+
+@pytest.mark.parametrize("door", ["http", "async_llm", "llm"])
+def test_every_shard_of_every_walk_cell_gets_walks(door):
+    """Each GPU walk shard starts a server: one dealt no walk would start it for nothing and pass with no
+    pair of its own. Every cell of every door, with the seeds and the spec's shard count the cells use."""
+    from tools import matrix
+
+    shards = matrix.SHARD_COUNTS["state_walk"]
+    every_cell = [f"{r}_{m}" for r in matrix.RUNNERS for m in matrix.EXECUTION_MODES]
+    for runner, mode in (c.split("_", 1) for c in matrix.DOOR_CELLS.get(door, every_cell)):
+        seed = plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode))
+        dealt = [len(walks) for walks, _ in plan.plan_shards(shards, seed, plan.MAX_STEPS, door)]
+        assert min(dealt) >= 1, f"{door} {runner}_{mode}: walks per shard {dealt}; lower plan.MAX_STEPS"
 
 
 def test_terminal_pairs_are_never_planned():
