@@ -116,6 +116,20 @@ def test_a_run_that_stops_early_brings_back_nothing_of_the_run_before(workspace)
         assert xml.getnames() == [], "the good run's test.xml passed for the bad run's"
 
 
+def test_runs_go_in_a_copy_that_a_new_copy_of_the_callers_tree_leaves_alone(workspace):
+    """A device call copies the caller's tree over the one it finds; a run analysing meanwhile found files
+    missing. The runs use a copy of their own: replacing the workspace's main job under a queued run
+    changes nothing, and nothing a run writes lands in the workspace."""
+    go = workspace.parent / "go"
+    code, out = _script(workspace, "start.sh", f"first matrix first 0 {go}", "second matrix second 0")
+    assert code == 0, out
+    (workspace / "tools" / "run_matrix.sh").write_text("#!/bin/bash\necho replaced; exit 9\n")
+    go.touch()
+    code, out = _script(workspace, "collect.sh", "second", "50")
+    assert code == 0 and "collect.sh: second exit 0" in out, out
+    assert not (workspace / "sleepwake-run.json").exists(), "a run wrote into the caller's tree"
+
+
 def test_collect_says_at_once_when_no_run_is_there(workspace):
     code, out = _script(workspace, "collect.sh", "never", "300")
     assert code == 3 and "none running" in out, out

@@ -3,7 +3,7 @@
 # reached call by call, where a call's processes end with it and a run outlasts a call (the main job on a
 # fresh machine takes longer than one). Each run's console, exit code and results land in
 # $SLEEPWAKE_RUNS_DIR/NAME (default /tmp/runs), saved before the next run overwrites them (save.sh);
-# collect.sh waits for one and brings it back.
+# collect.sh waits for one and brings it back. They run in a copy of this tree, $SLEEPWAKE_RUNS_DIR/tree.
 #
 #   tools/detached_runs/start.sh "NAME setup [ARGS]" "NAME matrix [ARGS]" "NAME release FOLDER" ...
 #
@@ -38,6 +38,13 @@ fi
 # A queued run must not answer with an earlier run's results of the same name before it starts.
 for spec in "$@"; do read -r name _ <<<"$spec"; rm -rf "${runs:?}/$name"; done
 export SLEEPWAKE_RUNS_DIR=$runs
-setsid nohup bash tools/detached_runs/runs.sh "$@" </dev/null >"$runs/runs.log" 2>&1 &
+# The runs go in a copy of this tree: each device call copies the caller's tree over this one, and a Bazel
+# analysing meanwhile finds files missing (docs/main-job.md). Copied over the last copy, not into an empty
+# one, at the same path: what an earlier chain's runs left there (user.bazelrc, Bazel's output base, keyed
+# by that path) keeps the next chain warm.
+tree=$runs/tree
+mkdir -p "$tree" && tar -cf - --exclude=./.git --exclude='./bazel-*' . | tar -xf - -C "$tree" ||
+  die "could not copy this tree to $tree: free space there, or set SLEEPWAKE_RUNS_DIR elsewhere"
+setsid nohup bash "$tree/tools/detached_runs/runs.sh" "$@" </dev/null >"$runs/runs.log" 2>&1 &
 echo $! >"$runs/runs.pid"
 echo "start.sh: $# run(s) started in the background; results in $runs/NAME (tools/detached_runs/collect.sh NAME)"
