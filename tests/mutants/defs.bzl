@@ -35,8 +35,8 @@ _MODE = "eager"
 
 # How many of a target's shards (tools/matrix.bzl SHARD_COUNTS) run side by side (mutant_test.py), each
 # with its own server: on a GPU runner they wait for slots as cells do, and a surviving walk mutant or the
-# control takes a quarter of its shards' times one after another; on CI's two cores two (one at a time took the fake's
-# walk control past its inner bound: a pytest start per shard).
+# control takes a quarter of its shards' times one after another; on CI's two cores two (one at a time
+# took the fake's walk control past its inner bound: a pytest start per shard).
 _SHARDS_AT_ONCE = {"gpu": "4", "fake": "2"}
 
 def _mutant_target(name, mutant, classes, class_files, fake, door = "http", own_door = "http"):
