@@ -232,7 +232,7 @@ MUTANTS = {
         # failure names the ones that killed it.
         Mutant(
             "sleep_while_paused_keeps_prefix_cache",
-            kills={_WALK + f"[shard{k}]": ("prefix_cache.hit_iff_cached",) for k in (0, 5)},
+            kills={_WALK + f"[shard{k}]": ("prefix_cache.hit_iff_cached",) for k in (0, 1)},
             **_plugin("sleep_while_paused_keeps_prefix_cache"),
         ),
         # The walk's newer regions (the plugin's waiting.py and walk.py), the plugin's patches as they are: each
@@ -251,24 +251,24 @@ MUTANTS = {
         *[
             Mutant(name, kills={_WALK + f"[shard{k}]": ids for k in shards}, **_plugin(name))
             for name, shards, ids in (
-                ("paused_new_admits_waiting", (0, 1, 4), ("requests.held_while_paused", "requests.held_while_asleep")),
-                ("drain_admits_late_arrivals", (3, 4, 7), ("requests.held_while_paused", "requests.held_while_asleep")),
+                ("paused_new_admits_waiting", (0, 1, 2), ("requests.held_while_paused", "requests.held_while_asleep")),
+                ("drain_admits_late_arrivals", (0, 1, 3), ("requests.held_while_paused", "requests.held_while_asleep")),
                 (
                     "keep_without_preemption",
-                    (0, 6, 7),
+                    (2, 4, 6),
                     ("prefix_cache.hit_iff_cached", "api.reset_prefix_cache_result"),
                 ),
-                ("scheduling_tag_resumes", (1, 4, 5), HELD),
-                ("wake_aborts_queued", (4, 6, 7), ("output.finish_length",)),
-                ("keep_reset_aborts_frozen", (0, 2, 6), ("requests.held_while_asleep",)),
-                ("preempted_restarts_output", (0, 1, 6), ("output.finish_length", "requests.resumes_after_keep")),
-                ("reset_prefix_cache_preempts_running", (1, 5, 6), ("api.reset_prefix_cache_result",)),
-                ("reload_resets_prefix_cache", (2, 4, 7), ("prefix_cache.hit_iff_cached",)),
-                ("two_tag_wake_maps_first_tag", (1, 2, 4), ("device_bytes.wake_shortfall",)),
+                ("scheduling_tag_resumes", (0, 1, 2), HELD),
+                ("wake_aborts_queued", (0, 1, 2), ("output.finish_length",)),
+                ("keep_reset_aborts_frozen", (2, 3, 4), ("requests.held_while_asleep",)),
+                ("preempted_restarts_output", (2, 3, 4), ("output.finish_length", "requests.resumes_after_keep")),
+                ("reset_prefix_cache_preempts_running", (0, 7, 8), ("api.reset_prefix_cache_result",)),
+                ("reload_resets_prefix_cache", (0, 1, 2), ("prefix_cache.hit_iff_cached",)),
+                ("two_tag_wake_maps_first_tag", (3, 4, 5), ("device_bytes.wake_shortfall",)),
                 # Here the fake worker's pool flags show the weights left asleep (the GPU's band cannot: model.py).
-                ("scheduling_tag_kept", (1, 6, 7), ("flags.is_sleeping", "device_bytes.weights_wake_mapped")),
-                ("pause_mode_sticky", (1, 2, 4), ("requests.ends_in_race",)),
-                ("reload_aborts_requests", (2, 6, 7), ("requests.held_while_paused", "requests.held_until_resident")),
+                ("scheduling_tag_kept", (0, 1, 2), ("flags.is_sleeping", "device_bytes.weights_wake_mapped")),
+                ("pause_mode_sticky", (0, 3, 4), ("requests.ends_in_race",)),
+                ("reload_aborts_requests", (0, 1, 2), ("requests.held_while_paused", "requests.held_until_resident")),
             )
         ],
         Mutant(
