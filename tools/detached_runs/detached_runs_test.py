@@ -130,6 +130,33 @@ def test_runs_go_in_a_copy_that_a_new_copy_of_the_callers_tree_leaves_alone(work
     assert not (workspace / "sleepwake-run.json").exists(), "a run wrote into the caller's tree"
 
 
+def test_the_next_copy_drops_what_the_tree_lost_and_keeps_what_the_runs_made(workspace):
+    """A file deleted from the caller's tree must not linger in the copy (Bazel globs it); what a run made
+    there (user.bazelrc, Bazel's outputs) stays for the next chain."""
+    extra = workspace / "tools" / "gone_test.py"
+    extra.write_text("# deleted before the next chain\n")
+    code, out = _script(workspace, "start.sh", "first matrix first 0")
+    assert code == 0, out
+    code, out = _script(workspace, "collect.sh", "first", "50")
+    assert code == 0, out
+    tree = workspace.parent / "runs" / ".tree"
+    assert (tree / "tools" / "gone_test.py").exists(), out
+    (tree / "user.bazelrc").write_text("build:gpu --repo_env=X=1\n")
+    extra.unlink()
+    code, out = _script(workspace, "start.sh", "second matrix second 0")
+    assert code == 0, out
+    code, out = _script(workspace, "collect.sh", "second", "50")
+    assert code == 0 and "collect.sh: second exit 0" in out, out
+    assert not (tree / "tools" / "gone_test.py").exists(), "a file the caller's tree lost is still in the copy"
+    assert (tree / "user.bazelrc").exists(), "the copy dropped what an earlier run made there"
+
+
+def test_start_refuses_a_runs_dir_inside_the_tree_it_copies(workspace):
+    code, out = _script(workspace, "start.sh", "x matrix x 0", SLEEPWAKE_RUNS_DIR=str(workspace / "runs"))
+    assert code == 2 and "lies in this tree" in out, out
+    assert not (workspace / "runs").exists()
+
+
 def test_collect_says_at_once_when_no_run_is_there(workspace):
     code, out = _script(workspace, "collect.sh", "never", "300")
     assert code == 3 and "none running" in out, out

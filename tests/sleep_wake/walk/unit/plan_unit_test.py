@@ -14,8 +14,8 @@ from tests.sleep_wake.walk.model import INITIAL
 SHARDS = 4
 SEED = 7
 MAX_STEPS = plan.MAX_STEPS
-# What the planner needs today (about 1.6 steps per pair over every pair, resets and the ways back
-# included, at plan.MAX_STEPS a walk); a planner that wanders more than this costs GPU time.
+# Steps per pair over every pair, resets and the ways back included, at plan.MAX_STEPS a walk: just above
+# what the planner needs today; a planner that wanders more than this costs GPU time.
 STEPS_PER_PAIR_MAX = 1.7
 
 
