@@ -42,6 +42,13 @@ def cell_id(runner: str, mode: str) -> str:
     return f"{runner.upper()}-{mode}"
 
 
+def door_cells() -> list[tuple[str, str, str]]:
+    """(door, runner, mode) of every GPU cell configuration: every runner x mode through HTTP, then each
+    in-process door's cells (DOOR_CELLS), in the spec's order."""
+    http = [(HTTP, r, m) for r in RUNNERS for m in EXECUTION_MODES]
+    return http + [(door, *cell.split("_", 1)) for door in FRONT_DOORS[1:] for cell in DOOR_CELLS[door]]
+
+
 FAKE_INFIX = "_fake_"  # <class>_fake_<runner>_<mode>[_vllm<release>]: the fake tier (tools/defs.bzl)
 
 

@@ -18,6 +18,7 @@ from tools.matrix import (
     SHARD_COUNTS,
     SLEEP_WAKE_CLASSES,
     cell_id,
+    door_cells,
     split_cell,
 )
 from tools.report import reading
@@ -36,10 +37,8 @@ RAN = ("passed", "failed")  # outcomes of a case that ran; "skipped" did not
 
 
 def grid_columns() -> list[tuple[str, str, str]]:
-    """The grid's columns (door, runner, mode): every runner x mode through HTTP, then each in-process
-    door's cells (tools/matrix.bzl DOOR_CELLS), in the spec's order."""
-    http = [(HTTP, r, m) for r in RUNNERS for m in EXECUTION_MODES]
-    return http + [(door, *cell.split("_", 1)) for door in FRONT_DOORS[1:] for cell in DOOR_CELLS[door]]
+    """The grid's columns (door, runner, mode): the spec's cell configurations, in its order."""
+    return door_cells()
 
 
 def column_label(column: tuple[str, str, str]) -> str:

@@ -10,6 +10,7 @@ import pytest
 from tests.sleep_wake.walk import model, plan
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import INITIAL
+from tools import matrix
 
 SHARDS = 4
 SEED = 7
@@ -255,21 +256,16 @@ def test_terminal_probes_reach_every_kind_of_terminal_pair_one_per_shard():
         )
     suite = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     walk = open(os.path.join(suite, "test_state_walk.py"), encoding="utf-8").read()
-    from tools import matrix
-
     assert 'SHARDS = SHARD_COUNTS["state_walk"]' in walk or re.search(r"^SHARDS = ", walk, re.MULTILINE)
     assert len(probes) <= matrix.SHARD_COUNTS["state_walk"], "a probe ends its server's life: each needs a shard"
 
 
-@pytest.mark.parametrize("door", ["http", "async_llm", "llm"])
+@pytest.mark.parametrize("door", matrix.FRONT_DOORS)
 def test_every_shard_of_every_walk_cell_gets_walks(door):
     """Each GPU walk shard starts a server: one dealt no walk would start it for nothing and pass with no
     pair of its own. Every cell of every door, with the seeds and the spec's shard count the cells use."""
-    from tools import matrix
-
     shards = matrix.SHARD_COUNTS["state_walk"]
-    every_cell = [f"{r}_{m}" for r in matrix.RUNNERS for m in matrix.EXECUTION_MODES]
-    for runner, mode in (c.split("_", 1) for c in matrix.DOOR_CELLS.get(door, every_cell)):
+    for runner, mode in [(r, m) for d, r, m in matrix.door_cells() if d == door]:
         seed = plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode))
         dealt = [len(walks) for walks, _ in plan.plan_shards(shards, seed, plan.MAX_STEPS, door)]
         assert min(dealt) >= 1, f"{door} {runner}_{mode}: walks per shard {dealt}; lower plan.MAX_STEPS"
