@@ -28,6 +28,10 @@ echo "fake run $name"
 echo "{\\"run\\": \\"$name\\"}" > sleepwake-run.json
 mkdir -p out/tests/sleep_wake/cell && echo "<testsuites name=\\"$name\\"/>" > out/tests/sleep_wake/cell/test.xml
 echo "log of $name" > out/tests/sleep_wake/cell/test.log
+for cell in state_walk_mrv1_eager state_walk_fake_mrv1_eager; do
+  mkdir -p out/tests/sleep_wake/$cell/shard_1_of_2/test.outputs
+  echo "{\\"run\\": \\"$name\\"}" > out/tests/sleep_wake/$cell/shard_1_of_2/test.outputs/measurements.jsonl
+done
 ln -sfn out bazel-testlogs
 exit $code
 """
@@ -102,6 +106,11 @@ def test_runs_one_after_another_each_saved_before_the_next_overwrites_it(workspa
     with tarfile.open(fileobj=_bytes_of(workspace, "first", "xml.tgz")) as xml:
         assert 'name="first"' in xml.extractfile("tests/sleep_wake/cell/test.xml").read().decode()
     assert "fake run first" in _member(workspace, "first", "console.log")
+    # A GPU walk shard's measurements (each step's time) come back; the fake tier's do not: not the GPU's.
+    with tarfile.open(fileobj=_bytes_of(workspace, "first", "outputs.tgz")) as outputs:
+        walk = "tests/sleep_wake/state_walk_mrv1_eager/shard_1_of_2/test.outputs/measurements.jsonl"
+        assert outputs.extractfile(walk).read().decode().strip() == '{"run": "first"}'
+        assert not [n for n in outputs.getnames() if "_fake_" in n], outputs.getnames()
     assert len(os.listdir(workspace.parent / "out")) <= 8, "a device call brings back at most 8 files"
 
 
