@@ -36,7 +36,7 @@ from tools.matrix import HTTP
 
 REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
 _SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
-# What each kind of step costs on a GPU (plan.step_seconds), to deal the walks out so that the shards
+# What each kind of step costs on a GPU (plan.step_millis), to deal the walks out so that the shards
 # end together: the walk's own medians, kept as data (docs/walk-step-seconds.json) so that a new
 # measurement changes no code.
 STEP_SECONDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_seconds.json")
@@ -167,30 +167,34 @@ def step_kind(op) -> str:
     return op.name if op.name in ("reload", "wake", "sleep", "reset_prefix_cache") else "generate"
 
 
-def step_seconds(op) -> float:
-    return step_seconds_table()[step_kind(op)]
+def step_millis(op) -> int:
+    """What a step costs, in whole milliseconds: the deal adds integers, whose sums are exact. Sums of
+    float seconds were not the same under every Python (3.12's sum() compensates rounding, 3.11's does
+    not), so walks of equal cost broke their ties apart and the GPU (3.12) and the CPU tiers dealt the
+    same plan differently."""
+    return round(step_seconds_table()[step_kind(op)] * 1000)
 
 
-def walk_seconds(walk) -> float:
-    return sum(map(step_seconds, walk))
+def walk_millis(walk) -> int:
+    return sum(map(step_millis, walk))
 
 
 @functools.cache
 def plan_shards(shards: int, seed: int, max_steps: int, door: str = HTTP) -> tuple:
     """((walks, pairs), ...) per shard: one plan over every reachable pair (plan_walks, seeded `seed`),
-    its walks dealt out longest first (walk_seconds) to the shard with the least so far; a shard's
+    its walks dealt out longest first (walk_millis) to the shard with the least so far; a shard's
     pairs are those its walks are the first of the plan to visit, so the shards' pairs are disjoint and
     cover every reachable pair. One plan, not a plan per shard of the pairs: each walk starts at
     INITIAL either way, and one plan crosses the state space fewer times."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     walks = plan_walks(reachable_pairs(door), seed, max_steps, door)
-    seconds = [walk_seconds(w) for w in walks]
-    loads = [(0.0, k) for k in range(shards)]
+    cost = [walk_millis(w) for w in walks]
+    loads = [(0, k) for k in range(shards)]
     dealt = [[] for _ in range(shards)]
-    for index in sorted(range(len(walks)), key=lambda i: (-seconds[i], i)):
+    for index in sorted(range(len(walks)), key=lambda i: (-cost[i], i)):
         load, k = min(loads)
-        loads[k] = (load + seconds[index], k)
+        loads[k] = (load + cost[index], k)
         dealt[k].append(index)
     first_by = {}
     for index, steps in enumerate(trace(walks)):
