@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import pwd
 import subprocess
 import sys
 
@@ -480,6 +481,13 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
     """The server's environment: base_env plus the variables that decide what vLLM builds."""
     env = dict(base_env)
     cache = os.path.abspath(config.cache_dir)
+    # What Bazel's test runner sets for a test and a build action lacks, read while vLLM is imported, so
+    # that a golden's server (a build action) and a cell's have one environment and share a zygote: the
+    # runner puts '.' first on a test's PATH (a relative entry names nothing a server should run), and
+    # sets TZ and USER.
+    env["PATH"] = os.pathsep.join(e for e in env.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(e))
+    env["TZ"] = "UTC"
+    env["USER"] = pwd.getpwuid(os.getuid()).pw_name
     env.update(
         {
             "VLLM_SERVER_DEV_MODE": "1",

@@ -12,7 +12,8 @@ A server's environment splits in two (split_env):
     the key: a server whose values differ gets another zygote.
 
 PYTHONPATH splits the same way (split_pythonpath): entries inside a per-test directory (a test's
-runfiles, its TEST_TMPDIR, where a mutant target builds its plugin site) are the server's own, put on
+runfiles, its TEST_TMPDIR, where a mutant target builds its plugin site) or inside any runfiles tree (a
+build action's binary, which Bazel gives none of those variables) are the server's own, put on
 sys.path in the fork; the rest is the key's. The entry that provides the module itself stays in the
 key, since the zygote imports the module from it; unless the module is of the zygote's own package
 (OWN_PACKAGE: the door host), which every fork drops and imports again from its own sys.path.
@@ -43,6 +44,9 @@ PER_SERVER_NAMES = frozenset(
         "TESTBRIDGE_TEST_ONLY",
         "JAVA_RUNFILES",
         "PYTHON_RUNFILES",
+        # Bazel's test runner's own; a build action (a golden's server) has neither.
+        "EXPERIMENTAL_SPLIT_XML_GENERATION",
+        "RUN_UNDER_RUNFILES",
     }
 )
 PER_SERVER_PREFIXES = ("SLEEPWAKE_", "TEST_", "RUNFILES_", "PYTEST_", "GTEST_", "BUILD_")
@@ -102,6 +106,11 @@ def _inside(path: str, directory: str) -> bool:
     return os.path.commonpath([path, directory]) == directory
 
 
+def _in_runfiles(path: str) -> bool:
+    """Whether path lies in a runfiles tree (<binary>.runfiles/...), which belongs to one binary or test."""
+    return any(part.endswith(".runfiles") for part in path.split(os.sep))
+
+
 def provides(entry: str, top_level: str) -> bool:
     """True if the sys.path entry holds the package or module top_level."""
     return os.path.isdir(os.path.join(entry, top_level)) or os.path.isfile(os.path.join(entry, top_level + ".py"))
@@ -114,7 +123,8 @@ def split_pythonpath(env, module: str) -> tuple[list[str], list[str]]:
     top_level = module.split(".")[0]
     key, own = [], []
     for entry in entries:
-        if any(_inside(entry, d) for d in private) and (top_level == OWN_PACKAGE or not provides(entry, top_level)):
+        mine = any(_inside(entry, d) for d in private) or _in_runfiles(entry)
+        if mine and (top_level == OWN_PACKAGE or not provides(entry, top_level)):
             own.append(entry)
         else:
             key.append(entry)

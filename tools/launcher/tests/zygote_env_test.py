@@ -92,3 +92,32 @@ def test_servers_differing_only_in_their_own_variables_share_a_key(tmp_path):
 
 def test_import_safe_names_only_per_server_variables():
     assert all(zygote_env.is_per_server(name) for name in zygote_env.IMPORT_SAFE)
+
+
+def test_a_goldens_server_and_a_cells_share_a_zygote(tmp_path):
+    """The golden actions' servers (a build action) and the cells' (a test) start from the same runner
+    overlay and vLLM, but Bazel gives a test more: '.' first on PATH, TZ, USER, its runner's variables and
+    TEST_SRCDIR, while the action's PYTHONPATH names its runfiles with no variable saying whose they are.
+    Keyed apart, a fresh run imported vLLM twice (the zygote host's log named these variables)."""
+    from tools.launcher import config
+
+    overlay, vllm_site = _site(tmp_path, "runner-overlay"), _site(tmp_path, "vllm-site", "vllm")
+    golden = _site(tmp_path, "bin/tests/sleep_wake/goldens/take_golden.runfiles/sleepwake", "tools")
+    cell = _site(tmp_path, "bin/tests/sleep_wake/state_walk_mrv1_eager.runfiles/sleepwake", "tools")
+    action = {
+        "PATH": "/bin:/usr/bin:/usr/local/bin",
+        "PYTHONPATH": os.pathsep.join([golden + "/tools/launcher/phase_plugin", overlay, vllm_site, golden]),
+    }
+    test = {
+        "PATH": ".:/bin:/usr/bin:/usr/local/bin",
+        "PYTHONPATH": os.pathsep.join([overlay, vllm_site, cell + "/tools/launcher/phase_plugin", cell]),
+        "TZ": "UTC",
+        "USER": "someone",
+        "EXPERIMENTAL_SPLIT_XML_GENERATION": "1",
+        "RUN_UNDER_RUNFILES": "1",
+        "TEST_SRCDIR": os.path.dirname(cell),
+    }
+    cfg = config.ServerConfig(cache_dir=str(tmp_path / "cache"))
+    keys = [zygote_env.zygote_key("/usr/bin/python3", MODULE, config.build_env(cfg, env), "code") for env in (action, test)]
+    assert keys[0] == keys[1]
+    assert keys[0][1]["PYTHONPATH"] == os.pathsep.join([overlay, vllm_site])
