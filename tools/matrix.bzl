@@ -88,13 +88,11 @@ GOLDEN_CLASSES = {
     "state_walk": ["a", "b"],
 }
 
-# Classes split over Bazel shards, one pytest class per shard (test_state_walk.py defines a cell's shards'
-# classes): a count, or a count per execution mode. The walk: a step costs about twice as much in eager
-# mode as with CUDA graphs, so eager cells split finer, each mode just enough that a cell's longest shard,
-# its server's start included, ends within the minute its issue asks of it (walks of plan.MAX_STEPS are
-# dealt whole: eager at most two a shard, graph four); docs/speed.md, "Walk shards by mode".
+# Classes split over Bazel shards, one pytest class per shard (test_state_walk.py defines SHARDS classes).
+# The walk: as many shards as a 1-GPU host runs at once in the walk's wave, so that a shard, its server's
+# start included, ends within the minute its issue asks of it (docs/speed.md, "Walk shards").
 SHARD_COUNTS = {
-    "state_walk": {"eager": 21, "graph": 11},
+    "state_walk": 16,
 }
 
 # The vLLM releases the suite supports: the known divergences (tests/sleep_wake/lib/thresholds.py) were

@@ -118,6 +118,8 @@ def test_a_goldens_server_and_a_cells_share_a_zygote(tmp_path):
         "TEST_SRCDIR": os.path.dirname(cell),
     }
     cfg = config.ServerConfig(cache_dir=str(tmp_path / "cache"))
-    keys = [zygote_env.zygote_key("/usr/bin/python3", MODULE, config.build_env(cfg, env), "code") for env in (action, test)]
+    keys = [
+        zygote_env.zygote_key("/usr/bin/python3", MODULE, config.build_env(cfg, env), "code") for env in (action, test)
+    ]
     assert keys[0] == keys[1]
     assert keys[0][1]["PYTHONPATH"] == os.pathsep.join([overlay, vllm_site])
