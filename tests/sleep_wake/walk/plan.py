@@ -179,23 +179,34 @@ def walk_millis(walk) -> int:
     return sum(map(step_millis, walk))
 
 
+def deal(costs: list, shards: int) -> list[list[int]]:
+    """The indices of the walks each shard gets: longest first (costs), each to the shard with the least
+    so far, a tie to the lower index."""
+    loads = [(0, k) for k in range(shards)]
+    dealt: list[list[int]] = [[] for _ in range(shards)]
+    for index in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        load, k = min(loads)
+        loads[k] = (load + costs[index], k)
+        dealt[k].append(index)
+    return dealt
+
+
+@functools.cache
+def cell_walks(seed: int, max_steps: int, door: str = HTTP) -> tuple:
+    """One plan over every pair `door` reaches (plan_walks, seeded `seed`), in the plan's order."""
+    return tuple(plan_walks(reachable_pairs(door), seed, max_steps, door))
+
+
 @functools.cache
 def plan_shards(shards: int, seed: int, max_steps: int, door: str = HTTP) -> tuple:
-    """((walks, pairs), ...) per shard: one plan over every reachable pair (plan_walks, seeded `seed`),
-    its walks dealt out longest first (walk_millis) to the shard with the least so far; a shard's
-    pairs are those its walks are the first of the plan to visit, so the shards' pairs are disjoint and
-    cover every reachable pair. One plan, not a plan per shard of the pairs: each walk starts at
-    INITIAL either way, and one plan crosses the state space fewer times."""
+    """((walks, pairs), ...) per shard: one plan over every reachable pair (cell_walks), its walks dealt
+    out (deal, by walk_millis); a shard's pairs are those its walks are the first of the plan to visit,
+    so the shards' pairs are disjoint and cover every reachable pair. One plan, not a plan per shard of
+    the pairs: each walk starts at INITIAL either way, and one plan crosses the state space fewer times."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    walks = plan_walks(reachable_pairs(door), seed, max_steps, door)
-    cost = [walk_millis(w) for w in walks]
-    loads = [(0, k) for k in range(shards)]
-    dealt = [[] for _ in range(shards)]
-    for index in sorted(range(len(walks)), key=lambda i: (-cost[i], i)):
-        load, k = min(loads)
-        loads[k] = (load + cost[index], k)
-        dealt[k].append(index)
+    walks = cell_walks(seed, max_steps, door)
+    dealt = deal([walk_millis(w) for w in walks], shards)
     first_by = {}
     for index, steps in enumerate(trace(walks)):
         for state, op in steps:

@@ -284,16 +284,11 @@ def test_a_cells_deal_is_the_same_under_every_pythons_sum(monkeypatch, door, run
     """The GPU runs Python 3.12, whose sum() compensates floating-point rounding; the CPU tiers ran 3.11,
     which adds left to right. A cell's walks go to the same shards either way, else the fake and engine
     tiers walk other shards than the GPU's and a replay names another shard's walks."""
-    seed = plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode))
-    shards = matrix.SHARD_COUNTS["state_walk"]
+    walks = plan.cell_walks(plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode)), plan.MAX_STEPS, door)
     deals = []
     for total in (_left_to_right, math.fsum):
-        plan.plan_shards.cache_clear()
         monkeypatch.setattr(plan, "sum", total, raising=False)
-        deals.append(
-            [[tuple(map(str, w)) for w in walks] for walks, _ in plan.plan_shards(shards, seed, MAX_STEPS, door)]
-        )
-    plan.plan_shards.cache_clear()
+        deals.append(plan.deal([plan.walk_millis(w) for w in walks], matrix.SHARD_COUNTS["state_walk"]))
     assert deals[0] == deals[1]
 
 
