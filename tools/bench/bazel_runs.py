@@ -413,6 +413,39 @@ def walk_step_seconds_text(kinds: list[tuple]) -> str:
     return "walk steps, mean seconds by operation: " + ", ".join(f"{k} {mean:.2f} ({n} steps)" for k, n, mean in kinds)
 
 
+def walk_shard_split(units: list[dict], top: int = 5) -> list[dict]:
+    """The `top` longest GPU walk shards, each split into its server's start, its walk (first to last step
+    record), the memory-phase waits its server had (most of them inside the walk) and the rest (the steps'
+    preparations, the plan, the probe, the stop): what a shard over its bound spent its time on."""
+    rows = []
+    for u in gpu_units(units):
+        steps = u.get("walk_steps") or []
+        if not steps or not u["timings"]:
+            continue
+        start = sum(t["start_s"] for t in u["timings"])
+        walk = steps[-1][0] - steps[0][0]
+        rows.append(
+            {
+                "unit": u["unit"],
+                "seconds": u["seconds"],
+                "start_s": start,
+                "walk_s": walk,
+                "steps": len(steps),
+                "memory_wait_s": sum(t["memory_phase_wait_s"] for t in u["timings"]),
+                "rest_s": u["seconds"] - start - walk,
+            }
+        )
+    return sorted(rows, key=lambda r: -r["seconds"])[:top]
+
+
+def walk_shard_split_text(rows: list[dict]) -> str:
+    return "walk shards, the longest: " + "; ".join(
+        f"{r['unit']} {r['seconds']:.1f} s = start {r['start_s']:.1f} + walk {r['walk_s']:.1f} ({r['steps']} steps,"
+        f" memory-phase waits {r['memory_wait_s']:.1f}) + the rest {r['rest_s']:.1f}"
+        for r in rows
+    )
+
+
 def text(breakdown: dict) -> str:
     """The breakdown for people: the totals, then one line per class, longest first."""
     if not breakdown.get("cells"):
@@ -494,6 +527,7 @@ def main(argv=None) -> int:
     steps = walk_step_seconds(units)
     if steps:
         print(walk_step_seconds_text(steps))
+        print(walk_shard_split_text(walk_shard_split(units)))
     if args.cores >= 1 and gpu_units(units):
         print(cpu_floor_text(cpu_floor(units, args.cores)))
         print(cpu_by_thread_text(cpu_by_thread(units)))

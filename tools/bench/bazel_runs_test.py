@@ -413,3 +413,50 @@ def test_the_walks_step_seconds_are_the_time_between_its_records_by_operation(tm
         "walk steps, mean seconds by operation: wake 0.40 (3 steps), reload 1.00 (1 steps), sleep in flight"
         " 0.15 (2 steps)"
     ) in capsys.readouterr().out
+
+
+def test_the_longest_walk_shards_split_into_start_walk_waits_and_the_rest(tmp_path, capsys):
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_1_of_2",
+        60.0,
+        _timing("zygote", start_s=15.0, memory_phase_wait_s=20.0),
+        _step(100.0, "sleep:1:abort:0"),
+        _step(140.0, "wake:-"),
+    )
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_2_of_2",
+        30.0,
+        _timing("zygote", start_s=5.0, memory_phase_wait_s=1.0),
+        _step(10.0, "sleep:1:abort:0"),
+        _step(30.0, "wake:-"),
+        _step(31.0, "reload:B"),
+    )
+    _unit(
+        tmp_path,
+        "state_walk_fake_mrv1_eager",
+        90.0,
+        _timing("fake"),
+        _step(1.0, "sleep:1:abort:0"),
+        _step(9.0, "wake:-"),
+    )
+    _unit(tmp_path, "flags_mrv1_eager", 95.0, _timing("zygote", start_s=5.0))  # no walk
+    rows = bazel_runs.walk_shard_split(bazel_runs.test_units(str(tmp_path)), top=1)
+    assert rows == [
+        {
+            "unit": "state_walk_mrv1_eager/shard_1_of_2",
+            "seconds": 60.0,
+            "start_s": 15.0,
+            "walk_s": 40.0,
+            "steps": 2,
+            "memory_wait_s": 20.0,
+            "rest_s": 5.0,
+        }
+    ]
+    assert bazel_runs.main([str(tmp_path)]) == 0
+    assert (
+        "walk shards, the longest: state_walk_mrv1_eager/shard_1_of_2 60.0 s = start 15.0 + walk 40.0 (2 steps,"
+        " memory-phase waits 20.0) + the rest 5.0; state_walk_mrv1_eager/shard_2_of_2 30.0 s = start 5.0 + walk"
+        " 21.0 (3 steps, memory-phase waits 1.0) + the rest 4.0"
+    ) in capsys.readouterr().out
