@@ -416,23 +416,14 @@ def test_the_walks_step_seconds_are_the_time_between_its_records_by_operation(tm
 
 
 def test_the_longest_walk_shards_split_into_start_walk_waits_and_the_rest(tmp_path, capsys):
-    _unit(
-        tmp_path,
-        "state_walk_mrv1_eager/shard_1_of_2",
-        60.0,
-        _timing("zygote", start_s=15.0, memory_phase_wait_s=20.0),
-        _step(100.0, "sleep:1:abort:0"),
-        _step(140.0, "wake:-"),
-    )
-    _unit(
-        tmp_path,
-        "state_walk_mrv1_eager/shard_2_of_2",
-        30.0,
-        _timing("zygote", start_s=5.0, memory_phase_wait_s=1.0),
-        _step(10.0, "sleep:1:abort:0"),
-        _step(30.0, "wake:-"),
-        _step(31.0, "reload:B"),
-    )
+    # (shard, its seconds, its server's start and memory-phase waits, its steps' times)
+    for shard, seconds, start, waits, times in (
+        (1, 60.0, 15.0, 20.0, (100.0, 140.0)),
+        (2, 30.0, 5.0, 1.0, (10.0, 30.0, 31.0)),
+    ):
+        steps = [_step(t, op) for t, op in zip(times, ("sleep:1:abort:0", "wake:-", "reload:B"))]
+        timing = _timing("zygote", start_s=start, memory_phase_wait_s=waits)
+        _unit(tmp_path, f"state_walk_mrv1_eager/shard_{shard}_of_2", seconds, timing, *steps)
     _unit(
         tmp_path,
         "state_walk_fake_mrv1_eager",
