@@ -40,7 +40,7 @@ STATES = {
     DOOR: view.PASSED,
 }
 # Every class on every HTTP runner x mode and on each in-process door's cells (tools/matrix.bzl).
-GRID_CELLS = len(SLEEP_WAKE_CLASSES) * len(view.grid_columns())
+GRID_CELLS = len(SLEEP_WAKE_CLASSES) * len(matrix.door_cells())
 IDENTITY = "gpus: 0, NVIDIA H200, 570.133.20, 143771 MiB; 1, NVIDIA H200, 570.133.20, 143771 MiB"
 
 

@@ -36,11 +36,6 @@ FLAGGED = (NO_CASES, UNREADABLE)
 RAN = ("passed", "failed")  # outcomes of a case that ran; "skipped" did not
 
 
-def grid_columns() -> list[tuple[str, str, str]]:
-    """The grid's columns (door, runner, mode): the spec's cell configurations, in its order."""
-    return door_cells()
-
-
 def column_label(column: tuple[str, str, str]) -> str:
     door, runner, mode = column
     return f"{'HTTP' if door == HTTP else door} · {cell_id(runner, mode)}"
@@ -386,7 +381,7 @@ def _fill_grid(cells: dict) -> tuple[list[str], list[tuple[str, str, str]]]:
     """(the grid's rows, its columns): the spec's, and any class or door cell the testlogs hold beyond it;
     every grid cell without a result is added to `cells`, excluded where the spec makes no target for it."""
     classes = list(SLEEP_WAKE_CLASSES)
-    columns = grid_columns()
+    columns = door_cells()  # the grid's columns (door, runner, mode), in the spec's order
     for test_class, door, runner, mode in cells:
         if test_class not in classes:
             classes.append(test_class)

@@ -37,7 +37,7 @@ from tools.matrix import HTTP
 REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
 _SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
 # What each kind of step costs on a GPU (plan.step_millis), to deal the walks out so that the shards
-# end together: the walk's own medians, kept as data (docs/walk-step-seconds.json) so that a new
+# end together: the walk's own medians, kept as data (step_seconds.json, beside this file) so that a new
 # measurement changes no code.
 STEP_SECONDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_seconds.json")
 # The longest walk, reset included: a walk starts over from INITIAL after at most this many steps. Short
