@@ -268,10 +268,9 @@ def _give_back(request, recorder, pool, key: str, lent: reuse.Lent) -> None:
 
 
 @pytest.fixture(scope="class")
-def lent(request, cell, recorder, pool) -> reuse.Lent:
-    """The test class's server with what the suite knows of it (lib/reuse.py Lent): with reuse on, the
-    server a passing class of the same configuration gave back, once its reset is checked, and its fresh
-    readings; else a started one (fresh readings too when it may be given back)."""
+def server(request, cell, recorder, pool):
+    """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/; with reuse
+    on, the server a passing class of the same configuration gave back, once its reset is checked."""
     lends = pool.on and not getattr(request.cls, "FRESH_SERVER", None)
     key = reuse.key_of(cell.config)
     lent = _borrow(request, cell, recorder, pool, key) if lends else None
@@ -280,21 +279,13 @@ def lent(request, cell, recorder, pool) -> reuse.Lent:
     lent.classes.append(request.node.name)
     failed_before = request.session.testsfailed
     try:
-        yield lent
+        yield lent.server
     finally:
-        # Given back only by a class all of whose tests passed and that did not spend it: a failure may
-        # have left anything behind.
-        passed = request.session.testsfailed == failed_before
-        if lends and passed and lent.spent is None and client_of(lent.server).health():
+        # Given back only by a class all of whose tests passed: a failure may have left anything behind.
+        if lends and request.session.testsfailed == failed_before and client_of(lent.server).health():
             _give_back(request, recorder, pool, key, lent)
         else:
             _stop_server(lent.context, lent.server, recorder, request.node.nodeid)
-
-
-@pytest.fixture(scope="class")
-def server(lent) -> Server:
-    """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/ (`lent`)."""
-    return lent.server
 
 
 @pytest.fixture(scope="class")

@@ -11,18 +11,15 @@ SHARD_COUNTS; pytest_main keeps a class whole in its shard, so each shard runs o
 share of the walks); a class fails when the steps that ran leave one of its pairs unvisited. Pairs where
 a known divergence ends a server's usable life are probed last, one kind per shard
 (plan.terminal_probes). The goldens come from the cell's golden actions (tests/sleep_wake/goldens: a
-fresh server on each checkpoint), never from the server under test. With reuse on (lib/reuse.py) a
-shard may walk a server that another shard gave back once its reset passed the check, its bands relative
-to what that server showed fresh; a shard that probes never gives its server back.
+fresh server on each checkpoint), never from the server under test.
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints).
 """
 
-import dataclasses
 import os
 
 import pytest
 
-from tests.sleep_wake.lib import cells, goldens, host_memory, measure, memory, oracle, reuse, servers
+from tests.sleep_wake.lib import cells, goldens, host_memory, measure, memory, oracle, servers
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
 from tests.sleep_wake.walk import driver, model, plan, runner
 from tools.launcher.config import resolve_model
@@ -46,11 +43,9 @@ def _goldens(cell, name: str, checkpoint: str) -> runner.Goldens:
 
 
 @pytest.fixture(scope="class")
-def walk_context(lent, client, recorder, cell):
+def walk_context(server, client, recorder, cell):
     """Both checkpoints' goldens, from fresh servers of this cell (the golden actions), and the readings
-    every band is relative to: taken on this server fresh, before any sleep, push or reload, by this class
-    or, with reuse on, when it started (lib/reuse.py read_fresh, after the same kinds of requests)."""
-    server = lent.server
+    every band is relative to, taken on this fresh server before any sleep, push or reload."""
     checkpoints = {"A": resolve_model(server.config.model), "B": resolve_model(os.environ["SLEEPWAKE_MODEL_B"])}
     taken = {name: _goldens(cell, name, path) for name, path in checkpoints.items()}
     same = [p for p in runner.WALK_PROMPTS if taken["A"].greedy[p].token_ids == taken["B"].greedy[p].token_ids]
@@ -62,28 +57,22 @@ def walk_context(lent, client, recorder, cell):
     # Every kind of request the walk sends, once, before the readings: the API server's heap grows by tens
     # of MiB at its first logprobs, n=4, long-prompt and streamed answers (seen on the H200: 12-45 MiB over
     # a walk's host band at its first such step), and eager mode reserves its activation blocks at the
-    # first forward. The answers are judged against A's golden: the server must serve it.
+    # first forward. The answers are judged against A's golden: the fresh server must serve it.
     runner.warm_up(client, taken["A"], streams=cells.door_cannot(cell, "stream") is None)
     client.reset_prefix_cache()
-    start = model.INITIAL
-    if lent.fresh is None:  # reuse off: this server is fresh
-        device = settled_gpu_bytes(server, "walk start (INITIAL)", recorder=recorder)
-        host_awake = host_memory.server_host_memory(server)[0].rss
-    else:
-        device, host_awake = lent.fresh.device_bytes, lent.fresh.host_bytes
-        # A lent server that slept at level 1 before holds the host allocator's cached block (known
-        # divergence host_copy_cached_after_wake), which only a restart clears: its INITIAL has it.
-        host = host_memory.server_host_memory(server)[0].rss
-        if reuse.awake_band(cell.id, client.version(), lent.fresh, host) == reuse.COPY_CACHED:
-            start = dataclasses.replace(model.INITIAL, host_cached=True)
-    sizes = model.Sizes(device, memory.checkpoint_tensor_bytes(checkpoints["A"]), server.config.kv_cache_bytes)
-    return runner.Context(server, client, recorder, cell.id, checkpoints, taken, sizes, host_awake, cell.door, start)
+    sizes = model.Sizes(
+        settled_gpu_bytes(server, "walk start (INITIAL)", recorder=recorder),
+        memory.checkpoint_tensor_bytes(checkpoints["A"]),
+        server.config.kv_cache_bytes,
+    )
+    host_awake = host_memory.server_host_memory(server)[0].rss
+    return runner.Context(server, client, recorder, cell.id, checkpoints, taken, sizes, host_awake, cell.door)
 
 
-def _walk(shard: int, walk_context, recorder, lent) -> None:
+def _walk(shard: int, walk_context, recorder) -> None:
     tier = runner.GpuTier(walk_context)
     door = walk_context.door
-    walker = driver.Walker(tier, tier.version, door, walk_context.start)
+    walker = driver.Walker(tier, tier.version, door)
     seed = plan.cell_seed(plan.SEED, walk_context.cell_id)
 
     def record_stopped() -> None:
@@ -98,8 +87,6 @@ def _walk(shard: int, walk_context, recorder, lent) -> None:
             return
         pairs, walks = planned
         probes = plan.terminal_probes(door)[shard::SHARDS]
-        if probes:
-            lent.spent = "a terminal probe: a known divergence may end the server's usable life"
         probed = [walker.probe(probe) for probe in probes]  # at most one: it ends the server's usable life
     finally:
         tier.close()
@@ -146,16 +133,15 @@ def _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed, 
 
 
 def _shard_class(shard: int):
-    def test_walk_visits_every_pair_of_its_shard(self, walk_context, recorder, lent):
-        _walk(shard, walk_context, recorder, lent)
+    def test_walk_visits_every_pair_of_its_shard(self, walk_context, recorder):
+        _walk(shard, walk_context, recorder)
 
     return type(
         f"TestStateWalkShard{shard}",
         (),
         {
             "__doc__": f"Shard {shard} of {SHARDS} of the model's reachable (situation, operation) pairs.",
-            # A replay is printed to run on a fresh server (runner.GpuTier.replay_on).
-            "FRESH_SERVER": "a replay of one walk" if os.environ.get(plan.REPLAY_VAR) else None,
+            "FRESH_SERVER": "every band is relative to readings taken before any push or reload (lib/reuse.py)",
             "test_walk_visits_every_pair_of_its_shard": test_walk_visits_every_pair_of_its_shard,
         },
     )

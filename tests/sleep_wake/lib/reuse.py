@@ -7,8 +7,7 @@ for a server of the same configuration, once a reset to INITIAL has been checked
 both flags, /health, an empty prefix cache, the start checkpoint's goldens, and device and host bytes
 within a healthy server's noise of what the server held fresh. A check that fails means a fresh server
 for that class, never a red class. A class that measures what only a fresh server shows declares
-`FRESH_SERVER = "why"` and neither borrows nor gives back; a class that leaves its server fit for no other
-on purpose says so on its Lent (`spent`), and that server is stopped. The fresh readings travel with the server:
+`FRESH_SERVER = "why"` and neither borrows nor gives back. The fresh readings travel with the server:
 the launcher keeps them with a parked one (Fresh.as_record) and hands them to its next test process.
 
 What "the same configuration" is: in one process, the cell's ServerConfig but for its log directory,
@@ -93,9 +92,6 @@ class Lent:
     server: Server
     fresh: Fresh | None
     classes: list = dataclasses.field(default_factory=list)
-    # Why the class that holds it left it fit for no other (a walk's terminal probe): then it is stopped,
-    # never given back, whatever the class's verdict.
-    spent: str | None = None
 
 
 class Pool:
@@ -201,35 +197,22 @@ def refusal(cell, server, client, fresh: Fresh, recorder=None) -> str | None:
         if value > bound:
             return f"device bytes {device} against {fresh.device_bytes} fresh: {value} over {name} {bound}"
     host = host_memory.server_host_memory(server)[0].rss
-    if awake_band(cell.id, client.version(), fresh, host) is None:
-        bands = awake_host_bands(cell.id, client.version(), fresh)
+    bands = awake_host_bands(cell.id, client.version(), fresh)
+    if not any(lo <= host <= hi for lo, hi in bands.values()):
         return f"host bytes {host} in none of the awake bands over {fresh.host_bytes} fresh: {bands}"
     return None
-
-
-NO_COPY_CACHED = "no host copy cached"
-COPY_CACHED = "a level-1 copy's block cached"
 
 
 def awake_host_bands(cell_id: str, version: str, fresh: Fresh) -> dict[str, tuple[float, float]]:
     """The host bytes an awake server may hold against what it held fresh, as the walk bounds them in
     INITIAL (lib/host_bands.py): with no host copy cached, and, where the release keeps a level-1 copy's
     pinned block after the wake, with that block. A lender does not know whether a class slept at
-    level 1, so either holds. The two are a weight copy apart and their drift is heap noise (host_bands),
-    so no reading lies in both."""
-    bands = {NO_COPY_CACHED: (0.0, fresh.host_bytes + host_bands.drift(cell_id))}
+    level 1, so either holds."""
+    bands = {"no host copy cached": (0.0, fresh.host_bytes + host_bands.drift(cell_id))}
     if host_bands.copy_cached_after_wake(version):
         weights = memory.checkpoint_tensor_bytes(fresh.checkpoint)
-        bands[COPY_CACHED] = host_bands.copy_held(fresh.host_bytes, weights, cell_id)
+        bands["a level-1 copy's block cached"] = host_bands.copy_held(fresh.host_bytes, weights, cell_id)
     return bands
-
-
-def awake_band(cell_id: str, version: str, fresh: Fresh, host: int) -> str | None:
-    """The awake band (awake_host_bands) that host bytes lie in, None for neither: a borrower that models
-    the host allocator (the walk's host_cached) starts from the state the lent server is in."""
-    return next(
-        (name for name, (lo, hi) in awake_host_bands(cell_id, version, fresh).items() if lo <= host <= hi), None
-    )
 
 
 def lend(cell, lent: Lent, client, recorder=None) -> str | None:

@@ -5,7 +5,7 @@ load("//tools:matrix.bzl", "SLEEP_WAKE_CLASSES")
 
 _FIRST = "testdata/test_leaves_garbage.py"  # the class that leaves garbage weights, always first
 
-def reuse_equivalence(name, order, runner, mode, cell_env, cell_data, fake_cell = None, select = None, **kwargs):
+def reuse_equivalence(name, order, runner, mode, cell_env, cell_data, fake_cell = None, **kwargs):
     """A reuse_equivalence_test.py target: the garbage-leaving class, then `order`, on one cell.
 
     Args:
@@ -16,7 +16,6 @@ def reuse_equivalence(name, order, runner, mode, cell_env, cell_data, fake_cell 
       cell_env: the cell's environment (fake_cell_env or gpu_cell_env).
       cell_data: what the cell's servers read (FAKE_CELL_DATA or GPU_CELL_DATA).
       fake_cell: "<runner>_<mode>" for the fake's goldens; None for a GPU's.
-      select: a pytest -k expression choosing the classes of those files (a file of many shards), or None.
       **kwargs: size, tags, deps of the sleepwake_py_test.
     """
     golden_env, golden_data = cell_goldens(["state_walk"], runner, mode, fake_cell)  # A and B
@@ -24,8 +23,6 @@ def reuse_equivalence(name, order, runner, mode, cell_env, cell_data, fake_cell 
     env = dict(cell_env)
     env.update(golden_env)
     env["SLEEPWAKE_REUSE_CLASS_FILES"] = ",".join(["$(rootpath %s)" % f for f in files])
-    if select:
-        env["SLEEPWAKE_REUSE_CLASS_SELECT"] = select
     sleepwake_py_test(
         name = name,
         srcs = [

@@ -7,8 +7,7 @@ servers, or they prove nothing; the classes declaring FRESH_SERVER never borrow.
 server with garbage weights runs first (testdata/): the next class must not inherit them.
 
 Environment (set by the target, tests/sleep_wake/reuse/BUILD.bazel): SLEEPWAKE_REUSE_CLASS_FILES, the class
-files in their forward order, comma-separated; SLEEPWAKE_REUSE_CLASS_SELECT, a pytest -k expression
-choosing classes of them (the walk's shards), if any; the fake cell's environment and both goldens.
+files in their forward order, comma-separated; the fake cell's environment and both goldens.
 """
 
 import json
@@ -22,7 +21,6 @@ from tests.sleep_wake.lib import reuse, servers
 from tools.results.testlogs import parse_junit
 
 FILES_ENV = "SLEEPWAKE_REUSE_CLASS_FILES"
-SELECT_ENV = "SLEEPWAKE_REUSE_CLASS_SELECT"
 PARKED_FAKE = "tests.sleep_wake.reuse.parked_fake"
 # The inner runs' own bound: on the fake, about a minute each on a loaded 2-core machine; on the H200 a
 # fresh server per class of reuse_equivalence_gpu_test's order starts in 15-60 s (docs/speed.md).
@@ -51,8 +49,6 @@ def _run(name: str, files: list[str], reuse_on: bool, server_module: str | None 
     cmd = [sys.executable, "-m", "pytest", *files, "-p", "no:cacheprovider", "-q", "-p", "no:randomly"]
     cmd += [f"--junitxml={junit}", "-o", "junit_family=xunit2", f"--rootdir={os.getcwd()}"]
     cmd += ["--basetemp=" + os.path.join(tmp, name)]
-    if os.environ.get(SELECT_ENV):
-        cmd += ["-k", os.environ[SELECT_ENV]]
     with open(os.path.join(outputs, "pytest.log"), "w", encoding="utf-8") as log:
         subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S, check=False)
     if not os.path.exists(junit):

@@ -57,17 +57,13 @@ class Tier(Protocol):
 
 
 class Walker:
-    """One server's walks, from INITIAL, step by step. start: INITIAL as the server shows it, which on a
-    server lent between classes (lib/reuse.py) may hold the host allocator's cached block (host_cached:
-    nothing short of a restart clears it); every walk's plan is the same either way."""
+    """One server's walks, from INITIAL, step by step."""
 
-    def __init__(self, tier: Tier, version: str, door: str = HTTP, start: model.State = model.INITIAL):
-        if dataclasses.replace(start, host_cached=False) != model.INITIAL:
-            raise ValueError(f"a walk starts at INITIAL, host_cached aside: not at ({start.describe()})")
+    def __init__(self, tier: Tier, version: str, door: str = HTTP):
         self.tier = tier
         self.version = version
         self.door = door  # the front door the tier sends through: its walk has the pairs it can reach
-        self.state = start
+        self.state = model.INITIAL
         self.step_index = 0
         self.executed: list[list[Step]] = []  # per walk, the steps that ran, in order
         # A step emptied the prefix cache (a sleep of level >= 1, a reset) and no request of the long

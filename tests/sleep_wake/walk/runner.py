@@ -63,7 +63,6 @@ class Context:
     sizes: model.Sizes
     host_awake: int
     door: str = HTTP  # the front door the walk sends through (tools/matrix.bzl FRONT_DOORS)
-    start: model.State = model.INITIAL  # INITIAL as the server shows it (driver.Walker)
 
     @property
     def door_cannot_stream(self) -> bool:

@@ -87,16 +87,6 @@ def test_a_walker_that_runs_every_step_visits_every_pair_of_its_shard(monkeypatc
     assert [c[1] for c in tier.calls if c[0] == "ran"] == ran  # and recorded once it ran
 
 
-def test_a_walk_on_a_lent_server_starts_where_it_stands_host_cached_and_nowhere_else(monkeypatch):
-    monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
-    cached = dataclasses.replace(model.INITIAL, host_cached=True)
-    walker = driver.Walker(RecordingTier(), V, start=cached)
-    assert _missing(walker) == set()  # the same walks and pairs as from a fresh server
-    assert walker.executed[0][0].before == cached  # its first step's state, as the host band judges it
-    with pytest.raises(ValueError, match="starts at INITIAL"):
-        driver.Walker(RecordingTier(), V, start=dataclasses.replace(model.INITIAL, weights="B", model_path="B"))
-
-
 def test_a_walker_that_runs_nothing_visits_nothing(monkeypatch):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
     _, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
