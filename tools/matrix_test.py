@@ -23,7 +23,11 @@ def test_every_class_has_its_file_a_fake_tier_entry_and_valid_shards():
             f"class {short}: in exactly one of FAKE_TIER_CELLS and FAKE_TIER_EXCLUDED"
         )
     assert set(matrix.SHARD_COUNTS) <= set(matrix.SLEEP_WAKE_CLASSES)
-    assert all(isinstance(n, int) and n > 1 for n in matrix.SHARD_COUNTS.values())
+    for short, count in matrix.SHARD_COUNTS.items():
+        counts = count.values() if isinstance(count, dict) else [count]
+        assert not isinstance(count, dict) or set(count) == set(matrix.EXECUTION_MODES), short
+        assert all(isinstance(n, int) and n > 1 for n in counts), short
+        assert all(matrix.shard_count(short, mode) in counts for mode in matrix.EXECUTION_MODES), short
 
 
 def test_the_readmes_counts_and_releases_are_the_specs():

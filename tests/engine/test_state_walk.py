@@ -1,7 +1,7 @@
 """The state walk on the engine tier: the model of tests/sleep_wake/walk drives vLLM's real EngineCore.
 
-The GPU walk's plan, shard for shard (plan.plan_shards over the spec's SHARD_COUNTS["state_walk"]: one plan
-over every pair, its walks dealt out to the shards), runs here against EngineCoreProc's real busy loop,
+The GPU walk's planning (plan.plan_shards, seeded plan.SEED, over SHARDS: one plan over every pair, its
+walks dealt out to the shards), runs here against EngineCoreProc's real busy loop,
 scheduler, KV cache manager and UniProcExecutor around the fake worker, with vLLM's own /sleep, /wake_up,
 /is_sleeping, /reset_prefix_cache and /collective_rpc routes over HTTP (lib/walk_tier.py, driven by the
 one walk driver, tests/sleep_wake/walk/driver.py). After every step it checks what the engine tier can
@@ -28,10 +28,10 @@ import time
 
 import pytest
 
-from tools.matrix import SHARD_COUNTS
-
-# The GPU walk's shards, so that each terminal probe has a shard of its own as on the GPU.
-SHARDS = SHARD_COUNTS["state_walk"]
+# The engine tier's own split, the GPU cells' being by execution mode (tools/matrix.bzl SHARD_COUNTS): enough
+# shards that each terminal probe has one, as on the GPU. The walk mutants name the shards that kill them
+# under this deal (tests/engine/mutants/catalogue.py), so another count moves them.
+SHARDS = 16
 
 
 @pytest.fixture(scope="session")

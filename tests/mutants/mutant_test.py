@@ -31,7 +31,7 @@ import sleepwake_mutants
 
 from tests.mutants import inner_shard, site_dir, stop_on_kill, verdict
 from tests.sleep_wake.lib import cells, measure
-from tools.matrix import SHARD_COUNTS, door_classes
+from tools.matrix import door_classes, shard_count
 
 # Our own bound on the inner run stays this far below Bazel's TEST_TIMEOUT: room for the SIGINT grace
 # (pytest then stops its servers and writes the JUnit report) and for judging, so that a hang ends
@@ -242,7 +242,7 @@ def test_mutant_is_killed_by_its_classes():
     ]
     timeout_s = max(60.0, float(os.environ.get("TEST_TIMEOUT", 3600)) - TIMEOUT_MARGIN_S)
     # The matrix's split of the classes (tools/matrix.bzl SHARD_COUNTS), so that shard i here is the cell's.
-    total = max(SHARD_COUNTS.get(c, 1) for c in classes)
+    total = max(shard_count(c, spec.mode) for c in classes)
     at_once = max(1, int(os.environ.get(AT_ONCE_ENV) or total))
     print(
         f"{mutant} on {cell}"

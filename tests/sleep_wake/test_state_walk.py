@@ -7,9 +7,9 @@ flight and waiting end) by the oracles.
 
 One seeded plan (each cell its own seed, plan.cell_seed) visits every reachable (situation, operation)
 pair of the model; its walks are dealt out over SHARDS test classes, one per Bazel shard (tools/matrix.bzl
-SHARD_COUNTS; pytest_main keeps a class whole in its shard, so each shard runs one class, one server, its
-share of the walks); a class fails when the steps that ran leave one of its pairs unvisited. Pairs where
-a known divergence ends a server's usable life are probed last, one kind per shard
+SHARD_COUNTS, by the cell's execution mode; pytest_main keeps a class whole in its shard, so each shard runs
+one class, one server, its share of the walks); a class fails when the steps that ran leave one of its
+pairs unvisited. Pairs where a known divergence ends a server's usable life are probed last, one kind per shard
 (plan.terminal_probes). The goldens come from the cell's golden actions (tests/sleep_wake/goldens: a
 fresh server on each checkpoint), never from the server under test.
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints).
@@ -23,9 +23,9 @@ from tests.sleep_wake.lib import cells, goldens, host_memory, measure, memory, o
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
 from tests.sleep_wake.walk import driver, model, plan, runner
 from tools.launcher.config import resolve_model
-from tools.matrix import SHARD_COUNTS
+from tools.matrix import shard_count
 
-SHARDS = SHARD_COUNTS["state_walk"]
+SHARDS = shard_count("state_walk", cells.cell_from_env().mode)
 
 
 def _goldens(cell, name: str, checkpoint: str) -> runner.Goldens:
