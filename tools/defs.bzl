@@ -132,6 +132,23 @@ def cell_goldens(classes, runner, mode, fake_cell = None):
             data.append(label)
     return env, data
 
+def cell_walk_plan(classes, runner, mode, door):
+    """The env and data that give a walk cell its plan, written ahead (tests/sleep_wake/walk/planned.py).
+
+    Args:
+      classes: the target's class short names; only state_walk walks.
+      runner: the cell's model runner.
+      mode: the cell's execution mode.
+      door: the cell's front door.
+
+    Returns:
+      (env, data): SLEEPWAKE_WALK_PLAN and the plan's label, or ({}, []).
+    """
+    if "state_walk" not in classes:
+        return {}, []
+    label = "//tests/sleep_wake/walk:plan_%s_%s_%s" % (door, runner, mode)
+    return {"SLEEPWAKE_WALK_PLAN": "$(rootpath %s)" % label}, [label]
+
 def fake_cell_env(runner, mode, vllm_version = None, door = "http"):
     """A cell's environment with the fake server (fake_server.py) in place of vLLM's.
 
@@ -238,12 +255,13 @@ def sleep_wake_matrix(
     for test_class, door, runner, mode in _door_cells(classes, runners, modes):
         cell = cell_name(test_class, runner, mode, door)
         golden_env, golden_data = cell_goldens([test_class], runner, mode)
+        plan_env, plan_data = cell_walk_plan([test_class], runner, mode, door)
         sleepwake_py_test(
             name = cell,
             srcs = [classes[test_class]],
             deps = deps,
-            data = GPU_CELL_DATA + golden_data,
-            env = dict(gpu_cell_env(runner, mode, door), **golden_env),
+            data = GPU_CELL_DATA + golden_data + plan_data,
+            env = dict(dict(gpu_cell_env(runner, mode, door), **golden_env), **plan_env),
             tags = GPU_TAGS + [runner, mode, test_class, door],
             size = "large",
             timeout = timeout,
@@ -301,12 +319,13 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
                 version = parts[2][len("vllm"):]
             target = "%s_fake_%s" % (test_class, cell) + ("" if door == "http" else "_" + door)
             golden_env, golden_data = cell_goldens([test_class], parts[0], parts[1], cell)
+            plan_env, plan_data = cell_walk_plan([test_class], parts[0], parts[1], door)
             sleepwake_py_test(
                 name = target,
                 srcs = [classes[test_class]],
                 deps = deps + FAKE_CELL_DEPS,
-                data = FAKE_CELL_DATA + golden_data,
-                env = dict(fake_cell_env(parts[0], parts[1], version, door), **golden_env),
+                data = FAKE_CELL_DATA + golden_data + plan_data,
+                env = dict(dict(fake_cell_env(parts[0], parts[1], version, door), **golden_env), **plan_env),
                 tags = ["fake", test_class, door],
                 size = "medium",
             )

@@ -18,6 +18,7 @@ load(
     "GPU_CELL_DATA",
     "GPU_TAGS",
     "cell_goldens",
+    "cell_walk_plan",
     "fake_cell_env",
     "gpu_cell_env",
     "sleepwake_py_test",
@@ -68,7 +69,9 @@ def _mutant_target(name, mutant, classes, class_files, fake, door = "http", own_
         tags.append("off_door")
     golden_env, golden_data = cell_goldens(classes, _RUNNER, _MODE, "%s_%s" % (_RUNNER, _MODE) if fake else None)
     env.update(golden_env)
-    files = files + golden_data
+    plan_env, plan_data = cell_walk_plan(classes, _RUNNER, _MODE, door)
+    env.update(plan_env)
+    files = files + golden_data + plan_data
     if fake:
         if door != "http" or own_door != "http":
             fail("mutant %s: the fake has no in-process door's code (fake_defects.py NOT_RE_CREATED)" % mutant)

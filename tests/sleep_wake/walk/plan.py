@@ -21,6 +21,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import random
@@ -48,6 +49,13 @@ MAX_STEPS = 40
 # The suite's seed: each GPU cell's plan is seeded from it and the cell's id (cell_seed), the engine tier's
 # with it alone.
 SEED = 20261201
+# A cell's plan written ahead by a Bazel action (planned.py): planning a cell (its reachable pairs, then
+# the walks over them) costs seconds of CPU, which every shard's process of every cell paid before its
+# first step. The file names the seed, the walk length, the door and the digest of the planner's sources
+# it was planned with; a process whose plan differs in any of them plans for itself.
+PLANNED_VAR = "SLEEPWAKE_WALK_PLAN"
+WALK_DIR = os.path.dirname(os.path.abspath(__file__))
+PLANNER_SOURCES = ("model.py", "operations.py", "plan.py")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,10 +199,57 @@ def deal(costs: list, shards: int) -> list[list[int]]:
     return dealt
 
 
+def planner_digest() -> str:
+    """The digest of the sources that plan (PLANNER_SOURCES): a plan written by other code is not this
+    code's plan."""
+    digest = hashlib.sha256()
+    for name in PLANNER_SOURCES:
+        with open(os.path.join(WALK_DIR, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def written_plan() -> dict | None:
+    """The plan the file PLANNED_VAR names holds (planned.contents), if it was planned by this code; None
+    where the variable is unset. A file of other sources is refused: it would walk another plan."""
+    path = os.environ.get(PLANNED_VAR)
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as f:
+        written = json.load(f)
+    if written.get("planner") != planner_digest():
+        raise ValueError(
+            f"{PLANNED_VAR}={path} was planned by other sources of tests/sleep_wake/walk than these; "
+            "rebuild it (bazel test writes it) or unset the variable"
+        )
+    return written
+
+
+def _written(door: str, seed: int | None = None, max_steps: int | None = None) -> dict | None:
+    """The written plan where it is for this door (and seed and walk length, where given), else None."""
+    written = written_plan()
+    if written is None or written["door"] != door:
+        return None
+    if seed is not None and (written["seed"], written["max_steps"]) != (seed, max_steps):
+        return None
+    return written
+
+
 @functools.cache
 def cell_walks(seed: int, max_steps: int, door: str = HTTP) -> tuple:
-    """One plan over every pair `door` reaches (plan_walks, seeded `seed`), in the plan's order."""
+    """One plan over every pair `door` reaches (plan_walks, seeded `seed`), in the plan's order; read from
+    the written plan where there is one for the same seed, walk length and door."""
+    written = _written(door, seed, max_steps)
+    if written is not None:
+        return tuple(list(map(ops.parse, walk)) for walk in written["walks"])
     return tuple(plan_walks(reachable_pairs(door), seed, max_steps, door))
+
+
+def model_state_count(door: str = HTTP) -> int:
+    """How many states the model reaches through `door` (len(reachable_states)), written or counted."""
+    written = _written(door)
+    return written["model_states"] if written is not None else len(reachable_states(door))
 
 
 @functools.cache
@@ -420,7 +475,16 @@ PROBED = {ops.RELOAD_ASLEEP: ops.reload("B"), ops.KV_FIRST_AFTER_LEVEL2: ops.wak
 def terminal_probes(door: str = HTTP) -> list:
     """One walk per kind of terminal pair (terminal_pairs): the shortest way from INITIAL to a state of
     that kind, then its operation (PROBED, else the kind's only one), which ends the server's usable
-    life where its known divergence applies. The test gives probe i to shard i, after its walks."""
+    life where its known divergence applies. The test gives probe i to shard i, after its walks. Read
+    from the written plan where there is one for the door."""
+    written = _written(door)
+    if written is not None:
+        return [list(map(ops.parse, probe)) for probe in written["probes"]]
+    return planned_probes(door)
+
+
+def planned_probes(door: str = HTTP) -> list:
+    """terminal_probes, planned here."""
     probes = []
     for (name, level, asleep), kind_ops in terminal_pairs(door).items():
         op = PROBED.get(name, kind_ops[0])
