@@ -40,7 +40,8 @@ _SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
 # What each kind of step costs on a GPU (plan.step_millis), to deal the walks out so that the shards
 # end together: the walk's own medians, kept as data (step_seconds.json, beside this file) so that a new
 # measurement changes no code.
-STEP_SECONDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_seconds.json")
+WALK_DIR = os.path.dirname(os.path.abspath(__file__))
+STEP_SECONDS_FILE = os.path.join(WALK_DIR, "step_seconds.json")
 # The longest walk, reset included: a walk starts over from INITIAL after at most this many steps. Short
 # enough that every door's walks deal out over the spec's shards with none left without a walk (the
 # `llm` door plans the fewest pairs) and the shards end close together; every walk's reset costs a few
@@ -54,7 +55,6 @@ SEED = 20261201
 # first step. The file names the seed, the walk length, the door and the digest of the planner's sources
 # it was planned with; a process whose plan differs in any of them plans for itself.
 PLANNED_VAR = "SLEEPWAKE_WALK_PLAN"
-WALK_DIR = os.path.dirname(os.path.abspath(__file__))
 PLANNER_SOURCES = ("model.py", "operations.py", "plan.py")
 
 
@@ -480,11 +480,11 @@ def terminal_probes(door: str = HTTP) -> list:
     written = _written(door)
     if written is not None:
         return [list(map(ops.parse, probe)) for probe in written["probes"]]
-    return planned_probes(door)
+    return plan_probes(door)
 
 
-def planned_probes(door: str = HTTP) -> list:
-    """terminal_probes, planned here."""
+def plan_probes(door: str = HTTP) -> list:
+    """terminal_probes, planned in this process (as plan_walks plans the walks)."""
     probes = []
     for (name, level, asleep), kind_ops in terminal_pairs(door).items():
         op = PROBED.get(name, kind_ops[0])

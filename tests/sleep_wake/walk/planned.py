@@ -22,7 +22,7 @@ def contents(seed: int, max_steps: int, door: str) -> dict:
         "seed": seed,
         "max_steps": max_steps,
         "walks": [[str(op) for op in walk] for walk in plan.cell_walks(seed, max_steps, door)],
-        "probes": [[str(op) for op in probe] for probe in plan.planned_probes(door)],
+        "probes": [[str(op) for op in probe] for probe in plan.plan_probes(door)],
         "model_states": len(plan.reachable_states(door)),
     }
 
