@@ -18,6 +18,10 @@ from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401 
 
 
 def pytest_configure(config):
+    if os.environ.get("SLEEPWAKE_EXPECT_VLLM"):  # a per-release target: vLLM is this test's whatever it runs
+        from tests.engine.lib import cpu_vllm
+
+        cpu_vllm.expect_release()
     name = os.environ.get(catalogue.ENV, "none") or "none"
     # The patches' REACHED line goes to the stderr of now: pytest captures a test's own, and drops it
     # when the test passes.

@@ -18,7 +18,7 @@ import requests
 
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib import checks
-from tests.engine.lib.hosted_door import HostedDoor
+from tests.engine.lib.hosted_door import DoorZygote, HostedDoor
 from tests.sleep_wake.lib import metrics, oracle, thresholds
 from tools.launcher import door_host
 
@@ -28,9 +28,15 @@ TOKENS = 8
 POLL_S = 0.05
 
 
+@pytest.fixture(scope="session")
+def zygote(tmp_path_factory):
+    with DoorZygote(str(tmp_path_factory.mktemp("door_zygote"))) as started:
+        yield started
+
+
 @pytest.fixture(params=door_host.DOORS)
-def hosted(request, model_dir, tmp_path):
-    door = HostedDoor(request.param, model_dir, str(tmp_path / f"door_host_{request.param}"))
+def hosted(request, model_dir, tmp_path, zygote):
+    door = HostedDoor(request.param, model_dir, str(tmp_path / f"door_host_{request.param}"), zygote)
     try:
         yield door.start()
     finally:

@@ -56,7 +56,7 @@ def test_a_forked_vllm_server_parses_its_arguments_and_loads_its_own_plugin(tmp_
     base["TEST_TMPDIR"] = test_tmpdir  # the plugin's site below it is the server's own PYTHONPATH entry
     env = build_env(ServerConfig(cache_dir=str(tmp_path / "cache"), runner="mrv2"), base, "0")
     site = site_dir.build(os.path.join(test_tmpdir, "site"))
-    with testing.running_host(lock_dir):
+    with zygote_client.private_host(lock_dir):
         with_plugin = dict(env, PYTHONPATH=site_dir.pythonpath_with(site, env), SLEEPWAKE_MUTANT=MUTANT)
         plugged = _fork(tmp_path, lock_dir, with_plugin, str(tmp_path / "with_plugin.log"))
         plain = _fork(tmp_path, lock_dir, env, str(tmp_path / "without.log"))

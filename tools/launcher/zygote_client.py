@@ -7,6 +7,7 @@ starts the server plainly (start_mode auto) or fails with it (start_mode zygote)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import subprocess
@@ -55,6 +56,20 @@ def start_host(lock_dir: str, idle_s: float, environ) -> subprocess.Popen:
     return proc
 
 
+@contextlib.contextmanager
+def private_host(lock_dir: str, environ=os.environ):
+    """A zygote host on lock_dir for the block, listening once the block begins, for servers that only this
+    process starts on lock_dir: a test that owns its lock dir may start one inside Bazel, since nothing
+    outlives that test. Stopping it (SIGTERM) stops its zygotes; ZygoteUnavailable if it does not listen."""
+    proc = start_host(lock_dir, idle_s=0, environ=environ)
+    try:
+        connect_started_host(lock_dir).close()
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=zygote_host.REPLACE_TIMEOUT_S)
+
+
 def _connect_host(lock_dir: str, environ, host_idle_s: float):
     path = os.path.join(lock_dir, zygote_host.HOST_SOCKET)
     try:
@@ -69,6 +84,13 @@ def _connect_host(lock_dir: str, environ, host_idle_s: float):
             " PYTHONPATH=%s python3 -m tools.launcher.zygote_host --lock_dir %s" % (lock_dir, ROOT, lock_dir)
         )
     start_host(lock_dir, host_idle_s, environ)
+    return connect_started_host(lock_dir)
+
+
+def connect_started_host(lock_dir: str):
+    """A connection to the host just started for lock_dir, once it listens; ZygoteUnavailable if it does not
+    within HOST_START_TIMEOUT_S."""
+    path = os.path.join(lock_dir, zygote_host.HOST_SOCKET)
     deadline = time.monotonic() + HOST_START_TIMEOUT_S
     while True:
         try:

@@ -33,11 +33,15 @@ if not isinstance(vllm.platforms.current_platform, UnspecifiedPlatform):
         f"first, or add {PLUGIN} to VLLM_PLUGINS"
     )
 
-# The per-release targets put a release's overlay (/opt/sleepwake/vllm-<v>) first on the path and
-# name the release they mean to test: a missing overlay would silently test the venv's own vLLM.
-_EXPECTED = os.environ.get("SLEEPWAKE_EXPECT_VLLM")
-if _EXPECTED and vllm.__version__ != _EXPECTED:
-    raise RuntimeError(
-        f"this target tests vLLM {_EXPECTED} but imported vLLM {vllm.__version__} from "
-        f"{os.path.dirname(vllm.__file__)}: its overlay is not installed; run tools/setup.sh --install-only"
-    )
+
+def expect_release(environ=os.environ) -> None:
+    """Raises unless the vLLM imported is the release this target tests (SLEEPWAKE_EXPECT_VLLM, set by the
+    per-release targets, which put its overlay /opt/sleepwake/vllm-<v> first on the path): a missing overlay
+    would silently test the venv's own vLLM. Called, not run at import: a zygote that preloads this module
+    for the door hosts (lib/hosted_door.py) must not read a per-test variable while it imports."""
+    expected = environ.get("SLEEPWAKE_EXPECT_VLLM")
+    if expected and vllm.__version__ != expected:
+        raise RuntimeError(
+            f"this target tests vLLM {expected} but imported vLLM {vllm.__version__} from "
+            f"{os.path.dirname(vllm.__file__)}: its overlay is not installed; run tools/setup.sh --install-only"
+        )

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 
-from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
+from tests.engine.lib import cpu_vllm  # before vLLM: pins the platform
 from tests.engine.fakes.child_worker import ChildWorker
 from tests.engine.lib import engines
 
 
 def build(door: str, server_argv: list[str]):
     """The door's engine from the two server flags the engine tier's builders take (the rest are the GPU's)."""
+    cpu_vllm.expect_release()  # this door host's own vLLM, which a zygote may have imported for it
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--model", required=True)
     parser.add_argument("--disable-log-stats", action="store_true")

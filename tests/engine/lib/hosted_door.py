@@ -6,6 +6,9 @@ The door host builds its door through tests/engine/lib/door_engines.py (the fake
 AsyncLLM), passed as the server flag --engine_factory; `start` returns once GET /health answers 200, or
 raises the launcher's error with the tail of the log. The launcher's supervisor tears down the door host
 and what it forked (AsyncLLM's engine process) at `stop`, as it does a vLLM server's tree.
+
+The door hosts are forked from a zygote (DoorZygote), as the GPU tier's servers are, through a host that the
+test process starts for itself and that dies with it.
 """
 
 import os
@@ -13,6 +16,8 @@ import sys
 
 from tests.sleep_wake.lib import client as http_client
 from tests.sleep_wake.lib import thresholds
+from tools.launcher import config as launcher_config
+from tools.launcher import zygote_client
 from tools.launcher.config import ServerConfig
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.server import VllmServer, log_tail
@@ -21,20 +26,44 @@ FACTORY = "tests.engine.lib.door_engines:build"
 # Importing vLLM and building the engine in the child: seconds on an idle host, much longer on a loaded one.
 START_S = 300.0
 LOG_TAIL_LINES = 60
+# What a zygote for the door hosts imports after tools.launcher.door_host: the engine tier's platform pin
+# first (before any of vLLM), then what the GPU tier's door host preloads. Not the factory: it imports absl
+# (through tools/checkpoints), whose import reads TEST_TMPDIR, a per-test variable the zygote refuses.
+ZYGOTE_PRELOADS = ("tests.engine.lib.cpu_vllm",) + launcher_config.VLLM_PRELOAD + launcher_config.DOOR_PRELOAD
+
+
+class DoorZygote:
+    """A zygote host private to this test process (zygote_client.private_host), whose zygote imports vLLM
+    once for every door host the process starts: a plain start imports it anew, about 10 s on the CPU.
+    The door hosts share its cache dir, which the zygote is keyed on with the rest of their environment."""
+
+    def __init__(self, root: str) -> None:
+        self.lock_dir = os.path.join(root, "locks")
+        self.cache_dir = os.path.join(root, "cache")
+        self._host = zygote_client.private_host(self.lock_dir)
+
+    def __enter__(self) -> "DoorZygote":
+        self._host.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._host.__exit__(*exc)
 
 
 class HostedDoor:
-    def __init__(self, door: str, model_dir: str, log_dir: str) -> None:
+    def __init__(self, door: str, model_dir: str, log_dir: str, zygote: DoorZygote) -> None:
         self.door = door
         self.config = ServerConfig(
             model=model_dir,
             front_door=door,
             server_args=["--engine_factory", FACTORY],
-            # Plain: no zygote host serves a Bazel test's processes on the CPU tier (the launcher would say so).
-            start_mode="plain",
+            # zygote, not auto: a door host that cannot be forked is an error with the zygote's reason.
+            start_mode="zygote",
+            lock_dir=zygote.lock_dir,
+            zygote_preload=",".join(ZYGOTE_PRELOADS),
             startup_timeout_s=START_S,
             log_dir=log_dir,
-            cache_dir=os.path.join(log_dir, "cache"),
+            cache_dir=zygote.cache_dir,
         )
         self.server: VllmServer | None = None
         self.client: http_client.SleepWakeClient | None = None

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tools.launcher import process_tree
+from tools.launcher import process_tree, zygote_client
 from tools.launcher.tests import testing
 
 START_MODES = ["plain", "zygote"]
@@ -25,7 +25,7 @@ def start_mode(request, tmp_path):
     if request.param == "plain":
         yield "plain"
         return
-    with testing.running_host(str(tmp_path / "locks")):
+    with zygote_client.private_host(str(tmp_path / "locks")):
         yield "zygote"
 
 

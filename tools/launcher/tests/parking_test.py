@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from tools.launcher import gpu_lease, parking, process_tree
+from tools.launcher import gpu_lease, parking, process_tree, zygote_client
 from tools.launcher.nvml import FakeNvml
 from tools.launcher.server import VllmServer
 from tools.launcher.tests import testing
@@ -37,7 +37,7 @@ print(json.dumps({"parked": server.park(json.loads(sys.argv[2])), "pids": pids, 
 @pytest.fixture
 def environ(tmp_path):
     env = testing.module_environ(testing.fake_site(tmp_path), test_tmpdir=str(tmp_path))
-    with testing.running_host(str(tmp_path / "locks")):
+    with zygote_client.private_host(str(tmp_path / "locks")):
         yield env
 
 

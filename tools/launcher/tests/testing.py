@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import sys
-import time
 
-from tools.launcher import process_tree, unix_socket, zygote_client, zygote_host
+from tools.launcher import process_tree
 from tools.launcher.config import ServerConfig
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
@@ -88,29 +86,6 @@ def plugin_site(path: str, name: str = "fake_plugin") -> str:
         with open(os.path.join(path, "%s-0.1.dist-info" % name, file_name), "w") as f:
             f.write(text)
     return path
-
-
-@contextlib.contextmanager
-def running_host(lock_dir: str):
-    """A zygote host for lock_dir for the block; stopping it stops its zygotes."""
-    proc = zygote_client.start_host(lock_dir, idle_s=0, environ=os.environ)
-    path = os.path.join(lock_dir, zygote_host.HOST_SOCKET)
-    deadline = time.monotonic() + 10
-    try:
-        while True:
-            try:
-                unix_socket.connect(path, 5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(
-                        "the zygote host did not listen; see %s" % os.path.join(lock_dir, zygote_host.HOST_LOG)
-                    ) from None
-                time.sleep(0.05)  # polled: the socket appears when the host binds it
-        yield proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def imports(log_path: str) -> list[int]:

@@ -21,7 +21,7 @@ def site(tmp_path):
 
 @pytest.fixture
 def host(tmp_path):
-    with testing.running_host(str(tmp_path / "locks")) as proc:
+    with zygote_client.private_host(str(tmp_path / "locks")) as proc:
         yield proc
 
 
@@ -199,7 +199,7 @@ def test_an_unusable_zygote_falls_back_to_a_plain_start_and_says_why(tmp_path, p
     if case == "import fails":  # the plain start then fails too, at its own import
         environ["STUB_SERVER_IMPORT_FAILS"] = "1"
     script = case == "not a module"
-    with testing.running_host(str(tmp_path / "locks")) if case != "no host inside bazel" else _nothing():
+    with zygote_client.private_host(str(tmp_path / "locks")) if case != "no host inside bazel" else _nothing():
         server = _server(tmp_path, pid_file, environ, script=script, start_mode="auto")
         if case == "import fails":
             with pytest.raises(ServerStartError, match="exited during start-up"):
