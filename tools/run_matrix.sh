@@ -10,7 +10,7 @@
 #                              them plainly; plain or zygote force one (docs/main-job.md).
 #   SLEEPWAKE_KEEP_ZYGOTES_S=S how long the zygote host and its zygotes wait after the run for the
 #                              next one, whose cells then fork from a zygote that has imported vLLM
-#                              already (about 11 s less a run). Default 600; 0 stops them with the run.
+#                              already (docs/measured-settings.md). Default 600; 0 stops them with the run.
 #   SLEEPWAKE_REUSE_SERVERS=1  (default) a cell whose classes passed gives its server back, and the next
 #                              cell of its runner x mode takes it over once its reset is checked
 #                              (tests/sleep_wake/lib/reuse.py, tools/launcher/parking.py); 0 starts a

@@ -119,8 +119,8 @@ class ServerConfig:
     )
     mp_method: str = _setting(
         "fork",
-        "VLLM_WORKER_MULTIPROC_METHOD. fork starts in ~24 s vs ~51 s for spawn"
-        " on the H200, but the worker inherits the parent's state (unsafe if CUDA was"
+        "VLLM_WORKER_MULTIPROC_METHOD. fork starts faster than spawn"
+        " (docs/measured-settings.md), but the worker inherits the parent's state (unsafe if CUDA was"
         " initialised first, which vLLM detects and then spawns anyway); spawn is slower"
         " and clean.",
         choices=MP_METHODS,
@@ -553,7 +553,7 @@ def check_importable(python: str, env, module: str = "vllm") -> None:
     """Raises VllmNotFoundError unless `python` with `env` can find `module`.
 
     find_spec in a child of that interpreter: it sees exactly the server's sys.path, and it does not
-    import vLLM (which takes ~20 s).
+    import vLLM (which takes tens of seconds: docs/measured-settings.md).
     """
     code = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
     result = subprocess.run([python, "-c", code, module], env=dict(env), capture_output=True, text=True, timeout=60)

@@ -5,14 +5,14 @@ import time
 
 from .shared import wrap
 
-SLEEP_DELAY_S = 0.58  # sleep_s_max is 0.4 s; measured medians 0.018-0.107 s
-WAKE_DELAY_S = 0.42  # wake_s_max is 0.30 s; measured medians 0.026-0.214 s
-TAGGED_WAKE_DELAY_S = 0.195  # staged_wake_s_max is 0.30 s for two tagged wakes; medians 0.036-0.226 s
-# The same defects sized against the bounds that judge wakes beside a neighbour's start step, whose
-# healthy medians are 0.14-0.38 s (full) and 0.13-0.41 s (staged), about 0.2 s typically.
+# Each delay puts a healthy median (their noise: docs/thresholds.md) past the bound that judges it.
+SLEEP_DELAY_S = 0.58  # sleep_s_max is 0.4 s
+WAKE_DELAY_S = 0.42  # wake_s_max is 0.30 s
+TAGGED_WAKE_DELAY_S = 0.195  # staged_wake_s_max is 0.30 s for two tagged wakes
+# The same defects sized against the bounds that judge wakes beside a neighbour's start step.
 BESIDE_START_WAKE_DELAY_S = 0.70  # wake_beside_start_s_max is 0.60 s
 BESIDE_START_TAGGED_WAKE_DELAY_S = 0.345  # staged_wake_beside_start_s_max is 0.60 s for two tagged wakes
-FIRST_FORWARD_DELAY_S = 2.15  # cycle_s_max is 1.5 s; medians 0.078-0.47 s
+FIRST_FORWARD_DELAY_S = 2.15  # cycle_s_max is 1.5 s
 
 
 def slow_sleep():
