@@ -90,7 +90,8 @@ PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" -
 # Waves: the state walk's shards first, in a `bazel test` of their own, then every other cell. Why:
 # each shard sleeps and wakes ~380 times, and beside the other cells every one of their server starts
 # holds the GPU's allocation phase for seconds while each walk sleep waits for it: in one invocation
-# the walk's shards waited 67% of their time on memory phases against 32% alone (docs/bench). Longest
+# the walk's shards spent twice the share of their time waiting on memory phases as alone
+# (docs/measured-settings.md). Longest
 # cells first. Arguments that choose tags themselves (--test_tag_filters) run as one invocation.
 # Each wave's tags go on the command line with --config=gpu's own filter (.bazelrc) appended: a second
 # --config setting the same option would make Bazel warn on every run.
@@ -101,7 +102,8 @@ for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=(""); do
 # Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: one per
 # slot, plus a quarter of the cores for the CPU targets a wave runs (the fake walk, the unit tests), so
 # they never hold a job a GPU cell could use; a GPU cell started beyond the slots waits for its lease,
-# which keeps the GPUs at gpus x slots cells. A quarter: the cells kept 63-67% of the cores busy (docs/bench).
+# which keeps the GPUs at gpus x slots cells. A quarter: the cells left a third of the cores idle
+# (docs/measured-settings.md).
 test_jobs=$((gpus * slots + $(nproc) / 4))
 reuse=${SLEEPWAKE_REUSE_SERVERS:-1}
 if [[ "$reuse" != 0 && "$reuse" != 1 ]]; then

@@ -55,8 +55,8 @@ def walk_context(server, client, recorder, cell):
             "goldens cannot tell the checkpoints apart"
         )
     # Every kind of request the walk sends, once, before the readings: the API server's heap grows by tens
-    # of MiB at its first logprobs, n=4, long-prompt and streamed answers (seen on the H200: 12-45 MiB over
-    # a walk's host band at its first such step), and eager mode reserves its activation blocks at the
+    # of MiB at its first logprobs, n=4, long-prompt and streamed answers (past a walk's host band at its
+    # first such step: docs/measured-settings.md), and eager mode reserves its activation blocks at the
     # first forward. The answers are judged against A's golden: the fresh server must serve it.
     runner.warm_up(client, taken["A"], streams=cells.door_cannot(cell, "stream") is None)
     client.reset_prefix_cache()

@@ -29,11 +29,11 @@ DOOR_HOST_MODULE = "tools.launcher.door_host"
 # What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
 # engine core and its executor), then, in the engine core it forks, the scheduler, the worker, both model
 # runners (one zygote serves both), the model loader, Qwen3 and the FlashAttention backend. Imported by
-# the zygote they are 0.8-1.0 s less per server (2-core CPU machine, vLLM 0.26.0), most of it the worker.
+# the zygote they cost a server nothing (their time: docs/measured-settings.md), most of it the worker's.
 # There, with vLLM 0.24.0-0.26.0, they read no per-server variable outside zygote_env.IMPORT_SAFE, start
 # no thread or process (given build_env's HUMMING_DISABLE_PARALLEL_BUILD) and leave CUDA uninitialised.
 # In 0.26.0 some import others of the list; each is named so that another layout still gets it. Left
-# out: vllm.device_allocator.cumem (sleep mode's allocator, 3 ms), which loads the CUDA driver at
+# out: vllm.device_allocator.cumem (sleep mode's allocator, quick to import), which loads the CUDA driver at
 # import: it fails on a CPU, so nothing here vouches for it on a GPU.
 VLLM_PRELOAD = (
     "vllm.v1.engine.async_llm",
@@ -206,7 +206,8 @@ class ServerConfig:
         "Seconds a server given back (VllmServer.park) waits for a test process of its configuration"
         " before it stops; a start of another configuration that finds no free slot stops it sooner.",
     )
-    # A zygote keeps ~1 GB of imported vLLM; a minute covers the gaps between the cells of one run.
+    # A zygote keeps all of imported vLLM in memory (docs/measured-settings.md); a minute covers the gaps
+    # between the cells of one run.
     zygote_idle_s: float = _setting(60.0, "Seconds an idle zygote waits for the next server before it exits.")
     zygote_host_idle_s: float = _setting(120.0, "Seconds a zygote host started outside Bazel outlives its zygotes.")
     # Importing vLLM takes tens of seconds, several times that with dozens of processes importing at once
@@ -461,7 +462,7 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
         "--max-model-len",
         str(config.max_model_len),
         # Explicit bytes: --gpu-memory-utilization is a fraction of the whole device, so a second
-        # server on a shared GPU got only what the first left (0.69 GiB).
+        # server on a shared GPU got only what the first left (docs/measured-settings.md).
         "--kv-cache-memory-bytes",
         str(config.kv_cache_bytes),
         "--gpu-memory-utilization",

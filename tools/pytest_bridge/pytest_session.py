@@ -38,8 +38,8 @@ def pytest_args(files_and_args: list[str]) -> list[str]:
         # Only the bridge's plugins: a runner's Python may hold others (the H200 image has pytest-timeout,
         # -xdist, -cov, -mock, -benchmark, hypothesis' and anyio's), which would change how a cell runs,
         # and pytest assertion-rewrites every module of an autoloaded plugin's package as it imports it:
-        # hypothesis' and anyio's alone were 105 modules, 0.8 of the 1.1 CPU-s of a one-test session
-        # on the 2-core CPU machine, in every test process.
+        # hypothesis' and anyio's alone were most of a one-test session's CPU, in every test process
+        # (docs/measured-settings.md).
         "--disable-plugin-autoload",
     ]
     if not sys.stdout.isatty():

@@ -147,8 +147,8 @@ class SleepWakeClient:
         kw.setdefault("timeout", self.timeout_s)
         # A session of its own, as requests.request makes, that ignores the environment: an http_proxy
         # there must not route calls to a loopback server elsewhere (the launcher's /health poll ignores
-        # it too), and reading the environment for proxies took a third of each call's CPU (0.33 of
-        # 1.0-1.1 ms on the 2-core CPU machine with 100 variables set).
+        # it too), and reading the environment for proxies took a third of each call's CPU
+        # (docs/measured-settings.md).
         with requests.Session() as session:
             session.trust_env = False
             return session.request(method, self.url + path, **kw)
