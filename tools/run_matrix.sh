@@ -91,7 +91,8 @@ PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" -
 # each shard sleeps and wakes ~380 times, and beside the other cells every one of their server starts
 # holds the GPU's allocation phase for seconds while each walk sleep waits for it: in one invocation
 # the walk's shards spent twice the share of their time waiting on memory phases as alone
-# (docs/measured-settings.md). Longest cells first. Arguments that choose tags themselves (--test_tag_filters) run as one invocation.
+# (docs/measured-settings.md). Longest cells first. Arguments that choose tags themselves
+# (--test_tag_filters) run as one invocation.
 # Each wave's tags go on the command line with --config=gpu's own filter (.bazelrc) appended: a second
 # --config setting the same option would make Bazel warn on every run.
 gpu_tags=$(sed -n 's/^test:gpu --test_tag_filters=//p' .bazelrc | tail -1)
