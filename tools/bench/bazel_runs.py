@@ -413,6 +413,36 @@ def walk_step_seconds_text(kinds: list[tuple]) -> str:
     return "walk steps, mean seconds by operation: " + ", ".join(f"{k} {mean:.2f} ({n} steps)" for k, n, mean in kinds)
 
 
+# The walk issue's bound on one GPU walk shard inside the default main job: its suite's time, the start of
+# its server included (a shard is one Bazel test unit, and what a user waits for when picking one).
+WALK_SHARD_S_MAX = 60.0
+
+
+def walk_shards(units: list[dict]) -> dict | None:
+    """The GPU walk shards that ran (their units, counted from the test logs, never the plan): how many,
+    their median and longest seconds, and those over WALK_SHARD_S_MAX, longest first; None where none ran."""
+    shards = [u for u in gpu_units(units) if class_of(u["cell"]) == "state_walk"]
+    if not shards:
+        return None
+    over = sorted((u for u in shards if u["seconds"] > WALK_SHARD_S_MAX), key=lambda u: -u["seconds"])
+    return {
+        "shards": len(shards),
+        "bound_s": WALK_SHARD_S_MAX,
+        "median_s": round(statistics.median(u["seconds"] for u in shards), 1),
+        "longest_s": round(max(u["seconds"] for u in shards), 1),
+        "over_bound": len(over),
+        "over": [{"unit": u["unit"], "seconds": round(u["seconds"], 1)} for u in over],
+    }
+
+
+def walk_shards_text(shards: dict) -> str:
+    line = (
+        f"walk shards: {shards['shards']} ran, median {shards['median_s']:.1f} s, longest {shards['longest_s']:.1f} s;"
+        f" {shards['over_bound']} over {shards['bound_s']:g} s"
+    )
+    return line + "".join(f"\n  {o['unit']} {o['seconds']:.1f} s" for o in shards["over"])
+
+
 def walk_shard_split(units: list[dict], top: int = 5) -> list[dict]:
     """The `top` longest GPU walk shards, each split into its server's start, its walk (first to last step
     record), the memory-phase waits its server had (most of them inside the walk) and the rest (the steps'
@@ -528,6 +558,9 @@ def main(argv=None) -> int:
     if steps:
         print(walk_step_seconds_text(steps))
         print(walk_shard_split_text(walk_shard_split(units)))
+    shards = walk_shards(units)
+    if shards:
+        print(walk_shards_text(shards))
     if args.cores >= 1 and gpu_units(units):
         print(cpu_floor_text(cpu_floor(units, args.cores)))
         print(cpu_by_thread_text(cpu_by_thread(units)))

@@ -451,3 +451,29 @@ def test_the_longest_walk_shards_split_into_start_walk_waits_and_the_rest(tmp_pa
         " memory-phase waits 20.0) + the rest 5.0; state_walk_mrv1_eager/shard_2_of_2 30.0 s = start 5.0 + walk"
         " 21.0 (3 steps, memory-phase waits 1.0) + the rest 4.0"
     ) in capsys.readouterr().out
+
+
+def test_walk_shards_are_counted_from_the_shards_that_ran_against_the_bound(tmp_path, capsys):
+    # (shard, its seconds): one over the bound, one at it; the fake tier's walk and a cell without a walk
+    # are no GPU walk shards.
+    for shard, seconds in ((0, 61.5), (1, 60.0), (2, 42.0)):
+        _unit(tmp_path, f"state_walk_mrv1_eager/shard_{shard}_of_3", seconds, _timing("zygote", start_s=6.0))
+    _unit(tmp_path, "state_walk_fake_mrv1_eager", 120.0, _timing("fake"))
+    _unit(tmp_path, "flags_mrv1_eager", 95.0, _timing("zygote", start_s=5.0))
+    shards = bazel_runs.walk_shards(bazel_runs.test_units(str(tmp_path)))
+    assert shards == {
+        "shards": 3,
+        "bound_s": bazel_runs.WALK_SHARD_S_MAX,
+        "median_s": 60.0,
+        "longest_s": 61.5,
+        "over_bound": 1,
+        "over": [{"unit": "state_walk_mrv1_eager/shard_0_of_3", "seconds": 61.5}],
+    }
+    assert bazel_runs.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "walk shards: 3 ran, median 60.0 s, longest 61.5 s; 1 over 60 s\n  state_walk_mrv1_eager/shard_0_of_3" in out
+
+
+def test_a_run_without_walk_shards_counts_none_rather_than_zero(tmp_path):
+    _unit(tmp_path, "flags_mrv1_eager", 95.0, _timing("zygote", start_s=5.0))
+    assert bazel_runs.walk_shards(bazel_runs.test_units(str(tmp_path))) is None

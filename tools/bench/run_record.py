@@ -68,7 +68,8 @@ def record(
 ) -> dict:
     """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
     server_starts, machine_state), counted from the cells' own timings (launch_to_health_s: a start's own
-    seconds, without the wait for a GPU slot), and the cells that ran by front door (cells_by_door);
+    seconds, without the wait for a GPU slot), the cells that ran by front door (cells_by_door) and the
+    walk's shards against the walk issue's bound (bazel_runs.walk_shards);
     `cell_time` the breakdown."""
     if machine_state not in MACHINE_STATES:
         raise ValueError(f"machine_state {machine_state!r}: say one of {', '.join(MACHINE_STATES)}")
@@ -98,6 +99,7 @@ def record(
             **counted,
             "gpu_units": len(gpu),
             "cells_by_door": cells_by_door(units),
+            "walk_shards": bazel_runs.walk_shards(units),
             "machine_state": machine_state,
             **bazel_runs.matrix_measures(units, elapsed),
         },
@@ -141,6 +143,8 @@ def main(argv=None) -> int:
         f"run record: {args.out} ({m['status']}, {m['elapsed_s']} s, {m['server_starts']} server starts,"
         f" {m['machine_state']} machine)"
     )
+    if m["walk_shards"]:
+        print("run record: " + bazel_runs.walk_shards_text(m["walk_shards"]))
     return 0
 
 

@@ -24,6 +24,7 @@ def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm(
     m = r["matrix"]
     assert (m["status"], m["elapsed_s"], m["server_starts"], m["machine_state"]) == ("green", 42.5, 2, "fresh")
     assert m["launch_to_health_s"]["median_s"] == 7.0 and r["machine"] == {"gpus": 1, "cores": 16, "identity": None}
+    assert m["walk_shards"] is None  # no walk shard ran: none counted, not zero
     # A cell that took over a server another cell gave back (tools/launcher/parking.py) started none.
     taken = run_record.record(
         units + [_unit("weight_sync_mrv1_eager", 0.0, 0)], gpus=1, cores=16, rc=0, machine_state="warm", waves_s=[30.0]
@@ -32,6 +33,15 @@ def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm(
     assert (
         run_record.record(units, gpus=1, cores=16, rc=3, machine_state="warm", waves_s=[])["matrix"]["status"] == "red"
     )
+
+
+def test_the_record_counts_the_walk_shards_that_ran_against_the_bound():
+    shards = [dict(_unit("state_walk_mrv1_eager", 6.0), unit=f"state_walk_mrv1_eager/shard_{i}_of_2") for i in (0, 1)]
+    shards[1]["seconds"] = 75.0
+    walk = run_record.record(shards, gpus=1, cores=16, rc=0, machine_state="fresh", waves_s=[80.0])["matrix"][
+        "walk_shards"
+    ]
+    assert (walk["shards"], walk["longest_s"], walk["over_bound"]) == (2, 75.0, 1)
 
 
 def test_a_machine_state_other_than_fresh_or_warm_is_refused():
