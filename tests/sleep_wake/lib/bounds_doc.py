@@ -34,6 +34,8 @@ def _rows(t: thresholds.Threshold) -> list[str]:
         if recorded is None:
             measured, times = "-", "-"
         elif not noise:
+            if t.granule is None:  # thresholds.py bounds a noise of 0 by one granule, so each has one
+                raise ValueError(f"threshold {t.name}: a recorded noise of 0 and no granule to bound it by")
             measured, times = "0", f"1 granule ({_value(t, t.granule)}), strict"
         else:
             measured, times = _value(t, noise), f"{factor:.2f}x"

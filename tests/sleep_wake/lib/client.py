@@ -94,8 +94,8 @@ class SleepWakeClient:
         self.timeout_s = timeout_s
         self._memory_phase = memory_phase or (lambda kind, what: contextlib.nullcontext())
         self.phases_in_server = phases_in_server
-        self._holding = None  # the kind of the window held, if any
-        self._version = None
+        self._holding: str | None = None  # the kind of the window held, if any
+        self._version: str | None = None
         # Seconds of the last sleep or wake_up call's HTTP round trip alone, inside its memory phase: what
         # vLLM took, without the wait for the phase behind GPU neighbours (the latency oracles read it).
         self.last_call_s = None
@@ -284,7 +284,7 @@ class SleepWakeClient:
         calls the same method). The path must be absolute: the workers resolve it in their own cwd.
         Returns {"results": [one per worker]}, or {} when the server answers an empty 200 (every release
         does when collective_rpc returns None)."""
-        body = {"method": "reload_weights"}
+        body: dict[str, object] = {"method": "reload_weights"}
         if weights_path is not None:
             body["kwargs"] = {"weights_path": weights_path}
         with self._phase(ALLOCATE, "reload"):

@@ -162,7 +162,7 @@ def golden_with_logprobs(
             golden=golden_run[prompt].logprobs[0],
             seen=after.logprobs[0],
         )
-    worst = max(drifts, key=drifts.get)
+    worst = max(drifts, key=lambda p: drifts[p])
     oracle.bounded(
         recorder,
         "output.logprob_drift",

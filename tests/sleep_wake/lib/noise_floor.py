@@ -62,7 +62,7 @@ def readings(roots) -> list[dict]:
 
 def extremes(readings_) -> dict:
     """(threshold, per_cell key) -> (extreme, readings, cells), over every reading (passing or not)."""
-    out = {}
+    out: dict[tuple, tuple] = {}
     for e in readings_:
         t = thresholds.TABLE.get(e["key"])
         if t is None:
@@ -134,7 +134,7 @@ def merge(data: dict, found: dict, run_id: str, run: dict) -> list[str]:
             f"run {run_id!r} is already in the noise records (told in {data['runs'][run_id]['doc']}): "
             "a run is merged once; give another run its own --run"
         )
-    by_threshold = {}
+    by_threshold: dict[str, dict] = {}
     for (name, key), reading in found.items():
         by_threshold.setdefault(name, {})[key] = reading
     notes = []
