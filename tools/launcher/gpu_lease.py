@@ -18,9 +18,13 @@ import os
 import socket
 import struct
 import time
+from typing import TYPE_CHECKING
 
 from tools.launcher import visible_devices
 from tools.launcher.errors import LeaseTimeoutError
+
+if TYPE_CHECKING:
+    from tools.launcher.nvml import NvmlReadings
 
 log = logging.getLogger("sleepwake.launcher")
 
@@ -42,7 +46,7 @@ class Lease:
             self.fd = -1
 
 
-def visible_gpus(nvml, environ) -> list[str]:
+def visible_gpus(nvml: NvmlReadings, environ) -> list[str]:
     """NVML indices (as text, the lock files' and the servers' CUDA_VISIBLE_DEVICES) of the GPUs this
     process was given: those CUDA_VISIBLE_DEVICES lists (indices or UUIDs), else every NVML device."""
     uuids = [nvml.device_uuid(index) for index in range(nvml.device_count())]

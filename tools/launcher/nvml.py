@@ -1,10 +1,11 @@
-"""The launcher's only view of the GPU: a small seam over pynvml, a fake of it for CPU tests, and the
-release check that reads it (a test's stop and a parked server's, supervisor.stop_tree)."""
+"""The launcher's only view of the GPU: what it reads of NVML (NvmlReadings), a small seam over pynvml
+that reads it (Nvml), and the release check that reads it (a test's stop and a parked server's,
+supervisor.stop_tree). CPU tests read a fake of it instead (fake_nvml.py)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, ServerReleaseError
 
@@ -13,6 +14,30 @@ MIB = 1 << 20
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlReadings(Protocol):
+    """What the launcher reads of NVML: devices, their used bytes and the compute processes on them."""
+
+    def device_count(self) -> int: ...
+
+    def device_name(self, index: int) -> str: ...
+
+    def driver_version(self) -> str: ...
+
+    def device_used_bytes(self, index: int) -> int: ...
+
+    def device_uuid(self, index: int) -> str: ...
+
+    def device_processes(self, index: int) -> dict[int, int]:
+        """pid -> bytes for the compute processes on device `index`."""
+        ...
+
+    def processes(self) -> dict[int, int]:
+        """pid -> bytes for every compute process on any device (bytes summed over devices)."""
+        ...
+
+    def process_bytes(self, pids) -> int: ...
 
 
 class Nvml:
@@ -80,44 +105,7 @@ class Nvml:
         return sum(procs.get(pid, 0) for pid in pids)
 
 
-class FakeNvml:
-    """Nvml with settable state: used[index] -> bytes, procs: pid -> bytes, the processes of device 0;
-    device i's UUID is uuids[i], by default GPU-00000000-0000-0000-0000-00000000000<i>."""
-
-    def __init__(self, device_count: int = 1, used=None, procs=None, uuids=None):
-        self.count = device_count
-        self.used = dict(used or {})
-        self.procs = dict(procs or {})
-        self.uuids = list(uuids or ["GPU-00000000-0000-0000-0000-%012d" % i for i in range(device_count)])
-        if len(self.uuids) != device_count:
-            raise ValueError("FakeNvml: %d uuids for %d devices" % (len(self.uuids), device_count))
-
-    def device_count(self) -> int:
-        return self.count
-
-    def device_name(self, index: int) -> str:
-        return "Fake GPU %d" % index
-
-    def driver_version(self) -> str:
-        return "0.0-fake"
-
-    def device_used_bytes(self, index: int) -> int:
-        return self.used.get(index, 0)
-
-    def device_uuid(self, index: int) -> str:
-        return self.uuids[index]
-
-    def device_processes(self, index: int) -> dict[int, int]:
-        return dict(self.procs) if index == 0 else {}
-
-    def processes(self) -> dict[int, int]:
-        return dict(self.procs)
-
-    def process_bytes(self, pids) -> int:
-        return sum(self.procs.get(pid, 0) for pid in pids)
-
-
-def unattributed_bytes(nvml: Any, device_index: int) -> int:
+def unattributed_bytes(nvml: NvmlReadings, device_index: int) -> int:
     """The device's used bytes that no process NVML lists on it accounts for: what a process that
     escaped its server's tree (or the driver) holds. A neighbour's process that NVML lists, another
     run's server or a build action's, is subtracted: it cannot move this reading."""
@@ -125,7 +113,7 @@ def unattributed_bytes(nvml: Any, device_index: int) -> int:
 
 
 def wait_for_release(
-    nvml: Any,
+    nvml: NvmlReadings,
     pids: list[int],
     device_index: int,
     baseline: int | None,
@@ -172,3 +160,7 @@ def wait_for_release(
                 % (timeout_s, "; ".join(problems))
             )
         time.sleep(poll_s)
+
+
+if TYPE_CHECKING:  # NVML as the launcher reads it, which mypy (//tools/lint:types_test) holds Nvml to
+    _nvml: NvmlReadings = Nvml()

@@ -44,7 +44,7 @@ from tools.launcher.config import (
     validate,
 )
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError
-from tools.launcher.nvml import MIB, Nvml, unattributed_bytes, wait_for_release
+from tools.launcher.nvml import MIB, Nvml, NvmlReadings, unattributed_bytes, wait_for_release
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.timings import ServerTimings
 
@@ -115,7 +115,7 @@ class VllmServer:
         config: ServerConfig,
         lease: bool = False,
         *,
-        nvml: Any = None,
+        nvml: NvmlReadings | None = None,
         command_factory: Callable[[ServerConfig, int], list[str]] | None = None,
         environ: Mapping[str, str] | None = None,
     ):
@@ -126,7 +126,7 @@ class VllmServer:
         self.log_path = ""  # the current launch's log, once launched
         self.env: dict[str, str] | None = None
         self._want_lease = lease
-        self._nvml = nvml  # Nvml, or a test's stand-in with its methods; made at the first start
+        self._nvml = nvml  # made at the first use where not given (a CPU test gives fake_nvml.FakeNvml)
         self._factory = command_factory
         self._environ = dict(os.environ if environ is None else environ)
         # The supervisor: a subprocess.Popen, or a zygote_client.ForeignProcess, which has the members
@@ -197,11 +197,18 @@ class VllmServer:
         """PIDs of the server's process tree now (the supervisor excluded)."""
         return sorted(process_tree.snapshot(self._sup.pid, include_root=False)) if self._sup else []
 
+    @property
+    def _gpu(self) -> NvmlReadings:
+        """NVML, made at the first use where the caller gave none."""
+        if self._nvml is None:
+            self._nvml = Nvml()
+        return self._nvml
+
     def gpu_bytes(self) -> int:
-        return self._nvml.process_bytes(self.pids())
+        return self._gpu.process_bytes(self.pids())
 
     def device_used_bytes(self) -> int:
-        return self._nvml.device_used_bytes(self._device_index)
+        return self._gpu.device_used_bytes(self._device_index)
 
     @contextlib.contextmanager
     def memory_phase(self, kind: str, what: str = "") -> Iterator[float]:
@@ -232,12 +239,11 @@ class VllmServer:
         cfg = self.config
         validate(cfg)
         resolve_model(cfg.model)  # a missing checkpoint fails here, before a lease or a process
-        if self._nvml is None:
-            self._nvml = Nvml()  # GpuUnavailableError on a CPU machine: the most useful message there
+        nvml = self._gpu  # first: GpuUnavailableError on a CPU machine is the most useful message there
         self.env = build_env(cfg, self._environ)
         if self._factory is None:
             check_importable(sys.executable, self.env)
-        gpus = gpu_lease.visible_gpus(self._nvml, self._environ)
+        gpus = gpu_lease.visible_gpus(nvml, self._environ)
         if self._want_lease:
             self._lend_key = self._parking_key()
             if cfg.claim and self._lend_key and self._claim(time.monotonic()):
@@ -428,7 +434,7 @@ class VllmServer:
         cfg = self.config
         # Device memory is the cell's to judge only when no other cell shares the GPU.
         exclusive = self.lease is not None and self.lease.exclusive
-        self._baseline = unattributed_bytes(self._nvml, self._device_index) if exclusive else None
+        self._baseline = unattributed_bytes(self._gpu, self._device_index) if exclusive else None
         taken = []
         # A start allocates weights, KV cache and graphs: no neighbour on the GPU may sleep meanwhile.
         # With steps the server's worker holds the phase around each of those itself.
@@ -705,7 +711,7 @@ class VllmServer:
             )
         if check_release:
             wait_for_release(
-                self._nvml,
+                self._gpu,
                 list(snap),
                 self._device_index,
                 self._baseline,

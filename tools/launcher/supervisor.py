@@ -36,11 +36,10 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from tools.launcher import gpu_lease, parking, process_tree
 from tools.launcher.errors import GpuUnavailableError, ServerReleaseError
-from tools.launcher.nvml import Nvml, wait_for_release
+from tools.launcher.nvml import Nvml, NvmlReadings, wait_for_release
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -173,7 +172,9 @@ def supervise(spec: dict, launch, test_gone_fd: int | None = None) -> int:
     return 0
 
 
-def stop_tree(parked: dict | None, terminate: Callable[[], dict], nvml_factory: Callable[[], Any] = Nvml) -> dict:
+def stop_tree(
+    parked: dict | None, terminate: Callable[[], dict], nvml_factory: Callable[[], NvmlReadings] = Nvml
+) -> dict:
     """Tears the server's tree down with terminate() and returns what it returned (the processes it
     ended). A parked server's stop is nobody's but this process's: it takes the RELEASE phase a test's
     stop takes, and like that stop (server.py _tear_down) holds it until NVML lists none of the tree.

@@ -19,7 +19,7 @@ from tests.sleep_wake.lib import thresholds
 from tools.launcher import config as launcher_config
 from tools.launcher import zygote_client
 from tools.launcher.config import ServerConfig
-from tools.launcher.nvml import FakeNvml
+from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.server import VllmServer, log_tail
 
 FACTORY = "tests.engine.lib.door_engines:build"

@@ -12,8 +12,8 @@ import pytest
 
 from tools.launcher import gpu_lease
 from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, LeaseTimeoutError
+from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS, RELEASE
-from tools.launcher.nvml import FakeNvml
 from tools.launcher.tests import testing
 
 H200_UUIDS = [

@@ -3,7 +3,8 @@ import types
 import pytest
 
 from tools.launcher.errors import GPU_CELL_HINT, GpuUnavailableError, ServerReleaseError
-from tools.launcher.nvml import FakeNvml, Nvml, unattributed_bytes, wait_for_release
+from tools.launcher.fake_nvml import FakeNvml
+from tools.launcher.nvml import Nvml, unattributed_bytes, wait_for_release
 
 GIB = 1 << 30
 

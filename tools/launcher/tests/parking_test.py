@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from tools.launcher import gpu_lease, parking, process_tree, zygote_client
-from tools.launcher.nvml import FakeNvml
+from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.server import VllmServer
 from tools.launcher.tests import testing
 
@@ -22,7 +22,7 @@ from tools.launcher.tests import testing
 _PARK_AND_EXIT = """
 import json, os, sys
 from tools.launcher.config import ServerConfig
-from tools.launcher.nvml import FakeNvml
+from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.server import VllmServer
 from tools.launcher.tests import testing
 server = VllmServer(ServerConfig(**json.loads(sys.argv[1])), lease=True, nvml=FakeNvml(),

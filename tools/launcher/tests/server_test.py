@@ -21,7 +21,7 @@ from tools.launcher.errors import (
     ServerStartError,
     VllmNotFoundError,
 )
-from tools.launcher.nvml import FakeNvml
+from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.server import VllmServer, check_runner
 from tools.launcher.tests import testing

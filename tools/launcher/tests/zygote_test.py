@@ -9,7 +9,7 @@ import pytest
 
 from tools.launcher import process_tree, unix_socket, zygote, zygote_client
 from tools.launcher.errors import ServerStartError
-from tools.launcher.nvml import FakeNvml
+from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.server import VllmServer
 from tools.launcher.tests import testing
 

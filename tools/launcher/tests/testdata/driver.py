@@ -13,7 +13,7 @@ import signal
 import sys
 
 from tools.launcher.config import ServerConfig
-from tools.launcher.nvml import FakeNvml
+from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.server import VllmServer
 from tools.launcher.tests import testing
 

@@ -7,7 +7,7 @@ process it creates is recorded in STUB_SERVER_PID_FILE; the teardown grace is sh
 import os
 
 from tools.launcher import vllm_server
-from tools.launcher.nvml import FakeNvml
+from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.server import VllmServer
 from tools.launcher.tests import testing
 
