@@ -85,8 +85,9 @@ def _processes(pids):
 def descendant_pids(root: int) -> list[int] | None:
     """The PIDs below root, from the children files of root's tree alone; None without those files.
     Why not psutil's children(recursive=True): it reads every process's stat on the host to find a
-    tree's parents, 7.9 ms a call with 493 processes on the host against 0.23 ms (2-core CPU machine),
-    and a walk step reads its server's tree for each NVML reading and host-memory read."""
+    tree's parents, many times what this costs on a host of hundreds of processes
+    (docs/measured-settings.md), and a walk step reads its server's tree for each NVML reading and
+    host-memory read."""
     if not PROC_CHILDREN:
         return None
     found, todo, seen = [], [root], {root}

@@ -321,10 +321,9 @@ def freeze_heap() -> int:
 
     Why: a server collects its garbage several times during its start (vLLM's worker and model runner
     call gc.collect() before vLLM's own freeze_gc_heap() at the end of start-up, and allocation triggers
-    more), and each full collection walks every object of the import: 680k objects with vLLM 0.26.0's API
-    server and the preloads, 0.35-0.40 CPU-s a collection on the 2-core CPU machine and 0.68 s for the
-    first in a fork, which writes to every page it walks and so copies it. Frozen here, every fork
-    inherits them frozen: its collections walk only what it allocated itself (3e-5 s). vLLM unfreezes
+    more), and each full collection walks every object of the import, the first in a fork writing to every
+    page it walks and so copying it (their cost: docs/measured-settings.md). Frozen here, every fork
+    inherits them frozen: its collections walk only what it allocated itself. vLLM unfreezes
     only around MRV1's CUDA-graph capture and at shutdown, which then walk everything as before."""
     gc.collect()
     gc.freeze()

@@ -209,9 +209,9 @@ class FakeEngine:
 
     def device_used_bytes(self) -> int:
         """The device's used bytes. The activation blocks torch's caching allocator gives back at a sleep
-        still count here: on the H200 the first device-wide reading after a wake is within 94 MiB of the
-        one before the sleep in eager mode too (thresholds wake_shortfall_immediate_bytes_max), while the
-        server's own NVML bytes settle 354 MiB lower (wake_shortfall_bytes_max, eager)."""
+        still count here: on the H200 the first device-wide reading after a wake is close to the one before
+        the sleep in eager mode too (thresholds wake_shortfall_immediate_bytes_max), while the server's own
+        NVML bytes settle lower (wake_shortfall_bytes_max, eager; their noise: docs/thresholds.md)."""
         m = self.memory
         return self.gpu_bytes() + m.device_other + (0 if self.activations_reserved else m.activations)
 
