@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import time
 
 import requests
@@ -144,10 +145,14 @@ class GpuTier:
         return f"--test_filter=TestStateWalkShard{shard}"
 
     def close(self) -> None:
+        """Joins the requests the walk left open. Called while a step's failure propagates (the walk's
+        `finally`), it hands that failure to each pool's background(), which wakes the engine before it
+        joins: a request the failure left held then ends now, not at its client timeout."""
+        failure = sys.exc_info()
         for o in self.open:
             if o.pool is not None:
-                o.pool.close()
-        self._pool.close()
+                o.pool.__exit__(*failure)
+        self._pool.__exit__(*failure)
 
     def _golden(self, checkpoint: str) -> Goldens:
         return self.ctx.goldens[checkpoint]

@@ -1,12 +1,16 @@
 """The GPU tier's judgement of a request that must end (an abort's, a wait drain's): a stream that went
 silent past its own read timeout has not ended, which is the waiting oracle's verdict on a live server
-and no verdict at all on a server that is not live."""
+and no verdict at all on a server that is not live. And its close after a failed step: a request the
+failure left held ends at once, not at its client timeout."""
 
 import concurrent.futures
+import contextlib
+import threading
 
 import pytest
 
 from tests.sleep_wake.lib import liveness, oracle
+from tests.sleep_wake.lib.background import background
 from tests.sleep_wake.lib.client import SleepWakeClient, StreamResult
 from tests.sleep_wake.walk import runner
 
@@ -30,10 +34,10 @@ class _Client:
             raise liveness.NoAnswer(f"{what}: GET /health: no answer")
 
 
-def _tier(live: bool) -> runner.GpuTier:
+def _tier(live: bool, client=None) -> runner.GpuTier:
     ctx = runner.Context(
         server=None,
-        client=_Client(live),
+        client=client or _Client(live),
         recorder=None,
         cell_id="unit",
         checkpoints={},
@@ -75,3 +79,56 @@ def test_a_stream_silent_on_a_server_that_is_not_live_is_errored_not_a_verdict()
 def test_a_stream_that_ended_is_returned_for_its_own_oracles():
     ended = StreamResult(finish_reasons=["length"], token_ids=[[7, 8]], num_tokens=2, error=None, status=200)
     assert _tier(live=True)._end_of(_open(ended), 5.0, "the drained request", ends_oracle=ENDS) is ended
+
+
+# Longer than any close that wakes the engine first, far shorter than a client timeout.
+HELD_WAIT_S = 10.0
+
+
+class _AsleepClient(_Client):
+    """A live server asleep until the test's wake_everything, which ends the request it holds."""
+
+    def __init__(self):
+        super().__init__(live=True)
+        self.wakes = 0
+        self.ended = threading.Event()  # the held request's end
+
+    def health(self) -> bool:
+        return True
+
+    def is_sleeping(self) -> bool:
+        return self.wakes == 0
+
+    def wake_everything(self) -> None:
+        self.wakes += 1
+        self.ended.set()
+
+
+def _held(tier: runner.GpuTier, client: _AsleepClient) -> concurrent.futures.Future:
+    """A request a keep froze, as the tier keeps it open: on a pool of its own that outlives its step."""
+    stack = contextlib.ExitStack()
+    pool = stack.enter_context(background(client, workers=1))
+    future = pool.submit(client.ended.wait, HELD_WAIT_S)
+    tier.open.append(runner.Open(future, "held", "generate_stream", "p", pool=stack))
+    return future
+
+
+def test_a_close_while_a_step_failure_propagates_wakes_the_engine_so_the_held_request_ends_now():
+    client = _AsleepClient()
+    tier = _tier(live=True, client=client)
+    held = _held(tier, client)
+    with pytest.raises(oracle.OracleFailure):
+        try:
+            oracle.fail("requests.held_until_resident", "a step", 1, 0, "==")
+        finally:
+            tier.close()
+    assert client.wakes == 1 and held.result(timeout=0) is True  # ended by the wake, not its wait
+
+
+def test_a_close_after_walks_that_passed_wakes_nothing():
+    client = _AsleepClient()
+    tier = _tier(live=True, client=client)
+    held = _held(tier, client)
+    threading.Timer(0.2, client.ended.set).start()  # the request ends on its own
+    tier.close()
+    assert held.result(timeout=0) is True and client.wakes == 0
