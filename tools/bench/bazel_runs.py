@@ -97,7 +97,7 @@ def test_units(testlogs_dir: str, only: set | None = None) -> list[dict]:
     CPU seconds (test_process_cpu), None where it recorded none, and "walk_steps": the (time, operation
     token) of each walk_step it recorded, in time order.
     only: the real paths of the test.xml files to keep (an invocation's: tools/report/reading.py)."""
-    units = []
+    units: list[dict] = []
     if not os.path.isdir(testlogs_dir):
         return units
     for cell in sorted(os.listdir(testlogs_dir)):

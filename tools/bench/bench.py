@@ -125,7 +125,7 @@ def vllm_identity() -> str:
 def _start_many(n: int, cfg: ServerConfig, environ: dict) -> list[dict]:
     """Starts n servers at once (one thread each, which stays alive while its server runs: the
     supervisor's PDEATHSIG follows the starting thread), then stops them all; one record per server."""
-    records = [dict() for _ in range(n)]
+    records: list[dict] = [{} for _ in range(n)]
     started = threading.Barrier(n + 1)
     release = threading.Event()
 

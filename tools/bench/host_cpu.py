@@ -71,7 +71,8 @@ class Sampler:
     def _kind(self, pid: int, parents: dict, starts: dict, known: dict) -> str:
         if (pid, starts.get(pid)) in known:
             return known[pid, starts.get(pid)]
-        chain, p = [], pid
+        chain: list[int] = []
+        p = pid
         while p in parents and (p, starts.get(p)) not in known and len(chain) < 256:
             chain.append(p)
             p = parents[p]

@@ -87,8 +87,11 @@ def summarize(phases: list[Phase]) -> Summary:
     intervals.sort()
     starts = [i[0] for i in intervals]
     longest = max((i[1] - i[0] for i in intervals), default=0.0)
-    held, waits = collections.Counter(), collections.defaultdict(lambda: [0, 0.0])
-    kept = collections.defaultdict(collections.Counter)
+    held: collections.defaultdict[str, float] = collections.defaultdict(float)
+    waits: collections.defaultdict[str, list] = collections.defaultdict(lambda: [0, 0.0])
+    kept: collections.defaultdict[str, collections.defaultdict[str, float]] = collections.defaultdict(
+        lambda: collections.defaultdict(float)
+    )
     for p in phases:
         held[p.kind] += p.left - p.entered
         if p.entered <= p.asked:

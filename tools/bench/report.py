@@ -38,9 +38,8 @@ def targets(result: dict) -> list[dict]:
     measured = result.get("measured", {})
     gpus = len(result.get("machine", {}).get("gpus") or [])
     out = []
-    for key, what, target, unit in TARGETS:
-        if isinstance(target, dict):
-            target = target.get(gpus)
+    for key, what, spec, unit in TARGETS:
+        target = spec.get(gpus) if isinstance(spec, dict) else spec
         value = measured.get(key)
         out.append(
             {

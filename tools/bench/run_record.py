@@ -39,7 +39,7 @@ def cells_by_door(units: list[dict]) -> dict[str, dict]:
     passed if a case ran and none failed; one that is neither ran no case."""
     out: dict[str, dict] = {}
     for cell, counts in _cell_outcomes(units).items():
-        door = out.setdefault(bazel_runs.door_of(cell), {"cells": 0, "passed": 0, "failed": 0})
+        door = out.setdefault(bazel_runs.door_of(cell) or "", {"cells": 0, "passed": 0, "failed": 0})
         door["cells"] += 1
         door["failed"] += bool(counts.get("failed"))
         door["passed"] += bool(counts.get("passed")) and not counts.get("failed")

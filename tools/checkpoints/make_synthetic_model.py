@@ -252,7 +252,7 @@ def tensor_names_and_shapes(shape: ModelShape) -> list[tuple]:
     """(name, shape) of every tensor, in file order, named as vLLM's Qwen3 loader expects."""
     h, i = shape.hidden_size, shape.intermediate_size
     q, kv = shape.num_attention_heads * shape.head_dim, shape.num_key_value_heads * shape.head_dim
-    out = [("model.embed_tokens.weight", (shape.vocab_size, h))]
+    out: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (shape.vocab_size, h))]
     for layer in range(shape.num_hidden_layers):
         p = f"model.layers.{layer}."
         out += [

@@ -76,12 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wheelhouse: cannot derive the overlay from {args.lock}: {e}", file=sys.stderr)
         return 2
     os.makedirs(args.dest, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write(requirements)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as listed:
+        listed.write(requirements)
     try:
-        done = subprocess.run(download_command(f.name, args.dest, args.python_version), check=False)
+        done = subprocess.run(download_command(listed.name, args.dest, args.python_version), check=False)
     finally:
-        os.unlink(f.name)
+        os.unlink(listed.name)
     if done.returncode:
         print(
             f"wheelhouse: pip download failed (exit {done.returncode}, above): this host must reach the "

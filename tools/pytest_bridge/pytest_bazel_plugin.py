@@ -54,7 +54,7 @@ def _keyword_matcher(text: str):
     filter still works as a substring of the test id.
     """
     try:
-        from _pytest.mark.expression import Expression
+        from _pytest.mark.expression import Expression  # type: ignore[import-not-found]  # pytest is untyped here
     except ImportError:
         print(
             "pytest_bazel_plugin: this pytest has no _pytest.mark.expression; the test filter is"

@@ -133,7 +133,7 @@ def confirm_by_controls(rows) -> list:
 
 def outcome_counts(rows) -> dict:
     """class -> {outcome: number of mutants}, over the mutants (not the control)."""
-    counts = {}
+    counts: dict[str, dict] = {}
     for r in rows:
         if r["mutant"] == CONTROL:
             continue

@@ -30,7 +30,9 @@ from tools.results import testlogs  # noqa: E402
 
 def summarize(invocation: testlogs.Invocation) -> tuple[collections.Counter, list[str], list[str]]:
     """(case outcomes over every result, distinct skip reasons, results whose test.xml is unreadable)."""
-    totals, reasons, unreadable = collections.Counter(), [], []
+    totals: collections.Counter = collections.Counter()
+    reasons: list[str] = []
+    unreadable: list[str] = []
     for result in invocation.results:
         if result.xml is None or not os.path.exists(result.xml):
             unreadable.append(

@@ -146,7 +146,8 @@ def read_bep(path: str) -> Invocation:
     Only the last attempt of each (label, shard, run) is kept: with --flaky_test_attempts the earlier
     attempts are superseded.
     """
-    command, patterns, results = "", [], {}
+    command, patterns = "", []
+    results: dict = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             if not line.strip():
