@@ -122,7 +122,7 @@ class Page:
         head = "<tr><th>class</th>" + "".join(f"<th>{escape(view.column_label(c))}</th>" for c in run.columns) + "</tr>"
         rows = []
         for c in run.classes:
-            tds = "".join(self.grid_cell(run.cells[(c, *column)]) for column in run.columns)
+            tds = "".join(self.grid_cell(run.cells[(c, door, runner, mode)]) for door, runner, mode in run.columns)
             rows.append(f'<tr><th class="class">{escape(c)}</th>{tds}</tr>')
         return (
             '<section id="grid"><h2>Cells: front door &times; runner &times; mode &times; class</h2>'
@@ -268,7 +268,8 @@ class Page:
 
     # --- timings ---------------------------------------------------------------------------------
     def timings(self) -> str:
-        starts, checks = [], {}
+        starts: list = []
+        checks: dict = {}
         for cell in self.run.ordered():
             t = series.starts(cell.records, cell.name)
             if t:

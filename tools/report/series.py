@@ -113,7 +113,7 @@ def memory_panels(records: list[dict]) -> list[Panel]:
         readings = [r for r in readings if r["key"] not in REFERENCE_KEYS]
         by_cycle = any("cycle" in r for r in readings)
         if by_cycle:
-            series = {}
+            series: dict = {}
             for r in readings:
                 if "cycle" in r:
                     series.setdefault(r["key"], Series(r["key"], [])).points.append((r["cycle"], r["value"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from html import escape
 
 from tools.report.series import Guide, Series
@@ -87,7 +88,7 @@ def line_chart(
     series: list[Series],
     *,
     title: str,
-    guides: list[Guide] = (),
+    guides: Sequence[Guide] = (),
     scale: float = 1.0,
     unit: str = "",
     x_name: str = "",
@@ -127,8 +128,8 @@ def line_chart(
     ticks = sorted(x_labels) if x_labels else nice_ticks(x_lo, x_hi, 6)
     for i, t in enumerate(t for t in ticks if x_lo <= t <= x_hi):
         label = x_labels[t] if x_labels else _fmt(t)
-        y = top + ph + 12 + (10 if x_labels and i % 2 else 0)  # category names alternate rows, not overlap
-        out.append(f'<text x="{_num(px(t))}" y="{y}" class="tick" text-anchor="middle">{escape(label)}</text>')
+        tick_y = top + ph + 12 + (10 if x_labels and i % 2 else 0)  # category names alternate rows, not overlap
+        out.append(f'<text x="{_num(px(t))}" y="{tick_y}" class="tick" text-anchor="middle">{escape(label)}</text>')
     if x_name:
         out.append(
             f'<text x="{left + pw / 2:.0f}" y="{top + ph + 25}" class="axis" text-anchor="middle">'
@@ -172,7 +173,7 @@ def bar_chart(
     bars: list[tuple[str, float]],
     *,
     title: str,
-    guides: list[Guide] = (),
+    guides: Sequence[Guide] = (),
     scale: float = 1.0,
     unit: str = "",
     width: int = 300,

@@ -174,7 +174,7 @@ class Run:
     fake: dict[str, Cell] = dataclasses.field(default_factory=dict)  # target -> the fake tier's cells
 
     def ordered(self) -> list[Cell]:
-        return [self.cells[(c, *column)] for c in self.classes for column in self.columns]
+        return [self.cells[(c, door, runner, mode)] for c in self.classes for door, runner, mode in self.columns]
 
     def ran(self) -> list[Cell]:
         """The grid's cells this run ran: neither absent from the testlogs nor an earlier run's (stale)."""
@@ -196,7 +196,7 @@ class Run:
         return out
 
     def states(self, cells=None) -> dict[str, int]:
-        out = {}
+        out: dict[str, int] = {}
         for cell in self.ordered() if cells is None else cells:
             out[cell.state] = out.get(cell.state, 0) + 1
         return out
@@ -364,7 +364,7 @@ def _read_cells(matrix: str, invocation, notes: list[str]) -> tuple[dict, dict]:
         faked = split_fake(name)
         parts = faked or split_cell(name)
         dirs = reading.result_dirs(os.path.join(matrix, name)) if parts else []
-        if not dirs:
+        if parts is None or not dirs:
             continue
         cell = Cell.at(parts, dirs=dirs, target=name if faked else "")
         _read_cell(cell, invocation)
@@ -417,14 +417,14 @@ def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
         )
     cells, fake = _read_cells(os.path.join(root, reading.MATRIX_DIR), invocation, notes)
     classes, columns = _fill_grid(cells)
-    identities = {}
+    identities: dict[str, list[str]] = {}
     for cell in cells.values():
         for r in cell.records:
             if r.get("key") == "server_start_s" and r.get("vllm_identity"):
                 names = identities.setdefault(str(r["vllm_identity"]), [])
                 if cell.name not in names:
                     names.append(cell.name)
-    found = reading.identity_file(root)
+    identity_path = reading.identity_file(root)
     return Run(
         testlogs=root,
         classes=classes,
@@ -432,7 +432,7 @@ def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
         cells=cells,
         invocation=invocation.command if invocation else None,
         identities=identities,
-        identity_file=(found, reading.read_text(found)) if found else None,
+        identity_file=(identity_path, reading.read_text(identity_path)) if identity_path else None,
         mutation=_mutation(root, workspace),
         notes=notes,
         fake=fake,

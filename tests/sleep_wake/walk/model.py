@@ -322,7 +322,7 @@ def in_flight_outcome(mode: str, level: int) -> InFlight:
     return IN_FLIGHT[mode]
 
 
-def resumed_golden(state: State, origin: str) -> str | None:
+def resumed_golden(state: State, origin: str | None) -> str | None:
     """The checkpoint whose golden a held request that started on `origin` ends with when scheduling
     resumes in `state` (after the wake): its own, if the same weights serve on; None when its tokens mix
     two sets of weights or garbage, which no golden predicts."""

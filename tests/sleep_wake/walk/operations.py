@@ -169,7 +169,7 @@ class Operation:
         return tuple(dict.fromkeys(ids))
 
 
-def _resumed_oracles(state: State, origin: str) -> list:
+def _resumed_oracles(state: State, origin: str | None) -> list:
     """What judges the tokens of a held request that runs on in `state`: its checkpoint's uninterrupted
     run where the model predicts it, else only its count."""
     return ["prefix_cache.kept_paused_request" if model.resumed_golden(state, origin) else "output.finish_length"]

@@ -28,6 +28,7 @@ import random
 import re
 import sys
 import zlib
+from typing import Any
 
 from tests.sleep_wake.lib import oracle
 from tests.sleep_wake.walk import model
@@ -262,7 +263,7 @@ def plan_shards(shards: int, seed: int, max_steps: int, door: str = HTTP) -> tup
         raise ValueError(f"shards must be >= 1, got {shards}")
     walks = cell_walks(seed, max_steps, door)
     dealt = deal([walk_millis(w) for w in walks], shards)
-    first_by = {}
+    first_by: dict[tuple, int] = {}
     for index, steps in enumerate(trace(walks)):
         for state, op in steps:
             first_by.setdefault(pair_of(state, op), index)
@@ -307,7 +308,7 @@ def _first_path(src: State, goal, order=None, door: str = HTTP) -> list | None:
     """Breadth first from src: the operations up to and including the first edge for which
     goal(state, op, next state) holds, None if none does. order(list) reorders each state's successors
     (a seeded shuffle), else they come in ALL's order."""
-    parent = {src: None}
+    parent: dict[State, tuple[State, Any] | None] = {src: None}
     queue = collections.deque([src])
     while queue:
         state = queue.popleft()
@@ -317,14 +318,24 @@ def _first_path(src: State, goal, order=None, door: str = HTTP) -> list | None:
         for op, nxt in edges:
             if goal(state, op, nxt):
                 path = [op]
-                while parent[state] is not None:
-                    state, prev = parent[state]
+                step = parent[state]
+                while step is not None:
+                    state, prev = step
                     path.append(prev)
+                    step = parent[state]
                 return path[::-1]
             if nxt not in parent:
                 parent[nxt] = (state, op)
                 queue.append(nxt)
     return None
+
+
+def _path(path: list | None, what: str) -> list:
+    """A path _first_path found; its absence is the planner's error (the model's states, all reachable from
+    INITIAL, were not connected as the planner needs), said with what was sought."""
+    if path is None:
+        raise ValueError(f"the model has no path {what}: its reachable states are not connected as the planner needs")
+    return path
 
 
 def shortest_path(src: State, dst: State, door: str = HTTP) -> list | None:
@@ -352,9 +363,13 @@ def plan_walks(pairs, seed: int, max_steps: int, door: str = HTTP) -> list:
     rng = random.Random(seed)
     walks = []
     while todo:
-        walk, state = [], INITIAL
+        walk: list = []
+        state = INITIAL
         while todo:
-            path = _first_path(state, lambda st, op, nxt: pair_of(st, op) in todo, rng.shuffle, door)
+            path = _path(
+                _first_path(state, lambda st, op, nxt: pair_of(st, op) in todo, rng.shuffle, door),
+                f"from ({state.describe()}) to a pair not yet walked",
+            )
             end = run(state, path)
             if len(walk) + len(path) + len(reset_ops(end)) > max_steps:
                 if not walk:
@@ -385,7 +400,8 @@ def trace(walks) -> list:
 def steps_coverage(traces) -> tuple[set, collections.Counter]:
     """(the pairs visited, counts of consecutive operations (token, token) within a walk) of steps
     taken: [[(state before, operation), ...] per walk] (trace's shape, or what a walker executed)."""
-    visited, consecutive = set(), collections.Counter()
+    visited: set = set()
+    consecutive: collections.Counter = collections.Counter()
     for steps in traces:
         visited |= {pair_of(s, op) for s, op in steps}
         consecutive.update((str(a), str(b)) for (_, a), (_, b) in zip(steps, steps[1:]))
@@ -403,10 +419,14 @@ def shrink_candidates(walk, failing_index: int, start: State = INITIAL, door: st
     for op in walk[:failing_index]:
         states.append(op.apply(states[-1]))
     failing = walk[failing_index]
-    candidates = [shortest_path(INITIAL, states[-1], door) + [failing]]
+
+    def way(dst: State) -> list:
+        return _path(shortest_path(INITIAL, dst, door), f"from INITIAL to ({dst.describe()})")
+
+    candidates = [way(states[-1]) + [failing]]
     if failing_index:
-        candidates.append(shortest_path(INITIAL, states[-2], door) + walk[failing_index - 1 : failing_index + 1])
-    candidates.append(shortest_path(INITIAL, start, door) + list(walk[: failing_index + 1]))
+        candidates.append(way(states[-2]) + walk[failing_index - 1 : failing_index + 1])
+    candidates.append(way(start) + list(walk[: failing_index + 1]))
     out = []
     for c in sorted(candidates, key=len):
         if c not in out:
@@ -453,7 +473,7 @@ def parse_script(text: str) -> list:
 def terminal_pairs(door: str = HTTP) -> dict:
     """{(known divergence, level, tags asleep): [operation, ...]} of every terminal pair (operations.
     terminal) the states reachable through `door` allow, operations in ALL's order."""
-    kinds = collections.defaultdict(list)
+    kinds: collections.defaultdict[tuple, list] = collections.defaultdict(list)
     for state in reachable_states(door):
         for op in ops.ALL:
             if ops.door_why_not(op, state, door):
@@ -494,7 +514,7 @@ def plan_probes(door: str = HTTP) -> list:
         def there(st, o, nxt, op=op, name=name, where=(level, asleep)):
             return (nxt.level, tuple(sorted(nxt.asleep_tags))) == where and ops.terminal(op, nxt) == name
 
-        path = _first_path(INITIAL, there, door=door)
+        path = _path(_first_path(INITIAL, there, door=door), f"from INITIAL to the terminal pair {op} of {name}")
         probes.append(path + [op])
     return probes
 

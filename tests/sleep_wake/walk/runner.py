@@ -11,6 +11,7 @@ the tier keeps them (Open) until the wake that runs them, or the abort sleep tha
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import sys
@@ -20,6 +21,7 @@ import requests
 
 from tests.sleep_wake.lib import expect, host_memory, measure, oracle, thresholds
 from tests.sleep_wake.lib.background import background, end_clock, generated_tokens, wait_decoding
+from tests.sleep_wake.lib.client import SleepWakeClient
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
 from tests.sleep_wake.lib.prompts import (
     GOLDEN_MAX_TOKENS,
@@ -36,6 +38,7 @@ from tests.sleep_wake.walk import model
 from tests.sleep_wake.walk import operations as ops
 from tests.sleep_wake.walk.model import State
 from tools.launcher import door_host
+from tools.launcher.interface import Server
 from tools.matrix import HTTP
 
 LONG = LONG_PROMPTS[0]  # the prompt of the prefix-cache operations: several KV blocks long
@@ -55,9 +58,9 @@ class Goldens:
 
 @dataclasses.dataclass
 class Context:
-    server: object
-    client: object
-    recorder: object
+    server: Server
+    client: SleepWakeClient
+    recorder: measure.Recorder
     cell_id: str
     checkpoints: dict  # "A"/"B" -> absolute checkpoint dir
     goldens: dict  # "A"/"B" -> Goldens
@@ -76,7 +79,7 @@ class Open:
     "held" for a stream a keep froze), the prompt and its own kind of request (an operation's name), and
     for a held stream the checkpoint its first tokens came from and the pool its future runs on."""
 
-    future: object
+    future: concurrent.futures.Future
     kind: str
     op_name: str
     prompt: str
