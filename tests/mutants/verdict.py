@@ -174,7 +174,7 @@ def judge_classes(
     """Per class, its verdict against kills (class -> the oracle ids that must fire) and what the defect
     is (fails_as), or for the control (kills=None) passed / other oracle / errored. A class with no
     testcase at all ran nothing: that is a broken run (errored), never a survival or a pass."""
-    by_class = {c: [] for c in classes}
+    by_class: dict[str, list[Case]] = {c: [] for c in classes}
     for case in cases:
         short = class_of(case, class_files)
         if short in by_class:
@@ -222,7 +222,7 @@ def marker_regex(template: str, **fields) -> re.Pattern:
 
 def log_lines(root: str, *patterns: re.Pattern) -> list[list[str]]:
     """For each pattern, the server log lines under root (recursively) it matches, as FILE: LINE."""
-    found = [[] for _ in patterns]
+    found: list[list[str]] = [[] for _ in patterns]
     for directory, _, files in os.walk(root):
         for name in sorted(files):
             path = os.path.join(directory, name)
@@ -236,7 +236,7 @@ def log_lines(root: str, *patterns: re.Pattern) -> list[list[str]]:
     return found
 
 
-def check_classes_agree(mutant: str, build_classes: list[str], kills: dict[str, str]) -> None:
+def check_classes_agree(mutant: str, build_classes: list[str], kills: dict[str, tuple]) -> None:
     """BUILD.bazel and the plugin's catalogue must name the same killing classes for a mutant."""
     if set(build_classes) != set(kills):
         raise ValueError(
@@ -251,7 +251,7 @@ def decide(
     cases: list[Case],
     classes: list[str],
     class_files: dict[str, str],
-    kills: dict[str, str] | None,
+    kills: dict[str, tuple] | None,
     log_root: str,
     activation: str,
     no_mutant: str,

@@ -208,7 +208,9 @@ MISS_MIN, MISS_MAX = 1.4, 1.6
 def _mutants_cell() -> str:
     """The cell the mutants run on ("MRV2-eager"), read from tests/mutants/defs.bzl."""
     text = _read("tests/mutants/defs.bzl")
-    runner, mode = (re.search(rf'\n_{key} = "(\w+)"', text).group(1) for key in ("RUNNER", "MODE"))
+    found = [re.search(rf'\n_{key} = "(\w+)"', text) for key in ("RUNNER", "MODE")]
+    assert all(found), "tests/mutants/defs.bzl has no _RUNNER or _MODE"
+    runner, mode = (m.group(1) for m in found if m)
     return f"{runner.upper()}-{mode}"
 
 

@@ -189,7 +189,7 @@ def _extra_until(size: int, when, until) -> None:
     "freed >= 0" check still holds)."""
     from vllm.v1.worker.gpu_worker import Worker
 
-    held = []
+    held: list = []
 
     def release():
         while held:

@@ -94,7 +94,8 @@ def _pinned_while_asleep(size: int, when) -> None:
     released by the next wake."""
     from vllm.v1.worker.gpu_worker import Worker
 
-    held, levels = [], []
+    held: list = []
+    levels: list = []
 
     def make_sleep(original):
         def sleep(self, level=1):

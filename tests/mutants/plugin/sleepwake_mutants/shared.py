@@ -11,12 +11,13 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from . import REACHED
 
 KiB = 1 << 10
 MiB = 1 << 20
-_state = {"mutant": None, "reached": False, "fd": None}
+_state: dict[str, Any] = {"mutant": None, "reached": False, "fd": None}
 
 
 def applying(name: str) -> None:
@@ -112,16 +113,16 @@ class Deferred:
     def __init__(self, delay_s: float):
         self.delay_s = delay_s
         self._lock = threading.Lock()
-        self._action = None
-        self._timer = None
+        self._action: Callable[[], None] | None = None
+        self._timer: threading.Timer | None = None
 
     def schedule(self, action: Callable[[], None]) -> None:
         self.flush()
         with self._lock:
             self._action = action
-            self._timer = threading.Timer(self.delay_s, self.flush)
-            self._timer.daemon = True
-            self._timer.start()
+            timer = self._timer = threading.Timer(self.delay_s, self.flush)
+            timer.daemon = True
+            timer.start()
 
     def flush(self) -> None:
         with self._lock:
