@@ -44,7 +44,7 @@ def answers(what: str, call, *args, **kwargs):
         oracle.fail("api.status", what, f"raised {e!r}", "no error", "")
 
 
-def raises(oracle_id: str, what: str, expected: type, match: str, call, *args) -> None:
+def raises(oracle_id: str, what: str, expected: type[BaseException], match: str, call, *args) -> None:
     """A call that must raise `expected` with `match` in its text (a failure vLLM lets reach the caller)."""
     try:
         call(*args)

@@ -85,7 +85,7 @@ class QueueEngineClient:
     def _submit(self, method: str, args: tuple) -> concurrent.futures.Future:
         self._raise_if_dead()
         call_id = next(self._call_ids)
-        future = concurrent.futures.Future()
+        future: concurrent.futures.Future = concurrent.futures.Future()
         self._pending[call_id] = future
         self._proc.input_queue.put_nowait((EngineCoreRequestType.UTILITY, (0, call_id, method, args)))
         return future

@@ -78,7 +78,7 @@ class OutputRecord(RecordingOutputQueue):
 
     def _ended(self, request_id: str) -> bool:
         stream = self.streams.get(request_id)
-        return bool(stream) and stream[-1][1] is not None
+        return stream is not None and bool(stream) and stream[-1][1] is not None
 
 
 class RouteClient(QueueEngineClient):
@@ -124,7 +124,7 @@ class InFlightGate:
         self._late_sent: threading.Event | None = None
         self._forwards = 0
         self.timed_out = False
-        built.worker.execute_model = self._execute_model
+        built.worker.execute_model = self._execute_model  # type: ignore[method-assign]  # the gate
 
     def arm(self, request_id: str, late_sent: threading.Event | None = None) -> None:
         """late_sent: also hold the request's forwards after the pause (a wait sleep's drain) until the

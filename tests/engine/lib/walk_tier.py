@@ -114,10 +114,12 @@ class EngineTier:
         self.version = version
         self.checkpoints = checkpoints  # "A"/"B" -> a checkpoint directory (the fake loads neither)
         self.open: list[Open] = []
-        self.checked = collections.Counter()  # oracle id -> checks made
-        self.skipped = collections.Counter()  # oracle id -> checks the GPU walk makes that this one cannot
+        self.checked: collections.Counter = collections.Counter()  # oracle id -> checks made
+        self.skipped: collections.Counter = (
+            collections.Counter()
+        )  # oracle id -> checks the GPU walk makes that this one cannot
         self._step_checked: set = set()
-        self._step = None  # (operation, state before) of the step being made
+        self._step: tuple | None = None  # (operation, state before) of the step being made
 
     def pick(self, shard: int) -> str:
         return f"--test_filter=shard{shard}"
@@ -335,7 +337,7 @@ class EngineTier:
         """/sleep?mode=wait from a thread; once the engine paused (the in-flight request still draining,
         held by the gate), a second request; then the sleep's answer. (response, its Open)."""
         server = self.server
-        answer = {}
+        answer: dict = {}
         thread = threading.Thread(
             target=lambda: answer.setdefault("r", server.post("/sleep", params={"level": level, "mode": mode})),
             name="walk-wait-sleep",
@@ -380,7 +382,7 @@ class EngineTier:
                 self._held_tokens(o, s, s.held, what)
             self.open = [o for o in self.open if o not in held]
 
-    def _held_tokens(self, o: Open, state: State, origin: str, what: str) -> None:
+    def _held_tokens(self, o: Open, state: State, origin: str | None, what: str) -> None:
         """A held request's tokens: where no golden predicts them (weights changed or garbage), their
         count; where one does, the fake's constant token cannot show it (SKIPPED)."""
         if model.resumed_golden(state, origin) is None:
@@ -436,7 +438,7 @@ class EngineTier:
     def reload(self, op, s: State, after: State, where: str) -> None:
         self._begin(op, s)
         path = op.params[0]
-        body = {"method": "reload_weights"}
+        body: dict[str, object] = {"method": "reload_weights"}
         if path is not None:
             body["kwargs"] = {"weights_path": self.checkpoints[path]}
         reloads = len(self.server.timeline.of("reload_weights"))
@@ -575,7 +577,7 @@ class EngineTier:
             response = self.server.post("/wake_up", params={"tags": list(tags)} if tags is not None else None)
         else:
             path = op.params[0]
-            body = {"method": "reload_weights"}
+            body: dict[str, object] = {"method": "reload_weights"}
             if path is not None:
                 body["kwargs"] = {"weights_path": self.checkpoints[path]}
             response = self.server.post("/collective_rpc", json=body)

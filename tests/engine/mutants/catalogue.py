@@ -15,6 +15,7 @@ Importable without vLLM (the harness lists the catalogue before forking); patche
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import sleepwake_mutants
 from sleepwake_mutants import ERROR_ANSWER, shared
@@ -26,6 +27,8 @@ ENV = "SLEEPWAKE_ENGINE_MUTANT"
 class Mutant(sleepwake_mutants.Mutant):
     """The GPU plugin's Mutant, whose patch may also be a function of this module (engine-only bugs);
     a reused plugin bug keeps the plugin's "module:function"."""
+
+    patch: str | Callable[[], None]  # type: ignore[assignment]  # wider than the plugin's, for engine-only bugs
 
     def apply(self) -> None:
         if callable(self.patch):
