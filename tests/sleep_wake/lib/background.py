@@ -12,8 +12,9 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 
 @contextlib.contextmanager
 def background(client, workers: int = 1):
-    """A thread pool for requests. If the block fails while the engine sleeps, wake it (fully) before
-    joining, so held requests end now instead of at their client timeout."""
+    """A thread pool for requests. If the block fails while the engine sleeps, wake it (fully), so held
+    requests end now instead of at their client timeout; and do not wait for them: a request the wake
+    could not free (a defect in the wake, a stop asked for) ends when the server stops."""
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="held-request")
     try:
         yield pool
@@ -24,7 +25,7 @@ def background(client, workers: int = 1):
         except Exception:  # noqa: BLE001  the block's own failure is the verdict: never mask it
             pass
         finally:
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
 

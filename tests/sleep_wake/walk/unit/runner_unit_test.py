@@ -122,7 +122,7 @@ def test_a_close_while_a_step_failure_propagates_wakes_the_engine_so_the_held_re
             oracle.fail("requests.held_until_resident", "a step", 1, 0, "==")
         finally:
             tier.close()
-    assert client.wakes == 1 and held.result(timeout=0) is True  # ended by the wake, not its wait
+    assert client.wakes == 1 and held.result(timeout=HELD_WAIT_S) is True  # ended by the wake, not its wait
 
 
 def test_a_close_after_walks_that_passed_wakes_nothing():
