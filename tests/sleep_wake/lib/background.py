@@ -13,19 +13,22 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 @contextlib.contextmanager
 def background(client, workers: int = 1):
     """A thread pool for requests. If the block fails while the engine sleeps, wake it (fully), so held
-    requests end now instead of at their client timeout; and do not wait for them: a request the wake
-    could not free (a defect in the wake, a stop asked for) ends when the server stops."""
+    requests end now instead of at their client timeout, and join them: the next test starts on a quiet
+    server. Where the wake failed (a defect in the wake) or a stop was asked for (KeyboardInterrupt: the
+    mutant runner stopping a shard), do not wait for them: they end when the server stops."""
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="held-request")
     try:
         yield pool
-    except BaseException:
+    except BaseException as failure:
+        woken = False
         try:
             if client.health() and client.is_sleeping():
                 client.wake_everything()
+            woken = True
         except Exception:  # noqa: BLE001  the block's own failure is the verdict: never mask it
             pass
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=woken and not isinstance(failure, KeyboardInterrupt), cancel_futures=True)
         raise
     pool.shutdown(wait=True)
 
