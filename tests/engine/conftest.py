@@ -18,7 +18,7 @@ from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401 
 
 
 def pytest_configure(config):
-    if os.environ.get("SLEEPWAKE_EXPECT_VLLM"):  # a per-release target: vLLM is this test's whatever it runs
+    if os.environ.get("SLEEPWAKE_EXPECT_VLLM"):  # a per-release target: the vLLM it imports is that release
         from tests.engine.lib import cpu_vllm
 
         cpu_vllm.expect_release()

@@ -21,13 +21,14 @@ from tools.report import reading
 MACHINE_STATES = ("fresh", "warm")  # fresh: no earlier run_matrix.sh run on this host (run_matrix.sh says how)
 
 
-def _cell_outcomes(units: list[dict]) -> dict[str, dict]:
-    """GPU cell name -> its test cases' outcome counts, summed over its units (its shards)."""
-    out: dict[str, dict] = {}
+def _cell_outcomes(units: list[dict]) -> dict[tuple[str, str], dict]:
+    """(front door, GPU cell name) -> its test cases' outcome counts, summed over its units (its shards)."""
+    out: dict[tuple[str, str], dict] = {}
     for unit in units:
-        if bazel_runs.door_of(unit["cell"]) is None:
+        door = bazel_runs.door_of(unit["cell"])
+        if door is None:
             continue  # the fake tier's targets, unit tests: no cell of the matrix
-        counts = out.setdefault(unit["cell"], {})
+        counts = out.setdefault((door, unit["cell"]), {})
         for outcome, n in unit.get("outcomes", {}).items():
             counts[outcome] = counts.get(outcome, 0) + n
     return out
@@ -38,11 +39,11 @@ def cells_by_door(units: list[dict]) -> dict[str, dict]:
     that are there, so a door none of whose cells ran is absent. A cell failed if a case of it failed,
     passed if a case ran and none failed; one that is neither ran no case."""
     out: dict[str, dict] = {}
-    for cell, counts in _cell_outcomes(units).items():
-        door = out.setdefault(bazel_runs.door_of(cell) or "", {"cells": 0, "passed": 0, "failed": 0})
-        door["cells"] += 1
-        door["failed"] += bool(counts.get("failed"))
-        door["passed"] += bool(counts.get("passed")) and not counts.get("failed")
+    for (door, _), counts in _cell_outcomes(units).items():
+        tally = out.setdefault(door, {"cells": 0, "passed": 0, "failed": 0})
+        tally["cells"] += 1
+        tally["failed"] += bool(counts.get("failed"))
+        tally["passed"] += bool(counts.get("passed")) and not counts.get("failed")
     return out
 
 

@@ -78,7 +78,9 @@ class OutputRecord(RecordingOutputQueue):
 
     def _ended(self, request_id: str) -> bool:
         stream = self.streams.get(request_id)
-        return stream is not None and bool(stream) and stream[-1][1] is not None
+        if not stream:
+            return False
+        return stream[-1][1] is not None
 
 
 class RouteClient(QueueEngineClient):

@@ -115,9 +115,8 @@ class EngineTier:
         self.checkpoints = checkpoints  # "A"/"B" -> a checkpoint directory (the fake loads neither)
         self.open: list[Open] = []
         self.checked: collections.Counter = collections.Counter()  # oracle id -> checks made
-        self.skipped: collections.Counter = (
-            collections.Counter()
-        )  # oracle id -> checks the GPU walk makes that this one cannot
+        # oracle id -> checks the GPU walk makes that this one cannot
+        self.skipped: collections.Counter = collections.Counter()
         self._step_checked: set = set()
         self._step: tuple | None = None  # (operation, state before) of the step being made
 
