@@ -1,5 +1,5 @@
 """The zygote with the real vLLM 0.26.0 on a CPU: importing its API server and the modules the launcher
-preloads after it (config.VLLM_PRELOAD) leaves CUDA uninitialised, starts no thread and reads no
+preloads after it (config.VLLM_PRELOAD, DOOR_PRELOAD) leaves CUDA uninitialised, starts no thread and reads no
 per-server variable that zygote_env.IMPORT_SAFE does not explain, and a forked server re-enters the
 module as __main__ far enough to build its argument parser, which loads the `vllm.general_plugins`
 entry points (vllm/engine/arg_utils.py add_cli_args -> load_general_plugins): the mutant plugin, found
@@ -17,7 +17,15 @@ import sleepwake_mutants
 
 from tests.mutants import site_dir
 from tools.launcher import process_tree, zygote_client
-from tools.launcher.config import VLLM_ENTRYPOINT, VLLM_PRELOAD, ServerConfig, build_env, preload_modules
+from tools.launcher.config import (
+    DOOR_PRELOAD,
+    VLLM_ENTRYPOINT,
+    VLLM_PRELOAD,
+    ServerConfig,
+    build_env,
+    preload_modules,
+    zygote_modules,
+)
 from tools.launcher.tests import testing
 
 MUTANT = "slow_wake"
@@ -42,6 +50,7 @@ def _fork(tmp_path, lock_dir, env, log_path):
             start_timeout_s=600,
             host_idle_s=60,
             environ={},
+            modules=zygote_modules(ServerConfig(), spec["argv"]),
             preloads=preload_modules(ServerConfig(), spec["argv"]),
         )
     sup.wait(timeout=300)
@@ -67,7 +76,8 @@ def test_a_forked_vllm_server_parses_its_arguments_and_loads_its_own_plugin(tmp_
     with open(os.path.join(lock_dir, zygote_logs[0])) as f:
         zygote_log = f.read()
     assert "CUDA initialised: False" in zygote_log and "refusing every fork" not in zygote_log, zygote_log[-3000:]
-    preloads = "then %d of %d preload(s) in " % (len(VLLM_PRELOAD), len(VLLM_PRELOAD))
+    expected = len(VLLM_PRELOAD + DOOR_PRELOAD)
+    preloads = "then %d of %d preload(s) in " % (expected, expected)
     assert preloads in zygote_log and "threads: 1 Python" in zygote_log, zygote_log[-3000:]
     zygote_pid = int(re.search(r"\[sleepwake zygote (\d+)\] imported", zygote_log).group(1))
     active = re.search(

@@ -59,6 +59,11 @@ DOOR_PRELOAD = (
     "uvicorn",
     "prometheus_client",
 )
+# The server modules that one zygote imports and runs (zygote_preload auto). The goldens' API servers start
+# first, as build actions, so their zygote has imported vLLM before any cell starts; a door host with a
+# zygote of its own imported vLLM again when the first in-process cell started, in the middle of the
+# walk wave's first round of starts (docs/speed.md).
+SHARED_ZYGOTE_MODULES = (VLLM_ENTRYPOINT, DOOR_HOST_MODULE)
 
 
 ENV_PREFIX = "SLEEPWAKE_"  # every setting is also SLEEPWAKE_<NAME>: the matrix macro sets the cell's
@@ -219,9 +224,10 @@ class ServerConfig:
         " so that every server it forks has them (vLLM's engine core imports its"
         " worker and model only after the fork); MODULE:FUNCTION also calls a"
         " cached function every server would compute. One missing from the"
-        " installed vLLM is logged and skipped. auto: config.VLLM_PRELOAD for"
-        " vLLM's API server, it and config.DOOR_PRELOAD for the door host, none for"
-        " another module; none: no preload.",
+        " installed vLLM is logged and skipped. auto: config.VLLM_PRELOAD and"
+        " config.DOOR_PRELOAD for vLLM's API server and the door host, which then share"
+        " one zygote (config.SHARED_ZYGOTE_MODULES), none for another module; none: no"
+        " preload.",
     )
     # Both through the plugin phase_plugin/sleepwake_cpu_use.py: the servers' CPU work is the matrix's
     # floor on one H200, and these cut it (docs/measured-settings.md). A GPU server's torch does no CPU
@@ -261,13 +267,25 @@ class ServerConfig:
         return cls(**values)
 
 
+def _server_module(argv) -> str:
+    return argv[2] if len(argv) > 2 and argv[1] == "-m" else ""
+
+
+def zygote_modules(config: ServerConfig, argv) -> tuple[str, ...]:
+    """The server modules the zygote for the server command argv (`python -m module ...`) imports, in
+    order; it runs any of them. With zygote_preload auto, SHARED_ZYGOTE_MODULES: the API server's and the
+    door host's servers fork from one zygote."""
+    module = _server_module(argv)
+    if config.zygote_preload == "auto" and module in SHARED_ZYGOTE_MODULES:
+        return SHARED_ZYGOTE_MODULES
+    return (module,) if module else ()
+
+
 def preload_modules(config: ServerConfig, argv) -> list[str]:
-    """The modules the zygote for the server command argv (`python -m module ...`) imports after it."""
+    """The modules the zygote for the server command argv (`python -m module ...`) imports after its
+    modules (zygote_modules)."""
     if config.zygote_preload == "auto":
-        module = list(argv[1:3])
-        if module == ["-m", VLLM_ENTRYPOINT]:
-            return list(VLLM_PRELOAD)
-        return list(VLLM_PRELOAD + DOOR_PRELOAD) if module == ["-m", DOOR_HOST_MODULE] else []
+        return list(VLLM_PRELOAD + DOOR_PRELOAD) if _server_module(argv) in SHARED_ZYGOTE_MODULES else []
     if config.zygote_preload == "none":
         return []
     return [name.strip() for name in config.zygote_preload.split(",") if name.strip()]

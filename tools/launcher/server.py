@@ -42,6 +42,7 @@ from tools.launcher.config import (
     preload_modules,
     resolve_model,
     validate,
+    zygote_modules,
 )
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError
 from tools.launcher.nvml import MIB, Nvml, NvmlReadings, unattributed_bytes, wait_for_release
@@ -300,7 +301,7 @@ class VllmServer:
             return None
         try:
             zygote_key, _ = zygote_env.zygote_key(
-                argv[0], argv[2], self.env, zygote_client.code_digest(), preload_modules(cfg, argv)
+                argv[0], zygote_modules(cfg, argv), self.env, zygote_client.code_digest(), preload_modules(cfg, argv)
             )
             return parking.lending_key(cfg, resolve_model(cfg.model), self.env, zygote_key)
         except (OSError, ValueError) as e:  # then it is neither claimed nor parked, only started
@@ -602,6 +603,7 @@ class VllmServer:
                 start_timeout_s=cfg.zygote_start_timeout_s,
                 host_idle_s=cfg.zygote_host_idle_s,
                 environ=self._environ,
+                modules=zygote_modules(cfg, spec["argv"]),
                 preloads=preload_modules(cfg, spec["argv"]),
             )
         except zygote_client.ZygoteUnavailable as e:

@@ -1,12 +1,12 @@
-"""The zygote: imports a server module (vLLM's API server) once, then forks a supervisor and its server
-per request, so a start no longer pays the import (tens of seconds, far more with dozens at once:
-docs/measured-settings.md).
+"""The zygote: imports server modules (vLLM's API server, the door host) once, then forks a supervisor and
+its server per request, so a start no longer pays the import (tens of seconds, far more with dozens at
+once: docs/measured-settings.md).
 
 Started by the zygote host (zygote_host.py), one per key (zygote_env.zygote_key), with the key's
-environment: python -m tools.launcher.zygote --socket PATH --module M [--preload P ...] --key K --idle_s S
---ready_fd N
+environment: python -m tools.launcher.zygote --socket PATH --module M [--module M2 ...] [--preload P ...]
+--key K --idle_s S --ready_fd N
 
-  * Import: the module is imported with environment reads recorded (EnvReads). A per-server variable
+  * Import: the modules are imported, in order, with environment reads recorded (EnvReads). A per-server variable
     read then would keep this process's value in every server; unless zygote_env.IMPORT_SAFE says why
     that read is harmless, every fork is refused and the launcher starts plainly, naming the variable.
   * Preloads: modules the server would import only later, in every server (vLLM's engine core imports
@@ -19,14 +19,14 @@ environment: python -m tools.launcher.zygote --socket PATH --module M [--preload
   * Requests (unix_socket messages on PATH, same uid only): {"op": "ping"} and {"op": "fork", "key",
     "spec"} with three or four descriptors: the control pipe's read end, the report pipe's write end,
     the server log, and optionally the GPU lease. A fork is refused, with the reason, when the key is
-    another zygote's, the module's files changed since the import (the zygote then exits: its image is
+    another zygote's, the modules' files changed since the import (the zygote then exits: its image is
     stale), CUDA is initialised here (a forked CUDA context is unusable), the argv is not
-    `<this python> -m <module> ...`, or a per-server sys.path entry would shadow a module already
-    imported.
+    `<this python> -m <one of its modules> ...`, or a per-server sys.path entry would shadow a module
+    already imported.
   * Fork: the child becomes the server's supervisor (supervisor.supervise) with the two pipes as its
     stdin and stdout. It is not the test process's child, so a pidfd of the test process stands in for
     PDEATHSIG. It forks the server, which takes the request's environment, sys.path, cwd and argv and
-    runs the module as __main__ (runpy), as `python -m` would.
+    runs the argv's module as __main__ (runpy), as `python -m` would.
   * Orphans: the zygote is a child subreaper. If a supervisor dies without its teardown (SIGKILL, the
     OOM killer), its server dies by PDEATHSIG and the server's orphans (vLLM's engine core) land here;
     the zygote kills them within ORPHAN_CHECK_S, where the plain path leaves them to Bazel's
@@ -177,14 +177,14 @@ class Refusal:
 
 @dataclasses.dataclass
 class Zygote:
-    """What a fork is checked against: the imported module and the state the import left."""
+    """What a fork is checked against: the imported modules and the state the import left."""
 
-    module: str
+    modules: tuple  # the modules a fork may run, imported in this order
     key: str
     python: str
     key_pythonpath: list  # abspath'd PYTHONPATH entries this zygote imported with
     site_path: list  # sys.path entries that do not come from PYTHONPATH (stdlib, site-packages)
-    files: list  # module_files_state of the module and the preloads at import
+    files: list  # module_files_state of the modules and the preloads at import
     unsafe_reads: dict  # per-server variables read at import and not in IMPORT_SAFE -> sites
     loaded: dict  # top-level module name -> the sys.path entry it was imported from
     import_fds: frozenset  # descriptors the import opened: part of the image, so servers keep them
@@ -198,10 +198,10 @@ class Zygote:
     def refusal(self, message: dict) -> Refusal | None:
         if message.get("key") != self.key:
             return Refusal("this zygote serves key %s, the request is for %s" % (self.key, message.get("key")))
-        if module_files_state(self.module, *self.preloaded) != self.files:
+        if module_files_state(*self.modules, *self.preloaded) != self.files:
             return Refusal(
-                "the files of %s%s changed since this zygote imported it (reinstalled?); a new"
-                " zygote imports them again" % (self.module, " or of its preloads" if self.preloaded else ""),
+                "the files of %s%s changed since this zygote imported them (reinstalled?); a new zygote"
+                " imports them again" % (", ".join(self.modules), " or of its preloads" if self.preloaded else ""),
                 stale=True,
             )
         if self.unsafe_reads:
@@ -210,7 +210,7 @@ class Zygote:
                 " in every server: %s. Key the zygote on them (zygote_env.PER_SERVER_*) or list"
                 " why they are harmless in zygote_env.IMPORT_SAFE"
                 % (
-                    self.module,
+                    ", ".join(self.modules),
                     " and its preloads" if self.preloaded else "",
                     ", ".join("%s (%s)" % (name, sites[0]) for name, sites in sorted(self.unsafe_reads.items())),
                 )
@@ -221,11 +221,13 @@ class Zygote:
         argv = spec.get("argv") or []
         if (
             len(argv) < 3
-            or argv[1:3] != ["-m", self.module]
+            or argv[1] != "-m"
+            or argv[2] not in self.modules
             or os.path.realpath(argv[0]) != os.path.realpath(self.python)
         ):
             return Refusal(
-                "this zygote runs `%s -m %s`, the request's argv starts %s" % (self.python, self.module, argv[:3])
+                "this zygote runs `%s -m %s`, the request's argv starts %s"
+                % (self.python, " | ".join(self.modules), argv[:3])
             )
         shadows = self.shadowed(spec)
         if shadows:
@@ -334,13 +336,15 @@ def _per_server(reads: EnvReads) -> dict:
     return {n: s for n, s in reads.point_reads().items() if zygote_env.is_per_server(n)}
 
 
-def import_module(module: str, preloads=()) -> Zygote:
-    """Imports module, then the preloads, with their environment reads recorded; the Zygote to check
+def import_modules(modules, preloads=()) -> Zygote:
+    """Imports modules, then the preloads, with their environment reads recorded; the Zygote to check
     forks against."""
+    modules = tuple(modules)
     start = time.monotonic()
     before = _open_fds()
     with EnvReads() as reads:
-        importlib.import_module(module)
+        for module in modules:
+            importlib.import_module(module)
     imported = time.monotonic()
     with EnvReads() as preload_reads:
         preloaded = _preload(preloads)
@@ -355,7 +359,7 @@ def import_module(module: str, preloads=()) -> Zygote:
         "imported %s in %.1f s%s; per-server variables read at import: %s; CUDA initialised: %s; threads: %d"
         " Python, %d native; %d objects frozen for the forks' collections"
         % (
-            module,
+            ", ".join(modules),
             imported - start,
             ", then %d of %d preload(s) in %.1f s" % (len(preloaded), len(preloads), time.monotonic() - imported)
             if preloads
@@ -376,12 +380,12 @@ def import_module(module: str, preloads=()) -> Zygote:
     if unsafe:
         _say("refusing every fork: %s" % unsafe)
     return Zygote(
-        module=module,
+        modules=modules,
         key="",
         python=sys.executable,
         key_pythonpath=key_path,
         site_path=[os.path.abspath(p) for p in sys.path if p and os.path.abspath(p) not in key_path],
-        files=module_files_state(module, *preloaded),
+        files=module_files_state(*modules, *preloaded),
         unsafe_reads=unsafe,
         loaded=_loaded_top_level(),
         import_fds=import_fds,
@@ -462,7 +466,7 @@ def _fork_server(zygote: Zygote, spec: dict) -> ForkedServer:
     code = 1
     try:
         _become_server(zygote, spec, supervisor_pid)
-        code = _run_as_main(zygote.module)
+        code = _run_as_main(spec["argv"][2])
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -493,7 +497,7 @@ def _become_supervisor(zygote: Zygote, spec: dict, fds: list) -> int:
         supervisor._say("the test process was gone before the server started; not starting it")
         return 1
     supervisor._say(
-        "forked by zygote %d (key %s): the server skips importing %s" % (os.getppid(), zygote.key, zygote.module)
+        "forked by zygote %d (key %s): the server skips importing %s" % (os.getppid(), zygote.key, spec["argv"][2])
     )
     spec = dict(spec, lease_fd=lease[0] if lease else None)  # parking hands this slot lock on
     return supervisor.supervise(spec, lambda s: _fork_server(zygote, s), test_gone_fd=test_gone)
@@ -512,7 +516,7 @@ def _handle(zygote: Zygote, conn: socket.socket, message: dict, fds: list):
                 "ok": True,
                 "pid": os.getpid(),
                 "key": zygote.key,
-                "module": zygote.module,
+                "modules": list(zygote.modules),
                 "preloaded": list(zygote.preloaded),
             },
         )
@@ -597,14 +601,20 @@ def _unlink(path: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, help="Unix socket path to serve on.")
-    parser.add_argument("--module", required=True, help="The server module to import and run as __main__.")
+    parser.add_argument(
+        "--module",
+        action="append",
+        required=True,
+        help="A server module to import (repeatable, imported in order); a fork runs the one its request's"
+        " argv names as __main__.",
+    )
     parser.add_argument(
         "--preload",
         action="append",
         default=[],
         metavar="MODULE[:FUNCTION]",
         help="Also import"
-        " MODULE after --module (repeatable): a module every server imports only later (vLLM's"
+        " MODULE after the --module ones (repeatable): a module every server imports only later (vLLM's"
         " engine core imports its worker and model after the fork), which each then has already;"
         " with :FUNCTION also call MODULE.FUNCTION(), a cached computation each server would"
         " repeat. Its environment reads and CUDA count as --module's; if it fails, the zygote logs"
@@ -624,13 +634,13 @@ def main(argv=None) -> int:
         del sys.path[0]
     ready = os.fdopen(args.ready_fd, "w")
     try:
-        zygote = import_module(args.module, args.preload)
+        zygote = import_modules(args.module, args.preload)
         zygote.key, zygote.socket_path = args.key, args.socket
         supervisor.prctl(supervisor.PR_SET_CHILD_SUBREAPER, 1)  # see "Orphans" above
         if zygote.cuda_initialized():
             raise RuntimeError(
                 "importing %s%s initialised CUDA; forked servers could not use it"
-                % (args.module, " and its preloads" if args.preload else "")
+                % (", ".join(args.module), " and its preloads" if args.preload else "")
             )
         listener = unix_socket.listen(args.socket)
     except BaseException as e:
@@ -640,7 +650,8 @@ def main(argv=None) -> int:
         return 1
     ready.write(json.dumps({"ok": True, "pid": os.getpid()}) + "\n")
     ready.close()
-    _say("serving %s on %s (key %s, idle exit after %.0f s)" % (args.module, args.socket, args.key, args.idle_s))
+    modules = ", ".join(args.module)
+    _say("serving %s on %s (key %s, idle exit after %.0f s)" % (modules, args.socket, args.key, args.idle_s))
     child_work = serve(zygote, listener, args.idle_s)
     if child_work is not None:
         code = 1

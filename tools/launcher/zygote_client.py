@@ -114,7 +114,7 @@ def _zygote_socket(lock_dir: str, request: dict, environ, host_idle_s: float) ->
             raise ZygoteUnavailable("the zygote host at %s did not answer: %s" % (lock_dir, e)) from None
     if not reply.get("ok"):
         raise ZygoteUnavailable(
-            "the zygote host could not start a zygote for %s: %s" % (request["module"], reply.get("error"))
+            "the zygote host could not start a zygote for %s: %s" % (", ".join(request["modules"]), reply.get("error"))
         )
     return reply["socket"]
 
@@ -170,24 +170,28 @@ def start_supervisor(
     start_timeout_s: float,
     host_idle_s: float,
     environ,
+    modules=(),
     preloads=(),
 ) -> tuple[ForeignProcess, str]:
-    """Has the zygote for spec's `python -m module` (that also imported preloads) fork a supervisor
-    running spec; returns it and the zygote's key. Raises ZygoteUnavailable with the reason when that
-    cannot be done."""
+    """Has the zygote that imported modules (default: spec's `python -m module` alone) and then preloads
+    fork a supervisor running spec; returns it and the zygote's key. Raises ZygoteUnavailable with the
+    reason when that cannot be done."""
     argv = spec["argv"]
     if len(argv) < 3 or argv[1] != "-m":
         raise ZygoteUnavailable("the server command is not `python -m module ...` (%s)" % argv[:3])
+    modules = tuple(modules) or (argv[2],)
+    if argv[2] not in modules:
+        raise ValueError("the server runs %s, which the zygote's modules %s leave out" % (argv[2], modules))
     if not hasattr(os, "pidfd_open"):
         raise ZygoteUnavailable(
             "this Python (%s) has no os.pidfd_open (Linux >= 5.3, Python >= 3.9)" % sys.version.split()[0]
         )
-    key, env = zygote_env.zygote_key(argv[0], argv[2], spec["env"], code_digest(), preloads)
+    key, env = zygote_env.zygote_key(argv[0], modules, spec["env"], code_digest(), preloads)
     request = {
         "op": "zygote",
         "key": key,
         "python": argv[0],
-        "module": argv[2],
+        "modules": list(modules),
         "preloads": list(preloads),
         "env": env,
         "code_root": ROOT,

@@ -14,8 +14,8 @@ A server's environment splits in two (split_env):
 PYTHONPATH splits the same way (split_pythonpath): entries inside a per-test directory (a test's
 runfiles, its TEST_TMPDIR, where a mutant target builds its plugin site) or inside any runfiles tree (a
 build action's binary, which Bazel gives none of those variables) are the server's own, put on
-sys.path in the fork; the rest is the key's. The entry that provides the module itself stays in the
-key, since the zygote imports the module from it; unless the module is of the zygote's own package
+sys.path in the fork; the rest is the key's. An entry that provides one of the zygote's modules stays in
+the key, since the zygote imports the module from it; unless the module is of the zygote's own package
 (OWN_PACKAGE: the door host), which every fork drops and imports again from its own sys.path.
 """
 
@@ -24,8 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: a zygote imports and runs several modules
 PER_SERVER_NAMES = frozenset(
     {
         "CUDA_VISIBLE_DEVICES",
@@ -116,31 +117,34 @@ def provides(entry: str, top_level: str) -> bool:
     return os.path.isdir(os.path.join(entry, top_level)) or os.path.isfile(os.path.join(entry, top_level + ".py"))
 
 
-def split_pythonpath(env, module: str) -> tuple[list[str], list[str]]:
-    """(key entries, per-server entries) of env's PYTHONPATH, each in PYTHONPATH's order."""
+def split_pythonpath(env, *modules: str) -> tuple[list[str], list[str]]:
+    """(key entries, per-server entries) of env's PYTHONPATH, each in PYTHONPATH's order, for a zygote
+    that imports modules."""
     entries = [os.path.abspath(e) for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
     private = [os.path.abspath(env[v]) for v in PER_TEST_DIR_VARS if env.get(v)]
-    top_level = module.split(".")[0]
+    top_levels = {module.split(".")[0] for module in modules} - {OWN_PACKAGE}
     key, own = [], []
     for entry in entries:
         mine = any(_inside(entry, d) for d in private) or _in_runfiles(entry)
-        if mine and (top_level == OWN_PACKAGE or not provides(entry, top_level)):
+        if mine and not any(provides(entry, top_level) for top_level in top_levels):
             own.append(entry)
         else:
             key.append(entry)
     return key, own
 
 
-def zygote_key(python: str, module: str, env, code_digest: str, preloads=()) -> tuple[str, dict]:
+def zygote_key(python: str, modules: Sequence[str], env, code_digest: str, preloads=()) -> tuple[str, dict]:
     """(key, the zygote's environment without its own code root) for servers started by
-    `python -m module` with env, from a zygote that also imported preloads (in that order: another
-    order may import otherwise). Equal keys may share a zygote."""
+    `python -m M` with env, M one of modules, from a zygote that imported modules and then preloads (in
+    that order: another order may import otherwise). Equal keys may share a zygote."""
+    if isinstance(modules, str):
+        raise TypeError("modules is a sequence of module names, not the string %r" % modules)
     key_env, _ = split_env(env)
-    key_path, _ = split_pythonpath(env, module)
+    key_path, _ = split_pythonpath(env, *modules)
     material = {
         "protocol": PROTOCOL,
         "python": os.path.realpath(python),
-        "module": module,
+        "modules": list(modules),
         "preloads": list(preloads),
         "pythonpath": key_path,
         "env": sorted(key_env.items()),

@@ -10,7 +10,7 @@ are its children, so they outlive any one cell.
     python3 -m tools.launcher.zygote_host --lock_dir /tmp/sleepwake-gpu-locks [--idle_s 600]
 
 Requests (unix_socket messages, same uid only) on <lock_dir>/zygote-host.sock:
-  {"op": "zygote", "key", "python", "module", "preloads", "env", "code_root", "idle_s", "start_timeout_s"}
+  {"op": "zygote", "key", "python", "modules", "preloads", "env", "code_root", "idle_s", "start_timeout_s"}
       -> {"ok": true, "socket", "pid", "started"} once that key's zygote serves,
          {"ok": false, "error", "log"} if it could not start;
   {"op": "ping"} -> {"ok": true, "pid", "code", "stopping"} (code: the digest of the host's own sources;
@@ -88,7 +88,7 @@ def key_differences(request: dict, other: dict) -> list[str]:
     module imports it again instead of sharing the first."""
     # What zygote_env.zygote_key digests: the interpreter by its real path, not the code root.
     names = ["python"] if os.path.realpath(request["python"]) != os.path.realpath(other["python"]) else []
-    names += [field for field in ("module", "preloads") if request.get(field) != other.get(field)]
+    names += [field for field in ("modules", "preloads") if request.get(field) != other.get(field)]
     env, other_env = request.get("env") or {}, other.get("env") or {}
     names += sorted(name for name in set(env) | set(other_env) if env.get(name) != other_env.get(name))
     # Equal requests with unequal keys: the clients' code digests differ (zygote_env.zygote_key).
@@ -168,7 +168,7 @@ class Host:
                         key,
                         time.strftime("%Y-%m-%d %H:%M:%S"),
                         request["python"],
-                        request["module"],
+                        " | ".join(request["modules"]),
                         " ".join(preloads) or "none",
                         "\n".join("#   %s=%s" % kv for kv in sorted(request["env"].items())),
                     )
@@ -184,9 +184,8 @@ class Host:
                     "tools.launcher.zygote",
                     "--socket",
                     sock,
-                    "--module",
-                    request["module"],
                 ]
+                + [arg for name in request["modules"] for arg in ("--module", name)]
                 + [arg for name in preloads for arg in ("--preload", name)]
                 + ["--key", key, "--idle_s", str(request.get("idle_s", 60.0)), "--ready_fd", str(write_end)],
                 env=env,
@@ -218,18 +217,26 @@ class Host:
             self.zygotes[key] = _Zygote(proc, sock, log)
         _say(
             "zygote %d for key %s serves %s (%.1f s to import)%s"
-            % (proc.pid, key, request["module"], time.monotonic() - started, self.another_zygote_note(request))
+            % (
+                proc.pid,
+                key,
+                ", ".join(request["modules"]),
+                time.monotonic() - started,
+                self.another_zygote_note(request),
+            )
         )
         with self._lock:
             self.requests[key] = request
         return {"ok": True, "socket": sock, "pid": proc.pid, "started": True}
 
     def another_zygote_note(self, request: dict) -> str:
-        """Where a zygote of the same module was started before under another key, what the keys differ
-        in: each such zygote is one more import of the module (docs/speed.md)."""
+        """Where a zygote of one of the same modules was started before under another key, what the keys
+        differ in: each such zygote is one more import of the module (docs/speed.md)."""
         with self._lock:
             earlier = [
-                (k, r) for k, r in self.requests.items() if r["module"] == request["module"] and k != request["key"]
+                (k, r)
+                for k, r in self.requests.items()
+                if set(r["modules"]) & set(request["modules"]) and k != request["key"]
             ]
         if not earlier:
             return ""

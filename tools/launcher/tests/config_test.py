@@ -197,7 +197,7 @@ def test_a_variable_that_does_not_parse_is_named(name, value, message):
 
 def test_zygote_preloads_default_to_the_vllm_list_for_vllm_and_the_door_host_only():
     vllm, fake = ["/py", "-m", config.VLLM_ENTRYPOINT, "--port", "1"], ["/py", "-m", "stub_api_server"]
-    assert config.preload_modules(ServerConfig(), vllm) == list(config.VLLM_PRELOAD)
+    assert config.preload_modules(ServerConfig(), vllm) == list(config.VLLM_PRELOAD + config.DOOR_PRELOAD)
     door = ["/py", "-m", config.DOOR_HOST_MODULE, "--door", "async_llm", "--port", "1"]
     assert config.preload_modules(ServerConfig(), door) == list(config.VLLM_PRELOAD + config.DOOR_PRELOAD)
     assert "vllm.v1.worker.gpu_worker" in config.VLLM_PRELOAD

@@ -25,12 +25,14 @@ def stub_command(
     pid_file: str | None = None,
     fixed_port: int | None = None,
     as_module: bool = False,
+    module: str = STUB_MODULE,
 ):
     """A command_factory running testdata/stub_api_server.py; fixed_port ignores the port it is given.
-    as_module: `python -m stub_api_server` (what a zygote can fork; needs module_environ)."""
+    as_module: `python -m module` (what a zygote can fork; needs module_environ, whose site holds module:
+    stub_api_server or a copy)."""
 
     def factory(config: ServerConfig, port: int) -> list[str]:
-        program = ["-m", STUB_MODULE] if as_module else [STUB_SERVER]
+        program = ["-m", module] if as_module else [STUB_SERVER]
         argv = (
             [sys.executable]
             + program

@@ -63,14 +63,14 @@ def test_the_door_hosts_cells_share_a_zygote_though_each_runfiles_provides_it(tm
         env = {"PYTHONPATH": os.pathsep.join([runfiles, vllm_site]), "RUNFILES_DIR": runfiles}
         key, own = zygote_env.split_pythonpath(env, "tools.launcher.door_host")
         assert (key, own) == ([vllm_site], [runfiles])
-        keys.append(zygote_env.zygote_key("/usr/bin/python3", "tools.launcher.door_host", env, "code")[0])
+        keys.append(zygote_env.zygote_key("/usr/bin/python3", ("tools.launcher.door_host",), env, "code")[0])
     assert keys[0] == keys[1]
 
 
 def test_servers_differing_only_in_their_own_variables_share_a_key(tmp_path):
     vllm_site = _site(tmp_path, "vllm-site", "vllm")
     base = {"PYTHONPATH": vllm_site, "VLLM_LOGGING_LEVEL": "INFO", "TEST_TMPDIR": str(tmp_path / "a")}
-    key, zygote_environment = zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "code")
+    key, zygote_environment = zygote_env.zygote_key("/usr/bin/python3", (MODULE,), base, "code")
     assert zygote_environment == {"PYTHONPATH": vllm_site, "VLLM_LOGGING_LEVEL": "INFO"}
     other_cell = dict(
         base,
@@ -79,15 +79,15 @@ def test_servers_differing_only_in_their_own_variables_share_a_key(tmp_path):
         CUDA_VISIBLE_DEVICES="1",
         PYTHONPATH=os.pathsep.join([str(tmp_path / "b" / "site"), vllm_site]),
     )
-    assert zygote_env.zygote_key("/usr/bin/python3", MODULE, other_cell, "code")[0] == key
+    assert zygote_env.zygote_key("/usr/bin/python3", (MODULE,), other_cell, "code")[0] == key
     for changed in (dict(base, VLLM_LOGGING_LEVEL="DEBUG"), dict(base, PYTHONPATH=vllm_site + os.pathsep + "/x")):
-        assert zygote_env.zygote_key("/usr/bin/python3", MODULE, changed, "code")[0] != key
-    assert zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "other code")[0] != key
-    assert zygote_env.zygote_key("/usr/bin/python3", "other.module", base, "code")[0] != key
-    preloading = zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "code", ["a", "b"])[0]
+        assert zygote_env.zygote_key("/usr/bin/python3", (MODULE,), changed, "code")[0] != key
+    assert zygote_env.zygote_key("/usr/bin/python3", (MODULE,), base, "other code")[0] != key
+    assert zygote_env.zygote_key("/usr/bin/python3", ("other.module",), base, "code")[0] != key
+    preloading = zygote_env.zygote_key("/usr/bin/python3", (MODULE,), base, "code", ["a", "b"])[0]
     assert preloading != key  # a zygote that imported more is another image
-    assert zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "code", ("a", "b"))[0] == preloading
-    assert zygote_env.zygote_key("/usr/bin/python3", MODULE, base, "code", ["b", "a"])[0] != preloading
+    assert zygote_env.zygote_key("/usr/bin/python3", (MODULE,), base, "code", ("a", "b"))[0] == preloading
+    assert zygote_env.zygote_key("/usr/bin/python3", (MODULE,), base, "code", ["b", "a"])[0] != preloading
 
 
 def test_import_safe_names_only_per_server_variables():
@@ -119,7 +119,8 @@ def test_a_goldens_server_and_a_cells_share_a_zygote(tmp_path):
     }
     cfg = config.ServerConfig(cache_dir=str(tmp_path / "cache"))
     keys = [
-        zygote_env.zygote_key("/usr/bin/python3", MODULE, config.build_env(cfg, env), "code") for env in (action, test)
+        zygote_env.zygote_key("/usr/bin/python3", (MODULE,), config.build_env(cfg, env), "code")
+        for env in (action, test)
     ]
     assert keys[0] == keys[1]
     assert keys[0][1]["PYTHONPATH"] == os.pathsep.join([overlay, vllm_site])

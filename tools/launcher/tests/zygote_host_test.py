@@ -90,7 +90,7 @@ def _request(key, **env):
     return {
         "key": key,
         "python": "/usr/bin/python3",
-        "module": "vllm.entrypoints.openai.api_server",
+        "modules": ["vllm.entrypoints.openai.api_server"],
         "preloads": [],
         "code_root": "/ws",
         "env": env,
@@ -116,5 +116,7 @@ def test_a_second_zygote_of_a_module_says_what_its_key_differs_in(tmp_path):
     assert host.another_zygote_note(first) == "", "its own key is no other zygote"
     note = host.another_zygote_note(_request("b", PATH="/usr/bin"))
     assert "key a" in note and note.endswith("differs in: PATH"), note
-    other_module = dict(_request("c", PATH="/usr/bin"), module="tools.launcher.door_host")
+    other_module = dict(_request("c", PATH="/usr/bin"), modules=["tools.launcher.door_host"])
     assert host.another_zygote_note(other_module) == ""
+    sharing = dict(_request("d", PATH="/usr/bin"), modules=["vllm.entrypoints.openai.api_server", "x"])
+    assert host.another_zygote_note(sharing).endswith("differs in: modules, PATH"), "one module in common"

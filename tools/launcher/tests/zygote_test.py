@@ -4,10 +4,11 @@ engine core's worker) in place of vLLM."""
 import logging
 import os
 import re
+import shutil
 
 import pytest
 
-from tools.launcher import process_tree, unix_socket, zygote, zygote_client
+from tools.launcher import config, process_tree, unix_socket, zygote, zygote_client
 from tools.launcher.errors import ServerStartError
 from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.server import VllmServer
@@ -25,13 +26,13 @@ def host(tmp_path):
         yield proc
 
 
-def _server(tmp_path, pid_file, environ, mode="ok", lease=False, script=False, **cfg):
+def _server(tmp_path, pid_file, environ, mode="ok", lease=False, script=False, module=testing.STUB_MODULE, **cfg):
     cfg.setdefault("start_mode", "zygote")
     return VllmServer(
         testing.fast_config(tmp_path, **cfg),
         lease=lease,
         nvml=FakeNvml(),
-        command_factory=testing.stub_command(mode, pid_file=pid_file, as_module=not script),
+        command_factory=testing.stub_command(mode, pid_file=pid_file, as_module=not script, module=module),
         environ=environ,
     )
 
@@ -77,6 +78,32 @@ def test_servers_fork_from_one_import_each_with_its_own_environment(tmp_path, pi
         assert "tree of 4 process(es) gone" in _log(server)
 
 
+def test_the_api_server_and_the_door_host_fork_from_one_zygote(tmp_path, pid_file, site, host, monkeypatch):
+    """With zygote_preload auto the two server modules share a zygote (config.SHARED_ZYGOTE_MODULES), so
+    the door host's first cell forks from the import the goldens' API servers paid for. Two copies of the
+    stub stand in for them."""
+    shutil.copy(os.path.join(site, testing.STUB_MODULE + ".py"), os.path.join(site, "stub_door_host.py"))
+    monkeypatch.setattr(config, "SHARED_ZYGOTE_MODULES", (testing.STUB_MODULE, "stub_door_host"))
+    monkeypatch.setattr(config, "VLLM_PRELOAD", ())  # vLLM's, which the stubs do not import
+    monkeypatch.setattr(config, "DOOR_PRELOAD", ())
+    environ = _environ(tmp_path, site)
+    with (
+        _server(tmp_path, pid_file, environ) as api_server,
+        _server(tmp_path, pid_file, environ, module="stub_door_host") as door_host,
+    ):
+        assert api_server.start_mode == door_host.start_mode == "zygote"
+    imported = testing.imports(str(tmp_path / "imports"))
+    assert len(imported) == 1, "fake_heavy imported by %s" % imported
+    assert "forked by zygote %d" % imported[0] in _log(api_server)
+    assert "forked by zygote %d (key %s): the server skips importing stub_door_host" % (
+        imported[0],
+        re.search(r"# start: zygote key (\w+)", _log(api_server)).group(1),
+    ) in _log(door_host)
+    with _server(tmp_path, pid_file, environ, module="stub_door_host", zygote_preload="none") as own:
+        assert own.start_mode == "zygote"  # a list of its own: a zygote of the door host alone
+    assert len(testing.imports(str(tmp_path / "imports"))) == 2
+
+
 def test_the_zygote_answers_pings_and_refuses_what_it_cannot_serve(tmp_path, pid_file, site, host):
     environ = _environ(tmp_path, site)
     with _server(tmp_path, pid_file, environ) as server:
@@ -102,7 +129,7 @@ def test_the_zygote_answers_pings_and_refuses_what_it_cannot_serve(tmp_path, pid
             return unix_socket.recv(sock, 5)[0]
 
     pong = ask({"op": "ping"})
-    assert pong["ok"] and pong["module"] == testing.STUB_MODULE and sockets[0] == "zygote-%s.sock" % pong["key"]
+    assert pong["ok"] and pong["modules"] == [testing.STUB_MODULE] and sockets[0] == "zygote-%s.sock" % pong["key"]
     read_end, write_end = os.pipe()
     try:
         fds = [read_end, write_end, write_end]
@@ -301,7 +328,7 @@ class _nothing:
 
 def _zygote_of(module, **fields) -> zygote.Zygote:
     values = dict(
-        module=module,
+        modules=(module,),
         key="k",
         python="/py",
         key_pythonpath=[],
@@ -368,7 +395,7 @@ def test_a_fork_is_refused_when_a_servers_path_shadows_an_imported_module(tmp_pa
 def test_a_fork_is_refused_as_stale_once_the_module_files_change(tmp_path):
     z = _zygote_of("json", files=[["/x/json/__init__.py", 1, 2, 3]])
     refusal = z.refusal(_fork_request(tmp_path))
-    assert refusal.stale and "changed since this zygote imported it" in refusal.reason
+    assert refusal.stale and "changed since this zygote imported them" in refusal.reason
 
 
 def test_environment_reads_are_recorded_with_their_sites():
