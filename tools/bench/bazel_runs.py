@@ -446,19 +446,23 @@ def walk_shards_text(shards: dict) -> str:
 def walk_shard_split(units: list[dict], top: int = 5) -> list[dict]:
     """The `top` longest GPU walk shards, each split into its server's start, its walk (first to last step
     record), the memory-phase waits its server had (most of them inside the walk) and the rest (the steps'
-    preparations, the plan, the probe, the stop): what a shard over its bound spent its time on."""
+    preparations, the plan, the probe, the stop): what a shard over its bound spent its time on. The start's
+    CPU seconds (None where a record lacks them) tell a start that compiled its cell's graphs from one that
+    loaded them from the cache and waited (docs/runs-2026-12-05.md)."""
     rows = []
     for u in gpu_units(units):
         steps = u.get("walk_steps") or []
         if not steps or not u["timings"]:
             continue
         start = sum(t["start_s"] for t in u["timings"])
+        start_cpu = [t.get("start_cpu_s") for t in u["timings"]]
         walk = steps[-1][0] - steps[0][0]
         rows.append(
             {
                 "unit": u["unit"],
                 "seconds": u["seconds"],
                 "start_s": start,
+                "start_cpu_s": None if None in start_cpu else sum(start_cpu),
                 "walk_s": walk,
                 "steps": len(steps),
                 "memory_wait_s": sum(t["memory_phase_wait_s"] for t in u["timings"]),
@@ -470,7 +474,9 @@ def walk_shard_split(units: list[dict], top: int = 5) -> list[dict]:
 
 def walk_shard_split_text(rows: list[dict]) -> str:
     return "walk shards, the longest: " + "; ".join(
-        f"{r['unit']} {r['seconds']:.1f} s = start {r['start_s']:.1f} + walk {r['walk_s']:.1f} ({r['steps']} steps,"
+        f"{r['unit']} {r['seconds']:.1f} s = start {r['start_s']:.1f}"
+        + ("" if r["start_cpu_s"] is None else f" ({r['start_cpu_s']:.1f} CPU-s)")
+        + f" + walk {r['walk_s']:.1f} ({r['steps']} steps,"
         f" memory-phase waits {r['memory_wait_s']:.1f}) + the rest {r['rest_s']:.1f}"
         for r in rows
     )

@@ -422,7 +422,9 @@ def test_the_longest_walk_shards_split_into_start_walk_waits_and_the_rest(tmp_pa
         (2, 30.0, 5.0, 1.0, (10.0, 30.0, 31.0)),
     ):
         steps = [_step(t, op) for t, op in zip(times, ("sleep:1:abort:0", "wake:-", "reload:B"))]
-        timing = _timing("zygote", start_s=start, memory_phase_wait_s=waits)
+        # the first shard's record has its start's CPU seconds, the second's (an older record) not
+        cpu = {"start_cpu_s": 11.5} if shard == 1 else {}
+        timing = _timing("zygote", start_s=start, memory_phase_wait_s=waits, **cpu)
         _unit(tmp_path, f"state_walk_mrv1_eager/shard_{shard}_of_2", seconds, timing, *steps)
     _unit(
         tmp_path,
@@ -439,6 +441,7 @@ def test_the_longest_walk_shards_split_into_start_walk_waits_and_the_rest(tmp_pa
             "unit": "state_walk_mrv1_eager/shard_1_of_2",
             "seconds": 60.0,
             "start_s": 15.0,
+            "start_cpu_s": 11.5,
             "walk_s": 40.0,
             "steps": 2,
             "memory_wait_s": 20.0,
@@ -447,7 +450,8 @@ def test_the_longest_walk_shards_split_into_start_walk_waits_and_the_rest(tmp_pa
     ]
     assert bazel_runs.main([str(tmp_path)]) == 0
     assert (
-        "walk shards, the longest: state_walk_mrv1_eager/shard_1_of_2 60.0 s = start 15.0 + walk 40.0 (2 steps,"
+        "walk shards, the longest: state_walk_mrv1_eager/shard_1_of_2 60.0 s = start 15.0 (11.5 CPU-s) + walk 40.0"
+        " (2 steps,"
         " memory-phase waits 20.0) + the rest 5.0; state_walk_mrv1_eager/shard_2_of_2 30.0 s = start 5.0 + walk"
         " 21.0 (3 steps, memory-phase waits 1.0) + the rest 4.0"
     ) in capsys.readouterr().out
