@@ -50,8 +50,9 @@ VLLM_PRELOAD = (
     # reads files only: no CUDA, no variable.
     "triton.runtime.cache:triton_key",
 )
-# What the door host imports, after VLLM_PRELOAD: the server's flag parser (it parses the same flags), the
-# offline door's module and its HTTP stack. The API server's own import takes all of them but vllm.entrypoints.llm.
+# What the door host imports beyond VLLM_PRELOAD: the server's flag parser (it parses the same flags), the
+# offline door's module and its HTTP stack. The API server's own import takes all of them but vllm.entrypoints.llm;
+# the zygote the two share (SHARED_ZYGOTE_MODULES) imports them for both.
 DOOR_PRELOAD = (
     "vllm.entrypoints.openai.cli_args",
     "vllm.entrypoints.llm",
