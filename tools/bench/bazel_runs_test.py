@@ -6,6 +6,7 @@ import zipfile
 import pytest
 
 from tools.bench import bazel_runs
+from tools.report import reading
 from tools.results.testlogs_testing import write_bep
 
 OUTPUT = """INFO: Analyzed 44 targets (0 packages loaded, 0 targets configured).
@@ -439,6 +440,7 @@ def test_the_longest_walk_shards_split_into_start_walk_waits_and_the_rest(tmp_pa
     assert rows == [
         {
             "unit": "state_walk_mrv1_eager/shard_1_of_2",
+            "clock": bazel_runs.PYTEST_CLOCK,
             "seconds": 60.0,
             "start_s": 15.0,
             "start_cpu_s": 11.5,
@@ -450,7 +452,8 @@ def test_the_longest_walk_shards_split_into_start_walk_waits_and_the_rest(tmp_pa
     ]
     assert bazel_runs.main([str(tmp_path)]) == 0
     assert (
-        "walk shards, the longest: state_walk_mrv1_eager/shard_1_of_2 60.0 s = start 15.0 (11.5 CPU-s) + walk 40.0"
+        "walk shards, the longest on pytest's suite time (no build event gave Bazel's time of every shard):"
+        " state_walk_mrv1_eager/shard_1_of_2 60.0 s = start 15.0 (11.5 CPU-s) + walk 40.0"
         " (2 steps,"
         " memory-phase waits 20.0) + the rest 5.0; state_walk_mrv1_eager/shard_2_of_2 30.0 s = start 5.0 + walk"
         " 21.0 (3 steps, memory-phase waits 1.0) + the rest 4.0"
@@ -459,7 +462,7 @@ def test_the_longest_walk_shards_split_into_start_walk_waits_and_the_rest(tmp_pa
 
 def test_walk_shards_are_counted_from_the_shards_that_ran_against_the_bound(tmp_path, capsys):
     # (shard, its seconds): one over the bound, one at it; the fake tier's walk and a cell without a walk
-    # are no GPU walk shards.
+    # are no GPU walk shards. No build events: the record says it judged them on pytest's clock.
     for shard, seconds in ((0, 61.5), (1, 60.0), (2, 42.0)):
         _unit(tmp_path, f"state_walk_mrv1_eager/shard_{shard}_of_3", seconds, _timing("zygote", start_s=6.0))
     _unit(tmp_path, "state_walk_fake_mrv1_eager", 120.0, _timing("fake"))
@@ -467,6 +470,7 @@ def test_walk_shards_are_counted_from_the_shards_that_ran_against_the_bound(tmp_
     shards = bazel_runs.walk_shards(bazel_runs.test_units(str(tmp_path)))
     assert shards == {
         "shards": 3,
+        "clock": bazel_runs.PYTEST_CLOCK,
         "bound_s": bazel_runs.WALK_SHARD_S_MAX,
         "median_s": 60.0,
         "longest_s": 61.5,
@@ -475,7 +479,51 @@ def test_walk_shards_are_counted_from_the_shards_that_ran_against_the_bound(tmp_
     }
     assert bazel_runs.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "walk shards: 3 ran, median 60.0 s, longest 61.5 s; 1 over 60 s\n  state_walk_mrv1_eager/shard_0_of_3" in out
+    assert (
+        "walk shards on pytest's suite time (no build event gave Bazel's time of every shard): 3 ran, median 60.0 s,"
+        " longest 61.5 s; 1 over 60 s\n  state_walk_mrv1_eager/shard_0_of_3"
+    ) in out
+
+
+def _walk_shards_with_build_events(tmp_path, attempt_s: dict) -> str:
+    """Two walk shards, both within the bound by pytest's suite time, and a build event file that gives
+    Bazel's seconds of those shards named in attempt_s (by shard)."""
+    results, by_xml = [], {}
+    for shard, seconds in ((1, 59.7), (2, 40.0)):
+        unit = f"state_walk_mrv1_graph/shard_{shard}_of_2"
+        steps = (_step(10.0, "sleep:1:abort:0"), _step(40.0, "wake:-"))
+        _unit(tmp_path, unit, seconds, _timing("zygote", start_s=12.0), *steps)
+        xml = str(tmp_path / unit / "test.xml")
+        results.append(("//tests/sleep_wake:state_walk_mrv1_graph", xml, "PASSED", shard))
+        if shard in attempt_s:
+            by_xml[xml] = attempt_s[shard]
+    write_bep(tmp_path / "bep.json", results, attempt_s=by_xml)
+    return str(tmp_path / "bep.json")
+
+
+def test_a_walk_shard_within_the_bound_by_pytest_but_over_it_on_bazels_clock_is_over(tmp_path, capsys):
+    """What `bazel test` prints (the test runner's start included) is what a user waits for."""
+    bep = _walk_shards_with_build_events(tmp_path, {1: 60.534, 2: 41.2})
+    invocation = reading.read_invocation([bep])
+    units = bazel_runs.test_units(str(tmp_path), invocation.xmls, invocation.attempt_s)
+    shards = bazel_runs.walk_shards(units)
+    assert (shards["clock"], shards["longest_s"], shards["over_bound"]) == (bazel_runs.BAZEL_CLOCK, 60.5, 1)
+    assert shards["over"] == [{"unit": "state_walk_mrv1_graph/shard_1_of_2", "seconds": 60.5}]
+    # The longest shards' split is on the same clock: the runner's start falls in the rest.
+    (row,) = bazel_runs.walk_shard_split(units, top=1)
+    assert (row["clock"], row["seconds"], round(row["rest_s"], 3)) == (bazel_runs.BAZEL_CLOCK, 60.534, 18.534)
+    assert bazel_runs.main([str(tmp_path), "--bep", bep]) == 0
+    assert "walk shards on Bazel's clock: 2 ran, median 50.9 s, longest 60.5 s; 1 over 60 s" in capsys.readouterr().out
+
+
+def test_walk_shards_are_judged_on_pytests_clock_when_a_shard_lacks_bazels(tmp_path):
+    """Never two clocks in one record: one shard Bazel did not time puts every shard on pytest's."""
+    bep = _walk_shards_with_build_events(tmp_path, {1: 60.534})
+    invocation = reading.read_invocation([bep])
+    units = bazel_runs.test_units(str(tmp_path), invocation.xmls, invocation.attempt_s)
+    shards = bazel_runs.walk_shards(units)
+    assert (shards["clock"], shards["longest_s"], shards["over_bound"]) == (bazel_runs.PYTEST_CLOCK, 59.7, 0)
+    assert bazel_runs.walk_shard_split(units, top=1)[0]["seconds"] == 59.7
 
 
 def test_a_run_without_walk_shards_counts_none_rather_than_zero(tmp_path):

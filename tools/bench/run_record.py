@@ -70,7 +70,8 @@ def record(
     """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
     server_starts, machine_state), counted from the cells' own timings (launch_to_health_s: a start's own
     seconds, without the wait for a GPU slot), the cells that ran by front door (cells_by_door) and the
-    walk's shards against the walk issue's bound (bazel_runs.walk_shards);
+    walk's shards against the walk issue's bound (bazel_runs.walk_shards, on Bazel's clock where the
+    build events timed every shard);
     `cell_time` the breakdown."""
     if machine_state not in MACHINE_STATES:
         raise ValueError(f"machine_state {machine_state!r}: say one of {', '.join(MACHINE_STATES)}")
@@ -123,8 +124,9 @@ def main(argv=None) -> int:
     if missing:
         print(f"run_record: no build event file {missing[0]}; pass the files run_matrix.sh wrote", file=sys.stderr)
         return 1
-    only = reading.read_invocation(args.bep).xmls if args.bep else None
-    units = bazel_runs.test_units(args.testlogs, only) if os.path.isdir(args.testlogs) else []
+    invocation = reading.read_invocation(args.bep) if args.bep else None
+    only, attempt_s = (invocation.xmls, invocation.attempt_s) if invocation else (None, None)
+    units = bazel_runs.test_units(args.testlogs, only, attempt_s) if os.path.isdir(args.testlogs) else []
     identity_path = reading.identity_file(args.testlogs) if os.path.isdir(args.testlogs) else None
     identity = parse_identity(reading.read_text(identity_path)) if identity_path else None
     result = record(

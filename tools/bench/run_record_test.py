@@ -44,6 +44,33 @@ def test_the_record_counts_the_walk_shards_that_ran_against_the_bound():
     assert (walk["shards"], walk["longest_s"], walk["over_bound"]) == (2, 75.0, 1)
 
 
+def test_the_record_judges_walk_shards_on_bazels_clock_from_the_build_events(tmp_path):
+    """A shard within the bound by pytest's suite time but over it by Bazel's attempt time is over; the
+    record says which clock, and without build events says pytest's."""
+    logs = tmp_path / "logs"
+    timing = {"key": "server_timings", "start_mode": "zygote", "start_s": 12.0, "lease_wait_s": 0.0}
+    timing.update(memory_phase_wait_s=0.0, memory_phases=0, stop_s=0.0)
+    results, attempt_s = [], {}
+    for shard, bazel_s in ((1, 60.534), (2, 41.2)):
+        unit = logs / "state_walk_mrv1_graph" / f"shard_{shard}_of_2"
+        (unit / "test.outputs").mkdir(parents=True)
+        (unit / "test.xml").write_text(
+            '<testsuites><testsuite name="x" time="59.7"><testcase name="t" time="1"/></testsuite></testsuites>'
+        )
+        (unit / "test.outputs" / "measurements.jsonl").write_text(json.dumps(timing) + "\n")
+        results.append(("//tests/sleep_wake:state_walk_mrv1_graph", str(unit / "test.xml"), "PASSED", shard))
+        attempt_s[str(unit / "test.xml")] = bazel_s
+    write_bep(tmp_path / "bep.json", results, attempt_s=attempt_s)
+    out = tmp_path / "run.json"
+    args = [str(logs), "--out", str(out), "--gpus", "1", "--cores", "16", "--rc", "0", "--machine_state", "fresh"]
+    assert run_record.main(args + ["--bep", str(tmp_path / "bep.json")]) == 0
+    walk = json.loads(out.read_text())["matrix"]["walk_shards"]
+    assert (walk["clock"], walk["longest_s"], walk["over_bound"]) == ("bazel", 60.5, 1)
+    assert run_record.main(args) == 0
+    walk = json.loads(out.read_text())["matrix"]["walk_shards"]
+    assert (walk["clock"], walk["longest_s"], walk["over_bound"]) == ("pytest", 59.7, 0)
+
+
 def test_a_machine_state_other_than_fresh_or_warm_is_refused():
     with pytest.raises(ValueError, match="say one of fresh, warm"):
         run_record.record([], gpus=1, cores=16, rc=0, machine_state="cold", waves_s=[])

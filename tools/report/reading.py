@@ -90,22 +90,26 @@ def log_files(result_dir: str) -> list[OutputFile]:
 
 @dataclasses.dataclass
 class Invocation:
-    """What a run's build event files say: the bazel commands and the test.xml files of their results
-    (real paths)."""
+    """What a run's build event files say: the bazel commands, the test.xml files of their results
+    (real paths) and, for those whose events give it, Bazel's seconds of the attempt (TestResult.attempt_s)."""
 
     command: str
     xmls: set[str]
+    attempt_s: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def read_invocation(bep_paths: list[str]) -> Invocation:
     """The run of one or more BEP JSON files (`--build_event_json_file`), one per `bazel test` (tools/
     run_matrix.sh runs one per wave), cached results included: the commands and every file's results."""
-    commands, xmls = [], set()
+    commands, xmls, attempt_s = [], set(), {}
     for path in bep_paths:
         bep = testlogs.read_bep(path)
         commands.append(" ".join(w for w in [bep.command, *bep.patterns] if w))
         xmls |= {os.path.realpath(r.xml) for r in bep.results if r.xml}
-    return Invocation(command="; bazel ".join(c for c in commands if c), xmls=xmls)
+        attempt_s.update(
+            {os.path.realpath(r.xml): r.attempt_s for r in bep.results if r.xml and r.attempt_s is not None}
+        )
+    return Invocation(command="; bazel ".join(c for c in commands if c), xmls=xmls, attempt_s=attempt_s)
 
 
 def identity_file(testlogs_root: str) -> str | None:

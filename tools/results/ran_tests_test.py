@@ -74,6 +74,14 @@ def test_read_bep_keeps_the_last_attempt_per_shard_and_run(tmp_path):
     ]
 
 
+def test_read_bep_gives_bazels_seconds_of_each_attempt_where_the_event_has_them(tmp_path):
+    a = write_xml(tmp_path / "a.xml", {"t": "passed"})
+    b = write_xml(tmp_path / "b.xml", {"t": "passed"})
+    write_bep(tmp_path / "bep.json", [("//t:a", a, "PASSED"), ("//t:b", b, "PASSED")], attempt_s={a: 60.534})
+    results = {r.label: r.attempt_s for r in testlogs.read_bep(tmp_path / "bep.json").results}
+    assert results == {"//t:a": 60.534, "//t:b": None}
+
+
 def test_junit_outcomes_count_errors_as_failed_and_skips_apart(tmp_path):
     xml = write_xml(tmp_path / "x.xml", {"a": "passed", "b": "failed", "c": "error", "d": "skipped"})
     assert testlogs.junit_outcomes(xml) == {"passed": 1, "failed": 2, "skipped": 1}

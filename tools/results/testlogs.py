@@ -124,11 +124,19 @@ class TestResult:
     status: str
     cached: bool
     xml: str | None  # a local path; None if the event names no test.xml or a non-file URI
+    # Bazel's time of the attempt (testAttemptDurationMillis): what `bazel test` prints as "PASSED in",
+    # the test runner's start included; None where the event gives none.
+    attempt_s: float | None = None
 
 
 def _local_path(uri: str) -> str | None:
     parsed = urllib.parse.urlparse(uri)
     return urllib.request.url2pathname(parsed.path) if parsed.scheme == "file" else None
+
+
+def _seconds(millis) -> float | None:
+    # The BEP's JSON writes int64 fields as strings.
+    return int(millis) / 1000 if millis is not None else None
 
 
 @dataclasses.dataclass
@@ -169,6 +177,7 @@ def read_bep(path: str) -> Invocation:
                     status=payload.get("status", "UNKNOWN"),
                     cached=bool(payload.get("cachedLocally") or payload.get("executionInfo", {}).get("cachedRemotely")),
                     xml=_local_path(outputs["test.xml"]) if "test.xml" in outputs else None,
+                    attempt_s=_seconds(payload.get("testAttemptDurationMillis")),
                 )
                 key = (result.label, result.shard, result.run)
                 if key not in results or results[key].attempt < result.attempt:

@@ -27,9 +27,11 @@ def write_xml(path, outcomes: dict[str, str], skip_message: str = "") -> str:
     return str(path)
 
 
-def write_bep(path, results, command: str = "test", patterns=("//...",)) -> None:
+def write_bep(path, results, command: str = "test", patterns=("//...",), attempt_s: dict | None = None) -> None:
     """A BEP JSON file of one invocation; results are (label, xml path or None, status) or
-    (label, xml path, status, shard, run, attempt, cached)."""
+    (label, xml path, status, shard, run, attempt, cached). attempt_s: xml path -> the seconds Bazel
+    took for that result's attempt (testAttemptDurationMillis); a result not in it carries none."""
+    attempt_s = attempt_s or {}
     events = [
         {"id": {"started": {}}, "started": {"command": command, "uuid": "fake"}},
         {"id": {"pattern": {"pattern": list(patterns)}}, "expanded": {}},
@@ -40,6 +42,8 @@ def write_bep(path, results, command: str = "test", patterns=("//...",)) -> None
         if xml:
             outputs.append({"name": "test.xml", "uri": "file://" + os.path.abspath(str(xml))})
         payload = {"testActionOutput": outputs, "status": status}
+        if xml is not None and str(xml) in attempt_s:
+            payload["testAttemptDurationMillis"] = str(round(attempt_s[str(xml)] * 1000))
         if cached:
             payload["cachedLocally"] = True
         events.append(
