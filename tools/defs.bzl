@@ -202,9 +202,21 @@ def cell_name(test_class, runner, mode, door = "http"):
         return "%s_%s_%s" % (test_class, runner, mode)
     return "%s_%s_%s_%s" % (test_class, door, runner, mode)
 
-def _shard_count(count, mode):
-    """A class's shard_count in mode: its SHARD_COUNTS entry (None, a count or {mode: count})."""
-    return count.get(mode) if hasattr(count, "get") else count
+def _shard_count(shard_counts, test_class, door, mode):
+    """A cell's shard_count: its class's SHARD_COUNTS entry for its door and mode; None for an unsplit class.
+
+    The twin of tools/matrix.py shard_count.
+    """
+    if test_class not in shard_counts:
+        return None
+    count = shard_counts[test_class].get(door, {}).get(mode)
+    if count == None:
+        fail("tools/matrix.bzl SHARD_COUNTS[%s] has no count for the %s door's %s cells: add one" % (
+            test_class,
+            door,
+            mode,
+        ))
+    return count
 
 def _door_cells(classes, runners, modes):
     """(class, door, runner, mode) of every cell of the matrix.
@@ -244,9 +256,9 @@ def sleep_wake_matrix(
       modes: subset of EXECUTION_MODES to generate.
       timeout: Bazel timeout of each cell. A cell starts one vLLM server (48-110 s measured, more when
         cells share CPUs); the tests themselves bound every wait, so a hang fails inside the timeout.
-      shard_counts: class short name -> shard_count, or {mode: shard_count}, for classes large enough
-        to split (a shard keeps a pytest class whole, so this pays only for files holding several
-        classes, e.g. real models).
+      shard_counts: class short name -> {door: {mode: shard_count}} (tools/matrix.bzl SHARD_COUNTS), for
+        classes large enough to split (a shard keeps a pytest class whole, so this pays only for files
+        holding several classes, e.g. real models).
     """
     by_runner = {r: [] for r in runners}
     by_mode = {m: [] for m in modes}
@@ -265,7 +277,7 @@ def sleep_wake_matrix(
             tags = GPU_TAGS + [runner, mode, test_class, door],
             size = "large",
             timeout = timeout,
-            shard_count = _shard_count(shard_counts.get(test_class), mode),
+            shard_count = _shard_count(shard_counts, test_class, door, mode),
         )
         by_runner[runner].append(cell)
         by_mode[mode].append(cell)

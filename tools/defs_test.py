@@ -115,9 +115,10 @@ def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix)
     for name, attrs in cells.items():
         test_class = next(c for c in classes if c in attrs["tags"])
         mode = next(m for m in spec.EXECUTION_MODES if m in attrs["tags"])
+        door = spec.split_cell(name)[1]
         assert len(attrs["args"]) == 1 and attrs["shard_count"] == (
-            spec.shard_count(test_class, mode) if test_class in shard_counts else None
-        )
+            spec.shard_count(test_class, mode, door) if test_class in shard_counts else None
+        ), name
         assert "manual" not in attrs["tags"], "//tests/sleep_wake/... must keep running every cell"
         # The name, the tag and the server's setting say one door.
         door = spec.split_cell(name)[1]

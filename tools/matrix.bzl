@@ -89,12 +89,19 @@ GOLDEN_CLASSES = {
 }
 
 # Classes split over Bazel shards, one pytest class per shard (test_state_walk.py defines a cell's shards'
-# classes): a count, or a count per execution mode. The walk: walks of plan.MAX_STEPS are dealt whole, and a
-# step costs more in eager mode than with CUDA graphs, so eager cells hold at most two walks a shard and
-# graph cells three, each mode just enough that a cell's longest shard, its server's start included, ends
-# within the minute its issue asks of it (docs/speed.md, "Walk shards by mode").
+# classes): class short name -> {front door: {execution mode: shards}}, with a count for every door and mode
+# the class's cells run on (tools/matrix.py shard_count; a class not listed runs unsplit). By door as well
+# as mode because a door reaches its own pairs, so plans its own number of walks.
+# The walk: walks of plan.MAX_STEPS are dealt whole, so a shard's time is its server's start plus its walks;
+# every shard of every door holds one or two, which keeps a cell's longest shard, its server's start
+# included, within the minute its issue asks of it (docs/speed.md, "Walk shards by mode"). Each count is
+# the smallest that deals no shard more than two walks: a shard dealt none would start a server for nothing.
 SHARD_COUNTS = {
-    "state_walk": {"eager": 21, "graph": 16},
+    "state_walk": {
+        "http": {"eager": 21, "graph": 21},
+        "async_llm": {"graph": 21},
+        "llm": {"graph": 9},
+    },
 }
 
 # The vLLM releases the suite supports: the known divergences (tests/sleep_wake/lib/thresholds.py) were

@@ -24,7 +24,7 @@ RUNNERS: dict = _SPEC["RUNNERS"]  # runner -> VLLM_USE_V2_MODEL_RUNNER
 LOG_MARKER_V2: str = _SPEC["LOG_MARKER_V2"]
 EXECUTION_MODES: dict = _SPEC["EXECUTION_MODES"]  # mode -> vLLM flags
 SLEEP_WAKE_CLASSES: dict = _SPEC["SLEEP_WAKE_CLASSES"]  # class short name -> its file in //tests/sleep_wake
-SHARD_COUNTS: dict = _SPEC["SHARD_COUNTS"]  # class short name -> shards, or {mode: shards}
+SHARD_COUNTS: dict = _SPEC["SHARD_COUNTS"]  # class short name -> {door: {mode: shards}}
 GOLDEN_CLASSES: dict = _SPEC["GOLDEN_CLASSES"]  # class short name -> the checkpoints ("a", "b") it compares with
 RELEASES: tuple = tuple(_SPEC["RELEASES"])
 SUITE_RELEASE: str = _SPEC["SUITE_RELEASE"]
@@ -37,10 +37,17 @@ DOOR_EXCLUDED: dict = _SPEC["DOOR_EXCLUDED"]  # in-process door -> {class: why i
 DOOR_FAKE_ONLY: dict = _SPEC["DOOR_FAKE_ONLY"]  # in-process door -> excluded classes the fake tier runs
 
 
-def shard_count(test_class: str, mode: str) -> int:
-    """The Bazel shards of a cell of test_class in execution mode `mode` (SHARD_COUNTS; 1: unsplit)."""
-    count = SHARD_COUNTS.get(test_class, 1)
-    return count[mode] if isinstance(count, dict) else count
+def shard_count(test_class: str, mode: str, door: str) -> int:
+    """The Bazel shards of a cell of test_class in execution mode `mode` through `door` (SHARD_COUNTS; 1:
+    unsplit); ValueError for a split class with no count for that door and mode."""
+    if test_class not in SHARD_COUNTS:
+        return 1
+    count = SHARD_COUNTS[test_class].get(door, {}).get(mode)
+    if count is None:
+        raise ValueError(
+            f"tools/matrix.bzl SHARD_COUNTS[{test_class!r}] has no count for the {door} door's {mode} cells: add one"
+        )
+    return count
 
 
 def cell_id(runner: str, mode: str) -> str:

@@ -3,6 +3,8 @@
 import os
 import re
 
+import pytest
+
 from tools import matrix
 
 WORKSPACE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,11 +25,20 @@ def test_every_class_has_its_file_a_fake_tier_entry_and_valid_shards():
             f"class {short}: in exactly one of FAKE_TIER_CELLS and FAKE_TIER_EXCLUDED"
         )
     assert set(matrix.SHARD_COUNTS) <= set(matrix.SLEEP_WAKE_CLASSES)
-    for short, count in matrix.SHARD_COUNTS.items():
-        counts = count.values() if isinstance(count, dict) else [count]
-        assert not isinstance(count, dict) or set(count) == set(matrix.EXECUTION_MODES), short
-        assert all(isinstance(n, int) and n > 1 for n in counts), short
-        assert all(matrix.shard_count(short, mode) in counts for mode in matrix.EXECUTION_MODES), short
+    for short, by_door in matrix.SHARD_COUNTS.items():
+        # A count for every door and mode the class's cells run on, and none for a cell it has not.
+        cells = {(door, mode) for door, _, mode in matrix.door_cells() if short in matrix.door_classes(door)}
+        listed = {(door, mode) for door, by_mode in by_door.items() for mode in by_mode}
+        assert listed == cells, f"SHARD_COUNTS[{short!r}] lists {sorted(listed)}, its cells are {sorted(cells)}"
+        for door, mode in cells:
+            assert isinstance(matrix.shard_count(short, mode, door), int) and by_door[door][mode] > 1, short
+
+
+def test_a_split_class_without_a_count_for_a_cell_is_refused():
+    split = next(iter(matrix.SHARD_COUNTS))
+    assert matrix.shard_count("no_such_class", "eager", matrix.HTTP) == 1  # unsplit
+    with pytest.raises(ValueError, match="has no count for the llm door's eager cells: add one"):
+        matrix.shard_count(split, "eager", "llm")
 
 
 def test_the_readmes_counts_and_releases_are_the_specs():

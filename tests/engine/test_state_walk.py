@@ -28,9 +28,9 @@ import time
 
 import pytest
 
-# The engine tier's own split, the GPU cells' being by execution mode (tools/matrix.bzl SHARD_COUNTS): enough
-# shards that each terminal probe has one, as on the GPU. The walk mutants name the shards that kill them
-# under this deal (tests/engine/mutants/catalogue.py), so another count moves them.
+# The engine tier's own split, the GPU cells' being by front door and execution mode (tools/matrix.bzl
+# SHARD_COUNTS): enough shards that each terminal probe has one, as on the GPU. The walk mutants name the
+# shards that kill them under this deal (tests/engine/mutants/catalogue.py), so another count moves them.
 SHARDS = 16
 
 

@@ -242,7 +242,7 @@ def test_mutant_is_killed_by_its_classes():
     ]
     timeout_s = max(60.0, float(os.environ.get("TEST_TIMEOUT", 3600)) - TIMEOUT_MARGIN_S)
     # The matrix's split of the classes (tools/matrix.bzl SHARD_COUNTS), so that shard i here is the cell's.
-    total = max(shard_count(c, spec.mode) for c in classes)
+    total = max(shard_count(c, spec.mode, spec.door) for c in classes)
     at_once = max(1, int(os.environ.get(AT_ONCE_ENV) or total))
     print(
         f"{mutant} on {cell}"

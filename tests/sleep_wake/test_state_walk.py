@@ -7,8 +7,8 @@ flight and waiting end) by the oracles.
 
 One seeded plan (each cell its own seed, plan.cell_seed) visits every reachable (situation, operation)
 pair of the model; its walks are dealt out over SHARDS test classes, one per Bazel shard (tools/matrix.bzl
-SHARD_COUNTS, by the cell's execution mode; pytest_main keeps a class whole in its shard, so each shard runs
-one class, one server, its share of the walks); a class fails when the steps that ran leave one of its
+SHARD_COUNTS, by the cell's front door and execution mode; pytest_main keeps a class whole in its shard, so
+each shard runs one class, one server, its share of the walks); a class fails when the steps that ran leave one of its
 pairs unvisited. Pairs where a known divergence ends a server's usable life are probed last, one kind per shard
 (plan.terminal_probes). The goldens come from the cell's golden actions (tests/sleep_wake/goldens: a
 fresh server on each checkpoint), never from the server under test.
@@ -25,7 +25,8 @@ from tests.sleep_wake.walk import driver, model, plan, runner
 from tools.launcher.config import resolve_model
 from tools.matrix import shard_count
 
-SHARDS = shard_count("state_walk", cells.cell_from_env().mode)
+_CELL = cells.cell_from_env()
+SHARDS = shard_count("state_walk", _CELL.mode, _CELL.door)
 
 
 def _goldens(cell, name: str, checkpoint: str) -> runner.Goldens:

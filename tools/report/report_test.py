@@ -25,7 +25,7 @@ MATRIX = pathlib.Path("tests", "sleep_wake")
 ZIPPED = "memory_leak_cycle_mrv2_graph"  # its outputs are zipped, as Bazel does by default
 DOOR = "flags_async_llm_mrv2_graph"  # a cell through an in-process door: its own column of the grid
 STALE = "error_paths_mrv2_eager"  # left out of the build events
-WALK_SHARDS = shard_count("state_walk", "eager")  # the spec's for _walk_cell's cell, which the report expects
+WALK_SHARDS = shard_count("state_walk", "eager", "http")  # the spec's for _walk_cell's cell, which the report expects
 STATES = {
     "memory_leak_cycle_mrv1_eager": view.PASSED,
     "physical_memory_mrv1_eager": view.PASSED,
@@ -618,7 +618,7 @@ def test_walk_states_are_the_union_of_the_shards_lists_never_a_sum_of_counts(tmp
 
 
 def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
-    door = "state_walk_async_llm_mrv2_graph"
+    door = "state_walk_llm_mrv2_graph"
     _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)})
     _walk_cell(tmp_path, {0: (4, 5, ["wake:kv_cache"])}, cell=door)
     run = view.load_run(str(tmp_path), str(tmp_path), [])
@@ -628,14 +628,15 @@ def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
     assert (walks[door].visited, walks[door].pairs, walks[door].shards, walks[door].complete) == (4, 5, 1, False)
     page = render.page(run, str(tmp_path))
     assert [a["data-walk"] for a in Elements(page).all("tr") if "data-walk" in a] == list(walks)
-    assert "<td>async_llm · MRV2-graph</td>" in page
+    assert "<td>llm · MRV2-graph</td>" in page
     lines = [line for line in text.summary(run).splitlines() if line.startswith("state walk")]
     assert [line.split(":")[0] for line in lines] == [
         "state walk HTTP · MRV1-eager",
-        "state walk async_llm · MRV2-graph",
+        "state walk llm · MRV2-graph",
     ]
+    assert shard_count("state_walk", "graph", "llm") != WALK_SHARDS  # else this tells no count from another
     assert lines[1].startswith(
-        # the graph cell expects its mode's shards, not the eager cell's (tools/matrix.bzl SHARD_COUNTS)
-        "state walk async_llm · MRV2-graph: 4/5 (state, operation) pairs visited, "
-        f"1/{shard_count('state_walk', 'graph')} "
+        # the door's cell expects its door's shards, not the HTTP cell's (tools/matrix.bzl SHARD_COUNTS)
+        "state walk llm · MRV2-graph: 4/5 (state, operation) pairs visited, "
+        f"1/{shard_count('state_walk', 'graph', 'llm')} "
     )

@@ -134,7 +134,7 @@ class WalkCoverage:
 
     cell: Cell
     shards: int  # that walked their share to the end
-    expected_shards: int  # the spec's shards for the cell's mode (tools/matrix.bzl SHARD_COUNTS)
+    expected_shards: int  # the spec's shards for the cell's door and mode (tools/matrix.bzl SHARD_COUNTS)
     visited: int  # (state, operation) pairs the executed steps visited of the reporting shards' shares
     pairs: int
     steps: int
@@ -241,7 +241,7 @@ class Run:
                 WalkCoverage(
                     cell,
                     len(rows) - stopped,
-                    shard_count(WALK_CLASS, cell.mode),
+                    shard_count(WALK_CLASS, cell.mode, cell.door),
                     sum(int(r["value"]) for r in rows.values()),
                     sum(int(r.get("shard_pairs", 0)) for r in rows.values()),
                     sum(int(r.get("steps", 0)) for r in rows.values()),

@@ -219,12 +219,12 @@ def test_a_situation_keeps_what_decides_an_operation():
     )
 
 
-WALK_SHARDS_OF_THE_CELL = 'SHARDS = shard_count("state_walk", cells.cell_from_env().mode)'
+WALK_SHARDS_OF_THE_CELL = '_CELL = cells.cell_from_env()\nSHARDS = shard_count("state_walk", _CELL.mode, _CELL.door)\n'
 
 
 def test_the_walks_shards_are_the_bazel_shards():
     """test_state_walk.py defines one class per shard of the spec's SHARD_COUNTS["state_walk"] for its cell's
-    execution mode, as Bazel shards the cell (tools/defs.bzl)."""
+    front door and execution mode, as Bazel shards the cell (tools/defs.bzl)."""
     suite = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     walk = open(os.path.join(suite, "test_state_walk.py"), encoding="utf-8").read()
     assert WALK_SHARDS_OF_THE_CELL in walk
@@ -257,30 +257,32 @@ def test_terminal_probes_reach_every_kind_of_terminal_pair_one_per_shard():
         assert ops.terminal(p[-1], plan.run(INITIAL, p[:-1])) and not any(
             ops.terminal(op, s) for s, op in plan.trace([p[:-1]])[0]
         )
-    for mode in matrix.EXECUTION_MODES:
-        assert len(probes) <= matrix.shard_count("state_walk", mode), (
-            "a probe ends its server's life: each needs a shard"
+    for door, _, mode in matrix.door_cells():
+        assert len(plan.terminal_probes(door)) <= matrix.shard_count("state_walk", mode, door), (
+            f"{door} {mode}: a probe ends its server's life, so each needs a shard of its own"
         )
 
 
-# The most walks a shard of a cell may hold, by execution mode: a walk step costs more in eager mode than
-# with CUDA graphs, so eager cells hold fewer a shard (tools/matrix.bzl SHARD_COUNTS; docs/speed.md,
-# "Walk shards by mode").
-WALKS_PER_SHARD_MAX = {"eager": 2, "graph": 3}
+# The most walks a shard of any cell may hold: with its server's start, two walks end within the minute the
+# walk issue asks of a shard in either mode (tools/matrix.bzl SHARD_COUNTS; docs/speed.md, "Walk shards by
+# mode").
+WALKS_PER_SHARD_MAX = 2
 
 
 @pytest.mark.parametrize("door", matrix.FRONT_DOORS)
 def test_every_shard_of_every_walk_cell_gets_walks_and_none_too_many(door):
     """Each GPU walk shard starts a server: one dealt no walk would start it for nothing and pass with no
-    pair of its own; one dealt more than its mode's share ends last. Every cell of every door, with the
-    seeds and the spec's shard count for the cell's mode, as the cells use them."""
+    pair of its own; one dealt more than WALKS_PER_SHARD_MAX ends last. Every cell of every door, with the
+    seeds and the spec's shard count for the cell's door and mode, as the cells use them."""
     for runner, mode in [(r, m) for d, r, m in matrix.door_cells() if d == door]:
         seed = plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode))
-        shards = matrix.shard_count("state_walk", mode)
+        shards = matrix.shard_count("state_walk", mode, door)
         dealt = [len(walks) for walks, _ in plan.plan_shards(shards, seed, plan.MAX_STEPS, door)]
-        assert min(dealt) >= 1, f"{door} {runner}_{mode}: walks per shard {dealt}; lower plan.MAX_STEPS"
-        assert max(dealt) <= WALKS_PER_SHARD_MAX[mode], (
-            f"{door} {runner}_{mode}: walks per shard {dealt}; raise SHARD_COUNTS['state_walk'][{mode!r}]"
+        assert min(dealt) >= 1, (
+            f"{door} {runner}_{mode}: walks per shard {dealt}; lower SHARD_COUNTS['state_walk'][{door!r}][{mode!r}]"
+        )
+        assert max(dealt) <= WALKS_PER_SHARD_MAX, (
+            f"{door} {runner}_{mode}: walks per shard {dealt}; raise SHARD_COUNTS['state_walk'][{door!r}][{mode!r}]"
         )
 
 
@@ -300,7 +302,7 @@ def test_a_cells_deal_is_the_same_under_every_pythons_sum(monkeypatch, door, run
     deals = []
     for total in (_left_to_right, math.fsum):
         monkeypatch.setattr(plan, "sum", total, raising=False)
-        deals.append(plan.deal([plan.walk_millis(w) for w in walks], matrix.shard_count("state_walk", mode)))
+        deals.append(plan.deal([plan.walk_millis(w) for w in walks], matrix.shard_count("state_walk", mode, door)))
     assert deals[0] == deals[1]
 
 

@@ -33,7 +33,7 @@ def _fresh_caches():
 def test_a_written_plan_reads_back_as_the_planners(tmp_path, monkeypatch, door, runner, mode):
     seed = plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode))
     monkeypatch.delenv(plan.PLANNED_VAR, raising=False)
-    shards = matrix.shard_count("state_walk", mode)
+    shards = matrix.shard_count("state_walk", mode, door)
     walks = plan.cell_walks(seed, plan.MAX_STEPS, door)
     probes = plan.terminal_probes(door)
     states = plan.model_state_count(door)
