@@ -66,6 +66,19 @@ TERMINAL_ORACLES = {
     KV_FIRST_AFTER_LEVEL2: "api.kv_first_wake_after_level2",
     RELOAD_ASLEEP: "api.reload_while_weights_asleep",
 }
+# The classes of an operation the walk does not make in a state (LeftOut; not_walked.py lists the pairs).
+MEANINGLESS = "meaningless for the API"  # no client can send it there, or the door cannot send it at all
+PINNED = "pinned vLLM failure"  # a known divergence: probed as a shard's last step (plan.terminal_probes)
+UNWALKED = "not yet walked"  # a client can send it and nothing pins what vLLM does: the walk owes it
+
+
+@dataclasses.dataclass(frozen=True)
+class LeftOut:
+    """Why the walk does not make an operation in a state (reason), and that reason's class (kind: one of
+    MEANINGLESS, PINNED, UNWALKED)."""
+
+    kind: str
+    reason: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,15 +104,24 @@ class Operation:
     def why_not(self, state: State, door: str = HTTP) -> str | None:
         """None when the model predicts this operation in `state` and `door` can send it, else the reason
         it does not."""
-        return _why_not(self, state) or door_why_not(self, state, door)
+        left = self.left_out(state, door)
+        return left.reason if left else None
+
+    def left_out(self, state: State, door: str = HTTP) -> LeftOut | None:
+        """why_not with its class."""
+        left = _left_out(self, state)
+        if left:
+            return left
+        cannot = door_why_not(self, state, door)
+        return LeftOut(MEANINGLESS, cannot) if cannot else None
 
     def applicable(self, state: State, door: str = HTTP) -> bool:
         return self.why_not(state, door) is None
 
     def apply(self, state: State) -> State:
-        reason = _why_not(self, state)
-        if reason:
-            raise ValueError(f"{self} is not applicable in state ({state.describe()}): {reason}")
+        left = _left_out(self, state)
+        if left:
+            raise ValueError(f"{self} is not applicable in state ({state.describe()}): {left.reason}")
         return _APPLY[self.name](self, state)
 
     def misuse(self, state: State) -> str | None:
@@ -245,29 +267,36 @@ def _executor_woken(tags, asleep: frozenset) -> frozenset:
     return asleep if tags is None else frozenset(tags)
 
 
-def _why_not(op: Operation, s: State) -> str | None:
+def _left_out(op: Operation, s: State) -> LeftOut | None:
     if op.name not in _APPLY:
-        return f"no operation named {op.name!r}"
+        return LeftOut(MEANINGLESS, f"no operation named {op.name!r}")
     divergence = terminal(op, s)
     if divergence:
-        return (
+        return LeftOut(
+            PINNED,
             f"known divergence {divergence}: on the releases it lists the server is not usable after it, "
-            "so only a shard's last step makes it (plan.terminal_probes)"
+            "so only a shard's last step makes it (plan.terminal_probes)",
         )
     if op.name in GENERATES:
         if op.name == "generate_cached" and not model.can_run(s) and "long" in s.queued:
-            return (
+            return LeftOut(
+                UNWALKED,
                 "a second request of the long prompt waiting beside the first: both are scheduled in one "
                 "step when scheduling resumes, and whether the second hits the first one's blocks is the "
-                "scheduler's timing, which no model predicts"
+                "scheduler's timing, which no model predicts",
             )
         return None
     if op.name == "sleep":
         level, mode, in_flight = op.params
         if in_flight and not model.can_run(s):
-            return "no request can be in flight: scheduling is paused, so a request sent now waits (a generate)"
+            return LeftOut(
+                MEANINGLESS,
+                "no request can be in flight: scheduling is paused, so a request sent now waits (a generate)",
+            )
         if in_flight == 2 and mode != "wait":
-            return "a request arriving during the sleep is a wait sleep's case: the others answer at once"
+            return LeftOut(
+                MEANINGLESS, "a request arriving during the sleep is a wait sleep's case: the others answer at once"
+            )
         return None
     return None
 
