@@ -46,7 +46,7 @@ def survey(door: str) -> Door:
     """Every (state, operation) through `door` that the walk does not make, classed and grouped by pair."""
     walked = plan.reachable_pairs(door)
     reasons: dict = collections.defaultdict(dict)  # pair -> {class: reason}, first reason per class
-    elsewhere: collections.Counter = collections.Counter()
+    elsewhere: dict = collections.defaultdict(set)  # reason -> the states it leaves a walked pair out in
     states = plan.reachable_states(door)
     for state in states:
         for op in ops.ALL:
@@ -55,7 +55,7 @@ def survey(door: str) -> Door:
                 continue
             pair = plan.pair_of(state, op)
             if pair in walked:
-                elsewhere[left.reason] += 1
+                elsewhere[left.reason].add(state)
             else:
                 reasons[pair].setdefault(left.kind, left.reason)
     unknown = {k for by_kind in reasons.values() for k in by_kind} - set(CLASSES)
@@ -69,7 +69,7 @@ def survey(door: str) -> Door:
     probed = set()
     for probe in plan.terminal_probes(door):
         probed.add(plan.pair_of(plan.run(INITIAL, probe[:-1]), probe[-1]))
-    return Door(len(states), len(walked), left_out, probed, dict(elsewhere))
+    return Door(len(states), len(walked), left_out, probed, {r: len(s) for r, s in elsewhere.items()})
 
 
 def _divergences(door: str) -> dict:
