@@ -105,10 +105,12 @@ def read_invocation(bep_paths: list[str]) -> Invocation:
     for path in bep_paths:
         bep = testlogs.read_bep(path)
         commands.append(" ".join(w for w in [bep.command, *bep.patterns] if w))
-        xmls |= {os.path.realpath(r.xml) for r in bep.results if r.xml}
-        attempt_s.update(
-            {os.path.realpath(r.xml): r.attempt_s for r in bep.results if r.xml and r.attempt_s is not None}
-        )
+        for r in bep.results:
+            if r.xml:
+                xml = os.path.realpath(r.xml)
+                xmls.add(xml)
+                if r.attempt_s is not None:
+                    attempt_s[xml] = r.attempt_s
     return Invocation(command="; bazel ".join(c for c in commands if c), xmls=xmls, attempt_s=attempt_s)
 
 

@@ -70,15 +70,20 @@ TERMINAL_ORACLES = {
 MEANINGLESS = "meaningless for the API"  # no client can send it there, or the door cannot send it at all
 PINNED = "pinned vLLM failure"  # a known divergence: probed as a shard's last step (plan.terminal_probes)
 UNWALKED = "not yet walked"  # a client can send it and nothing pins what vLLM does: the walk owes it
+LEFT_OUT_KINDS = (MEANINGLESS, PINNED, UNWALKED)
 
 
 @dataclasses.dataclass(frozen=True)
 class LeftOut:
     """Why the walk does not make an operation in a state (reason), and that reason's class (kind: one of
-    MEANINGLESS, PINNED, UNWALKED)."""
+    LEFT_OUT_KINDS)."""
 
     kind: str
     reason: str
+
+    def __post_init__(self):
+        if self.kind not in LEFT_OUT_KINDS:
+            raise ValueError(f"LeftOut of unknown class {self.kind!r} ({self.reason}); use one of {LEFT_OUT_KINDS}")
 
 
 @dataclasses.dataclass(frozen=True)

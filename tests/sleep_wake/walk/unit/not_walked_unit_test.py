@@ -90,6 +90,10 @@ def test_a_pair_left_out_for_several_classes_counts_in_the_one_the_walk_owes(lef
     assert not d.pairs(ops.MEANINGLESS) & both
 
 
+def test_the_class_order_names_every_class_a_pair_can_have():
+    assert sorted(not_walked.CLASSES) == sorted(ops.LEFT_OUT_KINDS)
+
+
 def test_a_class_outside_the_three_is_refused(left_out_as):
     left_out_as(lambda op, s: "skipped for now" if op == ops.RESET_PREFIX_CACHE else None)
     with pytest.raises(ValueError, match="unknown class"):
