@@ -30,13 +30,13 @@ class Door:
     """What the walk makes and leaves out through one front door."""
 
     states: int
-    walked: int
+    planned: int  # pairs in the walk's plan (what ran is each cell's walk.pairs_visited)
     # {class: {reason: {situation: [operation, ...]}}}, each pair once, under its class's first reason
     left_out: dict
     # the pairs the door's terminal probes end with
     probed: set
-    # {reason: states}: operations left out in some states of a pair the walk makes from other states
-    walked_elsewhere: dict
+    # {reason: states}: operations left out in some states of a pair the walk plans from other states
+    planned_elsewhere: dict
 
     def pairs(self, kind: str) -> set:
         return {(sit, op) for by_sit in self.left_out.get(kind, {}).values() for sit, o in by_sit.items() for op in o}
@@ -44,9 +44,9 @@ class Door:
 
 def survey(door: str) -> Door:
     """Every (state, operation) through `door` that the walk does not make, classed and grouped by pair."""
-    walked = plan.reachable_pairs(door)
+    planned = plan.reachable_pairs(door)
     reasons: dict = collections.defaultdict(dict)  # pair -> {class: reason}, first reason per class
-    elsewhere: dict = collections.defaultdict(set)  # reason -> the states it leaves a walked pair out in
+    elsewhere: dict = collections.defaultdict(set)  # reason -> the states it leaves a planned pair out in
     states = plan.reachable_states(door)
     for state in states:
         for op in ops.ALL:
@@ -54,7 +54,7 @@ def survey(door: str) -> Door:
             if left is None:
                 continue
             pair = plan.pair_of(state, op)
-            if pair in walked:
+            if pair in planned:
                 elsewhere[left.reason].add(state)
             else:
                 reasons[pair].setdefault(left.kind, left.reason)
@@ -66,7 +66,7 @@ def survey(door: str) -> Door:
     probed = set()
     for probe in plan.terminal_probes(door):
         probed.add(plan.pair_of(plan.run(INITIAL, probe[:-1]), probe[-1]))
-    return Door(len(states), len(walked), left_out, probed, {r: len(s) for r, s in elsewhere.items()})
+    return Door(len(states), len(planned), left_out, probed, {r: len(s) for r, s in elsewhere.items()})
 
 
 def _divergences(door: str) -> dict:
@@ -81,7 +81,7 @@ def _summary_row(door: str, d: Door) -> str:
     cells = [
         f"`{door}`",
         str(d.states),
-        str(d.walked),
+        str(d.planned),
         str(len(d.pairs(ops.MEANINGLESS))),
         f"{len(pinned)} ({len(pinned & d.probed)} probed)",
         str(len(d.pairs(ops.UNWALKED))),
@@ -112,9 +112,9 @@ def _door_section(door: str, d: Door, same_as: str | None) -> list[str]:
                 lines.append(f"- {tokens}, in each of {len(sits)} situations:")
                 lines += [f"  - {sit.describe()}" for sit in sits]
             lines.append("")
-    if d.walked_elsewhere:
-        lines += ["### Left out in some states of a pair walked from others", ""]
-        lines += [f"- {states} states: {reason}." for reason, states in sorted(d.walked_elsewhere.items())]
+    if d.planned_elsewhere:
+        lines += ["### Left out in some states of a pair the walk plans from others", ""]
+        lines += [f"- {states} states: {reason}." for reason, states in sorted(d.planned_elsewhere.items())]
         lines.append("")
     return lines
 
@@ -136,7 +136,7 @@ def render() -> str:
         "each kind is probed once, as a shard's last step, and the whole observable state is checked after "
         f"it), **{ops.UNWALKED}** (a client can send it and nothing pins what vLLM does).",
         "",
-        "| door | states | pairs walked | meaningless for the API | pinned vLLM failure | not yet walked |",
+        "| door | states | pairs the walk plans | meaningless for the API | pinned vLLM failure | not yet walked |",
         "|---|---|---|---|---|---|",
     ]
     lines += [_summary_row(door, d) for door, d in doors.items()]

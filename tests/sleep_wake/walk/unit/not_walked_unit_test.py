@@ -40,12 +40,12 @@ def left_out_as(monkeypatch):
 @pytest.mark.parametrize("door", FRONT_DOORS)
 def test_no_pair_a_client_can_send_is_left_unwalked(door):
     d = not_walked.survey(door)
-    assert d.walked and d.pairs(ops.MEANINGLESS), "the survey found nothing: it judges nothing"
+    assert d.planned and d.pairs(ops.MEANINGLESS), "the survey found nothing: it judges nothing"
     assert not d.pairs(ops.UNWALKED), [plan.describe_pair(p) for p in sorted(d.pairs(ops.UNWALKED), key=plan.pair_key)]
 
 
 @pytest.mark.parametrize("door", FRONT_DOORS)
-def test_every_pair_is_walked_or_left_out_once_with_its_class(door):
+def test_every_pair_is_planned_or_left_out_once_with_its_class(door):
     d = not_walked.survey(door)
     classes = [d.pairs(kind) for kind in not_walked.CLASSES]
     every = {plan.pair_of(s, op) for s in plan.reachable_states(door) for op in ops.ALL}
@@ -83,10 +83,10 @@ def test_a_pair_left_out_for_several_classes_counts_in_the_one_the_walk_owes(lef
     for s in plan.reachable_states(door):
         if kind_of(ops.RESET_PREFIX_CACHE, s):
             kinds.setdefault(plan.pair_of(s, ops.RESET_PREFIX_CACHE), set()).add(kind_of(ops.RESET_PREFIX_CACHE, s))
-    walked = plan.reachable_pairs(door)  # from a state the precondition spares (a request held, not queued)
-    both = {pair for pair, k in kinds.items() if k == {ops.MEANINGLESS, ops.UNWALKED}} - walked
+    planned = plan.reachable_pairs(door)  # from a state the precondition spares (a request held, not queued)
+    both = {pair for pair, k in kinds.items() if k == {ops.MEANINGLESS, ops.UNWALKED}} - planned
     assert both, "no situation left out holds states of both classes: the test shows nothing"
-    assert d.pairs(ops.UNWALKED) == {pair for pair, k in kinds.items() if ops.UNWALKED in k} - walked
+    assert d.pairs(ops.UNWALKED) == {pair for pair, k in kinds.items() if ops.UNWALKED in k} - planned
     assert not d.pairs(ops.MEANINGLESS) & both
 
 
