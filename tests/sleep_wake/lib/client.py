@@ -184,15 +184,18 @@ class SleepWakeClient:
 
     def check_stream(self, result: "StreamResult", what: str) -> None:
         """Raises what a stream's trouble stands for when it is no answer of a live server: a broken
-        connection (liveness.Unreachable), or a timeout, a cut stream or an error status on a server that
-        is not live (confirm_live). Returns when the stream's end is a live server's own answer, for the
-        oracles."""
+        connection (liveness.Unreachable), a cut stream or an error status on a server that is not live
+        (confirm_live), and a stream silent past its timeout (liveness.NoAnswer, on a live server too: a
+        hang and an overloaded host look the same). Returns when the stream's end is a live server's own
+        answer, for the oracles."""
         if result.transport:
             raise liveness.Unreachable(f"{what}: {result.error}")
         if result.status is not None and result.status != 200:
             self.confirm_live(f"{what}: {result.error}", dead_liveness="api.status")
         if result.timed_out or result.cut:
             self.confirm_live(f"{what}: {result.error}")
+        if result.timed_out:
+            raise liveness.NoAnswer(f"{what}: {result.error}, on a live server (a hang, or a host too loaded)")
 
     def _json(self, method: str, path: str, **kw) -> dict:
         body = self._json_or_empty(method, path, **kw)

@@ -5,10 +5,8 @@ sleep flags and gauge, golden output, held and in-flight requests.
 message only: the verdict of a failure is its oracle id.
 """
 
-import concurrent.futures
-
-from tests.sleep_wake.lib import measure, metrics, oracle, thresholds
-from tests.sleep_wake.lib.client import ServerResponseError
+from tests.sleep_wake.lib import liveness, measure, metrics, oracle, thresholds
+from tests.sleep_wake.lib.client import ServerResponseError, StreamResult
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 
@@ -82,17 +80,15 @@ def tokens(
 
 
 def result(future, timeout_s: float, *, client, step: str, issue: str = ""):
-    """The result of a background request: the oracle requests.completes fails when it is still open
-    past the bound on a live server (client.confirm_live), or a live server answered it with a body
-    that is no completion. Anything else the request raised propagates as it is: a live server's error
-    answer is api.status, no answer or a dead engine a liveness.Errored, and a refused connection or a
-    bug in the test proves nothing about the request (errored)."""
+    """The result of a background request: the oracle requests.completes fails when a live server answered
+    it with a body that is no completion. Still open past timeout_s it is no answer (liveness.NoAnswer, or
+    what a server that is not live is: measure.wait_for_server). Anything else the request raised
+    propagates as it is: a live server's error answer is api.status, a dead engine a liveness.Errored, and
+    a refused connection or a bug in the test proves nothing about the request (errored)."""
     where = _where(step, issue)
+    measure.wait_for_server(future.done, timeout_s, f"{where}: a held request to end", client.confirm_live)
     try:
-        return future.result(timeout=timeout_s)
-    except concurrent.futures.TimeoutError:
-        client.confirm_live(f"{where}: a held request still open after {timeout_s:g} s")
-        oracle.fail("requests.completes", f"{where}: a held request", "still open", f"{timeout_s:g} s", "ends within")
+        return future.result()
     except ServerResponseError as e:
         oracle.fail("requests.completes", f"{where}: a held request", f"answered: {e}", "a completion", "==")
 
@@ -175,12 +171,11 @@ def golden_with_logprobs(
 
 def accepted(client, futures, count: int, what: str) -> None:
     """`count` requests sent in the background are accepted (/load) or one of them already ended."""
-    measure.wait_until(
+    measure.wait_for_server(
         lambda: client.load() >= count or any(f.done() for f in futures),
         thresholds.get("request_completion_s_max"),
-        what=what,
-        oracle_id="requests.accepted",
-        confirm_live=client.confirm_live,
+        what,
+        client.confirm_live,
     )
 
 
@@ -202,10 +197,15 @@ def held(oracle_id: str, client, futures, window_s: float, what: str) -> None:
 
 def ended_how(future) -> str:
     """How a finished background request ended, for a message; raises what it raised unless that is
-    a live server's answer (an oracle's failure: api.status; a body that is no completion)."""
+    a live server's answer (an oracle's failure: api.status; a body that is no completion), and raises
+    for a stream that broke off or went silent, which is no answer either."""
     error = future.exception()
     if error is None:
         value = future.result()
+        if isinstance(value, StreamResult) and value.transport:
+            raise liveness.Unreachable(f"a background stream broke off: {value.error}")
+        if isinstance(value, StreamResult) and value.timed_out:
+            raise liveness.NoAnswer(f"a background stream went silent: {value.error}")
         return f"finish_reasons {getattr(value, 'finish_reasons', value)}"
     if isinstance(error, (oracle.OracleFailure, ServerResponseError)):
         return f"answered: {error}"
@@ -213,12 +213,8 @@ def ended_how(future) -> str:
 
 
 def load_drains(client, what: str) -> None:
-    measure.wait_until(
-        lambda: client.load() == 0,
-        thresholds.get("request_completion_s_max"),
-        what=f"/load back to 0 {what}",
-        oracle_id="requests.load_drains",
-        confirm_live=client.confirm_live,
+    measure.wait_for_server(
+        lambda: client.load() == 0, thresholds.get("request_completion_s_max"), f"/load back to 0 {what}", client.confirm_live
     )
 
 

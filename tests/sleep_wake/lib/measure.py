@@ -7,7 +7,7 @@ import tempfile
 import threading
 import time
 
-from tests.sleep_wake.lib import oracle, thresholds
+from tests.sleep_wake.lib import liveness, oracle, thresholds
 from tools.results.testlogs import MEASUREMENTS_FILE  # the readers of results share the name
 
 
@@ -59,6 +59,22 @@ class WaitTimeout(TimeoutError):
     """A wait that is no oracle ran out: the test could not reach the state it needed (errored)."""
 
 
+def wait_for_server(predicate, timeout_s: float, what: str, confirm_live, poll_s: float | None = None) -> float:
+    """Poll `predicate` until truthy (a request to end, /load to drain); return the seconds it took. After
+    timeout_s the server has not done it: confirm_live(what) raises what a server that is not live is, and
+    a live one raises liveness.NoAnswer. Never an oracle: a hang and a host too loaded to serve in time
+    look the same, so only a catalogued hang may count it, against its control (tests/mutants/verdict.py).
+    A bound on how long it took is an oracle of its own on the seconds returned (oracle.bounded)."""
+    try:
+        return wait_until(predicate, timeout_s, poll_s=poll_s, what=what)
+    except WaitTimeout:
+        confirm_live(f"{what}: not after {timeout_s:g} s")
+        raise liveness.NoAnswer(
+            f"{what}: not after {timeout_s:g} s on a live server (a hang, or a host too loaded to serve it: "
+            "proves nothing unless the mutant is a hang and its control stayed clean)"
+        ) from None
+
+
 def wait_until(
     predicate,
     timeout_s: float,
@@ -68,11 +84,10 @@ def wait_until(
     confirm_live=None,
 ) -> float:
     """Poll `predicate` (every poll_s, default the poll_s threshold) until truthy; return the seconds
-    it took. After timeout_s: the oracle `oracle_id` fails (the wait is what it checks: a request that
-    must end, /load that must drain), or WaitTimeout when the wait only sets a test up.
-    confirm_live(what), required with an oracle: called before the oracle fails, it raises instead when
-    the server is not live (client.confirm_live): a request that never ends on a dead engine, or a /load
-    the API server still counts for it, is no verdict on the request."""
+    it took. After timeout_s: the oracle `oracle_id` fails where the wait is a measurement of its own (NVML
+    bytes that must settle), else WaitTimeout (the wait only sets a test up; a wait on the server to
+    answer is wait_for_server). confirm_live(what), required with an oracle: called before the oracle
+    fails, it raises instead when the server is not live (client.confirm_live)."""
     if oracle_id is not None and confirm_live is None:
         raise ValueError(
             f"wait_until({what!r}, oracle_id={oracle_id!r}) without confirm_live: pass the "

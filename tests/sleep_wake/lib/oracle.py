@@ -23,7 +23,8 @@ import threading
 import pytest
 
 from tests.sleep_wake.lib import liveness, thresholds
-from tools.results.testlogs import ORACLE_PROPERTY as PROPERTY  # what the verdicts read back
+from tools.results.testlogs import ERRORED_PROPERTY  # what the verdicts read back
+from tools.results.testlogs import ORACLE_PROPERTY as PROPERTY
 
 MEASURED_PROPERTY, BOUND_PROPERTY = "oracle_measured", "oracle_bound"
 VALUE_CHARS = 300  # of a measured value or bound in the JUnit properties
@@ -174,11 +175,16 @@ def bounded_median(
 
 def properties(exc: BaseException) -> list[tuple[str, str]]:
     """The JUnit properties of a failure: the oracle's id, measured value and bound; for a
-    liveness.Errored what happened and the liveness oracle that saw it; [] for any other exception."""
+    liveness.Errored what happened and the liveness oracle that saw it; for any other exception (a bug in
+    the test, a precondition, a wait that set nothing up) the errored mark, so that an oracle the same case
+    fires in a later phase (a fixture's teardown) is no kill either; [] for a skip."""
     if isinstance(exc, liveness.Errored):
         return exc.properties()
-    if not isinstance(exc, OracleFailure):
+    if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception)):
         return []
+    if not isinstance(exc, OracleFailure):
+        kind = "precondition" if isinstance(exc, Precondition) else f"test code: {type(exc).__name__}"
+        return [(ERRORED_PROPERTY, kind)]
     return [
         prop
         for f in exc.failures()

@@ -32,9 +32,10 @@ def test_an_unknown_id_is_refused():
         oracle.fail("flags.nope", "x", 1, 2)
 
 
-def test_only_oracle_failures_have_properties():
-    assert oracle.properties(ConnectionError("refused")) == []
-    assert oracle.properties(oracle.Precondition("no cache hit")) == []
+def test_only_oracle_failures_have_oracle_properties_and_anything_else_is_errored():
+    assert oracle.properties(ConnectionError("refused")) == [("errored", "test code: ConnectionError")]
+    assert oracle.properties(oracle.Precondition("no cache hit")) == [("errored", "precondition")]
+    assert oracle.properties(pytest.skip.Exception("no GPU")) == []
     assert not issubclass(oracle.Precondition, AssertionError)
 
 
@@ -134,6 +135,14 @@ def broken():
 def test_setup_oracle(broken):
     pass
 
+@pytest.fixture
+def fires_at_teardown():
+    yield
+    oracle.fail("requests.held_while_asleep", "a held request", "ended", "pending", "")
+
+def test_bug_then_teardown_oracle(fires_at_teardown):
+    raise TypeError("complete() got an unexpected keyword argument 'prmopt'")
+
 def test_passes():
     pass
 """
@@ -142,9 +151,16 @@ def test_passes():
 def test_the_junit_xml_records_the_oracle_of_each_failed_case(tmp_path):
     cases = {name: dict(props) for name, props in inner_pytest.junit_properties(tmp_path, _INNER).items()}
     assert cases["test_oracle"] == {"oracle": "flags.gauge", "oracle_measured": "(1,0,0)", "oracle_bound": "== (0,1,0)"}
-    assert cases["test_foreign_exception_named_like_an_oracle_flags_gauge"] == {}
+    assert cases["test_foreign_exception_named_like_an_oracle_flags_gauge"] == {"errored": "test code: ConnectionError"}
     assert cases["test_setup_oracle"]["oracle"] == "api.status"
     assert cases["test_passes"] == {}
+
+
+def test_a_bug_in_the_test_keeps_a_later_phase_s_oracle_from_counting(tmp_path):
+    """The call's TypeError marks the case errored, so the oracle its fixture fires at teardown is no kill
+    (it used to be: the case carried the oracle id and no errored mark)."""
+    props = inner_pytest.junit_properties(tmp_path, _INNER)["test_bug_then_teardown_oracle"]
+    assert ("errored", "test code: TypeError") in props and ("oracle", "requests.held_while_asleep") in props
 
 
 def _checks_outside_oracles(path: str) -> list[str]:

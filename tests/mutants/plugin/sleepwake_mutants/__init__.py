@@ -465,11 +465,12 @@ MUTANTS = {
             "#45326, #45520",
             "sleep?mode=abort ends an n>1 request's choices in the engine but never tells the front "
             "end: the stream stays open.",
-            # vLLM's stream stays open: past abort_s_max first (on the H200, docs/runs.md), then the completion bound;
-            # the fake's ends without the finish reasons.
-            {"abort_parallel_sampling": ("requests.abort_time", "requests.completes", "requests.clean_end")},
+            # vLLM's stream stays open: a hang (no answer past the completion bound); the fake's ends without the
+            # finish reasons.
+            {"abort_parallel_sampling": ("requests.abort_time", "requests.clean_end", "api.answers")},
             "scheduling:abort_leaves_choices_running",
             size="every choice's end lost",
+            fails_as=(HANG,),
         ),
         Mutant(
             "sleep_drains_instead_of_aborting",
@@ -530,9 +531,10 @@ MUTANTS = {
             "level0_abort_freezes",
             "level 0 with mode abort",
             "A level-0 sleep with mode abort freezes the requests in flight (mode keep) instead of aborting them.",
-            {"state_walk": ("requests.abort_time",)},
+            {"state_walk": ("requests.abort_time", "api.answers")},
             "walk:level0_abort_freezes",
             size="no request aborted",
+            fails_as=(HANG,),  # the frozen request never ends while the engine stays paused
         ),
         Mutant(
             "reset_prefix_cache_fails_asleep",
@@ -601,9 +603,10 @@ MUTANTS = {
             "#51476 (requests admitted while paused), core.py pause_scheduler",
             "sleep?mode=abort aborts only the running requests: those waiting in the scheduler (sent while "
             "paused, or preempted by a keep) stay queued and run after the wake, on whatever weights then serve.",
-            {"state_walk": ("requests.abort_time", "requests.abort_aborts")},
+            {"state_walk": ("requests.abort_time", "requests.abort_aborts", "api.answers")},
             "waiting:abort_spares_waiting",
             size="every waiting request outlives the abort",
+            fails_as=(HANG,),  # a spared request waits for a wake the walk sends only once it ended: no answer
         ),
         Mutant(
             "paused_new_admits_waiting",
@@ -751,9 +754,10 @@ MUTANTS = {
             "#32351, #34528 (pause modes)",
             "A sleep while paused keeps the first pause's mode: a wait sleep after a level-0 keep leaves the "
             "frozen request frozen instead of draining it.",
-            {"state_walk": ("requests.ends_in_race",)},
+            {"state_walk": ("requests.ends_in_race", "requests.resumes_after_keep", "api.answers")},
             "waiting:pause_mode_sticky",
             size="the pause mode never changes while paused",
+            fails_as=(HANG,),  # the request the wait sleep should drain stays frozen: no answer
         ),
         Mutant(
             "reload_aborts_requests",

@@ -1,7 +1,7 @@
-"""The GPU tier's judgement of a request that must end (an abort's, a wait drain's): a stream that went
-silent past its own read timeout has not ended, which is the waiting oracle's verdict on a live server
-and no verdict at all on a server that is not live. And its close after a failed step: a request the
-failure left held ends at once, not at its client timeout."""
+"""The GPU tier's judgement of a request that must end (an abort's, a wait drain's) or wait: a stream that
+went silent past its own read timeout, or broke off, is no answer on any server, never an oracle's
+verdict. And its close after a failed step: a request the failure left held ends at once, not at its
+client timeout."""
 
 import concurrent.futures
 import contextlib
@@ -14,7 +14,7 @@ from tests.sleep_wake.lib.background import background
 from tests.sleep_wake.lib.client import SleepWakeClient, StreamResult
 from tests.sleep_wake.walk import runner
 
-ENDS = "requests.ends_in_race"
+_AFTER_KEEP = runner.model.State(level=0, pause=runner.model.PAUSE_ALL, gauge_level=0)  # a level-0 keep
 
 
 class _Client:
@@ -65,20 +65,35 @@ def _silent() -> StreamResult:
     )
 
 
-def test_a_stream_silent_past_its_timeout_on_a_live_server_fails_the_waiting_oracle():
-    with pytest.raises(oracle.OracleFailure) as failure:
-        _tier(live=True)._end_of(_open(_silent()), 5.0, "the drained request", ends_oracle=ENDS)
-    assert failure.value.oracle_id == ENDS
+def test_a_stream_silent_past_its_timeout_is_no_answer_even_on_a_live_server():
+    """A timeout is never an oracle's verdict: it used to fail the waiting oracle (an abort's time, a
+    drain's end), so a host too loaded to serve in time killed mutants."""
+    with pytest.raises(liveness.NoAnswer, match="on a live server") as e:
+        _tier(live=True)._end_of(_open(_silent()), "the drained request")
+    assert e.value.liveness == "api.answers" and not isinstance(e.value, oracle.OracleFailure)
 
 
 def test_a_stream_silent_on_a_server_that_is_not_live_is_errored_not_a_verdict():
-    with pytest.raises(liveness.NoAnswer):
-        _tier(live=False)._end_of(_open(_silent()), 5.0, "the drained request", ends_oracle=ENDS)
+    with pytest.raises(liveness.NoAnswer, match="GET /health: no answer"):
+        _tier(live=False)._end_of(_open(_silent()), "the drained request")
 
 
-def test_a_stream_that_ended_is_returned_for_its_own_oracles():
+def test_a_stream_that_ended_is_returned_for_its_own_oracles_with_the_seconds_it_took():
     ended = StreamResult(finish_reasons=["length"], token_ids=[[7, 8]], num_tokens=2, error=None, status=200)
-    assert _tier(live=True)._end_of(_open(ended), 5.0, "the drained request", ends_oracle=ENDS) is ended
+    value, seconds = _tier(live=True)._end_of(_open(ended), "the drained request")
+    assert value is ended and 0 <= seconds < 1
+
+
+def test_a_held_request_that_broke_off_inside_the_window_is_errored_not_held():
+    """_judge_held_open: a stream that ended by a broken connection is no answer of the server, so the held
+    oracle must not fire on it (it did: only stream.done() was looked at)."""
+    broken = StreamResult([None], [[]], 0, "transport error: ConnectionResetError", transport=True, status=200)
+    with pytest.raises(liveness.Unreachable):
+        _tier(live=True)._judge_held_open(_open(broken).future, _AFTER_KEEP, "the frozen request")
+    answered = StreamResult(["length"], [[7]], 1, None, status=200)
+    with pytest.raises(oracle.OracleFailure) as e:
+        _tier(live=True)._judge_held_open(_open(answered).future, _AFTER_KEEP, "the frozen request")
+    assert e.value.oracle_id == runner.model.held_oracle(_AFTER_KEEP)
 
 
 # Longer than any close that wakes the engine first, far shorter than a client timeout.
