@@ -266,7 +266,7 @@ def test_mutant_is_killed_by_its_classes():
     else:
         decision = verdict.decide(mutant, cases, classes, class_files, kills, inner, *markers, fails_as)
     if timed_out:
-        decision.problems.append(f"the inner pytest ran past {timeout_s:.0f} s and was interrupted")
+        verdict.cut_short(decision, f"the inner pytest ran past {timeout_s:.0f} s and was interrupted")
     if not reports:
         decision.problems.append(
             f"the inner pytest wrote no JUnit report; see the {verdict.PYTEST_LOG} files under {inner}"

@@ -13,7 +13,7 @@ Per class, against the catalogue's expected ids:
   * other oracle: cases failed with oracle ids on a live server, none of them expected;
   * errored: cases failed without any such id (a refused connection, no answer, a dead engine, a wait's
     timeout, a crash, a fixture's precondition, a bug in the test): proof of nothing, never a kill;
-  * survived: no case failed;
+  * survived: no case failed, and the run was not cut short (cut_short(): then errored);
   * not applied: the server logs do not show the mutant applied and its patched code reached (the
     plugin's ACTIVATION and REACHED lines): a pass would be a survival of a bug that was never there
     and a failure a kill by something else.
@@ -39,6 +39,7 @@ OUTCOMES = (KILLED, OTHER, ERRORED, SURVIVED, NOT_APPLIED)
 # overloaded host or a crash of anything, so they kill only a mutant marked so (Mutant.fails_as).
 LIVENESS = {"api.answers": HANG, "api.status": ERROR_ANSWER, "server.healthy": ERROR_ANSWER}
 MESSAGE_CHARS = 300  # of each failure message in reports and mutation_row.json
+INTERRUPTED = "the run was interrupted before this class finished"
 PYTEST_LOG = "pytest.log"  # the inner pytest's own output, beside the server logs; not a server log
 _PID = "SLEEPWAKEPID"  # placeholder for {pid}: letters only, so re.escape leaves it alone
 
@@ -56,6 +57,8 @@ class ClassResult:
     # A kill that rests on these liveness ids alone: it stands only if the class's control, under the
     # same concurrency, did not fire them (tools/results/mutation_table.py).
     needs_control: list[str] = dataclasses.field(default_factory=list)
+    # Errored because the inner run was cut short before the class finished (cut_short()).
+    interrupted: bool = False
 
     @property
     def fired(self) -> list[str]:
@@ -74,6 +77,7 @@ class ClassResult:
             "liveness": self.liveness,
             "errored": self.errored,
             "needs_control": self.needs_control,
+            "interrupted": self.interrupted,
         }
 
 
@@ -114,6 +118,8 @@ class Decision:
                 NOT_APPLIED: "not applied (see the problems below)",
                 PASSED: "passed",
             }[r.verdict]
+            if r.interrupted:
+                what = f"errored: {INTERRUPTED} (a survival or a pass needs the whole class run)"
             if r.needs_control:
                 what = (
                     f"killed by the liveness oracles {', '.join(r.needs_control)} alone: a kill only if "
@@ -206,6 +212,16 @@ def judge_classes(
             needs_control,
         )
     return out
+
+
+def cut_short(decision: Decision, why: str) -> None:
+    """Marks a run cut short (the inner pytest's timeout) with the problem `why`. A class that would have
+    survived or passed is errored: no test failed in the part that ran, which says nothing of the rest. A
+    kill or another oracle seen before the cut was seen all the same, and keeps its verdict."""
+    decision.problems.append(why)
+    for result in decision.classes.values():
+        if result.verdict in (SURVIVED, PASSED):
+            result.verdict, result.interrupted = ERRORED, True
 
 
 def marker_regex(template: str, **fields) -> re.Pattern:

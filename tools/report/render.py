@@ -338,7 +338,7 @@ class Page:
         return f'<section id="mutants"><h2>Mutants</h2>{verdict}{table}<ul>{items}</ul></section>'
 
 
-BAD_WORDS = ("survived", "other", "not applied", "NOT KILLED", "CONTROL FAILED")
+BAD_WORDS = ("survived", "other", "not applied", "no result", "NOT KILLED", "CONTROL FAILED")
 OK_WORDS = ("killed", "pass", "control passed")
 
 

@@ -349,9 +349,7 @@ def _mutation(root: str, workspace: str) -> Mutation | None:
     if not rows:
         return None
     catalogue = os.path.join(workspace, mutation_table.DEFAULT_CATALOGUE)
-    expected = (
-        mutation_table.catalogue_names(catalogue) if os.path.isfile(os.path.join(catalogue, "__init__.py")) else None
-    )
+    expected = mutation_table.catalogue(catalogue) if os.path.isfile(os.path.join(catalogue, "__init__.py")) else None
     text, ok = mutation_table.table(rows, expected)
     return Mutation(table=text, ok=ok)
 

@@ -7,7 +7,9 @@ inside outputs.zip when Bazel zipped the outputs) and prints a markdown table mu
 bound each mutant is sized against and its size, from the catalogue), the
 number of mutants each class killed, and whether every mutant was killed and every class killed one.
 A mutant of the catalogue (tests/mutants/plugin/sleepwake_mutants, read from the workspace) with no
-row counts as not killed. Exits 1 unless all of that holds (and the control, if it ran, passed).
+row (its target did not run, or stopped before judging) is not killed: its classes count it as "no
+result", apart from errored, which is a judged run that proves nothing. Exits 1 unless all of that holds
+(and the control, if it ran, passed).
 
 A kill that rests on liveness oracles alone (a row's needs_control: api.answers, api.status,
 server.healthy, which an overloaded host or a crash fires too) stands only where the class's control
@@ -32,7 +34,9 @@ CONTROL = "none"
 DEFAULT_CATALOGUE = "tests/mutants/plugin/sleepwake_mutants"
 GPU_PREFIX, FAKE_PREFIX = "mutant_", "fake_mutant_"  # target names of tests/mutants/defs.bzl mutant_suite
 # The verdicts of tests/mutants/verdict.py (killed, other oracle, errored, survived, not applied; passed: a
-# control).
+# control), and ours for a catalogued mutant whose target wrote no row.
+NO_RESULT = "no result"
+NO_ROW = f"no result: its target wrote no {ROW_FILE}; see its test.log"
 CELL_TEXT = {
     "killed": "killed",
     "other oracle": "other oracle",
@@ -40,8 +44,9 @@ CELL_TEXT = {
     "survived": "survived",
     "not applied": "not applied",
     "passed": "pass",
+    NO_RESULT: NO_RESULT,
 }
-OUTCOMES = ("killed", "other oracle", "errored", "survived", "not applied")
+OUTCOMES = ("killed", "other oracle", "errored", "survived", "not applied", NO_RESULT)
 
 
 def _row(target_dir):
@@ -59,15 +64,43 @@ def load_rows(root, prefix=GPU_PREFIX):
         row = _row(os.path.join(root, name))
         if row is not None:
             rows.append(row)
+    return _ordered(rows)
+
+
+def _ordered(rows) -> list:
+    """By mutant name, the control last."""
     return sorted(rows, key=lambda r: (r["mutant"] == CONTROL, r["mutant"]))
 
 
-def catalogue_names(package_dir):
-    """The catalogue's mutant names, read from the plugin package's MUTANTS (no vLLM needed)."""
-    spec = importlib.util.spec_from_file_location("_sleepwake_catalogue", os.path.join(package_dir, "__init__.py"))
+def catalogue(package_dir) -> dict:
+    """The catalogue's mutants by name, read from the plugin package's MUTANTS (no vLLM needed)."""
+    path = os.path.join(package_dir, "__init__.py")
+    spec = importlib.util.spec_from_file_location("_sleepwake_catalogue", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the catalogue {path}: pass --catalogue the plugin package's directory")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return sorted(module.MUTANTS)
+    return dict(module.MUTANTS)
+
+
+def catalogue_names(package_dir):
+    """The catalogue's mutant names."""
+    return sorted(catalogue(package_dir))
+
+
+def no_result_row(entry) -> dict:
+    """The row of a catalogued mutant whose target wrote none: each class it lists has no result, so that
+    the counts per class show it rather than leave it out of every column."""
+    return {
+        "mutant": entry.name,
+        "issue": entry.issue,
+        "bound": list(entry.bound),
+        "size": entry.size,
+        "passed": False,
+        "problems": [NO_ROW],
+        "no_row": True,
+        "classes": {c: {"verdict": NO_RESULT} for c in entry.kills},
+    }
 
 
 def _bound(r) -> str:
@@ -79,7 +112,8 @@ def _bound(r) -> str:
 
 def _cell(result: dict) -> str:
     """A class's verdict with the oracle ids behind it: the expected ones that fired for a kill, the
-    ones that fired instead for another oracle, why a liveness kill did not stand."""
+    ones that fired instead for another oracle, why a liveness kill did not stand or a class is errored
+    unjudged (its run cut short: verdict.cut_short)."""
     verdict = result["verdict"]
     text = CELL_TEXT.get(verdict, verdict)
     if verdict == "killed":
@@ -89,6 +123,8 @@ def _cell(result: dict) -> str:
         return f"{text} ({', '.join(fired)})"
     if result.get("unconfirmed"):
         return f"{text} ({result['unconfirmed']})"
+    if result.get("interrupted"):
+        return f"{text} (interrupted before the class finished)"
     return text
 
 
@@ -144,10 +180,11 @@ def outcome_counts(rows) -> dict:
 
 
 def table(rows, expected=None):
-    """(markdown text, ok). expected: the catalogue's mutant names, or None not to check for rows."""
+    """(markdown text, ok). expected: the catalogue (catalogue()), or None not to check for rows."""
     rows = confirm_by_controls(rows)
+    missing = sorted(set(expected or ()) - {r["mutant"] for r in rows})
+    rows = _ordered(rows + [no_result_row(expected[m]) for m in missing])
     mutants = [r for r in rows if r["mutant"] != CONTROL]
-    missing = sorted(set(expected or ()) - {r["mutant"] for r in mutants})
     controls = [r for r in rows if r["mutant"] == CONTROL]  # one per class (mutant_control_<class>)
     control_failed = sorted(c for r in controls if not r.get("passed") for c in r["classes"])
     classes = sorted({c for r in rows for c in r["classes"]})
@@ -176,15 +213,15 @@ def table(rows, expected=None):
     lines += [f"| {c} | " + " | ".join(str(counts.get(c, {}).get(o, 0)) for o in OUTCOMES) + " |" for c in classes]
     lines += ["", "kills per class:"]
     lines += [f"- {c}: {len(kills[c])}" + (f" ({', '.join(kills[c])})" if kills[c] else "") for c in classes]
-    survivors = [r["mutant"] for r in mutants if not r.get("passed")]
+    survivors = [r["mutant"] for r in mutants if not r.get("passed") and not r.get("no_row")]
     idle = [c for c in classes if not kills[c]]
     all_killed = bool(mutants) and not survivors and not missing
     lines += [
         "",
-        f"every mutant killed: {'yes' if all_killed else 'no'} ({len(mutants) - len(survivors)}/"
-        f"{len(mutants) + len(missing)}"
+        f"every mutant killed: {'yes' if all_killed else 'no'} ({sum(bool(r.get('passed')) for r in mutants)}/"
+        f"{len(mutants)}"
         + (f"; not killed: {', '.join(survivors)}" if survivors else "")
-        + (f"; no row (did not run): {', '.join(missing)}" if missing else "")
+        + (f"; no result (no {ROW_FILE}): {', '.join(missing)}" if missing else "")
         + ")",
         f"every class killed at least one mutant: {'yes' if classes and not idle else 'no'}"
         + (f" (none killed by: {', '.join(idle)})" if idle else ""),
@@ -219,7 +256,7 @@ def main(argv):
     args = parser.parse_args(argv[1:])
     expected = None
     if args.catalogue and os.path.isfile(os.path.join(args.catalogue, "__init__.py")):
-        expected = catalogue_names(args.catalogue)
+        expected = catalogue(args.catalogue)
     elif args.catalogue:
         print(
             f"note: no catalogue at {args.catalogue} (run from the workspace root): mutants that "

@@ -77,7 +77,7 @@ def test_survivor_and_idle_class_fail(tmp_path, capsys):
     assert "| a | #1 | exact oracle |  | MRV2-eager | survived |  | NOT KILLED |" in text
     assert "| b | #1 | wake_s_max | 2x | MRV2-eager |  | other oracle (latency.wake) | NOT KILLED |" in text
     assert "| c | #1 | exact oracle |  | MRV2-eager |  | errored | NOT KILLED |" in text
-    # The four outcomes per class, counted over the mutants.
+    # The outcomes per class, counted over the mutants.
     assert "| class | killed | other oracle | errored | survived |" in text
     assert "| latency | 0 | 1 | 1 | 0 |" in text and "| flags | 0 | 0 | 0 | 1 |" in text
     assert "every mutant killed: no (0/3; not killed: a, b, c)" in text
@@ -102,13 +102,32 @@ def test_no_rows_explains(tmp_path, capsys):
     assert "run the mutants first" in capsys.readouterr().out
 
 
+CATALOGUE = """
+import collections
+
+M = collections.namedtuple("M", "name issue kills bound size")
+MUTANTS = {
+    "a": M("a", "#1", {"flags": ("latency.wake",)}, (), ""),
+    "b": M("b", "#2", {"flags": ("flags.gauge",), "latency": ("latency.wake",)}, ("wake_s_max",), "2x"),
+}
+"""
+
+
 def test_a_catalogued_mutant_without_a_row_is_not_killed(tmp_path, capsys):
     package = tmp_path / "plugin" / "sleepwake_mutants"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text("MUTANTS = {'a': None, 'b': None}\n")
+    (package / "__init__.py").write_text(CATALOGUE)
     _write(tmp_path / "logs", "mutant_a", _row("a", {"flags": "killed"}))
     assert mutation_table.main(["x", str(tmp_path / "logs"), "--catalogue", str(package)]) == 1
-    assert "every mutant killed: no (1/2; no row (did not run): b)" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "every mutant killed: no (1/2; no result (no mutation_row.json): b)" in text
+    # Its row shows it, and each class it lists counts it as no result: neither errored nor not applied.
+    assert (
+        "| b | #2 | wake_s_max | 2x |  | no result | no result | NOT KILLED "
+        f"({mutation_table.NO_ROW}) |" in text.splitlines()
+    )
+    assert "| class | killed | other oracle | errored | survived | not applied | no result |" in text
+    assert "| flags | 1 | 0 | 0 | 0 | 0 | 1 |" in text and "| latency | 0 | 0 | 0 | 0 | 0 | 1 |" in text
 
 
 def test_the_fakes_rows_are_tabulated_apart(tmp_path, capsys):
@@ -124,6 +143,10 @@ def test_reads_the_real_catalogue_from_its_init_alone():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     names = mutation_table.catalogue_names(os.path.join(root, mutation_table.DEFAULT_CATALOGUE))
     assert len(names) >= 20 and "resume_on_partial_wake" in names and "late_release" in names
+    # A real entry gives a missing row what the table shows of it.
+    entry = mutation_table.catalogue(os.path.join(root, mutation_table.DEFAULT_CATALOGUE))["resume_on_partial_wake"]
+    row = mutation_table.no_result_row(entry)
+    assert row["classes"] == {"scheduler_gate": {"verdict": "no result"}} and row["issue"] == entry.issue
 
 
 def _liveness_kill(mutant, cls, ids, slots="4"):
@@ -171,7 +194,16 @@ def test_a_liveness_kill_without_a_clean_control_alike_is_errored(tmp_path, caps
         assert mutation_table.main(["x", str(root), "--catalogue", ""]) == 1
         text = capsys.readouterr().out
         assert f"| a | #1 | exact oracle |  | MRV2-eager | errored ({why}) | NOT KILLED |" in text, text
-        assert "| concurrent_race | 0 | 0 | 1 | 0 | 0 |" in text
+        assert "| concurrent_race | 0 | 0 | 1 | 0 | 0 | 0 |" in text
+
+
+def test_a_class_cut_short_says_so(tmp_path, capsys):
+    row = _row("a", {"flags": "errored"})
+    row["classes"]["flags"]["interrupted"] = True  # verdict.cut_short: the inner run timed out
+    _write(tmp_path, "mutant_a", row)
+    assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
+    text = capsys.readouterr().out
+    assert "| a | #1 | exact oracle |  | MRV2-eager | errored (interrupted before the class finished) |" in text
 
 
 def test_not_applied_is_counted_and_not_killed(tmp_path, capsys):
@@ -179,5 +211,5 @@ def test_not_applied_is_counted_and_not_killed(tmp_path, capsys):
     assert mutation_table.main(["x", str(tmp_path), "--catalogue", ""]) == 1
     text = capsys.readouterr().out
     assert "| a | #1 | exact oracle |  | MRV2-eager | not applied | NOT KILLED (never reached) |" in text
-    assert "| class | killed | other oracle | errored | survived | not applied |" in text
-    assert "| flags | 0 | 0 | 0 | 0 | 1 |" in text
+    assert "| class | killed | other oracle | errored | survived | not applied | no result |" in text
+    assert "| flags | 0 | 0 | 0 | 0 | 1 | 0 |" in text

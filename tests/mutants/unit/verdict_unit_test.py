@@ -298,6 +298,7 @@ def test_row_is_json(tmp_path):
                 "liveness": [[]],
                 "errored": [[]],
                 "needs_control": [],
+                "interrupted": False,
             }
         },
     }
@@ -397,6 +398,43 @@ def test_a_control_that_timed_out_is_errored(tmp_path):
     d = decide(tmp_path, cases, mutant="none")
     assert d.classes["scheduler_gate"].verdict == "errored" and not d.passed
     assert d.classes["scheduler_gate"].liveness == [["api.answers"]]
+
+
+# --- a run cut short (the inner pytest's timeout): a survival or a pass needs the whole class run -------
+TIMED_OUT = "the inner pytest ran past 3450 s and was interrupted"
+
+
+def test_a_class_cut_short_without_a_failure_is_errored_not_survived(tmp_path):
+    cases = junit(
+        tmp_path,
+        failed(GATE, "test_b[MRV2-eager]", "held", oracles=[HELD]),
+        passed(FLAGS, "test_level1_flags[MRV2-eager]"),
+    )
+    d = decide(tmp_path, cases, classes=("scheduler_gate", "flags"))
+    verdict.cut_short(d, TIMED_OUT)
+    gate, flags = d.classes["scheduler_gate"], d.classes["flags"]
+    assert (gate.verdict, gate.interrupted) == ("killed", False)  # seen before the cut: still a kill
+    assert (flags.verdict, flags.interrupted) == ("errored", True) and not d.passed
+    assert d.problems == [TIMED_OUT]
+    assert f"flags: errored: {verdict.INTERRUPTED}" in d.report()
+    assert verdict.row(d, "#1", "MRV2-eager")["classes"]["flags"]["interrupted"] is True
+
+
+def test_a_control_cut_short_does_not_pass(tmp_path):
+    d = decide(tmp_path, junit(tmp_path, passed(GATE, "test_b[MRV2-eager]")), mutant="none")
+    assert d.passed
+    verdict.cut_short(d, TIMED_OUT)
+    assert d.classes["scheduler_gate"].verdict == "errored" and not d.passed
+
+
+def test_a_cut_leaves_other_oracle_and_not_applied_as_they_are(tmp_path):
+    cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "flag", oracles=["flags.gauge"]))
+    d = decide(tmp_path, cases)
+    verdict.cut_short(d, TIMED_OUT)
+    assert d.classes["scheduler_gate"].verdict == "other oracle"
+    d = decide(tmp_path, junit(tmp_path, passed(GATE, "test_b[MRV2-eager]")), log_lines=[])
+    verdict.cut_short(d, TIMED_OUT)
+    assert d.classes["scheduler_gate"].verdict == "not applied"
 
 
 DOOR_MUTANT = "llm_wake_up_drops_tags"
