@@ -2,8 +2,9 @@
 
 RL actors (NeMo-RL, verl) await AsyncLLM's coroutines on their actor's loop; a test here hands each of
 its scenarios to `run`, which bounds it: a call that never answers is the oracle api.answers (#45326's
-hang), one that raises is api.status, as the GPU tier's client reads a server. The fake worker lives in
-the forked engine process, so what crossed its boundary comes back through `report` (a collective_rpc).
+hang), one that raises is judged by checks.error_answer (the engine's error answer is api.status), as the
+GPU tier's client reads a server. The fake worker lives in the forked engine process, so what crossed its
+boundary comes back through `report` (a collective_rpc).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import dataclasses
 import itertools
 
 from tests.engine.fakes.timeline import Timeline
-from tests.engine.lib import engines
+from tests.engine.lib import checks, engines
 from tests.sleep_wake.lib import oracle, thresholds
 
 
@@ -92,14 +93,16 @@ class AsyncDoor:
 
     async def call(self, what: str, coro):
         """One awaited AsyncLLM call: no answer within request_completion_s_max is api.answers, an
-        exception is the live engine's error answer (api.status)."""
+        exception is judged by checks.error_answer (the engine's error answer is api.status, its death
+        liveness.EngineDead, the test's own error re-raised as it is)."""
         bound = thresholds.get("request_completion_s_max")
         try:
             return await asyncio.wait_for(coro, bound)
         except asyncio.TimeoutError:  # before Exception: it is one
             oracle.fail("api.answers", what, f"no answer in {bound} s", bound, "<=")
-        except Exception as e:  # noqa: BLE001  the engine's answer, whatever it raised
-            oracle.fail("api.status", what, f"raised {e!r}", "no error", "")
+        except Exception as e:
+            checks.error_answer(what, e)
+            raise
 
     async def report(self) -> WorkerReport:
         [answer] = await self.call("collective_rpc('sleepwake_report')", self.llm.collective_rpc("sleepwake_report"))

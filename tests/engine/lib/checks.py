@@ -1,14 +1,22 @@
 """The engine tests' checks, each an oracle of tests/sleep_wake/lib/oracle.py with the id the GPU tier
 fails for the same defect (as lib/walk_driver.py does): a pool's residency is the device_bytes oracle of
-that state's band, an engine call that raises is a live engine's error answer (api.status), a request
-scheduled while it must wait is the held oracle of the state.
+that state's band, an engine call that raises what vLLM answers a failed call with is a live engine's
+error answer (api.status), a request scheduled while it must wait is the held oracle of the state.
 """
 
 from __future__ import annotations
 
 from tests.engine.fakes.worker import TAGS, ReleasedMemoryAccess
 from tests.engine.lib.steps import steps
-from tests.sleep_wake.lib import oracle
+from tests.sleep_wake.lib import liveness, oracle
+from vllm.v1.engine.exceptions import EngineDeadError
+
+# What vLLM reports a failed call with: the multiprocess client re-raises the engine core's failure as a
+# bare Exception ("Call to <method> failed: ...", core_client._process_utility_output); in process the
+# engine's own RuntimeError (a worker's CUDA error, NotImplementedError), ValueError (a refused argument or
+# mode) or AssertionError (gpu_worker's memory check) reaches the caller. A TypeError, AttributeError,
+# KeyError... is a call the test got wrong, never the engine's answer, so it propagates: an error, not a kill.
+ERROR_ANSWERS = (RuntimeError, ValueError, AssertionError)
 
 
 def residency_oracle(asleep: set, tag: str, level: int = 1) -> str:
@@ -35,13 +43,29 @@ def resident(worker, asleep: set, where: str, level: int = 1) -> None:
             )
 
 
+def error_answer(what: str, e: Exception) -> None:
+    """Raises what the exception `e` of the engine call `what` stands for: the oracle api.status for a live
+    engine's error answer (a GPU's 5xx), liveness.EngineDead for a dead engine (errored; charged to
+    api.status as the GPU tier's client charges a dead engine's 5xx); returns for anything else, which the
+    caller re-raises unchanged."""
+    if isinstance(e, EngineDeadError):
+        raise liveness.EngineDead(
+            f"{what} raised {e!r}: the engine died, which proves nothing about the call; its cause is in the "
+            "engine's log above",
+            "api.status",
+        ) from e
+    if type(e) is Exception or (isinstance(e, ERROR_ANSWERS) and not isinstance(e, oracle.OracleFailure)):
+        oracle.fail("api.status", what, f"raised {e!r}", "no error", "")
+
+
 def answers(what: str, call, *args, **kwargs):
-    """call(*args, **kwargs)'s result; an exception from the live in-process engine is its error answer,
-    the oracle api.status (a GPU's 5xx)."""
+    """call(*args, **kwargs)'s result; an exception is judged by error_answer (an error answer, a dead
+    engine, or the test's own error, re-raised as it is)."""
     try:
         return call(*args, **kwargs)
-    except Exception as e:  # noqa: BLE001  the engine's answer, whatever it raised
-        oracle.fail("api.status", what, f"raised {e!r}", "no error", "")
+    except Exception as e:
+        error_answer(what, e)
+        raise
 
 
 def raises(oracle_id: str, what: str, expected: type[BaseException], match: str, call, *args) -> None:
