@@ -17,7 +17,7 @@ import vllm
 
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib import checks
-from tests.sleep_wake.lib import oracle, thresholds
+from tests.sleep_wake.lib import liveness, oracle, thresholds
 from vllm import SamplingParams
 
 # Two full KV blocks (block_size 16): a repeat of it hits 32 cached tokens unless the cache was emptied.
@@ -181,8 +181,10 @@ async def _in_flight(door, die: bool = False):
     bound = thresholds.get("request_completion_s_max")
     await asyncio.wait({started, request.task}, timeout=bound, return_when=asyncio.FIRST_COMPLETED)
     started.cancel()
+    if not request.started.is_set() and not request.task.done():
+        raise liveness.NoAnswer(f"the first output of a request on an awake engine: none in {bound} s")
     if not request.started.is_set():
-        oracle.fail("api.answers", "the first output of a request on an awake engine", request.end(), f"<= {bound} s")
+        oracle.fail("api.answers", "the first output of a request on an awake engine", request.end(), "an output")
     return request
 
 
@@ -295,7 +297,7 @@ def test_async_sleep_with_mode_wait_drains_then_sleeps(async_llm_door):
             await asyncio.wait_for(door.llm.sleep(1, mode="wait"), bound)
             raised = None
         except asyncio.TimeoutError:  # before Exception: it is one
-            oracle.fail("api.answers", "AsyncLLM.sleep(1, mode='wait')", f"no answer in {bound} s", bound, "<=")
+            raise liveness.NoAnswer(f"AsyncLLM.sleep(1, mode='wait'): no answer in {bound} s") from None
         except Exception as e:  # noqa: BLE001  what the door answers, compared below
             raised = type(e).__name__
         is_sleeping = await door.call("AsyncLLM.is_sleeping()", door.llm.is_sleeping())

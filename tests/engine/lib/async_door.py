@@ -1,10 +1,11 @@
 """AsyncDoor: an AsyncLLM (engines.build_async_llm) on an event loop of its own, for synchronous tests.
 
 RL actors (NeMo-RL, verl) await AsyncLLM's coroutines on their actor's loop; a test here hands each of
-its scenarios to `run`, which bounds it: a call that never answers is the oracle api.answers (#45326's
-hang), one that raises is judged by checks.error_answer (the engine's error answer is api.status), as the
-GPU tier's client reads a server. The fake worker lives in the forked engine process, so what crossed its
-boundary comes back through `report` (a collective_rpc).
+its scenarios to `run`, which bounds it: a call that never answers is liveness.NoAnswer (api.answers:
+#45326's hang, or a host too loaded; errored, a catalogued hang may count it), one that raises is judged
+by checks.error_answer (the engine's error answer is api.status), as the GPU tier's client reads a server.
+The fake worker lives in the forked engine process, so what crossed its boundary comes back through
+`report` (a collective_rpc).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import itertools
 
 from tests.engine.fakes.timeline import Timeline
 from tests.engine.lib import checks, engines
-from tests.sleep_wake.lib import oracle, thresholds
+from tests.sleep_wake.lib import liveness, thresholds
 
 
 @dataclasses.dataclass
@@ -82,24 +83,24 @@ class AsyncDoor:
 
     def run(self, coro):
         """The scenario `coro` on the door's loop, within race_timeout_s: longer than each of its own waits
-        (request_completion_s_max), so a request that hangs fails its own oracle first."""
+        (request_completion_s_max), so a request that hangs is reported by its own wait first."""
         bound = thresholds.get("race_timeout_s")
         try:
             return self.loop.run_until_complete(asyncio.wait_for(coro, bound))
         except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
-            oracle.fail(
-                "api.answers", "the AsyncLLM scenario (a call or a request in it hung)", f"> {bound} s", bound, "<="
-            )
+            raise liveness.NoAnswer(
+                f"the AsyncLLM scenario: not over after {bound} s (a call or a request hung)"
+            ) from None
 
     async def call(self, what: str, coro):
-        """One awaited AsyncLLM call: no answer within request_completion_s_max is api.answers, an
+        """One awaited AsyncLLM call: no answer within request_completion_s_max is liveness.NoAnswer, an
         exception is judged by checks.error_answer (the engine's error answer is api.status, its death
         liveness.EngineDead, the test's own error re-raised as it is)."""
         bound = thresholds.get("request_completion_s_max")
         try:
             return await asyncio.wait_for(coro, bound)
         except asyncio.TimeoutError:  # before Exception: it is one
-            oracle.fail("api.answers", what, f"no answer in {bound} s", bound, "<=")
+            raise liveness.NoAnswer(f"{what}: no answer in {bound} s") from None
         except Exception as e:
             checks.error_answer(what, e)
             raise

@@ -214,7 +214,10 @@ def ended_how(future) -> str:
 
 def load_drains(client, what: str) -> None:
     measure.wait_for_server(
-        lambda: client.load() == 0, thresholds.get("request_completion_s_max"), f"/load back to 0 {what}", client.confirm_live
+        lambda: client.load() == 0,
+        thresholds.get("request_completion_s_max"),
+        f"/load back to 0 {what}",
+        client.confirm_live,
     )
 
 

@@ -464,7 +464,9 @@ class GpuTier:
     def _aborted(self, o: Open, where: str) -> None:
         what = f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended"
         value, seconds = self._end_of(o, what)
-        oracle.bounded(self.ctx.recorder, "requests.abort_time", seconds, self.ctx.cell_id, f"{what}: seconds to its end")
+        oracle.bounded(
+            self.ctx.recorder, "requests.abort_time", seconds, self.ctx.cell_id, f"{what}: seconds to its end"
+        )
         finish = value.finish_reasons
         n = [len(t) for t in value.token_ids]
         want_n = STREAM_TOKENS if o.kind == "held" else GOLDEN_MAX_TOKENS
