@@ -106,7 +106,9 @@ def _killed(junit: str, kill_ids: set[str]) -> bool:
     if not kill_ids or not os.path.exists(junit):
         return False
     return any(
-        stop_on_kill.stops(case.outcome == "failed", set(case.oracles), bool(case.errored), kill_ids)
+        stop_on_kill.stops(
+            case.outcome == "failed", set(case.oracles), bool(case.errored), kill_ids, set(case.liveness)
+        )
         for case in verdict.parse_junit(junit)
     )
 

@@ -87,6 +87,13 @@ class Open:
     pool: contextlib.ExitStack | None = None
 
 
+def abort_give_up_s() -> float:
+    """How long an aborted request is waited for before it is no answer: twice abort_s_max, so that an end
+    past the bound is measured (a defect sized 1.5 times past it is caught by requests.abort_time), while a
+    request an abort never ends costs a fraction of a hang's request_completion_s_max."""
+    return 2 * thresholds.get("abort_s_max")
+
+
 def _request(client, op_name: str, prompt: str, timeout_s: float):
     """The request of a generate operation, as a call that returns what it answered."""
     if op_name == "generate_stream":
@@ -343,7 +350,7 @@ class GpuTier:
             # a request that never ends is no answer, whatever the mode.
             measure.wait_for_server(
                 stream.done,
-                thresholds.get("request_completion_s_max"),
+                abort_give_up_s() if outcome.ends == "aborted" else thresholds.get("request_completion_s_max"),
                 f"walk {where}: the request in flight to end",
                 client.confirm_live,
             )
@@ -448,12 +455,13 @@ class GpuTier:
                 self._resumed(o, s, where)
             self.open = [o for o in self.open if o not in held]
 
-    def _end_of(self, o: Open, what: str):
+    def _end_of(self, o: Open, what: str, give_up_s: float | None = None):
         """What a request that waited answered, once it ended, its pool given back; with the seconds it
-        took to end from now. One that does not end within request_completion_s_max is no answer
-        (expect.result), never an oracle: a bound on how soon it ends is judged on those seconds."""
+        took to end from now. One that does not end within give_up_s (default request_completion_s_max) is
+        no answer (expect.result), never an oracle: a bound on how soon it ends is judged on those seconds."""
         start = time.perf_counter()
-        value = expect.result(o.future, thresholds.get("request_completion_s_max"), client=self.ctx.client, step=what)
+        give_up_s = thresholds.get("request_completion_s_max") if give_up_s is None else give_up_s
+        value = expect.result(o.future, give_up_s, client=self.ctx.client, step=what)
         seconds = time.perf_counter() - start
         if o.op_name == "generate_stream":
             self.ctx.client.check_stream(value, what)
@@ -463,7 +471,7 @@ class GpuTier:
 
     def _aborted(self, o: Open, where: str) -> None:
         what = f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended"
-        value, seconds = self._end_of(o, what)
+        value, seconds = self._end_of(o, what, abort_give_up_s())
         oracle.bounded(
             self.ctx.recorder, "requests.abort_time", seconds, self.ctx.cell_id, f"{what}: seconds to its end"
         )
