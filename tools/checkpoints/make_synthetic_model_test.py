@@ -12,7 +12,7 @@ import safetensors
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from tools.checkpoints import bf16_safetensors
+from tools.checkpoints import bf16_safetensors, reference_forward
 from tools.checkpoints import make_synthetic_model as msm
 
 FILES = (
@@ -189,51 +189,11 @@ def test_every_id_decodes_in_one_batch_and_incrementally(tiny):
     assert "".join(p for p in pieces if p) == tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def _rms_norm(x, eps):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # Norm weights are all 1.
-
-
-def _rope(x, theta):
-    half = x.shape[-1] // 2
-    angles = np.arange(x.shape[0])[:, None] * theta ** (-np.arange(half) / half)[None, :]
-    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
-    x1, x2 = x[..., :half], x[..., half:]
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-
-
-def _reference_logits(path, shape, ids):
-    """Float32 numpy forward pass of Qwen3 (vLLM's math) over the checkpoint; logits per position."""
-
-    def weight(name):
-        return bf16_safetensors.read_bf16_tensor(path, name)
-
-    n, hd, eps = len(ids), shape.head_dim, shape.rms_norm_eps
-    group = shape.num_attention_heads // shape.num_key_value_heads
-    causal = np.triu(np.full((n, n), -np.inf), 1)
-    x = weight("model.embed_tokens.weight")[ids]
-    for layer in range(shape.num_hidden_layers):
-        p = f"model.layers.{layer}."
-        h = _rms_norm(x, eps)
-        q = (h @ weight(p + "self_attn.q_proj.weight").T).reshape(n, -1, hd)
-        k = (h @ weight(p + "self_attn.k_proj.weight").T).reshape(n, -1, hd)
-        v = (h @ weight(p + "self_attn.v_proj.weight").T).reshape(n, -1, hd)
-        q, k = _rope(_rms_norm(q, eps), shape.rope_theta), _rope(_rms_norm(k, eps), shape.rope_theta)
-        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-        scores = np.einsum("thd,shd->hts", q, k) / math.sqrt(hd) + causal
-        probs = np.exp(scores - scores.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        x = x + np.einsum("hts,shd->thd", probs, v).reshape(n, -1) @ weight(p + "self_attn.o_proj.weight").T
-        h = _rms_norm(x, eps)
-        gate, up = h @ weight(p + "mlp.gate_proj.weight").T, h @ weight(p + "mlp.up_proj.weight").T
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ weight(p + "mlp.down_proj.weight").T
-    return _rms_norm(x, eps) @ weight("lm_head.weight").T
-
-
 def test_greedy_choice_is_the_designed_successor_with_a_wide_margin(tiny):
     out_dir, _ = tiny
     ids = np.random.default_rng(7).integers(0, msm.TINY.vocab_size, 48)
     ids[[3, 17]] = msm.UNK_ID  # A prompt with unknown words.
-    logits = _reference_logits(_tensor_path(out_dir), msm.TINY, ids)
+    logits = reference_forward.logits(reference_forward.reader(_tensor_path(out_dir)), msm.TINY, ids)
     top2 = np.sort(logits, axis=-1)[:, -2:]
     successor = msm.successor_table(0, msm.TINY.vocab_size)
     assert np.array_equal(logits.argmax(-1), successor[ids])

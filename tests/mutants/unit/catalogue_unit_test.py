@@ -1,8 +1,10 @@
 """tests/mutants/BUILD.bazel repeats what Starlark cannot read: the catalogue's killing classes and the
 matrix's class files (from tools/matrix.bzl). This checks, on the CPU, that they agree, that
 every catalogue entry names a patch of the plugin package and oracle ids the suite has, and that each
-mechanism bound has a mutant 1.5 times past it (not 2x, not 10x), so that a kill says the bound is sensitive."""
+mechanism bound, and each contract bound far from its noise, has a mutant 1.5 times past it (not 2x, not 10x),
+so that a kill says the bound is sensitive."""
 
+import dataclasses
 import importlib
 import os
 import re
@@ -200,8 +202,25 @@ def test_every_patch_is_a_function_of_the_plugin_package(name):
     )
 
 
-# Every mechanism bound needs a mutant whose defect is 1.5 times past it.
-PROBED = sorted(t.name for t in thresholds.TABLE.values() if t.layer == thresholds.MECHANISM)
+def _probed(table) -> list[str]:
+    """The bounds that need a mutant whose defect is 1.5 times past them: every mechanism bound, and every
+    contract bound more than NOISE_FACTOR_MAX times its healthy extreme (noise.json), since a bound that far
+    from what healthy servers show could have drifted out of reach of any real defect unnoticed. A contract
+    bound with no noise record (the hang detectors request_completion_s_max and race_timeout_s, the
+    observation window held_request_window_s) stays out: it has no noise to be far from, and what a hang
+    detector catches, a request that never ends, has no size for a mutant to be 1.5 times of."""
+    far = {
+        t.name for t in table.values() if t.layer == thresholds.CONTRACT and _factor(t) > thresholds.NOISE_FACTOR_MAX
+    }
+    return sorted(t.name for t in table.values() if t.layer == thresholds.MECHANISM or t.name in far)
+
+
+def _factor(t: thresholds.Threshold) -> float:
+    """The largest of its factors over its per_cell keys; 0 without a noise record (or a healthy 0)."""
+    return max((t.factor(key) or 0.0 for key in [None, *t.per_cell]), default=0.0)
+
+
+PROBED = _probed(thresholds.TABLE)
 MISS_MIN, MISS_MAX = 1.4, 1.6
 
 
@@ -238,3 +257,13 @@ def test_every_probed_bound_has_a_sized_mutant():
     sized = {b for m in sleepwake_mutants.MUTANTS.values() for b in m.expected}
     missing = sorted(set(PROBED) - sized)
     assert not missing, f"no mutant is sized against {missing}: add one 1.5 times past each"
+
+
+def test_a_contract_bound_far_from_its_noise_is_probed():
+    """The rule reads each contract bound's factor from noise.json: the two contract bounds with a record
+    are probed, those without one are not, and a contract bound brought within NOISE_FACTOR_MAX of its
+    noise would need no mutant of its own."""
+    assert {"logprob_drift_max", "abort_s_max"} <= set(PROBED)
+    assert not {"request_completion_s_max", "race_timeout_s", "held_request_window_s"} & set(PROBED)
+    near = dict(thresholds.TABLE, abort_s_max=dataclasses.replace(thresholds.TABLE["abort_s_max"], value=0.1))
+    assert "abort_s_max" not in _probed(near)

@@ -246,6 +246,11 @@ NOT_RE_CREATED = {
         "a mutant of vllm.LLM's own code (LLMEngine, in the door host's process): the fake answers as the "
         "door host would, but runs no LLM or LLMEngine code to re-create it in",
     ),
+    "abort_delayed": (
+        "the fake models no path between the engine and the front end, so nothing of its own (KV cache, "
+        "copy bandwidth, token delay: 768 tokens take ~1.5 s) gives the abort's lateness a size; the "
+        "plugin's 15 s is written against abort_s_max, which a fake defect's size must never be"
+    ),
     "slow_first_request": (
         "the fake's forward pass costs only its token delay; it has no model of what a "
         "first forward after a wake would redo (kernels, graphs), so no size to give it"

@@ -8,11 +8,13 @@ prints one line per threshold: its bound, the extreme measured, the factor and t
 
     python3 -m tests.sleep_wake.lib.noise_floor --merge --run ID --doc docs/PAGE.md --what TEXT TESTLOGS
 
-records the run in noise.json (thresholds.NOISE_FILE): each mechanism bound's record keeps the extreme over
-its runs (and names the run that set it), adds the run's id, its readings and a history line with this
-run's own extreme; the run itself (date, GPUs and vLLM release from the logs, the page that tells it) joins
-the file's runs. Then `python3 -m tests.sleep_wake.lib.bounds_doc > docs/thresholds.md`. No code changes:
-a bound that moves is a change of its own, reviewed against the 4x rule (unit:thresholds_unit_test).
+records the run in noise.json (thresholds.NOISE_FILE): each mechanism bound's record, and a contract bound's
+where it has one (its factor decides whether it needs a mutant: tests/mutants/unit/catalogue_unit_test.py),
+keeps the extreme over its runs (and names the run that set it), adds the run's id, its readings and a
+history line with this run's own extreme; a contract bound without a record (a hang detector) gets none.
+The run itself (date, GPUs and vLLM release from the logs, the page that tells it) joins the file's runs.
+Then `python3 -m tests.sleep_wake.lib.bounds_doc > docs/thresholds.md`. No code changes: a bound that
+moves is a change of its own, reviewed against the 4x rule (unit:thresholds_unit_test).
 """
 
 import argparse
@@ -140,8 +142,11 @@ def merge(data: dict, found: dict, run_id: str, run: dict) -> list[str]:
     notes = []
     for name, by_key in sorted(by_threshold.items()):
         t = thresholds.TABLE[name]
-        if t.layer != thresholds.MECHANISM:
-            notes.append(f"{name}: not recorded ({t.layer} bound, no noise record)")
+        # A contract bound's record is kept up to date like a mechanism bound's: an extreme left behind by
+        # later runs would understate how far the bound is from its noise. One without a record is a hang
+        # detector or an exact state, whose readings say nothing about its size.
+        if t.layer != thresholds.MECHANISM and not t.record:
+            notes.append(f"{name}: not recorded ({t.layer} bound without a noise record)")
             continue
         ref = t.record or name
         record = data["records"].setdefault(ref, {"history": []})

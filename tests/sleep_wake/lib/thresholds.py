@@ -14,15 +14,18 @@ noise.json next to this file) holds the healthy extreme measured on the H200 (th
 bound, the smallest of a lower bound, over every cell of >= 3 runs), and the bound is at most
 NOISE_FACTOR_MAX times away from it; where the healthy value is 0, the bound is one measurement granule
 (`granule`: NVML maps in 2 MiB, /proc counts 4 KiB pages) with a strict `<`. Contract bounds are what the
-API promises (a hang detector, an exact state) and say so in `source`. `per_cell` overrides the value for
-one runner, one mode or one runner-mode pair; add such keys only from measurement (e.g. graph mode keeps
-its CUDA-graph pool resident, #45648).
+API promises (a hang detector, an exact state) and say so in `source`. A contract bound may have a noise
+record too; where it sits more than NOISE_FACTOR_MAX times away from it, `source` says why and a mutant
+1.5 times past it proves the bound still catches a defect of about its size (PROBED in
+tests/mutants/unit/catalogue_unit_test.py). `per_cell` overrides the value for one runner, one mode or one
+runner-mode pair; add such keys only from measurement (e.g. graph mode keeps its CUDA-graph pool resident,
+#45648).
 
 The measurements are data, not code: noise.json holds each record (extreme, readings, cells, the runs, the
 run that set the extreme, what each run measured) and the runs (date, GPUs, vLLM release, the docs/ page
 that tells them). `python3 -m tests.sleep_wake.lib.noise_floor --merge` adds a run to it; docs/thresholds.md
-shows it (tests/sleep_wake/lib/bounds_doc.py). Only unit:thresholds_unit_test and bounds_doc read it, so
-recording a run leaves every GPU cell's cached result valid.
+shows it (tests/sleep_wake/lib/bounds_doc.py). Only unit tests (thresholds_unit_test, the mutants'
+catalogue_unit_test) and bounds_doc read it, so recording a run leaves every GPU cell's cached result valid.
 """
 
 import dataclasses
@@ -96,8 +99,8 @@ def noise_data(path: str = NOISE_FILE) -> dict:
 
 
 def noise_record(ref: str, path: str = NOISE_FILE) -> Noise | None:
-    """The noise record `ref` of noise.json as a Noise; None for a record of history only (a contract
-    bound's readings, which set no extreme)."""
+    """The noise record `ref` of noise.json as a Noise; None for a record of history only (readings
+    written down before any set an extreme; noise_floor --merge fills one in)."""
     try:
         record = noise_data(path)["records"][ref]
     except KeyError:
@@ -358,8 +361,10 @@ _TABLE = [
         1e-2,
         "nats (absolute, per token)",
         CONTRACT,
-        "a contract: level-1 sleep copies weights back bit-exact and a push loads the same file "
-        "(the drift measured: its record's history); 1e-2 tolerates kernel nondeterminism only",
+        "a contract: level-1 sleep copies weights back bit-exact and a push loads the same file, so "
+        "healthy servers drift by kernel nondeterminism alone (its record); 1e-2 tolerates that only: "
+        "the bound is the promise, not a measurement, hence far past the noise. The mutant "
+        "weights_perturbed drifts 1.5x past it, so a drift of the bound's own size is caught",
         record="logprob_drift_max",
     ),
     # --- requests end --------------------------------------------------------------------------
@@ -389,7 +394,8 @@ _TABLE = [
         "a contract: sleep?mode=abort ends the requests in flight before it returns (the abort "
         "outputs are sent first, v1/engine/core.py pause_scheduler), so the stream ends within the "
         "time its last chunk takes to arrive; 10 s separates that from a drain of 768 tokens x 4 "
-        "choices or a hang (healthy servers' times: its record's history)",
+        "choices or a hang, hence far past the healthy times (its record). The mutant "
+        "abort_delayed ends the stream 1.5x past it, so an abort that late is caught",
         record="abort_s_max",
     ),
     Threshold(

@@ -71,8 +71,8 @@ START = {
 
 
 def _data(tmp_path):
-    """A noise file with the record of sleep_s_max (an upper bound) and of sleep_freed_kv_fraction_min
-    (a lower one) as the checkout's looks, and a page to cite."""
+    """A noise file with the record of sleep_s_max (an upper bound), of sleep_freed_kv_fraction_min (a lower
+    one) and of abort_s_max (a contract bound's) as the checkout's look, and a page to cite."""
     (tmp_path / "docs").mkdir(exist_ok=True)
     (tmp_path / "docs" / "run.md").write_text("# a run\n")
     run = {"date": "2026-11-29", "doc": "docs/run.md", "gpus": "1 x H200", "release": "0.26.0", "what": "before"}
@@ -81,7 +81,7 @@ def _data(tmp_path):
         "records": {
             "sleep_s_max": {**record, "value": 0.254},
             "sleep_freed_kv_fraction_min": {**record, "n": None, "value": 1.048},
-            "abort_s_max": {"history": [{"runs": ["old-1"], "text": "kept as is"}]},
+            "abort_s_max": {**record, "history": [{"runs": ["old-1"], "text": "kept"}], "n": 240, "value": 0.043},
         },
         "runs": {"old-1": run},
     }
@@ -121,9 +121,10 @@ def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeyp
         "tests/sleep_wake/physical_memory_mrv2_graph",
         [
             _reading("MRV2-graph", 0.99, "sleep_freed_kv_fraction_min"),  # under the record's 1.048: a new extreme
-            _reading("MRV2-graph", 2e-3, "abort_s_max"),
+            _reading("MRV2-graph", 2e-3, "abort_s_max"),  # a contract bound with a record: under its extreme
+            _reading("MRV2-graph", 0.5, "request_completion_s_max"),  # a contract bound without one
         ],
-    )  # a contract bound: no noise record
+    )
     assert _merge(tmp_path, monkeypatch, logs) == 0
     data = json.loads(path.read_text())
     assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"
@@ -132,7 +133,13 @@ def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeyp
     assert sleep["history"] == [{"runs": ["new-1"], "text": "this run's extreme 0.07 over 2 readings in 1 cell"}]
     freed = data["records"]["sleep_freed_kv_fraction_min"]
     assert (freed["value"], freed["run"], freed["runs"], freed["n"]) == (0.99, "new-1", ["old-1", "new-1"], None)
-    assert data["records"]["abort_s_max"] == {"history": [{"runs": ["old-1"], "text": "kept as is"}]}
+    abort = data["records"]["abort_s_max"]
+    assert (abort["value"], abort["run"], abort["runs"], abort["n"]) == (0.043, "old-1", ["old-1", "new-1"], 241)
+    assert abort["history"] == [
+        {"runs": ["old-1"], "text": "kept"},
+        {"runs": ["new-1"], "text": "this run's extreme 0.002 over 1 reading in 1 cell"},
+    ]
+    assert "request_completion_s_max" not in data["records"]
     assert data["runs"]["new-1"] == {
         "date": "2026-11-30",
         "doc": "docs/run.md",
@@ -143,7 +150,34 @@ def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeyp
     out = capsys.readouterr().out
     assert "sleep_freed_kv_fraction_min: healthy extreme 0.99 (was 1.048)" in out
     assert "the bound >= 0.95" not in out  # 0.99 still passes it
-    assert "abort_s_max: not recorded (contract bound" in out and "bounds_doc > docs/thresholds.md" in out
+    assert "abort_s_max" not in out  # recorded, its extreme unmoved
+    assert "request_completion_s_max: not recorded (contract bound without a noise record)" in out
+    assert "bounds_doc > docs/thresholds.md" in out
+
+
+def test_merge_moves_a_contract_bounds_extreme_and_fills_a_record_of_history_only(tmp_path, monkeypatch, capsys):
+    """A contract bound's record is merged as a mechanism bound's: a later run that measures more than its
+    extreme moves it (so its factor, which decides whether the bound needs a mutant, stays honest), and a
+    record of history only gains its first extreme."""
+    path = _data(tmp_path)
+    data = json.loads(path.read_text())
+    data["records"]["logprob_drift_max"] = {"history": [{"runs": ["old-1"], "text": "drift 0 after level 1"}]}
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    logs = tmp_path / "bazel-testlogs"
+    _result(
+        logs,
+        "tests/sleep_wake/abort_parallel_sampling_mrv1_eager",
+        [START, _reading("MRV1-eager", 0.05, "abort_s_max"), _reading("MRV1-eager", 2e-4, "logprob_drift_max")],
+    )
+    assert _merge(tmp_path, monkeypatch, logs) == 0
+    records = json.loads(path.read_text())["records"]
+    abort, drift = records["abort_s_max"], records["logprob_drift_max"]
+    assert (abort["value"], abort["run"], abort["runs"]) == (0.05, "new-1", ["old-1", "new-1"])
+    assert (drift["value"], drift["run"], drift["runs"], drift["n"]) == (2e-4, "new-1", ["new-1"], 1)
+    assert drift["history"][0] == {"runs": ["old-1"], "text": "drift 0 after level 1"}
+    out = capsys.readouterr().out
+    assert "abort_s_max: healthy extreme 0.05 (was 0.043)" in out
+    assert "logprob_drift_max: healthy extreme 0.0002 (was none)" in out
 
 
 def test_merge_names_the_run_of_a_new_extreme_per_cell_key(tmp_path, monkeypatch, capsys):

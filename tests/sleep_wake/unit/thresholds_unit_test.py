@@ -200,6 +200,44 @@ def test_the_policy_test_sees_a_loose_bound(monkeypatch):
         test_every_mechanism_bound_sits_near_its_noise(far)
 
 
+CONTRACT_BOUNDS = [t for t in thresholds.TABLE.values() if t.layer == thresholds.CONTRACT]
+
+
+@pytest.mark.parametrize("t", CONTRACT_BOUNDS, ids=lambda t: t.name)
+def test_a_contract_bound_far_from_its_noise_says_why(t):
+    """A contract bound may sit more than NOISE_FACTOR_MAX times away from its healthy extreme only with its
+    reason, a source that says it is a contract (and, tests/mutants/unit/catalogue_unit_test.py checks, a
+    mutant 1.5 times past it); and like any bound it passes what healthy servers showed."""
+    try:
+        noise = t.recorded_noise()
+    except thresholds.NoiseRecordError as e:
+        pytest.fail(f"{t.name}: {e}")
+    if noise is None:
+        return  # a hang detector or an observation window: no measurement to be far from
+    for key in [None, *t.per_cell]:
+        where = f"{t.name}{f' ({key})' if key else ''}"
+        factor = t.factor(key)
+        if factor is None:
+            continue  # a healthy 0: no factor
+        assert factor >= 1, f"{where}: the bound {t.bound_at(key):g} fails the healthy {t.noise_at(key):g}"
+        if factor > thresholds.NOISE_FACTOR_MAX:
+            assert t.source.strip() and "contract" in t.source, (
+                f"{where}: {t.bound_at(key):g} is {factor:.2f}x its healthy extreme {t.noise_at(key):g}, more "
+                f"than {thresholds.NOISE_FACTOR_MAX:g}x: its source must say why it is a contract bound"
+            )
+
+
+def test_the_contract_test_sees_a_bound_without_its_reason():
+    far = dataclasses.replace(thresholds.TABLE["abort_s_max"], source="")
+    with pytest.raises(AssertionError, match=r"abort_s_max: 10 is 232.56x its healthy extreme 0.043"):
+        test_a_contract_bound_far_from_its_noise_says_why(far)
+    near = dataclasses.replace(far, value=0.1)  # within 4x: no reason owed (but a mutant is, as a mechanism's)
+    test_a_contract_bound_far_from_its_noise_says_why(near)
+    tight = dataclasses.replace(far, value=0.01)
+    with pytest.raises(AssertionError, match="the bound 0.01 fails the healthy 0.043"):
+        test_a_contract_bound_far_from_its_noise_says_why(tight)
+
+
 def _data_changed(monkeypatch, change):
     """noise.json as thresholds reads it, changed by `change(data)` for one test."""
     with open(thresholds.NOISE_FILE, encoding="utf-8") as f:

@@ -1,6 +1,8 @@
-"""Mutants of sleep and wake latency (vllm/v1/worker/gpu_worker.py Worker of vLLM 0.26.0), each 1.5
-times the latency bound it should trip (tests/sleep_wake/lib/thresholds.py) over a typical median."""
+"""Mutants of sleep and wake latency (vllm/v1/worker/gpu_worker.py Worker of vLLM 0.26.0) and of how long
+an abort takes to reach the client (vllm/v1/engine/core.py EngineCoreProc), each 1.5 times the latency
+bound it should trip (tests/sleep_wake/lib/thresholds.py) over a typical median or healthy extreme."""
 
+import threading
 import time
 
 from .shared import wrap
@@ -13,6 +15,9 @@ TAGGED_WAKE_DELAY_S = 0.195  # staged_wake_s_max is 0.30 s for two tagged wakes
 BESIDE_START_WAKE_DELAY_S = 0.70  # wake_beside_start_s_max is 0.60 s
 BESIDE_START_TAGGED_WAKE_DELAY_S = 0.345  # staged_wake_beside_start_s_max is 0.60 s for two tagged wakes
 FIRST_FORWARD_DELAY_S = 2.15  # cycle_s_max is 1.5 s
+# abort_s_max (10 s) is a contract bound far above its noise (a stream ends within tens of ms of
+# /sleep?mode=abort), so it carries a mutant of its own: the healthy time plus this is 1.5x the bound.
+ABORT_OUTPUT_DELAY_S = 15.0
 
 
 def slow_sleep():
@@ -81,3 +86,22 @@ def slow_first_request():
 
     wrap(Worker, "wake_up", make_wake)
     wrap(Worker, "execute_model", make_step)
+
+
+def abort_delayed():
+    from vllm.v1.engine.core import EngineCoreProc
+
+    def make(original):
+        def send_abort_outputs(self, aborted_reqs):
+            # The scheduler has already finished the requests (pause_scheduler's finish_requests), so the
+            # abort still frees them and the sleep goes on at once; only their abort outputs, which
+            # vLLM queues before the sleep answers, reach the front end ABORT_OUTPUT_DELAY_S later, and
+            # the client's stream stays open until then. output_queue is a queue.Queue, so the late put
+            # from the timer's thread is safe; daemon, so a shutdown's aborts do not hold the process.
+            timer = threading.Timer(ABORT_OUTPUT_DELAY_S, original, args=(self, aborted_reqs))
+            timer.daemon = True
+            timer.start()
+
+        return send_abort_outputs
+
+    wrap(EngineCoreProc, "_send_abort_outputs", make)
