@@ -520,6 +520,11 @@ def get(name: str, cell_id: str | None = None) -> float:
     return t.bound_at(t.cell_key(cell_id))
 
 
+# A terminal pin's gauge where the call writes none (a failed reload): the gauge of the state before it,
+# which the pinning tier reads off its model (walk/model.py flags), since one pin serves several states.
+UNCHANGED = "unchanged"
+
+
 @dataclasses.dataclass(frozen=True)
 class KnownDivergence:
     """A behaviour of some vLLM releases that differs from what the API documents, pinned by a test.
@@ -702,8 +707,8 @@ KNOWN_DIVERGENCES = {
         KnownDivergence(
             name="reload_while_weights_asleep",
             # collective_rpc reload_weights while the weights pool is asleep (unmapped).
-            documented={"status": 400, "is_sleeping": True, "health": 200},
-            observed={"status": 500, "is_sleeping": True, "health": 200, "request": "held"},
+            documented={"status": 400, "is_sleeping": True, "gauge": UNCHANGED, "health": 200},
+            observed={"status": 500, "is_sleeping": True, "gauge": UNCHANGED, "health": 200, "request": "held"},
             versions=("0.24.0", "0.25.0", "0.26.0"),
             reason=(
                 "vLLM has no guard: v1/worker/gpu_model_runner.py GPUModelRunner.reload_weights (0.26.0 lines "

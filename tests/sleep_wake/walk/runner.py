@@ -638,7 +638,8 @@ class GpuTier:
             seen["is_sleeping"] = client.is_sleeping()
         if "gauge" in want:
             seen["gauge"] = expect.fmt(client.sleep_state())
-            want = {**want, "gauge": expect.fmt(want["gauge"])}
+            gauge = model.flags(s, self.version)[1] if want["gauge"] == thresholds.UNCHANGED else want["gauge"]
+            want = {**want, "gauge": expect.fmt(gauge)}
         if "health" in want:
             seen["health"] = client.health_status()
         if "request" in want:

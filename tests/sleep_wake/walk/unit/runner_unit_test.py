@@ -6,10 +6,11 @@ client timeout."""
 import concurrent.futures
 import contextlib
 import threading
+import types
 
 import pytest
 
-from tests.sleep_wake.lib import liveness, oracle
+from tests.sleep_wake.lib import liveness, metrics, oracle, thresholds
 from tests.sleep_wake.lib.background import background
 from tests.sleep_wake.lib.client import SleepWakeClient, StreamResult
 from tests.sleep_wake.walk import runner
@@ -147,3 +148,54 @@ def test_a_close_after_walks_that_passed_wakes_nothing():
     threading.Timer(0.2, client.ended.set).start()  # the request ends on its own
     tier.close()
     assert held.result(timeout=0) is True and client.wakes == 0
+
+
+class _ReloadAsleepClient(_Client):
+    """A live server answering a reload while the weights sleep as vLLM does (500, asleep, /health 200, a
+    request held), its gauge what the test sets."""
+
+    def __init__(self, gauge: dict):
+        super().__init__(live=True)
+        self.gauge = gauge
+
+    def raw(self, method, path, **kw):
+        return types.SimpleNamespace(status_code=500, text="CUDA error: invalid argument")
+
+    def is_sleeping(self) -> bool:
+        return True
+
+    def sleep_state(self) -> dict:
+        return self.gauge
+
+    def health_status(self) -> int:
+        return 200
+
+    def complete_stream(self, prompt, max_tokens, timeout_s):
+        return StreamResult([None], [[]], 0, f"timeout after {timeout_s:g} s", timed_out=True, status=200)
+
+
+_LEVEL1 = runner.model.State(
+    level=1, asleep_tags=frozenset(runner.model.TAGS), pause=runner.model.PAUSE_ALL, gauge_level=1
+)
+_RELOAD = types.SimpleNamespace(name="reload", params=(None,))
+
+
+def test_the_reload_probe_checks_the_gauge_is_the_state_s_before_it():
+    """A failed reload writes no gauge: the pin's "unchanged" is the gauge of the state probed (it was left
+    out of the pin, so a reload that wrote the gauge passed the probe)."""
+    pin = thresholds.divergence("reload_while_weights_asleep", "0.26.0")
+    level1 = metrics.GAUGE_BY_LEVEL[1]
+    _tier(live=True, client=_ReloadAsleepClient(dict(level1))).terminal(_RELOAD, _LEVEL1, pin, "probe")
+    with pytest.raises(oracle.OracleFailure) as e:
+        wrote = _ReloadAsleepClient(dict(metrics.GAUGE_AWAKE))
+        _tier(live=True, client=wrote).terminal(_RELOAD, _LEVEL1, pin, "probe")
+    assert e.value.oracle_id == "api.reload_while_weights_asleep" and "gauge" in str(e.value)
+
+
+def test_every_terminal_pin_observes_the_whole_state():
+    """After a probe the answer, both flags, /health and a request's outcome are all checked: a key left out
+    of a pin is a check the probe silently skips (runner.terminal compares the pin's keys only)."""
+    whole = {"status", "is_sleeping", "gauge", "health", "request"}
+    for name in runner.ops.TERMINAL_ORACLES:
+        observed = thresholds.KNOWN_DIVERGENCES[name].observed
+        assert set(observed) == whole, f"{name}: its observed pin checks {sorted(observed)}, not {sorted(whole)}"
