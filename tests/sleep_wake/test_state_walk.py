@@ -8,20 +8,22 @@ flight and waiting end) by the oracles.
 One seeded plan (each cell its own seed, plan.cell_seed) visits every reachable (situation, operation)
 pair of the model; its walks are dealt out over SHARDS test classes, one per Bazel shard (tools/matrix.bzl
 SHARD_COUNTS, by the cell's front door and execution mode; pytest_main keeps a class whole in its shard, so
-each shard runs one class, one server, its share of the walks); a class fails when the steps that ran leave one of its
-pairs unvisited. Pairs where a known divergence ends a server's usable life are probed last, one kind per shard
-(plan.terminal_probes). The goldens come from the cell's golden actions (tests/sleep_wake/goldens: a
-fresh server on each checkpoint), never from the server under test.
+each shard runs one class, one server, its share of the walks); a class fails when the steps that ran leave
+one of its pairs unvisited (walk/coverage.py, every tier's verdict). Pairs where a known divergence ends a
+server's usable life are probed last, one kind per shard (plan.terminal_probes). The goldens come from the
+cell's golden actions (tests/sleep_wake/goldens: a fresh server on each checkpoint), never from the server
+under test.
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints).
 """
 
+import functools
 import os
 
 import pytest
 
-from tests.sleep_wake.lib import cells, goldens, host_memory, measure, memory, oracle, servers
+from tests.sleep_wake.lib import cells, goldens, host_memory, memory, oracle, servers
 from tests.sleep_wake.lib.memory import settled_gpu_bytes
-from tests.sleep_wake.walk import driver, model, plan, runner
+from tests.sleep_wake.walk import coverage, driver, model, plan, runner
 from tools.launcher.config import resolve_model
 from tools.matrix import shard_count
 
@@ -79,7 +81,8 @@ def _walk(shard: int, walk_context, recorder) -> None:
     def record_stopped() -> None:
         if not os.environ.get(plan.REPLAY_VAR):  # a replay covers one walk, not the shard's share
             walks, pairs = plan.plan_shards(SHARDS, seed, plan.MAX_STEPS, door)[shard]
-            _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed=[], completed=False)
+            done = coverage.covered(walker, shard, pairs, walks)
+            coverage.record_walk_coverage(recorder, done, seed, door, probed=[], completed=False)
 
     try:
         with plan.recorded_when_stopped(record_stopped):
@@ -91,46 +94,10 @@ def _walk(shard: int, walk_context, recorder) -> None:
         probed = [walker.probe(probe) for probe in probes]  # at most one: it ends the server's usable life
     finally:
         tier.close()
-    missing = _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed, completed=True)
-    oracle.equal(
-        "walk.pairs_visited",
-        len(missing),
-        0,
-        f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
-        f"({sorted(map(plan.describe_pair, missing))[:5]})",
+    record = functools.partial(
+        coverage.record_walk_coverage, recorder, seed=seed, door=door, probed=probed, completed=True
     )
-
-
-def _record_coverage(recorder, walker, shard, seed, pairs, walks, door, probed, completed: bool) -> set:
-    """Records what the shard's executed steps covered of its share of the pairs, whether its walks ran to
-    the end or a failure stopped them (completed=False: the report counts its pairs, not the shard), and
-    returns the share's pairs the steps left unvisited."""
-    visited, consecutive = walker.coverage()
-    missing = set(pairs) - visited
-    # The states the steps that ran left from and arrived at (each arrival checked against the model):
-    # by name, so that the report can count the cell's states over its shards.
-    states = sorted({s.describe() for w in walker.executed for step in w for s in (step.before, step.after)})
-    recorder.record(
-        measure.current_test(),
-        "walk_coverage",
-        len(pairs & visited),
-        "pairs",
-        shard=shard,
-        seed=seed,
-        shard_pairs=len(pairs),
-        completed=completed,
-        steps=walker.step_index,
-        walks=len(walks),
-        states=len(states),
-        visited_states=states,
-        model_states=plan.model_state_count(door),
-        door=door,
-        situations=len({sit for sit, _ in visited}),
-        consecutive_pairs=len(consecutive),
-        terminal_probes=probed,
-        unvisited=sorted(map(plan.describe_pair, missing)),
-    )
-    return missing
+    coverage.verdict(walker, shard, pairs, walks, record)
 
 
 def _shard_class(shard: int):

@@ -1,14 +1,17 @@
-"""The one walk driver on a recording tier: coverage is counted from the steps that ran, never from the
-plan, so a walker that runs nothing, or skips one operation, leaves pairs unvisited; a terminal probe
-checks the pin and, where the divergence does not apply, the state the model then predicts."""
+"""The one walk driver on a recording tier: the shard's verdict (coverage.verdict, what both tiers' walk
+tests call) counts the steps that ran, never the plan, so a walker that runs nothing, or skips one
+operation, fails walk.pairs_visited; a terminal probe checks the pin and, where the divergence does not
+apply, the state the model then predicts."""
 
 import dataclasses
+import functools
 
 import pytest
 
-from tests.sleep_wake.lib import oracle, thresholds
-from tests.sleep_wake.walk import driver, model, plan
+from tests.sleep_wake.lib import measure, oracle, thresholds
+from tests.sleep_wake.walk import coverage, driver, model, plan
 from tests.sleep_wake.walk import operations as ops
+from tools.matrix import HTTP
 
 SHARDS, SEED, MAX_STEPS = 4, 11, 60
 V = "0.26.0"
@@ -70,33 +73,57 @@ class NoOpWalker(driver.Walker):
         return None
 
 
-def _missing(walker, shard=0):
-    pairs, _ = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
-    return set(pairs) - walker.coverage()[0]
+def _judged(walker, recorder, shard=0) -> coverage.Covered:
+    """The shard's walks on walker, judged as tests/sleep_wake/test_state_walk.py judges a GPU shard: its
+    walk_coverage entry through recorder, then walk.pairs_visited."""
+    pairs, walks = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
+    record = functools.partial(coverage.record_walk_coverage, recorder, seed=SEED, door=HTTP, probed=[], completed=True)
+    return coverage.verdict(walker, shard, pairs, walks, record)
 
 
-def test_a_walker_that_runs_every_step_visits_every_pair_of_its_shard(monkeypatch):
+def _unvisited(walker, tmp_path) -> tuple[oracle.OracleFailure, dict]:
+    """The failure of walker's shard 0 and the walk_coverage entry recorded before it."""
+    recorder = measure.Recorder(path=str(tmp_path / "measurements.jsonl"))
+    with pytest.raises(oracle.OracleFailure) as failure:
+        _judged(walker, recorder)
+    assert failure.value.oracle_id == "walk.pairs_visited"
+    [entry] = recorder.entries()
+    assert entry["key"] == "walk_coverage" and entry["unvisited"] and entry["value"] < entry["shard_pairs"]
+    return failure.value, entry
+
+
+def test_a_walker_that_runs_every_step_visits_every_pair_of_its_shard(monkeypatch, tmp_path):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
     tier = RecordingTier()
     walker = driver.Walker(tier, V)
-    assert _missing(walker) == set()
+    recorder = measure.Recorder(path=str(tmp_path / "measurements.jsonl"))
+    done = _judged(walker, recorder)
+    walks, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
+    [entry] = recorder.entries()
+    assert (entry["value"], entry["shard_pairs"], entry["unvisited"]) == (len(pairs), len(pairs), [])
+    assert not done.missing and entry["completed"] and entry["walks"] == len(walks)
     ran = [c[1] for c in tier.calls if c[0] == "op"]
-    walks, _ = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
     assert walks and ran == [str(op) for walk in walks for op in walk] and walker.step_index == len(ran)
     assert sum(1 for c in tier.calls if c[0] == "check") == len(ran)  # every step's state is checked
     assert [c[1] for c in tier.calls if c[0] == "ran"] == ran  # and recorded once it ran
 
 
-def test_a_walker_that_runs_nothing_visits_nothing(monkeypatch):
+def test_a_walker_that_runs_nothing_fails_its_shard(monkeypatch, tmp_path):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
     _, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
-    assert _missing(NoOpWalker(RecordingTier(), V)) == set(pairs)
+    failure, entry = _unvisited(NoOpWalker(RecordingTier(), V), tmp_path)
+    assert failure.measured == len(pairs) and entry["value"] == 0 and entry["steps"] == 0
+    assert entry["unvisited"] == sorted(map(plan.describe_pair, pairs))
 
 
-def test_a_walker_that_skips_one_operation_leaves_its_pairs_unvisited(monkeypatch):
+def test_a_walker_that_skips_one_operation_fails_its_shard_on_that_operations_pairs(monkeypatch, tmp_path):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
-    missing = _missing(SkippingWalker(RecordingTier(), V, "sleep:1:keep:1"))
-    assert missing and {str(op) for _, op in missing} == {"sleep:1:keep:1"}
+    skipped = "sleep:1:keep:1"
+    _, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
+    failure, entry = _unvisited(SkippingWalker(RecordingTier(), V, skipped), tmp_path)
+    theirs = {p for p in pairs if str(p[1]) == skipped}
+    assert failure.measured == len(theirs) and entry["value"] == len(pairs) - len(theirs)
+    assert entry["unvisited"] == sorted(map(plan.describe_pair, theirs))
 
 
 def test_the_emptied_cache_is_looked_at_where_the_plan_sends_no_request():
