@@ -298,8 +298,9 @@ def test_async_sleep_with_mode_wait_drains_then_sleeps(async_llm_door):
             raised = None
         except asyncio.TimeoutError:  # before Exception: it is one
             raise liveness.NoAnswer(f"AsyncLLM.sleep(1, mode='wait'): no answer in {bound} s") from None
-        except Exception as e:  # noqa: BLE001  what the door answers, compared below
-            raised = type(e).__name__
+        except Exception as e:  # noqa: BLE001  the engine's error answer is compared below; its death is
+            # errored and the test's own error propagates (checks.answered)
+            raised = checks.answered("AsyncLLM.sleep(1, mode='wait')", e)
         is_sleeping = await door.call("AsyncLLM.is_sleeping()", door.llm.is_sleeping())
         oracle.equal(
             "api.wait_mode",
@@ -329,16 +330,19 @@ def test_async_call_in_flight_when_the_engine_dies_as_pinned(async_llm_door):
         window = thresholds.get("held_request_window_s")  # watching for an answer that must come at once
         done, _ = await asyncio.wait({sleeping}, timeout=window)
         error = sleeping.exception() if done else None
+        # The engine was killed on purpose: EngineDeadError is an answer here, as is an error answer; any
+        # other exception is the test's own and propagates, never recorded as the door's (checks.answered).
+        raised = checks.answered("the queued AsyncLLM.sleep(1)", error, dead_answers=True) if error else None
         try:
             await asyncio.wait_for(door.llm.is_sleeping(), window)
             later = None
         except asyncio.TimeoutError:  # before Exception: it is one
             later = "no answer"
-        except Exception as e:  # noqa: BLE001  what the door answers, compared below
-            later = type(e).__name__
+        except Exception as e:  # noqa: BLE001  the door's answer, compared below (checks.answered)
+            later = checks.answered("AsyncLLM.is_sleeping() after the death", e, dead_answers=True)
         oracle.equal(
             "api.dead_engine_call",
-            {"answered": bool(done), "raised": type(error).__name__ if error else None, "later_call": later},
+            {"answered": bool(done), "raised": raised, "later_call": later},
             pin.expected,
             f"await sleep(1) queued when the engine died, over {window} s after its requests failed, and an "
             f"is_sleeping() after: {pin.describe()}",

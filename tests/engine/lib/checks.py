@@ -43,19 +43,45 @@ def resident(worker, asleep: set, where: str, level: int = 1) -> None:
             )
 
 
+def is_error_answer(e: BaseException) -> bool:
+    """Whether `e` is what vLLM answers a failed call on a live engine with (ERROR_ANSWERS, or the
+    multiprocess client's bare Exception): never EngineDeadError, an oracle's own failure, a liveness
+    error or the test's own error (a TypeError, AttributeError, KeyError...)."""
+    return type(e) is Exception or (isinstance(e, ERROR_ANSWERS) and not isinstance(e, oracle.OracleFailure))
+
+
+def _dead(what: str, e: BaseException) -> liveness.EngineDead:
+    return liveness.EngineDead(
+        f"{what} raised {e!r}: the engine died, which proves nothing about the call; its cause is in the "
+        "engine's log above",
+        "api.status",
+    )
+
+
 def error_answer(what: str, e: Exception) -> None:
     """Raises what the exception `e` of the engine call `what` stands for: the oracle api.status for a live
     engine's error answer (a GPU's 5xx), liveness.EngineDead for a dead engine (errored; charged to
     api.status as the GPU tier's client charges a dead engine's 5xx); returns for anything else, which the
     caller re-raises unchanged."""
     if isinstance(e, EngineDeadError):
-        raise liveness.EngineDead(
-            f"{what} raised {e!r}: the engine died, which proves nothing about the call; its cause is in the "
-            "engine's log above",
-            "api.status",
-        ) from e
-    if type(e) is Exception or (isinstance(e, ERROR_ANSWERS) and not isinstance(e, oracle.OracleFailure)):
+        raise _dead(what, e) from e
+    if is_error_answer(e):
         oracle.fail("api.status", what, f"raised {e!r}", "no error", "")
+
+
+def answered(what: str, e: BaseException, dead_answers: bool = False) -> str:
+    """The name of the exception `e` that the engine call `what` raised, for an oracle that compares the
+    door's answer with a pinned one, where `e` is that answer: a live engine's error answer; with
+    dead_answers (a call on an engine the test killed on purpose) EngineDeadError too. Otherwise a dead
+    engine is liveness.EngineDead (errored), and anything else (the test's own error, an oracle's or a
+    liveness failure) is raised as it is: never recorded as the door's answer."""
+    if isinstance(e, EngineDeadError):
+        if dead_answers:
+            return type(e).__name__
+        raise _dead(what, e) from e
+    if is_error_answer(e):
+        return type(e).__name__
+    raise e
 
 
 def answers(what: str, call, *args, **kwargs):

@@ -23,7 +23,7 @@ from tests.engine.fakes.output_queue import RecordingOutputQueue
 from tests.engine.lib.engine_client import QueueEngineClient
 from tests.engine.lib.engines import Built, build_engine_core_proc
 from tests.engine.lib.loop import BackgroundLoop
-from tests.sleep_wake.lib import oracle
+from tests.sleep_wake.lib import liveness, oracle
 from vllm.entrypoints.serve.dev.cache.api_router import attach_router as attach_cache_router
 from vllm.entrypoints.serve.dev.rpc.api_router import attach_router as attach_rpc_router
 from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router
@@ -239,10 +239,12 @@ class EngineServer:
         return None
 
     def wait_for(self, until, what: str) -> None:
+        """Returns once until() holds. The engine's death meanwhile is liveness.EngineDead (errored,
+        server.healthy: it proves nothing about the step), a wait past WAIT_S a Precondition."""
         deadline = time.monotonic() + WAIT_S
         while not until():
             if self.alive() is not None:
-                oracle.fail("server.healthy", f"{what}: the engine's busy loop died", repr(self.alive()), "alive")
+                raise liveness.EngineDead(f"{what}: the engine's busy loop died: {self.alive()!r}", "server.healthy")
             if time.monotonic() > deadline:
                 raise oracle.Precondition(f"{what}: not reached within {WAIT_S} s; timeline: {self.timeline}")
             time.sleep(POLL_S)
