@@ -34,16 +34,27 @@ async def _sleeping(door, expected: bool, where: str) -> None:
     oracle.equal("flags.is_sleeping", got, expected, f"AsyncLLM.is_sleeping() {where}")
 
 
-async def _finished(door, request, oracle_id: str, what: str) -> dict:
-    """The request's end, which must come within request_completion_s_max and be by length (oracle_id)."""
+async def _end(door, request, what: str) -> dict:
+    """What the request's caller got once its generator ended. A wait for that end is a wall-clock wait:
+    one that runs out (request_completion_s_max) is never an oracle's failure but liveness.EngineDead if
+    the engine process died, else liveness.NoAnswer (errored, api.answers: a hang and a host too loaded
+    look alike; only a catalogued hang may count it)."""
     bound = thresholds.get("request_completion_s_max")
-    ended = await request.ended_within(bound)
-    end = request.end()
+    if not await request.ended_within(bound):
+        if door.llm.errored:
+            raise liveness.EngineDead(f"{what}: not ended within {bound:g} s, its engine dead", "server.healthy")
+        raise liveness.NoAnswer(f"{what}: not ended within {bound:g} s on a live engine")
+    return request.end()
+
+
+async def _finished(door, request, oracle_id: str, what: str) -> dict:
+    """The request's end (_end), which must be by length (oracle_id)."""
+    end = await _end(door, request, what)
     oracle.equal(
         oracle_id,
-        (ended, end["error"], end["finish_reason"], len(end["token_ids"])),
-        (True, None, "length", TOKENS),
-        f"{what}: (ended within {bound} s, error, finish reason, tokens)",
+        (end["error"], end["finish_reason"], len(end["token_ids"])),
+        (None, "length", TOKENS),
+        f"{what}: (error, finish reason, tokens)",
     )
     return end
 
@@ -201,14 +212,12 @@ def test_async_pause_abort_ends_the_request_in_flight_for_its_caller(async_llm_d
         request = await _in_flight(door)
         await door.call("AsyncLLM.pause_generation(mode='abort')", door.llm.pause_generation(mode="abort"))
         await _landed_mid_decode(door, request)
-        bound = thresholds.get("abort_s_max")
-        ended = await request.ended_within(bound)
-        end = request.end()
+        end = await _end(door, request, "the request in flight at pause_generation(mode='abort')")
         oracle.equal(
             "requests.abort_reaches_caller",
-            {"ended": ended, "finish_reason": end["finish_reason"], "error": end["error"]},
-            {"ended": True, "finish_reason": "abort", "error": None},
-            f"the caller's generator of the request in flight, within {bound} s of pause_generation(mode='abort')",
+            {"finish_reason": end["finish_reason"], "error": end["error"]},
+            {"finish_reason": "abort", "error": None},
+            "the caller's generator of the request in flight, after pause_generation(mode='abort')",
         )
         # Paused: a new rollout request waits; clear_cache (the default) emptied the prefix cache that the
         # aborted request's prefill filled.
@@ -325,18 +334,28 @@ def test_async_call_in_flight_when_the_engine_dies_as_pinned(async_llm_door):
         bound = thresholds.get("request_completion_s_max")
         # The request's generator raises once the front end has read the engine's death: from then on a
         # pending call has had every chance to be failed too.
-        if not await request.ended_within(bound) or "EngineDeadError" not in str(request.end()["error"]):
-            raise oracle.Precondition(f"the engine did not die within {bound} s: {request.end()}")
-        window = thresholds.get("held_request_window_s")  # watching for an answer that must come at once
-        done, _ = await asyncio.wait({sleeping}, timeout=window)
+        if not await request.ended_within(bound):
+            raise liveness.NoAnswer(f"the request in flight when the engine was killed: not ended within {bound:g} s")
+        if "EngineDeadError" not in str(request.end()["error"]):
+            raise oracle.Precondition(f"the engine did not die: {request.end()}")
+        # Where the pin predicts no answer (the pending call's hang), held_request_window_s is an observation
+        # window (an answer must come at once); where it predicts an answer, none within bound is a wait that
+        # ran out (liveness.NoAnswer), never the oracle's failure.
+        window = thresholds.get("held_request_window_s")
+        done, _ = await asyncio.wait({sleeping}, timeout=bound if pin.expected["answered"] else window)
+        if not done and pin.expected["answered"]:
+            raise liveness.NoAnswer(f"the AsyncLLM.sleep(1) queued when the engine died: no answer in {bound:g} s")
         error = sleeping.exception() if done else None
         # The engine was killed on purpose: EngineDeadError is an answer here, as is an error answer; any
         # other exception is the test's own and propagates, never recorded as the door's (checks.answered).
         raised = checks.answered("the queued AsyncLLM.sleep(1)", error, dead_answers=True) if error else None
+        unanswered_pinned = pin.expected["later_call"] == "no answer"
         try:
-            await asyncio.wait_for(door.llm.is_sleeping(), window)
+            await asyncio.wait_for(door.llm.is_sleeping(), window if unanswered_pinned else bound)
             later = None
         except asyncio.TimeoutError:  # before Exception: it is one
+            if not unanswered_pinned:
+                raise liveness.NoAnswer(f"AsyncLLM.is_sleeping() after the death: no answer in {bound:g} s") from None
             later = "no answer"
         except Exception as e:  # noqa: BLE001  the door's answer, compared below (checks.answered)
             later = checks.answered("AsyncLLM.is_sleeping() after the death", e, dead_answers=True)

@@ -27,7 +27,7 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreRequestType
 from vllm.v1.engine.core import EngineCoreProc
 from vllm.v1.engine.exceptions import EngineDeadError
 
-CALL_TIMEOUT_S = 30.0  # a utility call the loop never answers fails the test instead of hanging it
+CALL_TIMEOUT_S = 30.0  # a utility call the loop never answers is liveness.NoAnswer instead of hanging the test
 
 
 class QueueEngineClient:
@@ -54,8 +54,12 @@ class QueueEngineClient:
 
     # --- what the tests use besides -----------------------------------------------------------
     def call(self, method: str, *args):
-        """A utility call from a plain thread (the is_scheduler_paused probe, a settle barrier)."""
-        return self._submit(method, args).result(CALL_TIMEOUT_S)
+        """A utility call from a plain thread (the is_scheduler_paused probe, a settle barrier); no answer
+        within CALL_TIMEOUT_S is _unanswered's."""
+        try:
+            return self._submit(method, args).result(CALL_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            raise self._unanswered(method) from None
 
     def wait_finished(self, request_id: str, timeout_s: float = CALL_TIMEOUT_S) -> EngineCoreOutput:
         """The request's last output; a dead engine raises EngineDeadError (errored), a live one that has
@@ -79,7 +83,18 @@ class QueueEngineClient:
     # --- the exchange ---------------------------------------------------------------------------
     async def _call(self, method: str, *args):
         future = self._submit(method, args)
-        return await asyncio.wait_for(asyncio.wrap_future(future), CALL_TIMEOUT_S)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), CALL_TIMEOUT_S)
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
+            raise self._unanswered(method) from None
+
+    def _unanswered(self, method: str) -> Exception:
+        """A utility call the busy loop did not answer within CALL_TIMEOUT_S: EngineDeadError if it died
+        (errored), else liveness.NoAnswer (api.answers: a wall-clock wait, which a loaded host runs out as
+        surely as a hang; errored, a catalogued hang may count it), never an error answer of the engine."""
+        if self._dead:
+            return EngineDeadError(f"the engine's busy loop died: {self._loop_error()!r}")
+        return liveness.NoAnswer(f"utility call {method}: no answer in {CALL_TIMEOUT_S:g} s on a live engine")
 
     def _submit(self, method: str, args: tuple) -> concurrent.futures.Future:
         self._raise_if_dead()

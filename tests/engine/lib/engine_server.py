@@ -23,7 +23,7 @@ from tests.engine.fakes.output_queue import RecordingOutputQueue
 from tests.engine.lib.engine_client import QueueEngineClient
 from tests.engine.lib.engines import Built, build_engine_core_proc
 from tests.engine.lib.loop import BackgroundLoop
-from tests.sleep_wake.lib import liveness, oracle
+from tests.sleep_wake.lib import liveness
 from vllm.entrypoints.serve.dev.cache.api_router import attach_router as attach_cache_router
 from vllm.entrypoints.serve.dev.rpc.api_router import attach_router as attach_rpc_router
 from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router
@@ -86,13 +86,18 @@ class OutputRecord(RecordingOutputQueue):
 class RouteClient(QueueEngineClient):
     """QueueEngineClient with the two other AsyncLLM calls the cache and RPC routes make, each one utility
     call on the engine core, as AsyncLLM.reset_prefix_cache and AsyncLLM.collective_rpc do; it keeps
-    the last failed call's message, which the routes' 500 answers do not carry."""
+    the last failed call's message, which the routes' 500 answers do not carry, and the liveness.NoAnswer
+    of a call the engine never answered (the route answers it with a 500 too: EngineServer raises it)."""
 
     last_failure: str | None = None
+    unanswered: liveness.NoAnswer | None = None
 
     async def _call(self, method: str, *args):
         try:
             return await super()._call(method, *args)
+        except liveness.NoAnswer as e:
+            self.last_failure, self.unanswered = f"{method}{args}: {e}", e
+            raise
         except Exception as e:
             self.last_failure = f"{method}{args}: {e}"
             raise
@@ -190,10 +195,23 @@ class EngineServer:
 
     # --- the boundary's calls ---------------------------------------------------------------------
     def post(self, path: str, params=None, json=None):
-        return self.http.post(path, params=params, json=json)
+        return self._route("POST", path, params=params, json=json)
+
+    def get(self, path: str, params=None):
+        return self._route("GET", path, params=params)
+
+    def _route(self, method: str, path: str, **kw):
+        """The route's answer; a 500 for an engine call that got no answer within CALL_TIMEOUT_S is that
+        call's liveness.NoAnswer instead (errored, api.answers), never an error answer for api.status."""
+        self.client.unanswered = None
+        response = self.http.request(method, path, **kw)
+        unanswered = self.client.unanswered
+        if unanswered is not None and response.status_code != 200:
+            raise liveness.NoAnswer(f"{method} {path}: {unanswered}")
+        return response
 
     def http_is_sleeping(self):
-        response = self.http.get("/is_sleeping")
+        response = self.get("/is_sleeping")
         return response.json()["is_sleeping"] if response.status_code == 200 else f"HTTP {response.status_code}"
 
     def settle(self) -> None:
@@ -240,13 +258,14 @@ class EngineServer:
 
     def wait_for(self, until, what: str) -> None:
         """Returns once until() holds. The engine's death meanwhile is liveness.EngineDead (errored,
-        server.healthy: it proves nothing about the step), a wait past WAIT_S a Precondition."""
+        server.healthy: it proves nothing about the step); a live engine that has not got there within
+        WAIT_S is liveness.NoAnswer (errored, api.answers: a wall-clock wait, never an oracle)."""
         deadline = time.monotonic() + WAIT_S
         while not until():
             if self.alive() is not None:
                 raise liveness.EngineDead(f"{what}: the engine's busy loop died: {self.alive()!r}", "server.healthy")
             if time.monotonic() > deadline:
-                raise oracle.Precondition(f"{what}: not reached within {WAIT_S} s; timeline: {self.timeline}")
+                raise liveness.NoAnswer(f"{what}: not reached within {WAIT_S:g} s on a live engine")
             time.sleep(POLL_S)
 
     def unfinished(self) -> int:

@@ -129,3 +129,21 @@ def test_engine_dead_error_of_the_killed_engine_is_its_answer():
         )
     assert raised.value.oracle_id == "api.dead_engine_call"
     assert raised.value.measured == {"answered": True, "raised": "EngineDeadError", "later_call": "EngineDeadError"}
+
+
+# --- a request's end: a wait that runs out is errored, never its oracle's failure ----------------------------
+async def _finished_of_a_request_that_never_ends(errored: bool):
+    door = _Door(_LLM())
+    door.llm.errored = errored  # type: ignore[attr-defined]  # AsyncLLM.errored: its engine process died
+    return await door_tests._finished(door, _Request(None), "requests.completes", "the request held at level 0")
+
+
+def test_a_request_that_never_ends_on_a_live_engine_is_no_answer_not_its_oracle():
+    with pytest.raises((liveness.NoAnswer, oracle.OracleFailure)) as raised:
+        asyncio.run(_finished_of_a_request_that_never_ends(errored=False))
+    assert isinstance(raised.value, liveness.NoAnswer) and raised.value.liveness == "api.answers"
+
+
+def test_a_request_that_never_ends_on_a_dead_engine_is_errored():
+    with pytest.raises(liveness.EngineDead):
+        asyncio.run(_finished_of_a_request_that_never_ends(errored=True))

@@ -1,11 +1,12 @@
 """The completion test_door_host.py holds at level 0: only the door host's answer ends it for the oracle
 requests.held_while_paused; no answer, a refused connection or a bug in the test is raised as itself
-(errored), never that oracle's kill."""
+(errored), never that oracle's kill. A call of its that gets no answer of a live door host (_answer) is
+liveness.NoAnswer, never an answer for api.status to compare."""
 
 import pytest
 import requests
 
-from tests.engine.test_door_host import _held_completion  # the test module's own helper, with a stand-in client
+from tests.engine.test_door_host import _answer, _held_completion  # the test module's helpers, a stand-in client
 from tests.sleep_wake.lib import liveness, oracle
 
 
@@ -42,3 +43,19 @@ def test_an_error_answer_ends_the_hold():
     with pytest.raises(oracle.OracleFailure) as raised:
         _held_completion(_Client(answer))
     assert raised.value.oracle_id == "requests.held_while_paused"
+
+
+class _Unanswering:
+    """A SleepWakeClient of a live door host (GET /health 200) that answers no call within its timeout."""
+
+    def raw(self, method, path, **kw):
+        raise requests.ReadTimeout(f"{method} {path}: read timed out")
+
+    def confirm_live(self, what: str) -> None:
+        pass
+
+
+def test_a_call_the_live_door_host_never_answers_is_no_answer_not_an_answer():
+    with pytest.raises(liveness.NoAnswer) as raised:
+        _answer(_Unanswering(), "GET", "/is_sleeping")
+    assert raised.value.liveness == "api.answers"

@@ -67,7 +67,7 @@ def test_a_dead_engine_between_steps_is_errored():
 
 def test_a_request_that_cannot_end_on_a_dead_engine_is_errored_not_its_steps_oracle():
     with pytest.raises(liveness.EngineDead) as raised:
-        _tier(_Server())._ended(["fresh-0"], "walk step 2", "output.finish_length")
+        _tier(_Server())._ended(["fresh-0"], "walk step 2")
     _errored(raised)
 
 
