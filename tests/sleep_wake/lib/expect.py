@@ -5,7 +5,7 @@ sleep flags and gauge, golden output, held and in-flight requests.
 message only: the verdict of a failure is its oracle id.
 """
 
-from tests.sleep_wake.lib import liveness, measure, metrics, oracle, thresholds
+from tests.sleep_wake.lib import measure, metrics, oracle, thresholds
 from tests.sleep_wake.lib.client import ServerResponseError, StreamResult
 from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
@@ -187,7 +187,7 @@ def held(oracle_id: str, client, futures, window_s: float, what: str) -> None:
     that stops answering /is_sleeping: neither shows what the scheduler did (errored)."""
 
     def pending():
-        ended = {i: ended_how(f) for i, f in enumerate(futures) if f.done()}
+        ended = {i: ended_how(f, client) for i, f in enumerate(futures) if f.done()}
         if ended:
             oracle.fail(oracle_id, what, f"requests ended inside the window: {ended}", "all pending", "")
         return client.is_sleeping()
@@ -195,17 +195,16 @@ def held(oracle_id: str, client, futures, window_s: float, what: str) -> None:
     measure.assert_holds(oracle_id, pending, window_s, what=f"{what} (is_sleeping true)")
 
 
-def ended_how(future) -> str:
+def ended_how(future, client) -> str:
     """How a finished background request ended, for a message; raises what it raised unless that is
-    a live server's answer (an oracle's failure: api.status; a body that is no completion), and raises
-    for a stream that broke off or went silent, which is no answer either."""
+    a live server's answer (an oracle's failure: api.status; a body that is no completion), and what a
+    stream's end stands for when it is no answer of a live server (client.check_stream: broken off,
+    silent, cut on a server no longer live)."""
     error = future.exception()
     if error is None:
         value = future.result()
-        if isinstance(value, StreamResult) and value.transport:
-            raise liveness.Unreachable(f"a background stream broke off: {value.error}")
-        if isinstance(value, StreamResult) and value.timed_out:
-            raise liveness.NoAnswer(f"a background stream went silent: {value.error}")
+        if isinstance(value, StreamResult):
+            client.check_stream(value, "a background stream")
         return f"finish_reasons {getattr(value, 'finish_reasons', value)}"
     if isinstance(error, (oracle.OracleFailure, ServerResponseError)):
         return f"answered: {error}"

@@ -391,7 +391,7 @@ class GpuTier:
         still open when /sleep answers; its tokens are judged whole when it ends. One that ended without
         a live server's answer (broken off, a bug in the test) raises that instead (expect.ended_how)."""
         if stream.done():
-            how = expect.ended_how(stream)
+            how = expect.ended_how(stream, self.ctx.client)
             oracle.fail(model.held_oracle(after), f"{what}, right after /sleep answered", f"ended: {how}", "open")
 
     def _in_flight_ended(self, ends: str, origin: str, result, seconds: float, where: str) -> None:
@@ -565,7 +565,7 @@ class GpuTier:
             oracle.fail(
                 model.held_oracle(s),
                 f"walk {where}: requests that must wait in ({s.describe()})",
-                [(o.kind, o.op_name, expect.ended_how(o.future)) for o in ended],
+                [(o.kind, o.op_name, expect.ended_how(o.future, ctx.client)) for o in ended],
                 "all still open",
             )
         band = model.device_band(s, ctx.sizes, ctx.cell_id)
