@@ -13,6 +13,21 @@ load("//tools:matrix.bzl", "DOOR_CELLS", "DOOR_EXCLUDED", "DOOR_FAKE_ONLY", "EXE
 # the names TF/XLA/JAX runners already select on.
 GPU_TAGS = ["gpu", "requires-gpu-nvidia", "sleep_wake"]
 
+def gpu_class_tag(test_class):
+    """The tag only a class's GPU cells carry.
+
+    Bazel's --test_tag_filters selects a target having any of its positive tags, so the class's own tag
+    would bring the fake tier's targets of the class along (tools/run_matrix.sh's walk wave selects
+    gpu_state_walk, and runs no CPU-only target).
+
+    Args:
+      test_class: the class short name.
+
+    Returns:
+      "gpu_" + test_class.
+    """
+    return "gpu_" + test_class
+
 _MODEL_CONFIG = "//tools/checkpoints:synthetic_qwen3/config.json"
 _MODEL = "//tools/checkpoints:synthetic_qwen3"
 
@@ -274,7 +289,7 @@ def sleep_wake_matrix(
             deps = deps,
             data = GPU_CELL_DATA + golden_data + plan_data,
             env = dict(dict(gpu_cell_env(runner, mode, door), **golden_env), **plan_env),
-            tags = GPU_TAGS + [runner, mode, test_class, door],
+            tags = GPU_TAGS + [runner, mode, test_class, gpu_class_tag(test_class), door],
             size = "large",
             timeout = timeout,
             shard_count = _shard_count(shard_counts, test_class, door, mode),

@@ -132,6 +132,21 @@ def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix)
         ) == walks, name
 
 
+def test_only_a_classs_gpu_cells_carry_its_gpu_tag(matrix):
+    """tools/run_matrix.sh's walk wave selects gpu_state_walk: a CPU-only target carrying it would run in a
+    GPU wave, on the GPU job's critical path."""
+    rules, classes, _ = matrix
+    for name, (kind, attrs) in rules.items():
+        if kind != "py_test":
+            continue
+        tagged = {t for t in attrs["tags"] if t.startswith("gpu_")}
+        if "gpu" in attrs["tags"]:
+            test_class = next(c for c in classes if c in attrs["tags"])
+            assert tagged == {f"gpu_{test_class}"}, name
+        else:
+            assert not tagged, f"{name} runs on a CPU but carries {sorted(tagged)}"
+
+
 def test_starlark_and_python_read_one_spec():
     """tools/defs.bzl takes the runners and modes from tools/matrix.bzl, as tools/matrix.py does: one
     matrix, two readers."""

@@ -87,24 +87,38 @@ PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" -
   echo "run_matrix.sh: no zygote host answered on $lock_dir within 40 s (see $lock_dir/zygote-host.log);" \
     "cells start their servers plainly" >&2
 
-# Waves: the state walk's shards first, in a `bazel test` of their own, then every other cell. Why:
+# Waves: the state walk's GPU shards first, in a `bazel test` of their own, then every other GPU cell. Why:
 # each shard sleeps and wakes ~380 times, and beside the other cells every one of their server starts
 # holds the GPU's allocation phase for seconds while each walk sleep waits for it: in one invocation
 # the walk's shards spent twice the share of their time waiting on memory phases as alone
 # (docs/measured-settings.md). Longest cells first. Arguments that choose tags themselves
 # (--test_tag_filters) run as one invocation.
 # Each wave's tags go on the command line with --config=gpu's own filter (.bazelrc) appended: a second
-# --config setting the same option would make Bazel warn on every run.
+# --config setting the same option would make Bazel warn on every run. The walk wave selects
+# gpu_state_walk, which only the walk's GPU cells carry (tools/defs.bzl gpu_class_tag): Bazel selects a
+# target having any positive tag of the filter, and `state_walk` is the fake tier's walk's tag too.
 gpu_tags=$(sed -n 's/^test:gpu --test_tag_filters=//p' .bazelrc | tail -1)
-waves=("--test_tag_filters=state_walk${gpu_tags:+,$gpu_tags}" "--test_tag_filters=-state_walk${gpu_tags:+,$gpu_tags}")
+waves=("--test_tag_filters=gpu_state_walk${gpu_tags:+,$gpu_tags}" "--test_tag_filters=gpu,-gpu_state_walk${gpu_tags:+,$gpu_tags}")
 names=(walk rest)
-for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=(""); done
-# Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: one per
-# slot, plus a quarter of the cores for the CPU targets a wave runs (the fake walk, the unit tests), so
-# they never hold a job a GPU cell could use; a GPU cell started beyond the slots waits for its lease,
-# which keeps the GPUs at gpus x slots cells. A quarter: the cells left a third of the cores idle
-# (docs/measured-settings.md).
-test_jobs=$((gpus * slots + $(nproc) / 4))
+# The CPU-only targets (no `gpu` tag: the fake tier, the unit tests, the reuse equivalence, the engine tier
+# when asked for) run in neither GPU wave but beside them, from the start, in a `bazel test` of their own
+# on a quarter of the cores, niced below the cells. Inside a wave each held one of its test jobs, and Bazel
+# starts tests in an order of its own: a fake walk started last ran alone for two minutes at the walk
+# wave's end, and the rest wave ended on the reuse equivalence (docs/speed.md). One Bazel server runs one
+# command at a time, so theirs runs in an output base of its own, without convenience symlinks (the
+# report finds its results through its build events). The report says where they ran, and whether they
+# stayed off the GPU job's critical path, counted from the build events.
+cpu_filter="--test_tag_filters=-gpu${gpu_tags:+,$gpu_tags}"
+for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=("") cpu_filter=""; done
+cpu_jobs=$(($(nproc) / 4)); ((cpu_jobs)) || cpu_jobs=1
+cpu_bep=.bazel-bep-wave-cpu.json cpu_log="$lock_dir/cpu-only.log" cpu_pid=""
+# Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: one per slot;
+# a GPU cell started beyond the slots waits for its lease, which keeps the GPUs at gpus x slots cells.
+# Where one invocation runs the CPU targets too (the caller's own tag filters), a quarter of the cores more
+# for them, so they never hold a job a GPU cell could use (the cells left a third of the cores idle:
+# docs/measured-settings.md).
+test_jobs=$((gpus * slots))
+[[ -z "$cpu_filter" ]] && test_jobs=$((test_jobs + cpu_jobs))
 reuse=${SLEEPWAKE_REUSE_SERVERS:-1}
 if [[ "$reuse" != 0 && "$reuse" != 1 ]]; then
   echo "run_matrix.sh: SLEEPWAKE_REUSE_SERVERS=$reuse: say 1 (the default) to hand servers on between cells," \
@@ -119,8 +133,8 @@ jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
 # The walk wave runs no more tests at once than the host has cores: each shard's server steps as fast as
 # its core allows, so beside more shards than cores every step slows, and a shard started beyond the slots
 # waits for a lease inside its own time; one not yet started waits in Bazel's queue instead. Below the
-# cores, the slots and the CPU targets' quarter (the fake walks are in this wave too). docs/speed.md.
-walk_jobs=$((gpus * slots + $(nproc) / 4)); ((walk_jobs > $(nproc))) && walk_jobs=$(nproc)
+# cores, the slots. docs/speed.md.
+walk_jobs=$((gpus * slots)); ((walk_jobs > $(nproc))) && walk_jobs=$(nproc)
 walk_note=""; ((${#waves[@]} > 1)) && walk_note=" ($walk_jobs in the walk wave)"
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once$walk_note"
 # The host's CPU time while Bazel ran, busy against idle+iowait (/proc/stat): whether cores or the GPU's
@@ -133,6 +147,23 @@ host_cpu=$!
 rc=0 matched=0 beps=() took=()
 # An earlier run's wave files must not stand for this run's (a wave this run stops before would leave one).
 rm -f .bazel-bep-wave*.json
+if [[ -n "$cpu_filter" ]]; then
+  if cpu_base=$(bazel info output_base 2>/dev/null) && [[ -n "$cpu_base" ]]; then
+    cpu_base="$cpu_base-cpu-only"
+    echo "run_matrix.sh: the CPU-only targets run beside the GPU waves in a bazel test of their own" \
+      "($cpu_jobs at once, niced; output base $cpu_base; its output follows the waves')"
+    # Its server inherits the client's niceness when this starts it, and so do its tests.
+    nice -n 10 bazel --output_base="$cpu_base" test --config=gpu "${suffix[@]}" --jobs="$cpu_jobs" \
+      --local_test_jobs="$cpu_jobs" --symlink_prefix=/ --build_event_json_file="$PWD/$cpu_bep" "$cpu_filter" "$@" \
+      </dev/null >"$cpu_log" 2>&1 &
+    cpu_pid=$!
+    trap 'kill "$cpu_pid" 2>/dev/null; ((keep_s)) || kill "$host_pid" 2>/dev/null' EXIT
+  else
+    echo "run_matrix.sh: \`bazel info output_base\` failed: the CPU-only targets run after the GPU waves," \
+      "in a wave of their own" >&2
+    waves+=("$cpu_filter") names+=(cpu)
+  fi
+fi
 for i in "${!waves[@]}"; do
   wave=${waves[$i]}
   # The events of this invocation only: a failed build must not leave an earlier run's to be read.
@@ -161,6 +192,24 @@ for i in "${!waves[@]}"; do
     *) rc=$wave_rc; break ;;  # a command-line or Bazel error: the next wave would fail the same way
   esac
 done
+# The CPU-only targets' own bazel test: the run waits for it (its results are the run's), which costs the
+# run time only where it ends after the GPU waves (the report says which, from the build events).
+cpu_wait_s=0
+if [[ -n "$cpu_pid" ]]; then
+  waited=$(date +%s.%N)
+  wait "$cpu_pid"; cpu_rc=$?
+  cpu_wait_s=$(awk -v a="$waited" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  echo "run_matrix.sh: the CPU-only targets' bazel test (beside the GPU waves; $cpu_wait_s s after them):"
+  cat "$cpu_log"
+  case $cpu_rc in
+    0 | 3) matched=1; beps+=("$cpu_bep"); ((cpu_rc > rc)) && rc=$cpu_rc ;;
+    4) echo "run_matrix.sh: none of the targets asked for is CPU-only (Bazel's \"No test targets were found\"" \
+         "above is their bazel test's)" ;;
+    1) beps+=("$cpu_bep"); rc=1
+       echo "run_matrix.sh: the CPU-only targets: some failed to build (Bazel's errors above); the others ran" ;;
+    *) rc=$cpu_rc ;;
+  esac
+fi
 ((rc == 0 && !matched)) && rc=4
 # Servers the last cells gave back wait for cells that are not coming: the GPU is free when this ends.
 PYTHONPATH="$PWD" python3 -m tools.launcher.parking --lock_dir "$lock_dir" --evict_all
@@ -203,6 +252,7 @@ fi
 # The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with.
 record_args=(); for b in "${beps[@]}"; do record_args+=(--bep="$b"); done
 for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
+record_args+=(--cpu_wait_s="$cpu_wait_s")
 PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
   --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
   echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2

@@ -25,6 +25,7 @@ SCRIPT_FILES = [
     "tools/__init__.py",
     "tools/test.sh",
     "tools/run_matrix.sh",
+    "tools/results/placement.py",
     "tools/results/ran_tests.py",
     "tools/results/testlogs.py",
     "tools/launcher/__init__.py",
@@ -101,6 +102,7 @@ def run_script(workspace, script, args=(), results=(), **env):
         FAKE_BAZEL_ARGV=str(workspace.parent / "argv.json"),
         FAKE_BAZEL_TESTLOGS=str(workspace.parent / "testlogs"),
         FAKE_BAZEL_RESULTS=json.dumps([list(r) for r in results]),
+        FAKE_BAZEL_OUTPUT_BASE=str(workspace.parent / "output_base"),
         SLEEPWAKE_LOCK_DIR=str(workspace.parent / "locks"),
     )  # not the host's: its traces stay put
     if script == "run_matrix.sh":
@@ -109,9 +111,24 @@ def run_script(workspace, script, args=(), results=(), **env):
     proc = subprocess.run(
         ["bash", str(workspace / "tools" / script), *args], env=base, capture_output=True, text=True, timeout=120
     )
-    argv_file = workspace.parent / "argv.json"
-    bazel_argv = json.loads(argv_file.read_text()) if argv_file.exists() else None
-    return proc.returncode, proc.stdout + proc.stderr, bazel_argv
+    # The last bazel test of the GPU's: run_matrix.sh's CPU-only targets run beside, in their own output base.
+    ran = gpu_invocations(workspace) if (workspace.parent / "argv.json.all").exists() else []
+    return proc.returncode, proc.stdout + proc.stderr, ran[-1] if ran else None
+
+
+def invocations(workspace) -> list[list[str]]:
+    """Every `bazel test` the fake bazel was asked to run (not `bazel info`), startup options included."""
+    lines = (workspace.parent / "argv.json.all").read_text().splitlines()
+    return [argv for argv in map(json.loads, lines) if "test" in argv]
+
+
+def cpu_only(argv: list[str]) -> bool:
+    """Whether a bazel test is run_matrix.sh's CPU-only targets' own, in its own output base."""
+    return any(a.startswith("--output_base=") for a in argv)
+
+
+def gpu_invocations(workspace) -> list[list[str]]:
+    return [argv for argv in invocations(workspace) if not cpu_only(argv)]
 
 
 def test_test_sh_fails_when_the_filter_matched_nothing_anywhere(workspace):
@@ -151,7 +168,7 @@ def test_run_matrix_fails_when_the_filter_matched_nothing_in_any_cell(workspace)
         workspace,
         "run_matrix.sh",
         ["--test_filter=TestNoSuch"],
-        [("//tests/sleep_wake:flags_mrv1_eager", SKIPPED, NOTHING_MATCHED)],
+        [("//tests/sleep_wake:flags_mrv1_eager", SKIPPED, NOTHING_MATCHED, ["gpu", "flags"])],
         FAKE_NVIDIA_SMI_CSV=TWO_H200,
         SLEEPWAKE_SLOTS_PER_GPU="2",
     )
@@ -168,21 +185,21 @@ def test_run_matrix_uses_only_the_gpus_it_was_given(workspace):
         workspace,
         "run_matrix.sh",
         ["//tests/sleep_wake:flags_mrv1_eager"],
-        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "", ["gpu", "flags"])],
         FAKE_NVIDIA_SMI_CSV=TWO_H200,
         SLEEPWAKE_SLOTS_PER_GPU="3",
         CUDA_VISIBLE_DEVICES="GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b",
     )
     assert code == 0, output
     cores = len(os.sched_getaffinity(0))
-    walk_jobs = min(3 + cores // 4, cores)
+    walk_jobs = min(3, cores)
     assert f"run_matrix.sh: 1 GPU(s) x 3 slot(s) = 3 cells at once ({walk_jobs} in the walk wave)" in output
     assert "slots: GPUs 1 (NVML indices) x 3 slot(s) per GPU (SLEEPWAKE_SLOTS_PER_GPU)" in output
-    # A test job per slot, and a quarter of the cores for the CPU targets, which need no slot.
+    # A test job per slot (the CPU-only targets run beside, in a bazel test of their own).
     # With reuse (the default) half the slots more cells wait, for the servers cells give back.
-    assert f"--local_test_jobs={3 + cores // 4 + 3 // 2}" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
+    assert f"--local_test_jobs={3 + 3 // 2}" in argv and "--test_env=SLEEPWAKE_SLOTS_PER_GPU=3" in argv
     assert "--test_env=SLEEPWAKE_REUSE_SERVERS=1" in argv
-    assert f"--jobs={max(3 + cores // 4 + 3 // 2, cores)}" in argv  # --jobs caps the tests at once
+    assert f"--jobs={max(3 + 3 // 2, cores)}" in argv  # --jobs caps the tests at once
 
 
 def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(workspace):
@@ -190,7 +207,7 @@ def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(worksp
         workspace,
         "run_matrix.sh",
         [],
-        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "", ["gpu", "flags"])],
         FAKE_NVIDIA_SMI_CSV=TWO_H200,
     )
     assert code == 0, output
@@ -198,12 +215,12 @@ def test_run_matrix_sizes_slots_from_free_memory_and_cores_and_prints_why(worksp
     assert f"run_matrix.sh: 2 GPU(s) x {expected} slot(s) = {2 * expected} cells at once" in output, output
     assert why in output and "SLEEPWAKE_SLOTS_PER_GPU=N overrides" in output
     cores = len(os.sched_getaffinity(0))
-    assert f"--local_test_jobs={2 * expected + cores // 4 + 2 * expected // 2}" in argv
+    assert f"--local_test_jobs={2 * expected + 2 * expected // 2}" in argv
     # The golden actions lease a slot beside the cells: both see the same count (tools/goldens.bzl).
     assert f"--test_env=SLEEPWAKE_SLOTS_PER_GPU={expected}" in argv
     assert f"--action_env=SLEEPWAKE_SLOTS_PER_GPU={expected}" in argv
     # Bazel runs no more tests at once than --jobs, whose default is the cores.
-    assert f"--jobs={max(2 * expected + cores // 4 + 2 * expected // 2, cores)}" in argv
+    assert f"--jobs={max(2 * expected + 2 * expected // 2, cores)}" in argv
 
 
 def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspace):
@@ -216,7 +233,7 @@ def test_run_matrix_keeps_the_last_runs_phase_trace_apart_from_this_ones(workspa
         workspace,
         "run_matrix.sh",
         [],
-        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "", ["gpu", "flags"])],
         FAKE_NVIDIA_SMI_CSV=TWO_H200,
     )
     assert code == 0, output
@@ -230,7 +247,7 @@ def test_run_matrix_says_how_busy_the_hosts_cpus_were(workspace):
         workspace,
         "run_matrix.sh",
         [],
-        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")],
+        [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "", ["gpu", "flags"])],
         FAKE_NVIDIA_SMI_CSV=TWO_H200,
     )
     assert code == 0, output
@@ -245,7 +262,7 @@ def test_run_matrix_says_how_busy_the_hosts_cpus_were(workspace):
 
 def test_run_matrix_writes_a_run_record_fresh_then_warm(workspace):
     """Each run leaves sleepwake-run.json: the first on a host is fresh, the next warm; a red run says so."""
-    flags = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")]
+    flags = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "", ["gpu", "flags"])]
     code, output, _ = run_script(workspace, "run_matrix.sh", [], flags, FAKE_NVIDIA_SMI_CSV=TWO_H200)
     assert code == 0 and "run record: " in output, output
     first = json.loads((workspace / "sleepwake-run.json").read_text())
@@ -254,10 +271,11 @@ def test_run_matrix_writes_a_run_record_fresh_then_warm(workspace):
         "green",
         "fresh",
     )
+    # The run's time: its GPU waves', and the wait after them for the CPU-only targets' own bazel test.
     assert len(first["matrix"]["waves_s"]) == 2 and first["matrix"]["elapsed_s"] == round(
-        sum(first["matrix"]["waves_s"]), 1
+        sum(first["matrix"]["waves_s"]) + first["matrix"]["cpu_wait_s"], 1
     )
-    failed = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "failed"}, "")]
+    failed = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "failed"}, "", ["gpu", "flags"])]
     code, output, _ = run_script(
         workspace, "run_matrix.sh", [], failed, FAKE_NVIDIA_SMI_CSV=TWO_H200, FAKE_BAZEL_RC="3"
     )
@@ -265,7 +283,12 @@ def test_run_matrix_writes_a_run_record_fresh_then_warm(workspace):
     assert code == 3 and (second["matrix"]["status"], second["matrix"]["machine_state"]) == ("red", "warm"), output
 
 
-WALK = ("//tests/sleep_wake:state_walk_mrv1_eager", {"test_walk": "passed"}, "", ["gpu", "state_walk"])
+WALK = (
+    "//tests/sleep_wake:state_walk_mrv1_eager",
+    {"test_walk": "passed"},
+    "",
+    ["gpu", "state_walk", "gpu_state_walk"],
+)
 FLAGS = ("//tests/sleep_wake:flags_mrv1_eager", {"test_flags": "passed"}, "", ["gpu", "flags"])
 
 
@@ -283,7 +306,7 @@ def _host_answer(lock_dir, present: bool):
 
 def test_run_matrix_leaves_its_zygote_host_for_the_next_run_unless_told_not_to(workspace):
     locks = workspace.parent / "locks"
-    cell = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "")]
+    cell = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed"}, "", ["gpu", "flags"])]
     code, output, argv = run_script(
         workspace, "run_matrix.sh", [], cell, FAKE_NVIDIA_SMI_CSV=TWO_H200, SLEEPWAKE_KEEP_ZYGOTES_S="600"
     )
@@ -318,10 +341,6 @@ def test_run_matrix_leaves_its_zygote_host_for_the_next_run_unless_told_not_to(w
     assert code == 2 and "SLEEPWAKE_KEEP_ZYGOTES_S=ten minutes is not a whole number" in output, output
 
 
-def invocations(workspace) -> list[list[str]]:
-    return [json.loads(line) for line in (workspace.parent / "argv.json.all").read_text().splitlines()]
-
-
 def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     """Beside the walk's shards, other cells' starts hold the allocation phase its sleeps wait for."""
     cores = len(os.sched_getaffinity(0))
@@ -347,17 +366,17 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     # Where the cells' time went, read from this run's results (the fake cells recorded no server timings).
     assert "cell time: no GPU cell recorded server timings" in output
     # --config=gpu's own filter (.bazelrc) stays in each wave's.
-    filters = [[a for a in argv if a.startswith("--test_tag_filters")] for argv in invocations(workspace)]
+    filters = [[a for a in argv if a.startswith("--test_tag_filters")] for argv in gpu_invocations(workspace)]
     assert filters == [
-        ["--test_tag_filters=state_walk,-vllm_overlay"],
-        ["--test_tag_filters=-state_walk,-vllm_overlay"],
+        ["--test_tag_filters=gpu_state_walk,-vllm_overlay"],
+        ["--test_tag_filters=gpu,-gpu_state_walk,-vllm_overlay"],
     ]
-    assert "run_matrix.sh: wave 1 of 2 (walk): --test_tag_filters=state_walk,-vllm_overlay" in output
-    # The walk wave runs no more tests at once than the cores (below them, the slots and the CPU targets'
-    # share); the rest wave a job per slot, the CPU targets' share and the cells waiting for a lent server.
-    test_jobs = [[a for a in argv if a.startswith("--local_test_jobs=")] for argv in invocations(workspace)]
-    assert test_jobs[0] == [f"--local_test_jobs={min(2 * slots_per_gpu + cores // 4, cores)}"], test_jobs
-    assert test_jobs[1] == [f"--local_test_jobs={2 * slots_per_gpu + cores // 4 + 2 * slots_per_gpu // 2}"], test_jobs
+    assert "run_matrix.sh: wave 1 of 2 (walk): --test_tag_filters=gpu_state_walk,-vllm_overlay" in output
+    # The walk wave runs no more tests at once than the cores (below them, the slots); the rest wave a job
+    # per slot and the cells waiting for a lent server.
+    test_jobs = [[a for a in argv if a.startswith("--local_test_jobs=")] for argv in gpu_invocations(workspace)]
+    assert test_jobs[0] == [f"--local_test_jobs={min(2 * slots_per_gpu, cores)}"], test_jobs
+    assert test_jobs[1] == [f"--local_test_jobs={2 * slots_per_gpu + 2 * slots_per_gpu // 2}"], test_jobs
     assert re.search(r"run_matrix.sh: bazel test took [\d.]+ s in 2 waves \([\d.]+ [\d.]+ s\)", output), output
     assert "ran_tests: 2 test case(s) ran" in output
     # The report reads both waves' build events: this run's cells are told from the earlier one (stale).
@@ -365,6 +384,47 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
     assert re.search(r"^2/2 GPU cells passed.*1 earlier result\(s\) in these testlogs not counted", output, re.M), (
         output
     )
+
+
+FAKE_WALK = ("//tests/sleep_wake:state_walk_fake_mrv1_eager", {"test_walk": "passed"}, "", ["fake", "state_walk"])
+UNIT: tuple = ("//tests/sleep_wake/unit:oracle_unit_test", {"test_oracle": "passed"}, "", [])
+REUSE = ("//tests/sleep_wake/reuse:reuse_equivalence_test", {"test_reuse": "passed"}, "", ["fake"])
+
+
+def _labels(bep) -> set[str]:
+    events = [json.loads(line) for line in bep.read_text().splitlines()]
+    return {e["id"]["testResult"]["label"] for e in events if "testResult" in e["id"]}
+
+
+def test_run_matrix_runs_no_cpu_only_target_in_a_gpu_wave(workspace):
+    """A target without the gpu tag (the fake tier, a unit test, the reuse equivalence) runs beside the GPU
+    waves in a bazel test of its own, in its own output base; one carrying a GPU class's plain tag
+    (state_walk) too. Counted from each invocation's build events, as the report counts them."""
+    code, output, _ = run_script(
+        workspace,
+        "run_matrix.sh",
+        [],
+        [WALK, FLAGS, FAKE_WALK, UNIT, REUSE],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+        FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"),
+    )
+    assert code == 0, output
+    assert _labels(workspace / ".bazel-bep-wave1.json") == {WALK[0]}
+    assert _labels(workspace / ".bazel-bep-wave2.json") == {FLAGS[0]}
+    assert _labels(workspace / ".bazel-bep-wave-cpu.json") == {FAKE_WALK[0], UNIT[0], REUSE[0]}
+    cpu = [argv for argv in invocations(workspace) if cpu_only(argv)]
+    assert len(cpu) == 1 and "--test_tag_filters=-gpu,-vllm_overlay" in cpu[0] and "--symlink_prefix=/" in cpu[0]
+    assert f"--output_base={workspace.parent / 'output_base'}-cpu-only" in cpu[0]
+    assert f"--local_test_jobs={max(len(os.sched_getaffinity(0)) // 4, 1)}" in cpu[0]
+    # The report finds their results in that output base, and says where they ran.
+    assert re.search(r"fake tier: 1/1 passed", output), output
+    assert re.search(
+        r"^CPU-only targets: 3 ran \(fake tier 2, other 1\): 3 in a bazel test of their own beside the GPU waves"
+        r" \([+-][\d.]+ to [+-][\d.]+ s of the GPU waves' [\d.]+ s\): (off|on) the GPU job's critical path",
+        output,
+        re.M,
+    ), output
+    assert "ran_tests: 5 test case(s) ran" in output  # every invocation's results are the run's
 
 
 def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(workspace):
@@ -384,7 +444,7 @@ def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(work
     code, output, _ = run_script(
         workspace, "run_matrix.sh", [], [WALK, FLAGS], FAKE_NVIDIA_SMI_CSV=TWO_H200, FAKE_BAZEL_RC="3"
     )
-    assert code == 3 and len(invocations(workspace)) == 3 * 2, output
+    assert code == 3 and len(gpu_invocations(workspace)) == 3 * 2, output
     # A wave in which some targets failed to build ran the others (--keep_going): the next wave runs, the
     # results so far are read, and the run fails.
     code, output, _ = run_script(
@@ -396,7 +456,7 @@ def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(work
         FAKE_BAZEL_RC="1",
         FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"),
     )
-    assert code == 1 and len(invocations(workspace)) == 3 * 2 + 2, output
+    assert code == 1 and len(gpu_invocations(workspace)) == 3 * 2 + 2, output
     assert "run_matrix.sh: wave 1: some targets failed to build" in output
     assert "cell time: no GPU cell recorded server timings" in output  # this run's results, read
 
@@ -415,7 +475,7 @@ def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):
     assert [a for a in argv if a.startswith("--test_tag_filters")] == ["--test_tag_filters=flags"]
     # No walk wave, so no walk wave's cap: a job per slot, the CPU targets' share, the lent servers' waiters.
     cores = len(os.sched_getaffinity(0))
-    assert f"--local_test_jobs={16 + cores // 4 + 16 // 2}" in argv, argv
+    assert f"--local_test_jobs={16 + max(cores // 4, 1) + 16 // 2}" in argv, argv
 
 
 @pytest.mark.parametrize(

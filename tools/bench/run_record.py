@@ -17,6 +17,7 @@ import sys
 
 from tools.bench import bazel_runs
 from tools.report import reading
+from tools.results import placement
 
 MACHINE_STATES = ("fresh", "warm")  # fresh: no earlier run_matrix.sh run on this host (run_matrix.sh says how)
 
@@ -57,6 +58,18 @@ def parse_identity(text: str) -> dict[str, str]:
     return out
 
 
+def _cpu_only(p: placement.Placement | None) -> dict | None:
+    if p is None:
+        return None
+    return {
+        "targets": len(p.targets),
+        "beside": len(p.beside),
+        "inside": len(p.inside),
+        "late_s": None if p.late_s is None else round(p.late_s, 1),
+        "off_critical_path": p.off_critical_path,
+    }
+
+
 def record(
     units: list[dict],
     *,
@@ -66,16 +79,19 @@ def record(
     machine_state: str,
     waves_s: list[float],
     identity: dict[str, str] | None = None,
+    cpu_wait_s: float = 0.0,
+    cpu_only: placement.Placement | None = None,
 ) -> dict:
     """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
     server_starts, machine_state), counted from the cells' own timings (launch_to_health_s: a start's own
     seconds, without the wait for a GPU slot), the cells that ran by front door (cells_by_door) and the
     walk's shards against the walk issue's bound (bazel_runs.walk_shards, on Bazel's clock where the
-    build events timed every shard);
+    build events timed every shard); elapsed_s the GPU waves' and the wait after them for the CPU-only
+    targets' own bazel test (cpu_wait_s), and where those ran (cpu_only: tools/results/placement.py);
     `cell_time` the breakdown."""
     if machine_state not in MACHINE_STATES:
         raise ValueError(f"machine_state {machine_state!r}: say one of {', '.join(MACHINE_STATES)}")
-    elapsed = round(sum(waves_s), 1) if waves_s else None
+    elapsed = round(sum(waves_s) + cpu_wait_s, 1) if waves_s else None
     gpu = bazel_runs.gpu_units(units)
     starts = bazel_runs.gpu_timings(gpu)
     counted = {
@@ -98,6 +114,8 @@ def record(
             "rc": rc,
             "elapsed_s": elapsed,
             "waves_s": waves_s,
+            "cpu_wait_s": cpu_wait_s,
+            "cpu_only": _cpu_only(cpu_only),
             **counted,
             "gpu_units": len(gpu),
             "cells_by_door": cells_by_door(units),
@@ -119,6 +137,12 @@ def main(argv=None) -> int:
     parser.add_argument("--machine_state", choices=MACHINE_STATES, required=True, help="fresh or warm")
     parser.add_argument("--wave_s", type=float, action="append", default=[], help="a wave's seconds (repeatable)")
     parser.add_argument("--bep", action="append", default=[], help="a wave's build event file (repeatable)")
+    parser.add_argument(
+        "--cpu_wait_s",
+        type=float,
+        default=0.0,
+        help="seconds the run waited after its GPU waves for the CPU-only targets' own bazel test",
+    )
     args = parser.parse_args(argv)
     missing = [bep for bep in args.bep if not os.path.exists(bep)]
     if missing:
@@ -137,6 +161,8 @@ def main(argv=None) -> int:
         machine_state=args.machine_state,
         waves_s=args.wave_s,
         identity=identity,
+        cpu_wait_s=args.cpu_wait_s,
+        cpu_only=placement.read(args.bep) if args.bep else None,
     )
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)

@@ -96,12 +96,23 @@ class Invocation:
     command: str
     xmls: set[str]
     attempt_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    # The testlogs dirs holding its results: more than one where an invocation ran in another output base
+    # (tools/run_matrix.sh runs the CPU-only targets in one of their own, beside the GPU waves).
+    roots: list[str] = dataclasses.field(default_factory=list)
+
+
+def testlogs_root_of(label: str, xml: str) -> str | None:
+    """The testlogs dir of a result: its test.xml's path up to <package>/<target>/ (shards below that)."""
+    package, _, name = label.lstrip("/").partition(":")
+    marker = os.sep + os.path.join(package, name) + os.sep if package else os.sep + name + os.sep
+    at = xml.rfind(marker)
+    return xml[:at] if at > 0 else None
 
 
 def read_invocation(bep_paths: list[str]) -> Invocation:
     """The run of one or more BEP JSON files (`--build_event_json_file`), one per `bazel test` (tools/
     run_matrix.sh runs one per wave), cached results included: the commands and every file's results."""
-    commands, xmls, attempt_s = [], set(), {}
+    commands, xmls, attempt_s, roots = [], set(), {}, []
     for path in bep_paths:
         bep = testlogs.read_bep(path)
         commands.append(" ".join(w for w in [bep.command, *bep.patterns] if w))
@@ -111,7 +122,10 @@ def read_invocation(bep_paths: list[str]) -> Invocation:
                 xmls.add(xml)
                 if r.attempt_s is not None:
                     attempt_s[xml] = r.attempt_s
-    return Invocation(command="; bazel ".join(c for c in commands if c), xmls=xmls, attempt_s=attempt_s)
+                root = testlogs_root_of(r.label, xml)
+                if root and root not in roots:
+                    roots.append(root)
+    return Invocation(command="; bazel ".join(c for c in commands if c), xmls=xmls, attempt_s=attempt_s, roots=roots)
 
 
 def identity_file(testlogs_root: str) -> str | None:

@@ -11,6 +11,7 @@ from html import escape
 
 from tools.report import series, svg, view
 from tools.report.reading import OutputFile
+from tools.results import placement
 
 GB, MiB = 1e9, float(1 << 20)
 MESSAGE_PREVIEW = 160  # characters of a failure message shown in the grid
@@ -96,6 +97,7 @@ class Page:
             else "every result found there (no build events)"
         )
         notes = "".join(f"<li>{escape(n)}</li>" for n in run.notes)
+        where = f'<p class="cpu-only">{escape(placement.text(run.cpu_placement))}</p>' if run.cpu_placement else ""
         failing = run.failing()
         first = (
             (
@@ -113,6 +115,7 @@ class Page:
             f'<p class="summary"><b>{len(run.generated())} GPU cells</b> {"".join(parts)}</p>'
             f"<p>test cases of the GPU cells: {outcome['passed']} passed, {outcome['failed']} failed, "
             f"{outcome['skipped']} skipped. Read from {self.link(run.testlogs, run.testlogs)}: {source}.</p>"
+            + where
             + (f'<ul class="notes">{notes}</ul>' if notes else "")
             + "</header>"
         )

@@ -453,6 +453,41 @@ def test_the_fake_tier_is_a_grid_of_its_own_and_the_headline_counts_gpu_cells(tm
     assert re.search(r"fake tier: 1/2 passed", headline) and "vLLM 0.26.0, NVIDIA H200" in headline
 
 
+def test_cpu_only_targets_run_in_their_own_output_base_are_read_there_and_placed(tmp_path, capsys):
+    """run_matrix.sh runs the CPU-only targets beside the GPU waves in an output base of its own: the report
+    finds their results through their build events, and says where they ran, counted from those events."""
+    logs, gpu_bep = _bazel_layout(tmp_path)
+    other = tmp_path / "cpu_base" / "execroot" / "sleepwake" / "bazel-out" / "k8-fastbuild" / "testlogs"
+    fake = "//tests/sleep_wake:flags_fake_mrv1_eager"
+    xml = write_xml(other / MATRIX / "flags_fake_mrv1_eager" / "test.xml", {"test_flags": "passed"})
+    unit = "//tests/sleep_wake/unit:oracle_unit_test"
+    unit_xml = write_xml(other / "tests" / "sleep_wake" / "unit" / "oracle_unit_test" / "test.xml", {"t": "passed"})
+    cpu_bep = tmp_path / "cpu.json"
+    write_bep(
+        cpu_bep,
+        [(fake, xml, "PASSED"), (unit, unit_xml, "PASSED")],
+        tags={fake: ["fake", "flags", "http"], unit: []},
+        span=(99.0, 250.0),
+    )
+    # The GPU wave's events with its targets' tags and times, as Bazel writes them.
+    events = [json.loads(line) for line in gpu_bep.read_text().splitlines()]
+    events[0]["started"]["startTimeMillis"] = "100000"
+    labels = [e["id"]["testResult"]["label"] for e in events if "testResult" in e["id"]]
+    events += [{"id": {"targetConfigured": {"label": x}}, "configured": {"tag": ["gpu"]}} for x in labels]
+    events.append({"id": {"buildFinished": {}}, "finished": {"finishTimeMillis": "400000"}})
+    gpu_bep.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert cli.main(["tools.report", str(logs), "--bep", str(gpu_bep), "--bep", str(cpu_bep), "--text"]) == 0
+    out = capsys.readouterr().out
+    assert "fake tier: 1/1 passed" in out.splitlines()[0], out.splitlines()[0]
+    line = (
+        "CPU-only targets: 2 ran (fake tier 1, other 1): 2 in a bazel test of their own beside the GPU waves"
+        " (-1.0 to +150.0 s of the GPU waves' 300.0 s): off the GPU job's critical path"
+    )
+    assert line in out.splitlines()
+    page = _render(tmp_path, "--bep", gpu_bep, "--bep", cpu_bep, logs=logs)
+    assert html.escape(line) in page
+
+
 def test_a_fake_target_through_a_door_names_its_door_and_keeps_its_release():
     assert view.split_fake("flags_fake_mrv2_graph_llm") == ("flags", "llm", "mrv2", "graph")
     assert view.split_fake("flags_fake_mrv2_graph_async_llm") == ("flags", "async_llm", "mrv2", "graph")

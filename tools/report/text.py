@@ -8,6 +8,7 @@ import statistics
 
 from tools.matrix import FRONT_DOORS
 from tools.report import view
+from tools.results import placement
 
 
 def _spread(run: view.Run) -> dict[str, list[tuple[float, str]]]:
@@ -55,6 +56,8 @@ def summary(run: view.Run) -> str:
     if run.fake:
         fake_states = sorted(run.states(list(run.fake.values())).items())
         lines.append(f"fake tier: {len(run.fake)} ({', '.join(f'{s} {n}' for s, n in fake_states)})")
+    if run.cpu_placement:
+        lines.append(placement.text(run.cpu_placement))
     for cell in run.failing():
         why = cell.note or "; ".join(
             f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}" for c in cell.failures[:3]

@@ -22,7 +22,7 @@ from tools.matrix import (
     split_cell,
 )
 from tools.report import reading
-from tools.results import mutation_table
+from tools.results import mutation_table, placement
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 # A cell of the grid the spec makes no target for (a class a door cannot run, DOOR_EXCLUDED): nothing is
@@ -172,6 +172,8 @@ class Run:
     mutation: Mutation | None
     notes: list[str]
     fake: dict[str, Cell] = dataclasses.field(default_factory=dict)  # target -> the fake tier's cells
+    # Where the CPU-only targets ran (tools/results/placement.py), from the build events; None without them.
+    cpu_placement: placement.Placement | None = None
 
     def ordered(self) -> list[Cell]:
         return [self.cells[(c, door, runner, mode)] for c in self.classes for door, runner, mode in self.columns]
@@ -414,6 +416,12 @@ def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
             "bazel-testlogs by an earlier bazel test, cannot be told from this run's"
         )
     cells, fake = _read_cells(os.path.join(root, reading.MATRIX_DIR), invocation, notes)
+    # Results of this run kept in another output base (run_matrix.sh's CPU-only targets): read there too.
+    for other in invocation.roots if invocation else []:
+        if os.path.realpath(other) != os.path.realpath(root):
+            more, more_fake = _read_cells(os.path.join(other, reading.MATRIX_DIR), invocation, notes)
+            cells.update({k: c for k, c in more.items() if k not in cells or cells[k].state == STALE})
+            fake.update({k: c for k, c in more_fake.items() if k not in fake or fake[k].state == STALE})
     classes, columns = _fill_grid(cells)
     identities: dict[str, list[str]] = {}
     for cell in cells.values():
@@ -434,4 +442,5 @@ def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
         mutation=_mutation(root, workspace),
         notes=notes,
         fake=fake,
+        cpu_placement=placement.read(found) if invocation else None,
     )

@@ -127,6 +127,8 @@ class TestResult:
     # Bazel's time of the attempt (testAttemptDurationMillis): what `bazel test` prints as "PASSED in",
     # the test runner's start included; None where the event gives none.
     attempt_s: float | None = None
+    # When the attempt began (testAttemptStartMillisEpoch), seconds since the epoch; None where not given.
+    began: float | None = None
 
 
 def _local_path(uri: str) -> str | None:
@@ -141,11 +143,16 @@ def _seconds(millis) -> float | None:
 
 @dataclasses.dataclass
 class Invocation:
-    """What a BEP file says about one bazel command: its target patterns and its test results."""
+    """What a BEP file says about one bazel command: its target patterns and its test results, when it
+    began and ended (seconds since the epoch; None where the events give none) and each configured
+    target's tags (targetConfigured), which tell a GPU cell (`gpu`) from a CPU-only target."""
 
     command: str
     patterns: list[str]
     results: list[TestResult]
+    began: float | None = None
+    ended: float | None = None
+    tags: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def read_bep(path: str) -> Invocation:
@@ -156,6 +163,8 @@ def read_bep(path: str) -> Invocation:
     """
     command, patterns = "", []
     results: dict = {}
+    began = ended = None
+    tags: dict[str, list[str]] = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             if not line.strip():
@@ -164,6 +173,11 @@ def read_bep(path: str) -> Invocation:
             event_id = event.get("id", {})
             if "started" in event_id:
                 command = event.get("started", {}).get("command", "")
+                began = _seconds(event.get("started", {}).get("startTimeMillis"))
+            elif "buildFinished" in event_id:
+                ended = _seconds(event.get("finished", {}).get("finishTimeMillis"))
+            elif "targetConfigured" in event_id:
+                tags[event_id["targetConfigured"].get("label", "")] = list(event.get("configured", {}).get("tag", []))
             elif "pattern" in event_id:
                 patterns += event_id["pattern"].get("pattern", [])
             elif "testResult" in event_id and "testResult" in event:
@@ -178,8 +192,9 @@ def read_bep(path: str) -> Invocation:
                     cached=bool(payload.get("cachedLocally") or payload.get("executionInfo", {}).get("cachedRemotely")),
                     xml=_local_path(outputs["test.xml"]) if "test.xml" in outputs else None,
                     attempt_s=_seconds(payload.get("testAttemptDurationMillis")),
+                    began=_seconds(payload.get("testAttemptStartMillisEpoch")),
                 )
                 key = (result.label, result.shard, result.run)
                 if key not in results or results[key].attempt < result.attempt:
                     results[key] = result
-    return Invocation(command=command, patterns=patterns, results=list(results.values()))
+    return Invocation(command, patterns, list(results.values()), began, ended, tags)

@@ -27,14 +27,32 @@ def write_xml(path, outcomes: dict[str, str], skip_message: str = "") -> str:
     return str(path)
 
 
-def write_bep(path, results, command: str = "test", patterns=("//...",), attempt_s: dict | None = None) -> None:
+def write_bep(
+    path,
+    results,
+    command: str = "test",
+    patterns=("//...",),
+    attempt_s: dict | None = None,
+    tags: dict | None = None,
+    span: tuple[float, float] | None = None,
+    attempt_began: dict | None = None,
+) -> None:
     """A BEP JSON file of one invocation; results are (label, xml path or None, status) or
     (label, xml path, status, shard, run, attempt, cached). attempt_s: xml path -> the seconds Bazel
-    took for that result's attempt (testAttemptDurationMillis); a result not in it carries none."""
-    attempt_s = attempt_s or {}
+    took for that result's attempt (testAttemptDurationMillis); a result not in it carries none.
+    tags: label -> its tags (a targetConfigured event each); span: (began, ended) of the invocation in
+    seconds since the epoch (started, buildFinished); attempt_began: xml path -> when its attempt began."""
+    attempt_s, attempt_began = attempt_s or {}, attempt_began or {}
+    started = {"command": command, "uuid": "fake"}
+    if span:
+        started["startTimeMillis"] = str(round(span[0] * 1000))
     events = [
-        {"id": {"started": {}}, "started": {"command": command, "uuid": "fake"}},
+        {"id": {"started": {}}, "started": started},
         {"id": {"pattern": {"pattern": list(patterns)}}, "expanded": {}},
+    ]
+    events += [
+        {"id": {"targetConfigured": {"label": label}}, "configured": {"targetKind": "py_test rule", "tag": list(t)}}
+        for label, t in (tags or {}).items()
     ]
     for result in results:
         label, xml, status, shard, run, attempt, cached = (tuple(result) + (1, 1, 1, False))[:7]
@@ -44,6 +62,8 @@ def write_bep(path, results, command: str = "test", patterns=("//...",), attempt
         payload = {"testActionOutput": outputs, "status": status}
         if xml is not None and str(xml) in attempt_s:
             payload["testAttemptDurationMillis"] = str(round(attempt_s[str(xml)] * 1000))
+        if xml is not None and str(xml) in attempt_began:
+            payload["testAttemptStartMillisEpoch"] = str(round(attempt_began[str(xml)] * 1000))
         if cached:
             payload["cachedLocally"] = True
         events.append(
@@ -52,6 +72,9 @@ def write_bep(path, results, command: str = "test", patterns=("//...",), attempt
                 "testResult": payload,
             }
         )
-    events.append({"id": {"buildFinished": {}}, "finished": {"overallSuccess": True}})
+    finished: dict = {"overallSuccess": True}
+    if span:
+        finished["finishTimeMillis"] = str(round(span[1] * 1000))
+    events.append({"id": {"buildFinished": {}}, "finished": finished})
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(event) + "\n" for event in events)
