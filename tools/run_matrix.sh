@@ -144,7 +144,7 @@ cpu_before=$(cpu_times)
 # ... and by kind of process (the servers, Bazel, the tests' own processes): tools/bench/host_cpu.py.
 PYTHONPATH="$PWD" python3 -m tools.bench.host_cpu --while_alive $$ >"$lock_dir/host-cpu.txt" 2>&1 &
 host_cpu=$!
-rc=0 matched=0 beps=() took=()
+rc=0 matched=0 beps=() bep_names=() took=()
 # An earlier run's wave files must not stand for this run's (a wave this run stops before would leave one).
 rm -f .bazel-bep-wave*.json
 if [[ -n "$cpu_filter" ]]; then
@@ -182,12 +182,12 @@ for i in "${!waves[@]}"; do
   ((${#waves[@]} > 1)) && printf '{"wave": "%s", "began": %s, "ended": %s}\n' "${names[$i]}" "$began" "$ended" \
     >>"$lock_dir/waves.jsonl"
   case $wave_rc in
-    0 | 3) matched=1; beps+=("$bep"); ((wave_rc > rc)) && rc=$wave_rc ;;
+    0 | 3) matched=1; beps+=("$bep") bep_names+=("${names[$i]}"); ((wave_rc > rc)) && rc=$wave_rc ;;
     4) ((${#waves[@]} > 1)) && echo "run_matrix.sh: wave $((i + 1)) has none of the targets asked for" \
          "(Bazel's \"No test targets were found\" above is this wave's); the other wave runs them" ;;
     # Some targets failed to build (--keep_going, .bazelrc), the rest ran: their results count, and the next
     # wave's own targets may build.
-    1) beps+=("$bep"); rc=1
+    1) beps+=("$bep") bep_names+=("${names[$i]}"); rc=1
        echo "run_matrix.sh: wave $((i + 1)): some targets failed to build (Bazel's errors above); the others ran" ;;
     *) rc=$wave_rc; break ;;  # a command-line or Bazel error: the next wave would fail the same way
   esac
@@ -237,10 +237,17 @@ if compgen -G "$lock_dir/gpu*.memory.trace.jsonl" >/dev/null; then
 fi
 # Where the GPU cells' time went (starts, memory-phase waits, their own work), this run's results only,
 # and the floor the slots allow for that work.
+# Each GPU wave floored at the units it ran at once (the walk wave's test jobs, the slots in the rest), in
+# turn; the CPU floor is the whole host's CPU-s over the cores.
 cells=bazel-testlogs/tests/sleep_wake
-if ((${#beps[@]})) && [[ -d "$cells" ]]; then
+if ((${#bep_names[@]})) && [[ -d "$cells" ]]; then
+  runs_args=()
+  for i in "${!bep_names[@]}"; do
+    at_once=$((gpus * slots)); [[ "${bep_names[$i]}" == walk ]] && at_once=$walk_jobs
+    runs_args+=(--bep="${beps[$i]}" --at_once="$at_once")
+  done
   PYTHONPATH="$PWD" python3 -m tools.bench.bazel_runs "$cells" --slots=$((gpus * slots)) --cores="$(nproc)" \
-    $(printf -- '--bep=%s ' "${beps[@]}") || true
+    --host_cpu="$lock_dir/host-cpu.txt" "${runs_args[@]}" || true
 fi
 if ((rc == 4)); then
   echo "run_matrix.sh: FAILED: no test target matched" >&2
@@ -250,9 +257,12 @@ elif ((rc == 0)) && ! python3 tools/results/ran_tests.py "${beps[@]}"; then
   rc=1
 fi
 # The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with.
-record_args=(); for b in "${beps[@]}"; do record_args+=(--bep="$b"); done
+# Each GPU wave's build events with its name, the CPU-only targets' apart: the replay's units (replay.py).
+record_args=()
+for i in "${!bep_names[@]}"; do record_args+=(--bep="${beps[$i]}" --wave_name="${bep_names[$i]:-all}"); done
 for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
-record_args+=(--cpu_wait_s="$cpu_wait_s")
+[[ " ${beps[*]} " == *" $cpu_bep "* ]] && record_args+=(--cpu_bep="$cpu_bep")
+record_args+=(--cpu_wait_s="$cpu_wait_s" --slots_per_gpu="$slots" --host_cpu="$lock_dir/host-cpu.txt" --lock_dir="$lock_dir")
 PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
   --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
   echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2

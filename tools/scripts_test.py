@@ -37,7 +37,9 @@ SCRIPT_FILES = [
     "tools/bench/__init__.py",
     "tools/bench/bazel_runs.py",
     "tools/bench/host_cpu.py",
+    "tools/bench/phase_trace.py",
     "tools/bench/run_record.py",
+    "tools/launcher/gpu_lease.py",
     "tools/report/__init__.py",
     "tools/report/reading.py",
     "tools/launcher/zygote_host.py",
@@ -425,6 +427,10 @@ def test_run_matrix_runs_no_cpu_only_target_in_a_gpu_wave(workspace):
         re.M,
     ), output
     assert "ran_tests: 5 test case(s) ran" in output  # every invocation's results are the run's
+    # The run record keeps each unit in its wave for the replay (tools/bench/replay.py).
+    replay = json.loads((workspace / "sleepwake-run.json").read_text())["replay"]
+    assert [w["name"] for w in replay["waves"]] == ["walk", "rest", "cpu"]
+    assert sorted((row[1], row[2]) for row in replay["units"]) == [("cpu", 0)] * 3 + [("rest", 1), ("walk", 1)]
 
 
 def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(workspace):

@@ -13,6 +13,7 @@ import sys
 from xml.etree import ElementTree
 
 from tools import matrix
+from tools.bench import host_cpu
 from tools.report import reading
 from tools.results import testlogs
 
@@ -78,6 +79,7 @@ CELL_PHASES = (
     ("memory_phase_wait_s", "waiting on GPU neighbours' memory phases"),
     ("stop_s", "teardowns and NVML release checks"),
 )
+LEASE_WAIT = CELL_PHASES[0][0]
 # The CPU seconds each server's process tree spent (tools/launcher/timings.py): None in older logs.
 CPU_KEYS = ("start_cpu_s", "serve_cpu_s")
 
@@ -95,8 +97,8 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
     (suite_seconds), "bazel_s": Bazel's seconds of its attempt, None where the build events give none,
     "outcomes": its test cases' {"passed", "failed", "skipped"} counts, the "timings"
     (server_timings) it recorded, with their "cell" and "start_mode", and "test_cpu": its test process's
-    CPU seconds (test_process_cpu), None where it recorded none, and "walk_steps": the (time, operation
-    token) of each walk_step it recorded, in time order.
+    CPU seconds (test_process_cpu), None where it recorded none, "walk_steps": the (time, operation
+    token) of each walk_step it recorded, in time order, and "xml": its test.xml's real path.
     only: the real paths of the test.xml files to keep; attempt_s: real path of a test.xml -> Bazel's
     seconds of its attempt (an invocation's xmls and attempt_s: tools/report/reading.py)."""
     units: list[dict] = []
@@ -145,6 +147,7 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
                     "timings": timings,
                     "test_cpu": test_cpu,
                     "walk_steps": walk_steps,
+                    "xml": xml,
                 }
             )
     return units
@@ -186,7 +189,8 @@ def _phase_sums(units: list[dict]) -> dict:
 
 def cell_breakdown(units: list[dict], elapsed_s: float | None) -> dict:
     """Where the GPU units' time went: per phase the cell-seconds summed over the units, the share of
-    all their time, and the median unit's; the rest is the tests' own work. Per class the same sums
+    all their time, the share of their time in their slots (slot_share; none for the waits for a slot,
+    which are no slot's time) and the median unit's; the rest is the tests' own work. Per class the same sums
     (by_class), and the longest units. mean_cells_in_flight (cell-seconds / Bazel's elapsed time) shows
     how full the slots were kept."""
     gpu = gpu_units(units)
@@ -194,6 +198,7 @@ def cell_breakdown(units: list[dict], elapsed_s: float | None) -> dict:
         return {"cells": 0}
     total = sum(u["seconds"] for u in gpu)
     per_unit = [_phase_sums([u]) for u in gpu]
+    in_slots = total - sum(p[LEASE_WAIT] for p in per_unit)
     phases = []
     for key, what in CELL_PHASES + (("rest_s", "the tests' own requests and checks, pytest"),):
         values = [p[key] for p in per_unit]
@@ -203,6 +208,8 @@ def cell_breakdown(units: list[dict], elapsed_s: float | None) -> dict:
                 "what": what,
                 "cell_seconds": round(sum(values), 1),
                 "share": round(sum(values) / total, 3) if total else None,
+                # Of the time the units held their slots: a wait for a slot is none of it.
+                "slot_share": round(sum(values) / in_slots, 3) if in_slots and key != LEASE_WAIT else None,
                 "median_cell_s": round(statistics.median(values), 2),
             }
         )
@@ -269,24 +276,45 @@ def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
     }
 
 
-def floor(units: list[dict], slots: int, start_alone_s: float | None = None) -> dict:
-    """What the GPU units' time in their slots allows with `slots` cells at once, in matrix seconds: the
-    slots kept busy with this work (busy_s), then without any memory-phase wait (no_waits_s), then with
-    every server start as fast as start_alone_s, a start with no neighbours (starts_alone_s). The matrix
-    ends no sooner than busy_s; below no_waits_s only less work or more slots go."""
+def floor(
+    units: list[dict], slots: int, start_alone_s: float | None = None, waves: list[tuple[set, int]] | None = None
+) -> dict:
+    """What the GPU units' time in their slots allows, in matrix seconds: the slots kept busy with this work
+    (busy_s), then without any memory-phase wait (no_waits_s), then with every server start as fast as
+    start_alone_s, a start with no neighbours (starts_alone_s). Each wave (waves: (the real paths of its
+    test.xml files, the GPU units it runs at once), run_matrix.sh's walk wave capped below the slots by
+    the cores) is floored at its own units at once, never more than the slots, and the waves run in turn;
+    without waves, one at `slots`. The matrix ends no sooner than busy_s; below no_waits_s only less work
+    or more slots go."""
     gpu = gpu_units(units)
-    timings = gpu_timings(gpu)
-    held, waits = _held_and_waits(gpu)
-    out = {"slots": slots, "busy_s": round(held / slots, 1), "no_waits_s": round((held - waits) / slots, 1)}
+    parts = [(slots, gpu)]
+    if waves:
+        parts = [(min(at_once, slots), [u for u in gpu if u.get("xml") in xmls]) for xmls, at_once in waves]
+    out: dict = {"slots": slots, "at_once": [a for a, _ in parts], "busy_s": 0.0, "no_waits_s": 0.0}
+    alone = 0.0
+    for at_once, members in parts:
+        held, waits = _held_and_waits(members)
+        starts = [t for t in gpu_timings(members)]
+        out["busy_s"] += held / at_once
+        out["no_waits_s"] += (held - waits) / at_once
+        if start_alone_s is not None:
+            own = held - waits - sum(t["start_s"] for t in starts)
+            alone += (own + len(starts) * start_alone_s) / at_once
+    out["busy_s"], out["no_waits_s"] = round(out["busy_s"], 1), round(out["no_waits_s"], 1)
     if start_alone_s is not None:
-        own = held - waits - sum(t["start_s"] for t in timings)
-        out.update(start_alone_s=start_alone_s, starts_alone_s=round((own + len(timings) * start_alone_s) / slots, 1))
+        out.update(start_alone_s=start_alone_s, starts_alone_s=round(alone, 1))
     return out
 
 
 def floor_text(f: dict) -> str:
+    at_once = f.get("at_once", [f["slots"]])
+    waves = (
+        f" ({', '.join(str(a) for a in at_once)} at once in its {len(at_once)} waves, in turn)"
+        if len(at_once) > 1 or at_once[0] != f["slots"]
+        else ""
+    )
     line = (
-        f"floor at {f['slots']} slots: the slots busy {f['busy_s']:.0f} s with this work, "
+        f"floor at {f['slots']} slots{waves}: the slots busy {f['busy_s']:.0f} s with this work, "
         f"{f['no_waits_s']:.0f} s without memory-phase waits"
     )
     if "starts_alone_s" in f:
@@ -294,11 +322,10 @@ def floor_text(f: dict) -> str:
     return line
 
 
-def cpu_floor(units: list[dict], cores: int) -> dict | None:
-    """The servers' CPU work and the matrix time it needs on `cores` cores even if every one stays busy
-    (cpu_floor_s): no order of the cells or number of slots ends the matrix sooner, only less CPU work
-    per start or per test. The tests' own processes (pytest, the clients) come on top, so it is a lower
-    bound. None when a server recorded no CPU time (logs of a launcher before it did)."""
+def servers_cpu(units: list[dict], cores: int) -> dict | None:
+    """The GPU servers' CPU work and its seconds over `cores` (over_cores_s): a part of the host's CPU only
+    (the tests' processes, Bazel and the rest come on top), so no floor; host_floor is. None when a server
+    recorded no CPU time (logs of a launcher before it did)."""
     timings = gpu_timings(units)
     if not timings or any(t.get(k) is None for t in timings for k in CPU_KEYS):
         return None
@@ -309,17 +336,32 @@ def cpu_floor(units: list[dict], cores: int) -> dict | None:
         "start_cpu_s": round(starts, 1),
         "serve_cpu_s": round(serving, 1),
         "start_cpu_median_s": round(statistics.median(t["start_cpu_s"] for t in timings), 2),
-        "cpu_floor_s": round((starts + serving) / cores, 1),
+        "over_cores_s": round((starts + serving) / cores, 1),
     }
 
 
-def cpu_floor_text(f: dict | None) -> str:
+def servers_cpu_text(f: dict | None) -> str:
     if f is None:
-        return "CPU floor: unknown (the servers recorded no CPU time)"
+        return "the GPU servers' CPU: unknown (the servers recorded no CPU time)"
     return (
-        f"CPU floor on {f['cores']} cores: {f['cpu_floor_s']:.0f} s for the servers' {f['start_cpu_s']:.0f} CPU-s"
-        f" starting ({f['servers']} servers, median {f['start_cpu_median_s']:g}) and {f['serve_cpu_s']:.0f} CPU-s"
-        " serving"
+        f"the GPU servers' CPU: {f['start_cpu_s']:.0f} CPU-s starting ({f['servers']} servers, median"
+        f" {f['start_cpu_median_s']:g}) and {f['serve_cpu_s']:.0f} CPU-s serving, {f['over_cores_s']:.0f} s over"
+        f" {f['cores']} cores (a part of the host's CPU: no floor)"
+    )
+
+
+def host_floor(busy_cpu_s: float, cores: int) -> dict:
+    """The whole host's busy CPU-seconds while the run's Bazel ran (tools/bench/host_cpu.py) over its cores:
+    no order of the units, number of slots or test jobs ends the run sooner, only less CPU work."""
+    return {"cores": cores, "busy_cpu_s": busy_cpu_s, "floor_s": round(busy_cpu_s / cores, 1)}
+
+
+def host_floor_text(f: dict | None) -> str:
+    if f is None:
+        return "CPU floor: unknown (no host_cpu.py line: pass --host_cpu)"
+    return (
+        f"CPU floor on {f['cores']} cores: {f['floor_s']:.0f} s, the whole host's busy {f['busy_cpu_s']:.0f} CPU-s"
+        " over them"
     )
 
 
@@ -352,11 +394,11 @@ def cpu_by_thread_text(groups: list[dict], top: int = 8) -> str:
     )
 
 
-def tests_cpu(units: list[dict], cores: int) -> dict | None:
+def tests_cpu(units: list[dict]) -> dict | None:
     """The GPU units' test processes: their CPU seconds (their reaped children's included), the part
-    spent while their servers started (the launcher's lease, zygote request and /health polls), by
-    class, and the CPU floor of the servers (cpu_floor's CPU-s) and these together on `cores`, None
-    where cpu_floor has none. None: no unit recorded its test process's CPU."""
+    spent while their servers started (the launcher's lease, zygote request and /health polls) and by
+    class; a part of the host's CPU (host_floor holds all of it). None: no unit recorded its test
+    process's CPU."""
     recorded = [u for u in gpu_units(units) if u.get("test_cpu")]
     if not recorded:
         return None
@@ -365,14 +407,11 @@ def tests_cpu(units: list[dict], cores: int) -> dict | None:
         name = class_of(u["cell"])
         by_class[name] = by_class.get(name, 0.0) + u["test_cpu"]["cpu_s"] + u["test_cpu"]["children_cpu_s"]
     total = sum(by_class.values())
-    servers = cpu_floor(units, cores) if cores else None
     return {
         "units": len(recorded),
         "cpu_s": round(total, 1),
         "launcher_cpu_s": round(sum(u["test_cpu"]["launcher_cpu_s"] for u in recorded), 1),
         "by_class": [(k, round(v, 1)) for k, v in sorted(by_class.items(), key=lambda kv: -kv[1])],
-        "floor_s": round((servers["start_cpu_s"] + servers["serve_cpu_s"] + total) / cores, 1) if servers else None,
-        "cores": cores,
     }
 
 
@@ -381,13 +420,7 @@ def tests_cpu_text(f: dict | None, top: int = 6) -> str:
         return "tests' CPU: unknown (the GPU cells recorded no test_process_cpu)"
     return (
         f"tests' CPU: {f['cpu_s']:.0f} CPU-s in {f['units']} GPU units ({f['launcher_cpu_s']:.0f} of them while"
-        f" their servers started); by class: "
-        + ", ".join(f"{k} {v:.0f}" for k, v in f["by_class"][:top])
-        + (
-            f"; with the servers' CPU the floor on {f['cores']} cores is {f['floor_s']:.0f} s"
-            if f["floor_s"] is not None
-            else ""
-        )
+        f" their servers started); by class: " + ", ".join(f"{k} {v:.0f}" for k, v in f["by_class"][:top])
     )
 
 
@@ -531,11 +564,16 @@ def text(breakdown: dict) -> str:
         "stop_s": "stops",
         "rest_s": "own work",
     }
+    slot_wait = phases[LEASE_WAIT]["cell_seconds"]
+    in_slots = breakdown["cell_seconds"] - slot_wait
     lines = [
         f"cell time: {breakdown['cells']} GPU units (cells, or shards of one), {breakdown['cell_seconds']:.0f}"
-        " cell-seconds: "
+        f" cell-seconds, {slot_wait:.0f} s of them waiting for a slot ({100 * phases[LEASE_WAIT]['share']:.0f}%);"
+        f" of the {in_slots:.0f} s in their slots: "
         + ", ".join(
-            f"{label} {phases[k]['cell_seconds']:.0f} s ({100 * phases[k]['share']:.0f}%)" for k, label in short.items()
+            f"{label} {phases[k]['cell_seconds']:.0f} s ({100 * (phases[k].get('slot_share') or 0):.0f}%)"
+            for k, label in short.items()
+            if k != LEASE_WAIT
         )
     ]
     lines.append("  longest: " + ", ".join(f"{u} {s:.0f} s" for u, s in breakdown["longest_units"]))
@@ -565,11 +603,21 @@ def main(argv=None) -> int:
         help="the cells run at once (GPUs x slots per GPU): also print the floor they allow",
     )
     parser.add_argument(
+        "--at_once",
+        type=int,
+        action="append",
+        default=[],
+        help="the GPU units each --bep's wave ran at once, in their order (run_matrix.sh: the walk wave's test"
+        " jobs, the slots in the rest): the floor per wave, the waves in turn",
+    )
+    parser.add_argument(
         "--cores",
         type=int,
         default=0,
-        help="the runner's cores: also print the CPU floor, the servers' CPU work over them",
+        help="the runner's cores: also print the CPU floor (the whole host's CPU-s over them, with --host_cpu)"
+        " and the servers' and tests' CPU",
     )
+    parser.add_argument("--host_cpu", help="tools/bench/host_cpu.py's output during the run (the host's CPU-s)")
     parser.add_argument(
         "--start_alone_s",
         type=float,
@@ -580,6 +628,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.start_alone_s is not None and args.slots < 1:
         parser.error("--start_alone_s needs --slots, the cells run at once")
+    if args.at_once and len(args.at_once) != len(args.bep):
+        parser.error(f"--at_once: {len(args.at_once)} given for {len(args.bep)} --bep; give one per --bep, in order")
     if not os.path.isdir(args.testlogs):
         print(
             f"bazel_runs: no test logs at {args.testlogs}: run the matrix first (tools/run_matrix.sh)", file=sys.stderr
@@ -597,7 +647,10 @@ def main(argv=None) -> int:
     units = test_units(args.testlogs, only, attempt_s)
     print(text(cell_breakdown(units, None)))
     if args.slots >= 1 and gpu_units(units):
-        print(floor_text(floor(units, args.slots, args.start_alone_s)))
+        waves = None
+        if args.at_once:
+            waves = [(reading.read_invocation([bep]).xmls, n) for bep, n in zip(args.bep, args.at_once)]
+        print(floor_text(floor(units, args.slots, args.start_alone_s, waves)))
     steps = walk_step_seconds(units)
     if steps:
         print(walk_step_seconds_text(steps))
@@ -606,9 +659,13 @@ def main(argv=None) -> int:
     if shards:
         print(walk_shards_text(shards))
     if args.cores >= 1 and gpu_units(units):
-        print(cpu_floor_text(cpu_floor(units, args.cores)))
+        busy = host_cpu.busy_s(reading.read_text(args.host_cpu)) if args.host_cpu else None
+        if args.host_cpu and busy is None:
+            print(f"bazel_runs: {args.host_cpu} holds no host_cpu.py line; the CPU floor is unknown", file=sys.stderr)
+        print(host_floor_text(host_floor(busy, args.cores) if busy is not None else None))
+        print(servers_cpu_text(servers_cpu(units, args.cores)))
         print(cpu_by_thread_text(cpu_by_thread(units)))
-        print(tests_cpu_text(tests_cpu(units, args.cores)))
+        print(tests_cpu_text(tests_cpu(units)))
     return 0
 
 

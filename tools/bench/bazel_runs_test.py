@@ -1,6 +1,7 @@
 """Bazel's elapsed time and test summary from its output; the starts the cells recorded."""
 
 import json
+import os
 import zipfile
 
 import pytest
@@ -150,6 +151,9 @@ def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_f
     assert phases["lease_wait_s"]["cell_seconds"] == 10.0
     assert phases["start_s"]["cell_seconds"] == 28.0 and phases["start_s"]["median_cell_s"] == 8.0
     assert phases["memory_phase_wait_s"]["share"] == 0.24
+    # Of the 90 s the units held their slots (100 less the 10 s a waited for one), the waits are 24 s: 27 %,
+    # the record's wait_share; a wait for a slot is no share of a slot's time.
+    assert phases["memory_phase_wait_s"]["slot_share"] == 0.267 and phases["lease_wait_s"]["slot_share"] is None
     # a: 40 - (10 + 13 + 4 + 2) = 11; b's shards: 35 - 18 = 17 and 25 - 19 = 6
     assert phases["rest_s"]["cell_seconds"] == 34.0
     assert sum(p["share"] for p in breakdown["phases"]) == 1.0
@@ -167,7 +171,11 @@ def test_cell_breakdown_splits_gpu_units_by_phase_and_class_and_leaves_out_the_f
     }
     assert breakdown["longest_units"][0] == ["a_mrv1_eager", 40.0]
     text = bazel_runs.text(breakdown)
-    assert "cell time: 3 GPU units (cells, or shards of one), 100 cell-seconds" in text
+    assert (
+        "cell time: 3 GPU units (cells, or shards of one), 100 cell-seconds, 10 s of them waiting for a slot (10%);"
+        " of the 90 s in their slots: starts 28 s (31%), memory-phase waits 24 s (27%), stops 4 s (4%), own work"
+        " 34 s (38%)"
+    ) in text
     assert (
         "  b: 2 units, 60 s = starts 15 (2 servers) + waits 20 + stops 2 + slot waits 0 + own 23;"
         " median 30 s, longest 35 s"
@@ -254,7 +262,7 @@ def test_the_floor_is_the_slots_held_time_then_without_waits_then_with_starts_as
     _unit(tmp_path, "b_mrv2_graph", 30.0, _timing("zygote", start_s=8.0, memory_phase_wait_s=5.0))
     _unit(tmp_path, "a_fake_mrv1_eager", 99.0, _timing("fake", start_s=0.1))
     units = bazel_runs.test_units(str(tmp_path))
-    assert bazel_runs.floor(units, 2) == {"slots": 2, "busy_s": 35.0, "no_waits_s": 27.5}
+    assert bazel_runs.floor(units, 2) == {"slots": 2, "at_once": [2], "busy_s": 35.0, "no_waits_s": 27.5}
     # Own work 70 - 15 - 20 = 35, plus three starts of 2 s: 41 cell-seconds.
     assert bazel_runs.floor(units, 2, start_alone_s=2.0)["starts_alone_s"] == 20.5
     assert bazel_runs.main([str(tmp_path), "--slots", "2", "--start_alone_s", "2"]) == 0
@@ -267,7 +275,34 @@ def test_the_floor_is_the_slots_held_time_then_without_waits_then_with_starts_as
     assert "--start_alone_s needs --slots" in capsys.readouterr().err
 
 
-def test_the_cpu_floor_is_the_servers_cpu_work_over_the_cores(tmp_path, capsys):
+def test_each_wave_is_floored_at_the_units_it_ran_at_once_and_the_waves_add_up(tmp_path, capsys):
+    """run_matrix.sh's walk wave runs fewer units at once than the slots (its test jobs, capped by the
+    cores): its held time over the slots would be a floor it can never reach."""
+    _unit(tmp_path, "state_walk_mrv1_eager/shard_1_of_2", 40.0, _timing("zygote", start_s=5.0, memory_phase_wait_s=8.0))
+    _unit(tmp_path, "state_walk_mrv1_eager/shard_2_of_2", 40.0, _timing("zygote", start_s=5.0, memory_phase_wait_s=8.0))
+    _unit(tmp_path, "flags_mrv1_eager", 30.0, _timing("zygote", start_s=5.0, memory_phase_wait_s=6.0))
+    walk = tmp_path / "walk.json"
+    rest = tmp_path / "rest.json"
+    shards = [str(tmp_path / f"state_walk_mrv1_eager/shard_{i}_of_2/test.xml") for i in (1, 2)]
+    write_bep(walk, [("//tests/sleep_wake:state_walk_mrv1_eager", x, "PASSED", i + 1) for i, x in enumerate(shards)])
+    write_bep(rest, [("//tests/sleep_wake:flags_mrv1_eager", str(tmp_path / "flags_mrv1_eager/test.xml"), "PASSED")])
+    units = bazel_runs.test_units(str(tmp_path))
+    xmls = [{os.path.realpath(x) for x in shards}, {os.path.realpath(tmp_path / "flags_mrv1_eager/test.xml")}]
+    # The walk's 80 s one at a time, the rest's 30 s on 4 slots: 80 + 7.5, never 110 / 4.
+    f = bazel_runs.floor(units, 4, waves=[(xmls[0], 1), (xmls[1], 4)])
+    assert (f["at_once"], f["busy_s"], f["no_waits_s"]) == ([1, 4], 87.5, 70.0)  # 64 + 6 without waits
+    args = [str(tmp_path), "--slots", "4", "--bep", str(walk), "--at_once", "1", "--bep", str(rest), "--at_once", "4"]
+    assert bazel_runs.main(args) == 0
+    assert (
+        "floor at 4 slots (1, 4 at once in its 2 waves, in turn): the slots busy 88 s with this work, 70 s without"
+        " memory-phase waits"
+    ) in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bazel_runs.main(args[:-2])
+    assert "--at_once: 1 given for 2 --bep" in capsys.readouterr().err
+
+
+def test_the_cpu_floor_is_the_whole_hosts_cpu_over_the_cores_not_the_servers(tmp_path, capsys):
     _unit(
         tmp_path,
         "a_mrv1_eager",
@@ -278,23 +313,31 @@ def test_the_cpu_floor_is_the_servers_cpu_work_over_the_cores(tmp_path, capsys):
     _unit(tmp_path, "b_mrv2_graph", 30.0, _timing("zygote", start_cpu_s=40.0, serve_cpu_s=24.0))
     _unit(tmp_path, "a_fake_mrv1_eager", 99.0, _timing("fake", start_cpu_s=500.0, serve_cpu_s=500.0))
     units = bazel_runs.test_units(str(tmp_path))
-    assert bazel_runs.cpu_floor(units, 4) == {
+    assert bazel_runs.servers_cpu(units, 4) == {
         "cores": 4,
         "servers": 3,
         "start_cpu_s": 90.0,
         "serve_cpu_s": 38.0,
         "start_cpu_median_s": 30.0,
-        "cpu_floor_s": 32.0,
+        "over_cores_s": 32.0,
     }
-    assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
+    # The host spent 400 CPU-s while Bazel ran: its tests, Bazel and the rest beside the servers' 128.
+    host = tmp_path / "host-cpu.txt"
+    host.write_text("host CPU-s over 120 s on 4 cores: busy 400 (83%); servers 128, bazel 20, tests 200, other 2\n")
+    assert bazel_runs.main([str(tmp_path), "--cores", "4", "--host_cpu", str(host)]) == 0
+    out = capsys.readouterr().out
+    assert "CPU floor on 4 cores: 100 s, the whole host's busy 400 CPU-s over them" in out
     assert (
-        "CPU floor on 4 cores: 32 s for the servers' 90 CPU-s starting (3 servers, median 30) and 38 CPU-s serving"
-    ) in capsys.readouterr().out
+        "the GPU servers' CPU: 90 CPU-s starting (3 servers, median 30) and 38 CPU-s serving, 32 s over 4 cores"
+        " (a part of the host's CPU: no floor)"
+    ) in out
+    assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
+    assert "CPU floor: unknown (no host_cpu.py line: pass --host_cpu)" in capsys.readouterr().out
 
 
-def test_logs_without_cpu_times_give_no_cpu_floor(tmp_path):
+def test_logs_without_cpu_times_give_no_servers_cpu(tmp_path):
     _unit(tmp_path, "a_mrv1_eager", 50.0, _timing("zygote", start_s=3.0))
-    assert bazel_runs.cpu_floor(bazel_runs.test_units(str(tmp_path)), 4) is None
+    assert bazel_runs.servers_cpu(bazel_runs.test_units(str(tmp_path)), 4) is None
 
 
 def test_the_servers_cpu_is_summed_by_thread_name_most_first(tmp_path, capsys):
@@ -338,7 +381,7 @@ def _test_cpu(cpu_s, children_cpu_s=0.0, launcher_cpu_s=0.0):
     }
 
 
-def test_the_tests_cpu_is_summed_by_class_and_added_to_the_floor(tmp_path, capsys):
+def test_the_tests_cpu_is_summed_by_class(tmp_path, capsys):
     _unit(
         tmp_path,
         "state_walk_mrv1_eager/shard_1_of_2",
@@ -356,21 +399,19 @@ def test_the_tests_cpu_is_summed_by_class_and_added_to_the_floor(tmp_path, capsy
     _unit(tmp_path, "flags_mrv2_graph", 30.0, _timing("zygote", start_cpu_s=8.0, serve_cpu_s=2.0), _test_cpu(3.0))
     _unit(tmp_path, "flags_fake_mrv1_eager", 9.0, _timing("fake", start_cpu_s=1.0, serve_cpu_s=1.0), _test_cpu(90.0))
     _unit(tmp_path, "b_mrv1_eager", 5.0, _timing("zygote", start_cpu_s=1.0, serve_cpu_s=1.0))  # an older log
-    f = bazel_runs.tests_cpu(bazel_runs.test_units(str(tmp_path)), 4)
+    f = bazel_runs.tests_cpu(bazel_runs.test_units(str(tmp_path)))
     assert f == {
         "units": 3,
         "cpu_s": 13.0,
         "launcher_cpu_s": 2.5,
         "by_class": [("state_walk", 10.0), ("flags", 3.0)],
-        "floor_s": 14.2,
-        "cores": 4,
-    }  # (44 CPU-s of the GPU servers + 13 of their tests) / 4 cores
+    }
     assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
     assert (
         "tests' CPU: 13 CPU-s in 3 GPU units (2 of them while their servers started); by class: state_walk 10,"
-        " flags 3; with the servers' CPU the floor on 4 cores is 14 s"
+        " flags 3\n"
     ) in capsys.readouterr().out
-    assert bazel_runs.tests_cpu(bazel_runs.test_units(str(tmp_path / "none")), 4) is None
+    assert bazel_runs.tests_cpu(bazel_runs.test_units(str(tmp_path / "none"))) is None
 
 
 def _step(time, op):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import threading
@@ -129,6 +130,16 @@ def summary(totals: dict, busy: int, seconds: float, cores: int, hz: int) -> str
         + ", ".join(f"{k} {cpu[k]:.0f}" for k in KINDS)
         + f"; unsampled {busy_s - sum(cpu.values()):.0f}"
     )
+
+
+# summary()'s line, as read back: "host CPU-s over 550 s on 16 cores: busy 4241 (48%); servers ..."
+_BUSY = re.compile(r"^(?:run_matrix\.sh: )?host CPU-s over [\d.]+ s on \d+ cores: busy (\d+)", re.M)
+
+
+def busy_s(text: str) -> float | None:
+    """The whole host's busy CPU-seconds from summary()'s last line in text; None where it has none."""
+    found = _BUSY.findall(text)
+    return float(found[-1]) if found else None
 
 
 def main(argv=None) -> int:

@@ -15,9 +15,9 @@ import json
 import os
 import sys
 
-from tools.bench import bazel_runs
+from tools.bench import bazel_runs, host_cpu, phase_trace
 from tools.report import reading
-from tools.results import placement
+from tools.results import placement, testlogs
 
 MACHINE_STATES = ("fresh", "warm")  # fresh: no earlier run_matrix.sh run on this host (run_matrix.sh says how)
 
@@ -58,6 +58,72 @@ def parse_identity(text: str) -> dict[str, str]:
     return out
 
 
+# The replay's units (tools/bench/replay.py), a row each: a GPU unit's seconds are Bazel's of its attempt
+# less its waits for a slot; began_s: its attempt's start, seconds after its bazel test's.
+REPLAY_FIELDS = ("unit", "wave", "gpu", "seconds", "memory_wait_s", "began_s")
+CPU_WAVE = "cpu"  # the CPU-only targets' own bazel test beside the GPU waves (tools/run_matrix.sh)
+
+
+def _unit_name(result: testlogs.TestResult, shards: int) -> str:
+    name = result.label.split(":")[-1]
+    return name if shards == 1 else f"{name}/shard_{result.shard}_of_{shards}"
+
+
+def replay_section(
+    units: list[dict],
+    waves: list[tuple[str, testlogs.Invocation, float]],
+    slots_per_gpu: int,
+    host_cpu_s: float | None = None,
+    lock: dict | None = None,
+) -> dict:
+    """What tools/bench/replay.py replays the run from: each unit of each bazel test (waves: (name, its
+    build events, its seconds); CPU_WAVE for the CPU-only targets' own) with its seconds, memory-phase
+    waits and start; each wave's seconds and lead (its first GPU unit's start); the host's busy CPU-s;
+    the memory-phase lock's EXCLUSIVE holds on the busiest GPU and ALLOCATE holds summed over holders
+    (phase_trace.summaries). Units from the cache ran nothing and are left out."""
+    by_xml = {u["xml"]: u for u in units if u.get("xml")}
+    rows, out_waves = [], []
+    for name, inv, seconds in waves:
+        shards: dict[str, int] = {}
+        for r in inv.results:
+            shards[r.label] = max(shards.get(r.label, 1), r.shard)
+        firsts = []
+        for r in inv.results:
+            if r.cached:
+                continue
+            unit = by_xml.get(os.path.realpath(r.xml)) if r.xml else None
+            tags = inv.tags.get(r.label)
+            gpu = placement.GPU_TAG in tags if tags is not None else bool(unit and bazel_runs.gpu_only(unit["timings"]))
+            timings = bazel_runs.gpu_only(unit["timings"]) if unit else []
+            total = r.attempt_s if r.attempt_s is not None else (unit["seconds"] if unit else 0.0)
+            held = max(total - sum(t["lease_wait_s"] for t in timings), 0.0)
+            began = r.began - inv.began if r.began is not None and inv.began is not None else None
+            if gpu and began is not None:
+                firsts.append(began + (total - held))  # its slot's start, after its wait for one
+            rows.append(
+                [
+                    unit["unit"] if unit else _unit_name(r, shards[r.label]),
+                    name,
+                    int(gpu),
+                    round(held, 2),
+                    round(sum(t["memory_phase_wait_s"] for t in timings), 2),
+                    None if began is None else round(began, 2),
+                ]
+            )
+        out_waves.append({"name": name, "seconds": seconds, "lead_s": round(min(firsts), 2) if firsts else 0.0})
+    exclusive = [g.get("held_s", {}).get("exclusive", 0.0) for g in (lock or {}).values()]
+    allocate = [g.get("held_s", {}).get("allocate", 0.0) for g in (lock or {}).values()]
+    return {
+        "fields": list(REPLAY_FIELDS),
+        "units": rows,
+        "waves": out_waves,
+        "slots_per_gpu": slots_per_gpu,
+        "host_cpu_s": host_cpu_s,
+        "lock_exclusive_s": round(max(exclusive), 1) if exclusive else None,
+        "lock_allocate_s": round(sum(allocate), 1) if allocate else None,
+    }
+
+
 def _cpu_only(p: placement.Placement | None) -> dict | None:
     if p is None:
         return None
@@ -81,6 +147,7 @@ def record(
     identity: dict[str, str] | None = None,
     cpu_wait_s: float = 0.0,
     cpu_only: placement.Placement | None = None,
+    replay: dict | None = None,
 ) -> dict:
     """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
     server_starts, machine_state), counted from the cells' own timings (launch_to_health_s: a start's own
@@ -88,7 +155,7 @@ def record(
     walk's shards against the walk issue's bound (bazel_runs.walk_shards, on Bazel's clock where the
     build events timed every shard); elapsed_s the GPU waves' and the wait after them for the CPU-only
     targets' own bazel test (cpu_wait_s), and where those ran (cpu_only: tools/results/placement.py);
-    `cell_time` the breakdown."""
+    `cell_time` the breakdown; `replay` what tools/bench/replay.py replays it from (replay_section)."""
     if machine_state not in MACHINE_STATES:
         raise ValueError(f"machine_state {machine_state!r}: say one of {', '.join(MACHINE_STATES)}")
     elapsed = round(sum(waves_s) + cpu_wait_s, 1) if waves_s else None
@@ -124,7 +191,28 @@ def record(
             **bazel_runs.matrix_measures(units, elapsed),
         },
         "cell_time": bazel_runs.cell_breakdown(units, elapsed),
+        "replay": replay,
     }
+
+
+def _replay(args, units: list[dict]) -> dict | None:
+    """The replay section from the CLI's files; None without build events or slots to replay from."""
+    if not args.bep or args.slots_per_gpu < 1:
+        return None
+    names = args.wave_name or [f"wave{i + 1}" for i in range(len(args.bep))]
+    waves = [(name, testlogs.read_bep(bep)) for name, bep in zip(names, args.bep)]
+    if args.cpu_bep and os.path.exists(args.cpu_bep):
+        waves.append((CPU_WAVE, testlogs.read_bep(args.cpu_bep)))
+    # Each wave's seconds from its own build events (Bazel's start and finish), as its units' starts are.
+    timed = [
+        (name, inv, round(inv.ended - inv.began, 1) if inv.began is not None and inv.ended is not None else 0.0)
+        for name, inv in waves
+    ]
+    host = None
+    if args.host_cpu and os.path.exists(args.host_cpu):
+        host = host_cpu.busy_s(reading.read_text(args.host_cpu))
+    lock = phase_trace.summaries(args.lock_dir) if args.lock_dir and os.path.isdir(args.lock_dir) else None
+    return replay_section(units, timed, args.slots_per_gpu, host, lock)
 
 
 def main(argv=None) -> int:
@@ -138,6 +226,13 @@ def main(argv=None) -> int:
     parser.add_argument("--wave_s", type=float, action="append", default=[], help="a wave's seconds (repeatable)")
     parser.add_argument("--bep", action="append", default=[], help="a wave's build event file (repeatable)")
     parser.add_argument(
+        "--wave_name", action="append", default=[], help="each --bep's wave's name, in their order (walk, rest)"
+    )
+    parser.add_argument("--cpu_bep", help="the build event file of the CPU-only targets' own bazel test")
+    parser.add_argument("--slots_per_gpu", type=int, default=0, help="the cells sharing one GPU (for the replay)")
+    parser.add_argument("--host_cpu", help="host_cpu.py's output during the run (the whole host's CPU-s)")
+    parser.add_argument("--lock_dir", help="the GPU lock dir holding this run's memory-phase traces")
+    parser.add_argument(
         "--cpu_wait_s",
         type=float,
         default=0.0,
@@ -148,7 +243,8 @@ def main(argv=None) -> int:
     if missing:
         print(f"run_record: no build event file {missing[0]}; pass the files run_matrix.sh wrote", file=sys.stderr)
         return 1
-    invocation = reading.read_invocation(args.bep) if args.bep else None
+    all_beps = args.bep + ([args.cpu_bep] if args.cpu_bep and os.path.exists(args.cpu_bep) else [])
+    invocation = reading.read_invocation(all_beps) if all_beps else None
     only, attempt_s = (invocation.xmls, invocation.attempt_s) if invocation else (None, None)
     units = bazel_runs.test_units(args.testlogs, only, attempt_s) if os.path.isdir(args.testlogs) else []
     identity_path = reading.identity_file(args.testlogs) if os.path.isdir(args.testlogs) else None
@@ -162,7 +258,8 @@ def main(argv=None) -> int:
         waves_s=args.wave_s,
         identity=identity,
         cpu_wait_s=args.cpu_wait_s,
-        cpu_only=placement.read(args.bep) if args.bep else None,
+        cpu_only=placement.read(all_beps) if all_beps else None,
+        replay=_replay(args, units),
     )
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)

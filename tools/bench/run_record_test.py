@@ -154,3 +154,85 @@ def test_the_record_names_what_the_cells_ran_from_the_identity_beside_the_test_l
     (cell / "test.outputs" / "measurements.jsonl").write_text("")
     assert run_record.main(args) == 0
     assert json.loads(out.read_text())["machine"]["identity"] is None
+
+
+def _cell(logs, unit, seconds, lease_wait_s=0.0, memory_phase_wait_s=0.0):
+    d = logs / unit
+    (d / "test.outputs").mkdir(parents=True)
+    (d / "test.xml").write_text(
+        f'<testsuites><testsuite name="x" time="{seconds}"><testcase name="t" time="1"/></testsuite></testsuites>'
+    )
+    timing = {"key": "server_timings", "start_mode": "zygote", "start_s": 6.0, "lease_wait_s": lease_wait_s}
+    timing.update(memory_phase_wait_s=memory_phase_wait_s, stop_s=0.5)
+    (d / "test.outputs" / "measurements.jsonl").write_text(json.dumps(timing) + "\n")
+    return str(d / "test.xml")
+
+
+def test_the_record_keeps_each_units_seconds_waits_and_start_for_the_replay(tmp_path):
+    """Each wave's units from its build events (Bazel's seconds of the attempt, less a GPU unit's wait for a
+    slot; its memory-phase waits; its start after its bazel test's), the CPU-only targets' own bazel test
+    apart, the host's CPU and the lock's holds: what tools/bench/replay.py reads back."""
+    from tools.bench import replay
+
+    logs = tmp_path / "logs"
+    walk = _cell(logs, "state_walk_mrv1_eager/shard_1_of_1", 40.0, memory_phase_wait_s=9.0)
+    flags = _cell(logs, "flags_mrv1_eager", 30.0, lease_wait_s=4.0, memory_phase_wait_s=3.0)
+    fake = write_xml(tmp_path / "cpu" / "tests" / "sleep_wake" / "flags_fake_mrv1_eager" / "test.xml", {"t": "passed"})
+    gpu_tags = ["gpu", "flags"]
+    write_bep(
+        tmp_path / "walk.json",
+        [("//tests/sleep_wake:state_walk_mrv1_eager", walk, "PASSED")],
+        attempt_s={walk: 41.0},
+        tags={"//tests/sleep_wake:state_walk_mrv1_eager": ["gpu", "gpu_state_walk"]},
+        span=(1000.0, 1050.0),
+        attempt_began={walk: 1003.0},
+    )
+    write_bep(
+        tmp_path / "rest.json",
+        [("//tests/sleep_wake:flags_mrv1_eager", flags, "PASSED")],
+        attempt_s={flags: 31.0},
+        tags={"//tests/sleep_wake:flags_mrv1_eager": gpu_tags},
+        span=(1050.0, 1090.0),
+        attempt_began={flags: 1052.0},
+    )
+    write_bep(
+        tmp_path / "cpu.json",
+        [("//tests/sleep_wake:flags_fake_mrv1_eager", fake, "PASSED")],
+        attempt_s={fake: 12.0},
+        tags={"//tests/sleep_wake:flags_fake_mrv1_eager": ["fake", "flags"]},
+        span=(999.0, 1020.0),
+        attempt_began={fake: 1001.0},
+    )
+    (tmp_path / "host-cpu.txt").write_text("host CPU-s over 90 s on 16 cores: busy 700 (49%); servers 500\n")
+    out = tmp_path / "run.json"
+    argv = [str(logs), "--out", str(out), "--gpus", "1", "--cores", "16", "--rc", "0", "--machine_state", "warm"]
+    argv += ["--wave_s", "50", "--wave_s", "40", "--bep", str(tmp_path / "walk.json"), "--wave_name", "walk"]
+    argv += ["--bep", str(tmp_path / "rest.json"), "--wave_name", "rest", "--cpu_bep", str(tmp_path / "cpu.json")]
+    argv += ["--slots_per_gpu", "24", "--host_cpu", str(tmp_path / "host-cpu.txt")]
+    assert run_record.main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["matrix"]["cpu_only"] == {
+        "targets": 1,
+        "beside": 1,
+        "inside": 0,
+        "late_s": -70.0,
+        "off_critical_path": True,
+    }
+    rows = [dict(zip(record["replay"]["fields"], row)) for row in record["replay"]["units"]]
+    assert rows == [
+        {"unit": "state_walk_mrv1_eager/shard_1_of_1", "wave": "walk", "gpu": 1, "seconds": 41.0, "memory_wait_s": 9.0,
+         "began_s": 3.0},
+        {"unit": "flags_mrv1_eager", "wave": "rest", "gpu": 1, "seconds": 27.0, "memory_wait_s": 3.0, "began_s": 2.0},
+        {"unit": "flags_fake_mrv1_eager", "wave": "cpu", "gpu": 0, "seconds": 12.0, "memory_wait_s": 0.0,
+         "began_s": 2.0},
+    ]  # fmt: skip
+    # Leads: each wave's first GPU unit in its slot (the rest's after its 4 s wait for one).
+    assert [(w["name"], w["seconds"], w["lead_s"]) for w in record["replay"]["waves"]] == [
+        ("walk", 50.0, 3.0),
+        ("rest", 40.0, 6.0),
+        ("cpu", 21.0, 0.0),
+    ]
+    run = replay.load(str(out))
+    assert (run.layout, run.host_cpu_s, run.slots_per_gpu, len(run.units)) == (replay.CPU_BESIDE, 700.0, 24, 3)
+    p = replay.predict(run, replay.Machine(1, 16, 24))
+    assert [round(w.seconds, 1) for w in p.waves] == [44.0, 33.0] and p.cpu_lane.seconds == 12.0
