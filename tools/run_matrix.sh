@@ -224,28 +224,22 @@ if grep -q "^host CPU-s" "$lock_dir/host-cpu.txt" 2>/dev/null; then
 else
   echo "run_matrix.sh: the host's CPU by kind of process was not measured (see $lock_dir/host-cpu.txt)" >&2
 fi
-# The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
-# first (tools/report); it shows the results, it never decides them. Every wave's build events, so
-# that a cell an earlier run left in bazel-testlogs is told apart (stale).
-bep_args=(); for b in "${beps[@]}"; do bep_args+=(--bep="$b"); done
-((${#bep_args[@]})) || bep_args=(--no_bep)
-python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" ||
-  echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
 # What the cells waited for on each GPU (none written when every cell had a GPU to itself).
 if compgen -G "$lock_dir/gpu*.memory.trace.jsonl" >/dev/null; then
   PYTHONPATH="$PWD" python3 -m tools.bench.phase_trace "$lock_dir" || true
 fi
+# The GPU units each wave ran at once: the walk wave's test jobs, the slots in the rest.
+at_once=()
+for i in "${!bep_names[@]}"; do
+  n=$((gpus * slots)); [[ "${bep_names[$i]}" == walk ]] && n=$walk_jobs
+  at_once+=("$n")
+done
 # Where the GPU cells' time went (starts, memory-phase waits, their own work), this run's results only,
-# and the floor the slots allow for that work.
-# Each GPU wave floored at the units it ran at once (the walk wave's test jobs, the slots in the rest), in
-# turn; the CPU floor is the whole host's CPU-s over the cores.
+# and the floors: each GPU wave at the units it ran at once, in turn; the whole host's CPU-s over the cores.
 cells=bazel-testlogs/tests/sleep_wake
 if ((${#bep_names[@]})) && [[ -d "$cells" ]]; then
   runs_args=()
-  for i in "${!bep_names[@]}"; do
-    at_once=$((gpus * slots)); [[ "${bep_names[$i]}" == walk ]] && at_once=$walk_jobs
-    runs_args+=(--bep="${beps[$i]}" --at_once="$at_once")
-  done
+  for i in "${!bep_names[@]}"; do runs_args+=(--bep="${beps[$i]}" --at_once="${at_once[$i]}"); done
   PYTHONPATH="$PWD" python3 -m tools.bench.bazel_runs "$cells" --slots=$((gpus * slots)) --cores="$(nproc)" \
     --host_cpu="$lock_dir/host-cpu.txt" "${runs_args[@]}" || true
 fi
@@ -258,13 +252,26 @@ elif ((rc == 0)) && ! python3 tools/results/ran_tests.py "${beps[@]}"; then
 fi
 # The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with.
 # Each GPU wave's build events with its name, the CPU-only targets' apart: the replay's units (replay.py).
+record=$PWD/sleepwake-run.json
+rm -f "$record"  # an earlier run's must not stand for this one's (the report draws from it)
 record_args=()
-for i in "${!bep_names[@]}"; do record_args+=(--bep="${beps[$i]}" --wave_name="${bep_names[$i]:-all}"); done
+for i in "${!bep_names[@]}"; do
+  record_args+=(--bep="${beps[$i]}" --wave_name="${bep_names[$i]:-all}" --at_once="${at_once[$i]}")
+done
 for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
 [[ " ${beps[*]} " == *" $cpu_bep "* ]] && record_args+=(--cpu_bep="$cpu_bep")
 record_args+=(--cpu_wait_s="$cpu_wait_s" --slots_per_gpu="$slots" --host_cpu="$lock_dir/host-cpu.txt" --lock_dir="$lock_dir")
-PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
+PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$record" --gpus="$gpus" \
   --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
   echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2
+# The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
+# first (tools/report); it shows the results, it never decides them. Every wave's build events, so
+# that a cell an earlier run left in bazel-testlogs is told apart (stale); the run record, for where the
+# run's time went and its replay on 8 GPUs.
+bep_args=(); for b in "${beps[@]}"; do bep_args+=(--bep="$b"); done
+((${#bep_args[@]})) || bep_args=(--no_bep)
+[[ -f "$record" ]] && bep_args+=(--record="$record")
+python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" ||
+  echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
 touch "$lock_dir/matrix-ran"
 exit $rc

@@ -37,7 +37,9 @@ SCRIPT_FILES = [
     "tools/bench/__init__.py",
     "tools/bench/bazel_runs.py",
     "tools/bench/host_cpu.py",
+    "tools/bench/legacy.py",
     "tools/bench/phase_trace.py",
+    "tools/bench/replay.py",
     "tools/bench/run_record.py",
     "tools/launcher/gpu_lease.py",
     "tools/report/__init__.py",
@@ -52,6 +54,7 @@ SCRIPT_FILES = [
     "tools/report/series.py",
     "tools/report/svg.py",
     "tools/report/text.py",
+    "tools/report/time_spent.py",
     "tools/results/mutation_table.py",
     "tools/launcher/config.py",
     "tools/launcher/phase_plugin/__init__.py",
@@ -431,6 +434,9 @@ def test_run_matrix_runs_no_cpu_only_target_in_a_gpu_wave(workspace):
     replay = json.loads((workspace / "sleepwake-run.json").read_text())["replay"]
     assert [w["name"] for w in replay["waves"]] == ["walk", "rest", "cpu"]
     assert sorted((row[1], row[2]) for row in replay["units"]) == [("cpu", 0)] * 3 + [("rest", 1), ("walk", 1)]
+    # ... which the report, written after it, draws: where the time went, wave by wave, and the replay.
+    assert re.search(r"^time spent, wave walk: [\d.]+ s x 2 units at once", output, re.M), output
+    assert re.search(r"^replay \(tools/bench/replay.py, .*\): on 8 GPUs, 128 cores this run would take", output, re.M)
 
 
 def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(workspace):

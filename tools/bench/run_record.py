@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from tools.bench import bazel_runs, host_cpu, phase_trace
+from tools.bench import bazel_runs, host_cpu, phase_trace, replay
 from tools.report import reading
 from tools.results import placement, testlogs
 
@@ -59,8 +59,11 @@ def parse_identity(text: str) -> dict[str, str]:
 
 
 # The replay's units (tools/bench/replay.py), a row each: a GPU unit's seconds are Bazel's of its attempt
-# less its waits for a slot; began_s: its attempt's start, seconds after its bazel test's.
-REPLAY_FIELDS = ("unit", "wave", "gpu", "seconds", "memory_wait_s", "began_s")
+# less its waits for a slot (slot_wait_s); began_s: its attempt's start, seconds after its bazel test's;
+# start_s and stop_s: its servers' starts and stops (the report's picture of where the time went).
+REPLAY_FIELDS = ("unit", "wave", "gpu", "seconds", "memory_wait_s", "began_s", "start_s", "stop_s", "slot_wait_s")
+# The machines the record's own replay predicts it on: GPUs of one host, replay.CORES_PER_GPU cores each.
+PREDICTED_GPUS = (1, 2, 4, 8)
 CPU_WAVE = "cpu"  # the CPU-only targets' own bazel test beside the GPU waves (tools/run_matrix.sh)
 
 
@@ -71,19 +74,20 @@ def _unit_name(result: testlogs.TestResult, shards: int) -> str:
 
 def replay_section(
     units: list[dict],
-    waves: list[tuple[str, testlogs.Invocation, float]],
+    waves: list[tuple[str, testlogs.Invocation, float, int | None]],
     slots_per_gpu: int,
     host_cpu_s: float | None = None,
     lock: dict | None = None,
 ) -> dict:
     """What tools/bench/replay.py replays the run from: each unit of each bazel test (waves: (name, its
-    build events, its seconds); CPU_WAVE for the CPU-only targets' own) with its seconds, memory-phase
-    waits and start; each wave's seconds and lead (its first GPU unit's start); the host's busy CPU-s;
+    build events, its seconds, the units it ran at once); CPU_WAVE for the CPU-only targets' own) with its
+    seconds, memory-phase waits and start; each wave's seconds, lead (its first GPU unit's start) and units
+    at once; the host's busy CPU-s;
     the memory-phase lock's EXCLUSIVE holds on the busiest GPU and ALLOCATE holds summed over holders
     (phase_trace.summaries). Units from the cache ran nothing and are left out."""
     by_xml = {u["xml"]: u for u in units if u.get("xml")}
     rows, out_waves = [], []
-    for name, inv, seconds in waves:
+    for name, inv, seconds, at_once in waves:
         shards: dict[str, int] = {}
         for r in inv.results:
             shards[r.label] = max(shards.get(r.label, 1), r.shard)
@@ -108,9 +112,13 @@ def replay_section(
                     round(held, 2),
                     round(sum(t["memory_phase_wait_s"] for t in timings), 2),
                     None if began is None else round(began, 2),
+                    round(sum(t["start_s"] for t in timings), 2),
+                    round(sum(t["stop_s"] for t in timings), 2),
+                    round(total - held, 2),
                 ]
             )
-        out_waves.append({"name": name, "seconds": seconds, "lead_s": round(min(firsts), 2) if firsts else 0.0})
+        lead = round(min(firsts), 2) if firsts else 0.0
+        out_waves.append({"name": name, "seconds": seconds, "lead_s": lead, "at_once": at_once})
     exclusive = [g.get("held_s", {}).get("exclusive", 0.0) for g in (lock or {}).values()]
     allocate = [g.get("held_s", {}).get("allocate", 0.0) for g in (lock or {}).values()]
     return {
@@ -195,18 +203,39 @@ def record(
     }
 
 
+def predicted(result: dict, source: str) -> list[dict]:
+    """The record's own replay (tools/bench/replay.py) on PREDICTED_GPUS GPUs of one host, the CPU-only
+    targets beside the GPU waves: each prediction's seconds, what bounds it and its floors."""
+    run = replay.from_record(result, source)
+    out = []
+    for gpus in PREDICTED_GPUS:
+        machine = replay.Machine(gpus, gpus * replay.CORES_PER_GPU, run.slots_per_gpu)
+        p = replay.predict(run, machine, replay.CPU_BESIDE)
+        out.append(
+            {
+                "gpus": gpus,
+                "cores": machine.cores,
+                "seconds": round(p.seconds, 1),
+                "bound": p.bound,
+                "floors": {f.name: round(f.seconds, 1) for f in replay.floors(run, machine, replay.CPU_BESIDE)},
+            }
+        )
+    return out
+
+
 def _replay(args, units: list[dict]) -> dict | None:
     """The replay section from the CLI's files; None without build events or slots to replay from."""
     if not args.bep or args.slots_per_gpu < 1:
         return None
     names = args.wave_name or [f"wave{i + 1}" for i in range(len(args.bep))]
-    waves = [(name, testlogs.read_bep(bep)) for name, bep in zip(names, args.bep)]
+    at_once = args.at_once or [None] * len(args.bep)
+    waves = [(name, testlogs.read_bep(bep), n) for name, bep, n in zip(names, args.bep, at_once)]
     if args.cpu_bep and os.path.exists(args.cpu_bep):
-        waves.append((CPU_WAVE, testlogs.read_bep(args.cpu_bep)))
+        waves.append((CPU_WAVE, testlogs.read_bep(args.cpu_bep), None))
     # Each wave's seconds from its own build events (Bazel's start and finish), as its units' starts are.
     timed = [
-        (name, inv, round(inv.ended - inv.began, 1) if inv.began is not None and inv.ended is not None else 0.0)
-        for name, inv in waves
+        (name, inv, round(inv.ended - inv.began, 1) if inv.began is not None and inv.ended is not None else 0.0, n)
+        for name, inv, n in waves
     ]
     host = None
     if args.host_cpu and os.path.exists(args.host_cpu):
@@ -227,6 +256,13 @@ def main(argv=None) -> int:
     parser.add_argument("--bep", action="append", default=[], help="a wave's build event file (repeatable)")
     parser.add_argument(
         "--wave_name", action="append", default=[], help="each --bep's wave's name, in their order (walk, rest)"
+    )
+    parser.add_argument(
+        "--at_once",
+        type=int,
+        action="append",
+        default=[],
+        help="the GPU units each --bep's wave ran at once, in their order (the walk wave's test jobs, the slots)",
     )
     parser.add_argument("--cpu_bep", help="the build event file of the CPU-only targets' own bazel test")
     parser.add_argument("--slots_per_gpu", type=int, default=0, help="the cells sharing one GPU (for the replay)")
@@ -261,6 +297,8 @@ def main(argv=None) -> int:
         cpu_only=placement.read(all_beps) if all_beps else None,
         replay=_replay(args, units),
     )
+    if result["replay"]:
+        result["predicted"] = predicted(result, args.out)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
         f.write("\n")

@@ -208,6 +208,7 @@ def test_the_record_keeps_each_units_seconds_waits_and_start_for_the_replay(tmp_
     argv = [str(logs), "--out", str(out), "--gpus", "1", "--cores", "16", "--rc", "0", "--machine_state", "warm"]
     argv += ["--wave_s", "50", "--wave_s", "40", "--bep", str(tmp_path / "walk.json"), "--wave_name", "walk"]
     argv += ["--bep", str(tmp_path / "rest.json"), "--wave_name", "rest", "--cpu_bep", str(tmp_path / "cpu.json")]
+    argv += ["--at_once", "16", "--at_once", "24"]
     argv += ["--slots_per_gpu", "24", "--host_cpu", str(tmp_path / "host-cpu.txt")]
     assert run_record.main(argv) == 0
     record = json.loads(out.read_text())
@@ -221,18 +222,31 @@ def test_the_record_keeps_each_units_seconds_waits_and_start_for_the_replay(tmp_
     rows = [dict(zip(record["replay"]["fields"], row)) for row in record["replay"]["units"]]
     assert rows == [
         {"unit": "state_walk_mrv1_eager/shard_1_of_1", "wave": "walk", "gpu": 1, "seconds": 41.0, "memory_wait_s": 9.0,
-         "began_s": 3.0},
-        {"unit": "flags_mrv1_eager", "wave": "rest", "gpu": 1, "seconds": 27.0, "memory_wait_s": 3.0, "began_s": 2.0},
+         "began_s": 3.0, "start_s": 6.0, "stop_s": 0.5, "slot_wait_s": 0.0},
+        {"unit": "flags_mrv1_eager", "wave": "rest", "gpu": 1, "seconds": 27.0, "memory_wait_s": 3.0, "began_s": 2.0,
+         "start_s": 6.0, "stop_s": 0.5, "slot_wait_s": 4.0},
         {"unit": "flags_fake_mrv1_eager", "wave": "cpu", "gpu": 0, "seconds": 12.0, "memory_wait_s": 0.0,
-         "began_s": 2.0},
+         "began_s": 2.0, "start_s": 0.0, "stop_s": 0.0, "slot_wait_s": 0.0},
     ]  # fmt: skip
     # Leads: each wave's first GPU unit in its slot (the rest's after its 4 s wait for one).
-    assert [(w["name"], w["seconds"], w["lead_s"]) for w in record["replay"]["waves"]] == [
-        ("walk", 50.0, 3.0),
-        ("rest", 40.0, 6.0),
-        ("cpu", 21.0, 0.0),
+    assert [(w["name"], w["seconds"], w["lead_s"], w["at_once"]) for w in record["replay"]["waves"]] == [
+        ("walk", 50.0, 3.0, 16),
+        ("rest", 40.0, 6.0, 24),
+        ("cpu", 21.0, 0.0, None),
     ]
     run = replay.load(str(out))
     assert (run.layout, run.host_cpu_s, run.slots_per_gpu, len(run.units)) == (replay.CPU_BESIDE, 700.0, 24, 3)
     p = replay.predict(run, replay.Machine(1, 16, 24))
     assert [round(w.seconds, 1) for w in p.waves] == [44.0, 33.0] and p.cpu_lane.seconds == 12.0
+    # The record carries its own replay's predictions, 8 GPUs among them, with what bounds each.
+    eight = next(x for x in record["predicted"] if x["gpus"] == 8)
+    assert (
+        eight["cores"] == 128
+        and eight["seconds"] > 0
+        and eight["bound"]
+        and set(eight["floors"])
+        == {
+            "CPU",
+            "longest units",
+        }
+    )  # no lock trace given: no lock floor

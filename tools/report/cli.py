@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import sys
 
@@ -66,6 +67,14 @@ def testlogs_root(path: str) -> str:
     return path
 
 
+def read_record(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"no readable run record {path} ({e}): pass the sleepwake-run.json of the run") from None
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="tools.report", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -92,6 +101,11 @@ def parse_args(argv):
         "page only when --out is given too",
     )
     parser.add_argument("--no_bep", action="store_true", help="read no build events (stale cells not flagged)")
+    parser.add_argument(
+        "--record",
+        help="the run's record (sleepwake-run.json, tools/bench/run_record.py): where the run's time went, as a"
+        " picture, and its replay on more GPUs",
+    )
     return parser.parse_args(argv[1:])
 
 
@@ -105,7 +119,7 @@ def main(argv) -> int:
         for bep in beps if args.bep else []:
             if not os.path.isfile(bep):
                 raise UsageError(f"no build event file {bep}: pass the --build_event_json_file of each bazel test")
-        run = view.load_run(root, ws, beps)
+        run = view.load_run(root, ws, beps, read_record(resolve(args.record)) if args.record else None)
         if args.text:
             sys.stdout.write(text.summary(run))
             if not args.out:

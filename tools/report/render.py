@@ -9,7 +9,7 @@ import re
 import urllib.parse
 from html import escape
 
-from tools.report import series, svg, view
+from tools.report import series, svg, time_spent, view
 from tools.report.reading import OutputFile
 from tools.results import placement
 
@@ -59,6 +59,7 @@ class Page:
     def html(self) -> str:
         body = [
             self.header(),
+            self.time_spent(),
             self.grid(),
             self.fake_grid(),
             self.failures(),
@@ -185,6 +186,19 @@ class Page:
         if f.member is None:
             return self.link(f.path, text, f.name)
         return self.link(f.path, text + " (zip)", f"{f.member} in {os.path.basename(f.path)}")
+
+    # --- where the time went ----------------------------------------------------------------------
+    def time_spent(self) -> str:
+        t = self.run.time_spent
+        if t is None:
+            return ""
+        items = "".join(f"<li>{escape(line)}</li>" for line in time_spent.lines(t))
+        return (
+            '<section id="time-spent"><h2>Where the run\'s time went</h2>'
+            '<p class="muted">From the run record: each GPU wave as wide as its seconds, split by what its slot time'
+            " went to; the CPU-only targets' own bazel test beside the waves; the host's busy cores.</p>"
+            f"{time_spent.svg(t)}<ul>{items}</ul></section>"
+        )
 
     # --- failures --------------------------------------------------------------------------------
     def failures(self) -> str:

@@ -675,3 +675,76 @@ def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
         "state walk llm · MRV2-graph: 4/5 (state, operation) pairs visited, "
         f"1/{shard_count('state_walk', 'graph', 'llm')} "
     )
+
+
+RECORD = {
+    "machine": {"gpus": 1, "cores": 4},
+    "matrix": {"elapsed_s": 150.0},
+    "replay": {
+        "fields": ["unit", "wave", "gpu", "seconds", "memory_wait_s", "began_s", "start_s", "stop_s", "slot_wait_s"],
+        "units": [
+            ["state_walk_mrv1_eager/shard_1_of_2", "walk", 1, 80.0, 20.0, 0.0, 10.0, 2.0, 0.0],
+            ["state_walk_mrv1_eager/shard_2_of_2", "walk", 1, 60.0, 10.0, 0.0, 10.0, 0.0, 0.0],
+            ["flags_mrv1_eager", "rest", 1, 40.0, 5.0, 0.0, 8.0, 1.0, 6.0],
+            ["flags_fake_mrv1_eager", "cpu", 0, 30.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        ],
+        "waves": [
+            {"name": "walk", "seconds": 100.0, "lead_s": 0.0, "at_once": 2},
+            {"name": "rest", "seconds": 50.0, "lead_s": 0.0, "at_once": 4},
+            {"name": "cpu", "seconds": 90.0, "lead_s": 0.0, "at_once": None},
+        ],
+        "slots_per_gpu": 4,
+        "host_cpu_s": 300.0,
+    },
+    "predicted": [
+        {"gpus": 1, "cores": 16, "seconds": 150.0, "bound": "walk: x; rest: y", "floors": {"CPU": 75.0}},
+        {
+            "gpus": 8,
+            "cores": 128,
+            "seconds": 61.0,
+            "bound": "walk: the GPU unit state_walk_mrv1_eager/shard_1_of_2 (80 s from +0 s)",
+            "floors": {"CPU": 2.3, "longest units": 50.0},
+        },
+    ],
+}
+
+
+def test_where_the_runs_time_went_is_drawn_from_its_record(tmp_path, capsys):
+    """Per wave its slot time (the units at once times its seconds) split into own work, starts, memory-phase
+    waits, stops and idle slots, as the record's units add up; the host's busy cores; the replay on 8 GPUs."""
+    logs, bep = _bazel_layout(tmp_path)
+    record = tmp_path / "sleepwake-run.json"
+    record.write_text(json.dumps(RECORD))
+    page = _render(tmp_path, "--bep", bep, "--record", record, logs=logs)
+    section = re.search(r'<section id="time-spent">(.*?)</section>', page, re.S).group(1)
+    parts = {
+        (a["data-wave"], a["data-part"]): (float(a["data-seconds"]), float(a["height"]))
+        for t, a, _ in Elements(section).found
+        if t == "rect" and "data-wave" in a
+    }
+    # walk: 2 x 100 = 200 slot-seconds; held 140: starts 20, waits 30, stops 2, own 88; idle 60.
+    walk = {part: seconds for (wave, part), (seconds, _) in parts.items() if wave == "walk"}
+    assert walk == {"own": 88.0, "starts": 20.0, "waits": 30.0, "stops": 2.0, "idle": 60.0}
+    # The column is 110 px high: each part's height is its share of the wave's slot time.
+    assert parts[("walk", "own")][1] == pytest.approx(110 * 88 / 200, abs=0.1)
+    rest = {part: seconds for (wave, part), (seconds, _) in parts.items() if wave == "rest"}
+    assert rest == {"own": 26.0, "starts": 8.0, "waits": 5.0, "stops": 1.0, "idle": 160.0}
+    cores = {a["data-part"]: float(a["data-seconds"]) for t, a, _ in Elements(section).found if "data-part" in a}
+    assert (cores["busy-cores"], cores["idle-cores"], cores["cpu-only"]) == (300.0, 300.0, 90.0)
+    assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--record", str(record), "--text"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        "time spent, wave walk: 100 s x 2 units at once = 200 slot-seconds: own work 44%, server starts 10%,"
+        " memory-phase waits 15%, stops 1%, idle slots 30%; its units also waited 0 s for a slot"
+    ) in out
+    assert "time spent, host CPU: 300 of 600 core-seconds busy (50%), idle cores 50%" in out
+    assert (
+        "replay (tools/bench/replay.py, the CPU-only targets beside): on 8 GPUs, 128 cores this run would take 61 s;"
+        " bound: walk: the GPU unit state_walk_mrv1_eager/shard_1_of_2 (80 s from +0 s); floors: CPU 2 s,"
+        " longest units 50 s"
+    ) in out
+    # A record without units (an older run's) draws nothing; an unreadable one is a one-line error.
+    record.write_text(json.dumps({"machine": {}, "matrix": {}}))
+    assert 'id="time-spent"' not in _render(tmp_path, "--bep", bep, "--record", record, logs=logs)
+    assert cli.main(["tools.report", str(logs), "--record", str(tmp_path / "none.json"), "--text"]) == 1
+    assert "no readable run record" in capsys.readouterr().err

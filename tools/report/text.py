@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 from tools.matrix import FRONT_DOORS
-from tools.report import view
+from tools.report import time_spent, view
 from tools.results import placement
 
 
@@ -58,6 +58,8 @@ def summary(run: view.Run) -> str:
         lines.append(f"fake tier: {len(run.fake)} ({', '.join(f'{s} {n}' for s, n in fake_states)})")
     if run.cpu_placement:
         lines.append(placement.text(run.cpu_placement))
+    if run.time_spent:
+        lines += time_spent.lines(run.time_spent)
     for cell in run.failing():
         why = cell.note or "; ".join(
             f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}" for c in cell.failures[:3]

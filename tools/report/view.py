@@ -21,7 +21,7 @@ from tools.matrix import (
     shard_count,
     split_cell,
 )
-from tools.report import reading
+from tools.report import reading, time_spent
 from tools.results import mutation_table, placement
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
@@ -174,6 +174,8 @@ class Run:
     fake: dict[str, Cell] = dataclasses.field(default_factory=dict)  # target -> the fake tier's cells
     # Where the CPU-only targets ran (tools/results/placement.py), from the build events; None without them.
     cpu_placement: placement.Placement | None = None
+    # Where the run's time went and its replay on more GPUs, from its run record; None without one.
+    time_spent: time_spent.TimeSpent | None = None
 
     def ordered(self) -> list[Cell]:
         return [self.cells[(c, door, runner, mode)] for c in self.classes for door, runner, mode in self.columns]
@@ -395,9 +397,10 @@ def _fill_grid(cells: dict) -> tuple[list[str], list[tuple[str, str, str]]]:
     return sorted(classes), columns
 
 
-def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
+def load_run(root: str, workspace: str, bep_paths: list[str], record: dict | None = None) -> Run:
     """The run whose results are under the testlogs dir `root`. bep_paths: its build event files, one per
-    bazel test of the run (tools/run_matrix.sh's waves); none: stale cells are not told apart."""
+    bazel test of the run (tools/run_matrix.sh's waves); none: stale cells are not told apart. record: its
+    run record (tools/bench/run_record.py), for where its time went."""
     notes = []
     invocation = None
     found = [p for p in bep_paths if os.path.isfile(p)]
@@ -443,4 +446,5 @@ def load_run(root: str, workspace: str, bep_paths: list[str]) -> Run:
         notes=notes,
         fake=fake,
         cpu_placement=placement.read(found) if invocation else None,
+        time_spent=time_spent.read(record) if record else None,
     )
