@@ -22,8 +22,9 @@ class ServerTimings:
     memory_phases: int = 0  # phases entered: starts, sleeps, wakes, reloads, stops
     stop_s: float = 0.0  # teardown and the NVML release check, once its memory phase is held
     # CPU seconds of the server's process tree (the API server, the engine core, their helpers), to GET
-    # /health and then to its stop: on a runner whose cores are all busy, CPU work, not wall time,
-    # bounds the matrix (tools/bench/bazel_runs.py cpu_floor). A forked server's clock starts at the fork.
+    # /health and then to its stop: the servers' part of the host's CPU work, which on a runner whose cores
+    # are all busy bounds the matrix (tools/bench/bazel_runs.py servers_cpu, host_floor). A forked
+    # server's clock starts at the fork.
     start_cpu_s: float = 0.0
     serve_cpu_s: float = 0.0
     # The tree's CPU seconds at its last stop, start and serving together, by "process/thread" name
