@@ -29,6 +29,7 @@ FRONT_DOORS = [
     "http",
     "async_llm",
     "llm",
+    "llm_colocate",
 ]
 
 # In-process door -> the runner x mode cells it runs on. One cell each: the configuration vLLM 0.26.0 picks
@@ -37,6 +38,7 @@ FRONT_DOORS = [
 DOOR_CELLS = {
     "async_llm": ["mrv2_graph"],
     "llm": ["mrv2_graph"],
+    "llm_colocate": ["mrv2_graph"],
 }
 
 # In-process door -> {class: why the class cannot run through it}. Every other class runs on the door's
@@ -48,6 +50,12 @@ DOOR_EXCLUDED = {
         "concurrent_race": "sleeps during a streaming burst: vllm.LLM has no stream and runs one call at a time",
         "scheduler_gate": "holds requests across partial wakes: vllm.LLM runs one call at a time, so no wake can be sent while one is held",
     },
+    # vllm.LLM as TRL's colocate mode builds it: the same calls, one at a time, with no stream.
+    "llm_colocate": {
+        "abort_parallel_sampling": "streams the choices and sends /sleep while they decode: vllm.LLM has no stream and runs one call at a time",
+        "concurrent_race": "sleeps during a streaming burst: vllm.LLM has no stream and runs one call at a time",
+        "scheduler_gate": "holds requests across partial wakes: vllm.LLM runs one call at a time, so no wake can be sent while one is held",
+    },
 }
 
 # In-process door -> excluded classes (DOOR_EXCLUDED) whose fake tier cell runs all the same: the class
@@ -55,6 +63,7 @@ DOOR_EXCLUDED = {
 DOOR_FAKE_ONLY = {
     "async_llm": [],
     "llm": [],
+    "llm_colocate": [],
 }
 
 # The suite's test classes: short name (used in cell names and tags) -> the file holding the class, in
@@ -101,6 +110,7 @@ SHARD_COUNTS = {
         "http": {"eager": 21, "graph": 21},
         "async_llm": {"graph": 21},
         "llm": {"graph": 9},
+        "llm_colocate": {"graph": 9},
     },
 }
 

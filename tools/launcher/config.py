@@ -26,6 +26,9 @@ WORKSPACE = "sleepwake"
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 # FRONT_DOORS (tools/matrix.bzl): HTTP is vLLM's OpenAI server; the others run in DOOR_HOST_MODULE, behind the same API.
 DOOR_HOST_MODULE = "tools.launcher.door_host"
+WORKER_EXTENSION = "tools.launcher.weight_receiver.WeightReceiver"
+# The folder that holds `tools`: on every server's PYTHONPATH, so vLLM's workers import WORKER_EXTENSION.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
 # engine core and its executor), then, in the engine core it forks, the scheduler, the worker, both model
 # runners (one zygote serves both), the model loader, Qwen3 and the FlashAttention backend. Imported by
@@ -492,6 +495,10 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
         "--enable-prompt-tokens-details",
         "--max-num-seqs",
         "32",
+        # Every server takes an RL trainer's tensor and CUDA-IPC pushes through collective_rpc, as verl's and
+        # NeMo-RL's rollouts install theirs (tests/sleep_wake/lib/pushes.py).
+        "--worker-extension-cls",
+        WORKER_EXTENSION,
     ]
     # Stats stay on: the sleep-state gauge lives in /metrics.
     return argv + list(EXECUTION_MODES[config.execution_mode]) + list(config.server_args)
@@ -535,6 +542,9 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
             "XDG_CACHE_HOME": os.path.join(cache, "xdg"),
         }
     )
+    entries = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if REPO_ROOT not in entries:
+        env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, *entries])
     # The config decides, not a variable the runner's environment left.
     for name in (cpu_use_plugin.ENV_TORCH_THREADS, cpu_use_plugin.ENV_CUDA_SYNC):
         env.pop(name, None)

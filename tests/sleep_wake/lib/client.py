@@ -293,6 +293,63 @@ class SleepWakeClient:
         with self._phase(ALLOCATE, "reload"):
             return self._json_or_empty("POST", "/collective_rpc", json=body) or {}
 
+    def allocation(self, what: str):
+        """An ALLOCATE memory phase for GPU memory that a process beside the server takes (an RL trainer's
+        tensors): it must not land inside a GPU neighbour's sleep, whose check reads device-wide bytes."""
+        return self._phase(ALLOCATE, what)
+
+    def collective_rpc(self, method: str, kwargs: dict | None = None, phase: str | None = ALLOCATE) -> list:
+        """POST /collective_rpc {method, kwargs}: the workers' results, one per worker ([] for an empty 200).
+        phase: the memory phase the call holds (ALLOCATE for one that maps or allocates, FREE for a worker's
+        sleep, None for one that moves no memory)."""
+        body: dict[str, object] = {"method": method}
+        if kwargs:
+            body["kwargs"] = kwargs
+        with self._phase(phase, f"rpc {method}") if phase else contextlib.nullcontext():
+            answer = self._json_or_empty("POST", "/collective_rpc", json=body) or {}
+        results = answer.get("results", [])
+        if not isinstance(results, list):
+            raise ServerResponseError(f"/collective_rpc {method}: expected a list of results, got {answer!r}")
+        return results
+
+    def worker_sleep(self, level: int) -> list:
+        """collective_rpc("sleep", level): the workers' own sleep, past the engine's pause and the executor's
+        tag bookkeeping (verl's hybrid engine sleeps its rollout this way)."""
+        return self.collective_rpc("sleep", {"level": level}, phase=FREE)
+
+    def worker_wake_up(self, tags: list[str] | None = None) -> list:
+        """collective_rpc("wake_up", tags): the workers' own wake, which the executor does not see."""
+        return self.collective_rpc("wake_up", {"tags": tags} if tags is not None else None)
+
+    def pause(self, mode: str = "abort", clear_cache: bool = True) -> dict:
+        """POST /pause?mode=&clear_cache= (AsyncLLM.pause_generation): scheduling stops; abort ends the
+        requests in flight, wait drains them, keep freezes them until /resume."""
+        params = {"mode": mode, "clear_cache": "true" if clear_cache else "false"}
+        return self._json("POST", "/pause", params=params)
+
+    def resume(self) -> dict:
+        """POST /resume (AsyncLLM.resume_generation)."""
+        return self._json("POST", "/resume")
+
+    def is_paused(self) -> bool:
+        body = self._json("GET", "/is_paused")
+        value = body.get("is_paused")
+        if not isinstance(value, bool):
+            raise ServerResponseError(f"/is_paused: expected a bool 'is_paused', got {body!r}")
+        return value
+
+    def load_weights_in_process(self, checkpoint: str) -> dict:
+        """POST /load_weights {checkpoint}: the door host, which holds the engine in its own process (TRL
+        colocate), hands the checkpoint's tensors to the model's load_weights as TRL's trainer does."""
+        with self._phase(ALLOCATE, "load_weights"):
+            return self._json("POST", "/load_weights", json={"checkpoint": checkpoint})
+
+    def weight_transfer(self, route: str, body: dict | None = None) -> dict:
+        """POST /<route> of vLLM's native weight-transfer API (init_weight_transfer_engine,
+        start_weight_update, update_weights, finish_weight_update)."""
+        with self._phase(ALLOCATE, route):
+            return self._json_or_empty("POST", f"/{route}", json=body or {}) or {}
+
     def wake_everything(self) -> None:
         """Back to awake from any state, after a test failed mid-way: each tag on its own, the weights
         first (a KV-cache-first wake after level 2 restores the model buffers into unmapped memory), then
