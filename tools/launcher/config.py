@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import os
 import pwd
 import subprocess
@@ -27,6 +28,7 @@ VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 # FRONT_DOORS (tools/matrix.bzl): HTTP is vLLM's OpenAI server; the others run in DOOR_HOST_MODULE, behind the same API.
 DOOR_HOST_MODULE = "tools.launcher.door_host"
 WORKER_EXTENSION = "tools.launcher.weight_receiver.WeightReceiver"
+WEIGHT_TRANSFER_BACKENDS = ("none", "ipc")
 # The folder that holds `tools`: on every server's PYTHONPATH, so vLLM's workers import WORKER_EXTENSION.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
@@ -175,6 +177,13 @@ class ServerConfig:
         " vllm.LLM or AsyncLLM held in-process by tools/launcher/door_host.py, which answers the same"
         " HTTP API by calling the door's own methods (what a door cannot do answers 501).",
         choices=FRONT_DOORS,
+    )
+    weight_transfer: str = _setting(
+        "none",
+        "vLLM's own weight-transfer backend the server starts with (--weight-transfer-config): none, or ipc,"
+        " CUDA-IPC handles from a trainer on the same GPU (the suite's native push way; vLLM 0.26.0's module"
+        " for it imports ray, which vLLM does not require, so the server's Python must have ray).",
+        choices=WEIGHT_TRANSFER_BACKENDS,
     )
     start_mode: str = _setting(
         "auto",
@@ -500,6 +509,8 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
         "--worker-extension-cls",
         WORKER_EXTENSION,
     ]
+    if config.weight_transfer != "none":
+        argv += ["--weight-transfer-config", json.dumps({"backend": config.weight_transfer})]
     # Stats stay on: the sleep-state gauge lives in /metrics.
     return argv + list(EXECUTION_MODES[config.execution_mode]) + list(config.server_args)
 
@@ -542,6 +553,9 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
             "XDG_CACHE_HOME": os.path.join(cache, "xdg"),
         }
     )
+    if config.weight_transfer == "ipc":
+        # The IPC backend unpickles the handles a trainer sends over HTTP only with this set (ipc_engine.py).
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     entries = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
     if REPO_ROOT not in entries:
         env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, *entries])
