@@ -49,6 +49,7 @@ DOOR_EXCLUDED = {
         "abort_parallel_sampling": "streams the choices and sends /sleep while they decode: vllm.LLM has no stream and runs one call at a time",
         "concurrent_race": "sleeps during a streaming burst: vllm.LLM has no stream and runs one call at a time",
         "scheduler_gate": "holds requests across partial wakes: vllm.LLM runs one call at a time, so no wake can be sent while one is held",
+        "rl_recipes": "no RL framework holds vllm.LLM with its engine in a process of its own: TRL and NeMo-RL build it in their own process (the llm_colocate door)",
     },
     # vllm.LLM as TRL's colocate mode builds it: the same calls, one at a time, with no stream.
     "llm_colocate": {
@@ -81,6 +82,7 @@ SLEEP_WAKE_CLASSES = {
     "output_correctness": "test_output_correctness.py",
     "physical_memory": "test_physical_memory.py",
     "prefix_cache_levels": "test_prefix_cache_levels.py",
+    "rl_recipes": "test_rl_recipes.py",
     "scheduler_gate": "test_scheduler_gate.py",
     "staged_wake_cycles": "test_staged_wake_cycles.py",
     "state_walk": "test_state_walk.py",
@@ -93,6 +95,7 @@ SLEEP_WAKE_CLASSES = {
 GOLDEN_CLASSES = {
     # A's golden comes from the cell's own server before any push; B's must not come from a push.
     "weight_sync": ["b"],
+    "rl_recipes": ["b"],
     # Both: the walk pushes A and B back and forth, so neither may be taken through a push it tests.
     "state_walk": ["a", "b"],
 }
@@ -146,6 +149,7 @@ FAKE_TIER_CELLS = {
     # graph: the per-mode residue bound (the resident CUDA-graph pool) and MRV2's runner check.
     "physical_memory": ["mrv1_eager", "mrv2_graph"],
     "prefix_cache_levels": ["mrv1_eager"],
+    "rl_recipes": ["mrv1_eager"],
     "scheduler_gate": ["mrv1_eager"],
     "staged_wake_cycles": ["mrv1_eager"],
     # The walk's model checked against the fake: every shard's pairs, in one target.

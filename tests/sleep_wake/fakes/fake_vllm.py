@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.sleep_wake.fakes import fake_checkpoint
 from tests.sleep_wake.fakes.fake_engine import MAX_HOLD_S, EngineDeadError, FakeEngine, GpuMemory
-from tests.sleep_wake.lib import metrics, releases
+from tests.sleep_wake.lib import metrics, releases, thresholds
 from tools.launcher import door_host, weight_receiver
 
 GiB = 1 << 30
@@ -225,8 +225,15 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _sleep(h, fake, query, body):
     level = int(query.get("level", ["1"])[0])  # the router's int(level): ValueError is a 400
-    fake.engine.sleep(level, query.get("mode", ["abort"])[0])
+    mode = query.get("mode", ["abort"])[0]
+    if mode == "wait" and fake.door in thresholds.KNOWN_DIVERGENCES[WAIT_REFUSED].doors:
+        # InprocClient.sleep (v1/engine/core_client.py:326): the door host answers its ValueError 400.
+        raise ValueError("'wait' pause mode is not supported in inproc-engine mode")
+    fake.engine.sleep(level, mode)
     h._send(200)
+
+
+WAIT_REFUSED = "llm_door_wait_mode_refused"  # the in-process engine's refusal (lib/thresholds.py)
 
 
 def _wake_up(h, fake, query, body):

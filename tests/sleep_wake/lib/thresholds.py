@@ -759,6 +759,24 @@ KNOWN_DIVERGENCES = {
                 "line 840): no busy loop steps the engine while the call waits (vllm-project/vllm#56754, "
                 "open, would drain in-process); seen on the engine tier with each release"
             ),
+            # The GPU's door whose engine runs in the caller's process (TRL colocate); the engine tier's
+            # in-process vllm.LLM looks it up with no door.
+            doors=("llm_colocate",),
+        ),
+        KnownDivergence(
+            name="resume_while_kv_cache_asleep",
+            # /resume after a level-1 sleep and a weights-only wake, then a request within the held window.
+            documented={"is_paused": False, "request": "held"},  # #44483: nothing runs until every tag is resident
+            observed={"is_paused": False, "request": "engine dead"},
+            versions=("0.24.0", "0.25.0", "0.26.0"),
+            reason=(
+                "EngineCore.resume_scheduler sets the scheduler unpaused with no look at the executor's "
+                "sleeping tags (v1/engine/core.py 0.26.0 line 852; the same in 0.24.0 and 0.25.0), so the "
+                "request that follows is scheduled and its forward reads the KV cache's unmapped pool: the "
+                "CUDA error kills the engine core; read from the source, to be held on the H200"
+            ),
+            # The routes and AsyncLLM methods that reach it; vllm.LLM has no resume_generation.
+            doors=("http", "async_llm"),
         ),
         KnownDivergence(
             name="llm_door_abort_end_lost",
