@@ -7,10 +7,10 @@
 #                              the cores (tools/launcher/slots.py says how); printed before the run.
 #   SLEEPWAKE_START_MODE=...   auto (default): cells fork their servers from a zygote that imported
 #                              vLLM once (tools/launcher/zygote_host.py, started here), else start
-#                              them plainly; plain or zygote force one (docs/main-job.md).
+#                              them plainly; plain or zygote force one (docs/configuration.md).
 #   SLEEPWAKE_KEEP_ZYGOTES_S=S how long the zygote host and its zygotes wait after the run for the
 #                              next one, whose cells then fork from a zygote that has imported vLLM
-#                              already (docs/measured-settings.md). Default 600; 0 stops them with the run.
+#                              already (docs/design.md). Default 600; 0 stops them with the run.
 #   SLEEPWAKE_REUSE_SERVERS=1  (default) a cell whose classes passed gives its server back, and the next
 #                              cell of its runner x mode takes it over once its reset is checked
 #                              (tests/sleep_wake/lib/reuse.py, tools/launcher/parking.py); 0 starts a
@@ -76,7 +76,7 @@ if ((keep_s)); then
   # Each zygote's own wait for its next server. The golden actions' servers fork from the zygote of the
   # cells' key too, and the first to ask creates it: without the same wait as an action's environment a
   # zygote a golden action created exits 60 s after the goldens (config.zygote_idle_s), and the cells
-  # that come later, or the next run, import vLLM again (docs/speed.md). Like the slot count, another
+  # that come later, or the next run, import vLLM again (docs/design.md). Like the slot count, another
   # wait re-keys every action that takes the default shell environment: the goldens, the checkpoints.
   keep=(--test_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s" --action_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s")
   echo "run_matrix.sh: the zygote host waits ${keep_s} s after this run for the next (SLEEPWAKE_KEEP_ZYGOTES_S)"
@@ -91,7 +91,7 @@ PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" -
 # each shard sleeps and wakes ~380 times, and beside the other cells every one of their server starts
 # holds the GPU's allocation phase for seconds while each walk sleep waits for it: in one invocation
 # the walk's shards spent twice the share of their time waiting on memory phases as alone
-# (docs/measured-settings.md). Longest cells first. Arguments that choose tags themselves
+# (docs/design.md). Longest cells first. Arguments that choose tags themselves
 # (--test_tag_filters) run as one invocation.
 # Each wave's tags go on the command line with --config=gpu's own filter (.bazelrc) appended: a second
 # --config setting the same option would make Bazel warn on every run.
@@ -103,7 +103,7 @@ for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=(""); do
 # slot, plus a quarter of the cores for the CPU targets a wave runs (the fake walk, the unit tests), so
 # they never hold a job a GPU cell could use; a GPU cell started beyond the slots waits for its lease,
 # which keeps the GPUs at gpus x slots cells. A quarter: the cells left a third of the cores idle
-# (docs/measured-settings.md).
+# (docs/design.md).
 test_jobs=$((gpus * slots + $(nproc) / 4))
 reuse=${SLEEPWAKE_REUSE_SERVERS:-1}
 if [[ "$reuse" != 0 && "$reuse" != 1 ]]; then
@@ -119,7 +119,7 @@ jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
 # The walk wave runs no more tests at once than the host has cores: each shard's server steps as fast as
 # its core allows, so beside more shards than cores every step slows, and a shard started beyond the slots
 # waits for a lease inside its own time; one not yet started waits in Bazel's queue instead. Below the
-# cores, the slots and the CPU targets' quarter (the fake walks are in this wave too). docs/speed.md.
+# cores, the slots and the CPU targets' quarter (the fake walks are in this wave too). docs/design.md.
 walk_jobs=$((gpus * slots + $(nproc) / 4)); ((walk_jobs > $(nproc))) && walk_jobs=$(nproc)
 walk_note=""; ((${#waves[@]} > 1)) && walk_note=" ($walk_jobs in the walk wave)"
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once$walk_note"

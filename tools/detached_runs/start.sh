@@ -41,7 +41,7 @@ fi
 for spec in "$@"; do read -r name _ <<<"$spec"; rm -rf "${runs:?}/$name"; done
 export SLEEPWAKE_RUNS_DIR=$runs
 # The runs go in a copy of this tree: each device call copies the caller's tree over this one, and a Bazel
-# analysing meanwhile finds files missing (docs/main-job.md). Copied over the last copy, not into an empty
+# analysing meanwhile finds files missing (docs/remote.md). Copied over the last copy, not into an empty
 # one, at the same path: what an earlier chain's runs left there (user.bazelrc, Bazel's output base, keyed
 # by that path) keeps the next chain warm. What the last copy brought and this tree no longer has goes (a
 # deleted test file would still be globbed). A dot name: no run's NAME can be it.

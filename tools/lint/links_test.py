@@ -1,5 +1,8 @@
-"""Every relative link in README.md and docs/ resolves to a file of the checkout: pages move (the
-README's dated tables went to docs/), and a link written relative to the wrong directory 404s on GitHub.
+"""Every relative link in README.md and docs/ resolves to a file of the checkout: pages move, and a link
+written relative to the wrong directory 404s on GitHub.
+
+docs/ stays a handful of pages for users: no dated file names (a run's record is a line of
+tools/bench/runs.jsonl, not a page), and at most DOCS_FILES_MAX files.
 
 And every reference to a README section by its heading, `README "Section"` (or `README's "Section"`),
 in the code and the docs names a heading README.md has: sections get renamed and merged, and a comment
@@ -37,11 +40,16 @@ TEXT_SUFFIXES = (
     ".txt",
 )
 TEXT_NAMES = {"WORKSPACE", "BUILD", "run"}
+# docs/'s files, generated pages and pictures included: install, architecture, classes, the walk, oracles,
+# extending, configuration, remote execution, tiers, the design choices, and what is generated.
+DOCS_FILES_MAX = 15
+DATED = re.compile(r"(?<!\d)(20\d\d-[01]\d(-[0-3]\d)?|20\d\d[01]\d[0-3]\d)(?!\d)")
 
 
 def _pages():
     root = os.environ.get("TEST_SRCDIR")
-    base = os.path.join(root, os.environ["TEST_WORKSPACE"]) if root else os.path.dirname(os.path.dirname(__file__))
+    here = os.path.dirname(os.path.abspath(__file__))
+    base = os.path.join(root, os.environ["TEST_WORKSPACE"]) if root else os.path.dirname(os.path.dirname(here))
     pages = [os.path.join(base, "README.md")] + sorted(
         glob.glob(os.path.join(base, "docs", "**", "*.md"), recursive=True)
     )
@@ -95,6 +103,19 @@ def missing_sections(root: str) -> list[str]:
     return missing
 
 
+def docs_problems(root: str) -> list[str]:
+    """What keeps root/docs from being pages for users: a dated file name, more than DOCS_FILES_MAX files."""
+    files = sorted(
+        os.path.relpath(os.path.join(folder, name), root)
+        for folder, _, names in os.walk(os.path.join(root, "docs"))
+        for name in names
+    )
+    problems = [f"{f}: a dated name (a run's record goes in tools/bench/runs.jsonl)" for f in files if DATED.search(f)]
+    if len(files) > DOCS_FILES_MAX:
+        problems.append(f"docs/ holds {len(files)} files, more than {DOCS_FILES_MAX}: merge pages")
+    return problems
+
+
 BASE, PAGES = _pages()
 
 
@@ -113,6 +134,26 @@ def test_a_link_relative_to_the_wrong_directory_is_broken(tmp_path):
     page = tmp_path / "docs" / "speed.md"
     page.write_text("[a](bench.md) [b](docs/bench.md) [c](https://example.com/x) [d](bench.md#top)")
     assert broken_links(str(page)) == ["docs/bench.md"]
+
+
+def test_docs_are_pages_for_users():
+    problems = docs_problems(checkout.root("README.md"))
+    assert not problems, "docs/:\n  " + "\n  ".join(problems)
+
+
+def test_a_dated_page_and_too_many_pages_are_found(tmp_path):
+    (tmp_path / "docs" / "walk").mkdir(parents=True)
+    (tmp_path / "docs" / "install.md").write_text("x")
+    (tmp_path / "docs" / "walk" / "runs-2026-12-05.md").write_text("x")
+    (tmp_path / "docs" / "h200-20261205.json").write_text("x")
+    assert docs_problems(str(tmp_path)) == [
+        "docs/h200-20261205.json: a dated name (a run's record goes in tools/bench/runs.jsonl)",
+        "docs/walk/runs-2026-12-05.md: a dated name (a run's record goes in tools/bench/runs.jsonl)",
+    ]
+    for i in range(DOCS_FILES_MAX):
+        (tmp_path / "docs" / f"page{i}.md").write_text("x")
+    too_many = f"docs/ holds {DOCS_FILES_MAX + 3} files, more than {DOCS_FILES_MAX}: merge pages"
+    assert docs_problems(str(tmp_path))[-1] == too_many
 
 
 def test_every_readme_section_the_code_and_docs_name_is_a_heading_of_the_readme():
