@@ -15,6 +15,9 @@
 #                              cell of its runner x mode takes it over once its reset is checked
 #                              (tests/sleep_wake/lib/reuse.py, tools/launcher/parking.py); 0 starts a
 #                              server for every class.
+#   SLEEPWAKE_RUN_HISTORY=F    the run history the main job's line is appended to after the run
+#                              (tools/bench/history.py; default tools/bench/runs.jsonl); empty: none.
+#   SLEEPWAKE_COMMIT=SHA       the commit that line names; default: git rev-parse HEAD of this tree.
 #   extra arguments            go to Bazel (targets, --test_filter, --config=remote-cache, ...)
 #
 # Each vLLM release keeps its own results: the outputs of a run against vLLM X land in
@@ -54,6 +57,7 @@ fi
 # with it: Bazel kills what a test leaves behind). A host left by an earlier run serves again, unless
 # it runs another checkout's code (--replace_other_code); the cells wait for it (--await_s), since one
 # that finds none starts its server plainly.
+history=${SLEEPWAKE_RUN_HISTORY-tools/bench/runs.jsonl}
 keep_s=${SLEEPWAKE_KEEP_ZYGOTES_S:-600}
 if [[ ! "$keep_s" =~ ^[0-9]+$ ]]; then
   echo "run_matrix.sh: SLEEPWAKE_KEEP_ZYGOTES_S=$keep_s is not a whole number of seconds; set one (0 stops" \
@@ -175,13 +179,6 @@ if grep -q "^host CPU-s" "$lock_dir/host-cpu.txt" 2>/dev/null; then
 else
   echo "run_matrix.sh: the host's CPU by kind of process was not measured (see $lock_dir/host-cpu.txt)" >&2
 fi
-# The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
-# first (tools/report); it shows the results, it never decides them. Every wave's build events, so
-# that a cell an earlier run left in bazel-testlogs is told apart (stale).
-bep_args=(); for b in "${beps[@]}"; do bep_args+=(--bep="$b"); done
-((${#bep_args[@]})) || bep_args=(--no_bep)
-python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" ||
-  echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
 # What the cells waited for on each GPU (none written when every cell had a GPU to itself).
 if compgen -G "$lock_dir/gpu*.memory.trace.jsonl" >/dev/null; then
   PYTHONPATH="$PWD" python3 -m tools.bench.phase_trace "$lock_dir" || true
@@ -200,11 +197,38 @@ elif ((rc == 0)) && ! python3 tools/results/ran_tests.py "${beps[@]}"; then
   echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2
   rc=1
 fi
-# The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with.
+# The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with; an
+# earlier run's must not stand for this one's.
 record_args=(); for b in "${beps[@]}"; do record_args+=(--bep="$b"); done
 for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
-PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
-  --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
+rm -f sleepwake-run.json
+if PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$PWD/sleepwake-run.json" --gpus="$gpus" \
+  --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}"; then
+  # The main job's line of the run history (tools/bench/history.py): only a run of the whole matrix (no
+  # targets and no filters of yours), so that the history compares like with like.
+  main_job=1
+  ((${#targets[@]})) && main_job=0
+  for a in "$@"; do [[ "$a" == --test_filter* || "$a" == --test_tag_filters* ]] && main_job=0; done
+  if ((main_job)) && [[ -n "$history" ]]; then
+    commit=${SLEEPWAKE_COMMIT:-$(git rev-parse --short=7 HEAD 2>/dev/null)}
+    if [[ -z "$commit" ]]; then
+      echo "run_matrix.sh: no line in $history: this tree is no git checkout; set SLEEPWAKE_COMMIT to the" \
+        "commit it holds, or append sleepwake-run.json with python3 -m tools.bench.history" >&2
+    else
+      PYTHONPATH="$PWD" python3 -m tools.bench.history append sleepwake-run.json --commit "$commit" \
+        --date "$(date -u +%F)" --history "$history" ||
+        echo "run_matrix.sh: no line in $history (see the line above); the test results stand" >&2
+    fi
+  fi
+else
   echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2
+fi
 touch "$lock_dir/matrix-ran"
+# The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
+# first (tools/report); it shows the results, it never decides them. Every wave's build events, so
+# that a cell an earlier run left in bazel-testlogs is told apart (stale).
+bep_args=(); for b in "${beps[@]}"; do bep_args+=(--bep="$b"); done
+((${#bep_args[@]})) || bep_args=(--no_bep)
+python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" ||
+  echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
 exit $rc
