@@ -229,6 +229,8 @@ touch "$lock_dir/matrix-ran"
 # that a cell an earlier run left in bazel-testlogs is told apart (stale).
 bep_args=(); for b in "${beps[@]}"; do bep_args+=(--bep="$b"); done
 ((${#bep_args[@]})) || bep_args=(--no_bep)
-python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" ||
+# The run history it draws is the one the main job's line went to.
+python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" \
+  ${history:+--history="$history"} ||
   echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
 exit $rc

@@ -302,6 +302,8 @@ def test_run_matrix_appends_the_main_jobs_line_to_the_run_history(workspace, tmp
         "cases": 2,
         "status": "green",
     }, output
+    # The report it prints comes after the line and draws it.
+    assert f"run history: 1 main-job runs in {history}, 0 red" in output, output
     for chosen in (["//tests/sleep_wake:flags_mrv1_eager"], ["--test_filter=t"]):
         code, output, _ = run_script(workspace, "run_matrix.sh", chosen, cell, SLEEPWAKE_COMMIT="0123abc", **env)
         assert code == 0 and len(history.read_text().splitlines()) == 1, output
