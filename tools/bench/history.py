@@ -222,7 +222,7 @@ def latest_line(entries: list[dict]) -> str:
             runs.append(f"{state} {e['elapsed_s']:.0f} s ({e['status']})")
     m = last["machine"]
     return (
-        f"The latest main job, at {last['commit']} ({last['date']}), on {m['gpus']} × {m['gpu']} with "
+        f"The latest main job, at {last['commit']}, on {m['gpus']} × {m['gpu']} with "
         f"{m['cores']} cores, vLLM {last['vllm']}, {last['cells']} GPU cells: {', '.join(runs)}."
     )
 

@@ -2,6 +2,7 @@
 number, a line is made from a run record, appended, and summed up for the README."""
 
 import json
+import os
 
 import pytest
 
@@ -169,8 +170,20 @@ def test_the_latest_line_names_the_last_commits_fresh_and_warm_runs():
     earlier = {**GOOD, "commit": "8a06f55", "elapsed_s": 613.2, "waves_s": [613.2]}
     warm = {**GOOD, "machine_state": "warm", "elapsed_s": 549.9, "waves_s": [397.1, 152.8]}
     assert history.latest_line([earlier, GOOD, warm]) == (
-        "The latest main job, at 84c86bc (2026-12-05), on 1 × NVIDIA H200 with 16 cores, vLLM 0.26.0, "
+        "The latest main job, at 84c86bc, on 1 × NVIDIA H200 with 16 cores, vLLM 0.26.0, "
         "93 GPU cells: fresh 580 s (green), warm 550 s (green)."
     )
     assert history.latest_line([earlier, warm]).endswith("93 GPU cells: warm 550 s (green).")
     assert history.latest_line([]) == "No main job has been recorded yet."
+
+
+def test_the_readmes_figures_come_from_the_history():
+    """The README's figures line is latest_line of the history up to one of its runs: it never says what the
+    history does not hold, and a run appended since (run_matrix.sh on a runner) leaves it true."""
+    with open(os.path.join(history.ROOT, "README.md"), encoding="utf-8") as f:
+        said = [line for line in f.read().splitlines() if line.startswith("The latest main job")]
+    assert len(said) == 1, "README.md: one line of the history's figures (python3 -m tools.bench.history latest)"
+    entries = history.read()
+    assert said[0] in {history.latest_line(entries[:k]) for k in range(1, len(entries) + 1)}, (
+        "README.md's figures are not the history's: replace the line with `python3 -m tools.bench.history latest`"
+    )

@@ -652,7 +652,7 @@ def test_the_history_chart_draws_every_run_fresh_and_warm_apart_and_rings_a_red_
     page = _render(tmp_path, "--bep", bep, "--history", HISTORY, logs=logs)
     section = re.search(r'<section id="history">(.*?)</section>', page, re.S).group(1)
     assert "4 runs in" in section and '<span class="bad">1 red</span>' in section
-    assert "The latest main job, at 3333333 (2026-12-05)" in html.unescape(section)
+    assert "The latest main job, at 3333333" in html.unescape(section)
     charts = re.findall(r'<svg [^>]*class="chart history".*?</svg>', section, re.S)
     assert len(charts) == 1
     dots = Elements(charts[0]).all("circle")
@@ -698,4 +698,4 @@ def test_text_mode_lists_the_last_runs_of_the_history(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"run history: 4 main-job runs in {HISTORY}, 1 red; the last 5:" in out
     assert "  2222222 2026-12-05 warm    359.1 s  red  93 cells, 160 starts" in out
-    assert "The latest main job, at 3333333 (2026-12-05), on 1 × NVIDIA H200" in out
+    assert "The latest main job, at 3333333, on 1 × NVIDIA H200" in out
