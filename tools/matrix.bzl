@@ -106,7 +106,7 @@ GOLDEN_CLASSES = {
 # as mode because a door reaches its own pairs, so plans its own number of walks.
 # The walk: walks of plan.MAX_STEPS are dealt whole, so a shard's time is its server's start plus its walks;
 # every shard of every door holds one or two, which keeps a cell's longest shard, its server's start
-# included, within the minute its issue asks of it (docs/speed.md, "Walk shards by mode"). Each count is
+# included, within the minute its issue asks of it (docs/design.md, "What was tried"). Each count is
 # the smallest that deals no shard more than two walks: a shard dealt none would start a server for nothing.
 SHARD_COUNTS = {
     "state_walk": {

@@ -162,7 +162,7 @@ _LAUNCHER_CPU_S: list[float] = []
 def test_process_cpu(recorder):
     """Records, at the session's end of a cell that started a server, the CPU seconds of this test
     process (imports and collection included) and of its reaped children: the tests' own processes
-    took a large share of a GPU matrix's host CPU (docs/bench), and
+    took a large share of a GPU matrix's host CPU (docs/design.md), and
     tools/bench/bazel_runs says by class where."""
     yield
     if _LAUNCHER_CPU_S:

@@ -1,8 +1,8 @@
 """One matrix run as a JSON record, written by tools/run_matrix.sh after every run (sleepwake-run.json):
 the machine and what it ran (vLLM's build, torch, the GPUs and driver: @sleepwake_gpu's identity.txt
 beside the test logs), the run's verdict and elapsed time, its GPU server starts and whether the machine
-was fresh or warm, then where the GPU cells' time went (bazel_runs). A run worth keeping is copied to
-docs/bench/.
+was fresh or warm, then where the GPU cells' time went (bazel_runs). The main job's record also goes into
+the run history, tools/bench/runs.jsonl, as one line (tools/bench/history.py).
 
     python3 -m tools.bench.run_record bazel-testlogs/tests/sleep_wake --out sleepwake-run.json \\
         --gpus 1 --cores 16 --rc 0 --machine_state fresh --wave_s 212.7 --wave_s 173.7 --bep .bazel-bep-wave1.json
@@ -17,6 +17,7 @@ import sys
 
 from tools.bench import bazel_runs
 from tools.report import reading
+from tools.results import testlogs
 
 MACHINE_STATES = ("fresh", "warm")  # fresh: no earlier run_matrix.sh run on this host (run_matrix.sh says how)
 
@@ -47,6 +48,17 @@ def cells_by_door(units: list[dict]) -> dict[str, dict]:
     return out
 
 
+def cases_of(xmls) -> dict[str, int]:
+    """{"passed", "failed", "skipped"}: the test cases of these test.xml files (an invocation's results,
+    every target's, the fake tier's and the unit tests' too), as tools/results/ran_tests.py counts them."""
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    for xml in sorted(xmls):
+        if os.path.exists(xml):
+            for outcome, n in testlogs.junit_outcomes(xml).items():
+                totals[outcome] = totals.get(outcome, 0) + n
+    return totals
+
+
 def parse_identity(text: str) -> dict[str, str]:
     """identity.txt (third_party/gpu_runtime/gpu_runtime.bzl), one `name: value` a line, as a dict."""
     out = {}
@@ -66,12 +78,14 @@ def record(
     machine_state: str,
     waves_s: list[float],
     identity: dict[str, str] | None = None,
+    cases: dict[str, int] | None = None,
 ) -> dict:
     """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
     server_starts, machine_state), counted from the cells' own timings (launch_to_health_s: a start's own
     seconds, without the wait for a GPU slot), the cells that ran by front door (cells_by_door) and the
     walk's shards against the walk issue's bound (bazel_runs.walk_shards, on Bazel's clock where the
-    build events timed every shard);
+    build events timed every shard) and `cases`, the outcomes of every test case of the run's results
+    (cases_of: what ran_tests counts; None without build events to name them);
     `cell_time` the breakdown."""
     if machine_state not in MACHINE_STATES:
         raise ValueError(f"machine_state {machine_state!r}: say one of {', '.join(MACHINE_STATES)}")
@@ -101,6 +115,7 @@ def record(
             **counted,
             "gpu_units": len(gpu),
             "cells_by_door": cells_by_door(units),
+            "cases": cases,
             "walk_shards": bazel_runs.walk_shards(units),
             "machine_state": machine_state,
             **bazel_runs.matrix_measures(units, elapsed),
@@ -137,6 +152,7 @@ def main(argv=None) -> int:
         machine_state=args.machine_state,
         waves_s=args.wave_s,
         identity=identity,
+        cases=cases_of(invocation.xmls) if invocation else None,
     )
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)

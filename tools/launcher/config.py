@@ -34,7 +34,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 # What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
 # engine core and its executor), then, in the engine core it forks, the scheduler, the worker, both model
 # runners (one zygote serves both), the model loader, Qwen3 and the FlashAttention backend. Imported by
-# the zygote they cost a server nothing (their time: docs/measured-settings.md), most of it the worker's.
+# the zygote they cost a server nothing (their time: docs/design.md), most of it the worker's.
 # There, with vLLM 0.24.0-0.26.0, they read no per-server variable outside zygote_env.IMPORT_SAFE, start
 # no thread or process (given build_env's HUMMING_DISABLE_PARALLEL_BUILD) and leave CUDA uninitialised.
 # In 0.26.0 some import others of the list; each is named so that another layout still gets it. Left
@@ -51,7 +51,7 @@ VLLM_PRELOAD = (
     "vllm.model_executor.models.qwen3",
     "vllm.v1.attention.backends.flash_attn",
     # Triton's cache key hashes its compiler's sources and libtriton.so (functools.lru_cache): each
-    # server's first kernel lookup paid for it, every server the same (docs/measured-settings.md). It
+    # server's first kernel lookup paid for it, every server the same (docs/design.md). It
     # reads files only: no CUDA, no variable.
     "triton.runtime.cache:triton_key",
 )
@@ -68,7 +68,7 @@ DOOR_PRELOAD = (
 # The server modules that one zygote imports and runs (zygote_preload auto). The goldens' API servers start
 # first, as build actions, so their zygote has imported vLLM before any cell starts; a door host with a
 # zygote of its own imported vLLM again when the first in-process cell started, in the middle of the
-# walk wave's first round of starts (docs/speed.md).
+# walk wave's first round of starts (docs/design.md).
 SHARED_ZYGOTE_MODULES = (VLLM_ENTRYPOINT, DOOR_HOST_MODULE)
 
 
@@ -131,7 +131,7 @@ class ServerConfig:
     mp_method: str = _setting(
         "fork",
         "VLLM_WORKER_MULTIPROC_METHOD. fork starts faster than spawn"
-        " (docs/measured-settings.md), but the worker inherits the parent's state (unsafe if CUDA was"
+        " (docs/design.md), but the worker inherits the parent's state (unsafe if CUDA was"
         " initialised first, which vLLM detects and then spawns anyway); spawn is slower"
         " and clean.",
         choices=MP_METHODS,
@@ -224,12 +224,12 @@ class ServerConfig:
         "Seconds a server given back (VllmServer.park) waits for a test process of its configuration"
         " before it stops; a start of another configuration that finds no free slot stops it sooner.",
     )
-    # A zygote keeps all of imported vLLM in memory (docs/measured-settings.md); a minute covers the gaps
+    # A zygote keeps all of imported vLLM in memory (docs/design.md); a minute covers the gaps
     # between the cells of one run.
     zygote_idle_s: float = _setting(60.0, "Seconds an idle zygote waits for the next server before it exits.")
     zygote_host_idle_s: float = _setting(120.0, "Seconds a zygote host started outside Bazel outlives its zygotes.")
     # Importing vLLM takes tens of seconds, several times that with dozens of processes importing at once
-    # (docs/measured-settings.md).
+    # (docs/design.md).
     zygote_start_timeout_s: float = _setting(300.0, "Seconds to wait for a zygote to import vLLM.")
     zygote_preload: str = _setting(
         "auto",
@@ -243,7 +243,7 @@ class ServerConfig:
         " preload.",
     )
     # Both through the plugin phase_plugin/sleepwake_cpu_use.py: the servers' CPU work is the matrix's
-    # floor on one H200, and these cut it (docs/measured-settings.md). A GPU server's torch does no CPU
+    # floor on one H200, and these cut it (docs/design.md). A GPU server's torch does no CPU
     # work worth a pool.
     torch_threads: int = _setting(
         1,
@@ -493,7 +493,7 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
         "--max-model-len",
         str(config.max_model_len),
         # Explicit bytes: --gpu-memory-utilization is a fraction of the whole device, so a second
-        # server on a shared GPU got only what the first left (docs/measured-settings.md).
+        # server on a shared GPU got only what the first left (docs/design.md).
         "--kv-cache-memory-bytes",
         str(config.kv_cache_bytes),
         "--gpu-memory-utilization",
@@ -597,7 +597,7 @@ def check_importable(python: str, env, module: str = "vllm") -> None:
     """Raises VllmNotFoundError unless `python` with `env` can find `module`.
 
     find_spec in a child of that interpreter: it sees exactly the server's sys.path, and it does not
-    import vLLM (which takes tens of seconds: docs/measured-settings.md).
+    import vLLM (which takes tens of seconds: docs/design.md).
     """
     code = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
     result = subprocess.run([python, "-c", code, module], env=dict(env), capture_output=True, text=True, timeout=60)

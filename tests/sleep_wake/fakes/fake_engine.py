@@ -47,7 +47,7 @@ ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the 
 
 @dataclasses.dataclass(frozen=True)
 class GpuMemory:
-    """Bytes per pool. Defaults from the H200 run (README): 0.84 GB resident at level 1 in eager mode,
+    """Bytes per pool. Defaults from healthy servers on the H200: 0.84 GB resident at level 1 in eager mode,
     ~0.1 GB more in graph mode, 354 MiB of activation blocks that eager mode does not get back on wake."""
 
     weights: int

@@ -102,7 +102,7 @@ class SleepWakeClient:
         # Whether a GPU neighbour was in a start step when that call began or ended: the latency oracles
         # judge such samples against bounds of their own (oracle.bounded_median). A start step lasts
         # several times longer than a call, so one seldom begins and ends unseen inside a call
-        # (docs/measured-settings.md).
+        # (docs/design.md).
         self._start_step_beside = start_step_beside or (lambda: False)
         self.last_call_beside_start = None
 
@@ -148,7 +148,7 @@ class SleepWakeClient:
         # A session of its own, as requests.request makes, that ignores the environment: an http_proxy
         # there must not route calls to a loopback server elsewhere (the launcher's /health poll ignores
         # it too), and reading the environment for proxies took a third of each call's CPU
-        # (docs/measured-settings.md).
+        # (docs/design.md).
         with requests.Session() as session:
             session.trust_env = False
             return session.request(method, self.url + path, **kw)
