@@ -29,6 +29,7 @@ FRONT_DOORS = [
     "http",
     "async_llm",
     "llm",
+    "llm_colocate",
 ]
 
 # In-process door -> the runner x mode cells it runs on. One cell each: the configuration vLLM 0.26.0 picks
@@ -37,6 +38,7 @@ FRONT_DOORS = [
 DOOR_CELLS = {
     "async_llm": ["mrv2_graph"],
     "llm": ["mrv2_graph"],
+    "llm_colocate": ["mrv2_graph"],
 }
 
 # In-process door -> {class: why the class cannot run through it}. Every other class runs on the door's
@@ -44,6 +46,13 @@ DOOR_CELLS = {
 DOOR_EXCLUDED = {
     "async_llm": {},
     "llm": {
+        "abort_parallel_sampling": "streams the choices and sends /sleep while they decode: vllm.LLM has no stream and runs one call at a time",
+        "concurrent_race": "sleeps during a streaming burst: vllm.LLM has no stream and runs one call at a time",
+        "scheduler_gate": "holds requests across partial wakes: vllm.LLM runs one call at a time, so no wake can be sent while one is held",
+        "rl_recipes": "no RL framework holds vllm.LLM with its engine in a process of its own: TRL and NeMo-RL build it in their own process (the llm_colocate door)",
+    },
+    # vllm.LLM as TRL's colocate mode builds it: the same calls, one at a time, with no stream.
+    "llm_colocate": {
         "abort_parallel_sampling": "streams the choices and sends /sleep while they decode: vllm.LLM has no stream and runs one call at a time",
         "concurrent_race": "sleeps during a streaming burst: vllm.LLM has no stream and runs one call at a time",
         "scheduler_gate": "holds requests across partial wakes: vllm.LLM runs one call at a time, so no wake can be sent while one is held",
@@ -55,6 +64,7 @@ DOOR_EXCLUDED = {
 DOOR_FAKE_ONLY = {
     "async_llm": [],
     "llm": [],
+    "llm_colocate": [],
 }
 
 # The suite's test classes: short name (used in cell names and tags) -> the file holding the class, in
@@ -72,6 +82,7 @@ SLEEP_WAKE_CLASSES = {
     "output_correctness": "test_output_correctness.py",
     "physical_memory": "test_physical_memory.py",
     "prefix_cache_levels": "test_prefix_cache_levels.py",
+    "rl_recipes": "test_rl_recipes.py",
     "scheduler_gate": "test_scheduler_gate.py",
     "staged_wake_cycles": "test_staged_wake_cycles.py",
     "state_walk": "test_state_walk.py",
@@ -84,6 +95,7 @@ SLEEP_WAKE_CLASSES = {
 GOLDEN_CLASSES = {
     # A's golden comes from the cell's own server before any push; B's must not come from a push.
     "weight_sync": ["b"],
+    "rl_recipes": ["b"],
     # Both: the walk pushes A and B back and forth, so neither may be taken through a push it tests.
     "state_walk": ["a", "b"],
 }
@@ -94,13 +106,14 @@ GOLDEN_CLASSES = {
 # as mode because a door reaches its own pairs, so plans its own number of walks.
 # The walk: walks of plan.MAX_STEPS are dealt whole, so a shard's time is its server's start plus its walks;
 # every shard of every door holds one or two, which keeps a cell's longest shard, its server's start
-# included, within the minute its issue asks of it (docs/speed.md, "Walk shards by mode"). Each count is
+# included, within the minute its issue asks of it (docs/design.md, "What was tried"). Each count is
 # the smallest that deals no shard more than two walks: a shard dealt none would start a server for nothing.
 SHARD_COUNTS = {
     "state_walk": {
         "http": {"eager": 21, "graph": 21},
         "async_llm": {"graph": 21},
         "llm": {"graph": 9},
+        "llm_colocate": {"graph": 9},
     },
 }
 
@@ -136,6 +149,7 @@ FAKE_TIER_CELLS = {
     # graph: the per-mode residue bound (the resident CUDA-graph pool) and MRV2's runner check.
     "physical_memory": ["mrv1_eager", "mrv2_graph"],
     "prefix_cache_levels": ["mrv1_eager"],
+    "rl_recipes": ["mrv1_eager"],
     "scheduler_gate": ["mrv1_eager"],
     "staged_wake_cycles": ["mrv1_eager"],
     # The walk's model checked against the fake: every shard's pairs, in one target.

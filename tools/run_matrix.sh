@@ -7,14 +7,17 @@
 #                              the cores (tools/launcher/slots.py says how); printed before the run.
 #   SLEEPWAKE_START_MODE=...   auto (default): cells fork their servers from a zygote that imported
 #                              vLLM once (tools/launcher/zygote_host.py, started here), else start
-#                              them plainly; plain or zygote force one (docs/main-job.md).
+#                              them plainly; plain or zygote force one (docs/configuration.md).
 #   SLEEPWAKE_KEEP_ZYGOTES_S=S how long the zygote host and its zygotes wait after the run for the
 #                              next one, whose cells then fork from a zygote that has imported vLLM
-#                              already (docs/measured-settings.md). Default 600; 0 stops them with the run.
+#                              already (docs/design.md). Default 600; 0 stops them with the run.
 #   SLEEPWAKE_REUSE_SERVERS=1  (default) a cell whose classes passed gives its server back, and the next
 #                              cell of its runner x mode takes it over once its reset is checked
 #                              (tests/sleep_wake/lib/reuse.py, tools/launcher/parking.py); 0 starts a
 #                              server for every class.
+#   SLEEPWAKE_RUN_HISTORY=F    the run history the main job's line is appended to after the run
+#                              (tools/bench/history.py; default tools/bench/runs.jsonl); empty: none.
+#   SLEEPWAKE_COMMIT=SHA       the commit that line names; default: git rev-parse HEAD of this tree.
 #   extra arguments            go to Bazel (targets, --test_filter, --config=remote-cache, ...)
 #
 # Each vLLM release keeps its own results: the outputs of a run against vLLM X land in
@@ -54,6 +57,7 @@ fi
 # with it: Bazel kills what a test leaves behind). A host left by an earlier run serves again, unless
 # it runs another checkout's code (--replace_other_code); the cells wait for it (--await_s), since one
 # that finds none starts its server plainly.
+history=${SLEEPWAKE_RUN_HISTORY-tools/bench/runs.jsonl}
 keep_s=${SLEEPWAKE_KEEP_ZYGOTES_S:-600}
 if [[ ! "$keep_s" =~ ^[0-9]+$ ]]; then
   echo "run_matrix.sh: SLEEPWAKE_KEEP_ZYGOTES_S=$keep_s is not a whole number of seconds; set one (0 stops" \
@@ -76,7 +80,7 @@ if ((keep_s)); then
   # Each zygote's own wait for its next server. The golden actions' servers fork from the zygote of the
   # cells' key too, and the first to ask creates it: without the same wait as an action's environment a
   # zygote a golden action created exits 60 s after the goldens (config.zygote_idle_s), and the cells
-  # that come later, or the next run, import vLLM again (docs/speed.md). Like the slot count, another
+  # that come later, or the next run, import vLLM again (docs/design.md). Like the slot count, another
   # wait re-keys every action that takes the default shell environment: the goldens, the checkpoints.
   keep=(--test_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s" --action_env=SLEEPWAKE_ZYGOTE_IDLE_S="$keep_s")
   echo "run_matrix.sh: the zygote host waits ${keep_s} s after this run for the next (SLEEPWAKE_KEEP_ZYGOTES_S)"
@@ -91,7 +95,7 @@ PYTHONPATH="$PWD" python3 -m tools.launcher.zygote_host --lock_dir "$lock_dir" -
 # each shard sleeps and wakes ~380 times, and beside the other cells every one of their server starts
 # holds the GPU's allocation phase for seconds while each walk sleep waits for it: in one invocation
 # the walk's shards spent twice the share of their time waiting on memory phases as alone
-# (docs/measured-settings.md). Longest cells first. Arguments that choose tags themselves
+# (docs/design.md). Longest cells first. Arguments that choose tags themselves
 # (--test_tag_filters) run as one invocation.
 # Each wave's tags go on the command line with --config=gpu's own filter (.bazelrc) appended: a second
 # --config setting the same option would make Bazel warn on every run. The walk wave selects
@@ -104,7 +108,7 @@ names=(walk rest)
 # when asked for) run in neither GPU wave but beside them, from the start, in a `bazel test` of their own
 # on a quarter of the cores, niced below the cells. Inside a wave each held one of its test jobs, and Bazel
 # starts tests in an order of its own: a fake walk started last ran alone for two minutes at the walk
-# wave's end, and the rest wave ended on the reuse equivalence (docs/speed.md). One Bazel server runs one
+# wave's end, and the rest wave ended on the reuse equivalence (docs/design.md). One Bazel server runs one
 # command at a time, so theirs runs in an output base of its own, without convenience symlinks (the
 # report finds its results through its build events). The report says where they ran, and whether they
 # stayed off the GPU job's critical path, counted from the build events.
@@ -116,7 +120,7 @@ cpu_bep=.bazel-bep-wave-cpu.json cpu_log="$lock_dir/cpu-only.log" cpu_pid=""
 # a GPU cell started beyond the slots waits for its lease, which keeps the GPUs at gpus x slots cells.
 # Where one invocation runs the CPU targets too (the caller's own tag filters), a quarter of the cores more
 # for them, so they never hold a job a GPU cell could use (the cells left a third of the cores idle:
-# docs/measured-settings.md).
+# docs/design.md).
 test_jobs=$((gpus * slots))
 [[ -z "$cpu_filter" ]] && test_jobs=$((test_jobs + cpu_jobs))
 reuse=${SLEEPWAKE_REUSE_SERVERS:-1}
@@ -133,7 +137,7 @@ jobs=$(nproc); ((test_jobs > jobs)) && jobs=$test_jobs
 # The walk wave runs no more tests at once than the host has cores: each shard's server steps as fast as
 # its core allows, so beside more shards than cores every step slows, and a shard started beyond the slots
 # waits for a lease inside its own time; one not yet started waits in Bazel's queue instead. Below the
-# cores, the slots. docs/speed.md.
+# cores, the slots. docs/design.md.
 walk_jobs=$((gpus * slots)); ((walk_jobs > $(nproc))) && walk_jobs=$(nproc)
 walk_note=""; ((${#waves[@]} > 1)) && walk_note=" ($walk_jobs in the walk wave)"
 echo "run_matrix.sh: $gpus GPU(s) x $slots slot(s) = $((gpus * slots)) cells at once$walk_note"
@@ -253,7 +257,7 @@ fi
 # The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with.
 # Each GPU wave's build events with its name, the CPU-only targets' apart: the replay's units (replay.py).
 record=$PWD/sleepwake-run.json
-rm -f "$record"  # an earlier run's must not stand for this one's (the report draws from it)
+rm -f "$record"  # an earlier run's must not stand for this one's (the history and the report read it)
 record_args=()
 for i in "${!bep_names[@]}"; do
   record_args+=(--bep="${beps[$i]}" --wave_name="${bep_names[$i]:-all}" --at_once="${at_once[$i]}")
@@ -261,9 +265,28 @@ done
 for t in "${took[@]}"; do record_args+=(--wave_s="$t"); done
 [[ " ${beps[*]} " == *" $cpu_bep "* ]] && record_args+=(--cpu_bep="$cpu_bep")
 record_args+=(--cpu_wait_s="$cpu_wait_s" --slots_per_gpu="$slots" --host_cpu="$lock_dir/host-cpu.txt" --lock_dir="$lock_dir")
-PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$record" --gpus="$gpus" \
-  --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}" ||
+if PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$record" --gpus="$gpus" \
+  --cores="$(nproc)" --rc="$rc" --machine_state="$machine_state" "${record_args[@]}"; then
+  # The main job's line of the run history (tools/bench/history.py): only a run of the whole matrix (no
+  # targets and no filters of yours), so that the history compares like with like.
+  main_job=1
+  ((${#targets[@]})) && main_job=0
+  for a in "$@"; do [[ "$a" == --test_filter* || "$a" == --test_tag_filters* ]] && main_job=0; done
+  if ((main_job)) && [[ -n "$history" ]]; then
+    commit=${SLEEPWAKE_COMMIT:-$(git rev-parse --short=7 HEAD 2>/dev/null)}
+    if [[ -z "$commit" ]]; then
+      echo "run_matrix.sh: no line in $history: this tree is no git checkout; set SLEEPWAKE_COMMIT to the" \
+        "commit it holds, or append sleepwake-run.json with python3 -m tools.bench.history" >&2
+    else
+      PYTHONPATH="$PWD" python3 -m tools.bench.history append "$record" --commit "$commit" \
+        --date "$(date -u +%F)" --history "$history" ||
+        echo "run_matrix.sh: no line in $history (see the line above); the test results stand" >&2
+    fi
+  fi
+else
   echo "run_matrix.sh: no run record (see the line above); the test results stand" >&2
+fi
+touch "$lock_dir/matrix-ran"
 # The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
 # first (tools/report); it shows the results, it never decides them. Every wave's build events, so
 # that a cell an earlier run left in bazel-testlogs is told apart (stale); the run record, for where the
@@ -271,7 +294,8 @@ PYTHONPATH="$PWD" python3 -m tools.bench.run_record "$cells" --out "$record" --g
 bep_args=(); for b in "${beps[@]}"; do bep_args+=(--bep="$b"); done
 ((${#bep_args[@]})) || bep_args=(--no_bep)
 [[ -f "$record" ]] && bep_args+=(--record="$record")
-python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" ||
+# The run history it draws is the one the main job's line went to.
+python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" \
+  ${history:+--history="$history"} ||
   echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
-touch "$lock_dir/matrix-ran"
 exit $rc

@@ -42,6 +42,7 @@ SCRIPT_FILES = [
     "tools/bench/replay.py",
     "tools/bench/run_record.py",
     "tools/launcher/gpu_lease.py",
+    "tools/bench/history.py",
     "tools/report/__init__.py",
     "tools/report/reading.py",
     "tools/launcher/zygote_host.py",
@@ -286,6 +287,52 @@ def test_run_matrix_writes_a_run_record_fresh_then_warm(workspace):
     )
     second = json.loads((workspace / "sleepwake-run.json").read_text())
     assert code == 3 and (second["matrix"]["status"], second["matrix"]["machine_state"]) == ("red", "warm"), output
+
+
+def test_run_matrix_appends_the_main_jobs_line_to_the_run_history(workspace, tmp_path):
+    """After the main job (no targets, no filters) its record becomes a line of the history; a run of
+    chosen targets or filters adds none, and a tree that is no git checkout adds none unless
+    SLEEPWAKE_COMMIT names the commit."""
+    base = tmp_path / "output_base"  # what bazel-testlogs resolves into: the identity sits beside execroot
+    testlogs = base / "execroot" / "ws" / "bazel-out" / "k8-fastbuild" / "testlogs"
+    (workspace / "bazel-testlogs").symlink_to(testlogs)
+    identity = base / "external" / "sleepwake_gpu" / "identity.txt"
+    identity.parent.mkdir(parents=True)
+    identity.write_text("vllm: 0.26.0 record-sha256=6f3d\ngpus: 0, NVIDIA H200, 580.159.04, 143771 MiB\n")
+    outputs = testlogs / "tests" / "sleep_wake" / "flags_mrv1_eager" / "test.outputs"
+    outputs.mkdir(parents=True)
+    timing = {"key": "server_timings", "start_mode": "zygote", "start_s": 6.0, "lease_wait_s": 0.0}
+    timing.update(memory_phase_wait_s=0.0, memory_phases=0, stop_s=0.0)
+    (outputs / "measurements.jsonl").write_text(json.dumps(timing) + "\n")
+    history = tmp_path / "runs.jsonl"
+    cell = [("//tests/sleep_wake:flags_mrv1_eager", {"t": "passed", "u": "passed"}, "", ["gpu", "flags"])]
+    env = {
+        "FAKE_NVIDIA_SMI_CSV": TWO_H200,
+        "FAKE_BAZEL_TESTLOGS": str(testlogs),
+        "SLEEPWAKE_RUN_HISTORY": str(history),
+        "GIT_CEILING_DIRECTORIES": str(tmp_path),  # the scratch workspace is no git checkout
+    }
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], cell, SLEEPWAKE_COMMIT="0123abc", **env)
+    assert code == 0, output
+    (line,) = [json.loads(text) for text in history.read_text().splitlines()]
+    cores = len(os.sched_getaffinity(0))
+    assert {k: line[k] for k in ("commit", "vllm", "machine", "machine_state", "cells", "cases", "status")} == {
+        "commit": "0123abc",
+        "vllm": "0.26.0",
+        "machine": {"gpu": "NVIDIA H200", "gpus": 2, "cores": cores},
+        "machine_state": "fresh",
+        "cells": 1,
+        "cases": 2,
+        "status": "green",
+    }, output
+    # The report it prints comes after the line and draws it.
+    assert f"run history: 1 main-job runs in {history}, 0 red" in output, output
+    for chosen in (["//tests/sleep_wake:flags_mrv1_eager"], ["--test_filter=t"]):
+        code, output, _ = run_script(workspace, "run_matrix.sh", chosen, cell, SLEEPWAKE_COMMIT="0123abc", **env)
+        assert code == 0 and len(history.read_text().splitlines()) == 1, output
+    code, output, _ = run_script(workspace, "run_matrix.sh", [], cell, **env)
+    assert code == 0 and "this tree is no git checkout; set SLEEPWAKE_COMMIT" in output, output
+    assert len(history.read_text().splitlines()) == 1
 
 
 WALK = (

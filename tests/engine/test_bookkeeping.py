@@ -114,7 +114,7 @@ def test_an_awake_tag_beside_a_sleeping_one_wakes_neither(core):
 
 def test_failing_worker_sleep_reaches_the_caller(core):
     # gpu_worker.Worker.sleep asserts, after releasing memory, that the device's free memory grew;
-    # another process allocating meanwhile fails it (the shared-GPU case in README.md).
+    # another process allocating meanwhile fails it (the shared-GPU case in docs/configuration.md).
     pinned = "engine.failed_sleep_state"
     core.worker.fail_next_sleep = "Memory usage increased after sleeping."
     checks.raises(

@@ -105,8 +105,8 @@ def main(argv) -> int:
         "against `state_walk` alone, MRV2-eager, stopping at the first oracle failure). *reached*: an "
         "oracle of the walk fired; *survived*: none did, and the reason below says why the walk cannot "
         f"see it; the {written} mutants written for the walk are killed by their catalogued ids in "
-        "`//tests/mutants:fake_mutants` and on the H200 (the first eleven in earlier sessions; those of the "
-        "walk's newer regions, in the section after the table, in [mutants-2026-12-03.md](mutants-2026-12-03.md)).",
+        "`//tests/mutants:fake_mutants` and on the GPU (`//tests/mutants:mutants`); those of the walk's newer "
+        "regions are in the section after the table.",
         "",
         "| mutant | the walk's verdict | oracles that fired |",
         "|---|---|---|",

@@ -61,14 +61,24 @@ def pytest_configure(config):
         "door_needs(capability): the test needs what an in-process door may lack (tools/launcher/door_host.py"
         " CANNOT); on a door that declares it cannot, the test is skipped with the door's reason",
     )
+    config.addinivalue_line(
+        "markers",
+        "through_door(*doors): the test reproduces a framework that holds one of these front doors (tools/matrix.bzl"
+        " FRONT_DOORS); it runs in their cells only and is deselected in every other cell",
+    )
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """A test that needs what the cell's front door declares it cannot do is skipped, and says why: the
-    report shows it per door, and the door's other tests still run."""
+    report shows it per door, and the door's other tests still run. A test of another door's framework
+    (through_door) is deselected: it is that door's cells' to run, not a skip of this one."""
     cell = _cell()
     if isinstance(cell, str):
         return
+    elsewhere = [i for i in items if any(cell.door not in m.args for m in i.iter_markers("through_door"))]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [i for i in items if i not in elsewhere]
     for item in items:
         for mark in item.iter_markers("door_needs"):
             why = cells.door_cannot(cell, *mark.args)
@@ -152,7 +162,7 @@ _LAUNCHER_CPU_S: list[float] = []
 def test_process_cpu(recorder):
     """Records, at the session's end of a cell that started a server, the CPU seconds of this test
     process (imports and collection included) and of its reaped children: the tests' own processes
-    took a large share of a GPU matrix's host CPU (docs/bench), and
+    took a large share of a GPU matrix's host CPU (docs/design.md), and
     tools/bench/bazel_runs says by class where."""
     yield
     if _LAUNCHER_CPU_S:

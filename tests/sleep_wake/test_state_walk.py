@@ -59,7 +59,7 @@ def walk_context(server, client, recorder, cell):
         )
     # Every kind of request the walk sends, once, before the readings: the API server's heap grows by tens
     # of MiB at its first logprobs, n=4, long-prompt and streamed answers (past a walk's host band at its
-    # first such step: docs/measured-settings.md), and eager mode reserves its activation blocks at the
+    # first such step: docs/design.md), and eager mode reserves its activation blocks at the
     # first forward. The answers are judged against A's golden: the fresh server must serve it.
     runner.warm_up(client, taken["A"], streams=cells.door_cannot(cell, "stream") is None)
     client.reset_prefix_cache()

@@ -514,7 +514,7 @@ def walk_shard_split(units: list[dict], top: int = 5) -> list[dict]:
     them inside the walk) and the rest (the steps' preparations, the plan, the probe, the stop, and on
     Bazel's clock the test runner's own start): what a shard over its bound spent its time on. The start's
     CPU seconds (None where a record lacks them) tell a start that compiled its cell's graphs from one that
-    loaded them from the cache and waited (docs/runs-2026-12-05.md)."""
+    loaded them from the cache and waited."""
     clock = walk_clock(units)
     rows = []
     for u in gpu_walk_shards(units):

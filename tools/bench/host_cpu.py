@@ -11,7 +11,7 @@ Samples every process once a second until SIGTERM or SIGINT (or --samples), then
 A process counts the CPU it used after the first sample. Its last sample is what counts, so a process
 loses up to a second before it exits. The line's `unsampled` is the host's busy time from /proc/stat that
 no sample saw, mostly processes too short-lived to be sampled. The tests' own processes are a share of a
-GPU matrix's CPU that the servers' own timings cannot show (docs/bench holds the measured shares).
+GPU matrix's CPU that the servers' own timings cannot show (docs/design.md tells the measured shares).
 """
 
 from __future__ import annotations

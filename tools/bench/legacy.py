@@ -1,4 +1,4 @@
-"""The replay's units of a run recorded before run_record kept them (docs/bench's records up to 84c86bc),
+"""The replay's units of a run recorded before run_record kept them (the records up to 84c86bc),
 rebuilt from its record and its console log (tools/run_matrix.sh's output, saved beside the record).
 
 What each gives:

@@ -154,7 +154,8 @@ def by_wave(phases: list[Phase], waves) -> list[tuple[str, float, list[Phase]]]:
 def lead_s(phases: list[Phase], began: float) -> float | None:
     """Seconds from a wave's start to its first memory phase: Bazel's start, the tests' own start-up and
     their servers' set-up before any GPU step, during which the wave's slots do nothing for its work
-    (13 s for the walk's wave, 22 s for the rest with four test jobs a slot: docs/bench, eighth section)."""
+    (13 s for the walk's wave, 22 s for the rest with four test jobs a slot: docs/design.md, the
+    longest-first slot queue)."""
     return round(min(p.asked for p in phases) - began, 1) if phases else None
 
 

@@ -1,5 +1,5 @@
 """The scheduler replay: its list scheduling, its scaling of memory-phase waits, its floors, and the
-measured one-GPU main-job runs kept in testdata/runs (records and console logs from docs/bench) replayed
+measured one-GPU main-job runs kept in testdata/runs (their records and console logs) replayed
 on their own machine against the elapsed time each record measured."""
 
 import json

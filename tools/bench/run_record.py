@@ -1,8 +1,8 @@
 """One matrix run as a JSON record, written by tools/run_matrix.sh after every run (sleepwake-run.json):
 the machine and what it ran (vLLM's build, torch, the GPUs and driver: @sleepwake_gpu's identity.txt
 beside the test logs), the run's verdict and elapsed time, its GPU server starts and whether the machine
-was fresh or warm, then where the GPU cells' time went (bazel_runs). A run worth keeping is copied to
-docs/bench/.
+was fresh or warm, then where the GPU cells' time went (bazel_runs). The main job's record also goes into
+the run history, tools/bench/runs.jsonl, as one line (tools/bench/history.py).
 
     python3 -m tools.bench.run_record bazel-testlogs/tests/sleep_wake --out sleepwake-run.json \\
         --gpus 1 --cores 16 --rc 0 --machine_state fresh --wave_s 212.7 --wave_s 173.7 --bep .bazel-bep-wave1.json
@@ -46,6 +46,17 @@ def cells_by_door(units: list[dict]) -> dict[str, dict]:
         tally["failed"] += bool(counts.get("failed"))
         tally["passed"] += bool(counts.get("passed")) and not counts.get("failed")
     return out
+
+
+def cases_of(xmls) -> dict[str, int]:
+    """{"passed", "failed", "skipped"}: the test cases of these test.xml files (an invocation's results,
+    every target's, the fake tier's and the unit tests' too), as tools/results/ran_tests.py counts them."""
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    for xml in sorted(xmls):
+        if os.path.exists(xml):
+            for outcome, n in testlogs.junit_outcomes(xml).items():
+                totals[outcome] = totals.get(outcome, 0) + n
+    return totals
 
 
 def parse_identity(text: str) -> dict[str, str]:
@@ -156,14 +167,17 @@ def record(
     cpu_wait_s: float = 0.0,
     cpu_only: placement.Placement | None = None,
     replay: dict | None = None,
+    cases: dict[str, int] | None = None,
 ) -> dict:
     """The run's record: `matrix` holds the figures the speed issue names (status, elapsed_s,
     server_starts, machine_state), counted from the cells' own timings (launch_to_health_s: a start's own
     seconds, without the wait for a GPU slot), the cells that ran by front door (cells_by_door) and the
     walk's shards against the walk issue's bound (bazel_runs.walk_shards, on Bazel's clock where the
-    build events timed every shard); elapsed_s the GPU waves' and the wait after them for the CPU-only
-    targets' own bazel test (cpu_wait_s), and where those ran (cpu_only: tools/results/placement.py);
-    `cell_time` the breakdown; `replay` what tools/bench/replay.py replays it from (replay_section)."""
+    build events timed every shard) and `cases`, the outcomes of every test case of the run's results
+    (cases_of: what ran_tests counts; None without build events to name them); elapsed_s the GPU waves'
+    and the wait after them for the CPU-only targets' own bazel test (cpu_wait_s), and where those ran
+    (cpu_only: tools/results/placement.py); `cell_time` the breakdown; `replay` what
+    tools/bench/replay.py replays it from (replay_section)."""
     if machine_state not in MACHINE_STATES:
         raise ValueError(f"machine_state {machine_state!r}: say one of {', '.join(MACHINE_STATES)}")
     elapsed = round(sum(waves_s) + cpu_wait_s, 1) if waves_s else None
@@ -194,6 +208,7 @@ def record(
             **counted,
             "gpu_units": len(gpu),
             "cells_by_door": cells_by_door(units),
+            "cases": cases,
             "walk_shards": bazel_runs.walk_shards(units),
             "machine_state": machine_state,
             **bazel_runs.matrix_measures(units, elapsed),
@@ -296,6 +311,7 @@ def main(argv=None) -> int:
         cpu_wait_s=args.cpu_wait_s,
         cpu_only=placement.read(all_beps) if all_beps else None,
         replay=_replay(args, units),
+        cases=cases_of(invocation.xmls) if invocation else None,
     )
     if result["replay"]:
         result["predicted"] = predicted(result, args.out)

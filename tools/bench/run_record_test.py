@@ -106,6 +106,8 @@ def test_cells_by_door_counts_the_cells_this_run_ran_never_the_spec(tmp_path):
         for i, (unit, cases) in enumerate(ran.items())  # a shard number each: Bazel's events tell shards apart
     ]
     write_xml(tmp_path / "logs" / "latency_async_llm_mrv2_graph" / "test.xml", {"t": "passed"})  # an earlier run's
+    unit_test = write_xml(tmp_path / "logs" / "unit" / "oracle_unit_test" / "test.xml", {"a": "passed", "b": "passed"})
+    results.append(("//tests/sleep_wake/unit:oracle_unit_test", unit_test, "PASSED", 0))
     write_bep(tmp_path / "bep.json", results)
     out = tmp_path / "run.json"
     argv = [str(tmp_path / "logs"), "--out", str(out), "--gpus", "1", "--cores", "16", "--rc", "3"]
@@ -115,8 +117,11 @@ def test_cells_by_door_counts_the_cells_this_run_ran_never_the_spec(tmp_path):
         "async_llm": {"cells": 1, "passed": 1, "failed": 0},
         "llm": {"cells": 1, "passed": 0, "failed": 1},
     }
+    # The cases of every result the build events name, the unit test's too (what ran_tests counts); not the
+    # earlier run's cell.
+    assert json.loads(out.read_text())["matrix"]["cases"] == {"passed": 7, "failed": 3, "skipped": 1}
     nothing = run_record.record([], gpus=1, cores=16, rc=0, machine_state="warm", waves_s=[])
-    assert nothing["matrix"]["cells_by_door"] == {}
+    assert nothing["matrix"]["cells_by_door"] == {} and nothing["matrix"]["cases"] is None
 
 
 IDENTITY = """python: 3.12.3 /tmp/gpu-py

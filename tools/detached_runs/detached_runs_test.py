@@ -1,20 +1,16 @@
 """start.sh, runs.sh, save.sh and collect.sh, with fakes of tools/setup.sh and tools/run_matrix.sh in a
-scratch workspace: each fake writes a record and a test.xml naming its run (unless told to fail first),
-and exits as its arguments say."""
+scratch workspace: each fake writes a record and a test.xml naming its run and appends its line to the run
+history (unless told to fail first), and exits as its arguments say."""
 
 import io
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 
 import pytest
 
-from tools.launcher import zygote_host
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ("start.sh", "runs.sh", "save.sh", "collect.sh", "running_chain.sh")
 # A fake main job: `NAME EXIT [WAIT_FOR_FILE]`; EXIT "early" fails before writing anything. It waits for
@@ -26,6 +22,7 @@ if [[ -n "${3:-}" ]]; then until [[ -e $3 ]]; do sleep 0.1; done; fi
 echo "fake run $name"
 [[ $code == early ]] && exit 7
 echo "{\\"run\\": \\"$name\\"}" > sleepwake-run.json
+echo "{\\"run\\": \\"$name\\", \\"commit\\": \\"${SLEEPWAKE_COMMIT:-}\\"}" >> tools/bench/runs.jsonl
 mkdir -p out/tests/sleep_wake/cell && echo "<testsuites name=\\"$name\\"/>" > out/tests/sleep_wake/cell/test.xml
 echo "log of $name" > out/tests/sleep_wake/cell/test.log
 for cell in state_walk_mrv1_eager state_walk_fake_mrv1_eager; do
@@ -46,6 +43,9 @@ def workspace(tmp_path):
     for name in ("setup.sh", "run_matrix.sh"):
         (ws / "tools" / name).write_text(FAKE)
         (ws / "tools" / name).chmod(0o755)
+    (ws / "tools" / "bench").mkdir()
+    (ws / "tools" / "bench" / "runs.jsonl").write_text('{"run": "an earlier one"}\n')
+    (tmp_path / "out").mkdir()
     yield ws
     # A test that failed halfway must not leave its chain running.
     pid_file = tmp_path / "runs" / "runs.pid"
@@ -61,7 +61,7 @@ def _env(workspace, **more):
         os.environ,
         SLEEPWAKE_RUNS_DIR=str(workspace.parent / "runs"),
         SLEEPWAKE_LOCK_DIR=str(workspace.parent / "locks"),
-        OUT=str(workspace.parent / "out"),
+        GIT_CEILING_DIRECTORIES=str(workspace.parent),  # the scratch tree is no git checkout unless made one
     )
     env.update(more)
     return env
@@ -71,6 +71,7 @@ def _script(workspace, name, *args, **env):
     proc = subprocess.run(
         ["bash", str(workspace / "tools" / "detached_runs" / name), *args],
         env=_env(workspace, **env),
+        cwd=workspace.parent / "out",  # collect.sh packs into the current directory by default
         capture_output=True,
         text=True,
         timeout=60,
@@ -111,7 +112,9 @@ def test_runs_one_after_another_each_saved_before_the_next_overwrites_it(workspa
         walk = "tests/sleep_wake/state_walk_mrv1_eager/shard_1_of_2/test.outputs/measurements.jsonl"
         assert outputs.extractfile(walk).read().decode().strip() == '{"run": "first"}'
         assert not [n for n in outputs.getnames() if "_fake_" in n], outputs.getnames()
-    assert len(os.listdir(workspace.parent / "out")) <= 8, "a device call brings back at most 8 files"
+    # Each run's own line of the run history comes back beside it, not the earlier lines.
+    assert _member(workspace, "first", "runs.jsonl") == '{"run": "first", "commit": ""}\n'
+    assert _member(workspace, "second", "runs.jsonl") == '{"run": "second", "commit": ""}\n'
 
 
 def test_a_run_that_stops_early_brings_back_nothing_of_the_run_before(workspace):
@@ -188,7 +191,7 @@ def test_start_refuses_bad_specs_and_starts_nothing(workspace):
     for specs, says in [
         (["a matrix", "b bench"], '"b bench"'),
         (["../x matrix"], "NAME must be"),
-        (["r release .nowhere"], "no .nowhere/bin/install.sh"),
+        (["r release .staged"], "the mode is setup or matrix"),
         ([], "no run given"),
     ]:
         code, out = _script(workspace, "start.sh", *specs)
@@ -196,60 +199,32 @@ def test_start_refuses_bad_specs_and_starts_nothing(workspace):
     assert not (workspace.parent / "runs" / "runs.pid").exists()
 
 
-def test_collect_refuses_to_bring_back_more_files_than_a_call_can(workspace):
+def test_the_runs_name_the_callers_commit_for_the_history_line(workspace):
+    """The copy the runs go in is no git checkout: start.sh names its own tree's commit (SLEEPWAKE_COMMIT),
+    which run_matrix.sh writes into the main job's line; a commit given by the caller wins."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(workspace)]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run(git + ["rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout.strip()
+    code, out = _script(workspace, "start.sh", "one matrix one 0", GIT_CEILING_DIRECTORIES="")
+    assert code == 0, out
+    assert _script(workspace, "collect.sh", "one", "50")[0] == 0
+    assert _member(workspace, "one", "runs.jsonl") == f'{{"run": "one", "commit": "{head}"}}\n'
+    code, out = _script(workspace, "start.sh", "two matrix two 0", SLEEPWAKE_COMMIT="0123abc")
+    assert code == 0 and _script(workspace, "collect.sh", "two", "50")[0] == 0, out
+    assert _member(workspace, "two", "runs.jsonl") == '{"run": "two", "commit": "0123abc"}\n'
+
+
+def test_collect_splits_the_bundle_for_a_transfer_that_limits_a_files_size(workspace):
     code, out = _script(workspace, "start.sh", "big matrix big 0")
     assert code == 0, out
+    code, out = _script(workspace, "collect.sh", "big", "50", SLEEPWAKE_COLLECT_PART_BYTES="ten")
+    assert code == 2 and "is not a number of bytes" in out, out
+    code, out = _script(workspace, "collect.sh", "big", "50", SLEEPWAKE_COLLECT_PART_BYTES="500")
+    assert code == 0, out
     out_dir = workspace.parent / "out"
-    out_dir.mkdir()
-    for i in range(8):
-        (out_dir / f"earlier{i}").write_text("x")
-    code, out = _script(workspace, "collect.sh", "big", "50")
-    assert code == 2 and "more than the 8" in out, out
-
-
-def _python_first(tmp_path):
-    """A folder whose python3 is this test's interpreter, which has what tools.launcher imports."""
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    (shim / "python3").chmod(0o755)
-    return shim
-
-
-def test_release_waits_for_its_parts_stops_the_zygote_host_then_installs(workspace, tmp_path):
-    staged = tmp_path / "stage-devcarry99"
-    staged.mkdir()
-    (staged / "part-00").write_text("wheels")
-    parts = tmp_path / "parts"
-    installer = workspace / ".devcarry99" / "bin" / "install.sh"
-    installer.parent.mkdir(parents=True)
-    installer.write_text(f'#!/bin/bash\nls "{parts}" > "{tmp_path}/installed"\n')
-    env = {
-        "SLEEPWAKE_STAGE_ROOT": str(tmp_path),
-        "SLEEPWAKE_INSTALL_PARTS_DIR": str(parts),
-        "PYTHONPATH": ROOT,  # tools.launcher, which ends the parked servers and the zygote host
-        "PATH": f"{_python_first(tmp_path)}:{os.environ['PATH']}",
-    }
-    lock_dir = str(workspace.parent / "locks")
-    host = subprocess.Popen(
-        [sys.executable, "-m", "tools.launcher.zygote_host", "--lock_dir", lock_dir, "--idle_s", "0"],
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": ROOT},
-        cwd="/",
-    )
-    try:
-        assert zygote_host.await_host(lock_dir, 30), "the zygote host did not come up"
-        code, out = _script(workspace, "start.sh", "rel release .devcarry99", "after matrix after 0", **env)
-        assert code == 0, out
-        code, out = _script(workspace, "collect.sh", "rel", "1", **env)
-        assert code == 1, out
-        assert not (tmp_path / "installed").exists() and host.poll() is None, "it must wait for READY first"
-        (staged / "READY").touch()
-        code, out = _script(workspace, "collect.sh", "after", "50", **env)
-        assert code == 0 and "collect.sh: after exit 0" in out, out
-        code, out = _script(workspace, "collect.sh", "rel", "5", **env)
-        assert code == 0 and "collect.sh: rel exit 0" in out, out
-        assert (tmp_path / "installed").read_text().split() == ["part-00"]
-        assert host.wait(timeout=30) == 0, "the old release's zygote host must be stopped before the install"
-    finally:
-        if host.poll() is None:
-            host.kill()
+    parts = sorted(out_dir.glob("big.tgz.*"), key=lambda p: int(p.suffix[1:]))
+    assert len(parts) > 1 and not (out_dir / "big.tgz").exists() and all(p.stat().st_size <= 500 for p in parts)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts))) as bundle:
+        assert bundle.extractfile("big/rc").read().decode().strip() == "0"

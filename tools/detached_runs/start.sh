@@ -1,21 +1,19 @@
 #!/usr/bin/env bash
-# Starts runs one after another in a process session of their own, and returns at once: for a GPU machine
-# reached call by call, where a call's processes end with it and a run outlasts a call (the main job on a
-# fresh machine takes longer than one). Each run's console, exit code and results land in
-# $SLEEPWAKE_RUNS_DIR/NAME (default /tmp/runs), saved before the next run overwrites them (save.sh);
-# collect.sh waits for one and brings it back. They run in a copy of this tree, $SLEEPWAKE_RUNS_DIR/.tree.
+# Starts runs of the main job one after another in a process session of their own, and returns at once:
+# for a remote GPU box reached over a session that may end before a run does (ssh that drops, a CI step or
+# a notebook with a time limit). Each run's console, exit code and results land in
+# $SLEEPWAKE_RUNS_DIR/NAME (default /tmp/runs), saved before the next run overwrites them (save.sh), with
+# the line the main job added to the run history (NAME/runs.jsonl); collect.sh waits for one and packs it.
+# They run in a copy of this tree, $SLEEPWAKE_RUNS_DIR/.tree, so that editing or syncing this tree
+# meanwhile cannot change a run under way.
 #
-#   tools/detached_runs/start.sh "NAME setup [ARGS]" "NAME matrix [ARGS]" "NAME release FOLDER" ...
+#   tools/detached_runs/start.sh "NAME setup [ARGS]" "NAME matrix [ARGS]" ...
 #
 #   NAME     letters, digits, '_' and '-'
 #   setup    tools/setup.sh ARGS (install, then the main job; the newcomer's command)
 #   matrix   tools/run_matrix.sh ARGS (the main job again, e.g. --nocache_test_results for a warm run)
-#   release  another vLLM: FOLDER/bin/install.sh installs the parts it finds in /tmp/devcarry (the device
-#            staging's format); the calls copy them to /tmp/stage-FOLDER (FOLDER without its leading
-#            dot) and then touch READY there, which it waits for. It ends the old release's parked
-#            servers and this lock dir's zygote host first.
-# Environment for every run: /tmp/vllm-env.sh when present (the staging's install writes it) and
-# SLEEPWAKE_WHEELHOUSE=.whl when that folder exists (python3 -m tools.deps.wheelhouse .whl).
+# The runs inherit this command's environment (SLEEPWAKE_GPU_PYTHON, SLEEPWAKE_WHEELHOUSE, ...), and
+# SLEEPWAKE_COMMIT names this tree's commit for the run history, since the copy is no git checkout.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/detached_runs/running_chain.sh
@@ -23,14 +21,13 @@ die() { echo "start.sh: $*" >&2; exit 2; }
 # Absolute: runs.sh works in the copy below, collect.sh wherever it is called.
 runs=$(realpath -m "${SLEEPWAKE_RUNS_DIR:-/tmp/runs}")
 [[ $runs/ == "$PWD"/* ]] && die "SLEEPWAKE_RUNS_DIR=$runs lies in this tree, which is copied there: set one outside it"
-(($#)) || die "no run given: start.sh \"NAME setup|matrix [ARGS]\" | \"NAME release FOLDER\" ..."
+(($#)) || die "no run given: start.sh \"NAME setup|matrix [ARGS]\" ..."
 for spec in "$@"; do
   read -r name mode args <<<"$spec"
   [[ $name =~ ^[A-Za-z0-9_-]+$ ]] || die "\"$spec\": NAME must be letters, digits, '_' or '-'"
   case $mode in
     setup | matrix) ;;
-    release) [[ -f $args/bin/install.sh ]] || die "\"$spec\": no $args/bin/install.sh here: carry the staged folder's bin" ;;
-    *) die "\"$spec\": the mode is setup, matrix or release (NAME MODE [ARGS])" ;;
+    *) die "\"$spec\": the mode is setup or matrix (NAME MODE [ARGS])" ;;
   esac
 done
 mkdir -p "$runs"
@@ -40,9 +37,10 @@ fi
 # A queued run must not answer with an earlier run's results of the same name before it starts.
 for spec in "$@"; do read -r name _ <<<"$spec"; rm -rf "${runs:?}/$name"; done
 export SLEEPWAKE_RUNS_DIR=$runs
-# The runs go in a copy of this tree: each device call copies the caller's tree over this one, and a Bazel
-# analysing meanwhile finds files missing (docs/main-job.md). Copied over the last copy, not into an empty
-# one, at the same path: what an earlier chain's runs left there (user.bazelrc, Bazel's output base, keyed
+commit=${SLEEPWAKE_COMMIT:-$(git rev-parse --short=7 HEAD 2>/dev/null)}
+[[ -n $commit ]] && export SLEEPWAKE_COMMIT=$commit
+# The runs go in a copy of this tree: a tree changed under a Bazel analysing it (a sync of a newer tree,
+# an edit) finds files missing. Copied over the last copy, not into an empty one, at the same path: what an earlier chain's runs left there (user.bazelrc, Bazel's output base, keyed
 # by that path) keeps the next chain warm. What the last copy brought and this tree no longer has goes (a
 # deleted test file would still be globbed). A dot name: no run's NAME can be it.
 tree=$runs/.tree

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import os
 import pwd
 import subprocess
@@ -26,10 +27,14 @@ WORKSPACE = "sleepwake"
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 # FRONT_DOORS (tools/matrix.bzl): HTTP is vLLM's OpenAI server; the others run in DOOR_HOST_MODULE, behind the same API.
 DOOR_HOST_MODULE = "tools.launcher.door_host"
+WORKER_EXTENSION = "tools.launcher.weight_receiver.WeightReceiver"
+WEIGHT_TRANSFER_BACKENDS = ("none", "ipc")
+# The folder that holds `tools`: on every server's PYTHONPATH, so vLLM's workers import WORKER_EXTENSION.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
 # engine core and its executor), then, in the engine core it forks, the scheduler, the worker, both model
 # runners (one zygote serves both), the model loader, Qwen3 and the FlashAttention backend. Imported by
-# the zygote they cost a server nothing (their time: docs/measured-settings.md), most of it the worker's.
+# the zygote they cost a server nothing (their time: docs/design.md), most of it the worker's.
 # There, with vLLM 0.24.0-0.26.0, they read no per-server variable outside zygote_env.IMPORT_SAFE, start
 # no thread or process (given build_env's HUMMING_DISABLE_PARALLEL_BUILD) and leave CUDA uninitialised.
 # In 0.26.0 some import others of the list; each is named so that another layout still gets it. Left
@@ -46,7 +51,7 @@ VLLM_PRELOAD = (
     "vllm.model_executor.models.qwen3",
     "vllm.v1.attention.backends.flash_attn",
     # Triton's cache key hashes its compiler's sources and libtriton.so (functools.lru_cache): each
-    # server's first kernel lookup paid for it, every server the same (docs/measured-settings.md). It
+    # server's first kernel lookup paid for it, every server the same (docs/design.md). It
     # reads files only: no CUDA, no variable.
     "triton.runtime.cache:triton_key",
 )
@@ -63,7 +68,7 @@ DOOR_PRELOAD = (
 # The server modules that one zygote imports and runs (zygote_preload auto). The goldens' API servers start
 # first, as build actions, so their zygote has imported vLLM before any cell starts; a door host with a
 # zygote of its own imported vLLM again when the first in-process cell started, in the middle of the
-# walk wave's first round of starts (docs/speed.md).
+# walk wave's first round of starts (docs/design.md).
 SHARED_ZYGOTE_MODULES = (VLLM_ENTRYPOINT, DOOR_HOST_MODULE)
 
 
@@ -126,7 +131,7 @@ class ServerConfig:
     mp_method: str = _setting(
         "fork",
         "VLLM_WORKER_MULTIPROC_METHOD. fork starts faster than spawn"
-        " (docs/measured-settings.md), but the worker inherits the parent's state (unsafe if CUDA was"
+        " (docs/design.md), but the worker inherits the parent's state (unsafe if CUDA was"
         " initialised first, which vLLM detects and then spawns anyway); spawn is slower"
         " and clean.",
         choices=MP_METHODS,
@@ -173,6 +178,13 @@ class ServerConfig:
         " HTTP API by calling the door's own methods (what a door cannot do answers 501).",
         choices=FRONT_DOORS,
     )
+    weight_transfer: str = _setting(
+        "none",
+        "vLLM's own weight-transfer backend the server starts with (--weight-transfer-config): none, or ipc,"
+        " CUDA-IPC handles from a trainer on the same GPU (the suite's native push way; vLLM 0.26.0's module"
+        " for it imports ray, which vLLM does not require, so the server's Python must have ray).",
+        choices=WEIGHT_TRANSFER_BACKENDS,
+    )
     start_mode: str = _setting(
         "auto",
         "auto: fork the server from a zygote that imported vLLM once per runner"
@@ -212,12 +224,12 @@ class ServerConfig:
         "Seconds a server given back (VllmServer.park) waits for a test process of its configuration"
         " before it stops; a start of another configuration that finds no free slot stops it sooner.",
     )
-    # A zygote keeps all of imported vLLM in memory (docs/measured-settings.md); a minute covers the gaps
+    # A zygote keeps all of imported vLLM in memory (docs/design.md); a minute covers the gaps
     # between the cells of one run.
     zygote_idle_s: float = _setting(60.0, "Seconds an idle zygote waits for the next server before it exits.")
     zygote_host_idle_s: float = _setting(120.0, "Seconds a zygote host started outside Bazel outlives its zygotes.")
     # Importing vLLM takes tens of seconds, several times that with dozens of processes importing at once
-    # (docs/measured-settings.md).
+    # (docs/design.md).
     zygote_start_timeout_s: float = _setting(300.0, "Seconds to wait for a zygote to import vLLM.")
     zygote_preload: str = _setting(
         "auto",
@@ -231,7 +243,7 @@ class ServerConfig:
         " preload.",
     )
     # Both through the plugin phase_plugin/sleepwake_cpu_use.py: the servers' CPU work is the matrix's
-    # floor on one H200, and these cut it (docs/measured-settings.md). A GPU server's torch does no CPU
+    # floor on one H200, and these cut it (docs/design.md). A GPU server's torch does no CPU
     # work worth a pool.
     torch_threads: int = _setting(
         1,
@@ -481,7 +493,7 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
         "--max-model-len",
         str(config.max_model_len),
         # Explicit bytes: --gpu-memory-utilization is a fraction of the whole device, so a second
-        # server on a shared GPU got only what the first left (docs/measured-settings.md).
+        # server on a shared GPU got only what the first left (docs/design.md).
         "--kv-cache-memory-bytes",
         str(config.kv_cache_bytes),
         "--gpu-memory-utilization",
@@ -492,7 +504,13 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
         "--enable-prompt-tokens-details",
         "--max-num-seqs",
         "32",
+        # Every server takes an RL trainer's tensor and CUDA-IPC pushes through collective_rpc, as verl's and
+        # NeMo-RL's rollouts install theirs (tests/sleep_wake/lib/pushes.py).
+        "--worker-extension-cls",
+        WORKER_EXTENSION,
     ]
+    if config.weight_transfer != "none":
+        argv += ["--weight-transfer-config", json.dumps({"backend": config.weight_transfer})]
     # Stats stay on: the sleep-state gauge lives in /metrics.
     return argv + list(EXECUTION_MODES[config.execution_mode]) + list(config.server_args)
 
@@ -535,6 +553,12 @@ def build_env(config: ServerConfig, base_env, cuda_visible_devices: str | None =
             "XDG_CACHE_HOME": os.path.join(cache, "xdg"),
         }
     )
+    if config.weight_transfer == "ipc":
+        # The IPC backend unpickles the handles a trainer sends over HTTP only with this set (ipc_engine.py).
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    entries = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if REPO_ROOT not in entries:
+        env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, *entries])
     # The config decides, not a variable the runner's environment left.
     for name in (cpu_use_plugin.ENV_TORCH_THREADS, cpu_use_plugin.ENV_CUDA_SYNC):
         env.pop(name, None)
@@ -573,7 +597,7 @@ def check_importable(python: str, env, module: str = "vllm") -> None:
     """Raises VllmNotFoundError unless `python` with `env` can find `module`.
 
     find_spec in a child of that interpreter: it sees exactly the server's sys.path, and it does not
-    import vLLM (which takes tens of seconds: docs/measured-settings.md).
+    import vLLM (which takes tens of seconds: docs/design.md).
     """
     code = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
     result = subprocess.run([python, "-c", code, module], env=dict(env), capture_output=True, text=True, timeout=60)

@@ -32,10 +32,26 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-DOORS = ("llm", "async_llm")
+DOORS = ("llm", "async_llm", "llm_colocate")
+# vLLM's own weight-transfer API (serve/dev/rlhf/api_router.py): route -> the body key it needs, if any.
+WEIGHT_TRANSFER = {
+    "init_weight_transfer_engine": "init_info",
+    "start_weight_update": None,
+    "update_weights": "update_info",
+    "finish_weight_update": None,
+}
+WITH_BODY = {route for route, key in WEIGHT_TRANSFER.items() if key}
+# vllm.LLM as TRL's colocate mode builds it (trl/trainer/grpo_trainer.py): the engine in the trainer's own
+# process (distributed_executor_backend="external_launcher", VLLM_ENABLE_V1_MULTIPROCESSING=0, so vLLM
+# takes InprocClient), a torch.distributed world of one that the trainer's launcher set up.
+COLOCATE = "llm_colocate"
 NOT_IMPLEMENTED = 501
 GRACEFUL_STOP_S = 5  # what a stop waits for open requests before it ends them
 
+IN_PROCESS_LOAD = (
+    "the door's engine core runs in a process of its own, so no tensor of this process reaches the model's "
+    "load_weights: push through collective_rpc and the worker extension instead"
+)
 # door -> {capability: why the door cannot provide it}. A request that needs one answers 501 with the reason.
 CANNOT: dict[str, dict[str, str]] = {
     "llm": {
@@ -45,9 +61,11 @@ CANNOT: dict[str, dict[str, str]] = {
             "while one is in flight, such as a /sleep racing a completion, cannot be made through it"
         ),
         "pause": "vllm.LLM has no pause_generation / resume_generation / is_paused; LLM.sleep(level=0) is its pause",
+        "in_process_load": IN_PROCESS_LOAD,
     },
-    "async_llm": {},
+    "async_llm": {"in_process_load": IN_PROCESS_LOAD},
 }
+CANNOT[COLOCATE] = {k: v for k, v in CANNOT["llm"].items() if k != "in_process_load"}
 
 # The /v1/completions fields the host maps onto SamplingParams; any other field is refused (400), since
 # ignoring it would answer a request other than the one sent.
@@ -81,7 +99,9 @@ def build_engine(door: str, server_argv: list[str]) -> Any:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(server_argv)
-    if door == "llm":
+    if door == COLOCATE:
+        _as_colocated_trainer()
+    if door in ("llm", COLOCATE):
         from vllm import LLM
         from vllm.engine.arg_utils import EngineArgs
 
@@ -94,12 +114,30 @@ def build_engine(door: str, server_argv: list[str]) -> Any:
         }
         kwargs["model"] = engine_args.model
         kwargs["disable_log_stats"] = engine_args.disable_log_stats
+        if door == COLOCATE:
+            kwargs["distributed_executor_backend"] = "external_launcher"
         return LLM(**kwargs)
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
     return AsyncLLM.from_engine_args(AsyncEngineArgs.from_cli_args(args), usage_context=UsageContext.ENGINE_CONTEXT)
+
+
+def _as_colocated_trainer() -> None:
+    """This process as TRL's trainer is when it builds its colocated engine: a torch.distributed world of
+    one (its launcher, accelerate or torchrun, exported these), and vLLM's engine kept in this process."""
+    import os
+    import socket
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1")):
+        os.environ[name] = value
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
 
 
 # (door, the server's flags) -> the door's engine object, or an awaitable of it (awaited on the serving loop).
@@ -139,9 +177,8 @@ class CallThread:
 class LlmDoor:
     """vllm.LLM: each call runs on one thread of its own, as a trainer's loop makes them, one at a time."""
 
-    name = "llm"
-
-    def __init__(self, llm) -> None:
+    def __init__(self, llm, name: str = "llm") -> None:
+        self.name = name
         self.llm = llm
         self._thread = CallThread("llm-door")
         self._busy = False
@@ -197,6 +234,35 @@ class LlmDoor:
         [output] = await self._call(self.llm.generate, [prompt], params, use_tqdm=False)
         return output
 
+    async def weight_transfer(self, route: str, body: dict) -> Any:
+        # LLM's methods take the request as the route's body (a dict with init_info or update_info).
+        method = getattr(self.llm, route)
+        return await self._call(method, body) if route in WITH_BODY else await self._call(method)
+
+    async def load_weights(self, checkpoint: str) -> int:
+        if self.name != COLOCATE:
+            raise Cannot(self.name, "in_process_load")
+        return await self._call(self._load_weights, checkpoint)
+
+    def _load_weights(self, checkpoint: str) -> int:
+        """TRL's push (trl/trainer/grpo_trainer.py _move_model_to_vllm): the trainer's tensors, on the GPU in
+        this process, straight into the model's load_weights, past the executor and collective_rpc. The
+        tensors are this stand-in trainer's only: given back once loaded, so the door's device bytes stay
+        the engine's."""
+        import torch
+
+        from tools.launcher.weight_receiver import checkpoint_tensors
+
+        model = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+        weights = checkpoint_tensors(checkpoint, torch.device("cuda", torch.cuda.current_device()))
+        try:
+            loaded = model.load_weights(weights=weights)
+            torch.accelerator.synchronize()
+            return len(loaded) if loaded is not None else len(weights)
+        finally:
+            del weights
+            torch.accelerator.empty_cache()
+
     def stream(self, prompt: dict, params, request_id: str) -> AsyncIterator:
         raise Cannot(self.name, "stream")
 
@@ -240,6 +306,19 @@ class AsyncLlmDoor:
     async def is_paused(self) -> Any:
         return await self.engine.is_paused()
 
+    async def weight_transfer(self, route: str, body: dict) -> Any:
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest, WeightTransferUpdateRequest
+
+        method = getattr(self.engine, route)
+        if route == "init_weight_transfer_engine":
+            return await method(WeightTransferInitRequest(init_info=body["init_info"]))
+        if route == "update_weights":
+            return await method(WeightTransferUpdateRequest(update_info=body["update_info"]))
+        return await method()
+
+    async def load_weights(self, checkpoint: str) -> int:
+        raise Cannot(self.name, "in_process_load")
+
     async def generate(self, prompt: dict, params, request_id: str):
         from vllm.sampling_params import RequestOutputKind
 
@@ -263,7 +342,7 @@ class AsyncLlmDoor:
 
 
 def door_of(name: str, engine) -> LlmDoor | AsyncLlmDoor:
-    return LlmDoor(engine) if name == "llm" else AsyncLlmDoor(engine)
+    return AsyncLlmDoor(engine) if name == "async_llm" else LlmDoor(engine, name)
 
 
 # --- /v1/completions: the body to a door call, the door's RequestOutput to the body the client reads -----------
@@ -438,6 +517,26 @@ def build_app(door, args: argparse.Namespace):
     @app.get("/is_paused")
     async def is_paused():
         return JSONResponse({"is_paused": await door.is_paused()})
+
+    def weight_transfer_route(route: str, key: str | None):
+        async def call(request: Request):
+            body = await request.json() if key else {}
+            if key and (not isinstance(body, dict) or body.get(key) is None):
+                raise BadRequest(f"no {key!r} in the body of /{route}: send {{{key!r}: {{...}}}}")
+            await door.weight_transfer(route, body)
+            return JSONResponse({"message": f"{route} done"})
+
+        app.post(f"/{route}")(call)
+
+    for route, key in WEIGHT_TRANSFER.items():
+        weight_transfer_route(route, key)
+
+    @app.post("/load_weights")
+    async def load_weights(request: Request):
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("checkpoint"), str):
+            raise BadRequest(f"no 'checkpoint' in the body {body!r}: name the checkpoint directory to load")
+        return JSONResponse({"loaded": await door.load_weights(body["checkpoint"])})
 
     @app.post("/v1/completions")
     async def completions(request: Request):

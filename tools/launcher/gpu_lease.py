@@ -179,7 +179,7 @@ _FLOCK = "hhqqi4x"  # struct flock on Linux x86-64 and arm64: type, whence, star
 # running server's wake or reload, a fraction of one. While a start step holds ALLOCATE, a waiting FREE
 # waits for that step anyway, so a brief ALLOCATE may pass the FREE's keep-out: it ends before the step
 # does and costs the sleep nothing (without this, wakes queued for minutes behind a waiting FREE that
-# itself waited for start steps: docs/measured-settings.md). A new start step is still kept out, so the
+# itself waited for start steps: docs/design.md). A new start step is still kept out, so the
 # sleep's wait stays bounded by the steps already inside.
 START_STEP = "start"
 BRIEF = ("wake", "reload")
@@ -246,7 +246,7 @@ def start_step_inside(lease: Lease | None) -> bool:
     """Whether a GPU neighbour's worker is in one of its start steps now (it holds ALLOCATE with
     _START_STEP_INSIDE). A latency sample taken meanwhile shares the GPU's copy engines and driver with a
     weight load, a profile run or a graph capture, and a wake beside one is several times slower
-    (docs/measured-settings.md). A lease alone on its GPU has no neighbours."""
+    (docs/design.md). A lease alone on its GPU has no neighbours."""
     if lease is None or lease.exclusive:
         return False
     fd = os.open(memory_lock_path(lease), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)

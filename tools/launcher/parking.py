@@ -1,7 +1,7 @@
 """Parked servers: a started server that a test process gave back waits, holding its GPU slot, for the
 next test process that asks for a server of the same configuration.
 
-Why: on one H200 most of a matrix's time is starting servers (docs/speed.md), and the cells of one
+Why: on one H200 most of a matrix's time is starting servers (docs/design.md), and the cells of one
 runner x mode ask for the same server one after another; the suite decides whether a server may be
 lent (tests/sleep_wake/lib/reuse.py checks its reset), this module only hands it over.
 

@@ -86,7 +86,7 @@ def descendant_pids(root: int) -> list[int] | None:
     """The PIDs below root, from the children files of root's tree alone; None without those files.
     Why not psutil's children(recursive=True): it reads every process's stat on the host to find a
     tree's parents, many times what this costs on a host of hundreds of processes
-    (docs/measured-settings.md), and a walk step reads its server's tree for each NVML reading and
+    (docs/design.md), and a walk step reads its server's tree for each NVML reading and
     host-memory read."""
     if not PROC_CHILDREN:
         return None

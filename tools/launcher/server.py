@@ -676,7 +676,7 @@ class VllmServer:
         _live.discard(self)
         # Releasing the GPU changes device-wide memory as much as a start does: a neighbour reading
         # device-wide bytes (the immediacy oracle) must not see it mid-window (a neighbour's exit was read
-        # as memory not restored: docs/measured-settings.md). It only frees, so it overlaps starts and sleeps.
+        # as memory not restored: docs/design.md). It only frees, so it overlaps starts and sleeps.
         # A stop forced by a signal does not wait for the lock.
         with contextlib.nullcontext() if fast else self.memory_phase(gpu_lease.RELEASE, "teardown"):
             begin = time.monotonic()  # after the wait, which timings counts as a memory-phase wait

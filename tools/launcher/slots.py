@@ -29,13 +29,13 @@ GIB = 1 << 30
 # A cell's server holds under 4 GB awake, more for a moment while it starts (profiling run, CUDA-graph
 # capture), and vLLM's start-up check wants its gpu_memory_utilization (0.05, 7 GiB of an H200) free
 # once, for the server starting: with N cells, (N - 1) x 4 GB + 7 GiB must fit. 5 GiB per cell keeps
-# that with room (the servers' bytes and the GPU's peaks: docs/measured-settings.md).
+# that with room (the servers' bytes and the GPU's peaks: docs/design.md).
 GIB_PER_CELL = 5
 # A server start is CPU-bound, yet with one cell per core the cores were far from busy, the cells
 # waiting on memory phases more than on cores; 1.5 cells per core kept them busier and the main job
-# shorter (docs/measured-settings.md).
+# shorter (docs/design.md).
 CELLS_PER_CORE = 1.5
-# The most cells per H200 run green in the main job (docs/measured-settings.md); more would be untested.
+# The most cells per H200 run green in the main job (docs/design.md); more would be untested.
 MAX_SLOTS = 24
 QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"]
 

@@ -1,6 +1,6 @@
 """The zygote: imports server modules (vLLM's API server, the door host) once, then forks a supervisor and
 its server per request, so a start no longer pays the import (tens of seconds, far more with dozens at
-once: docs/measured-settings.md).
+once: docs/design.md).
 
 Started by the zygote host (zygote_host.py), one per key (zygote_env.zygote_key), with the key's
 environment: python -m tools.launcher.zygote --socket PATH --module M [--module M2 ...] [--preload P ...]
@@ -324,7 +324,7 @@ def freeze_heap() -> int:
     Why: a server collects its garbage several times during its start (vLLM's worker and model runner
     call gc.collect() before vLLM's own freeze_gc_heap() at the end of start-up, and allocation triggers
     more), and each full collection walks every object of the import, the first in a fork writing to every
-    page it walks and so copying it (their cost: docs/measured-settings.md). Frozen here, every fork
+    page it walks and so copying it (their cost: docs/design.md). Frozen here, every fork
     inherits them frozen: its collections walk only what it allocated itself. vLLM unfreezes
     only around MRV1's CUDA-graph capture and at shutdown, which then walk everything as before."""
     gc.collect()

@@ -231,7 +231,7 @@ class Host:
 
     def another_zygote_note(self, request: dict) -> str:
         """Where a zygote of one of the same modules was started before under another key, what the keys
-        differ in: each such zygote is one more import of the module (docs/speed.md)."""
+        differ in: each such zygote is one more import of the module (docs/design.md)."""
         with self._lock:
             earlier = [
                 (k, r)

@@ -39,7 +39,7 @@ def pytest_args(files_and_args: list[str]) -> list[str]:
         # -xdist, -cov, -mock, -benchmark, hypothesis' and anyio's), which would change how a cell runs,
         # and pytest assertion-rewrites every module of an autoloaded plugin's package as it imports it:
         # hypothesis' and anyio's alone were most of a one-test session's CPU, in every test process
-        # (docs/measured-settings.md).
+        # (docs/design.md).
         "--disable-plugin-autoload",
     ]
     if not sys.stdout.isatty():
@@ -78,7 +78,7 @@ def _interrupt_once(signum, frame):
 
 
 # --test_env=SLEEPWAKE_PROFILE_TESTS=1: where the test process's own CPU goes (on the H200 a walk step costs
-# its test process several times what it costs on the fake tier, docs/bench), by function, in
+# its test process several times what it costs on the fake tier, docs/design.md), by function, in
 # the target's outputs. Its CPU time, not wall time: waiting on the server is not the test's cost.
 PROFILE_ENV = "SLEEPWAKE_PROFILE_TESTS"
 PROFILE_FILE = "test_profile.txt"

@@ -1,6 +1,6 @@
 """The remote-cache round trip, end to end, on loopback.
 
-Starts Debian's nginx as a WebDAV cache (nginx.conf.in, the config the README documents), runs a
+Starts Debian's nginx as a WebDAV cache (nginx.conf.in, the config docs/remote.md documents), runs a
 probe workspace's tests through it with a nested Bazel, expunges every local state, runs them again,
 and requires every test result to come back from the remote cache. This is what makes "share results
 through a remote cache in CI" a tested claim rather than a config line.

@@ -114,7 +114,7 @@ def probe(request, tmp_path_factory):
     try:
         engine = request.getfixturevalue("engine")
         warm_up.wait(timeout=600)
-        # As the README tells a CI machine to: the executor and instance in the git-ignored user.bazelrc.
+        # As docs/remote.md tells a CI machine to: the executor and instance in the git-ignored user.bazelrc.
         (ws / "user.bazelrc").write_text(
             f"build:remote --remote_executor={engine}\nbuild:remote --remote_instance_name={buildgrid.INSTANCE}\n"
         )

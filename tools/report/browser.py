@@ -1,10 +1,10 @@
-"""What a person sees of a report page: headless Chromium loads it at a given window size and a probe
-script reads the drawn layout (the headline's text and place, the grids' cells, anything wider than
-the window). Layout, not markup: only a browser knows whether a table or a chart overflows.
+"""What a person sees of a report page: headless Chromium loads it at a given window size and a probe script
+reads the drawn layout (the headline's text and place, the grids' cells, the run history's dots drawn inside
+the window, anything wider than the window). Layout, not markup: only a browser knows whether a table or a
+chart overflows.
 
-The page is copied with the probe appended, opened from a file (no network: the page is
-self-contained) in a throwaway profile, and the DOM Chromium dumps after load holds the probe's JSON.
-"""
+The page is copied with the probe appended, opened from a file (no network: the page is self-contained) in a
+throwaway profile, and the DOM Chromium dumps after load holds the probe's JSON."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ window.addEventListener("load", () => {
     headline: h ? h.innerText.trim() : null, headline_top: r ? r.top : null, headline_height: r ? r.height : 0,
     grid_cells: document.querySelectorAll("table.grid:not(.fake) td[data-cell]").length,
     fake_cells: document.querySelectorAll("table.grid.fake td[data-cell]").length,
+    history_runs: [...document.querySelectorAll("svg.history circle[data-commit]")].filter(c => {
+      const b = c.getBoundingClientRect(); return b.width > 0 && b.left >= 0 && b.right <= vw; }).length,
     overflow: [...new Set(wide.map(name))].slice(0, 20)};
   const pre = document.createElement("pre");
   pre.id = "sleepwake-probe"; pre.textContent = JSON.stringify(out);

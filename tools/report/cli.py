@@ -4,6 +4,8 @@
   python3 -m tools.report [TESTLOGS] [--out FILE] [--bep FILE]...   (from the workspace root)
   python3 -m tools.report [TESTLOGS] --text [--out FILE]             (the same run as text; the page too with --out)
 
+Both also show the main job's run history (tools/bench/runs.jsonl; --history FILE, --no_history).
+
 Relative paths are the workspace's (bazel run runs in the runfiles tree). Exits 0 once the page is
 written, whatever the tests' outcome: the page shows results, Bazel judges them.
 """
@@ -16,12 +18,13 @@ import json
 import os
 import sys
 
-from tools.report import render, text, view
+from tools.report import reading, render, text, view
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = "sleepwake-report.html"  # beside the testlogs dir
 BEP_FILE = ".bazel-bep.json"  # where .bazelrc has every bazel test write its build events
 BEP_WAVES = ".bazel-bep-wave*.json"  # tools/run_matrix.sh's instead: one per wave (bazel test) of its run
+HISTORY_FILE = os.path.join("tools", "bench", "runs.jsonl")  # the main job's run history, in the workspace
 
 
 class UsageError(Exception):
@@ -106,6 +109,12 @@ def parse_args(argv):
         help="the run's record (sleepwake-run.json, tools/bench/run_record.py): where the run's time went, as a"
         " picture, and its replay on more GPUs",
     )
+    parser.add_argument(
+        "--history",
+        default=None,
+        help=f"the main job's run history to draw (default: the workspace's {HISTORY_FILE}; tools/bench/history.py)",
+    )
+    parser.add_argument("--no_history", action="store_true", help="draw no run history")
     return parser.parse_args(argv[1:])
 
 
@@ -120,13 +129,16 @@ def main(argv) -> int:
             if not os.path.isfile(bep):
                 raise UsageError(f"no build event file {bep}: pass the --build_event_json_file of each bazel test")
         run = view.load_run(root, ws, beps, read_record(resolve(args.record)) if args.record else None)
+        runs = None
+        if not args.no_history:
+            runs = reading.read_history(resolve(args.history) if args.history else os.path.join(ws, HISTORY_FILE))
         if args.text:
-            sys.stdout.write(text.summary(run))
+            sys.stdout.write(text.summary(run, runs))
             if not args.out:
                 return 0
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         with open(out, "w", encoding="utf-8") as f:
-            f.write(render.page(run, os.path.dirname(out)))
+            f.write(render.page(run, os.path.dirname(out), runs))
     except (UsageError, OSError) as e:
         print(f"tools.report: {e}", file=sys.stderr)
         return 1

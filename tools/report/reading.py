@@ -2,7 +2,8 @@
 results the last `bazel test` produced (its build events), and the GPU identity file.
 
 tools/results/testlogs.py reads outputs, shard result dirs, skip records and build events; what it does not
-offer (log files inside test.outputs or outputs.zip, a run's measurements, the identity file) lives here.
+offer (log files inside test.outputs or outputs.zip, a run's measurements, the identity file) lives here,
+and so does reading the main job's run history (tools/bench/runs.jsonl) for the page.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import xml.etree.ElementTree as ElementTree
 import zipfile
 
+from tools.bench import history
 from tools.results import testlogs
 
 MATRIX_DIR = os.path.join("tests", "sleep_wake")
@@ -144,3 +146,23 @@ def identity_file(testlogs_root: str) -> str | None:
 def read_text(path: str) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunHistory:
+    """The main job's run history as the report shows it: its lines (tools/bench/history.py), or why
+    there are none to show."""
+
+    path: str
+    entries: tuple = ()
+    error: str | None = None
+
+
+def read_history(path: str) -> RunHistory:
+    """The history at path; a file that is missing or bad is told on the page, never a failed report."""
+    if not os.path.isfile(path):
+        return RunHistory(path, error=f"no run history at {path}")
+    try:
+        return RunHistory(path, tuple(history.read(path)))
+    except (history.HistoryError, OSError) as e:
+        return RunHistory(path, error=str(e))

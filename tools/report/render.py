@@ -1,6 +1,7 @@
-"""The HTML page of a run: summary, the front door x runner x mode x class grid, failures, vLLM/GPU identity, memory
-charts, timings against bounds and the mutation table. Self-contained: inline CSS and SVG, no script,
-no network. Everything read from logs goes through escape(); links are relative to the page."""
+"""The HTML page of a run: summary, the front door x runner x mode x class grid, failures, vLLM/GPU
+identity, memory charts, timings against bounds, the walk's coverage, the main job's run history and the
+mutation table. Self-contained: inline CSS and SVG, no script, no network. Everything read from logs goes
+through escape(); links are relative to the page."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import re
 import urllib.parse
 from html import escape
 
+from tools.bench import history as run_history
 from tools.report import series, svg, time_spent, view
-from tools.report.reading import OutputFile
+from tools.report.reading import OutputFile, RunHistory
 from tools.results import placement
 
 GB, MiB = 1e9, float(1 << 20)
@@ -44,10 +46,11 @@ svg .sample{fill:#1f77b4;fill-opacity:.8} li.sub{margin-left:22px;list-style:cir
 
 
 class Page:
-    """Renders one run; `out_dir` is where the page is written, for relative links."""
+    """Renders one run; `out_dir` is where the page is written, for relative links; `history` the main
+    job's run history, drawn beside it (None: no history section)."""
 
-    def __init__(self, run: view.Run, out_dir: str):
-        self.run, self.out_dir = run, out_dir
+    def __init__(self, run: view.Run, out_dir: str, history: RunHistory | None = None):
+        self.run, self.out_dir, self.history = run, out_dir, history
 
     def href(self, path: str) -> str:
         return urllib.parse.quote(os.path.relpath(path, self.out_dir).replace(os.sep, "/"))
@@ -68,6 +71,7 @@ class Page:
             self.memory(series.HOST, "Host memory"),
             self.timings(),
             self.walk(),
+            self.run_history(),
             self.mutants(),
         ]
         return (
@@ -340,6 +344,27 @@ class Page:
             f"<th>steps</th><th>states visited</th><th>unvisited</th></tr>{''.join(rows)}</table></section>"
         )
 
+    # --- the run history -------------------------------------------------------------------------
+    def run_history(self) -> str:
+        """The main job's runs, one dot each (tools/bench/runs.jsonl): how its time moved, fresh and warm."""
+        h = self.history
+        if h is None:
+            return ""
+        head = '<section id="history"><h2>Main job history</h2>'
+        if h.error:
+            return f'{head}<p class="bad">{escape(h.error)}</p></section>'
+        red = sum(e["status"] != "green" for e in h.entries)
+        summary = (
+            f"<p>{len(h.entries)} runs in {self.link(h.path, os.path.basename(h.path))}, "
+            f'<span class="{"bad" if red else "ok"}">{red} red</span>. '
+            f"{escape(run_history.latest_line(list(h.entries)))}</p>"
+        )
+        chart = svg.history_chart(
+            series.history_points(h.entries),
+            title="the main job: Bazel's elapsed time per run, oldest first (hover a run for its record)",
+        )
+        return head + summary + chart + "</section>"
+
     # --- mutants ---------------------------------------------------------------------------------
     def mutants(self) -> str:
         m = self.run.mutation
@@ -387,5 +412,5 @@ def markdown_table(text: str) -> tuple[str, list[str]]:
     return f'<table class="mutants">{"".join(out)}</table>', lines
 
 
-def page(run: view.Run, out_dir: str) -> str:
-    return Page(run, out_dir).html()
+def page(run: view.Run, out_dir: str, history: RunHistory | None = None) -> str:
+    return Page(run, out_dir, history).html()

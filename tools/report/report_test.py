@@ -17,7 +17,7 @@ import pytest
 
 from tools import matrix
 from tools.matrix import SLEEP_WAKE_CLASSES, shard_count
-from tools.report import cli, render, text, view
+from tools.report import cli, render, svg, text, view
 from tools.results.testlogs_testing import write_bep, write_xml
 
 FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
@@ -748,3 +748,62 @@ def test_where_the_runs_time_went_is_drawn_from_its_record(tmp_path, capsys):
     assert 'id="time-spent"' not in _render(tmp_path, "--bep", bep, "--record", record, logs=logs)
     assert cli.main(["tools.report", str(logs), "--record", str(tmp_path / "none.json"), "--text"]) == 1
     assert "no readable run record" in capsys.readouterr().err
+
+
+HISTORY = pathlib.Path(__file__).parent / "testdata" / "runs.jsonl"  # four runs: fresh, warm, a red warm, fresh
+
+
+def test_the_history_chart_draws_every_run_fresh_and_warm_apart_and_rings_a_red_one(tmp_path):
+    """The run history's chart: a dot per run in the file's order (x) at its elapsed time (y, from zero),
+    a line through the fresh machines' runs and one through the warm ones', a red run ringed red."""
+    logs, bep = _bazel_layout(tmp_path)
+    page = _render(tmp_path, "--bep", bep, "--history", HISTORY, logs=logs)
+    section = re.search(r'<section id="history">(.*?)</section>', page, re.S).group(1)
+    assert "4 runs in" in section and '<span class="bad">1 red</span>' in section
+    assert "The latest main job, at 3333333" in html.unescape(section)
+    charts = re.findall(r'<svg [^>]*class="chart history".*?</svg>', section, re.S)
+    assert len(charts) == 1
+    dots = Elements(charts[0]).all("circle")
+    runs = [d for d in dots if "data-commit" in d]
+    assert [(d["data-commit"], d["data-state"], d["data-status"], float(d["data-elapsed"])) for d in runs] == [
+        ("1111111", "fresh", "green", 523.4),
+        ("1111111", "warm", "green", 418.7),
+        ("2222222", "warm", "red", 359.1),
+        ("3333333", "fresh", "green", 579.6),
+    ]
+    xs, ys = [float(d["cx"]) for d in runs], [float(d["cy"]) for d in runs]
+    assert xs == sorted(xs) and len(set(xs)) == 4  # the file's order, one place each
+    assert ys[3] < ys[0] < ys[1] < ys[2]  # longer is higher
+    assert runs[2]["class"] == "run red" and runs[2]["stroke"] == svg.BAD_COLOUR
+    assert all("stroke" not in d for d in runs if d["data-status"] == "green")
+    lines = {p["data-series"]: p["points"].split() for p in Elements(charts[0]).all("polyline")}
+    assert sorted(lines) == ["fresh", "warm"]
+    assert [float(xy.split(",")[0]) for xy in lines["fresh"]] == [xs[0], xs[3]]
+    assert [float(xy.split(",")[0]) for xy in lines["warm"]] == [xs[1], xs[2]]
+    assert [t for t in re.findall(r">([0-9a-f]{7})</text>", charts[0])] == [
+        "1111111",
+        "1111111",
+        "2222222",
+        "3333333",
+    ]
+
+
+def test_a_bad_or_missing_history_is_told_on_the_page_not_a_failed_report(tmp_path):
+    logs, bep = _bazel_layout(tmp_path)
+    bad = tmp_path / "runs.jsonl"
+    bad.write_text(HISTORY.read_text().splitlines()[0] + "\n" + '{"commit": "4444444"}\n')
+    page = _render(tmp_path, "--bep", bep, "--history", bad, logs=logs)
+    section = re.search(r'<section id="history">(.*?)</section>', page, re.S).group(1)
+    assert "runs.jsonl:2: missing key" in html.unescape(section) and "<svg" not in section
+    page = _render(tmp_path, "--bep", bep, "--history", tmp_path / "none.jsonl", logs=logs)
+    assert "no run history at" in page
+    assert 'id="history"' not in _render(tmp_path, "--bep", bep, "--no_history", logs=logs)
+
+
+def test_text_mode_lists_the_last_runs_of_the_history(tmp_path, capsys):
+    logs, bep = _bazel_layout(tmp_path)
+    assert cli.main(["tools.report", str(logs), "--bep", str(bep), "--text", "--history", str(HISTORY)]) == 0
+    out = capsys.readouterr().out
+    assert f"run history: 4 main-job runs in {HISTORY}, 1 red; the last 5:" in out
+    assert "  2222222 2026-12-05 warm    359.1 s  red  93 cells, 160 starts" in out
+    assert "The latest main job, at 3333333, on 1 × NVIDIA H200" in out

@@ -9,6 +9,9 @@ Keys with "host" go to host panels, the others to GPU panels, so a new host seri
 
 Timings: every check whose unit is "s" (the median it checked against its bound), with the samples the
 latency test recorded for it; and every server start against the launcher's start-up timeout.
+
+History: each main job of the run history (tools/bench/runs.jsonl) as a point, its elapsed time against its
+place in the file, fresh and warm machines apart, with its verdict.
 """
 
 from __future__ import annotations
@@ -171,3 +174,32 @@ def starts(records: list[dict], cell: str) -> Timing | None:
     if not samples:
         return None
     return Timing(cell, "", samples, None, START_BOUND, all(s <= START_BOUND for s in samples))
+
+
+@dataclasses.dataclass
+class HistoryPoint:
+    """One main job of the run history: its place in the file (from 1), Bazel's elapsed seconds, fresh or
+    warm, green or red, and what names it."""
+
+    index: int
+    elapsed_s: float
+    state: str
+    status: str
+    commit: str
+    title: str
+
+
+def history_points(entries) -> list[HistoryPoint]:
+    """The history's runs in file order (the order they ended)."""
+    return [
+        HistoryPoint(
+            i,
+            e["elapsed_s"],
+            e["machine_state"],
+            e["status"],
+            e["commit"],
+            f"{e['commit']} ({e['date']}), {e['machine_state']} machine, {e['status']}: {e['elapsed_s']:g} s, "
+            f"{e['cells']} cells, {e['machine']['gpus']} x {e['machine']['gpu']}, vLLM {e['vllm']}",
+        )
+        for i, e in enumerate(entries, 1)
+    ]

@@ -1,7 +1,7 @@
 """Inline SVG charts, written by hand (no plotting library in the lock): a line chart of series with
 bound and reference lines (cycles: a quantity over time), a bar chart from zero with its bounds (phases:
-separate quantities, which a line would join as if one changed into the next), and a strip chart of
-timings (samples, checked value, bound) per row.
+separate quantities, which a line would join as if one changed into the next), a strip chart of
+timings (samples, checked value, bound) per row, and the history chart of the main job's runs.
 
 Every text is escaped here; callers pass plain strings. Elements carry classes and data attributes
 (series, bound) so tests and readers can find what was drawn.
@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from tools.report.series import Guide, Series
+from tools.report.series import Guide, HistoryPoint, Series
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 BOUND_COLOUR, REFERENCE_COLOUR = "#d62728", "#888888"
@@ -61,12 +61,22 @@ def _y_range(values: list[float], min_span: float) -> tuple[float, float]:
 
 
 def _frame(
-    title: str, unit: str, width: int, height: int, left: int, top: int, pw: float, ph: float, y_lo: float, y_hi: float
+    title: str,
+    unit: str,
+    width: int,
+    height: int,
+    left: int,
+    top: int,
+    pw: float,
+    ph: float,
+    y_lo: float,
+    y_hi: float,
+    css: str = "chart",
 ) -> list[str]:
-    """The opening of a chart: the svg element, its title, the plot area, the y grid with its ticks
-    (y_lo..y_hi, already in `unit`) and the y axis's unit."""
+    """The opening of a chart: the svg element (of class `css`), its title, the plot area, the y grid with
+    its ticks (y_lo..y_hi, already in `unit`) and the y axis's unit."""
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="{css}" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
         f'<text x="{left}" y="14" class="title">{escape(title)}</text>',
         f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>',
@@ -313,3 +323,67 @@ def _strip_legend(x, y) -> str:
         f'<line x1="{x + 340}" x2="{x + 340}" y1="{y - 9}" y2="{y + 1}" class="bound"/>'
         f'<text x="{x + 345}" y="{y}" class="tick">bound</text>'
     )
+
+
+# Fresh and warm machines' runs, each its own series: a fresh machine pays vLLM's first import and cold
+# caches, so the two are compared apart.
+STATE_COLOURS = {"fresh": PALETTE[1], "warm": PALETTE[0]}
+MAX_RUN_LABELS = 30  # commits named under the x axis at most; hover names every run
+
+
+def history_chart(points: list[HistoryPoint], *, title: str, width: int = 760, height: int = 250) -> str:
+    """The main job's elapsed time per run, from zero, in the history's order: a line through the fresh
+    machines' runs and one through the warm machines', each run a dot of its series' colour, a red run
+    ringed red; the runs' commits under the x axis."""
+    left, right, top, bottom = 56, 16, 22, 78
+    pw, ph = width - left - right, height - top - bottom
+    y_hi = max([p.elapsed_s for p in points] + [0.0]) * 1.08 or 1.0
+    n = max(1, len(points))
+
+    def px(index):
+        return left + (index - 0.5) / n * pw
+
+    def py(v):
+        return top + ph - v / y_hi * ph
+
+    out = _frame(title, "s", width, height, left, top, pw, ph, 0.0, y_hi, css="chart history")
+    step = math.ceil(n / MAX_RUN_LABELS)
+    for p in points[::step]:
+        x, y = px(p.index), top + ph + 10
+        out.append(
+            f'<text x="{_num(x)}" y="{y}" class="tick" text-anchor="end" '
+            f'transform="rotate(-45 {_num(x)} {y})">{escape(p.commit)}</text>'
+        )
+    for state, colour in STATE_COLOURS.items():
+        mine = [p for p in points if p.state == state]
+        if len(mine) > 1:
+            line = " ".join(f"{_num(px(p.index))},{_num(py(p.elapsed_s))}" for p in mine)
+            out.append(
+                f'<polyline class="series" data-series="{state}" fill="none" stroke="{colour}" '
+                f'stroke-width="1.5" points="{line}"/>'
+            )
+    for p in points:
+        red = p.status != "green"
+        ring = f' stroke="{BAD_COLOUR}" stroke-width="2"' if red else ""
+        out.append(
+            f'<circle cx="{_num(px(p.index))}" cy="{_num(py(p.elapsed_s))}" r="{4.5 if red else 3.2}" '
+            f'fill="{STATE_COLOURS.get(p.state, REFERENCE_COLOUR)}"{ring} class="run {escape(p.status)}" '
+            f'data-commit="{escape(p.commit)}" data-state="{escape(p.state)}" data-status="{escape(p.status)}" '
+            f'data-elapsed="{_exact(p.elapsed_s)}"><title>{escape(p.title)}</title></circle>'
+        )
+    x, y = left, height - 8
+    legend = []
+    for state, colour in STATE_COLOURS.items():
+        legend.append(
+            f'<line x1="{x}" x2="{x + 14}" y1="{y - 3}" y2="{y - 3}" stroke="{colour}" stroke-width="2"/>'
+            f'<circle cx="{x + 7}" cy="{y - 3}" r="3.2" fill="{colour}"/>'
+            f'<text x="{x + 17}" y="{y}" class="tick">{state} machine</text>'
+        )
+        x += 110
+    legend.append(
+        f'<circle cx="{x + 7}" cy="{y - 3}" r="4.5" fill="#fff" stroke="{BAD_COLOUR}" stroke-width="2"/>'
+        f'<text x="{x + 17}" y="{y}" class="tick">red run</text>'
+    )
+    out.append("".join(legend))
+    out.append("</svg>")
+    return "\n".join(out)

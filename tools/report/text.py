@@ -1,14 +1,19 @@
 """The run as plain text for a terminal or a CI log: the page's headline, the cells that failed or
 prove nothing (with why), the counts, the server starts and the spread of every measured key across
-cells (what thresholds are set from). The same view of the run as the page, so the two never disagree."""
+cells (what thresholds are set from), and the main job's last runs from the run history. The same view
+of the run as the page, so the two never disagree."""
 
 from __future__ import annotations
 
 import statistics
 
+from tools.bench import history as run_history
 from tools.matrix import FRONT_DOORS
 from tools.report import time_spent, view
+from tools.report.reading import RunHistory
 from tools.results import placement
+
+HISTORY_LINES = 5  # the last runs of the history listed, one line each
 
 
 def _spread(run: view.Run) -> dict[str, list[tuple[float, str]]]:
@@ -31,7 +36,21 @@ def _excluded(run: view.Run) -> list[str]:
     ]
 
 
-def summary(run: view.Run) -> str:
+def _history(h: RunHistory) -> list[str]:
+    if h.error:
+        return [f"run history: {h.error}"]
+    red = sum(e["status"] != "green" for e in h.entries)
+    lines = [f"run history: {len(h.entries)} main-job runs in {h.path}, {red} red; the last {HISTORY_LINES}:"]
+    for e in h.entries[-HISTORY_LINES:]:
+        lines.append(
+            f"  {e['commit']} {e['date']} {e['machine_state']:5s} {e['elapsed_s']:7.1f} s  {e['status']}"
+            f"  {e['cells']} cells, {e['server_starts']} starts"
+        )
+    lines.append(run_history.latest_line(list(h.entries)))
+    return lines
+
+
+def summary(run: view.Run, history: RunHistory | None = None) -> str:
     text, ok, fake_text = run.headline()
     lines = [("" if ok else "NOT GREEN: ") + text + fake_text]
     lines.append(
@@ -91,6 +110,8 @@ def summary(run: view.Run) -> str:
             )
             + (f"; unvisited: {', '.join(w.unvisited[:10])}" if w.unvisited else "")
         )
+    if history is not None:
+        lines += _history(history)
     if run.mutation:
         lines.append(
             "mutants: "

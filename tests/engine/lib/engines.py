@@ -108,7 +108,7 @@ class Built:
         engine.scheduler.shutdown()
         # EngineCore.__init__ froze the GC heap (freeze_gc_heap); it stays frozen. Unfreezing it, as
         # EngineCore.shutdown does, makes the next engine's freeze re-scan all of vLLM and torch
-        # (its CPU: docs/measured-settings.md); what stays frozen instead is this engine's few Python objects.
+        # (its CPU: docs/design.md); what stays frozen instead is this engine's few Python objects.
         envs.disable_envs_cache()  # EngineCore.__init__ cached the environment (enable_envs_cache)
 
 

@@ -34,7 +34,7 @@ ZYGOTE_PRELOADS = ("tests.engine.lib.cpu_vllm",) + launcher_config.VLLM_PRELOAD 
 
 class DoorZygote:
     """A zygote host private to this test process (zygote_client.private_host), whose zygote imports vLLM
-    once for every door host the process starts, where a plain start imports it anew (docs/measured-settings.md).
+    once for every door host the process starts, where a plain start imports it anew (docs/design.md).
     The door hosts share its cache dir, which the zygote is keyed on with the rest of their environment."""
 
     def __init__(self, root: str) -> None:

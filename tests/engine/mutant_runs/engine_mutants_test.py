@@ -3,7 +3,7 @@
 One run of the engine tests (tests/engine/test_*.py; the walk and the async door only for the mutants whose
 kills name them, and only their named tests for a mutant nothing else kills) per catalogued mutant
 (mutants/catalogue.py) plus the control, each judged by mutants/judge.py.
-Importing vLLM's engine is most of a run's cost (docs/measured-settings.md), so this process imports it
+Importing vLLM's engine is most of a run's cost (docs/design.md), so this process imports it
 once and forks a child per run; the child applies its mutant (through
 SLEEPWAKE_ENGINE_MUTANT and tests/engine/conftest.py), runs pytest and exits, leaving the parent's
 vLLM classes unpatched for the next child. The table lands in the test log and in
@@ -27,14 +27,14 @@ WALK_FILE = os.path.join(ENGINE_DIR, "test_state_walk.py")
 ASYNC_FILE = os.path.join(ENGINE_DIR, "test_async_llm_door.py")
 # Test files that run only under the mutants whose kills name them: the walk (its own target,
 # engine_walk_test) and the async door (each of its tests forks an engine process and waits out held
-# windows, which every run would pay: docs/measured-settings.md). The control runs the async door too.
+# windows, which every run would pay: docs/design.md). The control runs the async door too.
 APART = (WALK_FILE, ASYNC_FILE)
 TEST_FILES = sorted(f for f in glob.glob(os.path.join(ENGINE_DIR, "test_*.py")) if f not in APART)
 CONTROL_FILES = TEST_FILES + [ASYNC_FILE]
 RUNS = [judge.CONTROL] + sorted(catalogue.MUTANTS)
 
 # The children inherit a frozen heap, so the freeze_gc_heap of each engine they start scans only
-# what the child itself made, not all of vLLM and torch again (docs/measured-settings.md).
+# what the child itself made, not all of vLLM and torch again (docs/design.md).
 gc.collect()
 gc.freeze()
 

@@ -47,7 +47,7 @@ ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the 
 
 @dataclasses.dataclass(frozen=True)
 class GpuMemory:
-    """Bytes per pool. Defaults from the H200 run (README): 0.84 GB resident at level 1 in eager mode,
+    """Bytes per pool. Defaults from healthy servers on the H200: 0.84 GB resident at level 1 in eager mode,
     ~0.1 GB more in graph mode, 354 MiB of activation blocks that eager mode does not get back on wake."""
 
     weights: int
@@ -480,6 +480,22 @@ class FakeEngine:
             if "reload_resumes_scheduling" in self.defects:
                 self.paused = self.frozen = False
                 self.cond.notify_all()
+
+    def load_weights(self, checkpoint: str) -> None:
+        """A push of tensors into the model's load_weights (the worker extension's load_checkpoint_tensors
+        and load_ipc_tensors, TRL's in-process load_weights): the checkpoint's weights into the awake weights
+        pool, past reload_weights, so the model path stays what it was."""
+        with self.cond:
+            self._check_alive()
+            if "weights" in self.sleeping_tags:
+                raise RuntimeError("load_weights while the weights are asleep: their memory is unmapped")
+            pushed = fake_checkpoint.load(checkpoint)
+            if pushed.tensor_bytes != self.checkpoint.tensor_bytes:
+                raise RuntimeError(
+                    f"the checkpoint at {checkpoint} has other tensor shapes than the served model "
+                    f"({self.checkpoint.path}): load_weights copies into the existing parameters"
+                )
+            self.weights = pushed.digest
 
     def reset_prefix_cache(self) -> bool:
         """False while running requests hold blocks (0.26.0's documented success=false)."""

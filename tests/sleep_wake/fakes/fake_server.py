@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import sleepwake_mutants
 
 from tests.sleep_wake.fakes import fake_checkpoint, fake_defects, fake_engine, fake_host_memory, fake_vllm
-from tools.launcher import gpu_lease, ports
+from tools.launcher import gpu_lease, ports, weight_receiver
 from tools.launcher.config import ServerConfig, build_command, build_env, resolve_model, validate
 from tools.launcher.errors import ServerStartError
 from tools.launcher.server import V2_MARKER, check_runner, read_log
@@ -195,3 +195,25 @@ class VllmServer:
 if TYPE_CHECKING:  # the suite's interface, which mypy (//tools/lint:types_test) holds this server to
     _factory: ServerFactory = VllmServer
     _server: Server = VllmServer(ServerConfig())
+
+
+class FakeTrainer:
+    """The trainer beside a fake server (lib/trainer.py Trainer): no GPU, so no CUDA-IPC handles; it hands
+    over the checkpoint's path in their place, which the fake's worker extension opens as the real one
+    opens handles (fake_vllm.PUSHES), so the fake tier runs every push way's code path but the GPU's."""
+
+    def __init__(self, allocation) -> None:
+        self._allocation = allocation
+
+    def ipc_handles(self, checkpoint: str) -> str:
+        with self._allocation("trainer"):
+            return weight_receiver.encode_handles([(fake_vllm.FAKE_IPC_TENSOR, (checkpoint,))])
+
+    def native_update_info(self, checkpoint: str) -> dict:
+        return {"names": [fake_vllm.FAKE_IPC_TENSOR], "dtype_names": [], "shapes": [], "checkpoint": checkpoint}
+
+    def close(self) -> None:
+        pass
+
+
+Trainer = FakeTrainer  # what lib/servers.py trainer_class() takes from the module SLEEPWAKE_SERVER_MODULE names

@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.sleep_wake.fakes import fake_checkpoint
 from tests.sleep_wake.fakes.fake_engine import MAX_HOLD_S, EngineDeadError, FakeEngine, GpuMemory
-from tests.sleep_wake.lib import metrics, releases
-from tools.launcher import door_host
+from tests.sleep_wake.lib import metrics, releases, thresholds
+from tools.launcher import door_host, weight_receiver
 
 GiB = 1 << 30
 MODEL = "fake"
@@ -181,7 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
             fake.engine.stopping.wait(MAX_HOLD_S)
             return
         handler = ROUTES.get((method, parsed.path))
-        if handler is None:
+        if handler is None or (fake.door == "http" and (method, parsed.path) in DOOR_HOST_ONLY):
             return self._send(404, {"detail": "Not Found"})
         capability = _door_needs(method, parsed.path, body)
         refused = capability and door_host.cannot(fake.door, capability)
@@ -225,8 +225,15 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _sleep(h, fake, query, body):
     level = int(query.get("level", ["1"])[0])  # the router's int(level): ValueError is a 400
-    fake.engine.sleep(level, query.get("mode", ["abort"])[0])
+    mode = query.get("mode", ["abort"])[0]
+    if mode == "wait" and fake.door in thresholds.KNOWN_DIVERGENCES[WAIT_REFUSED].doors:
+        # InprocClient.sleep (v1/engine/core_client.py:326): the door host answers its ValueError 400.
+        raise ValueError("'wait' pause mode is not supported in inproc-engine mode")
+    fake.engine.sleep(level, mode)
     h._send(200)
+
+
+WAIT_REFUSED = "llm_door_wait_mode_refused"  # the in-process engine's refusal (lib/thresholds.py)
 
 
 def _wake_up(h, fake, query, body):
@@ -241,14 +248,40 @@ def _health(h, fake, query, body):
 def _collective_rpc(h, fake, query, body):
     if not body or "method" not in body:
         return h._send(400, {"detail": "Missing 'method' in request body"})
-    if body["method"] != "reload_weights":
-        raise RuntimeError(f"the fake implements collective_rpc reload_weights only, not {body['method']!r}")
+    method = body["method"]
+    if method in PUSHES:
+        kwargs = dict(body.get("kwargs") or {})
+        fake.engine.load_weights(PUSHES[method](kwargs))
+        return h._send(200, {"results": [1]})  # one worker; the count of what it loaded stands for the real one's
+    if method != "reload_weights":
+        raise RuntimeError(f"the fake implements collective_rpc reload_weights and {sorted(PUSHES)}, not {method!r}")
     kwargs = dict(body.get("kwargs") or {})
     weights_path = kwargs.pop("weights_path", None)
     if kwargs or body.get("args"):  # Worker.reload_weights would reject them too
         raise RuntimeError(f"the fake's reload_weights takes only kwargs.weights_path, not {body!r}")
     fake.engine.reload_weights(weights_path)
     h._send(200, {"results": [None]})  # one worker; Worker.reload_weights returns None
+
+
+def _ipc_checkpoint(kwargs: dict) -> str:
+    [(name, args)] = weight_receiver.decode_handles(kwargs["handles"])
+    if name != FAKE_IPC_TENSOR:
+        raise RuntimeError(f"load_ipc_tensors: the fake opens only its own trainer's handles, not {name!r}")
+    return args[0]
+
+
+# The worker extension's pushes (tools/launcher/weight_receiver.py) -> the checkpoint their kwargs carry.
+FAKE_IPC_TENSOR = "fake:checkpoint"  # what the fake tier's trainer (fake_server.FakeTrainer) hands over
+PUSHES = {
+    "load_checkpoint_tensors": lambda kwargs: kwargs["checkpoint"],
+    "load_ipc_tensors": _ipc_checkpoint,
+}
+
+
+def _load_weights(h, fake, query, body):
+    """The colocated door host's POST /load_weights (TRL's push into the model in its own process)."""
+    fake.engine.load_weights(body["checkpoint"])
+    h._send(200, {"loaded": 1})
 
 
 def _reset_prefix_cache(h, fake, query, body):
@@ -398,8 +431,13 @@ def _door_needs(method: str, path: str, body) -> str | None:
         return "stream"
     if path in ("/pause", "/resume", "/is_paused"):
         return "pause"
+    if path == "/load_weights":
+        return "in_process_load"
     return None
 
+
+# The door host's own routes, which vLLM's OpenAI server does not have.
+DOOR_HOST_ONLY = {("POST", "/load_weights")}
 
 # The routes that call the door's engine object (door_host.py: /health, /metrics, /version and /load do not).
 DOOR_CALLS = {
@@ -407,6 +445,7 @@ DOOR_CALLS = {
     ("POST", "/wake_up"),
     ("GET", "/is_sleeping"),
     ("POST", "/collective_rpc"),
+    ("POST", "/load_weights"),
     ("POST", "/reset_prefix_cache"),
     ("POST", "/v1/completions"),
 }
@@ -422,6 +461,7 @@ ROUTES = {
     ("GET", "/version"): lambda h, f, q, b: h._send(200, {"version": f.version}),
     ("GET", "/health"): _health,
     ("POST", "/collective_rpc"): _collective_rpc,
+    ("POST", "/load_weights"): _load_weights,
     ("POST", "/reset_prefix_cache"): _reset_prefix_cache,
     ("POST", "/v1/completions"): _completions,
 }

@@ -1,18 +1,15 @@
 """docs/thresholds.md, generated from the thresholds table and its noise records (noise.json): each bound
 with the healthy extreme measured on the H200 (its noise), the factor between the two, what each run
-measured and where the runs are told.
+measured and what each run was.
 
     python3 -m tests.sleep_wake.lib.bounds_doc > docs/thresholds.md
 
 (unit:thresholds_unit_test fails when the committed page differs from what this prints.)
 """
 
-import os
 import sys
 
 from tests.sleep_wake.lib import oracle, thresholds
-
-PAGE_DIR = "docs"  # where the page lives: its links to the runs' pages are relative to it
 
 
 def _value(t: thresholds.Threshold, value: float) -> str:
@@ -72,12 +69,9 @@ def _sources(t: thresholds.Threshold, records: dict) -> list[str]:
 
 
 def _runs(runs: dict) -> list[str]:
-    lines = ["| run | date | GPUs | vLLM | what | told in |", "|---|---|---|---|---|---|"]
+    lines = ["| run | date | GPUs | vLLM | what |", "|---|---|---|---|---|"]
     for run_id, run in sorted(runs.items(), key=lambda kv: (kv[1]["date"], kv[0])):
-        doc = os.path.relpath(run["doc"], PAGE_DIR)
-        lines.append(
-            f"| `{run_id}` | {run['date']} | {run['gpus']} | {run['release']} | {run['what']} | [{run['doc']}]({doc}) |"
-        )
+        lines.append(f"| `{run_id}` | {run['date']} | {run['gpus']} | {run['release']} | {run['what']} |")
     return lines
 
 

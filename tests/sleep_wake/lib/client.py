@@ -102,7 +102,7 @@ class SleepWakeClient:
         # Whether a GPU neighbour was in a start step when that call began or ended: the latency oracles
         # judge such samples against bounds of their own (oracle.bounded_median). A start step lasts
         # several times longer than a call, so one seldom begins and ends unseen inside a call
-        # (docs/measured-settings.md).
+        # (docs/design.md).
         self._start_step_beside = start_step_beside or (lambda: False)
         self.last_call_beside_start = None
 
@@ -148,7 +148,7 @@ class SleepWakeClient:
         # A session of its own, as requests.request makes, that ignores the environment: an http_proxy
         # there must not route calls to a loopback server elsewhere (the launcher's /health poll ignores
         # it too), and reading the environment for proxies took a third of each call's CPU
-        # (docs/measured-settings.md).
+        # (docs/design.md).
         with requests.Session() as session:
             session.trust_env = False
             return session.request(method, self.url + path, **kw)
@@ -292,6 +292,63 @@ class SleepWakeClient:
             body["kwargs"] = {"weights_path": weights_path}
         with self._phase(ALLOCATE, "reload"):
             return self._json_or_empty("POST", "/collective_rpc", json=body) or {}
+
+    def allocation(self, what: str):
+        """An ALLOCATE memory phase for GPU memory that a process beside the server takes (an RL trainer's
+        tensors): it must not land inside a GPU neighbour's sleep, whose check reads device-wide bytes."""
+        return self._phase(ALLOCATE, what)
+
+    def collective_rpc(self, method: str, kwargs: dict | None = None, phase: str | None = ALLOCATE) -> list:
+        """POST /collective_rpc {method, kwargs}: the workers' results, one per worker ([] for an empty 200).
+        phase: the memory phase the call holds (ALLOCATE for one that maps or allocates, FREE for a worker's
+        sleep, None for one that moves no memory)."""
+        body: dict[str, object] = {"method": method}
+        if kwargs:
+            body["kwargs"] = kwargs
+        with self._phase(phase, f"rpc {method}") if phase else contextlib.nullcontext():
+            answer = self._json_or_empty("POST", "/collective_rpc", json=body) or {}
+        results = answer.get("results", [])
+        if not isinstance(results, list):
+            raise ServerResponseError(f"/collective_rpc {method}: expected a list of results, got {answer!r}")
+        return results
+
+    def worker_sleep(self, level: int) -> list:
+        """collective_rpc("sleep", level): the workers' own sleep, past the engine's pause and the executor's
+        tag bookkeeping (verl's hybrid engine sleeps its rollout this way)."""
+        return self.collective_rpc("sleep", {"level": level}, phase=FREE)
+
+    def worker_wake_up(self, tags: list[str] | None = None) -> list:
+        """collective_rpc("wake_up", tags): the workers' own wake, which the executor does not see."""
+        return self.collective_rpc("wake_up", {"tags": tags} if tags is not None else None)
+
+    def pause(self, mode: str = "abort", clear_cache: bool = True) -> dict:
+        """POST /pause?mode=&clear_cache= (AsyncLLM.pause_generation): scheduling stops; abort ends the
+        requests in flight, wait drains them, keep freezes them until /resume."""
+        params = {"mode": mode, "clear_cache": "true" if clear_cache else "false"}
+        return self._json("POST", "/pause", params=params)
+
+    def resume(self) -> dict:
+        """POST /resume (AsyncLLM.resume_generation)."""
+        return self._json("POST", "/resume")
+
+    def is_paused(self) -> bool:
+        body = self._json("GET", "/is_paused")
+        value = body.get("is_paused")
+        if not isinstance(value, bool):
+            raise ServerResponseError(f"/is_paused: expected a bool 'is_paused', got {body!r}")
+        return value
+
+    def load_weights_in_process(self, checkpoint: str) -> dict:
+        """POST /load_weights {checkpoint}: the door host, which holds the engine in its own process (TRL
+        colocate), hands the checkpoint's tensors to the model's load_weights as TRL's trainer does."""
+        with self._phase(ALLOCATE, "load_weights"):
+            return self._json("POST", "/load_weights", json={"checkpoint": checkpoint})
+
+    def weight_transfer(self, route: str, body: dict | None = None) -> dict:
+        """POST /<route> of vLLM's native weight-transfer API (init_weight_transfer_engine,
+        start_weight_update, update_weights, finish_weight_update)."""
+        with self._phase(ALLOCATE, route):
+            return self._json_or_empty("POST", f"/{route}", json=body or {}) or {}
 
     def wake_everything(self) -> None:
         """Back to awake from any state, after a test failed mid-way: each tag on its own, the weights

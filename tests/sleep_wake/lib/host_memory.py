@@ -51,7 +51,7 @@ class HostMemory:
         its pinned copies, see the module docstring). Not RssFile: file-backed pages (libraries, the
         mmapped checkpoint) come and go with the kernel's page cache, whatever the server does (a healthy
         engine core's RssFile moved by more than a host bound between two cycles on the H200:
-        docs/measured-settings.md)."""
+        docs/design.md)."""
         return self.anon + self.shmem
 
     @property

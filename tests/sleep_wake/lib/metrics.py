@@ -47,7 +47,7 @@ def parse_prometheus(text: str, names=None) -> list[Sample]:
     """Samples of a Prometheus text exposition (comments and blank lines skipped); with names, only the
     samples of those names, and a line of another name is not parsed at all. Why: vLLM's page has
     hundreds of samples after a few requests, and parsing all of them for the one gauge the suite reads
-    was a large share of a walk shard's test process (docs/measured-settings.md)."""
+    was a large share of a walk shard's test process (docs/design.md)."""
     wanted = tuple(names) if names else None
     samples = []
     for line in text.splitlines():

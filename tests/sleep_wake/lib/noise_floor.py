@@ -6,13 +6,13 @@ of a healthy vLLM (the matrix, not the mutants): a reading a provisional bound f
 
 prints one line per threshold: its bound, the extreme measured, the factor and the number of readings.
 
-    python3 -m tests.sleep_wake.lib.noise_floor --merge --run ID --doc docs/PAGE.md --what TEXT TESTLOGS
+    python3 -m tests.sleep_wake.lib.noise_floor --merge --run ID --what TEXT TESTLOGS
 
 records the run in noise.json (thresholds.NOISE_FILE): each mechanism bound's record, and a contract bound's
 where it has one (its factor decides whether it needs a mutant: tests/mutants/unit/catalogue_unit_test.py),
 keeps the extreme over its runs (and names the run that set it), adds the run's id, its readings and a
 history line with this run's own extreme; a contract bound without a record (a hang detector) gets none.
-The run itself (date, GPUs and vLLM release from the logs, the page that tells it) joins the file's runs.
+The run itself (date, GPUs and vLLM release from the logs, what ran) joins the file's runs.
 Then `python3 -m tests.sleep_wake.lib.bounds_doc > docs/thresholds.md`. No code changes: a bound that
 moves is a change of its own, reviewed against the 4x rule (unit:thresholds_unit_test).
 """
@@ -29,7 +29,6 @@ from tests.sleep_wake.lib import releases, thresholds
 from tests.sleep_wake.lib.cells import EXECUTION_MODES, RUNNERS
 from tools.results import testlogs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -133,7 +132,7 @@ def merge(data: dict, found: dict, run_id: str, run: dict) -> list[str]:
         raise MergeError(f"run id {run_id!r}: letters, digits, '.', '_' and '-' only")
     if run_id in data["runs"]:
         raise MergeError(
-            f"run {run_id!r} is already in the noise records (told in {data['runs'][run_id]['doc']}): "
+            f"run {run_id!r} is already in the noise records ({data['runs'][run_id]['what']}): "
             "a run is merged once; give another run its own --run"
         )
     by_threshold: dict[str, dict] = {}
@@ -212,7 +211,6 @@ def main(argv) -> int:
     parser.add_argument("roots", nargs="+", help="bazel-testlogs directories of matrix runs")
     parser.add_argument("--merge", action="store_true", help="record the run in the noise records (--data)")
     parser.add_argument("--run", help="the run's id in the noise records (with --merge)")
-    parser.add_argument("--doc", help="the docs/ page that tells the run, relative to the checkout (with --merge)")
     parser.add_argument("--what", help="what ran: the job, its settings (with --merge)")
     parser.add_argument("--release", help="the vLLM release, where the logs hold no server identity")
     parser.add_argument("--gpus", help='the GPUs ("1 x H200"), where the logs hold no server identity')
@@ -228,14 +226,10 @@ def main(argv) -> int:
         _print_extremes(found)
         return 0
     try:
-        missing = [f"--{a}" for a in ("run", "doc", "what") if not getattr(args, a)]
+        missing = [f"--{a}" for a in ("run", "what") if not getattr(args, a)]
         if missing:
-            raise MergeError(
-                f"--merge needs {' '.join(missing)}: the run's id, the docs/ page that tells it and what ran"
-            )
-        if not (args.doc.startswith("docs/") and os.path.isfile(os.path.join(ROOT, args.doc))):
-            raise MergeError(f"--doc {args.doc}: no such page under {ROOT}/docs; write the run's page first")
-        run = {**run_facts(all_entries, args.release, args.gpus, args.date), "doc": args.doc, "what": args.what}
+            raise MergeError(f"--merge needs {' '.join(missing)}: the run's id and what ran")
+        run = {**run_facts(all_entries, args.release, args.gpus, args.date), "what": args.what}
         with open(args.data, encoding="utf-8") as f:
             data = json.load(f)
         notes = merge(data, found, args.run, run)

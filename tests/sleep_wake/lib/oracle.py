@@ -323,6 +323,12 @@ _LIST = [
         "hangs), as pinned per release and front door",
     ),
     Oracle(
+        "api.resume_while_asleep",
+        "/resume while a tag still sleeps, then a request: the pause lifted and the request held until every tag"
+        " is resident, or as pinned per release (resume_while_kv_cache_asleep)",
+    ),
+    Oracle("flags.is_paused", "/is_paused is true from /pause until /resume (or a wake that resumes scheduling)"),
+    Oracle(
         "api.wait_mode",
         "a sleep with mode wait is accepted and sleeps, or is refused, as pinned per release and front door",
     ),

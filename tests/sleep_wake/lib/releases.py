@@ -9,7 +9,7 @@ import re
 from tools.matrix import RELEASES
 
 # The releases thresholds.KNOWN_DIVERGENCES was checked against (their source, and on the H200:
-# docs/runs.md, "Known divergences").
+# docs/oracles.md, "Known divergences").
 SUPPORTED = RELEASES
 
 

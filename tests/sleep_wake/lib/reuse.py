@@ -175,7 +175,7 @@ def refusal(cell, server, client, fresh: Fresh, recorder=None) -> str | None:
     if cached:
         return f"prefix cache not empty: {cached} cached tokens for a prompt no request sent since the reset"
     # Token ids and logprobs: a server that left a class computing otherwise may keep its argmax (one
-    # lent on the H200 did, docs/speed.md "Server reuse between cells").
+    # lent on the H200 did, docs/oracles.md "Known divergences").
     drift_max = thresholds.get("logprob_drift_max", cell.id)
     for prompt in prompts.PROMPTS:
         seen, golden = client.complete(prompt, prompts.GOLDEN_MAX_TOKENS, logprobs=1), fresh.golden[prompt]

@@ -35,6 +35,19 @@ def server_class(environ: Mapping[str, str] = os.environ) -> ServerFactory:
         ) from None
 
 
+def trainer_class(environ: Mapping[str, str] = os.environ):
+    """The RL trainer beside the server (lib/trainer.py Trainer): the `Trainer` of the module
+    SLEEPWAKE_SERVER_MODULE names when it has one (the fake tier's, which has no GPU), else the trainer
+    process that holds tensors on the GPU."""
+    name = environ.get(SERVER_MODULE_ENV) or DEFAULT_SERVER_MODULE
+    trainer = getattr(importlib.import_module(name), "Trainer", None)
+    if trainer is not None:
+        return trainer
+    from tests.sleep_wake.lib.trainer import TrainerProcess
+
+    return TrainerProcess
+
+
 def identity(environ: Mapping[str, str] = os.environ) -> str | None:
     """The vLLM build / GPU description the matrix passes as a runfile (a cache-key input)."""
     path = environ.get(IDENTITY_ENV)

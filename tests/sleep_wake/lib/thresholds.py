@@ -8,8 +8,8 @@ Triage policy (the only place it is written; entries of the "wait" layer are not
     same cell (same runner x mode, same GPU, previous vLLM build) before filing; only a regression
     against that baseline is a bug.
 
-`source` says why a bound is where it is. Bound policy (README "Bounds"): a mechanism bound sits near what
-a healthy server shows, never at the size of a defect written for it: its noise record (`record`, a key of
+`source` says why a bound is where it is. Bound policy (docs/oracles.md, "Bounds"): a mechanism bound sits
+near what a healthy server shows, never at the size of a defect written for it: its noise record (`record`, a key of
 noise.json next to this file) holds the healthy extreme measured on the H200 (the largest value of an upper
 bound, the smallest of a lower bound, over every cell of >= 3 runs), and the bound is at most
 NOISE_FACTOR_MAX times away from it; where the healthy value is 0, the bound is one measurement granule
@@ -22,9 +22,9 @@ runner-mode pair; add such keys only from measurement (e.g. graph mode keeps its
 #45648).
 
 The measurements are data, not code: noise.json holds each record (extreme, readings, cells, the runs, the
-run that set the extreme, what each run measured) and the runs (date, GPUs, vLLM release, the docs/ page
-that tells them). `python3 -m tests.sleep_wake.lib.noise_floor --merge` adds a run to it; docs/thresholds.md
-shows it (tests/sleep_wake/lib/bounds_doc.py). Only unit tests (thresholds_unit_test, the mutants'
+run that set the extreme, what each run measured) and the runs (date, GPUs, vLLM release, what ran).
+`python3 -m tests.sleep_wake.lib.noise_floor --merge` adds a run to it; docs/thresholds.md shows it
+(tests/sleep_wake/lib/bounds_doc.py). Only unit tests (thresholds_unit_test, the mutants'
 catalogue_unit_test) and bounds_doc read it, so recording a run leaves every GPU cell's cached result valid.
 """
 
@@ -106,7 +106,7 @@ def noise_record(ref: str, path: str = NOISE_FILE) -> Noise | None:
     except KeyError:
         raise NoiseRecordError(
             f"no noise record {ref!r} in {path}: record the bound's healthy extreme from a run's test logs "
-            "with `python3 -m tests.sleep_wake.lib.noise_floor --merge --run ID --doc docs/PAGE.md "
+            "with `python3 -m tests.sleep_wake.lib.noise_floor --merge --run ID --what TEXT "
             "bazel-testlogs`, or fix the threshold's record="
         ) from None
     if "value" not in record:
@@ -608,7 +608,7 @@ KNOWN_DIVERGENCES = {
             observed={"status": 200, "is_sleeping": True, "gauge": metrics.GAUGE_LEVEL0, "weights_discarded": True},
             versions=("0.24.0", "0.25.0", "0.26.0"),
             reason=(
-                'seen on the H200 with 0.26.0 (a probe; docs/runs.md, "Known divergences"): /sleep?level=3 '
+                "seen on the H200 with 0.26.0 (a probe): /sleep?level=3 "
                 "answers 200; the router only does int(level) (serve/dev/sleep/api_router.py:26 in all three "
                 "releases) and only "
                 "level == 1 offloads the weights (0.24.0 v1/worker/gpu_worker.py:176, 0.25.0/0.26.0 "
@@ -640,8 +640,8 @@ KNOWN_DIVERGENCES = {
             observed="checkpoint B",  # the checkpoint last pushed with weights_path
             versions=("0.24.0", "0.25.0", "0.26.0"),
             reason=(
-                "from the source of all three releases, and held on the H200 on all three (docs/runs.md, "
-                '"Known divergences"): v1/worker/gpu_model_runner.py '
+                "from the source of all three releases, and held on the H200 on all three: "
+                "v1/worker/gpu_model_runner.py "
                 "GPUModelRunner.reload_weights documents 'Use path of original model if neither is "
                 "provided', but a call with weights_path sets self.model_config.model = weights_path "
                 "(0.24.0 line 5426, 0.25.0 line 5477, 0.26.0 line 5518; MRV2's runner, v1/worker/gpu/"
@@ -664,7 +664,7 @@ KNOWN_DIVERGENCES = {
             },
             versions=("0.24.0", "0.25.0", "0.26.0"),
             reason=(
-                'found by the state walk on the H200 with 0.26.0 (docs/runs.md, "Known divergences"; all four '
+                "found by the state walk on the H200 with 0.26.0 (all four "
                 "runner x mode cells: sleep level 1, wake_up(tags=weights), wake_up() -> HTTP 500 'CUDA Error: "
                 "invalid argument at "
                 "cumem_allocator.cpp:169'): v1/executor/abstract.py Executor.wake_up passes tags=None on to the "
@@ -701,7 +701,7 @@ KNOWN_DIVERGENCES = {
                 "0.24.0 (two cells), 0.25.0 from its source (the same lines): 500 'CUDA error: invalid argument', "
                 "/is_sleeping true, the gauge still level 2's, /health 200, a request waits; a later weights wake and "
                 "reload answer 200 and "
-                "requests still wait (docs/walk/exploration.md)"
+                "requests still wait"
             ),
         ),
         KnownDivergence(
@@ -719,8 +719,7 @@ KNOWN_DIVERGENCES = {
                 "at level 1, at level 2 and with the KV cache woken: 500 'CUDA error: invalid argument', /is_sleeping "
                 "true, the gauge unchanged, "
                 "/health 200, a request waits; a full wake then answers 200 and the first request after it "
-                "kills the engine ('EngineCore encountered an issue', /health 503): the server is done "
-                "(docs/walk/exploration.md)"
+                "kills the engine ('EngineCore encountered an issue', /health 503): the server is done"
             ),
         ),
         KnownDivergence(
@@ -731,8 +730,8 @@ KNOWN_DIVERGENCES = {
             observed=host_memory.KEPT,
             versions=("0.24.0", "0.25.0", "0.26.0"),
             reason=(
-                "from the source of all three releases, and held on the H200 on all three (docs/runs.md, "
-                '"Known divergences"): device_allocator/cumem.py CuMemAllocator.wake_up '
+                "from the source of all three releases, and held on the H200 on all three: "
+                "device_allocator/cumem.py CuMemAllocator.wake_up "
                 "drops each cpu_backup_tensor (0.24.0 line 241, 0.25.0 and 0.26.0 line 307; allocated with "
                 "pin_memory at 0.24.0 line 199, 0.25.0/0.26.0 line 261), but PyTorch's caching host allocator keeps "
                 "freed pinned "
@@ -759,6 +758,24 @@ KNOWN_DIVERGENCES = {
                 "line 840): no busy loop steps the engine while the call waits (vllm-project/vllm#56754, "
                 "open, would drain in-process); seen on the engine tier with each release"
             ),
+            # The GPU's door whose engine runs in the caller's process (TRL colocate); the engine tier's
+            # in-process vllm.LLM looks it up with no door.
+            doors=("llm_colocate",),
+        ),
+        KnownDivergence(
+            name="resume_while_kv_cache_asleep",
+            # /resume after a level-1 sleep and a weights-only wake, then a request within the held window.
+            documented={"is_paused": False, "request": "held"},  # #44483: nothing runs until every tag is resident
+            observed={"is_paused": False, "request": "engine dead"},
+            versions=("0.24.0", "0.25.0", "0.26.0"),
+            reason=(
+                "EngineCore.resume_scheduler sets the scheduler unpaused with no look at the executor's "
+                "sleeping tags (v1/engine/core.py 0.26.0 line 852; the same in 0.24.0 and 0.25.0), so the "
+                "request that follows is scheduled and its forward reads the KV cache's unmapped pool: the "
+                "CUDA error kills the engine core; read from the source, to be held on the H200"
+            ),
+            # The routes and AsyncLLM methods that reach it; vllm.LLM has no resume_generation.
+            doors=("http", "async_llm"),
         ),
         KnownDivergence(
             name="llm_door_abort_end_lost",

@@ -158,7 +158,7 @@ def test_retention(retained, expected):
     assert host_memory.retention(retained, copy=700 * MiB, noise=64 * MiB) == expected
 
 
-# The engine core of a healthy MRV2-eager server on the H200 (docs/runs-2026-12-01.md), asleep at cycles 2, 6 and 7 of
+# The engine core of a healthy MRV2-eager server on the H200, asleep at cycles 2, 6 and 7 of
 # test_host_bytes_flat_over_ten_cycles: between 6 and 7 the page cache took 1.6 MiB of its file-backed
 # pages; what the server allocated grew 8 KiB.
 H200_CYCLES = [

@@ -72,10 +72,8 @@ START = {
 
 def _data(tmp_path):
     """A noise file with the record of sleep_s_max (an upper bound), of sleep_freed_kv_fraction_min (a lower
-    one) and of abort_s_max (a contract bound's) as the checkout's look, and a page to cite."""
-    (tmp_path / "docs").mkdir(exist_ok=True)
-    (tmp_path / "docs" / "run.md").write_text("# a run\n")
-    run = {"date": "2026-11-29", "doc": "docs/run.md", "gpus": "1 x H200", "release": "0.26.0", "what": "before"}
+    one) and of abort_s_max (a contract bound's) as the checkout's look."""
+    run = {"date": "2026-11-29", "gpus": "1 x H200", "release": "0.26.0", "what": "before"}
     record = {"cells": "every cell", "history": [], "n": 12, "per_cell": {}, "run": "old-1", "runs": ["old-1"]}
     data = {
         "records": {
@@ -90,16 +88,13 @@ def _data(tmp_path):
     return path
 
 
-def _merge(tmp_path, monkeypatch, logs, *extra, run="new-1"):
-    monkeypatch.setattr(noise_floor, "ROOT", str(tmp_path))
+def _merge(tmp_path, logs, *extra, run="new-1"):
     return noise_floor.main(
         [
             "noise_floor",
             "--merge",
             "--run",
             run,
-            "--doc",
-            "docs/run.md",
             "--what",
             "main job",
             "--data",
@@ -110,7 +105,7 @@ def _merge(tmp_path, monkeypatch, logs, *extra, run="new-1"):
     )
 
 
-def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeypatch, capsys):
+def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, capsys):
     path = _data(tmp_path)
     logs = tmp_path / "bazel-testlogs"
     _result(
@@ -125,7 +120,7 @@ def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeyp
             _reading("MRV2-graph", 0.5, "request_completion_s_max"),  # a contract bound without one
         ],
     )
-    assert _merge(tmp_path, monkeypatch, logs) == 0
+    assert _merge(tmp_path, logs) == 0
     data = json.loads(path.read_text())
     assert path.read_text() == json.dumps(data, indent=2, sort_keys=True) + "\n"
     sleep = data["records"]["sleep_s_max"]
@@ -142,7 +137,6 @@ def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeyp
     assert "request_completion_s_max" not in data["records"]
     assert data["runs"]["new-1"] == {
         "date": "2026-11-30",
-        "doc": "docs/run.md",
         "gpus": "2 x H200",
         "release": "0.26.0",
         "what": "main job",
@@ -155,7 +149,7 @@ def test_merge_records_the_run_and_keeps_the_extreme_over_runs(tmp_path, monkeyp
     assert "bounds_doc > docs/thresholds.md" in out
 
 
-def test_merge_moves_a_contract_bounds_extreme_and_fills_a_record_of_history_only(tmp_path, monkeypatch, capsys):
+def test_merge_moves_a_contract_bounds_extreme_and_fills_a_record_of_history_only(tmp_path, capsys):
     """A contract bound's record is merged as a mechanism bound's: a later run that measures more than its
     extreme moves it (so its factor, which decides whether the bound needs a mutant, stays honest), and a
     record of history only gains its first extreme."""
@@ -169,7 +163,7 @@ def test_merge_moves_a_contract_bounds_extreme_and_fills_a_record_of_history_onl
         "tests/sleep_wake/abort_parallel_sampling_mrv1_eager",
         [START, _reading("MRV1-eager", 0.05, "abort_s_max"), _reading("MRV1-eager", 2e-4, "logprob_drift_max")],
     )
-    assert _merge(tmp_path, monkeypatch, logs) == 0
+    assert _merge(tmp_path, logs) == 0
     records = json.loads(path.read_text())["records"]
     abort, drift = records["abort_s_max"], records["logprob_drift_max"]
     assert (abort["value"], abort["run"], abort["runs"]) == (0.05, "new-1", ["old-1", "new-1"])
@@ -180,7 +174,7 @@ def test_merge_moves_a_contract_bounds_extreme_and_fills_a_record_of_history_onl
     assert "logprob_drift_max: healthy extreme 0.0002 (was none)" in out
 
 
-def test_merge_names_the_run_of_a_new_extreme_per_cell_key(tmp_path, monkeypatch, capsys):
+def test_merge_names_the_run_of_a_new_extreme_per_cell_key(tmp_path, capsys):
     path = _data(tmp_path)
     logs = tmp_path / "bazel-testlogs"
     residue = "level1_residue_bytes_max"  # per_cell "graph"
@@ -189,7 +183,7 @@ def test_merge_names_the_run_of_a_new_extreme_per_cell_key(tmp_path, monkeypatch
         "tests/sleep_wake/physical_memory_mrv1_graph",
         [START, _reading("MRV1-graph", 900, residue), _reading("MRV1-eager", 300, residue)],
     )
-    assert _merge(tmp_path, monkeypatch, logs) == 0
+    assert _merge(tmp_path, logs) == 0
     record = json.loads(path.read_text())["records"][residue]
     assert (record["value"], record["run"], record["per_cell"]) == (
         300,
@@ -202,25 +196,24 @@ def test_merge_names_the_run_of_a_new_extreme_per_cell_key(tmp_path, monkeypatch
     )
 
 
-def test_merge_warns_when_a_bound_fails_a_healthy_extreme(tmp_path, monkeypatch, capsys):
+def test_merge_warns_when_a_bound_fails_a_healthy_extreme(tmp_path, capsys):
     _data(tmp_path)
     logs = tmp_path / "bazel-testlogs"
     _result(logs, "tests/sleep_wake/latency_mrv1_eager", [START, _reading("MRV1-eager", 0.5)])
-    assert _merge(tmp_path, monkeypatch, logs) == 0
+    assert _merge(tmp_path, logs) == 0
     assert "sleep_s_max: the bound <= 0.4 fails this healthy extreme" in capsys.readouterr().out
 
 
-def test_merge_refuses_what_it_cannot_record(tmp_path, monkeypatch, capsys):
+def test_merge_refuses_what_it_cannot_record(tmp_path, capsys):
     path = _data(tmp_path)
     before = path.read_text()
     logs = tmp_path / "bazel-testlogs"
     _result(logs, "tests/sleep_wake/latency_mrv1_eager", [_reading("MRV1-eager", 0.03)])  # no identity, no time
-    assert _merge(tmp_path, monkeypatch, logs) == 2
+    assert _merge(tmp_path, logs) == 2
     assert "do not say the run's release, gpus, date" in capsys.readouterr().err
     assert (
         _merge(
             tmp_path,
-            monkeypatch,
             logs,
             "--release",
             "0.26.0",
@@ -232,31 +225,13 @@ def test_merge_refuses_what_it_cannot_record(tmp_path, monkeypatch, capsys):
         )
         == 2
     )
-    assert "run 'old-1' is already in the noise records" in capsys.readouterr().err
-    monkeypatch.setattr(noise_floor, "ROOT", str(tmp_path))
-    assert (
-        noise_floor.main(
-            [
-                "noise_floor",
-                "--merge",
-                "--run",
-                "x",
-                "--doc",
-                "docs/none.md",
-                "--what",
-                "w",
-                "--data",
-                str(path),
-                str(logs),
-            ]
-        )
-        == 2
-    )
-    assert "no such page" in capsys.readouterr().err
+    assert "run 'old-1' is already in the noise records (before)" in capsys.readouterr().err
+    assert noise_floor.main(["noise_floor", "--merge", "--run", "x", "--data", str(path), str(logs)]) == 2
+    assert "--merge needs --what: the run's id and what ran" in capsys.readouterr().err
     other = IDENTITY.replace("0.26.0", "0.25.0")
     _result(logs, "tests/sleep_wake/latency_mrv2_graph", [{**START, "vllm_identity": other}])
     _result(logs, "tests/sleep_wake/latency_mrv1_graph", [START])
-    assert _merge(tmp_path, monkeypatch, logs) == 2
+    assert _merge(tmp_path, logs) == 2
     assert "servers of vLLM 0.25.0, 0.26.0" in capsys.readouterr().err
     assert path.read_text() == before
 
@@ -264,15 +239,12 @@ def test_merge_refuses_what_it_cannot_record(tmp_path, monkeypatch, capsys):
 FIXTURE_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "noise_run")
 
 
-def test_merge_of_a_run_changes_only_its_records(tmp_path, monkeypatch, capsys):
+def test_merge_of_a_run_changes_only_its_records(tmp_path, capsys):
     """The committed fixture run (three GPU cells, every extreme inside the checkout's records) merged into
     a copy of the checkout's noise.json: the records it read gain the run, nothing else moves."""
     checkout = json.loads(open(thresholds.NOISE_FILE, encoding="utf-8").read())
     path = tmp_path / "noise.json"
     path.write_text(json.dumps(checkout, indent=2, sort_keys=True) + "\n")
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "run.md").write_text("# the run\n")
-    monkeypatch.setattr(noise_floor, "ROOT", str(tmp_path))
     assert (
         noise_floor.main(
             [
@@ -280,8 +252,6 @@ def test_merge_of_a_run_changes_only_its_records(tmp_path, monkeypatch, capsys):
                 "--merge",
                 "--run",
                 "fixture",
-                "--doc",
-                "docs/run.md",
                 "--what",
                 "w",
                 "--data",
@@ -295,7 +265,6 @@ def test_merge_of_a_run_changes_only_its_records(tmp_path, monkeypatch, capsys):
     read = {"sleep_s_max", "wake_s_max", "cycle_s_max", "level1_residue_bytes_max", "sleep_freed_kv_fraction_min"}
     assert merged["runs"]["fixture"] == {
         "date": "2026-12-03",
-        "doc": "docs/run.md",
         "gpus": "1 x H200",
         "release": "0.26.0",
         "what": "w",

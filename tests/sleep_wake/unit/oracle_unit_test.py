@@ -66,7 +66,7 @@ def test_bounded_needs_an_oracle_with_a_threshold(tmp_path):
         oracle.bounded(measure.Recorder(path=str(tmp_path / "m")), "flags.gauge", 1, None, "x")
 
 
-# Run E of the tenth session (docs/bench/h200-2026-12-01.md): a healthy MRV2-eager cell in one `bazel test`
+# A healthy MRV2-eager cell on the H200 in one `bazel test`
 # of the whole suite, every full wake beside a neighbour's start step; and a run-C cell with most quiet.
 LOADED = [0.374, 0.352, 0.285, 0.416, 0.263], [True] * 5
 MOSTLY_QUIET = [0.093, 0.179, 0.139, 0.105, 0.08], [False, True, False, False, True]

@@ -46,7 +46,7 @@ STEP_SECONDS_FILE = os.path.join(WALK_DIR, "step_seconds.json")
 # The longest walk, reset included: a walk starts over from INITIAL after at most this many steps. Short
 # enough that every door's walks deal out over the spec's shards with none left without a walk (the
 # `llm` door plans the fewest pairs) and the shards end close together; every walk's reset costs a few
-# steps more in all (docs/speed.md, "Walk shards").
+# steps more in all (docs/design.md, "What was tried").
 MAX_STEPS = 40
 # The suite's seed: each GPU cell's plan is seeded from it and the cell's id (cell_seed), the engine tier's
 # with it alone.

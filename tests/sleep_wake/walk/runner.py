@@ -574,7 +574,7 @@ class GpuTier:
         )
         host = host_memory.server_host_memory(ctx.server)[0].rss
         hband = model.host_band(s, self.version, ctx.host_awake, ctx.sizes.weights_bytes, ctx.cell_id)
-        # host_awake beside each reading: the walk's host drift over a run is read from its logs (docs/walk).
+        # host_awake beside each reading: the walk's host drift over a run is read from its logs.
         ctx.recorder.record("", "walk_bytes", device, "bytes", host=host, host_awake=ctx.host_awake, state=s.describe())
         with oracle.together():
             for b in band.violations(device):

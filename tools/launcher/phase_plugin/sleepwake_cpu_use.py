@@ -1,14 +1,14 @@
 """How a server's processes use the runner's CPU: torch's intra-op threads, and how CUDA waits for the
 GPU. A vLLM general plugin, like sleepwake_memory_phase, loaded in each of the server's processes.
 
-Why: on one H200 with 16 cores the matrix's servers' CPU work is its floor (docs/measured-settings.md).
+Why: on one H200 with 16 cores the matrix's servers' CPU work is its floor (docs/design.md).
 Two defaults may spend cores on nothing there:
   * torch sizes its thread pool by the cores (16) in every process, and an OpenMP thread spins for a
     while after each parallel region before it sleeps;
   * a process with fewer CUDA contexts than cores spins a core while it waits for the GPU (CUDA's
     cudaDeviceScheduleAuto), in every synchronisation of every decode step.
 Both are settings of the launcher (--torch_threads, --cuda_sync), by default one thread and a blocking
-wait, which cut the servers' CPU time and the matrix's, every cell green (docs/measured-settings.md).
+wait, which cut the servers' CPU time and the matrix's, every cell green (docs/design.md).
 """
 
 import ctypes

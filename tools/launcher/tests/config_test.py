@@ -37,10 +37,15 @@ def test_command_is_exact_for_eager_and_graph(tmp_path):
         "--enable-prompt-tokens-details",
         "--max-num-seqs",
         "32",
+        "--worker-extension-cls",
+        "tools.launcher.weight_receiver.WeightReceiver",
         "--enforce-eager",
         "--foo",
         "bar",
     ]
+    cfg.weight_transfer = "ipc"
+    assert config.build_command(cfg, 8001, python="/py")[-5:-3] == ["--weight-transfer-config", '{"backend": "ipc"}']
+    cfg.weight_transfer = "none"
     cfg.execution_mode = "graph"
     graph = config.build_command(cfg, 8001)
     assert "--enforce-eager" not in graph and graph[-4:] == ["--max-cudagraph-capture-size", "32", "--foo", "bar"]

@@ -1,7 +1,7 @@
 """A whole REAPI engine on loopback: a throwaway PostgreSQL, BuildGrid, and stand-in workers per pool.
 
-Used by //tools/remote_exec:remote_exec_test, and by tools/remote_exec/h200_remote_slice.sh, which
-starts it on the GPU machine from the command line:
+Used by //tools/remote_exec:remote_exec_test, and from the command line to try `--config=remote` against
+an engine on this machine (a GPU worker advertising `pool_properties.py`'s line runs the GPU cells here):
 
     python3 -m tools.remote_exec.engine.local_engine --workdir=/tmp/engine \
         --buildgrid_python=/opt/sleepwake/remote-exec-venv/bin/python3 \

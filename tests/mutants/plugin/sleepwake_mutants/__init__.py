@@ -85,7 +85,7 @@ def _kv_kept(fraction):
 MUTANTS = {
     m.name: m
     for m in [
-        # A request run on unmapped memory crashes a GPU's engine (an illegal address, docs/runs.md), so
+        # A request run on unmapped memory crashes a GPU's engine (an illegal address, seen on the H200), so
         # the requests held then end in 5xx answers of a dead engine: the defect shows as an error answer too.
         Mutant(
             "resume_on_partial_wake",
@@ -449,7 +449,7 @@ MUTANTS = {
             "/sleep during decoding kills the engine core while the endpoint still returns 200.",
             # The dead engine answers the requests sent while asleep at once (5xx, the front end kept alive:
             # VLLM_KEEP_ALIVE_ON_ENGINE_DEATH), or the next sleep-API call with a 5xx, or /health 503; on the
-            # H200 the /sleep itself never answered (docs/runs.md) (its utility call died with the engine).
+            # H200 the /sleep itself never answered (its utility call died with the engine).
             {"concurrent_race": ("requests.held_while_asleep", "api.status", "api.answers", "server.healthy")},
             "scheduling:engine_dies_on_sleep_during_decode",
             size="the engine dies",

@@ -124,7 +124,7 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
         )
 
 
-# 1000 examples of up to 40 steps (their time: docs/measured-settings.md); 300 missed the five-step defect
+# 1000 examples of up to 40 steps (their time: docs/design.md); 300 missed the five-step defect
 # sleep_while_paused_keeps_prefix_cache, 1000 find it and shrink it to generate_cached, sleep:0,
 # sleep:1, wake, generate_cached.
 ModelAgreesWithTheFake.TestCase.settings = settings(

@@ -264,8 +264,8 @@ def test_terminal_probes_reach_every_kind_of_terminal_pair_one_per_shard():
 
 
 # The most walks a shard of any cell may hold: with its server's start, two walks end within the minute the
-# walk issue asks of a shard in either mode (tools/matrix.bzl SHARD_COUNTS; docs/speed.md, "Walk shards by
-# mode").
+# walk issue asks of a shard in either mode (tools/matrix.bzl SHARD_COUNTS; docs/design.md, "What was
+# tried").
 WALKS_PER_SHARD_MAX = 2
 
 

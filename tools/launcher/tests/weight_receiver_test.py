@@ -1,0 +1,68 @@
+"""The worker extension's pushes on the CPU: the tensors a push hands the model's load_weights are the
+checkpoint's, every one, by name and value; the IPC payload survives its JSON crossing; the worker's
+device bytes are given back (the GPU's own handles are the H200's to prove)."""
+
+import os
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tools.launcher import weight_receiver
+
+
+class RecordingModel:
+    """What a push sees of vLLM's model: load_weights(weights) -> the names it loaded."""
+
+    def __init__(self):
+        self.loaded: dict[str, torch.Tensor] = {}
+
+    def load_weights(self, weights):
+        for name, tensor in weights:
+            self.loaded[name] = tensor.clone()
+        return set(self.loaded)
+
+
+class Runner:
+    def __init__(self):
+        self.model = RecordingModel()
+
+
+class CpuWorker(weight_receiver.WeightReceiver):
+    """The extension mixed into a worker with a CPU device, as vLLM mixes it into its Worker."""
+
+    def __init__(self):
+        self.model_runner = Runner()
+        self.device = torch.device("cpu")
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    first = {"model.embed_tokens.weight": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)}
+    second = {"model.norm.weight": torch.full((4,), 0.5, dtype=torch.bfloat16), "lm_head.weight": torch.ones(2, 4)}
+    save_file(first, os.path.join(tmp_path, "model-00001-of-00002.safetensors"))
+    save_file(second, os.path.join(tmp_path, "model-00002-of-00002.safetensors"))
+    return str(tmp_path), {**first, **second}
+
+
+def test_a_tensor_push_hands_every_tensor_of_the_checkpoint_to_load_weights(checkpoint, monkeypatch):
+    path, tensors = checkpoint
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)
+    worker = CpuWorker()
+    assert worker.load_checkpoint_tensors(path) == len(tensors)
+    assert sorted(worker.model_runner.model.loaded) == sorted(tensors)
+    for name, tensor in tensors.items():
+        assert torch.equal(worker.model_runner.model.loaded[name], tensor), name
+
+
+def test_a_checkpoint_without_tensors_is_refused_with_its_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+        weight_receiver.checkpoint_tensors(str(tmp_path), "cpu")
+
+
+def test_ipc_handles_cross_json_unchanged():
+    handles = [("a.weight", (torch.float32, 1, b"\x00handle", 0, 16, 0, 0)), ("b.bias", (1, 2, 3))]
+    payload = weight_receiver.encode_handles(handles)
+    assert isinstance(payload, str) and payload.isascii()
+    assert weight_receiver.decode_handles(payload) == handles

@@ -1,0 +1,97 @@
+"""The worker half of an RL trainer's weight push: a vLLM worker extension (`--worker-extension-cls`).
+
+RL frameworks do not push new weights with `reload_weights` from disk: they install a class into vLLM's
+workers (vLLM's `worker_extension_cls` mixes it into the Worker, so `collective_rpc(method)` reaches its
+methods with the worker as `self`) and hand the worker tensors, which it feeds to the model's own
+`load_weights`. Two ways, each as the frameworks write it:
+
+  * load_checkpoint_tensors: tensors made inside the engine's process and handed to `model.load_weights`
+    (TRL colocate's step, trl/trainer/grpo_trainer.py `_move_model_to_vllm`, where the trainer and the
+    engine share a process; here the worker reads the checkpoint's safetensors onto its device first).
+  * load_ipc_tensors: CUDA-IPC handles of tensors a separate trainer process holds on the GPU, rebuilt
+    with torch's `rebuild_cuda_tensor` and fed to `model.load_weights` (verl's
+    `vLLMColocateWorkerExtension.update_weights_from_ipc`, NeMo-RL's `update_weights_via_ipc_zmq`,
+    OpenRLHF's `update_weight_cuda_ipc`; the handles come through collective_rpc's kwargs here, as
+    vLLM's own IPC weight-transfer engine sends them over HTTP: base64 of a pickle).
+
+Neither goes through `reload_weights`, so neither moves the model config's path: a later
+`reload_weights()` without a path loads what the server started on (the TRL bug class). The tensors a
+push allocates outside vLLM's CuMem pools are given back to the device before the call answers, so the
+server's device bytes after a push are what they were before it.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import os
+import pickle
+from typing import Any
+
+
+def checkpoint_tensors(checkpoint: str, device: Any) -> list[tuple[str, Any]]:
+    """(name, tensor on `device`) of every tensor in the checkpoint directory's safetensors files, in file
+    and key order: what a trainer that holds the checkpoint's weights hands over."""
+    from safetensors.torch import load_file
+
+    files = sorted(glob.glob(os.path.join(checkpoint, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {checkpoint}: push a checkpoint directory the server can read")
+    tensors: list[tuple[str, Any]] = []
+    for path in files:
+        tensors.extend(load_file(path, device=str(device)).items())
+    return tensors
+
+
+def encode_handles(handles: list[tuple[str, tuple]]) -> str:
+    """What crosses collective_rpc's JSON: (name, rebuild_cuda_tensor args) pairs, pickled, base64."""
+    return base64.b64encode(pickle.dumps(handles)).decode("ascii")
+
+
+def decode_handles(payload: str) -> list[tuple[str, tuple]]:
+    return pickle.loads(base64.b64decode(payload))
+
+
+class WeightReceiver:
+    """Mixed into vLLM's Worker (self.model_runner, self.device are the worker's)."""
+
+    def _sleepwake_load(self, weights: list[tuple[str, Any]]) -> int:
+        import torch
+
+        # The model the runner serves (a CUDA-graph wrapper forwards load_weights to it), as every framework
+        # reaches it: worker.model_runner.model.load_weights(weights=...).
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        loaded = model.load_weights(weights=weights)
+        torch.accelerator.synchronize()
+        return len(loaded) if loaded is not None else len(weights)
+
+    def load_checkpoint_tensors(self, checkpoint: str) -> int:
+        """Loads the checkpoint's tensors, made on this worker's device, through the model's load_weights;
+        returns how many parameters the model reports loaded."""
+        import torch
+
+        weights = checkpoint_tensors(checkpoint, self.device)  # type: ignore[attr-defined]
+        try:
+            return self._sleepwake_load(weights)
+        finally:
+            del weights
+            torch.accelerator.empty_cache()
+
+    def load_ipc_tensors(self, handles: str) -> int:
+        """Rebuilds a trainer's tensors from their CUDA-IPC handles (encode_handles) on this worker's device
+        and loads them through the model's load_weights; returns how many parameters it reports loaded."""
+        import torch
+        from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+        device_index = self.device.index  # type: ignore[attr-defined]
+        weights = []
+        for name, args in decode_handles(handles):
+            args = list(args)
+            args[6] = device_index  # reduce_tensor's device index is the trainer's; the tensor lives here
+            weights.append((name, rebuild_cuda_tensor(*args)))
+        try:
+            return self._sleepwake_load(weights)
+        finally:
+            del weights
+            torch.cuda.ipc_collect()
+            torch.accelerator.empty_cache()
