@@ -85,8 +85,8 @@ class WeightReceiver:
 
         device_index = self.device.index  # type: ignore[attr-defined]
         weights = []
-        for name, args in decode_handles(handles):
-            args = list(args)
+        for name, sent in decode_handles(handles):
+            args = list(sent)
             args[6] = device_index  # reduce_tensor's device index is the trainer's; the tensor lives here
             weights.append((name, rebuild_cuda_tensor(*args)))
         try:

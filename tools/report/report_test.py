@@ -178,6 +178,7 @@ def test_a_class_a_door_cannot_run_is_excluded_with_its_reason_not_missing(tmp_p
     monkeypatch.setitem(
         matrix.DOOR_EXCLUDED, "llm", {"host_memory": "reads the server's own process", "weight_sync": why}
     )
+    monkeypatch.setitem(matrix.DOOR_EXCLUDED, "llm_colocate", {})
     logs, bep = _bazel_layout(tmp_path)
     page = _render(tmp_path, "--bep", bep, logs=logs)
     grid = _grid(page)

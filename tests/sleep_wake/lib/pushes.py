@@ -45,7 +45,10 @@ class Client(Protocol):
 
 
 class Push(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """The way's name (WAYS), in test ids and messages."""
+        ...
 
     def push(self, client: Client, checkpoint: str) -> None:
         """Moves the checkpoint's weights into the server's weights pool (which must be awake)."""
