@@ -14,7 +14,7 @@ import pytest
 import sleepwake_mutants
 from sleepwake_mutants import shared
 from tests.engine.mutants import catalogue
-from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
+from tests.core.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
 
 
 def pytest_configure(config):

@@ -19,8 +19,8 @@ import requests
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib import checks
 from tests.engine.lib.hosted_door import DoorZygote, HostedDoor
-from tests.sleep_wake.lib import liveness, metrics, oracle, thresholds
-from tests.sleep_wake.lib.client import ServerResponseError
+from tests.core import liveness, metrics, oracle, thresholds
+from tests.core.client import ServerResponseError
 from tools.launcher import door_host
 
 # Two full KV blocks (block_size 16): a repeat of it hits 32 cached tokens unless the cache was emptied.

@@ -12,7 +12,7 @@ import pytest
 from tests.engine.lib import checks
 from tests.engine.lib.requests import add
 from tests.engine.lib.steps import run_until_finished
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle
 from vllm.v1.engine import FinishReason
 
 HELD_STEPS = 3  # the scheduler schedules a waiting request on its first step; three leave no doubt

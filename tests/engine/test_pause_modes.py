@@ -12,7 +12,7 @@ from tests.engine.lib import checks
 from tests.engine.lib.loop import drive
 from tests.engine.lib.requests import add, send
 from tests.engine.lib.steps import run_until_finished, step, steps
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle
 from vllm.v1.engine import FinishReason
 
 HELD_STEPS = 3

@@ -1,10 +1,10 @@
-"""The state walk on the engine tier: the model of tests/sleep_wake/walk drives vLLM's real EngineCore.
+"""The state walk on the engine tier: the model of tests/core/walk drives vLLM's real EngineCore.
 
 The GPU walk's planning (plan.plan_shards, seeded plan.SEED, over SHARDS: one plan over every pair, its
 walks dealt out to the shards), runs here against EngineCoreProc's real busy loop,
 scheduler, KV cache manager and UniProcExecutor around the fake worker, with vLLM's own /sleep, /wake_up,
 /is_sleeping, /reset_prefix_cache and /collective_rpc routes over HTTP (lib/walk_tier.py, driven by the
-one walk driver, tests/sleep_wake/walk/driver.py). After every step it checks what the engine tier can
+one walk driver, tests/core/walk/driver.py). After every step it checks what the engine tier can
 observe against the model: /is_sleeping (route and engine), the
 executor's sleeping tags, the scheduler's pause, the fake worker's pools and weights, that a request
 sent while asleep waits (and that no forward pass ran on released memory: the fake worker raises),
@@ -12,7 +12,7 @@ that a repeat of the long prompt hits cached tokens iff the model says its block
 a request in flight ends under each pause mode. What it cannot observe is skipped per check
 (walk_tier.SKIPPED), never per pair; a terminal pair it cannot honour is named in walk_tier.CANNOT_HONOUR.
 
-A shard fails (walk.pairs_visited, the GPU walk's verdict: tests/sleep_wake/walk/coverage.py) when the steps
+A shard fails (walk.pairs_visited, the GPU walk's verdict: tests/core/walk/coverage.py) when the steps
 that ran leave one of its pairs unvisited; its coverage (pairs, steps, consecutive pairs, checks made and
 skipped) goes to the test log and to
 engine_walk_shard<N>.json among the target's undeclared outputs. Shard i ends with terminal probe i
@@ -58,7 +58,7 @@ def _outputs_dir(tmp_path_factory) -> str:
 def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, tmp_path_factory, capsys):
     import vllm
     from tests.engine.lib import walk_tier
-    from tests.sleep_wake.walk import coverage, driver, model, operations, plan
+    from tests.core.walk import coverage, driver, model, operations, plan
 
     started = time.monotonic()
     tier = walk_tier.EngineTier(engine_server, vllm.__version__, checkpoints)
@@ -91,7 +91,7 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
 def _write_coverage(done, tier, probed: list, started: float, outputs: str, capsys) -> None:
     """engine_walk_shard<N>.json among the target's undeclared outputs, and its line in the test log."""
     from tests.engine.lib import walk_tier
-    from tests.sleep_wake.walk import plan
+    from tests.core.walk import plan
 
     record = {
         "shard": done.shard,
@@ -120,7 +120,7 @@ def _write_coverage(done, tier, probed: list, started: float, outputs: str, caps
 
 
 def test_the_shards_cover_every_reachable_pair():
-    from tests.sleep_wake.walk import plan
+    from tests.core.walk import plan
 
     shards = [pairs for _, pairs in plan.plan_shards(SHARDS, plan.SEED, plan.MAX_STEPS)]
     assert set().union(*shards) == plan.reachable_pairs()
@@ -128,12 +128,12 @@ def test_the_shards_cover_every_reachable_pair():
 
 
 def test_the_walk_tier_names_known_oracles_and_makes_no_bare_assert():
-    """The GPU suite's lint (tests/sleep_wake/unit/oracle_unit_test.py) does not read tests/engine: the
+    """The GPU suite's lint (tests/core/unit/oracle_unit_test.py) does not read tests/engine: the
     same two rules for the walk's engine tier. Every check goes through an oracle id of oracle.ORACLES."""
     import ast
 
     from tests.engine.lib import walk_tier
-    from tests.sleep_wake.lib import oracle
+    from tests.core import oracle
 
     tree = ast.parse(open(walk_tier.__file__, encoding="utf-8").read())
     assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)]

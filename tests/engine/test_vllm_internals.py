@@ -19,7 +19,7 @@ import vllm.platforms
 from sleepwake_engine_platform import UNSPECIFIED
 from tests.engine.fakes.worker import FakeWorker
 from tests.engine.lib import engines
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle
 from tools.launcher.phase_plugin import sleepwake_cpu_use as cpu_use_plugin
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from vllm.platforms.interface import UnspecifiedPlatform

@@ -16,7 +16,7 @@ import time
 import pytest
 import requests
 
-from tests.sleep_wake.lib import (
+from tests.core import (
     cells,
     expect,
     liveness,
@@ -28,9 +28,9 @@ from tests.sleep_wake.lib import (
     servers,
     thresholds,
 )
-from tests.sleep_wake.lib.client import SleepWakeClient, client_of
-from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
-from tests.sleep_wake.lib.prompts import PROMPTS
+from tests.core.client import SleepWakeClient, client_of
+from tests.core.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
+from tests.core.prompts import PROMPTS
 from tools.launcher.config import resolve_model
 from tools.launcher.errors import ConfigError
 from tools.launcher.interface import Server

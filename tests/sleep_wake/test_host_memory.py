@@ -4,8 +4,8 @@ host memory), level 2 holds none (what sets it apart from level 1 when host RAM 
 needs back), and over ten level-1 cycles host memory stays flat (each sleep reuses the pinned blocks of
 the last one). What stays after the wake is pinned as a known divergence."""
 
-from tests.sleep_wake.lib import expect, host_memory, measure, oracle, server_log, thresholds
-from tests.sleep_wake.lib.memory import checkpoint_tensor_bytes
+from tests.core import expect, host_memory, measure, oracle, server_log, thresholds
+from tests.core.memory import checkpoint_tensor_bytes
 from tools.launcher.config import resolve_model
 
 ISSUE = "host memory"

@@ -12,8 +12,8 @@ NVML's per-process figure, which test_physical_memory settles on, has been seen 
 reporting on itself.
 """
 
-from tests.sleep_wake.lib import expect, measure, oracle, server_log
-from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.core import expect, measure, oracle, server_log
+from tests.core.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 RELEASE = "late release: memory still held when /sleep answered"
 RESTORE = "late restore"

@@ -1,7 +1,7 @@
 """The state walk: planned, seeded sequences of every operation a sleep-mode client can send (generates,
 also while paused or asleep; sleeps of every level and pause mode with and without requests in flight or
 waiting; staged, full, two-tag and tag-plus-scheduling wakes; unknown tags; weight pushes and reloads;
-prefix-cache resets; misuse), each step judged against the model of tests/sleep_wake/walk (flags, gauge,
+prefix-cache resets; misuse), each step judged against the model of tests/core/walk (flags, gauge,
 health, GPU and host bytes, golden output of the serving checkpoint, cached tokens, how requests in
 flight and waiting end) by the oracles.
 
@@ -21,9 +21,10 @@ import os
 
 import pytest
 
-from tests.sleep_wake.lib import cells, goldens, host_memory, memory, oracle, servers
-from tests.sleep_wake.lib.memory import settled_gpu_bytes
-from tests.sleep_wake.walk import coverage, driver, model, plan, runner
+from tests.core import cells, goldens, host_memory, memory, oracle, servers
+from tests.core.memory import settled_gpu_bytes
+from tests.core.walk import coverage, driver, model, plan
+from tests.sleep_wake.walk import runner
 from tools.launcher.config import resolve_model
 from tools.matrix import shard_count
 

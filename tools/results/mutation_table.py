@@ -33,7 +33,7 @@ ROW_FILE = "mutation_row.json"
 CONTROL = "none"
 DEFAULT_CATALOGUE = "tests/mutants/plugin/sleepwake_mutants"
 GPU_PREFIX, FAKE_PREFIX = "mutant_", "fake_mutant_"  # target names of tests/mutants/defs.bzl mutant_suite
-# The verdicts of tests/mutants/verdict.py (killed, other oracle, errored, survived, not applied; passed: a
+# The verdicts of tests/core/verdict.py (killed, other oracle, errored, survived, not applied; passed: a
 # control), and ours for a catalogued mutant whose target wrote no row.
 NO_RESULT = "no result"
 NO_ROW = f"no result: its target wrote no {ROW_FILE}; see its test.log"

@@ -16,7 +16,7 @@ import itertools
 
 from tests.engine.fakes.timeline import Timeline
 from tests.engine.lib import checks, engines
-from tests.sleep_wake.lib import liveness, thresholds
+from tests.core import liveness, thresholds
 
 
 @dataclasses.dataclass

@@ -23,7 +23,7 @@ from tests.engine.fakes.output_queue import RecordingOutputQueue
 from tests.engine.lib.engine_client import QueueEngineClient
 from tests.engine.lib.engines import Built, build_engine_core_proc
 from tests.engine.lib.loop import BackgroundLoop
-from tests.sleep_wake.lib import liveness
+from tests.core import liveness
 from vllm.entrypoints.serve.dev.cache.api_router import attach_router as attach_cache_router
 from vllm.entrypoints.serve.dev.rpc.api_router import attach_router as attach_rpc_router
 from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router

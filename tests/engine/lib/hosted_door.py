@@ -14,8 +14,8 @@ test process starts for itself and that dies with it.
 import os
 import sys
 
-from tests.sleep_wake.lib import client as http_client
-from tests.sleep_wake.lib import thresholds
+from tests.core import client as http_client
+from tests.core import thresholds
 from tools.launcher import config as launcher_config
 from tools.launcher import zygote_client
 from tools.launcher.config import ServerConfig

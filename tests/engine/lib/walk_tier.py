@@ -1,9 +1,9 @@
 """The state walk's engine tier: vLLM's real engine core around the fake worker, driven by the one walk
-driver (tests/sleep_wake/walk/driver.py) with the same model, plan and oracles as the GPU.
+driver (tests/core/walk/driver.py) with the same model, plan and oracles as the GPU.
 
 EngineTier makes each planned operation on an EngineServer (lib/engine_server.py: EngineCoreProc's real
 busy loop behind vLLM's own routers) and judges it, each check through an oracle id of
-tests/sleep_wake/lib/oracle.py. What the engine tier cannot observe (the gauge AsyncLLM writes, device
+tests/core/oracle.py. What the engine tier cannot observe (the gauge AsyncLLM writes, device
 and host bytes, the tokens of real weights, which checkpoint a reload loaded) is skipped per check,
 never per pair: SKIPPED says why, and the coverage record counts the checks made and skipped by oracle
 id. A pair it cannot honour at all is named in CANNOT_HONOUR.
@@ -23,11 +23,11 @@ import threading
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib.engine_client import CALL_TIMEOUT_S
 from tests.engine.lib.engine_server import WAIT_S, EngineServer
-from tests.sleep_wake.lib import liveness, oracle, thresholds
-from tests.sleep_wake.walk import model
-from tests.sleep_wake.walk import operations as ops
+from tests.core import liveness, oracle, thresholds
+from tests.core.walk import model
+from tests.core.walk import operations as ops
 from tools.matrix import HTTP
-from tests.sleep_wake.walk.model import KV_CACHE, WEIGHTS, State
+from tests.core.walk.model import KV_CACHE, WEIGHTS, State
 from vllm.v1.engine import FinishReason
 
 SHORT_PROMPT_LEN = 4  # under one 16-token KV block: never a prefix-cache hit

@@ -6,7 +6,7 @@ edited. The GPU mutant plugin (tests/mutants/plugin/sleepwake_mutants) is the sa
 servers; where a bug lives in the engine core, its patch is reused from there rather than written twice.
 
 `kills` maps the engine tests (file::name) that must fail under the mutant to the oracle ids one of
-which each failure must carry (JUnit properties, as the GPU tier's: tests/mutants/verdict.py): failing
+which each failure must carry (JUnit properties, as the GPU tier's: tests/core/verdict.py): failing
 for another reason, or with no oracle, does not show that the tier detects the bug. `fails_as` as in the
 plugin: a liveness oracle (api.status, api.answers) kills only a defect marked as what it sees.
 Importable without vLLM (the harness lists the catalogue before forking); patches import vLLM lazily.

@@ -11,7 +11,7 @@ from tests.engine.fakes.timeline import Timeline
 from tests.engine.fakes.worker import FakeWorker, ReleasedMemoryAccess
 from tests.engine.lib import checks
 from tests.engine.lib.async_door import AsyncDoor
-from tests.sleep_wake.lib import liveness, oracle
+from tests.core import liveness, oracle
 from tools.results.testlogs import ERRORED_PROPERTY, LIVENESS_PROPERTY
 from vllm.v1.engine import UtilityOutput
 from vllm.v1.engine.core import EngineCore

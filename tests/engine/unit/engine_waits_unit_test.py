@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from tests.engine.lib import engine_client, engine_server
 from tests.engine.lib.engine_server import EngineServer, RouteClient
 from tests.engine.lib.walk_tier import EngineTier, Open
-from tests.sleep_wake.lib import liveness, oracle
-from tests.sleep_wake.walk import model
-from tests.sleep_wake.walk import operations as ops
+from tests.core import liveness, oracle
+from tests.core.walk import model
+from tests.core.walk import operations as ops
 from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router
 
 AWAKE = model.State()

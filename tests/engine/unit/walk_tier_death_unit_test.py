@@ -10,9 +10,9 @@ import pytest
 
 from tests.engine.lib.engine_server import EngineServer
 from tests.engine.lib.walk_tier import EngineTier
-from tests.sleep_wake.lib import liveness, oracle
-from tests.sleep_wake.walk import model
-from tests.sleep_wake.walk import operations as ops
+from tests.core import liveness, oracle
+from tests.core.walk import model
+from tests.core.walk import operations as ops
 
 DIED = RuntimeError("forward pass of requests ['probe-0'] scheduled while kv_cache released")
 ASLEEP = model.State(level=1, asleep_tags=frozenset(model.TAGS), pause=model.PAUSE_ALL, gauge_level=1)

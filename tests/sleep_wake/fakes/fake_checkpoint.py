@@ -15,7 +15,7 @@ import glob
 import hashlib
 import os
 
-from tests.sleep_wake.lib import memory
+from tests.core import memory
 
 _CHUNK = 1 << 20
 

@@ -14,8 +14,8 @@ import os
 import sys
 import tempfile
 
-from tests.sleep_wake.lib import goldens, releases, servers, thresholds
-from tests.sleep_wake.lib.client import client_of
+from tests.core import goldens, releases, servers, thresholds
+from tests.core.client import client_of
 
 
 def take(args, environ) -> None:

@@ -17,11 +17,11 @@ import sys
 
 import pytest
 
-from tests.sleep_wake.lib import reuse, servers
+from tests.core import reuse, servers
 from tools.results.testlogs import parse_junit
 
 FILES_ENV = "SLEEPWAKE_REUSE_CLASS_FILES"
-PARKED_FAKE = "tests.sleep_wake.reuse.parked_fake"
+PARKED_FAKE = "tests.sleep_wake.fakes.parked_fake"
 # The inner runs' own bound: on the fake, about a minute each on a loaded 2-core machine; on the H200 a
 # fresh server per class of reuse_equivalence_gpu_test's order starts in 15-60 s (docs/speed.md).
 RUN_TIMEOUT_S = 400

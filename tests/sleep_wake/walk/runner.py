@@ -19,11 +19,11 @@ import time
 
 import requests
 
-from tests.sleep_wake.lib import expect, host_memory, measure, oracle, thresholds
-from tests.sleep_wake.lib.background import background, end_clock, generated_tokens, wait_decoding
-from tests.sleep_wake.lib.client import SleepWakeClient
-from tests.sleep_wake.lib.memory import settled_gpu_bytes
-from tests.sleep_wake.lib.prompts import (
+from tests.core import expect, host_memory, measure, oracle, thresholds
+from tests.core.background import background, end_clock, generated_tokens, wait_decoding
+from tests.core.client import SleepWakeClient
+from tests.core.memory import settled_gpu_bytes
+from tests.core.prompts import (
     GOLDEN_MAX_TOKENS,
     IN_FLIGHT,
     LONG_PROMPTS,
@@ -34,9 +34,9 @@ from tests.sleep_wake.lib.prompts import (
     SEEDED_TEMPERATURE,
     STREAM_TOKENS,
 )
-from tests.sleep_wake.walk import model
-from tests.sleep_wake.walk import operations as ops
-from tests.sleep_wake.walk.model import State
+from tests.core.walk import model
+from tests.core.walk import operations as ops
+from tests.core.walk.model import State
 from tools.launcher import door_host
 from tools.launcher.interface import Server
 from tools.matrix import HTTP

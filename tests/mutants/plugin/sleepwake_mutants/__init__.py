@@ -11,14 +11,14 @@ This module is the catalogue and must import without vLLM and without its siblin
 CPU unit tests and tools/results/mutation_table.py read MUTANTS, the last one from this file alone): each entry
 names its patch as "module:function" of this package, imported by `register()` only, and the patch
 imports vLLM inside its function. `kills` maps the matrix class short names expected to kill the mutant
-to the oracle ids (tests/sleep_wake/lib/oracle.py) one of whose failures kills it: the failure must be the
-oracle that guards that bug, not any failure (tests/mutants/verdict.py). `bound`, `size` and `expected`
-say how big the defect is against the thresholds that should catch it (tests/sleep_wake/lib/thresholds.py):
+to the oracle ids (tests/core/oracle.py) one of whose failures kills it: the failure must be the
+oracle that guards that bug, not any failure (tests/core/verdict.py). `bound`, `size` and `expected`
+say how big the defect is against the thresholds that should catch it (tests/core/thresholds.py):
 1.5 times the bound (not 2x, not 10x), so a kill says the bound is sensitive to a defect just past it.
 `fails_as` marks a defect that *is* a hang (HANG) or an error answer (ERROR_ANSWER: a 5xx, an engine
 dead behind the API server): only for such an entry do the liveness oracles it lists (api.answers,
 api.status, server.healthy) count as a kill, since an overloaded host or a crash of anything fails
-them too (tests/mutants/verdict.py).
+them too (tests/core/verdict.py).
 `door` is the front door whose cells run the mutant's classes (tools/matrix.bzl FRONT_DOORS): "http", vLLM's
 OpenAI server, for most; an in-process door ("llm", "async_llm": tools/launcher/door_host.py) for a mutant of
 code only that door runs (doors.py), whose killing classes must run through that door (tools/matrix.py

@@ -3,7 +3,7 @@ without the reload, so its weights are garbage (#29341), with a prompt cached. W
 reset from (reuse_equivalence_test): a reset that did not reload the start checkpoint would hand the next
 class garbage, which weight_sync then takes for its checkpoint A."""
 
-from tests.sleep_wake.lib.prompts import LONG_PROMPTS
+from tests.core.prompts import LONG_PROMPTS
 
 
 class TestLeavesGarbage:

@@ -10,9 +10,9 @@ import types
 
 import pytest
 
-from tests.sleep_wake.lib import liveness, metrics, oracle, thresholds
-from tests.sleep_wake.lib.background import background
-from tests.sleep_wake.lib.client import SleepWakeClient, StreamResult
+from tests.core import liveness, metrics, oracle, thresholds
+from tests.core.background import background
+from tests.core.client import SleepWakeClient, StreamResult
 from tests.sleep_wake.walk import runner
 
 _AFTER_KEEP = runner.model.State(level=0, pause=runner.model.PAUSE_ALL, gauge_level=0)  # a level-0 keep
