@@ -133,7 +133,7 @@ def cell_goldens(classes, runner, mode, fake_cell = None):
     return env, data
 
 def cell_walk_plan(classes, runner, mode, door):
-    """The env and data that give a walk cell its plan, written ahead (tests/core/walk/planned.py).
+    """The env and data that give a walk cell its plan, written ahead (tests/core/walk/write_plan.py).
 
     Args:
       classes: the target's class short names; only state_walk walks.

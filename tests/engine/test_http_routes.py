@@ -13,7 +13,7 @@ import pytest
 
 from tests.engine.lib import checks
 from tests.engine.lib.engine_server import EngineServer
-from tests.engine.lib.requests import send
+from tests.engine.lib.engine_requests import send
 from tests.core import oracle
 from vllm.v1.engine import FinishReason
 

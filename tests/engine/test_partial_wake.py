@@ -10,7 +10,7 @@ true after a partial wake with or without the fix).
 import pytest
 
 from tests.engine.lib import checks
-from tests.engine.lib.requests import add
+from tests.engine.lib.engine_requests import add
 from tests.engine.lib.steps import run_until_finished
 from tests.core import oracle
 from vllm.v1.engine import FinishReason

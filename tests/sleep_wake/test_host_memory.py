@@ -50,7 +50,7 @@ def _expect_no_host_copy_yet(server) -> None:
 
 
 class TestHostMemory:
-    FRESH_SERVER = "the first sleep's host copy, on a server that has never slept (lib/reuse.py)"
+    FRESH_SERVER = "the first sleep's host copy, on a server that has never slept (tests/core/server_reuse.py)"
 
     def test_level2_holds_no_host_copy(self, server, client, golden, recorder, cell):
         _expect_no_host_copy_yet(server)

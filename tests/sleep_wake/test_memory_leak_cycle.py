@@ -10,7 +10,9 @@ ISSUE = "#21336/#36651 leak across cycles"
 
 
 class TestMemoryLeakCycle:
-    FRESH_SERVER = "a one-off jump happens at a server's first cycles, which a lent server has had (lib/reuse.py)"
+    FRESH_SERVER = (
+        "a one-off jump happens at a server's first cycles, which a lent server has had (tests/core/server_reuse.py)"
+    )
 
     def test_bytes_flat_over_ten_cycles(self, server, client, golden, recorder, cell):
         test = measure.current_test()

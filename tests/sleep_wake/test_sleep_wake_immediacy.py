@@ -27,7 +27,7 @@ def _recover(client, level: int) -> None:
 
 
 class TestSleepWakeImmediacy:
-    FRESH_SERVER = "matches its sleeps with the worker's log lines since the start (lib/reuse.py)"
+    FRESH_SERVER = "matches its sleeps with the worker's log lines since the start (tests/core/server_reuse.py)"
 
     def test_memory_released_when_sleep_returns(self, server, client, golden, recorder, cell):
         kv = server.config.kv_cache_bytes

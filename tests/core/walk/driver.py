@@ -5,9 +5,10 @@ hand-written path).
 The driver owns what every tier shares: the model's state, the order of a step (the precondition, the
 operation, its own result, the state's invariants, the prefix cache's probes), the record of the steps
 that actually ran (coverage is counted from them, never from the plan), the replay a failure prints and
-the terminal probes. A tier (the GPU's runner.py, the engine tier's tests/engine/lib/walk_driver.py)
-supplies only how an operation is performed and what it can observe: the Tier protocol below. A pair
-a tier cannot honour is named in its `cannot_honour` with the reason, never skipped silently.
+the terminal probes. A tier (the GPU's tests/sleep_wake/walk/gpu_walk.py, the engine tier's
+tests/engine/lib/engine_walk.py) supplies only how an operation is performed and what it can observe: the
+Subject protocol below. A pair a tier cannot honour is named in its `cannot_honour` with the reason, never
+skipped silently.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Step:
     after: State
 
 
-class Tier(Protocol):
+class Subject(Protocol):
     """How one tier performs the walk's operations and observes the server.
 
     Each operation method gets the state before, the state the model predicts after, and where the
@@ -59,8 +60,8 @@ class Tier(Protocol):
 class Walker:
     """One server's walks, from INITIAL, step by step."""
 
-    def __init__(self, tier: Tier, version: str, door: str = HTTP):
-        self.tier = tier
+    def __init__(self, subject: Subject, version: str, door: str = HTTP):
+        self.subject = subject
         self.version = version
         self.door = door  # the front door the tier sends through: its walk has the pairs it can reach
         self.state = model.INITIAL
@@ -68,7 +69,7 @@ class Walker:
         self.executed: list[list[Step]] = []  # per walk, the steps that ran, in order
         # A step emptied the prefix cache (a sleep of level >= 1, a reset) and no request of the long
         # prompt has looked since: where the plan sends none before the next reset, the driver looks
-        # itself (tier.look_at_emptied_cache), else a cache that was never emptied passes unseen.
+        # itself (subject.look_at_emptied_cache), else a cache that was never emptied passes unseen.
         self.emptied_unseen = False
 
     def step(self, op) -> None:
@@ -76,7 +77,7 @@ class Walker:
         ops.require_applicable(op, before, self.step_index, self.door)
         after = op.apply(before)
         where = f"step {self.step_index} ({op} from {before.describe()})"
-        perform = self.tier.generate if op.name in ops.GENERATES else getattr(self.tier, op.name)
+        perform = self.subject.generate if op.name in ops.GENERATES else getattr(self.subject, op.name)
         perform(op, before, after, where)
         self._arrived(Step(before, op, after), where)
 
@@ -84,19 +85,19 @@ class Walker:
         """The model's state is now step.after: its invariants are checked, the step counted as run."""
         self.state = step.after
         self.emptied_unseen = ops.emptied_cache_unseen(self.emptied_unseen, step.op, step.before, step.after)
-        self.tier.check_state(step.after, where)
+        self.subject.check_state(step.after, where)
         if model.hits_cache(step.after, "long"):
             # The cached blocks are part of the state: after every step that keeps them, a repeat still
             # hits them. Asking leaves the state as it is; where nothing is cached, asking would cache
             # it, so only a generate_cached looks there, or the look after an emptying step.
-            self.tier.probe_cache(step.after, f"the cache probe after {where}")
+            self.subject.probe_cache(step.after, f"the cache probe after {where}")
         elif self.emptied_unseen and model.can_run(step.after):
             self.emptied_unseen = False
-            self.tier.look_at_emptied_cache(step.after, f"the first look at the emptied cache after {where}")
+            self.subject.look_at_emptied_cache(step.after, f"the first look at the emptied cache after {where}")
         if not self.executed:
             self.executed.append([])
         self.executed[-1].append(step)
-        self.tier.ran(step, self.step_index)
+        self.subject.ran(step, self.step_index)
         self.step_index += 1
 
     def run(self, walks, seed: int, shard: int) -> None:
@@ -109,7 +110,15 @@ class Walker:
                     self.step(op)
                 except oracle.OracleFailure as failure:
                     raise plan.with_replay(
-                        failure, seed, shard, walk, i, start, self.tier.replay_on, self.tier.pick(shard), self.door
+                        failure,
+                        seed,
+                        shard,
+                        walk,
+                        i,
+                        start,
+                        self.subject.replay_on,
+                        self.subject.pick(shard),
+                        self.door,
                     ) from None
 
     def probe(self, walk) -> str:
@@ -130,7 +139,7 @@ class Walker:
             )
         pin = thresholds.divergence(name, self.version)
         where = f"probe {last} from ({before.describe()})"
-        self.tier.terminal(last, before, pin, where)
+        self.subject.terminal(last, before, pin, where)
         if not pin.applies:
             self._arrived(Step(before, last, ops.effect(last, before)), where)
         else:

@@ -401,7 +401,7 @@ def emptied_cache_unseen(unseen: bool, op: Operation, before: State, after: Stat
     """Whether, after op took before to after, the walk has still to look at a prefix cache a step emptied
     (a sleep of level >= 1, a reset), given whether it had to before: a generate_cached looks at it with
     its own result; a step that empties it again leaves one more to look at. Both walkers (the GPU's
-    runner.py, the engine tier's walk_driver.py) look where the plan sends no such request before the
+    runner.py, the engine tier's engine_walk.py) look where the plan sends no such request before the
     next reset, which would hide a cache that was never emptied (sleep_while_paused_keeps_prefix_cache)."""
     if before.prefix_cached and not after.prefix_cached:
         return True

@@ -51,7 +51,7 @@ MAX_STEPS = 40
 # The suite's seed: each GPU cell's plan is seeded from it and the cell's id (cell_seed), the engine tier's
 # with it alone.
 SEED = 20261201
-# A cell's plan written ahead by a Bazel action (planned.py): planning a cell (its reachable pairs, then
+# A cell's plan written ahead by a Bazel action (write_plan.py): planning a cell (its reachable pairs, then
 # the walks over them) costs seconds of CPU, which every shard's process of every cell paid before its
 # first step. The file names the seed, the walk length, the door and the digest of the planner's sources
 # it was planned with; a process whose plan differs in any of them plans for itself.
@@ -212,7 +212,7 @@ def planner_digest() -> str:
 
 @functools.cache
 def written_plan() -> dict | None:
-    """The plan the file PLANNED_VAR names holds (planned.contents), if it was planned by this code; None
+    """The plan the file PLANNED_VAR names holds (write_plan.contents), if it was planned by this code; None
     where the variable is unset. A file of other sources is refused: it would walk another plan."""
     path = os.environ.get(PLANNED_VAR)
     if not path:

@@ -2,7 +2,7 @@
 busy loop in a thread, around the fake worker, and vLLM's own routers (/sleep, /wake_up, /is_sleeping;
 /reset_prefix_cache; /collective_rpc) over HTTP on a QueueEngineClient that stands for AsyncLLM.
 Requests go to the engine core's input queue as EngineCoreRequests, as the front end's input socket
-thread puts them there. test_http_routes.py and the state walk (walk_driver.py) run on it.
+thread puts them there. test_http_routes.py and the state walk (engine_walk.py) run on it.
 
 InFlightGate makes a request in flight deterministic: the request's second forward pass waits until
 the next call is on the engine's input queue, so a /sleep lands mid-decode however loaded the machine is.

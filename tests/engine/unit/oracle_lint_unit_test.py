@@ -10,7 +10,7 @@ import re
 from tests.core import oracle
 
 ENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The walk's own file checks the plan and the driver's source (its steps' oracles are lib/walk_driver.py's).
+# The walk's own file checks the plan and the driver's source (its steps' oracles are lib/engine_walk.py's).
 NOT_CHECKS = {"test_state_walk.py"}
 
 

@@ -81,7 +81,7 @@ class VllmServer:
         return None  # served in this test process: none outlives it, so none is taken over from another
 
     def park(self, suite: dict) -> str | None:
-        return None  # nothing to hand over: the fixtures lend it within this process (lib/reuse.py Pool)
+        return None  # nothing to hand over: the fixtures lend it within this process (tests/core/server_reuse.py Pool)
 
     def __enter__(self) -> VllmServer:
         self.start()

@@ -4,7 +4,7 @@ readings as JSON, claim one at a start, judge its reset, start fresh on a refusa
 
 What it keeps of the launcher's contract: park() hands the started server over with the suite's note,
 which travels as JSON; a start whose config says claim takes over the oldest server parked under the
-same configuration (lib/reuse.py key_of) and reports the note as `borrowed`; one never claimed is stopped
+same configuration (tests/core/server_reuse.py key_of) and reports the note as `borrowed`; one never claimed is stopped
 when the process exits. What it leaves out is the transport (pipes, slot locks, another process), which
 //tools/launcher/tests:parking_test covers with stub servers.
 """
@@ -15,7 +15,7 @@ import atexit
 import json
 from typing import TYPE_CHECKING
 
-from tests.core import reuse
+from tests.core import server_reuse
 from tests.sleep_wake.fakes import fake_server
 from tools.launcher.config import ServerConfig
 
@@ -35,11 +35,11 @@ class VllmServer(fake_server.VllmServer):
         return self._note
 
     def park(self, suite: dict) -> str | None:
-        _PARKED.setdefault(reuse.key_of(self.config), []).append((self, json.dumps(suite)))
+        _PARKED.setdefault(server_reuse.key_of(self.config), []).append((self, json.dumps(suite)))
         return f"parked in this process under {self.url}"
 
     def start(self) -> None:
-        waiting = _PARKED.get(reuse.key_of(self.config)) if self.config.claim else None
+        waiting = _PARKED.get(server_reuse.key_of(self.config)) if self.config.claim else None
         if not waiting:
             self._note = None
             super().start()

@@ -1,4 +1,4 @@
-"""The one walk driver on a recording tier: the shard's verdict (coverage.verdict, what both tiers' walk
+"""The one walk driver on a recording subject: the shard's verdict (coverage.verdict, what both tiers' walk
 tests call) counts the steps that ran, never the plan, so a walker that runs nothing, or skips one
 operation, fails walk.pairs_visited; a terminal probe checks the pin and, where the divergence does not
 apply, the state the model then predicts."""
@@ -17,7 +17,7 @@ SHARDS, SEED, MAX_STEPS = 4, 11, 60
 V = "0.26.0"
 
 
-class RecordingTier:
+class RecordingSubject:
     """A tier that records every call and observes the model's own prediction (a server that behaves)."""
 
     replay_on = "nothing (a unit test)"
@@ -55,8 +55,8 @@ class RecordingTier:
 class SkippingWalker(driver.Walker):
     """A walker with a bug: it never runs one operation, yet goes on as if it had."""
 
-    def __init__(self, tier, version, skip: str):
-        super().__init__(tier, version)
+    def __init__(self, subject, version, skip: str):
+        super().__init__(subject, version)
         self.skip = skip
 
     def step(self, op):
@@ -94,24 +94,24 @@ def _unvisited(walker, tmp_path) -> tuple[oracle.OracleFailure, dict]:
 
 def test_a_walker_that_runs_every_step_visits_every_pair_of_its_shard(monkeypatch, tmp_path):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
-    tier = RecordingTier()
-    walker = driver.Walker(tier, V)
+    subject = RecordingSubject()
+    walker = driver.Walker(subject, V)
     recorder = measure.Recorder(path=str(tmp_path / "measurements.jsonl"))
     done = _judged(walker, recorder)
     walks, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
     [entry] = recorder.entries()
     assert (entry["value"], entry["shard_pairs"], entry["unvisited"]) == (len(pairs), len(pairs), [])
     assert not done.missing and entry["completed"] and entry["walks"] == len(walks)
-    ran = [c[1] for c in tier.calls if c[0] == "op"]
+    ran = [c[1] for c in subject.calls if c[0] == "op"]
     assert walks and ran == [str(op) for walk in walks for op in walk] and walker.step_index == len(ran)
-    assert sum(1 for c in tier.calls if c[0] == "check") == len(ran)  # every step's state is checked
-    assert [c[1] for c in tier.calls if c[0] == "ran"] == ran  # and recorded once it ran
+    assert sum(1 for c in subject.calls if c[0] == "check") == len(ran)  # every step's state is checked
+    assert [c[1] for c in subject.calls if c[0] == "ran"] == ran  # and recorded once it ran
 
 
 def test_a_walker_that_runs_nothing_fails_its_shard(monkeypatch, tmp_path):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
     _, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
-    failure, entry = _unvisited(NoOpWalker(RecordingTier(), V), tmp_path)
+    failure, entry = _unvisited(NoOpWalker(RecordingSubject(), V), tmp_path)
     assert failure.measured == len(pairs) and entry["value"] == 0 and entry["steps"] == 0
     assert entry["unvisited"] == sorted(map(plan.describe_pair, pairs))
 
@@ -120,34 +120,34 @@ def test_a_walker_that_skips_one_operation_fails_its_shard_on_that_operations_pa
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
     skipped = "sleep:1:keep:1"
     _, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
-    failure, entry = _unvisited(SkippingWalker(RecordingTier(), V, skipped), tmp_path)
+    failure, entry = _unvisited(SkippingWalker(RecordingSubject(), V, skipped), tmp_path)
     theirs = {p for p in pairs if str(p[1]) == skipped}
     assert failure.measured == len(theirs) and entry["value"] == len(pairs) - len(theirs)
     assert entry["unvisited"] == sorted(map(plan.describe_pair, theirs))
 
 
 def test_the_emptied_cache_is_looked_at_where_the_plan_sends_no_request():
-    tier = RecordingTier()
-    walker = driver.Walker(tier, V)
+    subject = RecordingSubject()
+    walker = driver.Walker(subject, V)
     for op in [ops.Operation("generate_cached"), ops.sleep(1), ops.wake()]:
         walker.step(op)
-    assert [c[0] for c in tier.calls].count("probe_cache") == 1  # after the generate: the blocks are there
-    assert tier.calls[-2][0] == "look"  # awake again after the level-1 sleep emptied them: look once
+    assert [c[0] for c in subject.calls].count("probe_cache") == 1  # after the generate: the blocks are there
+    assert subject.calls[-2][0] == "look"  # awake again after the level-1 sleep emptied them: look once
 
 
 def test_a_step_the_model_cannot_predict_is_a_precondition():
-    walker = driver.Walker(RecordingTier(), V)
+    walker = driver.Walker(RecordingSubject(), V)
     walker.step(ops.sleep(2))
     with pytest.raises(oracle.Precondition, match="not applicable"):
         walker.step(ops.wake(["kv_cache"]))  # terminal: only a probe makes it
 
 
 def test_a_probe_checks_the_pin_and_where_it_does_not_apply_the_documented_state(monkeypatch):
-    tier = RecordingTier()
-    walker = driver.Walker(tier, V)
+    subject = RecordingSubject()
+    walker = driver.Walker(subject, V)
     probe = [ops.sleep(1), ops.wake(["kv_cache"]), ops.reload("B")]
     assert walker.probe(probe) == ops.RELOAD_ASLEEP
-    assert tier.calls[-1] == ("terminal", "reload:B", True)  # applies on the release: no further check
+    assert subject.calls[-1] == ("terminal", "reload:B", True)  # applies on the release: no further check
     assert pair_ran(walker, ops.reload("B"))
     entry = thresholds.KNOWN_DIVERGENCES[ops.FULL_WAKE_REMAPS]
     monkeypatch.setitem(
@@ -155,10 +155,10 @@ def test_a_probe_checks_the_pin_and_where_it_does_not_apply_the_documented_state
         ops.FULL_WAKE_REMAPS,
         dataclasses.replace(entry, versions=tuple(v for v in entry.versions if v != V)),
     )
-    tier = RecordingTier()
-    walker = driver.Walker(tier, V)
+    subject = RecordingSubject()
+    walker = driver.Walker(subject, V)
     walker.probe([ops.sleep(1), ops.wake(["weights"]), ops.wake()])
-    assert tier.calls[-3] == ("terminal", "wake:-", False) and tier.calls[-2] == (
+    assert subject.calls[-3] == ("terminal", "wake:-", False) and subject.calls[-2] == (
         "check",
         model.INITIAL.__class__(host_cached=True),
     )  # fixed: the documented full wake, then the state's checks
@@ -169,7 +169,7 @@ def pair_ran(walker, op) -> bool:
 
 
 def test_a_failure_carries_its_replay():
-    class Failing(RecordingTier):
+    class Failing(RecordingSubject):
         def wake(self, op, before, after, where):
             oracle.fail("flags.is_sleeping", "a planted failure", True, False)
 

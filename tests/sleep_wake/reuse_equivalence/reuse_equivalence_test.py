@@ -1,12 +1,12 @@
-"""Server reuse changes no verdict (lib/reuse.py): the classes run in one pytest session against the cell's
-servers, reuse off, reuse on, and reuse on in the reverse order, and every test ends alike (outcome and the
+"""Server reuse changes no verdict (tests/core/server_reuse.py): the classes run in one pytest session against
+the cell's servers, reuse off, reuse on, and reuse on in the reverse order, and every test ends alike (outcome and the
 oracle ids that fired). On the fake tier a fourth run takes the fixtures' parked path (servers given back
 and taken over as between cells, parked_fake.py); on a GPU (reuse_equivalence_gpu_test) the launcher parks
 every given-back server itself, so the reuse runs take that path. The runs with reuse must have lent
 servers, or they prove nothing; the classes declaring FRESH_SERVER never borrow. A class that leaves its
 server with garbage weights runs first (testdata/): the next class must not inherit them.
 
-Environment (set by the target, tests/sleep_wake/reuse/BUILD.bazel): SLEEPWAKE_REUSE_CLASS_FILES, the class
+Environment (set by the target, tests/sleep_wake/reuse_equivalence/BUILD.bazel): SLEEPWAKE_REUSE_CLASS_FILES, the class
 files in their forward order, comma-separated; the fake cell's environment and both goldens.
 """
 
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.core import reuse, servers
+from tests.core import server_reuse, servers
 from tools.results.testlogs import parse_junit
 
 FILES_ENV = "SLEEPWAKE_REUSE_CLASS_FILES"
@@ -40,7 +40,7 @@ def _run(name: str, files: list[str], reuse_on: bool, server_module: str | None 
     outputs = os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", os.path.abspath("reuse-outputs")), name)
     os.makedirs(outputs, exist_ok=True)
     junit = os.path.join(outputs, "junit.xml")
-    env = dict(os.environ, TEST_UNDECLARED_OUTPUTS_DIR=outputs, **{reuse.ENV: "1" if reuse_on else "0"})
+    env = dict(os.environ, TEST_UNDECLARED_OUTPUTS_DIR=outputs, **{server_reuse.ENV: "1" if reuse_on else "0"})
     if server_module:
         env[servers.SERVER_MODULE_ENV] = server_module
     for key in ("PYTEST_ADDOPTS", "TESTBRIDGE_TEST_ONLY", "XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE"):

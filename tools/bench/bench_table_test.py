@@ -1,6 +1,6 @@
 """The bench's targets and Markdown table."""
 
-from tools.bench import report
+from tools.bench import bench_table
 
 RESULT = {
     "date": "2026-12-01T10:00:00",
@@ -29,7 +29,7 @@ RESULT = {
 
 
 def test_targets_say_met_unmet_and_why_missing():
-    by_key = {t["key"]: t for t in report.targets(RESULT)}
+    by_key = {t["key"]: t for t in bench_table.targets(RESULT)}
     assert by_key["warm_start_s"]["met"] is True and by_key["matrix_elapsed_s"]["met"] is False
     assert by_key["warm_cell_s"]["met"] is True  # 9.9 <= 10
     missing = by_key["matrix_start_median_s"]
@@ -37,7 +37,7 @@ def test_targets_say_met_unmet_and_why_missing():
 
 
 def test_markdown_has_the_machine_the_targets_and_the_phases():
-    text = report.markdown(RESULT)
+    text = bench_table.markdown(RESULT)
     assert "## Speed, measured 2026-12-01T10:00:00" in text
     assert "NVIDIA H200, 143771 MiB, 580.1; NVIDIA H200" in text and "vLLM: vllm 0.26.0" in text
     assert "| whole matrix, default settings (Bazel's elapsed time) | <= 60 s | 149.3 s | **no** |" in text
@@ -88,7 +88,7 @@ def test_markdown_shows_where_the_matrix_time_went():
             },
         },
     )
-    text = report.markdown(result)
+    text = bench_table.markdown(result)
     assert "64 GPU server starts (launch to /health), median 12.6 s" in text
     assert "Bazel elapsed 171.8 s (waves: 90.1 s + 81.7 s)" in text
     assert (
@@ -115,7 +115,7 @@ def test_targets_follow_the_gpu_count_and_the_wait_share_is_a_percentage():
             }
         ],
     )
-    text = report.markdown(one_gpu)
+    text = bench_table.markdown(one_gpu)
     assert "| whole matrix, default settings (Bazel's elapsed time) | <= 100 s | 180.0 s | **no** |" in text
     assert "| longest single GPU cell inside the matrix | <= 45 s | 124.8 s | **no** |" in text
     assert "| share of GPU cell time waiting on neighbours' memory phases | <= 10% | 41% | **no** |" in text
@@ -123,5 +123,5 @@ def test_targets_follow_the_gpu_count_and_the_wait_share_is_a_percentage():
     four = dict(one_gpu, machine={"gpus": ["H200"] * 4})
     assert (
         "| whole matrix, default settings (Bazel's elapsed time) | none for this GPU count | 180.0 s | - |"
-        in report.markdown(four)
+        in bench_table.markdown(four)
     )

@@ -1,7 +1,7 @@
 """The state walk's engine tier: vLLM's real engine core around the fake worker, driven by the one walk
 driver (tests/core/walk/driver.py) with the same model, plan and oracles as the GPU.
 
-EngineTier makes each planned operation on an EngineServer (lib/engine_server.py: EngineCoreProc's real
+EngineSubject makes each planned operation on an EngineServer (lib/engine_server.py: EngineCoreProc's real
 busy loop behind vLLM's own routers) and judges it, each check through an oracle id of
 tests/core/oracle.py. What the engine tier cannot observe (the gauge AsyncLLM writes, device
 and host bytes, the tokens of real weights, which checkpoint a reload loaded) is skipped per check,
@@ -105,8 +105,8 @@ class Open:
     forwards: int = 0
 
 
-class EngineTier:
-    """The walk's operations on one engine (driver.Tier), each judged by the model."""
+class EngineSubject:
+    """The walk's operations on one engine (driver.Subject), each judged by the model."""
 
     replay_on = "a fresh engine"
 

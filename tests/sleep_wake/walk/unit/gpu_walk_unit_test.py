@@ -13,9 +13,9 @@ import pytest
 from tests.core import liveness, metrics, oracle, thresholds
 from tests.core.background import background
 from tests.core.client import SleepWakeClient, StreamResult
-from tests.sleep_wake.walk import runner
+from tests.sleep_wake.walk import gpu_walk
 
-_AFTER_KEEP = runner.model.State(level=0, pause=runner.model.PAUSE_ALL, gauge_level=0)  # a level-0 keep
+_AFTER_KEEP = gpu_walk.model.State(level=0, pause=gpu_walk.model.PAUSE_ALL, gauge_level=0)  # a level-0 keep
 
 
 class _Client:
@@ -35,8 +35,8 @@ class _Client:
             raise liveness.NoAnswer(f"{what}: GET /health: no answer")
 
 
-def _tier(live: bool, client=None) -> runner.GpuTier:
-    ctx = runner.Context(
+def _subject(live: bool, client=None) -> gpu_walk.GpuSubject:
+    ctx = gpu_walk.Context(
         server=None,
         client=client or _Client(live),
         recorder=None,
@@ -46,13 +46,13 @@ def _tier(live: bool, client=None) -> runner.GpuTier:
         sizes=None,
         host_awake=0,
     )
-    return runner.GpuTier(ctx)
+    return gpu_walk.GpuSubject(ctx)
 
 
-def _open(result: StreamResult) -> runner.Open:
+def _open(result: StreamResult) -> gpu_walk.Open:
     future: concurrent.futures.Future = concurrent.futures.Future()
     future.set_result(result)
-    return runner.Open(future=future, kind="held", op_name="generate_stream", prompt="p")
+    return gpu_walk.Open(future=future, kind="held", op_name="generate_stream", prompt="p")
 
 
 def _silent() -> StreamResult:
@@ -70,18 +70,18 @@ def test_a_stream_silent_past_its_timeout_is_no_answer_even_on_a_live_server():
     """A timeout is never an oracle's verdict: it used to fail the waiting oracle (an abort's time, a
     drain's end), so a host too loaded to serve in time killed mutants."""
     with pytest.raises(liveness.NoAnswer, match="on a live server") as e:
-        _tier(live=True)._end_of(_open(_silent()), "the drained request")
+        _subject(live=True)._end_of(_open(_silent()), "the drained request")
     assert e.value.liveness == "api.answers" and not isinstance(e.value, oracle.OracleFailure)
 
 
 def test_a_stream_silent_on_a_server_that_is_not_live_is_errored_not_a_verdict():
     with pytest.raises(liveness.NoAnswer, match="GET /health: no answer"):
-        _tier(live=False)._end_of(_open(_silent()), "the drained request")
+        _subject(live=False)._end_of(_open(_silent()), "the drained request")
 
 
 def test_a_stream_that_ended_is_returned_for_its_own_oracles_with_the_seconds_it_took():
     ended = StreamResult(finish_reasons=["length"], token_ids=[[7, 8]], num_tokens=2, error=None, status=200)
-    value, seconds = _tier(live=True)._end_of(_open(ended), "the drained request")
+    value, seconds = _subject(live=True)._end_of(_open(ended), "the drained request")
     assert value is ended and 0 <= seconds < 1
 
 
@@ -90,11 +90,11 @@ def test_a_held_request_that_broke_off_inside_the_window_is_errored_not_held():
     oracle must not fire on it (it did: only stream.done() was looked at)."""
     broken = StreamResult([None], [[]], 0, "transport error: ConnectionResetError", transport=True, status=200)
     with pytest.raises(liveness.Unreachable):
-        _tier(live=True)._judge_held_open(_open(broken).future, _AFTER_KEEP, "the frozen request")
+        _subject(live=True)._judge_held_open(_open(broken).future, _AFTER_KEEP, "the frozen request")
     answered = StreamResult(["length"], [[7]], 1, None, status=200)
     with pytest.raises(oracle.OracleFailure) as e:
-        _tier(live=True)._judge_held_open(_open(answered).future, _AFTER_KEEP, "the frozen request")
-    assert e.value.oracle_id == runner.model.held_oracle(_AFTER_KEEP)
+        _subject(live=True)._judge_held_open(_open(answered).future, _AFTER_KEEP, "the frozen request")
+    assert e.value.oracle_id == gpu_walk.model.held_oracle(_AFTER_KEEP)
 
 
 # Longer than any close that wakes the engine first, far shorter than a client timeout.
@@ -120,33 +120,33 @@ class _AsleepClient(_Client):
         self.ended.set()
 
 
-def _held(tier: runner.GpuTier, client: _AsleepClient) -> concurrent.futures.Future:
+def _held(subject: gpu_walk.GpuSubject, client: _AsleepClient) -> concurrent.futures.Future:
     """A request a keep froze, as the tier keeps it open: on a pool of its own that outlives its step."""
     stack = contextlib.ExitStack()
     pool = stack.enter_context(background(client, workers=1))
     future = pool.submit(client.ended.wait, HELD_WAIT_S)
-    tier.open.append(runner.Open(future, "held", "generate_stream", "p", pool=stack))
+    subject.open.append(gpu_walk.Open(future, "held", "generate_stream", "p", pool=stack))
     return future
 
 
 def test_a_close_while_a_step_failure_propagates_wakes_the_engine_so_the_held_request_ends_now():
     client = _AsleepClient()
-    tier = _tier(live=True, client=client)
-    held = _held(tier, client)
+    subject = _subject(live=True, client=client)
+    held = _held(subject, client)
     with pytest.raises(oracle.OracleFailure):
         try:
             oracle.fail("requests.held_until_resident", "a step", 1, 0, "==")
         finally:
-            tier.close()
+            subject.close()
     assert client.wakes == 1 and held.result(timeout=HELD_WAIT_S) is True  # ended by the wake, not its wait
 
 
 def test_a_close_after_walks_that_passed_wakes_nothing():
     client = _AsleepClient()
-    tier = _tier(live=True, client=client)
-    held = _held(tier, client)
+    subject = _subject(live=True, client=client)
+    held = _held(subject, client)
     threading.Timer(0.2, client.ended.set).start()  # the request ends on its own
-    tier.close()
+    subject.close()
     assert held.result(timeout=0) is True and client.wakes == 0
 
 
@@ -174,8 +174,8 @@ class _ReloadAsleepClient(_Client):
         return StreamResult([None], [[]], 0, f"timeout after {timeout_s:g} s", timed_out=True, status=200)
 
 
-_LEVEL1 = runner.model.State(
-    level=1, asleep_tags=frozenset(runner.model.TAGS), pause=runner.model.PAUSE_ALL, gauge_level=1
+_LEVEL1 = gpu_walk.model.State(
+    level=1, asleep_tags=frozenset(gpu_walk.model.TAGS), pause=gpu_walk.model.PAUSE_ALL, gauge_level=1
 )
 _RELOAD = types.SimpleNamespace(name="reload", params=(None,))
 
@@ -185,17 +185,17 @@ def test_the_reload_probe_checks_the_gauge_is_the_state_s_before_it():
     out of the pin, so a reload that wrote the gauge passed the probe)."""
     pin = thresholds.divergence("reload_while_weights_asleep", "0.26.0")
     level1 = metrics.GAUGE_BY_LEVEL[1]
-    _tier(live=True, client=_ReloadAsleepClient(dict(level1))).terminal(_RELOAD, _LEVEL1, pin, "probe")
+    _subject(live=True, client=_ReloadAsleepClient(dict(level1))).terminal(_RELOAD, _LEVEL1, pin, "probe")
     with pytest.raises(oracle.OracleFailure) as e:
         wrote = _ReloadAsleepClient(dict(metrics.GAUGE_AWAKE))
-        _tier(live=True, client=wrote).terminal(_RELOAD, _LEVEL1, pin, "probe")
+        _subject(live=True, client=wrote).terminal(_RELOAD, _LEVEL1, pin, "probe")
     assert e.value.oracle_id == "api.reload_while_weights_asleep" and "gauge" in str(e.value)
 
 
 def test_every_terminal_pin_observes_the_whole_state():
     """After a probe the answer, both flags, /health and a request's outcome are all checked: a key left out
-    of a pin is a check the probe silently skips (runner.terminal compares the pin's keys only)."""
+    of a pin is a check the probe silently skips (gpu_walk.terminal compares the pin's keys only)."""
     whole = {"status", "is_sleeping", "gauge", "health", "request"}
-    for name in runner.ops.TERMINAL_ORACLES:
+    for name in gpu_walk.ops.TERMINAL_ORACLES:
         observed = thresholds.KNOWN_DIVERGENCES[name].observed
         assert set(observed) == whole, f"{name}: its observed pin checks {sorted(observed)}, not {sorted(whole)}"

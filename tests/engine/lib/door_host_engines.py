@@ -1,4 +1,4 @@
-"""The door host's engine factory on the engine tier (--engine_factory tests.engine.lib.door_engines:build).
+"""The door host's engine factory on the engine tier (--engine_factory tests.engine.lib.door_host_engines:build).
 
 tools/launcher/door_host.py builds vllm.LLM or AsyncLLM from the server's flags; on the CPU the engine
 tier's builders make the same objects around the fake worker instead (engines.build_llm, build_async_llm).

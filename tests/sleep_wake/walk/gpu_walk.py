@@ -138,8 +138,8 @@ def warm_up(client, golden: Goldens, streams: bool = True) -> None:
     )
 
 
-class GpuTier:
-    """The walk's operations on one vLLM server (driver.Tier)."""
+class GpuSubject:
+    """The walk's operations on one vLLM server (driver.Subject)."""
 
     replay_on = "a fresh server"
 

@@ -1,8 +1,8 @@
-"""HostedDoor: tools/launcher/door_host.py on the engine tier's engines, started and stopped by the launcher
+"""DoorHostProcess: tools/launcher/door_host.py on the engine tier's engines, started and stopped by the launcher
 as the GPU tier starts its servers (tools/launcher/server.py VllmServer with ServerConfig.front_door), for a
 test to drive over HTTP with the GPU tier's SleepWakeClient.
 
-The door host builds its door through tests/engine/lib/door_engines.py (the fake worker, vLLM's real LLM or
+The door host builds its door through tests/engine/lib/door_host_engines.py (the fake worker, vLLM's real LLM or
 AsyncLLM), passed as the server flag --engine_factory; `start` returns once GET /health answers 200, or
 raises the launcher's error with the tail of the log. The launcher's supervisor tears down the door host
 and what it forked (AsyncLLM's engine process) at `stop`, as it does a vLLM server's tree.
@@ -22,7 +22,7 @@ from tools.launcher.config import ServerConfig
 from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.server import VllmServer, log_tail
 
-FACTORY = "tests.engine.lib.door_engines:build"
+FACTORY = "tests.engine.lib.door_host_engines:build"
 # Importing vLLM and building the engine in the child: seconds on an idle host, much longer on a loaded one.
 START_S = 300.0
 LOG_TAIL_LINES = 60
@@ -50,7 +50,7 @@ class DoorZygote:
         self._host.__exit__(*exc)
 
 
-class HostedDoor:
+class DoorHostProcess:
     def __init__(self, door: str, model_dir: str, log_dir: str, zygote: DoorZygote) -> None:
         self.door = door
         self.config = ServerConfig(
@@ -76,7 +76,7 @@ class HostedDoor:
     def log_path(self) -> str:
         return self.server.log_path if self.server else ""
 
-    def start(self) -> "HostedDoor":
+    def start(self) -> "DoorHostProcess":
         # The door host imports this checkout's tools/ and tests/ (and a release's overlay) as this process does.
         # The engine tier hides CUDA with an empty CUDA_VISIBLE_DEVICES, which the launcher reads as a GPU
         # cell given no GPU; its fake NVML has one, and the factory pins vLLM's CPU platform before vLLM loads.

@@ -1,4 +1,4 @@
-"""AsyncDoor: an AsyncLLM (engines.build_async_llm) on an event loop of its own, for synchronous tests.
+"""AsyncLlmLoop: an AsyncLLM (engines.build_async_llm) on an event loop of its own, for synchronous tests.
 
 RL actors (NeMo-RL, verl) await AsyncLLM's coroutines on their actor's loop; a test here hands each of
 its scenarios to `run`, which bounds it: a call that never answers is liveness.NoAnswer (api.answers:
@@ -62,7 +62,7 @@ class Request:
         }
 
 
-class AsyncDoor:
+class AsyncLlmLoop:
     def __init__(self, model_dir: str) -> None:
         self.loop = asyncio.new_event_loop()
         self.llm = self.loop.run_until_complete(engines.build_async_llm(model_dir))

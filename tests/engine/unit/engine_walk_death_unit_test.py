@@ -9,7 +9,7 @@ import types
 import pytest
 
 from tests.engine.lib.engine_server import EngineServer
-from tests.engine.lib.walk_tier import EngineTier
+from tests.engine.lib.engine_walk import EngineSubject
 from tests.core import liveness, oracle
 from tests.core.walk import model
 from tests.core.walk import operations as ops
@@ -50,8 +50,8 @@ class _Server:
         return True if self.error is None else "HTTP 500"
 
 
-def _tier(server: _Server) -> EngineTier:
-    return EngineTier(server, "0.26.0", {})  # type: ignore[arg-type]  # the stand-in
+def _tier(server: _Server) -> EngineSubject:
+    return EngineSubject(server, "0.26.0", {})  # type: ignore[arg-type]  # the stand-in
 
 
 def _errored(raised, liveness_id: str = "server.healthy") -> None:
