@@ -112,7 +112,7 @@ def cell_goldens(classes, runner, mode, fake_cell = None):
 
     Only the checkpoints one of `classes` compares with (GOLDEN_CLASSES), so no cell waits for an action
     whose file it does not read; each golden's runfile path is SLEEPWAKE_GOLDEN_<A|B> (tests/sleep_wake/
-    lib/goldens.py ENV).
+    tests/core/goldens.py ENV).
 
     Args:
       classes: the test classes the target runs.

@@ -13,7 +13,7 @@ token_ids.
 
 No answer is never an oracle's verdict on its own: a call taken and not answered raises
 liveness.NoAnswer, a non-2xx answer of a server whose /health is then not 200 liveness.EngineDead
-(lib/liveness.py); only a live server's answer fails api.status.
+(liveness.py); only a live server's answer fails api.status.
 """
 
 import contextlib

@@ -1,4 +1,4 @@
-"""The suite's checks of what a server serves and reports, each judged by its oracle (lib/oracle.py):
+"""The suite's checks of what a server serves and reports, each judged by its oracle (oracle.py):
 sleep flags and gauge, golden output, held and in-flight requests.
 
 `step` says where in the test the check ran and `issue` which vLLM issue it guards; both go into the

@@ -7,7 +7,7 @@ same way every time must not become the expectation it is judged by.
 The file keeps each request's /v1/completions body as the server answered it; reading parses it the way
 a live answer is parsed (client.parse_completion), so a golden from a file and one taken in a test compare
 the same. It holds the greedy completions of CHECKPOINT_GOLDEN_PROMPTS (the weight-sync class and the
-walk), and the state walk's seeded sample and uninterrupted stream (their parameters in lib/prompts.py,
+walk), and the state walk's seeded sample and uninterrupted stream (their parameters in prompts.py,
 recorded in the file and checked on reading, so a golden of other requests is refused, not compared)."""
 
 import dataclasses
@@ -167,7 +167,7 @@ def read_checkpoint(path: str, *, runner: str, mode: str, identity: str | None, 
     if body.get("requests") != want:
         raise oracle.Precondition(
             f"the golden {path} answers the requests {body.get('requests')!r}, this "
-            f"suite sends {want!r} (lib/prompts.py); rebuild it"
+            f"suite sends {want!r} (tests/core/prompts.py); rebuild it"
         )
     seeded, stream = parse_completion(body["seeded"]), parse_completion(body["stream"])
     for what, c in (("seeded", seeded), ("stream", stream)):

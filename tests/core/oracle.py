@@ -7,7 +7,7 @@ suite's conftest turns it into JUnit properties of the failing test case
 read those properties, never the failure text (tests/core/verdict.py). Anything else a test raises
 (a refused connection, a timeout of a wait, a fixture's precondition, a bug in the test) proves nothing
 about sleep mode and is judged `errored`; so is an oracle that fired on a server not live by then
-(lib/liveness.py: the hook probes the servers the conftest watches, and marks the case).
+(liveness.py: the hook probes the servers the conftest watches, and marks the case).
 
 The ids are listed once, in ORACLES: the catalogue of mutants names the ids that must fire for it, and a
 unit test checks that every id it names is here.

@@ -29,7 +29,7 @@ LONG_PROMPTS = [
     "same answer as before",
 ]
 
-# What a checkpoint's golden file holds (lib/goldens.py, tests/sleep_wake/goldens): the weight-sync class
+# What a checkpoint's golden file holds (goldens.py, tests/sleep_wake/goldens): the weight-sync class
 # compares a pushed checkpoint on both kinds, since a prefix-cached block computed with the old weights
 # must never serve the new ones.
 CHECKPOINT_GOLDEN_PROMPTS = PROMPTS + LONG_PROMPTS
@@ -39,7 +39,7 @@ CHECKPOINT_GOLDEN_PROMPTS = PROMPTS + LONG_PROMPTS
 GOLDEN_MAX_TOKENS = 16
 
 # The state walk's two requests beyond the greedy goldens, in one place because a checkpoint's golden
-# file (lib/goldens.py) holds their answers and the walk (walk/gpu_walk.py) sends them again: a change to
+# file (goldens.py) holds their answers and the walk (walk/gpu_walk.py) sends them again: a change to
 # one side alone would compare two different requests.
 # The seeded sample: n choices at temperature 1.0 from one seed, so sampling is compared too, not
 # only the argmax.

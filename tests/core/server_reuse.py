@@ -68,7 +68,7 @@ class Fresh:
     checkpoint: str
     device_bytes: int
     host_bytes: int  # VmRSS over its process tree, as the walk reads it
-    golden: dict  # prompt -> Completion of PROMPTS (lib/prompts.py), greedy
+    golden: dict  # prompt -> Completion of PROMPTS (prompts.py), greedy
 
     def as_record(self) -> dict:
         """JSON for the launcher to keep with a parked server (tools/launcher/parking.py)."""
@@ -205,7 +205,7 @@ def refusal(cell, server, client, fresh: Fresh, recorder=None) -> str | None:
 
 def awake_host_bands(cell_id: str, version: str, fresh: Fresh) -> dict[str, tuple[float, float]]:
     """The host bytes an awake server may hold against what it held fresh, as the walk bounds them in
-    INITIAL (lib/host_bands.py): with no host copy cached, and, where the release keeps a level-1 copy's
+    INITIAL (host_bands.py): with no host copy cached, and, where the release keeps a level-1 copy's
     pinned block after the wake, with that block. A lender does not know whether a class slept at
     level 1, so either holds."""
     bands = {"no host copy cached": (0.0, fresh.host_bytes + host_bands.drift(cell_id))}

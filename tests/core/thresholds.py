@@ -308,7 +308,7 @@ _TABLE = [
         "the first device-wide reading after /wake_up answers, so memory mapped after the answer fails",
         record="wake_shortfall_immediate_bytes_max",
     ),
-    # --- host memory: VmRSS of the server's process tree (lib/host_memory.py) --------------------
+    # --- host memory: VmRSS of the server's process tree (host_memory.py) --------------------
     Threshold(
         "host_copy_weights_ratio_min",
         1.2,

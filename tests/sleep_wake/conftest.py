@@ -1,9 +1,9 @@
 """Fixtures of the sleep/wake suite: the matrix cell, one vLLM server per test class, its golden output.
 
-The cell is read from the environment once per test process (lib/cells.py: the launcher's own
+The cell is read from the environment once per test process (tests/core/cells.py: the launcher's own
 ServerConfig.from_env), and every server of the cell starts from a copy of that configuration.
 The server class comes from the module named by SLEEPWAKE_SERVER_MODULE (default tools.launcher.server,
-lib/servers.py): the fake tier names tests.sleep_wake.fakes.fake_server there; both implement the
+tests/core/servers.py): the fake tier names tests.sleep_wake.fakes.fake_server there; both implement the
 interface the fixtures use (tools/launcher/interface.py). The launcher's server is imported only when
 a server starts, so the CPU unit tests in this package never need vLLM's.
 """

@@ -1,4 +1,4 @@
-"""Host memory of the server's process tree (VmRSS, lib/host_memory.py) across sleep levels: level 1
+"""Host memory of the server's process tree (VmRSS, tests/core/host_memory.py) across sleep levels: level 1
 holds a host copy of the weights while asleep (CuMemAllocator.sleep copies the weights pool to pinned
 host memory), level 2 holds none (what sets it apart from level 1 when host RAM is what the trainer
 needs back), and over ten level-1 cycles host memory stays flat (each sleep reuses the pinned blocks of

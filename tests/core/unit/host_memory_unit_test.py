@@ -1,4 +1,4 @@
-"""lib/host_memory.py on real processes: children that allocate and free known amounts of private and
+"""tests/core/host_memory.py on real processes: children that allocate and free known amounts of private and
 shared memory (the kind the NVIDIA driver books pinned host memory as, per the module docstring)."""
 
 import os

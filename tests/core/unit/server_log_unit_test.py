@@ -1,4 +1,4 @@
-"""lib/server_log.py on the lines vLLM 0.26.0 writes (format strings from cumem.py and gpu_worker.py)."""
+"""tests/core/server_log.py on the lines vLLM 0.26.0 writes (format strings from cumem.py and gpu_worker.py)."""
 
 from tests.core import server_log
 

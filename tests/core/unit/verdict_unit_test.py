@@ -25,7 +25,7 @@ def passed(classname, name):
 
 
 def failed(classname, name, message, text="", tag="failure", oracles=(), marks=()):
-    """marks: (name, value) JUnit properties of lib/liveness.py (errored, liveness)."""
+    """marks: (name, value) JUnit properties of tests/core/liveness.py (errored, liveness)."""
     return classname, name, tag, message, text, tuple(oracles), tuple(marks)
 
 
@@ -329,7 +329,7 @@ DEAD = [("errored", "engine dead"), ("liveness", "server.healthy")]
 
 
 def test_a_timeout_is_errored_not_a_kill_even_where_api_answers_is_expected(tmp_path):
-    """A read timeout (lib/liveness.py NoAnswer) carries no oracle id: on a mutant whose defect is no
+    """A read timeout (tests/core/liveness.py NoAnswer) carries no oracle id: on a mutant whose defect is no
     hang it proves nothing, though its catalogue entry lists api.answers."""
     cases = junit(tmp_path, failed(GATE, "test_b[MRV2-eager]", "NoAnswer: POST /sleep: no answer", marks=NO_ANSWER))
     d = decide(tmp_path, cases, kills={"scheduler_gate": (HELD, "api.answers")})

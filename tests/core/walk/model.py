@@ -427,7 +427,7 @@ def holds_host_copy(state: State) -> bool:
 def host_band(state: State, version: str, host_awake: int, weights_bytes: int, cell_id: str | None = None) -> Band:
     """The host bytes of the server's process tree in `state`, against host_awake read once in INITIAL
     before the server's first level-1 sleep (state-based: no reading depends on an earlier one); the
-    bounds and why: lib/host_bands.py."""
+    bounds and why: tests/core/host_bands.py."""
     lo_copy, hi_copy = host_bands.copy_held(host_awake, weights_bytes, cell_id)
     drift = host_bands.drift(cell_id)
     if holds_host_copy(state):

@@ -1,5 +1,5 @@
 """Takes one checkpoint's golden on one cell (runner x mode, with the vLLM build of the toolchain that
-runs this) and writes it as a file (lib/goldens.py): the action behind //tests/sleep_wake/goldens, so the
+runs this) and writes it as a file (tests/core/goldens.py): the action behind //tests/sleep_wake/goldens, so the
 reference servers of the weight-sync class and the state walk start once per matrix and never on a re-run.
 The server starts on the checkpoint itself: no push, so the golden does not depend on the push the
 classes test.

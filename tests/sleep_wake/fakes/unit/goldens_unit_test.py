@@ -95,7 +95,7 @@ def test_a_golden_of_the_previous_format_says_rebuild(path):
 
 def test_a_golden_of_other_requests_is_refused(path):
     _edit(path, lambda body: body["requests"]["seeded"].update(seed=SEED + 1))
-    with pytest.raises(oracle.Precondition, match=r"this suite sends .*lib/prompts.py\); rebuild it"):
+    with pytest.raises(oracle.Precondition, match=r"this suite sends .*tests/core/prompts.py\); rebuild it"):
         goldens.read_checkpoint(path, **CELL)
 
 

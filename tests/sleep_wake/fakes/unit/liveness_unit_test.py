@@ -1,5 +1,5 @@
 """No answer, a dead engine, a broken connection or a bug in the test is never an oracle's verdict: the
-client, expect and the JUnit hook raise or mark them errored (lib/liveness.py), against FakeVllm."""
+client, expect and the JUnit hook raise or mark them errored (tests/core/liveness.py), against FakeVllm."""
 
 import concurrent.futures
 import os

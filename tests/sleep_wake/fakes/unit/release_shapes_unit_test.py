@@ -132,7 +132,7 @@ def test_collective_rpc_empty_body_is_no_results(replay):
 
 
 def test_invalid_level_is_400(replay):
-    # A live server (GET /health 200): its error answer is the oracle's to judge (lib/liveness.py).
+    # A live server (GET /health 200): its error answer is the oracle's to judge (tests/core/liveness.py).
     client = replay({("POST", "/sleep"): (400, rr.SLEEP_LEVEL_NOT_INTEGER), ("GET", "/health"): (200, b"")})
     with pytest.raises(oracle.OracleFailure, match="HTTP 400.*invalid literal") as e:
         client.sleep(level="abc")
