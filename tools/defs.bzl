@@ -112,7 +112,7 @@ GPU_IDENTITY = _GPU_IDENTITY
 FAKE_CELL_DEPS = ["//tests/sleep_wake/fakes"]
 
 def gpu_cell_env(runner, mode, door = "http"):
-    """The environment that configures a GPU cell (ServerConfig.from_env, read once by tests/sleep_wake/lib/cells.py)."""
+    """The environment that configures a GPU cell (ServerConfig.from_env, read once by tests/core/cells.py)."""
     return {
         "SLEEPWAKE_FRONT_DOOR": door,
         "SLEEPWAKE_RUNNER": runner,
@@ -127,7 +127,7 @@ def cell_goldens(classes, runner, mode, fake_cell = None):
 
     Only the checkpoints one of `classes` compares with (GOLDEN_CLASSES), so no cell waits for an action
     whose file it does not read; each golden's runfile path is SLEEPWAKE_GOLDEN_<A|B> (tests/sleep_wake/
-    lib/goldens.py ENV).
+    tests/core/goldens.py ENV).
 
     Args:
       classes: the test classes the target runs.
@@ -148,7 +148,7 @@ def cell_goldens(classes, runner, mode, fake_cell = None):
     return env, data
 
 def cell_walk_plan(classes, runner, mode, door):
-    """The env and data that give a walk cell its plan, written ahead (tests/sleep_wake/walk/planned.py).
+    """The env and data that give a walk cell its plan, written ahead (tests/core/walk/write_plan.py).
 
     Args:
       classes: the target's class short names; only state_walk walks.
@@ -161,7 +161,7 @@ def cell_walk_plan(classes, runner, mode, door):
     """
     if "state_walk" not in classes:
         return {}, []
-    label = "//tests/sleep_wake/walk:plan_%s_%s_%s" % (door, runner, mode)
+    label = "//tests/core/walk:plan_%s_%s_%s" % (door, runner, mode)
     return {"SLEEPWAKE_WALK_PLAN": "$(rootpath %s)" % label}, [label]
 
 def fake_cell_env(runner, mode, vllm_version = None, door = "http"):

@@ -125,7 +125,7 @@ def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix)
         assert door in attrs["tags"] and attrs["env"]["SLEEPWAKE_FRONT_DOOR"] == door, name
         # A walk cell reads its own door's, runner's and mode's plan, written ahead; no other cell waits for one.
         runner = next(r for r in spec.RUNNERS if r in attrs["tags"])
-        plan = f"//tests/sleep_wake/walk:plan_{door}_{runner}_{mode}"
+        plan = f"//tests/core/walk:plan_{door}_{runner}_{mode}"
         walks = test_class == "state_walk"
         assert (plan in attrs["data"]) == walks and (
             attrs["env"].get("SLEEPWAKE_WALK_PLAN") == f"$(rootpath {plan})"

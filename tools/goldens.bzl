@@ -53,7 +53,7 @@ def _checkpoint_golden_impl(ctx):
 
 checkpoint_golden = rule(
     implementation = _checkpoint_golden_impl,
-    doc = "<name>.json: a checkpoint's golden (tests/sleep_wake/lib/goldens.py) on one cell.",
+    doc = "<name>.json: a checkpoint's golden (tests/core/goldens.py) on one cell.",
     attrs = {
         "checkpoint": attr.label(mandatory = True, doc = "The checkpoint's files (its genrule)."),
         "checkpoint_config": attr.label(

@@ -117,7 +117,7 @@ SHARD_COUNTS = {
     },
 }
 
-# The vLLM releases the suite supports: the known divergences (tests/sleep_wake/lib/thresholds.py) were
+# The vLLM releases the suite supports: the known divergences (tests/core/thresholds.py) were
 # checked against each one's source. SUITE_RELEASE is the venv's pin (third_party/python/requirements.in,
 # the engine tier's reference); every other one has an overlay third_party/python/vllm-<v>.overlay.lock and
 # its own engine tier target.

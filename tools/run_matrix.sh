@@ -13,7 +13,7 @@
 #                              already (docs/design.md). Default 600; 0 stops them with the run.
 #   SLEEPWAKE_REUSE_SERVERS=1  (default) a cell whose classes passed gives its server back, and the next
 #                              cell of its runner x mode takes it over once its reset is checked
-#                              (tests/sleep_wake/lib/reuse.py, tools/launcher/parking.py); 0 starts a
+#                              (tests/core/server_reuse.py, tools/launcher/parking.py); 0 starts a
 #                              server for every class.
 #   SLEEPWAKE_RUN_HISTORY=F    the run history the main job's line is appended to after the run
 #                              (tools/bench/history.py; default tools/bench/runs.jsonl); empty: none.

@@ -14,7 +14,7 @@ import pytest
 import sleepwake_mutants
 from sleepwake_mutants import shared
 from tests.engine.mutants import catalogue
-from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
+from tests.core.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
 
 
 def pytest_configure(config):
@@ -66,10 +66,10 @@ def llm_door(engines, model_dir):
 @pytest.fixture
 def async_llm_door(model_dir):
     """vLLM's AsyncLLM with a forked EngineCoreProc (engines.build_async_llm) on a loop of its own
-    (lib/async_door.py); the engine process is ended whatever the test did."""
-    from tests.engine.lib.async_door import AsyncDoor
+    (lib/async_llm_loop.py); the engine process is ended whatever the test did."""
+    from tests.engine.lib.async_llm_loop import AsyncLlmLoop
 
-    door = AsyncDoor(model_dir)
+    door = AsyncLlmLoop(model_dir)
     try:
         yield door
     finally:

@@ -17,7 +17,7 @@ import vllm
 
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib import checks
-from tests.sleep_wake.lib import liveness, oracle, thresholds
+from tests.core import liveness, oracle, thresholds
 from vllm import SamplingParams
 
 # Two full KV blocks (block_size 16): a repeat of it hits 32 cached tokens unless the cache was emptied.

@@ -9,9 +9,9 @@ import pytest
 
 from tests.engine.fakes.worker import ReleasedMemoryAccess
 from tests.engine.lib import checks
-from tests.engine.lib.requests import add
+from tests.engine.lib.engine_requests import add
 from tests.engine.lib.steps import run_until_finished
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle
 from vllm.v1.engine import FinishReason
 
 BOTH = {"weights", "kv_cache"}

@@ -1,7 +1,7 @@
 """The door host (tools/launcher/door_host.py): vLLM's in-process front doors, `vllm.LLM` (TRL) and `AsyncLLM`
 (NeMo-RL, verl), driven over HTTP by the GPU tier's SleepWakeClient, unchanged.
 
-Each test starts the door host for one door on the engine tier's fake worker (lib/hosted_door.py) and makes
+Each test starts the door host for one door on the engine tier's fake worker (lib/door_host_process.py) and makes
 the calls an RL trainer makes between rollouts: sleep at levels 0, 1 and 2, the staged wake (weights, then
 the KV cache; scheduling after level 0), is_sleeping and the sleep gauge, collective_rpc reload_weights,
 reset_prefix_cache, a completion before and after. The door host answers each with what the door's method
@@ -18,9 +18,9 @@ import requests
 
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib import checks
-from tests.engine.lib.hosted_door import DoorZygote, HostedDoor
-from tests.sleep_wake.lib import liveness, metrics, oracle, thresholds
-from tests.sleep_wake.lib.client import ServerResponseError
+from tests.engine.lib.door_host_process import DoorZygote, DoorHostProcess
+from tests.core import liveness, metrics, oracle, thresholds
+from tests.core.client import ServerResponseError
 from tools.launcher import door_host
 
 # Two full KV blocks (block_size 16): a repeat of it hits 32 cached tokens unless the cache was emptied.
@@ -37,7 +37,7 @@ def zygote(tmp_path_factory):
 
 @pytest.fixture(params=door_host.DOORS)
 def hosted(request, model_dir, tmp_path, zygote):
-    door = HostedDoor(request.param, model_dir, str(tmp_path / f"door_host_{request.param}"), zygote)
+    door = DoorHostProcess(request.param, model_dir, str(tmp_path / f"door_host_{request.param}"), zygote)
     try:
         yield door.start()
     finally:

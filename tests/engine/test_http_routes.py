@@ -13,8 +13,8 @@ import pytest
 
 from tests.engine.lib import checks
 from tests.engine.lib.engine_server import EngineServer
-from tests.engine.lib.requests import send
-from tests.sleep_wake.lib import oracle
+from tests.engine.lib.engine_requests import send
+from tests.core import oracle
 from vllm.v1.engine import FinishReason
 
 

@@ -12,7 +12,7 @@ import vllm
 
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib import checks
-from tests.sleep_wake.lib import oracle, thresholds
+from tests.core import oracle, thresholds
 from vllm import SamplingParams
 
 PROMPT = {"prompt_token_ids": [1, 2, 3, 4]}

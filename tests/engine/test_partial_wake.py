@@ -10,9 +10,9 @@ true after a partial wake with or without the fix).
 import pytest
 
 from tests.engine.lib import checks
-from tests.engine.lib.requests import add
+from tests.engine.lib.engine_requests import add
 from tests.engine.lib.steps import run_until_finished
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle
 from vllm.v1.engine import FinishReason
 
 HELD_STEPS = 3  # the scheduler schedules a waiting request on its first step; three leave no doubt

@@ -10,9 +10,9 @@ from concurrent.futures import Future
 
 from tests.engine.lib import checks
 from tests.engine.lib.loop import drive
-from tests.engine.lib.requests import add, send
+from tests.engine.lib.engine_requests import add, send
 from tests.engine.lib.steps import run_until_finished, step, steps
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle
 from vllm.v1.engine import FinishReason
 
 HELD_STEPS = 3

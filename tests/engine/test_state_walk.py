@@ -1,25 +1,25 @@
-"""The state walk on the engine tier: the model of tests/sleep_wake/walk drives vLLM's real EngineCore.
+"""The state walk on the engine subject: the model of tests/core/walk drives vLLM's real EngineCore.
 
 The GPU walk's planning (plan.plan_shards, seeded plan.SEED, over SHARDS: one plan over every pair, its
 walks dealt out to the shards), runs here against EngineCoreProc's real busy loop,
 scheduler, KV cache manager and UniProcExecutor around the fake worker, with vLLM's own /sleep, /wake_up,
-/is_sleeping, /reset_prefix_cache and /collective_rpc routes over HTTP (lib/walk_tier.py, driven by the
-one walk driver, tests/sleep_wake/walk/driver.py). After every step it checks what the engine tier can
+/is_sleeping, /reset_prefix_cache and /collective_rpc routes over HTTP (lib/engine_walk.py, driven by the
+one walk driver, tests/core/walk/driver.py). After every step it checks what the engine tier can
 observe against the model: /is_sleeping (route and engine), the
 executor's sleeping tags, the scheduler's pause, the fake worker's pools and weights, that a request
 sent while asleep waits (and that no forward pass ran on released memory: the fake worker raises),
 that a repeat of the long prompt hits cached tokens iff the model says its blocks are cached, and how
 a request in flight ends under each pause mode. What it cannot observe is skipped per check
-(walk_tier.SKIPPED), never per pair; a terminal pair it cannot honour is named in walk_tier.CANNOT_HONOUR.
+(engine_walk.SKIPPED), never per pair; a terminal pair it cannot honour is named in engine_walk.CANNOT_HONOUR.
 
-A shard fails (walk.pairs_visited, the GPU walk's verdict: tests/sleep_wake/walk/coverage.py) when the steps
+A shard fails (walk.pairs_visited, the GPU walk's verdict: tests/core/walk/coverage.py) when the steps
 that ran leave one of its pairs unvisited; its coverage (pairs, steps, consecutive pairs, checks made and
 skipped) goes to the test log and to
 engine_walk_shard<N>.json among the target's undeclared outputs. Shard i ends with terminal probe i
 (plan.terminal_probes) where the engine tier can honour it: the full wake after a wake of one tag (the
 fake worker refuses to map a resident pool as CuMemAllocator does) and the reload while the weights
 sleep (it refuses to write a released pool); the kv-first wake after level 2 is the GPU worker's
-(walk_tier.CANNOT_HONOUR).
+(engine_walk.CANNOT_HONOUR).
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence in every shard instead of the plan.
 """
 
@@ -57,12 +57,12 @@ def _outputs_dir(tmp_path_factory) -> str:
 @pytest.mark.parametrize("shard", range(SHARDS), ids=lambda shard: f"shard{shard}")
 def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, tmp_path_factory, capsys):
     import vllm
-    from tests.engine.lib import walk_tier
-    from tests.sleep_wake.walk import coverage, driver, model, operations, plan
+    from tests.engine.lib import engine_walk
+    from tests.core.walk import coverage, driver, model, operations, plan
 
     started = time.monotonic()
-    tier = walk_tier.EngineTier(engine_server, vllm.__version__, checkpoints)
-    walker = driver.Walker(tier, vllm.__version__)
+    subject = engine_walk.EngineSubject(engine_server, vllm.__version__, checkpoints)
+    walker = driver.Walker(subject, vllm.__version__)
     planned = plan.run_shard(walker, shard, SHARDS, plan.SEED, plan.MAX_STEPS)
     if planned is None:  # a replay: its failure, if any, is the verdict
         return
@@ -70,28 +70,28 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
     probes = [
         p
         for p in plan.terminal_probes()[shard::SHARDS]
-        if operations.terminal(p[-1], plan.run(model.INITIAL, p[:-1])) not in walk_tier.CANNOT_HONOUR
+        if operations.terminal(p[-1], plan.run(model.INITIAL, p[:-1])) not in engine_walk.CANNOT_HONOUR
     ]
     probed = [walker.probe(probe) for probe in probes]
 
     def record(done) -> None:
         """The coverage JSON and the log line; a check skipped without a reason fails the shard before
         its coverage does."""
-        _write_coverage(done, tier, probed, started, _outputs_dir(tmp_path_factory), capsys)
-        unexplained = sorted(set(tier.skipped) - set(walk_tier.SKIPPED))
+        _write_coverage(done, subject, probed, started, _outputs_dir(tmp_path_factory), capsys)
+        unexplained = sorted(set(subject.skipped) - set(engine_walk.SKIPPED))
         if unexplained:
             pytest.fail(
                 f"checks the GPU walk makes that this walk neither makes nor explains: {unexplained}; "
-                "check them in lib/walk_tier.py or say why not in walk_tier.SKIPPED"
+                "check them in lib/engine_walk.py or say why not in engine_walk.SKIPPED"
             )
 
     coverage.verdict(walker, shard, pairs, walks, record)
 
 
-def _write_coverage(done, tier, probed: list, started: float, outputs: str, capsys) -> None:
+def _write_coverage(done, subject, probed: list, started: float, outputs: str, capsys) -> None:
     """engine_walk_shard<N>.json among the target's undeclared outputs, and its line in the test log."""
-    from tests.engine.lib import walk_tier
-    from tests.sleep_wake.walk import plan
+    from tests.engine.lib import engine_walk
+    from tests.core.walk import plan
 
     record = {
         "shard": done.shard,
@@ -104,8 +104,8 @@ def _write_coverage(done, tier, probed: list, started: float, outputs: str, caps
         "consecutive_pairs": len(done.consecutive),
         "unvisited": done.unvisited(),
         "terminal_probes": probed,
-        "cannot_honour": walk_tier.CANNOT_HONOUR,
-        **tier.coverage_record(),
+        "cannot_honour": engine_walk.CANNOT_HONOUR,
+        **subject.coverage_record(),
         "seconds": round(time.monotonic() - started, 1),
     }
     with open(os.path.join(outputs, f"engine_walk_shard{done.shard}.json"), "w", encoding="utf-8") as f:
@@ -114,13 +114,13 @@ def _write_coverage(done, tier, probed: list, started: float, outputs: str, caps
         print(
             f"\nengine walk shard {done.shard}: {record['pairs_visited']}/{len(done.share)} pairs, {done.steps} "
             f"steps in {done.walks} walks, {len(done.consecutive)} consecutive pairs, probes {probed}, "
-            f"{sum(tier.checked.values())} checks made, {sum(tier.skipped.values())} skipped, "
+            f"{sum(subject.checked.values())} checks made, {sum(subject.skipped.values())} skipped, "
             f"{record['seconds']} s"
         )
 
 
 def test_the_shards_cover_every_reachable_pair():
-    from tests.sleep_wake.walk import plan
+    from tests.core.walk import plan
 
     shards = [pairs for _, pairs in plan.plan_shards(SHARDS, plan.SEED, plan.MAX_STEPS)]
     assert set().union(*shards) == plan.reachable_pairs()
@@ -128,14 +128,14 @@ def test_the_shards_cover_every_reachable_pair():
 
 
 def test_the_walk_tier_names_known_oracles_and_makes_no_bare_assert():
-    """The GPU suite's lint (tests/sleep_wake/unit/oracle_unit_test.py) does not read tests/engine: the
-    same two rules for the walk's engine tier. Every check goes through an oracle id of oracle.ORACLES."""
+    """The GPU suite's lint (tests/core/unit/oracle_unit_test.py) does not read tests/engine: the
+    same two rules for the walk's engine subject. Every check goes through an oracle id of oracle.ORACLES."""
     import ast
 
-    from tests.engine.lib import walk_tier
-    from tests.sleep_wake.lib import oracle
+    from tests.engine.lib import engine_walk
+    from tests.core import oracle
 
-    tree = ast.parse(open(walk_tier.__file__, encoding="utf-8").read())
+    tree = ast.parse(open(engine_walk.__file__, encoding="utf-8").read())
     assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)]
     assert not [
         n.lineno
@@ -158,4 +158,4 @@ def test_the_walk_tier_names_known_oracles_and_makes_no_bare_assert():
         and n.value.split(".")[0] in families
     }
     assert named and named <= set(oracle.ORACLES), sorted(named - set(oracle.ORACLES))
-    assert set(walk_tier.STAND_INS) <= set(walk_tier.SKIPPED)
+    assert set(engine_walk.STAND_INS) <= set(engine_walk.SKIPPED)

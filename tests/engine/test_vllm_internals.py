@@ -19,7 +19,7 @@ import vllm.platforms
 from sleepwake_engine_platform import UNSPECIFIED
 from tests.engine.fakes.worker import FakeWorker
 from tests.engine.lib import engines
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle
 from tools.launcher.phase_plugin import sleepwake_cpu_use as cpu_use_plugin
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from vllm.platforms.interface import UnspecifiedPlatform
@@ -39,12 +39,12 @@ NAMES = [
     (EngineCoreProc, "pause_scheduler", "mutants/catalogue.py"),
     (EngineCoreProc, "_send_abort_outputs", "mutants/catalogue.py"),
     (EngineCore, "step", "lib/steps.py"),
-    (EngineCore, "preprocess_add_request", "lib/requests.py"),
+    (EngineCore, "preprocess_add_request", "lib/engine_requests.py"),
     (EngineCore, "resume_scheduler", "test_bookkeeping.py"),
     (EngineCore, "is_scheduler_paused", "test_*.py"),
     (EngineShutdownState, "REQUESTED", "lib/loop.py"),
     (EngineCoreRequestType, "UTILITY", "lib/engine_client.py"),
-    (EngineCoreRequestType, "ADD", "lib/requests.py"),
+    (EngineCoreRequestType, "ADD", "lib/engine_requests.py"),
     (EngineCoreRequestType, "WAKEUP", "lib/loop.py"),
     (EngineCoreRequestType, "EXECUTOR_FAILED", "lib/engines.py"),
 ]

@@ -29,8 +29,8 @@ import time
 import pytest
 import sleepwake_mutants
 
-from tests.mutants import inner_shard, site_dir, stop_on_kill, verdict
-from tests.sleep_wake.lib import cells, measure
+from tests.core import cells, measure, verdict
+from tests.mutants import inner_shard, site_dir, stop_on_kill
 from tools.matrix import door_classes, shard_count
 
 # Our own bound on the inner run stays this far below Bazel's TEST_TIMEOUT: room for the SIGINT grace

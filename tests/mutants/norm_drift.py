@@ -20,8 +20,8 @@ import numpy as np
 from sleepwake_mutants import weights
 from tokenizers import Tokenizer
 
-from tests.sleep_wake.lib import thresholds
-from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.core import thresholds
+from tests.core.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 from tools.checkpoints import make_synthetic_model as msm
 from tools.checkpoints import reference_forward
 

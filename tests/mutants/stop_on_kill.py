@@ -10,7 +10,7 @@ an expected oracle on a server no longer live (marked errored), which is no kill
 import os
 
 # verdict imports only the catalogue (on the inner run's PYTHONPATH: the site dir) and testlogs.
-from tests.mutants.verdict import LIVENESS
+from tests.core.verdict import LIVENESS
 from tools.results.testlogs import ERRORED_PROPERTY, LIVENESS_PROPERTY, ORACLE_PROPERTY  # what oracle.py writes
 
 ENV = "SLEEPWAKE_MUTANT_KILL_IDS"

@@ -19,9 +19,9 @@ import tempfile
 
 import sleepwake_mutants
 
-from tests.mutants import stop_on_kill, verdict
-from tests.sleep_wake.fakes.fake_defects import NOT_RE_CREATED
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle, verdict
+from tests.core.not_re_created import NOT_RE_CREATED
+from tests.mutants import stop_on_kill
 
 WALK_FILE = "tests/sleep_wake/test_state_walk.py"
 # Why the walk cannot see these; a mutant that survives or errors without a reason here fails the survey.

@@ -1,9 +1,9 @@
 """Fixtures of the sleep/wake suite: the matrix cell, one vLLM server per test class, its golden output.
 
-The cell is read from the environment once per test process (lib/cells.py: the launcher's own
+The cell is read from the environment once per test process (tests/core/cells.py: the launcher's own
 ServerConfig.from_env), and every server of the cell starts from a copy of that configuration.
 The server class comes from the module named by SLEEPWAKE_SERVER_MODULE (default tools.launcher.server,
-lib/servers.py): the fake tier names tests.sleep_wake.fakes.fake_server there; both implement the
+tests/core/servers.py): the fake tier names tests.sleep_wake.fakes.fake_server there; both implement the
 interface the fixtures use (tools/launcher/interface.py). The launcher's server is imported only when
 a server starts, so the CPU unit tests in this package never need vLLM's.
 """
@@ -16,7 +16,7 @@ import time
 import pytest
 import requests
 
-from tests.sleep_wake.lib import (
+from tests.core import (
     cells,
     expect,
     liveness,
@@ -24,13 +24,13 @@ from tests.sleep_wake.lib import (
     metrics,
     oracle,
     releases,
-    reuse,
+    server_reuse,
     servers,
     thresholds,
 )
-from tests.sleep_wake.lib.client import SleepWakeClient, client_of
-from tests.sleep_wake.lib.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
-from tests.sleep_wake.lib.prompts import PROMPTS
+from tests.core.client import SleepWakeClient, client_of
+from tests.core.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
+from tests.core.prompts import PROMPTS
 from tools.launcher.config import resolve_model
 from tools.launcher.errors import ConfigError
 from tools.launcher.interface import Server
@@ -204,9 +204,10 @@ def _record_timings(server, recorder, nodeid: str, **extra) -> None:
 
 @pytest.fixture(scope="session")
 def pool(recorder):
-    """The servers classes gave back (lib/reuse.py; SLEEPWAKE_REUSE_SERVERS=1), stopped at the session's end."""
+    """The servers classes gave back (tests/core/server_reuse.py; SLEEPWAKE_REUSE_SERVERS=1), stopped at the
+    session's end."""
     try:
-        lender = reuse.Pool(reuse.enabled())
+        lender = server_reuse.Pool(server_reuse.enabled())
     except ValueError as e:
         pytest.fail(str(e), pytrace=False)
     yield lender
@@ -214,17 +215,17 @@ def pool(recorder):
         _stop_server(idle.context, idle.server, recorder, "")
 
 
-def _borrow(request, cell, recorder, pool, key: str) -> reuse.Lent | None:
-    """An idle server of this configuration, reset and checked (lib/reuse.py), or None: none idle, or the
+def _borrow(request, cell, recorder, pool, key: str) -> server_reuse.Lent | None:
+    """An idle server of this configuration, reset and checked (tests/core/server_reuse.py), or None: none idle, or the
     check refused it (then stopped; the class gets a fresh one)."""
     lent = pool.take(key)
     return None if lent is None else _judged(request, cell, recorder, lent, "this test process")
 
 
-def _judged(request, cell, recorder, lent: reuse.Lent, source: str) -> reuse.Lent | None:
+def _judged(request, cell, recorder, lent: server_reuse.Lent, source: str) -> server_reuse.Lent | None:
     """lent once its reset passed the check, else None (the server stopped)."""
     begin = time.monotonic()
-    why = reuse.lend(cell, lent, client_of(lent.server), recorder)
+    why = server_reuse.lend(cell, lent, client_of(lent.server), recorder)
     recorder.record(
         request.node.nodeid,
         "server_reuse",
@@ -241,14 +242,16 @@ def _judged(request, cell, recorder, lent: reuse.Lent, source: str) -> reuse.Len
     return None
 
 
-def _fresh_or_borrowed(request, cell, recorder, lends: bool) -> reuse.Lent:
+def _fresh_or_borrowed(request, cell, recorder, lends: bool) -> server_reuse.Lent:
     """With lends, a server another test process gave back (tools/launcher/parking.py) once its reset
     passed the check, else a started one with its fresh readings; without, a started one."""
     nodeid = request.node.nodeid
     context, srv = _start_server(request.node.name, cell, recorder, nodeid, claim=lends)
     if srv.borrowed is not None:
         note = srv.borrowed
-        lent = reuse.Lent(context, srv, reuse.Fresh.from_record(note.get("fresh")), list(note.get("classes", ())))
+        lent = server_reuse.Lent(
+            context, srv, server_reuse.Fresh.from_record(note.get("fresh")), list(note.get("classes", ()))
+        )
         judged = _judged(request, cell, recorder, lent, "another test process")
         if judged is not None:
             return judged
@@ -256,14 +259,14 @@ def _fresh_or_borrowed(request, cell, recorder, lends: bool) -> reuse.Lent:
     fresh = None
     if lends:
         try:
-            fresh = reuse.read_fresh(cell, srv, client_of(srv), resolve_model(srv.config.model), recorder)
+            fresh = server_reuse.read_fresh(cell, srv, client_of(srv), resolve_model(srv.config.model), recorder)
         except BaseException:
             _stop_server(context, srv, recorder, nodeid)
             raise
-    return reuse.Lent(context, srv, fresh)
+    return server_reuse.Lent(context, srv, fresh)
 
 
-def _give_back(request, recorder, pool, key: str, lent: reuse.Lent) -> None:
+def _give_back(request, recorder, pool, key: str, lent: server_reuse.Lent) -> None:
     """To the next test process that asks (parked by the launcher), else to this process's pool."""
     nodeid = request.node.nodeid
     note = {"fresh": lent.fresh.as_record(), "classes": lent.classes} if lent.fresh else None
@@ -282,7 +285,7 @@ def server(request, cell, recorder, pool):
     """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/; with reuse
     on, the server a passing class of the same configuration gave back, once its reset is checked."""
     lends = pool.on and not getattr(request.cls, "FRESH_SERVER", None)
-    key = reuse.key_of(cell.config)
+    key = server_reuse.key_of(cell.config)
     lent = _borrow(request, cell, recorder, pool, key) if lends else None
     if lent is None:
         lent = _fresh_or_borrowed(request, cell, recorder, lends)

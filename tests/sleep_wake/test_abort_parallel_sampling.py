@@ -5,10 +5,10 @@ the engine serves golden and seeded output afterwards (#45520, #45326)."""
 
 import time
 
-from tests.sleep_wake.lib import expect, measure, memory, oracle, thresholds
-from tests.sleep_wake.lib.background import background, end_clock, generated_tokens, wait_decoding
-from tests.sleep_wake.lib.memory import settled_gpu_bytes
-from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.core import expect, measure, memory, oracle, thresholds
+from tests.core.background import background, end_clock, generated_tokens, wait_decoding
+from tests.core.memory import settled_gpu_bytes
+from tests.core.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 ISSUE = "#45520/#45326 abort during parallel sampling"
 N = 4

@@ -3,9 +3,9 @@ aborted), none hangs, and the engine is alive and golden afterwards; requests se
 accepted (/load) and held, none answered before wake_up is sent, then served golden. #45520 killed the
 engine behind a 200; #45326 left requests hanging forever."""
 
-from tests.sleep_wake.lib import expect, measure, oracle, thresholds
-from tests.sleep_wake.lib.background import background, generated_tokens, wait_decoding
-from tests.sleep_wake.lib.prompts import PROMPTS
+from tests.core import expect, measure, oracle, thresholds
+from tests.core.background import background, generated_tokens, wait_decoding
+from tests.core.prompts import PROMPTS
 
 ISSUE = "#45326/#45520 generate/sleep race"
 HELD = "#45326 requests sent while asleep are held"

@@ -1,7 +1,7 @@
 """Misuse of the sleep API: each call gets the status vLLM 0.26.0 gives, leaves the state unchanged
 (flags + gauge), and the server still serves golden tokens."""
 
-from tests.sleep_wake.lib import expect, measure, oracle, thresholds
+from tests.core import expect, measure, oracle, thresholds
 
 # Expected HTTP status per misuse, with the reason from vLLM 0.26.0's source.
 EXPECTED_STATUS = {

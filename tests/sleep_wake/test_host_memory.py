@@ -1,11 +1,11 @@
-"""Host memory of the server's process tree (VmRSS, lib/host_memory.py) across sleep levels: level 1
+"""Host memory of the server's process tree (VmRSS, tests/core/host_memory.py) across sleep levels: level 1
 holds a host copy of the weights while asleep (CuMemAllocator.sleep copies the weights pool to pinned
 host memory), level 2 holds none (what sets it apart from level 1 when host RAM is what the trainer
 needs back), and over ten level-1 cycles host memory stays flat (each sleep reuses the pinned blocks of
 the last one). What stays after the wake is pinned as a known divergence."""
 
-from tests.sleep_wake.lib import expect, host_memory, measure, oracle, server_log, thresholds
-from tests.sleep_wake.lib.memory import checkpoint_tensor_bytes
+from tests.core import expect, host_memory, measure, oracle, server_log, thresholds
+from tests.core.memory import checkpoint_tensor_bytes
 from tools.launcher.config import resolve_model
 
 ISSUE = "host memory"
@@ -50,7 +50,7 @@ def _expect_no_host_copy_yet(server) -> None:
 
 
 class TestHostMemory:
-    FRESH_SERVER = "the first sleep's host copy, on a server that has never slept (lib/reuse.py)"
+    FRESH_SERVER = "the first sleep's host copy, on a server that has never slept (tests/core/server_reuse.py)"
 
     def test_level2_holds_no_host_copy(self, server, client, golden, recorder, cell):
         _expect_no_host_copy_yet(server)

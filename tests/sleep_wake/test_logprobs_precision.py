@@ -2,8 +2,8 @@
 within logprob_drift_max: weights come back from pinned CPU memory bit-exact, so any drift beyond
 kernel nondeterminism means corrupted weights or KV state (#21336, #29341)."""
 
-from tests.sleep_wake.lib import expect
-from tests.sleep_wake.lib.prompts import PROMPTS
+from tests.core import expect
+from tests.core.prompts import PROMPTS
 
 ISSUE = "logprob drift after sleep/wake (#21336)"
 

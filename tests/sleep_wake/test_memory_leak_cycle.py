@@ -1,16 +1,18 @@
 """Ten level-1 sleep/wake cycles: the server's NVML bytes asleep and awake stay flat and the output
 stays golden (#21336 grew every cycle until garbage at cycle 4; #36651, #34600)."""
 
-from tests.sleep_wake.lib import expect, measure, oracle
-from tests.sleep_wake.lib.memory import settled_gpu_bytes
-from tests.sleep_wake.lib.prompts import PROMPTS
+from tests.core import expect, measure, oracle
+from tests.core.memory import settled_gpu_bytes
+from tests.core.prompts import PROMPTS
 
 CYCLES = 10
 ISSUE = "#21336/#36651 leak across cycles"
 
 
 class TestMemoryLeakCycle:
-    FRESH_SERVER = "a one-off jump happens at a server's first cycles, which a lent server has had (lib/reuse.py)"
+    FRESH_SERVER = (
+        "a one-off jump happens at a server's first cycles, which a lent server has had (tests/core/server_reuse.py)"
+    )
 
     def test_bytes_flat_over_ten_cycles(self, server, client, golden, recorder, cell):
         test = measure.current_test()

@@ -1,8 +1,8 @@
 """Greedy token ids (temperature 0, ignore_eos, fixed length) after every way of waking are identical
 to the golden run taken before any sleep, and a wake never serves a stale prefix cache."""
 
-from tests.sleep_wake.lib import expect, measure, oracle
-from tests.sleep_wake.lib.prompts import PROMPTS
+from tests.core import expect, measure, oracle
+from tests.core.prompts import PROMPTS
 
 LEVEL2_CYCLES = 3
 # Several KV blocks long (only full blocks are cached), so a repeat can be served from the cache.

@@ -4,8 +4,8 @@ across sleep and wake: level 1 and level 2 free it and a full wake restores it (
 resident while asleep are measured per execution mode (graph mode keeps its graph pool, #45648).
 """
 
-from tests.sleep_wake.lib import expect, measure, memory, oracle, thresholds
-from tests.sleep_wake.lib.memory import checkpoint_tensor_bytes, settled_gpu_bytes
+from tests.core import expect, measure, memory, oracle, thresholds
+from tests.core.memory import checkpoint_tensor_bytes, settled_gpu_bytes
 from tools.launcher.config import resolve_model
 
 

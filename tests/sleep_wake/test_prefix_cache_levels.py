@@ -6,9 +6,9 @@ discarded blocks, #17103). vLLM 0.26.0 v1/engine/core.py EngineCore.sleep: clear
 
 import pytest
 
-from tests.sleep_wake.lib import expect, measure, oracle, thresholds
-from tests.sleep_wake.lib.background import background, generated_tokens, wait_decoding
-from tests.sleep_wake.lib.prompts import LONG_PROMPTS
+from tests.core import expect, measure, oracle, thresholds
+from tests.core.background import background, generated_tokens, wait_decoding
+from tests.core.prompts import LONG_PROMPTS
 
 LEVEL0 = "level 0 keeps KV state"
 LEVELS12 = "#17103/#22726 levels 1 and 2 reset the prefix cache"

@@ -21,9 +21,9 @@ import os
 
 import pytest
 
-from tests.sleep_wake.lib import expect, goldens, memory, metrics, oracle, pushes, servers, thresholds
-from tests.sleep_wake.lib.background import background, generated_tokens, wait_decoding
-from tests.sleep_wake.lib.prompts import CHECKPOINT_GOLDEN_PROMPTS, LONG_PROMPTS, PROMPTS
+from tests.core import expect, goldens, memory, metrics, oracle, pushes, servers, thresholds
+from tests.core.background import background, generated_tokens, wait_decoding
+from tests.core.prompts import CHECKPOINT_GOLDEN_PROMPTS, LONG_PROMPTS, PROMPTS
 from tests.sleep_wake.walk import model
 from tools.launcher import door_host
 from tools.launcher.config import resolve_model

@@ -1,9 +1,9 @@
 """#44483: after a partial wake, a request is accepted but not scheduled (a forward pass would touch
 the unmapped pool, #44395) until every tag is resident; then it completes with golden tokens."""
 
-from tests.sleep_wake.lib import expect, thresholds
-from tests.sleep_wake.lib.background import background
-from tests.sleep_wake.lib.prompts import PROMPTS
+from tests.core import expect, thresholds
+from tests.core.background import background
+from tests.core.prompts import PROMPTS
 
 ISSUE = "#44483 (forward during partial wake, #44395)"
 

@@ -3,9 +3,9 @@ every step of sleep and wake; output is golden after each recovery."""
 
 import pytest
 
-from tests.sleep_wake.lib import expect, oracle, thresholds
-from tests.sleep_wake.lib.background import background
-from tests.sleep_wake.lib.prompts import PROMPTS
+from tests.core import expect, oracle, thresholds
+from tests.core.background import background
+from tests.core.prompts import PROMPTS
 
 
 class TestSleepWakeFlags:

@@ -12,8 +12,8 @@ NVML's per-process figure, which test_physical_memory settles on, has been seen 
 reporting on itself.
 """
 
-from tests.sleep_wake.lib import expect, measure, oracle, server_log
-from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.core import expect, measure, oracle, server_log
+from tests.core.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 RELEASE = "late release: memory still held when /sleep answered"
 RESTORE = "late restore"
@@ -27,7 +27,7 @@ def _recover(client, level: int) -> None:
 
 
 class TestSleepWakeImmediacy:
-    FRESH_SERVER = "matches its sleeps with the worker's log lines since the start (lib/reuse.py)"
+    FRESH_SERVER = "matches its sleeps with the worker's log lines since the start (tests/core/server_reuse.py)"
 
     def test_memory_released_when_sleep_returns(self, server, client, golden, recorder, cell):
         kv = server.config.kv_cache_bytes

@@ -17,9 +17,9 @@ known to be slower (#45648); per-mode bounds go into thresholds.py only once mea
 
 import pytest
 
-from tests.sleep_wake.lib import expect, measure, oracle
-from tests.sleep_wake.lib.client import client_of
-from tests.sleep_wake.lib.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.core import expect, measure, oracle
+from tests.core.client import client_of
+from tests.core.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 
 REPEATS = 5
 

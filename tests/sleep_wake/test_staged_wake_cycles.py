@@ -1,6 +1,6 @@
 """Repeated staged wakes (weights, then kv_cache) keep output identical and flags right each time."""
 
-from tests.sleep_wake.lib import expect
+from tests.core import expect
 
 CYCLES = 5
 

@@ -1,7 +1,7 @@
 """The state walk: planned, seeded sequences of every operation a sleep-mode client can send (generates,
 also while paused or asleep; sleeps of every level and pause mode with and without requests in flight or
 waiting; staged, full, two-tag and tag-plus-scheduling wakes; unknown tags; weight pushes and reloads;
-prefix-cache resets; misuse), each step judged against the model of tests/sleep_wake/walk (flags, gauge,
+prefix-cache resets; misuse), each step judged against the model of tests/core/walk (flags, gauge,
 health, GPU and host bytes, golden output of the serving checkpoint, cached tokens, how requests in
 flight and waiting end) by the oracles.
 
@@ -21,9 +21,10 @@ import os
 
 import pytest
 
-from tests.sleep_wake.lib import cells, goldens, host_memory, memory, oracle, servers
-from tests.sleep_wake.lib.memory import settled_gpu_bytes
-from tests.sleep_wake.walk import coverage, driver, model, plan, runner
+from tests.core import cells, goldens, host_memory, memory, oracle, servers
+from tests.core.memory import settled_gpu_bytes
+from tests.core.walk import coverage, driver, model, plan
+from tests.sleep_wake.walk import gpu_walk
 from tools.launcher.config import resolve_model
 from tools.matrix import shard_count
 
@@ -31,7 +32,7 @@ _CELL = cells.cell_from_env()
 SHARDS = shard_count("state_walk", _CELL.mode, _CELL.door)
 
 
-def _goldens(cell, name: str, checkpoint: str) -> runner.Goldens:
+def _goldens(cell, name: str, checkpoint: str) -> gpu_walk.Goldens:
     """A checkpoint's walk goldens from its golden action's file (SLEEPWAKE_GOLDEN_A / _B)."""
     taken = goldens.read_checkpoint(
         goldens.env_path(name),
@@ -40,8 +41,8 @@ def _goldens(cell, name: str, checkpoint: str) -> runner.Goldens:
         identity=servers.identity(),
         checkpoint=goldens.checkpoint_name(checkpoint),
     )
-    return runner.Goldens(
-        {p: taken.greedy[p] for p in runner.WALK_PROMPTS}, taken.seeded.token_ids, taken.stream.token_ids[0]
+    return gpu_walk.Goldens(
+        {p: taken.greedy[p] for p in gpu_walk.WALK_PROMPTS}, taken.seeded.token_ids, taken.stream.token_ids[0]
     )
 
 
@@ -51,7 +52,7 @@ def walk_context(server, client, recorder, cell):
     every band is relative to, taken on this fresh server before any sleep, push or reload."""
     checkpoints = {"A": resolve_model(server.config.model), "B": resolve_model(os.environ["SLEEPWAKE_MODEL_B"])}
     taken = {name: _goldens(cell, name, path) for name, path in checkpoints.items()}
-    same = [p for p in runner.WALK_PROMPTS if taken["A"].greedy[p].token_ids == taken["B"].greedy[p].token_ids]
+    same = [p for p in gpu_walk.WALK_PROMPTS if taken["A"].greedy[p].token_ids == taken["B"].greedy[p].token_ids]
     if same:
         raise oracle.Precondition(
             f"checkpoint B must serve other tokens than A ({same} alike): the walk's "
@@ -61,7 +62,7 @@ def walk_context(server, client, recorder, cell):
     # of MiB at its first logprobs, n=4, long-prompt and streamed answers (past a walk's host band at its
     # first such step: docs/design.md), and eager mode reserves its activation blocks at the
     # first forward. The answers are judged against A's golden: the fresh server must serve it.
-    runner.warm_up(client, taken["A"], streams=cells.door_cannot(cell, "stream") is None)
+    gpu_walk.warm_up(client, taken["A"], streams=cells.door_cannot(cell, "stream") is None)
     client.reset_prefix_cache()
     sizes = model.Sizes(
         settled_gpu_bytes(server, "walk start (INITIAL)", recorder=recorder),
@@ -69,13 +70,13 @@ def walk_context(server, client, recorder, cell):
         server.config.kv_cache_bytes,
     )
     host_awake = host_memory.server_host_memory(server)[0].rss
-    return runner.Context(server, client, recorder, cell.id, checkpoints, taken, sizes, host_awake, cell.door)
+    return gpu_walk.Context(server, client, recorder, cell.id, checkpoints, taken, sizes, host_awake, cell.door)
 
 
 def _walk(shard: int, walk_context, recorder) -> None:
-    tier = runner.GpuTier(walk_context)
+    subject = gpu_walk.GpuSubject(walk_context)
     door = walk_context.door
-    walker = driver.Walker(tier, tier.version, door)
+    walker = driver.Walker(subject, subject.version, door)
     seed = plan.cell_seed(plan.SEED, walk_context.cell_id)
 
     def record_stopped() -> None:
@@ -93,7 +94,7 @@ def _walk(shard: int, walk_context, recorder) -> None:
         probes = plan.terminal_probes(door)[shard::SHARDS]
         probed = [walker.probe(probe) for probe in probes]  # at most one: it ends the server's usable life
     finally:
-        tier.close()
+        subject.close()
     record = functools.partial(
         coverage.record_walk_coverage, recorder, seed=seed, door=door, probed=probed, completed=True
     )
@@ -109,7 +110,9 @@ def _shard_class(shard: int):
         (),
         {
             "__doc__": f"Shard {shard} of {SHARDS} of the model's reachable (situation, operation) pairs.",
-            "FRESH_SERVER": "every band is relative to readings taken before any push or reload (lib/reuse.py)",
+            "FRESH_SERVER": (
+                "every band is relative to readings taken before any push or reload (tests/core/server_reuse.py)"
+            ),
             "test_walk_visits_every_pair_of_its_shard": test_walk_visits_every_pair_of_its_shard,
         },
     )

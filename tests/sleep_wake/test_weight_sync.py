@@ -24,8 +24,8 @@ import os
 
 import pytest
 
-from tests.sleep_wake.lib import expect, goldens, oracle, pushes, servers, thresholds
-from tests.sleep_wake.lib.prompts import CHECKPOINT_GOLDEN_PROMPTS, LONG_PROMPTS
+from tests.core import expect, goldens, oracle, pushes, servers, thresholds
+from tests.core.prompts import CHECKPOINT_GOLDEN_PROMPTS, LONG_PROMPTS
 from tools.launcher.config import resolve_model
 
 ISSUE = "weight sync"

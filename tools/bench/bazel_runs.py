@@ -435,7 +435,7 @@ def _step_kind(token: str) -> str:
 def walk_step_seconds(units: list[dict]) -> list[tuple]:
     """[(operation kind, steps, mean seconds), ...] most time first, over the GPU units' walk steps: a
     step's walk_step record is written once it and its checks are done, so the time since the record
-    before is that step's. What tests/sleep_wake/walk/plan.py's STEP_SECONDS should stay near."""
+    before is that step's. What tests/core/walk/plan.py's STEP_SECONDS should stay near."""
     seconds: dict = {}
     for u in gpu_units(units):
         steps = u.get("walk_steps") or []

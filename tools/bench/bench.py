@@ -37,7 +37,7 @@ import time
 
 from absl import app, flags
 
-from tools.bench import bazel_runs, phase_trace, report, start_phases
+from tools.bench import bazel_runs, bench_table, phase_trace, start_phases
 from tools.launcher import config as config_lib
 from tools.launcher import unix_socket, zygote_client, zygote_host
 from tools.launcher.config import ServerConfig
@@ -65,7 +65,7 @@ flags.DEFINE_string("bazel", "bazel", "The Bazel binary for the cell and the mat
 
 FLAGS = flags.FLAGS
 TEARDOWN_RESERVE_S = 20.0  # stops and NVML release checks after the last start of a case
-# What the matrix phase measures (report.TARGETS).
+# What the matrix phase measures (bench_table.TARGETS).
 MATRIX_KEYS = ("matrix_elapsed_s", "matrix_start_median_s", "longest_cell_s", "wait_share")
 
 
@@ -183,7 +183,7 @@ def _case(name: str, mode: str, n: int, records: list[dict]) -> dict:
         "start_mode": mode,
         "concurrency": n,
         "servers": records,
-        "memory_phase": _medians(records, "memory_phase", [k for k, _ in report.MEMORY_COLUMNS]),
+        "memory_phase": _medians(records, "memory_phase", [k for k, _ in bench_table.MEMORY_COLUMNS]),
         "median_s": round(statistics.median(seconds), 2) if seconds else None,
         "max_s": round(max(seconds), 2) if seconds else None,
         "phases": _medians(records, "phases", [p for p, _, _ in start_phases.PHASES]),
@@ -414,13 +414,13 @@ def main(argv) -> int:
         if host is not None:
             host.terminate()
             host.wait(timeout=60)
-        result["targets"] = report.targets(result)
+        result["targets"] = bench_table.targets(result)
         with open(out, "w") as f:
             json.dump(result, f, indent=2, sort_keys=True)
         markdown = os.path.splitext(out)[0] + ".md"
         with open(markdown, "w") as f:
-            f.write(report.markdown(result))
-        print("bench: wrote %s and %s\n\n%s" % (out, markdown, report.markdown(result)), flush=True)
+            f.write(bench_table.markdown(result))
+        print("bench: wrote %s and %s\n\n%s" % (out, markdown, bench_table.markdown(result)), flush=True)
     return 0
 
 

@@ -505,7 +505,7 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
         "--max-num-seqs",
         "32",
         # Every server takes an RL trainer's tensor and CUDA-IPC pushes through collective_rpc, as verl's and
-        # NeMo-RL's rollouts install theirs (tests/sleep_wake/lib/pushes.py).
+        # NeMo-RL's rollouts install theirs (tests/core/pushes.py).
         "--worker-extension-cls",
         WORKER_EXTENSION,
     ]

@@ -3,7 +3,7 @@
 RL frameworks do not call vLLM's OpenAI server: TRL holds a `vllm.LLM` and calls sleep / wake_up /
 collective_rpc on it; NeMo-RL and verl hold an `AsyncLLM` and await the same methods, plus
 reset_prefix_cache and pause_generation / resume_generation. So that the suite's tests and state walk,
-which talk HTTP through tests/sleep_wake/lib/client.py, drive those doors unchanged, this process builds
+which talk HTTP through tests/core/client.py, drive those doors unchanged, this process builds
 the door's engine object and answers the subset of the server's API that the client uses, each endpoint
 by calling the door's own Python method (never vLLM's routers):
 

@@ -1,5 +1,5 @@
 """A fake of NVML as the launcher reads it (nvml.NvmlReadings), with settable state, for tests on a CPU:
-the launcher's own tests and the engine tier's door hosts (tests/engine/lib/hosted_door.py)."""
+the launcher's own tests and the engine tier's door hosts (tests/engine/lib/door_host_process.py)."""
 
 from __future__ import annotations
 

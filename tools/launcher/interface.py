@@ -2,7 +2,7 @@
 (tests/sleep_wake/fakes/fake_server.py) both implement.
 
 The suite (tests/sleep_wake/conftest.py, lib/, goldens/take_golden.py, the test classes) makes a server
-through a ServerFactory, the class SLEEPWAKE_SERVER_MODULE names (tests/sleep_wake/lib/servers.py),
+through a ServerFactory, the class SLEEPWAKE_SERVER_MODULE names (tests/core/servers.py),
 enters it as a context manager and then uses only Server's members. Each implementation declares
 itself a ServerFactory under TYPE_CHECKING, and mypy (//tools/lint:types_test) holds it to that: a
 member the suite needs that a server lacks, or a signature that differs, fails there on a CPU, not
@@ -51,7 +51,7 @@ class Server(Protocol):
     @property
     def brackets_calls(self) -> bool:
         """Whether its worker takes the memory phase around its own sleeps, wakes and reloads, so that
-        its client need not (tests/sleep_wake/lib/client.py client_of)."""
+        its client need not (tests/core/client.py client_of)."""
 
     @property
     def borrowed(self) -> dict | None:

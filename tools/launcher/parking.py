@@ -3,7 +3,7 @@ next test process that asks for a server of the same configuration.
 
 Why: on one H200 most of a matrix's time is starting servers (docs/design.md), and the cells of one
 runner x mode ask for the same server one after another; the suite decides whether a server may be
-lent (tests/sleep_wake/lib/reuse.py checks its reset), this module only hands it over.
+lent (tests/core/server_reuse.py checks its reset), this module only hands it over.
 
 How:
   * The test process writes "park" and a JSON line to its supervisor's control pipe (VllmServer.park).

@@ -339,7 +339,7 @@ class Page:
         return (
             '<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '
             "visited, counted from the steps that ran, summed over the shards that reported, those a failure stopped "
-            "included; shards: those that walked their share to the end (tests/sleep_wake/walk).</p>"
+            "included; shards: those that walked their share to the end (tests/core/walk).</p>"
             '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
             f"<th>steps</th><th>states visited</th><th>unvisited</th></tr>{''.join(rows)}</table></section>"
         )

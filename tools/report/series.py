@@ -1,4 +1,4 @@
-"""What the page plots, taken from a cell's measurement records (tests/sleep_wake/lib/measure.py).
+"""What the page plots, taken from a cell's measurement records (tests/core/measure.py).
 
 A record is {cell, test, key, value, unit, ...}; an oracle.bounded check adds bound, relation, oracle, layer, ok, what.
 

@@ -33,7 +33,7 @@ ROW_FILE = "mutation_row.json"
 CONTROL = "none"
 DEFAULT_CATALOGUE = "tests/mutants/plugin/sleepwake_mutants"
 GPU_PREFIX, FAKE_PREFIX = "mutant_", "fake_mutant_"  # target names of tests/mutants/defs.bzl mutant_suite
-# The verdicts of tests/mutants/verdict.py (killed, other oracle, errored, survived, not applied; passed: a
+# The verdicts of tests/core/verdict.py (killed, other oracle, errored, survived, not applied; passed: a
 # control), and ours for a catalogued mutant whose target wrote no row.
 NO_RESULT = "no result"
 NO_ROW = f"no result: its target wrote no {ROW_FILE}; see its test.log"
@@ -74,7 +74,7 @@ def _ordered(rows) -> list:
 
 def catalogue(package_dir) -> dict:
     """The catalogue's mutants by name, read from the plugin package's MUTANTS (no vLLM needed)."""
-    path = os.path.join(package_dir, "__init__.py")
+    path = os.path.join(package_dir, "catalogue.py")
     spec = importlib.util.spec_from_file_location("_sleepwake_catalogue", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load the catalogue {path}: pass --catalogue the plugin package's directory")
@@ -255,7 +255,7 @@ def main(argv):
     )
     args = parser.parse_args(argv[1:])
     expected = None
-    if args.catalogue and os.path.isfile(os.path.join(args.catalogue, "__init__.py")):
+    if args.catalogue and os.path.isfile(os.path.join(args.catalogue, "catalogue.py")):
         expected = catalogue(args.catalogue)
     elif args.catalogue:
         print(

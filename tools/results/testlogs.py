@@ -40,8 +40,8 @@ def read_output(target_dir: str, name: str) -> str | None:
     return None
 
 
-ORACLE_PROPERTY = "oracle"  # the JUnit property of a failing oracle's id (tests/sleep_wake/lib/oracle.py writes it)
-# A failure on a server not live and answering (tests/sleep_wake/lib/liveness.py): what happened, and the
+ORACLE_PROPERTY = "oracle"  # the JUnit property of a failing oracle's id (tests/core/oracle.py writes it)
+# A failure on a server not live and answering (tests/core/liveness.py): what happened, and the
 # liveness oracle (api.answers, api.status, server.healthy) that observed it.
 ERRORED_PROPERTY, LIVENESS_PROPERTY = "errored", "liveness"
 MEASUREMENTS_FILE = "measurements.jsonl"  # every number a test measured, among its undeclared outputs

@@ -1,5 +1,5 @@
-"""The engine tests' checks, each an oracle of tests/sleep_wake/lib/oracle.py with the id the GPU tier
-fails for the same defect (as lib/walk_driver.py does): a pool's residency is the device_bytes oracle of
+"""The engine tests' checks, each an oracle of tests/core/oracle.py with the id the GPU tier
+fails for the same defect (as lib/engine_walk.py does): a pool's residency is the device_bytes oracle of
 that state's band, an engine call that raises what vLLM answers a failed call with is a live engine's
 error answer (api.status), a request scheduled while it must wait is the held oracle of the state.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tests.engine.fakes.worker import TAGS, ReleasedMemoryAccess
 from tests.engine.lib.steps import steps
-from tests.sleep_wake.lib import liveness, oracle
+from tests.core import liveness, oracle
 from vllm.v1.engine.exceptions import EngineDeadError
 
 # What vLLM reports a failed call with: the multiprocess client re-raises the engine core's failure as a

@@ -38,7 +38,7 @@ def expect_release(environ=os.environ) -> None:
     """Raises unless the vLLM imported is the release this target tests (SLEEPWAKE_EXPECT_VLLM, set by the
     per-release targets, which put its overlay /opt/sleepwake/vllm-<v> first on the path): a missing overlay
     would silently test the venv's own vLLM. Called, not run at import: a zygote that preloads this module
-    for the door hosts (lib/hosted_door.py) must not read a per-test variable while it imports."""
+    for the door hosts (lib/door_host_process.py) must not read a per-test variable while it imports."""
     expected = environ.get("SLEEPWAKE_EXPECT_VLLM")
     if expected and vllm.__version__ != expected:
         raise RuntimeError(

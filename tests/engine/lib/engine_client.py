@@ -22,7 +22,7 @@ import itertools
 import threading
 
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
-from tests.sleep_wake.lib import liveness
+from tests.core import liveness
 from vllm.v1.engine import EngineCoreOutput, EngineCoreRequestType
 from vllm.v1.engine.core import EngineCoreProc
 from vllm.v1.engine.exceptions import EngineDeadError

@@ -2,7 +2,7 @@
 busy loop in a thread, around the fake worker, and vLLM's own routers (/sleep, /wake_up, /is_sleeping;
 /reset_prefix_cache; /collective_rpc) over HTTP on a QueueEngineClient that stands for AsyncLLM.
 Requests go to the engine core's input queue as EngineCoreRequests, as the front end's input socket
-thread puts them there. test_http_routes.py and the state walk (walk_driver.py) run on it.
+thread puts them there. test_http_routes.py and the state walk (engine_walk.py) run on it.
 
 InFlightGate makes a request in flight deterministic: the request's second forward pass waits until
 the next call is on the engine's input queue, so a /sleep lands mid-decode however loaded the machine is.
@@ -23,7 +23,7 @@ from tests.engine.fakes.output_queue import RecordingOutputQueue
 from tests.engine.lib.engine_client import QueueEngineClient
 from tests.engine.lib.engines import Built, build_engine_core_proc
 from tests.engine.lib.loop import BackgroundLoop
-from tests.sleep_wake.lib import liveness
+from tests.core import liveness
 from vllm.entrypoints.serve.dev.cache.api_router import attach_router as attach_cache_router
 from vllm.entrypoints.serve.dev.rpc.api_router import attach_router as attach_rpc_router
 from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
 from tests.engine.fakes.timeline import Timeline
-from tests.sleep_wake.lib import measure, oracle
+from tests.core import measure, oracle
 from vllm.v1.engine import EngineCoreRequestType
 from vllm.v1.engine.core import EngineCoreProc, EngineShutdownState
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
 from tests.engine.fakes.timeline import Timeline
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle
 from vllm.v1.engine import EngineCoreOutput
 from vllm.v1.engine.core import EngineCore
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.engine.lib import engines  # noqa: F401  (vLLM's engine, imported once before the forks)
 from tests.engine.mutants import catalogue, judge
-from tests.mutants import verdict
+from tests.core import verdict
 
 ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(ENGINE_DIR))

@@ -6,7 +6,7 @@ edited. The GPU mutant plugin (tests/mutants/plugin/sleepwake_mutants) is the sa
 servers; where a bug lives in the engine core, its patch is reused from there rather than written twice.
 
 `kills` maps the engine tests (file::name) that must fail under the mutant to the oracle ids one of
-which each failure must carry (JUnit properties, as the GPU tier's: tests/mutants/verdict.py): failing
+which each failure must carry (JUnit properties, as the GPU tier's: tests/core/verdict.py): failing
 for another reason, or with no oracle, does not show that the tier detects the bug. `fails_as` as in the
 plugin: a liveness oracle (api.status, api.answers) kills only a defect marked as what it sees.
 Importable without vLLM (the harness lists the catalogue before forking); patches import vLLM lazily.
@@ -241,9 +241,9 @@ MUTANTS = {
         # The walk's newer regions (the plugin's waiting.py and walk.py), the plugin's patches as they are: each
         # killed by three of the walk's shards that reach it early (docs/walk-reach.md names the pair), but
         # abort_spares_waiting: where an abort sleep leaves a waiting request open, the walk's engine tier stops
-        # at liveness.NoAnswer (a wall-clock wait that ran out: errored, walk_tier._ended), so a test of its own
+        # at liveness.NoAnswer (a wall-clock wait that ran out: errored, engine_walk._ended), so a test of its own
         # shows it, stepping the engine (no wall-clock wait). pause_mode_sticky's ends_in_race is read when the
-        # wait sleep answered (walk_tier._judge_existing), no wait either: neither entry is marked a hang here.
+        # wait sleep answered (engine_walk._judge_existing), no wait either: neither entry is marked a hang here.
         Mutant(
             "abort_spares_waiting",
             kills={

@@ -3,7 +3,7 @@
 A run is the engine tests under one mutant (or none, the control), as a JUnit report plus the run's
 output. A mutant is killed only if the run shows it was applied and its patched code reached, and every
 test the catalogue names failed, each failed case with one of that test's oracle ids (the JUnit
-property; never the failure's text), by the GPU mutants' rules (tests/mutants/verdict.py: a liveness
+property; never the failure's text), by the GPU mutants' rules (tests/core/verdict.py: a liveness
 oracle counts only for a defect marked so, a case without an oracle is errored). A control passes only
 if every test passed and the run shows no mutant was applied. The JUnit parsing and the log-line
 matching are the GPU mutants'.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 import sleepwake_mutants
-from tests.mutants import verdict
+from tests.core import verdict
 
 CONTROL = "none"
 

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from tests.engine import test_async_llm_door as door_tests  # a module: its tests stay engine_test's
-from tests.sleep_wake.lib import liveness, oracle
+from tests.core import liveness, oracle
 from vllm.v1.engine.exceptions import EngineDeadError
 
 

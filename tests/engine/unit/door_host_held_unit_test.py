@@ -7,7 +7,7 @@ import pytest
 import requests
 
 from tests.engine.test_door_host import _answer, _held_completion  # the test module's helpers, a stand-in client
-from tests.sleep_wake.lib import liveness, oracle
+from tests.core import liveness, oracle
 
 
 class _Client:

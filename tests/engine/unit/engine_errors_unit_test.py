@@ -1,4 +1,4 @@
-"""What an exception of an engine call stands for (checks.answers, AsyncDoor.call): only the engine's own
+"""What an exception of an engine call stands for (checks.answers, AsyncLlmLoop.call): only the engine's own
 error answer fails the oracle api.status; a dead engine is errored (liveness.EngineDead), and a bug in the
 test propagates as itself, so neither becomes a kill of a mutant whose defect is an error answer."""
 
@@ -10,8 +10,8 @@ import pytest
 from tests.engine.fakes.timeline import Timeline
 from tests.engine.fakes.worker import FakeWorker, ReleasedMemoryAccess
 from tests.engine.lib import checks
-from tests.engine.lib.async_door import AsyncDoor
-from tests.sleep_wake.lib import liveness, oracle
+from tests.engine.lib.async_llm_loop import AsyncLlmLoop
+from tests.core import liveness, oracle
 from tools.results.testlogs import ERRORED_PROPERTY, LIVENESS_PROPERTY
 from vllm.v1.engine import UtilityOutput
 from vllm.v1.engine.core import EngineCore
@@ -69,9 +69,9 @@ def test_vllms_refusal_of_an_argument_is_the_error_answer():
     assert raised.value.oracle_id == "api.status" and "inproc-engine" in str(raised.value)
 
 
-# --- AsyncDoor.call (AsyncLLM, its engine core in another process) ---------------------------------------
+# --- AsyncLlmLoop.call (AsyncLLM, its engine core in another process) ---------------------------------------
 def _call(coro):
-    return asyncio.run(AsyncDoor.__new__(AsyncDoor).call("the call", coro))
+    return asyncio.run(AsyncLlmLoop.__new__(AsyncLlmLoop).call("the call", coro))
 
 
 async def _utility_failure(message: str):

@@ -1,6 +1,6 @@
 """A wall-clock wait of the engine tier that runs out on a live engine is liveness.NoAnswer (errored, api.answers:
 a hang and a host too loaded look alike, so only a catalogued hang may count it), never an oracle's failure:
-a walk step's request that does not end (walk_tier._ended), a wait for the engine (EngineServer.wait_for), a
+a walk step's request that does not end (engine_walk._ended), a wait for the engine (EngineServer.wait_for), a
 utility call the busy loop does not answer (QueueEngineClient), a route whose engine call got no answer (not a
 500 for api.status) and a terminal probe's request where its pin predicts an end. Where the pin predicts that the
 request waits, the window is the observation, compared with the pin. On stand-ins that never answer."""
@@ -14,10 +14,10 @@ from fastapi.testclient import TestClient
 
 from tests.engine.lib import engine_client, engine_server
 from tests.engine.lib.engine_server import EngineServer, RouteClient
-from tests.engine.lib.walk_tier import EngineTier, Open
-from tests.sleep_wake.lib import liveness, oracle
-from tests.sleep_wake.walk import model
-from tests.sleep_wake.walk import operations as ops
+from tests.engine.lib.engine_walk import EngineSubject, Open
+from tests.core import liveness, oracle
+from tests.core.walk import model
+from tests.core.walk import operations as ops
 from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router
 
 AWAKE = model.State()
@@ -52,8 +52,8 @@ class _Live:
         return True
 
 
-def _tier(server) -> EngineTier:
-    return EngineTier(server, "0.26.0", {})
+def _tier(server) -> EngineSubject:
+    return EngineSubject(server, "0.26.0", {})
 
 
 def _no_answer(raised) -> None:

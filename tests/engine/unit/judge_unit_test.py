@@ -3,7 +3,7 @@ is an expected oracle id on every instance of the test, never the failure's text
 
 import sleepwake_mutants
 from tests.engine.mutants import judge
-from tests.mutants.verdict import ERRORED, KILLED, NOT_APPLIED, OTHER, SURVIVED, Case
+from tests.core.verdict import ERRORED, KILLED, NOT_APPLIED, OTHER, SURVIVED, Case
 
 TEST = "tests/engine/test_x.py::test_gate"
 HELD = "requests.held_until_resident"

@@ -1,4 +1,4 @@
-"""Every check of the engine tier is an oracle, as in the GPU tier (tests/sleep_wake/unit/oracle_unit_test):
+"""Every check of the engine tier is an oracle, as in the GPU tier (tests/core/unit/oracle_unit_test):
 no bare assert or AssertionError in its test files and library, and every oracle id they name exists.
 Read, not imported: no vLLM needed."""
 
@@ -7,10 +7,10 @@ import glob
 import os
 import re
 
-from tests.sleep_wake.lib import oracle
+from tests.core import oracle
 
 ENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The walk's own file checks the plan and the driver's source (its steps' oracles are lib/walk_driver.py's).
+# The walk's own file checks the plan and the driver's source (its steps' oracles are lib/engine_walk.py's).
 NOT_CHECKS = {"test_state_walk.py"}
 
 

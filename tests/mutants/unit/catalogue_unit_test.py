@@ -12,8 +12,7 @@ import re
 import pytest
 import sleepwake_mutants
 
-from tests.mutants import verdict
-from tests.sleep_wake.lib import oracle, thresholds
+from tests.core import oracle, thresholds, verdict
 from tools import matrix
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -116,7 +116,7 @@ MUTANTS = {
 def test_a_catalogued_mutant_without_a_row_is_not_killed(tmp_path, capsys):
     package = tmp_path / "plugin" / "sleepwake_mutants"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(CATALOGUE)
+    (package / "catalogue.py").write_text(CATALOGUE)
     _write(tmp_path / "logs", "mutant_a", _row("a", {"flags": "killed"}))
     assert mutation_table.main(["x", str(tmp_path / "logs"), "--catalogue", str(package)]) == 1
     text = capsys.readouterr().out

@@ -3,7 +3,7 @@
 A checkpoint is known by a digest of its *.safetensors files, so two checkpoints (the weight-sync
 class's A and B) give different tokens and logprobs, the same files give the same output wherever they
 lie, and a push that never arrived shows in the output. The tensor sizes come from the headers, as the
-memory classes read them (lib/memory.py): the fake's weights pool and its host copy are made of them.
+memory classes read them (tests/core/memory.py): the fake's weights pool and its host copy are made of them.
 
 What a pool holds is a `weights` string: a checkpoint's digest, a mix a defect made of two, or None for
 garbage (memory mapped back without its values).
@@ -15,7 +15,7 @@ import glob
 import hashlib
 import os
 
-from tests.sleep_wake.lib import memory
+from tests.core import memory
 
 _CHUNK = 1 << 20
 

@@ -32,10 +32,10 @@ import dataclasses
 import threading
 import time
 
+from tests.core import metrics
 from tests.sleep_wake.fakes import fake_checkpoint
 from tests.sleep_wake.fakes import fake_defects as d
 from tests.sleep_wake.fakes.fake_host_memory import PinnedHostMemory
-from tests.sleep_wake.lib import metrics
 
 MiB = 1 << 20
 GiB = 1 << 30

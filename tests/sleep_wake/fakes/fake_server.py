@@ -1,6 +1,6 @@
 """The fake tier's server: FakeVllm served in-process, a ServerFactory of tools/launcher/interface.py.
 
-Selected by SLEEPWAKE_SERVER_MODULE=tests.sleep_wake.fakes.fake_server (tests/sleep_wake/lib/servers.py
+Selected by SLEEPWAKE_SERVER_MODULE=tests.sleep_wake.fakes.fake_server (tests/core/servers.py
 reads it; unset, the fixtures use tools.launcher.server). Why this seam: the fixtures make their server
 through the class that variable names and configure it with the real tools.launcher.config, so nothing
 is swapped into sys.modules and every test, fixture and helper that imports the launcher
@@ -81,7 +81,7 @@ class VllmServer:
         return None  # served in this test process: none outlives it, so none is taken over from another
 
     def park(self, suite: dict) -> str | None:
-        return None  # nothing to hand over: the fixtures lend it within this process (lib/reuse.py Pool)
+        return None  # nothing to hand over: the fixtures lend it within this process (tests/core/server_reuse.py Pool)
 
     def __enter__(self) -> VllmServer:
         self.start()

@@ -8,7 +8,7 @@ named by `version` (0.24.0, 0.25.0 or 0.26.0). Where the releases differ in shap
     in-process door always the bool, which the door host answers from the door's own method);
   * /v1/completions: "metrics": null from 0.25.0 on; "ec_transfer_params": null and
     usage.prompt_tokens_details.created_cache_tokens: null from 0.26.0 on.
-tests/sleep_wake/unit/release_responses.py holds the same shapes as literals, with the source lines.
+tests/sleep_wake/fakes/unit/release_responses.py holds the same shapes as literals, with the source lines.
 Prompts are tokenized as whitespace-separated words.
 
 With `door` other than http, the fake stands for the door host (tools/launcher/door_host.py) serving an
@@ -22,9 +22,9 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.core import metrics, releases, thresholds
 from tests.sleep_wake.fakes import fake_checkpoint
 from tests.sleep_wake.fakes.fake_engine import MAX_HOLD_S, EngineDeadError, FakeEngine, GpuMemory
-from tests.sleep_wake.lib import metrics, releases, thresholds
 from tools.launcher import door_host, weight_receiver
 
 GiB = 1 << 30

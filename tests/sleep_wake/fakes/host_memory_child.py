@@ -2,7 +2,7 @@
 
 It holds the pinned host blocks the fake engine allocates (fake_host_memory.py) as shared anonymous
 pages, which /proc/<pid>/status books under RssShmem and VmRSS, where the driver books vLLM's pinned
-pages (tests/sleep_wake/lib/host_memory.py), so the host-memory class measures this process as it
+pages (tests/core/host_memory.py), so the host-memory class measures this process as it
 measures vLLM's. It answers "ready" once started, then takes one command a line on stdin:
 "alloc <bytes>" maps and touches that many bytes and answers "ok" (the bytes are resident when the
 answer comes); end of input ends the process. Blocks are never freed: PyTorch's caching host

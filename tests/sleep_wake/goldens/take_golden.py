@@ -1,5 +1,5 @@
 """Takes one checkpoint's golden on one cell (runner x mode, with the vLLM build of the toolchain that
-runs this) and writes it as a file (lib/goldens.py): the action behind //tests/sleep_wake/goldens, so the
+runs this) and writes it as a file (tests/core/goldens.py): the action behind //tests/sleep_wake/goldens, so the
 reference servers of the weight-sync class and the state walk start once per matrix and never on a re-run.
 The server starts on the checkpoint itself: no push, so the golden does not depend on the push the
 classes test.
@@ -14,8 +14,8 @@ import os
 import sys
 import tempfile
 
-from tests.sleep_wake.lib import goldens, releases, servers, thresholds
-from tests.sleep_wake.lib.client import client_of
+from tests.core import goldens, releases, servers, thresholds
+from tests.core.client import client_of
 
 
 def take(args, environ) -> None:

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from tests.core import goldens, oracle
+from tests.core.prompts import CHECKPOINT_GOLDEN_PROMPTS, GOLDEN_MAX_TOKENS, SEED_N, STREAM_TOKENS
 from tests.sleep_wake.goldens import take_golden
-from tests.sleep_wake.lib import goldens, oracle
-from tests.sleep_wake.lib.prompts import CHECKPOINT_GOLDEN_PROMPTS, GOLDEN_MAX_TOKENS, SEED_N, STREAM_TOKENS
 
 FAKE = "tests.sleep_wake.fakes.fake_server"
 

@@ -1,6 +1,6 @@
 """A fix of a pinned divergence shows: with the fake's gauge_tracks_tags (the gauge keeps the sleep level
 until every tag is awake, i.e. gauge_awake_while_partially_asleep fixed), the classes that pin the
-divergence fail, naming it. Judged like a mutant (tests/mutants/verdict.py): each class must fail for
+divergence fail, naming it. Judged like a mutant (tests/core/verdict.py): each class must fail for
 that reason, not for any other.
 
 Runs the classes against the fake server in a pytest subprocess; the cell, checkpoint and server module
@@ -13,7 +13,7 @@ import sys
 
 import sleepwake_mutants
 
-from tests.mutants import verdict
+from tests.core import verdict
 
 SUITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/sleep_wake
 CLASS_FILES = {

@@ -1,6 +1,6 @@
 """Mutants of the host (CPU) memory a sleeping server holds: the level-1 weight copy in pinned memory
 (vllm/device_allocator/cumem.py CuMemAllocator.sleep/wake_up, sleep_mode_backend.py CuMemBackend of
-vLLM 0.26.0). Sized against the host-memory bounds of tests/sleep_wake/lib/thresholds.py: 1.5 times
+vLLM 0.26.0). Sized against the host-memory bounds of tests/core/thresholds.py: 1.5 times
 each bound; pinned through cudaHostRegister on pages of their own, so VmRSS grows by exactly the size
 (PyTorch's caching host allocator would round a pinned tensor up to a power of two)."""
 

@@ -2,7 +2,7 @@
 
 Every patch goes through wrap or replace, whose functions print REACHED (stderr: the server log) at the
 first call in a process: a mutant whose patched code no test ever reached is not applied, neither
-killed nor survived (tests/mutants/verdict.py).
+killed nor survived (tests/core/verdict.py).
 """
 
 import functools

@@ -1,6 +1,6 @@
 """Mutants of sleep and wake latency (vllm/v1/worker/gpu_worker.py Worker of vLLM 0.26.0) and of how long
 an abort takes to reach the client (vllm/v1/engine/core.py EngineCoreProc), each 1.5 times the latency
-bound it should trip (tests/sleep_wake/lib/thresholds.py) over a typical median or healthy extreme."""
+bound it should trip (tests/core/thresholds.py) over a typical median or healthy extreme."""
 
 import threading
 import time

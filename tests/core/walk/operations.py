@@ -1,0 +1,441 @@
+"""The walk's operations: each a client call (or a request) with the model's precondition and effect.
+
+Effects follow vLLM 0.26.0 (0.24.0 and 0.25.0 alike on these lines):
+  * a request (generate_*) runs at once while scheduling runs; while it is paused the request is
+    accepted and waits in the scheduler's queue (core.py pause_scheduler: "all pause modes queue new
+    adds") until the wake that resumes scheduling, or until an abort sleep ends it.
+  * /sleep?level=L&mode=M (async_llm.py:931-937, core.py:860-896 and 1764-1803, abstract.py:318-329):
+    abort ends every request, running or waiting; wait lets the running ones finish first (PAUSED_NEW);
+    keep freezes them (PAUSED_ALL). Level >= 1 then resets the caches, which preempts a frozen request
+    back to the waiting queue, and, unless the executor already sleeps (then it only warns), puts both
+    tags to sleep; only level 1 copies the weights to the host (sleep_mode_backend.py:125), so after
+    level 2 they wake as garbage. The gauge is rewritten on every /sleep, asleep or not.
+  * /wake_up?tags=... (core.py:898-914, abstract.py:331-356): "scheduling" is dropped; the executor
+    ignores the call when awake or when any tag named is not asleep (an unknown one included);
+    scheduling resumes once no tag is asleep, and the waiting requests run. The gauge reads awake after
+    every /wake_up.
+  * reload_weights(path) (gpu_model_runner.py:5517-5519): loads `path`, or the model path, into the
+    weights pool and keeps `path` as the model path; it leaves the prefix cache as it was.
+Where a release answers otherwise than the API documents and the server is no longer usable after it
+(terminal()), the walk probes the pair as a shard's last step (plan.terminal_probes).
+Through an in-process front door (tools/matrix.bzl FRONT_DOORS) the same model holds; what the door cannot
+send (door_host.CANNOT: vllm.LLM streams nothing and makes one call at a time) takes those operations out
+of its walk, with the door's reason (door_why_not), so its pairs are the model's pairs that door can reach.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.core import oracle, thresholds
+from tests.core.walk import model
+from tests.core.walk.model import KV_CACHE, PAUSE_ALL, PAUSE_NEW, WEIGHTS, State
+from tools.launcher import door_host
+from tools.matrix import HTTP
+
+MODES = ("abort", "wait", "keep")
+WAKE_TAGS = (
+    None,
+    (WEIGHTS,),
+    (KV_CACHE,),
+    ("scheduling",),
+    ("no_such_tag",),
+    (WEIGHTS, KV_CACHE),
+    (WEIGHTS, "scheduling"),
+    (KV_CACHE, "scheduling"),
+)
+RELOAD_PATHS = (None, "A", "B")
+GENERATES = ("generate_fresh", "generate_cached", "generate_n4", "generate_stream")
+# Requests in flight when a /sleep lands: none, one stream mid-decode, or (mode wait) that stream and a
+# second request sent while the sleep drains the first.
+IN_FLIGHT_COUNTS = (0, 1, 2)
+# Every operation in ALL answers 200, misuse included: the routers only int() the level and take the
+# tags as given (serve/dev/sleep/api_router.py:24-41), and the engine ignores a sleep while asleep, a
+# wake while awake and a tag that is not asleep. A terminal pair's answer is pinned per release.
+EXPECTED_STATUS = 200
+# What the walk checks after every step, whatever the operation (plus model.device_band/host_band).
+AFTER_EVERY_STEP = ("flags.is_sleeping", "flags.gauge", "server.healthy")
+_NONE = "-"  # a parameter left out in a token: a full wake, a reload without a path
+# Known divergences that end a server's usable life where they apply, so a walk probes them last.
+FULL_WAKE_REMAPS = "full_wake_remaps_resident_pool"
+KV_FIRST_AFTER_LEVEL2 = "kv_first_wake_after_level2_restores_into_unmapped_weights"
+RELOAD_ASLEEP = "reload_while_weights_asleep"
+# The oracle each terminal pair's probe fails: its call's answer and the whole state after it.
+TERMINAL_ORACLES = {
+    FULL_WAKE_REMAPS: "api.full_wake_from_partial",
+    KV_FIRST_AFTER_LEVEL2: "api.kv_first_wake_after_level2",
+    RELOAD_ASLEEP: "api.reload_while_weights_asleep",
+}
+# The classes of an operation the walk does not make in a state (LeftOut; not_walked.py lists the pairs).
+MEANINGLESS = "meaningless for the API"  # no client can send it there, or the door cannot send it at all
+PINNED = "pinned vLLM failure"  # a known divergence: probed as a shard's last step (plan.terminal_probes)
+UNWALKED = "not yet walked"  # a client can send it and nothing pins what vLLM does: the walk owes it
+LEFT_OUT_KINDS = (MEANINGLESS, PINNED, UNWALKED)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeftOut:
+    """Why the walk does not make an operation in a state (reason), and that reason's class (kind: one of
+    LEFT_OUT_KINDS)."""
+
+    kind: str
+    reason: str
+
+    def __post_init__(self):
+        if self.kind not in LEFT_OUT_KINDS:
+            raise ValueError(f"LeftOut of unknown class {self.kind!r} ({self.reason}); use one of {LEFT_OUT_KINDS}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    """name and params: sleep (level, mode, in_flight) with in_flight a count of IN_FLIGHT_COUNTS, wake
+    (tags,) with tags a tuple or None for a full wake, reload (path,) with path "A", "B" or None; the
+    generates and reset_prefix_cache take none. str() is the operation's token in a replay script
+    (plan.script)."""
+
+    name: str
+    params: tuple = ()
+
+    def __str__(self) -> str:
+        if self.name == "sleep":
+            level, mode, in_flight = self.params
+            return f"sleep:{level}:{mode}:{int(in_flight)}"
+        if self.name == "wake":
+            return "wake:" + ("+".join(self.params[0]) if self.params[0] is not None else _NONE)
+        if self.name == "reload":
+            return "reload:" + (self.params[0] or _NONE)
+        return self.name
+
+    def why_not(self, state: State, door: str = HTTP) -> str | None:
+        """None when the model predicts this operation in `state` and `door` can send it, else the reason
+        it does not."""
+        left = self.left_out(state, door)
+        return left.reason if left else None
+
+    def left_out(self, state: State, door: str = HTTP) -> LeftOut | None:
+        """why_not with its class."""
+        left = _left_out(self, state)
+        if left:
+            return left
+        refused = door_refuses(self, door)
+        if refused:
+            return LeftOut(PINNED, refused)
+        cannot = door_why_not(self, state, door)
+        return LeftOut(MEANINGLESS, cannot) if cannot else None
+
+    def applicable(self, state: State, door: str = HTTP) -> bool:
+        return self.why_not(state, door) is None
+
+    def apply(self, state: State) -> State:
+        left = _left_out(self, state)
+        if left:
+            raise ValueError(f"{self} is not applicable in state ({state.describe()}): {left.reason}")
+        return _APPLY[self.name](self, state)
+
+    def misuse(self, state: State) -> str | None:
+        """The misuse this operation is in `state`, if any; it still answers EXPECTED_STATUS."""
+        sleeping = model.sleeping(state)
+        if self.name == "sleep" and sleeping:
+            return "sleep while asleep"
+        if self.name != "wake":
+            return None
+        tags = self.params[0]
+        if tags is not None and any(t not in model.TAGS + ("scheduling",) for t in tags):
+            return "wake of an unknown tag"
+        if not sleeping:
+            return "wake while awake"
+        if tags is not None and any(t in model.TAGS and t not in state.asleep_tags for t in tags):
+            return "wake of a tag that is not asleep"
+        return None
+
+    def oracles(self, state: State) -> tuple:
+        """The oracle ids that judge this operation's own result in `state` (AFTER_EVERY_STEP aside)."""
+        ids = ["api.status"]
+        if self.name in GENERATES:
+            if not model.can_run(state):
+                return tuple(ids + [model.held_oracle(state)])
+            kind = "long" if self.name == "generate_cached" else "short"
+            golden = model.golden_of(state, kind)
+            ids.append("output.finish_length")
+            if self.name == "generate_n4":
+                ids += ["output.seeded_sampling"] if golden else []
+            elif golden:
+                ids.append(model.golden_oracle(golden))
+            if self.name == "generate_fresh" and golden:
+                ids.append("output.logprob_drift")
+            if self.name == "generate_cached":
+                ids.append("prefix_cache.hit_iff_cached")
+            if self.name == "generate_stream":
+                ids.append("requests.clean_end")
+        elif self.name == "sleep":
+            level, mode, in_flight = self.params
+            after = self.apply(state)
+            if in_flight:
+                if state.weights is not None:
+                    ids.append(model.golden_oracle(state))
+                outcome = model.in_flight_outcome(mode, level)
+                ids += outcome.oracles
+                if outcome.ends == "held" or in_flight == 2:  # the held one, the one arriving in the drain
+                    ids.append(model.held_oracle(after))
+                elif not (after.held or after.queued):
+                    ids.append("requests.load_drains")
+            if mode == "abort" and (state.held or state.queued):
+                ids.append("requests.abort_aborts")
+            if mode == "wait" and state.held_kv:
+                ids += ["requests.ends_in_race"] + _resumed_oracles(state, state.held)
+        elif self.name == "wake" and (state.held or state.queued):
+            after = self.apply(state)
+            if after.paused:
+                ids.append(model.held_oracle(after))
+            else:
+                if state.held:
+                    ids += ["requests.resumes_after_keep"] + _resumed_oracles(after, state.held)
+                if state.queued:
+                    ids.append("output.finish_length")
+                if "long" in state.queued:
+                    ids.append("prefix_cache.hit_iff_cached")
+        elif self.name == "reset_prefix_cache":
+            ids.append("api.reset_prefix_cache_result")
+        return tuple(dict.fromkeys(ids))
+
+
+def _resumed_oracles(state: State, origin: str | None) -> list:
+    """What judges the tokens of a held request that runs on in `state`: its checkpoint's uninterrupted
+    run where the model predicts it, else only its count."""
+    return ["prefix_cache.kept_paused_request" if model.resumed_golden(state, origin) else "output.finish_length"]
+
+
+def sleep(level: int, mode: str = "abort", in_flight: int = 0) -> Operation:
+    return Operation("sleep", (level, mode, int(in_flight)))
+
+
+def wake(tags=None) -> Operation:
+    return Operation("wake", (None if tags is None else tuple(tags),))
+
+
+def reload(path: str | None = None) -> Operation:
+    return Operation("reload", (path,))
+
+
+RESET_PREFIX_CACHE = Operation("reset_prefix_cache")
+
+ALL = (
+    [Operation(name) for name in GENERATES]
+    + [
+        sleep(level, mode, n)
+        for level in model.LEVELS
+        for mode in MODES
+        for n in IN_FLIGHT_COUNTS
+        if n < 2 or mode == "wait"
+    ]
+    + [wake(tags) for tags in WAKE_TAGS]
+    + [reload(path) for path in RELOAD_PATHS]
+    + [RESET_PREFIX_CACHE]
+)
+BY_TOKEN = {str(op): op for op in ALL}
+
+
+def parse(token: str) -> Operation:
+    try:
+        return BY_TOKEN[token.strip()]
+    except KeyError:
+        raise ValueError(f"unknown walk operation {token!r}; known: {', '.join(BY_TOKEN)}") from None
+
+
+def terminal(op: Operation, s: State) -> str | None:
+    """The known divergence that makes op in s a server's last usable call on the releases it lists (a
+    probe: plan.terminal_probes), or None:
+      * a /wake_up without tags while one tag is resident and the other asleep (FULL_WAKE_REMAPS);
+      * after a level-2 sleep, a wake of the KV cache while the weights stay asleep: the first wake
+        restores the model buffers saved on the host (gpu_worker.py:231-235) into the weights pool
+        (allocated under the weights tag, gpu_worker.py:426), which is still unmapped
+        (KV_FIRST_AFTER_LEVEL2; the fix, vllm-project/vllm#45619, was closed unmerged);
+      * reload_weights while the weights are asleep: it writes the unmapped weights pool, and vLLM
+        has no guard (RELOAD_ASLEEP)."""
+    if op.name == "wake":
+        if op.params[0] is None and 0 < len(s.asleep_tags) < len(model.TAGS):
+            return FULL_WAKE_REMAPS
+        woken = _executor_woken(op.params[0], s.asleep_tags)
+        if s.level == 2 and WEIGHTS in s.asleep_tags - woken and KV_CACHE in woken:
+            return KV_FIRST_AFTER_LEVEL2
+    if op.name == "reload" and WEIGHTS in s.asleep_tags:
+        return RELOAD_ASLEEP
+    return None
+
+
+# --- preconditions -------------------------------------------------------------------------------
+def _executor_woken(tags, asleep: frozenset) -> frozenset:
+    """The tags the executor wakes for /wake_up?tags=tags (none when it ignores the call)."""
+    if tags is not None:
+        tags = [t for t in tags if t != "scheduling"]
+        if not tags:
+            return frozenset()  # core.py wake_up: a scheduling-only wake does not reach the executor
+    if not asleep or (tags is not None and any(t not in asleep for t in tags)):
+        return frozenset()
+    return asleep if tags is None else frozenset(tags)
+
+
+def _left_out(op: Operation, s: State) -> LeftOut | None:
+    if op.name not in _APPLY:
+        return LeftOut(MEANINGLESS, f"no operation named {op.name!r}")
+    divergence = terminal(op, s)
+    if divergence:
+        return LeftOut(
+            PINNED,
+            f"known divergence {divergence}: on the releases it lists the server is not usable after it, "
+            "so only a shard's last step makes it (plan.terminal_probes)",
+        )
+    if op.name in GENERATES:
+        if op.name == "generate_cached" and not model.can_run(s) and "long" in s.queued:
+            return LeftOut(
+                UNWALKED,
+                "a second request of the long prompt waiting beside the first: both are scheduled in one "
+                "step when scheduling resumes, and whether the second hits the first one's blocks is the "
+                "scheduler's timing, which no model predicts",
+            )
+        return None
+    if op.name == "sleep":
+        level, mode, in_flight = op.params
+        if in_flight and not model.can_run(s):
+            return LeftOut(
+                MEANINGLESS,
+                "no request can be in flight: scheduling is paused, so a request sent now waits (a generate)",
+            )
+        if in_flight == 2 and mode != "wait":
+            return LeftOut(
+                MEANINGLESS, "a request arriving during the sleep is a wait sleep's case: the others answer at once"
+            )
+        return None
+    return None
+
+
+def door_refuses(op: Operation, door: str) -> str | None:
+    """Why vLLM itself refuses op through `door`, as a known divergence pins it (checked by its own test,
+    not walked): the in-process engine refuses a wait sleep before anything sleeps."""
+    pin = thresholds.KNOWN_DIVERGENCES[WAIT_REFUSED]
+    if op.name == "sleep" and op.params[1] == "wait" and door in pin.doors:
+        return f"{WAIT_REFUSED}: {pin.reason} (tests/sleep_wake/test_rl_recipes.py checks the refusal)"
+    return None
+
+
+WAIT_REFUSED = "llm_door_wait_mode_refused"
+
+
+def door_why_not(op: Operation, s: State, door: str) -> str | None:
+    """Why `door` cannot send op in s (door_host.CANNOT), or None. A request that would wait (scheduling
+    paused) holds a one-call-at-a-time door's only call, so no wake could follow it: the door has no
+    such pair, as it has no request in flight during a sleep and no stream."""
+    if op.name == "generate_stream":
+        return door_host.cannot(door, "stream")
+    if (op.name == "sleep" and op.params[2]) or (op.name in GENERATES and not model.can_run(s)):
+        return door_host.cannot(door, "concurrent_calls")
+    return None
+
+
+# --- effects -------------------------------------------------------------------------------------
+def _generate(op: Operation, s: State) -> State:
+    long = op.name == "generate_cached"
+    if not model.can_run(s):
+        return dataclasses.replace(s, queued=s.queued | {"long" if long else "plain"})
+    return dataclasses.replace(s, prefix=s.prefix or model.served(s)) if long else s
+
+
+def _sleep(op: Operation, s: State) -> State:
+    level, mode, in_flight = op.params
+    held, held_kv, queued = s.held, s.held_kv, s.queued
+    if mode == "abort":  # every request ends, running or waiting
+        held, held_kv, queued = None, False, frozenset()
+    elif mode == "wait":  # the running ones finish first; the waiting ones (and a late arrival) wait on
+        if held_kv:
+            held, held_kv = None, False
+        if in_flight == 2:
+            queued = queued | {"plain"}
+    elif in_flight:  # keep: the request in flight freezes where it is
+        held, held_kv = model.served(s), True
+    change = dict(
+        pause=PAUSE_ALL if mode == "keep" else PAUSE_NEW, gauge_level=level, held=held, held_kv=held_kv, queued=queued
+    )
+    if level >= 1:
+        change.update(prefix=None, held_kv=False)  # the cache reset preempts the running requests
+        if not s.asleep_tags:
+            change.update(level=level, asleep_tags=frozenset(model.TAGS), weights=s.weights if level == 1 else None)
+    elif not s.asleep_tags:
+        change["level"] = 0
+    return dataclasses.replace(s, **change)
+
+
+def _wake(op: Operation, s: State) -> State:
+    asleep = s.asleep_tags - _executor_woken(op.params[0], s.asleep_tags)
+    host_cached = s.host_cached or (model.holds_host_copy(s) and WEIGHTS not in asleep)
+    if asleep:
+        return dataclasses.replace(s, asleep_tags=asleep, gauge_level=None, host_cached=host_cached)
+    resumed = dataclasses.replace(
+        s,
+        level=None,
+        asleep_tags=frozenset(),
+        pause=None,
+        gauge_level=None,
+        host_cached=host_cached,
+        held=None,
+        held_kv=False,
+        queued=frozenset(),
+    )
+    if "long" in s.queued:  # the waiting long prompt runs and caches its blocks
+        resumed = dataclasses.replace(resumed, prefix=s.prefix or model.served(resumed))
+    return resumed
+
+
+def _reload(op: Operation, s: State) -> State:
+    target = op.params[0] or s.model_path
+    return dataclasses.replace(s, weights=target, model_path=target)
+
+
+def _reset(op: Operation, s: State) -> State:
+    return dataclasses.replace(s, prefix=None) if model.resets_prefix_cache(s) else s
+
+
+_APPLY = {
+    **{name: _generate for name in GENERATES},
+    "sleep": _sleep,
+    "wake": _wake,
+    "reload": _reload,
+    "reset_prefix_cache": _reset,
+}
+
+
+def effect(op: Operation, state: State) -> State:
+    """The state op leads to by the model's effects, also where the walk does not make it: a terminal
+    pair on a release where its known divergence does not apply behaves as documented (a reload
+    while the weights are asleep is then refused and changes nothing)."""
+    if terminal(op, state) == RELOAD_ASLEEP:
+        return state
+    return _APPLY[op.name](op, state)
+
+
+def emptied_cache_unseen(unseen: bool, op: Operation, before: State, after: State) -> bool:
+    """Whether, after op took before to after, the walk has still to look at a prefix cache a step emptied
+    (a sleep of level >= 1, a reset), given whether it had to before: a generate_cached looks at it with
+    its own result; a step that empties it again leaves one more to look at. Both walkers (the GPU's
+    runner.py, the engine tier's engine_walk.py) look where the plan sends no such request before the
+    next reset, which would hide a cache that was never emptied (sleep_while_paused_keeps_prefix_cache)."""
+    if before.prefix_cached and not after.prefix_cached:
+        return True
+    looked = (op.name == "generate_cached" and model.can_run(before)) or (
+        "long" in before.queued and not after.paused
+    )  # the waiting long prompt ran with the wake
+    return unseen and not looked
+
+
+def moves_memory(op: Operation, state: State) -> bool:
+    """Whether the executor maps or unmaps a pool when op runs in state, by the model: its sleeping tags
+    change. A sleep or wake that moves none needs no memory phase (the GPU lock orders only what can
+    break a neighbour's sleep check), and the fake's device bytes stay put (model_vs_fake_unit_test)."""
+    return op.apply(state).asleep_tags != state.asleep_tags
+
+
+def require_applicable(op, state: State, step_index: int, door: str = HTTP) -> None:
+    """Raises oracle.Precondition when the walk planned `op` where the model says it cannot run or `door`
+    cannot send it: a planner bug, not a server's (every walker checks this before it acts)."""
+    reason = op.why_not(state, door)
+    if reason:
+        raise oracle.Precondition(f"walk step {step_index}: {op} is not applicable in ({state.describe()}): {reason}")

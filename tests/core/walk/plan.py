@@ -1,0 +1,551 @@
+"""Coverage planning: which (situation, operation) pairs exist, seeded walks that visit every one of
+them, and how those walks are dealt out over shards (one server each).
+
+A pair is an operation in a *situation*: the part of the model's state that decides how vLLM handles
+the operation (Situation). The state itself (model.State) carries more, so that every observation is
+predicted: which checkpoint computed the cached blocks or a held request's first tokens, what kinds of
+requests wait, the gauge written last, the host allocator's cached block. Covering every state's every
+operation would take tens of thousands of steps; covering every situation's every operation takes a
+few thousand, and each cell's seed reaches the situations through other states.
+
+Every walk ends with reset_ops, which brings any state home (INITIAL, host_cached aside: it turns true
+at a server's first level-1 wake of the weights and nothing short of a restart turns it back), so the
+walks of a shard run one after the other on one server, and each can be replayed from a fresh one.
+Everything here is deterministic: successors come in operations.ALL's order and sets are sorted by
+sort keys, never iterated in hash order, so a seed gives the same walks under any PYTHONHASHSEED.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import random
+import re
+import sys
+import zlib
+from typing import Any
+
+from tests.core import oracle
+from tests.core.walk import model
+from tests.core.walk import operations as ops
+from tests.core.walk.model import INITIAL, State
+from tools.matrix import HTTP
+
+REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
+_SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
+# What each kind of step costs on a GPU (plan.step_millis), to deal the walks out so that the shards
+# end together: the walk's own medians, kept as data (step_seconds.json, beside this file) so that a new
+# measurement changes no code.
+WALK_DIR = os.path.dirname(os.path.abspath(__file__))
+STEP_SECONDS_FILE = os.path.join(WALK_DIR, "step_seconds.json")
+# The longest walk, reset included: a walk starts over from INITIAL after at most this many steps. Short
+# enough that every door's walks deal out over the spec's shards with none left without a walk (the
+# `llm` door plans the fewest pairs) and the shards end close together; every walk's reset costs a few
+# steps more in all (docs/design.md, "What was tried").
+MAX_STEPS = 40
+# The suite's seed: each GPU cell's plan is seeded from it and the cell's id (cell_seed), the engine tier's
+# with it alone.
+SEED = 20261201
+# A cell's plan written ahead by a Bazel action (write_plan.py): planning a cell (its reachable pairs, then
+# the walks over them) costs seconds of CPU, which every shard's process of every cell paid before its
+# first step. The file names the seed, the walk length, the door and the digest of the planner's sources
+# it was planned with; a process whose plan differs in any of them plans for itself.
+PLANNED_VAR = "SLEEPWAKE_WALK_PLAN"
+PLANNER_SOURCES = ("model.py", "operations.py", "plan.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class Situation:
+    """What decides how vLLM handles an operation: where the executor's pools are (level, asleep_tags),
+    whether and how scheduling is paused, whether garbage serves, whether the long prompt's cached blocks
+    were computed with the weights that serve ("fresh") or others ("stale"), the requests that wait
+    (none, "waiting" in the queue, a "running" one a level-0 keep froze with its blocks), and for a
+    reload without a path, the checkpoint it loads. Not the pause mode: the two pauses differ only in
+    whether running requests are stepped (scheduler.py schedule), and a running request is there only
+    under a keep's pause, so "running" says which pause holds; every sleep mode is walked in every
+    situation, and the state keeps the pause for the predictions."""
+
+    level: int | None
+    asleep_tags: tuple
+    paused: bool
+    garbage: bool
+    prefix: str
+    requests: str
+    reload_path: str | None = None
+
+    def describe(self) -> str:
+        where = "awake" if self.level is None else f"level {self.level}"
+        parts = [where]
+        if self.asleep_tags:
+            parts.append("asleep " + "+".join(self.asleep_tags))
+        if self.paused:
+            parts.append("paused")
+        parts.append("garbage weights" if self.garbage else "a checkpoint serves")
+        if self.prefix != "none":
+            parts.append(f"prefix cached ({self.prefix})")
+        if self.requests != "none":
+            parts.append(f"a request {self.requests}")
+        if self.reload_path:
+            parts.append(f"model path {self.reload_path}")
+        return ", ".join(parts)
+
+
+def situation(state: State, op) -> Situation:
+    requests = "running" if state.held_kv else ("waiting" if state.held or state.queued else "none")
+    prefix = "none" if state.prefix is None else ("fresh" if state.prefix == model.served(state) else "stale")
+    reload_path = state.model_path if op.name == "reload" and op.params[0] is None else None
+    return Situation(
+        state.level,
+        tuple(sorted(state.asleep_tags)),
+        state.paused,
+        state.weights is None,
+        prefix,
+        requests,
+        reload_path,
+    )
+
+
+def pair_of(state: State, op) -> tuple:
+    return situation(state, op), op
+
+
+def pair_key(pair) -> tuple:
+    sit, op = pair
+    return (
+        -1 if sit.level is None else sit.level,
+        sit.asleep_tags,
+        sit.paused,
+        sit.garbage,
+        sit.prefix,
+        sit.requests,
+        sit.reload_path or "",
+        str(op),
+    )
+
+
+def describe_pair(pair) -> str:
+    sit, op = pair
+    return f"{op} in {sit.describe()}"
+
+
+@functools.cache
+def successors(state: State, door: str = HTTP) -> tuple:
+    """((operation, next state), ...) for every operation applicable through `door`, in operations.ALL's
+    order."""
+    return tuple((op, op.apply(state)) for op in ops.ALL if op.applicable(state, door))
+
+
+@functools.cache
+def reachable_states(door: str = HTTP) -> tuple:
+    """Every state reachable from INITIAL through `door`, in BFS order."""
+    seen = {INITIAL: None}
+    queue = collections.deque([INITIAL])
+    while queue:
+        for _, nxt in successors(queue.popleft(), door):
+            if nxt not in seen:
+                seen[nxt] = None
+                queue.append(nxt)
+    return tuple(seen)
+
+
+@functools.cache
+def _reachable_pairs(door: str = HTTP) -> frozenset:
+    return frozenset(pair_of(s, op) for s in reachable_states(door) for op, _ in successors(s, door))
+
+
+def reachable_pairs(door: str = HTTP) -> set:
+    """{(situation, operation)} over every state reachable through `door` and its applicable operations."""
+    return set(_reachable_pairs(door))
+
+
+@functools.cache
+def step_seconds_table() -> dict:
+    with open(STEP_SECONDS_FILE, encoding="utf-8") as f:
+        return json.load(f)["seconds"]
+
+
+def step_kind(op) -> str:
+    """The row of step_seconds.json an operation's cost is read from."""
+    if op.name == "sleep" and op.params[2]:
+        return "sleep_in_flight"
+    return op.name if op.name in ("reload", "wake", "sleep", "reset_prefix_cache") else "generate"
+
+
+def step_millis(op) -> int:
+    """What a step costs, in whole milliseconds: the deal adds integers, whose sums are exact. Sums of
+    float seconds were not the same under every Python (3.12's sum() compensates rounding, 3.11's does
+    not), so walks of equal cost broke their ties apart and the GPU (3.12) and the CPU tiers dealt the
+    same plan differently."""
+    return round(step_seconds_table()[step_kind(op)] * 1000)
+
+
+def walk_millis(walk) -> int:
+    return sum(map(step_millis, walk))
+
+
+def deal(costs: list, shards: int) -> list[list[int]]:
+    """The indices of the walks each shard gets: longest first (costs), each to the shard with the least
+    so far, a tie to the lower index."""
+    loads = [(0, k) for k in range(shards)]
+    dealt: list[list[int]] = [[] for _ in range(shards)]
+    for index in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        load, k = min(loads)
+        loads[k] = (load + costs[index], k)
+        dealt[k].append(index)
+    return dealt
+
+
+def planner_digest() -> str:
+    """The digest of the sources that plan (PLANNER_SOURCES): a plan written by other code is not this
+    code's plan."""
+    digest = hashlib.sha256()
+    for name in PLANNER_SOURCES:
+        with open(os.path.join(WALK_DIR, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def written_plan() -> dict | None:
+    """The plan the file PLANNED_VAR names holds (write_plan.contents), if it was planned by this code; None
+    where the variable is unset. A file of other sources is refused: it would walk another plan."""
+    path = os.environ.get(PLANNED_VAR)
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as f:
+        written = json.load(f)
+    if written.get("planner") != planner_digest():
+        raise ValueError(
+            f"{PLANNED_VAR}={path} was planned by other sources of tests/core/walk than these; "
+            "rebuild it (bazel test writes it) or unset the variable"
+        )
+    return written
+
+
+def _written(door: str, seed: int | None = None, max_steps: int | None = None) -> dict | None:
+    """The written plan where it is for this door (and seed and walk length, where given), else None."""
+    written = written_plan()
+    if written is None or written["door"] != door:
+        return None
+    if seed is not None and (written["seed"], written["max_steps"]) != (seed, max_steps):
+        return None
+    return written
+
+
+@functools.cache
+def cell_walks(seed: int, max_steps: int, door: str = HTTP) -> tuple:
+    """One plan over every pair `door` reaches (plan_walks, seeded `seed`), in the plan's order; read from
+    the written plan where there is one for the same seed, walk length and door."""
+    written = _written(door, seed, max_steps)
+    if written is not None:
+        return tuple(list(map(ops.parse, walk)) for walk in written["walks"])
+    return tuple(plan_walks(reachable_pairs(door), seed, max_steps, door))
+
+
+def model_state_count(door: str = HTTP) -> int:
+    """How many states the model reaches through `door` (len(reachable_states)), written or counted."""
+    written = _written(door)
+    return written["model_states"] if written is not None else len(reachable_states(door))
+
+
+@functools.cache
+def plan_shards(shards: int, seed: int, max_steps: int, door: str = HTTP) -> tuple:
+    """((walks, pairs), ...) per shard: one plan over every reachable pair (cell_walks), its walks dealt
+    out (deal, by walk_millis); a shard's pairs are those its walks are the first of the plan to visit,
+    so the shards' pairs are disjoint and cover every reachable pair. One plan, not a plan per shard of
+    the pairs: each walk starts at INITIAL either way, and one plan crosses the state space fewer times."""
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    walks = cell_walks(seed, max_steps, door)
+    dealt = deal([walk_millis(w) for w in walks], shards)
+    first_by: dict[tuple, int] = {}
+    for index, steps in enumerate(trace(walks)):
+        for state, op in steps:
+            first_by.setdefault(pair_of(state, op), index)
+    out = []
+    for indices in dealt:
+        mine = set(indices)
+        out.append(([walks[i] for i in sorted(indices)], {p for p, i in first_by.items() if i in mine}))
+    return tuple(out)
+
+
+def cell_seed(seed: int, cell_id: str) -> int:
+    """The seed of a cell's plan: every cell walks its own paths, through its own states, between the
+    same situations. crc32, not hash(): the same under any PYTHONHASHSEED and on every machine."""
+    return seed + zlib.crc32(cell_id.encode()) % 10007
+
+
+def reset_ops(state: State) -> list:
+    """Operations that bring `state` home (INITIAL, but for host_cached, which the wake may turn on): the
+    wake of what is still asleep (a full wake where only one tag is: the pinned divergence
+    full_wake_remaps_resident_pool), which also runs the held and waiting requests, a prefix-cache
+    reset, a reload of A."""
+    out = []
+    if 0 < len(state.asleep_tags) < len(model.TAGS):
+        out.append(ops.wake(sorted(state.asleep_tags)))
+    elif state.paused:
+        out.append(ops.wake())
+    after = run(state, out)
+    if after.prefix_cached:
+        out.append(ops.RESET_PREFIX_CACHE)
+    if (after.weights, after.model_path) != ("A", "A"):
+        out.append(ops.reload("A"))
+    return out
+
+
+def run(state: State, walk) -> State:
+    for op in walk:
+        state = op.apply(state)
+    return state
+
+
+def _first_path(src: State, goal, order=None, door: str = HTTP) -> list | None:
+    """Breadth first from src: the operations up to and including the first edge for which
+    goal(state, op, next state) holds, None if none does. order(list) reorders each state's successors
+    (a seeded shuffle), else they come in ALL's order."""
+    parent: dict[State, tuple[State, Any] | None] = {src: None}
+    queue = collections.deque([src])
+    while queue:
+        state = queue.popleft()
+        edges = list(successors(state, door))
+        if order is not None:
+            order(edges)
+        for op, nxt in edges:
+            if goal(state, op, nxt):
+                path = [op]
+                step = parent[state]
+                while step is not None:
+                    state, prev = step
+                    path.append(prev)
+                    step = parent[state]
+                return path[::-1]
+            if nxt not in parent:
+                parent[nxt] = (state, op)
+                queue.append(nxt)
+    return None
+
+
+def _path(path: list | None, what: str) -> list:
+    """A path _first_path found; its absence is the planner's error (the model's states, all reachable from
+    INITIAL, were not connected as the planner needs), said with what was sought."""
+    if path is None:
+        raise ValueError(f"the model has no path {what}: its reachable states are not connected as the planner needs")
+    return path
+
+
+def shortest_path(src: State, dst: State, door: str = HTTP) -> list | None:
+    """The fewest operations from src to dst (the first in ALL's order among equals), None if none."""
+    return [] if src == dst else _first_path(src, lambda state, op, nxt: nxt == dst, door=door)
+
+
+def plan_walks(pairs, seed: int, max_steps: int, door: str = HTTP) -> list:
+    """Walks (lists of operations), to run in order on one server from INITIAL, that together visit
+    every pair of `pairs` (a subset of reachable_pairs()); each at most max_steps long, its reset_ops
+    tail included.
+
+    From where the walk stands, the fewest operations to the nearest pair not yet visited (breadth
+    first, each state's operations in an order the seed shuffles), every pair on the way counting;
+    when the next one would outgrow max_steps, the walk resets and the next starts from INITIAL. The
+    freedom a situation leaves (many states share one) keeps this near one step and a half a pair;
+    the seed decides which states and which operations around them."""
+    todo = set(pairs)
+    unknown = todo - _reachable_pairs(door)
+    if unknown:
+        raise ValueError(
+            f"not reachable pairs: {sorted(map(describe_pair, unknown))[:3]}; plan only pairs from "
+            "plan.reachable_pairs()"
+        )
+    rng = random.Random(seed)
+    walks = []
+    while todo:
+        walk: list = []
+        state = INITIAL
+        while todo:
+            path = _path(
+                _first_path(state, lambda st, op, nxt: pair_of(st, op) in todo, rng.shuffle, door),
+                f"from ({state.describe()}) to a pair not yet walked",
+            )
+            end = run(state, path)
+            if len(walk) + len(path) + len(reset_ops(end)) > max_steps:
+                if not walk:
+                    raise ValueError(
+                        f"max_steps={max_steps} is too short to reach a pair from INITIAL and reset; raise it"
+                    )
+                break
+            for op in path:
+                todo.discard(pair_of(state, op))
+                state = op.apply(state)
+            walk += path
+        walks.append(walk + reset_ops(state))
+    return walks
+
+
+def trace(walks) -> list:
+    """[[(state before, operation), ...] per walk], the walks run in order from INITIAL."""
+    out, state = [], INITIAL
+    for walk in walks:
+        steps = []
+        for op in walk:
+            steps.append((state, op))
+            state = op.apply(state)
+        out.append(steps)
+    return out
+
+
+def steps_coverage(traces) -> tuple[set, collections.Counter]:
+    """(the pairs visited, counts of consecutive operations (token, token) within a walk) of steps
+    taken: [[(state before, operation), ...] per walk] (trace's shape, or what a walker executed)."""
+    visited: set = set()
+    consecutive: collections.Counter = collections.Counter()
+    for steps in traces:
+        visited |= {pair_of(s, op) for s, op in steps}
+        consecutive.update((str(a), str(b)) for (_, a), (_, b) in zip(steps, steps[1:]))
+    return visited, consecutive
+
+
+def shrink_candidates(walk, failing_index: int, start: State = INITIAL, door: str = HTTP) -> list:
+    """Shorter scripts, each replayable from INITIAL on a fresh server, that end with the failing step
+    of `walk` (which started in `start`), shortest first: the fewest operations to the failing step's
+    state then its operation; the same through the step before it (the failure may need that pair); the
+    walk's prefix cut at the failure (after the way to `start`)."""
+    if not 0 <= failing_index < len(walk):
+        raise ValueError(f"failing_index {failing_index} is outside the walk's {len(walk)} steps")
+    states = [start]
+    for op in walk[:failing_index]:
+        states.append(op.apply(states[-1]))
+    failing = walk[failing_index]
+
+    def way(dst: State) -> list:
+        return _path(shortest_path(INITIAL, dst, door), f"from INITIAL to ({dst.describe()})")
+
+    candidates = [way(states[-1]) + [failing]]
+    if failing_index:
+        candidates.append(way(states[-2]) + walk[failing_index - 1 : failing_index + 1])
+    candidates.append(way(start) + list(walk[: failing_index + 1]))
+    out = []
+    for c in sorted(candidates, key=len):
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def script(seed: int, shard: int, walk) -> str:
+    """The one-line replay of a walk: the variable the walk's runner reads, and where it came from."""
+    return f'{REPLAY_VAR}="{",".join(str(op) for op in walk)}"  # seed {seed}, shard {shard}'
+
+
+def with_replay(
+    failure: oracle.OracleFailure,
+    seed: int,
+    shard: int,
+    walk,
+    index: int,
+    start: State,
+    on: str,
+    pick: str,
+    door: str = HTTP,
+) -> oracle.OracleFailure:
+    """The failure of step `index` of `walk` (begun in `start`) with its shortest replays
+    (shrink_candidates) as SLEEPWAKE_WALK_REPLAY lines; `on`: what a replay runs on, `pick`: the
+    --test_filter of the failing shard."""
+    lines = [script(seed, shard, c) for c in shrink_candidates(walk, index, start, door)]
+    first, *rest = failure.failures()
+    detail = (
+        f"replay, shortest first, on {on} ({REPLAY_VAR} runs it in every shard; {pick} picks one):\n    "
+        + "\n    ".join(lines)
+    )
+    return oracle.OracleFailure(first.oracle_id, first.what, first.measured, first.bound, first.relation, rest, detail)
+
+
+def parse_script(text: str) -> list:
+    """The operations of a replay line (script's output) or of the variable's bare value."""
+    m = _SCRIPT.match(text)
+    if not m:
+        raise ValueError(f'not a walk replay: {text!r}; expected {REPLAY_VAR}="op,op,..." or "op,op,..."')
+    return [ops.parse(token) for token in m.group(1).split(",") if token.strip()]
+
+
+def terminal_pairs(door: str = HTTP) -> dict:
+    """{(known divergence, level, tags asleep): [operation, ...]} of every terminal pair (operations.
+    terminal) the states reachable through `door` allow, operations in ALL's order."""
+    kinds: collections.defaultdict[tuple, list] = collections.defaultdict(list)
+    for state in reachable_states(door):
+        for op in ops.ALL:
+            if ops.door_why_not(op, state, door):
+                continue
+            name = ops.terminal(op, state)
+            key = (name, state.level, tuple(sorted(state.asleep_tags)))
+            if name and op not in kinds[key]:
+                kinds[key].append(op)
+    return {k: sorted(v, key=ops.ALL.index) for k, v in sorted(kinds.items(), key=lambda kv: (kv[0][0], kv[0][1:]))}
+
+
+# Where a kind of terminal pair holds several operations, the one a probe makes: a reload that pushes a
+# checkpoint (what an RL trainer sends), a wake of the KV cache alone. The others reach the same vLLM
+# code (GPUModelRunner.reload_weights into the unmapped pool; CuMemAllocator.wake_up of the KV pool
+# first), which the probe's answer and the state after it pin.
+PROBED = {ops.RELOAD_ASLEEP: ops.reload("B"), ops.KV_FIRST_AFTER_LEVEL2: ops.wake(["kv_cache"])}
+
+
+def terminal_probes(door: str = HTTP) -> list:
+    """One walk per kind of terminal pair (terminal_pairs): the shortest way from INITIAL to a state of
+    that kind, then its operation (PROBED, else the kind's only one), which ends the server's usable
+    life where its known divergence applies. The test gives probe i to shard i, after its walks. Read
+    from the written plan where there is one for the door."""
+    written = _written(door)
+    if written is not None:
+        return [list(map(ops.parse, probe)) for probe in written["probes"]]
+    return plan_probes(door)
+
+
+def plan_probes(door: str = HTTP) -> list:
+    """terminal_probes, planned in this process (as plan_walks plans the walks)."""
+    probes = []
+    for (name, level, asleep), kind_ops in terminal_pairs(door).items():
+        op = PROBED.get(name, kind_ops[0])
+        if op not in kind_ops:
+            raise ValueError(f"the probe {op} of {name} is not among its pairs {kind_ops}")
+
+        def there(st, o, nxt, op=op, name=name, where=(level, asleep)):
+            return (nxt.level, tuple(sorted(nxt.asleep_tags))) == where and ops.terminal(op, nxt) == name
+
+        path = _path(_first_path(INITIAL, there, door=door), f"from INITIAL to the terminal pair {op} of {name}")
+        probes.append(path + [op])
+    return probes
+
+
+def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int, door: str = HTTP):
+    """Runs on walker (the server's or the engine tier's: anything with run(walks, seed, shard)) the
+    shard's walks of plan_shards and returns (the shard's pairs, its walks); or, when
+    SLEEPWAKE_WALK_REPLAY holds a shrunk failing walk, runs that one walk and returns None."""
+    replay = os.environ.get(REPLAY_VAR)
+    if replay:
+        walker.run([parse_script(replay)], seed, shard)
+        return None
+    walks, pairs = plan_shards(shards, seed, max_steps, door)[shard]
+    walker.run(walks, seed, shard)
+    return pairs, walks
+
+
+@contextlib.contextmanager
+def recorded_when_stopped(record):
+    """Calls record() when the body raises (a failure stopped the shard's walks: what ran still counts),
+    then re-raises the body's exception. A record() that raises an Exception adds a note to that exception
+    and never takes its place: the verdict stays the oracle's, or the error's, that stopped the walks."""
+    try:
+        yield
+    except BaseException as stopped:
+        try:
+            record()
+        except Exception as unrecorded:  # any failure to record must leave the verdict alone
+            note = f"the shard's walk coverage was not recorded: {unrecorded!r}"
+            if hasattr(stopped, "add_note"):  # Python 3.11+; a runner's 3.10 gets the note on stderr
+                stopped.add_note(note)
+            else:
+                print(note, file=sys.stderr)
+        raise

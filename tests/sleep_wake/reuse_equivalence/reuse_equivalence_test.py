@@ -1,0 +1,103 @@
+"""Server reuse changes no verdict (tests/core/server_reuse.py): the classes run in one pytest session against
+the cell's servers, reuse off, reuse on, and reuse on in the reverse order, and every test ends alike (outcome and the
+oracle ids that fired). On the fake tier a fourth run takes the fixtures' parked path (servers given back
+and taken over as between cells, parked_fake.py); on a GPU (reuse_equivalence_gpu_test) the launcher parks
+every given-back server itself, so the reuse runs take that path. The runs with reuse must have lent
+servers, or they prove nothing; the classes declaring FRESH_SERVER never borrow. A class that leaves its
+server with garbage weights runs first (testdata/): the next class must not inherit them.
+
+Environment (set by the target, tests/sleep_wake/reuse_equivalence/BUILD.bazel): SLEEPWAKE_REUSE_CLASS_FILES, the class
+files in their forward order, comma-separated; the fake cell's environment and both goldens.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.core import server_reuse, servers
+from tools.results.testlogs import parse_junit
+
+FILES_ENV = "SLEEPWAKE_REUSE_CLASS_FILES"
+PARKED_FAKE = "tests.sleep_wake.fakes.parked_fake"
+# The inner runs' own bound: on the fake, about a minute each on a loaded 2-core machine; on the H200 a
+# fresh server per class of reuse_equivalence_gpu_test's order starts in 15-60 s (docs/design.md).
+RUN_TIMEOUT_S = 400
+
+
+def _files() -> list[str]:
+    files = [f for f in os.environ.get(FILES_ENV, "").split(",") if f]
+    if not files:
+        pytest.fail(f"{FILES_ENV} is empty: run this through its Bazel target, which lists the class files")
+    return files
+
+
+def _run(name: str, files: list[str], reuse_on: bool, server_module: str | None = None) -> tuple[dict, list[dict]]:
+    """({test id: (outcome, oracle ids)}, the run's measurement records) of one inner pytest session;
+    server_module: another SLEEPWAKE_SERVER_MODULE than the fake tier's."""
+    outputs = os.path.join(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", os.path.abspath("reuse-outputs")), name)
+    os.makedirs(outputs, exist_ok=True)
+    junit = os.path.join(outputs, "junit.xml")
+    env = dict(os.environ, TEST_UNDECLARED_OUTPUTS_DIR=outputs, **{server_reuse.ENV: "1" if reuse_on else "0"})
+    if server_module:
+        env[servers.SERVER_MODULE_ENV] = server_module
+    for key in ("PYTEST_ADDOPTS", "TESTBRIDGE_TEST_ONLY", "XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE"):
+        env.pop(key, None)
+    tmp = os.environ.get("TEST_TMPDIR") or os.path.abspath("reuse-tmp")
+    cmd = [sys.executable, "-m", "pytest", *files, "-p", "no:cacheprovider", "-q", "-p", "no:randomly"]
+    cmd += [f"--junitxml={junit}", "-o", "junit_family=xunit2", f"--rootdir={os.getcwd()}"]
+    cmd += ["--basetemp=" + os.path.join(tmp, name)]
+    with open(os.path.join(outputs, "pytest.log"), "w", encoding="utf-8") as log:
+        subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S, check=False)
+    if not os.path.exists(junit):
+        pytest.fail(f"run {name} wrote no JUnit report; see {outputs}/pytest.log")
+    ends = {c.test_id: (c.outcome, tuple(c.oracles)) for c in parse_junit(junit)}
+    records = []
+    path = os.path.join(outputs, "measurements.jsonl")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f]
+    return ends, records
+
+
+def _count(records: list[dict], key: str, **match) -> int:
+    return sum(r.get("key") == key and all(r.get(k) == v for k, v in match.items()) for r in records)
+
+
+def _on_fake() -> bool:
+    """Whether the cell's servers are the fake's: the launcher's own servers are parked by the launcher
+    when given back (tools/launcher/parking.py), so on a GPU the reuse runs take over parked servers
+    already, and only the fake needs parked_fake.py to play that path."""
+    return os.environ.get(servers.SERVER_MODULE_ENV, servers.DEFAULT_SERVER_MODULE) != servers.DEFAULT_SERVER_MODULE
+
+
+def test_reuse_in_either_order_ends_every_test_as_fresh_servers_do():
+    files = _files()
+    alone, fresh_records = _run("fresh", files, reuse_on=False)
+    forward, forward_records = _run("reuse", files, reuse_on=True)
+    backward, backward_records = _run("reuse-reversed", list(reversed(files)), reuse_on=True)
+    runs = [("reuse", forward, forward_records), ("reuse-reversed", backward, backward_records)]
+    if _on_fake():
+        # The fixtures' parked path, as between cells: servers given back with their readings as JSON and
+        # taken over at a start (parked_fake.py plays the launcher's parking within the process).
+        parked, parked_records = _run("parked", files, reuse_on=True, server_module=PARKED_FAKE)
+        runs.append(("parked", parked, parked_records))
+    else:
+        parked_records = forward_records  # the launcher's parking itself
+    assert alone and all(outcome == "passed" for outcome, _ in alone.values()), (
+        f"with fresh servers some tests did not pass, so equal verdicts would prove little: {alone}"
+    )
+    for name, ends, _ in runs:
+        differ = {t: (alone.get(t), ends.get(t)) for t in set(alone) | set(ends) if alone.get(t) != ends.get(t)}
+        assert not differ, f"run {name}: tests that ended otherwise than on fresh servers: {differ}"
+    assert _count(fresh_records, "server_reuse") == 0
+    taken_over = _count(parked_records, "server_reuse", lent=True, source="another test process")
+    assert taken_over >= 2, f"the parked path took over {taken_over} given-back servers: it proves nothing"
+    assert _count(parked_records, "server_timings", given_back=True) >= taken_over
+    for name, _, records in runs:
+        lent = _count(records, "server_reuse", lent=True)
+        starts = _count(records, "server_start_s")
+        assert lent >= 2, f"run {name} lent {lent} servers: reuse did not happen, so this run proves nothing"
+        assert starts < _count(fresh_records, "server_start_s"), f"run {name}: {starts} starts, no fewer than fresh"

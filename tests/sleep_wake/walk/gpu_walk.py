@@ -1,0 +1,686 @@
+"""The state walk's GPU tier: how each operation is made on a real vLLM server over HTTP, and what the
+walk observes of it (the one driver, driver.py, decides the order and keeps the record).
+
+Each operation is one client call (or a request) whose own result the model predicts (its status, the
+serving checkpoint's golden, cached tokens, how requests in flight or waiting end); after it, every
+invariant of the state the model says the server is now in is measured: both sleep flags, /health, the
+requests still waiting, the GPU bytes of the server's processes and the host bytes of its process tree,
+each bound failing its own oracle. Requests sent while scheduling is paused run in the background;
+the tier keeps them (Open) until the wake that runs them, or the abort sleep that ends them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import sys
+import time
+
+import requests
+
+from tests.core import expect, host_memory, measure, oracle, thresholds
+from tests.core.background import background, end_clock, generated_tokens, wait_decoding
+from tests.core.client import SleepWakeClient
+from tests.core.memory import settled_gpu_bytes
+from tests.core.prompts import (
+    GOLDEN_MAX_TOKENS,
+    IN_FLIGHT,
+    LONG_PROMPTS,
+    PROMPTS,
+    SEED,
+    SEED_N,
+    SEEDED_PROMPT,
+    SEEDED_TEMPERATURE,
+    STREAM_TOKENS,
+)
+from tests.core.walk import model
+from tests.core.walk import operations as ops
+from tests.core.walk.model import State
+from tools.launcher import door_host
+from tools.launcher.interface import Server
+from tools.matrix import HTTP
+
+LONG = LONG_PROMPTS[0]  # the prompt of the prefix-cache operations: several KV blocks long
+WALK_PROMPTS = PROMPTS + [LONG]
+
+
+@dataclasses.dataclass
+class Goldens:
+    """What each checkpoint serves, from a fresh server of the cell started on it (the golden actions of
+    tests/sleep_wake/goldens, never the server under test): greedy completions of WALK_PROMPTS, the
+    seeded n=4 sample, and the uninterrupted STREAM_TOKENS-token run a paused request must resume into."""
+
+    greedy: dict
+    seeded: list
+    stream: list
+
+
+@dataclasses.dataclass
+class Context:
+    server: Server
+    client: SleepWakeClient
+    recorder: measure.Recorder
+    cell_id: str
+    checkpoints: dict  # "A"/"B" -> absolute checkpoint dir
+    goldens: dict  # "A"/"B" -> Goldens
+    sizes: model.Sizes
+    host_awake: int
+    door: str = HTTP  # the front door the walk sends through (tools/matrix.bzl FRONT_DOORS)
+
+    @property
+    def door_cannot_stream(self) -> bool:
+        return door_host.cannot(self.door, "stream") is not None
+
+
+@dataclasses.dataclass
+class Open:
+    """A request the walk sent that has not ended: its future, what the model calls it (QUEUED_KINDS, or
+    "held" for a stream a keep froze), the prompt and its own kind of request (an operation's name), and
+    for a held stream the checkpoint its first tokens came from and the pool its future runs on."""
+
+    future: concurrent.futures.Future
+    kind: str
+    op_name: str
+    prompt: str
+    origin: str | None = None
+    pool: contextlib.ExitStack | None = None
+
+
+def abort_give_up_s() -> float:
+    """How long an aborted request is waited for before it is no answer: twice abort_s_max, so that an end
+    past the bound is measured (a defect sized 1.5 times past it is caught by requests.abort_time), while a
+    request an abort never ends costs a fraction of a hang's request_completion_s_max."""
+    return 2 * thresholds.get("abort_s_max")
+
+
+def _request(client, op_name: str, prompt: str, timeout_s: float):
+    """The request of a generate operation, as a call that returns what it answered."""
+    if op_name == "generate_stream":
+        return lambda: client.complete_stream(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
+    if op_name == "generate_n4":
+        return lambda: client.complete(
+            prompt, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED, n=SEED_N, timeout_s=timeout_s
+        )
+    return lambda: client.complete(prompt, GOLDEN_MAX_TOKENS, timeout_s=timeout_s)
+
+
+def warm_up(client, golden: Goldens, streams: bool = True) -> None:
+    """One request of every kind the walk sends, each judged against the golden of the checkpoint the
+    fresh server started on: what the server holds afterwards is the baseline of every band. streams:
+    whether the server's front door streams."""
+    for prompt in WALK_PROMPTS:
+        c = client.complete(prompt, GOLDEN_MAX_TOKENS, logprobs=1)
+        expect.tokens(c, golden.greedy[prompt], prompt=prompt, step="the walk's warm-up on a fresh server")
+    seeded = client.complete(SEEDED_PROMPT, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED, n=SEED_N)
+    oracle.equal(
+        "output.seeded_sampling",
+        seeded.token_ids,
+        golden.seeded,
+        "the walk's warm-up on a fresh server: the seeded sample",
+    )
+    if not streams:
+        # A door without a stream (door_host.CANNOT) is walked without one: the same request, answered whole.
+        whole = client.complete(IN_FLIGHT, STREAM_TOKENS)
+        oracle.equal(
+            "output.golden_tokens",
+            (whole.token_ids[0], whole.finish_reasons),
+            (golden.stream, ["length"]),
+            "the walk's warm-up on a fresh server: the long request (this door has no stream)",
+        )
+        return
+    stream = client.complete_stream(IN_FLIGHT, STREAM_TOKENS)
+    oracle.equal(
+        "output.golden_tokens",
+        (stream.token_ids[0], stream.finish_reasons, stream.error),
+        (golden.stream, ["length"], None),
+        "the walk's warm-up on a fresh server: the long stream",
+    )
+
+
+class GpuSubject:
+    """The walk's operations on one vLLM server (driver.Subject)."""
+
+    replay_on = "a fresh server"
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.version = ctx.client.version()
+        self.open: list[Open] = []
+        self._prompt = 0
+        self._pool = contextlib.ExitStack()  # runs the requests sent while paused
+        self._background = None
+
+    def pick(self, shard: int) -> str:
+        return f"--test_filter=TestStateWalkShard{shard}"
+
+    def close(self) -> None:
+        """Joins the requests the walk left open. Called while a step's failure propagates (the walk's
+        `finally`), it hands that failure to each pool's background(), which wakes the engine before it
+        joins: a request the failure left held then ends now, not at its client timeout."""
+        failure = sys.exc_info()
+        for o in self.open:
+            if o.pool is not None:
+                o.pool.__exit__(*failure)
+        self._pool.__exit__(*failure)
+
+    def _golden(self, checkpoint: str) -> Goldens:
+        return self.ctx.goldens[checkpoint]
+
+    def _next_prompt(self) -> str:
+        self._prompt = (self._prompt + 1) % len(PROMPTS)
+        return PROMPTS[self._prompt]
+
+    def _submit(self, call):
+        if self._background is None:
+            self._background = self._pool.enter_context(background(self.ctx.client, workers=8))
+        return self._background.submit(call)
+
+    # --- generates ----------------------------------------------------------------------------------
+    def generate(self, op, s: State, after: State, where: str) -> None:
+        if not model.can_run(s):
+            self._send_paused(op, s, after, where)
+            return
+        getattr(self, "_" + op.name)(op, s, where)
+
+    def _unpredicted(self, completion, n_choices: int, what: str) -> None:
+        """Garbage weights or stale blocks: no golden, but the API's contract still holds: every choice
+        ends by length with GOLDEN_MAX_TOKENS tokens (ignore_eos)."""
+        oracle.equal(
+            "output.finish_length",
+            ([len(t) for t in completion.token_ids], completion.finish_reasons),
+            ([GOLDEN_MAX_TOKENS] * n_choices, ["length"] * n_choices),
+            f"{what} (tokens, finish reasons)",
+        )
+
+    def _generate_fresh(self, op, s: State, where: str) -> None:
+        prompt = self._next_prompt()
+        golden = model.golden_of(s, "short")
+        if golden is None:
+            self._unpredicted(self.ctx.client.complete(prompt, GOLDEN_MAX_TOKENS), 1, f"walk {where}: {prompt!r}")
+            return
+        expect.golden_with_logprobs(
+            self.ctx.client,
+            self.ctx.recorder,
+            self._golden(golden).greedy,
+            [prompt],
+            self.ctx.cell_id,
+            step=f"walk {where}",
+            oracle_id=model.golden_oracle(golden),
+        )
+
+    def _generate_cached(self, op, s: State, where: str) -> None:
+        c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
+        self._judge_long(c, s, model.hits_cache(s, "long"), where)
+
+    def _judge_long(self, c, s: State, hits: bool, where: str) -> None:
+        golden = model.golden_of(s, "long")
+        if golden is None:
+            self._unpredicted(c, 1, f"walk {where}: the long prompt")
+        else:
+            expect.tokens(
+                c,
+                self._golden(golden).greedy[LONG],
+                prompt=LONG,
+                step=f"walk {where}",
+                oracle_id=model.golden_oracle(golden),
+            )
+        oracle.equal(
+            "prefix_cache.hit_iff_cached",
+            bool(c.cached_tokens),
+            hits,
+            f"walk {where}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})",
+        )
+
+    def _generate_n4(self, op, s: State, where: str) -> None:
+        got = self.ctx.client.complete(
+            SEEDED_PROMPT, GOLDEN_MAX_TOKENS, temperature=SEEDED_TEMPERATURE, seed=SEED, n=SEED_N
+        )
+        self._judge_n4(got, model.golden_of(s, "short"), f"walk {where}")
+
+    def _judge_n4(self, got, golden: str | None, what: str) -> None:
+        if golden is None:
+            self._unpredicted(got, SEED_N, f"{what}: seeded n={SEED_N} sampling on garbage weights")
+            return
+        oracle.equal(
+            "output.seeded_sampling",
+            got.token_ids,
+            self._golden(golden).seeded,
+            f"{what}: seeded n={SEED_N} sampling of checkpoint {golden}",
+        )
+
+    def _generate_stream(self, op, s: State, where: str) -> None:
+        prompt = self._next_prompt()
+        self._judge_stream(
+            self.ctx.client.complete_stream(prompt, GOLDEN_MAX_TOKENS),
+            prompt,
+            model.golden_of(s, "short"),
+            f"walk {where}",
+        )
+
+    def _judge_stream(self, result, prompt: str, golden: str | None, what: str) -> None:
+        self.ctx.client.check_stream(result, f"{what}: a stream of {prompt!r}")
+        oracle.holds(
+            "requests.clean_end",
+            result.error is None and result.finish_reasons == ["length"],
+            f"{what}: a stream of {prompt!r}",
+            (result.finish_reasons, result.error),
+            "length",
+        )
+        got = result.token_ids[0]
+        if golden is None:
+            oracle.equal("output.finish_length", len(got), GOLDEN_MAX_TOKENS, f"{what}: tokens streamed")
+        elif got != self._golden(golden).greedy[prompt].token_ids[0]:
+            oracle.fail(
+                model.golden_oracle(golden),
+                f"{what}: streamed token ids for {prompt!r}",
+                got,
+                self._golden(golden).greedy[prompt].token_ids[0],
+            )
+
+    def _send_paused(self, op, s: State, after: State, where: str) -> None:
+        """A request sent while scheduling is paused: accepted (/load counts it) and left waiting."""
+        prompt = (
+            LONG
+            if op.name == "generate_cached"
+            else (SEEDED_PROMPT if op.name == "generate_n4" else self._next_prompt())
+        )
+        call = _request(self.ctx.client, op.name, prompt, thresholds.get("request_completion_s_max"))
+        kind = "long" if op.name == "generate_cached" else "plain"
+        self.open.append(Open(self._submit(call), kind, op.name, prompt))
+        expect.accepted(
+            self.ctx.client,
+            [o.future for o in self.open],
+            len(self.open),
+            f"walk {where}: the request sent while paused, accepted",
+        )
+
+    # --- sleeps -------------------------------------------------------------------------------------
+    def sleep(self, op, s: State, after: State, where: str) -> None:
+        level, mode, in_flight = op.params
+        client = self.ctx.client
+        moves = ops.moves_memory(op, s)  # a level-0 pause, a sleep while asleep: no neighbour need wait
+        existing = list(self.open)  # requests that already waited: this sleep's mode decides their end
+        if not in_flight:
+            client.sleep(level=level, mode=mode, memory_moves=moves)
+            self._judge_waiting_at_sleep(op, s, existing, where)
+            return
+        # The sleep must land while the request decodes. Where the worker brackets its own sleep
+        # (client.phases_in_server) it does: only the executor's sleep, after the pause, waits for FREE.
+        # Elsewhere a FREE window holds from before the request starts until the sleep answers (mode wait
+        # drains first); a sleep that unmaps nothing needs none.
+        # An ExitStack, not a with-block: a request a keep holds outlives this step (self.open), and on a
+        # failure background() sees the exception and wakes the engine, so a request the defect left
+        # held ends now rather than at its client timeout.
+        with contextlib.ExitStack() as stack:
+            pool = stack.enter_context(background(client, workers=2))
+            with client.sleep_window() if moves else contextlib.nullcontext():
+                since = generated_tokens(client)
+                stream = pool.submit(
+                    client.complete_stream,
+                    IN_FLIGHT,
+                    STREAM_TOKENS,
+                    timeout_s=thresholds.get("request_completion_s_max"),
+                )
+                stream_end = end_clock(stream)
+                wait_decoding(client, [stream], 1, since, 4)
+                sent = time.perf_counter()
+                if in_flight == 2:
+                    late = self._sleep_with_late_arrival(pool, op, moves, stream, where)
+                else:
+                    client.sleep(level=level, mode=mode, memory_moves=moves)
+                at_answer = generated_tokens(client) - since  # what the engine had generated when it answered
+            outcome = model.in_flight_outcome(mode, level)
+            origin = model.served(s)
+            if outcome.ends == "held":
+                self._judge_waiting_at_sleep(op, s, existing, where)
+                self._judge_held_open(stream, after, f"walk {where}: the request a keep froze")
+                self.open.append(Open(stream, "held", "generate_stream", IN_FLIGHT, origin, stack.pop_all()))
+                return
+            if outcome.ends == "completed":  # mode wait drains before it answers
+                want = STREAM_TOKENS
+                oracle.holds(
+                    "requests.ends_in_race",
+                    at_answer >= want,
+                    f"walk {where}: tokens the engine had generated for the drained request when /sleep answered",
+                    at_answer,
+                    f">= {want} (all of them)",
+                )
+            # An abort's end is bounded too (requests.abort_time, in _in_flight_ended on the seconds it took);
+            # a request that never ends is no answer, whatever the mode.
+            measure.wait_for_server(
+                stream.done,
+                abort_give_up_s() if outcome.ends == "aborted" else thresholds.get("request_completion_s_max"),
+                f"walk {where}: the request in flight to end",
+                client.confirm_live,
+            )
+            client.check_stream(stream.result(), f"walk {where}: the request in flight")
+            self._in_flight_ended(outcome.ends, origin, stream.result(), stream_end() - sent, where)
+            self._judge_waiting_at_sleep(op, s, existing, where)
+            if in_flight == 2:
+                self._judge_held_open(late.future, after, f"walk {where}: the request that arrived during the drain")
+                self.open.append(late)
+            if not self.open:
+                expect.load_drains(client, f"after walk {where}")
+
+    def _sleep_with_late_arrival(self, pool, op, moves: bool, stream, where: str) -> Open:
+        """/sleep?mode=wait sent, and a second request sent once the engine has paused (/is_sleeping
+        true) while the first still drains: it arrives paused, so it must wait for the wake."""
+        level, mode, _ = op.params
+        client = self.ctx.client
+        answer = pool.submit(client.sleep, level=level, mode=mode, memory_moves=moves)
+        measure.wait_until(
+            lambda: client.is_sleeping() or answer.done(),
+            thresholds.get("request_completion_s_max"),
+            poll_s=0.005,
+            what=f"walk {where}: the engine paused by the wait sleep",
+        )
+        if stream.done() or answer.done():
+            raise oracle.Precondition(
+                f"walk {where}: the drained request ended before the second request could "
+                "arrive during the drain; raise STREAM_TOKENS"
+            )
+        prompt = self._next_prompt()
+        call = _request(client, "generate_fresh", prompt, thresholds.get("request_completion_s_max"))
+        late = Open(self._submit(call), "plain", "generate_fresh", prompt)
+        answer.result()  # the sleep's own failure, if any, is raised here
+        return late
+
+    def _judge_held_open(self, stream, after: State, what: str) -> None:
+        """A request that must wait (a stream a keep froze, a request arriving during a wait drain) is
+        still open when /sleep answers; its tokens are judged whole when it ends. One that ended without
+        a live server's answer (broken off, a bug in the test) raises that instead (expect.ended_how)."""
+        if stream.done():
+            how = expect.ended_how(stream, self.ctx.client)
+            oracle.fail(model.held_oracle(after), f"{what}, right after /sleep answered", f"ended: {how}", "open")
+
+    def _in_flight_ended(self, ends: str, origin: str, result, seconds: float, where: str) -> None:
+        got = result.token_ids[0] if result.token_ids else []
+        if origin != model.GARBAGE:
+            want = self._golden(origin).stream
+            if got != want[: len(got)]:
+                oracle.fail(
+                    model.golden_oracle(origin),
+                    f"walk {where}: tokens streamed before the sleep",
+                    got,
+                    want[: len(got)],
+                )
+        if ends == "aborted":
+            oracle.bounded(
+                self.ctx.recorder,
+                "requests.abort_time",
+                seconds,
+                self.ctx.cell_id,
+                f"walk {where}: seconds from /sleep to the end of the aborted request",
+            )
+            aborted = result.finish_reasons[0] == "abort" or (
+                result.finish_reasons[0] is None and len(got) < STREAM_TOKENS
+            )
+            oracle.holds(
+                "requests.abort_aborts",
+                aborted,
+                f"walk {where}: the request in flight",
+                (result.finish_reasons, len(got), result.error),
+                "aborted",
+            )
+            if result.error is not None:
+                oracle.holds(
+                    "requests.clean_end",
+                    result.error.startswith(("error event", "HTTP")),
+                    f"walk {where}: how the aborted request ended",
+                    result.error,
+                    "abort or error event",
+                )
+        else:  # "completed": mode wait drains before the executor sleeps
+            oracle.equal(
+                "requests.clean_end",
+                (result.finish_reasons, result.error, len(got)),
+                (["length"], None, STREAM_TOKENS),
+                f"walk {where}: the request in flight, drained by mode wait",
+            )
+
+    def _judge_waiting_at_sleep(self, op, s: State, existing: list, where: str) -> None:
+        """What a sleep did to the requests that were already open: an abort ends every one of them; a
+        wait lets the frozen one (a level-0 keep's) finish before it answers; the others wait on."""
+        mode = op.params[1]
+        if mode == "abort":
+            for o in existing:
+                self._aborted(o, where)
+            self.open = [o for o in self.open if o not in existing]
+        elif mode == "wait" and s.held_kv:
+            # The drained request's last chunk and the sleep's answer race to the client: its end is
+            # waited for, then judged as a request that resumed in the state before the sleep.
+            held = [o for o in existing if o.kind == "held"]
+            for o in held:
+                self._resumed(o, s, where)
+            self.open = [o for o in self.open if o not in held]
+
+    def _end_of(self, o: Open, what: str, give_up_s: float | None = None):
+        """What a request that waited answered, once it ended, its pool given back; with the seconds it
+        took to end from now. One that does not end within give_up_s (default request_completion_s_max) is
+        no answer (expect.result), never an oracle: a bound on how soon it ends is judged on those seconds."""
+        start = time.perf_counter()
+        give_up_s = thresholds.get("request_completion_s_max") if give_up_s is None else give_up_s
+        value = expect.result(o.future, give_up_s, client=self.ctx.client, step=what)
+        seconds = time.perf_counter() - start
+        if o.op_name == "generate_stream":
+            self.ctx.client.check_stream(value, what)
+        if o.pool is not None:
+            o.pool.close()
+        return value, seconds
+
+    def _aborted(self, o: Open, where: str) -> None:
+        what = f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended"
+        value, seconds = self._end_of(o, what, abort_give_up_s())
+        oracle.bounded(
+            self.ctx.recorder, "requests.abort_time", seconds, self.ctx.cell_id, f"{what}: seconds to its end"
+        )
+        finish = value.finish_reasons
+        n = [len(t) for t in value.token_ids]
+        want_n = STREAM_TOKENS if o.kind == "held" else GOLDEN_MAX_TOKENS
+        oracle.holds(
+            "requests.abort_aborts",
+            all(f in ("abort", None) for f in finish) and all(k < want_n for k in n),
+            f"walk {where}: a {o.kind} request ({o.op_name}) when the abort sleep answered",
+            (finish, n),
+            "aborted, cut short",
+        )
+
+    def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None) -> None:
+        """A request that waited ran once scheduling resumed in `state` (or a wait sleep drained it): it
+        ends by length, with its checkpoint's golden where the model predicts one."""
+        value, _ = self._end_of(o, f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed")
+        what = f"walk {where}: the {o.kind} request ({o.op_name}) that waited"
+        if o.kind == "held":
+            oracle.equal(
+                "requests.resumes_after_keep",
+                (value.finish_reasons, value.error),
+                (["length"], None),
+                f"{what}: how it ended",
+            )
+            golden = model.resumed_golden(state, o.origin)
+            if golden is None:
+                oracle.equal("output.finish_length", len(value.token_ids[0]), STREAM_TOKENS, f"{what}: its tokens")
+            elif value.token_ids[0] != self._golden(golden).stream:
+                got, want = value.token_ids[0], self._golden(golden).stream
+                oracle.fail(
+                    "prefix_cache.kept_paused_request",
+                    f"{what}: its tokens (first difference at {expect.first_difference(got, want)})",
+                    got,
+                    want,
+                )
+            return
+        waited = dataclasses.replace(state, prefix=prefix_at_resume)
+        kind = "long" if o.kind == "long" else "short"
+        golden = model.golden_of(waited, kind)
+        if o.op_name == "generate_stream":
+            self._judge_stream(value, o.prompt, golden, what)
+        elif o.op_name == "generate_n4":
+            self._judge_n4(value, golden, what)
+        elif o.kind == "long":
+            hits = prefix_at_resume is not None
+            self._judge_long(value, waited, hits, where)
+        elif golden is None:
+            self._unpredicted(value, 1, what)
+        else:
+            expect.tokens(
+                value,
+                self._golden(golden).greedy[o.prompt],
+                prompt=o.prompt,
+                step=what,
+                oracle_id=model.golden_oracle(golden),
+            )
+
+    # --- wakes, reloads, resets -----------------------------------------------------------------------
+    def wake(self, op, s: State, after: State, where: str) -> None:
+        tags = op.params[0]
+        self.ctx.client.wake_up(list(tags) if tags is not None else None, memory_moves=ops.moves_memory(op, s))
+        if after.paused or not self.open:
+            return
+        waiting, self.open = self.open, []
+        for o in waiting:
+            self._resumed(o, after, where, prefix_at_resume=s.prefix)
+
+    def reload(self, op, s: State, after: State, where: str) -> None:
+        path = op.params[0]
+        self.ctx.client.reload_weights(self.ctx.checkpoints[path] if path else None)
+
+    def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
+        resets = model.resets_prefix_cache(s)
+        oracle.equal(
+            "api.reset_prefix_cache_result",
+            self.ctx.client.reset_prefix_cache(blocks_held=not resets),
+            model.reset_prefix_cache_result(self.version, self.ctx.door, resets),
+            f"walk {where}",
+        )
+
+    # --- after every step -------------------------------------------------------------------------
+    def check_state(self, s: State, where: str) -> None:
+        ctx = self.ctx
+        sleeping, gauge = model.flags(s, self.version)
+        expect.state(ctx.client, sleeping=sleeping, gauge=gauge, step=f"walk {where}")
+        expect.healthy(ctx.client, f"walk {where}")
+        ended = [o for o in self.open if o.future.done()]
+        if ended:
+            oracle.fail(
+                model.held_oracle(s),
+                f"walk {where}: requests that must wait in ({s.describe()})",
+                [(o.kind, o.op_name, expect.ended_how(o.future, ctx.client)) for o in ended],
+                "all still open",
+            )
+        band = model.device_band(s, ctx.sizes, ctx.cell_id)
+        device = settled_gpu_bytes(
+            ctx.server, f"walk {where}", done=lambda b: not band.violations(b), recorder=ctx.recorder
+        )
+        host = host_memory.server_host_memory(ctx.server)[0].rss
+        hband = model.host_band(s, self.version, ctx.host_awake, ctx.sizes.weights_bytes, ctx.cell_id)
+        # host_awake beside each reading: the walk's host drift over a run is read from its logs.
+        ctx.recorder.record("", "walk_bytes", device, "bytes", host=host, host_awake=ctx.host_awake, state=s.describe())
+        with oracle.together():
+            for b in band.violations(device):
+                oracle.fail(b.oracle, f"walk {where}: GPU bytes of the server ({b.what})", device, b.value, b.relation)
+            for b in hband.violations(host):
+                oracle.fail(
+                    b.oracle,
+                    f"walk {where}: host bytes of the server's processes ({b.what})",
+                    host,
+                    b.value,
+                    b.relation,
+                )
+
+    def ran(self, step, index: int) -> None:
+        """One record per step that ran (tools/bench/bazel_runs reads the walk's step seconds from them)."""
+        self.ctx.recorder.record(
+            "", "walk_step", index, "step", op=str(step.op), before=step.before.describe(), after=step.after.describe()
+        )
+
+    def probe_cache(self, s: State, where: str) -> None:
+        self._generate_cached(None, s, where)
+
+    def look_at_emptied_cache(self, s: State, where: str) -> None:
+        """A cache that should be empty is seen to be only by a request of the long prompt, which fills
+        it again; the walk then resets, so the state is the plan's again."""
+        c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
+        oracle.equal(
+            "prefix_cache.hit_iff_cached",
+            bool(c.cached_tokens),
+            False,
+            f"walk: the long prompt, {where}: cached tokens {c.cached_tokens!r} in ({s.describe()})",
+        )
+        oracle.equal(
+            "api.reset_prefix_cache_result",
+            self.ctx.client.reset_prefix_cache(),
+            model.reset_prefix_cache_result(self.version, self.ctx.door),
+            f"walk: the reset after looking, {where}",
+        )
+
+    # --- terminal pairs ---------------------------------------------------------------------------
+    def terminal(self, op, s: State, pin: thresholds.Pin, where: str) -> None:
+        """The call, then everything observable after it, against the pin (its `expected`: the answer's
+        status, /is_sleeping, the gauge, /health, and how a request sent afterwards ends)."""
+        client = self.ctx.client
+        if op.name == "wake":
+            tags = op.params[0]
+            resp = client.wake_up(list(tags) if tags is not None else None, check=False)
+        else:
+            path = op.params[0]
+            resp = client.raw(
+                "POST",
+                "/collective_rpc",
+                json={
+                    "method": "reload_weights",
+                    **({"kwargs": {"weights_path": self.ctx.checkpoints[path]}} if path else {}),
+                },
+            )
+        want = pin.expected
+        seen = {"status": resp.status_code}
+        if "is_sleeping" in want:
+            seen["is_sleeping"] = client.is_sleeping()
+        if "gauge" in want:
+            seen["gauge"] = expect.fmt(client.sleep_state())
+            gauge = model.flags(s, self.version)[1] if want["gauge"] == thresholds.UNCHANGED else want["gauge"]
+            want = {**want, "gauge": expect.fmt(gauge)}
+        if "health" in want:
+            seen["health"] = client.health_status()
+        if "request" in want:
+            seen["request"] = self._terminal_request()
+        oracle.equal(
+            ops.TERMINAL_ORACLES[pin.entry.name],
+            seen,
+            {k: want[k] for k in seen},
+            f"walk {where}, {pin.describe()}; body {resp.text[:200]}",
+        )
+
+    def _terminal_request(self) -> str:
+        """How a request sent after a terminal pair ends, in a word: "golden" (the serving checkpoint's),
+        "other tokens", "error" (a non-200 answer) or "held" (no answer within the wait)."""
+        client = self.ctx.client
+        window = thresholds.get("held_request_window_s")
+        if self.ctx.door_cannot_stream:
+            return self._terminal_request_whole(window)
+        result = client.complete_stream(PROMPTS[0], GOLDEN_MAX_TOKENS, timeout_s=window)
+        silent = result.status == 200 and not any(result.token_ids) and result.finish_reasons == [None]
+        if silent and result.timed_out:
+            return "held"  # accepted, then nothing within the window
+        if result.error is not None or result.finish_reasons != ["length"]:
+            return "error"
+        return self._served(result.token_ids[0])
+
+    def _served(self, token_ids) -> str:
+        """ "golden" if a finished terminal request served checkpoint A's golden, else "other tokens"."""
+        return "golden" if token_ids == self._golden("A").greedy[PROMPTS[0]].token_ids[0] else "other tokens"
+
+    def _terminal_request_whole(self, window: float) -> str:
+        """_terminal_request through a door without a stream: the request answered whole, "held" when it
+        has no answer within the window (the server is not walked after a terminal pair, so a request
+        left open there ends with it)."""
+        client = self.ctx.client
+        body = client.completion_body(PROMPTS[0], GOLDEN_MAX_TOKENS)
+        try:
+            resp = client.raw("POST", "/v1/completions", json=body, timeout=window)
+        except requests.ReadTimeout:
+            return "held"  # accepted, then no answer within the window
+        choices = resp.json().get("choices") if resp.status_code == 200 else None
+        if not choices or choices[0].get("finish_reason") != "length":
+            return "error"
+        return self._served(choices[0].get("token_ids"))

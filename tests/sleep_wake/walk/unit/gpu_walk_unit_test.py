@@ -1,0 +1,201 @@
+"""The GPU tier's judgement of a request that must end (an abort's, a wait drain's) or wait: a stream that
+went silent past its own read timeout, or broke off, is no answer on any server, never an oracle's
+verdict. And its close after a failed step: a request the failure left held ends at once, not at its
+client timeout."""
+
+import concurrent.futures
+import contextlib
+import threading
+import types
+
+import pytest
+
+from tests.core import liveness, metrics, oracle, thresholds
+from tests.core.background import background
+from tests.core.client import SleepWakeClient, StreamResult
+from tests.sleep_wake.walk import gpu_walk
+
+_AFTER_KEEP = gpu_walk.model.State(level=0, pause=gpu_walk.model.PAUSE_ALL, gauge_level=0)  # a level-0 keep
+
+
+class _Client:
+    """The client's own stream judgement (SleepWakeClient.check_stream) over a server whose liveness
+    the test sets."""
+
+    check_stream = SleepWakeClient.check_stream
+
+    def __init__(self, live: bool):
+        self.live = live
+
+    def version(self) -> str:
+        return "0.26.0"
+
+    def confirm_live(self, what: str, dead_liveness: str = "server.healthy") -> None:
+        if not self.live:
+            raise liveness.NoAnswer(f"{what}: GET /health: no answer")
+
+
+def _subject(live: bool, client=None) -> gpu_walk.GpuSubject:
+    ctx = gpu_walk.Context(
+        server=None,
+        client=client or _Client(live),
+        recorder=None,
+        cell_id="unit",
+        checkpoints={},
+        goldens={},
+        sizes=None,
+        host_awake=0,
+    )
+    return gpu_walk.GpuSubject(ctx)
+
+
+def _open(result: StreamResult) -> gpu_walk.Open:
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_result(result)
+    return gpu_walk.Open(future=future, kind="held", op_name="generate_stream", prompt="p")
+
+
+def _silent() -> StreamResult:
+    return StreamResult(
+        finish_reasons=[None],
+        token_ids=[[7]],
+        num_tokens=1,
+        error="timeout after 60 s: read",
+        timed_out=True,
+        status=200,
+    )
+
+
+def test_a_stream_silent_past_its_timeout_is_no_answer_even_on_a_live_server():
+    """A timeout is never an oracle's verdict: it used to fail the waiting oracle (an abort's time, a
+    drain's end), so a host too loaded to serve in time killed mutants."""
+    with pytest.raises(liveness.NoAnswer, match="on a live server") as e:
+        _subject(live=True)._end_of(_open(_silent()), "the drained request")
+    assert e.value.liveness == "api.answers" and not isinstance(e.value, oracle.OracleFailure)
+
+
+def test_a_stream_silent_on_a_server_that_is_not_live_is_errored_not_a_verdict():
+    with pytest.raises(liveness.NoAnswer, match="GET /health: no answer"):
+        _subject(live=False)._end_of(_open(_silent()), "the drained request")
+
+
+def test_a_stream_that_ended_is_returned_for_its_own_oracles_with_the_seconds_it_took():
+    ended = StreamResult(finish_reasons=["length"], token_ids=[[7, 8]], num_tokens=2, error=None, status=200)
+    value, seconds = _subject(live=True)._end_of(_open(ended), "the drained request")
+    assert value is ended and 0 <= seconds < 1
+
+
+def test_a_held_request_that_broke_off_inside_the_window_is_errored_not_held():
+    """_judge_held_open: a stream that ended by a broken connection is no answer of the server, so the held
+    oracle must not fire on it (it did: only stream.done() was looked at)."""
+    broken = StreamResult([None], [[]], 0, "transport error: ConnectionResetError", transport=True, status=200)
+    with pytest.raises(liveness.Unreachable):
+        _subject(live=True)._judge_held_open(_open(broken).future, _AFTER_KEEP, "the frozen request")
+    answered = StreamResult(["length"], [[7]], 1, None, status=200)
+    with pytest.raises(oracle.OracleFailure) as e:
+        _subject(live=True)._judge_held_open(_open(answered).future, _AFTER_KEEP, "the frozen request")
+    assert e.value.oracle_id == gpu_walk.model.held_oracle(_AFTER_KEEP)
+
+
+# Longer than any close that wakes the engine first, far shorter than a client timeout.
+HELD_WAIT_S = 10.0
+
+
+class _AsleepClient(_Client):
+    """A live server asleep until the test's wake_everything, which ends the request it holds."""
+
+    def __init__(self):
+        super().__init__(live=True)
+        self.wakes = 0
+        self.ended = threading.Event()  # the held request's end
+
+    def health(self) -> bool:
+        return True
+
+    def is_sleeping(self) -> bool:
+        return self.wakes == 0
+
+    def wake_everything(self) -> None:
+        self.wakes += 1
+        self.ended.set()
+
+
+def _held(subject: gpu_walk.GpuSubject, client: _AsleepClient) -> concurrent.futures.Future:
+    """A request a keep froze, as the tier keeps it open: on a pool of its own that outlives its step."""
+    stack = contextlib.ExitStack()
+    pool = stack.enter_context(background(client, workers=1))
+    future = pool.submit(client.ended.wait, HELD_WAIT_S)
+    subject.open.append(gpu_walk.Open(future, "held", "generate_stream", "p", pool=stack))
+    return future
+
+
+def test_a_close_while_a_step_failure_propagates_wakes_the_engine_so_the_held_request_ends_now():
+    client = _AsleepClient()
+    subject = _subject(live=True, client=client)
+    held = _held(subject, client)
+    with pytest.raises(oracle.OracleFailure):
+        try:
+            oracle.fail("requests.held_until_resident", "a step", 1, 0, "==")
+        finally:
+            subject.close()
+    assert client.wakes == 1 and held.result(timeout=HELD_WAIT_S) is True  # ended by the wake, not its wait
+
+
+def test_a_close_after_walks_that_passed_wakes_nothing():
+    client = _AsleepClient()
+    subject = _subject(live=True, client=client)
+    held = _held(subject, client)
+    threading.Timer(0.2, client.ended.set).start()  # the request ends on its own
+    subject.close()
+    assert held.result(timeout=0) is True and client.wakes == 0
+
+
+class _ReloadAsleepClient(_Client):
+    """A live server answering a reload while the weights sleep as vLLM does (500, asleep, /health 200, a
+    request held), its gauge what the test sets."""
+
+    def __init__(self, gauge: dict):
+        super().__init__(live=True)
+        self.gauge = gauge
+
+    def raw(self, method, path, **kw):
+        return types.SimpleNamespace(status_code=500, text="CUDA error: invalid argument")
+
+    def is_sleeping(self) -> bool:
+        return True
+
+    def sleep_state(self) -> dict:
+        return self.gauge
+
+    def health_status(self) -> int:
+        return 200
+
+    def complete_stream(self, prompt, max_tokens, timeout_s):
+        return StreamResult([None], [[]], 0, f"timeout after {timeout_s:g} s", timed_out=True, status=200)
+
+
+_LEVEL1 = gpu_walk.model.State(
+    level=1, asleep_tags=frozenset(gpu_walk.model.TAGS), pause=gpu_walk.model.PAUSE_ALL, gauge_level=1
+)
+_RELOAD = types.SimpleNamespace(name="reload", params=(None,))
+
+
+def test_the_reload_probe_checks_the_gauge_is_the_state_s_before_it():
+    """A failed reload writes no gauge: the pin's "unchanged" is the gauge of the state probed (it was left
+    out of the pin, so a reload that wrote the gauge passed the probe)."""
+    pin = thresholds.divergence("reload_while_weights_asleep", "0.26.0")
+    level1 = metrics.GAUGE_BY_LEVEL[1]
+    _subject(live=True, client=_ReloadAsleepClient(dict(level1))).terminal(_RELOAD, _LEVEL1, pin, "probe")
+    with pytest.raises(oracle.OracleFailure) as e:
+        wrote = _ReloadAsleepClient(dict(metrics.GAUGE_AWAKE))
+        _subject(live=True, client=wrote).terminal(_RELOAD, _LEVEL1, pin, "probe")
+    assert e.value.oracle_id == "api.reload_while_weights_asleep" and "gauge" in str(e.value)
+
+
+def test_every_terminal_pin_observes_the_whole_state():
+    """After a probe the answer, both flags, /health and a request's outcome are all checked: a key left out
+    of a pin is a check the probe silently skips (gpu_walk.terminal compares the pin's keys only)."""
+    whole = {"status", "is_sleeping", "gauge", "health", "request"}
+    for name in gpu_walk.ops.TERMINAL_ORACLES:
+        observed = thresholds.KNOWN_DIVERGENCES[name].observed
+        assert set(observed) == whole, f"{name}: its observed pin checks {sorted(observed)}, not {sorted(whole)}"
