@@ -68,10 +68,10 @@ class TrainerProcess:
             with self._allocation("trainer"):
                 if self._proc is None:
                     self._proc = self._start()
-                assert self._proc.stdin is not None and self._proc.stdout is not None
-                self._proc.stdin.write(json.dumps({"hold": checkpoint}) + "\n")
-                self._proc.stdin.flush()
-                line = self._proc.stdout.readline()
+                stdin, stdout = _pipes(self._proc)
+                stdin.write(json.dumps({"hold": checkpoint}) + "\n")
+                stdin.flush()
+                line = stdout.readline()
             if not line:
                 raise TrainerError(
                     f"the trainer process exited ({self._proc.poll()}) while loading {checkpoint}: see its stderr above"
@@ -92,13 +92,19 @@ class TrainerProcess:
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
-        assert proc.stdin is not None
         try:
-            proc.stdin.close()  # end of input: the child exits, releasing its tensors
+            _pipes(proc)[0].close()  # end of input: the child exits, releasing its tensors
             proc.wait(timeout=ANSWER_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _pipes(proc: subprocess.Popen):
+    """The child's stdin and stdout, which _start always opens."""
+    if proc.stdin is None or proc.stdout is None:
+        raise TrainerError("the trainer process was started without its pipes")
+    return proc.stdin, proc.stdout
 
 
 # --- the child ------------------------------------------------------------------------------------------

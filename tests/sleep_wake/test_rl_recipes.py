@@ -24,7 +24,7 @@ import pytest
 from tests.core import expect, goldens, memory, metrics, oracle, pushes, servers, thresholds
 from tests.core.background import background, generated_tokens, wait_decoding
 from tests.core.prompts import CHECKPOINT_GOLDEN_PROMPTS, LONG_PROMPTS, PROMPTS
-from tests.sleep_wake.walk import model
+from tests.core.walk import model
 from tools.launcher import door_host
 from tools.launcher.config import resolve_model
 
