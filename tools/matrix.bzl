@@ -110,10 +110,10 @@ GOLDEN_CLASSES = {
 # the smallest that deals no shard more than two walks: a shard dealt none would start a server for nothing.
 SHARD_COUNTS = {
     "state_walk": {
-        "http": {"eager": 21, "graph": 21},
-        "async_llm": {"graph": 21},
-        "llm": {"graph": 9},
-        "llm_colocate": {"graph": 9},
+        "http": {"eager": 31, "graph": 31},
+        "async_llm": {"graph": 31},
+        "llm": {"graph": 11},
+        "llm_colocate": {"graph": 10},
     },
 }
 

@@ -267,6 +267,11 @@ _LIST = [
         "tier's stand-in for the checkpoint a reload loads, which its fake worker does not tell apart)",
     ),
     Oracle(
+        "weights.push_reaches_worker",
+        "a push's load_weights call reaches the worker once (the engine tier's stand-in for the checkpoint a "
+        "push loads, which its fake worker does not tell apart)",
+    ),
+    Oracle(
         "weights.served_after_plain_reload",
         "reload_weights without a path loads the checkpoint pinned "
         "per release (the one started on, or the last pushed)",
@@ -324,10 +329,13 @@ _LIST = [
     ),
     Oracle(
         "api.resume_while_asleep",
-        "/resume while a tag still sleeps, then a request: the pause lifted and the request held until every tag"
-        " is resident, or as pinned per release (resume_while_kv_cache_asleep)",
+        "/resume while a tag still sleeps, then a request: scheduling kept paused and the request held until"
+        " every tag is resident, or as pinned per release (resume_while_kv_cache_asleep)",
     ),
-    Oracle("flags.is_paused", "/is_paused is true from /pause until /resume (or a wake that resumes scheduling)"),
+    Oracle(
+        "flags.is_paused",
+        "/is_paused is true from a /pause or a /sleep until /resume or the wake that resumes scheduling",
+    ),
     Oracle(
         "api.wait_mode",
         "a sleep with mode wait is accepted and sleeps, or is refused, as pinned per release and front door",

@@ -764,15 +764,18 @@ KNOWN_DIVERGENCES = {
         ),
         KnownDivergence(
             name="resume_while_kv_cache_asleep",
-            # /resume after a level-1 sleep and a weights-only wake, then a request within the held window.
-            documented={"is_paused": False, "request": "held"},  # #44483: nothing runs until every tag is resident
+            # /resume while a tag is asleep (the recipe: after a level-1 sleep and a weights-only wake; the
+            # walk's probes: at each level and set of tags asleep), then a request within the held window.
+            # Documented: scheduling stays paused until every tag is resident, as #44483 made the wake do.
+            documented={"is_paused": True, "request": "held"},
             observed={"is_paused": False, "request": "engine dead"},
             versions=("0.24.0", "0.25.0", "0.26.0"),
             reason=(
                 "EngineCore.resume_scheduler sets the scheduler unpaused with no look at the executor's "
                 "sleeping tags (v1/engine/core.py 0.26.0 line 852; the same in 0.24.0 and 0.25.0), so the "
-                "request that follows is scheduled and its forward reads the KV cache's unmapped pool: the "
-                "CUDA error kills the engine core; read from the source, to be held on the H200"
+                "request that follows is scheduled and its forward reads the unmapped pool (the KV cache's, "
+                "or the weights' where they still sleep): the CUDA error kills the engine core; read from "
+                "the source, to be held on the H200"
             ),
             # The routes and AsyncLLM methods that reach it; vllm.LLM has no resume_generation.
             doors=("http", "async_llm"),

@@ -1,9 +1,10 @@
 """The state walk: planned, seeded sequences of every operation a sleep-mode client can send (generates,
 also while paused or asleep; sleeps of every level and pause mode with and without requests in flight or
-waiting; staged, full, two-tag and tag-plus-scheduling wakes; unknown tags; weight pushes and reloads;
-prefix-cache resets; misuse), each step judged against the model of tests/core/walk (flags, gauge,
-health, GPU and host bytes, golden output of the serving checkpoint, cached tokens, how requests in
-flight and waiting end) by the oracles.
+waiting; staged, full, two-tag and tag-plus-scheduling wakes; unknown tags; reloads from disk and pushes
+of tensors and CUDA-IPC handles as RL trainers push; /pause with each mode and clear_cache, and /resume,
+where the door has them; prefix-cache resets; misuse), each step judged against the model of
+tests/core/walk (flags, gauge, /is_paused, health, GPU and host bytes, golden output of the serving
+checkpoint, cached tokens, how requests in flight and waiting end) by the oracles.
 
 One seeded plan (each cell its own seed, plan.cell_seed) visits every reachable (situation, operation)
 pair of the model; its walks are dealt out over SHARDS test classes, one per Bazel shard (tools/matrix.bzl
@@ -47,7 +48,16 @@ def _goldens(cell, name: str, checkpoint: str) -> gpu_walk.Goldens:
 
 
 @pytest.fixture(scope="class")
-def walk_context(server, client, recorder, cell):
+def walk_trainer(client):
+    """The RL trainer beside the server (tests/core/trainer.py), for the walk's pushes that cross processes;
+    started on its first push."""
+    trainer = servers.trainer_class()(client.allocation)
+    yield trainer
+    trainer.close()
+
+
+@pytest.fixture(scope="class")
+def walk_context(server, client, recorder, cell, walk_trainer):
     """Both checkpoints' goldens, from fresh servers of this cell (the golden actions), and the readings
     every band is relative to, taken on this fresh server before any sleep, push or reload."""
     checkpoints = {"A": resolve_model(server.config.model), "B": resolve_model(os.environ["SLEEPWAKE_MODEL_B"])}
@@ -70,7 +80,9 @@ def walk_context(server, client, recorder, cell):
         server.config.kv_cache_bytes,
     )
     host_awake = host_memory.server_host_memory(server)[0].rss
-    return gpu_walk.Context(server, client, recorder, cell.id, checkpoints, taken, sizes, host_awake, cell.door)
+    return gpu_walk.Context(
+        server, client, recorder, cell.id, checkpoints, taken, sizes, host_awake, cell.door, walk_trainer
+    )
 
 
 def _walk(shard: int, walk_context, recorder) -> None:

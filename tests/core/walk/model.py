@@ -50,15 +50,19 @@ class State:
       it, abstract.py sleep returns when already sleeping), 0 while only scheduling is paused, None
       when fully awake.
     asleep_tags: the executor's sleeping tags.
-    pause: the scheduler's pause (PAUSE_NEW, PAUSE_ALL or None); it is lifted only once no tag is
-      asleep (core.py wake_up).
+    pause: the scheduler's pause (PAUSE_NEW, PAUSE_ALL or None), by a /sleep or a /pause alike (both are
+      core.py pause_scheduler); a wake lifts it only once no tag is asleep (core.py wake_up), /resume
+      whatever sleeps (core.py resume_scheduler: with a tag asleep that is a terminal pair).
     gauge_level: the level of the last /sleep, None once a /wake_up came after it: the gauge shows
-      what vLLM wrote last (async_llm.py sleep and wake_up each call record_sleep_state).
+      what vLLM wrote last (async_llm.py sleep and wake_up each call record_sleep_state; /pause and
+      /resume write nothing, so after a level-0 sleep lifted by /resume it still reads level 0).
     weights: what the weights pool holds once resident: "A", "B", or None for garbage (a level-2 sleep
       keeps no copy; it stays garbage until a reload). While a level-1 sleep holds the host copy, the
       copy's checkpoint.
     model_path: what reload_weights without a path loads: the last checkpoint pushed with a path
-      (known divergence reload_without_path_loads_last_pushed, which the transitions assume).
+      (known divergence reload_without_path_loads_last_pushed, which the transitions assume). A push of
+      tensors (operations.push: the model's load_weights, past reload_weights) does not move it, so the
+      weights may differ from it: a later reload without a path then loads it (TRL #5312's revert).
     host_cached: PyTorch's caching host allocator holds a weight-sized pinned block since a level-1
       copy was given back by a wake (known divergence host_copy_cached_after_wake). Nothing short of
       a restart clears it, so plan.py leaves it out of coverage pairs.
@@ -68,9 +72,10 @@ class State:
     held: a streaming request a keep sleep froze mid-decode, by the weights that computed its first
       tokens ("A", "B" or GARBAGE); None when there is none. It finishes once scheduling resumes.
     held_kv: the held request still owns its KV blocks (a level-0 keep: it sits in the running queue
-      and resumes where it stopped); False once a level >= 1 sleep's cache reset preempted it to the
-      waiting queue (scheduler.py reset_prefix_cache(reset_running_requests=True)): the wake
-      recomputes its prompt and tokens so far, then it goes on.
+      and resumes where it stopped); False once a cache reset preempted it to the waiting queue (a
+      level >= 1 sleep's, or a /pause with clear_cache: scheduler.py
+      reset_prefix_cache(reset_running_requests=True)): the wake or /resume that runs it recomputes its
+      prompt and tokens so far, then it goes on.
     queued: the kinds of requests sent while scheduling was paused (QUEUED_KINDS), waiting in the
       scheduler's queue until scheduling resumes or an abort sleep ends them.
     """
@@ -152,14 +157,15 @@ def _inconsistency(s: State) -> str | None:
         return f"pauses are {PAUSES}"
     if s.weights not in CHECKPOINTS + (None,) or s.model_path not in CHECKPOINTS:
         return f"checkpoints are {CHECKPOINTS}"
-    if s.weights not in (s.model_path, None):
-        return "a reload sets weights and model path alike, and a wake brings back what was loaded last"
     if s.asleep_tags and not (s.paused and s.level in (1, 2)):
         return "a tag asleep means a level-1 or level-2 sleep with scheduling paused"
     if not s.asleep_tags and s.level != (0 if s.paused else None):
         return "with no tag asleep the level is 0 while paused, None otherwise"
-    if not s.paused and s.gauge_level is not None:
-        return "scheduling resumes only in a wake, which writes the awake gauge"
+    if not s.paused and s.gauge_level not in (None, 0):
+        return (
+            "scheduling resumes in a wake, which writes the awake gauge, or in a /resume, which only a "
+            "level-0 sleep's pause leaves to lift (with a tag asleep it is a terminal pair)"
+        )
     if s.prefix not in (None, GARBAGE) + CHECKPOINTS or s.held not in (None, GARBAGE) + CHECKPOINTS:
         return f"blocks and tokens are computed with {CHECKPOINTS} or {GARBAGE}"
     if (s.held is not None or s.queued) and not s.paused:
@@ -169,8 +175,6 @@ def _inconsistency(s: State) -> str | None:
             "a held request keeps its KV blocks only under a level-0 keep: a new-requests pause "
             "drains it, a level >= 1 sleep's cache reset preempts it"
         )
-    if s.held is not None and not s.held_kv and not s.asleep_tags:
-        return "a preempted request runs again with the wake that leaves no tag asleep"
     if not set(s.queued) <= set(QUEUED_KINDS):
         return f"queued requests are of the kinds {QUEUED_KINDS}"
     return None
@@ -223,6 +227,12 @@ class Band:
 def sleeping(state: State) -> bool:
     """/is_sleeping (core.py:916-918): the scheduler paused or a tag asleep."""
     return state.paused or bool(state.asleep_tags)
+
+
+def is_paused(state: State) -> bool:
+    """/is_paused (core.py is_scheduler_paused): the scheduler's pause, whether a /sleep or a /pause set it
+    [oracle flags.is_paused]."""
+    return state.paused
 
 
 def flags(state: State, version: str) -> tuple[bool, dict]:

@@ -140,6 +140,12 @@ def render() -> str:
         "|---|---|---|---|---|---|",
     ]
     lines += [_summary_row(door, d) for door, d in doors.items()]
+    lines += ["", "## Outside the walk's model", ""]
+    lines += [
+        "What a client can send that the model holds no operation for (operations.NOT_MODELLED), and why:",
+        "",
+    ]
+    lines += [f"- {what}: {why}." for what, why in ops.NOT_MODELLED.items()]
     lines.append("")
     shown: dict = {}
     for door, d in doors.items():

@@ -16,6 +16,19 @@ Effects follow vLLM 0.26.0 (0.24.0 and 0.25.0 alike on these lines):
     every /wake_up.
   * reload_weights(path) (gpu_model_runner.py:5517-5519): loads `path`, or the model path, into the
     weights pool and keeps `path` as the model path; it leaves the prefix cache as it was.
+  * a push of checkpoint A or B (tests/core/pushes.py, the ways RL trainers push: tensors made in the
+    engine's process, or CUDA-IPC handles of a trainer process's tensors) hands the tensors to the
+    model's load_weights through the suite's worker extension (tools/launcher/weight_receiver.py), past
+    reload_weights: the weights pool holds the checkpoint, the model path stays, so a later reload
+    without a path loads the model path (TRL #5312's revert); the prefix cache keeps its blocks, stale
+    once other weights serve.
+  * /pause?mode=M&clear_cache=C (AsyncLLM.pause_generation; serve/dev/rlhf/api_router.py) is a sleep's
+    scheduler pause alone (EngineCoreProc.pause_scheduler, core.py:1764-1803): the same modes, the
+    caches reset with reset_running_requests once the engine is idle when C (core.py _reset_caches:
+    a keep's frozen request is preempted, its KV dropped), no executor sleep and no gauge write.
+    /resume (core.py:852-854 resume_scheduler) lifts the pause with no look at the executor: the
+    waiting requests run, and with a tag asleep that is a terminal pair (the gauge stays what the last
+    /sleep wrote). /is_paused reads the scheduler's pause, which a /sleep sets too.
 Where a release answers otherwise than the API documents and the server is no longer usable after it
 (terminal()), the walk probes the pair as a shard's last step (plan.terminal_probes).
 Through an in-process front door (tools/matrix.bzl FRONT_DOORS) the same model holds; what the door cannot
@@ -27,9 +40,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.core import oracle, thresholds
+from tests.core import oracle, pushes, thresholds
 from tests.core.walk import model
-from tests.core.walk.model import KV_CACHE, PAUSE_ALL, PAUSE_NEW, WEIGHTS, State
+from tests.core.walk.model import CHECKPOINTS, KV_CACHE, PAUSE_ALL, PAUSE_NEW, WEIGHTS, State
 from tools.launcher import door_host
 from tools.matrix import HTTP
 
@@ -45,6 +58,11 @@ WAKE_TAGS = (
     (KV_CACHE, "scheduling"),
 )
 RELOAD_PATHS = (None, "A", "B")
+# The ways a push moves tensors into the engine (tests/core/pushes.py): from disk stays `reload`; vLLM's
+# native weight-transfer API needs ray, which the venv lacks (docs/walk/not-walked.md).
+PUSH_WAYS = (pushes.TENSOR, pushes.IPC)
+# /pause's clear_cache, as the query spells it.
+CLEAR_CACHE = {"true": True, "false": False}
 GENERATES = ("generate_fresh", "generate_cached", "generate_n4", "generate_stream")
 # Requests in flight when a /sleep lands: none, one stream mid-decode, or (mode wait) that stream and a
 # second request sent while the sleep drains the first.
@@ -53,18 +71,56 @@ IN_FLIGHT_COUNTS = (0, 1, 2)
 # tags as given (serve/dev/sleep/api_router.py:24-41), and the engine ignores a sleep while asleep, a
 # wake while awake and a tag that is not asleep. A terminal pair's answer is pinned per release.
 EXPECTED_STATUS = 200
-# What the walk checks after every step, whatever the operation (plus model.device_band/host_band).
+# What the walk checks after every step, whatever the operation (plus model.device_band/host_band), and
+# /is_paused where the door can ask (after_every_step).
 AFTER_EVERY_STEP = ("flags.is_sleeping", "flags.gauge", "server.healthy")
+IS_PAUSED = "flags.is_paused"
 _NONE = "-"  # a parameter left out in a token: a full wake, a reload without a path
 # Known divergences that end a server's usable life where they apply, so a walk probes them last.
 FULL_WAKE_REMAPS = "full_wake_remaps_resident_pool"
 KV_FIRST_AFTER_LEVEL2 = "kv_first_wake_after_level2_restores_into_unmapped_weights"
 RELOAD_ASLEEP = "reload_while_weights_asleep"
+RESUME_ASLEEP = "resume_while_kv_cache_asleep"
 # The oracle each terminal pair's probe fails: its call's answer and the whole state after it.
 TERMINAL_ORACLES = {
     FULL_WAKE_REMAPS: "api.full_wake_from_partial",
     KV_FIRST_AFTER_LEVEL2: "api.kv_first_wake_after_level2",
     RELOAD_ASLEEP: "api.reload_while_weights_asleep",
+    RESUME_ASLEEP: "api.resume_while_asleep",
+}
+# What a client of the doors can send that the model holds no operation for, with why: not_walked.py lists
+# them beside the pairs. Each names the test that runs it instead.
+NOT_MODELLED = {
+    "worker-level sleep and wake (collective_rpc sleep / wake_up, verl before #6456)": (
+        "the workers unmap and map their pools past the executor's tag bookkeeping, the scheduler pause and "
+        "the prefix-cache reset (gpu_worker.py Worker.sleep / wake_up; abstract.py sleeping_tags stay "
+        "empty), so the model would need a second set of asleep tags the engine does not know: /is_sleeping "
+        "false, the gauge awake, the device bytes asleep, an engine-level wake a no-op, and every request a "
+        "forward over an unmapped pool that kills the engine (nothing holds it off them), as would a second "
+        "worker sleep or a wake of a resident pool (CUDA errors). All but the verl sequence's own states would "
+        "be pinned failures with no probe; that sequence (worker sleep level 2, worker wake of the weights, a "
+        "push, a prefix-cache reset, worker wake of the KV cache, a request) is "
+        "tests/sleep_wake/test_rl_recipes.py::TestRlRecipes::test_verl_worker_level_sleep, on the async_llm door"
+    ),
+    "push:native (vLLM's weight-transfer API: start_weight_update, update_weights, finish_weight_update)": (
+        "it needs the server started with its IPC backend (SLEEPWAKE_WEIGHT_TRANSFER=ipc), whose module imports "
+        "ray (vllm/distributed/weight_transfer/ipc_engine.py:11), which the suite's venv does not install, and "
+        "the walk cells' servers start without it; tests/sleep_wake/test_weight_sync.py takes the way on a cell "
+        "whose server has it (tests/core/pushes.py NativePush)"
+    ),
+    "push:disk": "it is the walk's reload:A and reload:B (collective_rpc reload_weights with weights_path)",
+    "/pause landing while a request decodes (OpenRLHF's and SkyRL's partial rollout)": (
+        "the walk's requests in flight land with sleeps, and sleep:0:<mode>:1 is the same scheduler pause "
+        "(core.py sleep at level 0 awaits pause_scheduler(mode, clear_cache=False)); a /pause then reaches the "
+        "request it froze, pause:keep:true preempting it as pause_generation(mode='keep') does. The sequences "
+        "with the /pause itself mid-decode: test_rl_recipes.py test_openrlhf_partial_rollout and "
+        "test_skyrl_fully_async"
+    ),
+    "a push while a request decodes (NeMo-RL's in-flight weight update)": (
+        "the walk pushes between steps, where no request runs (a request frozen or waiting under a pause does "
+        "meet the push: its end after the resume is judged); test_rl_recipes.py "
+        "test_nemo_rl_async_update_in_flight pushes mid-decode"
+    ),
 }
 # The classes of an operation the walk does not make in a state (LeftOut; not_walked.py lists the pairs).
 MEANINGLESS = "meaningless for the API"  # no client can send it there, or the door cannot send it at all
@@ -89,8 +145,9 @@ class LeftOut:
 @dataclasses.dataclass(frozen=True)
 class Operation:
     """name and params: sleep (level, mode, in_flight) with in_flight a count of IN_FLIGHT_COUNTS, wake
-    (tags,) with tags a tuple or None for a full wake, reload (path,) with path "A", "B" or None; the
-    generates and reset_prefix_cache take none. str() is the operation's token in a replay script
+    (tags,) with tags a tuple or None for a full wake, reload (path,) with path "A", "B" or None, push
+    (way, checkpoint) with way one of PUSH_WAYS, pause (mode, clear_cache); the generates,
+    reset_prefix_cache and resume take none. str() is the operation's token in a replay script
     (plan.script)."""
 
     name: str
@@ -104,7 +161,19 @@ class Operation:
             return "wake:" + ("+".join(self.params[0]) if self.params[0] is not None else _NONE)
         if self.name == "reload":
             return "reload:" + (self.params[0] or _NONE)
+        if self.name == "push":
+            return "push:%s:%s" % self.params
+        if self.name == "pause":
+            mode, clear_cache = self.params
+            return f"pause:{mode}:{'true' if clear_cache else 'false'}"
         return self.name
+
+    @property
+    def mode(self) -> str | None:
+        """The pause mode of a sleep or a /pause (MODES), None for any other operation."""
+        if self.name == "sleep":
+            return self.params[1]
+        return self.params[0] if self.name == "pause" else None
 
     def why_not(self, state: State, door: str = HTTP) -> str | None:
         """None when the model predicts this operation in `state` and `door` can send it, else the reason
@@ -113,7 +182,11 @@ class Operation:
         return left.reason if left else None
 
     def left_out(self, state: State, door: str = HTTP) -> LeftOut | None:
-        """why_not with its class."""
+        """why_not with its class: what the door cannot send at all first (it is meaningless there, pinned
+        or not elsewhere), then the model's preconditions, then vLLM's refusals and the door's limits."""
+        unsendable = door_cannot_send(self, door)
+        if unsendable:
+            return LeftOut(MEANINGLESS, unsendable)
         left = _left_out(self, state)
         if left:
             return left
@@ -137,6 +210,8 @@ class Operation:
         sleeping = model.sleeping(state)
         if self.name == "sleep" and sleeping:
             return "sleep while asleep"
+        if self.name == "resume" and not state.paused:
+            return "resume while not paused"
         if self.name != "wake":
             return None
         tags = self.params[0]
@@ -179,11 +254,10 @@ class Operation:
                     ids.append(model.held_oracle(after))
                 elif not (after.held or after.queued):
                     ids.append("requests.load_drains")
-            if mode == "abort" and (state.held or state.queued):
-                ids.append("requests.abort_aborts")
-            if mode == "wait" and state.held_kv:
-                ids += ["requests.ends_in_race"] + _resumed_oracles(state, state.held)
-        elif self.name == "wake" and (state.held or state.queued):
+            ids += _paused_requests_oracles(mode, state)
+        elif self.name == "pause":
+            ids += _paused_requests_oracles(self.mode, state)
+        elif self.name in ("wake", "resume") and (state.held or state.queued):
             after = self.apply(state)
             if after.paused:
                 ids.append(model.held_oracle(after))
@@ -197,6 +271,17 @@ class Operation:
         elif self.name == "reset_prefix_cache":
             ids.append("api.reset_prefix_cache_result")
         return tuple(dict.fromkeys(ids))
+
+
+def _paused_requests_oracles(mode: str, state: State) -> list:
+    """What judges a pause's (a sleep's or a /pause's) end of the requests that already waited in `state`:
+    an abort ends them all; a wait drains a level-0 keep's frozen request before it answers."""
+    ids = []
+    if mode == "abort" and (state.held or state.queued):
+        ids.append("requests.abort_aborts")
+    if mode == "wait" and state.held_kv:
+        ids += ["requests.ends_in_race"] + _resumed_oracles(state, state.held)
+    return ids
 
 
 def _resumed_oracles(state: State, origin: str | None) -> list:
@@ -217,7 +302,16 @@ def reload(path: str | None = None) -> Operation:
     return Operation("reload", (path,))
 
 
+def push(way: str, checkpoint: str) -> Operation:
+    return Operation("push", (way, checkpoint))
+
+
+def pause(mode: str = "abort", clear_cache: bool = True) -> Operation:
+    return Operation("pause", (mode, bool(clear_cache)))
+
+
 RESET_PREFIX_CACHE = Operation("reset_prefix_cache")
+RESUME = Operation("resume")
 
 ALL = (
     [Operation(name) for name in GENERATES]
@@ -231,6 +325,9 @@ ALL = (
     + [wake(tags) for tags in WAKE_TAGS]
     + [reload(path) for path in RELOAD_PATHS]
     + [RESET_PREFIX_CACHE]
+    + [push(way, checkpoint) for way in PUSH_WAYS for checkpoint in CHECKPOINTS]
+    + [pause(mode, clear) for mode in MODES for clear in CLEAR_CACHE.values()]
+    + [RESUME]
 )
 BY_TOKEN = {str(op): op for op in ALL}
 
@@ -251,7 +348,9 @@ def terminal(op: Operation, s: State) -> str | None:
         (allocated under the weights tag, gpu_worker.py:426), which is still unmapped
         (KV_FIRST_AFTER_LEVEL2; the fix, vllm-project/vllm#45619, was closed unmerged);
       * reload_weights while the weights are asleep: it writes the unmapped weights pool, and vLLM
-        has no guard (RELOAD_ASLEEP)."""
+        has no guard (RELOAD_ASLEEP);
+      * /resume while a tag is asleep: the scheduler runs the requests over the unmapped pool, since
+        resume_scheduler looks at no executor (core.py:852; RESUME_ASLEEP)."""
     if op.name == "wake":
         if op.params[0] is None and 0 < len(s.asleep_tags) < len(model.TAGS):
             return FULL_WAKE_REMAPS
@@ -260,6 +359,8 @@ def terminal(op: Operation, s: State) -> str | None:
             return KV_FIRST_AFTER_LEVEL2
     if op.name == "reload" and WEIGHTS in s.asleep_tags:
         return RELOAD_ASLEEP
+    if op.name == "resume" and s.asleep_tags:
+        return RESUME_ASLEEP
     return None
 
 
@@ -275,6 +376,16 @@ def _executor_woken(tags, asleep: frozenset) -> frozenset:
     return asleep if tags is None else frozenset(tags)
 
 
+# A push while the weights sleep is pinned by the reload's probe, not probed on its own: the same write.
+PUSH_ASLEEP = (
+    f"known divergence {RELOAD_ASLEEP} by the same write: a push hands its tensors to the model's "
+    "load_weights (tools/launcher/weight_receiver.py WeightReceiver._sleepwake_load; TRL's in-process "
+    "load_weights alike), which copies them into the parameters' storage, the weights pool a sleep "
+    "unmapped, as reload_weights does (gpu_model_runner.py:5480-5530); vLLM guards neither, and the "
+    "reload's probe (reload:B, at each level and set of tags asleep) pins what that write does to the server"
+)
+
+
 def _left_out(op: Operation, s: State) -> LeftOut | None:
     if op.name not in _APPLY:
         return LeftOut(MEANINGLESS, f"no operation named {op.name!r}")
@@ -285,6 +396,8 @@ def _left_out(op: Operation, s: State) -> LeftOut | None:
             f"known divergence {divergence}: on the releases it lists the server is not usable after it, "
             "so only a shard's last step makes it (plan.terminal_probes)",
         )
+    if op.name == "push" and WEIGHTS in s.asleep_tags:
+        return LeftOut(PINNED, PUSH_ASLEEP)
     if op.name in GENERATES:
         if op.name == "generate_cached" and not model.can_run(s) and "long" in s.queued:
             return LeftOut(
@@ -321,15 +434,32 @@ def door_refuses(op: Operation, door: str) -> str | None:
 WAIT_REFUSED = "llm_door_wait_mode_refused"
 
 
+def door_cannot_send(op: Operation, door: str) -> str | None:
+    """Why `door` has no such call at all, in any state (door_host.CANNOT), or None: no stream, no
+    pause_generation / resume_generation."""
+    if op.name == "generate_stream":
+        return door_host.cannot(door, "stream")
+    if op.name in ("pause", "resume"):
+        return door_host.cannot(door, "pause")
+    return None
+
+
 def door_why_not(op: Operation, s: State, door: str) -> str | None:
     """Why `door` cannot send op in s (door_host.CANNOT), or None. A request that would wait (scheduling
     paused) holds a one-call-at-a-time door's only call, so no wake could follow it: the door has no
     such pair, as it has no request in flight during a sleep and no stream."""
-    if op.name == "generate_stream":
-        return door_host.cannot(door, "stream")
+    unsendable = door_cannot_send(op, door)
+    if unsendable:
+        return unsendable
     if (op.name == "sleep" and op.params[2]) or (op.name in GENERATES and not model.can_run(s)):
         return door_host.cannot(door, "concurrent_calls")
     return None
+
+
+def after_every_step(door: str) -> tuple:
+    """The oracles every step's state is judged by through `door`: AFTER_EVERY_STEP, and /is_paused where
+    the door has it."""
+    return AFTER_EVERY_STEP + (() if door_host.cannot(door, "pause") else (IS_PAUSED,))
 
 
 # --- effects -------------------------------------------------------------------------------------
@@ -340,28 +470,49 @@ def _generate(op: Operation, s: State) -> State:
     return dataclasses.replace(s, prefix=s.prefix or model.served(s)) if long else s
 
 
-def _sleep(op: Operation, s: State) -> State:
-    level, mode, in_flight = op.params
+def _pause_scheduler(s: State, mode: str, clear_cache: bool, in_flight: int = 0) -> State:
+    """core.py pause_scheduler, which /sleep and /pause both await: abort ends every request, running or
+    waiting; wait lets the running ones finish first (PAUSED_NEW), and the waiting ones (and one arriving
+    during the drain) wait on; keep freezes them (PAUSED_ALL). clear_cache then resets the caches with
+    reset_running_requests, which preempts a frozen request to the waiting queue."""
     held, held_kv, queued = s.held, s.held_kv, s.queued
-    if mode == "abort":  # every request ends, running or waiting
+    if mode == "abort":
         held, held_kv, queued = None, False, frozenset()
-    elif mode == "wait":  # the running ones finish first; the waiting ones (and a late arrival) wait on
+    elif mode == "wait":
         if held_kv:
             held, held_kv = None, False
         if in_flight == 2:
             queued = queued | {"plain"}
     elif in_flight:  # keep: the request in flight freezes where it is
         held, held_kv = model.served(s), True
-    change = dict(
-        pause=PAUSE_ALL if mode == "keep" else PAUSE_NEW, gauge_level=level, held=held, held_kv=held_kv, queued=queued
-    )
-    if level >= 1:
-        change.update(prefix=None, held_kv=False)  # the cache reset preempts the running requests
-        if not s.asleep_tags:
-            change.update(level=level, asleep_tags=frozenset(model.TAGS), weights=s.weights if level == 1 else None)
-    elif not s.asleep_tags:
+    change = dict(pause=PAUSE_ALL if mode == "keep" else PAUSE_NEW, held=held, held_kv=held_kv, queued=queued)
+    if clear_cache:
+        change.update(prefix=None, held_kv=False)
+    if not s.asleep_tags:
         change["level"] = 0
     return dataclasses.replace(s, **change)
+
+
+def _sleep(op: Operation, s: State) -> State:
+    level, mode, in_flight = op.params
+    change: dict = dict(gauge_level=level)
+    if level >= 1 and not s.asleep_tags:
+        change.update(level=level, asleep_tags=frozenset(model.TAGS), weights=s.weights if level == 1 else None)
+    return dataclasses.replace(_pause_scheduler(s, mode, level >= 1, in_flight), **change)
+
+
+def _pause(op: Operation, s: State) -> State:
+    mode, clear_cache = op.params
+    return _pause_scheduler(s, mode, clear_cache)
+
+
+def _scheduling_resumed(s: State, **change) -> State:
+    """The scheduler unpaused (with `change` to the rest of the state): the held and waiting requests run,
+    and a waiting long prompt caches its blocks."""
+    resumed = dataclasses.replace(s, level=None, pause=None, held=None, held_kv=False, queued=frozenset(), **change)
+    if "long" in s.queued:
+        resumed = dataclasses.replace(resumed, prefix=s.prefix or model.served(resumed))
+    return resumed
 
 
 def _wake(op: Operation, s: State) -> State:
@@ -369,25 +520,20 @@ def _wake(op: Operation, s: State) -> State:
     host_cached = s.host_cached or (model.holds_host_copy(s) and WEIGHTS not in asleep)
     if asleep:
         return dataclasses.replace(s, asleep_tags=asleep, gauge_level=None, host_cached=host_cached)
-    resumed = dataclasses.replace(
-        s,
-        level=None,
-        asleep_tags=frozenset(),
-        pause=None,
-        gauge_level=None,
-        host_cached=host_cached,
-        held=None,
-        held_kv=False,
-        queued=frozenset(),
-    )
-    if "long" in s.queued:  # the waiting long prompt runs and caches its blocks
-        resumed = dataclasses.replace(resumed, prefix=s.prefix or model.served(resumed))
-    return resumed
+    return _scheduling_resumed(s, asleep_tags=frozenset(), gauge_level=None, host_cached=host_cached)
+
+
+def _resume(op: Operation, s: State) -> State:
+    return _scheduling_resumed(s) if s.paused else s
 
 
 def _reload(op: Operation, s: State) -> State:
     target = op.params[0] or s.model_path
     return dataclasses.replace(s, weights=target, model_path=target)
+
+
+def _push(op: Operation, s: State) -> State:
+    return dataclasses.replace(s, weights=op.params[1])
 
 
 def _reset(op: Operation, s: State) -> State:
@@ -400,14 +546,18 @@ _APPLY = {
     "wake": _wake,
     "reload": _reload,
     "reset_prefix_cache": _reset,
+    "push": _push,
+    "pause": _pause,
+    "resume": _resume,
 }
 
 
 def effect(op: Operation, state: State) -> State:
     """The state op leads to by the model's effects, also where the walk does not make it: a terminal
     pair on a release where its known divergence does not apply behaves as documented (a reload
-    while the weights are asleep is then refused and changes nothing)."""
-    if terminal(op, state) == RELOAD_ASLEEP:
+    while the weights are asleep is then refused and changes nothing; a /resume while a tag sleeps
+    leaves scheduling paused until every tag is resident, as a wake does since #44483)."""
+    if terminal(op, state) in (RELOAD_ASLEEP, RESUME_ASLEEP):
         return state
     return _APPLY[op.name](op, state)
 

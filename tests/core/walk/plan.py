@@ -65,7 +65,8 @@ class Situation:
     whether and how scheduling is paused, whether garbage serves, whether the long prompt's cached blocks
     were computed with the weights that serve ("fresh") or others ("stale"), the requests that wait
     (none, "waiting" in the queue, a "running" one a level-0 keep froze with its blocks), and for a
-    reload without a path, the checkpoint it loads. Not the pause mode: the two pauses differ only in
+    reload without a path, the checkpoint it loads and whether a push put other weights in the pool
+    (pushed: the reload reverts them, TRL #5312). Not the pause mode: the two pauses differ only in
     whether running requests are stepped (scheduler.py schedule), and a running request is there only
     under a keep's pause, so "running" says which pause holds; every sleep mode is walked in every
     situation, and the state keeps the pause for the predictions."""
@@ -77,6 +78,7 @@ class Situation:
     prefix: str
     requests: str
     reload_path: str | None = None
+    pushed: bool = False
 
     def describe(self) -> str:
         where = "awake" if self.level is None else f"level {self.level}"
@@ -92,13 +94,15 @@ class Situation:
             parts.append(f"a request {self.requests}")
         if self.reload_path:
             parts.append(f"model path {self.reload_path}")
+        if self.pushed:
+            parts.append("other weights pushed")
         return ", ".join(parts)
 
 
 def situation(state: State, op) -> Situation:
     requests = "running" if state.held_kv else ("waiting" if state.held or state.queued else "none")
     prefix = "none" if state.prefix is None else ("fresh" if state.prefix == model.served(state) else "stale")
-    reload_path = state.model_path if op.name == "reload" and op.params[0] is None else None
+    plain_reload = op.name == "reload" and op.params[0] is None
     return Situation(
         state.level,
         tuple(sorted(state.asleep_tags)),
@@ -106,7 +110,8 @@ def situation(state: State, op) -> Situation:
         state.weights is None,
         prefix,
         requests,
-        reload_path,
+        state.model_path if plain_reload else None,
+        plain_reload and state.weights not in (None, state.model_path),
     )
 
 
@@ -124,6 +129,7 @@ def pair_key(pair) -> tuple:
         sit.prefix,
         sit.requests,
         sit.reload_path or "",
+        sit.pushed,
         str(op),
     )
 
@@ -173,7 +179,8 @@ def step_kind(op) -> str:
     """The row of step_seconds.json an operation's cost is read from."""
     if op.name == "sleep" and op.params[2]:
         return "sleep_in_flight"
-    return op.name if op.name in ("reload", "wake", "sleep", "reset_prefix_cache") else "generate"
+    kinds = ("reload", "wake", "sleep", "reset_prefix_cache", "push", "pause", "resume")
+    return op.name if op.name in kinds else "generate"
 
 
 def step_millis(op) -> int:
@@ -283,12 +290,13 @@ def cell_seed(seed: int, cell_id: str) -> int:
 def reset_ops(state: State) -> list:
     """Operations that bring `state` home (INITIAL, but for host_cached, which the wake may turn on): the
     wake of what is still asleep (a full wake where only one tag is: the pinned divergence
-    full_wake_remaps_resident_pool), which also runs the held and waiting requests, a prefix-cache
-    reset, a reload of A."""
+    full_wake_remaps_resident_pool), which also runs the held and waiting requests and writes the
+    awake gauge (also over a level-0 sleep's gauge that a /resume left), a prefix-cache reset, a
+    reload of A (which also puts the model path back after a push)."""
     out = []
     if 0 < len(state.asleep_tags) < len(model.TAGS):
         out.append(ops.wake(sorted(state.asleep_tags)))
-    elif state.paused:
+    elif state.paused or state.gauge_level is not None:
         out.append(ops.wake())
     after = run(state, out)
     if after.prefix_cached:

@@ -1,6 +1,7 @@
 """EngineServer: the engine tier's most server-like setup. vLLM 0.26.0's EngineCoreProc with its real
 busy loop in a thread, around the fake worker, and vLLM's own routers (/sleep, /wake_up, /is_sleeping;
-/reset_prefix_cache; /collective_rpc) over HTTP on a QueueEngineClient that stands for AsyncLLM.
+/reset_prefix_cache; /collective_rpc; /pause, /resume, /is_paused) over HTTP on a QueueEngineClient that
+stands for AsyncLLM.
 Requests go to the engine core's input queue as EngineCoreRequests, as the front end's input socket
 thread puts them there. test_http_routes.py and the state walk (engine_walk.py) run on it.
 
@@ -25,6 +26,7 @@ from tests.engine.lib.engines import Built, build_engine_core_proc
 from tests.engine.lib.loop import BackgroundLoop
 from tests.core import liveness
 from vllm.entrypoints.serve.dev.cache.api_router import attach_router as attach_cache_router
+from vllm.entrypoints.serve.dev.rlhf.api_router import attach_router as attach_rlhf_router
 from vllm.entrypoints.serve.dev.rpc.api_router import attach_router as attach_rpc_router
 from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router
 from vllm.sampling_params import SamplingParams
@@ -84,8 +86,10 @@ class OutputRecord(RecordingOutputQueue):
 
 
 class RouteClient(QueueEngineClient):
-    """QueueEngineClient with the two other AsyncLLM calls the cache and RPC routes make, each one utility
-    call on the engine core, as AsyncLLM.reset_prefix_cache and AsyncLLM.collective_rpc do; it keeps
+    """QueueEngineClient with the other AsyncLLM calls the cache, RPC and RLHF routes make, each one utility
+    call on the engine core, as AsyncLLM.reset_prefix_cache, collective_rpc, pause_generation,
+    resume_generation and is_paused do (async_llm.py:750-801; pause_generation's renderer cache reset is
+    left out: no multimodal inputs); it keeps
     the last failed call's message, which the routes' 500 answers do not carry, and the liveness.NoAnswer
     of a call the engine never answered (the route answers it with a 500 too: EngineServer raises it)."""
 
@@ -109,6 +113,17 @@ class RouteClient(QueueEngineClient):
         self, method: str, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None
     ):
         return await self._call("collective_rpc", method, timeout, args, kwargs)
+
+    async def pause_generation(
+        self, *, mode: str = "abort", wait_for_inflight_requests: bool | None = None, clear_cache: bool = True
+    ) -> None:
+        await self._call("pause_scheduler", "wait" if wait_for_inflight_requests else mode, clear_cache)
+
+    async def resume_generation(self) -> None:
+        await self._call("resume_scheduler")
+
+    async def is_paused(self) -> bool:
+        return await self._call("is_scheduler_paused")
 
 
 class InFlightGate:
@@ -176,7 +191,7 @@ class EngineServer:
         self.loop = BackgroundLoop(self.proc).start()
         self.client = RouteClient(self.proc, loop_error=lambda: self.loop.error)
         app = FastAPI()
-        for attach in (attach_sleep_router, attach_cache_router, attach_rpc_router):
+        for attach in (attach_sleep_router, attach_cache_router, attach_rpc_router, attach_rlhf_router):
             attach(app)
         app.state.engine_client = self.client
         self._http_cm = TestClient(app, raise_server_exceptions=False)
@@ -213,6 +228,10 @@ class EngineServer:
     def http_is_sleeping(self):
         response = self.get("/is_sleeping")
         return response.json()["is_sleeping"] if response.status_code == 200 else f"HTTP {response.status_code}"
+
+    def http_is_paused(self):
+        response = self.get("/is_paused")
+        return response.json()["is_paused"] if response.status_code == 200 else f"HTTP {response.status_code}"
 
     def settle(self) -> None:
         """Returns once the busy loop handled everything sent so far and had a chance to step (the

@@ -23,7 +23,7 @@ import threading
 from tests.engine.fakes.worker import TAGS
 from tests.engine.lib.engine_client import CALL_TIMEOUT_S
 from tests.engine.lib.engine_server import WAIT_S, EngineServer
-from tests.core import liveness, oracle, thresholds
+from tests.core import liveness, oracle, pushes, thresholds
 from tests.core.walk import model
 from tests.core.walk import operations as ops
 from tools.matrix import HTTP
@@ -414,6 +414,11 @@ class EngineSubject:
         params = {"tags": list(tags)} if tags is not None else None
         what = f"walk {where}"
         self._status(self.server.post("/wake_up", params=params), what)
+        self._run_waiting(s, after, what)
+
+    def _run_waiting(self, s: State, after: State, what: str) -> None:
+        """The requests that waited, after a step (a wake, a /resume) that may have resumed scheduling:
+        still waiting where it did not, else each ended by length."""
         if not self.open:
             return
         self.server.settle()
@@ -465,6 +470,45 @@ class EngineSubject:
             f"{path or 'by model path'}, which the fake does not tell apart)",
         )
 
+    def push(self, op, s: State, after: State, where: str) -> None:
+        """A push through the suite's worker extension's method (tests/core/pushes.py): tensors made in the
+        worker's process or rebuilt from a trainer's CUDA-IPC handles. From the engine's side both ways are
+        the one collective_rpc to the worker; the engine tier has no trainer, so the IPC way's handles are
+        none (the fake worker rebuilds nothing), and no checkpoint is told apart."""
+        self._begin(op, s)
+        way, checkpoint = op.params
+        if way == pushes.TENSOR:
+            body = {"method": pushes.LOAD_TENSORS, "kwargs": {"checkpoint": self.checkpoints[checkpoint]}}
+        else:
+            body = {"method": pushes.LOAD_IPC, "kwargs": {"handles": ""}}
+        loads = len(self.server.timeline.of("load_weights"))
+        self._status(self.server.post("/collective_rpc", json=body), f"walk {where}")
+        self._equal(
+            "weights.push_reaches_worker",
+            len(self.server.timeline.of("load_weights")) - loads,
+            1,
+            f"walk {where}: load_weights calls of the push that reached the worker",
+        )
+
+    def pause(self, op, s: State, after: State, where: str) -> None:
+        """POST /pause?mode=&clear_cache= (vLLM's RLHF router): the requests that already waited end as a
+        sleep's pause ends them."""
+        self._begin(op, s)
+        mode, clear_cache = op.params
+        existing = list(self.open)
+        what = f"walk {where}"
+        params = {"mode": mode, "clear_cache": "true" if clear_cache else "false"}
+        self._status(self.server.post("/pause", params=params), what)
+        self.server.settle()
+        self._judge_existing(mode, s, existing, what)
+
+    def resume(self, op, s: State, after: State, where: str) -> None:
+        """POST /resume: the requests that waited run."""
+        self._begin(op, s)
+        what = f"walk {where}"
+        self._status(self.server.post("/resume"), what)
+        self._run_waiting(s, after, what)
+
     def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
         self._begin(op, s)
         response = self.server.post("/reset_prefix_cache")
@@ -503,10 +547,11 @@ class EngineSubject:
                 "besides the scheduler)",
             )
             self._equal(
-                "flags.is_sleeping",
-                server.client.call("is_scheduler_paused"),
-                s.paused,
-                f"{where}: EngineCore.is_scheduler_paused (the other half of /is_sleeping; the gate of #44483)",
+                ops.IS_PAUSED,
+                (server.http_is_paused(), server.client.call("is_scheduler_paused")),
+                (model.is_paused(s),) * 2,
+                f"{where}: GET /is_paused (vLLM's route) and EngineCore.is_scheduler_paused (the other half of "
+                "/is_sleeping; the gate of #44483)",
             )
             for tag in TAGS:
                 self._equal(
@@ -543,7 +588,7 @@ class EngineSubject:
         if self._step is None:
             return
         op, before = self._step
-        for oracle_id in set(op.oracles(before)) | set(ops.AFTER_EVERY_STEP):
+        for oracle_id in set(op.oracles(before)) | set(ops.after_every_step(HTTP)):
             if oracle_id not in self._step_checked or oracle_id in STAND_INS:
                 self.skipped[oracle_id] += 1
         self.skipped["device_bytes"] += 1
@@ -591,6 +636,9 @@ class EngineSubject:
         if op.name == "wake":
             tags = op.params[0]
             response = self.server.post("/wake_up", params={"tags": list(tags)} if tags is not None else None)
+        elif op.name == "resume":
+            response = self.server.post("/resume")
+            self._status(response, f"walk {where}: /resume, which answers whatever sleeps")
         else:
             path = op.params[0]
             body: dict[str, object] = {"method": "reload_weights"}
@@ -603,13 +651,15 @@ class EngineSubject:
         # anywhere else it is errored, as the GPU tier marks an oracle that fired on a dead server.
         if want.get("health", 200) == 200:
             self._alive(f"walk {where}")
-        seen = {"status": response.status_code}
+        seen = {"status": response.status_code} if "status" in want else {}
         if "is_sleeping" in want:
             seen["is_sleeping"] = self.server.http_is_sleeping()
+        if "is_paused" in want:
+            seen["is_paused"] = self.server.http_is_paused()
         if "health" in want:
             seen["health"] = 200 if self.server.alive() is None else 500
         if "request" in want:
-            seen["request"] = self._terminal_request(want["request"] == "held", f"walk {where}")
+            seen["request"] = self._terminal_request(want["request"], f"walk {where}")
         self._equal(
             ops.TERMINAL_ORACLES[name],
             seen,
@@ -617,16 +667,20 @@ class EngineSubject:
             f"walk {where}, {pin.describe()}; body {response.text[:300]!r}",
         )
 
-    def _terminal_request(self, pinned_held: bool, what: str) -> str:
-        """How a request sent after a terminal pair ends: "ended" (by length), "error", or "held" when it has
-        not ended within held_request_window_s where the pin predicts that (an observation window: the
-        pinned outcome is that it waits) or on the dead engine the pin predicts (terminal() raised on any
-        other death). Where the pin predicts an end, one not within WAIT_S on a live engine is a wait that
-        ran out, liveness.NoAnswer, never the terminal oracle's failure."""
+    def _terminal_request(self, pinned: str, what: str) -> str:
+        """How a request sent after a terminal pair ends: "ended" (by length), "error", "engine dead" where
+        its forward killed the busy loop and the pin predicts that, or "held" when it has not ended within
+        held_request_window_s where the pin predicts that (an observation window: the pinned outcome is that
+        it waits) or on the dead engine the pin predicts (terminal() raised on any other death). Where the
+        pin predicts an end, one not within WAIT_S on a live engine is a wait that ran out,
+        liveness.NoAnswer, never the terminal oracle's failure."""
         rid = self.server.send(short_prompt(), PROBE_TOKENS, kind="after-terminal")
+        pinned_held = pinned in ("held", "engine dead")
         bound = thresholds.get("held_request_window_s") if pinned_held else WAIT_S
         if self.server.record.wait_ended([rid], bound):
             return "ended" if self.server.record.end(rid) == FinishReason.LENGTH else "error"
+        if pinned == "engine dead" and self.server.alive() is not None:
+            return "engine dead"
         if not pinned_held and self.server.alive() is None:
             raise liveness.NoAnswer(f"{what}: the request sent after the terminal call not ended within {bound:g} s")
         self.server.abort([rid])

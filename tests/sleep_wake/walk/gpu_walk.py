@@ -19,7 +19,7 @@ import time
 
 import requests
 
-from tests.core import expect, host_memory, measure, oracle, thresholds
+from tests.core import expect, host_memory, measure, oracle, pushes, thresholds
 from tests.core.background import background, end_clock, generated_tokens, wait_decoding
 from tests.core.client import SleepWakeClient
 from tests.core.memory import settled_gpu_bytes
@@ -34,6 +34,7 @@ from tests.core.prompts import (
     SEEDED_TEMPERATURE,
     STREAM_TOKENS,
 )
+from tests.core.trainer import Trainer
 from tests.core.walk import model
 from tests.core.walk import operations as ops
 from tests.core.walk.model import State
@@ -67,10 +68,15 @@ class Context:
     sizes: model.Sizes
     host_awake: int
     door: str = HTTP  # the front door the walk sends through (tools/matrix.bzl FRONT_DOORS)
+    trainer: Trainer | None = None  # the RL trainer beside the server, for the pushes that cross processes
 
     @property
     def door_cannot_stream(self) -> bool:
         return door_host.cannot(self.door, "stream") is not None
+
+    @property
+    def door_can_pause(self) -> bool:
+        return door_host.cannot(self.door, "pause") is None
 
 
 @dataclasses.dataclass
@@ -440,9 +446,9 @@ class GpuSubject:
             )
 
     def _judge_waiting_at_sleep(self, op, s: State, existing: list, where: str) -> None:
-        """What a sleep did to the requests that were already open: an abort ends every one of them; a
-        wait lets the frozen one (a level-0 keep's) finish before it answers; the others wait on."""
-        mode = op.params[1]
+        """What a sleep (or a /pause) did to the requests that were already open: an abort ends every one of
+        them; a wait lets the frozen one (a level-0 keep's) finish before it answers; the others wait on."""
+        mode = op.mode
         if mode == "abort":
             for o in existing:
                 self._aborted(o, where)
@@ -535,6 +541,11 @@ class GpuSubject:
     def wake(self, op, s: State, after: State, where: str) -> None:
         tags = op.params[0]
         self.ctx.client.wake_up(list(tags) if tags is not None else None, memory_moves=ops.moves_memory(op, s))
+        self._run_waiting(s, after, where)
+
+    def _run_waiting(self, s: State, after: State, where: str) -> None:
+        """The requests that waited, once the step (a wake, a /resume) resumed scheduling: each judged as it
+        ends."""
         if after.paused or not self.open:
             return
         waiting, self.open = self.open, []
@@ -544,6 +555,27 @@ class GpuSubject:
     def reload(self, op, s: State, after: State, where: str) -> None:
         path = op.params[0]
         self.ctx.client.reload_weights(self.ctx.checkpoints[path] if path else None)
+
+    def push(self, op, s: State, after: State, where: str) -> None:
+        """The checkpoint's tensors into the weights pool the way RL trainers push them (tests/core/pushes.py):
+        what serves next is judged by the steps after it (model.golden_of)."""
+        way, checkpoint = op.params
+        if self.ctx.trainer is None:
+            raise oracle.Precondition(f"walk {where}: {op} needs the trainer beside the server; the walk has none")
+        pushes.way(way, self.ctx.door, self.ctx.trainer).push(self.ctx.client, self.ctx.checkpoints[checkpoint])
+
+    def pause(self, op, s: State, after: State, where: str) -> None:
+        """POST /pause?mode=&clear_cache= (AsyncLLM.pause_generation): the requests already open end as a
+        sleep's pause ends them; a wait drains a frozen one before it answers."""
+        mode, clear_cache = op.params
+        existing = list(self.open)
+        self.ctx.client.pause(mode=mode, clear_cache=clear_cache)
+        self._judge_waiting_at_sleep(op, s, existing, where)
+
+    def resume(self, op, s: State, after: State, where: str) -> None:
+        """POST /resume (AsyncLLM.resume_generation): the requests that waited run."""
+        self.ctx.client.resume()
+        self._run_waiting(s, after, where)
 
     def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
         resets = model.resets_prefix_cache(s)
@@ -559,6 +591,8 @@ class GpuSubject:
         ctx = self.ctx
         sleeping, gauge = model.flags(s, self.version)
         expect.state(ctx.client, sleeping=sleeping, gauge=gauge, step=f"walk {where}")
+        if ctx.door_can_pause:
+            oracle.equal(ops.IS_PAUSED, ctx.client.is_paused(), model.is_paused(s), f"walk {where}: /is_paused")
         expect.healthy(ctx.client, f"walk {where}")
         ended = [o for o in self.open if o.future.done()]
         if ended:
@@ -619,6 +653,9 @@ class GpuSubject:
         """The call, then everything observable after it, against the pin (its `expected`: the answer's
         status, /is_sleeping, the gauge, /health, and how a request sent afterwards ends)."""
         client = self.ctx.client
+        if op.name == "resume":
+            self._terminal_resume(s, pin, where)
+            return
         if op.name == "wake":
             tags = op.params[0]
             resp = client.wake_up(list(tags) if tags is not None else None, check=False)
@@ -649,6 +686,21 @@ class GpuSubject:
             seen,
             {k: want[k] for k in seen},
             f"walk {where}, {pin.describe()}; body {resp.text[:200]}",
+        )
+
+    def _terminal_resume(self, s: State, pin: thresholds.Pin, where: str) -> None:
+        """/resume while a tag sleeps, then /is_paused and how a request sent then ends, against the pin
+        (resume_while_kv_cache_asleep: "held", "engine dead", or what else it served)."""
+        client = self.ctx.client
+        client.resume()
+        seen = {"is_paused": client.is_paused()}
+        request = self._terminal_request()
+        seen["request"] = "engine dead" if request == "error" and not client.health() else request
+        oracle.equal(
+            ops.TERMINAL_ORACLES[pin.entry.name],
+            seen,
+            {k: pin.expected[k] for k in seen},
+            f"walk {where}, in ({s.describe()}), {pin.describe()}",
         )
 
     def _terminal_request(self) -> str:

@@ -302,7 +302,7 @@ def test_every_band_is_consistent_in_every_reachable_state():
 
 
 def test_every_oracle_id_is_known():
-    named = set(ops.AFTER_EVERY_STEP) | set(ops.TERMINAL_ORACLES.values())
+    named = set(ops.after_every_step("http")) | set(ops.TERMINAL_ORACLES.values())
     for state in plan.reachable_states():
         named |= {b.oracle for b in model.device_band(state, SIZES, "MRV1-eager").bounds}
         named |= {b.oracle for b in model.host_band(state, V, 2 << 30, SIZES.weights_bytes).bounds}
@@ -330,3 +330,112 @@ def test_a_weights_wake_that_maps_nothing_breaks_the_band(cell_id):
     unmapped = healthy - SIZES.weights_bytes
     assert not band.violations(healthy)
     assert [b.oracle for b in band.violations(unmapped)] == ["device_bytes.weights_wake_mapped"]
+
+
+# --- pushes, /pause and /resume -------------------------------------------------------------------------
+PUSH_B, PUSH_A = ops.push("ipc", "B"), ops.push("tensor", "A")
+
+
+def test_a_push_loads_the_pool_and_leaves_the_model_path_so_a_plain_reload_reverts_it():
+    pushed = run(PUSH_B)
+    assert (pushed.weights, pushed.model_path) == ("B", "A") and model.golden_of(pushed, "short") == "B"
+    assert model.golden_oracle(pushed) == "weights.pushed_checkpoint_golden"
+    reverted = ops.reload().apply(pushed)  # TRL #5312: reload_weights() after a tensor push loads the disk's
+    assert model.serves(reverted) == "A"
+    assert plan.situation(pushed, ops.reload()).pushed and not plan.situation(INITIAL, ops.reload()).pushed
+    # Into a level-2 sleep's garbage, after the weights wake: the RL trainers' recipe.
+    recipe = run(ops.sleep(2), ops.wake(["weights"]), PUSH_B, ops.wake(["kv_cache"]))
+    assert model.serves(recipe) == "B" and model.can_run(recipe) and recipe.model_path == "A"
+    # A level-1 sleep keeps a host copy of what was pushed.
+    assert model.serves(run(PUSH_B, ops.sleep(1), ops.wake())) == "B"
+    # The prefix cache keeps the old weights' blocks: stale until a reset.
+    stale = run(CACHED, PUSH_B)
+    assert stale.prefix == "A" and model.golden_of(stale, "long") is None and model.hits_cache(stale, "long")
+
+
+def test_a_push_into_sleeping_weights_is_pinned_by_the_reloads_probe():
+    for asleep in (run(ops.sleep(1)), run(ops.sleep(2)), run(ops.sleep(1), ops.wake(["kv_cache"]))):
+        left = PUSH_B.left_out(asleep)
+        assert left.kind == ops.PINNED and ops.RELOAD_ASLEEP in left.reason, asleep.describe()
+        assert ops.terminal(ops.reload("B"), asleep) == ops.RELOAD_ASLEEP  # the probe that pins the write
+    assert PUSH_B.applicable(run(ops.sleep(1), ops.wake(["weights"])))  # the KV cache may sleep on
+
+
+def test_pause_is_a_sleeps_scheduler_pause_without_the_gauge():
+    for mode in ops.MODES:
+        for clear in (True, False):
+            paused = ops.pause(mode, clear).apply(INITIAL)
+            assert paused.level == 0 and paused.gauge_level is None and not paused.asleep_tags
+            assert model.is_paused(paused) and model.sleeping(paused)
+            assert model.flags(paused, V) == (True, metrics.GAUGE_AWAKE)
+            assert paused.pause == (model.PAUSE_ALL if mode == "keep" else model.PAUSE_NEW)
+    cached = run(CACHED)
+    assert ops.pause("abort", True).apply(cached).prefix is None  # clear_cache resets the prefix cache
+    assert ops.pause("abort", False).apply(cached).prefix == "A"
+    assert ops.sleep(0).apply(cached).prefix == "A"  # a level-0 sleep's pause clears nothing
+
+
+def test_pause_reaches_the_request_a_keep_froze():
+    frozen = run(ops.sleep(0, "keep", 1))
+    assert frozen.held_kv
+    preempted = ops.pause("keep", True).apply(frozen)  # OpenRLHF: pause_generation(mode="keep")
+    assert preempted.held == "A" and not preempted.held_kv and preempted.level == 0 and not preempted.asleep_tags
+    kept = ops.pause("keep", False).apply(frozen)  # SkyRL: /pause?mode=keep&clear_cache=false
+    assert kept.held_kv
+    assert ops.pause("wait", True).apply(frozen).held is None  # drained before the reset
+    assert ops.pause("abort", False).apply(frozen).held is None
+    assert "requests.ends_in_race" in ops.pause("wait", False).oracles(frozen)
+    assert "requests.abort_aborts" in ops.pause("abort", True).oracles(frozen)
+    # a preempted request waits like a new one: a wait pause does not drain it
+    assert ops.pause("wait", False).apply(preempted).held == "A"
+    assert model.resets_prefix_cache(preempted) and not model.resets_prefix_cache(kept)
+
+
+def test_a_weight_update_while_paused_with_a_request_frozen():
+    for clear in (True, False):
+        frozen = run(ops.sleep(0, "keep", 1), ops.pause("keep", clear), PUSH_B)
+        assert frozen.held == "A" and model.serves(frozen) == "B"
+        resumed = ops.RESUME.apply(frozen)
+        assert not resumed.held and not resumed.paused and model.serves(resumed) == "B"
+        assert model.resumed_golden(resumed, "A") is None  # its tokens mix A and B: a count, no golden
+        assert "output.finish_length" in ops.RESUME.oracles(frozen)
+        assert "requests.resumes_after_keep" in ops.RESUME.oracles(frozen)
+    same = run(ops.sleep(0, "keep", 1), ops.pause("keep", True), ops.RESUME)
+    assert "prefix_cache.kept_paused_request" in ops.RESUME.oracles(run(ops.sleep(0, "keep", 1)))
+    assert not same.held
+
+
+def test_resume_lifts_any_pause_and_leaves_the_gauge_the_last_sleep_wrote():
+    after_sleep = run(ops.sleep(0), ops.RESUME)
+    assert model.can_run(after_sleep) and not model.is_paused(after_sleep) and after_sleep.gauge_level == 0
+    assert model.flags(after_sleep, V) == (False, metrics.GAUGE_LEVEL0)
+    assert run(ops.pause("wait", False), ops.RESUME) == INITIAL
+    assert ops.RESUME.misuse(INITIAL) == "resume while not paused" and ops.RESUME.apply(INITIAL) == INITIAL
+    queued = run(ops.pause("abort", True), CACHED, GENERATE)
+    resumed = ops.RESUME.apply(queued)
+    assert not resumed.queued and resumed.prefix == "A"
+    assert {"output.finish_length", "prefix_cache.hit_iff_cached"} <= set(ops.RESUME.oracles(queued))
+    # a full wake lifts a /pause too (core.py wake_up resumes the scheduler once the executor is awake)
+    assert run(ops.pause("keep", False), ops.wake()) == INITIAL
+    assert plan.reset_ops(after_sleep) == [ops.wake()]  # the wake writes the awake gauge
+
+
+def test_resume_while_a_tag_sleeps_is_a_terminal_pair(divergence_fixed):
+    for steps in [(ops.sleep(1),), (ops.sleep(1), ops.wake(["weights"])), (ops.sleep(2), ops.wake(["weights"]))]:
+        asleep = run(*steps)
+        assert ops.terminal(ops.RESUME, asleep) == ops.RESUME_ASLEEP and not ops.RESUME.applicable(asleep)
+        assert ops.effect(ops.RESUME, asleep) == asleep  # documented: scheduling stays paused
+    pin = thresholds.divergence(ops.RESUME_ASLEEP, V, "http")
+    assert pin.applies and pin.expected == {"is_paused": False, "request": "engine dead"}
+    divergence_fixed(ops.RESUME_ASLEEP)
+    assert thresholds.divergence(ops.RESUME_ASLEEP, V, "http").expected["is_paused"] is True
+
+
+def test_pause_and_resume_only_through_doors_that_have_them():
+    for door in ("llm", "llm_colocate"):
+        assert "pause" in ops.RESUME.why_not(INITIAL, door) and not ops.pause().applicable(INITIAL, door)
+        assert ops.RESUME.left_out(run(ops.sleep(1)), door).kind == ops.MEANINGLESS  # never sendable there
+        assert ops.IS_PAUSED not in ops.after_every_step(door)
+        assert PUSH_B.applicable(INITIAL, door)
+    for door in ("http", "async_llm"):
+        assert ops.pause("keep", False).applicable(INITIAL, door) and ops.IS_PAUSED in ops.after_every_step(door)
