@@ -140,7 +140,7 @@ class Walker:
                 f"walk probe: {last} in ({before.describe()}) is no terminal pair; "
                 "plan.terminal_probes made a probe that is not one"
             )
-        pin = thresholds.divergence(name, self.version)
+        pin = thresholds.divergence(name, self.version, self.door)
         where = f"probe {last} from ({before.describe()})"
         self.subject.terminal(last, before, pin, where)
         if not pin.applies:

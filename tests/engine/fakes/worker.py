@@ -11,10 +11,7 @@ pools ("weights", "kv_cache") instead of touching a device:
   CuMemAllocator.wake_up); mapping a pool that is already resident raises;
 - a forward pass (a step with scheduled tokens) while a pool is released is recorded, then raises
   ReleasedMemoryAccess: on a GPU it is the illegal memory access of vLLM #44395 (fixed by #44483) and
-  #45520;
-- the suite's worker extension (tools/launcher/weight_receiver.py, which every GPU server mixes into its
-  Worker) loads pushed tensors into the weights pool: into a released one it raises, as the write into
-  unmapped memory does on a GPU.
+  #45520.
 
 Everything that crossed the boundary is appended to `timeline` (fakes/timeline.py), which the engine
 builder points at the test's Timeline. Unused worker methods keep WorkerBase's NotImplementedError.
@@ -151,24 +148,6 @@ class FakeWorker(WorkerBase):
             )
         self.timeline.add("reload_weights")
         self.weights_intact = True
-
-    # --- the suite's worker extension: a push of tensors into the model's load_weights --------------
-    def load_checkpoint_tensors(self, checkpoint: str) -> int:
-        return self._load_weights(f"the tensors of {checkpoint}")
-
-    def load_ipc_tensors(self, handles: str) -> int:
-        return self._load_weights("tensors rebuilt from CUDA-IPC handles")
-
-    def _load_weights(self, what: str) -> int:
-        """weight_receiver.WeightReceiver._sleepwake_load: the tensors copied into the weights pool, past
-        reload_weights; the number of parameters loaded."""
-        if not self.resident["weights"]:
-            raise ReleasedMemoryAccess(
-                f"load_weights of {what} while the weights pool is released; wake tags=weights first"
-            )
-        self.timeline.add("load_weights", what)
-        self.weights_intact = True
-        return 1
 
     # --- cache resets the engine core sends on sleep (EngineCore._reset_caches) -----------------
     def reset_mm_cache(self) -> None:
