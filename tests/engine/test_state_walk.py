@@ -3,10 +3,11 @@
 The GPU walk's planning (plan.plan_shards, seeded plan.SEED, over SHARDS: one plan over every pair, its
 walks dealt out to the shards), runs here against EngineCoreProc's real busy loop,
 scheduler, KV cache manager and UniProcExecutor around the fake worker, with vLLM's own /sleep, /wake_up,
-/is_sleeping, /reset_prefix_cache and /collective_rpc routes over HTTP (lib/engine_walk.py, driven by the
-one walk driver, tests/core/walk/driver.py). After every step it checks what the engine tier can
-observe against the model: /is_sleeping (route and engine), the
-executor's sleeping tags, the scheduler's pause, the fake worker's pools and weights, that a request
+/is_sleeping, /reset_prefix_cache, /collective_rpc (reloads and pushes), /pause, /resume and /is_paused
+routes over HTTP (lib/engine_walk.py, driven by the one walk driver, tests/core/walk/driver.py). After
+every step it checks what the engine tier can observe against the model: /is_sleeping (route and engine),
+the executor's sleeping tags, the scheduler's pause (/is_paused), the fake worker's pools and weights, that
+a request
 sent while asleep waits (and that no forward pass ran on released memory: the fake worker raises),
 that a repeat of the long prompt hits cached tokens iff the model says its blocks are cached, and how
 a request in flight ends under each pause mode. What it cannot observe is skipped per check
@@ -17,8 +18,9 @@ that ran leave one of its pairs unvisited; its coverage (pairs, steps, consecuti
 skipped) goes to the test log and to
 engine_walk_shard<N>.json among the target's undeclared outputs. Shard i ends with terminal probe i
 (plan.terminal_probes) where the engine tier can honour it: the full wake after a wake of one tag (the
-fake worker refuses to map a resident pool as CuMemAllocator does) and the reload while the weights
-sleep (it refuses to write a released pool); the kv-first wake after level 2 is the GPU worker's
+fake worker refuses to map a resident pool as CuMemAllocator does), the reload while the weights
+sleep (it refuses to write a released pool) and the /resume while a tag sleeps (the next forward pass
+touches a released pool: the busy loop dies); the kv-first wake after level 2 is the GPU worker's
 (engine_walk.CANNOT_HONOUR).
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence in every shard instead of the plan.
 """
