@@ -767,15 +767,33 @@ KNOWN_DIVERGENCES = {
             # /resume while a tag is asleep (the recipe: after a level-1 sleep and a weights-only wake; the
             # walk's probes: at each level and set of tags asleep), then a request within the held window.
             # Documented: scheduling stays paused until every tag is resident, as #44483 made the wake do.
-            documented={"is_paused": True, "request": "held"},
-            observed={"is_paused": False, "request": "engine dead"},
+            # The answer, then what is observable after it (the walk's terminal probe, walk/driver.py): the
+            # flags and /health before the request, the request's outcome last.
+            documented={
+                "status": 200,
+                "is_paused": True,
+                "is_sleeping": True,
+                "gauge": UNCHANGED,
+                "health": 200,
+                "request": "held",
+            },
+            observed={
+                "status": 200,
+                "is_paused": False,
+                "is_sleeping": True,
+                "gauge": UNCHANGED,
+                "health": 200,
+                "request": "engine dead",
+            },
             versions=("0.24.0", "0.25.0", "0.26.0"),
             reason=(
                 "EngineCore.resume_scheduler sets the scheduler unpaused with no look at the executor's "
                 "sleeping tags (v1/engine/core.py 0.26.0 line 852; the same in 0.24.0 and 0.25.0), so the "
                 "request that follows is scheduled and its forward reads the unmapped pool (the KV cache's, "
-                "or the weights' where they still sleep): the CUDA error kills the engine core; read from "
-                "the source, to be held on the H200"
+                "or the weights' where they still sleep): the CUDA error kills the engine core. Until then "
+                "/resume answers 200, /is_sleeping stays true (core.py is_sleeping reads the executor too), "
+                "the gauge is what the last /sleep or /wake_up wrote (AsyncLLM.resume_generation writes none) "
+                "and /health 200; read from the source, to be held on the H200"
             ),
             # The routes and AsyncLLM methods that reach it; vllm.LLM has no resume_generation.
             doors=("http", "async_llm"),

@@ -638,7 +638,6 @@ class EngineSubject:
             response = self.server.post("/wake_up", params={"tags": list(tags)} if tags is not None else None)
         elif op.name == "resume":
             response = self.server.post("/resume")
-            self._status(response, f"walk {where}: /resume, which answers whatever sleeps")
         else:
             path = op.params[0]
             body: dict[str, object] = {"method": "reload_weights"}
@@ -651,7 +650,7 @@ class EngineSubject:
         # anywhere else it is errored, as the GPU tier marks an oracle that fired on a dead server.
         if want.get("health", 200) == 200:
             self._alive(f"walk {where}")
-        seen = {"status": response.status_code} if "status" in want else {}
+        seen = {"status": response.status_code}
         if "is_sleeping" in want:
             seen["is_sleeping"] = self.server.http_is_sleeping()
         if "is_paused" in want:
