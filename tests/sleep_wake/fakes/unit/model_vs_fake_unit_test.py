@@ -1,8 +1,9 @@
 """The walk's model against the fake engine, as a Hypothesis stateful test: random sequences of the
 model's operations (generation, sleeps of every level and mode, wakes of every tag, reloads of A and B,
-prefix-cache resets, misuse), each applied to tests/sleep_wake/fakes/fake_engine.py and to the model, and
-after every step the fake must show what the model predicts: /is_sleeping, the sleeping tags, the paused
-scheduler, the gauge, the checkpoint that serves, prefix-cache hits. A disagreement is shrunk by
+pushes of A and B, /pause with each mode and clear_cache, /resume, prefix-cache resets, misuse), each
+applied to tests/sleep_wake/fakes/fake_engine.py and to the model, and after every step the fake must
+show what the model predicts: /is_sleeping, /is_paused, the sleeping tags, the paused scheduler, the
+gauge, the checkpoint that serves, prefix-cache hits. A disagreement is shrunk by
 Hypothesis to the shortest sequence that shows it. The planned walks (test_state_walk.py) cover every
 reachable pair on a schedule; this explores the orders around them at random, derandomized so that CI
 runs the same examples every time.
@@ -101,6 +102,17 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
         path = op.params[0]
         self.engine.reload_weights(self.paths[path] if path else None)
 
+    def _push(self, op):
+        # Every way reaches the fake's load_weights (fake_vllm.PUSHES): the way is the transport only.
+        self.engine.load_weights(self.paths[op.params[1]])
+
+    def _pause(self, op):
+        mode, clear_cache = op.params
+        self.engine.pause(mode, clear_cache)
+
+    def _resume(self, op):
+        self.engine.resume()
+
     def _reset_prefix_cache(self, op):
         assert self.engine.reset_prefix_cache() is model.reset_prefix_cache_result(
             VERSION, "http", model.resets_prefix_cache(self.state)
@@ -114,6 +126,7 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
         assert self.engine.gauge_values() == gauge, f"{where}: gauge {self.engine.gauge_values()}"
         assert self.engine.sleeping_tags == set(self.state.asleep_tags), f"{where}: tags {self.engine.sleeping_tags}"
         assert self.engine.paused == self.state.paused, f"{where}: paused"
+        assert self.engine.is_paused() == model.is_paused(self.state), f"{where}: is_paused"
 
     @precondition(lambda self: not self.state.asleep_tags)
     @invariant()
