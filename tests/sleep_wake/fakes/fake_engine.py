@@ -13,6 +13,13 @@ v1/engine/async_llm.py's gauge writes, v1/worker/gpu_worker.py and device_alloca
     tag is not asleep; scheduling resumes only once no tag is asleep (#44483). A wake without tags while
     one tag is already resident fails (the divergence full_wake_remaps_resident_pool). The gauge reads awake
     after every wake_up, partial or not (the divergence pinned in thresholds.KNOWN_DIVERGENCES).
+  * The executor's bookkeeping (sleeping_tags, what /is_sleeping and the executor's guards read) is
+    apart from the workers' pools (unmapped: CuMemAllocator's is_asleep), as in vLLM: the worker-level
+    collective_rpc("sleep" | "wake_up") (gpu_worker.py Worker.sleep / wake_up) maps and unmaps the
+    pools past the executor, the scheduler pause and the prefix-cache reset, so the engine does not know
+    it sleeps (an engine-level wake is then a no-op) and a request sent meanwhile kills it. A worker
+    wake maps what it is asked without looking whether it is mapped (cumem.py wake_up): a resident pool
+    is a CUDA error, as the divergence full_wake_remaps_resident_pool found on the H200.
   * reload_weights(weights_path) loads the checkpoint at weights_path into the awake weights pool and
     keeps it as the model path, so a later reload without a path loads it again (known divergence
     reload_without_path_loads_last_pushed); into asleep (unmapped) weights it fails.
@@ -43,6 +50,8 @@ MAX_HOLD_S = 120.0  # a held request gives up after this, so a broken test canno
 BLOCK_TOKENS = 16  # vLLM caches only full KV blocks: a prompt shorter than one never hits the cache
 PAUSE_MODES = ("abort", "wait", "keep")
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+POOLS = ("weights", "kv_cache")  # CuMemAllocator's tags
+_REMAP_REFUSED = "Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +137,8 @@ class FakeEngine:
         # pick one queue.
         self.waiting: set[Ticket] = set()
         self.decoding: set[Ticket] = set()
-        self.sleeping_tags: set[str] = set()
+        self.sleeping_tags: set[str] = set()  # the executor's bookkeeping (abstract.py sleeping_tags)
+        self.unmapped: set[str] = set()  # the workers' pools unmapped (cumem.py is_asleep)
         self.gauge = dict(metrics.GAUGE_AWAKE)
         self.load = 0  # requests accepted and not finished (/load)
         self.running = 0  # requests being decoded (they hold KV blocks)
@@ -145,7 +155,8 @@ class FakeEngine:
         self.stale_head: str | None = None  # host_copy_predates_update: the output projection before the last push
         self.perturbed = False  # weights_perturbed: restored weights whose logprobs differ
         self.worker_sleeps = self.worker_wakes = self.level1_sleeps = 0
-        self.worker_level: int | None = None  # the level of the executor's last sleep
+        self.worker_level: int | None = None  # the level of the workers' last sleep
+        self.buffers_saved = False  # a level-2 sleep saved the model buffers, restored by the next wake
         self.leaked = 0
         self.extra = 0  # bytes a defect mapped beside the pools, until the call that gives them back
         self.pinned_extra: list[int] = []  # host blocks a defect pinned, freed by the next wake
@@ -179,7 +190,7 @@ class FakeEngine:
             return dict(self.gauge)
 
     def _kv_resident(self) -> int:
-        if "kv_cache" not in self.sleeping_tags:
+        if "kv_cache" not in self.unmapped:
             return 0 if self.kv_unmapped else self.memory.kv_cache
         levels = {"kv_cache_partly_kept_level2": (2,), "kv_cache_mostly_kept": (1,)}
         if any(self.worker_level in levels.get(x, (1, 2)) for x in self.defects):
@@ -195,7 +206,7 @@ class FakeEngine:
                 + m.graph_pool
                 + self.leaked
                 + self._kv_resident()
-                + (0 if "weights" in self.sleeping_tags and not self.weights_mapped_early else m.weights)
+                + (0 if "weights" in self.unmapped and not self.weights_mapped_early else m.weights)
                 + (m.activations if self.activations_reserved else 0)
                 + self.extra
                 + (self.sizes.residue if "residue_grows" in self.defects else 0)
@@ -269,6 +280,7 @@ class FakeEngine:
                 not self.executor_sleeping or (partial and "sleep_during_partial_wake_sleeps_again" in self.defects)
             ):
                 self._worker_sleep(level)
+                self.sleeping_tags = {"weights", "kv_cache"}  # abstract.py: after the workers answered
             if "gauge_not_updated" not in self.defects and not (
                 was_sleeping and "gauge_sticky_while_asleep" in self.defects
             ):
@@ -312,10 +324,11 @@ class FakeEngine:
             backed_up = sum(tensors)
             if level == 1 and "host_copy_twice" in self.defects and not level1_before:
                 self.pinned_extra.append(self.host.allocate(self.sizes.pinned_once))
+        self.buffers_saved = level == 2
         if level == 2 and "level2_pins_host" in self.defects:
             self.pinned_extra.append(self.host.allocate(self.sizes.level2_pinned))
         kv_released = self._kv_resident()
-        self.sleeping_tags = {"weights", "kv_cache"}
+        self.unmapped = {"weights", "kv_cache"}
         kv_released -= self._kv_resident()
         self.activations_reserved = False  # sleep empties torch's caching allocator
         self.remap_missing = self.weights_mapped_early = self.kv_unmapped = False
@@ -378,7 +391,7 @@ class FakeEngine:
         if tags and any(t not in self.sleeping_tags for t in tags):
             return None
         if tags == ["weights"] and self.weights_mapped_early:
-            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169")
+            raise RuntimeError(_REMAP_REFUSED)
         if tags == ["kv_cache"] and "weights" in self.sleeping_tags and self.worker_level == 2:
             # The known divergence kv_first_wake_after_level2_restores_into_unmapped_weights: the wake
             # restores the model buffers a level-2 sleep saved into the weights pool, still unmapped; the
@@ -393,15 +406,32 @@ class FakeEngine:
         if tags is None and self.sleeping_tags != {"weights", "kv_cache"}:
             # The known divergence full_wake_remaps_resident_pool: CuMemAllocator.wake_up(None) maps the
             # resident pool again and cuMemMap refuses; the executor keeps its sleeping tags.
-            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169")
+            raise RuntimeError(_REMAP_REFUSED)
         woken = list(tags) if tags else sorted(self.sleeping_tags)
+        self._refuse_resident(woken)
+        self._map_pools(tags, woken)
+        self.sleeping_tags -= set(woken)
+        return woken
+
+    def _refuse_resident(self, woken) -> None:
+        """cumem.py wake_up maps every allocation of the tags asked for without reading is_asleep: cuMemMap
+        refuses one already resident (a worker-level wake mapped it past the executor). As for the engine's
+        full wake (full_wake_remaps_resident_pool), nothing is mapped then."""
+        resident = sorted(set(woken) - self.unmapped)
+        if resident:
+            raise RuntimeError(f"{_REMAP_REFUSED} (the {' and '.join(resident)} pool is mapped already)")
+
+    def _map_pools(self, tags, woken) -> None:
+        """The workers' part of a wake (gpu_worker.py Worker.wake_up, CuMemAllocator.wake_up): the pools
+        of `woken` mapped back, the weights restored from their copy; tags as the call named them."""
         mapped = woken
         if tags and len(tags) > 1 and "two_tag_wake_maps_first_tag" in self.defects:
             # The workers are asked for the first tag only; the executor counts every tag awake. The walk
             # names weights first, so the KV cache is the pool left unmapped.
             mapped = woken[:1]
             self.kv_unmapped = "kv_cache" not in mapped
-        self.sleeping_tags -= set(woken)
+        self.unmapped -= set(woken)
+        self.buffers_saved = False
         self.worker_wakes += 1
         for block in self.pinned_extra:
             self.host.free(block)
@@ -426,7 +456,6 @@ class FakeEngine:
             self.remap_missing = any(x in self.defects for x in ("late_remap", "wake_leaves_unmapped"))
         if "weights" in mapped:
             self._restore_weights(tags)
-        return woken
 
     def _restore_weights(self, tags) -> None:
         """CuMemAllocator.wake_up for the weights: the level-1 copy back (its pinned blocks back to the
@@ -450,10 +479,39 @@ class FakeEngine:
             if "staged_wake_loses_weights" in self.defects and self.weights_wakes >= 3:
                 self.weights = None
 
+    # --- the workers' own sleep and wake: collective_rpc("sleep" | "wake_up") -----------------------
+    def worker_sleep(self, level: int) -> None:
+        """Worker.sleep(level) past the engine: the pools unmapped (level 1 copies the weights to host,
+        level 2 discards them) with no scheduler pause, no prefix-cache reset and no executor bookkeeping."""
+        with self.cond:
+            self._check_alive()
+            if self.unmapped:
+                # CuMemAllocator.sleep unmaps (and at level 1 copies from) every allocation, asleep or not
+                raise RuntimeError(
+                    f"Call to sleep method failed: CUDA Error: invalid argument (the "
+                    f"{' and '.join(sorted(self.unmapped))} pool is unmapped already)"
+                )
+            self._worker_sleep(level)
+
+    def worker_wake_up(self, tags) -> None:
+        """Worker.wake_up(tags) past the engine: every pool named mapped back, awake or not (an awake one is
+        cuMemMap's refusal), then the model buffers a level-2 sleep saved copied into the weights pool."""
+        with self.cond:
+            self._check_alive()
+            woken = [tag for tag in sorted(POOLS) if tags is None or tag in tags]
+            self._refuse_resident(woken)
+            if self.buffers_saved and "weights" in self.unmapped - set(woken):
+                raise RuntimeError(
+                    "Call to wake_up method failed: restoring the model buffers saved by the level-2 "
+                    "sleep into the weights pool, which is not mapped"
+                )
+            if woken:
+                self._map_pools(tags, woken)
+
     def reload_weights(self, weights_path: str | None = None) -> None:
         with self.cond:
             self._check_alive()
-            if "weights" in self.sleeping_tags:
+            if "weights" in self.unmapped:
                 raise RuntimeError("reload_weights while the weights are asleep: their memory is unmapped")
             if "reload_aborts_requests" in self.defects:
                 self.abort_epoch += 1  # every request ends, running or waiting, before the weights change
@@ -487,7 +545,7 @@ class FakeEngine:
         pool, past reload_weights, so the model path stays what it was."""
         with self.cond:
             self._check_alive()
-            if "weights" in self.sleeping_tags:
+            if "weights" in self.unmapped:
                 raise RuntimeError("load_weights while the weights are asleep: their memory is unmapped")
             pushed = fake_checkpoint.load(checkpoint)
             if pushed.tensor_bytes != self.checkpoint.tensor_bytes:
@@ -555,6 +613,7 @@ class FakeEngine:
                 self._check_alive()
                 if self._ended(ticket) or not self._admits():
                     return False
+                self._forward_check()
                 self.running += 1
                 self.decoding.add(ticket)
                 return True
@@ -578,7 +637,7 @@ class FakeEngine:
     def _serving_weights(self) -> str | None:
         """What a forward pass computes with now: garbage while the weights are unmapped (a request
         scheduled during a sleep) or not yet restored (late_restore)."""
-        if "weights" in self.sleeping_tags or self.restore_until > time.monotonic():
+        if "weights" in self.unmapped or self.restore_until > time.monotonic():
             return None
         return self.weights
 
@@ -600,6 +659,8 @@ class FakeEngine:
                 self.cond.wait(0.05)
             self._check_alive()
             aborted = self._ended(ticket)
+            if not aborted:
+                self._forward_check()
             if ticket.restart and not aborted:  # recomputed from the prompt alone: its tokens so far dropped
                 ticket.restart = False
                 for c in choices:
@@ -621,6 +682,19 @@ class FakeEngine:
                     c.finish_reason = "length"
                 out.append((c, [token]))
         return out
+
+    def _forward_check(self) -> None:
+        """A forward pass about to run: over a pool the workers hold unmapped while nothing keeps requests
+        off it (the executor does not know) it is the illegal memory access that kills the engine core."""
+        unguarded = self.unmapped - self.sleeping_tags
+        if unguarded:
+            self.dead = True
+            self.cond.notify_all()
+            self.log(
+                f"a forward pass over the unmapped {' and '.join(sorted(unguarded))} pool: "
+                "CUDA error: an illegal memory access was encountered"
+            )
+            raise EngineDeadError(ENGINE_DEAD)
 
     def end_decode(self, ticket: Ticket | None = None) -> None:
         with self.cond:

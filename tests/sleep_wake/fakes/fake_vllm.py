@@ -9,6 +9,8 @@ named by `version` (0.24.0, 0.25.0 or 0.26.0). Where the releases differ in shap
   * /v1/completions: "metrics": null from 0.25.0 on; "ec_transfer_params": null and
     usage.prompt_tokens_details.created_cache_tokens: null from 0.26.0 on.
 tests/sleep_wake/fakes/unit/release_responses.py holds the same shapes as literals, with the source lines.
+/collective_rpc serves the methods the suite calls on a worker: reload_weights, the worker extension's
+pushes (PUSHES) and the workers' own sleep and wake_up (FakeEngine.worker_sleep / worker_wake_up).
 Prompts are tokenized as whitespace-separated words.
 
 With `door` other than http, the fake stands for the door host (tools/launcher/door_host.py) serving an
@@ -249,18 +251,32 @@ def _collective_rpc(h, fake, query, body):
     if not body or "method" not in body:
         return h._send(400, {"detail": "Missing 'method' in request body"})
     method = body["method"]
+    kwargs = dict(body.get("kwargs") or {})
+    if method in WORKER_SLEEP:
+        if body.get("args") or set(kwargs) - {WORKER_SLEEP[method]}:
+            raise RuntimeError(f"Worker.{method} takes only kwargs.{WORKER_SLEEP[method]}, not {body!r}")
+        if method == "sleep":
+            fake.engine.worker_sleep(int(kwargs.get("level", 1)))
+        else:
+            fake.engine.worker_wake_up(kwargs.get("tags"))
+        return h._send(200, {"results": [None]})  # one worker; Worker.sleep and wake_up return None
     if method in PUSHES:
-        kwargs = dict(body.get("kwargs") or {})
         fake.engine.load_weights(PUSHES[method](kwargs))
         return h._send(200, {"results": [1]})  # one worker; the count of what it loaded stands for the real one's
     if method != "reload_weights":
-        raise RuntimeError(f"the fake implements collective_rpc reload_weights and {sorted(PUSHES)}, not {method!r}")
-    kwargs = dict(body.get("kwargs") or {})
+        raise RuntimeError(
+            f"the fake implements collective_rpc reload_weights, {sorted(WORKER_SLEEP)} and {sorted(PUSHES)}, "
+            f"not {method!r}"
+        )
     weights_path = kwargs.pop("weights_path", None)
     if kwargs or body.get("args"):  # Worker.reload_weights would reject them too
         raise RuntimeError(f"the fake's reload_weights takes only kwargs.weights_path, not {body!r}")
     fake.engine.reload_weights(weights_path)
     h._send(200, {"results": [None]})  # one worker; Worker.reload_weights returns None
+
+
+# The workers' own sleep methods (gpu_worker.py Worker.sleep, Worker.wake_up) -> the kwarg each takes.
+WORKER_SLEEP = {"sleep": "level", "wake_up": "tags"}
 
 
 def _ipc_checkpoint(kwargs: dict) -> str:

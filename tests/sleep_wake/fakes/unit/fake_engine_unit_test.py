@@ -7,7 +7,7 @@ import pytest
 
 from tests.core import metrics, server_log
 from tests.sleep_wake.fakes.fake_defects import DEFECTS
-from tests.sleep_wake.fakes.fake_engine import FakeEngine, GpuMemory
+from tests.sleep_wake.fakes.fake_engine import EngineDeadError, FakeEngine, GpuMemory
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -238,3 +238,38 @@ def test_a_defect_logs_the_plugin_s_reached_line_when_its_switch_is_first_consul
     slow.sleep(1, "abort")
     reached = [line for line in lines if line.startswith("sleepwake-mutant")]  # the server log holds more
     assert reached == [sleepwake_mutants.REACHED.format(name="slow_sleep", pid=os.getpid())]
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_worker_level_sleep_passes_the_engine_by(level):
+    """collective_rpc("sleep"): the pools unmapped, the engine not told (no pause, no executor tags, no
+    gauge, no cache reset), so the engine's own wake is a no-op; the workers' wake maps them back."""
+    e = FakeEngine(EAGER)
+    before = e.weights
+    cached = " ".join(f"c{i}" for i in range(40))
+    e.prefill(cached)
+    e.worker_sleep(level)
+    assert not e.is_sleeping() and e.sleeping_tags == set() and e.gauge_values() == metrics.GAUGE_AWAKE
+    assert e.gpu_bytes() == EAGER.context and e.prefix_cache
+    e.wake_up(None)  # "Executor is not sleeping.": nothing mapped
+    assert e.gpu_bytes() == EAGER.context
+    with pytest.raises(RuntimeError, match="unmapped already"):
+        e.worker_sleep(level)
+    e.worker_wake_up(["weights"])
+    assert e.gpu_bytes() == EAGER.context + EAGER.weights
+    assert e.weights == (before if level == 1 else None)  # level 2 discarded them: garbage until a push
+    with pytest.raises(RuntimeError, match="mapped already"):
+        e.worker_wake_up(["weights"])  # cumem.py wake_up never reads is_asleep
+    e.worker_wake_up(["kv_cache"])
+    assert e.gpu_bytes() == EAGER.context + EAGER.weights + EAGER.kv_cache
+    assert e.prefill(cached)[1] == 32  # no reset: the blocks' hashes outlived their KV
+
+
+def test_worker_level_kv_first_wake_after_level2_and_a_request_meanwhile():
+    e = FakeEngine(EAGER)
+    e.worker_sleep(2)
+    with pytest.raises(RuntimeError, match="model buffers"):
+        e.worker_wake_up(["kv_cache"])  # the saved buffers go into the weights pool, still unmapped
+    assert e.unmapped == {"weights", "kv_cache"}
+    with pytest.raises(EngineDeadError):  # nothing pauses the scheduler: the forward reads unmapped memory
+        e.wait_scheduled(e.accept())
