@@ -13,6 +13,13 @@ v1/engine/async_llm.py's gauge writes, v1/worker/gpu_worker.py and device_alloca
     tag is not asleep; scheduling resumes only once no tag is asleep (#44483). A wake without tags while
     one tag is already resident fails (the divergence full_wake_remaps_resident_pool). The gauge reads awake
     after every wake_up, partial or not (the divergence pinned in thresholds.KNOWN_DIVERGENCES).
+  * pause(mode, clear_cache) is sleep's pause alone (EngineCoreProc.pause_scheduler, which
+    AsyncLLM.pause_generation and POST /pause await): the same modes, and once the engine is idle
+    clear_cache resets the caches with reset_running_requests (core.py _reset_caches), which preempts a
+    keep's frozen requests (their KV dropped: they re-run on the weights serving when they resume);
+    without it they keep their KV. resume() unpauses whatever the executor still has asleep (core.py
+    resume_scheduler has no guard), and a request then scheduled over an unmapped pool kills the engine
+    (the divergence resume_while_kv_cache_asleep). Neither writes the gauge; /is_sleeping reads the pause.
   * The executor's bookkeeping (sleeping_tags, what /is_sleeping and the executor's guards read) is
     apart from the workers' pools (unmapped: CuMemAllocator's is_asleep), as in vLLM: the worker-level
     collective_rpc("sleep" | "wake_up") (gpu_worker.py Worker.sleep / wake_up) maps and unmaps the
@@ -78,6 +85,8 @@ class Choice:
     index: int
     planned: list  # the token ids this choice will generate
     weights: str | None  # what generates them (their logprobs)
+    prompt: str = ""
+    seed: object = None
     token_ids: list = dataclasses.field(default_factory=list)
     logprobs: list = dataclasses.field(default_factory=list)
     finish_reason: str | None = None
@@ -93,6 +102,13 @@ class Ticket:
     epoch: int
     aborted: bool = False  # ended with finish_reason abort at its next step or wait
     restart: bool = False  # preempted_restarts_output: its tokens so far are dropped at its next step
+    # How its next step goes on once scheduling resumes, if the weights serving then differ from those
+    # that planned its tokens: PREFILL (preempted, KV dropped: prompt and tokens so far computed again)
+    # or STALE (its KV kept: the old weights' KV under the new weights).
+    resumes: str | None = None
+
+
+PREFILL, STALE = "prefill", "stale"
 
 
 class EngineDeadError(RuntimeError):
@@ -139,6 +155,9 @@ class FakeEngine:
         self.decoding: set[Ticket] = set()
         self.sleeping_tags: set[str] = set()  # the executor's bookkeeping (abstract.py sleeping_tags)
         self.unmapped: set[str] = set()  # the workers' pools unmapped (cumem.py is_asleep)
+        # The scheduler resumed by resume() while the executor slept: nothing keeps a request off the
+        # unmapped pools (core.py resume_scheduler).
+        self.resumed_asleep = False
         self.gauge = dict(metrics.GAUGE_AWAKE)
         self.load = 0  # requests accepted and not finished (/load)
         self.running = 0  # requests being decoded (they hold KV blocks)
@@ -234,48 +253,9 @@ class FakeEngine:
             self._check_alive()
             mode = self._mode_under_defects(level, mode)
             decoding = self.running > 0
-            was_sleeping, was_paused = self.paused or self.executor_sleeping, self.paused
+            was_sleeping = self.paused or self.executor_sleeping
             partial = self.executor_sleeping and self.sleeping_tags != {"weights", "kv_cache"}
-            if mode == "abort":
-                if "abort_spares_waiting" in self.defects:
-                    # finish_requests over the running queue only: the waiting requests, and those a keep's
-                    # cache reset preempted back to that queue, stay queued
-                    if not self.preempted:
-                        for ticket in self.decoding:
-                            ticket.aborted = True
-                else:
-                    self.abort_epoch += 1
-                    self.preempted = 0
-            self.paused = True
-            if not (was_paused and "pause_mode_sticky" in self.defects):
-                self.frozen = mode == "keep" or self.preempted > 0
-            self.cond.notify_all()
-            if mode == "wait" and not self.frozen:  # new requests queue; the running ones run to the end first
-                # (a pause that freezes them counts none unfinished: scheduler.py get_num_unfinished_requests)
-                self.cond.wait_for(
-                    lambda: self.running <= self.preempted or self.dead or self.stopping.is_set(), MAX_HOLD_S
-                )
-            # A level >= 1 keep's cache reset preempts the frozen requests back to the waiting queue
-            # (reset_running_requests=True); without that the reset is refused while they hold blocks.
-            preempts, refused = level >= 1 and mode == "keep" and self.running > self.preempted, False
-            if preempts and "keep_reset_aborts_frozen" in self.defects:
-                for ticket in self.decoding:
-                    ticket.aborted = True
-                preempts = False
-            elif preempts and "keep_without_preemption" in self.defects:
-                preempts, refused = False, True
-            keeps_cache = (
-                refused
-                or "prefix_cache_kept" in self.defects
-                or (was_paused and "sleep_while_paused_keeps_prefix_cache" in self.defects)
-            )
-            if (level >= 1 and not keeps_cache) or (level == 0 and "prefix_cache_reset_on_level0" in self.defects):
-                self.prefix_cache.clear()
-            if preempts:
-                self.preempted = self.running
-                if "preempted_restarts_output" in self.defects:
-                    for ticket in self.decoding:
-                        ticket.restart = True
+            self._pause_scheduler(mode, clear_cache=level >= 1, level=level)
             if level >= 1 and (
                 not self.executor_sleeping or (partial and "sleep_during_partial_wake_sleeps_again" in self.defects)
             ):
@@ -288,6 +268,88 @@ class FakeEngine:
             if decoding and "engine_dies_on_sleep_during_decode" in self.defects:
                 self.dead = True  # the sleep itself succeeded: /sleep still answers 200
             self.cond.notify_all()
+
+    def pause(self, mode: str, clear_cache: bool) -> None:
+        """EngineCoreProc.pause_scheduler(mode, clear_cache) as AsyncLLM.pause_generation awaits it."""
+        if mode not in PAUSE_MODES:
+            raise ValueError(f"Invalid pause mode: {mode}")
+        with self.cond:
+            self._check_alive()
+            self._pause_scheduler(mode, clear_cache)
+            self.cond.notify_all()
+
+    def resume(self) -> None:
+        """core.py resume_scheduler: unpaused, whatever the executor still has asleep."""
+        with self.cond:
+            self._check_alive()
+            self._resume_scheduling()
+            self.resumed_asleep = self.executor_sleeping
+
+    def is_paused(self) -> bool:
+        with self.cond:
+            self._check_alive()
+            return self.paused
+
+    def _resume_scheduling(self) -> None:
+        """The scheduler unpaused: the requests a keep froze go on (their KV as the pause left it)."""
+        for ticket in self.decoding:
+            if self.frozen and ticket.resumes is None:
+                ticket.resumes = STALE
+        self.paused = self.frozen = False
+        self.preempted = 0
+        self.cond.notify_all()
+
+    def _pause_scheduler(self, mode: str, clear_cache: bool, level: int | None = None) -> None:
+        """core.py pause_scheduler, for sleep(level, mode) (clear_cache = level >= 1) and pause (level None):
+        mode abort ends every request, wait drains the running ones before it returns, keep freezes them;
+        once idle, clear_cache resets the caches with reset_running_requests."""
+        was_paused = self.paused
+        if mode == "abort":
+            if "abort_spares_waiting" in self.defects:
+                # finish_requests over the running queue only: the waiting requests, and those a keep's
+                # cache reset preempted back to that queue, stay queued
+                if not self.preempted:
+                    for ticket in self.decoding:
+                        ticket.aborted = True
+            else:
+                self.abort_epoch += 1
+                self.preempted = 0
+        self.paused = True
+        if not (was_paused and "pause_mode_sticky" in self.defects):
+            self.frozen = mode == "keep" or self.preempted > 0
+        self.cond.notify_all()
+        if mode == "wait" and not self.frozen:  # new requests queue; the running ones run to the end first
+            # (a pause that freezes them counts none unfinished: scheduler.py get_num_unfinished_requests)
+            self.cond.wait_for(
+                lambda: self.running <= self.preempted or self.dead or self.stopping.is_set(), MAX_HOLD_S
+            )
+        # A keep's cache reset preempts the frozen requests back to the waiting queue
+        # (reset_running_requests=True); without that the reset is refused while they hold blocks.
+        preempts, refused = clear_cache and mode == "keep" and self.running > self.preempted, False
+        if preempts and "keep_reset_aborts_frozen" in self.defects:
+            for ticket in self.decoding:
+                ticket.aborted = True
+            preempts = False
+        elif preempts and "keep_without_preemption" in self.defects:
+            preempts, refused = False, True
+        keeps_cache = (
+            refused
+            or "prefix_cache_kept" in self.defects
+            or (level is not None and was_paused and "sleep_while_paused_keeps_prefix_cache" in self.defects)
+        )
+        if (clear_cache and not keeps_cache) or (level == 0 and "prefix_cache_reset_on_level0" in self.defects):
+            self.prefix_cache.clear()
+        if preempts:
+            self._preempt_running()
+
+    def _preempt_running(self) -> None:
+        """scheduler.py reset_prefix_cache(reset_running_requests=True): every running request back to the
+        waiting queue, its KV blocks freed."""
+        self.preempted = self.running
+        for ticket in self.decoding:
+            ticket.resumes = PREFILL
+            if "preempted_restarts_output" in self.defects:
+                ticket.restart = True
 
     def _mode_under_defects(self, level: int, mode: str) -> str:
         """The pause mode a defect makes of the one asked for."""
@@ -376,8 +438,8 @@ class FakeEngine:
                 if self.paused and "wake_aborts_queued" in self.defects:
                     for ticket in self.waiting:
                         ticket.aborted = True
-                self.paused = self.frozen = False
-                self.preempted = 0
+                self._resume_scheduling()
+                self.resumed_asleep = False
             if not self.executor_sleeping or "gauge_tracks_tags" not in self.defects:
                 self.gauge = dict(metrics.GAUGE_AWAKE)
             self.cond.notify_all()
@@ -555,16 +617,22 @@ class FakeEngine:
                 )
             self.weights = pushed.digest
 
-    def reset_prefix_cache(self) -> bool:
-        """False while running requests hold blocks (0.26.0's documented success=false)."""
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """False while running requests hold blocks (0.26.0's documented success=false), unless
+        reset_running_requests preempts them first (scheduler.py reset_prefix_cache)."""
         with self.cond:
             self._check_alive()
             if "reset_prefix_cache_fails_asleep" in self.defects and (self.paused or self.executor_sleeping):
                 return False
             if self.running > self.preempted:
-                if "reset_prefix_cache_preempts_running" not in self.defects:
+                if reset_running_requests:
+                    self._preempt_running()
+                    if not self.frozen:  # back to the waiting queue, which an unfrozen scheduler runs at once
+                        self.preempted = 0
+                elif "reset_prefix_cache_preempts_running" not in self.defects:
                     return False
-                self.preempted = self.running  # reset_running_requests: back to the waiting queue
+                else:
+                    self.preempted = self.running  # reset_running_requests: back to the waiting queue
             if "reset_prefix_cache_noop" not in self.defects:
                 self.prefix_cache.clear()
             return True
@@ -644,7 +712,10 @@ class FakeEngine:
     def plan(self, prompt: str, max_tokens: int, n: int, seed) -> list[Choice]:
         with self.cond:
             weights = self._serving_weights()
-        return [Choice(i, fake_checkpoint.tokens(weights, prompt, max_tokens, i, seed), weights) for i in range(n)]
+        return [
+            Choice(i, fake_checkpoint.tokens(weights, prompt, max_tokens, i, seed), weights, prompt, seed)
+            for i in range(n)
+        ]
 
     def decode_step(self, choices: list[Choice], ticket: Ticket) -> list[tuple[Choice, list]]:
         """One token for every unfinished choice, as one engine step; [(choice, new ids)].
@@ -666,6 +737,9 @@ class FakeEngine:
                 for c in choices:
                     c.token_ids.clear()
                     c.logprobs.clear()
+            if ticket.resumes and not aborted:
+                self._resume_plan(choices, ticket.resumes)
+                ticket.resumes = None
             for c in choices:
                 if c.finish_reason is not None:
                     continue
@@ -685,8 +759,9 @@ class FakeEngine:
 
     def _forward_check(self) -> None:
         """A forward pass about to run: over a pool the workers hold unmapped while nothing keeps requests
-        off it (the executor does not know) it is the illegal memory access that kills the engine core."""
-        unguarded = self.unmapped - self.sleeping_tags
+        off it (the executor does not know, or resume() unpaused a sleeping executor) it is the illegal
+        memory access that kills the engine core."""
+        unguarded = self.unmapped - self.sleeping_tags or (self.unmapped if self.resumed_asleep else set())
         if unguarded:
             self.dead = True
             self.cond.notify_all()
@@ -695,6 +770,20 @@ class FakeEngine:
                 "CUDA error: an illegal memory access was encountered"
             )
             raise EngineDeadError(ENGINE_DEAD)
+
+    def _resume_plan(self, choices: list[Choice], how: str) -> None:
+        """The rest of each choice's tokens once its request runs on after a pause, where other weights
+        serve now than planned them: PREFILL computes its prompt and tokens so far again with them, STALE
+        decodes with them over the KV the old weights computed."""
+        serving = self._serving_weights()
+        for c in choices:
+            if c.finish_reason is not None or c.weights == serving:
+                continue
+            weights = serving if how == PREFILL or serving is None else f"{serving} over the KV cache of {c.weights}"
+            context = " ".join([c.prompt, *(f"w{t}" for t in c.token_ids)])
+            rest = fake_checkpoint.tokens(weights, context, len(c.planned) - len(c.token_ids), c.index, c.seed)
+            c.planned = c.token_ids + rest
+            c.weights = weights
 
     def end_decode(self, ticket: Ticket | None = None) -> None:
         with self.cond:
