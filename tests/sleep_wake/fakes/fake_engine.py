@@ -275,6 +275,10 @@ class FakeEngine:
             raise ValueError(f"Invalid pause mode: {mode}")
         with self.cond:
             self._check_alive()
+            if mode == "keep" and "pause_keep_aborts" in self.defects:
+                mode = "abort"
+            if mode == "keep" and "pause_keep_ignores_clear_cache" in self.defects:
+                clear_cache = False
             self._pause_scheduler(mode, clear_cache)
             self.cond.notify_all()
 
@@ -282,6 +286,8 @@ class FakeEngine:
         """core.py resume_scheduler: unpaused, whatever the executor still has asleep."""
         with self.cond:
             self._check_alive()
+            if "resume_noop" in self.defects:
+                return
             self._resume_scheduling()
             self.resumed_asleep = self.executor_sleeping
 
@@ -560,6 +566,8 @@ class FakeEngine:
         cuMemMap's refusal), then the model buffers a level-2 sleep saved copied into the weights pool."""
         with self.cond:
             self._check_alive()
+            if "worker_wake_maps_nothing" in self.defects:
+                return
             woken = [tag for tag in sorted(POOLS) if tags is None or tag in tags]
             self._refuse_resident(woken)
             if self.buffers_saved and "weights" in self.unmapped - set(woken):

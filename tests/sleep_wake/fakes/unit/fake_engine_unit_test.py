@@ -366,3 +366,21 @@ def test_reset_prefix_cache_with_reset_running_requests_preempts_them():
     assert e.reset_prefix_cache(reset_running_requests=True) is True
     assert e.preempted == 0 and ticket.resumes == "prefill"  # unpaused: scheduled again at once
     assert _decode_rest(e, ticket, choices).finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    "defect,call",
+    [
+        ("pause_keep_aborts", lambda e: e.pause("keep", True)),
+        ("resume_noop", lambda e: (e.pause("abort", True), e.resume())),
+        ("pause_keep_ignores_clear_cache", lambda e: e.pause("keep", True)),
+        ("worker_wake_maps_nothing", lambda e: (e.worker_sleep(1), e.worker_wake_up(None))),
+    ],
+)
+def test_pause_and_worker_defects_change_what_they_name(defect, call):
+    healthy, broken = FakeEngine(EAGER), FakeEngine(EAGER, defects=[defect])
+    for e in (healthy, broken):
+        _in_flight(e)
+        call(e)
+    state = lambda e: (e.abort_epoch, e.paused, e.preempted, sorted(e.unmapped))  # noqa: E731
+    assert state(healthy) != state(broken)
