@@ -231,4 +231,18 @@ DEFECTS = {
 }
 
 # Defects that are no mutant of the catalogue (unit/fake_tier_unit_test.py: every other one is).
-FAKE_ONLY = ("gauge_tracks_tags",)
+FAKE_ONLY: tuple[str, ...] = ("gauge_tracks_tags",)
+
+# The pause, resume and worker-level paths of RL frameworks (issue 59): fake-only until the catalogue has
+# their mutants (a catalogued mutant of the same bug takes over the name and leaves FAKE_ONLY).
+PAUSE_AND_WORKER_DEFECTS = {
+    "pause_keep_aborts": "pause(mode=keep) aborts the requests in flight instead of freezing them",
+    "resume_noop": "resume() leaves the scheduler paused",
+    "pause_keep_ignores_clear_cache": (
+        "pause(mode=keep) ignores clear_cache, as the /pause route's docstring says it does "
+        "(rlhf/api_router.py:44-45): the frozen requests keep their blocks and old-weight KV across an update"
+    ),
+    "worker_wake_maps_nothing": "collective_rpc(wake_up) answers without mapping any pool back",
+}
+DEFECTS.update(PAUSE_AND_WORKER_DEFECTS)
+FAKE_ONLY += tuple(PAUSE_AND_WORKER_DEFECTS)
