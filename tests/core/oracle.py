@@ -267,11 +267,6 @@ _LIST = [
         "tier's stand-in for the checkpoint a reload loads, which its fake worker does not tell apart)",
     ),
     Oracle(
-        "weights.push_reaches_worker",
-        "a push's load_weights call reaches the worker once (the engine tier's stand-in for the checkpoint a "
-        "push loads, which its fake worker does not tell apart)",
-    ),
-    Oracle(
         "weights.served_after_plain_reload",
         "reload_weights without a path loads the checkpoint pinned "
         "per release (the one started on, or the last pushed)",

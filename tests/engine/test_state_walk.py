@@ -38,16 +38,29 @@ SHARDS = 16
 
 
 @pytest.fixture(scope="session")
-def checkpoints(engines, model_dir, tmp_path_factory):
-    """Two checkpoint directories for reload_weights' weights_path (the fake worker loads neither)."""
-    return {"A": model_dir, "B": engines.write_model_dir(str(tmp_path_factory.mktemp("tiny_qwen3_b")))}
+def checkpoints(tmp_path_factory):
+    """Two checkpoints of the tiny model (seeds 0 and 1) with their tensors: the paths reload_weights gets
+    (the fake worker loads neither) and the tensors a push hands the model's load_weights."""
+    from tools.checkpoints import make_synthetic_model
+
+    out = {}
+    for seed, name in enumerate(("A", "B")):
+        path = str(tmp_path_factory.mktemp(f"tiny_qwen3_{name.lower()}"))
+        make_synthetic_model.write_checkpoint(path, make_synthetic_model.TINY, seed=seed)
+        out[name] = path
+    return out
 
 
 @pytest.fixture
 def engine_server(engines, model_dir):
+    """The engine with the suite's worker extension mixed into the fake worker, as every GPU server loads it
+    (--worker-extension-cls), so a push runs the extension's own code."""
+    from tests.engine.fakes.worker import ExtensionWorker
     from tests.engine.lib.engine_server import EngineServer
+    from tools.launcher import weight_receiver
 
-    server = EngineServer(model_dir)
+    extension = f"{weight_receiver.WeightReceiver.__module__}.{weight_receiver.WeightReceiver.__qualname__}"
+    server = EngineServer(model_dir, f"{ExtensionWorker.__module__}.{ExtensionWorker.__qualname__}", extension)
     yield server
     server.close()
 

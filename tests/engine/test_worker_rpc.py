@@ -12,17 +12,10 @@ UniProcExecutor.collective_rpc -> WorkerWrapperBase -> the worker), around the f
 The fake worker cannot rebuild CUDA-IPC handles, so the IPC way (load_ipc_tensors) stays the GPU's.
 """
 
-import hashlib
-import json
-import os
-import struct
-from unittest import mock
-
 import pytest
-import torch
 
 from tests.engine.fakes.worker import TAGS, ExtensionWorker, ReleasedMemoryAccess
-from tests.engine.lib import checks
+from tests.engine.lib import checks, cpu_push
 from tests.core import oracle
 from tools.checkpoints import make_synthetic_model
 from tools.launcher import weight_receiver
@@ -53,24 +46,10 @@ def checkpoint_b(tmp_path_factory) -> str:
     return path
 
 
-def _file_tensors(checkpoint: str) -> dict[str, str]:
-    """Tensor name -> sha256 of its bytes, read from the safetensors file's own header and offsets: the
-    expectation from the file, not from any loader the push runs through."""
-    with open(os.path.join(checkpoint, "model.safetensors"), "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-        data = f.read()
-    header.pop("__metadata__", None)
-    return {name: hashlib.sha256(data[slice(*entry["data_offsets"])]).hexdigest() for name, entry in header.items()}
-
-
 def _push(llm, checkpoint: str):
-    """collective_rpc("load_checkpoint_tensors"), TRL's push: the extension's device synchronize and
-    cache release stand still on a host without an accelerator (torch would look for CUDA there)."""
-    with (
-        mock.patch.object(torch.accelerator, "synchronize", lambda *a, **k: None),
-        mock.patch.object(torch.accelerator, "empty_cache", lambda *a, **k: None),
-    ):
+    """collective_rpc("load_checkpoint_tensors"), TRL's push: the extension's device calls stand still on a
+    host without an accelerator (cpu_push.stand_ins)."""
+    with cpu_push.stand_ins():
         return llm.collective_rpc("load_checkpoint_tensors", kwargs={"checkpoint": checkpoint})
 
 
@@ -88,7 +67,7 @@ def _generate(llm, what: str) -> None:
 
 def _pushed(built, checkpoint: str, results, where: str) -> None:
     """What reached the model: every tensor of the checkpoint, byte for byte, one count per worker."""
-    expected = _file_tensors(checkpoint)
+    expected = cpu_push.file_tensors(checkpoint)
     oracle.equal(
         "weights.pushed_checkpoint_golden",
         {"results": results, "tensors": built.worker.pushed},

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: pins the platform)
 from tests.engine.fakes.output_queue import RecordingOutputQueue
 from tests.engine.lib.engine_client import QueueEngineClient
-from tests.engine.lib.engines import Built, build_engine_core_proc
+from tests.engine.lib.engines import WORKER_CLS, Built, build_engine_core_proc
 from tests.engine.lib.loop import BackgroundLoop
 from tests.core import liveness
 from vllm.entrypoints.serve.dev.cache.api_router import attach_router as attach_cache_router
@@ -180,8 +180,8 @@ class InFlightGate:
 class EngineServer:
     """EngineCoreProc's busy loop in a thread behind vLLM's own sleep, cache and RPC routers."""
 
-    def __init__(self, model_dir: str) -> None:
-        self.built = build_engine_core_proc(model_dir)
+    def __init__(self, model_dir: str, worker_cls: str = WORKER_CLS, worker_extension_cls: str = "") -> None:
+        self.built = build_engine_core_proc(model_dir, worker_cls, worker_extension_cls)
         self.proc = self.built.engine
         self.timeline = self.built.timeline
         self.worker = self.built.worker

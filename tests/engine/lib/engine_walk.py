@@ -21,6 +21,7 @@ import itertools
 import threading
 
 from tests.engine.fakes.worker import TAGS
+from tests.engine.lib import cpu_push
 from tests.engine.lib.engine_client import CALL_TIMEOUT_S
 from tests.engine.lib.engine_server import WAIT_S, EngineServer
 from tests.core import liveness, oracle, pushes, thresholds
@@ -54,8 +55,8 @@ SKIPPED = {
     "which the engine tier's QueueEngineClient stands in for without its stat loggers",
     "output.golden_tokens": "the fake worker samples one constant token: no golden of real weights; the "
     "weights' integrity is checked instead (garbage after level 2 until a reload)",
-    "weights.pushed_checkpoint_golden": "the fake worker loads no checkpoint: A and B serve alike; the "
-    "weights' integrity is checked instead",
+    "weights.pushed_checkpoint_golden": "the fake worker serves no checkpoint: A and B serve alike; the "
+    "weights' integrity is checked instead, and at a push the tensors its load_weights received",
     "output.logprob_drift": "the fake worker computes no logprobs",
     "output.seeded_sampling": "the fake worker ignores the seed (one constant token)",
     "requests.abort_time": "a time bound measured on the H200's server; on the CPU the abort output's "
@@ -471,23 +472,30 @@ class EngineSubject:
         )
 
     def push(self, op, s: State, after: State, where: str) -> None:
-        """A push through the suite's worker extension's method (tests/core/pushes.py): tensors made in the
-        worker's process or rebuilt from a trainer's CUDA-IPC handles. From the engine's side both ways are
-        the one collective_rpc to the worker; the engine tier has no trainer, so the IPC way's handles are
-        none (the fake worker rebuilds nothing), and no checkpoint is told apart."""
+        """A push through the suite's worker extension, mixed into the fake worker by vLLM
+        (tests/core/pushes.py; the server is built with it): the checkpoint's tensors made in the worker's
+        process, or rebuilt from a trainer's IPC handles (cpu_push: the CUDA driver's part stood in for).
+        What reached the model's load_weights must be the checkpoint's tensors, byte for byte."""
         self._begin(op, s)
         way, checkpoint = op.params
+        path = self.checkpoints[checkpoint]
         if way == pushes.TENSOR:
-            body = {"method": pushes.LOAD_TENSORS, "kwargs": {"checkpoint": self.checkpoints[checkpoint]}}
+            body = {"method": pushes.LOAD_TENSORS, "kwargs": {"checkpoint": path}}
         else:
-            body = {"method": pushes.LOAD_IPC, "kwargs": {"handles": ""}}
-        loads = len(self.server.timeline.of("load_weights"))
-        self._status(self.server.post("/collective_rpc", json=body), f"walk {where}")
+            body = {"method": pushes.LOAD_IPC, "kwargs": {"handles": cpu_push.ipc_handles(path)}}
+        self.server.worker.pushed.clear()
+        with cpu_push.stand_ins():
+            response = self.server.post("/collective_rpc", json=body)
+        self._status(response, f"walk {where}")
+        want, got = cpu_push.file_tensors(path), self.server.worker.pushed
+        # The RPC route answers each worker's result as text (serve/dev/rpc/api_router.py).
+        results = [int(r) for r in response.json().get("results", [])]
         self._equal(
-            "weights.push_reaches_worker",
-            len(self.server.timeline.of("load_weights")) - loads,
-            1,
-            f"walk {where}: load_weights calls of the push that reached the worker",
+            "weights.pushed_checkpoint_golden",
+            (results, sorted(n for n in want.keys() | got.keys() if want.get(n) != got.get(n))),
+            ([len(want)], []),
+            f"walk {where}: the parameters the rpc reports loaded, and the tensors whose bytes the model's "
+            f"load_weights received otherwise than checkpoint {checkpoint}'s file holds them",
         )
 
     def pause(self, op, s: State, after: State, where: str) -> None:

@@ -179,8 +179,9 @@ async def build_async_llm(model_dir: str, log_stats: bool = False):
         return AsyncLLM.from_engine_args(engine_args)
 
 
-def build_engine_core_proc(model_dir: str) -> Built:
-    """EngineCoreProc, the engine a server runs (also "wait" mode), with queues instead of sockets.
+def build_engine_core_proc(model_dir: str, worker_cls: str = WORKER_CLS, worker_extension_cls: str = "") -> Built:
+    """EngineCoreProc, the engine a server runs (also "wait" mode), with queues instead of sockets; its
+    worker worker_cls, with worker_extension_cls mixed in by vLLM (--worker-extension-cls) where given.
 
     EngineCoreProc.__init__ does a ZMQ handshake with a front end and starts socket threads; this
     sets the attributes it would set (PROC_ATTRIBUTES) and runs the rest of its construction,
@@ -204,7 +205,11 @@ def build_engine_core_proc(model_dir: str) -> Built:
         (EngineCoreRequestType.EXECUTOR_FAILED, b"")
     )
     EngineCore.__init__(
-        proc, vllm_config(model_dir), UniProcExecutor, log_stats=False, executor_fail_callback=executor_fail_callback
+        proc,
+        vllm_config(model_dir, worker_cls, worker_extension_cls),
+        UniProcExecutor,
+        log_stats=False,
+        executor_fail_callback=executor_fail_callback,
     )
     built = _attach(proc)
     proc.output_queue = RecordingOutputQueue(built.timeline)
