@@ -667,10 +667,13 @@ MUTANTS = {
             # On a GPU the requests it lets run read unmapped memory and kill the engine (the H200: every
             # shard, docs/walk-reach.md): a 5xx, or no answer, is the defect's own symptom there, which
             # counts only against the walk's control run alike (fails_as); the CPU tiers see the request run.
+            # Where the door has /is_paused, the walk reads the pause lifted right after the wake, before any
+            # request runs (flags.is_paused: the fake tier's first kill in every shard).
             {
                 "state_walk": (
                     "requests.held_while_asleep",
                     "requests.held_until_resident",
+                    "flags.is_paused",
                     "api.status",
                     "api.answers",
                 )
