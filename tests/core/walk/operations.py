@@ -256,7 +256,7 @@ class Operation:
                     ids.append("requests.load_drains")
             ids += _paused_requests_oracles(mode, state)
         elif self.name == "pause":
-            ids += _paused_requests_oracles(self.mode, state)
+            ids += _paused_requests_oracles(self.params[0], state)
         elif self.name in ("wake", "resume") and (state.held or state.queued):
             after = self.apply(state)
             if after.paused:
@@ -485,7 +485,7 @@ def _pause_scheduler(s: State, mode: str, clear_cache: bool, in_flight: int = 0)
             queued = queued | {"plain"}
     elif in_flight:  # keep: the request in flight freezes where it is
         held, held_kv = model.served(s), True
-    change = dict(pause=PAUSE_ALL if mode == "keep" else PAUSE_NEW, held=held, held_kv=held_kv, queued=queued)
+    change: dict = dict(pause=PAUSE_ALL if mode == "keep" else PAUSE_NEW, held=held, held_kv=held_kv, queued=queued)
     if clear_cache:
         change.update(prefix=None, held_kv=False)
     if not s.asleep_tags:
