@@ -87,6 +87,10 @@ def _mutant_target(name, mutant, classes, class_files, fake, door = "http", own_
             env = env,
             tags = ["mutant", "fake", _RUNNER, _MODE],
             size = "medium",
+            # The walk's control walks every shard to its end: its inner pytest took 133 s alone on the
+            # CPU machine and was cut at the 150 s a medium test leaves it (mutant_test.py TIMEOUT_MARGIN_S)
+            # beside the CPU suite, once its 31 shards walked /pause, /resume and the pushes.
+            timeout = "long" if mutant == "none" and "state_walk" in classes else None,
         )
         return
     env.update(gpu_cell_env(_RUNNER, _MODE, door))
