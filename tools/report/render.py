@@ -11,7 +11,7 @@ import urllib.parse
 from html import escape
 
 from tools.bench import history as run_history
-from tools.report import series, svg, time_spent, view
+from tools.report import series, svg, time_spent, view, weight_updates
 from tools.report.reading import OutputFile, RunHistory
 from tools.results import placement
 
@@ -71,6 +71,7 @@ class Page:
             self.memory(series.HOST, "Host memory"),
             self.timings(),
             self.walk(),
+            self.weight_updates(),
             self.run_history(),
             self.mutants(),
         ]
@@ -343,6 +344,33 @@ class Page:
             '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
             f"<th>steps</th><th>states visited</th><th>unvisited</th></tr>{''.join(rows)}</table></section>"
         )
+
+    def weight_updates(self) -> str:
+        """Each RL framework's recipe and each push way, with its verdict per cell that ran it."""
+        cells = self.run.ran()
+        sections = []
+        for title, rows, what in (
+            ("RL recipes", weight_updates.recipes(cells), "each framework's weight-update sequence (rl_recipes)"),
+            ("Push ways", weight_updates.push_ways(cells), "weight_sync's tests, once per way of pushing weights"),
+        ):
+            if not rows:
+                continue
+            labels = sorted({label for row in rows for label in row.by_cell})
+            head = "".join(f"<th>{escape(label)}</th>" for label in labels)
+            body = "".join(
+                f'<tr data-row="{escape(row.name)}"><td>{escape(row.name)}</td>'
+                f'<td class="{"ok" if row.outcome == "passed" else "bad"}">{escape(row.outcome)}</td>'
+                + "".join(f"<td>{escape(row.by_cell.get(label, '-'))}</td>" for label in labels)
+                + "</tr>"
+                for row in rows
+            )
+            sections.append(
+                f"<h3>{title}</h3><p>{escape(what)}, counted from the test cases that ran.</p>"
+                f'<table class="walk"><tr><th>name</th><th>verdict</th>{head}</tr>{body}</table>'
+            )
+        if not sections:
+            return ""
+        return '<section id="weight-updates"><h2>Weight updates</h2>' + "".join(sections) + "</section>"
 
     # --- the run history -------------------------------------------------------------------------
     def run_history(self) -> str:

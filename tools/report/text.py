@@ -9,7 +9,7 @@ import statistics
 
 from tools.bench import history as run_history
 from tools.matrix import FRONT_DOORS
-from tools.report import time_spent, view
+from tools.report import time_spent, view, weight_updates
 from tools.report.reading import RunHistory
 from tools.results import placement
 
@@ -110,6 +110,7 @@ def summary(run: view.Run, history: RunHistory | None = None) -> str:
             )
             + (f"; unvisited: {', '.join(w.unvisited[:10])}" if w.unvisited else "")
         )
+    lines += weight_updates.lines(run.ran())
     if history is not None:
         lines += _history(history)
     if run.mutation:
