@@ -56,6 +56,7 @@ SCRIPT_FILES = [
     "tools/report/svg.py",
     "tools/report/text.py",
     "tools/report/time_spent.py",
+    "tools/report/weight_updates.py",
     "tools/results/mutation_table.py",
     "tools/launcher/config.py",
     "tools/launcher/phase_plugin/__init__.py",
