@@ -232,3 +232,26 @@ DEFECTS = {
 
 # Defects that are no mutant of the catalogue (unit/fake_tier_unit_test.py: every other one is).
 FAKE_ONLY = ("gauge_tracks_tags",)
+
+# The weight-update paths RL frameworks drive (the plugin's weights.py and scheduling.py): what the tensor
+# and CUDA-IPC pushes, the staged wakes around them and the walk's wakes of a resident tag meet.
+DEFECTS.update(
+    {
+        "wake_reloads_model_path": (
+            "each weights wake reloads the weights from the model path: after a disk push that is the pushed "
+            "checkpoint, after a tensor or IPC push (which moves no path) the one the server started on"
+        ),
+        "level2_skips_buffer_save": (
+            "a level-2 sleep drops the model buffers it should save: from its wake on the weights serve "
+            "garbage, whatever is pushed or reloaded (a reload puts the old buffers back)"
+        ),
+        "executor_wake_skips_tag_guard": (
+            "a wake naming a tag that is not asleep reaches the workers, which map its pool again: "
+            "CUDA's invalid argument, an error answer"
+        ),
+        "sleep_skips_scheduler_pause": (
+            "a sleep of level >= 1 sleeps the executor without pausing the scheduler: nothing is "
+            "aborted or held, and the prefix cache is not reset"
+        ),
+    }
+)

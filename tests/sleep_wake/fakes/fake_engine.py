@@ -155,6 +155,7 @@ class FakeEngine:
         self.kv_unmapped = False  # kv_wake_maps_nothing: the KV cache "awake" but not mapped
         self.restore_until = 0.0
         self.weights_wakes = 0
+        self.buffers_lost = False  # level2_skips_buffer_save: the model buffers garbage from then on
         self.dead = False
         self.stopping = threading.Event()
 
@@ -221,6 +222,11 @@ class FakeEngine:
             raise ValueError(f"Invalid pause mode: {mode}")
         with self.cond:
             self._check_alive()
+            if level >= 1 and "sleep_skips_scheduler_pause" in self.defects:
+                if not self.executor_sleeping:  # the executor's own guard
+                    self._worker_sleep(level)
+                self.gauge = metrics.gauge(0, level == 1, level == 2)  # the front end's record
+                return
             mode = self._mode_under_defects(level, mode)
             decoding = self.running > 0
             was_sleeping, was_paused = self.paused or self.executor_sleeping, self.paused
@@ -316,6 +322,7 @@ class FakeEngine:
             self.pinned_extra.append(self.host.allocate(self.sizes.level2_pinned))
         kv_released = self._kv_resident()
         self.sleeping_tags = {"weights", "kv_cache"}
+        self.buffers_lost = self.buffers_lost or (level == 2 and "level2_skips_buffer_save" in self.defects)
         kv_released -= self._kv_resident()
         self.activations_reserved = False  # sleep empties torch's caching allocator
         self.remap_missing = self.weights_mapped_early = self.kv_unmapped = False
@@ -376,6 +383,10 @@ class FakeEngine:
                 raise RuntimeError("wake_up called while awake")
             return None
         if tags and any(t not in self.sleeping_tags for t in tags):
+            if "executor_wake_skips_tag_guard" in self.defects:
+                raise RuntimeError(
+                    "Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169"
+                )
             return None
         if tags == ["weights"] and self.weights_mapped_early:
             raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169")
@@ -449,6 +460,8 @@ class FakeEngine:
             self.weights_wakes += 1
             if "staged_wake_loses_weights" in self.defects and self.weights_wakes >= 3:
                 self.weights = None
+        if "wake_reloads_model_path" in self.defects:
+            self.weights = self._model_path_weights()
 
     def reload_weights(self, weights_path: str | None = None) -> None:
         with self.cond:
@@ -471,7 +484,7 @@ class FakeEngine:
                         f"served model ({self.checkpoint.path}): it cannot be loaded in place"
                     )
                 self.model_path = weights_path  # gpu_model_runner.py: model_config.model = weights_path
-            self.weights = fake_checkpoint.load(self.model_path).digest if self.model_path else self.checkpoint.digest
+            self.weights = self._model_path_weights()
             if weights_path is not None and "push_loads_wrong_file" in self.defects:
                 # Repeatably wrong: a golden taken from this server after a push would agree with itself.
                 self.weights = fake_checkpoint.mixed(self.weights, "the pushed file's stale twin")
@@ -480,6 +493,10 @@ class FakeEngine:
             if "reload_resumes_scheduling" in self.defects:
                 self.paused = self.frozen = False
                 self.cond.notify_all()
+
+    def _model_path_weights(self) -> str | None:
+        """What a reload without a path loads: the model path's checkpoint (vLLM's model_config.model)."""
+        return fake_checkpoint.load(self.model_path).digest if self.model_path else self.checkpoint.digest
 
     def load_weights(self, checkpoint: str) -> None:
         """A push of tensors into the model's load_weights (the worker extension's load_checkpoint_tensors
@@ -580,7 +597,7 @@ class FakeEngine:
         scheduled during a sleep) or not yet restored (late_restore)."""
         if "weights" in self.sleeping_tags or self.restore_until > time.monotonic():
             return None
-        return self.weights
+        return fake_checkpoint.mixed(self.weights, "lost buffers") if self.buffers_lost else self.weights
 
     def plan(self, prompt: str, max_tokens: int, n: int, seed) -> list[Choice]:
         with self.cond:
