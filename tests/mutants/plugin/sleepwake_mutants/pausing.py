@@ -4,7 +4,7 @@ await (entrypoints/serve/dev/rlhf/api_router.py) and an RL trainer holding Async
 partial rollout, SkyRL's fully async training over HTTP). Nothing else in vLLM calls them: a sleep pauses
 the engine core's scheduler directly (EngineCore.sleep).
 
-The engine tier (tests/engine) drives the same AsyncLLM on the CPU: its catalogue reuses these patches."""
+The engine tier (tests/engine) drives the same AsyncLLM on the CPU: its catalogue reuses async_pause_keep_aborts."""
 
 from .shared import replace, wrap
 
