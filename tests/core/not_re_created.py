@@ -24,18 +24,6 @@ NOT_RE_CREATED = {
         "llm_colocate door host's process): the fake has no in-process door to run it in "
         "(tests/mutants/defs.bzl refuses a fake door mutant)",
     ),
-    # The plugin's pausing.py: killed by rl_recipes' SkyRL fully async test, which needs /pause, /resume and
-    # /is_paused of the fake.
-    **dict.fromkeys(
-        (
-            "async_is_paused_false",
-            "async_pause_ignores_clear_cache",
-            "async_pause_keep_aborts",
-            "async_resume_does_nothing",
-        ),
-        "a mutant of /pause, /resume or /is_paused, which the fake does not serve yet (branch fake59 adds "
-        "them): its killing class, rl_recipes, cannot run on the fake until then",
-    ),
     "abort_delayed": (
         "the fake models no path between the engine and the front end, so nothing of its own (KV cache, "
         "copy bandwidth, token delay: 768 tokens take ~1.5 s) gives the abort's lateness a size; the "
