@@ -759,7 +759,7 @@ KNOWN_DIVERGENCES = {
                 "open, would drain in-process); seen on the engine tier with each release"
             ),
             # The GPU's door whose engine runs in the caller's process (TRL colocate); the engine tier's
-            # in-process vllm.LLM looks it up with no door.
+            # in-process vllm.LLM looks it up as that door.
             doors=("llm_colocate",),
         ),
         KnownDivergence(

@@ -34,6 +34,11 @@ async def _sleeping(door, expected: bool, where: str) -> None:
     oracle.equal("flags.is_sleeping", got, expected, f"AsyncLLM.is_sleeping() {where}")
 
 
+async def _paused(door, expected: bool, where: str) -> None:
+    got = await door.call("AsyncLLM.is_paused()", door.llm.is_paused())
+    oracle.equal("flags.is_paused", got, expected, f"AsyncLLM.is_paused() {where}")
+
+
 async def _end(door, request, what: str) -> dict:
     """What the request's caller got once its generator ended. A wait for that end is a wall-clock wait:
     one that runs out (request_completion_s_max) is never an oracle's failure but liveness.EngineDead if
@@ -212,6 +217,7 @@ def test_async_pause_abort_ends_the_request_in_flight_for_its_caller(async_llm_d
         request = await _in_flight(door)
         await door.call("AsyncLLM.pause_generation(mode='abort')", door.llm.pause_generation(mode="abort"))
         await _landed_mid_decode(door, request)
+        await _paused(door, True, "after pause_generation(mode='abort')")
         end = await _end(door, request, "the request in flight at pause_generation(mode='abort')")
         oracle.equal(
             "requests.abort_reaches_caller",
@@ -224,6 +230,7 @@ def test_async_pause_abort_ends_the_request_in_flight_for_its_caller(async_llm_d
         waiting = door.generate(PROMPT, _params())
         await _held(door, waiting, "requests.held_while_paused", "a request sent after pause_generation(mode='abort')")
         await door.call("AsyncLLM.resume_generation()", door.llm.resume_generation())
+        await _paused(door, False, "after resume_generation()")
         after = await _finished(door, waiting, "requests.completes", "the request held by the pause, resumed")
         oracle.equal(
             "prefix_cache.hit_iff_cached",
@@ -253,7 +260,9 @@ def test_async_pause_wait_drains_the_request_in_flight(async_llm_door):
             f"before the call's answer); timeline: {report.timeline}",
         )
         await _finished(door, request, "output.finish_length", "the drained request, at its caller")
+        await _paused(door, True, "after pause_generation(mode='wait')")
         await door.call("AsyncLLM.resume_generation()", door.llm.resume_generation())
+        await _paused(door, False, "after resume_generation()")
         await _generate(door, "a request after resume_generation()")
 
     door.run(scenario())
@@ -289,9 +298,110 @@ def test_async_keep_freezes_the_request_in_flight_and_it_resumes(async_llm_door,
             0,
             f"the request kept by {how}, over {window} s: its forward passes; timeline: {report.timeline}",
         )
+        await _paused(door, True, f"after {how} with mode keep")
         await door.call(f"the release of {how}", release(door.llm))
         await _sleeping(door, False, f"after the release of {how}")
+        await _paused(door, False, f"after the release of {how}")
         await _finished(door, request, "requests.resumes_after_keep", f"the request kept by {how}, released")
+
+    door.run(scenario())
+
+
+@pytest.mark.parametrize("clear_cache", [True, False])
+def test_async_pause_keep_clear_cache_decides_whether_the_frozen_request_keeps_its_kv(async_llm_door, clear_cache):
+    """pause_generation(mode="keep", clear_cache): once the engine is idle (at once under PAUSED_ALL),
+    clear_cache resets the caches with reset_running_requests (v1/engine/core.py EngineCoreProc.pause_scheduler,
+    _reset_caches), which preempts the frozen request: its KV blocks freed, it computes its prompt and
+    tokens so far again after resume_generation(), on whatever weights serve then (OpenRLHF's partial
+    rollout). Without it the request keeps its blocks, a plain reset_prefix_cache() is refused while it
+    holds them (scheduler.py reset_prefix_cache), and it decodes on after the resume (SkyRL's fully async
+    pause). The /pause route's docstring says clear_cache is ignored with mode keep; the code does not."""
+    door = async_llm_door
+
+    async def scenario():
+        request = await _in_flight(door)
+        await door.call(
+            f"AsyncLLM.pause_generation(mode='keep', clear_cache={clear_cache})",
+            door.llm.pause_generation(mode="keep", clear_cache=clear_cache),
+        )
+        await _landed_mid_decode(door, request)
+        await _paused(door, True, f"after pause_generation(mode='keep', clear_cache={clear_cache})")
+        reset = await door.call("AsyncLLM.reset_prefix_cache() while paused", door.llm.reset_prefix_cache())
+        oracle.equal(
+            "api.reset_prefix_cache_result",
+            reset,
+            clear_cache,
+            f"reset_prefix_cache() during pause_generation(mode='keep', clear_cache={clear_cache}): the frozen "
+            "request's blocks were freed by the pause's preemption (True), or it holds them (False)",
+        )
+        await door.call("AsyncLLM.resume_generation()", door.llm.resume_generation())
+        await _paused(door, False, "after resume_generation()")
+        end = await _end(door, request, "the request frozen by pause_generation(mode='keep'), resumed")
+        report = await door.report()
+        [counts] = [n for rid, n in report.scheduled.items() if rid.startswith(request.id + "-")]
+        oracle.equal(
+            "requests.resumes_after_keep",
+            {"end": (end["error"], end["finish_reason"], len(end["token_ids"])), "computed again": max(counts[1:]) > 1},
+            {"end": (None, "length", TOKENS), "computed again": clear_cache},
+            f"the frozen request after resume_generation(): how it ended, and whether a forward pass after its "
+            f"prefill computed more than one token (its prompt and tokens so far, KV dropped); tokens a pass: {counts}",
+        )
+
+    door.run(scenario())
+
+
+@pytest.mark.parametrize("mode", ["abort", "wait", "keep"])
+@pytest.mark.parametrize("clear_cache", [True, False])
+def test_async_pause_clear_cache_decides_the_prefix_cache(async_llm_door, mode, clear_cache):
+    """pause_generation(mode, clear_cache) on an idle engine: is_paused() until resume_generation(), and
+    the prompt's cached blocks gone after it iff clear_cache (the caches reset once idle, in every mode)."""
+    door = async_llm_door
+
+    async def scenario():
+        await _cached_before_sleep(door)
+        call = f"AsyncLLM.pause_generation(mode={mode!r}, clear_cache={clear_cache})"
+        await door.call(call, door.llm.pause_generation(mode=mode, clear_cache=clear_cache))
+        await _paused(door, True, f"after {call}")
+        await _sleeping(door, True, f"after {call} (is_sleeping reads the scheduler's pause)")
+        await door.call("AsyncLLM.resume_generation()", door.llm.resume_generation())
+        await _paused(door, False, "after resume_generation()")
+        after = await _generate(door, f"the prompt again after {call} and resume_generation()")
+        oracle.equal(
+            "prefix_cache.hit_iff_cached",
+            after["cached"] > 0,
+            not clear_cache,
+            f"whether the prompt's repeat after {call} found cached tokens ({after['cached']})",
+        )
+
+    door.run(scenario())
+
+
+def test_async_resume_while_the_kv_cache_sleeps_as_pinned(async_llm_door):
+    """resume_generation() after sleep(1) and a wake of the weights alone: EngineCore.resume_scheduler
+    unpauses with no look at the executor's sleeping tags (v1/engine/core.py:852), so the next request is
+    scheduled and its forward pass reads the released KV cache: the fake worker refuses it, as a GPU's
+    illegal memory access kills the engine core (pinned: resume_while_kv_cache_asleep)."""
+    door = async_llm_door
+    pin = thresholds.divergence("resume_while_kv_cache_asleep", vllm.__version__, "async_llm")
+
+    async def scenario():
+        await door.call("AsyncLLM.sleep(1)", door.llm.sleep(1))
+        await door.call("AsyncLLM.wake_up(['weights'])", door.llm.wake_up(["weights"]))
+        await door.call("AsyncLLM.resume_generation() with the KV cache asleep", door.llm.resume_generation())
+        is_paused = await door.call("AsyncLLM.is_paused()", door.llm.is_paused())
+        request = door.generate(PROMPT, _params())
+        window = thresholds.get("held_request_window_s")
+        if not await request.ended_within(window):
+            outcome = "held"
+        else:
+            end = request.end()
+            outcome = "engine dead" if "EngineDeadError" in str(end["error"]) else "served"
+        oracle.equal(
+            "api.resume_while_asleep",
+            {"is_paused": is_paused, "request": outcome},
+            pin.expected,
+            f"resume_generation() with the KV cache asleep, then a request: {pin.describe()}",
+        )
 
     door.run(scenario())
 

@@ -6,6 +6,8 @@ AsyncLLM.collective_rpc, the only way into that process, as a trainer's own RPCs
   as plain lists (the RPC's answer crosses msgpack); besides the worker's own events, the timeline holds
   what left the engine by its output queue (hand_over): each request's end ("output", id, reason) and
   each answer to a call ("answer", call id), so a test sees whether a drain ended before a call answered;
+  and the tokens each forward pass scheduled per request, so a test sees a request computed again (a
+  preempted one's prompt and tokens so far) from one decoding on its KV (one token a step);
 - sleepwake_hold_in_flight(die=False): the next request to reach its second forward pass waits there
   until a call is on the engine's input queue (or the scheduler is paused), once: lib/engine_server.py's
   InFlightGate, here in the engine's own process, so a pause lands mid-decode however loaded the host.
@@ -58,6 +60,7 @@ class ChildWorker(FakeWorker):
         self._die = False
         self._forwards: collections.Counter = collections.Counter()
         self.hold_timed_out = False
+        self.scheduled: dict[str, list[int]] = collections.defaultdict(list)
 
     def sleepwake_report(self) -> dict:
         return {
@@ -65,6 +68,7 @@ class ChildWorker(FakeWorker):
             "weights_intact": self.weights_intact,
             "events": [[e.kind, *e.detail] for e in self.timeline.events],
             "hold_timed_out": self.hold_timed_out,
+            "scheduled": dict(self.scheduled),
         }
 
     def sleepwake_hold_in_flight(self, die: bool = False) -> None:
@@ -72,6 +76,8 @@ class ChildWorker(FakeWorker):
         self._forwards.clear()
 
     def execute_model(self, scheduler_output):
+        for request_id, tokens in scheduler_output.num_scheduled_tokens.items():
+            self.scheduled[request_id].append(tokens)
         if self._hold:
             self._forwards.update(list(scheduler_output.num_scheduled_tokens))  # one per request, not per token
             if max(self._forwards.values(), default=0) >= 2:

@@ -11,13 +11,21 @@ pools ("weights", "kv_cache") instead of touching a device:
   CuMemAllocator.wake_up); mapping a pool that is already resident raises;
 - a forward pass (a step with scheduled tokens) while a pool is released is recorded, then raises
   ReleasedMemoryAccess: on a GPU it is the illegal memory access of vLLM #44395 (fixed by #44483) and
-  #45520.
+  #45520;
+- model_runner.model.load_weights(weights), the model an RL trainer's push reaches through a worker
+  extension (worker.model_runner.model.load_weights, as every framework writes it), records each tensor's
+  name and a digest of its bytes in `pushed` and raises ReleasedMemoryAccess while the weights pool is
+  released (on a GPU the copy writes unmapped memory). ExtensionWorker is the class vLLM mixes a worker
+  extension into (WorkerWrapperBase.init_worker appends worker_extension_cls to the worker class's bases,
+  for the whole process): a class of its own keeps FakeWorker as every other test builds it.
 
 Everything that crossed the boundary is appended to `timeline` (fakes/timeline.py), which the engine
 builder points at the test's Timeline. Unused worker methods keep WorkerBase's NotImplementedError.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import torch
 
@@ -44,6 +52,8 @@ class FakeWorker(WorkerBase):
         self.resident = {tag: False for tag in TAGS}
         self.weights_intact = False  # False after a level-2 sleep until reload_weights
         self.fail_next_sleep: str | None = None  # set by a test: the next sleep raises this text
+        self.pushed: dict[str, str] = {}  # tensor name -> digest of what load_weights received last
+        self.model_runner = FakeModelRunner(FakeModel(self))
         self._layers = [
             f"model.layers.{i}.self_attn.attn" for i in range(self.model_config.get_num_layers(self.parallel_config))
         ]
@@ -149,6 +159,20 @@ class FakeWorker(WorkerBase):
         self.timeline.add("reload_weights")
         self.weights_intact = True
 
+    def _load_weights(self, weights) -> set[str]:
+        if not self.resident["weights"]:
+            raise ReleasedMemoryAccess(
+                "load_weights into the weights pool while it is released: on a GPU the copy writes unmapped "
+                "memory; wake tags=weights first (every framework's recipe)"
+            )
+        names = set()
+        for name, tensor in weights:
+            self.pushed[name] = tensor_digest(tensor)
+            names.add(name)
+        self.timeline.add("load_weights", len(names))
+        self.weights_intact = True
+        return names
+
     # --- cache resets the engine core sends on sleep (EngineCore._reset_caches) -----------------
     def reset_mm_cache(self) -> None:
         return None  # no multimodal inputs
@@ -158,3 +182,31 @@ class FakeWorker(WorkerBase):
 
     def shutdown(self) -> None:
         self.resident = {tag: False for tag in TAGS}
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """A digest of a tensor's bytes, whatever its dtype."""
+    raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return hashlib.sha256(raw).hexdigest()
+
+
+class FakeModel(torch.nn.Module):
+    """The served model as a push reaches it: load_weights(weights) returns the names it loaded, as
+    vLLM's models do (AutoWeightsLoader), and records them in the worker. A module with no parameters,
+    since vLLM walks the driver's model as one (LLMEngine._cleanup_instance_caches)."""
+
+    def __init__(self, worker: FakeWorker) -> None:
+        super().__init__()
+        self._worker = worker
+
+    def load_weights(self, weights) -> set[str]:
+        return self._worker._load_weights(weights)
+
+
+class FakeModelRunner:
+    def __init__(self, model: FakeModel) -> None:
+        self.model = model
+
+
+class ExtensionWorker(FakeWorker):
+    """The fake worker a worker extension is mixed into (engines.build_llm worker_extension_cls)."""

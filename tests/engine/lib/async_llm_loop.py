@@ -27,6 +27,7 @@ class WorkerReport:
     weights_intact: bool
     timeline: Timeline
     hold_timed_out: bool
+    scheduled: dict  # engine request id -> the tokens each forward pass scheduled for it
 
 
 class Request:
@@ -110,7 +111,9 @@ class AsyncLlmLoop:
         timeline = Timeline()
         for kind, *detail in answer["events"]:
             timeline.add(kind, *detail)
-        return WorkerReport(answer["resident"], answer["weights_intact"], timeline, answer["hold_timed_out"])
+        return WorkerReport(
+            answer["resident"], answer["weights_intact"], timeline, answer["hold_timed_out"], answer["scheduled"]
+        )
 
     def shutdown(self) -> None:
         """Cancels the tasks the test left open (a request's generate() aborts it on a live engine), then

@@ -60,7 +60,7 @@ def write_model_dir(path: str) -> str:
     return path
 
 
-def vllm_config(model_dir: str, worker_cls: str = WORKER_CLS) -> VllmConfig:
+def vllm_config(model_dir: str, worker_cls: str = WORKER_CLS, worker_extension_cls: str = "") -> VllmConfig:
     return VllmConfig(
         model_config=ModelConfig(
             model=model_dir,
@@ -84,7 +84,9 @@ def vllm_config(model_dir: str, worker_cls: str = WORKER_CLS) -> VllmConfig:
             async_scheduling=False,
         ),
         device_config=DeviceConfig(device="cpu"),
-        parallel_config=ParallelConfig(worker_cls=worker_cls, distributed_executor_backend="uni"),
+        parallel_config=ParallelConfig(
+            worker_cls=worker_cls, worker_extension_cls=worker_extension_cls, distributed_executor_backend="uni"
+        ),
     )
 
 
@@ -124,18 +126,19 @@ def build_engine_core(model_dir: str) -> Built:
     return _attach(EngineCore(vllm_config(model_dir), UniProcExecutor, log_stats=False))
 
 
-def build_llm(model_dir: str, log_stats: bool = False, worker_cls: str = WORKER_CLS):
+def build_llm(model_dir: str, log_stats: bool = False, worker_cls: str = WORKER_CLS, worker_extension_cls: str = ""):
     """vLLM's offline front door, `vllm.LLM`, as TRL's colocated trainers hold it: the engine core in
     this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM's InprocClient) around the fake worker. Real:
     LLM, LLMEngine, its output processor and InprocClient. Only the config is the engine tier's: the
     CPU platform has no device type for EngineArgs to build one from. log_stats: vLLM's stat loggers on
-    (the sleep gauge among them; LLM turns them off unless told). Returns (llm, Built of its core)."""
+    (the sleep gauge among them; LLM turns them off unless told). worker_extension_cls: the class vLLM's
+    WorkerWrapperBase mixes into worker_cls (--worker-extension-cls). Returns (llm, Built of its core)."""
     from unittest import mock
 
     from vllm import LLM
     from vllm.engine.arg_utils import EngineArgs
 
-    config = vllm_config(model_dir, worker_cls)
+    config = vllm_config(model_dir, worker_cls, worker_extension_cls)
     with (
         mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}),
         mock.patch.object(EngineArgs, "create_engine_config", lambda self, *args, **kwargs: config),

@@ -13,6 +13,20 @@ v1/engine/async_llm.py's gauge writes, v1/worker/gpu_worker.py and device_alloca
     tag is not asleep; scheduling resumes only once no tag is asleep (#44483). A wake without tags while
     one tag is already resident fails (the divergence full_wake_remaps_resident_pool). The gauge reads awake
     after every wake_up, partial or not (the divergence pinned in thresholds.KNOWN_DIVERGENCES).
+  * pause(mode, clear_cache) is sleep's pause alone (EngineCoreProc.pause_scheduler, which
+    AsyncLLM.pause_generation and POST /pause await): the same modes, and once the engine is idle
+    clear_cache resets the caches with reset_running_requests (core.py _reset_caches), which preempts a
+    keep's frozen requests (their KV dropped: they re-run on the weights serving when they resume);
+    without it they keep their KV. resume() unpauses whatever the executor still has asleep (core.py
+    resume_scheduler has no guard), and a request then scheduled over an unmapped pool kills the engine
+    (the divergence resume_while_kv_cache_asleep). Neither writes the gauge; /is_sleeping reads the pause.
+  * The executor's bookkeeping (sleeping_tags, what /is_sleeping and the executor's guards read) is
+    apart from the workers' pools (unmapped: CuMemAllocator's is_asleep), as in vLLM: the worker-level
+    collective_rpc("sleep" | "wake_up") (gpu_worker.py Worker.sleep / wake_up) maps and unmaps the
+    pools past the executor, the scheduler pause and the prefix-cache reset, so the engine does not know
+    it sleeps (an engine-level wake is then a no-op) and a request sent meanwhile kills it. A worker
+    wake maps what it is asked without looking whether it is mapped (cumem.py wake_up): a resident pool
+    is a CUDA error, as the divergence full_wake_remaps_resident_pool found on the H200.
   * reload_weights(weights_path) loads the checkpoint at weights_path into the awake weights pool and
     keeps it as the model path, so a later reload without a path loads it again (known divergence
     reload_without_path_loads_last_pushed); into asleep (unmapped) weights it fails.
@@ -43,6 +57,8 @@ MAX_HOLD_S = 120.0  # a held request gives up after this, so a broken test canno
 BLOCK_TOKENS = 16  # vLLM caches only full KV blocks: a prompt shorter than one never hits the cache
 PAUSE_MODES = ("abort", "wait", "keep")
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+POOLS = ("weights", "kv_cache")  # CuMemAllocator's tags
+_REMAP_REFUSED = "Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +85,8 @@ class Choice:
     index: int
     planned: list  # the token ids this choice will generate
     weights: str | None  # what generates them (their logprobs)
+    prompt: str = ""
+    seed: object = None
     token_ids: list = dataclasses.field(default_factory=list)
     logprobs: list = dataclasses.field(default_factory=list)
     finish_reason: str | None = None
@@ -84,6 +102,13 @@ class Ticket:
     epoch: int
     aborted: bool = False  # ended with finish_reason abort at its next step or wait
     restart: bool = False  # preempted_restarts_output: its tokens so far are dropped at its next step
+    # How its next step goes on once scheduling resumes, if the weights serving then differ from those
+    # that planned its tokens: PREFILL (preempted, KV dropped: prompt and tokens so far computed again)
+    # or STALE (its KV kept: the old weights' KV under the new weights).
+    resumes: str | None = None
+
+
+PREFILL, STALE = "prefill", "stale"
 
 
 class EngineDeadError(RuntimeError):
@@ -128,7 +153,11 @@ class FakeEngine:
         # pick one queue.
         self.waiting: set[Ticket] = set()
         self.decoding: set[Ticket] = set()
-        self.sleeping_tags: set[str] = set()
+        self.sleeping_tags: set[str] = set()  # the executor's bookkeeping (abstract.py sleeping_tags)
+        self.unmapped: set[str] = set()  # the workers' pools unmapped (cumem.py is_asleep)
+        # The scheduler resumed by resume() while the executor slept: nothing keeps a request off the
+        # unmapped pools (core.py resume_scheduler).
+        self.resumed_asleep = False
         self.gauge = dict(metrics.GAUGE_AWAKE)
         self.load = 0  # requests accepted and not finished (/load)
         self.running = 0  # requests being decoded (they hold KV blocks)
@@ -145,7 +174,8 @@ class FakeEngine:
         self.stale_head: str | None = None  # host_copy_predates_update: the output projection before the last push
         self.perturbed = False  # weights_perturbed: restored weights whose logprobs differ
         self.worker_sleeps = self.worker_wakes = self.level1_sleeps = 0
-        self.worker_level: int | None = None  # the level of the executor's last sleep
+        self.worker_level: int | None = None  # the level of the workers' last sleep
+        self.buffers_saved = False  # a level-2 sleep saved the model buffers, restored by the next wake
         self.leaked = 0
         self.extra = 0  # bytes a defect mapped beside the pools, until the call that gives them back
         self.pinned_extra: list[int] = []  # host blocks a defect pinned, freed by the next wake
@@ -155,6 +185,7 @@ class FakeEngine:
         self.kv_unmapped = False  # kv_wake_maps_nothing: the KV cache "awake" but not mapped
         self.restore_until = 0.0
         self.weights_wakes = 0
+        self.buffers_lost = False  # level2_skips_buffer_save: the model buffers garbage from then on
         self.dead = False
         self.stopping = threading.Event()
 
@@ -179,7 +210,7 @@ class FakeEngine:
             return dict(self.gauge)
 
     def _kv_resident(self) -> int:
-        if "kv_cache" not in self.sleeping_tags:
+        if "kv_cache" not in self.unmapped:
             return 0 if self.kv_unmapped else self.memory.kv_cache
         levels = {"kv_cache_partly_kept_level2": (2,), "kv_cache_mostly_kept": (1,)}
         if any(self.worker_level in levels.get(x, (1, 2)) for x in self.defects):
@@ -195,7 +226,7 @@ class FakeEngine:
                 + m.graph_pool
                 + self.leaked
                 + self._kv_resident()
-                + (0 if "weights" in self.sleeping_tags and not self.weights_mapped_early else m.weights)
+                + (0 if "weights" in self.unmapped and not self.weights_mapped_early else m.weights)
                 + (m.activations if self.activations_reserved else 0)
                 + self.extra
                 + (self.sizes.residue if "residue_grows" in self.defects else 0)
@@ -221,54 +252,22 @@ class FakeEngine:
             raise ValueError(f"Invalid pause mode: {mode}")
         with self.cond:
             self._check_alive()
+            if level >= 1 and "sleep_skips_scheduler_pause" in self.defects:
+                if not self.executor_sleeping:  # the executor's own guard
+                    self._worker_sleep(level)
+                    self.sleeping_tags = {"weights", "kv_cache"}
+                self.gauge = metrics.gauge(0, level == 1, level == 2)  # the front end's record
+                return
             mode = self._mode_under_defects(level, mode)
             decoding = self.running > 0
-            was_sleeping, was_paused = self.paused or self.executor_sleeping, self.paused
+            was_sleeping = self.paused or self.executor_sleeping
             partial = self.executor_sleeping and self.sleeping_tags != {"weights", "kv_cache"}
-            if mode == "abort":
-                if "abort_spares_waiting" in self.defects:
-                    # finish_requests over the running queue only: the waiting requests, and those a keep's
-                    # cache reset preempted back to that queue, stay queued
-                    if not self.preempted:
-                        for ticket in self.decoding:
-                            ticket.aborted = True
-                else:
-                    self.abort_epoch += 1
-                    self.preempted = 0
-            self.paused = True
-            if not (was_paused and "pause_mode_sticky" in self.defects):
-                self.frozen = mode == "keep" or self.preempted > 0
-            self.cond.notify_all()
-            if mode == "wait" and not self.frozen:  # new requests queue; the running ones run to the end first
-                # (a pause that freezes them counts none unfinished: scheduler.py get_num_unfinished_requests)
-                self.cond.wait_for(
-                    lambda: self.running <= self.preempted or self.dead or self.stopping.is_set(), MAX_HOLD_S
-                )
-            # A level >= 1 keep's cache reset preempts the frozen requests back to the waiting queue
-            # (reset_running_requests=True); without that the reset is refused while they hold blocks.
-            preempts, refused = level >= 1 and mode == "keep" and self.running > self.preempted, False
-            if preempts and "keep_reset_aborts_frozen" in self.defects:
-                for ticket in self.decoding:
-                    ticket.aborted = True
-                preempts = False
-            elif preempts and "keep_without_preemption" in self.defects:
-                preempts, refused = False, True
-            keeps_cache = (
-                refused
-                or "prefix_cache_kept" in self.defects
-                or (was_paused and "sleep_while_paused_keeps_prefix_cache" in self.defects)
-            )
-            if (level >= 1 and not keeps_cache) or (level == 0 and "prefix_cache_reset_on_level0" in self.defects):
-                self.prefix_cache.clear()
-            if preempts:
-                self.preempted = self.running
-                if "preempted_restarts_output" in self.defects:
-                    for ticket in self.decoding:
-                        ticket.restart = True
+            self._pause_scheduler(mode, clear_cache=level >= 1, level=level)
             if level >= 1 and (
                 not self.executor_sleeping or (partial and "sleep_during_partial_wake_sleeps_again" in self.defects)
             ):
                 self._worker_sleep(level)
+                self.sleeping_tags = {"weights", "kv_cache"}  # abstract.py: after the workers answered
             if "gauge_not_updated" not in self.defects and not (
                 was_sleeping and "gauge_sticky_while_asleep" in self.defects
             ):
@@ -276,6 +275,96 @@ class FakeEngine:
             if decoding and "engine_dies_on_sleep_during_decode" in self.defects:
                 self.dead = True  # the sleep itself succeeded: /sleep still answers 200
             self.cond.notify_all()
+
+    def pause(self, mode: str, clear_cache: bool) -> None:
+        """EngineCoreProc.pause_scheduler(mode, clear_cache) as AsyncLLM.pause_generation awaits it."""
+        if mode not in PAUSE_MODES:
+            raise ValueError(f"Invalid pause mode: {mode}")
+        with self.cond:
+            self._check_alive()
+            if mode == "keep" and "async_pause_keep_aborts" in self.defects:
+                mode = "abort"
+            if mode == "keep" and "pause_keep_ignores_clear_cache" in self.defects:
+                clear_cache = False
+            if mode == "keep" and "async_pause_ignores_clear_cache" in self.defects:
+                clear_cache = True
+            self._pause_scheduler(mode, clear_cache)
+            self.cond.notify_all()
+
+    def resume(self) -> None:
+        """core.py resume_scheduler: unpaused, whatever the executor still has asleep."""
+        with self.cond:
+            self._check_alive()
+            if "async_resume_does_nothing" in self.defects:
+                return
+            self._resume_scheduling()
+            self.resumed_asleep = self.executor_sleeping
+
+    def is_paused(self) -> bool:
+        with self.cond:
+            self._check_alive()
+            return self.paused and "async_is_paused_false" not in self.defects
+
+    def _resume_scheduling(self) -> None:
+        """The scheduler unpaused: the requests a keep froze go on (their KV as the pause left it)."""
+        for ticket in self.decoding:
+            if self.frozen and ticket.resumes is None:
+                ticket.resumes = STALE
+        self.paused = self.frozen = False
+        self.preempted = 0
+        self.cond.notify_all()
+
+    def _pause_scheduler(self, mode: str, clear_cache: bool, level: int | None = None) -> None:
+        """core.py pause_scheduler, for sleep(level, mode) (clear_cache = level >= 1) and pause (level None):
+        mode abort ends every request, wait drains the running ones before it returns, keep freezes them;
+        once idle, clear_cache resets the caches with reset_running_requests."""
+        was_paused = self.paused
+        if mode == "abort":
+            if "abort_spares_waiting" in self.defects:
+                # finish_requests over the running queue only: the waiting requests, and those a keep's
+                # cache reset preempted back to that queue, stay queued
+                if not self.preempted:
+                    for ticket in self.decoding:
+                        ticket.aborted = True
+            else:
+                self.abort_epoch += 1
+                self.preempted = 0
+        self.paused = True
+        if not (was_paused and "pause_mode_sticky" in self.defects):
+            self.frozen = mode == "keep" or self.preempted > 0
+        self.cond.notify_all()
+        if mode == "wait" and not self.frozen:  # new requests queue; the running ones run to the end first
+            # (a pause that freezes them counts none unfinished: scheduler.py get_num_unfinished_requests)
+            self.cond.wait_for(
+                lambda: self.running <= self.preempted or self.dead or self.stopping.is_set(), MAX_HOLD_S
+            )
+        # A keep's cache reset preempts the frozen requests back to the waiting queue
+        # (reset_running_requests=True); without that the reset is refused while they hold blocks.
+        preempts, refused = clear_cache and mode == "keep" and self.running > self.preempted, False
+        if preempts and "keep_reset_aborts_frozen" in self.defects:
+            for ticket in self.decoding:
+                ticket.aborted = True
+            preempts = False
+        elif preempts and "keep_without_preemption" in self.defects:
+            preempts, refused = False, True
+        keeps_cache = (
+            refused
+            or "prefix_cache_kept" in self.defects
+            or (level is not None and was_paused and "sleep_while_paused_keeps_prefix_cache" in self.defects)
+        )
+        if (clear_cache and not keeps_cache) or (level == 0 and "prefix_cache_reset_on_level0" in self.defects):
+            self.prefix_cache.clear()
+        if preempts:
+            self._preempt_running()
+
+    def _preempt_running(self) -> None:
+        """scheduler.py reset_prefix_cache(reset_running_requests=True): every running request back to the
+        waiting queue, its KV blocks freed."""
+        self.preempted = self.running
+        for ticket in self.decoding:
+            ticket.resumes = PREFILL
+            if "preempted_restarts_output" in self.defects:
+                ticket.restart = True
 
     def _mode_under_defects(self, level: int, mode: str) -> str:
         """The pause mode a defect makes of the one asked for."""
@@ -312,10 +401,12 @@ class FakeEngine:
             backed_up = sum(tensors)
             if level == 1 and "host_copy_twice" in self.defects and not level1_before:
                 self.pinned_extra.append(self.host.allocate(self.sizes.pinned_once))
+        self.buffers_saved = level == 2
         if level == 2 and "level2_pins_host" in self.defects:
             self.pinned_extra.append(self.host.allocate(self.sizes.level2_pinned))
         kv_released = self._kv_resident()
-        self.sleeping_tags = {"weights", "kv_cache"}
+        self.unmapped = {"weights", "kv_cache"}
+        self.buffers_lost = self.buffers_lost or (level == 2 and "level2_skips_buffer_save" in self.defects)
         kv_released -= self._kv_resident()
         self.activations_reserved = False  # sleep empties torch's caching allocator
         self.remap_missing = self.weights_mapped_early = self.kv_unmapped = False
@@ -363,8 +454,8 @@ class FakeEngine:
                 if self.paused and "wake_aborts_queued" in self.defects:
                     for ticket in self.waiting:
                         ticket.aborted = True
-                self.paused = self.frozen = False
-                self.preempted = 0
+                self._resume_scheduling()
+                self.resumed_asleep = False
             if not self.executor_sleeping or "gauge_tracks_tags" not in self.defects:
                 self.gauge = dict(metrics.GAUGE_AWAKE)
             self.cond.notify_all()
@@ -376,9 +467,16 @@ class FakeEngine:
                 raise RuntimeError("wake_up called while awake")
             return None
         if tags and any(t not in self.sleeping_tags for t in tags):
-            return None
+            if "executor_wake_skips_tag_guard" not in self.defects:
+                return None
+            # No guard: the workers are asked for every tag named. cuMemMap refuses a pool mapped already; a
+            # tag that names no pool maps nothing.
+            self._refuse_resident([t for t in tags if t in POOLS])
+            tags = [t for t in tags if t in self.sleeping_tags]
+            if not tags:
+                return None
         if tags == ["weights"] and self.weights_mapped_early:
-            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169")
+            raise RuntimeError(_REMAP_REFUSED)
         if tags == ["kv_cache"] and "weights" in self.sleeping_tags and self.worker_level == 2:
             # The known divergence kv_first_wake_after_level2_restores_into_unmapped_weights: the wake
             # restores the model buffers a level-2 sleep saved into the weights pool, still unmapped; the
@@ -393,15 +491,32 @@ class FakeEngine:
         if tags is None and self.sleeping_tags != {"weights", "kv_cache"}:
             # The known divergence full_wake_remaps_resident_pool: CuMemAllocator.wake_up(None) maps the
             # resident pool again and cuMemMap refuses; the executor keeps its sleeping tags.
-            raise RuntimeError("Call to wake_up method failed: CUDA Error: invalid argument at cumem_allocator.cpp:169")
+            raise RuntimeError(_REMAP_REFUSED)
         woken = list(tags) if tags else sorted(self.sleeping_tags)
+        self._refuse_resident(woken)
+        self._map_pools(tags, woken)
+        self.sleeping_tags -= set(woken)
+        return woken
+
+    def _refuse_resident(self, woken) -> None:
+        """cumem.py wake_up maps every allocation of the tags asked for without reading is_asleep: cuMemMap
+        refuses one already resident (a worker-level wake mapped it past the executor). As for the engine's
+        full wake (full_wake_remaps_resident_pool), nothing is mapped then."""
+        resident = sorted(set(woken) - self.unmapped)
+        if resident:
+            raise RuntimeError(f"{_REMAP_REFUSED} (the {' and '.join(resident)} pool is mapped already)")
+
+    def _map_pools(self, tags, woken) -> None:
+        """The workers' part of a wake (gpu_worker.py Worker.wake_up, CuMemAllocator.wake_up): the pools
+        of `woken` mapped back, the weights restored from their copy; tags as the call named them."""
         mapped = woken
         if tags and len(tags) > 1 and "two_tag_wake_maps_first_tag" in self.defects:
             # The workers are asked for the first tag only; the executor counts every tag awake. The walk
             # names weights first, so the KV cache is the pool left unmapped.
             mapped = woken[:1]
             self.kv_unmapped = "kv_cache" not in mapped
-        self.sleeping_tags -= set(woken)
+        self.unmapped -= set(woken)
+        self.buffers_saved = False
         self.worker_wakes += 1
         for block in self.pinned_extra:
             self.host.free(block)
@@ -426,7 +541,6 @@ class FakeEngine:
             self.remap_missing = any(x in self.defects for x in ("late_remap", "wake_leaves_unmapped"))
         if "weights" in mapped:
             self._restore_weights(tags)
-        return woken
 
     def _restore_weights(self, tags) -> None:
         """CuMemAllocator.wake_up for the weights: the level-1 copy back (its pinned blocks back to the
@@ -449,11 +563,44 @@ class FakeEngine:
             self.weights_wakes += 1
             if "staged_wake_loses_weights" in self.defects and self.weights_wakes >= 3:
                 self.weights = None
+        if "wake_reloads_model_path" in self.defects:
+            self.weights = self._model_path_weights()
+
+    # --- the workers' own sleep and wake: collective_rpc("sleep" | "wake_up") -----------------------
+    def worker_sleep(self, level: int) -> None:
+        """Worker.sleep(level) past the engine: the pools unmapped (level 1 copies the weights to host,
+        level 2 discards them) with no scheduler pause, no prefix-cache reset and no executor bookkeeping."""
+        with self.cond:
+            self._check_alive()
+            if self.unmapped:
+                # CuMemAllocator.sleep unmaps (and at level 1 copies from) every allocation, asleep or not
+                raise RuntimeError(
+                    f"Call to sleep method failed: CUDA Error: invalid argument (the "
+                    f"{' and '.join(sorted(self.unmapped))} pool is unmapped already)"
+                )
+            self._worker_sleep(level)
+
+    def worker_wake_up(self, tags) -> None:
+        """Worker.wake_up(tags) past the engine: every pool named mapped back, awake or not (an awake one is
+        cuMemMap's refusal), then the model buffers a level-2 sleep saved copied into the weights pool."""
+        with self.cond:
+            self._check_alive()
+            if "worker_wake_maps_nothing" in self.defects:
+                return
+            woken = [tag for tag in sorted(POOLS) if tags is None or tag in tags]
+            self._refuse_resident(woken)
+            if self.buffers_saved and "weights" in self.unmapped - set(woken):
+                raise RuntimeError(
+                    "Call to wake_up method failed: restoring the model buffers saved by the level-2 "
+                    "sleep into the weights pool, which is not mapped"
+                )
+            if woken:
+                self._map_pools(tags, woken)
 
     def reload_weights(self, weights_path: str | None = None) -> None:
         with self.cond:
             self._check_alive()
-            if "weights" in self.sleeping_tags:
+            if "weights" in self.unmapped:
                 raise RuntimeError("reload_weights while the weights are asleep: their memory is unmapped")
             if "reload_aborts_requests" in self.defects:
                 self.abort_epoch += 1  # every request ends, running or waiting, before the weights change
@@ -471,7 +618,7 @@ class FakeEngine:
                         f"served model ({self.checkpoint.path}): it cannot be loaded in place"
                     )
                 self.model_path = weights_path  # gpu_model_runner.py: model_config.model = weights_path
-            self.weights = fake_checkpoint.load(self.model_path).digest if self.model_path else self.checkpoint.digest
+            self.weights = self._model_path_weights()
             if weights_path is not None and "push_loads_wrong_file" in self.defects:
                 # Repeatably wrong: a golden taken from this server after a push would agree with itself.
                 self.weights = fake_checkpoint.mixed(self.weights, "the pushed file's stale twin")
@@ -481,13 +628,17 @@ class FakeEngine:
                 self.paused = self.frozen = False
                 self.cond.notify_all()
 
+    def _model_path_weights(self) -> str | None:
+        """What a reload without a path loads: the model path's checkpoint (vLLM's model_config.model)."""
+        return fake_checkpoint.load(self.model_path).digest if self.model_path else self.checkpoint.digest
+
     def load_weights(self, checkpoint: str) -> None:
         """A push of tensors into the model's load_weights (the worker extension's load_checkpoint_tensors
         and load_ipc_tensors, TRL's in-process load_weights): the checkpoint's weights into the awake weights
         pool, past reload_weights, so the model path stays what it was."""
         with self.cond:
             self._check_alive()
-            if "weights" in self.sleeping_tags:
+            if "weights" in self.unmapped:
                 raise RuntimeError("load_weights while the weights are asleep: their memory is unmapped")
             pushed = fake_checkpoint.load(checkpoint)
             if pushed.tensor_bytes != self.checkpoint.tensor_bytes:
@@ -497,16 +648,22 @@ class FakeEngine:
                 )
             self.weights = pushed.digest
 
-    def reset_prefix_cache(self) -> bool:
-        """False while running requests hold blocks (0.26.0's documented success=false)."""
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """False while running requests hold blocks (0.26.0's documented success=false), unless
+        reset_running_requests preempts them first (scheduler.py reset_prefix_cache)."""
         with self.cond:
             self._check_alive()
             if "reset_prefix_cache_fails_asleep" in self.defects and (self.paused or self.executor_sleeping):
                 return False
             if self.running > self.preempted:
-                if "reset_prefix_cache_preempts_running" not in self.defects:
+                if reset_running_requests:
+                    self._preempt_running()
+                    if not self.frozen:  # back to the waiting queue, which an unfrozen scheduler runs at once
+                        self.preempted = 0
+                elif "reset_prefix_cache_preempts_running" not in self.defects:
                     return False
-                self.preempted = self.running  # reset_running_requests: back to the waiting queue
+                else:
+                    self.preempted = self.running  # reset_running_requests: back to the waiting queue
             if "reset_prefix_cache_noop" not in self.defects:
                 self.prefix_cache.clear()
             return True
@@ -555,6 +712,7 @@ class FakeEngine:
                 self._check_alive()
                 if self._ended(ticket) or not self._admits():
                     return False
+                self._forward_check()
                 self.running += 1
                 self.decoding.add(ticket)
                 return True
@@ -578,14 +736,17 @@ class FakeEngine:
     def _serving_weights(self) -> str | None:
         """What a forward pass computes with now: garbage while the weights are unmapped (a request
         scheduled during a sleep) or not yet restored (late_restore)."""
-        if "weights" in self.sleeping_tags or self.restore_until > time.monotonic():
+        if "weights" in self.unmapped or self.restore_until > time.monotonic():
             return None
-        return self.weights
+        return fake_checkpoint.mixed(self.weights, "lost buffers") if self.buffers_lost else self.weights
 
     def plan(self, prompt: str, max_tokens: int, n: int, seed) -> list[Choice]:
         with self.cond:
             weights = self._serving_weights()
-        return [Choice(i, fake_checkpoint.tokens(weights, prompt, max_tokens, i, seed), weights) for i in range(n)]
+        return [
+            Choice(i, fake_checkpoint.tokens(weights, prompt, max_tokens, i, seed), weights, prompt, seed)
+            for i in range(n)
+        ]
 
     def decode_step(self, choices: list[Choice], ticket: Ticket) -> list[tuple[Choice, list]]:
         """One token for every unfinished choice, as one engine step; [(choice, new ids)].
@@ -600,11 +761,16 @@ class FakeEngine:
                 self.cond.wait(0.05)
             self._check_alive()
             aborted = self._ended(ticket)
+            if not aborted:
+                self._forward_check()
             if ticket.restart and not aborted:  # recomputed from the prompt alone: its tokens so far dropped
                 ticket.restart = False
                 for c in choices:
                     c.token_ids.clear()
                     c.logprobs.clear()
+            if ticket.resumes and not aborted:
+                self._resume_plan(choices, ticket.resumes)
+                ticket.resumes = None
             for c in choices:
                 if c.finish_reason is not None:
                     continue
@@ -621,6 +787,34 @@ class FakeEngine:
                     c.finish_reason = "length"
                 out.append((c, [token]))
         return out
+
+    def _forward_check(self) -> None:
+        """A forward pass about to run: over a pool the workers hold unmapped while nothing keeps requests
+        off it (the executor does not know, or resume() unpaused a sleeping executor) it is the illegal
+        memory access that kills the engine core."""
+        unguarded = self.unmapped - self.sleeping_tags or (self.unmapped if self.resumed_asleep else set())
+        if unguarded:
+            self.dead = True
+            self.cond.notify_all()
+            self.log(
+                f"a forward pass over the unmapped {' and '.join(sorted(unguarded))} pool: "
+                "CUDA error: an illegal memory access was encountered"
+            )
+            raise EngineDeadError(ENGINE_DEAD)
+
+    def _resume_plan(self, choices: list[Choice], how: str) -> None:
+        """The rest of each choice's tokens once its request runs on after a pause, where other weights
+        serve now than planned them: PREFILL computes its prompt and tokens so far again with them, STALE
+        decodes with them over the KV the old weights computed."""
+        serving = self._serving_weights()
+        for c in choices:
+            if c.finish_reason is not None or c.weights == serving:
+                continue
+            weights = serving if how == PREFILL or serving is None else f"{serving} over the KV cache of {c.weights}"
+            context = " ".join([c.prompt, *(f"w{t}" for t in c.token_ids)])
+            rest = fake_checkpoint.tokens(weights, context, len(c.planned) - len(c.token_ids), c.index, c.seed)
+            c.planned = c.token_ids + rest
+            c.weights = weights
 
     def end_decode(self, ticket: Ticket | None = None) -> None:
         with self.cond:

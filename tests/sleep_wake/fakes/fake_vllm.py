@@ -1,7 +1,7 @@
 """A fake vLLM HTTP server for CPU tests of the suite: FakeEngine (fake_engine.py) behind the routes
 and response shapes of a vLLM release.
 
-The routes and their bodies follow vllm/entrypoints/serve/dev/{sleep,cache,rpc}/api_router.py,
+The routes and their bodies follow vllm/entrypoints/serve/dev/{sleep,cache,rpc,rlhf}/api_router.py,
 serve/instrumentator/{basic,health}.py and openai/completion/{serving,protocol}.py of the release
 named by `version` (0.24.0, 0.25.0 or 0.26.0). Where the releases differ in shape, so does the fake:
   * POST /reset_prefix_cache: an empty 200 before 0.26.0, {"success": bool} from 0.26.0 on (through an
@@ -9,6 +9,8 @@ named by `version` (0.24.0, 0.25.0 or 0.26.0). Where the releases differ in shap
   * /v1/completions: "metrics": null from 0.25.0 on; "ec_transfer_params": null and
     usage.prompt_tokens_details.created_cache_tokens: null from 0.26.0 on.
 tests/sleep_wake/fakes/unit/release_responses.py holds the same shapes as literals, with the source lines.
+/collective_rpc serves the methods the suite calls on a worker: reload_weights, the worker extension's
+pushes (PUSHES) and the workers' own sleep and wake_up (FakeEngine.worker_sleep / worker_wake_up).
 Prompts are tokenized as whitespace-separated words.
 
 With `door` other than http, the fake stands for the door host (tools/launcher/door_host.py) serving an
@@ -24,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.core import metrics, releases, thresholds
 from tests.sleep_wake.fakes import fake_checkpoint
-from tests.sleep_wake.fakes.fake_engine import MAX_HOLD_S, EngineDeadError, FakeEngine, GpuMemory
+from tests.sleep_wake.fakes.fake_engine import MAX_HOLD_S, PAUSE_MODES, EngineDeadError, FakeEngine, GpuMemory
 from tools.launcher import door_host, weight_receiver
 
 GiB = 1 << 30
@@ -209,6 +211,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, handler, fake, query, body):
         try:
             handler(self, fake, query, body)
+        except _Unprocessable as e:
+            self._send(422, {"detail": str(e)})
         except EngineDeadError as e:  # serve/utils engine_error_handler
             self._send(500, _error(500, str(e), "InternalServerError"))
         except (ValueError, TypeError) as e:  # create_error_response: user input errors are 400
@@ -249,18 +253,32 @@ def _collective_rpc(h, fake, query, body):
     if not body or "method" not in body:
         return h._send(400, {"detail": "Missing 'method' in request body"})
     method = body["method"]
+    kwargs = dict(body.get("kwargs") or {})
+    if method in WORKER_SLEEP:
+        if body.get("args") or set(kwargs) - {WORKER_SLEEP[method]}:
+            raise RuntimeError(f"Worker.{method} takes only kwargs.{WORKER_SLEEP[method]}, not {body!r}")
+        if method == "sleep":
+            fake.engine.worker_sleep(int(kwargs.get("level", 1)))
+        else:
+            fake.engine.worker_wake_up(kwargs.get("tags"))
+        return h._send(200, {"results": [None]})  # one worker; Worker.sleep and wake_up return None
     if method in PUSHES:
-        kwargs = dict(body.get("kwargs") or {})
         fake.engine.load_weights(PUSHES[method](kwargs))
         return h._send(200, {"results": [1]})  # one worker; the count of what it loaded stands for the real one's
     if method != "reload_weights":
-        raise RuntimeError(f"the fake implements collective_rpc reload_weights and {sorted(PUSHES)}, not {method!r}")
-    kwargs = dict(body.get("kwargs") or {})
+        raise RuntimeError(
+            f"the fake implements collective_rpc reload_weights, {sorted(WORKER_SLEEP)} and {sorted(PUSHES)}, "
+            f"not {method!r}"
+        )
     weights_path = kwargs.pop("weights_path", None)
     if kwargs or body.get("args"):  # Worker.reload_weights would reject them too
         raise RuntimeError(f"the fake's reload_weights takes only kwargs.weights_path, not {body!r}")
     fake.engine.reload_weights(weights_path)
     h._send(200, {"results": [None]})  # one worker; Worker.reload_weights returns None
+
+
+# The workers' own sleep methods (gpu_worker.py Worker.sleep, Worker.wake_up) -> the kwarg each takes.
+WORKER_SLEEP = {"sleep": "level", "wake_up": "tags"}
 
 
 def _ipc_checkpoint(kwargs: dict) -> str:
@@ -285,10 +303,43 @@ def _load_weights(h, fake, query, body):
 
 
 def _reset_prefix_cache(h, fake, query, body):
-    success = fake.engine.reset_prefix_cache()
+    success = fake.engine.reset_prefix_cache(_query_bool(query, "reset_running_requests", False))
     if fake.door == "http" and _release(fake.version) < (0, 26, 0):
         return h._send(200)  # the router drops the engine's result (dev/cache/api_router.py before 0.26.0)
     h._send(200, {"success": success})
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")  # what FastAPI reads as a bool
+
+
+def _query_bool(query, name: str, default: bool) -> bool:
+    """A bool query parameter as FastAPI's Query(bool) reads it; anything else is its 422."""
+    value = query.get(name, [None])[0]
+    if value is None:
+        return default
+    if value.lower() not in _TRUE + _FALSE:
+        raise _Unprocessable(f"{name}: Input should be a valid boolean, unable to interpret input {value!r}")
+    return value.lower() in _TRUE
+
+
+class _Unprocessable(Exception):
+    """A query parameter FastAPI's validation refuses (422), before the route runs."""
+
+
+def _pause(h, fake, query, body):
+    """POST /pause (serve/dev/rlhf/api_router.py pause_generation -> AsyncLLM.pause_generation)."""
+    mode = query.get("mode", ["abort"])[0]
+    if mode not in PAUSE_MODES:  # PauseMode is a Literal: FastAPI refuses any other value
+        raise _Unprocessable(f"mode: Input should be {', '.join(repr(m) for m in PAUSE_MODES)}, not {mode!r}")
+    if _query_bool(query, "wait_for_inflight_requests", False):  # deprecated: AsyncLLM reads it as mode wait
+        mode = "wait"
+    fake.engine.pause(mode, _query_bool(query, "clear_cache", True))
+    h._send(200, {"status": "paused"})
+
+
+def _resume(h, fake, query, body):
+    fake.engine.resume()
+    h._send(200, {"status": "resumed"})
 
 
 def _completions(h, fake, query, body):
@@ -448,6 +499,9 @@ DOOR_CALLS = {
     ("POST", "/load_weights"),
     ("POST", "/reset_prefix_cache"),
     ("POST", "/v1/completions"),
+    ("POST", "/pause"),
+    ("POST", "/resume"),
+    ("GET", "/is_paused"),
 }
 
 ROUTES = {
@@ -464,4 +518,7 @@ ROUTES = {
     ("POST", "/load_weights"): _load_weights,
     ("POST", "/reset_prefix_cache"): _reset_prefix_cache,
     ("POST", "/v1/completions"): _completions,
+    ("POST", "/pause"): _pause,
+    ("POST", "/resume"): _resume,
+    ("GET", "/is_paused"): lambda h, f, q, b: h._send(200, {"is_paused": f.engine.is_paused()}),
 }

@@ -145,6 +145,32 @@ def test_load_reload_reset_health(client, fake):
     assert client.health()
 
 
+def test_worker_level_sleep_and_wake_through_collective_rpc(client, fake):
+    assert client.worker_sleep(2) == [None]
+    assert last(fake, "/collective_rpc")["body"] == {"method": "sleep", "kwargs": {"level": 2}}
+    assert client.is_sleeping() is False and fake.engine.unmapped == {"weights", "kv_cache"}
+    assert client.worker_wake_up(["weights"]) == [None]
+    for tags in (["weights"], None):  # a pool named that is resident already: cuMemMap refuses, nothing mapped
+        again = client.raw("POST", "/collective_rpc", json={"method": "wake_up", "kwargs": {"tags": tags}})
+        assert again.status_code == 500 and "mapped already" in again.text
+    assert fake.engine.unmapped == {"kv_cache"}
+    client.worker_wake_up(["kv_cache"])
+    assert fake.engine.unmapped == set()
+
+
+def test_pause_resume_and_is_paused(client, fake):
+    assert client.pause(mode="keep", clear_cache=False) == {"status": "paused"}
+    assert last(fake, "/pause")["query"] == {"mode": ["keep"], "clear_cache": ["false"]}
+    assert client.is_paused() is True and client.is_sleeping() is True
+    assert client.resume() == {"status": "resumed"}
+    assert client.is_paused() is False
+    assert client.raw("POST", "/pause", params={"mode": "drop"}).status_code == 422  # FastAPI's Literal check
+    assert client.raw("POST", "/pause", params={"clear_cache": "maybe"}).status_code == 422
+    assert client.is_paused() is False
+    reset = client.raw("POST", "/reset_prefix_cache", params={"reset_running_requests": "true"})
+    assert reset.json() == {"success": True}
+
+
 def test_health_false_when_unreachable():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

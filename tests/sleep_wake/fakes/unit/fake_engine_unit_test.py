@@ -6,8 +6,9 @@ import time
 import pytest
 
 from tests.core import metrics, server_log
+from tests.sleep_wake.fakes import fake_checkpoint
 from tests.sleep_wake.fakes.fake_defects import DEFECTS
-from tests.sleep_wake.fakes.fake_engine import FakeEngine, GpuMemory
+from tests.sleep_wake.fakes.fake_engine import EngineDeadError, FakeEngine, GpuMemory
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -238,3 +239,149 @@ def test_a_defect_logs_the_plugin_s_reached_line_when_its_switch_is_first_consul
     slow.sleep(1, "abort")
     reached = [line for line in lines if line.startswith("sleepwake-mutant")]  # the server log holds more
     assert reached == [sleepwake_mutants.REACHED.format(name="slow_sleep", pid=os.getpid())]
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_worker_level_sleep_passes_the_engine_by(level):
+    """collective_rpc("sleep"): the pools unmapped, the engine not told (no pause, no executor tags, no
+    gauge, no cache reset), so the engine's own wake is a no-op; the workers' wake maps them back."""
+    e = FakeEngine(EAGER)
+    before = e.weights
+    cached = " ".join(f"c{i}" for i in range(40))
+    e.prefill(cached)
+    e.worker_sleep(level)
+    assert not e.is_sleeping() and e.sleeping_tags == set() and e.gauge_values() == metrics.GAUGE_AWAKE
+    assert e.gpu_bytes() == EAGER.context and e.prefix_cache
+    e.wake_up(None)  # "Executor is not sleeping.": nothing mapped
+    assert e.gpu_bytes() == EAGER.context
+    with pytest.raises(RuntimeError, match="unmapped already"):
+        e.worker_sleep(level)
+    e.worker_wake_up(["weights"])
+    assert e.gpu_bytes() == EAGER.context + EAGER.weights
+    assert e.weights == (before if level == 1 else None)  # level 2 discarded them: garbage until a push
+    with pytest.raises(RuntimeError, match="mapped already"):
+        e.worker_wake_up(["weights"])  # cumem.py wake_up never reads is_asleep
+    e.worker_wake_up(["kv_cache"])
+    assert e.gpu_bytes() == EAGER.context + EAGER.weights + EAGER.kv_cache
+    assert e.prefill(cached)[1] == 32  # no reset: the blocks' hashes outlived their KV
+
+
+def test_worker_level_kv_first_wake_after_level2_and_a_request_meanwhile():
+    e = FakeEngine(EAGER)
+    e.worker_sleep(2)
+    with pytest.raises(RuntimeError, match="model buffers"):
+        e.worker_wake_up(["kv_cache"])  # the saved buffers go into the weights pool, still unmapped
+    assert e.unmapped == {"weights", "kv_cache"}
+    with pytest.raises(EngineDeadError):  # nothing pauses the scheduler: the forward reads unmapped memory
+        e.wait_scheduled(e.accept())
+
+
+def _in_flight(e, prompt="p", max_tokens=4):
+    """A request scheduled and one token into its decode: (ticket, choices)."""
+    ticket = e.accept()
+    assert e.wait_scheduled(ticket)
+    e.prefill(prompt)
+    choices = e.plan(prompt, max_tokens, 1, None)
+    e.decode_step(choices, ticket)
+    return ticket, choices
+
+
+def _decode_rest(e, ticket, choices):
+    while choices[0].finish_reason is None:
+        e.decode_step(choices, ticket)
+    e.end_decode(ticket)
+    return choices[0]
+
+
+EAGER_WEIGHTS = FakeEngine(EAGER).weights
+
+
+@pytest.mark.parametrize("clear_cache", [True, False])
+def test_pause_keep_freezes_and_clear_cache_preempts(clear_cache):
+    """pause(keep) freezes the request in flight; clear_cache resets the caches with
+    reset_running_requests, which preempts it (KV dropped: it re-runs on the weights serving at resume),
+    else it keeps its KV blocks and a plain reset is refused. Neither writes the gauge."""
+    e = FakeEngine(EAGER)
+    cached = " ".join(f"c{i}" for i in range(40))
+    e.prefill(cached)
+    ticket, choices = _in_flight(e)
+    first = list(choices[0].token_ids)
+    e.pause("keep", clear_cache)
+    assert e.is_paused() and e.is_sleeping() and e.gauge_values() == metrics.GAUGE_AWAKE
+    assert (e.preempted == 1) is clear_cache and (e.prefill(cached)[1] == 0) is clear_cache
+    assert e.reset_prefix_cache() is clear_cache  # refused while the frozen request holds blocks
+    e.weights = "pushed"  # a push while paused
+    e.resume()
+    assert not e.is_paused() and not e.is_sleeping()
+    rest = _decode_rest(e, ticket, choices).token_ids[1:]
+    weights = "pushed" if clear_cache else f"pushed over the KV cache of {EAGER_WEIGHTS}"
+    assert rest == fake_checkpoint.tokens(weights, f"p w{first[0]}", 3, 0, None)
+
+
+@pytest.mark.parametrize("mode,ends", [("abort", "abort"), ("wait", "length")])
+def test_pause_abort_ends_and_wait_drains(mode, ends):
+    e = FakeEngine(EAGER, token_delay_s=0.01)
+    ticket = e.accept()
+    request = threading.Thread(target=lambda: ended.append(_decode_all(e, "p", ticket)))
+    ended: list = []
+    request.start()
+    while not e.running:
+        time.sleep(0.001)
+    e.pause(mode, clear_cache=True)  # wait: returns once the request has ended
+    request.join(5)
+    assert ended[0].finish_reason == ends and e.is_paused()
+    queued = e.accept()
+    held = threading.Thread(target=e.wait_scheduled, args=(queued,))
+    held.start()
+    held.join(0.2)
+    assert held.is_alive()  # PAUSED_NEW: a new request waits
+    e.wake_up(None)  # a full wake resumes a pause the caller set (core.py wake_up)
+    held.join(5)
+    assert not held.is_alive() and not e.is_paused()
+
+
+def test_resume_while_the_kv_cache_sleeps_kills_the_engine_at_the_next_forward():
+    """resume_scheduler has no guard: the next request is scheduled over the unmapped KV cache (the
+    divergence resume_while_kv_cache_asleep: the engine core dies)."""
+    e = FakeEngine(EAGER)
+    e.sleep(1, "abort")
+    e.wake_up(["weights"])
+    e.resume()
+    assert not e.is_paused() and e.is_sleeping()
+    with pytest.raises(EngineDeadError):
+        e.wait_scheduled(e.accept())
+    assert e.dead
+    healthy = FakeEngine(EAGER)  # the same calls, the KV cache woken before the request: served
+    healthy.sleep(1, "abort")
+    healthy.wake_up(["weights"])
+    healthy.resume()
+    healthy.wake_up(["kv_cache"])
+    assert _decode_all(healthy, "p", healthy.accept()).finish_reason == "length"
+
+
+def test_reset_prefix_cache_with_reset_running_requests_preempts_them():
+    e = FakeEngine(EAGER)
+    ticket, choices = _in_flight(e)
+    assert e.reset_prefix_cache() is False
+    assert e.reset_prefix_cache(reset_running_requests=True) is True
+    assert e.preempted == 0 and ticket.resumes == "prefill"  # unpaused: scheduled again at once
+    assert _decode_rest(e, ticket, choices).finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    "defect,call",
+    [
+        ("async_pause_keep_aborts", lambda e: e.pause("keep", True)),
+        ("async_resume_does_nothing", lambda e: (e.pause("abort", True), e.resume())),
+        ("pause_keep_ignores_clear_cache", lambda e: e.pause("keep", True)),
+        ("async_pause_ignores_clear_cache", lambda e: e.pause("keep", False)),
+        ("worker_wake_maps_nothing", lambda e: (e.worker_sleep(1), e.worker_wake_up(None))),
+    ],
+)
+def test_pause_and_worker_defects_change_what_they_name(defect, call):
+    healthy, broken = FakeEngine(EAGER), FakeEngine(EAGER, defects=[defect])
+    for e in (healthy, broken):
+        _in_flight(e)
+        call(e)
+    state = lambda e: (e.abort_epoch, e.paused, e.preempted, sorted(e.unmapped))  # noqa: E731
+    assert state(healthy) != state(broken)
