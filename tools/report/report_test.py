@@ -18,7 +18,7 @@ import pytest
 from tools import matrix
 from tools.matrix import SLEEP_WAKE_CLASSES, shard_count
 from tools.report import cli, render, svg, text, view
-from tools.results import walk_gate
+from tools.results import testlogs, walk_gate
 from tools.results.testlogs_testing import write_bep, write_xml
 
 FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
@@ -886,3 +886,17 @@ def test_text_mode_lists_the_last_runs_of_the_history(tmp_path, capsys):
     assert f"run history: 4 main-job runs in {HISTORY}, 1 red; the last 5:" in out
     assert "  2222222 2026-12-05 warm    359.1 s  red  93 cells, 160 starts" in out
     assert "The latest main job, at 3333333, on 1 × NVIDIA H200" in out
+
+
+def test_samples_left_out_for_a_host_stall_are_counted(tmp_path, capsys):
+    """A timed sample taken across a stall of the host is left out, not judged (tests/core/stalls.py): the
+    report says how many, so a green run that judged few says so."""
+    d = tmp_path / MATRIX / "abort_parallel_sampling_mrv1_eager"
+    write_xml(d / "test.xml", {"test_abort": "passed"})
+    (d / "test.outputs").mkdir()
+    row = {"key": testlogs.STALLED_KEY, "value": 12.0, "unit": "s", "oracle": "requests.abort_time", "gap": 3.0}
+    (d / "test.outputs" / "measurements.jsonl").write_text((json.dumps(row) + "\n") * 2)
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
+    assert "note: 2 timed sample(s) left out, not judged, for a stall of the host: requests.abort_time 2" in (
+        capsys.readouterr().out
+    )

@@ -22,7 +22,7 @@ from tools.matrix import (
     split_cell,
 )
 from tools.report import reading, time_spent
-from tools.results import mutation_table, placement, walk_gate
+from tools.results import mutation_table, placement, testlogs, walk_gate
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 # A cell of the grid the spec makes no target for (a class a door cannot run, DOOR_EXCLUDED): nothing is
@@ -429,6 +429,22 @@ def _fill_grid(cells: dict) -> tuple[list[str], list[tuple[str, str, str]]]:
     return sorted(classes), columns
 
 
+def _stalled(cells: list[Cell]) -> list[str]:
+    """A note counting the timed samples this run's cells left out for a stall of the host (tests/core/
+    stalls.py): never judged, so a run with many proves less than its green says."""
+    counts: dict[str, int] = {}
+    for cell in cells:
+        if cell.state in ABSENT + (STALE,):
+            continue
+        for r in cell.records:
+            if r.get("key") == testlogs.STALLED_KEY:
+                counts[str(r.get("oracle"))] = counts.get(str(r.get("oracle")), 0) + 1
+    if not counts:
+        return []
+    by = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+    return [f"{sum(counts.values())} timed sample(s) left out, not judged, for a stall of the host: {by}"]
+
+
 def load_run(root: str, workspace: str, bep_paths: list[str], record: dict | None = None) -> Run:
     """The run whose results are under the testlogs dir `root`. bep_paths: its build event files, one per
     bazel test of the run (tools/run_matrix.sh's waves); none: stale cells are not told apart. record: its
@@ -458,6 +474,7 @@ def load_run(root: str, workspace: str, bep_paths: list[str], record: dict | Non
             cells.update({k: c for k, c in more.items() if k not in cells or cells[k].state == STALE})
             fake.update({k: c for k, c in more_fake.items() if k not in fake or fake[k].state == STALE})
     classes, columns = _fill_grid(cells)
+    notes += _stalled(list(cells.values()) + list(fake.values()))
     identities: dict[str, list[str]] = {}
     for cell in cells.values():
         for r in cell.records:

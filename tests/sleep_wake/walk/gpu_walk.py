@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import requests
 
-from tests.core import expect, host_memory, measure, oracle, thresholds
+from tests.core import expect, host_memory, measure, oracle, stalls, thresholds
 from tests.core.background import (
     CAUGHT,
     LOST,
@@ -113,6 +113,7 @@ class Race:
     at_answer: float
     late: Open | None
     stack: contextlib.ExitStack
+    sampler: stalls.Sampler  # the clock beside the race: a host stall leaves an abort's time out
     outcome: str = CAUGHT
     shows: str = "it was still open when /sleep answered"
 
@@ -388,6 +389,7 @@ class GpuSubject:
         stack = contextlib.ExitStack()
         try:
             pool = stack.enter_context(background(client, workers=2))
+            sampler = stack.enter_context(stalls.Sampler())
             with client.sleep_window() if moves else contextlib.nullcontext():
                 since = generated_tokens(client)
                 stream = pool.submit(
@@ -402,7 +404,7 @@ class GpuSubject:
                 else:
                     client.sleep(level=level, mode=mode, memory_moves=moves)
                 at_answer = generated_tokens(client) - since  # what the engine had generated when it answered
-            race = Race(stream, tokens, sent, stream_end, at_answer, late, stack)
+            race = Race(stream, tokens, sent, stream_end, at_answer, late, stack, sampler)
             ends = model.in_flight_outcome(mode, level).ends
             if in_flight == 2:  # still open once the engine was seen paused, or not
                 race.outcome, race.shows = (
@@ -484,9 +486,7 @@ class GpuSubject:
                 client.confirm_live,
             )
             client.check_stream(stream.result(), f"walk {where}: the request in flight")
-            self._in_flight_ended(
-                outcome.ends, origin, stream.result(), race.stream_end() - race.sent, race.tokens, where
-            )
+            self._in_flight_ended(outcome.ends, origin, stream.result(), race, where)
             self._judge_waiting_at_sleep(op, s, existing, where)
             if race.late is not None:  # sleep:L:wait:2
                 self._judge_held_open(
@@ -536,8 +536,8 @@ class GpuSubject:
             how = expect.ended_how(stream, self.ctx.client)
             oracle.fail(model.held_oracle(after), f"{what}, right after /sleep answered", f"ended: {how}", "open")
 
-    def _in_flight_ended(self, ends: str, origin: str, result, seconds: float, tokens: int, where: str) -> None:
-        got = result.token_ids[0] if result.token_ids else []
+    def _in_flight_ended(self, ends: str, origin: str, result, race: Race, where: str) -> None:
+        got, tokens = (result.token_ids[0] if result.token_ids else []), race.tokens
         if origin != model.GARBAGE:
             want = self._golden(origin).stream  # STREAM_TOKENS long: no golden says what a longer run adds
             n = min(len(got), len(want))
@@ -549,10 +549,12 @@ class GpuSubject:
                     want[:n],
                 )
         if ends == "aborted":
-            oracle.bounded(
+            stalls.bounded_unless_stalled(
                 self.ctx.recorder,
+                race.sampler,
                 "requests.abort_time",
-                seconds,
+                race.sent,
+                race.stream_end(),
                 self.ctx.cell_id,
                 f"walk {where}: seconds from /sleep to the end of the aborted request",
             )
@@ -612,9 +614,17 @@ class GpuSubject:
 
     def _aborted(self, o: Open, where: str) -> None:
         what = f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended"
-        value, seconds = self._end_of(o, what, abort_give_up_s())
-        oracle.bounded(
-            self.ctx.recorder, "requests.abort_time", seconds, self.ctx.cell_id, f"{what}: seconds to its end"
+        with stalls.Sampler() as sampler:
+            start = time.perf_counter()
+            value, seconds = self._end_of(o, what, abort_give_up_s())
+        stalls.bounded_unless_stalled(
+            self.ctx.recorder,
+            sampler,
+            "requests.abort_time",
+            start,
+            start + seconds,
+            self.ctx.cell_id,
+            f"{what}: seconds to its end",
         )
         finish = value.finish_reasons
         n = [len(t) for t in value.token_ids]

@@ -5,6 +5,7 @@ client timeout."""
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import threading
 import time
 import types
@@ -207,7 +208,7 @@ class _RaceClient(_Client):
     """A live, awake server whose request in flight, for each race in turn, ends as `ends` says once /sleep
     is sent, before the sleep lands: "first": every token came before /sleep was sent (the race lost);
     "on its way": every token, the last ones after /sleep was sent (a race the client cannot tell from a
-    sleep that let the request run on); "abort": aborted by the sleep."""
+    sleep that let the request run on); "abort": aborted by the sleep; "late abort": aborted LATE_S after."""
 
     def __init__(self, ends: list[str]):
         super().__init__(live=True)
@@ -245,8 +246,10 @@ class _RaceClient(_Client):
         self.open += 1
         self.sent.wait(HELD_WAIT_S)
         end = self.ends.pop(0)
+        if end == "late abort":
+            time.sleep(LATE_S)  # the abort's own lateness, not a wait for a condition
         now = time.perf_counter()
-        if end == "abort":
+        if end in ("abort", "late abort"):
             result = StreamResult(["abort"], [list(range(10))], 10, None, status=200, arrivals=[self.decoding_at, now])
         else:
             at = self.decoding_at if end == "first" else now
@@ -267,8 +270,11 @@ class _RaceClient(_Client):
 
 
 class _Recorder:
-    def record(self, *args, **kw) -> None:
-        pass
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def record(self, test, key, value, unit, **extra) -> None:
+        self.rows.append({"key": key, "value": value, **extra})
 
 
 def _race_subject(ends: list[str], max_model_len: int = 1024):
@@ -339,3 +345,39 @@ def test_a_lost_race_with_no_room_for_a_longer_request_is_errored_at_once():
     with pytest.raises(oracle.Precondition, match="cannot run again: a request of 256 tokens"):
         _sleep_racing(subject)
     assert client.asked == [gpu_walk.STREAM_TOKENS]
+
+
+LATE_S = 0.3  # how late a "late abort" ends its request: past the abort_s_max these tests set
+
+
+class _Stalled(gpu_walk.stalls.Sampler):
+    """The clock's readings of a host that stalled the test's process in every window."""
+
+    def longest_gap(self, start: float, end: float) -> float:
+        return 2 * thresholds.get("host_stall_s")
+
+
+@pytest.fixture
+def late_bound(monkeypatch):
+    """abort_s_max below LATE_S, and an abort waited for long past it (a late end is measured, not given up)."""
+    t = thresholds.TABLE["abort_s_max"]
+    monkeypatch.setitem(thresholds.TABLE, "abort_s_max", dataclasses.replace(t, value=LATE_S / 3))
+    monkeypatch.setattr(gpu_walk, "abort_give_up_s", lambda: HELD_WAIT_S)
+
+
+def test_an_abort_timed_across_a_host_stall_is_left_out_and_counted_not_judged(monkeypatch, late_bound):
+    """requests.abort_time failed a healthy server when the host stalled the test between /sleep and the
+    request's end: such a sample is recorded (stalled_sample, with the gap) and left out."""
+    monkeypatch.setattr(gpu_walk.stalls, "Sampler", _Stalled)
+    subject, _, _ = _race_subject(["late abort"])
+    _sleep_racing(subject)
+    [left_out] = [r for r in subject.ctx.recorder.rows if r["key"] == gpu_walk.stalls.STALLED_KEY]
+    assert left_out["oracle"] == "requests.abort_time" and left_out["value"] >= LATE_S
+    assert not [r for r in subject.ctx.recorder.rows if r["key"] == "abort_s_max"]  # nothing judged
+
+
+def test_a_late_abort_on_a_host_that_did_not_stall_is_killed(late_bound):
+    subject, _, _ = _race_subject(["late abort"])
+    with pytest.raises(oracle.OracleFailure) as e:
+        _sleep_racing(subject)
+    assert e.value.oracle_id == "requests.abort_time"
