@@ -20,7 +20,8 @@ engine_walk_shard<N>.json among the target's undeclared outputs. Shard i ends wi
 fake worker refuses to map a resident pool as CuMemAllocator does) and the reload while the weights
 sleep (it refuses to write a released pool); the kv-first wake after level 2 is the GPU worker's
 (engine_walk.CANNOT_HONOUR).
-SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence in every shard instead of the plan.
+SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan, in the shards a --test_filter picks
+(a run that picks none refuses it).
 """
 
 import json

@@ -84,7 +84,11 @@ class Page:
     # --- summary and grid ----------------------------------------------------------------------
     def headline(self) -> str:
         text, ok, fake_text = self.run.headline()
-        return f'<p class="headline"><span class="{"ok" if ok else "bad"}">{escape(text)}</span>{escape(fake_text)}</p>'
+        prefix = view.VERDICT_PREFIX[view.PARTIAL] if self.run.verdict() == view.PARTIAL else ""
+        return (
+            f'<p class="headline"><span class="{"ok" if ok else "bad"}">{escape(prefix + text)}</span>'
+            f"{escape(fake_text)}</p>"
+        )
 
     def header(self) -> str:
         run, states = self.run, self.run.states(self.run.generated())
@@ -330,19 +334,23 @@ class Page:
             css = "ok" if w.complete else "bad"
             stopped = f" ({w.stopped} stopped)" if w.stopped else ""
             rows.append(
-                f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.label)}</td>'
+                f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.label)}</td>'
                 f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}{stopped}</td>'
                 f"<td>{w.walks}</td><td>{w.steps}</td><td>{_of(w.states, w.model_states)}</td>"
-                f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>"
+                f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td>"
+                f'<td class="{css}" data-gate="{"full" if w.complete else "partial"}">{escape(w.gate_text())}</td></tr>'
             )
         if not rows:
             return ""
         return (
             '<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '
             "visited, counted from the steps that ran, summed over the shards that reported, those a failure stopped "
-            "included; shards: those that walked their share to the end (tests/core/walk).</p>"
+            "included; shards: those that walked their share to the end (tests/core/walk). The cell: the union of "
+            "its shards' walked pairs against every pair of its door, and its terminal probes; a cell short of "
+            "either is partial (tools/results/walk_gate.py), and so is the run.</p>"
             '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
-            f"<th>steps</th><th>states visited</th><th>unvisited</th></tr>{''.join(rows)}</table></section>"
+            f"<th>steps</th><th>states visited</th><th>unvisited</th><th>the cell</th></tr>{''.join(rows)}"
+            "</table></section>"
         )
 
     def weight_updates(self) -> str:
