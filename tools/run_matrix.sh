@@ -28,6 +28,9 @@
 # gpu_lease.py) instead of Bazel's `exclusive` tag, which in Bazel 4.2.3 disables remote caching.
 # Fails when a test fails, when no target matched, and when no test case ran at all (a --test_filter
 # that matched nothing in any cell): tools/results/ran_tests.py reads this invocation's build events.
+# Exits 5 (partial) when every test passed but a state walk cell that ran did not walk every pair of its
+# door and run every terminal probe (a --test_filter or shard left shards out, SLEEPWAKE_WALK_REPLAY
+# replayed one walk: tools/results/walk_gate.py, the report's --gate): such a run is never a green full one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -254,6 +257,24 @@ elif ((rc == 0)) && ! python3 tools/results/ran_tests.py "${beps[@]}"; then
   echo "run_matrix.sh: FAILED: no test case ran (see above)" >&2
   rc=1
 fi
+# Every wave's build events, so that a cell an earlier run left in bazel-testlogs is told apart (stale).
+bep_args=(); for b in "${beps[@]}"; do bep_args+=(--bep="$b"); done
+((${#bep_args[@]})) || bep_args=(--no_bep)
+# The state walk's gate: a walk cell that ran must have walked every pair of its door and run every probe,
+# whatever its shards' own verdicts (tools/results/walk_gate.py); else the run is partial, not green.
+# Only where a walk cell is among this run's results (its build events name it).
+gate_rc=0
+if ((${#beps[@]})) && grep -q 'state_walk' "${beps[@]}" 2>/dev/null; then
+  python3 -m tools.report bazel-testlogs --gate "${bep_args[@]}"
+  gate_rc=$?
+fi
+if ((gate_rc == 5 && rc == 0)); then
+  echo "run_matrix.sh: PARTIAL (exit 5): every test passed, but a state walk cell is partial (see above)" >&2
+  rc=5
+elif ((gate_rc != 0 && gate_rc != 5 && rc == 0)); then
+  echo "run_matrix.sh: FAILED: the state walk's gate could not judge the run (see above)" >&2
+  rc=1
+fi
 # The run as one JSON record (tools/bench/run_record.py), with the verdict this script exits with.
 # Each GPU wave's build events with its name, the CPU-only targets' apart: the replay's units (replay.py).
 record=$PWD/sleepwake-run.json
@@ -288,14 +309,13 @@ else
 fi
 touch "$lock_dir/matrix-ran"
 # The run as a page beside bazel-testlogs and as text in the log, the cells that failed or prove nothing
-# first (tools/report); it shows the results, it never decides them. Every wave's build events, so
-# that a cell an earlier run left in bazel-testlogs is told apart (stale); the run record, for where the
-# run's time went and its replay on 8 GPUs.
-bep_args=(); for b in "${beps[@]}"; do bep_args+=(--bep="$b"); done
-((${#bep_args[@]})) || bep_args=(--no_bep)
+# first (tools/report); it shows the results, it never decides them (the gate above did: its exit 5 for a
+# partial walk is this script's already). The run record, for where the run's time went and its replay on
+# 8 GPUs.
 [[ -f "$record" ]] && bep_args+=(--record="$record")
 # The run history it draws is the one the main job's line went to.
+report_rc=0
 python3 -m tools.report bazel-testlogs --out "$PWD/sleepwake-report.html" --text "${bep_args[@]}" \
-  ${history:+--history="$history"} ||
-  echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
+  ${history:+--history="$history"} || report_rc=$?
+((report_rc != 0 && report_rc != 5)) && echo "run_matrix.sh: no report (see the line above); the test results stand" >&2
 exit $rc

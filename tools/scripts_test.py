@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tools.launcher import slots
+from tools.matrix import shard_count
 from tools.results.testlogs_testing import write_xml
 
 TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -28,6 +29,7 @@ SCRIPT_FILES = [
     "tools/results/placement.py",
     "tools/results/ran_tests.py",
     "tools/results/testlogs.py",
+    "tools/results/walk_gate.py",
     "tools/launcher/__init__.py",
     "tools/launcher/errors.py",
     "tools/launcher/slots.py",
@@ -56,6 +58,7 @@ SCRIPT_FILES = [
     "tools/report/svg.py",
     "tools/report/text.py",
     "tools/report/time_spent.py",
+    "tools/report/weight_updates.py",
     "tools/results/mutation_table.py",
     "tools/launcher/config.py",
     "tools/launcher/phase_plugin/__init__.py",
@@ -342,6 +345,7 @@ WALK = (
     ["gpu", "state_walk", "gpu_state_walk"],
 )
 FLAGS = ("//tests/sleep_wake:flags_mrv1_eager", {"test_flags": "passed"}, "", ["gpu", "flags"])
+WALK_SHARDS = shard_count("state_walk", "eager", "http")  # WALK's cell's, and FAKE_WALK's
 
 
 def _host_answer(lock_dir, present: bool):
@@ -402,6 +406,7 @@ def test_run_matrix_runs_the_walk_first_in_a_wave_of_its_own(workspace):
         workspace / "bazel-testlogs" / "tests" / "sleep_wake" / "latency_mrv2_graph" / "test.xml",
         {"test_latency": "passed"},
     )
+    _walk_records(workspace / "bazel-testlogs", "state_walk_mrv1_eager", range(WALK_SHARDS))  # a full walk
     code, output, _ = run_script(
         workspace,
         "run_matrix.sh",
@@ -452,6 +457,10 @@ def test_run_matrix_runs_no_cpu_only_target_in_a_gpu_wave(workspace):
     """A target without the gpu tag (the fake tier, a unit test, the reuse equivalence) runs beside the GPU
     waves in a bazel test of its own, in its own output base; one carrying a GPU class's plain tag
     (state_walk) too. Counted from each invocation's build events, as the report counts them."""
+    _walk_records(workspace / "bazel-testlogs", "state_walk_mrv1_eager", range(WALK_SHARDS))
+    _walk_records(
+        workspace.parent / "output_base-cpu-only" / "testlogs", "state_walk_fake_mrv1_eager", range(WALK_SHARDS)
+    )
     code, output, _ = run_script(
         workspace,
         "run_matrix.sh",
@@ -518,6 +527,47 @@ def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(work
     assert code == 1 and len(gpu_invocations(workspace)) == 3 * 2 + 2, output
     assert "run_matrix.sh: wave 1: some targets failed to build" in output
     assert "cell time: no GPU cell recorded server timings" in output  # this run's results, read
+
+
+def _walk_records(testlogs, cell: str, shards) -> None:
+    """The walk_coverage records a walk cell's shards leave (tests/core/walk/coverage.py), in the testlogs
+    where the fake bazel writes the cell's test.xml: each shard walked one pair of a door of one pair per
+    shard of the spec's."""
+    door = WALK_SHARDS
+    outputs = testlogs / "tests" / "sleep_wake" / cell / "test.outputs"
+    outputs.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {"key": "walk_coverage", "value": 1, "shard": s, "visited_pairs": [f"pair {s}"], "door_pairs": door}
+        | {"door_probes": 0, "terminal_probes": [], "completed": True, "replay": False}
+        for s in shards
+    ]
+    (outputs / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_run_matrix_and_test_sh_exit_partial_when_a_walk_cell_walked_part_of_its_door(workspace):
+    """Every test passed, but the walk cell's shards together left pairs of its door unwalked (a filter left
+    shards out): exit 5 and a partial run record, never green; with every shard's record, green."""
+    shards = WALK_SHARDS
+    testlogs = dict(FAKE_BAZEL_TESTLOGS=str(workspace / "bazel-testlogs"))
+    _walk_records(workspace / "bazel-testlogs", "state_walk_mrv1_eager", [0])
+    code, output, _ = run_script(
+        workspace,
+        "run_matrix.sh",
+        ["--test_filter=TestStateWalkShard0"],
+        [WALK],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+        **testlogs,
+    )
+    assert code == 5 and "run_matrix.sh: PARTIAL (exit 5)" in output, output
+    assert f"{shards - 1} of {shards} shards recorded no coverage" in output
+    assert json.loads((workspace / "sleepwake-run.json").read_text())["matrix"]["status"] == "partial"
+    fake_walk = ("//tests/sleep_wake:state_walk_fake_mrv1_eager", {"test_walk": "passed"}, "", ["fake", "state_walk"])
+    _walk_records(workspace / "bazel-testlogs", "state_walk_fake_mrv1_eager", [0])
+    code, output, _ = run_script(workspace, "test.sh", ["--test_filter=TestStateWalkShard0"], [fake_walk], **testlogs)
+    assert code == 5 and "test.sh: PARTIAL (exit 5)" in output, output
+    _walk_records(workspace / "bazel-testlogs", "state_walk_fake_mrv1_eager", range(shards))
+    code, output, _ = run_script(workspace, "test.sh", [], [fake_walk], **testlogs)
+    assert code == 0 and "walk gate: 1 state walk cell(s) ran, each full" in output, output
 
 
 def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):

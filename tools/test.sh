@@ -6,7 +6,10 @@
 # with that executor (SLEEPWAKE_REMOTE_INSTANCE: its instance name; the pools' properties come from
 # SLEEPWAKE_GPU_POOL_PROPERTIES, see docs/remote.md). Exits non-zero when a test fails, when
 # no test target matched, and when no test case ran at all (a --test_filter that matched nothing in
-# any target): tools/results/ran_tests.py reads this invocation's build events.
+# any target): tools/results/ran_tests.py reads this invocation's build events. Exits 5 (partial) when
+# every test passed but a state walk cell that ran (the fake tier's, on a CPU) did not walk every pair of
+# its door and run every terminal probe (a --test_filter left shards out, SLEEPWAKE_WALK_REPLAY replayed one
+# walk: tools/results/walk_gate.py): such a run is never a green full one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +32,19 @@ case $rc in
   3) echo "test.sh: FAILED: some tests failed (exit 3); logs under bazel-testlogs/" >&2 ;;
   *) echo "test.sh: FAILED: bazel exited $rc" >&2 ;;
 esac
+# The state walk's gate: the walk cells this invocation ran, judged together (the report's --gate); only
+# where its build events name one.
+if ((rc == 0 || rc == 3)) && grep -q 'state_walk' "$bep" 2>/dev/null; then
+  python3 -m tools.report bazel-testlogs --gate --bep="$bep"
+  gate_rc=$?
+  if ((gate_rc == 5 && rc == 0)); then
+    echo "test.sh: PARTIAL (exit 5): every test passed, but a state walk cell is partial (see above)" >&2
+    rc=5
+  elif ((gate_rc != 0 && gate_rc != 5 && rc == 0)); then
+    echo "test.sh: FAILED: the state walk's gate could not judge the run (see above)" >&2
+    rc=1
+  fi
+fi
 if [[ " $* " != *" --config=gpu "* ]]; then
   echo "test.sh: GPU cells (tag gpu) were not run on this configuration; on a GPU runner: tools/run_matrix.sh"
 fi

@@ -59,6 +59,36 @@ def wait_decoding(client, futures, requests: int, tokens_since: float, tokens: i
         )
 
 
+# How a stream that raced a /sleep ended, as its client saw it (race_outcome): the sleep caught it in
+# flight, the client cannot tell, or it lost the race (it finished first).
+CAUGHT, UNSURE, LOST = "caught", "unsure", "lost"
+
+
+def race_outcome(result, sent: float, max_tokens: int, drains: bool = False) -> tuple[str, str]:
+    """(CAUGHT, UNSURE or LOST, what shows it) for a stream that raced a /sleep sent at perf_counter
+    `sent` and has ended (one still open when /sleep answered was in flight: the caller knows that).
+
+    CAUGHT: it ended otherwise than a request that ran to its end (a finish reason abort, cut short, an
+    error: the caller's oracles and liveness checks judge how), or the sleep drains (mode wait) and tokens
+    still came after /sleep was sent. LOST: every choice ended by length with all its tokens, none of them after
+    /sleep was sent: it finished before /sleep left, so the sleep met no request in flight and no oracle
+    of what a sleep does to one may judge it. UNSURE: the same ends, but tokens came after /sleep was
+    sent, under a sleep that must stop them (abort, keep): a stream whose last tokens came while /sleep
+    was on its way and a sleep that let the stream run to its end look alike to the client, which never
+    sees when /sleep landed."""
+    reasons = result.finish_reasons
+    if result.error is not None or any(r != "length" for r in reasons):
+        return CAUGHT, f"it ended with finish reasons {reasons} (error {result.error!r})"
+    short = [len(t) for t in result.token_ids if len(t) < max_tokens]
+    if short:
+        return CAUGHT, f"choices ended by length after {short} of {max_tokens} tokens"
+    after = sum(t > sent for t in result.arrivals)
+    if not after:
+        return LOST, f"all {max_tokens} tokens of each choice came before /sleep was sent"
+    what = f"{after} of its {len(result.arrivals)} token events came after /sleep was sent"
+    return (CAUGHT if drains else UNSURE), what
+
+
 def end_clock(future):
     """Call right after submitting: returns a function giving the perf_counter moment the future ended.
     For "seconds from /sleep to the request's end": not the sleep's answer plus the wait after it, since

@@ -59,6 +59,9 @@ class StreamResult:
     seconds: float = 0.0
     transport: bool = False  # the connection failed or broke off: no answer of the server at all
     cut: bool = False  # the server closed the stream without [DONE]
+    # time.perf_counter() when each event carrying tokens was read: whether tokens still came after a
+    # moment, such as the /sleep a request raced against was sent (background.race_outcome)
+    arrivals: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -486,8 +489,11 @@ class SleepWakeClient:
                         result.timed_out = True
                         result.error = f"stream still open after {timeout_s:g} s"
                         return result
+                    tokens = result.num_tokens
                     if _consume_sse_line(line, result):
                         break
+                    if result.num_tokens > tokens:
+                        result.arrivals.append(time.perf_counter())
                 else:
                     if result.error is None:
                         result.cut, result.error = True, "stream closed without [DONE]"

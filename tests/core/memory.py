@@ -26,13 +26,24 @@ def settled_gpu_bytes(server, what: str, done=None, recorder=None) -> int:
         last3 = readings[-3:]
         return (done is not None and done(readings[-1])) or (len(last3) == 3 and max(last3) - min(last3) < SETTLE_BYTES)
 
+    def measured(why: str) -> None:
+        """Before device_bytes.settles may fail: the window held the readings a settle compares (a host that
+        stalled this process took fewer: no measurement, no answer) and the server is live."""
+        if len(readings) < 3:
+            raise liveness.NoAnswer(
+                f"{why}: only {len(readings)} NVML reading(s) in the window, fewer than the 3 a settle compares: "
+                "the host stalled this process, so the bytes were never measured; run the cell on a quieter host",
+                liveness=None,
+            )
+        liveness.confirm(server.url, thresholds.get("request_completion_s_max"), why)
+
     seconds = measure.wait_until(
         settled,
         thresholds.get("memory_settle_s_max"),
         poll_s=thresholds.get("memory_settle_poll_s"),
         what=f"NVML bytes of the server to settle {what} (readings {readings[-6:]})",
         oracle_id="device_bytes.settles",
-        confirm_live=lambda why: liveness.confirm(server.url, thresholds.get("request_completion_s_max"), why),
+        confirm_live=measured,
     )
     if recorder is not None:
         recorder.record("", "memory_settle_s", seconds, "s", what=what, readings=len(readings))

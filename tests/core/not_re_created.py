@@ -18,6 +18,12 @@ NOT_RE_CREATED = {
         "a mutant of vllm.LLM's own code (LLMEngine, in the door host's process): the fake answers as the "
         "door host would, but runs no LLM or LLMEngine code to re-create it in",
     ),
+    **dict.fromkeys(
+        ("inproc_sleep_accepts_wait", "inproc_sleep_keeps_prefix_cache"),
+        "a mutant of the in-process engine's own code (InprocClient, EngineCore.pause_scheduler, in the "
+        "llm_colocate door host's process): the fake has no in-process door to run it in "
+        "(tests/mutants/defs.bzl refuses a fake door mutant)",
+    ),
     "abort_delayed": (
         "the fake models no path between the engine and the front end, so nothing of its own (KV cache, "
         "copy bandwidth, token delay: 768 tokens take ~1.5 s) gives the abort's lateness a size; the "

@@ -273,7 +273,10 @@ _LIST = [
     ),
     # --- prefix cache -----------------------------------------------------------------------------
     Oracle("prefix_cache.reset_after_discard", "the first request after a level>=1 sleep hits no cached token"),
-    Oracle("prefix_cache.kept_at_level0", "a repeat after a level-0 pause hits as many cached tokens as before it"),
+    Oracle(
+        "prefix_cache.kept_at_level0",
+        "a repeat after a level-0 pause (or a /pause with clear_cache=false) hits as many cached tokens as before it",
+    ),
     Oracle(
         "prefix_cache.hit_iff_cached",
         "a repeat of the long prompt hits cached tokens iff its blocks were "

@@ -7,8 +7,8 @@ staged wakes and level-2 cycles). Where a framework pushes each way:
   disk    collective_rpc("reload_weights", weights_path): the checkpoint read from disk by the workers
           (vLLM's RLHF examples; the path becomes the model path). No RL framework pushes this way.
   tensor  tensors handed to the model's load_weights inside the engine's process: TRL colocate
-          (trl/trainer/grpo_trainer.py `_move_model_to_vllm`: llm.llm_engine.model_executor.driver_worker
-          .worker.model_runner.model.load_weights) on the door that holds the engine in-process; through
+          (trl/generation/vllm_generation.py:387-392 `_push_param_to_vllm`: llm.llm_engine.model_executor
+          .driver_worker.model_runner.model.load_weights) on the door that holds the engine in-process; through
           the worker extension (tools/launcher/weight_receiver.py) on a door whose engine has its own process.
   ipc     CUDA-IPC handles of a separate trainer process's tensors, rebuilt by the worker extension and fed
           to load_weights (verl's update_weights_from_ipc, NeMo-RL's update_weights_via_ipc_zmq, OpenRLHF's
@@ -86,8 +86,9 @@ class IpcPush:
 
 @dataclasses.dataclass(frozen=True)
 class NativePush:
-    """vLLM's own API, as its RLHF example over HTTP sends it (examples/rl/rlhf_http_ipc.py): start, one
-    update with every tensor, finish."""
+    """vLLM's own API over HTTP, as IPCWeightTransferEngine.trainer_send_weights sends it in its "http" mode
+    (vllm/distributed/weight_transfer/ipc_engine.py _do_send; the caller starts and finishes the update):
+    start, one update with every tensor, finish."""
 
     trainer: Trainer
     name: str = NATIVE

@@ -472,6 +472,17 @@ _TABLE = [
         "condition at a few percent of one core; the timeouts, not the poll, are the bounds",
     ),
     Threshold(
+        "host_stall_s",
+        1.0,
+        "s",
+        WAIT,
+        "stalls.Sampler: a gap this long between two of its readings of the clock (poll_s apart) is a stall of "
+        "the test's process, not scheduling noise (its record: the largest gap on a shared CPU host, beside a busy "
+        "thread and CPU hogs), so a timed sample whose window holds one is left out and counted, never judged; "
+        "far below abort_s_max, so a stall cannot make up most of a sample it lets through",
+        record="host_stall_s",
+    ),
+    Threshold(
         "hold_sample_s",
         0.1,
         "s",

@@ -251,8 +251,7 @@ def test_door_answers_what_its_method_raised(hosted):
 NEEDS = {
     "stream": ("POST", "/v1/completions", {"json": {"prompt": PROMPT, "max_tokens": TOKENS, "stream": True}}),
     "pause": ("POST", "/pause", {}),
-    # Refused before any checkpoint is read: the path is never opened.
-    "in_process_load": ("POST", "/load_weights", {"json": {"checkpoint": "/refused/before/reading"}}),
+    "in_process_load": ("POST", "/load_weights", {"json": {"checkpoint": "/nonexistent"}}),
 }
 # Declared capabilities that one request alone cannot need: test_llm_door_refuses_a_second_call_in_flight.
 UNREACHED = {"concurrent_calls"}

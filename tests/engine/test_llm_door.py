@@ -128,7 +128,7 @@ def test_llm_keep_freezes_an_enqueued_request_and_it_resumes(llm_door):
 
 def test_llm_sleep_with_mode_wait_is_pinned(llm_door):
     llm, _ = llm_door
-    # This engine runs in the caller's process, as the GPU's llm_colocate door builds it (TRL colocate).
+    # The engine tier's vllm.LLM runs its engine core in-process, as the GPU's colocated door does.
     pin = thresholds.divergence("llm_door_wait_mode_refused", vllm.__version__, "llm_colocate")
     try:
         llm.sleep(level=1, mode="wait")

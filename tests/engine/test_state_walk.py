@@ -22,7 +22,8 @@ fake worker refuses to map a resident pool as CuMemAllocator does), the reload w
 sleep (it refuses to write a released pool) and the /resume while a tag sleeps (the next forward pass
 touches a released pool: the busy loop dies); the kv-first wake after level 2 is the GPU worker's
 (engine_walk.CANNOT_HONOUR).
-SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence in every shard instead of the plan.
+SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan, in the shards a --test_filter picks
+(a run that picks none refuses it).
 """
 
 import json

@@ -21,7 +21,7 @@ import os
 
 import pytest
 
-from tests.core import expect, goldens, memory, metrics, oracle, pushes, servers, thresholds
+from tests.core import expect, goldens, measure, memory, metrics, oracle, pushes, servers, thresholds
 from tests.core.background import background, generated_tokens, wait_decoding
 from tests.core.prompts import CHECKPOINT_GOLDEN_PROMPTS, LONG_PROMPTS, PROMPTS
 from tests.core.walk import model
@@ -165,6 +165,12 @@ class Recipe:
         update would serve the old weights' KV, which the goldens then catch."""
         for prompt in LONG_PROMPTS:
             self.client.complete(prompt)
+
+    def cached_tokens(self, step: str) -> int:
+        """The prefix-cache hit of a repeat of the first long prompt (fill_prefix_cache cached it), recorded."""
+        hit = self.client.complete(LONG_PROMPTS[0]).cached_tokens or 0
+        self.recorder.record(measure.current_test(), "cached_tokens_repeat", hit, "tokens", step=step)
+        return hit
 
     # --- calls --------------------------------------------------------------------------------------------
     def sleep(self, level: int, step: str) -> None:
@@ -446,9 +452,17 @@ class TestRlRecipes:
         """SkyRL's fully async training (worker_dispatch.py:701-707): POST /pause?mode=keep&clear_cache=false
         with requests decoding, the weights updated, POST /resume. With clear_cache false the frozen requests
         keep their KV blocks and go on decoding over the old weights' KV after /resume: they end by length,
-        and the requests that follow serve the new checkpoint."""
+        and the requests that follow serve the new checkpoint. The pause keeps the prefix cache as a level-0
+        pause does (EngineCoreProc.pause_scheduler resets the caches only with clear_cache), so a repeat after
+        /resume hits as before it: the stale blocks SkyRL's own /reset_prefix_cache then drops."""
         recipe.issue = "SkyRL fully async"
         recipe.fill_prefix_cache()
+        hit = recipe.cached_tokens("before /pause")
+        if not hit:
+            raise oracle.Precondition(
+                "a repeat of a long prompt hit no cached token before /pause: the server must run "
+                "--enable-prefix-caching and --enable-prompt-tokens-details"
+            )
         with background(recipe.client) as pool:
             with recipe.client.sleep_window():
                 frozen = recipe.stream(pool)
@@ -463,6 +477,14 @@ class TestRlRecipes:
             )
             recipe.push(recipe.ipc(), "B")
             recipe.client.resume()
+            oracle.equal("flags.is_paused", recipe.client.is_paused(), False, "/is_paused after /resume")
+            oracle.equal(
+                "prefix_cache.kept_at_level0",
+                recipe.cached_tokens("after /resume"),
+                hit,
+                f"[{recipe.issue}] cached tokens of a repeat after /pause?mode=keep&clear_cache=false and /resume, "
+                "against the repeat before the pause (clear_cache=false resets no cache)",
+            )
             recipe.ends_by_length(frozen, "resumed on its own KV after the update")
         recipe.client.reset_prefix_cache()
         recipe.serves("B", "checkpoint B pushed while requests were frozen")

@@ -14,7 +14,10 @@ one of its pairs unvisited (walk/coverage.py, every tier's verdict). Pairs where
 server's usable life are probed last, one kind per shard (plan.terminal_probes). The goldens come from the
 cell's golden actions (tests/sleep_wake/goldens: a fresh server on each checkpoint), never from the server
 under test.
-SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints).
+SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints), in
+the shard a --test_filter picks; a run that picks none refuses it. A cell is full only when its shards
+together walked every pair of its door and ran every probe (tools/results/walk_gate.py, the report's gate):
+a filtered, replayed or stopped shard leaves it partial.
 """
 
 import functools
@@ -90,17 +93,19 @@ def _walk(shard: int, walk_context, recorder) -> None:
     door = walk_context.door
     walker = driver.Walker(subject, subject.version, door)
     seed = plan.cell_seed(plan.SEED, walk_context.cell_id)
+    replay = bool(os.environ.get(plan.REPLAY_VAR))  # one failure's walk instead of the share: a partial cell
 
     def record_stopped() -> None:
-        if not os.environ.get(plan.REPLAY_VAR):  # a replay covers one walk, not the shard's share
-            walks, pairs = plan.plan_shards(SHARDS, seed, plan.MAX_STEPS, door)[shard]
-            done = coverage.covered(walker, shard, pairs, walks)
-            coverage.record_walk_coverage(recorder, done, seed, door, probed=[], completed=False)
+        walks, pairs = ((), frozenset()) if replay else plan.plan_shards(SHARDS, seed, plan.MAX_STEPS, door)[shard]
+        done = coverage.covered(walker, shard, pairs, walks)
+        coverage.record_walk_coverage(recorder, done, seed, door, probed=[], completed=False, replay=replay)
 
     try:
         with plan.recorded_when_stopped(record_stopped):
             planned = plan.run_shard(walker, shard, SHARDS, seed, plan.MAX_STEPS, door)
-        if planned is None:  # a replay: its failure, if any, is the verdict
+        if planned is None:  # a replay: its failure, if any, is the verdict; its cell is partial
+            done = coverage.covered(walker, shard, frozenset(), ())
+            coverage.record_walk_coverage(recorder, done, seed, door, probed=[], completed=True, replay=True)
             return
         pairs, walks = planned
         probes = plan.terminal_probes(door)[shard::SHARDS]

@@ -41,7 +41,7 @@ KEYS = (
 )
 MACHINE_KEYS = ("gpu", "gpus", "cores")
 MACHINE_STATES = ("fresh", "warm")
-STATUSES = ("green", "red")
+STATUSES = ("green", "partial", "red")  # run_record.py: partial, a state walk cell short of its door
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
 RELEASE = re.compile(r"\d+\.\d+\.\d+\S*")
 # Bazel's elapsed time is the sum of its waves', each rounded to 0.1 s (run_record.py).

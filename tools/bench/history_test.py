@@ -71,7 +71,7 @@ def test_a_line_missing_a_key_is_refused(key):
         ({"machine": {"gpu": "NVIDIA H200", "gpus": 1}}, "machine {'gpu': 'NVIDIA H200', 'gpus': 1}: an object of"),
         ({"machine": {"gpu": "", "gpus": 0, "cores": 16}}, "machine.gpu '': the GPU's name; machine.gpus 0"),
         ({"machine_state": "cold"}, "machine_state 'cold': one of fresh, warm"),
-        ({"status": "passed"}, "status 'passed': one of green, red"),
+        ({"status": "passed"}, "status 'passed': one of green, partial, red"),
         ({"elapsed_s": 600.0}, "elapsed_s 600.0 is not the sum of waves_s [366.3, 213.3]"),
         ({"waves_s": []}, "waves_s []: each wave's seconds"),
         ({"elapsed_s": -1.0, "waves_s": [-1.0]}, "elapsed_s -1.0: Bazel's seconds, not negative"),

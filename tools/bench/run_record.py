@@ -17,7 +17,7 @@ import sys
 
 from tools.bench import bazel_runs, host_cpu, phase_trace, replay
 from tools.report import reading
-from tools.results import placement, testlogs
+from tools.results import placement, testlogs, walk_gate
 
 MACHINE_STATES = ("fresh", "warm")  # fresh: no earlier run_matrix.sh run on this host (run_matrix.sh says how)
 
@@ -199,7 +199,8 @@ def record(
         # stopped before them left may name an earlier run's release.
         "machine": {"gpus": gpus, "cores": cores, "identity": identity if gpu else None},
         "matrix": {
-            "status": "green" if rc == 0 else "red",
+            # partial: every test passed, but a state walk cell did not walk its whole door (walk_gate.py).
+            "status": "green" if rc == 0 else "partial" if rc == walk_gate.PARTIAL_EXIT else "red",
             "rc": rc,
             "elapsed_s": elapsed,
             "waves_s": waves_s,
@@ -265,7 +266,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="the JSON file to write")
     parser.add_argument("--gpus", type=int, required=True, help="the GPUs the run used")
     parser.add_argument("--cores", type=int, required=True, help="the runner's cores")
-    parser.add_argument("--rc", type=int, required=True, help="the run's exit status (0: green)")
+    parser.add_argument(
+        "--rc", type=int, required=True, help=f"the run's exit status (0: green, {walk_gate.PARTIAL_EXIT}: partial)"
+    )
     parser.add_argument("--machine_state", choices=MACHINE_STATES, required=True, help="fresh or warm")
     parser.add_argument("--wave_s", type=float, action="append", default=[], help="a wave's seconds (repeatable)")
     parser.add_argument("--bep", action="append", default=[], help="a wave's build event file (repeatable)")

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from tools.bench import run_record
+from tools.results import walk_gate
 from tools.results.testlogs_testing import write_bep, write_xml
 
 
@@ -33,6 +34,9 @@ def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm(
     assert (
         run_record.record(units, gpus=1, cores=16, rc=3, machine_state="warm", waves_s=[])["matrix"]["status"] == "red"
     )
+    # Every test passed, but a walk cell did not walk its whole door (run_matrix.sh's exit 5): never green.
+    partial = run_record.record(units, gpus=1, cores=16, rc=walk_gate.PARTIAL_EXIT, machine_state="warm", waves_s=[])
+    assert partial["matrix"]["status"] == "partial"
 
 
 def test_the_record_counts_the_walk_shards_that_ran_against_the_bound():

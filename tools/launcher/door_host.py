@@ -41,7 +41,7 @@ WEIGHT_TRANSFER = {
     "finish_weight_update": None,
 }
 WITH_BODY = {route for route, key in WEIGHT_TRANSFER.items() if key}
-# vllm.LLM as TRL's colocate mode builds it (trl/trainer/grpo_trainer.py): the engine in the trainer's own
+# vllm.LLM as TRL's colocate mode builds it (trl/generation/vllm_generation.py:334-370): the engine in the trainer's own
 # process (distributed_executor_backend="external_launcher", VLLM_ENABLE_V1_MULTIPROCESSING=0, so vLLM
 # takes InprocClient), a torch.distributed world of one that the trainer's launcher set up.
 COLOCATE = "llm_colocate"
@@ -245,15 +245,16 @@ class LlmDoor:
         return await self._call(self._load_weights, checkpoint)
 
     def _load_weights(self, checkpoint: str) -> int:
-        """TRL's push (trl/trainer/grpo_trainer.py _move_model_to_vllm): the trainer's tensors, on the GPU in
-        this process, straight into the model's load_weights, past the executor and collective_rpc. The
-        tensors are this stand-in trainer's only: given back once loaded, so the door's device bytes stay
-        the engine's."""
+        """TRL's push (trl/generation/vllm_generation.py:387-392 _push_param_to_vllm): the trainer's tensors,
+        on the GPU in this process, straight into the model's load_weights, past the executor and
+        collective_rpc. The tensors are this stand-in trainer's only: given back once loaded, so the door's
+        device bytes stay the engine's."""
         import torch
 
         from tools.launcher.weight_receiver import checkpoint_tensors
 
-        model = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+        # TRL's own attribute path (the executor's WorkerWrapperBase hands model_runner on to its worker).
+        model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
         weights = checkpoint_tensors(checkpoint, torch.device("cuda", torch.cuda.current_device()))
         try:
             loaded = model.load_weights(weights=weights)

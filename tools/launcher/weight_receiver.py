@@ -6,8 +6,9 @@ methods with the worker as `self`) and hand the worker tensors, which it feeds t
 `load_weights`. Two ways, each as the frameworks write it:
 
   * load_checkpoint_tensors: tensors made inside the engine's process and handed to `model.load_weights`
-    (TRL colocate's step, trl/trainer/grpo_trainer.py `_move_model_to_vllm`, where the trainer and the
-    engine share a process; here the worker reads the checkpoint's safetensors onto its device first).
+    (TRL colocate's step, huggingface/trl f2cd577 trl/generation/vllm_generation.py:387-392
+    `_push_param_to_vllm`, where the trainer and the engine share a process; here the worker reads the
+    checkpoint's safetensors onto its device first).
   * load_ipc_tensors: CUDA-IPC handles of tensors a separate trainer process holds on the GPU, rebuilt
     with torch's `rebuild_cuda_tensor` and fed to `model.load_weights` (verl's
     `vLLMColocateWorkerExtension.update_weights_from_ipc`, NeMo-RL's `update_weights_via_ipc_zmq`,

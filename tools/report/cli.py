@@ -4,10 +4,15 @@
   python3 -m tools.report [TESTLOGS] [--out FILE] [--bep FILE]...   (from the workspace root)
   python3 -m tools.report [TESTLOGS] --text [--out FILE]             (the same run as text; the page too with --out)
 
+  python3 -m tools.report [TESTLOGS] --gate [--bep FILE]...          (the walk cells' gate only: no page)
+
 Both also show the main job's run history (tools/bench/runs.jsonl; --history FILE, --no_history).
 
 Relative paths are the workspace's (bazel run runs in the runfiles tree). Exits 0 once the page is
-written, whatever the tests' outcome: the page shows results, Bazel judges them.
+written, whatever the tests' outcome (the page shows results, Bazel judges them), but for one verdict
+Bazel cannot make: a state walk cell that ran without walking every pair of its door and running every
+probe (filtered, replayed, a shard missing or stopped: tools/results/walk_gate.py) exits PARTIAL_EXIT (5),
+so that a partial run is never taken for a green full one. 1: no page (a usage or file error).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import os
 import sys
 
 from tools.report import reading, render, text, view
+from tools.results import walk_gate
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = "sleepwake-report.html"  # beside the testlogs dir
@@ -105,6 +111,13 @@ def parse_args(argv):
     )
     parser.add_argument("--no_bep", action="store_true", help="read no build events (stale cells not flagged)")
     parser.add_argument(
+        "--gate",
+        action="store_true",
+        help="judge only the state walk cells that ran (each must walk every pair of its door and run every "
+        f"probe): print each one's verdict, write no page, exit {walk_gate.PARTIAL_EXIT} where one is partial; "
+        "testlogs without a walk cell's results pass (tools/run_matrix.sh and tools/test.sh run it after Bazel)",
+    )
+    parser.add_argument(
         "--record",
         help="the run's record (sleepwake-run.json, tools/bench/run_record.py): where the run's time went, as a"
         " picture, and its replay on more GPUs",
@@ -118,9 +131,35 @@ def parse_args(argv):
     return parser.parse_args(argv[1:])
 
 
+def gate(run: view.Run) -> int:
+    """The walk cells' gate of the run (--gate): a line per walk cell that ran; PARTIAL_EXIT where one is
+    partial, else 0."""
+    walks = run.walk_coverage()
+    for w in walks:
+        print(f"walk gate: {w.cell.name}: {w.gate_text()}")
+    partial = run.partial_walks()
+    if partial:
+        print(
+            f"walk gate: PARTIAL: {len(partial)} of {len(walks)} state walk cell(s) did not walk every pair of "
+            f"their door and run every probe; exit {walk_gate.PARTIAL_EXIT}, never a green full run",
+            file=sys.stderr,
+        )
+        return walk_gate.PARTIAL_EXIT
+    print(f"walk gate: {len(walks)} state walk cell(s) ran, each full" if walks else "walk gate: no walk cell ran")
+    return 0
+
+
 def main(argv) -> int:
     args = parse_args(argv)
     ws = workspace()
+    if args.gate:
+        try:
+            root = testlogs_root(resolve(args.testlogs) if args.testlogs else os.path.join(ws, "bazel-testlogs"))
+        except UsageError as e:
+            print(f"walk gate: no walk cell ran ({e})")
+            return 0
+        beps = [] if args.no_bep else [resolve(b) for b in args.bep] if args.bep else default_beps(ws)
+        return gate(view.load_run(root, ws, beps))
     try:
         root = testlogs_root(resolve(args.testlogs) if args.testlogs else os.path.join(ws, "bazel-testlogs"))
         out = resolve(args.out) if args.out else os.path.join(os.path.dirname(os.path.abspath(root)), DEFAULT_OUT)
@@ -135,7 +174,7 @@ def main(argv) -> int:
         if args.text:
             sys.stdout.write(text.summary(run, runs))
             if not args.out:
-                return 0
+                return walk_gate.PARTIAL_EXIT if run.partial_walks() else 0
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         with open(out, "w", encoding="utf-8") as f:
             f.write(render.page(run, os.path.dirname(out), runs))
@@ -144,7 +183,7 @@ def main(argv) -> int:
         return 1
     states = ", ".join(f"{n} {s}" for s, n in sorted(run.states(run.generated()).items()))
     print(f"report: {out} ({len(run.generated())} cells: {states}" + ("; mutants" if run.mutation else "") + ")")
-    return 0
+    return walk_gate.PARTIAL_EXIT if run.partial_walks() else 0
 
 
 if __name__ == "__main__":

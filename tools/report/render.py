@@ -11,7 +11,7 @@ import urllib.parse
 from html import escape
 
 from tools.bench import history as run_history
-from tools.report import series, svg, time_spent, view
+from tools.report import series, svg, time_spent, view, weight_updates
 from tools.report.reading import OutputFile, RunHistory
 from tools.results import placement
 
@@ -71,6 +71,7 @@ class Page:
             self.memory(series.HOST, "Host memory"),
             self.timings(),
             self.walk(),
+            self.weight_updates(),
             self.run_history(),
             self.mutants(),
         ]
@@ -83,7 +84,11 @@ class Page:
     # --- summary and grid ----------------------------------------------------------------------
     def headline(self) -> str:
         text, ok, fake_text = self.run.headline()
-        return f'<p class="headline"><span class="{"ok" if ok else "bad"}">{escape(text)}</span>{escape(fake_text)}</p>'
+        prefix = view.VERDICT_PREFIX[view.PARTIAL] if self.run.verdict() == view.PARTIAL else ""
+        return (
+            f'<p class="headline"><span class="{"ok" if ok else "bad"}">{escape(prefix + text)}</span>'
+            f"{escape(fake_text)}</p>"
+        )
 
     def header(self) -> str:
         run, states = self.run, self.run.states(self.run.generated())
@@ -329,20 +334,51 @@ class Page:
             css = "ok" if w.complete else "bad"
             stopped = f" ({w.stopped} stopped)" if w.stopped else ""
             rows.append(
-                f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.cell.label)}</td>'
+                f'<tr data-walk="{escape(w.cell.name)}"><td>{escape(w.label)}</td>'
                 f'<td class="{css}">{w.visited}/{w.pairs}</td><td>{w.shards}/{w.expected_shards}{stopped}</td>'
                 f"<td>{w.walks}</td><td>{w.steps}</td><td>{_of(w.states, w.model_states)}</td>"
-                f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td></tr>"
+                f"<td>{escape(', '.join(w.unvisited[:10]) or '-')}</td>"
+                f'<td class="{css}" data-gate="{"full" if w.complete else "partial"}">{escape(w.gate_text())}</td></tr>'
             )
         if not rows:
             return ""
         return (
             '<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '
             "visited, counted from the steps that ran, summed over the shards that reported, those a failure stopped "
-            "included; shards: those that walked their share to the end (tests/core/walk).</p>"
+            "included; shards: those that walked their share to the end (tests/core/walk). The cell: the union of "
+            "its shards' walked pairs against every pair of its door, and its terminal probes; a cell short of "
+            "either is partial (tools/results/walk_gate.py), and so is the run.</p>"
             '<table class="walk"><tr><th>cell</th><th>pairs visited</th><th>shards</th><th>walks</th>'
-            f"<th>steps</th><th>states visited</th><th>unvisited</th></tr>{''.join(rows)}</table></section>"
+            f"<th>steps</th><th>states visited</th><th>unvisited</th><th>the cell</th></tr>{''.join(rows)}"
+            "</table></section>"
         )
+
+    def weight_updates(self) -> str:
+        """Each RL framework's recipe and each push way, with its verdict per cell that ran it."""
+        cells = self.run.ran()
+        sections = []
+        for title, rows, what in (
+            ("RL recipes", weight_updates.recipes(cells), "each framework's weight-update sequence (rl_recipes)"),
+            ("Push ways", weight_updates.push_ways(cells), "weight_sync's tests, once per way of pushing weights"),
+        ):
+            if not rows:
+                continue
+            labels = sorted({label for row in rows for label in row.by_cell})
+            head = "".join(f"<th>{escape(label)}</th>" for label in labels)
+            body = "".join(
+                f'<tr data-row="{escape(row.name)}"><td>{escape(row.name)}</td>'
+                f'<td class="{"ok" if row.outcome == "passed" else "bad"}">{escape(row.outcome)}</td>'
+                + "".join(f"<td>{escape(row.by_cell.get(label, '-'))}</td>" for label in labels)
+                + "</tr>"
+                for row in rows
+            )
+            sections.append(
+                f"<h3>{title}</h3><p>{escape(what)}, counted from the test cases that ran.</p>"
+                f'<table class="walk"><tr><th>name</th><th>verdict</th>{head}</tr>{body}</table>'
+            )
+        if not sections:
+            return ""
+        return '<section id="weight-updates"><h2>Weight updates</h2>' + "".join(sections) + "</section>"
 
     # --- the run history -------------------------------------------------------------------------
     def run_history(self) -> str:

@@ -18,6 +18,7 @@ import pytest
 from tools import matrix
 from tools.matrix import SLEEP_WAKE_CLASSES, shard_count
 from tools.report import cli, render, svg, text, view
+from tools.results import testlogs, walk_gate
 from tools.results.testlogs_testing import write_bep, write_xml
 
 FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
@@ -577,14 +578,26 @@ def test_text_mode_of_a_green_run_has_no_warning(tmp_path, capsys):
     assert out.startswith("4/4 GPU cells passed") and f"report: {page}" in out and page.is_file()
 
 
-def _walk_cell(root, shards, states=None, cell="state_walk_mrv1_eager", stopped=()):
+WALK_PROBES = 2  # the door's terminal probes in _walk_cell's cells: shards 0 and 1 run one each
+
+
+def _walk_cell(root, shards, states=None, cell="state_walk_mrv1_eager", stopped=(), replayed=()):
     """A state_walk cell as Bazel leaves a sharded target: shard_<i>_of_<n>/, each with its coverage;
     states: per shard, the states its steps visited (none recorded where absent); stopped: the shards a
-    failure stopped (their records say completed false)."""
+    failure stopped (their records say completed false, and they ran no probe); replayed: the shards that
+    walked a replay. Each shard walked `visited` pairs of its own, of a door with 5 pairs per shard of the
+    spec's."""
     for shard, (visited, pairs, unvisited) in shards.items():
         extra = {"visited_states": states[shard], "model_states": 40} if states else {}
         if stopped:
             extra["completed"] = shard not in stopped
+        extra.update(
+            visited_pairs=[f"pair {shard}.{i}" for i in range(visited)],
+            door_pairs=5 * WALK_SHARDS,
+            door_probes=WALK_PROBES,
+            terminal_probes=["probe"] if shard < WALK_PROBES and shard not in stopped else [],
+            replay=shard in replayed,
+        )
         d = root / MATRIX / cell / f"shard_{shard + 1}_of_{WALK_SHARDS}"
         write_xml(d / "test.xml", {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "passed"})
         (d / "test.outputs").mkdir()
@@ -619,7 +632,9 @@ def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
     _walk_cell(tmp_path, {0: (4, 5, ["wake:kv_cache"]), 1: (5, 5, [])})  # a gap, and the other shards missing
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.complete, w.unvisited) == (9, 10, 2, False, ["wake:kv_cache"])
-    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
+    assert (
+        cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == walk_gate.PARTIAL_EXIT
+    )  # 2 of 21 shards: partial, never 0
     assert (
         f"state walk HTTP · MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
         "100 steps; unvisited: wake:kv_cache"
@@ -630,7 +645,7 @@ def test_a_shard_a_failure_stopped_counts_its_steps_pairs_but_not_as_a_shard(tmp
     _walk_cell(tmp_path, {0: (3, 5, ["sleep:1", "wake:-"]), 1: (5, 5, [])}, stopped=(0,))
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.stopped, w.complete) == (8, 10, 1, 1, False)
-    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == walk_gate.PARTIAL_EXIT
     assert f"8/10 (state, operation) pairs visited, 1/{WALK_SHARDS} shards (1 stopped by a failure)" in (
         capsys.readouterr().out
     )
@@ -645,12 +660,75 @@ def test_walk_states_are_the_union_of_the_shards_lists_never_a_sum_of_counts(tmp
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert (w.states, w.model_states) == (3, 40)
     assert "<td>3 of 40</td>" in render.page(view.load_run(str(tmp_path), str(tmp_path), []), str(tmp_path))
-    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == walk_gate.PARTIAL_EXIT
     assert "100 steps, 3 states of 40 reachable" in capsys.readouterr().out
     shutil.rmtree(tmp_path / MATRIX)
     _walk_cell(tmp_path, {0: (5, 5, [])})  # a shard that recorded no list: no count rather than a guess
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert w.states is None
+
+
+def _text(tmp_path, capsys, *extra) -> tuple[int, str]:
+    code = cli.main(["tools.report", str(tmp_path), "--no_bep", "--text", *extra])
+    return code, capsys.readouterr().out
+
+
+def test_a_cell_is_full_only_when_its_shards_together_walked_every_pair_and_ran_every_probe(tmp_path, capsys):
+    """The per-cell gate: every shard of the spec reported, and the union of their walked pairs is the door's
+    pairs: exit 0. One shard removed (as a --test_filter or a deselected shard leaves it), every other passed:
+    the cell is partial, in the headline and the exit status, never a green full cell."""
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)})
+    code, out = _text(tmp_path, capsys)
+    door = 5 * WALK_SHARDS
+    assert code == 0 and out.startswith("1/1 GPU cells passed"), out
+    assert f"the cell: {door}/{door} pairs of its door walked, {WALK_PROBES}/{WALK_PROBES} probes: full" in out
+    shutil.rmtree(tmp_path / MATRIX / "state_walk_mrv1_eager" / f"shard_{WALK_SHARDS}_of_{WALK_SHARDS}")
+    code, out = _text(tmp_path, capsys)
+    assert code == walk_gate.PARTIAL_EXIT, out
+    assert out.startswith("PARTIAL: 1/1 GPU cells passed; state walk partial in state_walk_mrv1_eager"), out
+    assert f"1 of {WALK_SHARDS} shards recorded no coverage" in out and f"{door - 5} of the door's {door} pairs" in out
+    page = render.page(view.load_run(str(tmp_path), str(tmp_path), []), str(tmp_path))
+    assert 'data-gate="partial"' in page and ">PARTIAL: 1/1 GPU cells passed" in page
+
+
+def test_a_shard_that_failed_before_its_probe_leaves_the_cell_partial(tmp_path, capsys):
+    # Shard 1 walked its share, then failed before its terminal probe: every pair, one probe short.
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)}, stopped=(1,))
+    [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
+    assert w.gate.pairs_walked == w.gate.door_pairs and not w.complete
+    assert f"1 of the door's {WALK_PROBES} terminal probes ran" in w.gate.reasons
+    assert _text(tmp_path, capsys)[0] == walk_gate.PARTIAL_EXIT
+
+
+def test_a_replayed_shard_leaves_the_cell_partial(tmp_path, capsys):
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)}, replayed=(3,))
+    [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
+    assert not w.complete and "1 shard(s) walked SLEEPWAKE_WALK_REPLAY instead of their share" in w.gate.reasons
+    assert _text(tmp_path, capsys)[0] == walk_gate.PARTIAL_EXIT
+
+
+def test_the_gate_judges_the_walk_cells_alone_and_writes_no_page(tmp_path, capsys):
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)})
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--gate"]) == 0
+    assert "walk gate: state_walk_mrv1_eager: " in capsys.readouterr().out
+    assert not (tmp_path.parent / cli.DEFAULT_OUT).exists()
+    shutil.rmtree(tmp_path / MATRIX / "state_walk_mrv1_eager" / f"shard_1_of_{WALK_SHARDS}")
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--gate"]) == walk_gate.PARTIAL_EXIT
+    assert "walk gate: PARTIAL: 1 of 1 state walk cell(s)" in capsys.readouterr().err
+    # Testlogs without a walk cell's results: nothing to judge (tools/test.sh of a few targets).
+    assert cli.main(["tools.report", str(tmp_path / "none"), "--no_bep", "--gate"]) == 0
+
+
+def test_a_fake_tier_walk_cell_is_gated_too(tmp_path, capsys):
+    """tools/test.sh runs the fake tier's walk cells, one process for every shard: its gate judges them."""
+    d = tmp_path / MATRIX / "state_walk_fake_mrv1_eager"
+    write_xml(d / "test.xml", {"TestStateWalkShard0.test_walk_visits_every_pair_of_its_shard": "passed"})
+    (d / "test.outputs").mkdir()
+    row = {"key": "walk_coverage", "value": 5, "shard": 0, "visited_pairs": ["a"], "door_pairs": 1, "door_probes": 0}
+    (d / "test.outputs" / "measurements.jsonl").write_text(json.dumps(row) + "\n")
+    [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
+    assert w.label == "state_walk_fake_mrv1_eager" and not w.complete  # one shard of the spec's
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--gate"]) == walk_gate.PARTIAL_EXIT
 
 
 def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
@@ -808,3 +886,17 @@ def test_text_mode_lists_the_last_runs_of_the_history(tmp_path, capsys):
     assert f"run history: 4 main-job runs in {HISTORY}, 1 red; the last 5:" in out
     assert "  2222222 2026-12-05 warm    359.1 s  red  93 cells, 160 starts" in out
     assert "The latest main job, at 3333333, on 1 × NVIDIA H200" in out
+
+
+def test_samples_left_out_for_a_host_stall_are_counted(tmp_path, capsys):
+    """A timed sample taken across a stall of the host is left out, not judged (tests/core/stalls.py): the
+    report says how many, so a green run that judged few says so."""
+    d = tmp_path / MATRIX / "abort_parallel_sampling_mrv1_eager"
+    write_xml(d / "test.xml", {"test_abort": "passed"})
+    (d / "test.outputs").mkdir()
+    row = {"key": testlogs.STALLED_KEY, "value": 12.0, "unit": "s", "oracle": "requests.abort_time", "gap": 3.0}
+    (d / "test.outputs" / "measurements.jsonl").write_text((json.dumps(row) + "\n") * 2)
+    assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == 0
+    assert "note: 2 timed sample(s) left out, not judged, for a stall of the host: requests.abort_time 2" in (
+        capsys.readouterr().out
+    )

@@ -9,7 +9,7 @@ import statistics
 
 from tools.bench import history as run_history
 from tools.matrix import FRONT_DOORS
-from tools.report import time_spent, view
+from tools.report import time_spent, view, weight_updates
 from tools.report.reading import RunHistory
 from tools.results import placement
 
@@ -51,8 +51,8 @@ def _history(h: RunHistory) -> list[str]:
 
 
 def summary(run: view.Run, history: RunHistory | None = None) -> str:
-    text, ok, fake_text = run.headline()
-    lines = [("" if ok else "NOT GREEN: ") + text + fake_text]
+    text, _, fake_text = run.headline()
+    lines = [view.VERDICT_PREFIX[run.verdict()] + text + fake_text]
     lines.append(
         f"read from {run.testlogs}: "
         + (
@@ -99,7 +99,7 @@ def summary(run: view.Run, history: RunHistory | None = None) -> str:
         )
     for w in run.walk_coverage():
         lines.append(
-            f"state walk {w.cell.label}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
+            f"state walk {w.label}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
             f"{w.shards}/{w.expected_shards} shards"
             + (f" ({w.stopped} stopped by a failure)" if w.stopped else "")
             + f", {w.walks} walks, {w.steps} steps"
@@ -109,7 +109,9 @@ def summary(run: view.Run, history: RunHistory | None = None) -> str:
                 else ""
             )
             + (f"; unvisited: {', '.join(w.unvisited[:10])}" if w.unvisited else "")
+            + f"; the cell: {w.gate_text()}"
         )
+    lines += weight_updates.lines(run.ran())
     if history is not None:
         lines += _history(history)
     if run.mutation:

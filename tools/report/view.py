@@ -22,7 +22,7 @@ from tools.matrix import (
     split_cell,
 )
 from tools.report import reading, time_spent
-from tools.results import mutation_table, placement
+from tools.results import mutation_table, placement, testlogs, walk_gate
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 # A cell of the grid the spec makes no target for (a class a door cannot run, DOOR_EXCLUDED): nothing is
@@ -34,6 +34,9 @@ ABSENT = (NOT_RUN, EXCLUDED)  # no result of the cell in the testlogs
 NO_CASES, STALE, UNREADABLE = "no cases", "stale", "unreadable"
 FLAGGED = (NO_CASES, UNREADABLE)
 RAN = ("passed", "failed")  # outcomes of a case that ran; "skipped" did not
+# A run's verdict (Run.verdict): what the headline opens with.
+GREEN, PARTIAL, NOT_GREEN = "green", "partial", "not green"
+VERDICT_PREFIX = {GREEN: "", PARTIAL: "PARTIAL: ", NOT_GREEN: "NOT GREEN: "}
 
 
 def column_label(column: tuple[str, str, str]) -> str:
@@ -114,7 +117,7 @@ class Cell:
         return sum(c.outcome == outcome for c in self.cases)
 
 
-WALK_CLASS, WALK_KEY = "state_walk", "walk_coverage"  # test_state_walk.py records one per shard
+WALK_CLASS, WALK_KEY = "state_walk", walk_gate.KEY  # test_state_walk.py records one per shard
 
 
 def _states(rows) -> tuple[int | None, int | None]:
@@ -130,9 +133,11 @@ def _states(rows) -> tuple[int | None, int | None]:
 
 @dataclasses.dataclass
 class WalkCoverage:
-    """What the state walk of one cell covered: summed over the shards that reported."""
+    """What the state walk of one cell covered: summed over the shards that reported, and the cell's gate
+    (tools/results/walk_gate.py: the union of its shards' walked pairs against its door's)."""
 
     cell: Cell
+    gate: walk_gate.Gate
     shards: int  # that walked their share to the end
     expected_shards: int  # the spec's shards for the cell's door and mode (tools/matrix.bzl SHARD_COUNTS)
     visited: int  # (state, operation) pairs the executed steps visited of the reporting shards' shares
@@ -146,12 +151,19 @@ class WalkCoverage:
 
     @property
     def complete(self) -> bool:
-        return (
-            self.shards == self.expected_shards
-            and not self.stopped
-            and self.visited == self.pairs
-            and not self.unvisited
-        )
+        """The cell walked every pair of its door and ran every probe (a full cell), not a part of them."""
+        return self.gate.full
+
+    @property
+    def label(self) -> str:
+        """The grid's column heading of a GPU cell; a fake tier cell's target, which has no column."""
+        return self.cell.name if self.cell.target else self.cell.label
+
+    def gate_text(self) -> str:
+        g = self.gate
+        walked = f"{g.pairs_walked}/{g.door_pairs if g.door_pairs is not None else '?'} pairs of its door walked"
+        probes = f"{g.probes_ran}/{g.door_probes if g.door_probes is not None else '?'} probes"
+        return f"{walked}, {probes}: " + ("full" if g.full else "PARTIAL (" + "; ".join(g.reasons) + ")")
 
 
 @dataclasses.dataclass
@@ -221,9 +233,25 @@ class Run:
             text += f", slowest cell {slowest.seconds:.0f} s"
         fake = [c for c in self.fake.values() if c.state != STALE]
         fake_text = f"; fake tier: {sum(c.state == PASSED for c in fake)}/{len(fake)} passed" if fake else ""
+        partial = self.partial_walks()
+        if partial:
+            text += f"; state walk partial in {', '.join(w.cell.name for w in partial)}"
         if stale:
             fake_text += f"; {stale} earlier result(s) in these testlogs not counted (stale)"
-        return text, bool(ran) and passed == len(ran), fake_text
+        return text, bool(ran) and passed == len(ran) and not partial, fake_text
+
+    def partial_walks(self) -> list[WalkCoverage]:
+        """The walk cells that ran but did not walk every pair of their door and run every probe
+        (tools/results/walk_gate.py): a run holding one is never a green full run."""
+        return [w for w in self.walk_coverage() if not w.complete]
+
+    def verdict(self) -> str:
+        """GREEN, PARTIAL (every GPU cell that ran passed, but a walk cell is partial) or NOT_GREEN."""
+        ran = self.ran()
+        passed = bool(ran) and all(c.state == PASSED for c in ran)
+        if self.partial_walks():
+            return PARTIAL if passed or not ran else NOT_GREEN
+        return GREEN if passed else NOT_GREEN
 
     def failing(self) -> list[Cell]:
         """The cells of this run that failed or prove nothing (flagged), GPU cells first; stale cells
@@ -231,9 +259,11 @@ class Run:
         return [c for c in self.ordered() + list(self.fake.values()) if c.state in (FAILED,) + FLAGGED]
 
     def walk_coverage(self) -> list[WalkCoverage]:
-        """Per state-walk cell that ran, its coverage from the shards' walk_coverage records."""
+        """Per state-walk cell that ran (the GPU grid's, then the fake tier's), its coverage from the
+        shards' walk_coverage records."""
         out = []
-        for cell in self.ran():
+        fake = [c for c in self.fake.values() if c.state not in ABSENT + (STALE,)]
+        for cell in self.ran() + fake:
             if cell.test_class != WALK_CLASS:
                 continue
             rows = {}
@@ -241,11 +271,13 @@ class Run:
                 if r.get("key") == WALK_KEY and isinstance(r.get("value"), (int, float)):
                     rows[r.get("shard")] = r  # a rerun shard's last record counts
             stopped = sum(1 for r in rows.values() if r.get("completed") is False)
+            expected = shard_count(WALK_CLASS, cell.mode, cell.door)
             out.append(
                 WalkCoverage(
                     cell,
+                    walk_gate.judge(rows, expected),
                     len(rows) - stopped,
-                    shard_count(WALK_CLASS, cell.mode, cell.door),
+                    expected,
                     sum(int(r["value"]) for r in rows.values()),
                     sum(int(r.get("shard_pairs", 0)) for r in rows.values()),
                     sum(int(r.get("steps", 0)) for r in rows.values()),
@@ -397,6 +429,22 @@ def _fill_grid(cells: dict) -> tuple[list[str], list[tuple[str, str, str]]]:
     return sorted(classes), columns
 
 
+def _stalled(cells: list[Cell]) -> list[str]:
+    """A note counting the timed samples this run's cells left out for a stall of the host (tests/core/
+    stalls.py): never judged, so a run with many proves less than its green says."""
+    counts: dict[str, int] = {}
+    for cell in cells:
+        if cell.state in ABSENT + (STALE,):
+            continue
+        for r in cell.records:
+            if r.get("key") == testlogs.STALLED_KEY:
+                counts[str(r.get("oracle"))] = counts.get(str(r.get("oracle")), 0) + 1
+    if not counts:
+        return []
+    by = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+    return [f"{sum(counts.values())} timed sample(s) left out, not judged, for a stall of the host: {by}"]
+
+
 def load_run(root: str, workspace: str, bep_paths: list[str], record: dict | None = None) -> Run:
     """The run whose results are under the testlogs dir `root`. bep_paths: its build event files, one per
     bazel test of the run (tools/run_matrix.sh's waves); none: stale cells are not told apart. record: its
@@ -426,6 +474,7 @@ def load_run(root: str, workspace: str, bep_paths: list[str], record: dict | Non
             cells.update({k: c for k, c in more.items() if k not in cells or cells[k].state == STALE})
             fake.update({k: c for k, c in more_fake.items() if k not in fake or fake[k].state == STALE})
     classes, columns = _fill_grid(cells)
+    notes += _stalled(list(cells.values()) + list(fake.values()))
     identities: dict[str, list[str]] = {}
     for cell in cells.values():
         for r in cell.records:

@@ -45,6 +45,9 @@ ORACLE_PROPERTY = "oracle"  # the JUnit property of a failing oracle's id (tests
 # liveness oracle (api.answers, api.status, server.healthy) that observed it.
 ERRORED_PROPERTY, LIVENESS_PROPERTY = "errored", "liveness"
 MEASUREMENTS_FILE = "measurements.jsonl"  # every number a test measured, among its undeclared outputs
+# The key of a timed sample left out, not judged, for a stall of the host (tests/core/stalls.py): the
+# report counts them.
+STALLED_KEY = "stalled_sample"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from tests.core.background import background
+from tests.core.background import CAUGHT, LOST, UNSURE, background, race_outcome
+from tests.core.client import StreamResult
 
 # Far longer than a block that does not wait may take to leave, far shorter than a client timeout.
 HELD_S = 10.0
@@ -83,3 +84,27 @@ def test_a_block_that_passes_joins_its_requests():
         held = pool.submit(_held_request, client)
         threading.Timer(0.2, client.released.set).start()
     assert held.done() and client.wakes == 0
+
+
+def _ended(reasons, tokens, arrivals, error=None) -> StreamResult:
+    return StreamResult(reasons, [list(range(n)) for n in tokens], sum(tokens), error, status=200, arrivals=arrivals)
+
+
+SENT = 100.0  # when /sleep was sent (perf_counter)
+
+
+@pytest.mark.parametrize(
+    "result, drains, outcome",
+    [
+        (_ended(["length"], [8], [SENT - 2, SENT - 1]), False, LOST),  # every token before: it finished first
+        (_ended(["length"], [8], [SENT - 2, SENT - 1]), True, LOST),
+        (_ended(["length"], [8], [SENT - 1, SENT + 1]), False, UNSURE),  # the last came after, none stopped
+        (_ended(["length"], [8], [SENT - 1, SENT + 1]), True, CAUGHT),  # a drain: that is how it ends
+        (_ended(["abort"], [3], [SENT - 1]), False, CAUGHT),  # only the sleep gives it
+        (_ended([None], [3], [SENT - 1]), False, CAUGHT),  # cut short
+        (_ended(["length", "length"], [8, 5], [SENT - 1]), False, CAUGHT),  # a choice short of its tokens
+        (_ended([None], [3], [SENT - 1], error="error event: aborted"), False, CAUGHT),
+    ],
+)
+def test_a_stream_raced_against_a_sleep_is_caught_unless_it_finished_first(result, drains, outcome):
+    assert race_outcome(result, SENT, 8, drains=drains)[0] == outcome

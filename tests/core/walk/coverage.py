@@ -15,9 +15,11 @@ import dataclasses
 from collections.abc import Callable
 
 from tests.core import measure, oracle
+from tests.core.walk import operations as ops
 from tests.core.walk import plan
+from tools.results import walk_gate
 
-KEY = "walk_coverage"  # the GPU tier's entry (tools/report/view.py WALK_KEY sums a cell's shards from it)
+KEY = walk_gate.KEY  # the GPU tier's entry: the report judges a cell by its shards' (tools/results/walk_gate.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Covered:
     consecutive: collections.Counter  # consecutive operations within a walk that ran
     steps: int  # the steps that ran, terminal probes' included
     states: tuple[str, ...]  # the states they left from and arrived at, by name, sorted
+    walked: frozenset  # the door's reachable pairs among `visited`: all but the terminal probes' last steps
 
     @property
     def missing(self) -> frozenset:
@@ -46,8 +49,21 @@ def covered(walker, shard: int, share, walks) -> Covered:
     # By name, so that the report can count the cell's states over its shards (each arrival was checked
     # against the model).
     states = {s.describe() for walk in walker.executed for step in walk for s in (step.before, step.after)}
+    walked = {
+        plan.pair_of(step.before, step.op)
+        for walk in walker.executed
+        for step in walk
+        if ops.terminal(step.op, step.before) is None  # a terminal pair is no reachable pair: it is probed
+    }
     return Covered(
-        shard, frozenset(share), len(walks), frozenset(visited), consecutive, walker.step_index, tuple(sorted(states))
+        shard,
+        frozenset(share),
+        len(walks),
+        frozenset(visited),
+        consecutive,
+        walker.step_index,
+        tuple(sorted(states)),
+        frozenset(walked),
     )
 
 
@@ -66,9 +82,13 @@ def verdict(walker, shard: int, share, walks, record: Callable[[Covered], object
     return done
 
 
-def record_walk_coverage(recorder, done: Covered, seed: int, door: str, probed: list, completed: bool) -> dict:
+def record_walk_coverage(
+    recorder, done: Covered, seed: int, door: str, probed: list, completed: bool, replay: bool = False
+) -> dict:
     """The GPU tier's walk_coverage entry of a shard, also where a failure stopped its walks (completed=False:
-    the report counts its pairs, not the shard)."""
+    the report counts its pairs, not the shard) and where it walked a replay instead of its share (replay).
+    The report's gate of the cell (tools/results/walk_gate.py) unions the shards' visited_pairs against the
+    door's pairs and counts their probes against the door's: a shard's verdict proves its share only."""
     return recorder.record(
         measure.current_test(),
         KEY,
@@ -88,4 +108,8 @@ def record_walk_coverage(recorder, done: Covered, seed: int, door: str, probed: 
         consecutive_pairs=len(done.consecutive),
         terminal_probes=probed,
         unvisited=done.unvisited(),
+        visited_pairs=sorted(map(plan.describe_pair, done.walked)),
+        door_pairs=plan.pair_count(door),
+        door_probes=len(plan.terminal_probes(door)),
+        replay=replay,
     )

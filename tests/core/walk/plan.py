@@ -37,6 +37,7 @@ from tests.core.walk.model import INITIAL, State
 from tools.matrix import HTTP
 
 REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
+FILTER_VAR = "TESTBRIDGE_TEST_ONLY"  # Bazel's --test_filter, as the test sees it
 _SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
 # What each kind of step costs on a GPU (plan.step_millis), to deal the walks out so that the shards
 # end together: the walk's own medians, kept as data (step_seconds.json, beside this file) so that a new
@@ -254,6 +255,13 @@ def cell_walks(seed: int, max_steps: int, door: str = HTTP) -> tuple:
     return tuple(plan_walks(reachable_pairs(door), seed, max_steps, door))
 
 
+def pair_count(door: str = HTTP) -> int:
+    """How many (situation, operation) pairs the model reaches through `door` (len(reachable_pairs)), written
+    or counted."""
+    written = _written(door)
+    return written["pairs"] if written is not None and "pairs" in written else len(reachable_pairs(door))
+
+
 def model_state_count(door: str = HTTP) -> int:
     """How many states the model reaches through `door` (len(reachable_states)), written or counted."""
     written = _written(door)
@@ -464,8 +472,8 @@ def with_replay(
     lines = [script(seed, shard, c) for c in shrink_candidates(walk, index, start, door)]
     first, *rest = failure.failures()
     detail = (
-        f"replay, shortest first, on {on} ({REPLAY_VAR} runs it in every shard; {pick} picks one):\n    "
-        + "\n    ".join(lines)
+        f"replay, shortest first, on {on} ({REPLAY_VAR} runs it in the shard {pick} picks; a run that picks "
+        "none refuses it):\n    " + "\n    ".join(lines)
     )
     return oracle.OracleFailure(first.oracle_id, first.what, first.measured, first.bound, first.relation, rest, detail)
 
@@ -530,8 +538,16 @@ def plan_probes(door: str = HTTP) -> list:
 def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int, door: str = HTTP):
     """Runs on walker (the server's or the engine tier's: anything with run(walks, seed, shard)) the
     shard's walks of plan_shards and returns (the shard's pairs, its walks); or, when
-    SLEEPWAKE_WALK_REPLAY holds a shrunk failing walk, runs that one walk and returns None."""
+    SLEEPWAKE_WALK_REPLAY holds a shrunk failing walk, runs that one walk and returns None. A replay in a run
+    that picks no test (no --test_filter: FILTER_VAR unset) is refused: every shard would walk it instead of
+    its share and pass, a whole cell green having walked one failure's steps."""
     replay = os.environ.get(REPLAY_VAR)
+    if replay and not os.environ.get(FILTER_VAR):
+        raise oracle.Precondition(
+            f"{REPLAY_VAR} is set in a run that picks no shard (no --test_filter), so every shard would walk the "
+            f"replay instead of its share: pick the failing shard with the --test_filter its replay line names, "
+            f"or unset {REPLAY_VAR} (--test_env passes it from your shell)"
+        )
     if replay:
         walker.run([parse_script(replay)], seed, shard)
         return None

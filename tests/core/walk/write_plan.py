@@ -14,8 +14,8 @@ from tools import matrix
 
 
 def contents(seed: int, max_steps: int, door: str) -> dict:
-    """The written plan of a cell: what plan.cell_walks, plan.terminal_probes and plan.model_state_count
-    read back, and what it was planned with."""
+    """The written plan of a cell: what plan.cell_walks, plan.terminal_probes, plan.model_state_count and
+    plan.pair_count read back, and what it was planned with."""
     return {
         "planner": plan.planner_digest(),
         "door": door,
@@ -24,6 +24,7 @@ def contents(seed: int, max_steps: int, door: str) -> dict:
         "walks": [[str(op) for op in walk] for walk in plan.cell_walks(seed, max_steps, door)],
         "probes": [[str(op) for op in probe] for probe in plan.plan_probes(door)],
         "model_states": len(plan.reachable_states(door)),
+        "pairs": len(plan.reachable_pairs(door)),
     }
 
 

@@ -24,7 +24,9 @@ def build(door: str, server_argv: list[str]):
     parser.add_argument("--disable-log-stats", action="store_true")
     args, _ = parser.parse_known_args(server_argv)
     log_stats = not args.disable_log_stats
-    if door in ("llm", "llm_colocate"):  # both hold vllm.LLM; here its engine is in this process either way
+    # The engine tier's vllm.LLM keeps its engine core in its caller's process (engines.build_llm), as the
+    # colocated door does; on the GPU the llm door keeps vLLM's default, a process of its own.
+    if door in ("llm", "llm_colocate"):
         llm, _ = engines.build_llm(
             args.model, log_stats=log_stats, worker_cls=f"{ChildWorker.__module__}.{ChildWorker.__qualname__}"
         )

@@ -161,18 +161,6 @@ def _async_reset_prefix_cache_unsent():
     shared.replace(AsyncLLM, "reset_prefix_cache", reset_prefix_cache)
 
 
-def _async_pause_keep_aborts():
-    from vllm.v1.engine.async_llm import AsyncLLM
-
-    def make(original):
-        async def pause_generation(self, *, mode="abort", wait_for_inflight_requests=None, clear_cache=True):
-            await original(self, mode="abort" if mode == "keep" else mode, clear_cache=clear_cache)
-
-        return pause_generation
-
-    shared.wrap(AsyncLLM, "pause_generation", make)
-
-
 def _plugin(name: str) -> dict:
     """The plugin entry's issue, doc and patch, for a bug reused from it."""
     m = sleepwake_mutants.MUTANTS[name]
@@ -334,16 +322,13 @@ MUTANTS = {
         ),
         Mutant(
             "async_pause_keep_aborts",
-            "#32351 (pause mode keep)",
-            "AsyncLLM.pause_generation(mode='keep') aborts the requests in flight instead of freezing them: "
-            "a rollout frozen for a weight update ends instead of resuming.",
-            {
+            kills={
                 _ASYNC + "test_async_keep_freezes_the_request_in_flight_and_it_resumes[pause]": (
                     "requests.held_while_paused",
                     "requests.resumes_after_keep",
                 )
             },
-            _async_pause_keep_aborts,
+            **_plugin("async_pause_keep_aborts"),
         ),
         Mutant(
             "abort_outputs_dropped",

@@ -1,9 +1,11 @@
 """The door mutants' patches (the plugin's doors.py) against the installed vLLM, on the CPU: each one applies
 (its owner has every attribute it patches, and they change), and its defect shows on the path the door host
-drives (tools/launcher/door_host.py LlmDoor -> vllm.LLM -> LLMEngine) around a recording engine-core client;
-on the path vLLM's server drives (AsyncLLM's sleep, wake_up, is_sleeping, collective_rpc, as its routes await
-them) none of them is reached, as their HTTP twins expect on the GPU. Nothing here builds an engine: the
-objects are made without their constructors, so the real methods of vLLM's classes run and nothing else."""
+drives (tools/launcher/door_host.py LlmDoor -> vllm.LLM -> LLMEngine) around a recording engine-core client,
+or, for the llm_colocate door's mutants, around the in-process engine TRL builds (InprocClient -> EngineCore,
+whose scheduler and executor record); on the path vLLM's server drives (AsyncLLM's sleep, wake_up,
+is_sleeping, collective_rpc, as its routes await them) none of them is reached, as their HTTP twins expect on
+the GPU. Nothing here builds an engine: the objects are made without their constructors, so the real methods
+of vLLM's classes run and nothing else."""
 
 import asyncio
 import importlib
@@ -16,7 +18,13 @@ from tests.engine.lib import cpu_vllm  # noqa: F401  (before vLLM: its platform 
 from tools.launcher import door_host
 
 DOOR_MUTANTS = sorted(n for n, m in sleepwake_mutants.MUTANTS.items() if m.door != sleepwake_mutants.HTTP)
-PATCHED = ("vllm.v1.engine.llm_engine:LLMEngine", "vllm.entrypoints.llm:LLM", "vllm.v1.engine.async_llm:AsyncLLM")
+PATCHED = (
+    "vllm.v1.engine.llm_engine:LLMEngine",
+    "vllm.entrypoints.llm:LLM",
+    "vllm.v1.engine.async_llm:AsyncLLM",
+    "vllm.v1.engine.core_client:InprocClient",
+    "vllm.v1.engine.core:EngineCore",
+)
 
 
 def _classes():
@@ -113,6 +121,40 @@ def _door():
     return door_host.LlmDoor(llm), engine
 
 
+class Recording:
+    """The scheduler or executor of an in-process EngineCore: every method call recorded as (name, *args)."""
+
+    def __init__(self, calls: list):
+        self._calls = calls
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self._calls.append((name, *args, *kwargs.values()))
+            return name != "has_unfinished_requests"
+
+        return call
+
+
+def _colocated_door():
+    """The door host's LlmDoor around a vllm.LLM as TRL colocates it: LLMEngine -> InprocClient -> EngineCore,
+    whose scheduler and executor record into the engine's `calls`."""
+    from vllm import LLM
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.engine.core_client import InprocClient
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    core = object.__new__(EngineCore)
+    core.calls = []
+    core.scheduler, core.model_executor, core.mm_receiver_cache = Recording(core.calls), Recording(core.calls), None
+    client = object.__new__(InprocClient)
+    client.engine_core = core
+    engine = object.__new__(LLMEngine)
+    engine.engine_core, engine.logger_manager, engine.renderer = client, Loggers(), Renderer()
+    llm = object.__new__(LLM)
+    llm.llm_engine = engine
+    return door_host.LlmDoor(llm, door_host.COLOCATE), core
+
+
 def _drive(door, *calls):
     """The door's calls in order (as its HTTP endpoints make them), on one event loop; their results."""
 
@@ -152,6 +194,19 @@ def _gauge_at_sleep(door, engine):
     return engine.engine_core.calls[-1], engine.logger_manager.states, engine.logger_manager is not None
 
 
+def _wait_sleep(door, core):
+    try:
+        _drive(door, ("sleep", 1, "wait"))
+    except ValueError:
+        return "refused", core.calls
+    return "accepted", [c for c in core.calls if c[0] == "sleep"]
+
+
+def _cache_reset_at_sleep(door, core):
+    _drive(door, ("sleep", 1, "abort"))
+    return [c for c in core.calls if c[0] in ("reset_prefix_cache", "sleep")]
+
+
 BEHAVIOUR = {
     "llm_wake_up_drops_tags": (_wake_up_tags, ("wake_up", ["weights"]), ("wake_up", None)),
     "llm_sleep_ignores_level": (_sleep_level, (("sleep", 2, "abort"), (1, 2)), (("sleep", 1, "abort"), (1, 1))),
@@ -166,7 +221,14 @@ BEHAVIOUR = {
         (("sleep", 1, "abort"), [(1, 1)], True),
         (("sleep", 1, "abort"), [], True),
     ),
+    "inproc_sleep_accepts_wait": (_wait_sleep, ("refused", []), ("accepted", [("sleep", 1)])),
+    "inproc_sleep_keeps_prefix_cache": (
+        _cache_reset_at_sleep,
+        [("reset_prefix_cache", True, True), ("sleep", 1)],
+        [("sleep", 1)],
+    ),
 }
+DOORS = {m: _colocated_door if sleepwake_mutants.MUTANTS[m].door == door_host.COLOCATE else _door for m in BEHAVIOUR}
 
 
 def test_there_are_door_mutants():
@@ -194,10 +256,10 @@ def test_the_patch_applies_to_attributes_vllm_has(name, restored):
 @pytest.mark.parametrize("name", DOOR_MUTANTS)
 def test_the_defect_shows_through_the_door_hosts_llm_door(name, restored, capsys):
     check, healthy, mutated = BEHAVIOUR[name]
-    assert check(*_door()) == healthy, f"{name}: the unpatched door does not behave as the check expects"
+    assert check(*DOORS[name]()) == healthy, f"{name}: the unpatched door does not behave as the check expects"
     sleepwake_mutants.MUTANTS[name].apply()
     capsys.readouterr()
-    assert check(*_door()) == mutated, f"{name}: applied, the door does not show the catalogued defect"
+    assert check(*DOORS[name]()) == mutated, f"{name}: applied, the door does not show the catalogued defect"
     reached = sleepwake_mutants.REACHED.format(name=name, pid="")
     assert reached.split(" (pid")[0] in capsys.readouterr().err, f"{name}: reached, but printed no REACHED line"
 
@@ -231,3 +293,11 @@ def test_vllms_server_front_end_never_reaches_it(name, restored, capsys):
     ]
     assert engine.logger_manager.states == [(1, 2), (0, 0), (0, 0)]
     assert "sleepwake-mutant reached" not in capsys.readouterr().err
+
+
+def test_only_the_in_process_engine_runs_engine_cores_own_pause():
+    """inproc_sleep_keeps_prefix_cache patches EngineCore.pause_scheduler: the engine-core process every other
+    door and vLLM's server run (EngineCoreProc, and DPEngineCoreProc under it) has a pause of its own."""
+    from vllm.v1.engine.core import EngineCoreProc
+
+    assert "pause_scheduler" in vars(EngineCoreProc)

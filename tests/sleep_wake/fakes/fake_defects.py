@@ -236,8 +236,6 @@ FAKE_ONLY: tuple[str, ...] = ("gauge_tracks_tags",)
 # The pause, resume and worker-level paths of RL frameworks (issue 59): fake-only until the catalogue has
 # their mutants (a catalogued mutant of the same bug takes over the name and leaves FAKE_ONLY).
 PAUSE_AND_WORKER_DEFECTS = {
-    "pause_keep_aborts": "pause(mode=keep) aborts the requests in flight instead of freezing them",
-    "resume_noop": "resume() leaves the scheduler paused",
     "pause_keep_ignores_clear_cache": (
         "pause(mode=keep) ignores clear_cache, as the /pause route's docstring says it does "
         "(rlhf/api_router.py:44-45): the frozen requests keep their blocks and old-weight KV across an update"
@@ -246,3 +244,34 @@ PAUSE_AND_WORKER_DEFECTS = {
 }
 DEFECTS.update(PAUSE_AND_WORKER_DEFECTS)
 FAKE_ONLY += tuple(PAUSE_AND_WORKER_DEFECTS)
+
+# The weight-update paths RL frameworks drive, as the catalogue has them (the plugin's pausing.py, weights.py
+# and scheduling.py): /pause, /resume and /is_paused around a push, the tensor and CUDA-IPC pushes and the
+# staged wakes around them, the walk's wakes of a resident tag.
+DEFECTS.update(
+    {
+        "async_pause_keep_aborts": "pause(mode=keep) aborts the requests in flight instead of freezing them",
+        "async_resume_does_nothing": "resume() leaves the scheduler paused",
+        "async_is_paused_false": "/is_paused answers false whatever the scheduler's pause",
+        "async_pause_ignores_clear_cache": (
+            "pause(mode=keep) ignores the caller's clear_cache=false: the caches are reset (the default), the "
+            "frozen requests preempted and the prefix cache emptied"
+        ),
+        "wake_reloads_model_path": (
+            "each weights wake reloads the weights from the model path: after a disk push that is the pushed "
+            "checkpoint, after a tensor or IPC push (which moves no path) the one the server started on"
+        ),
+        "level2_skips_buffer_save": (
+            "a level-2 sleep drops the model buffers it should save: from its wake on the weights serve "
+            "garbage, whatever is pushed or reloaded (a reload puts the old buffers back)"
+        ),
+        "executor_wake_skips_tag_guard": (
+            "a wake naming a tag that is not asleep reaches the workers, which map its pool again: "
+            "CUDA's invalid argument, an error answer"
+        ),
+        "sleep_skips_scheduler_pause": (
+            "a sleep of level >= 1 sleeps the executor without pausing the scheduler: nothing is "
+            "aborted or held, and the prefix cache is not reset"
+        ),
+    }
+)

@@ -185,6 +185,7 @@ class FakeEngine:
         self.kv_unmapped = False  # kv_wake_maps_nothing: the KV cache "awake" but not mapped
         self.restore_until = 0.0
         self.weights_wakes = 0
+        self.buffers_lost = False  # level2_skips_buffer_save: the model buffers garbage from then on
         self.dead = False
         self.stopping = threading.Event()
 
@@ -251,6 +252,12 @@ class FakeEngine:
             raise ValueError(f"Invalid pause mode: {mode}")
         with self.cond:
             self._check_alive()
+            if level >= 1 and "sleep_skips_scheduler_pause" in self.defects:
+                if not self.executor_sleeping:  # the executor's own guard
+                    self._worker_sleep(level)
+                    self.sleeping_tags = {"weights", "kv_cache"}
+                self.gauge = metrics.gauge(0, level == 1, level == 2)  # the front end's record
+                return
             mode = self._mode_under_defects(level, mode)
             decoding = self.running > 0
             was_sleeping = self.paused or self.executor_sleeping
@@ -275,10 +282,12 @@ class FakeEngine:
             raise ValueError(f"Invalid pause mode: {mode}")
         with self.cond:
             self._check_alive()
-            if mode == "keep" and "pause_keep_aborts" in self.defects:
+            if mode == "keep" and "async_pause_keep_aborts" in self.defects:
                 mode = "abort"
             if mode == "keep" and "pause_keep_ignores_clear_cache" in self.defects:
                 clear_cache = False
+            if mode == "keep" and "async_pause_ignores_clear_cache" in self.defects:
+                clear_cache = True
             self._pause_scheduler(mode, clear_cache)
             self.cond.notify_all()
 
@@ -286,7 +295,7 @@ class FakeEngine:
         """core.py resume_scheduler: unpaused, whatever the executor still has asleep."""
         with self.cond:
             self._check_alive()
-            if "resume_noop" in self.defects:
+            if "async_resume_does_nothing" in self.defects:
                 return
             self._resume_scheduling()
             self.resumed_asleep = self.executor_sleeping
@@ -294,7 +303,7 @@ class FakeEngine:
     def is_paused(self) -> bool:
         with self.cond:
             self._check_alive()
-            return self.paused
+            return self.paused and "async_is_paused_false" not in self.defects
 
     def _resume_scheduling(self) -> None:
         """The scheduler unpaused: the requests a keep froze go on (their KV as the pause left it)."""
@@ -397,6 +406,7 @@ class FakeEngine:
             self.pinned_extra.append(self.host.allocate(self.sizes.level2_pinned))
         kv_released = self._kv_resident()
         self.unmapped = {"weights", "kv_cache"}
+        self.buffers_lost = self.buffers_lost or (level == 2 and "level2_skips_buffer_save" in self.defects)
         kv_released -= self._kv_resident()
         self.activations_reserved = False  # sleep empties torch's caching allocator
         self.remap_missing = self.weights_mapped_early = self.kv_unmapped = False
@@ -457,7 +467,14 @@ class FakeEngine:
                 raise RuntimeError("wake_up called while awake")
             return None
         if tags and any(t not in self.sleeping_tags for t in tags):
-            return None
+            if "executor_wake_skips_tag_guard" not in self.defects:
+                return None
+            # No guard: the workers are asked for every tag named. cuMemMap refuses a pool mapped already; a
+            # tag that names no pool maps nothing.
+            self._refuse_resident([t for t in tags if t in POOLS])
+            tags = [t for t in tags if t in self.sleeping_tags]
+            if not tags:
+                return None
         if tags == ["weights"] and self.weights_mapped_early:
             raise RuntimeError(_REMAP_REFUSED)
         if tags == ["kv_cache"] and "weights" in self.sleeping_tags and self.worker_level == 2:
@@ -546,6 +563,8 @@ class FakeEngine:
             self.weights_wakes += 1
             if "staged_wake_loses_weights" in self.defects and self.weights_wakes >= 3:
                 self.weights = None
+        if "wake_reloads_model_path" in self.defects:
+            self.weights = self._model_path_weights()
 
     # --- the workers' own sleep and wake: collective_rpc("sleep" | "wake_up") -----------------------
     def worker_sleep(self, level: int) -> None:
@@ -599,7 +618,7 @@ class FakeEngine:
                         f"served model ({self.checkpoint.path}): it cannot be loaded in place"
                     )
                 self.model_path = weights_path  # gpu_model_runner.py: model_config.model = weights_path
-            self.weights = fake_checkpoint.load(self.model_path).digest if self.model_path else self.checkpoint.digest
+            self.weights = self._model_path_weights()
             if weights_path is not None and "push_loads_wrong_file" in self.defects:
                 # Repeatably wrong: a golden taken from this server after a push would agree with itself.
                 self.weights = fake_checkpoint.mixed(self.weights, "the pushed file's stale twin")
@@ -608,6 +627,10 @@ class FakeEngine:
             if "reload_resumes_scheduling" in self.defects:
                 self.paused = self.frozen = False
                 self.cond.notify_all()
+
+    def _model_path_weights(self) -> str | None:
+        """What a reload without a path loads: the model path's checkpoint (vLLM's model_config.model)."""
+        return fake_checkpoint.load(self.model_path).digest if self.model_path else self.checkpoint.digest
 
     def load_weights(self, checkpoint: str) -> None:
         """A push of tensors into the model's load_weights (the worker extension's load_checkpoint_tensors
@@ -715,7 +738,7 @@ class FakeEngine:
         scheduled during a sleep) or not yet restored (late_restore)."""
         if "weights" in self.unmapped or self.restore_until > time.monotonic():
             return None
-        return self.weights
+        return fake_checkpoint.mixed(self.weights, "lost buffers") if self.buffers_lost else self.weights
 
     def plan(self, prompt: str, max_tokens: int, n: int, seed) -> list[Choice]:
         with self.cond:

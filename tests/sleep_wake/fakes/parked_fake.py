@@ -63,3 +63,6 @@ def _stop_unclaimed() -> None:
 if TYPE_CHECKING:  # the interface the suite makes and uses its servers through; mypy (//tools/lint:types_test)
     _factory: ServerFactory = VllmServer
     _server: Server = VllmServer(ServerConfig())
+
+
+Trainer = fake_server.Trainer  # the fake's trainer beside these servers too (tests/core/servers.py trainer_class)

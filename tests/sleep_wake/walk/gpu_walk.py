@@ -16,11 +16,21 @@ import contextlib
 import dataclasses
 import sys
 import time
+from collections.abc import Callable
 
 import requests
 
-from tests.core import expect, host_memory, measure, oracle, pushes, thresholds
-from tests.core.background import background, end_clock, generated_tokens, wait_decoding
+from tests.core import expect, host_memory, measure, oracle, pushes, stalls, thresholds
+from tests.core.background import (
+    CAUGHT,
+    LOST,
+    UNSURE,
+    background,
+    end_clock,
+    generated_tokens,
+    race_outcome,
+    wait_decoding,
+)
 from tests.core.client import SleepWakeClient
 from tests.core.memory import settled_gpu_bytes
 from tests.core.prompts import (
@@ -35,7 +45,7 @@ from tests.core.prompts import (
     STREAM_TOKENS,
 )
 from tests.core.trainer import Trainer
-from tests.core.walk import model
+from tests.core.walk import model, plan
 from tests.core.walk import operations as ops
 from tests.core.walk.model import State
 from tools.launcher import door_host
@@ -83,7 +93,8 @@ class Context:
 class Open:
     """A request the walk sent that has not ended: its future, what the model calls it (QUEUED_KINDS, or
     "held" for a stream a keep froze), the prompt and its own kind of request (an operation's name), and
-    for a held stream the checkpoint its first tokens came from and the pool its future runs on."""
+    for a held stream the checkpoint its first tokens came from, the pool its future runs on and the
+    tokens it asked for (twice STREAM_TOKENS where its race ran again)."""
 
     future: concurrent.futures.Future
     kind: str
@@ -91,6 +102,26 @@ class Open:
     prompt: str
     origin: str | None = None
     pool: contextlib.ExitStack | None = None
+    tokens: int = STREAM_TOKENS
+
+
+@dataclasses.dataclass
+class Race:
+    """A stream of `tokens` tokens raced against a /sleep sent at perf_counter `sent`: its future, the
+    moment it ended (stream_end()), what the engine had generated for it when /sleep answered, the
+    request that arrived during a wait drain (sleep:L:wait:2), the pool it runs on, and whether the sleep
+    caught it in flight (background.race_outcome: CAUGHT, UNSURE, LOST) with what shows it."""
+
+    stream: concurrent.futures.Future
+    tokens: int
+    sent: float
+    stream_end: Callable[[], float]
+    at_answer: float
+    late: Open | None
+    stack: contextlib.ExitStack
+    sampler: stalls.Sampler  # the clock beside the race: a host stall leaves an abort's time out
+    outcome: str = CAUGHT
+    shows: str = "it was still open when /sleep answered"
 
 
 def abort_give_up_s() -> float:
@@ -311,6 +342,49 @@ class GpuSubject:
             client.sleep(level=level, mode=mode, memory_moves=moves)
             self._judge_waiting_at_sleep(op, s, existing, where)
             return
+        # The request is judged only where the sleep caught it in flight (background.race_outcome): a race
+        # it lost (it finished first), or one the client cannot tell from a sleep that let it run on, runs
+        # once more from the state before, with a request twice as long.
+        race = self._race(op, moves, STREAM_TOKENS, where)
+        if race.outcome != CAUGHT:
+            race = self._run_again(race, op, s, moves, where)
+        self._judge_race(race, op, s, after, existing, where)
+
+    def _run_again(self, first: Race, op, s: State, moves: bool, where: str) -> Race:
+        """The race to judge after `first` was lost or unsure: the race run again where the model has a way
+        back to `s`, else `first` where it is unsure (its tokens after /sleep was sent are what a sleep
+        that let it run on shows too). One lost twice, or lost with no way back, is a Precondition: the
+        sleep met no request in flight, so no oracle of one may judge it."""
+        tokens = 2 * STREAM_TOKENS
+        try:
+            way = self._way_back(op, s, tokens)
+            if isinstance(way, str) and first.outcome == UNSURE:
+                return first
+            if isinstance(way, str):
+                raise oracle.Precondition(
+                    f"walk {where}: the request in flight finished before /sleep was sent ({first.shows}), so "
+                    f"the sleep met no request in flight, and the race cannot run again: {way}"
+                )
+        except BaseException:
+            first.stack.__exit__(*sys.exc_info())
+            raise
+        first.stack.close()  # its request ended: the pool joins at once
+        self._go_back(op, s, way, f"{where}: the way back after a race {first.outcome} ({first.shows})")
+        race = self._race(op, moves, tokens, f"{where}, run again with {tokens} tokens")
+        if race.outcome == LOST:
+            race.stack.close()
+            raise oracle.Precondition(
+                f"walk {where}: the request in flight finished before /sleep was sent, twice ({first.shows}; "
+                f"then with {tokens} tokens, {race.shows}), so the sleep met no request in flight: a host this "
+                "loaded cannot run the race; run the cell on a quieter one"
+            )
+        return race
+
+    def _race(self, op, moves: bool, tokens: int, where: str) -> Race:
+        """A stream of `tokens` tokens, /sleep sent once it decodes, and how it was when /sleep answered:
+        its race's outcome (background.race_outcome), the aborted or drained request waited for to its end."""
+        level, mode, in_flight = op.params
+        client = self.ctx.client
         # The sleep must land while the request decodes. Where the worker brackets its own sleep
         # (client.phases_in_server) it does: only the executor's sleep, after the pause, waits for FREE.
         # Elsewhere a FREE window holds from before the request starts until the sleep answers (mode wait
@@ -318,39 +392,96 @@ class GpuSubject:
         # An ExitStack, not a with-block: a request a keep holds outlives this step (self.open), and on a
         # failure background() sees the exception and wakes the engine, so a request the defect left
         # held ends now rather than at its client timeout.
-        with contextlib.ExitStack() as stack:
+        stack = contextlib.ExitStack()
+        try:
             pool = stack.enter_context(background(client, workers=2))
+            sampler = stack.enter_context(stalls.Sampler())
             with client.sleep_window() if moves else contextlib.nullcontext():
                 since = generated_tokens(client)
                 stream = pool.submit(
-                    client.complete_stream,
-                    IN_FLIGHT,
-                    STREAM_TOKENS,
-                    timeout_s=thresholds.get("request_completion_s_max"),
+                    client.complete_stream, IN_FLIGHT, tokens, timeout_s=thresholds.get("request_completion_s_max")
                 )
                 stream_end = end_clock(stream)
                 wait_decoding(client, [stream], 1, since, 4)
                 sent = time.perf_counter()
+                late = None
                 if in_flight == 2:
                     late = self._sleep_with_late_arrival(pool, op, moves, stream, where)
                 else:
                     client.sleep(level=level, mode=mode, memory_moves=moves)
                 at_answer = generated_tokens(client) - since  # what the engine had generated when it answered
+            race = Race(stream, tokens, sent, stream_end, at_answer, late, stack, sampler)
+            ends = model.in_flight_outcome(mode, level).ends
+            if in_flight == 2:  # still open once the engine was seen paused, or not
+                race.outcome, race.shows = (
+                    (CAUGHT, "it was still open once the engine was seen paused")
+                    if late is not None
+                    else (LOST, "it ended before the engine was seen paused, so no request could arrive in its drain")
+                )
+            elif ends == "aborted":
+                # An abort's end is bounded too (requests.abort_time, on the seconds it took); a request that
+                # never ends is no answer, whatever the mode.
+                measure.wait_for_server(
+                    stream.done, abort_give_up_s(), f"walk {where}: the request in flight to end", client.confirm_live
+                )
+                race.outcome, race.shows = race_outcome(stream.result(), sent, tokens)
+            elif stream.done():  # a keep holds it, a wait drains it before answering: ended, it may have lost
+                race.outcome, race.shows = race_outcome(stream.result(), sent, tokens, drains=ends == "completed")
+            return race
+        except BaseException:
+            stack.__exit__(*sys.exc_info())
+            raise
+
+    def _way_back(self, op, s: State, tokens: int) -> list | str:
+        """The operations that take the server from where this sleep leaves it when it meets no request in
+        flight back to `s`, for a race of `tokens` tokens; or why the race cannot run again."""
+        words = len(IN_FLIGHT.split()) + 1  # one token a word (tests/core/prompts.py), and one to spare
+        longest = self.ctx.server.config.max_model_len
+        if words + tokens > longest:
+            return f"a request of {tokens} tokens after its prompt does not fit max_model_len {longest}"
+        level, mode, _ = op.params
+        met_none = ops.sleep(level, mode).apply(s)
+        way = plan.shortest_path(met_none, s, self.ctx.door)
+        if way is None:
+            return f"the model has no way from ({met_none.describe()}) back to ({s.describe()})"
+        if any(o.name == "sleep" and o.params[2] for o in way):
+            return f"the way back races a request itself ({', '.join(map(str, way))})"
+        return way
+
+    def _go_back(self, op, s: State, way: list, where: str) -> None:
+        """Checks the server is where a sleep that met no request in flight leaves it, then makes each
+        operation of the way back to `s`, each judged as a step is (the walk's record counts none of them)."""
+        level, mode, _ = op.params
+        state = ops.sleep(level, mode).apply(s)
+        self.check_state(state, f"{where}, where the sleep left it")
+        for o in way:
+            nxt = o.apply(state)
+            what = f"{where}, {o} from ({state.describe()})"
+            (self.generate if o.name in ops.GENERATES else getattr(self, o.name))(o, state, nxt, what)
+            self.check_state(nxt, what)
+            state = nxt
+
+    def _judge_race(self, race: Race, op, s: State, after: State, existing: list, where: str) -> None:
+        """The oracles of a request in flight when /sleep landed: how it ended, or that it waits, by the
+        sleep's mode, and what the sleep did to the requests that already waited."""
+        level, mode, _ = op.params
+        client = self.ctx.client
+        stream, stack = race.stream, race.stack
+        try:
             outcome = model.in_flight_outcome(mode, level)
             origin = model.served(s)
             if outcome.ends == "held":
                 self._judge_waiting_at_sleep(op, s, existing, where)
                 self._judge_held_open(stream, after, f"walk {where}: the request a keep froze")
-                self.open.append(Open(stream, "held", "generate_stream", IN_FLIGHT, origin, stack.pop_all()))
+                self.open.append(Open(stream, "held", "generate_stream", IN_FLIGHT, origin, stack, race.tokens))
                 return
             if outcome.ends == "completed":  # mode wait drains before it answers
-                want = STREAM_TOKENS
                 oracle.holds(
                     "requests.ends_in_race",
-                    at_answer >= want,
+                    race.at_answer >= race.tokens,
                     f"walk {where}: tokens the engine had generated for the drained request when /sleep answered",
-                    at_answer,
-                    f">= {want} (all of them)",
+                    race.at_answer,
+                    f">= {race.tokens} (all of them)",
                 )
             # An abort's end is bounded too (requests.abort_time, in _in_flight_ended on the seconds it took);
             # a request that never ends is no answer, whatever the mode.
@@ -361,17 +492,25 @@ class GpuSubject:
                 client.confirm_live,
             )
             client.check_stream(stream.result(), f"walk {where}: the request in flight")
-            self._in_flight_ended(outcome.ends, origin, stream.result(), stream_end() - sent, where)
+            self._in_flight_ended(outcome.ends, origin, stream.result(), race, where)
             self._judge_waiting_at_sleep(op, s, existing, where)
-            if in_flight == 2:
-                self._judge_held_open(late.future, after, f"walk {where}: the request that arrived during the drain")
-                self.open.append(late)
+            if race.late is not None:  # sleep:L:wait:2
+                self._judge_held_open(
+                    race.late.future, after, f"walk {where}: the request that arrived during the drain"
+                )
+                self.open.append(race.late)
             if not self.open:
                 expect.load_drains(client, f"after walk {where}")
+        except BaseException:
+            stack.__exit__(*sys.exc_info())
+            raise
+        stack.close()
 
-    def _sleep_with_late_arrival(self, pool, op, moves: bool, stream, where: str) -> Open:
+    def _sleep_with_late_arrival(self, pool, op, moves: bool, stream, where: str) -> Open | None:
         """/sleep?mode=wait sent, and a second request sent once the engine has paused (/is_sleeping
-        true) while the first still drains: it arrives paused, so it must wait for the wake."""
+        true) while the first still drains: it arrives paused, so it must wait for the wake. None, once
+        the sleep answered, where the first ended before the engine was seen paused: no request could
+        arrive during its drain."""
         level, mode, _ = op.params
         client = self.ctx.client
         answer = pool.submit(client.sleep, level=level, mode=mode, memory_moves=moves)
@@ -381,10 +520,13 @@ class GpuSubject:
             poll_s=0.005,
             what=f"walk {where}: the engine paused by the wait sleep",
         )
-        if stream.done() or answer.done():
+        if stream.done():
+            answer.result()  # the sleep's own failure, if any, is raised here
+            return None
+        if answer.done():
             raise oracle.Precondition(
-                f"walk {where}: the drained request ended before the second request could "
-                "arrive during the drain; raise STREAM_TOKENS"
+                f"walk {where}: the wait sleep answered before the second request could arrive during the "
+                "drain; raise STREAM_TOKENS"
             )
         prompt = self._next_prompt()
         call = _request(client, "generate_fresh", prompt, thresholds.get("request_completion_s_max"))
@@ -400,28 +542,29 @@ class GpuSubject:
             how = expect.ended_how(stream, self.ctx.client)
             oracle.fail(model.held_oracle(after), f"{what}, right after /sleep answered", f"ended: {how}", "open")
 
-    def _in_flight_ended(self, ends: str, origin: str, result, seconds: float, where: str) -> None:
-        got = result.token_ids[0] if result.token_ids else []
+    def _in_flight_ended(self, ends: str, origin: str, result, race: Race, where: str) -> None:
+        got, tokens = (result.token_ids[0] if result.token_ids else []), race.tokens
         if origin != model.GARBAGE:
-            want = self._golden(origin).stream
-            if got != want[: len(got)]:
+            want = self._golden(origin).stream  # STREAM_TOKENS long: no golden says what a longer run adds
+            n = min(len(got), len(want))
+            if got[:n] != want[:n]:
                 oracle.fail(
                     model.golden_oracle(origin),
                     f"walk {where}: tokens streamed before the sleep",
-                    got,
-                    want[: len(got)],
+                    got[:n],
+                    want[:n],
                 )
         if ends == "aborted":
-            oracle.bounded(
+            stalls.bounded_unless_stalled(
                 self.ctx.recorder,
+                race.sampler,
                 "requests.abort_time",
-                seconds,
+                race.sent,
+                race.stream_end(),
                 self.ctx.cell_id,
                 f"walk {where}: seconds from /sleep to the end of the aborted request",
             )
-            aborted = result.finish_reasons[0] == "abort" or (
-                result.finish_reasons[0] is None and len(got) < STREAM_TOKENS
-            )
+            aborted = result.finish_reasons[0] == "abort" or (result.finish_reasons[0] is None and len(got) < tokens)
             oracle.holds(
                 "requests.abort_aborts",
                 aborted,
@@ -441,7 +584,7 @@ class GpuSubject:
             oracle.equal(
                 "requests.clean_end",
                 (result.finish_reasons, result.error, len(got)),
-                (["length"], None, STREAM_TOKENS),
+                (["length"], None, tokens),
                 f"walk {where}: the request in flight, drained by mode wait",
             )
 
@@ -477,13 +620,21 @@ class GpuSubject:
 
     def _aborted(self, o: Open, where: str) -> None:
         what = f"walk {where}: the {o.kind} request ({o.op_name}) the abort sleep ended"
-        value, seconds = self._end_of(o, what, abort_give_up_s())
-        oracle.bounded(
-            self.ctx.recorder, "requests.abort_time", seconds, self.ctx.cell_id, f"{what}: seconds to its end"
+        with stalls.Sampler() as sampler:
+            start = time.perf_counter()
+            value, seconds = self._end_of(o, what, abort_give_up_s())
+        stalls.bounded_unless_stalled(
+            self.ctx.recorder,
+            sampler,
+            "requests.abort_time",
+            start,
+            start + seconds,
+            self.ctx.cell_id,
+            f"{what}: seconds to its end",
         )
         finish = value.finish_reasons
         n = [len(t) for t in value.token_ids]
-        want_n = STREAM_TOKENS if o.kind == "held" else GOLDEN_MAX_TOKENS
+        want_n = o.tokens if o.kind == "held" else GOLDEN_MAX_TOKENS
         oracle.holds(
             "requests.abort_aborts",
             all(f in ("abort", None) for f in finish) and all(k < want_n for k in n),
@@ -506,9 +657,10 @@ class GpuSubject:
             )
             golden = model.resumed_golden(state, o.origin)
             if golden is None:
-                oracle.equal("output.finish_length", len(value.token_ids[0]), STREAM_TOKENS, f"{what}: its tokens")
-            elif value.token_ids[0] != self._golden(golden).stream:
-                got, want = value.token_ids[0], self._golden(golden).stream
+                oracle.equal("output.finish_length", len(value.token_ids[0]), o.tokens, f"{what}: its tokens")
+                return
+            got, want = value.token_ids[0], self._golden(golden).stream  # a longer request's first STREAM_TOKENS
+            if len(got) != o.tokens or got[: len(want)] != want:
                 oracle.fail(
                     "prefix_cache.kept_paused_request",
                     f"{what}: its tokens (first difference at {expect.first_difference(got, want)})",

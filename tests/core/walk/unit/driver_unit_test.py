@@ -12,6 +12,7 @@ from tests.core import measure, oracle, thresholds
 from tests.core.walk import coverage, driver, model, plan
 from tests.core.walk import operations as ops
 from tools.matrix import HTTP
+from tools.results import walk_gate
 
 SHARDS, SEED, MAX_STEPS = 4, 11, 60
 V = "0.26.0"
@@ -124,6 +125,31 @@ def test_a_walker_that_skips_one_operation_fails_its_shard_on_that_operations_pa
     theirs = {p for p in pairs if str(p[1]) == skipped}
     assert failure.measured == len(theirs) and entry["value"] == len(pairs) - len(theirs)
     assert entry["unvisited"] == sorted(map(plan.describe_pair, theirs))
+
+
+def test_the_shards_records_together_are_the_cells_gate(monkeypatch, tmp_path):
+    """Each shard records the door's pairs its steps walked (its probes' terminal pairs left out: no reachable
+    pair) and the door's counts: the union over every shard is the door's pairs, so the report's gate
+    (tools/results/walk_gate.py) finds the cell full, and partial without one shard."""
+    monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
+    recorder = measure.Recorder(path=str(tmp_path / "measurements.jsonl"))
+    for shard in range(SHARDS):
+        walker = driver.Walker(RecordingSubject(), V)
+        pairs, walks = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
+        # A probe ends a server's usable life: each on a walker of its own (a shard of the GPU's runs one).
+        probed = [driver.Walker(RecordingSubject(), V).probe(p) for p in plan.terminal_probes()[shard::SHARDS]]
+        record = functools.partial(
+            coverage.record_walk_coverage, recorder, seed=SEED, door=HTTP, probed=probed, completed=True
+        )
+        coverage.verdict(walker, shard, pairs, walks, record)
+    rows = {r["shard"]: r for r in recorder.entries()}
+    reachable = set(map(plan.describe_pair, plan.reachable_pairs()))
+    assert all(set(r["visited_pairs"]) <= reachable for r in rows.values())
+    gate = walk_gate.judge(rows, SHARDS)
+    assert gate.full and gate.pairs_walked == len(reachable) == gate.door_pairs
+    assert gate.probes_ran == gate.door_probes == len(plan.terminal_probes())
+    del rows[SHARDS - 1]
+    assert not walk_gate.judge(rows, SHARDS).full
 
 
 def test_the_emptied_cache_is_looked_at_where_the_plan_sends_no_request():

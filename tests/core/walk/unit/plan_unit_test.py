@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests.core import oracle
 from tests.core.walk import model, plan
 from tests.core.walk import operations as ops
 from tests.core.walk.model import INITIAL
@@ -356,10 +357,22 @@ def test_run_shard_runs_the_plan_or_the_replay(monkeypatch):
     assert (walks, pairs) == plan.plan_shards(6, 100, 60)[2]
     assert walker.runs == [(walks, 100, 2)]
     monkeypatch.setenv(plan.REPLAY_VAR, "sleep:1:abort:0,wake:-")
+    monkeypatch.setenv(plan.FILTER_VAR, "TestStateWalkShard2")
     walker = _RecordingWalker()
     assert plan.run_shard(walker, 2, 6, 100, 60) is None
     assert [(len(w), seed, shard) for w, seed, shard in walker.runs] == [(1, 100, 2)]
     assert [str(op) for op in walker.runs[0][0][0]] == ["sleep:1:abort:0", "wake:-"]
+
+
+def test_a_replay_leaking_into_a_run_that_picks_no_shard_fails_loudly(monkeypatch):
+    """SLEEPWAKE_WALK_REPLAY left in the environment of a full, unfiltered run: every shard would walk the
+    replay instead of its share and pass, a whole cell green with no verdict on its pairs."""
+    monkeypatch.setenv(plan.REPLAY_VAR, "sleep:1:abort:0,wake:-")
+    monkeypatch.delenv(plan.FILTER_VAR, raising=False)
+    walker = _RecordingWalker()
+    with pytest.raises(oracle.Precondition, match="picks no shard"):
+        plan.run_shard(walker, 2, 6, 100, 60)
+    assert walker.runs == []
 
 
 def test_a_documented_terminal_pair_leaves_the_state_the_model_predicts():

@@ -795,6 +795,91 @@ MUTANTS = {
             "weights:staged_wake_loses_weights",
             size="lm_head zeroed from the 3rd staged wake",
         ),
+        # --- the weight-update paths RL frameworks drive (pausing.py, weights.py, scheduling.py): /pause, /resume
+        # and /is_paused around a push with requests frozen (rl_recipes' SkyRL fully async test over HTTP), pushes
+        # of tensors and CUDA-IPC handles that move no model path (weight_sync by push way) -----------------------
+        Mutant(
+            "async_pause_keep_aborts",
+            "#32351 (pause mode keep); OpenRLHF ppo_trainer_async.py partial rollout, SkyRL fully async "
+            "(pause_generation(mode='keep') around a weight update)",
+            "AsyncLLM.pause_generation(mode='keep') aborts the requests in flight instead of freezing them: a "
+            "rollout frozen for a weight update ends instead of resuming.",
+            {"rl_recipes": ("requests.held_while_paused", "requests.resumes_after_keep")},
+            "pausing:async_pause_keep_aborts",
+            size="every frozen request aborted",
+        ),
+        Mutant(
+            "async_is_paused_false",
+            "/is_paused (vLLM 0.26.0 entrypoints/serve/dev/rlhf/api_router.py is_paused); SkyRL's and "
+            "OpenRLHF's pause before a weight update",
+            "AsyncLLM.is_paused answers false without asking the engine core: /is_paused reads running while "
+            "/pause holds every request.",
+            {"rl_recipes": ("flags.is_paused",)},
+            "pausing:async_is_paused_false",
+            size="the flag false in every paused state",
+        ),
+        Mutant(
+            "async_resume_does_nothing",
+            "#51476, #51488 (requests queued while paused); /resume after a weight update (SkyRL, OpenRLHF)",
+            "AsyncLLM.resume_generation answers without resuming the scheduler: after /resume the frozen and "
+            "queued requests never run, and /is_paused stays true.",
+            {"rl_recipes": ("flags.is_paused", "api.resume_while_asleep")},
+            "pausing:async_resume_does_nothing",
+            size="no /resume resumes",
+        ),
+        Mutant(
+            "async_pause_ignores_clear_cache",
+            "the /pause docstring's clear_cache 'Ignored when mode=\"keep\"' (entrypoints/serve/dev/rlhf/"
+            "api_router.py) made code; #32351; SkyRL fully async pauses with clear_cache=false",
+            "AsyncLLM.pause_generation(mode='keep') ignores the caller's clear_cache=false: the caches are reset "
+            "(the default), so the frozen requests lose their KV and the prefix cache is emptied.",
+            {"rl_recipes": ("prefix_cache.kept_at_level0",)},
+            "pausing:async_pause_ignores_clear_cache",
+            size="every keep pause clears the caches",
+        ),
+        Mutant(
+            "wake_reloads_model_path",
+            "TRL #5312 (reload_weights after a tensor push reverts to the disk checkpoint), vLLM #29341 "
+            "(TRL's work-around), TRL PR #5313",
+            "Worker.wake_up reloads the woken weights from the model path: invisible after a disk push, which "
+            "moves that path, but each wake after a tensor or CUDA-IPC push reverts to the checkpoint the server "
+            "started on.",
+            {"weight_sync": ("weights.pushed_checkpoint_golden",)},
+            "weights:wake_reloads_model_path",
+            size="every weights wake reloads the model path",
+        ),
+        Mutant(
+            "level2_skips_buffer_save",
+            "#16564, fixed by #16889 (level-2 wake loses the model buffers)",
+            "Worker.sleep(level=2) does not save the model buffers (RoPE's cos_sin_cache) before the weights pool "
+            "is discarded: neither a push nor a reload brings them back, so every level-2 wake serves garbage.",
+            {"weight_sync": ("weights.pushed_checkpoint_golden",)},
+            "weights:level2_skips_buffer_save",
+            size="every buffer lost at each level-2 sleep",
+        ),
+        # The wake of a resident pool maps its allocations again: cuMemMap refuses (as the pinned
+        # full_wake_remaps_resident_pool shows on the H200), an error answer.
+        Mutant(
+            "executor_wake_skips_tag_guard",
+            "vllm-omni #4473 (a duplicate wake re-maps live memory; fix #4834); TRL's second wake_up(['weights']) "
+            "in generate()",
+            "Executor.wake_up does not check that each tag still sleeps: a wake of a resident pool (TRL's and "
+            "OpenRLHF's second weights wake) reaches the workers, which map it again.",
+            {"state_walk": ("api.status",)},
+            "scheduling:executor_wake_skips_tag_guard",
+            size="every wake of a resident tag reaches the workers",
+            fails_as=(ERROR_ANSWER,),
+        ),
+        Mutant(
+            "sleep_skips_scheduler_pause",
+            "#28714, #45520 (sleep with requests in flight); verl's worker-level sleep (PR #6456)",
+            "EngineCore.sleep at level >= 1 sleeps the executor without pausing the scheduler, as a worker-level "
+            "collective_rpc sleep does: nothing is aborted or held, and the prefix cache keeps blocks whose KV "
+            "the sleep discards.",
+            {"output_correctness": ("prefix_cache.reset_after_discard",)},
+            "scheduling:sleep_skips_scheduler_pause",
+            size="no pause, no cache reset at any level >= 1",
+        ),
         # --- code only an in-process front door runs (doors.py): the offline door vllm.LLM and its LLMEngine,
         # killed in that door's cells, applied and never reached over HTTP (each one's _http twin) ------------
         Mutant(
@@ -849,6 +934,30 @@ MUTANTS = {
             "doors:llm_sleep_skips_gauge",
             size="the gauge reads awake at every level",
             door="llm",
+        ),
+        # vllm.LLM as TRL's colocate mode builds it (the llm_colocate door): the engine core in the door host's
+        # process, behind an InprocClient, pausing with EngineCore's own pause_scheduler.
+        Mutant(
+            "inproc_sleep_accepts_wait",
+            "vLLM 0.26.0 v1/engine/core_client.py InprocClient.sleep ('wait' pause mode is not supported in "
+            "inproc-engine mode); TRL colocate, NeMo-RL colocated (VLLM_ENABLE_V1_MULTIPROCESSING=0)",
+            "The in-process engine accepts LLM.sleep(mode='wait') and runs it as abort: the requests a wait "
+            "would drain are ended, and the call succeeds instead of being refused.",
+            {"rl_recipes": ("api.wait_mode",)},
+            "doors:inproc_sleep_accepts_wait",
+            size="every wait sleep an abort sleep",
+            door="llm_colocate",
+        ),
+        Mutant(
+            "inproc_sleep_keeps_prefix_cache",
+            "#17103, #22726 (prefix cache not reset by sleep) on the in-process engine (EngineCore.pause_scheduler, "
+            "which only it runs); TRL's own reset_prefix_cache after each sync",
+            "The in-process engine's pause never clears the caches: a level >= 1 sleep of the engine TRL "
+            "colocates keeps prefix-cache entries for KV blocks it discards.",
+            {"output_correctness": ("prefix_cache.reset_after_discard",)},
+            "doors:inproc_sleep_keeps_prefix_cache",
+            size="every cached block survives a level >= 1 sleep",
+            door="llm_colocate",
         ),
     ]
 }

@@ -148,3 +148,35 @@ def abort_leaves_choices_running():
         return send_abort_outputs
 
     wrap(EngineCoreProc, "_send_abort_outputs", make)
+
+
+def executor_wake_skips_tag_guard():
+    from vllm.v1.executor.abstract import Executor
+
+    def wake_up(self, tags=None):
+        if not self.is_sleeping:
+            return
+        # No check that each tag still sleeps (vllm-omni #4473): a wake of a resident pool reaches the
+        # workers, whose CuMemAllocator.wake_up maps every allocation of the tag again.
+        self.collective_rpc("wake_up", kwargs=dict(tags=tags))
+        self.sleeping_tags = set() if not tags else self.sleeping_tags - set(tags)
+        self.is_sleeping = bool(self.sleeping_tags)
+
+    replace(Executor, "wake_up", wake_up)
+
+
+def sleep_skips_scheduler_pause():
+    from vllm.v1.engine.core import EngineCore
+
+    def make(original):
+        def sleep(self, level=1, mode="abort"):
+            if level < 1:
+                return original(self, level, mode)
+            # The executor sleeps at once, as a worker-level sleep does: the scheduler is not paused, so
+            # nothing is aborted or held, and the prefix cache keeps blocks whose KV the sleep discards.
+            self.model_executor.sleep(level)
+            return None
+
+        return sleep
+
+    wrap(EngineCore, "sleep", make)

@@ -1,5 +1,5 @@
 """Mutants of the weights a server serves after sleeps, reloads and pushes of new weights
-(vllm/v1/worker/gpu_worker.py Worker.wake_up / reload_weights of vLLM 0.26.0)."""
+(vllm/v1/worker/gpu_worker.py Worker.sleep / wake_up / reload_weights of vLLM 0.26.0)."""
 
 from .shared import Deferred, lm_head, replace, wrap
 
@@ -153,3 +153,36 @@ def late_restore():
 
     wrap(Worker, "sleep", make_sleep)
     wrap(Worker, "wake_up", make_wake)
+
+
+def wake_reloads_model_path():
+    from vllm.v1.worker.gpu_worker import Worker
+
+    def make(original):
+        def wake_up(self, tags=None):
+            original(self, tags)
+            if tags is None or "weights" in tags:
+                # The woken weights are reloaded from the model path (TRL's work-around for #29341 moved
+                # into the worker): a disk push moved that path, so it reloads what was pushed; a tensor or
+                # IPC push never moves it, so each wake reverts to the checkpoint the server started on.
+                self.model_runner.reload_weights()
+
+        return wake_up
+
+    wrap(Worker, "wake_up", make)
+
+
+def level2_skips_buffer_save():
+    from vllm.v1.worker.gpu_worker import Worker
+
+    def make(original):
+        def sleep(self, level=1):
+            original(self, level)
+            # The model buffers (RoPE's cos_sin_cache) saved to host before the weights pool is discarded
+            # are dropped: the wake has nothing to copy back, and no weight push or layerwise reload
+            # recomputes a buffer (model_loader/reload/layerwise.py puts the old tensor back).
+            self._sleep_saved_buffers = {}
+
+        return sleep
+
+    wrap(Worker, "sleep", make)

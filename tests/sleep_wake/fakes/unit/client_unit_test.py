@@ -9,6 +9,7 @@ import pytest
 import requests
 
 from tests.core import liveness, measure, metrics, oracle
+from tests.core.background import CAUGHT, LOST, race_outcome
 from tests.core.client import ServerResponseError, SleepWakeClient, parse_completion
 from tests.core.prompts import GOLDEN_MAX_TOKENS, PROMPTS
 from tests.sleep_wake.fakes.fake_vllm import FakeVllm
@@ -306,3 +307,30 @@ def test_a_server_that_brackets_its_calls_leaves_the_client_only_its_exclusive_w
         client.sleep(level=1)
         client.wake_up()
     assert taken == [EXCLUSIVE]
+
+
+def test_a_stream_records_when_each_of_its_token_events_came(fake, client):
+    fake.engine.token_delay_s = 0.002
+    begin = time.perf_counter()
+    s = client.complete_stream(PROMPTS[0], max_tokens=20)
+    assert s.num_tokens == 20 and len(s.arrivals) == 20  # one event a token on the fake, as on vLLM
+    assert begin < s.arrivals[0] <= s.arrivals[-1] <= time.perf_counter()
+    assert s.arrivals == sorted(s.arrivals)
+
+
+def test_a_stream_that_finished_before_the_sleep_was_sent_lost_its_race(fake, client):
+    """The fake decoding at no delay finishes the stream before /sleep leaves: the sleep met no request in
+    flight; one decoding slowly is caught by the abort."""
+    fake.engine.token_delay_s = 0.0
+    first = client.complete_stream(PROMPTS[0], max_tokens=64)
+    sent = time.perf_counter()
+    client.sleep(level=1, mode="abort")
+    assert race_outcome(first, sent, 64)[0] == LOST
+    client.wake_up()
+    fake.engine.token_delay_s = 0.01
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        stream = pool.submit(client.complete_stream, PROMPTS[0], max_tokens=500)
+        measure.wait_until(lambda: fake.engine.generated_tokens > 0, 5, what="decode to start")
+        sent = time.perf_counter()
+        client.sleep(level=1, mode="abort")
+        assert race_outcome(stream.result(timeout=10), sent, 500)[0] == CAUGHT

@@ -371,9 +371,10 @@ def test_reset_prefix_cache_with_reset_running_requests_preempts_them():
 @pytest.mark.parametrize(
     "defect,call",
     [
-        ("pause_keep_aborts", lambda e: e.pause("keep", True)),
-        ("resume_noop", lambda e: (e.pause("abort", True), e.resume())),
+        ("async_pause_keep_aborts", lambda e: e.pause("keep", True)),
+        ("async_resume_does_nothing", lambda e: (e.pause("abort", True), e.resume())),
         ("pause_keep_ignores_clear_cache", lambda e: e.pause("keep", True)),
+        ("async_pause_ignores_clear_cache", lambda e: e.pause("keep", False)),
         ("worker_wake_maps_nothing", lambda e: (e.worker_sleep(1), e.worker_wake_up(None))),
     ],
 )

@@ -5,7 +5,9 @@ client timeout."""
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import threading
+import time
 import types
 
 import pytest
@@ -201,3 +203,183 @@ def test_every_terminal_pin_observes_the_whole_state():
         assert whole <= set(observed), f"{name}: its observed pin checks {sorted(observed)}, not all of {sorted(whole)}"
     # a /resume's pin also reads the pause it lifted
     assert "is_paused" in thresholds.KNOWN_DIVERGENCES[gpu_walk.ops.RESUME_ASLEEP].observed
+
+
+# --- a request in flight at a sleep: judged only where the sleep caught it --------------------------------
+class _RaceClient(_Client):
+    """A live, awake server whose request in flight, for each race in turn, ends as `ends` says once /sleep
+    is sent, before the sleep lands: "first": every token came before /sleep was sent (the race lost);
+    "on its way": every token, the last ones after /sleep was sent (a race the client cannot tell from a
+    sleep that let the request run on); "abort": aborted by the sleep; "late abort": aborted LATE_S after."""
+
+    def __init__(self, ends: list[str]):
+        super().__init__(live=True)
+        self.ends = list(ends)
+        self.asked: list[int] = []  # max_tokens of each request in flight
+        self.calls: list[str] = []  # the sleep-API calls, in order
+        self.generated = 0
+        self.decoding_at = 0.0  # when /load last saw the request decoding: before /sleep was sent
+        self.sent = threading.Event()  # /sleep sent: the request in flight may end
+        self.ended = threading.Event()  # it ended
+        self.open = 0
+
+    def health(self) -> bool:
+        return True
+
+    def is_sleeping(self) -> bool:
+        return False
+
+    def wake_everything(self) -> None:
+        self.calls.append("wake_everything")
+
+    def sleep_window(self):
+        return contextlib.nullcontext()
+
+    def metrics_text(self) -> str:
+        self.generated += 4
+        return f"vllm:generation_tokens_total {self.generated}\n"
+
+    def load(self) -> int:
+        self.decoding_at = time.perf_counter()
+        return self.open
+
+    def complete_stream(self, prompt, max_tokens, timeout_s=None):
+        self.asked.append(max_tokens)
+        self.open += 1
+        self.sent.wait(HELD_WAIT_S)
+        end = self.ends.pop(0)
+        if end == "late abort":
+            time.sleep(LATE_S)  # the abort's own lateness, not a wait for a condition
+        now = time.perf_counter()
+        if end in ("abort", "late abort"):
+            result = StreamResult(["abort"], [list(range(10))], 10, None, status=200, arrivals=[self.decoding_at, now])
+        else:
+            at = self.decoding_at if end == "first" else now
+            result = StreamResult(["length"], [list(range(max_tokens))], max_tokens, None, status=200, arrivals=[at])
+        self.open -= 1
+        self.ended.set()
+        return result
+
+    def sleep(self, level, mode=None, memory_moves=None):
+        self.calls.append(f"sleep:{level}:{mode}")
+        self.sent.set()
+        self.ended.wait(HELD_WAIT_S)  # the request ends before the sleep lands
+        self.sent.clear()
+        self.ended.clear()
+
+    def wake_up(self, tags=None, memory_moves=True):
+        self.calls.append(f"wake:{tags}")
+
+
+class _Recorder:
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def record(self, test, key, value, unit, **extra) -> None:
+        self.rows.append({"key": key, "value": value, **extra})
+
+
+def _race_subject(ends: list[str], max_model_len: int = 1024):
+    """(subject, client, the states check_state was asked for) of a walk racing a request against a sleep."""
+    client = _RaceClient(ends)
+    ctx = gpu_walk.Context(
+        server=types.SimpleNamespace(config=types.SimpleNamespace(max_model_len=max_model_len)),
+        client=client,
+        recorder=_Recorder(),
+        cell_id="unit",
+        checkpoints={},
+        goldens={"A": gpu_walk.Goldens({}, [], list(range(gpu_walk.STREAM_TOKENS)))},
+        sizes=None,
+        host_awake=0,
+    )
+    subject = gpu_walk.GpuSubject(ctx)
+    checked: list = []
+    subject.check_state = lambda state, where: checked.append(state)  # the server's bytes are not this test's
+    return subject, client, checked
+
+
+def _sleep_racing(subject, mode: str = "abort", level: int = 0):
+    op = gpu_walk.ops.sleep(level, mode, 1)
+    before = gpu_walk.model.INITIAL
+    try:
+        subject.sleep(op, before, op.apply(before), "step 0")
+    finally:
+        subject.close()
+
+
+def test_a_request_that_finished_before_the_sleep_was_sent_is_errored_not_killed():
+    """A lost race is no kill: the abort met no request in flight, so requests.abort_aborts must not judge it
+    (it did: a loaded host's stream that ended first failed a healthy server). It runs once more, from the
+    state before, with a request twice as long, then is a Precondition."""
+    subject, client, checked = _race_subject(["first", "first"])
+    with pytest.raises(oracle.Precondition, match="finished before /sleep was sent, twice") as e:
+        _sleep_racing(subject)
+    assert not isinstance(e.value, oracle.OracleFailure)
+    assert client.asked == [gpu_walk.STREAM_TOKENS, 2 * gpu_walk.STREAM_TOKENS]
+    assert client.calls == ["sleep:0:abort", "wake:None", "sleep:0:abort"]  # the way back is a full wake
+    met_none = gpu_walk.ops.sleep(0, "abort").apply(gpu_walk.model.INITIAL)
+    assert checked == [met_none, gpu_walk.model.INITIAL]
+
+
+def test_a_keep_whose_request_finished_first_is_errored_not_a_held_request_that_ran():
+    subject, client, _ = _race_subject(["first", "first"])
+    with pytest.raises(oracle.Precondition, match="finished before /sleep was sent, twice"):
+        _sleep_racing(subject, mode="keep")
+
+
+def test_a_race_lost_once_runs_again_longer_and_is_judged_on_the_second():
+    subject, client, _ = _race_subject(["first", "abort"])
+    _sleep_racing(subject)  # the second request was aborted: the abort judged, and it passed
+    assert client.asked == [gpu_walk.STREAM_TOKENS, 2 * gpu_walk.STREAM_TOKENS]
+
+
+def test_tokens_after_the_sleep_was_sent_still_prove_a_sleep_that_let_the_request_run():
+    """A sleep that lets its request run to the end shows tokens after /sleep was sent, twice: the kill
+    stands after the race ran again."""
+    subject, client, _ = _race_subject(["on its way", "on its way"])
+    with pytest.raises(oracle.OracleFailure) as e:
+        _sleep_racing(subject)
+    assert e.value.oracle_id == "requests.abort_aborts" and len(client.asked) == 2
+
+
+def test_a_lost_race_with_no_room_for_a_longer_request_is_errored_at_once():
+    subject, client, _ = _race_subject(["first"], max_model_len=gpu_walk.STREAM_TOKENS + 20)
+    with pytest.raises(oracle.Precondition, match="cannot run again: a request of 256 tokens"):
+        _sleep_racing(subject)
+    assert client.asked == [gpu_walk.STREAM_TOKENS]
+
+
+LATE_S = 0.3  # how late a "late abort" ends its request: past the abort_s_max these tests set
+
+
+class _Stalled(gpu_walk.stalls.Sampler):
+    """The clock's readings of a host that stalled the test's process in every window."""
+
+    def longest_gap(self, start: float, end: float) -> float:
+        return 2 * thresholds.get("host_stall_s")
+
+
+@pytest.fixture
+def late_bound(monkeypatch):
+    """abort_s_max below LATE_S, and an abort waited for long past it (a late end is measured, not given up)."""
+    t = thresholds.TABLE["abort_s_max"]
+    monkeypatch.setitem(thresholds.TABLE, "abort_s_max", dataclasses.replace(t, value=LATE_S / 3))
+    monkeypatch.setattr(gpu_walk, "abort_give_up_s", lambda: HELD_WAIT_S)
+
+
+def test_an_abort_timed_across_a_host_stall_is_left_out_and_counted_not_judged(monkeypatch, late_bound):
+    """requests.abort_time failed a healthy server when the host stalled the test between /sleep and the
+    request's end: such a sample is recorded (stalled_sample, with the gap) and left out."""
+    monkeypatch.setattr(gpu_walk.stalls, "Sampler", _Stalled)
+    subject, _, _ = _race_subject(["late abort"])
+    _sleep_racing(subject)
+    [left_out] = [r for r in subject.ctx.recorder.rows if r["key"] == gpu_walk.stalls.STALLED_KEY]
+    assert left_out["oracle"] == "requests.abort_time" and left_out["value"] >= LATE_S
+    assert not [r for r in subject.ctx.recorder.rows if r["key"] == "abort_s_max"]  # nothing judged
+
+
+def test_a_late_abort_on_a_host_that_did_not_stall_is_killed(late_bound):
+    subject, _, _ = _race_subject(["late abort"])
+    with pytest.raises(oracle.OracleFailure) as e:
+        _sleep_racing(subject)
+    assert e.value.oracle_id == "requests.abort_time"
