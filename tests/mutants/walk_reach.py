@@ -36,17 +36,6 @@ OUT_OF_REACH = {
     "engine_dies_on_sleep_during_decode": "the engine dies at the walk's first sleep during decode: what fails "
     "next fails on a dead server, which the verdict counts as errored; "
     "concurrent_race kills it by the liveness oracles its entry allows",
-    **dict.fromkeys(
-        (
-            "async_is_paused_false",
-            "async_pause_ignores_clear_cache",
-            "async_pause_keep_aborts",
-            "async_resume_does_nothing",
-        ),
-        "the walk sends no /pause, /resume or /is_paused; rl_recipes' SkyRL fully async test does",
-    ),
-    "wake_reloads_model_path": "the walk pushes from disk, which moves the model path, so a reload at the wake "
-    "loads what was pushed; a push that moves no path (tensors, CUDA-IPC) is weight_sync's",
     "wake_awake_tag_aborts": "its one symptom is the wake's 500 (api.status), a liveness oracle that this survey, "
     "judging by every oracle without the entry's fails_as, does not count; error_paths "
     "kills it",

@@ -256,12 +256,14 @@ class Operation:
                     ids.append("requests.load_drains")
             ids += _paused_requests_oracles(mode, state)
         elif self.name == "pause":
-            ids += _paused_requests_oracles(self.params[0], state)
-        elif self.name in ("wake", "resume") and (state.held or state.queued):
+            ids += [IS_PAUSED] + _paused_requests_oracles(self.params[0], state)
+        elif self.name in ("wake", "resume"):
+            if self.name == "resume":
+                ids.append(IS_PAUSED)  # read right after the call, before the waiting requests are waited for
             after = self.apply(state)
-            if after.paused:
+            if (state.held or state.queued) and after.paused:
                 ids.append(model.held_oracle(after))
-            else:
+            elif state.held or state.queued:
                 if state.held:
                     ids += ["requests.resumes_after_keep"] + _resumed_oracles(after, state.held)
                 if state.queued:

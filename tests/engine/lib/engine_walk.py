@@ -507,15 +507,23 @@ class EngineSubject:
         what = f"walk {where}"
         params = {"mode": mode, "clear_cache": "true" if clear_cache else "false"}
         self._status(self.server.post("/pause", params=params), what)
+        self._judge_pause(after, "/pause", what)
         self.server.settle()
         self._judge_existing(mode, s, existing, what)
 
     def resume(self, op, s: State, after: State, where: str) -> None:
-        """POST /resume: the requests that waited run."""
+        """POST /resume: the pause lifted, read before the requests that waited are waited for, then they
+        run."""
         self._begin(op, s)
         what = f"walk {where}"
         self._status(self.server.post("/resume"), what)
+        self._judge_pause(after, "/resume", what)
         self._run_waiting(s, after, what)
+
+    def _judge_pause(self, after: State, call: str, what: str) -> None:
+        """GET /is_paused right after the call: its own result."""
+        paused = self.server.http_is_paused()
+        self._equal(ops.IS_PAUSED, paused, model.is_paused(after), f"{what}: /is_paused after {call}")
 
     def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
         self._begin(op, s)

@@ -722,12 +722,22 @@ class GpuSubject:
         mode, clear_cache = op.params
         existing = list(self.open)
         self.ctx.client.pause(mode=mode, clear_cache=clear_cache)
+        self._judge_pause(after, "/pause", where)
         self._judge_waiting_at_sleep(op, s, existing, where)
 
     def resume(self, op, s: State, after: State, where: str) -> None:
-        """POST /resume (AsyncLLM.resume_generation): the requests that waited run."""
+        """POST /resume (AsyncLLM.resume_generation): the pause lifted, read before the requests that waited
+        are waited for (a /resume that lifts nothing would leave them to run out a wall clock, no verdict),
+        then those requests run."""
         self.ctx.client.resume()
+        self._judge_pause(after, "/resume", where)
         self._run_waiting(s, after, where)
+
+    def _judge_pause(self, after: State, call: str, where: str) -> None:
+        """/is_paused right after the call: its own result."""
+        oracle.equal(
+            ops.IS_PAUSED, self.ctx.client.is_paused(), model.is_paused(after), f"walk {where}: /is_paused after {call}"
+        )
 
     def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
         resets = model.resets_prefix_cache(s)
