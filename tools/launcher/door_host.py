@@ -251,7 +251,7 @@ class LlmDoor:
         device bytes stay the engine's."""
         import torch
 
-        from tools.launcher.weight_receiver import checkpoint_tensors
+        from tools.launcher.weight_receiver import checkpoint_tensors, give_back_host_memory
 
         # TRL's own attribute path (the executor's WorkerWrapperBase hands model_runner on to its worker).
         model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
@@ -263,6 +263,7 @@ class LlmDoor:
         finally:
             del weights
             torch.accelerator.empty_cache()
+            give_back_host_memory()
 
     def stream(self, prompt: dict, params, request_id: str) -> AsyncIterator:
         raise Cannot(self.name, "stream")

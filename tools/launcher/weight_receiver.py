@@ -17,8 +17,10 @@ methods with the worker as `self`) and hand the worker tensors, which it feeds t
 
 Neither goes through `reload_weights`, so neither moves the model config's path: a later
 `reload_weights()` without a path loads what the server started on (the TRL bug class). The tensors a
-push allocates outside vLLM's CuMem pools are given back to the device before the call answers, so the
-server's device bytes after a push are what they were before it.
+push allocates outside vLLM's CuMem pools are given back to the device before the call answers, and the
+host memory a checkpoint read staged its tensors in is given back to the system (give_back_host_memory),
+so the server's device and host bytes after a push are what they were before it: the walk bounds both by
+state, and a stand-in trainer's leftovers are not vLLM's.
 """
 
 from __future__ import annotations
@@ -42,6 +44,23 @@ def checkpoint_tensors(checkpoint: str, device: Any) -> list[tuple[str, Any]]:
     for path in files:
         tensors.extend(load_file(path, device=str(device)).items())
     return tensors
+
+
+def give_back_host_memory() -> None:
+    """Returns the freed heap pages of this process to the system. A checkpoint read stages each tensor in
+    host memory; once glibc's malloc has raised its mmap threshold (any long-lived process has), tensors
+    below it come from the heap, and their pages stay in the process's RSS after they are freed, until
+    malloc_trim (on the GPU they put every walk step after a tensor push over the walk's host band)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    libc = ctypes.util.find_library("c")
+    if libc:
+        trim = getattr(ctypes.CDLL(libc), "malloc_trim", None)  # glibc's; other C libraries have none
+        if trim is not None:
+            trim(0)
 
 
 def encode_handles(handles: list[tuple[str, tuple]]) -> str:
@@ -77,6 +96,7 @@ class WeightReceiver:
         finally:
             del weights
             torch.accelerator.empty_cache()
+            give_back_host_memory()
 
     def load_ipc_tensors(self, handles: str) -> int:
         """Rebuilds a trainer's tensors from their CUDA-IPC handles (encode_handles) on this worker's device
