@@ -32,7 +32,7 @@ class StarlarkFake:
         return self.package
 
     def glob(self, patterns, exclude=()):
-        found = set()
+        found: set[str] = set()
         for pattern in patterns:
             found.update(
                 os.path.relpath(p, os.path.join(WORKSPACE, self.package))
@@ -41,7 +41,7 @@ class StarlarkFake:
         return sorted(found - set(exclude))
 
     # Generated repositories, as a client with no SLEEPWAKE_*_POOL_PROPERTIES writes them.
-    GENERATED = {"@sleepwake_remote_pool//:pool.bzl": {"CPU_POOL": {}, "GPU_POOL": {}}}
+    GENERATED: dict[str, dict[str, dict]] = {"@sleepwake_remote_pool//:pool.bzl": {"CPU_POOL": {}, "GPU_POOL": {}}}
 
     def load_bzl(self, label):
         if label in self.GENERATED:
@@ -62,6 +62,7 @@ class StarlarkFake:
         for kind in ("py_test", "py_library", "test_suite", "filegroup"):
             setattr(native, kind, self._rule(kind))
         native.package_name = self.package_name
+        native.glob = self.glob
         native.exports_files = lambda files, **_: None
         # rule() and attr: the golden rule (tools/goldens.bzl) declares as its implementation's name.
         attr = type("attr", (), {k: staticmethod(lambda **_: None) for k in ("bool", "label", "string")})()
@@ -115,13 +116,14 @@ def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix)
     for name, attrs in cells.items():
         test_class = next(c for c in classes if c in attrs["tags"])
         mode = next(m for m in spec.EXECUTION_MODES if m in attrs["tags"])
-        door = spec.split_cell(name)[1]
+        split = spec.split_cell(name)
+        assert split is not None, f"{name}: no GPU cell's name"
+        door = split[1]
         assert len(attrs["args"]) == 1 and attrs["shard_count"] == (
             spec.shard_count(test_class, mode, door) if test_class in shard_counts else None
         ), name
         assert "manual" not in attrs["tags"], "//tests/sleep_wake/... must keep running every cell"
         # The name, the tag and the server's setting say one door.
-        door = spec.split_cell(name)[1]
         assert door in attrs["tags"] and attrs["env"]["SLEEPWAKE_FRONT_DOOR"] == door, name
         # A walk cell reads its own door's, runner's and mode's plan, written ahead; no other cell waits for one.
         runner = next(r for r in spec.RUNNERS if r in attrs["tags"])

@@ -94,7 +94,9 @@ def test_every_runner_and_mode_says_what_selects_it():
 
 
 def test_every_release_has_its_overlay_or_is_the_venvs_pin():
-    pin = re.search(r"^vllm==(\S+)", _read("third_party/python/requirements.in"), re.MULTILINE).group(1)
+    pinned = re.search(r"^vllm==(\S+)", _read("third_party/python/requirements.in"), re.MULTILINE)
+    assert pinned, "third_party/python/requirements.in pins no vllm"
+    pin = pinned.group(1)
     assert matrix.SUITE_RELEASE == pin, f"SUITE_RELEASE {matrix.SUITE_RELEASE} is not the venv's pin {pin}"
     assert matrix.SUITE_RELEASE in matrix.RELEASES
     for release in matrix.RELEASES:

@@ -607,14 +607,17 @@ def test_bazelrc_gives_the_golden_actions_the_cells_gpu_settings():
     server leases and starts reach actions as they reach tests, with the same defaults."""
     with open(os.path.join(WORKSPACE, ".bazelrc"), encoding="utf-8") as f:
         lines = f.read().splitlines()
-    tests = dict(
-        re.match(r"test:gpu --test_env=([A-Z_]+)(=.*)?$", line).groups("")
-        for line in lines
-        if re.match(r"test:gpu --test_env=", line)
-    )
-    actions = dict(
-        re.match(r"build:gpu --action_env=([A-Z_]+)(=.*)?$", line).groups("")
-        for line in lines
-        if re.match(r"build:gpu --action_env=", line)
-    )
+    tests = _variables(lines, "test:gpu --test_env=")
+    actions = _variables(lines, "build:gpu --action_env=")
     assert actions and actions == tests
+
+
+def _variables(lines: list[str], flag: str) -> dict[str, str]:
+    """{NAME: "=value", or "" where the line passes the variable through} of each .bazelrc line `flag`NAME."""
+    variables = {}
+    for line in lines:
+        if line.startswith(flag):
+            setting = re.match(re.escape(flag) + r"([A-Z_]+)(=.*)?$", line)
+            assert setting, f"a {flag} line sets no variable: {line!r}"
+            variables[setting.group(1)] = setting.group(2) or ""
+    return variables

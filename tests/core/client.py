@@ -101,13 +101,13 @@ class SleepWakeClient:
         self._version: str | None = None
         # Seconds of the last sleep or wake_up call's HTTP round trip alone, inside its memory phase: what
         # vLLM took, without the wait for the phase behind GPU neighbours (the latency oracles read it).
-        self.last_call_s = None
+        self.last_call_s: float | None = None
         # Whether a GPU neighbour was in a start step when that call began or ended: the latency oracles
         # judge such samples against bounds of their own (oracle.bounded_median). A start step lasts
         # several times longer than a call, so one seldom begins and ends unseen inside a call
         # (docs/design.md).
         self._start_step_beside = start_step_beside or (lambda: False)
-        self.last_call_beside_start = None
+        self.last_call_beside_start: bool | None = None
 
     @contextlib.contextmanager
     def sleep_window(self, exclusive: bool = False):

@@ -135,7 +135,7 @@ def server_host_memory(server) -> tuple[HostMemory, dict[int, HostMemory]]:
 RELEASED, KEPT, PARTIAL = "released", "kept", "partial"
 
 
-def retention(retained: int, copy: int, noise: int) -> str:
+def retention(retained: int, copy: int, noise: float) -> str:
     """What a process did with a level-1 host copy once awake again, from the host bytes it still holds
     above its awake bytes: RELEASED (within `noise`), KEPT (at least half the copy), else PARTIAL."""
     if retained <= noise:

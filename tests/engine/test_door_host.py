@@ -12,6 +12,7 @@ door_host.CANNOT declares, and the last tests hold it to that.
 import threading
 import time
 import types
+from typing import Any
 
 import pytest
 import requests
@@ -248,7 +249,7 @@ def test_door_answers_what_its_method_raised(hosted):
 
 
 # What a test sends to need each declared capability: (method, path, request keywords).
-NEEDS = {
+NEEDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "stream": ("POST", "/v1/completions", {"json": {"prompt": PROMPT, "max_tokens": TOKENS, "stream": True}}),
     "pause": ("POST", "/pause", {}),
     "in_process_load": ("POST", "/load_weights", {"json": {"checkpoint": "/nonexistent"}}),

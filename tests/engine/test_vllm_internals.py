@@ -129,11 +129,18 @@ def test_executor_bookkeeping_and_worker_reach():
     )
 
 
+def _gpu_worker_methods() -> set[str]:
+    """The names vllm/v1/worker/gpu_worker.py's Worker defines: read, not imported (gpu_worker imports
+    CUDA-only modules)."""
+    spec = importlib.util.find_spec("vllm.v1.worker.gpu_worker")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("vllm.v1.worker.gpu_worker is not in this vLLM: its Worker moved; update this test")
+    with open(spec.origin, encoding="utf-8") as f:
+        return set(re.findall(r"^    def (\w+)\(", f.read(), re.MULTILINE))
+
+
 def test_fake_worker_answers_the_real_workers_method_names():
-    # Read, not imported: gpu_worker imports CUDA-only modules.
-    path = importlib.util.find_spec("vllm.v1.worker.gpu_worker").origin
-    with open(path, encoding="utf-8") as f:
-        real = set(re.findall(r"^    def (\w+)\(", f.read(), re.MULTILINE))
+    real = _gpu_worker_methods()
     fake = {name for name, value in vars(FakeWorker).items() if callable(value) and not name.startswith("_")}
     _pinned(
         fake <= real,
@@ -145,9 +152,7 @@ def test_fake_worker_answers_the_real_workers_method_names():
 def test_the_memory_phase_plugin_finds_every_worker_method_it_brackets():
     # tools/launcher/phase_plugin brackets these Worker methods on a shared GPU; the launcher fails a
     # start that logs fewer, so a renamed step or call shows here first, on the CPU.
-    path = importlib.util.find_spec("vllm.v1.worker.gpu_worker").origin
-    with open(path, encoding="utf-8") as f:
-        real = set(re.findall(r"^    def (\w+)\(", f.read(), re.MULTILINE))
+    real = _gpu_worker_methods()
     bracketed = set(phase_plugin.STEPS) | set(phase_plugin.CALLS)
     _pinned(
         bracketed <= real,

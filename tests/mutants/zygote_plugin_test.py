@@ -79,7 +79,9 @@ def test_a_forked_vllm_server_parses_its_arguments_and_loads_its_own_plugin(tmp_
     expected = len(VLLM_PRELOAD + DOOR_PRELOAD)
     preloads = "then %d of %d preload(s) in " % (expected, expected)
     assert preloads in zygote_log and "threads: 1 Python" in zygote_log, zygote_log[-3000:]
-    zygote_pid = int(re.search(r"\[sleepwake zygote (\d+)\] imported", zygote_log).group(1))
+    imported = re.search(r"\[sleepwake zygote (\d+)\] imported", zygote_log)
+    assert imported, "the zygote never logged its imports:\n" + zygote_log[-3000:]
+    zygote_pid = int(imported.group(1))
     active = re.search(
         re.escape(sleepwake_mutants.ACTIVATION.format(name=MUTANT, pid="PID")).replace("PID", r"(\d+)"), plugged
     )

@@ -109,7 +109,7 @@ class TestHostMemory:
         expect.golden(client, golden, step="level 1 and full wake", issue=ISSUE)
 
     def test_host_bytes_flat_over_ten_cycles(self, server, client, golden, recorder, cell):
-        series = {"asleep": [], "awake": []}
+        series: dict[str, list[int]] = {"asleep": [], "awake": []}
         prompts = list(golden)
         for cycle in range(1, CYCLES + 1):
             _sleep(client, 1, f"cycle {cycle}: sleep level 1")

@@ -19,7 +19,7 @@ class TestMemoryLeakCycle:
         recorder.record(
             test, "awake_bytes_before_cycles", settled_gpu_bytes(server, "before cycle 1", recorder=recorder), "bytes"
         )
-        series = {"asleep": [], "awake": []}
+        series: dict[str, list[int]] = {"asleep": [], "awake": []}
         for cycle in range(1, CYCLES + 1):
             client.sleep(level=1)
             expect.asleep(client, 1, step=f"cycle {cycle}: sleep level 1", issue=ISSUE)

@@ -38,7 +38,7 @@ ALL_TAGS = frozenset(model.TAGS)
 # --- fixtures ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="class")
 def checkpoint_b() -> str:
-    value = os.environ.get("SLEEPWAKE_MODEL_B")
+    value = os.environ.get("SLEEPWAKE_MODEL_B", "")
     if not value:
         pytest.fail("SLEEPWAKE_MODEL_B is unset: the matrix sets it to checkpoint B's config.json (tools/defs.bzl)")
     return resolve_model(value)
@@ -51,7 +51,7 @@ def checkpoint_a(server) -> str:
 
 @pytest.fixture(scope="class")
 def golden_b(cell, checkpoint_b) -> dict:
-    path = os.environ.get("SLEEPWAKE_GOLDEN_B")
+    path = os.environ.get("SLEEPWAKE_GOLDEN_B", "")
     if not path:
         pytest.fail("SLEEPWAKE_GOLDEN_B is unset: the matrix sets it to checkpoint B's golden on this cell")
     return goldens.read(

@@ -41,7 +41,7 @@ NATIVE_OFF = (
 
 @pytest.fixture(scope="class")
 def checkpoint_b() -> str:
-    value = os.environ.get("SLEEPWAKE_MODEL_B")
+    value = os.environ.get("SLEEPWAKE_MODEL_B", "")
     if not value:
         pytest.fail(
             "SLEEPWAKE_MODEL_B is unset: the matrix sets it to checkpoint B's config.json "
@@ -53,7 +53,7 @@ def checkpoint_b() -> str:
 @pytest.fixture(scope="class")
 def golden_b(cell, checkpoint_b) -> dict:
     """Checkpoint B's golden on this cell and vLLM build, from the file the golden action wrote."""
-    path = os.environ.get("SLEEPWAKE_GOLDEN_B")
+    path = os.environ.get("SLEEPWAKE_GOLDEN_B", "")
     if not path:
         pytest.fail(
             "SLEEPWAKE_GOLDEN_B is unset: the matrix sets it to checkpoint B's golden on this cell "

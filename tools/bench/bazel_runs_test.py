@@ -548,6 +548,7 @@ def test_a_walk_shard_within_the_bound_by_pytest_but_over_it_on_bazels_clock_is_
     invocation = reading.read_invocation([bep])
     units = bazel_runs.test_units(str(tmp_path), invocation.xmls, invocation.attempt_s)
     shards = bazel_runs.walk_shards(units)
+    assert shards is not None
     assert (shards["clock"], shards["longest_s"], shards["over_bound"]) == (bazel_runs.BAZEL_CLOCK, 60.5, 1)
     assert shards["over"] == [{"unit": "state_walk_mrv1_graph/shard_1_of_2", "seconds": 60.5}]
     # The longest shards' split is on the same clock: the runner's start falls in the rest.
@@ -563,6 +564,7 @@ def test_walk_shards_are_judged_on_pytests_clock_when_a_shard_lacks_bazels(tmp_p
     invocation = reading.read_invocation([bep])
     units = bazel_runs.test_units(str(tmp_path), invocation.xmls, invocation.attempt_s)
     shards = bazel_runs.walk_shards(units)
+    assert shards is not None
     assert (shards["clock"], shards["longest_s"], shards["over_bound"]) == (bazel_runs.PYTEST_CLOCK, 59.7, 0)
     assert bazel_runs.walk_shard_split(units, top=1)[0]["seconds"] == 59.7
 

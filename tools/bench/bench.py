@@ -131,6 +131,7 @@ def _start_many(n: int, cfg: ServerConfig, environ: dict) -> list[dict]:
 
     def run(i):
         server = VllmServer(cfg, lease=True, environ=environ)
+        running = True
         begin = time.monotonic()
         try:
             server.start()
@@ -142,10 +143,10 @@ def _start_many(n: int, cfg: ServerConfig, environ: dict) -> list[dict]:
             )
         except Exception as e:  # recorded; the other servers still count
             records[i].update(error="%s: %s" % (type(e).__name__, str(e).splitlines()[0]))
-            server = None
+            running = False
         started.wait()
         release.wait()
-        if server is not None:
+        if running:
             try:
                 server.stop()
             except Exception as e:

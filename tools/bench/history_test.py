@@ -3,6 +3,7 @@ number, a line is made from a run record, appended, and summed up for the README
 
 import json
 import os
+from typing import Any
 
 import pytest
 
@@ -93,7 +94,7 @@ IDENTITY = {
     "vllm": "0.26.0 record-sha256=6f3d",
     "gpus": "0, NVIDIA H200, 580.159.04, 143771 MiB; 1, NVIDIA H200, 580.159.04, 143771 MiB",
 }
-RECORD = {
+RECORD: dict[str, Any] = {
     "machine": {"gpus": 2, "cores": 32, "identity": IDENTITY},
     "matrix": {
         "status": "red",

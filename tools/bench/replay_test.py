@@ -40,9 +40,9 @@ def test_each_wave_no_input_came_from_lands_within_ten_percent_and_no_gpu_schedu
             assert abs(replayed - measured) <= TOLERANCE * measured, (name, wave, replayed, measured)
             checked += 1
     p = replay.predict(run, replay.Machine(run.gpus, run.cores, run.slots_per_gpu))
-    for w, measured in zip(p.waves, run.gpu_waves()):
+    for w, ran in zip(p.waves, run.gpu_waves()):
         gpu_end = max(s.ended for s in w.placed if s.gpu is not None)
-        assert gpu_end <= (1 + TOLERANCE) * measured.seconds, (name, w.name, gpu_end, measured.seconds)
+        assert gpu_end <= (1 + TOLERANCE) * ran.seconds, (name, w.name, gpu_end, ran.seconds)
     assert checked or replay.end_placed(run) == {w.name for w in run.gpu_waves()}
 
 

@@ -246,7 +246,8 @@ def test_the_record_keeps_each_units_seconds_waits_and_start_for_the_replay(tmp_
     run = replay.load(str(out))
     assert (run.layout, run.host_cpu_s, run.slots_per_gpu, len(run.units)) == (replay.CPU_BESIDE, 700.0, 24, 3)
     p = replay.predict(run, replay.Machine(1, 16, 24))
-    assert [round(w.seconds, 1) for w in p.waves] == [44.0, 33.0] and p.cpu_lane.seconds == 12.0
+    assert [round(w.seconds, 1) for w in p.waves] == [44.0, 33.0]
+    assert p.cpu_lane is not None and p.cpu_lane.seconds == 12.0
     # The record carries its own replay's predictions, 8 GPUs among them, with what bounds each.
     eight = next(x for x in record["predicted"] if x["gpus"] == 8)
     assert (

@@ -79,9 +79,16 @@ def _script(workspace, name, *args, **env):
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def _read(bundle: tarfile.TarFile, name: str) -> bytes:
+    """The bytes of the regular file `name` in bundle."""
+    member = bundle.extractfile(name)
+    assert member is not None, f"{name} in the bundle is no regular file"
+    return member.read()
+
+
 def _member(workspace, run, path):
     with tarfile.open(workspace.parent / "out" / f"{run}.tgz") as bundle:
-        return bundle.extractfile(f"{run}/{path}").read().decode()
+        return _read(bundle, f"{run}/{path}").decode()
 
 
 def _members(workspace, run):
@@ -91,7 +98,7 @@ def _members(workspace, run):
 
 def _bytes_of(workspace, run, path):
     with tarfile.open(workspace.parent / "out" / f"{run}.tgz") as bundle:
-        return io.BytesIO(bundle.extractfile(f"{run}/{path}").read())
+        return io.BytesIO(_read(bundle, f"{run}/{path}"))
 
 
 def test_runs_one_after_another_each_saved_before_the_next_overwrites_it(workspace):
@@ -105,12 +112,12 @@ def test_runs_one_after_another_each_saved_before_the_next_overwrites_it(workspa
     assert _member(workspace, "second", "sleepwake-run.json").strip() == '{"run": "second"}'
     assert _member(workspace, "second", "rc").strip() == "3"
     with tarfile.open(fileobj=_bytes_of(workspace, "first", "xml.tgz")) as xml:
-        assert 'name="first"' in xml.extractfile("tests/sleep_wake/cell/test.xml").read().decode()
+        assert 'name="first"' in _read(xml, "tests/sleep_wake/cell/test.xml").decode()
     assert "fake run first" in _member(workspace, "first", "console.log")
     # A GPU walk shard's measurements (each step's time) come back; the fake tier's do not: not the GPU's.
     with tarfile.open(fileobj=_bytes_of(workspace, "first", "outputs.tgz")) as outputs:
         walk = "tests/sleep_wake/state_walk_mrv1_eager/shard_1_of_2/test.outputs/measurements.jsonl"
-        assert outputs.extractfile(walk).read().decode().strip() == '{"run": "first"}'
+        assert _read(outputs, walk).decode().strip() == '{"run": "first"}'
         assert not [n for n in outputs.getnames() if "_fake_" in n], outputs.getnames()
     # Each run's own line of the run history comes back beside it, not the earlier lines.
     assert _member(workspace, "first", "runs.jsonl") == '{"run": "first", "commit": ""}\n'
@@ -227,4 +234,4 @@ def test_collect_splits_the_bundle_for_a_transfer_that_limits_a_files_size(works
     parts = sorted(out_dir.glob("big.tgz.*"), key=lambda p: int(p.suffix[1:]))
     assert len(parts) > 1 and not (out_dir / "big.tgz").exists() and all(p.stat().st_size <= 500 for p in parts)
     with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts))) as bundle:
-        assert bundle.extractfile("big/rc").read().decode().strip() == "0"
+        assert _read(bundle, "big/rc").decode().strip() == "0"

@@ -46,11 +46,12 @@ class Nvml:
     def __init__(self, lib=None):
         if lib is None:
             try:
-                import pynvml as lib
+                import pynvml
             except ImportError as e:
                 raise GpuUnavailableError(
                     "NVML bindings are missing (%s): install nvidia-ml-py; %s" % (e, GPU_CELL_HINT)
                 ) from e
+            lib = pynvml
         self._lib = lib
         try:
             lib.nvmlInit()

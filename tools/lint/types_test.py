@@ -1,5 +1,6 @@
-"""The type check: mypy, configured by the checkout's mypy.ini, over what that file names (the suite's
-server interface, tools/launcher/interface.py, and its two implementations among the rest).
+"""The type check: mypy, configured by the checkout's mypy.ini, over what that file names: every Python
+file of the tree (the suite's server interface, tools/launcher/interface.py, and its two implementations
+among the rest).
 
 It runs on this target's runfiles, which hold exactly the sources the check reads, so Bazel reruns it
 when one of them changes. The interpreter is the toolchain's: mypy comes from the hashed lock.

@@ -92,7 +92,7 @@ def _testcases(xml_path):
     outcomes = {}
     for case in ElementTree.parse(xml_path).getroot().iter("testcase"):
         # classname is the dotted module path, plus the class for methods.
-        test_id = case.get("classname").rsplit(".", 1)[-1] + "::" + case.get("name")
+        test_id = case.attrib["classname"].rsplit(".", 1)[-1] + "::" + case.attrib["name"]
         if case.find("failure") is not None or case.find("error") is not None:
             outcomes[test_id] = "failed"
         else:
@@ -193,7 +193,7 @@ class TestFilterSelects:
         assert code == 0, output
         assert cases == dict.fromkeys(SCHEDULER_GATE | OTHER | THIRD | FUNCTIONS, "passed")
         suite = ElementTree.parse(tmp_path / "test.xml").getroot().find("testsuite")
-        assert suite.get("name") == "//tools:sample"
+        assert suite is not None and suite.get("name") == "//tools:sample"
 
     def test_extra_args_after_the_files_reach_pytest(self, tmp_path):
         code, output, cases = run_main(tmp_path, ["sample_classes.py"], extra_args=["-k", "TestThird"])

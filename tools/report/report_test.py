@@ -74,14 +74,21 @@ class Elements(html.parser.HTMLParser):
         return out
 
 
+def _found(pattern: str, text: str, group: int = 1, flags: int = re.S) -> str:
+    """The group of pattern's first match in text; the test fails where there is none."""
+    match = re.search(pattern, text, flags)
+    assert match, f"no {pattern!r} in {text[:300]!r}"
+    return match.group(group)
+
+
 def _grid(page):
     """(class, column heading) -> (data-cell, data-state, the cell's text) of the GPU grid's cells."""
-    section = re.search(r'<section id="grid">(.*?)</section>', page, re.S).group(1)
+    section = _found(r'<section id="grid">(.*?)</section>', page)
     rows = re.findall(r"<tr>(.*?)</tr>", section, re.S)
     heads = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", rows[0])][1:]
     out = {}
     for row in rows[1:]:
-        test_class = re.search(r'<th class="class">(.*?)</th>', row).group(1)
+        test_class = _found(r'<th class="class">(.*?)</th>', row, flags=0)
         tds = re.findall(r'<td [^>]*data-cell="([^"]*)" data-state="([^"]*)"[^>]*>(.*?)</td>', row, re.S)
         assert len(tds) == len(heads), test_class
         for head, (cell, state, inner) in zip(heads, tds):
@@ -203,7 +210,7 @@ def test_a_class_a_door_cannot_run_is_excluded_with_its_reason_not_missing(tmp_p
 
 def test_a_cell_that_ran_nothing_says_why(run):
     _, page, _, _ = run
-    cell = re.search(r'<td [^>]*data-cell="abort_parallel_sampling_mrv2_graph".*?</td>', page, re.S).group(0)
+    cell = _found(r'<td [^>]*data-cell="abort_parallel_sampling_mrv2_graph".*?</td>', page, group=0)
     assert "--test_filter 'TestSleepWakeFlags' matched no test in this target." in html.unescape(cell)
 
 
@@ -298,7 +305,7 @@ def test_links_point_at_the_cells_files(run):
 
 def test_identity_of_vllm_and_gpu(run):
     _, page, _, _ = run
-    section = html.unescape(re.search(r'<section id="identity">(.*?)</section>', page, re.S).group(1))
+    section = html.unescape(_found(r'<section id="identity">(.*?)</section>', page))
     assert "vllm: 0.26.0 record-sha256=6f1c0e8a" in section  # from the server_start_s records
     assert "reported by 7 cell(s)" in section
     assert "output_base/external/sleepwake_gpu/identity.txt" in section and IDENTITY in section
@@ -306,7 +313,7 @@ def test_identity_of_vllm_and_gpu(run):
 
 def test_mutation_table_when_mutants_ran(run):
     _, page, _, _ = run
-    table = re.search(r'<table class="mutants">(.*?)</table>', page, re.S).group(1)
+    table = _found(r'<table class="mutants">(.*?)</table>', page)
     assert '<td class="ok">killed</td>' in table and '<td class="bad">survived</td>' in table
     assert '<td class="bad">NOT KILLED</td>' in table and "(control)" in table
     assert "the mutation run fails" in page
@@ -443,7 +450,7 @@ def test_the_fake_tier_is_a_grid_of_its_own_and_the_headline_counts_gpu_cells(tm
     for fake in ("flags_fake_mrv1_eager", "flags_fake_mrv2_graph_llm"):
         assert fake not in grids[0][1] and fake in grids[1][1], fake
     assert len(gpu) == GRID_CELLS  # the GPU grid keeps its cells, no fake row added
-    headline = re.search(r'<p class="headline">(.*?)</p>', page, re.S).group(1)
+    headline = _found(r'<p class="headline">(.*?)</p>', page)
     ran = sum(
         1
         for t, a, _ in doc.found
@@ -497,7 +504,9 @@ def test_a_fake_target_through_a_door_names_its_door_and_keeps_its_release():
     assert view.split_fake("flags_fake_mrv2_graph_vllm0.25.0_llm") == ("flags", "llm", "mrv2", "graph")
     assert view.split_fake("flags_fake_mrv1_eager") == ("flags", "http", "mrv1", "eager")
     assert view.split_fake("flags_async_llm_mrv2_graph") is None and view.split_fake("x_fake_mrv9_eager") is None
-    cell = view.Cell.at(view.split_fake("flags_fake_mrv2_graph_llm"), target="flags_fake_mrv2_graph_llm")
+    split = view.split_fake("flags_fake_mrv2_graph_llm")
+    assert split is not None
+    cell = view.Cell.at(split, target="flags_fake_mrv2_graph_llm")
     assert (cell.name, cell.door, cell.label) == ("flags_fake_mrv2_graph_llm", "llm", "llm · MRV2-graph")
 
 
@@ -546,10 +555,10 @@ def test_a_rerun_is_judged_on_its_own_results_not_on_an_earlier_runs_per_test(tm
     cell = tmp_path / MATRIX / "state_walk_mrv1_eager"
     current = sorted(cell.glob("shard_*/test.xml"))
     for shard in range(WALK_SHARDS):
-        for run in (1, 2):  # the earlier invocation's runs, one of them failed: not this run's verdict
+        for attempt in (1, 2):  # the earlier invocation's runs, one of them failed: not this run's verdict
             write_xml(
-                cell / f"shard_{shard + 1}_of_{WALK_SHARDS}_run_{run}_of_2" / "test.xml",
-                {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "failed" if run == 2 else "passed"},
+                cell / f"shard_{shard + 1}_of_{WALK_SHARDS}_run_{attempt}_of_2" / "test.xml",
+                {f"test_walk_visits_every_pair_of_its_shard[{shard}]": "failed" if attempt == 2 else "passed"},
             )
     bep = tmp_path / "bep.json"
     write_bep(
@@ -795,7 +804,7 @@ def test_where_the_runs_time_went_is_drawn_from_its_record(tmp_path, capsys):
     record = tmp_path / "sleepwake-run.json"
     record.write_text(json.dumps(RECORD))
     page = _render(tmp_path, "--bep", bep, "--record", record, logs=logs)
-    section = re.search(r'<section id="time-spent">(.*?)</section>', page, re.S).group(1)
+    section = _found(r'<section id="time-spent">(.*?)</section>', page)
     parts = {
         (a["data-wave"], a["data-part"]): (float(a["data-seconds"]), float(a["height"]))
         for t, a, _ in Elements(section).found
@@ -837,7 +846,7 @@ def test_the_history_chart_draws_every_run_fresh_and_warm_apart_and_rings_a_red_
     a line through the fresh machines' runs and one through the warm ones', a red run ringed red."""
     logs, bep = _bazel_layout(tmp_path)
     page = _render(tmp_path, "--bep", bep, "--history", HISTORY, logs=logs)
-    section = re.search(r'<section id="history">(.*?)</section>', page, re.S).group(1)
+    section = _found(r'<section id="history">(.*?)</section>', page)
     assert "4 runs in" in section and '<span class="bad">1 red</span>' in section
     assert "The latest main job, at 3333333" in html.unescape(section)
     charts = re.findall(r'<svg [^>]*class="chart history".*?</svg>', section, re.S)
@@ -872,7 +881,7 @@ def test_a_bad_or_missing_history_is_told_on_the_page_not_a_failed_report(tmp_pa
     bad = tmp_path / "runs.jsonl"
     bad.write_text(HISTORY.read_text().splitlines()[0] + "\n" + '{"commit": "4444444"}\n')
     page = _render(tmp_path, "--bep", bep, "--history", bad, logs=logs)
-    section = re.search(r'<section id="history">(.*?)</section>', page, re.S).group(1)
+    section = _found(r'<section id="history">(.*?)</section>', page)
     assert "runs.jsonl:2: missing key" in html.unescape(section) and "<svg" not in section
     page = _render(tmp_path, "--bep", bep, "--history", tmp_path / "none.jsonl", logs=logs)
     assert "no run history at" in page

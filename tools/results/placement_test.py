@@ -5,7 +5,7 @@ from tools.results.testlogs_testing import write_bep, write_xml
 
 GPU_CELL = ("//tests/sleep_wake:flags_mrv1_eager", ["gpu", "requires-gpu-nvidia", "sleep_wake", "flags"])
 FAKE = ("//tests/sleep_wake:flags_fake_mrv1_eager", ["fake", "flags", "http"])
-UNIT = ("//tests/sleep_wake/unit:oracle_unit_test", [])
+UNIT: tuple[str, list[str]] = ("//tests/sleep_wake/unit:oracle_unit_test", [])
 
 
 def _bep(tmp_path, name, targets, span):

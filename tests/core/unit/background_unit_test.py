@@ -69,9 +69,13 @@ def test_a_failed_block_whose_wake_failed_does_not_wait_out_the_held_request():
     assert held.result(timeout=HELD_S) is True
 
 
+class _WakeFreesNothing(_Client):
+    def wake_everything(self) -> None:
+        pass  # a wake that frees nothing in time
+
+
 def test_a_stop_asked_for_does_not_wait_for_the_requests():
-    client = _Client()
-    client.wake_everything = lambda: None  # a wake that frees nothing in time
+    client = _WakeFreesNothing()
     held, left_after = _fail_with(client, KeyboardInterrupt())
     client.released.set()
     assert left_after < LEAVE_S_MAX, left_after

@@ -38,15 +38,22 @@ class Child:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.pid = self.proc.pid
 
     def do(self, command: str) -> None:
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        assert self.proc.stdout.readline().strip() == "ok", f"child failed on {command!r}"
+        self.stdin.write(command + "\n")
+        self.stdin.flush()
+        assert self.stdout.readline().strip() == "ok", f"child failed on {command!r}"
+
+    def memory(self) -> host_memory.HostMemory:
+        now = host_memory.process_memory(self.pid)
+        assert now is not None, f"the child (pid {self.pid}) is gone"
+        return now
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        self.stdin.close()
         self.proc.wait(10)
 
 
@@ -63,23 +70,23 @@ def _near(value: int, want: int) -> bool:
 
 
 def test_private_pages_show_in_rss_and_anon_and_leave_when_freed(child):
-    before = host_memory.process_memory(child.pid)
+    before = child.memory()
     child.do("anon 64")
-    grown = host_memory.process_memory(child.pid) - before
+    grown = child.memory() - before
     assert _near(grown.rss, 64 * MiB) and _near(grown.anon, 64 * MiB) and _near(grown.shmem, 0), grown
     child.do("free")
-    back = host_memory.process_memory(child.pid) - before
+    back = child.memory() - before
     assert _near(back.rss, 0) and _near(back.anon, 0), back
 
 
 def test_shared_pages_show_in_rss_and_shmem_the_pinned_figure(child):
-    before = host_memory.process_memory(child.pid)
+    before = child.memory()
     child.do("shm 48")
-    grown = host_memory.process_memory(child.pid) - before
+    grown = child.memory() - before
     assert _near(grown.rss, 48 * MiB) and _near(grown.shmem, 48 * MiB) and _near(grown.anon, 0), grown
     assert grown.pinned == grown.shmem
     child.do("free")
-    assert _near((host_memory.process_memory(child.pid) - before).shmem, 0)
+    assert _near((child.memory() - before).shmem, 0)
 
 
 def test_tree_sums_every_process_and_skips_the_gone():
@@ -148,7 +155,8 @@ def test_parse_status_names_what_an_old_kernel_lacks():
 
 
 def test_own_process_reads():
-    assert host_memory.process_memory(os.getpid()).rss > 0
+    own = host_memory.process_memory(os.getpid())
+    assert own is not None and own.rss > 0
 
 
 @pytest.mark.parametrize(

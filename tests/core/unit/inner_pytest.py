@@ -35,6 +35,6 @@ def junit_properties(tmp_path, source: str) -> dict[str, list[tuple[str, str]]]:
         env={**os.environ, "PYTHONPATH": os.pathsep.join([WORKSPACE, os.environ.get("PYTHONPATH", "")])},
     )
     return {
-        tc.get("name"): [(p.get("name"), p.get("value")) for p in tc.iter("property")]
+        tc.attrib["name"]: [(p.attrib["name"], p.attrib["value"]) for p in tc.iter("property")]
         for tc in ET.parse(xml).getroot().iter("testcase")
     }

@@ -3,7 +3,6 @@ error answer fails the oracle api.status; a dead engine is errored (liveness.Eng
 test propagates as itself, so neither becomes a kill of a mutant whose defect is an error answer."""
 
 import asyncio
-import types
 
 import pytest
 
@@ -32,7 +31,9 @@ def _dead() -> None:
 
 def _second_sleep() -> None:
     """The fake worker's refusal of a sleep whose pools are released (what no_double_sleep_guard reaches)."""
-    FakeWorker.sleep(types.SimpleNamespace(resident={"weights": False, "kv_cache": False}, timeline=Timeline()), 1)
+    worker = FakeWorker.__new__(FakeWorker)  # its state alone, without a vLLM config to build it from
+    worker.resident, worker.timeline = {"weights": False, "kv_cache": False}, Timeline()
+    worker.sleep(1)
 
 
 def _oracle_of_the_call() -> None:

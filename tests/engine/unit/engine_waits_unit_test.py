@@ -98,7 +98,7 @@ def unanswering(monkeypatch):
     """A RouteClient on an engine whose busy loop runs but never answers (nothing reads its input queue)."""
     monkeypatch.setattr(engine_client, "CALL_TIMEOUT_S", 0.05)
     proc = types.SimpleNamespace(input_queue=queue.Queue(), output_queue=queue.Queue())
-    client = RouteClient(proc)  # type: ignore[arg-type]  # the stand-in engine's two queues
+    client = RouteClient(proc)  # the stand-in engine's two queues
     yield client
     client.close()
 

@@ -26,8 +26,10 @@ class HostProcess:
         self._proc = subprocess.Popen(
             [sys.executable, "-I", "-S", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
+        assert self._proc.stdin is not None and self._proc.stdout is not None  # both asked for: PIPE
+        self._stdin, self._stdout = self._proc.stdin, self._proc.stdout
         self._lock = threading.Lock()
-        if self._proc.stdout.readline().strip() != "ready":
+        if self._stdout.readline().strip() != "ready":
             self.stop()
             raise RuntimeError(
                 f"the fake's host-memory process ({_CHILD}) did not start: exit code {self._proc.poll()}"
@@ -40,9 +42,9 @@ class HostProcess:
     def alloc(self, size: int) -> None:
         with self._lock:
             try:
-                self._proc.stdin.write(f"alloc {size}\n")
-                self._proc.stdin.flush()
-                answer = self._proc.stdout.readline().strip()
+                self._stdin.write(f"alloc {size}\n")
+                self._stdin.flush()
+                answer = self._stdout.readline().strip()
             except (BrokenPipeError, ValueError):
                 answer = ""
         if answer != "ok":
@@ -53,13 +55,13 @@ class HostProcess:
 
     def stop(self) -> None:
         if self._proc.poll() is None:
-            self._proc.stdin.close()  # end of input ends the child
+            self._stdin.close()  # end of input ends the child
             try:
                 self._proc.wait(_STOP_S)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        self._proc.stdout.close()
+        self._stdout.close()
 
 
 class PinnedHostMemory:

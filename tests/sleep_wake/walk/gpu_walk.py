@@ -186,7 +186,7 @@ class GpuSubject:
         self.open: list[Open] = []
         self._prompt = 0
         self._pool = contextlib.ExitStack()  # runs the requests sent while paused
-        self._background = None
+        self._background: concurrent.futures.ThreadPoolExecutor | None = None
 
     def pick(self, shard: int) -> str:
         return f"--test_filter=TestStateWalkShard{shard}"

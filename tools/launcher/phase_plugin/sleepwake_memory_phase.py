@@ -133,7 +133,7 @@ def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | Non
         def call(self, *args, _original=original, _kind=kind, _what=what, **kwargs):
             if getattr(_inside, "held", False):  # a wrapper of ours outside this one holds the phase
                 return _original(self, *args, **kwargs)
-            covered = bool(cover_path) and gpu_lease.covered(cover_path, _kind)
+            covered = gpu_lease.covered(cover_path, _kind) if cover_path else False
             phase = (
                 contextlib.nullcontext(0.0)
                 if covered

@@ -6,6 +6,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 from collections.abc import Callable
+from typing import Any
 
 
 class PatchOnImport(importlib.abc.MetaPathFinder):
@@ -23,14 +24,17 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
             return spec
-        execute = spec.loader.exec_module
+        # The patched exec_module is an attribute of this loader alone, set over its class's method: Any,
+        # since the Loader type holds exec_module to its method's signature and refuses the assignment.
+        loader: Any = spec.loader
+        execute = loader.exec_module
 
         def exec_module(module):
             execute(module)
             for patch in self.patches.values():
                 patch(module)
 
-        spec.loader.exec_module = exec_module
+        loader.exec_module = exec_module
         return spec
 
 

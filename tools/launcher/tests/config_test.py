@@ -1,6 +1,7 @@
 import os
 import re
 import sys
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,7 @@ def test_a_model_path_that_is_no_checkpoint_is_refused(tmp_path):
 )
 def test_values_out_of_range_are_refused_naming_the_flag(field, value, message):
     with pytest.raises(ConfigError) as e:
-        config.validate(ServerConfig(**{field: value}))
+        config.validate(_with(field, value))
     assert str(e.value).startswith(message)
 
 
@@ -102,8 +103,13 @@ def test_directories_that_cannot_be_written_are_refused_naming_the_flag(tmp_path
         with pytest.raises(
             ConfigError, match="--%s=%s cannot be a directory: %s is a file" % (field, path, tmp_path / "a_file")
         ):
-            config.validate(ServerConfig(**{field: str(path)}))
-    config.validate(ServerConfig(**{field: str(tmp_path / "new" / "dir")}))  # creatable is fine
+            config.validate(_with(field, str(path)))
+    config.validate(_with(field, str(tmp_path / "new" / "dir")))  # creatable is fine
+
+
+def _with(field: str, value: Any) -> ServerConfig:
+    """The default config with one field set, by its name."""
+    return ServerConfig(**{field: value})
 
 
 def test_default_model_comes_from_the_runfiles(tmp_path):

@@ -46,7 +46,7 @@ class FakeDriver:
 def test_each_device_gets_the_flag_after_cuinit():
     driver = FakeDriver(devices=2)
     devices = plugin.set_cuda_sync(plugin.CUDA_SYNC_FLAGS["blocking"], driver)
-    assert [d.value for d in devices] == [100, 101]
+    assert devices is not None and [d.value for d in devices] == [100, 101]
     assert driver.calls == [
         ("cuInit", 0),
         ("cuDeviceGetCount",),

@@ -36,6 +36,7 @@ def _start_driver(tmp_path, start_mode, *extra):
     env = testing.module_environ(test_tmpdir=str(tmp_path)) if zygote else testing.python_env()
     argv = [sys.executable, testing.DRIVER, json.dumps(cfg), pid_file] + (["module"] if zygote else []) + list(extra)
     driver = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env)
+    assert driver.stdout is not None
     readable, _, _ = select.select([driver.stdout], [], [], 30)
     line = driver.stdout.readline() if readable else b""
     if not line:
@@ -93,6 +94,7 @@ def _start_supervisor(tmp_path):
         stdout=subprocess.PIPE,
         env=testing.python_env(),
     )
+    assert sup.stdin is not None and sup.stdout is not None
     spec = {"argv": argv, "env": testing.python_env(), "grace_s": 0.5, "parent_pid": os.getpid()}
     sup.stdin.write((json.dumps(spec) + "\n").encode())
     sup.stdin.flush()

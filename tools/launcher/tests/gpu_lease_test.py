@@ -16,6 +16,14 @@ from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, KINDS, RELEASE
 from tools.launcher.tests import testing
 
+
+def _acquire(*args, **kwargs) -> gpu_lease.Lease:
+    """gpu_lease.acquire with no between_polls, which returns a lease or raises."""
+    lease = gpu_lease.acquire(*args, **kwargs)
+    assert lease is not None
+    return lease
+
+
 H200_UUIDS = [
     "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6",
     "GPU-8932aa01-0000-4106-c12f-20bd9faed9f6",
@@ -62,7 +70,7 @@ def test_visible_gpus_refuse_what_names_no_gpu_here(listed, message):
 
 def test_a_lease_takes_only_the_gpus_the_runner_was_given(tmp_path):
     gpus = gpu_lease.visible_gpus(FakeNvml(device_count=4, uuids=H200_UUIDS), {"CUDA_VISIBLE_DEVICES": "GPU-7777"})
-    lease = gpu_lease.acquire(gpus, str(tmp_path), 1, timeout_s=1)
+    lease = _acquire(gpus, str(tmp_path), 1, timeout_s=1)
     try:
         assert (lease.gpu, os.path.basename(lease.path)) == ("3", "gpu3.slot0.lock")
     finally:
@@ -71,7 +79,7 @@ def test_a_lease_takes_only_the_gpus_the_runner_was_given(tmp_path):
 
 def test_slots_fill_every_gpu_first_and_a_self_deadlock_fails_at_once(tmp_path):
     owner = gpu_lease.owner_description({"TEST_TARGET": "//tests:cell_a"})
-    leases = [gpu_lease.acquire(["0", "1"], str(tmp_path), 2, timeout_s=1, owner=owner) for _ in range(4)]
+    leases = [_acquire(["0", "1"], str(tmp_path), 2, timeout_s=1, owner=owner) for _ in range(4)]
     try:
         assert [os.path.basename(lease.path) for lease in leases] == [
             "gpu0.slot0.lock",
@@ -86,7 +94,7 @@ def test_slots_fill_every_gpu_first_and_a_self_deadlock_fails_at_once(tmp_path):
     finally:
         for lease in leases:
             lease.release()
-    again = gpu_lease.acquire(["0"], str(tmp_path), 1, timeout_s=1)
+    again = _acquire(["0"], str(tmp_path), 1, timeout_s=1)
     assert again.exclusive and again.gpu == "0"
     again.release()
 
@@ -99,8 +107,9 @@ def test_the_wait_is_bounded_and_reported(tmp_path, caplog):
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None
     assert holder.stdout.readline().strip() == "0"  # it holds gpu0 for 0.15 s from now
-    lease = gpu_lease.acquire(["0"], str(tmp_path), timeout_s=10, poll_s=0.02)
+    lease = _acquire(["0"], str(tmp_path), timeout_s=10, poll_s=0.02)
     assert holder.wait(timeout=10) == 0
     assert lease.waited_s > 0.05
     assert "after waiting" in caplog.text
@@ -154,16 +163,16 @@ def test_a_second_holder_gets_the_other_gpu(tmp_path):
     holders = []
     try:
         for expected in ("0", "1"):
-            holders.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", _HOLDER, str(tmp_path), "until_stdin_closes"],
-                    env=testing.python_env(),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
+            holder = subprocess.Popen(
+                [sys.executable, "-c", _HOLDER, str(tmp_path), "until_stdin_closes"],
+                env=testing.python_env(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
             )
-            assert holders[-1].stdout.readline().strip() == expected
+            holders.append(holder)
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == expected
     finally:
         for holder in holders:
             holder.communicate(timeout=60)  # closing stdin releases the slot
@@ -177,6 +186,7 @@ def test_the_timeout_names_the_holder_and_a_killed_holder_frees_its_slot(tmp_pat
         text=True,
         env=dict(testing.python_env(), TEST_TARGET="//tests:cell_b"),
     )
+    assert holder.stdout is not None
     try:
         assert holder.stdout.readline().strip() == "0"
         with pytest.raises(LeaseTimeoutError) as e:
@@ -187,12 +197,12 @@ def test_the_timeout_names_the_holder_and_a_killed_holder_frees_its_slot(tmp_pat
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    lease = gpu_lease.acquire(["0"], str(tmp_path), 1, timeout_s=5)
+    lease = _acquire(["0"], str(tmp_path), 1, timeout_s=5)
     lease.release()
 
 
 def _shared_leases(tmp_path, n=2):
-    return [gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=n, timeout_s=1) for _ in range(n)]
+    return [_acquire(["0"], str(tmp_path), slots_per_gpu=n, timeout_s=1) for _ in range(n)]
 
 
 def _blocked(lease, kind, timeout_s=0.3, what=""):
@@ -258,7 +268,7 @@ def test_the_published_exclusion_table_is_what_the_lock_does(tmp_path):
 )
 def test_a_waiting_phase_keeps_newcomers_out_until_it_got_in(tmp_path, holder, waiter, flag, kept_out):
     a, b, c = _shared_leases(tmp_path, 3)
-    inside = []
+    inside: list[str] = []
     probe = os.open(gpu_lease.memory_lock_path(a), os.O_RDWR | os.O_CREAT)
     try:
         with gpu_lease.memory_phase(a, holder, timeout_s=1):
@@ -284,7 +294,7 @@ def test_a_wake_passes_a_waiting_free_only_while_a_start_step_is_inside(tmp_path
     step may not (the sleep's wait stays bounded), and behind a wake or reload the keep-out holds."""
     a, b, c = _shared_leases(tmp_path, 3)
     probe = os.open(gpu_lease.memory_lock_path(a), os.O_RDWR | os.O_CREAT)
-    inside = []
+    inside: list[str] = []
     try:
         with gpu_lease.memory_phase(a, ALLOCATE, timeout_s=1, what=holder):
             thread = threading.Thread(target=lambda: _enter_and_record(b, FREE, inside))
@@ -348,6 +358,7 @@ def test_a_holder_that_dies_releases_its_phase(tmp_path):
         cwd=os.getcwd(),
         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
     )
+    assert holder.stdout is not None
     try:
         assert holder.stdout.readline().strip() == "inside"
         assert _blocked(a, FREE)
@@ -392,7 +403,7 @@ def test_no_two_kinds_ever_overlap_under_contention(tmp_path):
 
 
 def test_memory_phase_is_free_for_a_gpu_of_its_own(tmp_path):
-    lease = gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=1, timeout_s=1)
+    lease = _acquire(["0"], str(tmp_path), slots_per_gpu=1, timeout_s=1)
     try:
         with gpu_lease.memory_phase(lease, EXCLUSIVE, timeout_s=0):
             assert not os.path.exists(gpu_lease.memory_lock_path(lease))

@@ -89,7 +89,8 @@ def test_a_snapshot_finds_the_whole_tree_from_the_proc_children_files_as_psutil_
         assert process_tree.descendant_pids(proc.pid) is None
         assert process_tree.snapshot(proc.pid) == fast
         monkeypatch.setattr(process_tree, "PROC_CHILDREN", True)
-        assert sorted(process_tree.descendant_pids(proc.pid)) == sorted(set(fast) - {proc.pid})
+        descendants = process_tree.descendant_pids(proc.pid)
+        assert descendants is not None and sorted(descendants) == sorted(set(fast) - {proc.pid})
         assert process_tree.snapshot(proc.pid, include_root=False) == {p: t for p, t in fast.items() if p != proc.pid}
     finally:
         _kill(process_tree.snapshot(proc.pid))

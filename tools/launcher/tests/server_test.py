@@ -1,5 +1,6 @@
 """The lifecycle of VllmServer, driven with testdata/stub_api_server.py in place of vLLM."""
 
+import http.server
 import json
 import logging
 import os
@@ -118,10 +119,9 @@ def test_port_conflict_after_retries_is_an_error(tmp_path, pid_file):
             _server(tmp_path, pid_file, fixed_port=busy, port_retries=1).start()
 
 
-def _neighbour_on(port, served):
+def _neighbour_on(port: int, served: list[str]) -> http.server.HTTPServer:
     """A neighbour's HTTP server that binds `port` with SO_REUSEADDR, as vLLM does, as soon as another
     socket has bound it (which a plain bind then sees), and listens at once, answering /health 200."""
-    import http.server
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -154,7 +154,8 @@ def test_a_neighbour_listening_first_on_the_port_is_not_taken_for_this_server(tm
     caplog.set_level(logging.WARNING, "sleepwake.launcher")
     port = ports.Reservation("127.0.0.1")
     port.close()
-    served, holder = [], {}
+    served: list[str] = []
+    holder: dict[str, http.server.HTTPServer] = {}
     thread = threading.Thread(target=lambda: holder.setdefault("httpd", _neighbour_on(port.port, served)))
     thread.start()
     try:
@@ -386,6 +387,7 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None
     assert holder.stdout.readline().strip() == "held"
     server.start()  # waits for the holder's slot
     holder.wait()

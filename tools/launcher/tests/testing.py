@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import sys
+from typing import Any
 
 from tools.launcher import process_tree
 from tools.launcher.config import ServerConfig
@@ -105,7 +106,7 @@ def fast_config(tmp_path, **overrides) -> ServerConfig:
     os.makedirs(model, exist_ok=True)
     with open(os.path.join(model, "config.json"), "w") as f:
         f.write("{}")  # a checkpoint dir is one holding config.json
-    values = dict(
+    values: dict[str, Any] = dict(
         model=model,
         log_dir=os.path.join(str(tmp_path), "logs"),
         cache_dir=os.path.join(str(tmp_path), "cache"),

@@ -42,7 +42,7 @@ def _stop(proc: subprocess.Popen) -> str:
     return proc.communicate(timeout=30)[0]
 
 
-def _first_answer(lock_dir: str, proc: subprocess.Popen) -> dict:
+def _first_answer(lock_dir: str, proc: subprocess.Popen) -> dict | None:
     for _ in range(200):  # polled: the socket appears when the host binds it, within ~0.1 s
         answer = zygote_host.ping(lock_dir)
         if answer is not None or proc.poll() is not None:
@@ -69,7 +69,8 @@ def test_a_host_of_other_code_is_replaced_and_one_of_this_code_is_left_serving(t
         again = _host(_ROOT, lock_dir, "--replace_other_code")
         procs.append(again)
         assert again.wait(timeout=30) == 0 and "another host serves" in _stop(again)
-        assert zygote_host.ping(lock_dir)["pid"] == new.pid
+        serving = zygote_host.ping(lock_dir)
+        assert serving is not None and serving["pid"] == new.pid
         assert "with other code" in _stop(new)
     finally:
         for proc in procs:

@@ -5,6 +5,7 @@ import logging
 import os
 import re
 import shutil
+from typing import Any
 
 import pytest
 
@@ -95,9 +96,11 @@ def test_the_api_server_and_the_door_host_fork_from_one_zygote(tmp_path, pid_fil
     imported = testing.imports(str(tmp_path / "imports"))
     assert len(imported) == 1, "fake_heavy imported by %s" % imported
     assert "forked by zygote %d" % imported[0] in _log(api_server)
+    key = re.search(r"# start: zygote key (\w+)", _log(api_server))
+    assert key is not None, _log(api_server)
     assert "forked by zygote %d (key %s): the server skips importing stub_door_host" % (
         imported[0],
-        re.search(r"# start: zygote key (\w+)", _log(api_server)).group(1),
+        key.group(1),
     ) in _log(door_host)
     with _server(tmp_path, pid_file, environ, module="stub_door_host", zygote_preload="none") as own:
         assert own.start_mode == "zygote"  # a list of its own: a zygote of the door host alone
@@ -163,10 +166,12 @@ def test_a_forked_servers_collections_skip_what_the_zygote_imported(tmp_path, pi
         assert forked.start_mode == "zygote"
     with _server(tmp_path, pid_file, environ, start_mode="plain") as plain:
         pass
-    frozen, seen, heavy = map(int, walked.search(_log(forked)).groups())
-    assert frozen >= heavy > 0 and seen == 0, walked.search(_log(forked)).group(0)
-    frozen, seen, heavy = map(int, walked.search(_log(plain)).groups())
-    assert frozen == 0 and seen == heavy, walked.search(_log(plain)).group(0)
+    forked_gc, plain_gc = walked.search(_log(forked)), walked.search(_log(plain))
+    assert forked_gc is not None and plain_gc is not None, (_log(forked), _log(plain))
+    frozen, seen, heavy = map(int, forked_gc.groups())
+    assert frozen >= heavy > 0 and seen == 0, forked_gc.group(0)
+    frozen, seen, heavy = map(int, plain_gc.groups())
+    assert frozen == 0 and seen == heavy, plain_gc.group(0)
 
 
 def test_a_key_variable_gets_its_own_zygote_a_per_server_one_does_not(tmp_path, pid_file, site, host):
@@ -243,8 +248,9 @@ def test_an_unusable_zygote_falls_back_to_a_plain_start_and_says_why(tmp_path, p
 
 
 def _zygote_log(tmp_path, server) -> str:
-    key = re.search(r"# start: zygote key (\w+)", _log(server)).group(1)
-    with open(tmp_path / "locks" / ("zygote-%s.log" % key)) as f:
+    key = re.search(r"# start: zygote key (\w+)", _log(server))
+    assert key is not None, _log(server)
+    with open(tmp_path / "locks" / ("zygote-%s.log" % key.group(1))) as f:
         return f.read()
 
 
@@ -327,7 +333,7 @@ class _nothing:
 
 
 def _zygote_of(module, **fields) -> zygote.Zygote:
-    values = dict(
+    values: dict[str, Any] = dict(
         modules=(module,),
         key="k",
         python="/py",
@@ -356,7 +362,7 @@ def _fork_request(tmp_path, *pythonpath):
 def test_a_fork_is_refused_when_cuda_is_initialised(tmp_path):
     assert _zygote_of("json").refusal(_fork_request(tmp_path)) is None
     refusal = _zygote_of("json", cuda_initialized=lambda: True).refusal(_fork_request(tmp_path))
-    assert "CUDA is initialised" in refusal.reason and not refusal.stale
+    assert refusal is not None and "CUDA is initialised" in refusal.reason and not refusal.stale
 
 
 class _Driver:
@@ -388,14 +394,15 @@ def test_a_fork_is_refused_when_a_servers_path_shadows_an_imported_module(tmp_pa
     (tmp_path / "cwd").mkdir()
     z = _zygote_of("json", key_pythonpath=[str(imported_from)], loaded={"heavy": str(imported_from)})
     request = _fork_request(tmp_path / "cwd", str(shadowing), str(imported_from))
-    assert "heavy in %s (imported from %s)" % (shadowing, imported_from) in z.refusal(request).reason
+    refusal = z.refusal(request)
+    assert refusal is not None and "heavy in %s (imported from %s)" % (shadowing, imported_from) in refusal.reason
     assert z.refusal(_fork_request(tmp_path / "cwd", str(imported_from), str(shadowing))) is None  # behind it
 
 
 def test_a_fork_is_refused_as_stale_once_the_module_files_change(tmp_path):
     z = _zygote_of("json", files=[["/x/json/__init__.py", 1, 2, 3]])
     refusal = z.refusal(_fork_request(tmp_path))
-    assert refusal.stale and "changed since this zygote imported them" in refusal.reason
+    assert refusal is not None and refusal.stale and "changed since this zygote imported them" in refusal.reason
 
 
 def test_environment_reads_are_recorded_with_their_sites():

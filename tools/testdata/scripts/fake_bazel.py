@@ -35,7 +35,7 @@ testlogs = os.path.join(startup["output_base"], "testlogs") if "output_base" in 
 def tag_filters(args: list[str]) -> list[str]:
     """--test_tag_filters as Bazel resolves it: the workspace .bazelrc's `test` line, then each
     --config's `test:<name>` lines and the command line's own, in order; the last one wins."""
-    rc = {}
+    rc: dict[str, list[str]] = {}
     if os.path.exists(".bazelrc"):
         for line in open(".bazelrc"):
             parts = line.split()

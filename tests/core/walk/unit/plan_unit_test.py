@@ -183,7 +183,8 @@ def test_shrink_candidates_replay_the_failing_step():
     failing_state, failing_op = steps[index]
     candidates = plan.shrink_candidates(walks[2], index, start)
     assert [len(c) for c in candidates] == sorted(len(c) for c in candidates)
-    assert len(candidates[-1]) <= index + 1 + len(plan.shortest_path(INITIAL, start))
+    to_start = plan.shortest_path(INITIAL, start)
+    assert to_start is not None and len(candidates[-1]) <= index + 1 + len(to_start)
     for c in candidates:
         assert c[-1] == failing_op
         assert plan.situation(plan.run(INITIAL, c[:-1]), failing_op) == plan.situation(failing_state, failing_op)

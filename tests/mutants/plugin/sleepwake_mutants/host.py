@@ -58,7 +58,7 @@ def level2_keeps_host_copy():
 def host_copy_leaked():
     from vllm.device_allocator.cumem import CuMemAllocator
 
-    kept = []
+    kept: list[object] = []  # the host copies, only referenced
 
     def make(original):
         def wake_up(self, tags=None):

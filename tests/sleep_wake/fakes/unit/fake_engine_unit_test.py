@@ -157,7 +157,7 @@ def test_keep_freezes_requests_in_flight_and_wait_drains_them():
 
 
 def test_sleep_logs_vllms_lines():
-    lines = []
+    lines: list[str] = []
     e = FakeEngine(EAGER, log=lines.append)
     awake = e.device_used_bytes()
     e.sleep(1, "abort")
@@ -228,7 +228,7 @@ def test_a_defect_logs_the_plugin_s_reached_line_when_its_switch_is_first_consul
 
     import sleepwake_mutants
 
-    lines = []
+    lines: list[str] = []
     slow = FakeEngine(EAGER, defects=["slow_sleep"], log=lines.append)
     unreached = FakeEngine(EAGER, defects=["weights_wake_maps_more"], log=lines.append)
     assert lines == []  # nothing at start

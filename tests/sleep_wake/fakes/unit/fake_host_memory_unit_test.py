@@ -34,6 +34,7 @@ def test_the_child_holds_the_bytes_as_shared_memory(process):
     before = host_memory.process_memory(process.pid)
     process.alloc(32 * MiB)
     after = host_memory.process_memory(process.pid)
+    assert before is not None and after is not None, "the child exited"
     assert 32 * MiB <= after.shmem - before.shmem < 33 * MiB
     assert 32 * MiB <= after.rss - before.rss < 34 * MiB
     process.stop()

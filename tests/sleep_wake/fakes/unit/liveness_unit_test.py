@@ -28,7 +28,7 @@ def client(fake):
 
 
 def _future(value=None, error=None, done=True) -> concurrent.futures.Future:
-    future = concurrent.futures.Future()
+    future: concurrent.futures.Future = concurrent.futures.Future()
     if done:
         future.set_exception(error) if error is not None else future.set_result(value)
     return future

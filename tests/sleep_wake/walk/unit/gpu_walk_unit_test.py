@@ -9,6 +9,7 @@ import dataclasses
 import threading
 import time
 import types
+from typing import Any
 
 import pytest
 
@@ -37,18 +38,24 @@ class _Client:
             raise liveness.NoAnswer(f"{what}: GET /health: no answer")
 
 
-def _subject(live: bool, client=None) -> gpu_walk.GpuSubject:
-    ctx = gpu_walk.Context(
-        server=None,
-        client=client or _Client(live),
-        recorder=None,
+def _context(client: Any, server: Any = None, recorder: Any = None, goldens: dict | None = None) -> gpu_walk.Context:
+    """A walk's context around the test's stand-ins, passed as Any: each answers only what the steps under
+    test call (none is the whole SleepWakeClient, Recorder or Server), and what they leave alone is None."""
+    unread: Any = None  # the server's sizes: no step under test reads them
+    return gpu_walk.Context(
+        server=server,
+        client=client,
+        recorder=recorder,
         cell_id="unit",
         checkpoints={},
-        goldens={},
-        sizes=None,
+        goldens=goldens or {},
+        sizes=unread,
         host_awake=0,
     )
-    return gpu_walk.GpuSubject(ctx)
+
+
+def _subject(live: bool, client=None) -> gpu_walk.GpuSubject:
+    return gpu_walk.GpuSubject(_context(client or _Client(live)))
 
 
 def _open(result: StreamResult) -> gpu_walk.Open:
@@ -200,9 +207,11 @@ def test_every_terminal_pin_observes_the_whole_state():
     whole = {"status", "is_sleeping", "gauge", "health", "request"}
     for name in gpu_walk.ops.TERMINAL_ORACLES:
         observed = thresholds.KNOWN_DIVERGENCES[name].observed
+        assert isinstance(observed, dict), f"{name}: its observed pin is {observed!r}, not a state's keys"
         assert whole <= set(observed), f"{name}: its observed pin checks {sorted(observed)}, not all of {sorted(whole)}"
     # a /resume's pin also reads the pause it lifted
-    assert "is_paused" in thresholds.KNOWN_DIVERGENCES[gpu_walk.ops.RESUME_ASLEEP].observed
+    resumed = thresholds.KNOWN_DIVERGENCES[gpu_walk.ops.RESUME_ASLEEP].observed
+    assert isinstance(resumed, dict) and "is_paused" in resumed
 
 
 # --- a request in flight at a sleep: judged only where the sleep caught it --------------------------------
@@ -279,23 +288,29 @@ class _Recorder:
         self.rows.append({"key": key, "value": value, **extra})
 
 
+class _StatesAsked(gpu_walk.GpuSubject):
+    """The walk's subject, its check_state recording the states it was asked for: the server's bytes are
+    not this test's."""
+
+    def __init__(self, ctx: gpu_walk.Context):
+        super().__init__(ctx)
+        self.checked: list = []
+
+    def check_state(self, s, where: str) -> None:
+        self.checked.append(s)
+
+
 def _race_subject(ends: list[str], max_model_len: int = 1024):
     """(subject, client, the states check_state was asked for) of a walk racing a request against a sleep."""
     client = _RaceClient(ends)
-    ctx = gpu_walk.Context(
+    ctx = _context(
+        client,
         server=types.SimpleNamespace(config=types.SimpleNamespace(max_model_len=max_model_len)),
-        client=client,
         recorder=_Recorder(),
-        cell_id="unit",
-        checkpoints={},
         goldens={"A": gpu_walk.Goldens({}, [], list(range(gpu_walk.STREAM_TOKENS)))},
-        sizes=None,
-        host_awake=0,
     )
-    subject = gpu_walk.GpuSubject(ctx)
-    checked: list = []
-    subject.check_state = lambda state, where: checked.append(state)  # the server's bytes are not this test's
-    return subject, client, checked
+    subject = _StatesAsked(ctx)
+    return subject, client, subject.checked
 
 
 def _sleep_racing(subject, mode: str = "abort", level: int = 0):

@@ -35,6 +35,7 @@ import socket
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -85,7 +86,10 @@ def _start_worker():
     """The worker's start-up steps as a vLLM server with the memory-phase plugin runs them (the launcher
     put the plugin's dir on PYTHONPATH): each inside the ALLOCATE phase, each logging its MARK line. The
     bytes are STUB_SERVER_WORKER_BYTES (NVML's figure for the worker's process)."""
-    import sleepwake_memory_phase as plugin
+    if TYPE_CHECKING:  # the same file, by the name the type check reads it under
+        from tools.launcher.phase_plugin import sleepwake_memory_phase as plugin
+    else:
+        import sleepwake_memory_phase as plugin
 
     class Worker:
         pass
@@ -105,7 +109,7 @@ def _spend_cpu(seconds: float) -> None:
 
 
 def _bind_failed(e: OSError) -> None:
-    print("OSError: [Errno %d] error while attempting to bind on address: %s" % (e.errno, e.strerror), flush=True)
+    print("OSError: [Errno %s] error while attempting to bind on address: %s" % (e.errno, e.strerror), flush=True)
     sys.exit(1)
 
 
