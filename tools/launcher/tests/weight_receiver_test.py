@@ -56,6 +56,37 @@ def test_a_tensor_push_hands_every_tensor_of_the_checkpoint_to_load_weights(chec
         assert torch.equal(worker.model_runner.model.loaded[name], tensor), name
 
 
+class StreamCheckingModel:
+    """A load_weights that keeps nothing of what it takes and records, at each tensor, how many of the
+    tensors handed before it are still alive somewhere (the caller's list, if it made one)."""
+
+    def __init__(self):
+        self.alive_before: list[int] = []
+
+    def load_weights(self, weights):
+        import weakref
+
+        handed: list[weakref.ref] = []
+        for _name, tensor in weights:
+            self.alive_before.append(sum(ref() is not None for ref in handed))
+            handed.append(weakref.ref(tensor))
+            del tensor
+        return None
+
+
+def test_a_push_hands_the_checkpoint_over_one_tensor_at_a_time(checkpoint, monkeypatch):
+    # vLLM's own loader streams a checkpoint; a push that stages every tensor first holds the whole
+    # checkpoint in host memory at once, which the walk's host band sees on the GPU.
+    path, tensors = checkpoint
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)
+    worker = CpuWorker()
+    model = StreamCheckingModel()
+    worker.model_runner.model = model  # type: ignore[assignment]
+    assert worker.load_checkpoint_tensors(path) == len(tensors)  # counted from what load_weights took
+    assert model.alive_before == [0] * len(tensors)
+
+
 def test_a_checkpoint_without_tensors_is_refused_with_its_path(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         weight_receiver.checkpoint_tensors(str(tmp_path), "cpu")
