@@ -1,6 +1,6 @@
 """The matrix, in one place: read by the Starlark macros (load("//tools:matrix.bzl", ...)) and by Python
 (tools/matrix.py parses these literals), so that adding a runner, a mode, a class, a fake cell or a release
-is one edit here plus what docs/extending.md lists; tools/matrix_test.py fails when a place is missed.
+is one edit here plus what docs/extending.md lists; tools/unit/matrix_test.py fails when a place is missed.
 
 Literals only (dicts, lists, strings, numbers): Python reads them with ast.literal_eval.
 """

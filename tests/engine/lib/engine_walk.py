@@ -25,7 +25,7 @@ from tests.engine.lib import cpu_push
 from tests.engine.lib.engine_client import CALL_TIMEOUT_S
 from tests.engine.lib.engine_server import WAIT_S, EngineServer
 from tests.core import liveness, oracle, pushes, thresholds
-from tests.core.walk import model
+from tests.core.walk import model, observations
 from tests.core.walk import operations as ops
 from tools.matrix import HTTP
 from tests.core.walk.model import KV_CACHE, WEIGHTS, State
@@ -642,9 +642,10 @@ class EngineSubject:
         self.server.settle()
 
     # --- terminal pairs ---------------------------------------------------------------------------
-    def terminal(self, op, s: State, pin: thresholds.Pin, where: str) -> None:
-        """The call, then what the engine tier observes after it, against the pin: the status, the
-        flags, that the busy loop lives, and how a request sent afterwards ends."""
+    def terminal(self, op, s: State, pin: thresholds.Pin, where: str) -> observations.Terminal:
+        """The call, then what the engine tier observes after it of what the pin names: the status, the
+        flags, that the busy loop lives, and how a request sent afterwards ends, for the driver to judge
+        (observations.check_terminal)."""
         self._begin(op, s)
         name = pin.entry.name
         if name in CANNOT_HONOUR:
@@ -675,12 +676,13 @@ class EngineSubject:
             seen["health"] = 200 if self.server.alive() is None else 500
         if "request" in want:
             seen["request"] = self._terminal_request(want["request"], f"walk {where}")
-        self._equal(
-            ops.TERMINAL_ORACLES[name],
-            seen,
-            {k: want[k] for k in seen},
-            f"walk {where}, {pin.describe()}; body {response.text[:300]!r}",
-        )
+        return observations.Terminal(seen, repr(response.text[:300]))
+
+    def judged(self, oracle_ids: list[str]) -> None:
+        """The checks the driver made of this step's observation, counted as this tier's own."""
+        for oracle_id in oracle_ids:
+            self._step_checked.add(oracle_id)
+            self.checked[oracle_id] += 1
 
     def _terminal_request(self, pinned: str, what: str) -> str:
         """How a request sent after a terminal pair ends: "ended" (by length), "error", "engine dead" where
