@@ -12,6 +12,7 @@ import functools
 import os
 import re
 import time
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -283,7 +284,7 @@ def _give_back(request, recorder, pool, key: str, lent: server_reuse.Lent) -> No
 
 
 @pytest.fixture(scope="class")
-def lent(request, cell, recorder, pool) -> server_reuse.Lent:
+def lent(request, cell, recorder, pool) -> Iterator[server_reuse.Lent]:
     """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/, with its fresh
     readings when reuse is on; with reuse on, the server a passing class of the same configuration gave
     back, once its reset is checked (the class's own LEND_CHECK too). Given back when every test of the
