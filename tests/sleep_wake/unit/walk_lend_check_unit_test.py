@@ -4,17 +4,17 @@ level-1 copy's pinned block cached, as the model's host bands show; a server tha
 reset (the fake's reload_weights_noop: the reset's reload of A does nothing) is refused by the walk's own
 check, A's goldens, before the walk could judge a step against the wrong checkpoint."""
 
+import contextlib
 import dataclasses
 import os
 
 import pytest
 import sleepwake_mutants
 
-from tests.core import cells, measure, oracle, pushes, server_reuse
+from tests.core import cells, measure, oracle, pushes, server_reuse, servers
 from tests.core.client import client_of
 from tests.core.walk import model
 from tests.sleep_wake import test_state_walk as walk
-from tests.sleep_wake.fakes import fake_server
 from tools.launcher.config import resolve_model
 
 
@@ -22,7 +22,7 @@ from tools.launcher.config import resolve_model
 def lent_of(tmp_path):
     """A started fake server (SLEEPWAKE_MUTANT: `defect`, if any) with its fresh readings, as the fixtures
     lend it."""
-    started = []
+    started = contextlib.ExitStack()
 
     def start(defect: str | None = None) -> server_reuse.Lent:
         cell = cells.cell_from_env()
@@ -30,16 +30,14 @@ def lent_of(tmp_path):
         environ.pop(sleepwake_mutants.ENV, None)
         if defect:
             environ[sleepwake_mutants.ENV] = defect
-        server = fake_server.VllmServer(cell.server_config(str(tmp_path)), environ=environ)
-        server.start()
-        started.append(server)
+        server = servers.server_class()(cell.server_config(str(tmp_path)), environ=environ)  # the fake cell's
+        started.enter_context(server)  # the interface's start and stop (tools/launcher/interface.py)
         client = client_of(server)
         fresh = server_reuse.read_fresh(cell, server, client, resolve_model(server.config.model))
         return server_reuse.Lent(server, server, fresh)
 
-    yield start
-    for server in started:
-        server.stop()
+    with started:
+        yield start
 
 
 def _recorder() -> measure.Recorder:
