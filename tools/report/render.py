@@ -360,6 +360,12 @@ class Page:
         for title, rows, what in (
             ("RL recipes", weight_updates.recipes(cells), "each framework's weight-update sequence (rl_recipes)"),
             ("Push ways", weight_updates.push_ways(cells), "weight_sync's tests, once per way of pushing weights"),
+            (
+                "Walk operations",
+                weight_updates.walk_operations(cells),
+                "each operation of the state walk (pushes, /pause, /resume, sleeps, wakes, reloads, requests): "
+                "the pairs its executed steps walked in each walk cell, or the steps a failure named it at",
+            ),
         ):
             if not rows:
                 continue

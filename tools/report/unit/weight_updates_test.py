@@ -56,3 +56,41 @@ def test_the_text_names_every_row():
     text = "\n".join(weight_updates.lines(CELLS))
     assert "RL recipe test_verl_hybrid: passed (async_llm · MRV2-graph passed)" in text
     assert "push way tensor: failed (HTTP · MRV2-eager failed 1/2)" in text
+
+
+def _walk_cell(runner, records, *cases):
+    cell = view.Cell("state_walk", runner, "graph", "http", state="passed")
+    cell.records = records
+    cell.cases = [Case("tests.sleep_wake.test_state_walk.TestStateWalkShard0", n, o, text=t) for n, o, t in cases]
+    return cell
+
+
+WALK_CELLS = [
+    _walk_cell(
+        "mrv2",
+        [
+            {
+                "key": "walk_coverage",
+                "visited_pairs": ["push:tensor:B in awake", "push:tensor:A in awake", "resume in x"],
+            },
+            {"key": "walk_coverage", "visited_pairs": ["push:tensor:B in awake", "pause:keep in y"]},
+        ],
+        (
+            "test_walk[MRV2-graph]",
+            "failed",
+            "[oracle host_bytes.cycle_spread] walk step 6 (push:tensor:B from level 0, paused (all)): ...\n"
+            "[oracle host_bytes.level2_asleep] walk step 33 (push:tensor:A from level 2, asleep kv_cache): ...",
+        ),
+    ),
+    _walk_cell("mrv1", [{"key": "walk_coverage", "visited_pairs": ["push:tensor:B in awake", "reload:- in z"]}]),
+]
+
+
+def test_each_walk_operation_has_its_pairs_or_its_failures_per_cell():
+    rows = {r.name: r for r in weight_updates.walk_operations(WALK_CELLS)}
+    assert sorted(rows) == ["pause:keep", "push:tensor", "reload", "resume"]
+    tensor = rows["push:tensor"]
+    assert tensor.outcome == "failed"
+    assert tensor.by_cell == {"HTTP · MRV1-graph": "passed, 1 pairs", "HTTP · MRV2-graph": "failed at 2 steps"}
+    assert rows["resume"].by_cell == {"HTTP · MRV2-graph": "passed, 1 pairs"}  # ran in one cell only
+    assert rows["resume"].outcome == "passed"
