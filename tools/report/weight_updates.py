@@ -94,8 +94,8 @@ def walk_operations(cells) -> list[Row]:
         for case in cell.cases:
             if case.outcome == "failed":
                 for m in _WALK_STEP.finditer(case.text or case.message):
-                    by_cell = failed.setdefault(_operation(m.group("op")), {})
-                    by_cell[cell.label] = by_cell.get(cell.label, 0) + 1
+                    steps = failed.setdefault(_operation(m.group("op")), {})
+                    steps[cell.label] = steps.get(cell.label, 0) + 1
     rows = []
     for op in sorted(set(walked) | set(failed)):
         labels = set(walked.get(op, {})) | set(failed.get(op, {}))
