@@ -5,7 +5,7 @@ load("//tools:matrix.bzl", "SLEEP_WAKE_CLASSES")
 
 _FIRST = "testdata/test_leaves_garbage.py"  # the class that leaves garbage weights, always first
 
-def reuse_equivalence(name, order, runner, mode, cell_env, cell_data, fake_cell = None, door = "http", **kwargs):
+def reuse_equivalence(name, order, runner, mode, cell_env, cell_data, fake_cell = None, door = "http", walk_shards = None, **kwargs):
     """A reuse_equivalence_test.py target: the garbage-leaving class, then `order`, on one cell.
 
     Args:
@@ -17,6 +17,7 @@ def reuse_equivalence(name, order, runner, mode, cell_env, cell_data, fake_cell 
       cell_data: what the cell's servers read (FAKE_CELL_DATA or GPU_CELL_DATA).
       fake_cell: "<runner>_<mode>" for the fake's goldens; None for a GPU's.
       door: the cell's front door (its walk plan, where the order holds the state walk).
+      walk_shards: "FIRST+LAST", the state walk's first and last shard classes only (None: every one).
       **kwargs: size, tags, deps of the sleepwake_py_test.
     """
     golden_env, golden_data = cell_goldens(["state_walk"], runner, mode, fake_cell)  # A and B
@@ -26,6 +27,8 @@ def reuse_equivalence(name, order, runner, mode, cell_env, cell_data, fake_cell 
     env.update(golden_env)
     env.update(plan_env)
     env["SLEEPWAKE_REUSE_CLASS_FILES"] = ",".join(["$(rootpath %s)" % f for f in files])
+    if walk_shards:
+        env["SLEEPWAKE_REUSE_WALK_SHARDS"] = walk_shards
     sleepwake_py_test(
         name = name,
         srcs = [

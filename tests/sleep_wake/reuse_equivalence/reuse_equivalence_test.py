@@ -7,7 +7,10 @@ servers, or they prove nothing; the classes declaring FRESH_SERVER never borrow.
 server with garbage weights runs first (testdata/): the next class must not inherit them.
 
 Environment (set by the target, tests/sleep_wake/reuse_equivalence/BUILD.bazel): SLEEPWAKE_REUSE_CLASS_FILES, the class
-files in their forward order, comma-separated; the fake cell's environment and both goldens.
+files in their forward order, comma-separated; the fake cell's environment and both goldens;
+SLEEPWAKE_REUSE_WALK_SHARDS="FIRST+LAST": of the state walk's shard classes, the first FIRST and the last LAST
+only (shards that hand servers on, and shards that probe and end theirs): four runs of every shard grow
+with the walk's pairs.
 """
 
 import json
@@ -17,10 +20,13 @@ import sys
 
 import pytest
 
-from tests.core import pushes, server_reuse, servers
+from tests.core import cells, pushes, server_reuse, servers
+from tools.matrix import shard_count
 from tools.results.testlogs import parse_junit
 
 FILES_ENV = "SLEEPWAKE_REUSE_CLASS_FILES"
+WALK_SHARDS_ENV = "SLEEPWAKE_REUSE_WALK_SHARDS"
+WALK_FILE = "test_state_walk.py"
 PARKED_FAKE = "tests.sleep_wake.fakes.parked_fake"
 # The inner runs' own bound: on the fake, about a minute each on a loaded 2-core machine, the fake walk's 31
 # shards 197 s there (state_walk_fake_mrv1_eager alone, reuse on); on the H200 a fresh server per class of
@@ -32,7 +38,19 @@ def _files() -> list[str]:
     files = [f for f in os.environ.get(FILES_ENV, "").split(",") if f]
     if not files:
         pytest.fail(f"{FILES_ENV} is empty: run this through its Bazel target, which lists the class files")
-    return files
+    picked = os.environ.get(WALK_SHARDS_ENV)
+    return [n for f in files for n in (walk_classes(f, picked) if picked and f.endswith(WALK_FILE) else [f])]
+
+
+def walk_classes(path: str, picked: str) -> list[str]:
+    """The node ids of the walk's first and last shard classes that picked ("FIRST+LAST") names, in order."""
+    first, _, last = picked.partition("+")
+    if not (first.isdigit() and last.isdigit()):
+        pytest.fail(f"{WALK_SHARDS_ENV}={picked!r}: say FIRST+LAST, two counts of shards (e.g. 4+3)")
+    cell = cells.cell_from_env()
+    shards = shard_count("state_walk", cell.mode, cell.door)
+    chosen = sorted(set(range(min(int(first), shards))) | set(range(max(0, shards - int(last)), shards)))
+    return [f"{path}::TestStateWalkShard{i}" for i in chosen]
 
 
 def _run(name: str, files: list[str], reuse_on: bool, server_module: str | None = None) -> tuple[dict, list[dict]]:
