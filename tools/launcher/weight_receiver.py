@@ -75,7 +75,8 @@ def give_back_host_memory() -> None:
     """Returns the freed heap pages of this process to the system. A checkpoint read stages each tensor in
     host memory; once glibc's malloc has raised its mmap threshold (any long-lived process has), tensors
     below it come from the heap, and their pages stay in the process's RSS after they are freed, until
-    malloc_trim (on the GPU they put every walk step after a tensor push over the walk's host band)."""
+    malloc_trim. Not what kept the walk's host band on the GPU: the trim alone left a whole-file read over
+    it; the streamed read (checkpoint_tensors) is what brought the band back."""
     import ctypes
     import ctypes.util
     import gc
