@@ -10,6 +10,7 @@ import pwd
 import subprocess
 import sys
 
+from tools.launcher import memory_claims
 from tools.launcher.errors import ConfigError, VllmNotFoundError
 from tools.launcher.phase_plugin import sleepwake_cpu_use as cpu_use_plugin
 from tools.matrix import EXECUTION_MODES, FRONT_DOORS, HTTP, RUNNERS  # mode -> its vLLM flags; runner -> its env value
@@ -200,6 +201,32 @@ class ServerConfig:
         " GPU worker (a vLLM plugin in the server), so neighbours' sleeps go in"
         " between; start, from launch to GET /health.",
         choices=MEMORY_PHASE_SCOPES,
+    )
+    memory_phase_rule: str = _setting(
+        memory_claims.BYTES,
+        "On a shared GPU, when a sleep may overlap allocations (tools/launcher/memory_claims.py): bytes,"
+        " while the allocations' declared bytes stay below the sleep's allowance (memory_phase_margin x"
+        " sleep_frees_bytes), as narrow as vLLM's own check that free memory did not shrink across the"
+        " sleep; kinds, never (the rule before bytes, for comparison).",
+        choices=memory_claims.RULES,
+    )
+    # The next three are the suite's data (tests/core/memory_budget.py sets them for a cell); 0 leaves a
+    # sleep with no allowance and the steps undeclared, which is the kinds rule.
+    memory_phase_margin: float = _setting(
+        0.0,
+        "With memory_phase_rule bytes: the share of sleep_frees_bytes that allocations overlapping a sleep"
+        " may declare in all.",
+    )
+    sleep_frees_bytes: int = _setting(
+        0,
+        "With memory_phase_rule bytes: the bytes one of this server's sleeps frees at least, from fully"
+        " awake; 0: not known, so its sleeps overlap no allocation.",
+    )
+    step_overhead_bytes: int = _setting(
+        0,
+        "With memory_phase_rule bytes: the most device bytes one start step maps besides the weights and"
+        " the KV cache (CUDA context, profile run, CUDA graphs); 0: not known, so the steps declare no"
+        " size and overlap no sleep.",
     )
     # A neighbour's sleep frees at least the 0.5 GB of weights (a sleep after a weights-only wake),
     # usually the 2 GiB KV cache too; a CUDA context created outside the steps is ~0.5 GB.
@@ -439,6 +466,9 @@ _RANGES = (
     ("startup_timeout_s", 1e-9, float("inf"), "give the seconds to wait for /health, > 0"),
     ("release_timeout_s", 0, float("inf"), "give the seconds to wait for the GPU memory, >= 0"),
     ("unbracketed_bytes_max", 0, float("inf"), "give a number of bytes, >= 0"),
+    ("memory_phase_margin", 0.0, 1.0, "give a share in [0, 1]: 0 lets no allocation overlap a sleep"),
+    ("sleep_frees_bytes", 0, float("inf"), "give a number of bytes, >= 0 (0: not known)"),
+    ("step_overhead_bytes", 0, float("inf"), "give a number of bytes, >= 0 (0: not known)"),
     ("park_s", 0, float("inf"), "give the seconds a given-back server waits parked, >= 0"),
 )
 

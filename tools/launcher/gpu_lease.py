@@ -20,7 +20,7 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
-from tools.launcher import visible_devices
+from tools.launcher import memory_claims, visible_devices
 from tools.launcher.errors import LeaseTimeoutError
 
 if TYPE_CHECKING:
@@ -220,8 +220,11 @@ def _kept_out_by_waiting_free(fd: int, what: str) -> bool:
     return not (passes_waiting_free(what) and _held_by_others(fd, _START_STEP_INSIDE))
 
 
-def _try_enter(fd: int, kind: str, what: str = "") -> bool:
-    """One attempt at entering a phase of `kind`; on failure holds nothing but its waiting flag."""
+def _try_enter(
+    fd: int, kind: str, what: str = "", declared: int | None = None, rule: str = memory_claims.KINDS
+) -> bool:
+    """One attempt at entering a phase of `kind`; on failure holds nothing but its waiting flag.
+    declared, rule: the phase's claim and the rule that admits it (memory_claims)."""
     if kind == EXCLUSIVE:
         if _lock_byte(fd, fcntl.F_WRLCK, 0, len(_INSIDE)):
             return True
@@ -229,14 +232,23 @@ def _try_enter(fd: int, kind: str, what: str = "") -> bool:
         return False
     if _held_by_others(fd, _EXCLUSIVE_WAITING) or (kind == ALLOCATE and _kept_out_by_waiting_free(fd, what)):
         return False
-    # Take our side first, then look at the other: of an ALLOCATE and a FREE entering at once, at least
-    # one sees the other (both steps are fcntl calls on one lock list), so they never both get in.
-    if _lock_byte(fd, fcntl.F_RDLCK, _INSIDE[kind]):
-        if kind not in _EXCLUDES or not _held_by_others(fd, _INSIDE[_EXCLUDES[kind]]):
-            if kind == ALLOCATE and role(what) == START_STEP:
-                _lock_byte(fd, fcntl.F_RDLCK, _START_STEP_INSIDE)
-            return True
-        _lock_byte(fd, fcntl.F_UNLCK, _INSIDE[kind])
+    if kind not in _EXCLUDES:  # RELEASE: only an EXCLUSIVE keeps it out
+        return _lock_byte(fd, fcntl.F_RDLCK, _INSIDE[kind])
+    # Under the ledger's mutex, so an ALLOCATE and a FREE entering at once are judged one after the
+    # other, each seeing the other's role byte and claim.
+    with memory_claims.mutex(fd):
+        if _lock_byte(fd, fcntl.F_RDLCK, _INSIDE[kind]):
+            claims = memory_claims.live(fd)
+            if rule == memory_claims.BYTES:
+                admitted = memory_claims.admits(claims, kind, declared)
+            else:
+                admitted = not _held_by_others(fd, _INSIDE[_EXCLUDES[kind]])
+            if admitted:
+                memory_claims.take(fd, kind, declared if rule == memory_claims.BYTES else None, claims)
+                if kind == ALLOCATE and role(what) == START_STEP:
+                    _lock_byte(fd, fcntl.F_RDLCK, _START_STEP_INSIDE)
+                return True
+            _lock_byte(fd, fcntl.F_UNLCK, _INSIDE[kind])
     if kind == FREE:
         _lock_byte(fd, fcntl.F_RDLCK, _FREE_WAITING)
     return False
@@ -291,7 +303,15 @@ def covered(path: str, kind: str) -> bool:
 
 
 @contextlib.contextmanager
-def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float = 0.01, what: str = ""):
+def memory_phase(
+    lease: Lease | None,
+    kind: str,
+    timeout_s: float,
+    poll_s: float = 0.01,
+    what: str = "",
+    declared: int | None = None,
+    rule: str = memory_claims.KINDS,
+):
     """Orders the GPU-memory phases of the servers sharing one GPU. Yields the seconds it waited.
 
     Why: vLLM 0.26.0's worker judges a sleep by the device-wide free memory before and after it
@@ -300,7 +320,9 @@ def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float
     after having unmapped its memory, and the engine is left inconsistent (seen on the H200 with 16
     servers per GPU). Only allocations can break that check: so ALLOCATE phases (starts, wakes,
     reloads) overlap each other, FREE phases (sleeps) overlap each other, and the two kinds never
-    overlap. A FREE that waits keeps new ALLOCATEs out, so a sleep waits for the allocations already
+    overlap (rule KINDS). With rule BYTES a FREE and ALLOCATEs overlap while the allocations' declared
+    bytes stay below the sleep's (memory_claims.admits): declared, an ALLOCATE's size or a FREE's
+    allowance, margin x the bytes it frees (memory_budget.py); undeclared, the old rule. A FREE that waits keeps new ALLOCATEs out, so a sleep waits for the allocations already
     under way only (a wake or reload passes while a start step, which the sleep waits for anyway, is
     inside: passes_waiting_free). RELEASE (a teardown) overlaps both: freeing cannot break a neighbour's check.
     EXCLUSIVE, for a window that reads device-wide memory itself (the immediacy oracle, the latency
@@ -312,7 +334,7 @@ def memory_phase(lease: Lease | None, kind: str, timeout_s: float, poll_s: float
     if lease is None or lease.exclusive:
         yield 0.0
         return
-    with memory_phase_at(memory_lock_path(lease), kind, timeout_s, poll_s, what) as waited:
+    with memory_phase_at(memory_lock_path(lease), kind, timeout_s, poll_s, what, declared, rule) as waited:
         yield waited
 
 
@@ -323,12 +345,13 @@ def trace_path(lock_path: str) -> str:
     return os.path.splitext(lock_path)[0] + ".trace.jsonl"
 
 
-def _trace(lock_path: str, kind: str, what: str, asked: float, entered: float) -> None:
+def _trace(lock_path: str, kind: str, what: str, asked: float, entered: float, declared: int | None) -> None:
     line = (
         json.dumps(
             {
                 "kind": kind,
                 "what": what or kind,
+                "declared": declared,
                 "pid": os.getpid(),
                 "target": os.environ.get("TEST_TARGET", ""),
                 "asked": round(asked, 4),
@@ -349,15 +372,25 @@ def _trace(lock_path: str, kind: str, what: str, asked: float, entered: float) -
 
 
 @contextlib.contextmanager
-def memory_phase_at(path: str, kind: str, timeout_s: float, poll_s: float = 0.01, what: str = ""):
+def memory_phase_at(
+    path: str,
+    kind: str,
+    timeout_s: float,
+    poll_s: float = 0.01,
+    what: str = "",
+    declared: int | None = None,
+    rule: str = memory_claims.KINDS,
+):
     """memory_phase on the lock file at path: for a server process, which knows its GPU's lock file
     (phase_plugin/sleepwake_memory_phase.py) but holds no lease."""
+    if rule not in memory_claims.RULES:
+        raise ValueError("memory phase rule %r: expected one of %s" % (rule, ", ".join(memory_claims.RULES)))
     _check_kind(kind)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     start, asked = time.monotonic(), time.time()
     entered = None
     try:
-        while not _try_enter(fd, kind, what):
+        while not _try_enter(fd, kind, what, declared, rule):
             if time.monotonic() - start >= timeout_s:
                 raise LeaseTimeoutError(
                     "memory phase lock %s: no %s phase within %.0f s: other servers on this GPU kept"
@@ -372,4 +405,4 @@ def memory_phase_at(path: str, kind: str, timeout_s: float, poll_s: float = 0.01
     finally:
         os.close(fd)  # closing the descriptor releases its locks
         if entered is not None:
-            _trace(path, kind, what, asked, entered)
+            _trace(path, kind, what, asked, entered, declared)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from tools import matrix
-from tools.launcher import gpu_lease, parking, ports, process_tree, zygote_client, zygote_env
+from tools.launcher import gpu_lease, memory_budget, parking, ports, process_tree, zygote_client, zygote_env
 from tools.launcher.config import (
     ServerConfig,
     build_command,
@@ -216,7 +216,11 @@ class VllmServer:
         """Context manager ordering this server's memory phases against its GPU neighbours'
         (gpu_lease.memory_phase, kind gpu_lease.ALLOCATE, FREE, RELEASE or EXCLUSIVE; what: the call, for
         the GPU's phase trace). Yields the seconds it waited, which timings adds up."""
-        with gpu_lease.memory_phase(self.lease, kind, self.config.lease_timeout_s, what=what) as waited:
+        # Declaring nothing: the launcher's own phases keep the kinds rule's exclusion under either rule.
+        phase = gpu_lease.memory_phase(
+            self.lease, kind, self.config.lease_timeout_s, what=what, rule=self.config.memory_phase_rule
+        )
+        with phase as waited:
             self.timings.add_memory_phase(waited)
             # The server's worker brackets its sleeps, wakes and reloads itself (brackets_calls); one
             # inside this phase must not wait for it.
@@ -274,6 +278,7 @@ class VllmServer:
                         phase_plugin.ENV_LOCK: gpu_lease.memory_lock_path(self.lease),
                         phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
                         phase_plugin.ENV_COVER: self._cover_path,
+                        phase_plugin.ENV_BUDGET: memory_budget.of_config(cfg, resolve_model(cfg.model)).to_env(),
                     }
                 )
         if self._cover_path is not None or cpu_use_env(cfg):  # either plugin has something to do
@@ -730,6 +735,7 @@ class VllmServer:
         for call in phase_plugin.read_calls(read_log(self.log_path)[self._log_offset :]):
             if not call.get("covered"):
                 self.timings.add_memory_phase(call["waited_s"])
+            self.timings.sleep_asserts += bool(call.get(phase_plugin.VLLM_ASSERT_KEY))
 
     def _release_lease(self) -> None:
         self._prepared = False  # a later start() takes a lease again

@@ -20,6 +20,10 @@ class ServerTimings:
     start_s: float = 0.0  # launch to GET /health 200, retries and restarts added
     memory_phase_wait_s: float = 0.0  # waiting for neighbours' memory phases (gpu_lease.memory_phase)
     memory_phases: int = 0  # phases entered: starts, sleeps, wakes, reloads, stops
+    # The server's sleeps that vLLM's own check failed ("Memory usage increased after sleeping."): a
+    # neighbour's allocation landed in the sleep (memory_claims.py). Counted where the server's worker
+    # brackets its calls (phase_plugin), the only servers with neighbours.
+    sleep_asserts: int = 0
     stop_s: float = 0.0  # teardown and the NVML release check, once its memory phase is held
     # CPU seconds of the server's process tree (the API server, the engine core, their helpers), to GET
     # /health and then to its stop: the servers' part of the host's CPU work, which on a runner whose cores

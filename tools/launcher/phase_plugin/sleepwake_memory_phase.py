@@ -34,6 +34,11 @@ else:  # loaded by vLLM from its entry point, this folder on the server's PYTHON
 ENV_LOCK = "SLEEPWAKE_MEMORY_LOCK"
 ENV_TIMEOUT = "SLEEPWAKE_MEMORY_LOCK_TIMEOUT_S"
 ENV_COVER = "SLEEPWAKE_MEMORY_COVER"  # the server's cover file (gpu_lease.covered)
+ENV_BUDGET = "SLEEPWAKE_MEMORY_BUDGET"  # what each phase declares (memory_budget.Budget.to_env)
+# vLLM 0.26.0's check of a sleep (vllm/v1/worker/gpu_worker.py Worker.sleep, line 220): device-wide free
+# memory must not shrink across it. A sleep call that fails it is marked with VLLM_ASSERT_KEY.
+VLLM_SLEEP_ASSERT = "Memory usage increased after sleeping."
+VLLM_ASSERT_KEY = "vllm_assert"
 MARK = "sleepwake-memory-phase "
 TARGET = "vllm.v1.worker.gpu_worker"
 STEPS = (
@@ -80,13 +85,21 @@ def _mark(record: dict) -> None:
 
 
 def bracket(
-    owner, lock_path: str, timeout_s: float, process_bytes=_process_bytes, cover_path: str | None = None
+    owner,
+    lock_path: str,
+    timeout_s: float,
+    process_bytes=_process_bytes,
+    cover_path: str | None = None,
+    budget=None,
 ) -> None:
     """Wraps owner's STEPS (methods present on it) so that each runs inside the ALLOCATE phase, and its
     CALLS so that each runs inside its own (bracket_calls); each step first wraps again a call that a
-    plugin loaded later wrapped over ours."""
+    plugin loaded later wrapped over ours. budget: what each phase declares (memory_budget.Budget);
+    None, nothing, under the kinds rule."""
     _launcher_on_path()
-    from tools.launcher import gpu_lease
+    from tools.launcher import gpu_lease, memory_budget
+
+    budget = budget or memory_budget.Budget("kinds", {}, 0)
 
     for step in STEPS:
         original = getattr(owner, step, None)
@@ -95,8 +108,12 @@ def bracket(
 
         def method(self, *args, _step=step, _original=original, **kwargs):
             cls = type(self)  # a subclass that overrides a call would bypass the class's wrapper
-            bracket_calls(cls, lock_path, timeout_s, cover_path)
-            with gpu_lease.memory_phase_at(lock_path, gpu_lease.ALLOCATE, timeout_s, what="start:" + _step) as waited:
+            bracket_calls(cls, lock_path, timeout_s, cover_path, budget)
+            what = "start:" + _step
+            phase = gpu_lease.memory_phase_at(
+                lock_path, gpu_lease.ALLOCATE, timeout_s, what=what, declared=budget.of(what), rule=budget.rule
+            )
+            with phase as waited:
                 begin = time.monotonic()
                 result = _original(self, *args, **kwargs)
                 held = time.monotonic() - begin
@@ -116,14 +133,38 @@ def bracket(
         setattr(method, _WRAPPED, True)
         method.__name__ = step
         setattr(owner, step, method)
-    bracket_calls(owner, lock_path, timeout_s, cover_path)
+    bracket_calls(owner, lock_path, timeout_s, cover_path, budget)
 
 
-def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | None = None) -> None:
+# The pools a worker maps (CuMemAllocator's tags): a sleep frees sleep_frees_bytes only from all of them.
+_POOLS = frozenset({"weights", "kv_cache"})
+_ASLEEP = "__sleepwake_asleep__"  # on the worker: the pools its last sleep unmapped and no wake mapped back
+
+
+def _declared(self, what: str, budget) -> int | None:
+    """What the call's phase declares: a sleep its allowance while the worker is fully awake, else
+    nothing (a sleep of a sleeping or half-woken worker frees less than its figure); a wake or reload its size."""
+    if what == "sleep":
+        return budget.sleep_allowance if not getattr(self, _ASLEEP, frozenset()) else 0
+    return budget.of(what)
+
+
+def _track_pools(self, what: str, args, kwargs, ok: bool) -> None:
+    if what == "sleep":
+        setattr(self, _ASLEEP, _POOLS)  # a failed sleep may have unmapped some: assume all
+    elif what == "wake" and ok:
+        tags = kwargs.get("tags", args[0] if args else None)
+        setattr(self, _ASLEEP, frozenset() if tags is None else getattr(self, _ASLEEP, frozenset()) - set(tags))
+
+
+def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | None = None, budget=None) -> None:
     """Makes our wrapper the outermost of each of owner's CALLS: the call runs inside its phase unless the
     server's client covers it (gpu_lease.covered), and logs a MARK record {"call", "waited_s", "held_s",
-    "covered"}, from which the launcher counts the waits (VllmServer.timings)."""
-    from tools.launcher import gpu_lease
+    "covered"}, with VLLM_ASSERT_KEY where vLLM's sleep check failed, from which the launcher counts
+    the waits and the asserts (VllmServer.timings)."""
+    from tools.launcher import gpu_lease, memory_budget
+
+    budget = budget or memory_budget.Budget("kinds", {}, 0)
 
     for name, (kind, what) in CALLS.items():
         original = getattr(owner, name, None)
@@ -134,28 +175,41 @@ def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | Non
             if getattr(_inside, "held", False):  # a wrapper of ours outside this one holds the phase
                 return _original(self, *args, **kwargs)
             covered = gpu_lease.covered(cover_path, _kind) if cover_path else False
+            declared = _declared(self, _what, budget)
             phase = (
                 contextlib.nullcontext(0.0)
                 if covered
-                else gpu_lease.memory_phase_at(lock_path, _kind, timeout_s, what=_what)
+                else gpu_lease.memory_phase_at(
+                    lock_path, _kind, timeout_s, what=_what, declared=declared, rule=budget.rule
+                )
             )
+            tripped = None
             with phase as waited:
                 _inside.held = True
                 begin = time.monotonic()
+                ok = False
                 try:
                     result = _original(self, *args, **kwargs)
+                    ok = True
+                except AssertionError as e:
+                    tripped = str(e) if VLLM_SLEEP_ASSERT in str(e) else None
+                    raise
                 finally:
                     _inside.held = False
-                held = time.monotonic() - begin
-            _mark(
-                {
-                    "call": _what,
-                    "waited_s": round(waited, 4),
-                    "held_s": round(held, 4),
-                    "covered": covered,
-                    "pid": os.getpid(),
-                }
-            )
+                    _track_pools(self, _what, args, kwargs, ok)
+                    held = time.monotonic() - begin
+                    record = {
+                        "call": _what,
+                        "waited_s": round(waited, 4),
+                        "held_s": round(held, 4),
+                        "covered": covered,
+                        "declared": declared,
+                        "pid": os.getpid(),
+                    }
+                    if tripped is not None:
+                        record[VLLM_ASSERT_KEY] = tripped
+                    if ok or tripped is not None:
+                        _mark(record)
             return result
 
         call.__name__ = name
@@ -191,6 +245,13 @@ def register() -> None:
         return
     timeout_s = float(os.environ.get(ENV_TIMEOUT, "600"))
     cover_path = os.environ.get(ENV_COVER) or None
-    patch_when_imported(
-        TARGET, lambda module: bracket(module.Worker, lock_path, timeout_s, cover_path=cover_path), key=__name__
-    )
+    budget_text = os.environ.get(ENV_BUDGET)
+
+    def patch(module) -> None:
+        _launcher_on_path()
+        from tools.launcher import memory_budget
+
+        budget = memory_budget.Budget.from_env(budget_text) if budget_text else None
+        bracket(module.Worker, lock_path, timeout_s, cover_path=cover_path, budget=budget)
+
+    patch_when_imported(TARGET, patch, key=__name__)

@@ -409,6 +409,7 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
         "start_s",
         "memory_phase_wait_s",
         "memory_phases",
+        "sleep_asserts",
         "stop_s",
         "start_cpu_s",
         "serve_cpu_s",
