@@ -22,6 +22,7 @@ from tests.core import (
     expect,
     liveness,
     measure,
+    memory_budget,
     metrics,
     oracle,
     releases,
@@ -39,9 +40,10 @@ from tools.launcher.interface import Server
 
 @functools.lru_cache(maxsize=1)
 def _cell() -> cells.CellSpec | str:
-    """The cell of this test process, or why the environment configures none."""
+    """The cell of this test process, or why the environment configures none. Its servers declare their
+    memory phases from the suite's data (tests/core/memory_budget.py)."""
     try:
-        return cells.cell_from_env()
+        return memory_budget.budgeted(cells.cell_from_env())
     except ConfigError as e:
         return str(e)
 

@@ -1,0 +1,132 @@
+"""What a server's phases declare under the rule bytes: the sizes from its configuration
+(memory_budget.of_config), and the plugin's claims inside the worker (phase_plugin), where a sleep
+declares its allowance only from fully awake and a sleep that vLLM's own check fails is marked."""
+
+import dataclasses
+import json
+import os
+import struct
+
+import pytest
+
+from tools.launcher import gpu_lease, memory_budget, memory_claims
+from tools.launcher.config import ServerConfig
+from tools.launcher.phase_plugin import sleepwake_memory_phase as plugin
+
+GIB = 1 << 30
+
+
+def _write_safetensors(path, shapes):
+    """A bf16 safetensors file of these tensor shapes; returns its tensor bytes (2 a value)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in shapes.items():
+        size = 2
+        for dim in shape:
+            size *= dim
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + bytes(offset))
+    return offset
+
+
+def test_the_declared_sizes_come_from_the_configuration(tmp_path):
+    weights = _write_safetensors(tmp_path / "model-1.safetensors", {"a": (64, 32), "b": (7,)})
+    weights += _write_safetensors(tmp_path / "model-2.safetensors", {"c": (3, 5)})
+    assert weights == 2 * (64 * 32 + 7 + 15)
+    config = ServerConfig(
+        kv_cache_bytes=2 * GIB, memory_phase_margin=0.5, sleep_frees_bytes=3 * GIB, step_overhead_bytes=GIB
+    )
+    budget = memory_budget.of_config(config, str(tmp_path))
+    assert budget.rule == memory_claims.BYTES and budget.sleep_allowance == 3 * GIB // 2
+    assert budget.declared == {
+        "start:init_device": GIB,
+        "start:load_model": GIB + weights,
+        "start:determine_available_memory": GIB,
+        "start:initialize_from_config": GIB + 2 * GIB,
+        "start:compile_or_warm_up_model": GIB,
+        "wake": weights + 2 * GIB,
+        "reload": weights + GIB,
+    }
+    assert memory_budget.Budget.from_env(budget.to_env()) == budget
+    # Unknown overhead: nothing declared, so every step keeps the kinds rule.
+    assert memory_budget.of_config(dataclasses.replace(config, step_overhead_bytes=0), str(tmp_path)).declared == {}
+
+
+def _worker_class(lock_path, seen):
+    """A stand-in for vLLM's Worker whose calls write down the claims live on the GPU's ledger."""
+
+    def look(self, what):
+        fd = os.open(lock_path, os.O_RDWR)
+        try:
+            with memory_claims.mutex(fd):
+                seen.append((what, [(c.kind, c.declared) for c in memory_claims.live(fd)]))
+        finally:
+            os.close(fd)
+
+    class Worker:
+        trip = False
+
+        def sleep(self, level=1):
+            look(self, "sleep")
+            if self.trip:
+                raise AssertionError(plugin.VLLM_SLEEP_ASSERT)
+
+        def wake_up(self, tags=None):
+            look(self, "wake")
+
+        def reload_weights(self):
+            look(self, "reload")
+
+    return Worker
+
+
+@pytest.fixture
+def bracketed(tmp_path):
+    lock = str(tmp_path / "gpu0.memory.lock")
+    seen = []
+    budget = memory_budget.Budget(memory_claims.BYTES, {"wake": 5 * GIB, "reload": GIB}, 2 * GIB)
+    worker_class = _worker_class(lock, seen)
+    plugin.bracket(worker_class, lock, timeout_s=5, budget=budget)
+    return worker_class(), seen
+
+
+def test_a_sleep_declares_its_allowance_only_from_fully_awake(bracketed):
+    worker, seen = bracketed
+    worker.sleep()
+    worker.sleep()  # asleep: frees nothing more
+    worker.wake_up(tags=["weights"])
+    worker.sleep()  # half awake: frees less than its figure
+    worker.wake_up(["weights"])
+    worker.wake_up(tags=["kv_cache"])
+    worker.sleep()  # every pool mapped back
+    worker.wake_up()
+    worker.reload_weights()
+    worker.sleep()
+    free, allocate = gpu_lease.FREE, gpu_lease.ALLOCATE
+    assert seen == [
+        ("sleep", [(free, 2 * GIB)]),
+        ("sleep", [(free, 0)]),
+        ("wake", [(allocate, 5 * GIB)]),
+        ("sleep", [(free, 0)]),
+        ("wake", [(allocate, 5 * GIB)]),
+        ("wake", [(allocate, 5 * GIB)]),
+        ("sleep", [(free, 2 * GIB)]),
+        ("wake", [(allocate, 5 * GIB)]),
+        ("reload", [(allocate, GIB)]),
+        ("sleep", [(free, 2 * GIB)]),
+    ]
+
+
+def test_a_sleep_that_fails_vllms_check_is_marked_and_counted(bracketed, capsys):
+    worker, _ = bracketed
+    worker.sleep()
+    worker.wake_up()
+    worker.trip = True
+    with pytest.raises(AssertionError, match=plugin.VLLM_SLEEP_ASSERT):
+        worker.sleep()
+    calls = plugin.read_calls(capsys.readouterr().err)
+    assert [c["call"] for c in calls] == ["sleep", "wake", "sleep"]
+    assert [c.get(plugin.VLLM_ASSERT_KEY) for c in calls] == [None, None, plugin.VLLM_SLEEP_ASSERT]
+    assert calls[0]["declared"] == 2 * GIB
