@@ -119,6 +119,8 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
                     start_mode=e.get("start_mode"),
                     # A record without the field is one server's, started and stopped by its cell.
                     launches=e.get("launches", 1),
+                    # Sleeps vLLM's own check failed (tools/launcher/timings.py); None in older logs.
+                    sleep_asserts=e.get("sleep_asserts"),
                     cpu_by_thread=e.get("cpu_by_thread") or {},
                 )
                 for e in entries
@@ -265,7 +267,7 @@ def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
     """The matrix's figures the speed targets name (report.TARGETS): Bazel's elapsed time, the median
     GPU server start, the longest GPU cell (a unit of any class of the spec: a walk shard counts as one)
     and the share of the GPU cells' time spent waiting on neighbours' memory phases, both over the
-    time the cells held their slots (held_s); None where unknown."""
+    time the cells held their slots (held_s), and the sleeps vLLM's own check failed; None where unknown."""
     gpu = [u for u in gpu_units(units) if class_of(u["cell"]) in matrix.SLEEP_WAKE_CLASSES]
     held, waits = _held_and_waits(gpu)
     return {
@@ -273,7 +275,15 @@ def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
         "matrix_start_median_s": summarise(t["start_s"] for t in gpu_timings(gpu) if t["launches"]).get("median_s"),
         "longest_cell_s": round(max(held_s(u) for u in gpu), 1) if gpu else None,
         "wait_share": round(waits / held, 3) if held else None,
+        # vLLM's "Memory usage increased after sleeping." in the GPU cells' servers: a neighbour's
+        # allocation landed in a sleep the memory-phase rule let it overlap. None where none was counted.
+        "sleep_asserts": _sleep_asserts(gpu),
     }
+
+
+def _sleep_asserts(gpu: list[dict]) -> int | None:
+    counted = [t["sleep_asserts"] for t in gpu_timings(gpu) if t.get("sleep_asserts") is not None]
+    return sum(counted) if counted else None
 
 
 def floor(

@@ -207,9 +207,11 @@ def test_a_door_cell_is_read_as_its_class_and_its_door(tmp_path):
 
 
 def test_matrix_measures_take_the_longest_gpu_unit_and_the_wait_share_of_the_time_in_a_slot(tmp_path):
-    _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0, memory_phase_wait_s=5.0))
+    _unit(
+        tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0, memory_phase_wait_s=5.0, sleep_asserts=1)
+    )
     # 90 s waiting for a slot before it ran: its time is the 41 s it held one.
-    _unit(tmp_path, "flags_mrv2_graph", 131.0, _timing("zygote", start_s=12.0, lease_wait_s=90.0))
+    _unit(tmp_path, "flags_mrv2_graph", 131.0, _timing("zygote", start_s=12.0, lease_wait_s=90.0, sleep_asserts=0))
     _unit(
         tmp_path, "state_walk_mrv2_eager/shard_2_of_6", 134.0, _timing("zygote", start_s=24.0, memory_phase_wait_s=34.7)
     )
@@ -222,6 +224,7 @@ def test_matrix_measures_take_the_longest_gpu_unit_and_the_wait_share_of_the_tim
         "matrix_start_median_s": 12.0,
         "longest_cell_s": 134.0,
         "wait_share": round(39.7 / (23.1 + 41.0 + 134.0), 3),
+        "sleep_asserts": 1,  # counted where recorded (the walk shard's record predates the count)
     }
     _unit(tmp_path, "latency_mrv1_eager", 190.0, _timing("zygote", lease_wait_s=50.0))
     assert bazel_runs.matrix_measures(bazel_runs.test_units(str(tmp_path)), None)["longest_cell_s"] == 140.0
