@@ -26,7 +26,7 @@ def budgeted(cell: CellSpec, path: str = DATA_FILE) -> CellSpec:
     """The cell with its configuration's memory_phase_margin, sleep_frees_bytes and step_overhead_bytes
     from the data, where its environment set none (0)."""
     config, figures = cell.config, data(path)
-    values = {
+    values: dict[str, object] = {
         "memory_phase_margin": float(figures["margin"]["value"]),
         "sleep_frees_bytes": int(
             thresholds.get(figures["sleep_frees"]["threshold"], cell.id)
@@ -35,4 +35,4 @@ def budgeted(cell: CellSpec, path: str = DATA_FILE) -> CellSpec:
         "step_overhead_bytes": int(thresholds.get(figures["step_overhead"]["threshold"], cell.id)),
     }
     unset = {name: value for name, value in values.items() if not getattr(config, name)}
-    return dataclasses.replace(cell, config=dataclasses.replace(config, **unset))
+    return dataclasses.replace(cell, config=dataclasses.replace(config, **unset))  # type: ignore[arg-type]

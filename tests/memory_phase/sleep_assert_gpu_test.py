@@ -10,7 +10,8 @@ did not shrink across the sleep ("Memory usage increased after sleeping."). A ne
   * under the rule, declaring a quarter of the sleep's allowance: it is admitted inside the sleep's window,
     and the sleep still passes vLLM's check.
 The sizes: the server's own bytes as NVML reads them before the sleep, and the allowance from the suite's
-data (tests/core/memory_budget.py). GPU only (tag gpu): bazel test --config=gpu //tests/memory_phase:sleep_assert_gpu_test
+data (tests/core/memory_budget.py). GPU only (tags gpu, manual), run alone on its GPU:
+    bazel test --config=gpu //tests/memory_phase:sleep_assert_gpu_test
 """
 
 from __future__ import annotations

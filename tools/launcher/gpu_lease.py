@@ -322,9 +322,10 @@ def memory_phase(
     reloads) overlap each other, FREE phases (sleeps) overlap each other, and the two kinds never
     overlap (rule KINDS). With rule BYTES a FREE and ALLOCATEs overlap while the allocations' declared
     bytes stay below the sleep's (memory_claims.admits): declared, an ALLOCATE's size or a FREE's
-    allowance, margin x the bytes it frees (memory_budget.py); undeclared, the old rule. A FREE that waits keeps new ALLOCATEs out, so a sleep waits for the allocations already
-    under way only (a wake or reload passes while a start step, which the sleep waits for anyway, is
-    inside: passes_waiting_free). RELEASE (a teardown) overlaps both: freeing cannot break a neighbour's check.
+    allowance, margin x the bytes it frees (memory_budget.py); undeclared, the old rule. A FREE that
+    waits keeps new ALLOCATEs out, so a sleep waits for the allocations already under way only (a wake
+    or reload passes while a start step, which the sleep waits for anyway, is inside:
+    passes_waiting_free). RELEASE (a teardown) overlaps both: freeing cannot break a neighbour's check.
     EXCLUSIVE, for a window that reads device-wide memory itself (the immediacy oracle, the latency
     samples), overlaps nothing. A lease alone on its GPU needs no lock.
     poll_s is short because each sleep waits at least one poll once the phase frees. what: what the

@@ -72,4 +72,3 @@ def of_config(config, model_dir: str) -> Budget:
         declared["reload"] = pools["weights"] + overhead
     allowance = int(config.memory_phase_margin * config.sleep_frees_bytes)
     return Budget(config.memory_phase_rule, declared, allowance)
-

@@ -207,9 +207,7 @@ def test_a_door_cell_is_read_as_its_class_and_its_door(tmp_path):
 
 
 def test_matrix_measures_take_the_longest_gpu_unit_and_the_wait_share_of_the_time_in_a_slot(tmp_path):
-    _unit(
-        tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0, memory_phase_wait_s=5.0, sleep_asserts=1)
-    )
+    _unit(tmp_path, "flags_mrv1_eager", 23.1, _timing("zygote", start_s=10.0, memory_phase_wait_s=5.0, sleep_asserts=1))
     # 90 s waiting for a slot before it ran: its time is the 41 s it held one.
     _unit(tmp_path, "flags_mrv2_graph", 131.0, _timing("zygote", start_s=12.0, lease_wait_s=90.0, sleep_asserts=0))
     _unit(

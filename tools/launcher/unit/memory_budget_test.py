@@ -18,7 +18,8 @@ GIB = 1 << 30
 
 def _write_safetensors(path, shapes):
     """A bf16 safetensors file of these tensor shapes; returns its tensor bytes (2 a value)."""
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
+    offset = 0
     for name, shape in shapes.items():
         size = 2
         for dim in shape:
@@ -85,7 +86,7 @@ def _worker_class(lock_path, seen):
 @pytest.fixture
 def bracketed(tmp_path):
     lock = str(tmp_path / "gpu0.memory.lock")
-    seen = []
+    seen: list = []
     budget = memory_budget.Budget(memory_claims.BYTES, {"wake": 5 * GIB, "reload": GIB}, 2 * GIB)
     worker_class = _worker_class(lock, seen)
     plugin.bracket(worker_class, lock, timeout_s=5, budget=budget)

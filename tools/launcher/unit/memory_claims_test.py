@@ -22,8 +22,10 @@ GIB = 1 << 30
 @pytest.fixture
 def leases(tmp_path):
     held = [gpu_lease.acquire(["0"], str(tmp_path), slots_per_gpu=3, timeout_s=1) for _ in range(3)]
+    assert all(held)
     yield held
     for lease in held:
+        assert lease is not None
         lease.release()
 
 
