@@ -202,8 +202,10 @@ class ServerConfig:
         " between; start, from launch to GET /health.",
         choices=MEMORY_PHASE_SCOPES,
     )
+    # kinds by default: the one main job run under bytes (tools/bench/runs.jsonl, commit 5a166c9) failed
+    # two immediacy cells whose device-wide readings came out short, which no run under kinds has shown.
     memory_phase_rule: str = _setting(
-        memory_claims.BYTES,
+        memory_claims.KINDS,
         "On a shared GPU, when a sleep may overlap allocations (tools/launcher/memory_claims.py): bytes,"
         " while the allocations' declared bytes stay below the sleep's allowance (memory_phase_margin x"
         " sleep_frees_bytes), as narrow as vLLM's own check that free memory did not shrink across the"
