@@ -334,7 +334,14 @@ IN_FLIGHT = {
 # included (async_llm.py abort of the parent's child requests, parallel_sampling.py); a whole request
 # then answers 200 with the tokens it had (completion/serving.py keeps "abort" as the finish reason).
 WHOLE, N4, TWO = "whole", "n4", "two"
-IN_FLIGHT_REQUESTS = {0: (), 1: ((True, 1),), 2: ((True, 1),), WHOLE: ((False, 1),), N4: ((True, 4),), TWO: ((True, 1),) * 2}
+IN_FLIGHT_REQUESTS = {
+    0: (),
+    1: ((True, 1),),
+    2: ((True, 1),),
+    WHOLE: ((False, 1),),
+    N4: ((True, 4),),
+    TWO: ((True, 1),) * 2,
+}
 
 
 def in_flight_choices(kind) -> int:

@@ -348,13 +348,7 @@ RESUME = Operation("resume")
 
 ALL = (
     [Operation(name) for name in GENERATES]
-    + [
-        sleep(level, mode, n)
-        for level in model.LEVELS
-        for mode in MODES
-        for n in IN_FLIGHT
-        if n != 2 or mode == "wait"
-    ]
+    + [sleep(level, mode, n) for level in model.LEVELS for mode in MODES for n in IN_FLIGHT if n != 2 or mode == "wait"]
     + [wake(tags) for tags in WAKE_TAGS]
     + [reload(path) for path in RELOAD_PATHS]
     + [RESET_PREFIX_CACHE, RESET_PREFIX_CACHE_RUNNING]

@@ -665,7 +665,9 @@ class GpuSubject:
     def _every_choice_ended(self, result, what: str) -> None:
         """Each choice of an aborted n > 1 request that streamed a token reports its end, "abort" (the
         parent's abort reaches every child: parallel_sampling.py, #45326)."""
-        unended = [i for i, (ids, reason) in enumerate(zip(result.token_ids, result.finish_reasons)) if ids and not reason]
+        unended = [
+            i for i, (ids, reason) in enumerate(zip(result.token_ids, result.finish_reasons)) if ids and not reason
+        ]
         oracle.holds(
             "requests.clean_end",
             not unended and all(r in ("abort", None) for r in result.finish_reasons),
