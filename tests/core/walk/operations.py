@@ -120,6 +120,21 @@ NOT_MODELLED = {
         "with the /pause itself mid-decode: test_rl_recipes.py test_openrlhf_partial_rollout and "
         "test_skyrl_fully_async"
     ),
+    "a client cancelling a request that waits in the queue (closing its connection while scheduling is paused)": (
+        "vLLM's server aborts a request whose client went away (the stream's generator closes, a whole request's "
+        "handler is cancelled), which would take it out of the state's queued requests; the walk's client sends "
+        "the waiting requests through requests on a thread pool, and a connection blocked in a read cannot be "
+        "closed from the walk's thread, so the walk has no way to make the call yet (a client that streams each "
+        "waiting request and stops reading is the way: not built); no test makes it"
+    ),
+    "vllm.LLM.enqueue / wait_for_completion (a request queued on the llm doors while the engine sleeps)": (
+        "the door host serves vllm.LLM through LLM.generate, one call at a time (door_host.CANNOT "
+        "concurrent_calls), so a request sent while scheduling is paused would hold the door's only call and "
+        "no wake could follow it: those pairs are the llm doors' meaningless ones. enqueue returns at once and "
+        "wait_for_completion steps the engine until the queue drains, which the door host does not expose as a "
+        "route; tests/engine/test_llm_door.py drives them on the engine tier (a level-0 sleep holds an enqueued "
+        "request, a keep freezes it and it resumes, an abort sleep ends it as pinned)"
+    ),
     "a push while a request decodes (NeMo-RL's in-flight weight update)": (
         "the walk pushes between steps, where no request runs (a request frozen or waiting under a pause does "
         "meet the push: its end after the resume is judged); test_rl_recipes.py "

@@ -312,7 +312,9 @@ class GpuSubject:
         c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
         self._judge_long(c, s, model.hits_cache(s, "long"), where)
 
-    def _judge_long(self, c, s: State, hits: bool, where: str) -> None:
+    def _judge_long(self, c, s: State, hits: bool | None, where: str) -> None:
+        """The long prompt's answer: its golden where the model predicts one, and (hits not None) whether it
+        hit cached blocks."""
         golden = model.golden_of(s, "long")
         if golden is None:
             self._unpredicted(c, 1, f"walk {where}: the long prompt")
@@ -324,12 +326,13 @@ class GpuSubject:
                 step=f"walk {where}",
                 oracle_id=model.golden_oracle(golden),
             )
-        oracle.equal(
-            "prefix_cache.hit_iff_cached",
-            bool(c.cached_tokens),
-            hits,
-            f"walk {where}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})",
-        )
+        if hits is not None:
+            oracle.equal(
+                "prefix_cache.hit_iff_cached",
+                bool(c.cached_tokens),
+                hits,
+                f"walk {where}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})",
+            )
 
     def _generate_n4(self, op, s: State, where: str) -> None:
         got = self.ctx.client.complete(
@@ -733,9 +736,10 @@ class GpuSubject:
         if o.kind == "held" and o.n > 1:
             self._every_choice_ended(value, what)
 
-    def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None) -> None:
+    def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None):
         """A request that waited ran once scheduling resumed in `state` (or a wait sleep drained it): it
-        ends by length, with its checkpoint's golden where the model predicts one."""
+        ends by length, with its checkpoint's golden where the model predicts one. Returns what a long
+        prompt answered (its cached tokens are judged with the others': model.long_prompts_hit), else None."""
         value, _ = self._end_of(o, f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed")
         what = f"walk {where}: the {o.kind} request ({o.op_name}) that waited"
         if o.kind == "held":
@@ -768,8 +772,8 @@ class GpuSubject:
         elif o.op_name == "generate_n4":
             self._judge_n4(value, golden, what)
         elif o.kind == "long":
-            hits = prefix_at_resume is not None
-            self._judge_long(value, waited, hits, where)
+            self._judge_long(value, waited, None, where)  # its hit: counted with the others (_run_waiting)
+            return value
         elif golden is None:
             self._unpredicted(value, 1, what)
         else:
@@ -793,8 +797,16 @@ class GpuSubject:
         if after.paused or not self.open:
             return
         waiting, self.open = self.open, []
-        for o in waiting:
-            self._resumed(o, after, where, prefix_at_resume=s.prefix)
+        longs = [self._resumed(o, after, where, prefix_at_resume=s.prefix) for o in waiting]
+        longs = [c for c in longs if c is not None]
+        if longs:
+            oracle.equal(
+                "prefix_cache.hit_iff_cached",
+                sum(bool(c.cached_tokens) for c in longs),
+                model.long_prompts_hit(len(longs), s.prefix is not None),
+                f"walk {where}: the long prompts that waited with cached tokens "
+                f"({[c.cached_tokens for c in longs]!r}) in ({s.describe()})",
+            )
 
     def reload(self, op, s: State, after: State, where: str) -> None:
         path = op.params[0]
