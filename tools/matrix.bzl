@@ -152,7 +152,7 @@ FAKE_TIER_CELLS = {
     "rl_recipes": ["mrv1_eager"],
     "scheduler_gate": ["mrv1_eager"],
     "staged_wake_cycles": ["mrv1_eager"],
-    # The walk's model checked against the fake: every shard's pairs, in one target.
+    # The walk's model checked against the fake: every shard's pairs, in one target split as its GPU cells are.
     "state_walk": ["mrv1_eager"],
     "weight_sync": ["mrv1_eager"],
 }
