@@ -110,10 +110,10 @@ GOLDEN_CLASSES = {
 # the smallest that deals no shard more than two walks: a shard dealt none would start a server for nothing.
 SHARD_COUNTS = {
     "state_walk": {
-        "http": {"eager": 31, "graph": 31},
-        "async_llm": {"graph": 31},
-        "llm": {"graph": 11},
-        "llm_colocate": {"graph": 10},
+        "http": {"eager": 117, "graph": 116},
+        "async_llm": {"graph": 116},
+        "llm": {"graph": 19},
+        "llm_colocate": {"graph": 17},
     },
 }
 
