@@ -289,8 +289,6 @@ class Operation:
                     ids.append(model.golden_oracle(state))
                 outcome = model.in_flight_outcome(mode, level)
                 ids += outcome.oracles
-                if model.in_flight_choices(in_flight) > 1:
-                    ids.append("requests.clean_end")  # every choice reports its end
                 if outcome.ends == "held" or in_flight == 2:  # the held one, the one arriving in the drain
                     ids.append(model.held_oracle(after))
                 elif not (after.held or after.queued):
