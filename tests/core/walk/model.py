@@ -344,11 +344,6 @@ IN_FLIGHT_REQUESTS = {
 }
 
 
-def in_flight_choices(kind) -> int:
-    """The most choices one request of a sleep's in-flight kind (IN_FLIGHT_REQUESTS) has."""
-    return max((n for _, n in IN_FLIGHT_REQUESTS[kind]), default=0)
-
-
 def in_flight_outcome(mode: str, level: int) -> InFlight:
     if mode not in IN_FLIGHT or level not in LEVELS:
         raise ValueError(
