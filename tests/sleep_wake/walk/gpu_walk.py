@@ -545,7 +545,7 @@ class GpuSubject:
                 for i, f in enumerate(race.flights):
                     self._judge_held_open(f.future, after, f"walk {where}: request {i} of those a keep froze")
                 # the pool the held requests run on is given back once the last of them ended
-                pools = [None] * (len(race.flights) - 1) + [stack]
+                pools: list[contextlib.ExitStack | None] = [None] * (len(race.flights) - 1) + [stack]
                 for f, pool in zip(race.flights, pools):
                     self.open.append(Open(f.future, "held", f.op_name, IN_FLIGHT, origin, pool, race.tokens, f.n))
                 return
