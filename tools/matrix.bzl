@@ -110,10 +110,10 @@ GOLDEN_CLASSES = {
 # the smallest that deals no shard more than two walks: a shard dealt none would start a server for nothing.
 SHARD_COUNTS = {
     "state_walk": {
-        "http": {"eager": 31, "graph": 31},
-        "async_llm": {"graph": 31},
-        "llm": {"graph": 11},
-        "llm_colocate": {"graph": 10},
+        "http": {"eager": 117, "graph": 116},
+        "async_llm": {"graph": 116},
+        "llm": {"graph": 19},
+        "llm_colocate": {"graph": 17},
     },
 }
 
@@ -152,7 +152,7 @@ FAKE_TIER_CELLS = {
     "rl_recipes": ["mrv1_eager"],
     "scheduler_gate": ["mrv1_eager"],
     "staged_wake_cycles": ["mrv1_eager"],
-    # The walk's model checked against the fake: every shard's pairs, in one target.
+    # The walk's model checked against the fake: every shard's pairs, in one target split as its GPU cells are.
     "state_walk": ["mrv1_eager"],
     "weight_sync": ["mrv1_eager"],
 }

@@ -6,7 +6,7 @@ where the door has them; prefix-cache resets; misuse), each step judged against 
 tests/core/walk (flags, gauge, /is_paused, health, GPU and host bytes, golden output of the serving
 checkpoint, cached tokens, how requests in flight and waiting end) by the oracles.
 
-One seeded plan (each cell its own seed, plan.cell_seed) visits every reachable (situation, operation)
+One seeded plan (each cell its own seed, plan.cell_seed) visits every reachable situation
 pair of the model; its walks are dealt out over SHARDS test classes, one per Bazel shard (tools/matrix.bzl
 SHARD_COUNTS, by the cell's front door and execution mode; pytest_main keeps a class whole in its shard, so
 each shard runs one class, one server, its share of the walks); a class fails when the steps that ran leave
@@ -185,7 +185,7 @@ def _shard_class(shard: int):
         _walk(shard, walk_context, recorder)
 
     attributes = {
-        "__doc__": f"Shard {shard} of {SHARDS} of the model's reachable (situation, operation) pairs.",
+        "__doc__": f"Shard {shard} of {SHARDS} of the model's reachable situation pairs.",
         "LEND_CHECK": staticmethod(lend_check),
         "test_walk_visits_every_pair_of_its_shard": test_walk_visits_every_pair_of_its_shard,
     }

@@ -645,7 +645,7 @@ def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
         cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == walk_gate.PARTIAL_EXIT
     )  # 2 of 21 shards: partial, never 0
     assert (
-        f"state walk HTTP · MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
+        f"state walk HTTP · MRV1-eager: 9/10 situation pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
         "100 steps; unvisited: wake:kv_cache"
     ) in capsys.readouterr().out
 
@@ -655,9 +655,7 @@ def test_a_shard_a_failure_stopped_counts_its_steps_pairs_but_not_as_a_shard(tmp
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.stopped, w.complete) == (8, 10, 1, 1, False)
     assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == walk_gate.PARTIAL_EXIT
-    assert f"8/10 (state, operation) pairs visited, 1/{WALK_SHARDS} shards (1 stopped by a failure)" in (
-        capsys.readouterr().out
-    )
+    assert f"8/10 situation pairs visited, 1/{WALK_SHARDS} shards (1 stopped by a failure)" in (capsys.readouterr().out)
     assert f"<td>1/{WALK_SHARDS} (1 stopped)</td>" in render.page(
         view.load_run(str(tmp_path), str(tmp_path), []), str(tmp_path)
     )
@@ -760,8 +758,7 @@ def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
     assert shard_count("state_walk", "graph", "llm") != WALK_SHARDS  # else this tells no count from another
     assert lines[1].startswith(
         # the door's cell expects its door's shards, not the HTTP cell's (tools/matrix.bzl SHARD_COUNTS)
-        "state walk llm · MRV2-graph: 4/5 (state, operation) pairs visited, "
-        f"1/{shard_count('state_walk', 'graph', 'llm')} "
+        f"state walk llm · MRV2-graph: 4/5 situation pairs visited, 1/{shard_count('state_walk', 'graph', 'llm')} "
     )
 
 
