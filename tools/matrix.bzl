@@ -104,14 +104,16 @@ GOLDEN_CLASSES = {
 # classes): class short name -> {front door: {execution mode: shards}}, with a count for every door and mode
 # the class's cells run on (tools/matrix.py shard_count; a class not listed runs unsplit). By door as well
 # as mode because a door reaches its own pairs, so plans its own number of walks.
-# The walk: walks of plan.MAX_STEPS are dealt whole, so a shard's time is its server's start plus its walks;
-# every shard of every door holds one or two, which keeps a cell's longest shard, its server's start
-# included, within the minute its issue asks of it (docs/design.md, "What was tried"). Each count is
-# the smallest that deals no shard more than two walks: a shard dealt none would start a server for nothing.
+# The walk: a cell's tour is cut into one walk a shard (tests/core/walk/plan.py split), so a shard's time is
+# its server's start plus its walk. Each count is the fewest shards whose longest walk, by the steps' GPU
+# seconds (tests/core/walk/step_seconds.json), is no longer than the longest shard of the plan before the
+# tour (two walks of at most 40 steps), which kept a cell's longest shard, its server's start included,
+# within the minute its issue asks of it (docs/design.md, "What was tried"), and at least one a terminal
+# probe (tests/core/walk/unit/plan_unit_test.py checks both).
 SHARD_COUNTS = {
     "state_walk": {
-        "http": {"eager": 31, "graph": 31},
-        "async_llm": {"graph": 31},
+        "http": {"eager": 26, "graph": 26},
+        "async_llm": {"graph": 29},
         "llm": {"graph": 11},
         "llm_colocate": {"graph": 10},
     },

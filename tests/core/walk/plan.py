@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import itertools
 import json
 import os
 import random
@@ -419,7 +418,7 @@ def shortest_path(src: State, dst: State, door: str = HTTP) -> list | None:
 def standing(state: State) -> Situation:
     """Where a state stands, whatever comes next: its situation for an operation that adds nothing of its
     own to it (a prefix-cache reset). The tour's nodes (plan_tour)."""
-    return situation(state, ops.reload())
+    return situation(state, ops.RESET_PREFIX_CACHE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -448,8 +447,8 @@ def _graph(door: str = HTTP) -> _Graph:
 def plan_tour(pairs, seed: int, door: str = HTTP) -> list:
     """The operations of one walk from INITIAL that visits every pair of `pairs` (a subset of
     reachable_pairs()), in few steps: the pairs ordered by a seeded Chinese-postman circuit over where states
-    stand (tour.py: a pair leads from where it is offered most to where it leads most; the fewest extra moves
-    balance them), each then reached from where the walk is by the fewest operations (breadth first, each
+    stand (tour.postman: each pair from a node it is offered at to one it leads to, the fewest moves between
+    them), each then reached from where the walk is by the fewest operations (breadth first, each
     state's operations in an order the seed shuffles), every pair on the way counting."""
     todo = set(pairs)
     unknown = todo - _reachable_pairs(door)
@@ -469,12 +468,12 @@ def plan_tour(pairs, seed: int, door: str = HTTP) -> list:
                 offered[pair][g.node[i]] += 1
                 leads[pair][g.node[j]] += 1
     ordered = sorted(todo, key=pair_key)
-    required = [(offered[p].most_common(1)[0][0], p, leads[p].most_common(1)[0][0]) for p in ordered]
+    required = [(sorted(offered[p]), p, sorted(leads[p])) for p in ordered]
     out_moves: dict = collections.defaultdict(list)
     for a, b in sorted(moves):
-        out_moves[a].append((None, b))
+        out_moves[a].append(b)
     rng = random.Random(seed)
-    circuit = tour.circuits(required + tour.deadheads(required, lambda a: out_moves[a]), g.node[0], rng)
+    circuit = tour.circuits(tour.postman(required, out_moves), g.node[0], rng)
     walk: list = []
     state = INITIAL
 
@@ -484,17 +483,13 @@ def plan_tour(pairs, seed: int, door: str = HTTP) -> list:
         rng.shuffle(edges)
         edges.sort(key=lambda edge: pair_of(at, edge[0]) not in todo)
 
-    for _, label, node in [edge for part in circuit for edge in part] + [(None, p, None) for p in ordered]:
-        if label in todo:
-            goal = lambda st, op, nxt, p=label: pair_of(st, op) == p  # noqa: E731
-            what = describe_pair(label)
-        elif node is not None and g.node[g.index[state]] != node:
-            goal = lambda st, op, nxt, n=node: g.node[g.index[nxt]] == n  # noqa: E731
-            what = f"where {g.nodes[node].describe()}"
-        else:
+    for label in [label for part in circuit for _, label, _ in part if label is not None]:
+        if label not in todo:
             continue
-        path = _path(_first_path(state, goal, order, door), f"from ({state.describe()}) to {what}")
-        STATS[("pair" if label in todo else "move", len(path))] += 1
+        path = _path(
+            _first_path(state, lambda st, op, nxt, p=label: pair_of(st, op) == p, order, door),
+            f"from ({state.describe()}) to {describe_pair(label)}",
+        )
         for op in path:
             todo.discard(pair_of(state, op))
             state = op.apply(state)
@@ -503,40 +498,45 @@ def plan_tour(pairs, seed: int, door: str = HTTP) -> list:
 
 
 def split(walk, shards: int, door: str = HTTP) -> list:
-    """`walk` (from INITIAL) as `shards` walks, each from INITIAL and home again (reset_ops), of nearly equal
-    seconds (step_millis): cut near each shard's equal part of the walk where the way there from INITIAL
-    and the way home from it are shortest, since a shard pays both."""
+    """`walk` (from INITIAL) as `shards` walks, each from INITIAL (the fewest operations to where its part
+    starts) and home again (reset_ops), the longest as short as the cuts allow in seconds (step_millis): the
+    least bound under which cutting each part as late as it fits needs no more than `shards` parts (a binary
+    search), the longest parts then halved until there are `shards`."""
     if not 1 <= shards <= max(1, len(walk)):
         raise ValueError(f"{shards} shards cannot split a walk of {len(walk)} steps; plan with fewer")
     states = [INITIAL]
     for op in walk:
         states.append(op.apply(states[-1]))
     ways = _ways_from_initial(door)
+    there = [walk_millis(ways[s]) for s in states]
+    home = [walk_millis(reset_ops(s)) for s in states]
     cost = [0]
     for op in walk:
         cost.append(cost[-1] + step_millis(op))
-    cuts = [0]
-    for k in range(1, shards):
-        ideal = cost[-1] * k / shards
-        at = min(range(len(walk) + 1), key=lambda c: abs(cost[c] - ideal))
-        lo, hi = max(cuts[-1] + 1, at - CUT_WINDOW), min(len(walk) - (shards - k), at + CUT_WINDOW)
-        window = range(lo, max(lo, hi) + 1)
-        cuts.append(
-            min(window, key=lambda c: (len(ways[states[c]]) + len(reset_ops(states[c])), abs(cost[c] - ideal), c))
-        )
-    cuts.append(len(walk))
+
+    def cuts_under(bound: int) -> list | None:
+        cuts, a = [0], 0
+        while a < len(walk):
+            fits = [b for b in range(a + 1, len(walk) + 1) if there[a] + cost[b] - cost[a] + home[b] <= bound]
+            if not fits:
+                return None
+            a = fits[-1]
+            cuts.append(a)
+        return cuts
+
+    lo, hi = 0, there[0] + cost[-1] + home[-1]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = cuts_under(mid)
+        if found is not None and len(found) - 1 <= shards:
+            hi = mid
+        else:
+            lo = mid + 1
+    cuts = cuts_under(hi) or [0, len(walk)]
+    while len(cuts) - 1 < shards:
+        k = max(range(len(cuts) - 1), key=lambda i: (cuts[i + 1] - cuts[i], -i))
+        cuts.insert(k + 1, (cuts[k] + cuts[k + 1]) // 2)
     return [ways[states[a]] + list(walk[a:b]) + reset_ops(states[b]) for a, b in zip(cuts, cuts[1:])]
-
-
-# How many of the circuit's next pairs not yet visited the walk goes to the nearest of: the circuit orders the
-# pairs where they stand, but a state holds more than where it stands (the checkpoints, a request's origin), so
-# the next pair may be farther than one after it.
-STATS = collections.Counter()
-LOOK_AHEAD = int(os.environ.get("LA", "8"))
-
-# How many steps either side of a shard's equal part a cut may move to where the ways to INITIAL and back are
-# shorter: each step moved unbalances two shards by a step's seconds.
-CUT_WINDOW = 6
 
 
 @functools.cache

@@ -2,12 +2,13 @@
 extra edges: the directed Chinese postman (Edmonds and Johnson, 1973).
 
 The walk's planner (plan.py) uses it on the model's situations: a node is where a state stands (plan.standing),
-a required edge is a pair of the cell's share, from where it is offered to where it leads. A node whose
-required edges lead in more often than out must be left again along other edges; the fewest such deadheads
-solve a transportation problem between the nodes with surplus and those with deficit (successive shortest
-paths with potentials), each unit along a shortest path. Required and deadhead edges together are balanced,
-so an Eulerian circuit through them exists where they are connected (Hierholzer); the seed orders each
-node's edges, so two seeds walk other orders between the same pairs.
+a required edge is a pair of the cell's share, from one of the nodes it is offered at to one of those it leads
+to. A node whose required edges lead in more often than out must be left again along other edges (moves); the
+choice of each pair's ends and the fewest moves come from one minimum-cost flow (postman: successive shortest
+paths with potentials) from every pair's arrival to some pair's departure. Required edges and moves together
+are balanced, so Eulerian circuits through them exist (Hierholzer); the seed orders each node's edges, so two
+seeds walk other orders between the same pairs. The circuit's length is the least of the relaxation, which
+lets a pair lead from any node it is offered at to any it may lead to: a floor under every walk of the pairs.
 
 Generic on purpose: nodes are any hashable values, edges (node, label, node), and every order comes from the
 callers' lists, never from hash order, so a seed gives one tour under any PYTHONHASHSEED.
@@ -47,108 +48,6 @@ def path_to(parent: dict, target: Hashable) -> list[Edge]:
     return edges[::-1]
 
 
-def balancing_flow(surplus: dict, deficit: dict, distance: Callable[[Hashable, Hashable], int]) -> list:
-    """[(from node, to node, units), ...] moving every unit of surplus to deficit at the least total
-    distance(from, to): the transportation problem, by successive shortest paths with potentials.
-    surplus and deficit are {node: units} with equal totals, in the callers' order."""
-    sources, sinks = list(surplus), list(deficit)
-    if sum(surplus.values()) != sum(deficit.values()):
-        raise ValueError(f"unbalanced: {sum(surplus.values())} units of surplus, {sum(deficit.values())} of deficit")
-    n_s, n_t = len(sources), len(sinks)
-    cost = [[distance(s, t) for t in sinks] for s in sources]
-    flow = [[0] * n_t for _ in sources]
-    left_s, left_t = [surplus[s] for s in sources], [deficit[t] for t in sinks]
-    # Residual nodes: 0 the super source, 1..S the sources, S+1..S+T the sinks, S+T+1 the super sink.
-    sink = n_s + n_t + 1
-    potential = [0] * (sink + 1)
-    while sum(left_s):
-        dist: list = [None] * (sink + 1)
-        prev: list = [None] * (sink + 1)
-        dist[0] = 0
-        heap = [(0, 0)]
-        while heap:
-            d, u = heapq.heappop(heap)
-            if d > dist[u]:
-                continue
-            for v, c in _residual(u, n_s, n_t, cost, flow, left_s, left_t):
-                nd = d + c + potential[u] - potential[v]
-                if dist[v] is None or nd < dist[v]:
-                    dist[v], prev[v] = nd, u
-                    heapq.heappush(heap, (nd, v))
-        if dist[sink] is None:
-            raise ValueError("no path moves the remaining surplus to a deficit: the graph is not strongly connected")
-        for v in range(sink + 1):
-            if dist[v] is not None:
-                potential[v] += dist[v]
-        path, v = [], sink
-        while v != 0:
-            path.append((prev[v], v))
-            v = prev[v]
-        units = min(_capacity(u, v, n_s, n_t, flow, left_s, left_t) for u, v in path)
-        for u, v in path:
-            if u == 0:
-                left_s[v - 1] -= units
-            elif v == sink:
-                left_t[u - n_s - 1] -= units
-            elif u <= n_s:
-                flow[u - 1][v - n_s - 1] += units
-            else:
-                flow[v - 1][u - n_s - 1] -= units
-    return [(sources[i], sinks[j], flow[i][j]) for i in range(n_s) for j in range(n_t) if flow[i][j]]
-
-
-def _residual(u, n_s, n_t, cost, flow, left_s, left_t):
-    sink = n_s + n_t + 1
-    if u == 0:
-        return [(i + 1, 0) for i in range(n_s) if left_s[i]]
-    if u <= n_s:  # a source: forward to every sink
-        return [(n_s + 1 + j, cost[u - 1][j]) for j in range(n_t)]
-    if u == sink:
-        return []
-    j = u - n_s - 1
-    out = [(i + 1, -cost[i][j]) for i in range(n_s) if flow[i][j]]
-    if left_t[j]:
-        out.append((sink, 0))
-    return out
-
-
-def _capacity(u, v, n_s, n_t, flow, left_s, left_t):
-    sink = n_s + n_t + 1
-    if u == 0:
-        return left_s[v - 1]
-    if v == sink:
-        return left_t[u - n_s - 1]
-    if u <= n_s:
-        return float("inf")
-    return flow[v - 1][u - n_s - 1]
-
-
-def deadheads(required: list[Edge], out_edges: Callable[[Hashable], Iterable]) -> list[Edge]:
-    """The fewest extra edges [(node, None, next node), ...] that balance `required`: every unit of imbalance
-    along a shortest path (shortest_paths over out_edges)."""
-    balance: collections.Counter = collections.Counter()
-    order: dict = {}
-    for node, _, nxt in required:
-        order.setdefault(node, None)
-        order.setdefault(nxt, None)
-        balance[node] -= 1
-        balance[nxt] += 1
-    # More edges in than out: the tour must leave along extra edges (a surplus of arrivals).
-    surplus = {n: balance[n] for n in order if balance[n] > 0}
-    deficit = {n: -balance[n] for n in order if balance[n] < 0}
-    trees = {s: shortest_paths(s, out_edges) for s in surplus}
-
-    def distance(s, t) -> int:
-        if t not in trees[s]:
-            raise ValueError("a node with missing departures cannot reach one with missing arrivals")
-        return len(path_to(trees[s], t))
-
-    extra = []
-    for s, t, units in balancing_flow(surplus, deficit, distance):
-        extra += [(a, None, b) for a, _, b in path_to(trees[s], t)] * units
-    return extra
-
-
 def circuits(edges: list[Edge], start: Hashable, rng: random.Random) -> list[list[Edge]]:
     """The edges of a balanced multigraph as closed circuits (Hierholzer), each node's edges in an order the
     rng shuffles: the first from start, then one from the first node (in edges' order) of each part the
@@ -177,3 +76,93 @@ def circuits(edges: list[Edge], start: Hashable, rng: random.Random) -> list[lis
     if sum(map(len, found)) != len(edges):
         raise ValueError(f"the circuits take {sum(map(len, found))} of {len(edges)} edges: the graph is not balanced")
     return found
+
+
+def min_cost_flow(n: int, arcs: list, source: int, sink: int) -> list:
+    """The flow on each arc [(from, to, capacity, cost), ...] (nodes 0..n-1, capacity None: unbounded, cost >= 0)
+    of a maximum flow from source to sink at the least cost: successive shortest paths with potentials
+    (Dijkstra on reduced costs), each pushing as much as its path carries."""
+    to: list = []
+    cap: list = []
+    cost: list = []
+    out: list = [[] for _ in range(n)]
+    for u, v, c, w in arcs:
+        for a, b, cc, ww in ((u, v, INFINITE if c is None else c, w), (v, u, 0, -w)):
+            out[a].append(len(to))
+            to.append(b)
+            cap.append(cc)
+            cost.append(ww)
+    potential = [0] * n
+    while True:
+        dist: list = [None] * n
+        via: list = [None] * n
+        dist[source] = 0
+        heap = [(0, source)]
+        while heap:
+            d, u = heapq.heappop(heap)
+            if d > dist[u]:
+                continue
+            for e in out[u]:
+                if cap[e] <= 0:
+                    continue
+                v = to[e]
+                nd = d + cost[e] + potential[u] - potential[v]
+                if dist[v] is None or nd < dist[v]:
+                    dist[v], via[v] = nd, e
+                    heapq.heappush(heap, (nd, v))
+        if dist[sink] is None:
+            break
+        for v in range(n):
+            if dist[v] is not None:
+                potential[v] += dist[v]
+        path, v = [], sink
+        while v != source:
+            e = via[v]
+            path.append(e)
+            v = to[e ^ 1]
+        units = min(cap[e] for e in path)
+        for e in path:
+            cap[e] -= units
+            cap[e ^ 1] += units
+    return [cap[2 * k + 1] for k in range(len(arcs))]
+
+
+INFINITE = 1 << 40
+
+
+def postman(required: list, moves: dict) -> list[Edge]:
+    """A balanced multigraph over every required edge at the fewest moves: required is [(sources, label,
+    targets), ...], each label offered at any node of sources and leading to any of targets (a relaxation: the
+    caller's states decide which), moves {node: [next node, ...]} the one-step moves. Returns each label's edge
+    (source, label, target) as chosen, then the moves [(node, None, next node), ...] that balance them: a
+    minimum-cost flow from every label's arrival to some label's departure, a move costing one."""
+    nodes = list(dict.fromkeys([n for s, _, t in required for n in (*s, *t)] + [n for a in moves for n in (a, *moves[a])]))
+    at = {n: k for k, n in enumerate(nodes)}
+    arrive = list(dict.fromkeys(tuple(t) for _, _, t in required))  # labels grouped by where they may lead
+    depart = list(dict.fromkeys(tuple(s) for s, _, _ in required))  # and by where they are offered
+    count_a = collections.Counter(tuple(t) for _, _, t in required)
+    count_d = collections.Counter(tuple(s) for s, _, _ in required)
+    source, sink = len(nodes) + len(arrive) + len(depart), len(nodes) + len(arrive) + len(depart) + 1
+    arcs: list = []
+    for g, targets in enumerate(arrive):
+        arcs.append((source, len(nodes) + g, count_a[targets], 0))
+        arcs += [(len(nodes) + g, at[t], None, 0) for t in targets]
+    for g, sources in enumerate(depart):
+        arcs += [(at[s], len(nodes) + len(arrive) + g, None, 0) for s in sources]
+        arcs.append((len(nodes) + len(arrive) + g, sink, count_d[sources], 0))
+    first_move = len(arcs)
+    arcs += [(at[a], at[b], None, 1) for a in moves for b in moves[a] if a != b]
+    flow = min_cost_flow(len(nodes) + len(arrive) + len(depart) + 2, arcs, source, sink)
+    if flow[0 : len(arcs)] and sum(flow[k] for k, arc in enumerate(arcs) if arc[0] == source) != len(required):
+        raise ValueError("no moves carry every arrival to a departure: the nodes are not strongly connected")
+    # Each group's units, node by node, to its labels in the callers' order.
+    lands: dict = collections.defaultdict(list)
+    leaves: dict = collections.defaultdict(list)
+    for k, (u, v, _, _) in enumerate(arcs[:first_move]):
+        if flow[k] and len(nodes) <= u < len(nodes) + len(arrive):
+            lands[arrive[u - len(nodes)]] += [nodes[v]] * flow[k]
+        if flow[k] and len(nodes) + len(arrive) <= v < source:
+            leaves[depart[v - len(nodes) - len(arrive)]] += [nodes[u]] * flow[k]
+    chosen = [(leaves[tuple(s)].pop(), label, lands[tuple(t)].pop()) for s, label, t in required]
+    extra = [(nodes[u], None, nodes[v]) for k, (u, v, _, _) in enumerate(arcs) if k >= first_move for _ in range(flow[k])]
+    return chosen + extra
