@@ -147,7 +147,7 @@ def cell_goldens(classes, runner, mode, fake_cell = None):
             data.append(label)
     return env, data
 
-def cell_walk_plan(classes, runner, mode, door):
+def cell_walk_plan(classes, runner, mode, door, alone = False):
     """The env and data that give a walk cell its plan, written ahead (tests/core/walk/write_plan.py).
 
     Args:
@@ -155,14 +155,17 @@ def cell_walk_plan(classes, runner, mode, door):
       runner: the cell's model runner.
       mode: the cell's execution mode.
       door: the cell's front door.
+      alone: the cell runs without its door's other cells (the fake tier's, the mutants'), so it walks
+        every pair of its door (SLEEPWAKE_WALK_SHARE=door) instead of its share of the deal.
 
     Returns:
-      (env, data): SLEEPWAKE_WALK_PLAN and the plan's label, or ({}, []).
+      (env, data): SLEEPWAKE_WALK_PLAN and SLEEPWAKE_WALK_SHARE, and the plan's label, or ({}, []).
     """
     if "state_walk" not in classes:
         return {}, []
-    label = "//tests/core/walk:plan_%s_%s_%s" % (door, runner, mode)
-    return {"SLEEPWAKE_WALK_PLAN": "$(rootpath %s)" % label}, [label]
+    label = "//tests/core/walk:plan_%s_%s_%s%s" % (door, runner, mode, "_door" if alone else "")
+    env = {"SLEEPWAKE_WALK_PLAN": "$(rootpath %s)" % label, "SLEEPWAKE_WALK_SHARE": "door" if alone else "cell"}
+    return env, [label]
 
 def fake_cell_env(runner, mode, vllm_version = None, door = "http"):
     """A cell's environment with the fake server (fake_server.py) in place of vLLM's.
@@ -346,7 +349,7 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
                 version = parts[2][len("vllm"):]
             target = "%s_fake_%s" % (test_class, cell) + ("" if door == "http" else "_" + door)
             golden_env, golden_data = cell_goldens([test_class], parts[0], parts[1], cell)
-            plan_env, plan_data = cell_walk_plan([test_class], parts[0], parts[1], door)
+            plan_env, plan_data = cell_walk_plan([test_class], parts[0], parts[1], door, alone = True)
             sleepwake_py_test(
                 name = target,
                 srcs = [classes[test_class]],

@@ -444,6 +444,33 @@ def _graph(door: str = HTTP) -> _Graph:
     return _Graph(states, index, edges, tuple(at[sit] for sit in stands), nodes)
 
 
+@functools.cache
+def _postman(pairs: frozenset, door: str = HTTP) -> tuple:
+    """tour.postman over where the door's states stand: each pair of `pairs` from the nodes it is offered at
+    to those it leads to (in pair_key order), the moves any operation makes between two nodes."""
+    g = _graph(door)
+    offered: dict = collections.defaultdict(set)
+    leads: dict = collections.defaultdict(set)
+    moves: set = set()
+    for i, edges in enumerate(g.edges):
+        for _, j, pair in edges:
+            moves.add((g.node[i], g.node[j]))
+            if pair in pairs:
+                offered[pair].add(g.node[i])
+                leads[pair].add(g.node[j])
+    required = [(sorted(offered[p]), p, sorted(leads[p])) for p in sorted(pairs, key=pair_key)]
+    out_moves: dict = collections.defaultdict(list)
+    for a, b in sorted(moves):
+        out_moves[a].append(b)
+    return tuple(tour.postman(required, out_moves))
+
+
+def tour_floor(pairs, door: str = HTTP) -> int:
+    """The fewest steps of the relaxation plan_tour orders `pairs` by (tour.postman's circuit): no walk from
+    INITIAL back home over them is shorter, since each of its steps moves between where states stand."""
+    return len(_postman(frozenset(pairs), door))
+
+
 def plan_tour(pairs, seed: int, door: str = HTTP) -> list:
     """The operations of one walk from INITIAL that visits every pair of `pairs` (a subset of
     reachable_pairs()), in few steps: the pairs ordered by a seeded Chinese-postman circuit over where states
@@ -458,22 +485,8 @@ def plan_tour(pairs, seed: int, door: str = HTTP) -> list:
             "plan.reachable_pairs()"
         )
     g = _graph(door)
-    offered: dict = collections.defaultdict(collections.Counter)
-    leads: dict = collections.defaultdict(collections.Counter)
-    moves: set = set()
-    for i, edges in enumerate(g.edges):
-        for _, j, pair in edges:
-            moves.add((g.node[i], g.node[j]))
-            if pair in todo:
-                offered[pair][g.node[i]] += 1
-                leads[pair][g.node[j]] += 1
-    ordered = sorted(todo, key=pair_key)
-    required = [(sorted(offered[p]), p, sorted(leads[p])) for p in ordered]
-    out_moves: dict = collections.defaultdict(list)
-    for a, b in sorted(moves):
-        out_moves[a].append(b)
     rng = random.Random(seed)
-    circuit = tour.circuits(tour.postman(required, out_moves), g.node[0], rng)
+    circuit = tour.circuits(_postman(frozenset(todo), door), g.node[0], rng)
     walk: list = []
     state = INITIAL
 
