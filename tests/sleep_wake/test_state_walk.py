@@ -11,10 +11,10 @@ reachable (situation, operation) pairs (plan.deal: every pair that reaches the w
 decided above it, which the door's cells of a runner split); it is cut into one walk per test class, one
 per Bazel shard (tools/matrix.bzl SHARD_COUNTS, by the cell's front door and execution mode; pytest_main keeps
 a class whole in its shard, so each shard runs one class, one server, its walk); a class fails when the steps
-that ran leave one of its pairs unvisited (walk/coverage.py, every tier's verdict). Pairs where a known divergence ends a
-server's usable life are probed last, one kind per shard (plan.terminal_probes). The goldens come from the
-cell's golden actions (tests/sleep_wake/goldens: a fresh server on each checkpoint), never from the server
-under test.
+that ran leave one of its pairs unvisited (walk/coverage.py, every tier's verdict). Pairs where a known
+divergence ends a server's usable life are probed last, one kind per shard (plan.terminal_probes). The goldens
+come from the cell's golden actions (tests/sleep_wake/goldens: a fresh server on each checkpoint), never from
+the server under test.
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints), in
 the shard a --test_filter picks; a run that picks none refuses it. A cell is full only when its shards
 together walked every pair of its door that reaches the worker and ran every probe, and the door's cells

@@ -8,12 +8,12 @@ each of them. So a cell is judged on the worker's pairs by its own shards and on
 Each shard of a walk cell records what its steps visited (tests/core/walk/coverage.py, key walk_coverage):
 the door's reachable pairs it walked and those of them that reached the worker, by name, the door's pair,
 worker pair and probe counts from the model, the probes it ran, whether a failure stopped it and whether it
-walked a replay (SLEEPWAKE_WALK_REPLAY) instead of its share. A shard that passed proves only its share: a cell whose shards a --test_filter or a shard split
-deselected passes shard by shard having walked a part, a replay passes having walked one failure's steps,
-and a shard a failure stopped never ran its probe. So the cell is judged here, on the union of what its
-shards ran: the report (tools/report) says "partial" in its headline and exits PARTIAL_EXIT, and
-tools/run_matrix.sh and tools/test.sh exit PARTIAL_EXIT where every test passed but a walk cell is
-partial, so such a run is never a green full cell.
+walked a replay (SLEEPWAKE_WALK_REPLAY) instead of its share. A shard that passed proves only its share: a
+cell whose shards a --test_filter or a shard split deselected passes shard by shard having walked a part, a
+replay passes having walked one failure's steps, and a shard a failure stopped never ran its probe. So the
+cell is judged here, on the union of what its shards (and its door's cells) ran: the report (tools/report)
+says "partial" in its headline and exits PARTIAL_EXIT, and tools/run_matrix.sh and tools/test.sh exit
+PARTIAL_EXIT where every test passed but a walk cell is partial, so such a run is never a green full cell.
 """
 
 from __future__ import annotations

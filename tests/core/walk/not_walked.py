@@ -129,8 +129,8 @@ def render() -> str:
         "is not yet walked.",
         "",
         "A pair is a situation (plan.Situation) and an operation (operations.ALL) in a state the door reaches. "
-        "Every pair not below is in the plan of each walk cell of its door, and each cell's run counts the pairs "
-        "its executed steps visited (`walk.pairs_visited`). Classes (operations.LeftOut): "
+        "Every pair not below is in the plan of its door's walk cells (docs/walk/dealt.md: which cells), and each "
+        "cell's run counts the pairs its executed steps visited (`walk.pairs_visited`). Classes (operations.LeftOut): "
         f"**{ops.MEANINGLESS}** (no client can send it there, or the door cannot send it at all), "
         f"**{ops.PINNED}** (a known divergence: the server is not usable after it on the releases pinned, so "
         "each kind is probed once, as a shard's last step, and the whole observable state is checked after "

@@ -31,9 +31,8 @@ import zlib
 from typing import Any
 
 from tests.core import oracle
-from tests.core.walk import model
+from tests.core.walk import model, tour
 from tests.core.walk import operations as ops
-from tests.core.walk import tour
 from tests.core.walk.model import INITIAL, State
 from tools import matrix
 from tools.matrix import HTTP

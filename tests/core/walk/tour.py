@@ -136,7 +136,9 @@ def postman(required: list, moves: dict) -> list[Edge]:
     caller's states decide which), moves {node: [next node, ...]} the one-step moves. Returns each label's edge
     (source, label, target) as chosen, then the moves [(node, None, next node), ...] that balance them: a
     minimum-cost flow from every label's arrival to some label's departure, a move costing one."""
-    nodes = list(dict.fromkeys([n for s, _, t in required for n in (*s, *t)] + [n for a in moves for n in (a, *moves[a])]))
+    nodes = list(
+        dict.fromkeys([n for s, _, t in required for n in (*s, *t)] + [n for a in moves for n in (a, *moves[a])])
+    )
     at = {n: k for k, n in enumerate(nodes)}
     arrive = list(dict.fromkeys(tuple(t) for _, _, t in required))  # labels grouped by where they may lead
     depart = list(dict.fromkeys(tuple(s) for s, _, _ in required))  # and by where they are offered
@@ -164,5 +166,7 @@ def postman(required: list, moves: dict) -> list[Edge]:
         if flow[k] and len(nodes) + len(arrive) <= v < source:
             leaves[depart[v - len(nodes) - len(arrive)]] += [nodes[u]] * flow[k]
     chosen = [(leaves[tuple(s)].pop(), label, lands[tuple(t)].pop()) for s, label, t in required]
-    extra = [(nodes[u], None, nodes[v]) for k, (u, v, _, _) in enumerate(arcs) if k >= first_move for _ in range(flow[k])]
+    extra = [
+        (nodes[u], None, nodes[v]) for k, (u, v, _, _) in enumerate(arcs) if k >= first_move for _ in range(flow[k])
+    ]
     return chosen + extra

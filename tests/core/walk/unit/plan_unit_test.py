@@ -486,7 +486,9 @@ def test_the_rules_follow_vllms_code_on_known_pairs():
     assert ops.reaches_worker(ops.wake(), asleep) and not ops.reaches_worker(ops.wake(), INITIAL)
     assert ops.reaches_worker(ops.wake(), queued) and not ops.reaches_worker(ops.wake(), paused)
     assert not ops.reaches_worker(ops.RESET_PREFIX_CACHE, INITIAL)
-    assert ops.reaches_worker(ops.pause("abort", True), INITIAL) and not ops.reaches_worker(ops.pause("abort", False), INITIAL)
+    assert ops.reaches_worker(ops.pause("abort", True), INITIAL) and not ops.reaches_worker(
+        ops.pause("abort", False), INITIAL
+    )
     assert ops.reaches_worker(ops.RESUME, queued) and not ops.reaches_worker(ops.RESUME, paused)
     assert ops.reaches_worker(ops.reload("B"), INITIAL) and ops.reaches_worker(ops.push("ipc", "B"), INITIAL)
 
@@ -505,10 +507,14 @@ def test_a_pair_that_reaches_the_worker_is_walked_in_every_cell_of_its_door(door
     worker = plan.worker_pairs(door)
     walked_in = collections.Counter(p for cell in cells for p in visited[cell] & worker)
     fewer = sorted(plan.describe_pair(p) for p in worker if walked_in[p] < len(cells))
-    assert not fewer, f"{len(fewer)} pairs that reach the worker walked in fewer than the door's {len(cells)} cells: {fewer[:3]}"
+    assert not fewer, (
+        f"{len(fewer)} pairs that reach the worker walked in fewer than the door's {len(cells)} cells: {fewer[:3]}"
+    )
     for runner in {r for r, _ in cells}:
         mine = set().union(*(visited[c] for c in cells if c[0] == runner))
-        assert mine >= plan.reachable_pairs(door), f"{runner}: {len(plan.reachable_pairs(door) - mine)} pairs walked nowhere"
+        assert mine >= plan.reachable_pairs(door), (
+            f"{runner}: {len(plan.reachable_pairs(door) - mine)} pairs walked nowhere"
+        )
     for cell in cells:
         assert set().union(*(p for _, p in _cell_plan(door, *cell))) == plan.share(door, cell)
 
