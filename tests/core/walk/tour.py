@@ -19,12 +19,13 @@ from __future__ import annotations
 import collections
 import heapq
 import random
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
 
 Edge = tuple  # (node, label, next node); a deadhead's label is None
 
 
-def shortest_paths(source: Hashable, out_edges: Callable[[Hashable], Iterable]) -> dict:
+def shortest_paths(source: Any, out_edges: Callable[[Any], Iterable]) -> dict:
     """{node: (previous node, label) or None for source} of a breadth-first search from source:
     out_edges(node) -> [(label, next node), ...] in a fixed order; the first path found wins."""
     parent: dict = {source: None}
@@ -38,7 +39,7 @@ def shortest_paths(source: Hashable, out_edges: Callable[[Hashable], Iterable]) 
     return parent
 
 
-def path_to(parent: dict, target: Hashable) -> list[Edge]:
+def path_to(parent: dict, target: Any) -> list[Edge]:
     """[(node, label, next node), ...] from shortest_paths' source to target."""
     edges = []
     while parent[target] is not None:
@@ -48,7 +49,7 @@ def path_to(parent: dict, target: Hashable) -> list[Edge]:
     return edges[::-1]
 
 
-def circuits(edges: list[Edge], start: Hashable, rng: random.Random) -> list[list[Edge]]:
+def circuits(edges: Sequence[Edge], start: Hashable, rng: random.Random) -> list[list[Edge]]:
     """The edges of a balanced multigraph as closed circuits (Hierholzer), each node's edges in an order the
     rng shuffles: the first from start, then one from the first node (in edges' order) of each part the
     ones before did not reach."""
