@@ -308,7 +308,7 @@ def sleep_wake_matrix(
             native.test_suite(name = suite, tests = [":" + c for c in cells])
     native.test_suite(name = name, tests = [":" + m for m in modes])
 
-def sleep_wake_fake_tier(name, classes, cells, deps):
+def sleep_wake_fake_tier(name, classes, cells, deps, shard_counts = {}):
     """One CPU py_test per class x fake cell: the class's file run against the fake server.
 
     A collection or import error fails the target like any failing test, so a class that stops
@@ -321,6 +321,9 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
         "<runner>_<mode>_vllm<version>" (the fake then serves that release's response shapes).
         Target names: <class>_fake_<cell>[_<door>], e.g. flags_fake_mrv1_eager, flags_fake_mrv2_graph_vllm0.25.0_llm.
       deps: libraries the test files import (the fixtures); the fakes are added.
+      shard_counts: class short name -> {door: {mode: shard_count}} (tools/matrix.bzl SHARD_COUNTS): a split
+        class's fake target is split as its GPU cells are, each shard its own fake server, so that the walk's
+        every shard runs within the size's timeout.
     """
     tests = []
     for test_class, class_cells in cells.items():
@@ -358,6 +361,7 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
                 env = dict(dict(fake_cell_env(parts[0], parts[1], version, door), **golden_env), **plan_env),
                 tags = ["fake", test_class, door],
                 size = "medium",
+                shard_count = _shard_count(shard_counts, test_class, door, parts[1]),
             )
             tests.append(":" + target)
     native.test_suite(name = name, tests = tests)

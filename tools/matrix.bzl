@@ -1,6 +1,6 @@
 """The matrix, in one place: read by the Starlark macros (load("//tools:matrix.bzl", ...)) and by Python
 (tools/matrix.py parses these literals), so that adding a runner, a mode, a class, a fake cell or a release
-is one edit here plus what docs/extending.md lists; tools/matrix_test.py fails when a place is missed.
+is one edit here plus what docs/extending.md lists; tools/unit/matrix_test.py fails when a place is missed.
 
 Literals only (dicts, lists, strings, numbers): Python reads them with ast.literal_eval.
 """
@@ -154,7 +154,7 @@ FAKE_TIER_CELLS = {
     "rl_recipes": ["mrv1_eager"],
     "scheduler_gate": ["mrv1_eager"],
     "staged_wake_cycles": ["mrv1_eager"],
-    # The walk's model checked against the fake: every shard's pairs, in one target.
+    # The walk's model checked against the fake: every shard's pairs, in one target split as its GPU cells are.
     "state_walk": ["mrv1_eager"],
     "weight_sync": ["mrv1_eager"],
 }

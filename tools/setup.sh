@@ -54,7 +54,7 @@ missing=()
 command -v bazel >/dev/null || missing+=(bazel-bootstrap)
 if ((cpu_pieces)); then
   [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
-  command -v chromium >/dev/null || missing+=(chromium)  # //tools/report:browser_test draws the report
+  command -v chromium >/dev/null || missing+=(chromium)  # //tools/report/unit:browser_test draws the report
   command -v npm >/dev/null || missing+=(npm)  # buildifier, from npm's registry (third_party/npm)
   [[ -x /usr/bin/python3 ]] || missing+=(python3)
   /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
@@ -106,7 +106,7 @@ if ((cpu_pieces)); then
 
   # BuildGrid and PostgreSQL for the remote-execution test (its own hashed lock and venv).
   tools/remote_exec/install.sh ||
-    optional "tools/remote_exec/install.sh failed: //tools/remote_exec:remote_exec_test needs BuildGrid and PostgreSQL"
+    optional "tools/remote_exec/install.sh failed: //tools/remote_exec/unit:remote_exec_test needs BuildGrid and PostgreSQL"
 
   # Other vLLM releases for the engine tier on CPU (//tests/engine's per-release targets): each a
   # hash-checked overlay on the venv holding the pins that release changes (tools/deps/version_overlay.py

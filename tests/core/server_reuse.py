@@ -7,7 +7,11 @@ for a server of the same configuration, once a reset to INITIAL has been checked
 both flags, /health, an empty prefix cache, the start checkpoint's goldens, and device and host bytes
 within a healthy server's noise of what the server held fresh. A check that fails means a fresh server
 for that class, never a red class. A class that measures what only a fresh server shows declares
-`FRESH_SERVER = "why"` and neither borrows nor gives back. The fresh readings travel with the server:
+`FRESH_SERVER = "why"` and neither borrows nor gives back; one that ends its server's usable life (a
+terminal probe) declares `ENDS_SERVER = "why"`: it borrows, and never gives back. A class whose initial
+state holds more than these invariants declares `LEND_CHECK`, a function (LendCheck) that judges them
+on a lent server after the common ones: a refusal there is a fresh server too (the state walk's
+shards: tests/sleep_wake/test_state_walk.py). The fresh readings travel with the server:
 the launcher keeps them with a parked one (Fresh.as_record) and hands them to its next test process.
 
 What "the same configuration" is: in one process, the cell's ServerConfig but for its log directory,
@@ -23,10 +27,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Protocol
 
 import requests
 
 from tests.core import (
+    cells,
     expect,
     goldens,
     host_bands,
@@ -92,6 +98,17 @@ class Lent:
     server: Server
     fresh: Fresh | None
     classes: list = dataclasses.field(default_factory=list)
+    # What the borrowing class's LEND_CHECK found the server in (the walk: its model state), for that class
+    # to start from; None for a server started for it, or a class without a check of its own.
+    initial: object = None
+
+
+class LendCheck(Protocol):
+    """A class's own invariants of its initial state on a lent server, after reset() and refusal(): the
+    first it breaks, said as refusal() says it, or None; it may set lent.initial. An oracle failure or a
+    request that fails is a refusal too (lend())."""
+
+    def __call__(self, cell, lent: Lent, client, recorder) -> str | None: ...
 
 
 class Pool:
@@ -115,9 +132,10 @@ class Pool:
         return idle
 
 
-def warm_up(client) -> None:
+def warm_up(client, streams: bool = True) -> None:
     """One request of every kind the suite sends, so that the fresh readings include what a server's heap
-    and activation blocks grow by at their first such answer (test_state_walk.py's warm-up says how much)."""
+    and activation blocks grow by at their first such answer (test_state_walk.py's warm-up says how much);
+    streams: whether the front door streams (else the long request is sent whole, as the walk sends it)."""
     for prompt in prompts.PROMPTS + [LONG]:
         client.complete(prompt, prompts.GOLDEN_MAX_TOKENS, logprobs=1)
     client.complete(
@@ -127,7 +145,10 @@ def warm_up(client) -> None:
         seed=prompts.SEED,
         n=prompts.SEED_N,
     )
-    client.complete_stream(prompts.IN_FLIGHT, prompts.STREAM_TOKENS)
+    if streams:
+        client.complete_stream(prompts.IN_FLIGHT, prompts.STREAM_TOKENS)
+    else:
+        client.complete(prompts.IN_FLIGHT, prompts.STREAM_TOKENS)
     client.reset_prefix_cache()
 
 
@@ -147,7 +168,7 @@ def _golden(cell, client, checkpoint: str) -> dict:
 
 def read_fresh(cell, server, client, checkpoint: str, recorder=None) -> Fresh:
     """The readings of a server just started, after its warm-up."""
-    warm_up(client)
+    warm_up(client, streams=cells.door_cannot(cell, "stream") is None)
     golden = _golden(cell, client, checkpoint)
     client.reset_prefix_cache()
     device = memory.settled_gpu_bytes(server, "a fresh server, warmed up (reuse)", recorder=recorder)
@@ -215,13 +236,17 @@ def awake_host_bands(cell_id: str, version: str, fresh: Fresh) -> dict[str, tupl
     return bands
 
 
-def lend(cell, lent: Lent, client, recorder=None) -> str | None:
-    """reset() then refusal(); a reset the server refuses or does not answer is a refusal too: the lender
-    judges the server, the borrowing class has not started."""
+def lend(cell, lent: Lent, client, recorder=None, check: LendCheck | None = None) -> str | None:
+    """reset() then refusal(), then the borrowing class's own check; a reset the server refuses or does not
+    answer is a refusal too: the lender judges the server, the borrowing class has not started."""
     if lent.fresh is None:
         return "no fresh readings to judge it by (a server started for a class that gives none back)"
+    lent.initial = None
     try:
         reset(client, lent.fresh.checkpoint)
-        return refusal(cell, lent.server, client, lent.fresh, recorder)
+        why = refusal(cell, lent.server, client, lent.fresh, recorder)
+        if why is None and check is not None:
+            why = check(cell, lent, client, recorder)
+        return why
     except (oracle.OracleFailure, liveness.Errored, requests.RequestException, ServerResponseError) as e:
-        return f"the reset failed: {type(e).__name__}: {str(e)[:300]}"
+        return f"the reset or a check of it failed: {type(e).__name__}: {str(e)[:300]}"

@@ -1,14 +1,17 @@
-"""mutant_suite: one GPU py_test per catalogued mutant (plus a control), all on the MRV2-eager cell.
+"""mutant_suite: one GPU py_test per catalogued mutant (plus a control), on the MRV2-eager cell, or the
+door's own matrix cell for a mutant through an in-process door.
 
 Each target runs tests/mutants/mutant_test.py, which runs the mutant's killing classes in one pytest
 subprocess against vLLM servers that load the sleepwake_mutants plugin, and passes only if every
 listed class failed for the catalogued reason (the control: if every test passed).
 
 A mutant of an in-process front door's own code (the catalogue's `door`, here `doors`) runs its classes
-through that door (the door host, tools/launcher/door_host.py) on the same runner and mode, and has an HTTP
-twin, mutant_<name>_http: the same classes through vLLM's server under the same mutant, which must pass with
-the mutant applied and never reached (the defect is the door's own). Its classes get a control through the
-door too, mutant_control_<class>_<door>, since the mutants' cell is no door cell of the matrix.
+through that door (the door host, tools/launcher/door_host.py) on the door's cell in the matrix
+(tools/matrix.bzl DOOR_CELLS, whose bounds the matrix measures run after run), and has an HTTP twin on that
+runner and mode, mutant_<name>_http: the same classes through vLLM's server under the same mutant, which
+must pass with the mutant applied and never reached (the defect is the door's own). Its classes get a
+control through the door too, mutant_control_<class>_<door>, since the mutants' cell is no door cell of
+the matrix.
 """
 
 load(
@@ -23,6 +26,7 @@ load(
     "gpu_cell_env",
     "sleepwake_py_test",
 )
+load("//tools:matrix.bzl", "DOOR_CELLS")
 
 _CLASS_PACKAGE = "//tests/sleep_wake:"
 
@@ -40,12 +44,28 @@ _MODE = "eager"
 # took the fake's walk control past its inner bound: a pytest start per shard).
 _SHARDS_AT_ONCE = {"gpu": "4", "fake": "2"}
 
+def _mode(door, own_door):
+    """The execution mode a target runs in.
+
+    An in-process door's target (its own, or its twin's) takes the door's mode in the matrix, since its
+    controls are judged by the bounds of a cell the matrix runs (the colocated engine comes back from a
+    level-2 sleep further below its awake bytes in eager mode than an HTTP server does).
+    """
+    in_process = door if door != "http" else own_door
+    if in_process == "http":
+        return _MODE
+    runner, mode = DOOR_CELLS[in_process][0].split("_")
+    if runner != _RUNNER:
+        fail("door %s runs on %s, not the mutants' runner %s" % (in_process, DOOR_CELLS[in_process][0], _RUNNER))
+    return mode
+
 def _mutant_target(name, mutant, classes, class_files, fake, door = "http", own_door = "http"):
     """One target: `classes` under `mutant` through the front door `door`.
 
     own_door is the mutant's own door (the catalogue's): a target through another door is its twin, whose
     classes must all pass (mutant_test.py reads SLEEPWAKE_MUTANT_DOOR against the cell's door).
     """
+    mode = _mode(door, own_door)
     unknown = [c for c in classes if c not in class_files]
     if unknown:
         fail("mutant %s: classes %s are not in class_files (%s)" % (mutant, unknown, class_files.keys()))
@@ -60,16 +80,16 @@ def _mutant_target(name, mutant, classes, class_files, fake, door = "http", own_
         ),
         SLEEPWAKE_MUTANT_SHARDS_AT_ONCE = _SHARDS_AT_ONCE["fake" if fake else "gpu"],
     )
-    tags = ["mutant", _RUNNER, _MODE]
+    tags = ["mutant", _RUNNER, mode]
     if own_door != "http" and mutant != "none":
         env["SLEEPWAKE_MUTANT_DOOR"] = own_door
     if door != "http" or own_door != "http":
         tags.append(door)  # as the matrix's cells: the front door they run through
     if door != own_door:
         tags.append("off_door")
-    golden_env, golden_data = cell_goldens(classes, _RUNNER, _MODE, "%s_%s" % (_RUNNER, _MODE) if fake else None)
+    golden_env, golden_data = cell_goldens(classes, _RUNNER, mode, "%s_%s" % (_RUNNER, mode) if fake else None)
     env.update(golden_env)
-    plan_env, plan_data = cell_walk_plan(classes, _RUNNER, _MODE, door, alone = True)
+    plan_env, plan_data = cell_walk_plan(classes, _RUNNER, mode, door, alone = True)
     env.update(plan_env)
     files = files + golden_data + plan_data
     if fake:
@@ -78,14 +98,14 @@ def _mutant_target(name, mutant, classes, class_files, fake, door = "http", own_
 
         # The fake server re-creates the mutant (tests/sleep_wake/fakes/fake_engine.py DEFECTS) and
         # logs the plugin's activation line, so mutant_test.py judges it as on the GPU, on a CPU in seconds.
-        env.update(fake_cell_env(_RUNNER, _MODE))
+        env.update(fake_cell_env(_RUNNER, mode))
         sleepwake_py_test(
             name = name,
             srcs = ["mutant_test.py"],
             deps = _DEPS + FAKE_CELL_DEPS,
             data = files + FAKE_CELL_DATA,
             env = env,
-            tags = ["mutant", "fake", _RUNNER, _MODE],
+            tags = ["mutant", "fake", _RUNNER, mode],
             size = "medium",
             # The walk's control walks every shard to its end: its inner pytest took 133 s alone on the
             # CPU machine and was cut at the 150 s a medium test leaves it (mutant_test.py TIMEOUT_MARGIN_S)
@@ -93,7 +113,7 @@ def _mutant_target(name, mutant, classes, class_files, fake, door = "http", own_
             timeout = "long" if mutant == "none" and "state_walk" in classes else None,
         )
         return
-    env.update(gpu_cell_env(_RUNNER, _MODE, door))
+    env.update(gpu_cell_env(_RUNNER, mode, door))
     sleepwake_py_test(
         name = name,
         srcs = ["mutant_test.py"],

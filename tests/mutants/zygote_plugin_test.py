@@ -26,7 +26,7 @@ from tools.launcher.config import (
     preload_modules,
     zygote_modules,
 )
-from tools.launcher.tests import testing
+from tools.launcher.unit import testing
 
 MUTANT = "slow_wake"
 

@@ -12,6 +12,7 @@ import functools
 import os
 import re
 import time
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -223,9 +224,10 @@ def _borrow(request, cell, recorder, pool, key: str) -> server_reuse.Lent | None
 
 
 def _judged(request, cell, recorder, lent: server_reuse.Lent, source: str) -> server_reuse.Lent | None:
-    """lent once its reset passed the check, else None (the server stopped)."""
+    """lent once its reset passed the check, the borrowing class's own (LEND_CHECK) included, else None
+    (the server stopped)."""
     begin = time.monotonic()
-    why = server_reuse.lend(cell, lent, client_of(lent.server), recorder)
+    why = server_reuse.lend(cell, lent, client_of(lent.server), recorder, getattr(request.cls, "LEND_CHECK", None))
     recorder.record(
         request.node.nodeid,
         "server_reuse",
@@ -235,6 +237,7 @@ def _judged(request, cell, recorder, lent: server_reuse.Lent, source: str) -> se
         refused=why,
         served=list(lent.classes),
         source=source,
+        initial=None if lent.initial is None else str(lent.initial),
     )
     if why is None:
         return lent
@@ -281,24 +284,33 @@ def _give_back(request, recorder, pool, key: str, lent: server_reuse.Lent) -> No
 
 
 @pytest.fixture(scope="class")
-def server(request, cell, recorder, pool):
-    """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/; with reuse
-    on, the server a passing class of the same configuration gave back, once its reset is checked."""
+def lent(request, cell, recorder, pool) -> Iterator[server_reuse.Lent]:
+    """One vLLM server for the test class, its log under TEST_UNDECLARED_OUTPUTS_DIR/<class>/, with its fresh
+    readings when reuse is on; with reuse on, the server a passing class of the same configuration gave
+    back, once its reset is checked (the class's own LEND_CHECK too). Given back when every test of the
+    class passed, unless the class declares FRESH_SERVER or ENDS_SERVER (tests/core/server_reuse.py)."""
     lends = pool.on and not getattr(request.cls, "FRESH_SERVER", None)
+    gives_back = lends and not getattr(request.cls, "ENDS_SERVER", None)
     key = server_reuse.key_of(cell.config)
-    lent = _borrow(request, cell, recorder, pool, key) if lends else None
-    if lent is None:
-        lent = _fresh_or_borrowed(request, cell, recorder, lends)
-    lent.classes.append(request.node.name)
+    taken = _borrow(request, cell, recorder, pool, key) if lends else None
+    if taken is None:
+        taken = _fresh_or_borrowed(request, cell, recorder, lends)
+    taken.classes.append(request.node.name)
     failed_before = request.session.testsfailed
     try:
-        yield lent.server
+        yield taken
     finally:
         # Given back only by a class all of whose tests passed: a failure may have left anything behind.
-        if lends and request.session.testsfailed == failed_before and client_of(lent.server).health():
-            _give_back(request, recorder, pool, key, lent)
+        if gives_back and request.session.testsfailed == failed_before and client_of(taken.server).health():
+            taken.initial = None  # the next borrower's check finds its own
+            _give_back(request, recorder, pool, key, taken)
         else:
-            _stop_server(lent.context, lent.server, recorder, request.node.nodeid)
+            _stop_server(taken.context, taken.server, recorder, request.node.nodeid)
+
+
+@pytest.fixture(scope="class")
+def server(lent) -> Server:
+    return lent.server
 
 
 @pytest.fixture(scope="class")

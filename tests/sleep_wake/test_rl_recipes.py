@@ -219,7 +219,7 @@ class Recipe:
 
 # --- the recipes ------------------------------------------------------------------------------------------
 class TestRlRecipes:
-    FRESH_SERVER = "the resume-while-asleep probe leaves the server unusable: it is the class's last test"
+    ENDS_SERVER = "the resume-while-asleep probe leaves the server unusable: it is the class's last test"
 
     @pytest.mark.through_door(COLOCATE)
     def test_trl_colocate(self, recipe):

@@ -251,15 +251,13 @@ class LlmDoor:
         device bytes stay the engine's."""
         import torch
 
-        from tools.launcher.weight_receiver import checkpoint_tensors, give_back_host_memory
+        from tools.launcher.weight_receiver import checkpoint_tensors, give_back_host_memory, load_counted
 
         # TRL's own attribute path (the executor's WorkerWrapperBase hands model_runner on to its worker).
         model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
         weights = checkpoint_tensors(checkpoint, torch.device("cuda", torch.cuda.current_device()))
         try:
-            loaded = model.load_weights(weights=weights)
-            torch.accelerator.synchronize()
-            return len(loaded) if loaded is not None else len(weights)
+            return load_counted(model, weights, torch.accelerator.synchronize)
         finally:
             del weights
             torch.accelerator.empty_cache()

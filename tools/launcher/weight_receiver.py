@@ -29,21 +29,46 @@ import base64
 import glob
 import os
 import pickle
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 
-def checkpoint_tensors(checkpoint: str, device: Any) -> list[tuple[str, Any]]:
+def checkpoint_tensors(checkpoint: str, device: Any) -> Iterator[tuple[str, Any]]:
     """(name, tensor on `device`) of every tensor in the checkpoint directory's safetensors files, in file
-    and key order: what a trainer that holds the checkpoint's weights hands over."""
-    from safetensors.torch import load_file
-
+    and key order: what a trainer that holds the checkpoint's weights hands over. Read one tensor at a time
+    from the mmapped file, as vLLM's own loader reads a checkpoint (weight_utils.safetensors_weights_iterator:
+    safe_open on the CPU, get_tensor per name), so that a push stages no more host memory than the server's
+    own disk reload does (a whole-file read, safetensors' load_file, put every walk step after a tensor push
+    over the walk's host band on the GPU). The files are looked up at once, so a wrong path fails the call."""
     files = sorted(glob.glob(os.path.join(checkpoint, "*.safetensors")))
     if not files:
         raise FileNotFoundError(f"no *.safetensors in {checkpoint}: push a checkpoint directory the server can read")
-    tensors: list[tuple[str, Any]] = []
+    return _streamed(files, device)
+
+
+def _streamed(files: list[str], device: Any) -> Iterator[tuple[str, Any]]:
+    from safetensors import safe_open
+
     for path in files:
-        tensors.extend(load_file(path, device=str(device)).items())
-    return tensors
+        with safe_open(path, framework="pt") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name).to(device)
+
+
+def load_counted(model: Any, weights: Iterable[tuple[str, Any]], synchronize: Callable[[], None]) -> int:
+    """Feeds `weights` (a list or a stream) to model.load_weights and returns how many parameters the model
+    reports loaded, or how many tensors it took when it reports none."""
+    taken = 0
+
+    def counted() -> Iterator[tuple[str, Any]]:
+        nonlocal taken
+        for item in weights:
+            taken += 1
+            yield item
+
+    loaded = model.load_weights(weights=counted())
+    synchronize()
+    return len(loaded) if loaded is not None else taken
 
 
 def give_back_host_memory() -> None:
@@ -75,15 +100,13 @@ def decode_handles(payload: str) -> list[tuple[str, tuple]]:
 class WeightReceiver:
     """Mixed into vLLM's Worker (self.model_runner, self.device are the worker's)."""
 
-    def _sleepwake_load(self, weights: list[tuple[str, Any]]) -> int:
+    def _sleepwake_load(self, weights: Iterable[tuple[str, Any]]) -> int:
         import torch
 
         # The model the runner serves (a CUDA-graph wrapper forwards load_weights to it), as every framework
         # reaches it: worker.model_runner.model.load_weights(weights=...).
         model = self.model_runner.model  # type: ignore[attr-defined]
-        loaded = model.load_weights(weights=weights)
-        torch.accelerator.synchronize()
-        return len(loaded) if loaded is not None else len(weights)
+        return load_counted(model, weights, torch.accelerator.synchronize)
 
     def load_checkpoint_tensors(self, checkpoint: str) -> int:
         """Loads the checkpoint's tensors, made on this worker's device, through the model's load_weights;

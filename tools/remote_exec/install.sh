@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what //tools/remote_exec:remote_exec_test needs: Debian's PostgreSQL (the BuildGrid
+# Installs what //tools/remote_exec/unit:remote_exec_test needs: Debian's PostgreSQL (the BuildGrid
 # scheduler's database) and BuildGrid in its own venv, /opt/sleepwake/remote-exec-venv, built from the
 # hashed lock third_party/remote_exec/requirements.lock with pip --require-hashes. Idempotent: the venv
 # is rebuilt only when the lock's sha256 changes (the same key tools/setup.sh uses for the main venv).

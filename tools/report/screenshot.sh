@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A look at the report as a browser draws it, for a person (CI checks the layout: //tools/report:browser_test): headless Chromium,
+# A look at the report as a browser draws it, for a person (CI checks the layout: //tools/report/unit:browser_test): headless Chromium,
 # no network, a throwaway profile, one PNG.
 #
 #   tools/report/screenshot.sh [PAGE.html] [OUT.png] [WIDTHxHEIGHT]
 #
-# Default PAGE: the report of the test fixture (tools/report/testdata/testlogs), written to a temp dir.
+# Default PAGE: the report of the test fixture (tools/report/unit/testdata/testlogs), written to a temp dir.
 # Needs Debian's chromium (apt-get install -y chromium). Then look at OUT.png.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 page=${1:-}
 if [[ -z "$page" ]]; then
   page="$tmp/report.html"
-  python3 -m tools.report tools/report/testdata/testlogs --out "$page" --no_bep >/dev/null
+  python3 -m tools.report tools/report/unit/testdata/testlogs --out "$page" --no_bep >/dev/null
 fi
 [[ -f "$page" ]] || { echo "screenshot.sh: no page $page: write one first (python3 -m tools.report)" >&2; exit 1; }
 out=${2:-$PWD/report.png}

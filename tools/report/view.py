@@ -150,7 +150,7 @@ class WalkCoverage:
     gate: walk_gate.Gate
     shards: int  # that walked their share to the end
     expected_shards: int  # the spec's shards for the cell's door and mode (tools/matrix.bzl SHARD_COUNTS)
-    visited: int  # (state, operation) pairs the executed steps visited of the reporting shards' shares
+    visited: int  # situation pairs the executed steps visited of the reporting shards' shares
     pairs: int
     steps: int
     walks: int

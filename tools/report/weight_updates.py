@@ -1,7 +1,9 @@
 """The weight-update axes of a run, counted from the test cases that ran: each RL framework's recipe (the
 rl_recipes class, one test per framework sequence) and each push way (weight_sync's tests, one per way),
-with the verdict each got in each cell that ran it. A recipe or way that ran nowhere is listed as not run,
-so a filtered run cannot pass for one that covered them."""
+with the verdict each got in each cell that ran it; and each operation of the state walk (the pushes,
+/pause and /resume among them), with the pairs its steps walked in each walk cell and the steps a failure
+named it at. A recipe, way or operation that ran nowhere is absent, so a filtered run cannot pass for one
+that covered them."""
 
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ PUSH_CLASS = "weight_sync"
 # weight_sync's parametrised ids: test_x[<way>-<cell id>] (tests/sleep_wake/test_weight_sync.py PUSH_WAYS).
 _PUSH_ID = re.compile(r"\[(?P<way>[a-z]+)-[A-Z0-9]+-[a-z]+\]$")
 _CELL_ID = re.compile(r"\[[^\]]*\]$")
+WALK_CLASS = "state_walk"
+WALK_KEY = "walk_coverage"  # the shards' records (tests/core/walk/coverage.py record_walk_coverage)
+# A walk failure names its step: "walk step 6 (push:tensor:B from ...)", "walk probe reload:- from (...)".
+_WALK_STEP = re.compile(r"walk (?:step \d+|probe) \((?P<op>[^\s()]+) from")
+_CHECKPOINT = re.compile(r":[AB]$")  # push:tensor:B and push:tensor:A are one operation, pushing either
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,10 +73,52 @@ def push_ways(cells) -> list[Row]:
     return _rows(cells, PUSH_CLASS, lambda name: (m := _PUSH_ID.search(name)) and m.group("way"))
 
 
+def _operation(op: str) -> str:
+    return _CHECKPOINT.sub("", op.replace(":-", ""))
+
+
+def walk_operations(cells) -> list[Row]:
+    """Each operation the walk cells' executed steps made, per cell: "passed, N pairs" (the pairs of its
+    door's model its steps walked there, every step judged) or "failed at K steps" (the steps a failing
+    shard's oracles named it at)."""
+    walked: dict[str, dict[str, set]] = {}
+    failed: dict[str, dict[str, int]] = {}
+    for cell in cells:
+        if cell.test_class != WALK_CLASS:
+            continue
+        for record in cell.records:
+            if record.get("key") == WALK_KEY:
+                for pair in record.get("visited_pairs", []):
+                    op = _operation(str(pair).split(" in ", 1)[0])
+                    walked.setdefault(op, {}).setdefault(cell.label, set()).add(pair)
+        for case in cell.cases:
+            if case.outcome == "failed":
+                for m in _WALK_STEP.finditer(case.text or case.message):
+                    steps = failed.setdefault(_operation(m.group("op")), {})
+                    steps[cell.label] = steps.get(cell.label, 0) + 1
+    rows = []
+    for op in sorted(set(walked) | set(failed)):
+        labels = set(walked.get(op, {})) | set(failed.get(op, {}))
+        by_cell = {
+            label: (
+                f"failed at {failed[op][label]} steps"
+                if failed.get(op, {}).get(label)
+                else f"passed, {len(walked[op][label])} pairs"
+            )
+            for label in sorted(labels)
+        }
+        rows.append(Row(op, by_cell))
+    return rows
+
+
 def lines(cells) -> list[str]:
-    """The --text report's lines: one per recipe and push way that ran."""
+    """The --text report's lines: one per recipe, push way and walk operation that ran."""
     out = []
-    for title, rows in (("RL recipe", recipes(cells)), ("push way", push_ways(cells))):
+    for title, rows in (
+        ("RL recipe", recipes(cells)),
+        ("push way", push_ways(cells)),
+        ("walk operation", walk_operations(cells)),
+    ):
         for row in rows:
             where = ", ".join(f"{label} {v}" for label, v in row.by_cell.items())
             out.append(f"{title} {row.name}: {row.outcome} ({where})")

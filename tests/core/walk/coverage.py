@@ -81,8 +81,7 @@ def verdict(walker, shard: int, share, walks, record: Callable[[Covered], object
         "walk.pairs_visited",
         len(done.missing),
         0,
-        f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
-        f"({done.unvisited()[:5]})",
+        f"shard {shard}: situation pairs of its share the steps that ran left unvisited ({done.unvisited()[:5]})",
     )
     return done
 

@@ -5,8 +5,9 @@ hand-written path).
 The driver owns what every tier shares: the model's state, the order of a step (the precondition, the
 operation, its own result, the state's invariants, the prefix cache's probes), the record of the steps
 that actually ran (coverage is counted from them, never from the plan), the replay a failure prints and
-the terminal probes. A tier (the GPU's tests/sleep_wake/walk/gpu_walk.py, the engine tier's
-tests/engine/lib/engine_walk.py) supplies only how an operation is performed and what it can observe: the
+the terminal probes, and it judges what a tier observed where observations.py defines the observation (a
+terminal pair's, today). A tier (the GPU's tests/sleep_wake/walk/gpu_walk.py, the engine tier's
+tests/engine/lib/engine_walk.py) supplies how an operation is performed and what it can observe: the
 Subject protocol below. A pair a tier cannot honour is named in its `cannot_honour` with the reason, never
 skipped silently.
 """
@@ -17,7 +18,7 @@ import dataclasses
 from typing import Protocol
 
 from tests.core import oracle, thresholds
-from tests.core.walk import model, plan
+from tests.core.walk import model, observations, plan
 from tests.core.walk import operations as ops
 from tests.core.walk.model import State
 from tools.matrix import HTTP
@@ -39,8 +40,10 @@ class Subject(Protocol):
     step is (for messages); it performs the call and judges the call's own result (operations.
     Operation.oracles). check_state judges the invariants of the state the server is now in;
     probe_cache and look_at_emptied_cache send the long prompt where the driver says the cache must
-    be looked at; terminal makes a terminal pair's call and judges it and everything observable after
-    it against the pin of its known divergence; ran records a step that ran (its measurements)."""
+    be looked at; terminal makes a terminal pair's call and observes it and what follows it (the pin
+    of its known divergence says what to observe; the driver judges the observation:
+    observations.check_terminal); judged hears each oracle id the driver is about to check on the step;
+    ran records a step that ran (its measurements)."""
 
     replay_on: str  # what a replay runs on, for the failure's message ("a fresh server")
 
@@ -55,7 +58,8 @@ class Subject(Protocol):
     def check_state(self, state: State, where: str) -> None: ...
     def probe_cache(self, state: State, where: str) -> None: ...
     def look_at_emptied_cache(self, state: State, where: str) -> None: ...
-    def terminal(self, op, state: State, pin: thresholds.Pin, where: str) -> None: ...
+    def terminal(self, op, state: State, pin: thresholds.Pin, where: str) -> observations.Terminal: ...
+    def judged(self, oracle_ids: list[str]) -> None: ...
     def ran(self, step: Step, index: int) -> None: ...
     def pick(self, shard: int) -> str: ...
 
@@ -142,7 +146,8 @@ class Walker:
             )
         pin = thresholds.divergence(name, self.version, self.door)
         where = f"probe {last} from ({before.describe()})"
-        self.subject.terminal(last, before, pin, where)
+        observed = self.subject.terminal(last, before, pin, where)
+        observations.check_terminal(observed, pin, before, self.version, where, self.subject.judged)
         if not pin.applies:
             self._arrived(Step(before, last, ops.effect(last, before)), where)
         else:

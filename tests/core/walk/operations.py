@@ -65,9 +65,13 @@ PUSH_WAYS = (pushes.TENSOR, pushes.IPC)
 # /pause's clear_cache, as the query spells it.
 CLEAR_CACHE = {"true": True, "false": False}
 GENERATES = ("generate_fresh", "generate_cached", "generate_n4", "generate_stream")
-# Requests in flight when a /sleep lands: none, one stream mid-decode, or (mode wait) that stream and a
-# second request sent while the sleep drains the first.
-IN_FLIGHT_COUNTS = (0, 1, 2)
+# What is in flight when a /sleep lands (a sleep's third parameter, the last field of its token): nothing
+# (0); one stream mid-decode (1); (mode wait) that stream and a second request sent while the sleep drains
+# the first (2); one request answered whole, not streamed; one stream of n=4 seeded choices; two streams at
+# once. model.IN_FLIGHT_REQUESTS says what each sends.
+IN_FLIGHT = (0, 1, 2, model.WHOLE, model.N4, model.TWO)
+# /reset_prefix_cache?reset_running_requests=true, as a token's parameter.
+RESET_RUNNING = "running"
 # Every operation in ALL answers 200, misuse included: the routers only int() the level and take the
 # tags as given (serve/dev/sleep/api_router.py:24-41), and the engine ignores a sleep while asleep, a
 # wake while awake and a tag that is not asleep. A terminal pair's answer is pinned per release.
@@ -117,6 +121,21 @@ NOT_MODELLED = {
         "with the /pause itself mid-decode: test_rl_recipes.py test_openrlhf_partial_rollout and "
         "test_skyrl_fully_async"
     ),
+    "a client cancelling a request that waits in the queue (closing its connection while scheduling is paused)": (
+        "vLLM's server aborts a request whose client went away (the stream's generator closes, a whole request's "
+        "handler is cancelled), which would take it out of the state's queued requests; the walk's client sends "
+        "the waiting requests through requests on a thread pool, and a connection blocked in a read cannot be "
+        "closed from the walk's thread, so the walk has no way to make the call yet (a client that streams each "
+        "waiting request and stops reading is the way: not built); no test makes it"
+    ),
+    "vllm.LLM.enqueue / wait_for_completion (a request queued on the llm doors while the engine sleeps)": (
+        "the door host serves vllm.LLM through LLM.generate, one call at a time (door_host.CANNOT "
+        "concurrent_calls), so a request sent while scheduling is paused would hold the door's only call and "
+        "no wake could follow it: those pairs are the llm doors' meaningless ones. enqueue returns at once and "
+        "wait_for_completion steps the engine until the queue drains, which the door host does not expose as a "
+        "route; tests/engine/test_llm_door.py drives them on the engine tier (a level-0 sleep holds an enqueued "
+        "request, a keep freezes it and it resumes, an abort sleep ends it as pinned)"
+    ),
     "a push while a request decodes (NeMo-RL's in-flight weight update)": (
         "the walk pushes between steps, where no request runs (a request frozen or waiting under a pause does "
         "meet the push: its end after the resume is judged); test_rl_recipes.py "
@@ -145,11 +164,11 @@ class LeftOut:
 
 @dataclasses.dataclass(frozen=True)
 class Operation:
-    """name and params: sleep (level, mode, in_flight) with in_flight a count of IN_FLIGHT_COUNTS, wake
+    """name and params: sleep (level, mode, in_flight) with in_flight one of IN_FLIGHT, wake
     (tags,) with tags a tuple or None for a full wake, reload (path,) with path "A", "B" or None, push
-    (way, checkpoint) with way one of PUSH_WAYS, pause (mode, clear_cache); the generates,
-    reset_prefix_cache and resume take none. str() is the operation's token in a replay script
-    (plan.script)."""
+    (way, checkpoint) with way one of PUSH_WAYS, pause (mode, clear_cache), reset_prefix_cache () or
+    (RESET_RUNNING,) for reset_running_requests=true; the generates and resume take none. str() is the
+    operation's token in a replay script (plan.script)."""
 
     name: str
     params: tuple = ()
@@ -157,7 +176,7 @@ class Operation:
     def __str__(self) -> str:
         if self.name == "sleep":
             level, mode, in_flight = self.params
-            return f"sleep:{level}:{mode}:{int(in_flight)}"
+            return f"sleep:{level}:{mode}:{in_flight}"
         if self.name == "wake":
             return "wake:" + ("+".join(self.params[0]) if self.params[0] is not None else _NONE)
         if self.name == "reload":
@@ -167,7 +186,14 @@ class Operation:
         if self.name == "pause":
             mode, clear_cache = self.params
             return f"pause:{mode}:{'true' if clear_cache else 'false'}"
+        if self.params:
+            return ":".join((self.name, *self.params))
         return self.name
+
+    @property
+    def resets_running(self) -> bool:
+        """A /reset_prefix_cache with reset_running_requests=true."""
+        return self.name == "reset_prefix_cache" and self.params == (RESET_RUNNING,)
 
     @property
     def mode(self) -> str | None:
@@ -247,7 +273,7 @@ class Operation:
             level, mode, in_flight = self.params
             after = self.apply(state)
             if in_flight:
-                if state.weights is not None:
+                if state.weights is not None and in_flight != model.N4:  # n=4 samples: no greedy golden
                     ids.append(model.golden_oracle(state))
                 outcome = model.in_flight_outcome(mode, level)
                 ids += outcome.oracles
@@ -273,6 +299,8 @@ class Operation:
                     ids.append("prefix_cache.hit_iff_cached")
         elif self.name == "reset_prefix_cache":
             ids.append("api.reset_prefix_cache_result")
+            if self.resets_running and state.held_kv:  # the frozen request preempted: it waits on
+                ids.append(model.held_oracle(state))
         return tuple(dict.fromkeys(ids))
 
 
@@ -293,8 +321,10 @@ def _resumed_oracles(state: State, origin: str | None) -> list:
     return ["prefix_cache.kept_paused_request" if model.resumed_golden(state, origin) else "output.finish_length"]
 
 
-def sleep(level: int, mode: str = "abort", in_flight: int = 0) -> Operation:
-    return Operation("sleep", (level, mode, int(in_flight)))
+def sleep(level: int, mode: str = "abort", in_flight=0) -> Operation:
+    if in_flight not in IN_FLIGHT:
+        raise ValueError(f"no walk sleep with {in_flight!r} in flight; the walk's are {IN_FLIGHT}")
+    return Operation("sleep", (level, mode, in_flight))
 
 
 def wake(tags=None) -> Operation:
@@ -314,25 +344,22 @@ def pause(mode: str = "abort", clear_cache: bool = True) -> Operation:
 
 
 RESET_PREFIX_CACHE = Operation("reset_prefix_cache")
+RESET_PREFIX_CACHE_RUNNING = Operation("reset_prefix_cache", (RESET_RUNNING,))
 RESUME = Operation("resume")
 
 ALL = (
     [Operation(name) for name in GENERATES]
-    + [
-        sleep(level, mode, n)
-        for level in model.LEVELS
-        for mode in MODES
-        for n in IN_FLIGHT_COUNTS
-        if n < 2 or mode == "wait"
-    ]
+    + [sleep(level, mode, n) for level in model.LEVELS for mode in MODES for n in IN_FLIGHT if n != 2 or mode == "wait"]
     + [wake(tags) for tags in WAKE_TAGS]
     + [reload(path) for path in RELOAD_PATHS]
-    + [RESET_PREFIX_CACHE]
+    + [RESET_PREFIX_CACHE, RESET_PREFIX_CACHE_RUNNING]
     + [push(way, checkpoint) for way in PUSH_WAYS for checkpoint in CHECKPOINTS]
     + [pause(mode, clear) for mode in MODES for clear in CLEAR_CACHE.values()]
     + [RESUME]
 )
 BY_TOKEN = {str(op): op for op in ALL}
+if len(BY_TOKEN) != len(ALL):
+    raise ValueError("two walk operations share a token; a replay could not tell them apart")
 
 
 def parse(token: str) -> Operation:
@@ -402,13 +429,6 @@ def _left_out(op: Operation, s: State) -> LeftOut | None:
     if op.name == "push" and WEIGHTS in s.asleep_tags:
         return LeftOut(PINNED, PUSH_ASLEEP)
     if op.name in GENERATES:
-        if op.name == "generate_cached" and not model.can_run(s) and "long" in s.queued:
-            return LeftOut(
-                UNWALKED,
-                "a second request of the long prompt waiting beside the first: both are scheduled in one "
-                "step when scheduling resumes, and whether the second hits the first one's blocks is the "
-                "scheduler's timing, which no model predicts",
-            )
         return None
     if op.name == "sleep":
         level, mode, in_flight = op.params
@@ -422,6 +442,12 @@ def _left_out(op: Operation, s: State) -> LeftOut | None:
                 MEANINGLESS, "a request arriving during the sleep is a wait sleep's case: the others answer at once"
             )
         return None
+    if op.resets_running and not s.held_kv:
+        return LeftOut(
+            MEANINGLESS,
+            "reset_running_requests=true with no request running: it is the plain reset, made in the same "
+            "situation (scheduler.py reset_prefix_cache preempts the running queue, which is empty)",
+        )
     return None
 
 
@@ -469,7 +495,8 @@ def after_every_step(door: str) -> tuple:
 def _generate(op: Operation, s: State) -> State:
     long = op.name == "generate_cached"
     if not model.can_run(s):
-        return dataclasses.replace(s, queued=s.queued | {"long" if long else "plain"})
+        kind = ("long_pair" if "long" in s.queued else "long") if long else "plain"
+        return dataclasses.replace(s, queued=s.queued | {kind})
     return dataclasses.replace(s, prefix=s.prefix or model.served(s)) if long else s
 
 
@@ -540,7 +567,11 @@ def _push(op: Operation, s: State) -> State:
 
 
 def _reset(op: Operation, s: State) -> State:
-    return dataclasses.replace(s, prefix=None) if model.resets_prefix_cache(s) else s
+    """scheduler.py reset_prefix_cache: refused while a running request holds blocks, unless
+    reset_running_requests preempts it first (back to the waiting queue, its KV dropped)."""
+    if not model.resets_prefix_cache(s, op.resets_running):
+        return s
+    return dataclasses.replace(s, prefix=None, held_kv=False)
 
 
 _APPLY = {
@@ -654,7 +685,11 @@ REACHES_WORKER = {
     "reset_prefix_cache": Reach(
         lambda op, s: False,
         "EngineCore.reset_prefix_cache calls the scheduler's KV cache manager only (core.py reset_prefix_cache); "
-        "no worker is called",
+        "no worker is called. With reset_running_requests=true the scheduler also preempts its running requests "
+        "(scheduler.py reset_prefix_cache: _preempt_request frees their blocks and puts them back in the waiting "
+        "queue), bookkeeping of its own: the worker drops the request from its persistent batch only when the "
+        "next SchedulerOutput names it (preempted_req_ids: MRV2's finish_requests, MRV1's _update_states), at "
+        "the wake or /resume that lets it run, whose pair (a held request preempted) reaches the worker",
     ),
     "pause": Reach(
         lambda op, s: op.params[1] or s.held_kv,

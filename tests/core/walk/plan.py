@@ -1,4 +1,4 @@
-"""Coverage planning: which (situation, operation) pairs exist, seeded walks that visit every one of
+"""Coverage planning: which situation pairs exist, seeded walks that visit every one of
 them, and how those walks are dealt out over shards (one server each).
 
 A pair is an operation in a *situation*: the part of the model's state that decides how vLLM handles
@@ -64,23 +64,32 @@ PLANNER_SOURCES = ("model.py", "operations.py", "plan.py", "tour.py")
 @dataclasses.dataclass(frozen=True)
 class Situation:
     """What decides how vLLM handles an operation: where the executor's pools are (level, asleep_tags),
-    whether and how scheduling is paused, whether garbage serves, whether the long prompt's cached blocks
-    were computed with the weights that serve ("fresh") or others ("stale"), the requests that wait
-    (none, "waiting" in the queue, a "running" one a level-0 keep froze with its blocks), and for a
-    reload without a path, the checkpoint it loads and whether a push put other weights in the pool
-    (pushed: the reload reverts them, TRL #5312). Not the pause mode: the two pauses differ only in
-    whether running requests are stepped (scheduler.py schedule), and a running request is there only
-    under a keep's pause, so "running" says which pause holds; every sleep mode is walked in every
-    situation, and the state keeps the pause for the predictions."""
+    the scheduler's pause (model.PAUSES: none, new requests only, or all: a keep's, which steps no running
+    request; scheduler.py schedule), whether garbage serves, whether the long prompt's cached blocks were
+    computed with the weights that serve ("fresh") or others ("stale"), the request a keep froze (held:
+    "running" with its KV blocks under a level-0 keep, "preempted" to the waiting queue by a cache reset,
+    which recomputes it when it runs), the requests sent while paused that wait in the queue (queued:
+    "waiting", or, for a wake or a /resume, which run them, "long pair" where two of the long prompt wait,
+    the second to hit the first one's blocks),
+    for a generate_cached sent while paused whether a long prompt already waits (its request is then the
+    second), and for a reload without a path, the checkpoint it loads and whether a push put other weights
+    in the pool (pushed: the reload reverts them, TRL #5312). A pair is a situation and an operation: a
+    situation pair."""
 
     level: int | None
     asleep_tags: tuple
-    paused: bool
+    pause: str | None
     garbage: bool
     prefix: str
-    requests: str
+    held: str = "none"
+    queued: str = "none"
     reload_path: str | None = None
     pushed: bool = False
+    long_waiting: bool = False
+
+    @property
+    def paused(self) -> bool:
+        return self.pause is not None
 
     def describe(self) -> str:
         where = "awake" if self.level is None else f"level {self.level}"
@@ -88,12 +97,16 @@ class Situation:
         if self.asleep_tags:
             parts.append("asleep " + "+".join(self.asleep_tags))
         if self.paused:
-            parts.append("paused")
+            parts.append("paused (all)" if self.pause == model.PAUSE_ALL else "paused (new requests)")
         parts.append("garbage weights" if self.garbage else "a checkpoint serves")
         if self.prefix != "none":
             parts.append(f"prefix cached ({self.prefix})")
-        if self.requests != "none":
-            parts.append(f"a request {self.requests}")
+        if self.held != "none":
+            parts.append(f"a held request {self.held}")
+        if self.queued != "none":
+            parts.append(f"requests {self.queued}")
+        if self.long_waiting:
+            parts.append("a long prompt waiting")
         if self.reload_path:
             parts.append(f"model path {self.reload_path}")
         if self.pushed:
@@ -102,18 +115,23 @@ class Situation:
 
 
 def situation(state: State, op) -> Situation:
-    requests = "running" if state.held_kv else ("waiting" if state.held or state.queued else "none")
+    held = "running" if state.held_kv else ("preempted" if state.held else "none")
+    # Two long prompts waiting differ from one only where the waiting requests run: at a wake or a /resume.
+    pair = "long_pair" in state.queued and op.name in ("wake", "resume")
+    queued = "long pair" if pair else ("waiting" if state.queued else "none")
     prefix = "none" if state.prefix is None else ("fresh" if state.prefix == model.served(state) else "stale")
     plain_reload = op.name == "reload" and op.params[0] is None
     return Situation(
         state.level,
         tuple(sorted(state.asleep_tags)),
-        state.paused,
+        state.pause,
         state.weights is None,
         prefix,
-        requests,
+        held,
+        queued,
         state.model_path if plain_reload else None,
         plain_reload and state.weights not in (None, state.model_path),
+        op.name == "generate_cached" and "long" in state.queued,
     )
 
 
@@ -126,10 +144,12 @@ def pair_key(pair) -> tuple:
     return (
         -1 if sit.level is None else sit.level,
         sit.asleep_tags,
-        sit.paused,
+        sit.pause or "",
         sit.garbage,
         sit.prefix,
-        sit.requests,
+        sit.held,
+        sit.queued,
+        sit.long_waiting,
         sit.reload_path or "",
         sit.pushed,
         str(op),
@@ -307,7 +327,7 @@ def cell_walks(seed: int, shards: int, door: str = HTTP, cell=None) -> tuple:
 
 
 def pair_count(door: str = HTTP) -> int:
-    """How many (situation, operation) pairs the model reaches through `door` (len(reachable_pairs)), written
+    """How many situation pairs the model reaches through `door` (len(reachable_pairs)), written
     or counted."""
     written = _written(door)
     return written["pairs"] if written is not None and "pairs" in written else len(reachable_pairs(door))

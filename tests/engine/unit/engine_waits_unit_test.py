@@ -16,7 +16,7 @@ from tests.engine.lib import engine_client, engine_server
 from tests.engine.lib.engine_server import EngineServer, RouteClient
 from tests.engine.lib.engine_walk import EngineSubject, Open
 from tests.core import liveness, oracle
-from tests.core.walk import model
+from tests.core.walk import model, observations
 from tests.core.walk import operations as ops
 from vllm.entrypoints.serve.dev.sleep.api_router import attach_router as attach_sleep_router
 
@@ -132,11 +132,18 @@ def _pin(request: str):
 RELOAD = types.SimpleNamespace(name="reload", params=(None,))
 
 
+def _probe(tier, pin) -> None:
+    """A terminal probe as the driver makes it: the tier observes, the core judges (observations.check_terminal)."""
+    observations.check_terminal(
+        tier.terminal(RELOAD, ASLEEP, pin, "terminal"), pin, ASLEEP, tier.version, "terminal", tier.judged
+    )
+
+
 def test_a_terminal_request_that_never_ends_where_the_pin_predicts_an_end_is_no_answer():
     with pytest.raises((liveness.NoAnswer, oracle.OracleFailure)) as raised:
-        _tier(_Live(status=500)).terminal(RELOAD, ASLEEP, _pin("ended"), "terminal")
+        _probe(_tier(_Live(status=500)), _pin("ended"))
     _no_answer(raised)
 
 
 def test_a_terminal_request_held_as_its_pin_predicts_is_the_observed_outcome():
-    _tier(_Live(status=500)).terminal(RELOAD, ASLEEP, _pin("held"), "terminal")  # as pinned: passes
+    _probe(_tier(_Live(status=500)), _pin("held"))  # as pinned: passes

@@ -11,7 +11,7 @@ import pytest
 from tests.engine.lib.engine_server import EngineServer
 from tests.engine.lib.engine_walk import EngineSubject
 from tests.core import liveness, oracle
-from tests.core.walk import model
+from tests.core.walk import model, observations
 from tests.core.walk import operations as ops
 
 DIED = RuntimeError("forward pass of requests ['probe-0'] scheduled while kv_cache released")
@@ -114,20 +114,27 @@ def _pin(health: int):
 RELOAD = types.SimpleNamespace(name="reload", params=(None,))
 
 
+def _probe(tier, pin) -> None:
+    """A terminal probe as the driver makes it: the tier observes, the core judges (observations.check_terminal)."""
+    observations.check_terminal(
+        tier.terminal(RELOAD, ASLEEP, pin, "terminal"), pin, ASLEEP, tier.version, "terminal", tier.judged
+    )
+
+
 def test_a_death_the_pin_does_not_predict_is_errored():
     with pytest.raises(liveness.EngineDead) as raised:
-        _tier(_Server()).terminal(RELOAD, ASLEEP, _pin(200), "terminal")
+        _probe(_tier(_Server()), _pin(200))
     _errored(raised)
 
 
 def test_a_death_the_pin_predicts_is_its_observed_outcome():
     server = _Server()
     server.http_is_sleeping = lambda: True  # type: ignore[method-assign]  # as pinned
-    _tier(server).terminal(RELOAD, ASLEEP, _pin(500), "terminal")  # as pinned: passes
+    _probe(_tier(server), _pin(500))  # as pinned: passes
 
 
 def test_a_live_engine_where_the_pin_predicts_death_fails_the_terminal_oracle():
     with pytest.raises(oracle.OracleFailure) as raised:
-        _tier(_Server(error=None)).terminal(RELOAD, ASLEEP, _pin(500), "terminal")
+        _probe(_tier(_Server(error=None)), _pin(500))
     assert raised.value.oracle_id == ops.TERMINAL_ORACLES[ops.RELOAD_ASLEEP]
     assert raised.value.measured["health"] == 200

@@ -6,7 +6,7 @@ What it keeps of the launcher's contract: park() hands the started server over w
 which travels as JSON; a start whose config says claim takes over the oldest server parked under the
 same configuration (tests/core/server_reuse.py key_of) and reports the note as `borrowed`; one never claimed is stopped
 when the process exits. What it leaves out is the transport (pipes, slot locks, another process), which
-//tools/launcher/tests:parking_test covers with stub servers.
+//tools/launcher/unit:parking_test covers with stub servers.
 """
 
 from __future__ import annotations

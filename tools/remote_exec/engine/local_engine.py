@@ -1,6 +1,6 @@
 """A whole REAPI engine on loopback: a throwaway PostgreSQL, BuildGrid, and stand-in workers per pool.
 
-Used by //tools/remote_exec:remote_exec_test, and from the command line to try `--config=remote` against
+Used by //tools/remote_exec/unit:remote_exec_test, and from the command line to try `--config=remote` against
 an engine on this machine (a GPU worker advertising `pool_properties.py`'s line runs the GPU cells here):
 
     python3 -m tools.remote_exec.engine.local_engine --workdir=/tmp/engine \

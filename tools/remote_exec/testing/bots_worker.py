@@ -3,7 +3,7 @@
 It exists because no package registry ships a BuildGrid worker (buildbox-worker is not packaged and
 BuildGrid's old host-tools bot predates PyPI). Production pools run buildbox-worker (BuildGrid),
 bb_worker + bb_runner (Buildbarn) or the vendor's executors (BuildBuddy, EngFlow). This one has what
-//tools/remote_exec:remote_exec_test needs and nothing more: it advertises a pool's platform
+//tools/remote_exec/unit:remote_exec_test needs and nothing more: it advertises a pool's platform
 properties, takes one lease at a time, runs it unsandboxed (action_runner.py) and reports the
 ActionResult. It is not a product.
 

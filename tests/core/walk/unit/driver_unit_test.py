@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from tests.core import measure, oracle, thresholds
-from tests.core.walk import coverage, driver, model, plan
+from tests.core.walk import coverage, driver, model, observations, plan
 from tests.core.walk import operations as ops
 from tools.matrix import HTTP
 from tools.results import walk_gate
@@ -48,6 +48,10 @@ class RecordingSubject:
 
     def terminal(self, op, state, pin, where):
         self._record("terminal", str(op), pin.applies)
+        return observations.Terminal({k: v for k, v in pin.expected.items() if k != "gauge"}, "as pinned")
+
+    def judged(self, oracle_ids):
+        self._record("judged", *oracle_ids)
 
     def ran(self, step, index):
         self._record("ran", str(step.op), index)
@@ -199,7 +203,8 @@ def test_a_probe_checks_the_pin_and_where_it_does_not_apply_the_documented_state
     walker = driver.Walker(subject, V)
     probe = [ops.sleep(1), ops.wake(["kv_cache"]), ops.reload("B")]
     assert walker.probe(probe) == ops.RELOAD_ASLEEP
-    assert subject.calls[-1] == ("terminal", "reload:B", True)  # applies on the release: no further check
+    # the driver judges the subject's observation; the pin applies on the release: no further check
+    assert subject.calls[-2:] == [("terminal", "reload:B", True), ("judged", ops.TERMINAL_ORACLES[ops.RELOAD_ASLEEP])]
     assert pair_ran(walker, ops.reload("B"))
     entry = thresholds.KNOWN_DIVERGENCES[ops.FULL_WAKE_REMAPS]
     monkeypatch.setitem(
@@ -210,7 +215,7 @@ def test_a_probe_checks_the_pin_and_where_it_does_not_apply_the_documented_state
     subject = RecordingSubject()
     walker = driver.Walker(subject, V)
     walker.probe([ops.sleep(1), ops.wake(["weights"]), ops.wake()])
-    assert subject.calls[-3] == ("terminal", "wake:-", False) and subject.calls[-2] == (
+    assert subject.calls[-4] == ("terminal", "wake:-", False) and subject.calls[-2] == (
         "check",
         model.INITIAL.__class__(host_cached=True),
     )  # fixed: the documented full wake, then the state's checks

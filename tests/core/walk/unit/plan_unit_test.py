@@ -28,8 +28,29 @@ def test_state_space_is_small_and_planned_fast():
     plan.plan_walks(pairs, SEED, SHARDS)
     assert time.monotonic() - start < 30.0  # a shard without its written plan plans its cell at its start
     situations = {sit for sit, _ in pairs}
-    assert (len(states), len(situations), len(pairs)) == (6544, 126, 1384)
-    assert states[0] == INITIAL and len(ops.ALL) == len(ops.BY_TOKEN) == 48
+    assert (len(states), len(situations), len(pairs)) == (9776, 457, 4568)
+    assert states[0] == INITIAL and len(ops.ALL) == len(ops.BY_TOKEN) == 76
+
+
+def test_the_situations_are_as_fine_as_the_model():
+    """Issue 60: the pause mode, a held request running or preempted, and requests queued beside it are
+    apart in the situation, so the HTTP door has at least 4000 situation pairs (1384 when they were
+    merged); each in-flight kind is an operation, in every situation where a request can be in flight."""
+    pairs = plan.reachable_pairs()
+    assert len(pairs) >= 4000
+    sits = {sit for sit, _ in pairs}
+    assert {sit.pause for sit in sits} == {None, model.PAUSE_NEW, model.PAUSE_ALL}
+    assert {(sit.held, sit.queued) for sit in sits} >= {
+        ("running", "none"),
+        ("preempted", "none"),
+        ("none", "waiting"),
+        ("preempted", "waiting"),
+        ("none", "long pair"),
+    }
+    in_flight = {op.params[2] for _, op in pairs if op.name == "sleep"}
+    assert in_flight == set(ops.IN_FLIGHT)
+    assert any(op.name == "generate_cached" and sit.long_waiting for sit, op in pairs)
+    assert {sit.held for sit, op in pairs if op.resets_running} == {"running"}
 
 
 def test_every_operation_is_used_somewhere():
@@ -41,7 +62,11 @@ def test_every_situation_of_a_paused_server_takes_every_generate_and_pause_mode(
     paused: in every situation each generate, each sleep mode and each /pause is a pair."""
     by_situation = collections.defaultdict(set)
     for sit, op in plan.reachable_pairs():
-        by_situation[dataclasses.replace(sit, reload_path=None, pushed=False)].add(str(op))
+        # a long pair and a long prompt waiting set apart the wake's, the /resume's and generate_cached's only
+        queued = "waiting" if sit.queued == "long pair" else sit.queued
+        by_situation[dataclasses.replace(sit, reload_path=None, pushed=False, long_waiting=False, queued=queued)].add(
+            str(op)
+        )
     for sit, tokens in by_situation.items():
         assert set(ops.GENERATES) - {"generate_cached"} <= tokens, sit.describe()
         assert {f"sleep:{level}:{mode}:0" for level in model.LEVELS for mode in ops.MODES} <= tokens, sit.describe()
@@ -58,7 +83,7 @@ def test_pushes_and_resume_are_walked_wherever_a_client_can_send_them():
     assert all("weights" not in sit.asleep_tags for sit in by_op["push"])
     assert any(sit.garbage and sit.asleep_tags == ("kv_cache",) for sit in by_op["push"])  # the RL recipe's
     assert all(not sit.asleep_tags for sit in by_op["resume"]) and any(
-        sit.requests != "none" for sit in by_op["resume"]
+        sit.queued != "none" or sit.held != "none" for sit in by_op["resume"]
     )
     plain = {sit for sit, op in pairs if op == ops.reload()}
     assert {sit.pushed for sit in plain} == {True, False}
@@ -118,7 +143,7 @@ def test_the_seed_varies_the_operations_around_the_pairs():
 
 
 def test_a_pair_that_is_not_reachable_is_refused():
-    unreachable = plan.Situation(0, ("weights",), True, False, "none", "none")  # level 0 with a tag asleep
+    unreachable = plan.Situation(0, ("weights",), model.PAUSE_NEW, False, "none")  # level 0 with a tag asleep
     with pytest.raises(ValueError, match="not reachable pairs"):
         plan.plan_walks({(unreachable, ops.RESET_PREFIX_CACHE)}, SEED, SHARDS)
 
@@ -212,13 +237,24 @@ def test_host_cached_is_left_out_of_pairs_only():
 
 def test_a_situation_keeps_what_decides_an_operation():
     """States that differ in what decides how vLLM handles an operation are different situations:
-    a running (frozen) request against a waiting one, stale blocks against fresh, garbage against a
-    checkpoint, and for a plain reload the model path it loads."""
+    a running (frozen) request against a preempted one against one queued, the pause mode, stale blocks
+    against fresh, garbage against a checkpoint, and for a plain reload the model path it loads."""
     frozen = plan.run(INITIAL, [ops.sleep(0, "keep", 1)])
     preempted = plan.run(INITIAL, [ops.sleep(1, "keep", 1)])
     queued = plan.run(INITIAL, [ops.sleep(0), ops.Operation("generate_fresh")])
-    assert plan.situation(frozen, ops.wake()).requests == "running"
-    assert plan.situation(preempted, ops.wake()).requests == plan.situation(queued, ops.wake()).requests == "waiting"
+    assert plan.situation(frozen, ops.wake()).held == "running"
+    assert (plan.situation(preempted, ops.wake()).held, plan.situation(preempted, ops.wake()).queued) == (
+        "preempted",
+        "none",
+    )
+    assert (plan.situation(queued, ops.wake()).held, plan.situation(queued, ops.wake()).queued) == ("none", "waiting")
+    assert plan.situation(frozen, ops.wake()).pause == model.PAUSE_ALL
+    assert plan.situation(queued, ops.wake()).pause == model.PAUSE_NEW
+    pair = plan.run(queued, [ops.Operation("generate_cached"), ops.Operation("generate_cached")])
+    assert (
+        plan.situation(pair, ops.wake()).queued == "long pair"
+        and plan.situation(pair, ops.sleep(1)).queued == "waiting"
+    )
     stale = plan.run(INITIAL, [ops.Operation("generate_cached"), ops.reload("B")])
     assert plan.situation(stale, ops.RESET_PREFIX_CACHE).prefix == "stale"
     assert (

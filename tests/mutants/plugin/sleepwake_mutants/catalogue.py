@@ -853,7 +853,9 @@ MUTANTS = {
             "#16564, fixed by #16889 (level-2 wake loses the model buffers)",
             "Worker.sleep(level=2) does not save the model buffers (RoPE's cos_sin_cache) before the weights pool "
             "is discarded: neither a push nor a reload brings them back, so every level-2 wake serves garbage.",
-            {"weight_sync": ("weights.pushed_checkpoint_golden",)},
+            # The lost RoPE cache moves every logprob while the greedy ids may hold: on the GPU the token
+            # ids matched the pushed golden and output.logprob_drift caught it; the fake moves the ids.
+            {"weight_sync": ("weights.pushed_checkpoint_golden", "output.logprob_drift")},
             "weights:level2_skips_buffer_save",
             size="every buffer lost at each level-2 sleep",
         ),

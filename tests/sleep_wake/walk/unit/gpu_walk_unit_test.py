@@ -16,6 +16,7 @@ import pytest
 from tests.core import liveness, metrics, oracle, thresholds
 from tests.core.background import background
 from tests.core.client import SleepWakeClient, StreamResult
+from tests.core.walk import observations
 from tests.sleep_wake.walk import gpu_walk
 
 _AFTER_KEEP = gpu_walk.model.State(level=0, pause=gpu_walk.model.PAUSE_ALL, gauge_level=0)  # a level-0 keep
@@ -189,21 +190,29 @@ _LEVEL1 = gpu_walk.model.State(
 _RELOAD = types.SimpleNamespace(name="reload", params=(None,))
 
 
+def _probe(subject: gpu_walk.GpuSubject, op, state, pin) -> None:
+    """A terminal probe as the driver makes it: the subject observes, the core judges (observations.check_terminal)."""
+    observations.check_terminal(
+        subject.terminal(op, state, pin, "probe"), pin, state, subject.version, "probe", subject.judged
+    )
+
+
 def test_the_reload_probe_checks_the_gauge_is_the_state_s_before_it():
     """A failed reload writes no gauge: the pin's "unchanged" is the gauge of the state probed (it was left
     out of the pin, so a reload that wrote the gauge passed the probe)."""
     pin = thresholds.divergence("reload_while_weights_asleep", "0.26.0")
     level1 = metrics.GAUGE_BY_LEVEL[1]
-    _subject(live=True, client=_ReloadAsleepClient(dict(level1))).terminal(_RELOAD, _LEVEL1, pin, "probe")
+    _probe(_subject(live=True, client=_ReloadAsleepClient(dict(level1))), _RELOAD, _LEVEL1, pin)
     with pytest.raises(oracle.OracleFailure) as e:
         wrote = _ReloadAsleepClient(dict(metrics.GAUGE_AWAKE))
-        _subject(live=True, client=wrote).terminal(_RELOAD, _LEVEL1, pin, "probe")
+        _probe(_subject(live=True, client=wrote), _RELOAD, _LEVEL1, pin)
     assert e.value.oracle_id == "api.reload_while_weights_asleep" and "gauge" in str(e.value)
 
 
 def test_every_terminal_pin_observes_the_whole_state():
     """After a probe the answer, both flags, /health and a request's outcome are all checked: a key left out
-    of a pin is a check the probe silently skips (gpu_walk.terminal compares the pin's keys only)."""
+    of a pin is a check the probe silently skips (observations.check_terminal compares the keys observed,
+    which are the pin's)."""
     whole = {"status", "is_sleeping", "gauge", "health", "request"}
     for name in gpu_walk.ops.TERMINAL_ORACLES:
         observed = thresholds.KNOWN_DIVERGENCES[name].observed

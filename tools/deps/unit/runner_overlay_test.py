@@ -1,0 +1,84 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tools.deps import runner_overlay
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+SAMPLE = os.path.join(HERE, "testdata", "runner_overlay", "sample.lock")
+LOCK = os.path.join(WORKSPACE, "third_party", "python", "requirements.lock")
+
+
+def _sample():
+    with open(SAMPLE, encoding="utf-8") as f:
+        return runner_overlay.parse_lock(f.read())
+
+
+def test_parses_pins_hashes_and_both_via_styles():
+    pins = _sample()
+    assert list(pins) == [
+        "absl-py",
+        "numpy",
+        "packaging",
+        "pluggy",
+        "pytest",
+        "torch",
+        "transformers",
+        "vllm",
+        "uvicorn",
+        "uvloop",
+        "mypy",
+        "librt",
+    ]  # uvicorn[standard]==...: extras are not the name
+    assert pins["absl-py"].lines == ["absl-py==2.5.1 \\", "    --hash=sha256:aaaa \\", "    --hash=sha256:bbbb"]
+    assert pins["numpy"].via == ["-r third_party/python/requirements.in", "torch", "vllm"]
+    assert pins["pluggy"].via == ["pytest"]
+
+
+def test_overlay_leaves_everything_vllm_pulls_in_to_the_runner():
+    names = [p.name for p in runner_overlay.overlay_pins(_sample())]
+    # numpy is the suite's too, but vLLM needs it (directly and through torch): the runner's stays.
+    # packaging is needed by pytest and by transformers (a vLLM dependency): the runner's stays.
+    assert names == ["absl-py", "pluggy", "pytest"]
+
+
+def test_overlay_leaves_out_the_source_checkers_and_what_only_they_need():
+    # mypy (a CHECKERS root) and librt (pulled in by mypy alone) are never imported by a GPU cell.
+    names = {p.name for p in runner_overlay.overlay_pins(_sample())}
+    assert not names & {"mypy", "librt"}, names
+
+
+def test_a_lock_without_the_runner_package_is_refused():
+    pins = _sample()
+    del pins["vllm"]
+    with pytest.raises(ValueError, match="pins no 'vllm'"):
+        runner_overlay.overlay_pins(pins)
+
+
+def test_the_real_lock_overlay_has_the_test_runner_and_not_vllm_or_torch():
+    with open(LOCK, encoding="utf-8") as f:
+        names = {p.name for p in runner_overlay.overlay_pins(runner_overlay.parse_lock(f.read()))}
+    assert {"pytest", "absl-py"} <= names, names
+    assert not names & {"vllm", "torch", "numpy", "requests", "transformers"}, names
+    assert not names & {"ruff", "mypy", "ast-serialize", "librt", "pathspec", "mypy-extensions"}, names
+
+
+def test_cli_prints_hashed_requirements_and_rejects_bad_usage(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "tools.deps.runner_overlay", SAMPLE],
+        capture_output=True,
+        text=True,
+        cwd=WORKSPACE,
+        check=True,
+    ).stdout
+    assert "pytest==9.2.0 \\\n    --hash=sha256:ffff" in out and "vllm==" not in out
+    bad = subprocess.run(
+        [sys.executable, "-m", "tools.deps.runner_overlay", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        cwd=WORKSPACE,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "runner_overlay:" in bad.stderr
