@@ -181,9 +181,8 @@ def reachable_states(door: str = HTTP) -> tuple:
     return tuple(seen)
 
 
-@functools.cache
 def _reachable_pairs(door: str = HTTP) -> frozenset:
-    return frozenset(pair_of(s, op) for s in reachable_states(door) for op, _ in successors(s, door))
+    return frozenset(_graph(door).pairs)
 
 
 def reachable_pairs(door: str = HTTP) -> set:
@@ -270,8 +269,9 @@ def door_cells(door: str) -> tuple:
 def worker_pairs(door: str = HTTP) -> frozenset:
     """The door's pairs whose path reaches the worker (operations.reaches_worker) in some state of their
     situation: where the runner and the execution mode decide, so every cell of the door walks them."""
+    g = _graph(door)
     return frozenset(
-        pair_of(s, op) for s in reachable_states(door) for op, _ in successors(s, door) if ops.reaches_worker(op, s)
+        g.pairs[k] for s, edges in zip(g.states, g.edges) for op, _, k in edges if ops.reaches_worker(op, s)
     )
 
 
@@ -364,6 +364,13 @@ def plan_shards(shards: int, seed: int, door: str = HTTP, cell=None) -> tuple:
     )
 
 
+def clear_caches() -> None:
+    """Forgets everything planned from the model, for a test that patches the model and plans anew."""
+    planned = (successors, reachable_states, _graph, worker_pairs, deal, _postman, _tour, _ways_from_initial)
+    for cached in planned + (cell_walks, plan_shards):
+        cached.cache_clear()
+
+
 def cell_seed(seed: int, cell_id: str) -> int:
     """The seed of a cell's plan: every cell walks its own paths, through its own states, between the
     same situations. crc32, not hash(): the same under any PYTHONHASHSEED and on every machine."""
@@ -442,12 +449,14 @@ def standing(state: State) -> Situation:
 
 @dataclasses.dataclass(frozen=True)
 class _Graph:
-    """A door's reachable states (BFS order) and, per state, its edges (operation, next state's index, pair)
-    and where it stands (standing, by index into nodes, which are in pair_key order)."""
+    """A door's reachable states (BFS order, INITIAL first) and, per state, its edges (operation, next state's
+    index, pair's index into pairs, which are in pair_key order) and where it stands (node: by index into nodes,
+    which are in pair_key order). Integers, so that the planner's searches hash and compare no situations."""
 
     states: tuple
-    index: dict
     edges: tuple
+    pairs: tuple
+    pair_index: dict
     node: tuple
     nodes: tuple
 
@@ -456,11 +465,14 @@ class _Graph:
 def _graph(door: str = HTTP) -> _Graph:
     states = reachable_states(door)
     index = {s: i for i, s in enumerate(states)}
-    edges = tuple(tuple((op, index[nxt], pair_of(s, op)) for op, nxt in successors(s, door)) for s in states)
+    labelled = [[(op, index[nxt], pair_of(s, op)) for op, nxt in successors(s, door)] for s in states]
+    pairs = tuple(sorted({pair for edges in labelled for _, _, pair in edges}, key=pair_key))
+    pair_index = {pair: k for k, pair in enumerate(pairs)}
+    edges = tuple(tuple((op, j, pair_index[pair]) for op, j, pair in row) for row in labelled)
     stands = [standing(s) for s in states]
     nodes = tuple(sorted(set(stands), key=lambda sit: pair_key((sit, ops.RESET_PREFIX_CACHE))))
     at = {sit: k for k, sit in enumerate(nodes)}
-    return _Graph(states, index, edges, tuple(at[sit] for sit in stands), nodes)
+    return _Graph(states, edges, pairs, pair_index, tuple(at[sit] for sit in stands), nodes)
 
 
 @functools.cache
@@ -468,16 +480,17 @@ def _postman(pairs: frozenset, door: str = HTTP) -> tuple:
     """tour.postman over where the door's states stand: each pair of `pairs` from the nodes it is offered at
     to those it leads to (in pair_key order), the moves any operation makes between two nodes."""
     g = _graph(door)
+    wanted = {g.pair_index[p] for p in pairs}
     offered: dict = collections.defaultdict(set)
     leads: dict = collections.defaultdict(set)
     moves: set = set()
     for i, edges in enumerate(g.edges):
-        for _, j, pair in edges:
+        for _, j, k in edges:
             moves.add((g.node[i], g.node[j]))
-            if pair in pairs:
-                offered[pair].add(g.node[i])
-                leads[pair].add(g.node[j])
-    required = [(sorted(offered[p]), p, sorted(leads[p])) for p in sorted(pairs, key=pair_key)]
+            if k in wanted:
+                offered[k].add(g.node[i])
+                leads[k].add(g.node[j])
+    required = [(sorted(offered[k]), g.pairs[k], sorted(leads[k])) for k in sorted(wanted)]
     out_moves: dict = collections.defaultdict(list)
     for a, b in sorted(moves):
         out_moves[a].append(b)
@@ -496,37 +509,62 @@ def plan_tour(pairs, seed: int, door: str = HTTP) -> list:
     stand (tour.postman: each pair from a node it is offered at to one it leads to, the fewest moves between
     them), each then reached from where the walk is by the fewest operations (breadth first, each
     state's operations in an order the seed shuffles), every pair on the way counting."""
-    todo = set(pairs)
+    todo = frozenset(pairs)
     unknown = todo - _reachable_pairs(door)
     if unknown:
         raise ValueError(
             f"not reachable pairs: {sorted(map(describe_pair, unknown))[:3]}; plan only pairs from "
             "plan.reachable_pairs()"
         )
+    return list(_tour(todo, seed, door))
+
+
+@functools.cache
+def _tour(pairs: frozenset, seed: int, door: str) -> tuple:
+    """plan_tour's walk, once per (pairs, seed, door): a cell's shards, the write_plan action and the unit tests
+    ask for the same tour over and over, each costing seconds. Searches over _graph's integers."""
     g = _graph(door)
+    todo = {g.pair_index[p] for p in pairs}
     rng = random.Random(seed)
-    circuit = tour.circuits(_postman(frozenset(todo), door), g.node[0], rng)
+    circuit = tour.circuits(_postman(pairs, door), g.node[0], rng)
     walk: list = []
-    state = INITIAL
-
-    def order(at: State, edges: list) -> None:
-        """A state's operations, those that visit a pair still to visit first, each part in a seeded order:
-        among equally short ways the walk takes one that visits more on the way."""
-        rng.shuffle(edges)
-        edges.sort(key=lambda edge: pair_of(at, edge[0]) not in todo)
-
+    at = 0  # INITIAL
     for label in [label for part in circuit for _, label, _ in part if label is not None]:
-        if label not in todo:
+        target = g.pair_index[label]
+        if target not in todo:
             continue
-        path = _path(
-            _first_path(state, lambda st, op, nxt, p=label: pair_of(st, op) == p, order, door),
-            f"from ({state.describe()}) to {describe_pair(label)}",
-        )
-        for op in path:
-            todo.discard(pair_of(state, op))
-            state = op.apply(state)
-        walk += path
-    return walk
+        path = _path(_tour_path(g, at, target, todo, rng), f"from ({g.states[at].describe()}) to {describe_pair(label)}")
+        for op, j, k in path:
+            todo.discard(k)
+            at = j
+        walk += [op for op, _, _ in path]
+    return tuple(walk)
+
+
+def _tour_path(g: _Graph, src: int, target: int, todo: set, rng: random.Random) -> list | None:
+    """Breadth first from state src: the edges up to and including the first one of pair `target`, None if
+    none. Each state's edges in a seeded order, those of a pair still to visit (todo) first: among equally
+    short ways the walk takes one that visits more on the way."""
+    parent: dict = {src: None}
+    queue = collections.deque([src])
+    while queue:
+        i = queue.popleft()
+        edges = list(g.edges[i])
+        rng.shuffle(edges)
+        for edge in [e for e in edges if e[2] in todo] + [e for e in edges if e[2] not in todo]:
+            if edge[2] == target:
+                path = [edge]
+                step = parent[i]
+                while step is not None:
+                    before, via = step
+                    path.append(via)
+                    step = parent[before]
+                return path[::-1]
+            j = edge[1]
+            if j not in parent:
+                parent[j] = (i, edge)
+                queue.append(j)
+    return None
 
 
 def split(walk, shards: int, door: str = HTTP) -> list:
@@ -549,10 +587,15 @@ def split(walk, shards: int, door: str = HTTP) -> list:
     def cuts_under(bound: int) -> list | None:
         cuts, a = [0], 0
         while a < len(walk):
-            fits = [b for b in range(a + 1, len(walk) + 1) if there[a] + cost[b] - cost[a] + home[b] <= bound]
-            if not fits:
+            last = None
+            for b in range(a + 1, len(walk) + 1):
+                if there[a] + cost[b] - cost[a] > bound:  # home[b] >= 0: no later cut fits either
+                    break
+                if there[a] + cost[b] - cost[a] + home[b] <= bound:
+                    last = b
+            if last is None:
                 return None
-            a = fits[-1]
+            a = last
             cuts.append(a)
         return cuts
 
