@@ -366,7 +366,7 @@ def plan_shards(shards: int, seed: int, door: str = HTTP, cell=None) -> tuple:
 
 def clear_caches() -> None:
     """Forgets everything planned from the model, for a test that patches the model and plans anew."""
-    planned = (successors, reachable_states, _graph, worker_pairs, deal, _postman, _tour, _ways_from_initial)
+    planned = (successors, reachable_states, _graph, worker_pairs, deal, _postman, _tour, _ways_from_initial, _probes)
     for cached in planned + (cell_walks, plan_shards):
         cached.cache_clear()
 
@@ -533,7 +533,9 @@ def _tour(pairs: frozenset, seed: int, door: str) -> tuple:
         target = g.pair_index[label]
         if target not in todo:
             continue
-        path = _path(_tour_path(g, at, target, todo, rng), f"from ({g.states[at].describe()}) to {describe_pair(label)}")
+        path = _path(
+            _tour_path(g, at, target, todo, rng), f"from ({g.states[at].describe()}) to {describe_pair(label)}"
+        )
         for op, j, k in path:
             todo.discard(k)
             at = j
@@ -748,6 +750,13 @@ def terminal_probes(door: str = HTTP) -> list:
 
 def plan_probes(door: str = HTTP) -> list:
     """terminal_probes, planned in this process (as plan_walks plans the walks)."""
+    return [list(probe) for probe in _probes(door)]
+
+
+@functools.cache
+def _probes(door: str) -> tuple:
+    """plan_probes' walks, once per door: every shard of every cell asks which probe is its (walk/shards.py),
+    and each search goes over the door's states."""
     probes = []
     for (name, level, asleep), kind_ops in terminal_pairs(door).items():
         op = PROBED.get(name, kind_ops[0])
@@ -758,8 +767,8 @@ def plan_probes(door: str = HTTP) -> list:
             return (nxt.level, tuple(sorted(nxt.asleep_tags))) == where and ops.terminal(op, nxt) == name
 
         path = _path(_first_path(INITIAL, there, door=door), f"from INITIAL to the terminal pair {op} of {name}")
-        probes.append(path + [op])
-    return probes
+        probes.append(tuple(path + [op]))
+    return tuple(probes)
 
 
 def run_shard(walker, shard: int, shards: int, seed: int, door: str = HTTP, cell=None):
