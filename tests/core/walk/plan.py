@@ -536,7 +536,7 @@ def _tour(pairs: frozenset, seed: int, door: str) -> tuple:
         path = _path(
             _tour_path(g, at, target, todo, rng), f"from ({g.states[at].describe()}) to {describe_pair(label)}"
         )
-        for op, j, k in path:
+        for _, j, k in path:
             todo.discard(k)
             at = j
         walk += [op for op, _, _ in path]
