@@ -755,7 +755,7 @@ def test_a_fake_tier_walk_cell_is_gated_too(tmp_path, capsys):
 def test_a_doors_cells_are_judged_together_on_the_pairs_above_the_worker(tmp_path, capsys):
     """Two HTTP cells that each walk half the door's pairs above the worker (tests/core/walk/plan.py deal) and
     every pair that reaches it: each full with the other, partial alone."""
-    half = {s: (3, 3, []) for s in range(WALK_SHARDS)}
+    half: dict[int, tuple[int, int, list[str]]] = {s: (3, 3, []) for s in range(WALK_SHARDS)}
     _walk_cell(tmp_path, half)
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert not w.complete and w.gate.reasons == (
