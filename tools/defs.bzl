@@ -7,7 +7,7 @@ what is generated.
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
 load("//tools:goldens.bzl", "CHECKPOINTS", "golden_label")
-load("//tools:matrix.bzl", "DOOR_CELLS", "DOOR_EXCLUDED", "DOOR_FAKE_ONLY", "EXECUTION_MODES", "FRONT_DOORS", "GOLDEN_CLASSES", "RUNNERS")
+load("//tools:matrix.bzl", "BAZEL_MAX_SHARDS", "DOOR_CELLS", "DOOR_EXCLUDED", "DOOR_FAKE_ONLY", "EXECUTION_MODES", "FRONT_DOORS", "GOLDEN_CLASSES", "RUNNERS")
 
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
@@ -221,9 +221,10 @@ def cell_name(test_class, runner, mode, door = "http"):
     return "%s_%s_%s_%s" % (test_class, door, runner, mode)
 
 def _shard_count(shard_counts, test_class, door, mode):
-    """A cell's shard_count: its class's SHARD_COUNTS entry for its door and mode; None for an unsplit class.
+    """A cell's Bazel shard_count: its class's SHARD_COUNTS entry for its door and mode, dealt evenly over at
+    most BAZEL_MAX_SHARDS; None for an unsplit class.
 
-    The twin of tools/matrix.py shard_count.
+    The twin of tools/matrix.py bazel_shard_count.
     """
     if test_class not in shard_counts:
         return None
@@ -234,7 +235,8 @@ def _shard_count(shard_counts, test_class, door, mode):
             door,
             mode,
         ))
-    return count
+    per_shard = (count + BAZEL_MAX_SHARDS - 1) // BAZEL_MAX_SHARDS
+    return (count + per_shard - 1) // per_shard
 
 def _door_cells(classes, runners, modes):
     """(class, door, runner, mode) of every cell of the matrix.

@@ -119,6 +119,13 @@ SHARD_COUNTS = {
     },
 }
 
+# The most shards Bazel (4.2) lets a test have: above it the target fails analysis ("Having more than 50 shards
+# is indicative of poor test organization"). A class split finer (SHARD_COUNTS) gets the fewest Bazel shards
+# that run its shards' classes in equal numbers (tools/defs.bzl, tools/matrix.py bazel_shard_count): each
+# Bazel shard runs its classes one after another (tools/pytest_bridge's assign_groups deals them round robin),
+# the later ones on the server the first gives back.
+BAZEL_MAX_SHARDS = 50
+
 # The vLLM releases the suite supports: the known divergences (tests/core/thresholds.py) were
 # checked against each one's source. SUITE_RELEASE is the venv's pin (third_party/python/requirements.in,
 # the engine tier's reference); every other one has an overlay third_party/python/vllm-<v>.overlay.lock and

@@ -8,10 +8,10 @@ checkpoint, cached tokens, how requests in flight and waiting end) by the oracle
 
 One seeded tour (each cell its own seed, plan.cell_seed) visits every situation pair of the cell's share of
 its door's (plan.deal: every pair that reaches the worker, and its part of those decided above it, which the
-door's cells of a runner split); it is cut into one walk per test class, one per Bazel shard (tools/matrix.bzl
-SHARD_COUNTS, by the cell's front door and execution mode; pytest_main keeps a class whole in its shard, so
-each shard runs one class, one server, its walk); a class fails when the steps that ran leave one of its pairs
-unvisited (walk/coverage.py, every tier's verdict). Pairs where a known divergence ends a server's usable life
+door's cells of a runner split); it is cut into one walk per test class, the cell's shards (tools/matrix.bzl
+SHARD_COUNTS, by the cell's front door and execution mode), which Bazel runs over at most BAZEL_MAX_SHARDS of
+its shards (pytest_main keeps a class whole in its shard, so each class runs on one server, its walk); a class
+fails when the steps that ran leave one of its pairs unvisited (walk/coverage.py, every tier's verdict). Pairs where a known divergence ends a server's usable life
 are probed after a shard's walk, one kind in each of the cell's last shards (walk/shards.py). The goldens come
 from the cell's golden actions (tests/sleep_wake/goldens: a fresh server on each checkpoint), never from the
 server under test.
