@@ -6,15 +6,15 @@ where the door has them; prefix-cache resets; misuse), each step judged against 
 tests/core/walk (flags, gauge, /is_paused, health, GPU and host bytes, golden output of the serving
 checkpoint, cached tokens, how requests in flight and waiting end) by the oracles.
 
-One seeded tour (each cell its own seed, plan.cell_seed) visits every situation pair of the cell's share of
-its door's (plan.deal: every pair that reaches the worker, and its part of those decided above it, which the
-door's cells of a runner split); it is cut into one walk per test class, the cell's shards (tools/matrix.bzl
-SHARD_COUNTS, by the cell's front door and execution mode), which Bazel runs over at most BAZEL_MAX_SHARDS of
-its shards (pytest_main keeps a class whole in its shard, so each class runs on one server, its walk); a class
-fails when the steps that ran leave one of its pairs unvisited (walk/coverage.py, every tier's verdict). Pairs where a known divergence ends a server's usable life
-are probed after a shard's walk, one kind in each of the cell's last shards (walk/shards.py). The goldens come
-from the cell's golden actions (tests/sleep_wake/goldens: a fresh server on each checkpoint), never from the
-server under test.
+One seeded tour (each cell its own seed, plan.cell_seed) visits every situation pair of the cell's share of its
+door's (plan.deal: every pair that reaches the worker, and its part of those decided above it, which the door's
+cells of a runner split); it is cut into one walk per test class, the cell's shards (tools/matrix.bzl SHARD_COUNTS,
+by the cell's front door and execution mode), which Bazel runs over at most BAZEL_MAX_SHARDS of its shards
+(pytest_main keeps a class whole in its shard, so each class runs on one server, its walk); a class fails when the
+steps that ran leave one of its pairs unvisited (walk/coverage.py, every tier's verdict). Pairs where a known
+divergence ends a server's usable life are probed after a shard's walk, one kind in each of the cell's last shards
+(walk/shards.py). The goldens come from the cell's golden actions (tests/sleep_wake/goldens: a fresh server on each
+checkpoint), never from the server under test.
 Servers (SLEEPWAKE_REUSE_SERVERS=1): a shard borrows the server a passing class of its configuration gave
 back (tests/core/server_reuse.py; across test processes, the launcher's parking), once reset to a state
 the walk starts in and checked by the model's own invariants of that state against the fresh readings
