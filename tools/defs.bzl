@@ -221,8 +221,9 @@ def cell_name(test_class, runner, mode, door = "http"):
     return "%s_%s_%s_%s" % (test_class, door, runner, mode)
 
 def _shard_count(shard_counts, test_class, door, mode):
-    """A cell's Bazel shard_count: its class's SHARD_COUNTS entry for its door and mode, dealt evenly over at
-    most BAZEL_MAX_SHARDS; None for an unsplit class.
+    """A cell's Bazel shard_count; None for an unsplit class.
+
+    Its class's SHARD_COUNTS entry for its door and mode, dealt evenly over at most BAZEL_MAX_SHARDS.
 
     The twin of tools/matrix.py bazel_shard_count.
     """

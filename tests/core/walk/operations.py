@@ -662,8 +662,10 @@ REACHES_WORKER = {
         "level >= 1: pause_scheduler resets the caches (core.py _reset_caches: collective_rpc reset_mm_cache and "
         "reset_encoder_cache on every worker) and the executor sleeps the workers (abstract.py sleep: "
         "collective_rpc sleep, unless already asleep). Level 0 is pause_scheduler(mode, clear_cache=False) in "
-        "EngineCore alone, unless a request decodes on the worker when it lands (in flight) or a level-0 keep "
-        "froze one there, whose KV blocks and batch slot the worker holds",
+        "EngineCore alone, unless a request decodes on the worker when it lands (in flight, of every kind: a "
+        "stream, a whole request, an n=4 stream's choices, two streams, one arriving in a wait's drain; the "
+        "pause mode then aborts, drains or freezes it there) or a level-0 keep froze one there, whose KV blocks "
+        "and batch slot the worker holds",
     ),
     "wake": Reach(
         lambda op, s: moves_memory(op, s) or _runs_requests(s, op.apply(s)),
