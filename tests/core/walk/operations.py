@@ -39,6 +39,7 @@ of its walk, with the door's reason (door_why_not), so its pairs are the model's
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from tests.core import oracle, pushes, thresholds
 from tests.core.walk import model
@@ -188,19 +189,6 @@ class Operation:
         if self.params:
             return ":".join((self.name, *self.params))
         return self.name
-
-    @property
-    def reaches_worker(self) -> bool:
-        """Whether the operation's path reaches the worker (collective_rpc into the GPU worker: its pools,
-        its model), not only the front end and the engine core's scheduler: a sleep or wake that moves a
-        pool, a reload, a push, and every forward pass (a generate that runs, a request in flight). For
-        dealing pairs over a door's cells: those that stop short of the worker behave alike on each
-        runner and execution mode."""
-        if self.name in ("reload", "push", "wake") or self.name in GENERATES:
-            return True
-        if self.name == "sleep":
-            return self.params[0] >= 1 or bool(self.params[2])
-        return False
 
     @property
     def resets_running(self) -> bool:
@@ -635,3 +623,92 @@ def require_applicable(op, state: State, step_index: int, door: str = HTTP) -> N
     reason = op.why_not(state, door)
     if reason:
         raise oracle.Precondition(f"walk step {step_index}: {op} is not applicable in ({state.describe()}): {reason}")
+
+
+# --- where an operation is decided: the worker, or above it (plan.deal) ---------------------------
+# A cell's runner (MRV1, MRV2) and execution mode (eager, CUDA graphs) live in the worker: its model runner
+# runs the forward passes, holds the pools a sleep unmaps and the parameters a reload or push writes. A pair
+# whose path stops above the worker (the API server, AsyncLLM, EngineCore's scheduler, the executor's tag
+# bookkeeping) runs the same code in every cell of its door, so plan.deal walks it in one cell per runner;
+# a pair that reaches the worker is walked in every cell. vLLM 0.26.0's code decides; each rule below is a
+# function of the state that plan.Situation keeps (level, tags asleep, pause, requests waiting or frozen), so
+# one pair has one answer. docs/walk/dealt.md (tests.core.walk.dealt) lists them with their reasons.
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """Whether an operation's path reaches the worker in a state (rule), and why (reason: vLLM's code)."""
+
+    rule: Callable[[Operation, State], bool]
+    reason: str
+
+
+def _runs_requests(s: State, after: State) -> bool:
+    """Scheduling resumes from s to after with a request waiting or frozen: the worker runs it."""
+    return s.paused and not after.paused and (s.held is not None or bool(s.queued))
+
+
+REACHES_WORKER = {
+    **{
+        name: Reach(
+            lambda op, s: model.can_run(s),
+            "where scheduling runs, the request's forward passes run in the model runner (gpu_model_runner.py "
+            "execute_model, or MRV2's gpu/model_runner.py); while paused or asleep it waits in the scheduler's "
+            "queue (core.py add_request, scheduler.py schedule skips while paused), and the wake or /resume that "
+            "lifts the pause runs it, which is that operation's pair",
+        )
+        for name in GENERATES
+    },
+    "sleep": Reach(
+        lambda op, s: op.params[0] >= 1 or bool(op.params[2]) or s.held_kv,
+        "level >= 1: pause_scheduler resets the caches (core.py _reset_caches: collective_rpc reset_mm_cache and "
+        "reset_encoder_cache on every worker) and the executor sleeps the workers (abstract.py sleep: "
+        "collective_rpc sleep, unless already asleep). Level 0 is pause_scheduler(mode, clear_cache=False) in "
+        "EngineCore alone, unless a request decodes on the worker when it lands (in flight, of every kind: a "
+        "stream, a whole request, an n=4 stream's choices, two streams, one arriving in a wait's drain; the "
+        "pause mode then aborts, drains or freezes it there) or a level-0 keep froze one there, whose KV blocks "
+        "and batch slot the worker holds",
+    ),
+    "wake": Reach(
+        lambda op, s: moves_memory(op, s) or _runs_requests(s, op.apply(s)),
+        "it reaches the worker where the executor maps a pool (abstract.py wake_up: collective_rpc wake_up) or "
+        "where scheduling resumes with a request waiting or frozen (the worker runs it); else the executor "
+        "only warns (not sleeping, or a tag not asleep), a scheduling-only wake never calls it (core.py "
+        "wake_up), and resume_scheduler is the scheduler's",
+    ),
+    "reload": Reach(
+        lambda op, s: True,
+        "collective_rpc reload_weights: the model runner loads the checkpoint into its parameters "
+        "(gpu_model_runner.py reload_weights)",
+    ),
+    "push": Reach(
+        lambda op, s: True,
+        "the worker extension hands the tensors to the model's load_weights in the worker "
+        "(tools/launcher/weight_receiver.py)",
+    ),
+    "reset_prefix_cache": Reach(
+        lambda op, s: False,
+        "EngineCore.reset_prefix_cache calls the scheduler's KV cache manager only (core.py reset_prefix_cache); "
+        "no worker is called. With reset_running_requests=true the scheduler also preempts its running requests "
+        "(scheduler.py reset_prefix_cache: _preempt_request frees their blocks and puts them back in the waiting "
+        "queue), bookkeeping of its own: the worker drops the request from its persistent batch only when the "
+        "next SchedulerOutput names it (preempted_req_ids: MRV2's finish_requests, MRV1's _update_states), at "
+        "the wake or /resume that lets it run, whose pair (a held request preempted) reaches the worker",
+    ),
+    "pause": Reach(
+        lambda op, s: op.params[1] or s.held_kv,
+        "clear_cache resets the caches (core.py _reset_caches: collective_rpc reset_mm_cache and "
+        "reset_encoder_cache on every worker, each runner its own); without it pause_scheduler sets the "
+        "scheduler's pause in EngineCore alone, unless a level-0 keep froze a request on the worker",
+    ),
+    "resume": Reach(
+        lambda op, s: _runs_requests(s, op.apply(s)),
+        "resume_scheduler sets the scheduler's pause state (core.py resume_scheduler); it reaches the worker only "
+        "through the requests it lets run, where one waits or is frozen",
+    ),
+}
+
+
+def reaches_worker(op: Operation, state: State) -> bool:
+    """Whether op's path in state reaches the worker, where the runner and execution mode matter
+    (REACHES_WORKER). An operation with no rule reaches it: walked in every cell until one says otherwise."""
+    reach = REACHES_WORKER.get(op.name)
+    return True if reach is None else bool(reach.rule(op, state))
