@@ -402,6 +402,18 @@ def run(state: State, walk) -> State:
     return state
 
 
+def _unwound(parent: dict, node, last) -> list:
+    """The way from a breadth-first search's source to `last`, an edge leaving `node`: parent maps each
+    reached node to (the node before it, the edge between), the source to None."""
+    path = [last]
+    step = parent[node]
+    while step is not None:
+        node, via = step
+        path.append(via)
+        step = parent[node]
+    return path[::-1]
+
+
 def _first_path(src: State, goal, order=None, door: str = HTTP) -> list | None:
     """Breadth first from src: the operations up to and including the first edge for which
     goal(state, op, next state) holds, None if none does. order(state, list) reorders a state's successors
@@ -415,13 +427,7 @@ def _first_path(src: State, goal, order=None, door: str = HTTP) -> list | None:
             order(state, edges)
         for op, nxt in edges:
             if goal(state, op, nxt):
-                path = [op]
-                step = parent[state]
-                while step is not None:
-                    state, prev = step
-                    path.append(prev)
-                    step = parent[state]
-                return path[::-1]
+                return _unwound(parent, state, op)
             if nxt not in parent:
                 parent[nxt] = (state, op)
                 queue.append(nxt)
@@ -555,13 +561,7 @@ def _tour_path(g: _Graph, src: int, target: int, todo: set, rng: random.Random) 
         rng.shuffle(edges)
         for edge in [e for e in edges if e[2] in todo] + [e for e in edges if e[2] not in todo]:
             if edge[2] == target:
-                path = [edge]
-                step = parent[i]
-                while step is not None:
-                    before, via = step
-                    path.append(via)
-                    step = parent[before]
-                return path[::-1]
+                return _unwound(parent, i, edge)
             j = edge[1]
             if j not in parent:
                 parent[j] = (i, edge)
