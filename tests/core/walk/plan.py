@@ -353,6 +353,15 @@ def plan_shards(shards: int, seed: int, door: str = HTTP, cell=None) -> tuple:
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
     walks = cell_walks(seed, shards, door, cell)
+    written = _written(door, seed, shards, cell)
+    if written is not None:
+        # Each shard's own steps, written with the plan: the share's pairs (the door's graph, seconds of CPU in
+        # every shard's process) are not computed again to tell them.
+        traces = trace(walks)
+        return tuple(
+            ([walk], frozenset(pair_of(*traces[index][step]) for step in own))
+            for index, (walk, own) in enumerate(zip(walks, written["own_steps"]))
+        )
     mine = share(door, cell)
     first_by: dict[tuple, int] = {}
     for index, steps in enumerate(trace(walks)):
@@ -362,6 +371,16 @@ def plan_shards(shards: int, seed: int, door: str = HTTP, cell=None) -> tuple:
         ([walk], frozenset(p for p, i in first_by.items() if i == index and p in mine))
         for index, walk in enumerate(walks)
     )
+
+
+def own_steps(shards: int, seed: int, door: str = HTTP, cell=None) -> list:
+    """[[the index of each step whose pair is the shard's own (plan_shards), ...] per shard]: what a written
+    plan keeps so that plan_shards reads each shard's pairs off its walk's steps."""
+    dealt = plan_shards(shards, seed, door, cell)
+    return [
+        [i for i, (state, op) in enumerate(steps) if pair_of(state, op) in pairs]
+        for steps, (_, pairs) in zip(trace([walks[0] for walks, _ in dealt]), dealt)
+    ]
 
 
 def clear_caches() -> None:

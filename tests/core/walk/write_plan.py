@@ -16,8 +16,8 @@ from tools import matrix
 
 def contents(seed: int, shards: int, door: str, cell=None) -> dict:
     """The written plan of a cell (cell: (runner, mode) for its share, None for every pair of the door): what
-    plan.cell_walks, plan.terminal_probes, plan.model_state_count, plan.pair_count and plan.worker_pair_count
-    read back, and what it was planned with."""
+    plan.cell_walks, plan.plan_shards (each shard's own steps), plan.terminal_probes, plan.model_state_count,
+    plan.pair_count and plan.worker_pair_count read back, and what it was planned with."""
     return {
         "planner": plan.planner_digest(),
         "door": door,
@@ -25,6 +25,7 @@ def contents(seed: int, shards: int, door: str, cell=None) -> dict:
         "shards": shards,
         "cell": None if cell is None else list(cell),
         "walks": [[str(op) for op in walk] for walk in plan.cell_walks(seed, shards, door, cell)],
+        "own_steps": plan.own_steps(shards, seed, door, cell),
         "probes": [[str(op) for op in probe] for probe in plan.plan_probes(door)],
         "model_states": len(plan.reachable_states(door)),
         "pairs": len(plan.reachable_pairs(door)),
