@@ -7,7 +7,7 @@ what is generated.
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
 load("//tools:goldens.bzl", "CHECKPOINTS", "golden_label")
-load("//tools:matrix.bzl", "DOOR_CELLS", "DOOR_EXCLUDED", "DOOR_FAKE_ONLY", "EXECUTION_MODES", "FRONT_DOORS", "GOLDEN_CLASSES", "RUNNERS")
+load("//tools:matrix.bzl", "BAZEL_MAX_SHARDS", "DOOR_CELLS", "DOOR_EXCLUDED", "DOOR_FAKE_ONLY", "EXECUTION_MODES", "FRONT_DOORS", "GOLDEN_CLASSES", "RUNNERS")
 
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
@@ -147,7 +147,7 @@ def cell_goldens(classes, runner, mode, fake_cell = None):
             data.append(label)
     return env, data
 
-def cell_walk_plan(classes, runner, mode, door):
+def cell_walk_plan(classes, runner, mode, door, alone = False):
     """The env and data that give a walk cell its plan, written ahead (tests/core/walk/write_plan.py).
 
     Args:
@@ -155,14 +155,17 @@ def cell_walk_plan(classes, runner, mode, door):
       runner: the cell's model runner.
       mode: the cell's execution mode.
       door: the cell's front door.
+      alone: the cell runs without its door's other cells (the fake tier's, the mutants'), so it walks
+        every pair of its door (SLEEPWAKE_WALK_SHARE=door) instead of its share of the deal.
 
     Returns:
-      (env, data): SLEEPWAKE_WALK_PLAN and the plan's label, or ({}, []).
+      (env, data): SLEEPWAKE_WALK_PLAN and SLEEPWAKE_WALK_SHARE, and the plan's label, or ({}, []).
     """
     if "state_walk" not in classes:
         return {}, []
-    label = "//tests/core/walk:plan_%s_%s_%s" % (door, runner, mode)
-    return {"SLEEPWAKE_WALK_PLAN": "$(rootpath %s)" % label}, [label]
+    label = "//tests/core/walk:plan_%s_%s_%s%s" % (door, runner, mode, "_door" if alone else "")
+    env = {"SLEEPWAKE_WALK_PLAN": "$(rootpath %s)" % label, "SLEEPWAKE_WALK_SHARE": "door" if alone else "cell"}
+    return env, [label]
 
 def fake_cell_env(runner, mode, vllm_version = None, door = "http"):
     """A cell's environment with the fake server (fake_server.py) in place of vLLM's.
@@ -218,9 +221,11 @@ def cell_name(test_class, runner, mode, door = "http"):
     return "%s_%s_%s_%s" % (test_class, door, runner, mode)
 
 def _shard_count(shard_counts, test_class, door, mode):
-    """A cell's shard_count: its class's SHARD_COUNTS entry for its door and mode; None for an unsplit class.
+    """A cell's Bazel shard_count; None for an unsplit class.
 
-    The twin of tools/matrix.py shard_count.
+    Its class's SHARD_COUNTS entry for its door and mode, dealt evenly over at most BAZEL_MAX_SHARDS.
+
+    The twin of tools/matrix.py bazel_shard_count.
     """
     if test_class not in shard_counts:
         return None
@@ -231,7 +236,8 @@ def _shard_count(shard_counts, test_class, door, mode):
             door,
             mode,
         ))
-    return count
+    per_shard = (count + BAZEL_MAX_SHARDS - 1) // BAZEL_MAX_SHARDS
+    return (count + per_shard - 1) // per_shard
 
 def _door_cells(classes, runners, modes):
     """(class, door, runner, mode) of every cell of the matrix.
@@ -305,7 +311,7 @@ def sleep_wake_matrix(
             native.test_suite(name = suite, tests = [":" + c for c in cells])
     native.test_suite(name = name, tests = [":" + m for m in modes])
 
-def sleep_wake_fake_tier(name, classes, cells, deps):
+def sleep_wake_fake_tier(name, classes, cells, deps, shard_counts = {}):
     """One CPU py_test per class x fake cell: the class's file run against the fake server.
 
     A collection or import error fails the target like any failing test, so a class that stops
@@ -318,6 +324,9 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
         "<runner>_<mode>_vllm<version>" (the fake then serves that release's response shapes).
         Target names: <class>_fake_<cell>[_<door>], e.g. flags_fake_mrv1_eager, flags_fake_mrv2_graph_vllm0.25.0_llm.
       deps: libraries the test files import (the fixtures); the fakes are added.
+      shard_counts: class short name -> {door: {mode: shard_count}} (tools/matrix.bzl SHARD_COUNTS): a split
+        class's fake target is split as its GPU cells are, each shard its own fake server, so that the walk's
+        every shard runs within the size's timeout.
     """
     tests = []
     for test_class, class_cells in cells.items():
@@ -346,7 +355,7 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
                 version = parts[2][len("vllm"):]
             target = "%s_fake_%s" % (test_class, cell) + ("" if door == "http" else "_" + door)
             golden_env, golden_data = cell_goldens([test_class], parts[0], parts[1], cell)
-            plan_env, plan_data = cell_walk_plan([test_class], parts[0], parts[1], door)
+            plan_env, plan_data = cell_walk_plan([test_class], parts[0], parts[1], door, alone = True)
             sleepwake_py_test(
                 name = target,
                 srcs = [classes[test_class]],
@@ -355,6 +364,7 @@ def sleep_wake_fake_tier(name, classes, cells, deps):
                 env = dict(dict(fake_cell_env(parts[0], parts[1], version, door), **golden_env), **plan_env),
                 tags = ["fake", test_class, door],
                 size = "medium",
+                shard_count = _shard_count(shard_counts, test_class, door, parts[1]),
             )
             tests.append(":" + target)
     native.test_suite(name = name, tests = tests)

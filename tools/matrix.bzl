@@ -104,18 +104,27 @@ GOLDEN_CLASSES = {
 # classes): class short name -> {front door: {execution mode: shards}}, with a count for every door and mode
 # the class's cells run on (tools/matrix.py shard_count; a class not listed runs unsplit). By door as well
 # as mode because a door reaches its own pairs, so plans its own number of walks.
-# The walk: walks of plan.MAX_STEPS are dealt whole, so a shard's time is its server's start plus its walks;
-# every shard of every door holds one or two, which keeps a cell's longest shard, its server's start
-# included, within the minute its issue asks of it (docs/design.md, "What was tried"). Each count is
-# the smallest that deals no shard more than two walks: a shard dealt none would start a server for nothing.
+# The walk: a cell's tour is cut into one walk a shard (tests/core/walk/plan.py split), so a shard's time is
+# its server's start plus its walk. Each count is the fewest shards whose longest walk, by the steps' GPU
+# seconds (tests/core/walk/step_seconds.json), is no longer than the longest shard of the plan before the
+# tour (two walks of at most 40 steps), which kept a cell's longest shard, its server's start included,
+# within the minute its issue asks of it (docs/design.md, "What was tried"), and at least one a terminal
+# probe (tests/core/walk/unit/plan_unit_test.py checks both).
 SHARD_COUNTS = {
     "state_walk": {
-        "http": {"eager": 31, "graph": 31},
-        "async_llm": {"graph": 31},
-        "llm": {"graph": 11},
-        "llm_colocate": {"graph": 10},
+        "http": {"eager": 92, "graph": 92},
+        "async_llm": {"graph": 101},
+        "llm": {"graph": 18},
+        "llm_colocate": {"graph": 16},
     },
 }
+
+# The most shards Bazel (4.2) lets a test have: above it the target fails analysis ("Having more than 50 shards
+# is indicative of poor test organization"). A class split finer (SHARD_COUNTS) gets the fewest Bazel shards
+# that run its shards' classes in equal numbers (tools/defs.bzl, tools/matrix.py bazel_shard_count): each
+# Bazel shard runs its classes one after another (tools/pytest_bridge's assign_groups deals them round robin),
+# the later ones on the server the first gives back.
+BAZEL_MAX_SHARDS = 50
 
 # The vLLM releases the suite supports: the known divergences (tests/core/thresholds.py) were
 # checked against each one's source. SUITE_RELEASE is the venv's pin (third_party/python/requirements.in,
@@ -152,7 +161,7 @@ FAKE_TIER_CELLS = {
     "rl_recipes": ["mrv1_eager"],
     "scheduler_gate": ["mrv1_eager"],
     "staged_wake_cycles": ["mrv1_eager"],
-    # The walk's model checked against the fake: every shard's pairs, in one target.
+    # The walk's model checked against the fake: every shard's pairs, in one target split as its GPU cells are.
     "state_walk": ["mrv1_eager"],
     "weight_sync": ["mrv1_eager"],
 }

@@ -25,6 +25,7 @@ LOG_MARKER_V2: str = _SPEC["LOG_MARKER_V2"]
 EXECUTION_MODES: dict = _SPEC["EXECUTION_MODES"]  # mode -> vLLM flags
 SLEEP_WAKE_CLASSES: dict = _SPEC["SLEEP_WAKE_CLASSES"]  # class short name -> its file in //tests/sleep_wake
 SHARD_COUNTS: dict = _SPEC["SHARD_COUNTS"]  # class short name -> {door: {mode: shards}}
+BAZEL_MAX_SHARDS: int = _SPEC["BAZEL_MAX_SHARDS"]
 GOLDEN_CLASSES: dict = _SPEC["GOLDEN_CLASSES"]  # class short name -> the checkpoints ("a", "b") it compares with
 RELEASES: tuple = tuple(_SPEC["RELEASES"])
 SUITE_RELEASE: str = _SPEC["SUITE_RELEASE"]
@@ -38,8 +39,9 @@ DOOR_FAKE_ONLY: dict = _SPEC["DOOR_FAKE_ONLY"]  # in-process door -> excluded cl
 
 
 def shard_count(test_class: str, mode: str, door: str) -> int:
-    """The Bazel shards of a cell of test_class in execution mode `mode` through `door` (SHARD_COUNTS; 1:
-    unsplit); ValueError for a split class with no count for that door and mode."""
+    """The shards of a cell of test_class in execution mode `mode` through `door` (SHARD_COUNTS; 1: unsplit),
+    one test class each; ValueError for a split class with no count for that door and mode. Bazel runs them
+    in bazel_shard_count shards."""
     if test_class not in SHARD_COUNTS:
         return 1
     count = SHARD_COUNTS[test_class].get(door, {}).get(mode)
@@ -48,6 +50,14 @@ def shard_count(test_class: str, mode: str, door: str) -> int:
             f"tools/matrix.bzl SHARD_COUNTS[{test_class!r}] has no count for the {door} door's {mode} cells: add one"
         )
     return count
+
+
+def bazel_shard_count(test_class: str, mode: str, door: str) -> int:
+    """The Bazel shard_count of the cell (tools/defs.bzl): its shards (shard_count) dealt evenly over at most
+    BAZEL_MAX_SHARDS, so that each Bazel shard runs the same number of the class's shards, give or take one."""
+    count = shard_count(test_class, mode, door)
+    per_shard = -(-count // BAZEL_MAX_SHARDS)
+    return -(-count // per_shard)
 
 
 def cell_id(runner: str, mode: str) -> str:

@@ -368,12 +368,14 @@ class SleepWakeClient:
         self.reload_weights()
         self.wake_up(["kv_cache"])
 
-    def reset_prefix_cache(self, blocks_held: bool = False) -> bool | None:
+    def reset_prefix_cache(self, blocks_held: bool = False, reset_running_requests: bool = False) -> bool | None:
         """True when the server reports the reset done; None when it reports nothing (an empty 200:
         vLLM before 0.26.0 drops the engine's result). success=false fails api.reset_prefix_cache_result,
         unless blocks_held: a running request holds blocks (a level-0 keep froze it), so vLLM refuses and
-        False is the answer to judge."""
-        body = self._json_or_empty("POST", "/reset_prefix_cache")
+        False is the answer to judge. reset_running_requests: preempt the running requests first
+        (?reset_running_requests=true), so that the reset is never refused."""
+        params = {"reset_running_requests": "true"} if reset_running_requests else None
+        body = self._json_or_empty("POST", "/reset_prefix_cache", params=params)
         if body is None:
             return None
         success = body.get("success")

@@ -421,7 +421,7 @@ _LIST = [
         "state vLLM documents: the scheduler paused, the executor's flags untouched, the memory released",
     ),
     # --- the state walk -----------------------------------------------------------------------------
-    Oracle("walk.pairs_visited", "a shard's walks visit every (state, operation) pair of its partition"),
+    Oracle("walk.pairs_visited", "a shard's walks visit every situation pair of its partition"),
     # --- latency ----------------------------------------------------------------------------------
     Oracle("latency.sleep", "median seconds of a level-1 /sleep", "sleep_s_max"),
     Oracle("latency.wake", "median seconds of a full /wake_up", "wake_s_max", "wake_beside_start_s_max"),

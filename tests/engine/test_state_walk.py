@@ -1,7 +1,7 @@
 """The state walk on the engine subject: the model of tests/core/walk drives vLLM's real EngineCore.
 
-The GPU walk's planning (plan.plan_shards, seeded plan.SEED, over SHARDS: one plan over every pair, its
-walks dealt out to the shards), runs here against EngineCoreProc's real busy loop,
+The GPU walk's planning (plan.plan_shards, seeded plan.SEED, over SHARDS: one tour over every pair of the
+door, not a cell's share of it, cut into one walk a shard), runs here against EngineCoreProc's real busy loop,
 scheduler, KV cache manager and UniProcExecutor around the fake worker, with vLLM's own /sleep, /wake_up,
 /is_sleeping, /reset_prefix_cache, /collective_rpc (reloads and pushes), /pause, /resume and /is_paused
 routes over HTTP (lib/engine_walk.py, driven by the one walk driver, tests/core/walk/driver.py). After
@@ -79,7 +79,7 @@ def test_walk_visits_every_pair_of_its_shard(shard, engine_server, checkpoints, 
     started = time.monotonic()
     subject = engine_walk.EngineSubject(engine_server, vllm.__version__, checkpoints)
     walker = driver.Walker(subject, vllm.__version__)
-    planned = plan.run_shard(walker, shard, SHARDS, plan.SEED, plan.MAX_STEPS)
+    planned = plan.run_shard(walker, shard, SHARDS, plan.SEED)
     if planned is None:  # a replay: its failure, if any, is the verdict
         return
     pairs, walks = planned
@@ -138,7 +138,7 @@ def _write_coverage(done, subject, probed: list, started: float, outputs: str, c
 def test_the_shards_cover_every_reachable_pair():
     from tests.core.walk import plan
 
-    shards = [pairs for _, pairs in plan.plan_shards(SHARDS, plan.SEED, plan.MAX_STEPS)]
+    shards = [pairs for _, pairs in plan.plan_shards(SHARDS, plan.SEED)]
     assert set().union(*shards) == plan.reachable_pairs()
     assert len(shards) == SHARDS and all(shards)
 

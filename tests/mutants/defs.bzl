@@ -89,7 +89,7 @@ def _mutant_target(name, mutant, classes, class_files, fake, door = "http", own_
         tags.append("off_door")
     golden_env, golden_data = cell_goldens(classes, _RUNNER, mode, "%s_%s" % (_RUNNER, mode) if fake else None)
     env.update(golden_env)
-    plan_env, plan_data = cell_walk_plan(classes, _RUNNER, mode, door)
+    plan_env, plan_data = cell_walk_plan(classes, _RUNNER, mode, door, alone = True)
     env.update(plan_env)
     files = files + golden_data + plan_data
     if fake:

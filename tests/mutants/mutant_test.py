@@ -30,6 +30,7 @@ import pytest
 import sleepwake_mutants
 
 from tests.core import cells, measure, verdict
+from tests.core.walk import patch_reach, plan
 from tests.mutants import inner_shard, site_dir, stop_on_kill
 from tools.matrix import door_classes, shard_count
 
@@ -44,6 +45,7 @@ AT_ONCE_ENV = "SLEEPWAKE_MUTANT_SHARDS_AT_ONCE"
 DOOR_ENV = "SLEEPWAKE_MUTANT_DOOR"  # the mutant's own door, as mutant_suite's `doors` gives it
 ROW_FILE, OFF_DOOR_ROW_FILE = "mutation_row.json", "off_door_row.json"
 POLL_S = 1.0
+WALK = "state_walk"
 
 
 def _list_env(name: str) -> list[str]:
@@ -114,12 +116,23 @@ def _killed(junit: str, kill_ids: set[str]) -> bool:
 
 
 def _run_shards(
-    cmd: list[str], env: dict, inner: str, tmp: str, total: int, at_once: int, kill_ids: set[str], timeout_s: float
+    cmd: list[str],
+    env: dict,
+    inner: str,
+    tmp: str,
+    total: int,
+    at_once: int,
+    kill_ids: set[str],
+    timeout_s: float,
+    order: list[int] | None = None,
 ):
-    """Runs the inner pytest once per shard (inner_shard), at most at_once at a time, each with its own
-    JUnit report and log under inner/shard-<i>/; once a shard is killed the others are stopped and the
-    rest not started. Returns (the reports written, whether the time ran out)."""
-    pending = list(range(total))
+    """Runs the inner pytest once per shard (inner_shard), at most at_once at a time, in `order` (every shard
+    once; default 0..total-1), each with its own JUnit report and log under inner/shard-<i>/; once a shard is
+    killed the others are stopped and the rest not started. Returns (the reports written, whether the time
+    ran out)."""
+    pending = list(range(total)) if order is None else list(order)
+    if sorted(pending) != list(range(total)):
+        raise ValueError(f"shard order {pending} is not every shard of {total} once")
     running: dict[int, subprocess.Popen] = {}
     logs = []
     deadline = time.monotonic() + timeout_s
@@ -171,6 +184,16 @@ def _run_shards(
             log.close()
     reports = [junit(i) for i in range(total) if os.path.exists(junit(i))]
     return reports, timed_out
+
+
+def _shard_order(mutant: str, classes: list[str], spec: cells.CellSpec, total: int) -> list[int]:
+    """The order the shards run in: for a walk mutant the walk's shards that reach its patch first
+    (patch_reach.order, from the cell's plan, as the walk's own shards read it), else 0..total-1."""
+    if WALK not in classes or shard_count(WALK, spec.mode, spec.door) != total:
+        return list(range(total))
+    seed = plan.cell_seed(plan.SEED, spec.id)
+    cell = plan.share_of_env(spec.door, spec.runner, spec.mode)
+    return patch_reach.order(mutant, plan.cell_walks(seed, total, spec.door, cell))
 
 
 def _tail(path: str, lines: int = 60) -> str:
@@ -246,17 +269,20 @@ def test_mutant_is_killed_by_its_classes():
     # The matrix's split of the classes (tools/matrix.bzl SHARD_COUNTS), so that shard i here is the cell's.
     total = max(shard_count(c, spec.mode, spec.door) for c in classes)
     at_once = max(1, int(os.environ.get(AT_ONCE_ENV) or total))
+    order = _shard_order(mutant, classes, spec, total)
     print(
         f"{mutant} on {cell}"
         + (f" (the {off_door} door's mutant: every class must pass, the mutant never reached)" if off_door else "")
-        + f": {' '.join(cmd)} ({total} shard(s), {at_once} at once; timeout {timeout_s:.0f} s; logs {inner})"
+        + f": {' '.join(cmd)} ({total} shard(s), {at_once} at once, in the order {order[:8]}"
+        + ("..." if total > 8 else "")
+        + f"; timeout {timeout_s:.0f} s; logs {inner})"
     )
     env = _inner_env(mutant, site, inner)
     kill_ids: set[str] = set()
     if len(classes) == 1 and kills and not off_door:  # with several classes each must run to be judged
         kill_ids = set(kills[classes[0]])
         env[stop_on_kill.ENV] = ",".join(kills[classes[0]])
-    reports, timed_out = _run_shards(cmd, env, inner, tmp, total, at_once, kill_ids, timeout_s)
+    reports, timed_out = _run_shards(cmd, env, inner, tmp, total, at_once, kill_ids, timeout_s, order)
     for report in reports:
         print(_tail(os.path.join(os.path.dirname(report), verdict.PYTEST_LOG), 20))
 

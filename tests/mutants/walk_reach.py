@@ -26,8 +26,6 @@ from tests.mutants import stop_on_kill
 WALK_FILE = "tests/sleep_wake/test_state_walk.py"
 # Why the walk cannot see these; a mutant that survives or errors without a reason here fails the survey.
 OUT_OF_REACH = {
-    "abort_leaves_choices_running": "the walk's requests in flight are single-choice; n>1 in flight during an "
-    "abort is abort_parallel_sampling's",
     "leak_once": "a one-off leak below wake_restore_bytes_max (the fake's: one weight tensor, 43 MiB) is inside "
     "the walk's band of an awake state; the spread over cycles is memory_leak_cycle's",
     "weights_wake_maps_more": "one extra tensor (the fake's: 43 MiB) mapped by a weights wake stays inside the "

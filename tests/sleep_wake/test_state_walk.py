@@ -6,14 +6,15 @@ where the door has them; prefix-cache resets; misuse), each step judged against 
 tests/core/walk (flags, gauge, /is_paused, health, GPU and host bytes, golden output of the serving
 checkpoint, cached tokens, how requests in flight and waiting end) by the oracles.
 
-One seeded plan (each cell its own seed, plan.cell_seed) visits every reachable (situation, operation)
-pair of the model; its walks are dealt out over SHARDS test classes, one per Bazel shard (tools/matrix.bzl
-SHARD_COUNTS, by the cell's front door and execution mode; pytest_main keeps a class whole in its shard, so
-each shard runs one class, one server, its share of the walks); a class fails when the steps that ran leave
-one of its pairs unvisited (walk/coverage.py, every tier's verdict). Pairs where a known divergence ends a
-server's usable life are probed after a shard's walks, one kind in each of the cell's last shards
-(walk/shards.py). The goldens come from the cell's golden actions (tests/sleep_wake/goldens: a fresh server on
-each checkpoint), never from the server under test.
+One seeded tour (each cell its own seed, plan.cell_seed) visits every situation pair of the cell's share of its
+door's (plan.deal: every pair that reaches the worker, and its part of those decided above it, which the door's
+cells of a runner split); it is cut into one walk per test class, the cell's shards (tools/matrix.bzl SHARD_COUNTS,
+by the cell's front door and execution mode), which Bazel runs over at most BAZEL_MAX_SHARDS of its shards
+(pytest_main keeps a class whole in its shard, so each class runs on one server, its walk); a class fails when the
+steps that ran leave one of its pairs unvisited (walk/coverage.py, every tier's verdict). Pairs where a known
+divergence ends a server's usable life are probed after a shard's walk, one kind in each of the cell's last shards
+(walk/shards.py). The goldens come from the cell's golden actions (tests/sleep_wake/goldens: a fresh server on each
+checkpoint), never from the server under test.
 Servers (SLEEPWAKE_REUSE_SERVERS=1): a shard borrows the server a passing class of its configuration gave
 back (tests/core/server_reuse.py; across test processes, the launcher's parking), once reset to a state
 the walk starts in and checked by the model's own invariants of that state against the fresh readings
@@ -22,8 +23,10 @@ fresh readings, so a walk on a lent server is judged as on a fresh one. A shard 
 its server back.
 SLEEPWAKE_WALK_REPLAY="op,op,..." runs that sequence instead of the plan (the replay a failure prints), in
 the shard a --test_filter picks; a run that picks none refuses it. A cell is full only when its shards
-together walked every pair of its door and ran every probe (tools/results/walk_gate.py, the report's gate):
-a filtered, replayed or stopped shard leaves it partial.
+together walked every pair of its door that reaches the worker and ran every probe, and the door's cells
+together walked every pair of the door (tools/results/walk_gate.py, the report's gate): a filtered, replayed
+or stopped shard leaves it partial. SLEEPWAKE_WALK_SHARE=door (plan.SHARE_VAR: the fake tier's and the
+mutants' single cells) walks every pair of the door in this cell.
 """
 
 import dataclasses
@@ -40,6 +43,7 @@ from tools.matrix import shard_count
 
 _CELL = cells.cell_from_env()
 SHARDS = shard_count("state_walk", _CELL.mode, _CELL.door)
+SHARE = plan.share_of_env(_CELL.door, _CELL.runner, _CELL.mode)
 
 
 def _goldens(cell, name: str, checkpoint: str) -> gpu_walk.Goldens:
@@ -158,13 +162,13 @@ def _walk(shard: int, walk_context, recorder) -> None:
     replay = bool(os.environ.get(plan.REPLAY_VAR))  # one failure's walk instead of the share: a partial cell
 
     def record_stopped() -> None:
-        walks, pairs = ((), frozenset()) if replay else plan.plan_shards(SHARDS, seed, plan.MAX_STEPS, door)[shard]
+        walks, pairs = ((), frozenset()) if replay else plan.plan_shards(SHARDS, seed, door, SHARE)[shard]
         done = coverage.covered(walker, shard, pairs, walks)
         coverage.record_walk_coverage(recorder, done, seed, door, probed=[], completed=False, replay=replay)
 
     try:
         with plan.recorded_when_stopped(record_stopped):
-            planned = plan.run_shard(walker, shard, SHARDS, seed, plan.MAX_STEPS, door)
+            planned = plan.run_shard(walker, shard, SHARDS, seed, door, SHARE)
         if planned is None:  # a replay: its failure, if any, is the verdict; its cell is partial
             done = coverage.covered(walker, shard, frozenset(), ())
             coverage.record_walk_coverage(recorder, done, seed, door, probed=[], completed=True, replay=True)
@@ -185,7 +189,7 @@ def _shard_class(shard: int):
         _walk(shard, walk_context, recorder)
 
     attributes = {
-        "__doc__": f"Shard {shard} of {SHARDS} of the model's reachable (situation, operation) pairs.",
+        "__doc__": f"Shard {shard} of {SHARDS} of the model's reachable situation pairs.",
         "LEND_CHECK": staticmethod(lend_check),
         "test_walk_visits_every_pair_of_its_shard": test_walk_visits_every_pair_of_its_shard,
     }

@@ -6,6 +6,7 @@ counts, from which tools/pytest_bridge/pytest_main.py tells a legitimately empty
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -23,6 +24,13 @@ def assign_groups(sizes: list[int], total: int) -> list[int]:
         loads[shard] += size
         shards.append(shard)
     return shards
+
+
+def natural_key(node_id: str) -> list:
+    """A node id's sort key with its numbers read as numbers: a split class's parts (the walk's
+    TestStateWalkShard<k>) then come in their own order, k = 2 before k = 10, so the shards that run a
+    split class take its parts in the order the class numbers them (a mutant's inner shard i runs part i)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", node_id)]
 
 
 def group_of(item: pytest.Item) -> str:
@@ -139,7 +147,7 @@ class ShardPlugin:
             groups: dict[str, list[str]] = {}  # group -> node ids, in collection order
             for item in items:
                 groups.setdefault(group_of(item), []).append(item.nodeid)
-            ordered = sorted(groups, key=lambda group: groups[group][0])
+            ordered = sorted(groups, key=lambda group: natural_key(groups[group][0]))
             shards = assign_groups([len(groups[group]) for group in ordered], self.total)
             mine = {group for group, shard in zip(ordered, shards) if shard == self.index}
             _keep_only(config, items, [item for item in items if group_of(item) in mine])

@@ -328,7 +328,7 @@ class Page:
 
     # --- the state walk ------------------------------------------------------------------------------
     def walk(self) -> str:
-        """The state walk's coverage per cell: which (state, operation) pairs its shards' walks visited."""
+        """The state walk's coverage per cell: which situation pairs its shards' walks visited."""
         rows = []
         for w in self.run.walk_coverage():
             css = "ok" if w.complete else "bad"
@@ -343,7 +343,7 @@ class Page:
         if not rows:
             return ""
         return (
-            '<section id="walk"><h2>State walk coverage</h2><p>(state, operation) pairs of the model the walks '
+            '<section id="walk"><h2>State walk coverage</h2><p>situation pairs of the model the walks '
             "visited, counted from the steps that ran, summed over the shards that reported, those a failure stopped "
             "included; shards: those that walked their share to the end (tests/core/walk). The cell: the union of "
             "its shards' walked pairs against every pair of its door, and its terminal probes; a cell short of "

@@ -99,7 +99,7 @@ def summary(run: view.Run, history: RunHistory | None = None) -> str:
         )
     for w in run.walk_coverage():
         lines.append(
-            f"state walk {w.label}: {w.visited}/{w.pairs} (state, operation) pairs visited, "
+            f"state walk {w.label}: {w.visited}/{w.pairs} situation pairs visited, "
             f"{w.shards}/{w.expected_shards} shards"
             + (f" ({w.stopped} stopped by a failure)" if w.stopped else "")
             + f", {w.walks} walks, {w.steps} steps"

@@ -120,6 +120,15 @@ class Cell:
 WALK_CLASS, WALK_KEY = "state_walk", walk_gate.KEY  # test_state_walk.py records one per shard
 
 
+def _walk_rows(cell) -> dict:
+    """shard -> the last walk_coverage record of a walk cell's shard (a rerun shard's last record counts)."""
+    rows = {}
+    for r in cell.records:
+        if r.get("key") == WALK_KEY and isinstance(r.get("value"), (int, float)):
+            rows[r.get("shard")] = r
+    return rows
+
+
 def _states(rows) -> tuple[int | None, int | None]:
     """The states a cell's shards visited (the union of their visited_states) and the model's count;
     None where a shard recorded no list (a union of counts would overstate)."""
@@ -134,13 +143,14 @@ def _states(rows) -> tuple[int | None, int | None]:
 @dataclasses.dataclass
 class WalkCoverage:
     """What the state walk of one cell covered: summed over the shards that reported, and the cell's gate
-    (tools/results/walk_gate.py: the union of its shards' walked pairs against its door's)."""
+    (tools/results/walk_gate.py: its shards' walked pairs that reach the worker, and its door's cells' walked
+    pairs, against its door's)."""
 
     cell: Cell
     gate: walk_gate.Gate
     shards: int  # that walked their share to the end
     expected_shards: int  # the spec's shards for the cell's door and mode (tools/matrix.bzl SHARD_COUNTS)
-    visited: int  # (state, operation) pairs the executed steps visited of the reporting shards' shares
+    visited: int  # situation pairs the executed steps visited of the reporting shards' shares
     pairs: int
     steps: int
     walks: int
@@ -161,7 +171,11 @@ class WalkCoverage:
 
     def gate_text(self) -> str:
         g = self.gate
-        walked = f"{g.pairs_walked}/{g.door_pairs if g.door_pairs is not None else '?'} pairs of its door walked"
+        worker = f"{g.worker_walked}/{g.worker_pairs if g.worker_pairs is not None else '?'} reaching the worker"
+        walked = (
+            f"{g.pairs_walked}/{g.door_pairs if g.door_pairs is not None else '?'} pairs of its door walked "
+            f"(with its door's cells), {worker} in this cell"
+        )
         probes = f"{g.probes_ran}/{g.door_probes if g.door_probes is not None else '?'} probes"
         return f"{walked}, {probes}: " + ("full" if g.full else "PARTIAL (" + "; ".join(g.reasons) + ")")
 
@@ -263,19 +277,23 @@ class Run:
         shards' walk_coverage records."""
         out = []
         fake = [c for c in self.fake.values() if c.state not in ABSENT + (STALE,)]
-        for cell in self.ran() + fake:
-            if cell.test_class != WALK_CLASS:
-                continue
-            rows = {}
-            for r in cell.records:
-                if r.get("key") == WALK_KEY and isinstance(r.get("value"), (int, float)):
-                    rows[r.get("shard")] = r  # a rerun shard's last record counts
+        cells = [c for c in self.ran() + fake if c.test_class == WALK_CLASS]
+        by_cell = {id(c): _walk_rows(c) for c in cells}
+        # The GPU grid's cells of a door split the pairs above the worker (tools/results/walk_gate.py): each is
+        # judged with its door's cells that ran. A fake tier cell walks its door alone (SLEEPWAKE_WALK_SHARE).
+        by_door: dict[str, list] = {}
+        for c in self.ran():
+            if c.test_class == WALK_CLASS:
+                by_door.setdefault(c.door, []).extend(by_cell[id(c)].values())
+        for cell in cells:
+            rows = by_cell[id(cell)]
+            door_rows = None if cell.target else by_door.get(cell.door)
             stopped = sum(1 for r in rows.values() if r.get("completed") is False)
             expected = shard_count(WALK_CLASS, cell.mode, cell.door)
             out.append(
                 WalkCoverage(
                     cell,
-                    walk_gate.judge(rows, expected),
+                    walk_gate.judge(rows, expected, door_rows),
                     len(rows) - stopped,
                     expected,
                     sum(int(r["value"]) for r in rows.values()),

@@ -120,7 +120,7 @@ def test_the_matrix_cells_stay_one_class_each_and_in_the_default_pattern(matrix)
         assert split is not None, f"{name}: no GPU cell's name"
         door = split[1]
         assert len(attrs["args"]) == 1 and attrs["shard_count"] == (
-            spec.shard_count(test_class, mode, door) if test_class in shard_counts else None
+            spec.bazel_shard_count(test_class, mode, door) if test_class in shard_counts else None
         ), name
         assert "manual" not in attrs["tags"], "//tests/sleep_wake/... must keep running every cell"
         # The name, the tag and the server's setting say one door.

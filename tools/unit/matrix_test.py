@@ -118,3 +118,20 @@ def test_the_build_files_load_the_spec_instead_of_listing_it():
         assert 'load("//tools:matrix.bzl"' in text, f"{path} must load what it needs from //tools:matrix.bzl"
         for release in matrix.RELEASES:
             assert f'"{release}"' not in text, f"{path} names release {release}: take it from RELEASES"
+
+
+def test_a_cells_bazel_shards_are_within_bazels_limit_and_run_as_many_shards_each():
+    """Bazel refuses more than BAZEL_MAX_SHARDS at analysis; the class's shards are dealt over the Bazel shards
+    round robin (pytest_bazel_plugin.assign_groups), as many to each, give or take one, and none gets none."""
+    for short, by_door in matrix.SHARD_COUNTS.items():
+        for door, by_mode in by_door.items():
+            for mode, count in by_mode.items():
+                bazel = matrix.bazel_shard_count(short, mode, door)
+                loads = [len(range(i, count, bazel)) for i in range(bazel)]
+                assert bazel <= matrix.BAZEL_MAX_SHARDS and min(loads) >= 1 and max(loads) - min(loads) <= 1, (
+                    short,
+                    door,
+                    mode,
+                    loads,
+                )
+    assert matrix.bazel_shard_count("no_such_class", "eager", matrix.HTTP) == 1

@@ -532,12 +532,13 @@ def test_run_matrix_judges_the_waves_together_for_a_filter_and_for_failures(work
 def _walk_records(testlogs, cell: str, shards) -> None:
     """The walk_coverage records a walk cell's shards leave (tests/core/walk/coverage.py), in the testlogs
     where the fake bazel writes the cell's test.xml: each shard walked one pair of a door of one pair per
-    shard of the spec's."""
+    shard of the spec's, each pair one that reaches the worker (so the cell alone walks its door)."""
     door = WALK_SHARDS
     outputs = testlogs / "tests" / "sleep_wake" / cell / "test.outputs"
     outputs.mkdir(parents=True, exist_ok=True)
     rows = [
         {"key": "walk_coverage", "value": 1, "shard": s, "visited_pairs": [f"pair {s}"], "door_pairs": door}
+        | {"worker_visited_pairs": [f"pair {s}"], "worker_pairs": door}
         | {"door_probes": 0, "terminal_probes": [], "completed": True, "replay": False}
         for s in shards
     ]

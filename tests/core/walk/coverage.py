@@ -34,6 +34,7 @@ class Covered:
     steps: int  # the steps that ran, terminal probes' included
     states: tuple[str, ...]  # the states they left from and arrived at, by name, sorted
     walked: frozenset  # the door's reachable pairs among `visited`: all but the terminal probes' last steps
+    worker: frozenset = frozenset()  # those of `walked` whose step reached the worker (operations.reaches_worker)
 
     @property
     def missing(self) -> frozenset:
@@ -49,12 +50,15 @@ def covered(walker, shard: int, share, walks) -> Covered:
     # By name, so that the report can count the cell's states over its shards (each arrival was checked
     # against the model).
     states = {s.describe() for walk in walker.executed for step in walk for s in (step.before, step.after)}
-    walked = {
-        plan.pair_of(step.before, step.op)
+    steps = [
+        step
         for walk in walker.executed
         for step in walk
         if ops.terminal(step.op, step.before) is None  # a terminal pair is no reachable pair: it is probed
-    }
+    ]
+    walked = {plan.pair_of(step.before, step.op) for step in steps}
+    # Counted by the steps that ran: a pair's rule is one answer for its whole situation (plan_unit_test).
+    worker = {plan.pair_of(step.before, step.op) for step in steps if ops.reaches_worker(step.op, step.before)}
     return Covered(
         shard,
         frozenset(share),
@@ -64,6 +68,7 @@ def covered(walker, shard: int, share, walks) -> Covered:
         walker.step_index,
         tuple(sorted(states)),
         frozenset(walked),
+        frozenset(worker),
     )
 
 
@@ -76,8 +81,7 @@ def verdict(walker, shard: int, share, walks, record: Callable[[Covered], object
         "walk.pairs_visited",
         len(done.missing),
         0,
-        f"shard {shard}: (situation, operation) pairs of its share the steps that ran left unvisited "
-        f"({done.unvisited()[:5]})",
+        f"shard {shard}: situation pairs of its share the steps that ran left unvisited ({done.unvisited()[:5]})",
     )
     return done
 
@@ -87,8 +91,9 @@ def record_walk_coverage(
 ) -> dict:
     """The GPU tier's walk_coverage entry of a shard, also where a failure stopped its walks (completed=False:
     the report counts its pairs, not the shard) and where it walked a replay instead of its share (replay).
-    The report's gate of the cell (tools/results/walk_gate.py) unions the shards' visited_pairs against the
-    door's pairs and counts their probes against the door's: a shard's verdict proves its share only."""
+    The report's gate (tools/results/walk_gate.py) unions the shards' worker_visited_pairs against the door's
+    pairs that reach the worker, cell by cell, their visited_pairs over the door's cells against every pair of
+    the door, and counts their probes against the door's: a shard's verdict proves its share only."""
     return recorder.record(
         measure.current_test(),
         KEY,
@@ -109,7 +114,9 @@ def record_walk_coverage(
         terminal_probes=probed,
         unvisited=done.unvisited(),
         visited_pairs=sorted(map(plan.describe_pair, done.walked)),
+        worker_visited_pairs=sorted(map(plan.describe_pair, done.worker)),
         door_pairs=plan.pair_count(door),
+        worker_pairs=plan.worker_pair_count(door),
         door_probes=len(plan.terminal_probes(door)),
         replay=replay,
     )

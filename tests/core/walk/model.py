@@ -38,8 +38,10 @@ PAUSES = (None, PAUSE_NEW, PAUSE_ALL)
 # it; "long" spans several blocks, so a repeat hits the cache when its blocks are there.
 PROMPT_KINDS = ("short", "long")
 # Requests sent while scheduling is paused wait in the scheduler's queue: "plain" ones (a short prompt,
-# n=4, a stream) and "long" ones, whose blocks fill the prefix cache once they run.
-QUEUED_KINDS = ("plain", "long")
+# n=4, a stream), "long" ones, whose blocks fill the prefix cache once they run, and "long_pair": a second
+# long prompt (or more) waiting beside the first, which hits the first one's blocks when both run
+# (long_prompts_hit).
+QUEUED_KINDS = ("plain", "long", "long_pair")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +179,8 @@ def _inconsistency(s: State) -> str | None:
         )
     if not set(s.queued) <= set(QUEUED_KINDS):
         return f"queued requests are of the kinds {QUEUED_KINDS}"
+    if "long_pair" in s.queued and "long" not in s.queued:
+        return "a second long prompt waits only beside a first"
     return None
 
 
@@ -323,6 +327,23 @@ IN_FLIGHT = {
 }
 
 
+# The requests a walk sleep finds in flight, beside the plain stream (operations.IN_FLIGHT's 1 and 2):
+# name -> ((streamed, choices), ...), one entry per request. Every request and every choice ends as the
+# sleep's mode says (IN_FLIGHT): an abort ends each choice of each with finish_reason "abort" (a choice
+# that streamed no token yet sends nothing: completion/serving.py skips empty deltas), the n=4 children
+# included (async_llm.py abort of the parent's child requests, parallel_sampling.py); a whole request
+# then answers 200 with the tokens it had (completion/serving.py keeps "abort" as the finish reason).
+WHOLE, N4, TWO = "whole", "n4", "two"
+IN_FLIGHT_REQUESTS = {
+    0: (),
+    1: ((True, 1),),
+    2: ((True, 1),),
+    WHOLE: ((False, 1),),
+    N4: ((True, 4),),
+    TWO: ((True, 1),) * 2,
+}
+
+
 def in_flight_outcome(mode: str, level: int) -> InFlight:
     if mode not in IN_FLIGHT or level not in LEVELS:
         raise ValueError(
@@ -339,10 +360,22 @@ def resumed_golden(state: State, origin: str | None) -> str | None:
     return origin if origin == served(state) and origin != GARBAGE else None
 
 
-def resets_prefix_cache(state: State) -> bool:
+def long_prompts_hit(waiting: int, cached_at_resume: bool) -> int:
+    """How many of `waiting` requests of the long prompt, queued while scheduling was paused, report cached
+    tokens when it resumes: all but one, or all where its blocks were cached at the resume. The scheduler
+    takes them in one step, and each caches its blocks as they are allocated (kv_cache_manager.py
+    allocate_slots: cache_blocks up to the tokens this step computes), so every one after the first finds
+    the first one's blocks (scheduler.py schedule: get_computed_blocks per waiting request)."""
+    if waiting < 1:
+        return 0
+    return waiting if cached_at_resume else waiting - 1
+
+
+def resets_prefix_cache(state: State, reset_running_requests: bool = False) -> bool:
     """Whether /reset_prefix_cache resets now: not while a running request holds blocks (scheduler.py
-    reset_prefix_cache without reset_running_requests: a level-0 keep's frozen request does)."""
-    return not state.held_kv
+    reset_prefix_cache without reset_running_requests: a level-0 keep's frozen request does); with
+    reset_running_requests it preempts that request first, and always resets."""
+    return reset_running_requests or not state.held_kv
 
 
 def reset_prefix_cache_result(version: str, door: str, resets: bool = True):

@@ -30,7 +30,9 @@ class Door:
     """What the walk makes and leaves out through one front door."""
 
     states: int
-    planned: int  # pairs in the walk's plan (what ran is each cell's walk.pairs_visited)
+    # (state, operation) pairs the door reaches: the finer count, of which a situation pair is a class
+    state_pairs: int
+    planned: int  # situation pairs in the walk's plan (what ran is each cell's walk.pairs_visited)
     # {class: {reason: {situation: [operation, ...]}}}, each pair once, under its class's first reason
     left_out: dict
     # the pairs the door's terminal probes end with
@@ -66,7 +68,8 @@ def survey(door: str) -> Door:
     probed = set()
     for probe in plan.terminal_probes(door):
         probed.add(plan.pair_of(plan.run(INITIAL, probe[:-1]), probe[-1]))
-    return Door(len(states), len(planned), left_out, probed, {r: len(s) for r, s in elsewhere.items()})
+    state_pairs = sum(len(plan.successors(state, door)) for state in states)
+    return Door(len(states), state_pairs, len(planned), left_out, probed, {r: len(s) for r, s in elsewhere.items()})
 
 
 def _divergences(door: str) -> dict:
@@ -81,6 +84,7 @@ def _summary_row(door: str, d: Door) -> str:
     cells = [
         f"`{door}`",
         str(d.states),
+        str(d.state_pairs),
         str(d.planned),
         str(len(d.pairs(ops.MEANINGLESS))),
         f"{len(pinned)} ({len(pinned & d.probed)} probed)",
@@ -128,16 +132,19 @@ def render() -> str:
         "docs/walk/not-walked.md`; `unit:not_walked_unit_test` fails when this page is stale or when a pair "
         "is not yet walked.",
         "",
-        "A pair is a situation (plan.Situation) and an operation (operations.ALL) in a state the door reaches. "
-        "Every pair not below is in the plan of each walk cell of its door, and each cell's run counts the pairs "
-        "its executed steps visited (`walk.pairs_visited`). Classes (operations.LeftOut): "
+        "A situation pair is a situation (plan.Situation) and an operation (operations.ALL) in a state the door "
+        "reaches; the (state, operation) pairs beside them count the same over the model's whole states, which "
+        "carry more than decides how vLLM handles an operation. "
+        "Every pair not below is in the plan of its door's walk cells (docs/walk/dealt.md: which cells), and each "
+        "cell's run counts the pairs its executed steps visited (`walk.pairs_visited`). Classes (operations.LeftOut): "
         f"**{ops.MEANINGLESS}** (no client can send it there, or the door cannot send it at all), "
         f"**{ops.PINNED}** (a known divergence: the server is not usable after it on the releases pinned, so "
         "each kind is probed once, as a shard's last step, and the whole observable state is checked after "
         f"it), **{ops.UNWALKED}** (a client can send it and nothing pins what vLLM does).",
         "",
-        "| door | states | pairs the walk plans | meaningless for the API | pinned vLLM failure | not yet walked |",
-        "|---|---|---|---|---|---|",
+        "| door | states | (state, operation) pairs | situation pairs the walk plans | meaningless for the API "
+        "| pinned vLLM failure | not yet walked |",
+        "|---|---|---|---|---|---|---|",
     ]
     lines += [_summary_row(door, d) for door, d in doors.items()]
     lines += ["", "## Outside the walk's model", ""]

@@ -39,6 +39,7 @@ of its walk, with the door's reason (door_why_not), so its pairs are the model's
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from tests.core import oracle, pushes, thresholds
 from tests.core.walk import model
@@ -64,9 +65,13 @@ PUSH_WAYS = (pushes.TENSOR, pushes.IPC)
 # /pause's clear_cache, as the query spells it.
 CLEAR_CACHE = {"true": True, "false": False}
 GENERATES = ("generate_fresh", "generate_cached", "generate_n4", "generate_stream")
-# Requests in flight when a /sleep lands: none, one stream mid-decode, or (mode wait) that stream and a
-# second request sent while the sleep drains the first.
-IN_FLIGHT_COUNTS = (0, 1, 2)
+# What is in flight when a /sleep lands (a sleep's third parameter, the last field of its token): nothing
+# (0); one stream mid-decode (1); (mode wait) that stream and a second request sent while the sleep drains
+# the first (2); one request answered whole, not streamed; one stream of n=4 seeded choices; two streams at
+# once. model.IN_FLIGHT_REQUESTS says what each sends.
+IN_FLIGHT = (0, 1, 2, model.WHOLE, model.N4, model.TWO)
+# /reset_prefix_cache?reset_running_requests=true, as a token's parameter.
+RESET_RUNNING = "running"
 # Every operation in ALL answers 200, misuse included: the routers only int() the level and take the
 # tags as given (serve/dev/sleep/api_router.py:24-41), and the engine ignores a sleep while asleep, a
 # wake while awake and a tag that is not asleep. A terminal pair's answer is pinned per release.
@@ -116,6 +121,21 @@ NOT_MODELLED = {
         "with the /pause itself mid-decode: test_rl_recipes.py test_openrlhf_partial_rollout and "
         "test_skyrl_fully_async"
     ),
+    "a client cancelling a request that waits in the queue (closing its connection while scheduling is paused)": (
+        "vLLM's server aborts a request whose client went away (the stream's generator closes, a whole request's "
+        "handler is cancelled), which would take it out of the state's queued requests; the walk's client sends "
+        "the waiting requests through requests on a thread pool, and a connection blocked in a read cannot be "
+        "closed from the walk's thread, so the walk has no way to make the call yet (a client that streams each "
+        "waiting request and stops reading is the way: not built); no test makes it"
+    ),
+    "vllm.LLM.enqueue / wait_for_completion (a request queued on the llm doors while the engine sleeps)": (
+        "the door host serves vllm.LLM through LLM.generate, one call at a time (door_host.CANNOT "
+        "concurrent_calls), so a request sent while scheduling is paused would hold the door's only call and "
+        "no wake could follow it: those pairs are the llm doors' meaningless ones. enqueue returns at once and "
+        "wait_for_completion steps the engine until the queue drains, which the door host does not expose as a "
+        "route; tests/engine/test_llm_door.py drives them on the engine tier (a level-0 sleep holds an enqueued "
+        "request, a keep freezes it and it resumes, an abort sleep ends it as pinned)"
+    ),
     "a push while a request decodes (NeMo-RL's in-flight weight update)": (
         "the walk pushes between steps, where no request runs (a request frozen or waiting under a pause does "
         "meet the push: its end after the resume is judged); test_rl_recipes.py "
@@ -144,11 +164,11 @@ class LeftOut:
 
 @dataclasses.dataclass(frozen=True)
 class Operation:
-    """name and params: sleep (level, mode, in_flight) with in_flight a count of IN_FLIGHT_COUNTS, wake
+    """name and params: sleep (level, mode, in_flight) with in_flight one of IN_FLIGHT, wake
     (tags,) with tags a tuple or None for a full wake, reload (path,) with path "A", "B" or None, push
-    (way, checkpoint) with way one of PUSH_WAYS, pause (mode, clear_cache); the generates,
-    reset_prefix_cache and resume take none. str() is the operation's token in a replay script
-    (plan.script)."""
+    (way, checkpoint) with way one of PUSH_WAYS, pause (mode, clear_cache), reset_prefix_cache () or
+    (RESET_RUNNING,) for reset_running_requests=true; the generates and resume take none. str() is the
+    operation's token in a replay script (plan.script)."""
 
     name: str
     params: tuple = ()
@@ -156,7 +176,7 @@ class Operation:
     def __str__(self) -> str:
         if self.name == "sleep":
             level, mode, in_flight = self.params
-            return f"sleep:{level}:{mode}:{int(in_flight)}"
+            return f"sleep:{level}:{mode}:{in_flight}"
         if self.name == "wake":
             return "wake:" + ("+".join(self.params[0]) if self.params[0] is not None else _NONE)
         if self.name == "reload":
@@ -166,7 +186,14 @@ class Operation:
         if self.name == "pause":
             mode, clear_cache = self.params
             return f"pause:{mode}:{'true' if clear_cache else 'false'}"
+        if self.params:
+            return ":".join((self.name, *self.params))
         return self.name
+
+    @property
+    def resets_running(self) -> bool:
+        """A /reset_prefix_cache with reset_running_requests=true."""
+        return self.name == "reset_prefix_cache" and self.params == (RESET_RUNNING,)
 
     @property
     def mode(self) -> str | None:
@@ -246,7 +273,7 @@ class Operation:
             level, mode, in_flight = self.params
             after = self.apply(state)
             if in_flight:
-                if state.weights is not None:
+                if state.weights is not None and in_flight != model.N4:  # n=4 samples: no greedy golden
                     ids.append(model.golden_oracle(state))
                 outcome = model.in_flight_outcome(mode, level)
                 ids += outcome.oracles
@@ -272,6 +299,8 @@ class Operation:
                     ids.append("prefix_cache.hit_iff_cached")
         elif self.name == "reset_prefix_cache":
             ids.append("api.reset_prefix_cache_result")
+            if self.resets_running and state.held_kv:  # the frozen request preempted: it waits on
+                ids.append(model.held_oracle(state))
         return tuple(dict.fromkeys(ids))
 
 
@@ -292,8 +321,10 @@ def _resumed_oracles(state: State, origin: str | None) -> list:
     return ["prefix_cache.kept_paused_request" if model.resumed_golden(state, origin) else "output.finish_length"]
 
 
-def sleep(level: int, mode: str = "abort", in_flight: int = 0) -> Operation:
-    return Operation("sleep", (level, mode, int(in_flight)))
+def sleep(level: int, mode: str = "abort", in_flight=0) -> Operation:
+    if in_flight not in IN_FLIGHT:
+        raise ValueError(f"no walk sleep with {in_flight!r} in flight; the walk's are {IN_FLIGHT}")
+    return Operation("sleep", (level, mode, in_flight))
 
 
 def wake(tags=None) -> Operation:
@@ -313,25 +344,22 @@ def pause(mode: str = "abort", clear_cache: bool = True) -> Operation:
 
 
 RESET_PREFIX_CACHE = Operation("reset_prefix_cache")
+RESET_PREFIX_CACHE_RUNNING = Operation("reset_prefix_cache", (RESET_RUNNING,))
 RESUME = Operation("resume")
 
 ALL = (
     [Operation(name) for name in GENERATES]
-    + [
-        sleep(level, mode, n)
-        for level in model.LEVELS
-        for mode in MODES
-        for n in IN_FLIGHT_COUNTS
-        if n < 2 or mode == "wait"
-    ]
+    + [sleep(level, mode, n) for level in model.LEVELS for mode in MODES for n in IN_FLIGHT if n != 2 or mode == "wait"]
     + [wake(tags) for tags in WAKE_TAGS]
     + [reload(path) for path in RELOAD_PATHS]
-    + [RESET_PREFIX_CACHE]
+    + [RESET_PREFIX_CACHE, RESET_PREFIX_CACHE_RUNNING]
     + [push(way, checkpoint) for way in PUSH_WAYS for checkpoint in CHECKPOINTS]
     + [pause(mode, clear) for mode in MODES for clear in CLEAR_CACHE.values()]
     + [RESUME]
 )
 BY_TOKEN = {str(op): op for op in ALL}
+if len(BY_TOKEN) != len(ALL):
+    raise ValueError("two walk operations share a token; a replay could not tell them apart")
 
 
 def parse(token: str) -> Operation:
@@ -401,13 +429,6 @@ def _left_out(op: Operation, s: State) -> LeftOut | None:
     if op.name == "push" and WEIGHTS in s.asleep_tags:
         return LeftOut(PINNED, PUSH_ASLEEP)
     if op.name in GENERATES:
-        if op.name == "generate_cached" and not model.can_run(s) and "long" in s.queued:
-            return LeftOut(
-                UNWALKED,
-                "a second request of the long prompt waiting beside the first: both are scheduled in one "
-                "step when scheduling resumes, and whether the second hits the first one's blocks is the "
-                "scheduler's timing, which no model predicts",
-            )
         return None
     if op.name == "sleep":
         level, mode, in_flight = op.params
@@ -421,6 +442,12 @@ def _left_out(op: Operation, s: State) -> LeftOut | None:
                 MEANINGLESS, "a request arriving during the sleep is a wait sleep's case: the others answer at once"
             )
         return None
+    if op.resets_running and not s.held_kv:
+        return LeftOut(
+            MEANINGLESS,
+            "reset_running_requests=true with no request running: it is the plain reset, made in the same "
+            "situation (scheduler.py reset_prefix_cache preempts the running queue, which is empty)",
+        )
     return None
 
 
@@ -468,7 +495,8 @@ def after_every_step(door: str) -> tuple:
 def _generate(op: Operation, s: State) -> State:
     long = op.name == "generate_cached"
     if not model.can_run(s):
-        return dataclasses.replace(s, queued=s.queued | {"long" if long else "plain"})
+        kind = ("long_pair" if "long" in s.queued else "long") if long else "plain"
+        return dataclasses.replace(s, queued=s.queued | {kind})
     return dataclasses.replace(s, prefix=s.prefix or model.served(s)) if long else s
 
 
@@ -539,7 +567,11 @@ def _push(op: Operation, s: State) -> State:
 
 
 def _reset(op: Operation, s: State) -> State:
-    return dataclasses.replace(s, prefix=None) if model.resets_prefix_cache(s) else s
+    """scheduler.py reset_prefix_cache: refused while a running request holds blocks, unless
+    reset_running_requests preempts it first (back to the waiting queue, its KV dropped)."""
+    if not model.resets_prefix_cache(s, op.resets_running):
+        return s
+    return dataclasses.replace(s, prefix=None, held_kv=False)
 
 
 _APPLY = {
@@ -591,3 +623,92 @@ def require_applicable(op, state: State, step_index: int, door: str = HTTP) -> N
     reason = op.why_not(state, door)
     if reason:
         raise oracle.Precondition(f"walk step {step_index}: {op} is not applicable in ({state.describe()}): {reason}")
+
+
+# --- where an operation is decided: the worker, or above it (plan.deal) ---------------------------
+# A cell's runner (MRV1, MRV2) and execution mode (eager, CUDA graphs) live in the worker: its model runner
+# runs the forward passes, holds the pools a sleep unmaps and the parameters a reload or push writes. A pair
+# whose path stops above the worker (the API server, AsyncLLM, EngineCore's scheduler, the executor's tag
+# bookkeeping) runs the same code in every cell of its door, so plan.deal walks it in one cell per runner;
+# a pair that reaches the worker is walked in every cell. vLLM 0.26.0's code decides; each rule below is a
+# function of the state that plan.Situation keeps (level, tags asleep, pause, requests waiting or frozen), so
+# one pair has one answer. docs/walk/dealt.md (tests.core.walk.dealt) lists them with their reasons.
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """Whether an operation's path reaches the worker in a state (rule), and why (reason: vLLM's code)."""
+
+    rule: Callable[[Operation, State], bool]
+    reason: str
+
+
+def _runs_requests(s: State, after: State) -> bool:
+    """Scheduling resumes from s to after with a request waiting or frozen: the worker runs it."""
+    return s.paused and not after.paused and (s.held is not None or bool(s.queued))
+
+
+REACHES_WORKER = {
+    **{
+        name: Reach(
+            lambda op, s: model.can_run(s),
+            "where scheduling runs, the request's forward passes run in the model runner (gpu_model_runner.py "
+            "execute_model, or MRV2's gpu/model_runner.py); while paused or asleep it waits in the scheduler's "
+            "queue (core.py add_request, scheduler.py schedule skips while paused), and the wake or /resume that "
+            "lifts the pause runs it, which is that operation's pair",
+        )
+        for name in GENERATES
+    },
+    "sleep": Reach(
+        lambda op, s: op.params[0] >= 1 or bool(op.params[2]) or s.held_kv,
+        "level >= 1: pause_scheduler resets the caches (core.py _reset_caches: collective_rpc reset_mm_cache and "
+        "reset_encoder_cache on every worker) and the executor sleeps the workers (abstract.py sleep: "
+        "collective_rpc sleep, unless already asleep). Level 0 is pause_scheduler(mode, clear_cache=False) in "
+        "EngineCore alone, unless a request decodes on the worker when it lands (in flight, of every kind: a "
+        "stream, a whole request, an n=4 stream's choices, two streams, one arriving in a wait's drain; the "
+        "pause mode then aborts, drains or freezes it there) or a level-0 keep froze one there, whose KV blocks "
+        "and batch slot the worker holds",
+    ),
+    "wake": Reach(
+        lambda op, s: moves_memory(op, s) or _runs_requests(s, op.apply(s)),
+        "it reaches the worker where the executor maps a pool (abstract.py wake_up: collective_rpc wake_up) or "
+        "where scheduling resumes with a request waiting or frozen (the worker runs it); else the executor "
+        "only warns (not sleeping, or a tag not asleep), a scheduling-only wake never calls it (core.py "
+        "wake_up), and resume_scheduler is the scheduler's",
+    ),
+    "reload": Reach(
+        lambda op, s: True,
+        "collective_rpc reload_weights: the model runner loads the checkpoint into its parameters "
+        "(gpu_model_runner.py reload_weights)",
+    ),
+    "push": Reach(
+        lambda op, s: True,
+        "the worker extension hands the tensors to the model's load_weights in the worker "
+        "(tools/launcher/weight_receiver.py)",
+    ),
+    "reset_prefix_cache": Reach(
+        lambda op, s: False,
+        "EngineCore.reset_prefix_cache calls the scheduler's KV cache manager only (core.py reset_prefix_cache); "
+        "no worker is called. With reset_running_requests=true the scheduler also preempts its running requests "
+        "(scheduler.py reset_prefix_cache: _preempt_request frees their blocks and puts them back in the waiting "
+        "queue), bookkeeping of its own: the worker drops the request from its persistent batch only when the "
+        "next SchedulerOutput names it (preempted_req_ids: MRV2's finish_requests, MRV1's _update_states), at "
+        "the wake or /resume that lets it run, whose pair (a held request preempted) reaches the worker",
+    ),
+    "pause": Reach(
+        lambda op, s: op.params[1] or s.held_kv,
+        "clear_cache resets the caches (core.py _reset_caches: collective_rpc reset_mm_cache and "
+        "reset_encoder_cache on every worker, each runner its own); without it pause_scheduler sets the "
+        "scheduler's pause in EngineCore alone, unless a level-0 keep froze a request on the worker",
+    ),
+    "resume": Reach(
+        lambda op, s: _runs_requests(s, op.apply(s)),
+        "resume_scheduler sets the scheduler's pause state (core.py resume_scheduler); it reaches the worker only "
+        "through the requests it lets run, where one waits or is frozen",
+    ),
+}
+
+
+def reaches_worker(op: Operation, state: State) -> bool:
+    """Whether op's path in state reaches the worker, where the runner and execution mode matter
+    (REACHES_WORKER). An operation with no rule reaches it: walked in every cell until one says otherwise."""
+    reach = REACHES_WORKER.get(op.name)
+    return True if reach is None else bool(reach.rule(op, state))

@@ -1,4 +1,4 @@
-"""Coverage planning: which (situation, operation) pairs exist, seeded walks that visit every one of
+"""Coverage planning: which situation pairs exist, seeded walks that visit every one of
 them, and how those walks are dealt out over shards (one server each).
 
 A pair is an operation in a *situation*: the part of the model's state that decides how vLLM handles
@@ -31,9 +31,10 @@ import zlib
 from typing import Any
 
 from tests.core import oracle
-from tests.core.walk import model
+from tests.core.walk import model, tour
 from tests.core.walk import operations as ops
 from tests.core.walk.model import INITIAL, State
+from tools import matrix
 from tools.matrix import HTTP
 
 REPLAY_VAR = "SLEEPWAKE_WALK_REPLAY"
@@ -44,42 +45,51 @@ _SCRIPT = re.compile(r'^\s*(?:%s=)?"?([^"#]*)"?\s*(?:#.*)?$' % REPLAY_VAR)
 # measurement changes no code.
 WALK_DIR = os.path.dirname(os.path.abspath(__file__))
 STEP_SECONDS_FILE = os.path.join(WALK_DIR, "step_seconds.json")
-# The longest walk, reset included: a walk starts over from INITIAL after at most this many steps. Short
-# enough that every door's walks deal out over the spec's shards with none left without a walk (the
-# `llm` door plans the fewest pairs) and the shards end close together; every walk's reset costs a few
-# steps more in all (docs/design.md, "What was tried").
-MAX_STEPS = 40
+# Which pairs a cell's plan covers (SHARE_VAR): its share of its door's (CELL_SHARE: plan.deal, the GPU matrix,
+# whose cells of a door together walk every pair), or every pair of its door (DOOR_SHARE: a run of one cell,
+# the fake tier's and the mutants', which must see every pair itself).
+SHARE_VAR = "SLEEPWAKE_WALK_SHARE"
+CELL_SHARE, DOOR_SHARE = "cell", "door"
 # The suite's seed: each GPU cell's plan is seeded from it and the cell's id (cell_seed), the engine tier's
 # with it alone.
 SEED = 20261201
 # A cell's plan written ahead by a Bazel action (write_plan.py): planning a cell (its reachable pairs, then
 # the walks over them) costs seconds of CPU, which every shard's process of every cell paid before its
-# first step. The file names the seed, the walk length, the door and the digest of the planner's sources
-# it was planned with; a process whose plan differs in any of them plans for itself.
+# first step. The file names the seed, the shard count, the door, the cell and its share, and the digest of
+# the planner's sources it was planned with; a process whose plan differs in any of them plans for itself.
 PLANNED_VAR = "SLEEPWAKE_WALK_PLAN"
-PLANNER_SOURCES = ("model.py", "operations.py", "plan.py")
+PLANNER_SOURCES = ("model.py", "operations.py", "plan.py", "tour.py")
 
 
 @dataclasses.dataclass(frozen=True)
 class Situation:
     """What decides how vLLM handles an operation: where the executor's pools are (level, asleep_tags),
-    whether and how scheduling is paused, whether garbage serves, whether the long prompt's cached blocks
-    were computed with the weights that serve ("fresh") or others ("stale"), the requests that wait
-    (none, "waiting" in the queue, a "running" one a level-0 keep froze with its blocks), and for a
-    reload without a path, the checkpoint it loads and whether a push put other weights in the pool
-    (pushed: the reload reverts them, TRL #5312). Not the pause mode: the two pauses differ only in
-    whether running requests are stepped (scheduler.py schedule), and a running request is there only
-    under a keep's pause, so "running" says which pause holds; every sleep mode is walked in every
-    situation, and the state keeps the pause for the predictions."""
+    the scheduler's pause (model.PAUSES: none, new requests only, or all: a keep's, which steps no running
+    request; scheduler.py schedule), whether garbage serves, whether the long prompt's cached blocks were
+    computed with the weights that serve ("fresh") or others ("stale"), the request a keep froze (held:
+    "running" with its KV blocks under a level-0 keep, "preempted" to the waiting queue by a cache reset,
+    which recomputes it when it runs), the requests sent while paused that wait in the queue (queued:
+    "waiting", or, for a wake or a /resume, which run them, "long pair" where two of the long prompt wait,
+    the second to hit the first one's blocks),
+    for a generate_cached sent while paused whether a long prompt already waits (its request is then the
+    second), and for a reload without a path, the checkpoint it loads and whether a push put other weights
+    in the pool (pushed: the reload reverts them, TRL #5312). A pair is a situation and an operation: a
+    situation pair."""
 
     level: int | None
     asleep_tags: tuple
-    paused: bool
+    pause: str | None
     garbage: bool
     prefix: str
-    requests: str
+    held: str = "none"
+    queued: str = "none"
     reload_path: str | None = None
     pushed: bool = False
+    long_waiting: bool = False
+
+    @property
+    def paused(self) -> bool:
+        return self.pause is not None
 
     def describe(self) -> str:
         where = "awake" if self.level is None else f"level {self.level}"
@@ -87,12 +97,16 @@ class Situation:
         if self.asleep_tags:
             parts.append("asleep " + "+".join(self.asleep_tags))
         if self.paused:
-            parts.append("paused")
+            parts.append("paused (all)" if self.pause == model.PAUSE_ALL else "paused (new requests)")
         parts.append("garbage weights" if self.garbage else "a checkpoint serves")
         if self.prefix != "none":
             parts.append(f"prefix cached ({self.prefix})")
-        if self.requests != "none":
-            parts.append(f"a request {self.requests}")
+        if self.held != "none":
+            parts.append(f"a held request {self.held}")
+        if self.queued != "none":
+            parts.append(f"requests {self.queued}")
+        if self.long_waiting:
+            parts.append("a long prompt waiting")
         if self.reload_path:
             parts.append(f"model path {self.reload_path}")
         if self.pushed:
@@ -101,18 +115,23 @@ class Situation:
 
 
 def situation(state: State, op) -> Situation:
-    requests = "running" if state.held_kv else ("waiting" if state.held or state.queued else "none")
+    held = "running" if state.held_kv else ("preempted" if state.held else "none")
+    # Two long prompts waiting differ from one only where the waiting requests run: at a wake or a /resume.
+    pair = "long_pair" in state.queued and op.name in ("wake", "resume")
+    queued = "long pair" if pair else ("waiting" if state.queued else "none")
     prefix = "none" if state.prefix is None else ("fresh" if state.prefix == model.served(state) else "stale")
     plain_reload = op.name == "reload" and op.params[0] is None
     return Situation(
         state.level,
         tuple(sorted(state.asleep_tags)),
-        state.paused,
+        state.pause,
         state.weights is None,
         prefix,
-        requests,
+        held,
+        queued,
         state.model_path if plain_reload else None,
         plain_reload and state.weights not in (None, state.model_path),
+        op.name == "generate_cached" and "long" in state.queued,
     )
 
 
@@ -125,10 +144,12 @@ def pair_key(pair) -> tuple:
     return (
         -1 if sit.level is None else sit.level,
         sit.asleep_tags,
-        sit.paused,
+        sit.pause or "",
         sit.garbage,
         sit.prefix,
-        sit.requests,
+        sit.held,
+        sit.queued,
+        sit.long_waiting,
         sit.reload_path or "",
         sit.pushed,
         str(op),
@@ -160,9 +181,8 @@ def reachable_states(door: str = HTTP) -> tuple:
     return tuple(seen)
 
 
-@functools.cache
 def _reachable_pairs(door: str = HTTP) -> frozenset:
-    return frozenset(pair_of(s, op) for s in reachable_states(door) for op, _ in successors(s, door))
+    return frozenset(_graph(door).pairs)
 
 
 def reachable_pairs(door: str = HTTP) -> set:
@@ -196,18 +216,6 @@ def walk_millis(walk) -> int:
     return sum(map(step_millis, walk))
 
 
-def deal(costs: list, shards: int) -> list[list[int]]:
-    """The indices of the walks each shard gets: longest first (costs), each to the shard with the least
-    so far, a tie to the lower index."""
-    loads = [(0, k) for k in range(shards)]
-    dealt: list[list[int]] = [[] for _ in range(shards)]
-    for index in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
-        load, k = min(loads)
-        loads[k] = (load + costs[index], k)
-        dealt[k].append(index)
-    return dealt
-
-
 def planner_digest() -> str:
     """The digest of the sources that plan (PLANNER_SOURCES): a plan written by other code is not this
     code's plan."""
@@ -235,31 +243,100 @@ def written_plan() -> dict | None:
     return written
 
 
-def _written(door: str, seed: int | None = None, max_steps: int | None = None) -> dict | None:
-    """The written plan where it is for this door (and seed and walk length, where given), else None."""
+def _written(door: str, seed: int | None = None, shards: int | None = None, cell=None) -> dict | None:
+    """The written plan where it is for this door (and seed, shard count and cell's share, where given), else
+    None."""
     written = written_plan()
     if written is None or written["door"] != door:
         return None
-    if seed is not None and (written["seed"], written["max_steps"]) != (seed, max_steps):
+    if seed is not None and (written["seed"], written["shards"], written["cell"]) != (
+        seed,
+        shards,
+        None if cell is None else list(cell),
+    ):
         return None
     return written
 
 
+# --- the deal: which cells of a door walk a pair --------------------------------------------------
+def door_cells(door: str) -> tuple:
+    """The (runner, mode) cells the GPU matrix runs the walk on through `door` (tools/matrix.bzl), in the
+    spec's order."""
+    return tuple((runner, mode) for d, runner, mode in matrix.door_cells() if d == door)
+
+
 @functools.cache
-def cell_walks(seed: int, max_steps: int, door: str = HTTP) -> tuple:
-    """One plan over every pair `door` reaches (plan_walks, seeded `seed`), in the plan's order; read from
-    the written plan where there is one for the same seed, walk length and door."""
-    written = _written(door, seed, max_steps)
+def worker_pairs(door: str = HTTP) -> frozenset:
+    """The door's pairs whose path reaches the worker (operations.reaches_worker) in some state of their
+    situation: where the runner and the execution mode decide, so every cell of the door walks them."""
+    g = _graph(door)
+    return frozenset(
+        g.pairs[k] for s, edges in zip(g.states, g.edges) for op, _, k in edges if ops.reaches_worker(op, s)
+    )
+
+
+@functools.cache
+def deal(door: str = HTTP) -> dict:
+    """{(runner, mode): frozenset of pairs} for every cell of `door` (door_cells): every pair that reaches
+    the worker (worker_pairs), and its part of the rest, which are decided above the worker and run the same
+    code in every cell. Those are dealt over the cells of each runner in turn (pair_key order, the i-th to
+    the cell (i + the runner's index) modulo its cells), so each is walked once per runner and each cell of
+    a runner holds as many as its neighbours, a different half under each runner where a runner has two.
+    Derived from the model alone, so every shard of every cell knows every cell's share."""
+    cells = door_cells(door)
+    if not cells:
+        raise ValueError(f"the {door} door has no walk cell in tools/matrix.bzl; deal its pairs over none")
+    runners = list(dict.fromkeys(runner for runner, _ in cells))
+    worker = worker_pairs(door)
+    above = sorted(_reachable_pairs(door) - worker, key=pair_key)
+    out = {}
+    for r, runner in enumerate(runners):
+        mine = [cell for cell in cells if cell[0] == runner]
+        for k, cell in enumerate(mine):
+            out[cell] = worker | frozenset(p for i, p in enumerate(above) if (i + r) % len(mine) == k)
+    return out
+
+
+def share(door: str = HTTP, cell=None) -> frozenset:
+    """The pairs a cell's plan covers: its part of the deal, or with cell None every pair of the door."""
+    if cell is None:
+        return frozenset(_reachable_pairs(door))
+    dealt = deal(door)
+    if tuple(cell) not in dealt:
+        raise ValueError(f"{cell} is no walk cell of the {door} door; its cells: {sorted(dealt)}")
+    return dealt[tuple(cell)]
+
+
+def share_of_env(door: str, runner: str, mode: str):
+    """The cell a process's plan is for (share's argument): (runner, mode), or None where SHARE_VAR asks for
+    every pair of the door."""
+    wanted = os.environ.get(SHARE_VAR, CELL_SHARE)
+    if wanted not in (CELL_SHARE, DOOR_SHARE):
+        raise ValueError(f"{SHARE_VAR}={wanted!r}: expected {CELL_SHARE!r} or {DOOR_SHARE!r}")
+    return None if wanted == DOOR_SHARE else (runner, mode)
+
+
+@functools.cache
+def cell_walks(seed: int, shards: int, door: str = HTTP, cell=None) -> tuple:
+    """One walk per shard over the cell's share (share, plan_walks seeded `seed`); read from the written plan
+    where there is one for the same seed, shard count, door and cell."""
+    written = _written(door, seed, shards, cell)
     if written is not None:
         return tuple(list(map(ops.parse, walk)) for walk in written["walks"])
-    return tuple(plan_walks(reachable_pairs(door), seed, max_steps, door))
+    return tuple(plan_walks(share(door, cell), seed, shards, door))
 
 
 def pair_count(door: str = HTTP) -> int:
-    """How many (situation, operation) pairs the model reaches through `door` (len(reachable_pairs)), written
+    """How many situation pairs the model reaches through `door` (len(reachable_pairs)), written
     or counted."""
     written = _written(door)
     return written["pairs"] if written is not None and "pairs" in written else len(reachable_pairs(door))
+
+
+def worker_pair_count(door: str = HTTP) -> int:
+    """How many of them reach the worker (len(worker_pairs)), written or counted."""
+    written = _written(door)
+    return written["worker_pairs"] if written is not None else len(worker_pairs(door))
 
 
 def model_state_count(door: str = HTTP) -> int:
@@ -269,24 +346,48 @@ def model_state_count(door: str = HTTP) -> int:
 
 
 @functools.cache
-def plan_shards(shards: int, seed: int, max_steps: int, door: str = HTTP) -> tuple:
-    """((walks, pairs), ...) per shard: one plan over every reachable pair (cell_walks), its walks dealt
-    out (deal, by walk_millis); a shard's pairs are those its walks are the first of the plan to visit,
-    so the shards' pairs are disjoint and cover every reachable pair. One plan, not a plan per shard of
-    the pairs: each walk starts at INITIAL either way, and one plan crosses the state space fewer times."""
+def plan_shards(shards: int, seed: int, door: str = HTTP, cell=None) -> tuple:
+    """(([walk], pairs), ...) per shard: the cell's plan (cell_walks), a walk a shard; a shard's pairs are
+    those of the cell's share its walk is the first of the plan to visit, so the shards' pairs are disjoint
+    and cover the share."""
     if shards < 1:
         raise ValueError(f"shards must be >= 1, got {shards}")
-    walks = cell_walks(seed, max_steps, door)
-    dealt = deal([walk_millis(w) for w in walks], shards)
+    walks = cell_walks(seed, shards, door, cell)
+    written = _written(door, seed, shards, cell)
+    if written is not None:
+        # Each shard's own steps, written with the plan: the share's pairs (the door's graph, seconds of CPU in
+        # every shard's process) are not computed again to tell them.
+        traces = trace(walks)
+        return tuple(
+            ([walk], frozenset(pair_of(*traces[index][step]) for step in own))
+            for index, (walk, own) in enumerate(zip(walks, written["own_steps"]))
+        )
+    mine = share(door, cell)
     first_by: dict[tuple, int] = {}
     for index, steps in enumerate(trace(walks)):
         for state, op in steps:
             first_by.setdefault(pair_of(state, op), index)
-    out = []
-    for indices in dealt:
-        mine = set(indices)
-        out.append(([walks[i] for i in sorted(indices)], {p for p, i in first_by.items() if i in mine}))
-    return tuple(out)
+    return tuple(
+        ([walk], frozenset(p for p, i in first_by.items() if i == index and p in mine))
+        for index, walk in enumerate(walks)
+    )
+
+
+def own_steps(shards: int, seed: int, door: str = HTTP, cell=None) -> list:
+    """[[the index of each step whose pair is the shard's own (plan_shards), ...] per shard]: what a written
+    plan keeps so that plan_shards reads each shard's pairs off its walk's steps."""
+    dealt = plan_shards(shards, seed, door, cell)
+    return [
+        [i for i, (state, op) in enumerate(steps) if pair_of(state, op) in pairs]
+        for steps, (_, pairs) in zip(trace([walks[0] for walks, _ in dealt]), dealt)
+    ]
+
+
+def clear_caches() -> None:
+    """Forgets everything planned from the model, for a test that patches the model and plans anew."""
+    planned = (successors, reachable_states, _graph, worker_pairs, deal, _postman, _tour, _ways_from_initial, _probes)
+    for cached in planned + (cell_walks, plan_shards):
+        cached.cache_clear()
 
 
 def cell_seed(seed: int, cell_id: str) -> int:
@@ -320,26 +421,32 @@ def run(state: State, walk) -> State:
     return state
 
 
+def _unwound(parent: dict, node, last) -> list:
+    """The way from a breadth-first search's source to `last`, an edge leaving `node`: parent maps each
+    reached node to (the node before it, the edge between), the source to None."""
+    path = [last]
+    step = parent[node]
+    while step is not None:
+        node, via = step
+        path.append(via)
+        step = parent[node]
+    return path[::-1]
+
+
 def _first_path(src: State, goal, order=None, door: str = HTTP) -> list | None:
     """Breadth first from src: the operations up to and including the first edge for which
-    goal(state, op, next state) holds, None if none does. order(list) reorders each state's successors
-    (a seeded shuffle), else they come in ALL's order."""
+    goal(state, op, next state) holds, None if none does. order(state, list) reorders a state's successors
+    (plan_tour: seeded, the pairs still to visit first), else they come in ALL's order."""
     parent: dict[State, tuple[State, Any] | None] = {src: None}
     queue = collections.deque([src])
     while queue:
         state = queue.popleft()
         edges = list(successors(state, door))
         if order is not None:
-            order(edges)
+            order(state, edges)
         for op, nxt in edges:
             if goal(state, op, nxt):
-                path = [op]
-                step = parent[state]
-                while step is not None:
-                    state, prev = step
-                    path.append(prev)
-                    step = parent[state]
-                return path[::-1]
+                return _unwound(parent, state, op)
             if nxt not in parent:
                 parent[nxt] = (state, op)
                 queue.append(nxt)
@@ -359,46 +466,187 @@ def shortest_path(src: State, dst: State, door: str = HTTP) -> list | None:
     return [] if src == dst else _first_path(src, lambda state, op, nxt: nxt == dst, door=door)
 
 
-def plan_walks(pairs, seed: int, max_steps: int, door: str = HTTP) -> list:
-    """Walks (lists of operations), to run in order on one server from INITIAL, that together visit
-    every pair of `pairs` (a subset of reachable_pairs()); each at most max_steps long, its reset_ops
-    tail included.
+def standing(state: State) -> Situation:
+    """Where a state stands, whatever comes next: its situation for an operation that adds nothing of its
+    own to it (a prefix-cache reset). The tour's nodes (plan_tour)."""
+    return situation(state, ops.RESET_PREFIX_CACHE)
 
-    From where the walk stands, the fewest operations to the nearest pair not yet visited (breadth
-    first, each state's operations in an order the seed shuffles), every pair on the way counting;
-    when the next one would outgrow max_steps, the walk resets and the next starts from INITIAL. The
-    freedom a situation leaves (many states share one) keeps this near one step and a half a pair;
-    the seed decides which states and which operations around them."""
-    todo = set(pairs)
+
+@dataclasses.dataclass(frozen=True)
+class _Graph:
+    """A door's reachable states (BFS order, INITIAL first) and, per state, its edges (operation, next state's
+    index, pair's index into pairs, which are in pair_key order) and where it stands (node: by index into nodes,
+    which are in pair_key order). Integers, so that the planner's searches hash and compare no situations."""
+
+    states: tuple
+    edges: tuple
+    pairs: tuple
+    pair_index: dict
+    node: tuple
+    nodes: tuple
+
+
+@functools.cache
+def _graph(door: str = HTTP) -> _Graph:
+    states = reachable_states(door)
+    index = {s: i for i, s in enumerate(states)}
+    labelled = [[(op, index[nxt], pair_of(s, op)) for op, nxt in successors(s, door)] for s in states]
+    pairs = tuple(sorted({pair for edges in labelled for _, _, pair in edges}, key=pair_key))
+    pair_index = {pair: k for k, pair in enumerate(pairs)}
+    edges = tuple(tuple((op, j, pair_index[pair]) for op, j, pair in row) for row in labelled)
+    stands = [standing(s) for s in states]
+    nodes = tuple(sorted(set(stands), key=lambda sit: pair_key((sit, ops.RESET_PREFIX_CACHE))))
+    at = {sit: k for k, sit in enumerate(nodes)}
+    return _Graph(states, edges, pairs, pair_index, tuple(at[sit] for sit in stands), nodes)
+
+
+@functools.cache
+def _postman(pairs: frozenset, door: str = HTTP) -> tuple:
+    """tour.postman over where the door's states stand: each pair of `pairs` from the nodes it is offered at
+    to those it leads to (in pair_key order), the moves any operation makes between two nodes."""
+    g = _graph(door)
+    wanted = {g.pair_index[p] for p in pairs}
+    offered: dict = collections.defaultdict(set)
+    leads: dict = collections.defaultdict(set)
+    moves: set = set()
+    for i, edges in enumerate(g.edges):
+        for _, j, k in edges:
+            moves.add((g.node[i], g.node[j]))
+            if k in wanted:
+                offered[k].add(g.node[i])
+                leads[k].add(g.node[j])
+    required = [(sorted(offered[k]), g.pairs[k], sorted(leads[k])) for k in sorted(wanted)]
+    out_moves: dict = collections.defaultdict(list)
+    for a, b in sorted(moves):
+        out_moves[a].append(b)
+    return tuple(tour.postman(required, out_moves))
+
+
+def tour_floor(pairs, door: str = HTTP) -> int:
+    """The fewest steps of the relaxation plan_tour orders `pairs` by (tour.postman's circuit): no walk from
+    INITIAL back home over them is shorter, since each of its steps moves between where states stand."""
+    return len(_postman(frozenset(pairs), door))
+
+
+def plan_tour(pairs, seed: int, door: str = HTTP) -> list:
+    """The operations of one walk from INITIAL that visits every pair of `pairs` (a subset of
+    reachable_pairs()), in few steps: the pairs ordered by a seeded Chinese-postman circuit over where states
+    stand (tour.postman: each pair from a node it is offered at to one it leads to, the fewest moves between
+    them), each then reached from where the walk is by the fewest operations (breadth first, each
+    state's operations in an order the seed shuffles), every pair on the way counting."""
+    todo = frozenset(pairs)
     unknown = todo - _reachable_pairs(door)
     if unknown:
         raise ValueError(
             f"not reachable pairs: {sorted(map(describe_pair, unknown))[:3]}; plan only pairs from "
             "plan.reachable_pairs()"
         )
+    return list(_tour(todo, seed, door))
+
+
+@functools.cache
+def _tour(pairs: frozenset, seed: int, door: str) -> tuple:
+    """plan_tour's walk, once per (pairs, seed, door): a cell's shards, the write_plan action and the unit tests
+    ask for the same tour over and over, each costing seconds. Searches over _graph's integers."""
+    g = _graph(door)
+    todo = {g.pair_index[p] for p in pairs}
     rng = random.Random(seed)
-    walks = []
-    while todo:
-        walk: list = []
-        state = INITIAL
-        while todo:
-            path = _path(
-                _first_path(state, lambda st, op, nxt: pair_of(st, op) in todo, rng.shuffle, door),
-                f"from ({state.describe()}) to a pair not yet walked",
-            )
-            end = run(state, path)
-            if len(walk) + len(path) + len(reset_ops(end)) > max_steps:
-                if not walk:
-                    raise ValueError(
-                        f"max_steps={max_steps} is too short to reach a pair from INITIAL and reset; raise it"
-                    )
-                break
-            for op in path:
-                todo.discard(pair_of(state, op))
-                state = op.apply(state)
-            walk += path
-        walks.append(walk + reset_ops(state))
-    return walks
+    circuit = tour.circuits(_postman(pairs, door), g.node[0], rng)
+    walk: list = []
+    at = 0  # INITIAL
+    for label in [label for part in circuit for _, label, _ in part if label is not None]:
+        target = g.pair_index[label]
+        if target not in todo:
+            continue
+        path = _path(
+            _tour_path(g, at, target, todo, rng), f"from ({g.states[at].describe()}) to {describe_pair(label)}"
+        )
+        for _, j, k in path:
+            todo.discard(k)
+            at = j
+        walk += [op for op, _, _ in path]
+    return tuple(walk)
+
+
+def _tour_path(g: _Graph, src: int, target: int, todo: set, rng: random.Random) -> list | None:
+    """Breadth first from state src: the edges up to and including the first one of pair `target`, None if
+    none. Each state's edges in a seeded order, those of a pair still to visit (todo) first: among equally
+    short ways the walk takes one that visits more on the way."""
+    parent: dict = {src: None}
+    queue = collections.deque([src])
+    while queue:
+        i = queue.popleft()
+        edges = list(g.edges[i])
+        rng.shuffle(edges)
+        for edge in [e for e in edges if e[2] in todo] + [e for e in edges if e[2] not in todo]:
+            if edge[2] == target:
+                return _unwound(parent, i, edge)
+            j = edge[1]
+            if j not in parent:
+                parent[j] = (i, edge)
+                queue.append(j)
+    return None
+
+
+def split(walk, shards: int, door: str = HTTP) -> list:
+    """`walk` (from INITIAL) as `shards` walks, each from INITIAL (the fewest operations to where its part
+    starts) and home again (reset_ops), the longest as short as the cuts allow in seconds (step_millis): the
+    least bound under which cutting each part as late as it fits needs no more than `shards` parts (a binary
+    search), the longest parts then halved until there are `shards`."""
+    if not 1 <= shards <= max(1, len(walk)):
+        raise ValueError(f"{shards} shards cannot split a walk of {len(walk)} steps; plan with fewer")
+    states = [INITIAL]
+    for op in walk:
+        states.append(op.apply(states[-1]))
+    ways = _ways_from_initial(door)
+    there = [walk_millis(ways[s]) for s in states]
+    home = [walk_millis(reset_ops(s)) for s in states]
+    cost = [0]
+    for op in walk:
+        cost.append(cost[-1] + step_millis(op))
+
+    def cuts_under(bound: int) -> list | None:
+        cuts, a = [0], 0
+        while a < len(walk):
+            last = None
+            for b in range(a + 1, len(walk) + 1):
+                if there[a] + cost[b] - cost[a] > bound:  # home[b] >= 0: no later cut fits either
+                    break
+                if there[a] + cost[b] - cost[a] + home[b] <= bound:
+                    last = b
+            if last is None:
+                return None
+            a = last
+            cuts.append(a)
+        return cuts
+
+    lo, hi = 0, there[0] + cost[-1] + home[-1]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = cuts_under(mid)
+        if found is not None and len(found) - 1 <= shards:
+            hi = mid
+        else:
+            lo = mid + 1
+    cuts = cuts_under(hi) or [0, len(walk)]
+    while len(cuts) - 1 < shards:
+        k = max(range(len(cuts) - 1), key=lambda i: (cuts[i + 1] - cuts[i], -i))
+        cuts.insert(k + 1, (cuts[k] + cuts[k + 1]) // 2)
+    return [ways[states[a]] + list(walk[a:b]) + reset_ops(states[b]) for a, b in zip(cuts, cuts[1:])]
+
+
+@functools.cache
+def _ways_from_initial(door: str = HTTP) -> dict:
+    """{state: the fewest operations from INITIAL to it} for every reachable state (one breadth-first search)."""
+    g = _graph(door)
+    parent = tour.shortest_paths(0, lambda i: [(op, j) for op, j, _ in g.edges[i]])
+    return {g.states[i]: [op for _, op, _ in tour.path_to(parent, i)] for i in parent}
+
+
+def plan_walks(pairs, seed: int, shards: int, door: str = HTTP) -> list:
+    """`shards` walks, each from INITIAL and home again, that together visit every pair of `pairs`: one tour
+    (plan_tour) split where it is cheapest to start over (split)."""
+    return split(plan_tour(pairs, seed, door), shards, door)
 
 
 def trace(walks) -> list:
@@ -521,6 +769,13 @@ def terminal_probes(door: str = HTTP) -> list:
 
 def plan_probes(door: str = HTTP) -> list:
     """terminal_probes, planned in this process (as plan_walks plans the walks)."""
+    return [list(probe) for probe in _probes(door)]
+
+
+@functools.cache
+def _probes(door: str) -> tuple:
+    """plan_probes' walks, once per door: every shard of every cell asks which probe is its (walk/shards.py),
+    and each search goes over the door's states."""
     probes = []
     for (name, level, asleep), kind_ops in terminal_pairs(door).items():
         op = PROBED.get(name, kind_ops[0])
@@ -531,11 +786,11 @@ def plan_probes(door: str = HTTP) -> list:
             return (nxt.level, tuple(sorted(nxt.asleep_tags))) == where and ops.terminal(op, nxt) == name
 
         path = _path(_first_path(INITIAL, there, door=door), f"from INITIAL to the terminal pair {op} of {name}")
-        probes.append(path + [op])
-    return probes
+        probes.append(tuple(path + [op]))
+    return tuple(probes)
 
 
-def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int, door: str = HTTP):
+def run_shard(walker, shard: int, shards: int, seed: int, door: str = HTTP, cell=None):
     """Runs on walker (the server's or the engine tier's: anything with run(walks, seed, shard)) the
     shard's walks of plan_shards and returns (the shard's pairs, its walks); or, when
     SLEEPWAKE_WALK_REPLAY holds a shrunk failing walk, runs that one walk and returns None. A replay in a run
@@ -551,7 +806,7 @@ def run_shard(walker, shard: int, shards: int, seed: int, max_steps: int, door: 
     if replay:
         walker.run([parse_script(replay)], seed, shard)
         return None
-    walks, pairs = plan_shards(shards, seed, max_steps, door)[shard]
+    walks, pairs = plan_shards(shards, seed, door, cell)[shard]
     walker.run(walks, seed, shard)
     return pairs, walks
 

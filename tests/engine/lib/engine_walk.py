@@ -260,7 +260,15 @@ class EngineSubject:
             server.settle()
             self._judge_existing(mode, s, existing, what)
             return
-        rid = server.send(short_prompt(), IN_FLIGHT_TOKENS, kind="inflight")
+        # The kind's requests (model.IN_FLIGHT_REQUESTS) as the engine core sees them: a stream and a whole
+        # request alike (the output kind is the front end's), n=4 as four seeded child requests. The gate
+        # holds the first one's second forward pass, which holds the engine's every step.
+        ids = [
+            server.send(short_prompt(), IN_FLIGHT_TOKENS, seed=SEED + i if n > 1 else None, kind="inflight")
+            for _, n in model.IN_FLIGHT_REQUESTS[in_flight]
+            for i in range(n)
+        ]
+        rid = ids[0]
         late_sent = threading.Event() if in_flight == 2 else None
         server.gate.arm(rid, late_sent)
         late = None
@@ -273,8 +281,9 @@ class EngineSubject:
         finally:
             server.gate.disarm()
         # What the client had received when /sleep answered, then what happened after.
-        end_at_answer, tokens_at_answer = server.record.end(rid), len(server.record.tokens(rid))
-        forwards_at_answer = server.forwards(rid)
+        ends_at_answer = [server.record.end(r) for r in ids]
+        tokens_at_answer = [len(server.record.tokens(r)) for r in ids]
+        forwards_at_answer = [server.forwards(r) for r in ids]
         self._status(response, what)
         if server.gate.timed_out:
             raise oracle.Precondition(
@@ -282,49 +291,52 @@ class EngineSubject:
                 f"after the in-flight request's prefill; timeline: {server.timeline}"
             )
         events = server.timeline.events
-        ended_at = [i for i, e in enumerate(events) if e.kind == "output" and e.detail[0] == rid]
+        # each request's first output event, by timeline index (len(events): none)
+        ended_at = [
+            min((i for i, e in enumerate(events) if e.kind == "output" and e.detail[0] == r), default=len(events))
+            for r in ids
+        ]
         sleep_at = server.timeline.index("sleep", last=True) if level >= 1 and not s.asleep_tags else len(events)
         ends = model.in_flight_outcome(mode, level).ends
         self._judge_existing(mode, s, existing, what)
         if ends == "aborted":
             self._equal(
                 "requests.abort_aborts",
-                (end_at_answer, tokens_at_answer < IN_FLIGHT_TOKENS),
-                (FinishReason.ABORT, True),
-                f"{what}: the request in flight when /sleep answered (finish reason, cut short)",
+                [(end, tokens < IN_FLIGHT_TOKENS) for end, tokens in zip(ends_at_answer, tokens_at_answer)],
+                [(FinishReason.ABORT, True)] * len(ids),
+                f"{what}: the requests in flight when /sleep answered (finish reason, cut short)",
             )
             self._holds(
                 "requests.clean_end",
-                bool(ended_at) and ended_at[0] < sleep_at,
-                f"{what}: the abort output left the engine before the offload (#45326), timeline {server.timeline}",
-                ended_at[:1],
+                max(ended_at) < sleep_at,
+                f"{what}: the abort outputs left the engine before the offload (#45326), timeline {server.timeline}",
+                ended_at,
                 f"< {sleep_at}",
             )
         elif ends == "completed":
             self._equal(
                 "requests.ends_in_race",
-                (end_at_answer, tokens_at_answer),
-                (FinishReason.LENGTH, IN_FLIGHT_TOKENS),
-                f"{what}: the drained request when /sleep answered (finish reason, tokens)",
+                list(zip(ends_at_answer, tokens_at_answer)),
+                [(FinishReason.LENGTH, IN_FLIGHT_TOKENS)] * len(ids),
+                f"{what}: the drained requests when /sleep answered (finish reason, tokens)",
             )
             self._holds(
                 "output.finish_length",
-                bool(ended_at) and ended_at[0] < sleep_at,
-                f"{what}: the drained request ended by length before the offload (#45520), timeline {server.timeline}",
-                ended_at[:1],
+                max(ended_at) < sleep_at,
+                f"{what}: the drained requests ended by length before the offload (#45520), timeline {server.timeline}",
+                ended_at,
                 f"< {sleep_at}",
             )
         else:  # "held": a keep freezes it (a level >= 1 one's cache reset preempts it to the waiting queue)
             server.settle()
             self._equal(
                 model.held_oracle(after),
-                (server.record.end(rid), server.forwards(rid)),
-                (None, forwards_at_answer),
-                f"{what}: the request mode=keep froze (finish reason, forward passes) after /sleep answered",
+                [(server.record.end(r), server.forwards(r)) for r in ids],
+                [(None, f) for f in forwards_at_answer],
+                f"{what}: the requests mode=keep froze (finish reason, forward passes) after /sleep answered",
             )
-            self.open.append(
-                Open([rid], "held", "generate_stream", IN_FLIGHT_TOKENS, tokens_at_answer, forwards_at_answer)
-            )
+            for r, tokens, forwards in zip(ids, tokens_at_answer, forwards_at_answer):
+                self.open.append(Open([r], "held", "generate_stream", IN_FLIGHT_TOKENS, tokens, forwards))
             return
         if late is not None:
             server.settle()
@@ -445,14 +457,15 @@ class EngineSubject:
                 f"{what}: the {o.kind} request ({o.op_name}) that waited, after scheduling resumed "
                 "(finish reason, tokens)",
             )
-            if o.kind == "long":
-                cached = self.server.record.cached.get(o.ids[0])
-                self._equal(
-                    "prefix_cache.hit_iff_cached",
-                    bool(cached),
-                    s.prefix is not None,
-                    f"{what}: the long prompt that waited hit cached tokens ({cached!r})",
-                )
+        # The long prompts that waited run in one step, the first caching the blocks the others hit.
+        cached = [self.server.record.cached.get(o.ids[0]) for o in waiting if o.kind == "long"]
+        if cached:
+            self._equal(
+                "prefix_cache.hit_iff_cached",
+                sum(bool(c) for c in cached),
+                model.long_prompts_hit(len(cached), s.prefix is not None),
+                f"{what}: the long prompts that waited with cached tokens ({cached!r})",
+            )
         self.server.settle()
 
     def reload(self, op, s: State, after: State, where: str) -> None:
@@ -527,14 +540,15 @@ class EngineSubject:
 
     def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
         self._begin(op, s)
-        response = self.server.post("/reset_prefix_cache")
+        params = {"reset_running_requests": "true"} if op.resets_running else None
+        response = self.server.post("/reset_prefix_cache", params=params)
         self._status(response, f"walk {where}")
         body = response.json() if response.content else None
         result = None if body is None else body.get("success")
         self._equal(
             "api.reset_prefix_cache_result",
             result,
-            model.reset_prefix_cache_result(self.version, HTTP, model.resets_prefix_cache(s)),
+            model.reset_prefix_cache_result(self.version, HTTP, model.resets_prefix_cache(s, op.resets_running)),
             f"walk {where}: POST /reset_prefix_cache ({body!r})",
         )
 

@@ -31,7 +31,7 @@ from tests.core.background import (
     race_outcome,
     wait_decoding,
 )
-from tests.core.client import SleepWakeClient
+from tests.core.client import SleepWakeClient, StreamResult
 from tests.core.memory import settled_gpu_bytes
 from tests.core.prompts import (
     GOLDEN_MAX_TOKENS,
@@ -93,8 +93,9 @@ class Context:
 class Open:
     """A request the walk sent that has not ended: its future, what the model calls it (QUEUED_KINDS, or
     "held" for a stream a keep froze), the prompt and its own kind of request (an operation's name), and
-    for a held stream the checkpoint its first tokens came from, the pool its future runs on and the
-    tokens it asked for (twice STREAM_TOKENS where its race ran again)."""
+    for a held request the checkpoint its first tokens came from, the pool its future runs on (the last of
+    a race's held requests gives it back), the tokens it asked for (twice STREAM_TOKENS where its race ran
+    again) and its choices."""
 
     future: concurrent.futures.Future
     kind: str
@@ -103,25 +104,86 @@ class Open:
     origin: str | None = None
     pool: contextlib.ExitStack | None = None
     tokens: int = STREAM_TOKENS
+    n: int = 1  # its choices: a held n=4 request has four
+
+
+@dataclasses.dataclass
+class Flight:
+    """One request of a race (model.IN_FLIGHT_REQUESTS): its future, whether it streams, its choices and
+    the moment it ended (end())."""
+
+    future: concurrent.futures.Future
+    streamed: bool
+    n: int
+    end: Callable[[], float]
+
+    @property
+    def op_name(self) -> str:
+        """The generate it is judged as once it ran on (a held one): a stream, or a whole request."""
+        return "generate_stream" if self.streamed else "generate_fresh"
 
 
 @dataclasses.dataclass
 class Race:
-    """A stream of `tokens` tokens raced against a /sleep sent at perf_counter `sent`: its future, the
-    moment it ended (stream_end()), what the engine had generated for it when /sleep answered, the
-    request that arrived during a wait drain (sleep:L:wait:2), the pool it runs on, and whether the sleep
-    caught it in flight (background.race_outcome: CAUGHT, UNSURE, LOST) with what shows it."""
+    """The requests of a sleep's in-flight kind, each of `tokens` tokens, raced against a /sleep sent at
+    perf_counter `sent`: their flights (the first the stream of kinds 1 and 2), what the engine had
+    generated for them when /sleep answered, the request that arrived during a wait drain
+    (sleep:L:wait:2), the pool they run on, and whether the sleep caught them in flight
+    (background.race_outcome: CAUGHT, UNSURE, LOST) with what shows it."""
 
-    stream: concurrent.futures.Future
+    flights: list
     tokens: int
     sent: float
-    stream_end: Callable[[], float]
     at_answer: float
     late: Open | None
     stack: contextlib.ExitStack
     sampler: stalls.Sampler  # the clock beside the race: a host stall leaves an abort's time out
     outcome: str = CAUGHT
     shows: str = "it was still open when /sleep answered"
+
+    @property
+    def stream(self) -> concurrent.futures.Future:
+        return self.flights[0].future
+
+    @property
+    def choices(self) -> int:
+        return sum(f.n for f in self.flights)
+
+    def judge_outcome(self, drains: bool) -> None:
+        """The race's outcome over its ended flights: LOST if any lost (the sleep met it finished), else
+        UNSURE if any is, else CAUGHT (one still open was in flight)."""
+        ended = [f for f in self.flights if f.future.done()]
+        outcomes = [race_outcome(f.future.result(), self.sent, self.tokens, drains) for f in ended]
+        if not outcomes:
+            return
+        for kind in (LOST, UNSURE):
+            found = [shows for outcome, shows in outcomes if outcome == kind]
+            if found:
+                self.outcome, self.shows = kind, found[0]
+                return
+        self.outcome, self.shows = CAUGHT, outcomes[0][1]
+
+
+def _in_flight_call(client, streamed: bool, n: int, tokens: int):
+    """A request of a race: a stream, or one answered whole (its tokens all arrive when it answers, so its
+    StreamResult's one arrival is that moment); n > 1 samples seeded choices."""
+    timeout_s = thresholds.get("request_completion_s_max")
+    sampling = dict(temperature=SEEDED_TEMPERATURE, seed=SEED, n=n) if n > 1 else {}
+    if streamed:
+        return lambda: client.complete_stream(IN_FLIGHT, tokens, timeout_s=timeout_s, **sampling)
+
+    def whole():
+        c = client.complete(IN_FLIGHT, tokens, timeout_s=timeout_s, **sampling)
+        return StreamResult(
+            finish_reasons=list(c.finish_reasons),
+            token_ids=c.token_ids,
+            num_tokens=sum(map(len, c.token_ids)),
+            error=None,
+            status=200,
+            arrivals=[time.perf_counter()],
+        )
+
+    return whole
 
 
 def abort_give_up_s() -> float:
@@ -250,7 +312,9 @@ class GpuSubject:
         c = self.ctx.client.complete(LONG, GOLDEN_MAX_TOKENS)
         self._judge_long(c, s, model.hits_cache(s, "long"), where)
 
-    def _judge_long(self, c, s: State, hits: bool, where: str) -> None:
+    def _judge_long(self, c, s: State, hits: bool | None, where: str) -> None:
+        """The long prompt's answer: its golden where the model predicts one, and (hits not None) whether it
+        hit cached blocks."""
         golden = model.golden_of(s, "long")
         if golden is None:
             self._unpredicted(c, 1, f"walk {where}: the long prompt")
@@ -262,12 +326,13 @@ class GpuSubject:
                 step=f"walk {where}",
                 oracle_id=model.golden_oracle(golden),
             )
-        oracle.equal(
-            "prefix_cache.hit_iff_cached",
-            bool(c.cached_tokens),
-            hits,
-            f"walk {where}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})",
-        )
+        if hits is not None:
+            oracle.equal(
+                "prefix_cache.hit_iff_cached",
+                bool(c.cached_tokens),
+                hits,
+                f"walk {where}: the long prompt hit cached tokens ({c.cached_tokens!r}) in ({s.describe()})",
+            )
 
     def _generate_n4(self, op, s: State, where: str) -> None:
         got = self.ctx.client.complete(
@@ -394,15 +459,17 @@ class GpuSubject:
         # held ends now rather than at its client timeout.
         stack = contextlib.ExitStack()
         try:
-            pool = stack.enter_context(background(client, workers=2))
+            pool = stack.enter_context(background(client, workers=3))
             sampler = stack.enter_context(stalls.Sampler())
             with client.sleep_window() if moves else contextlib.nullcontext():
                 since = generated_tokens(client)
-                stream = pool.submit(
-                    client.complete_stream, IN_FLIGHT, tokens, timeout_s=thresholds.get("request_completion_s_max")
-                )
-                stream_end = end_clock(stream)
-                wait_decoding(client, [stream], 1, since, 4)
+                flights = []
+                for streamed, n in model.IN_FLIGHT_REQUESTS[in_flight]:
+                    future = pool.submit(_in_flight_call(client, streamed, n, tokens))
+                    flights.append(Flight(future, streamed, n, end_clock(future)))
+                futures = [f.future for f in flights]
+                wait_decoding(client, futures, len(futures), since, 4 * sum(f.n for f in flights))
+                stream = futures[0]
                 sent = time.perf_counter()
                 late = None
                 if in_flight == 2:
@@ -410,7 +477,7 @@ class GpuSubject:
                 else:
                     client.sleep(level=level, mode=mode, memory_moves=moves)
                 at_answer = generated_tokens(client) - since  # what the engine had generated when it answered
-            race = Race(stream, tokens, sent, stream_end, at_answer, late, stack, sampler)
+            race = Race(flights, tokens, sent, at_answer, late, stack, sampler)
             ends = model.in_flight_outcome(mode, level).ends
             if in_flight == 2:  # still open once the engine was seen paused, or not
                 race.outcome, race.shows = (
@@ -422,11 +489,14 @@ class GpuSubject:
                 # An abort's end is bounded too (requests.abort_time, on the seconds it took); a request that
                 # never ends is no answer, whatever the mode.
                 measure.wait_for_server(
-                    stream.done, abort_give_up_s(), f"walk {where}: the request in flight to end", client.confirm_live
+                    lambda: all(f.done() for f in futures),
+                    abort_give_up_s(),
+                    f"walk {where}: the requests in flight to end",
+                    client.confirm_live,
                 )
-                race.outcome, race.shows = race_outcome(stream.result(), sent, tokens)
-            elif stream.done():  # a keep holds it, a wait drains it before answering: ended, it may have lost
-                race.outcome, race.shows = race_outcome(stream.result(), sent, tokens, drains=ends == "completed")
+                race.judge_outcome(drains=False)
+            elif any(f.done() for f in futures):  # a keep holds them, a wait drains them before answering
+                race.judge_outcome(drains=ends == "completed")
             return race
         except BaseException:
             stack.__exit__(*sys.exc_info())
@@ -466,33 +536,39 @@ class GpuSubject:
         sleep's mode, and what the sleep did to the requests that already waited."""
         level, mode, _ = op.params
         client = self.ctx.client
-        stream, stack = race.stream, race.stack
+        stack = race.stack
         try:
             outcome = model.in_flight_outcome(mode, level)
             origin = model.served(s)
             if outcome.ends == "held":
                 self._judge_waiting_at_sleep(op, s, existing, where)
-                self._judge_held_open(stream, after, f"walk {where}: the request a keep froze")
-                self.open.append(Open(stream, "held", "generate_stream", IN_FLIGHT, origin, stack, race.tokens))
+                for i, f in enumerate(race.flights):
+                    self._judge_held_open(f.future, after, f"walk {where}: request {i} of those a keep froze")
+                # the pool the held requests run on is given back once the last of them ended
+                pools: list[contextlib.ExitStack | None] = [None] * (len(race.flights) - 1) + [stack]
+                for f, pool in zip(race.flights, pools):
+                    self.open.append(Open(f.future, "held", f.op_name, IN_FLIGHT, origin, pool, race.tokens, f.n))
                 return
             if outcome.ends == "completed":  # mode wait drains before it answers
                 oracle.holds(
                     "requests.ends_in_race",
-                    race.at_answer >= race.tokens,
-                    f"walk {where}: tokens the engine had generated for the drained request when /sleep answered",
+                    race.at_answer >= race.tokens * race.choices,
+                    f"walk {where}: tokens the engine had generated for the drained requests when /sleep answered",
                     race.at_answer,
-                    f">= {race.tokens} (all of them)",
+                    f">= {race.tokens * race.choices} (all of them)",
                 )
             # An abort's end is bounded too (requests.abort_time, in _in_flight_ended on the seconds it took);
             # a request that never ends is no answer, whatever the mode.
             measure.wait_for_server(
-                stream.done,
+                lambda: all(f.future.done() for f in race.flights),
                 abort_give_up_s() if outcome.ends == "aborted" else thresholds.get("request_completion_s_max"),
-                f"walk {where}: the request in flight to end",
+                f"walk {where}: the requests in flight to end",
                 client.confirm_live,
             )
-            client.check_stream(stream.result(), f"walk {where}: the request in flight")
-            self._in_flight_ended(outcome.ends, origin, stream.result(), race, where)
+            for i, f in enumerate(race.flights):
+                what = f"walk {where}: request {i} in flight ({'a stream' if f.streamed else 'whole'}, n={f.n})"
+                client.check_stream(f.future.result(), what)
+                self._in_flight_ended(outcome.ends, origin, f, race, what)
             self._judge_waiting_at_sleep(op, s, existing, where)
             if race.late is not None:  # sleep:L:wait:2
                 self._judge_held_open(
@@ -542,51 +618,66 @@ class GpuSubject:
             how = expect.ended_how(stream, self.ctx.client)
             oracle.fail(model.held_oracle(after), f"{what}, right after /sleep answered", f"ended: {how}", "open")
 
-    def _in_flight_ended(self, ends: str, origin: str, result, race: Race, where: str) -> None:
-        got, tokens = (result.token_ids[0] if result.token_ids else []), race.tokens
-        if origin != model.GARBAGE:
+    def _in_flight_ended(self, ends: str, origin: str, flight: Flight, race: Race, what: str) -> None:
+        """How one request in flight ended (model.IN_FLIGHT): its tokens so far the serving checkpoint's
+        golden (greedy requests only); an abort ends each choice that streamed a token with finish_reason
+        "abort" within the bound, a wait drains every choice to its last token."""
+        result, tokens = flight.future.result(), race.tokens
+        got = result.token_ids[0] if result.token_ids else []
+        if origin != model.GARBAGE and flight.n == 1:
             want = self._golden(origin).stream  # STREAM_TOKENS long: no golden says what a longer run adds
             n = min(len(got), len(want))
             if got[:n] != want[:n]:
-                oracle.fail(
-                    model.golden_oracle(origin),
-                    f"walk {where}: tokens streamed before the sleep",
-                    got[:n],
-                    want[:n],
-                )
+                oracle.fail(model.golden_oracle(origin), f"{what}: tokens streamed before the sleep", got[:n], want[:n])
         if ends == "aborted":
             stalls.bounded_unless_stalled(
                 self.ctx.recorder,
                 race.sampler,
                 "requests.abort_time",
                 race.sent,
-                race.stream_end(),
+                flight.end(),
                 self.ctx.cell_id,
-                f"walk {where}: seconds from /sleep to the end of the aborted request",
+                f"{what}: seconds from /sleep to the end of the aborted request",
             )
             aborted = result.finish_reasons[0] == "abort" or (result.finish_reasons[0] is None and len(got) < tokens)
             oracle.holds(
                 "requests.abort_aborts",
                 aborted,
-                f"walk {where}: the request in flight",
+                what,
                 (result.finish_reasons, len(got), result.error),
                 "aborted",
             )
+            if flight.n > 1:
+                self._every_choice_ended(result, what)
             if result.error is not None:
                 oracle.holds(
                     "requests.clean_end",
                     result.error.startswith(("error event", "HTTP")),
-                    f"walk {where}: how the aborted request ended",
+                    f"{what}: how the aborted request ended",
                     result.error,
                     "abort or error event",
                 )
         else:  # "completed": mode wait drains before the executor sleeps
             oracle.equal(
                 "requests.clean_end",
-                (result.finish_reasons, result.error, len(got)),
-                (["length"], None, tokens),
-                f"walk {where}: the request in flight, drained by mode wait",
+                (result.finish_reasons, result.error, [len(t) for t in result.token_ids]),
+                (["length"] * flight.n, None, [tokens] * flight.n),
+                f"{what}, drained by mode wait",
             )
+
+    def _every_choice_ended(self, result, what: str) -> None:
+        """Each choice of an aborted n > 1 request that streamed a token reports its end, "abort" (the
+        parent's abort reaches every child: parallel_sampling.py, #45326)."""
+        unended = [
+            i for i, (ids, reason) in enumerate(zip(result.token_ids, result.finish_reasons)) if ids and not reason
+        ]
+        oracle.holds(
+            "requests.clean_end",
+            not unended and all(r in ("abort", None) for r in result.finish_reasons),
+            f"{what}: every choice's end",
+            (result.finish_reasons, [len(t) for t in result.token_ids]),
+            "abort on each choice that streamed a token",
+        )
 
     def _judge_waiting_at_sleep(self, op, s: State, existing: list, where: str) -> None:
         """What a sleep (or a /pause) did to the requests that were already open: an abort ends every one of
@@ -642,22 +733,27 @@ class GpuSubject:
             (finish, n),
             "aborted, cut short",
         )
+        if o.kind == "held" and o.n > 1:
+            self._every_choice_ended(value, what)
 
-    def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None) -> None:
+    def _resumed(self, o: Open, state: State, where: str, prefix_at_resume: str | None = None):
         """A request that waited ran once scheduling resumed in `state` (or a wait sleep drained it): it
-        ends by length, with its checkpoint's golden where the model predicts one."""
+        ends by length, with its checkpoint's golden where the model predicts one. Returns what a long
+        prompt answered (its cached tokens are judged with the others': model.long_prompts_hit), else None."""
         value, _ = self._end_of(o, f"walk {where}: the {o.kind} request ({o.op_name}) after scheduling resumed")
         what = f"walk {where}: the {o.kind} request ({o.op_name}) that waited"
         if o.kind == "held":
             oracle.equal(
                 "requests.resumes_after_keep",
                 (value.finish_reasons, value.error),
-                (["length"], None),
+                (["length"] * o.n, None),
                 f"{what}: how it ended",
             )
             golden = model.resumed_golden(state, o.origin)
-            if golden is None:
-                oracle.equal("output.finish_length", len(value.token_ids[0]), o.tokens, f"{what}: its tokens")
+            if golden is None or o.n > 1:  # no golden of a seeded n=4 run from IN_FLIGHT: its count
+                oracle.equal(
+                    "output.finish_length", [len(t) for t in value.token_ids], [o.tokens] * o.n, f"{what}: its tokens"
+                )
                 return
             got, want = value.token_ids[0], self._golden(golden).stream  # a longer request's first STREAM_TOKENS
             if len(got) != o.tokens or got[: len(want)] != want:
@@ -676,8 +772,8 @@ class GpuSubject:
         elif o.op_name == "generate_n4":
             self._judge_n4(value, golden, what)
         elif o.kind == "long":
-            hits = prefix_at_resume is not None
-            self._judge_long(value, waited, hits, where)
+            self._judge_long(value, waited, None, where)  # its hit: counted with the others (_run_waiting)
+            return value
         elif golden is None:
             self._unpredicted(value, 1, what)
         else:
@@ -701,8 +797,16 @@ class GpuSubject:
         if after.paused or not self.open:
             return
         waiting, self.open = self.open, []
-        for o in waiting:
-            self._resumed(o, after, where, prefix_at_resume=s.prefix)
+        longs = [self._resumed(o, after, where, prefix_at_resume=s.prefix) for o in waiting]
+        longs = [c for c in longs if c is not None]
+        if longs:
+            oracle.equal(
+                "prefix_cache.hit_iff_cached",
+                sum(bool(c.cached_tokens) for c in longs),
+                model.long_prompts_hit(len(longs), s.prefix is not None),
+                f"walk {where}: the long prompts that waited with cached tokens "
+                f"({[c.cached_tokens for c in longs]!r}) in ({s.describe()})",
+            )
 
     def reload(self, op, s: State, after: State, where: str) -> None:
         path = op.params[0]
@@ -740,10 +844,12 @@ class GpuSubject:
         )
 
     def reset_prefix_cache(self, op, s: State, after: State, where: str) -> None:
-        resets = model.resets_prefix_cache(s)
+        """/reset_prefix_cache (with reset_running_requests=true: a held request preempted, which waits on;
+        check_state sees it still open)."""
+        resets = model.resets_prefix_cache(s, op.resets_running)
         oracle.equal(
             "api.reset_prefix_cache_result",
-            self.ctx.client.reset_prefix_cache(blocks_held=not resets),
+            self.ctx.client.reset_prefix_cache(blocks_held=not resets, reset_running_requests=op.resets_running),
             model.reset_prefix_cache_result(self.version, self.ctx.door, resets),
             f"walk {where}",
         )

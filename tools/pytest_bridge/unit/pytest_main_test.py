@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from tools.pytest_bridge.pytest_bazel_plugin import assign_groups
+from tools.pytest_bridge.pytest_bazel_plugin import assign_groups, natural_key
 
 # Paths come from this file, not the cwd: under Bazel the cwd is the runfiles root.
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -313,6 +313,12 @@ class TestSharding:
         assert assign_groups([2, 2, 2], 3) == [0, 1, 2]
         assert assign_groups([1, 1, 1], 5) == [0, 1, 2]
         assert assign_groups([], 2) == []
+
+    def test_a_split_class_is_dealt_in_its_parts_order(self):
+        """Shard k of a split class is part k (a mutant's inner shard i walks the walk's shard i): its parts'
+        numbers sort as numbers, not as text (TestStateWalkShard10 before TestStateWalkShard2)."""
+        ids = [f"t.py::TestStateWalkShard{k}::test_walk[MRV2-eager]" for k in (10, 2, 0, 1, 11)]
+        assert sorted(ids, key=natural_key) == [ids[2], ids[3], ids[1], ids[0], ids[4]]
 
 
 class TestEndOfSession:

@@ -595,14 +595,16 @@ def _walk_cell(root, shards, states=None, cell="state_walk_mrv1_eager", stopped=
     states: per shard, the states its steps visited (none recorded where absent); stopped: the shards a
     failure stopped (their records say completed false, and they ran no probe); replayed: the shards that
     walked a replay. Each shard walked `visited` pairs of its own, of a door with 5 pairs per shard of the
-    spec's."""
+    spec's, the first of which reaches the worker."""
     for shard, (visited, pairs, unvisited) in shards.items():
         extra = {"visited_states": states[shard], "model_states": 40} if states else {}
         if stopped:
             extra["completed"] = shard not in stopped
         extra.update(
             visited_pairs=[f"pair {shard}.{i}" for i in range(visited)],
+            worker_visited_pairs=[f"pair {shard}.0"][:visited],
             door_pairs=5 * WALK_SHARDS,
+            worker_pairs=WALK_SHARDS,
             door_probes=WALK_PROBES,
             terminal_probes=["probe"] if shard < WALK_PROBES and shard not in stopped else [],
             replay=shard in replayed,
@@ -645,7 +647,7 @@ def test_walk_coverage_sums_the_shards_and_flags_a_gap(tmp_path, capsys):
         cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == walk_gate.PARTIAL_EXIT
     )  # 2 of 21 shards: partial, never 0
     assert (
-        f"state walk HTTP · MRV1-eager: 9/10 (state, operation) pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
+        f"state walk HTTP · MRV1-eager: 9/10 situation pairs visited, 2/{WALK_SHARDS} shards, 4 walks, "
         "100 steps; unvisited: wake:kv_cache"
     ) in capsys.readouterr().out
 
@@ -655,9 +657,7 @@ def test_a_shard_a_failure_stopped_counts_its_steps_pairs_but_not_as_a_shard(tmp
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert (w.visited, w.pairs, w.shards, w.stopped, w.complete) == (8, 10, 1, 1, False)
     assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--text"]) == walk_gate.PARTIAL_EXIT
-    assert f"8/10 (state, operation) pairs visited, 1/{WALK_SHARDS} shards (1 stopped by a failure)" in (
-        capsys.readouterr().out
-    )
+    assert f"8/10 situation pairs visited, 1/{WALK_SHARDS} shards (1 stopped by a failure)" in (capsys.readouterr().out)
     assert f"<td>1/{WALK_SHARDS} (1 stopped)</td>" in render.page(
         view.load_run(str(tmp_path), str(tmp_path), []), str(tmp_path)
     )
@@ -690,7 +690,10 @@ def test_a_cell_is_full_only_when_its_shards_together_walked_every_pair_and_ran_
     code, out = _text(tmp_path, capsys)
     door = 5 * WALK_SHARDS
     assert code == 0 and out.startswith("1/1 GPU cells passed"), out
-    assert f"the cell: {door}/{door} pairs of its door walked, {WALK_PROBES}/{WALK_PROBES} probes: full" in out
+    assert (
+        f"the cell: {door}/{door} pairs of its door walked (with its door's cells), {WALK_SHARDS}/{WALK_SHARDS} "
+        f"reaching the worker in this cell, {WALK_PROBES}/{WALK_PROBES} probes: full"
+    ) in out
     shutil.rmtree(tmp_path / MATRIX / "state_walk_mrv1_eager" / f"shard_{WALK_SHARDS}_of_{WALK_SHARDS}")
     code, out = _text(tmp_path, capsys)
     assert code == walk_gate.PARTIAL_EXIT, out
@@ -733,11 +736,36 @@ def test_a_fake_tier_walk_cell_is_gated_too(tmp_path, capsys):
     d = tmp_path / MATRIX / "state_walk_fake_mrv1_eager"
     write_xml(d / "test.xml", {"TestStateWalkShard0.test_walk_visits_every_pair_of_its_shard": "passed"})
     (d / "test.outputs").mkdir()
-    row = {"key": "walk_coverage", "value": 5, "shard": 0, "visited_pairs": ["a"], "door_pairs": 1, "door_probes": 0}
+    row = {
+        "key": "walk_coverage",
+        "value": 5,
+        "shard": 0,
+        "visited_pairs": ["a"],
+        "worker_visited_pairs": ["a"],
+        "door_pairs": 1,
+        "worker_pairs": 1,
+        "door_probes": 0,
+    }
     (d / "test.outputs" / "measurements.jsonl").write_text(json.dumps(row) + "\n")
     [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert w.label == "state_walk_fake_mrv1_eager" and not w.complete  # one shard of the spec's
     assert cli.main(["tools.report", str(tmp_path), "--no_bep", "--gate"]) == walk_gate.PARTIAL_EXIT
+
+
+def test_a_doors_cells_are_judged_together_on_the_pairs_above_the_worker(tmp_path, capsys):
+    """Two HTTP cells that each walk half the door's pairs above the worker (tests/core/walk/plan.py deal) and
+    every pair that reaches it: each full with the other, partial alone."""
+    half: dict[int, tuple[int, int, list[str]]] = {s: (3, 3, []) for s in range(WALK_SHARDS)}
+    _walk_cell(tmp_path, half)
+    [w] = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
+    assert not w.complete and w.gate.reasons == (
+        f"{3 * WALK_SHARDS} of the door's {5 * WALK_SHARDS} pairs walked by its door's cells together",
+    )
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)}, cell="state_walk_mrv1_graph")
+    walks = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
+    assert [w.complete for w in walks] == [True, True]
+    assert walks[0].gate_text().startswith(f"{5 * WALK_SHARDS}/{5 * WALK_SHARDS} pairs of its door walked")
+    assert _text(tmp_path, capsys)[0] == 0
 
 
 def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
@@ -760,8 +788,7 @@ def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
     assert shard_count("state_walk", "graph", "llm") != WALK_SHARDS  # else this tells no count from another
     assert lines[1].startswith(
         # the door's cell expects its door's shards, not the HTTP cell's (tools/matrix.bzl SHARD_COUNTS)
-        "state walk llm · MRV2-graph: 4/5 (state, operation) pairs visited, "
-        f"1/{shard_count('state_walk', 'graph', 'llm')} "
+        f"state walk llm · MRV2-graph: 4/5 situation pairs visited, 1/{shard_count('state_walk', 'graph', 'llm')} "
     )
 
 

@@ -14,7 +14,7 @@ from tests.core.walk import operations as ops
 from tools.matrix import HTTP
 from tools.results import walk_gate
 
-SHARDS, SEED, MAX_STEPS = 4, 11, 60
+SHARDS, SEED = 4, 11
 V = "0.26.0"
 
 
@@ -81,7 +81,7 @@ class NoOpWalker(driver.Walker):
 def _judged(walker, recorder, shard=0) -> coverage.Covered:
     """The shard's walks on walker, judged as tests/sleep_wake/test_state_walk.py judges a GPU shard: its
     walk_coverage entry through recorder, then walk.pairs_visited."""
-    pairs, walks = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
+    pairs, walks = plan.run_shard(walker, shard, SHARDS, SEED)
     record = functools.partial(coverage.record_walk_coverage, recorder, seed=SEED, door=HTTP, probed=[], completed=True)
     return coverage.verdict(walker, shard, pairs, walks, record)
 
@@ -103,7 +103,7 @@ def test_a_walker_that_runs_every_step_visits_every_pair_of_its_shard(monkeypatc
     walker = driver.Walker(subject, V)
     recorder = measure.Recorder(path=str(tmp_path / "measurements.jsonl"))
     done = _judged(walker, recorder)
-    walks, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
+    walks, pairs = plan.plan_shards(SHARDS, SEED)[0]
     [entry] = recorder.entries()
     assert (entry["value"], entry["shard_pairs"], entry["unvisited"]) == (len(pairs), len(pairs), [])
     assert not done.missing and entry["completed"] and entry["walks"] == len(walks)
@@ -115,7 +115,7 @@ def test_a_walker_that_runs_every_step_visits_every_pair_of_its_shard(monkeypatc
 
 def test_a_walker_that_runs_nothing_fails_its_shard(monkeypatch, tmp_path):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
-    _, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
+    _, pairs = plan.plan_shards(SHARDS, SEED)[0]
     failure, entry = _unvisited(NoOpWalker(RecordingSubject(), V), tmp_path)
     assert failure.measured == len(pairs) and entry["value"] == 0 and entry["steps"] == 0
     assert entry["unvisited"] == sorted(map(plan.describe_pair, pairs))
@@ -124,7 +124,7 @@ def test_a_walker_that_runs_nothing_fails_its_shard(monkeypatch, tmp_path):
 def test_a_walker_that_skips_one_operation_fails_its_shard_on_that_operations_pairs(monkeypatch, tmp_path):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
     skipped = "sleep:1:keep:1"
-    _, pairs = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0]
+    _, pairs = plan.plan_shards(SHARDS, SEED)[0]
     failure, entry = _unvisited(SkippingWalker(RecordingSubject(), V, skipped), tmp_path)
     theirs = {p for p in pairs if str(p[1]) == skipped}
     assert failure.measured == len(theirs) and entry["value"] == len(pairs) - len(theirs)
@@ -139,7 +139,7 @@ def test_the_shards_records_together_are_the_cells_gate(monkeypatch, tmp_path):
     recorder = measure.Recorder(path=str(tmp_path / "measurements.jsonl"))
     for shard in range(SHARDS):
         walker = driver.Walker(RecordingSubject(), V)
-        pairs, walks = plan.run_shard(walker, shard, SHARDS, SEED, MAX_STEPS)
+        pairs, walks = plan.run_shard(walker, shard, SHARDS, SEED)
         # A probe ends a server's usable life: each on a walker of its own (a shard of the GPU's runs one).
         probed = [driver.Walker(RecordingSubject(), V).probe(p) for p in plan.terminal_probes()[shard::SHARDS]]
         record = functools.partial(
@@ -154,6 +154,32 @@ def test_the_shards_records_together_are_the_cells_gate(monkeypatch, tmp_path):
     assert gate.probes_ran == gate.door_probes == len(plan.terminal_probes())
     del rows[SHARDS - 1]
     assert not walk_gate.judge(rows, SHARDS).full
+
+
+def test_the_door_cells_records_together_judge_each_cell(monkeypatch, tmp_path):
+    """The HTTP door's cells each walk their share (plan.deal): with every cell's records each is full; with only
+    the two cells that hold the same half of the pairs above the worker (one per runner), partial."""
+    monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
+    by_cell = {}
+    for cell in plan.door_cells(HTTP):
+        recorder = measure.Recorder(path=str(tmp_path / f"{'_'.join(cell)}.jsonl"))
+        for shard in range(SHARDS):
+            walker = driver.Walker(RecordingSubject(), V)
+            pairs, walks = plan.run_shard(walker, shard, SHARDS, SEED, HTTP, cell)
+            probed = [driver.Walker(RecordingSubject(), V).probe(p) for p in plan.terminal_probes()[shard::SHARDS]]
+            record = functools.partial(
+                coverage.record_walk_coverage, recorder, seed=SEED, door=HTTP, probed=probed, completed=True
+            )
+            coverage.verdict(walker, shard, pairs, walks, record)
+        by_cell[cell] = {r["shard"]: r for r in recorder.entries()}
+    door = [r for rows in by_cell.values() for r in rows.values()]
+    gates = [walk_gate.judge(rows, SHARDS, door) for rows in by_cell.values()]
+    assert all(g.full for g in gates), [g.reasons for g in gates]
+    assert {(g.worker_walked, g.worker_pairs) for g in gates} == {(len(plan.worker_pairs()),) * 2}
+    same_half = [("mrv1", "eager"), ("mrv2", "graph")]
+    assert plan.share(HTTP, same_half[0]) == plan.share(HTTP, same_half[1])
+    rows = [r for cell in same_half for r in by_cell[cell].values()]
+    assert not walk_gate.judge(by_cell[same_half[0]], SHARDS, rows).full
 
 
 def test_the_emptied_cache_is_looked_at_where_the_plan_sends_no_request():

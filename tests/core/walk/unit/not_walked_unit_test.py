@@ -12,7 +12,6 @@ PAGE = os.path.join(
     "walk",
     "not-walked.md",
 )
-_CACHED = (plan.successors, plan.reachable_states, plan._reachable_pairs)
 
 
 @pytest.fixture
@@ -28,13 +27,11 @@ def left_out_as(monkeypatch):
             return original(op, state) or (ops.LeftOut(kind, f"left out as {kind}") if kind else None)
 
         monkeypatch.setattr(ops, "_left_out", patched)
-        for f in _CACHED:
-            f.cache_clear()
+        plan.clear_caches()
 
     yield leave_out
     monkeypatch.undo()
-    for f in _CACHED:
-        f.cache_clear()
+    plan.clear_caches()
 
 
 @pytest.mark.parametrize("door", FRONT_DOORS)

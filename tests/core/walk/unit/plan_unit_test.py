@@ -16,25 +16,41 @@ from tools import matrix
 
 SHARDS = 4
 SEED = 7
-MAX_STEPS = plan.MAX_STEPS
-# Steps per pair over every pair, resets and the ways back included, at plan.MAX_STEPS a walk: just above
-# what the planner needs today (1.73 at SEED: 2393 steps for 1384 pairs; 1.7 held before the pushes, whose
-# walks end with one reload more to put the model path back, and /resume, whose walks end with one wake
-# more to write the awake gauge); a planner that wanders more than this costs GPU time.
-STEPS_PER_PAIR_MAX = 1.75
 
 
 def test_state_space_is_small_and_planned_fast():
-    plan.successors.cache_clear()
-    plan.reachable_states.cache_clear()
-    plan._reachable_pairs.cache_clear()
+    plan.clear_caches()
     start = time.monotonic()
     states, pairs = plan.reachable_states(), plan.reachable_pairs()
-    plan.plan_walks(pairs, SEED, MAX_STEPS)
-    assert time.monotonic() - start < 20.0  # each shard plans its cell's walks at its start
+    plan.plan_walks(pairs, SEED, SHARDS)
+    # A shard without its written plan plans its cell at its start: 14 s for the 4568 situation pairs on the
+    # 2-core development machine beside other builds (the searches over _graph's integers; 175 s when each
+    # step of each search computed its situation).
+    assert time.monotonic() - start < 30.0
     situations = {sit for sit, _ in pairs}
-    assert (len(states), len(situations), len(pairs)) == (6544, 126, 1384)
-    assert states[0] == INITIAL and len(ops.ALL) == len(ops.BY_TOKEN) == 48
+    assert (len(states), len(situations), len(pairs)) == (9776, 457, 4568)
+    assert states[0] == INITIAL and len(ops.ALL) == len(ops.BY_TOKEN) == 76
+
+
+def test_the_situations_are_as_fine_as_the_model():
+    """Issue 60: the pause mode, a held request running or preempted, and requests queued beside it are
+    apart in the situation, so the HTTP door has at least 4000 situation pairs (1384 when they were
+    merged); each in-flight kind is an operation, in every situation where a request can be in flight."""
+    pairs = plan.reachable_pairs()
+    assert len(pairs) >= 4000
+    sits = {sit for sit, _ in pairs}
+    assert {sit.pause for sit in sits} == {None, model.PAUSE_NEW, model.PAUSE_ALL}
+    assert {(sit.held, sit.queued) for sit in sits} >= {
+        ("running", "none"),
+        ("preempted", "none"),
+        ("none", "waiting"),
+        ("preempted", "waiting"),
+        ("none", "long pair"),
+    }
+    in_flight = {op.params[2] for _, op in pairs if op.name == "sleep"}
+    assert in_flight == set(ops.IN_FLIGHT)
+    assert any(op.name == "generate_cached" and sit.long_waiting for sit, op in pairs)
+    assert {sit.held for sit, op in pairs if op.resets_running} == {"running"}
 
 
 def test_every_operation_is_used_somewhere():
@@ -46,7 +62,11 @@ def test_every_situation_of_a_paused_server_takes_every_generate_and_pause_mode(
     paused: in every situation each generate, each sleep mode and each /pause is a pair."""
     by_situation = collections.defaultdict(set)
     for sit, op in plan.reachable_pairs():
-        by_situation[dataclasses.replace(sit, reload_path=None, pushed=False)].add(str(op))
+        # a long pair and a long prompt waiting set apart the wake's, the /resume's and generate_cached's only
+        queued = "waiting" if sit.queued == "long pair" else sit.queued
+        by_situation[dataclasses.replace(sit, reload_path=None, pushed=False, long_waiting=False, queued=queued)].add(
+            str(op)
+        )
     for sit, tokens in by_situation.items():
         assert set(ops.GENERATES) - {"generate_cached"} <= tokens, sit.describe()
         assert {f"sleep:{level}:{mode}:0" for level in model.LEVELS for mode in ops.MODES} <= tokens, sit.describe()
@@ -63,7 +83,7 @@ def test_pushes_and_resume_are_walked_wherever_a_client_can_send_them():
     assert all("weights" not in sit.asleep_tags for sit in by_op["push"])
     assert any(sit.garbage and sit.asleep_tags == ("kv_cache",) for sit in by_op["push"])  # the RL recipe's
     assert all(not sit.asleep_tags for sit in by_op["resume"]) and any(
-        sit.requests != "none" for sit in by_op["resume"]
+        sit.queued != "none" or sit.held != "none" for sit in by_op["resume"]
     )
     plain = {sit for sit, op in pairs if op == ops.reload()}
     assert {sit.pushed for sit in plain} == {True, False}
@@ -74,39 +94,40 @@ def test_pushes_and_resume_are_walked_wherever_a_client_can_send_them():
 
 @pytest.mark.parametrize("shards", [1, 2, SHARDS, 7])
 def test_shards_cover_every_reachable_pair_exactly_once(shards):
-    planned = plan.plan_shards(shards, SEED, MAX_STEPS)
-    assert len(planned) == shards
+    planned = plan.plan_shards(shards, SEED)
+    assert len(planned) == shards and all(len(walks) == 1 for walks, _ in planned)
     counts = collections.Counter(p for _, pairs in planned for p in pairs)
     assert set(counts) == plan.reachable_pairs() and set(counts.values()) == {1}
-    every_walk = plan.plan_walks(plan.reachable_pairs(), SEED, MAX_STEPS)
-
-    def tokens(walk):
-        return tuple(map(str, walk))
-
-    # each walk of the plan goes to exactly one shard
-    assert sorted(tokens(w) for walks, _ in planned for w in walks) == sorted(map(tokens, every_walk))
+    every_walk = plan.plan_walks(plan.reachable_pairs(), SEED, shards)
+    assert [walks[0] for walks, _ in planned] == every_walk  # shard i walks the plan's i-th walk
     for walks, pairs in planned:
         assert set(pairs) <= plan.steps_coverage(plan.trace(walks))[0]
 
 
 def test_shards_end_together():
-    """Dealt out longest first, no shard's estimated seconds exceed the mean by more than its longest walk."""
-    planned = plan.plan_shards(6, SEED, MAX_STEPS)
-    seconds = [sum(map(plan.walk_millis, walks)) for walks, _ in planned]
-    longest = max(plan.walk_millis(w) for walks, _ in planned for w in walks)
-    assert max(seconds) <= sum(seconds) / len(seconds) + longest
+    """Cut at the least bound on the longest, no shard's estimated seconds exceed the mean by more than
+    SHARD_SPREAD_MAX of it."""
+    for shards in (6, 26):
+        seconds = [plan.walk_millis(walks[0]) for walks, _ in plan.plan_shards(shards, SEED)]
+        assert max(seconds) <= (1 + SHARD_SPREAD_MAX) * sum(seconds) / len(seconds), seconds
 
 
-def test_shards_refuse_no_shards():
+# How far the longest shard may run past the mean: measured 0.002 (6 shards) and 0.003 (26) at SEED over the
+# 4568 situation pairs (0.013 for 26 over the 1384 before); a cut is a step's seconds (up to the 1.8 s of a sleep
+# in flight) from the next, and its ways from INITIAL and home vary.
+SHARD_SPREAD_MAX = 0.05
+
+
+def test_shards_refuse_no_shards_and_more_than_the_walk_has_steps():
     with pytest.raises(ValueError, match="shards must be >= 1"):
-        plan.plan_shards(0, SEED, MAX_STEPS)
+        plan.plan_shards(0, SEED)
+    with pytest.raises(ValueError, match="cannot split a walk of 2 steps"):
+        plan.split([ops.sleep(1), ops.wake()], 3)
 
 
-def test_walks_visit_every_pair():
-    walks = plan.plan_walks(plan.reachable_pairs(), SEED, MAX_STEPS)
+def test_walks_visit_every_pair_and_end_home():
+    walks = plan.plan_walks(plan.reachable_pairs(), SEED, SHARDS)
     assert plan.steps_coverage(plan.trace(walks))[0] == plan.reachable_pairs()
-    assert max(map(len, walks)) <= MAX_STEPS
-    assert sum(map(len, walks)) <= STEPS_PER_PAIR_MAX * len(plan.reachable_pairs())
     for walk in walks:  # every walk ends home, so the next starts where the first did, and replays alone
         home = plan.run(INITIAL, walk)
         assert home == INITIAL or home == INITIAL.__class__(host_cached=True), home.describe()
@@ -118,19 +139,19 @@ def _paths(walks) -> set:
 
 
 def test_the_seed_varies_the_operations_around_the_pairs():
-    one, other = (_paths(plan.plan_walks(plan.reachable_pairs(), seed, MAX_STEPS)) for seed in (SEED, SEED + 1))
+    one, other = (_paths(plan.plan_walks(plan.reachable_pairs(), seed, SHARDS)) for seed in (SEED, SEED + 1))
     assert len(one & other) < 0.5 * min(len(one), len(other))
 
 
 def test_a_pair_that_is_not_reachable_is_refused():
-    unreachable = plan.Situation(0, ("weights",), True, False, "none", "none")  # level 0 with a tag asleep
+    unreachable = plan.Situation(0, ("weights",), model.PAUSE_NEW, False, "none")  # level 0 with a tag asleep
     with pytest.raises(ValueError, match="not reachable pairs"):
-        plan.plan_walks({(unreachable, ops.RESET_PREFIX_CACHE)}, SEED, MAX_STEPS)
+        plan.plan_walks({(unreachable, ops.RESET_PREFIX_CACHE)}, SEED, SHARDS)
 
 
 def test_each_cell_walks_other_paths_between_the_same_pairs():
     def paths(seed):
-        return _paths([w for ws, _ in plan.plan_shards(6, seed, MAX_STEPS) for w in ws])
+        return _paths([w for ws, _ in plan.plan_shards(6, seed) for w in ws])
 
     seeds = [plan.cell_seed(SEED, cell) for cell in ("mrv1_eager", "mrv1_graph", "mrv2_eager", "mrv2_graph")]
     assert len(set(seeds)) == 4 and plan.cell_seed(SEED, "mrv2_eager") == seeds[2]
@@ -140,32 +161,28 @@ def test_each_cell_walks_other_paths_between_the_same_pairs():
 
 def test_walks_are_reproducible_from_the_seed():
     pairs = plan.reachable_pairs()
-    walks = plan.plan_walks(pairs, SEED, MAX_STEPS)
-    assert plan.plan_walks(pairs, SEED, MAX_STEPS) == walks
-    assert plan.plan_walks(pairs, SEED + 1, MAX_STEPS) != walks
+    walks = plan.plan_walks(pairs, SEED, SHARDS)
+    assert plan.plan_walks(pairs, SEED, SHARDS) == walks
+    assert plan.plan_walks(pairs, SEED + 1, SHARDS) != walks
 
 
 def test_walks_do_not_depend_on_the_hash_seed():
     code = (
         "from tests.core.walk import plan;"
-        f"print([plan.script({SEED}, 2, w) for w in plan.plan_shards({SHARDS}, {SEED}, {MAX_STEPS})[2][0]])"
+        f"print([plan.script({SEED}, 2, w) for w in plan.plan_shards({SHARDS}, {SEED})[2][0]])"
     )
-    outs = {
-        subprocess.run(
+    runs = [  # side by side: each plans the door from nothing
+        subprocess.Popen(
             [sys.executable, "-c", code],
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
-            check=True,
             env={**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONHASHSEED": seed},
-        ).stdout
+        )
         for seed in ("1", "2")
-    }
-    assert len(outs) == 1
-
-
-def test_too_short_a_budget_says_so():
-    with pytest.raises(ValueError, match="max_steps=1 is too short"):
-        plan.plan_walks(plan.reachable_pairs(), SEED, 1)
+    ]
+    outs = [run.communicate()[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0]
+    assert len(set(outs)) == 1 and outs[0]
 
 
 def test_reset_ops_bring_every_reachable_state_home():
@@ -177,11 +194,11 @@ def test_reset_ops_bring_every_reachable_state_home():
 
 
 def test_shrink_candidates_replay_the_failing_step():
-    walks = plan.plan_shards(SHARDS, SEED, MAX_STEPS)[0][0]
-    steps = plan.trace(walks)[2]
+    walks = plan.plan_shards(SHARDS, SEED)[2][0]
+    steps = plan.trace(walks)[0]
     start, index = steps[0][0], len(steps) // 2
     failing_state, failing_op = steps[index]
-    candidates = plan.shrink_candidates(walks[2], index, start)
+    candidates = plan.shrink_candidates(walks[0], index, start)
     assert [len(c) for c in candidates] == sorted(len(c) for c in candidates)
     to_start = plan.shortest_path(INITIAL, start)
     assert to_start is not None and len(candidates[-1]) <= index + 1 + len(to_start)
@@ -190,11 +207,11 @@ def test_shrink_candidates_replay_the_failing_step():
         assert plan.situation(plan.run(INITIAL, c[:-1]), failing_op) == plan.situation(failing_state, failing_op)
     assert plan.run(INITIAL, candidates[0][:-1]) == failing_state
     with pytest.raises(ValueError, match="outside the walk"):
-        plan.shrink_candidates(walks[2], len(walks[2]), start)
+        plan.shrink_candidates(walks[0], len(walks[0]), start)
 
 
 def test_script_round_trip():
-    walk = plan.plan_walks(plan.reachable_pairs(), SEED, MAX_STEPS)[0]
+    walk = plan.plan_walks(plan.reachable_pairs(), SEED, SHARDS)[0]
     line = plan.script(SEED, 3, walk)
     assert line.startswith('SLEEPWAKE_WALK_REPLAY="') and line.endswith("# seed 7, shard 3")
     assert plan.parse_script(line) == walk
@@ -222,13 +239,24 @@ def test_host_cached_is_left_out_of_pairs_only():
 
 def test_a_situation_keeps_what_decides_an_operation():
     """States that differ in what decides how vLLM handles an operation are different situations:
-    a running (frozen) request against a waiting one, stale blocks against fresh, garbage against a
-    checkpoint, and for a plain reload the model path it loads."""
+    a running (frozen) request against a preempted one against one queued, the pause mode, stale blocks
+    against fresh, garbage against a checkpoint, and for a plain reload the model path it loads."""
     frozen = plan.run(INITIAL, [ops.sleep(0, "keep", 1)])
     preempted = plan.run(INITIAL, [ops.sleep(1, "keep", 1)])
     queued = plan.run(INITIAL, [ops.sleep(0), ops.Operation("generate_fresh")])
-    assert plan.situation(frozen, ops.wake()).requests == "running"
-    assert plan.situation(preempted, ops.wake()).requests == plan.situation(queued, ops.wake()).requests == "waiting"
+    assert plan.situation(frozen, ops.wake()).held == "running"
+    assert (plan.situation(preempted, ops.wake()).held, plan.situation(preempted, ops.wake()).queued) == (
+        "preempted",
+        "none",
+    )
+    assert (plan.situation(queued, ops.wake()).held, plan.situation(queued, ops.wake()).queued) == ("none", "waiting")
+    assert plan.situation(frozen, ops.wake()).pause == model.PAUSE_ALL
+    assert plan.situation(queued, ops.wake()).pause == model.PAUSE_NEW
+    pair = plan.run(queued, [ops.Operation("generate_cached"), ops.Operation("generate_cached")])
+    assert (
+        plan.situation(pair, ops.wake()).queued == "long pair"
+        and plan.situation(pair, ops.sleep(1)).queued == "waiting"
+    )
     stale = plan.run(INITIAL, [ops.Operation("generate_cached"), ops.reload("B")])
     assert plan.situation(stale, ops.RESET_PREFIX_CACHE).prefix == "stale"
     assert (
@@ -294,26 +322,39 @@ def test_terminal_probes_reach_every_kind_of_terminal_pair_one_per_shard():
         )
 
 
-# The most walks a shard of any cell may hold: with its server's start, two walks end within the minute the
-# walk issue asks of a shard in either mode (tools/matrix.bzl SHARD_COUNTS; docs/design.md, "What was
-# tried").
-WALKS_PER_SHARD_MAX = 2
+# The longest shard a walk cell may have, in the steps' GPU seconds (plan.walk_millis), per door: the
+# longest shard of each door's cells under the plan before the tour (two walks of at most 40 steps a shard,
+# over 31, 31, 11 and 10 shards), which kept a shard, its server's start included, within the minute its
+# issue asks of it (docs/design.md, "What was tried"). SHARD_COUNTS holds the fewest shards within it.
+SHARD_MILLIS_MAX = {"http": 18030, "async_llm": 18030, "llm": 15460, "llm_colocate": 15940}
+
+
+def _cell_plan(door, runner, mode, shards=None):
+    seed = plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode))
+    shards = matrix.shard_count("state_walk", mode, door) if shards is None else shards
+    return plan.plan_shards(shards, seed, door, (runner, mode))
 
 
 @pytest.mark.parametrize("door", matrix.FRONT_DOORS)
-def test_every_shard_of_every_walk_cell_gets_walks_and_none_too_many(door):
-    """Each GPU walk shard starts a server: one dealt no walk would start it for nothing and pass with no
-    pair of its own; one dealt more than WALKS_PER_SHARD_MAX ends last. Every cell of every door, with the
-    seeds and the spec's shard count for the cell's door and mode, as the cells use them."""
-    for runner, mode in [(r, m) for d, r, m in matrix.door_cells() if d == door]:
-        seed = plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode))
+def test_every_walk_cells_shard_count_is_the_fewest_within_the_longest_shard(door):
+    """Each GPU walk shard starts a server: the spec's count for a door and mode is the fewest whose longest
+    shard, in every cell of the door and mode, is within SHARD_MILLIS_MAX; one fewer runs past it."""
+    for mode in sorted({m for d, _, m in matrix.door_cells() if d == door}):
         shards = matrix.shard_count("state_walk", mode, door)
-        dealt = [len(walks) for walks, _ in plan.plan_shards(shards, seed, plan.MAX_STEPS, door)]
-        assert min(dealt) >= 1, (
-            f"{door} {runner}_{mode}: walks per shard {dealt}; lower SHARD_COUNTS['state_walk'][{door!r}][{mode!r}]"
-        )
-        assert max(dealt) <= WALKS_PER_SHARD_MAX, (
-            f"{door} {runner}_{mode}: walks per shard {dealt}; raise SHARD_COUNTS['state_walk'][{door!r}][{mode!r}]"
+        name = f"SHARD_COUNTS['state_walk'][{door!r}][{mode!r}]"
+        longest = [
+            max(plan.walk_millis(walks[0]) for walks, _ in _cell_plan(door, runner, m))
+            for d, runner, m in matrix.door_cells()
+            if (d, m) == (door, mode)
+        ]
+        assert max(longest) <= SHARD_MILLIS_MAX[door], f"{door} {mode}: longest shards {longest} ms; raise {name}"
+        fewer = [
+            max(plan.walk_millis(walks[0]) for walks, _ in _cell_plan(door, runner, m, shards - 1))
+            for d, runner, m in matrix.door_cells()
+            if (d, m) == (door, mode)
+        ]
+        assert shards <= len(plan.terminal_probes(door)) or max(fewer) > SHARD_MILLIS_MAX[door], (
+            f"{door} {mode}: {shards - 1} shards end within {SHARD_MILLIS_MAX[door]} ms ({fewer}); lower {name}"
         )
 
 
@@ -325,20 +366,21 @@ def _left_to_right(values, start=0):
 
 
 @pytest.mark.parametrize("door, runner, mode", matrix.door_cells())
-def test_a_cells_deal_is_the_same_under_every_pythons_sum(monkeypatch, door, runner, mode):
+def test_a_cells_split_is_the_same_under_every_pythons_sum(monkeypatch, door, runner, mode):
     """The GPU runs Python 3.12, whose sum() compensates floating-point rounding; the CPU tiers ran 3.11,
-    which adds left to right. A cell's walks go to the same shards either way, else the fake and engine
-    tiers walk other shards than the GPU's and a replay names another shard's walks."""
-    walks = plan.cell_walks(plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode)), plan.MAX_STEPS, door)
-    deals = []
+    which adds left to right. A cell's tour is cut at the same steps either way, else the fake and engine
+    tiers walk other shards than the GPU's and a replay names another shard's walk."""
+    seed = plan.cell_seed(plan.SEED, matrix.cell_id(runner, mode))
+    tour = plan.plan_tour(plan.share(door, (runner, mode)), seed, door)
+    splits = []
     for total in (_left_to_right, math.fsum):
         monkeypatch.setattr(plan, "sum", total, raising=False)
-        deals.append(plan.deal([plan.walk_millis(w) for w in walks], matrix.shard_count("state_walk", mode, door)))
-    assert deals[0] == deals[1]
+        splits.append(plan.split(tour, matrix.shard_count("state_walk", mode, door), door))
+    assert splits[0] == splits[1]
 
 
 def test_terminal_pairs_are_never_planned():
-    for walks, _ in plan.plan_shards(SHARDS, SEED, MAX_STEPS):
+    for walks, _ in plan.plan_shards(SHARDS, SEED):
         for steps in plan.trace(walks):
             assert not [str(op) for s, op in steps if ops.terminal(op, s)]
 
@@ -354,13 +396,13 @@ class _RecordingWalker:
 def test_run_shard_runs_the_plan_or_the_replay(monkeypatch):
     monkeypatch.delenv(plan.REPLAY_VAR, raising=False)
     walker = _RecordingWalker()
-    pairs, walks = plan.run_shard(walker, 2, 6, 100, 60)
-    assert (walks, pairs) == plan.plan_shards(6, 100, 60)[2]
+    pairs, walks = plan.run_shard(walker, 2, 6, 100)
+    assert (walks, pairs) == plan.plan_shards(6, 100)[2]
     assert walker.runs == [(walks, 100, 2)]
     monkeypatch.setenv(plan.REPLAY_VAR, "sleep:1:abort:0,wake:-")
     monkeypatch.setenv(plan.FILTER_VAR, "TestStateWalkShard2")
     walker = _RecordingWalker()
-    assert plan.run_shard(walker, 2, 6, 100, 60) is None
+    assert plan.run_shard(walker, 2, 6, 100) is None
     assert [(len(w), seed, shard) for w, seed, shard in walker.runs] == [(1, 100, 2)]
     assert [str(op) for op in walker.runs[0][0][0]] == ["sleep:1:abort:0", "wake:-"]
 
@@ -372,7 +414,7 @@ def test_a_replay_leaking_into_a_run_that_picks_no_shard_fails_loudly(monkeypatc
     monkeypatch.delenv(plan.FILTER_VAR, raising=False)
     walker = _RecordingWalker()
     with pytest.raises(oracle.Precondition, match="picks no shard"):
-        plan.run_shard(walker, 2, 6, 100, 60)
+        plan.run_shard(walker, 2, 6, 100)
     assert walker.runs == []
 
 
@@ -422,10 +464,10 @@ def test_the_llm_doors_walk_is_the_model_without_what_the_door_cannot_send():
         for op in ops.ALL:
             if op.applicable(state) and not ops.door_why_not(op, state, door):
                 assert plan.pair_of(state, op) in pairs, (state.describe(), str(op))
-    shards = plan.plan_shards(SHARDS, SEED, MAX_STEPS, door)
+    shards = plan.plan_shards(SHARDS, SEED, door)
     assert set().union(*(p for _, p in shards)) == pairs
     assert all(op.applicable(s, door) for w in plan.trace([x for ws, _ in shards for x in ws]) for s, op in w)
-    assert plan.plan_shards(SHARDS, SEED, MAX_STEPS, "async_llm") == plan.plan_shards(SHARDS, SEED, MAX_STEPS)
+    assert plan.plan_shards(SHARDS, SEED, "async_llm") == plan.plan_shards(SHARDS, SEED)
 
 
 def test_a_stopped_shard_records_its_coverage_and_keeps_the_failure_that_stopped_it():
@@ -447,3 +489,113 @@ def test_a_stopped_shard_records_its_coverage_and_keeps_the_failure_that_stopped
     with plan.recorded_when_stopped(lambda: recorded.append("again")):
         pass
     assert recorded == ["coverage"]
+
+
+# --- the deal and the tour -------------------------------------------------------------------------
+def test_every_operation_says_whether_it_reaches_the_worker():
+    """operations.REACHES_WORKER rules every operation (docs/walk/dealt.md gives each one's reason); a new
+    operation without a rule is walked in every cell, but says nothing of why."""
+    assert {op.name for op in ops.ALL} <= set(ops.REACHES_WORKER)
+
+
+@pytest.mark.parametrize("door", matrix.FRONT_DOORS)
+def test_whether_a_pair_reaches_the_worker_is_one_answer_for_its_situation(door):
+    """The shards count a pair's worker steps by the steps that ran (coverage.covered): every state of a pair's
+    situation must give the rule the same answer."""
+    answers = collections.defaultdict(set)
+    for state in plan.reachable_states(door):
+        for op, _ in plan.successors(state, door):
+            answers[plan.pair_of(state, op)].add(ops.reaches_worker(op, state))
+    assert not [plan.describe_pair(p) for p, a in answers.items() if len(a) > 1]
+    assert {p for p, a in answers.items() if True in a} == plan.worker_pairs(door)
+
+
+def test_the_rules_follow_vllms_code_on_known_pairs():
+    """One pair each way per rule, read from vLLM 0.26.0 (operations.REACHES_WORKER's reasons)."""
+    paused = plan.run(INITIAL, [ops.sleep(0)])
+    asleep = plan.run(INITIAL, [ops.sleep(1)])
+    frozen = plan.run(INITIAL, [ops.sleep(0, "keep", 1)])
+    queued = plan.run(INITIAL, [ops.sleep(0), ops.Operation("generate_fresh")])
+    assert ops.reaches_worker(ops.Operation("generate_fresh"), INITIAL)
+    assert not ops.reaches_worker(ops.Operation("generate_fresh"), paused)  # waits in the scheduler's queue
+    assert ops.reaches_worker(ops.sleep(1), asleep)  # _reset_caches' RPCs, though the executor only warns
+    assert not ops.reaches_worker(ops.sleep(0), INITIAL) and ops.reaches_worker(ops.sleep(0, "abort", 1), INITIAL)
+    assert ops.reaches_worker(ops.sleep(0, "wait"), frozen)  # the frozen request drains on the worker
+    assert ops.reaches_worker(ops.wake(), asleep) and not ops.reaches_worker(ops.wake(), INITIAL)
+    assert ops.reaches_worker(ops.wake(), queued) and not ops.reaches_worker(ops.wake(), paused)
+    assert not ops.reaches_worker(ops.RESET_PREFIX_CACHE, INITIAL)
+    assert ops.reaches_worker(ops.pause("abort", True), INITIAL) and not ops.reaches_worker(
+        ops.pause("abort", False), INITIAL
+    )
+    assert ops.reaches_worker(ops.RESUME, queued) and not ops.reaches_worker(ops.RESUME, paused)
+    assert ops.reaches_worker(ops.reload("B"), INITIAL) and ops.reaches_worker(ops.push("ipc", "B"), INITIAL)
+
+
+def _visited(walks_of_shards) -> set:
+    return plan.steps_coverage(plan.trace([w for walks, _ in walks_of_shards for w in walks]))[0]
+
+
+@pytest.mark.parametrize("door", matrix.FRONT_DOORS)
+def test_a_pair_that_reaches_the_worker_is_walked_in_every_cell_of_its_door(door):
+    """Issue 60: the planned walks of each cell of the door, with the spec's seeds and shard counts, visit every
+    pair that reaches the worker; every other pair is visited in at least one cell of each runner, and each
+    shard's pairs are its cell's share."""
+    cells = plan.door_cells(door)
+    visited = {cell: _visited(_cell_plan(door, *cell)) for cell in cells}
+    worker = plan.worker_pairs(door)
+    walked_in = collections.Counter(p for cell in cells for p in visited[cell] & worker)
+    fewer = sorted(plan.describe_pair(p) for p in worker if walked_in[p] < len(cells))
+    assert not fewer, (
+        f"{len(fewer)} pairs that reach the worker walked in fewer than the door's {len(cells)} cells: {fewer[:3]}"
+    )
+    for runner in {r for r, _ in cells}:
+        mine = set().union(*(visited[c] for c in cells if c[0] == runner))
+        assert mine >= plan.reachable_pairs(door), (
+            f"{runner}: {len(plan.reachable_pairs(door) - mine)} pairs walked nowhere"
+        )
+    for cell in cells:
+        assert set().union(*(p for _, p in _cell_plan(door, *cell))) == plan.share(door, cell)
+
+
+def test_the_deal_splits_the_pairs_above_the_worker_over_each_runners_cells():
+    deal = plan.deal(matrix.HTTP)
+    above = plan.reachable_pairs() - plan.worker_pairs()
+    assert set(deal) == set(plan.door_cells(matrix.HTTP)) and len(deal) == 4 and above
+    for runner in ("mrv1", "mrv2"):
+        eager, graph = deal[(runner, "eager")] - plan.worker_pairs(), deal[(runner, "graph")] - plan.worker_pairs()
+        assert not eager & graph and eager | graph == above and abs(len(eager) - len(graph)) <= 1
+    assert deal[("mrv1", "eager")] != deal[("mrv2", "eager")]  # each half walked in both modes
+    assert all(plan.worker_pairs() <= share for share in deal.values())
+    assert plan.deal("llm") == {("mrv2", "graph"): frozenset(plan.reachable_pairs("llm"))}
+
+
+# Steps per pair of a cell's share, its walks' ways from INITIAL and home included, at the spec's shard
+# counts, and of the tour alone over every pair of a door. Measured at the spec's seeds over the 4568 HTTP
+# situation pairs, a cell: 2.10-2.11 (the HTTP cells' dealt shares, 3659-3660 pairs each, 92 shards), 1.94
+# (async_llm, every pair), 1.75 (llm), 1.80 (llm_colocate); a tour at SEED: 1.82 (http), 1.64 (llm_colocate);
+# the greedy plan before, at 40 steps a walk, 1.97 over every pair of a door (1.73 over the 1384 coarser pairs,
+# when a cell was 1.74-1.78 and a tour 1.52). A share costs more per pair than its door: its pairs lie further
+# apart, and each of its 92 walks goes out from INITIAL and home. The issue's 1.25 cannot be had:
+# tour.postman's relaxation (a pair may lead from any state of where it is offered to any of where it leads)
+# needs 1.59 (http), 1.51 (llm), 1.52 (llm_colocate) at the least, and a walk needs more, since a state holds
+# more than where it stands (the checkpoints, a request's origin, a held request's kind).
+STEPS_PER_PAIR_MAX = {"cell": 2.15, "tour": 1.85}
+# How far the tour may run past the relaxation's least: measured 1.145 (http), 1.08 (llm_colocate) at SEED.
+TOUR_OVER_FLOOR_MAX = 1.18
+
+
+@pytest.mark.parametrize("door, runner, mode", matrix.door_cells())
+def test_a_cells_walks_cost_few_steps_per_pair(door, runner, mode):
+    share = plan.share(door, (runner, mode))
+    steps = sum(len(walks[0]) for walks, _ in _cell_plan(door, runner, mode))
+    assert steps <= STEPS_PER_PAIR_MAX["cell"] * len(share), f"{steps} steps for {len(share)} pairs"
+
+
+@pytest.mark.parametrize("door", ["http", "llm_colocate"])
+def test_the_tour_is_near_the_relaxations_least(door):
+    pairs = plan.reachable_pairs(door)
+    tour = plan.plan_tour(pairs, SEED, door)
+    floor = plan.tour_floor(pairs, door)
+    assert plan.steps_coverage(plan.trace([tour]))[0] >= pairs
+    assert len(tour) <= STEPS_PER_PAIR_MAX["tour"] * len(pairs), f"{len(tour)} steps for {len(pairs)} pairs"
+    assert len(pairs) <= floor <= len(tour) <= TOUR_OVER_FLOOR_MAX * floor, (len(tour), floor)
