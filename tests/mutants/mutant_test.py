@@ -196,6 +196,37 @@ def _shard_order(mutant: str, classes: list[str], spec: cells.CellSpec, total: i
     return patch_reach.order(mutant, plan.cell_walks(seed, total, spec.door, cell))
 
 
+def _inner_command(files: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *files,
+        "-p",
+        "tests.mutants.stop_on_kill",
+        "-p",
+        "tests.mutants.inner_shard",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rfE",
+        "--color=no",
+        "-o",
+        "junit_family=xunit2",
+        f"--rootdir={os.getcwd()}",
+    ]
+
+
+def _class_groups(classes: list[str], spec: cells.CellSpec) -> list[list[str]]:
+    """The inner runs, one after another: the classes the matrix does not split run together, first (one
+    pytest, the quickest to judge); each split class (the walk) runs alone, so that its shards stop at
+    its first kill. Run together, a split class could not stop before every other class had run, and
+    its every shard would run: the walk's finer plan made that outlast the target's time."""
+    whole = [c for c in classes if shard_count(c, spec.mode, spec.door) == 1]
+    split = [[c] for c in classes if shard_count(c, spec.mode, spec.door) > 1]
+    return ([whole] if whole else []) + split
+
+
 def _tail(path: str, lines: int = 60) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:
         return "".join(f.readlines()[-lines:])
@@ -247,44 +278,41 @@ def test_mutant_is_killed_by_its_classes():
     outputs = measure.outputs_dir()
     inner = os.path.join(outputs, "inner")
     os.makedirs(inner, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *[class_files[c] for c in classes],
-        "-p",
-        "tests.mutants.stop_on_kill",
-        "-p",
-        "tests.mutants.inner_shard",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-rfE",
-        "--color=no",
-        "-o",
-        "junit_family=xunit2",
-        f"--rootdir={os.getcwd()}",
-    ]
     timeout_s = max(60.0, float(os.environ.get("TEST_TIMEOUT", 3600)) - TIMEOUT_MARGIN_S)
-    # The matrix's split of the classes (tools/matrix.bzl SHARD_COUNTS), so that shard i here is the cell's.
-    total = max(shard_count(c, spec.mode, spec.door) for c in classes)
-    at_once = max(1, int(os.environ.get(AT_ONCE_ENV) or total))
-    order = _shard_order(mutant, classes, spec, total)
-    print(
-        f"{mutant} on {cell}"
-        + (f" (the {off_door} door's mutant: every class must pass, the mutant never reached)" if off_door else "")
-        + f": {' '.join(cmd)} ({total} shard(s), {at_once} at once, in the order {order[:8]}"
-        + ("..." if total > 8 else "")
-        + f"; timeout {timeout_s:.0f} s; logs {inner})"
-    )
-    env = _inner_env(mutant, site, inner)
-    kill_ids: set[str] = set()
-    if len(classes) == 1 and kills and not off_door:  # with several classes each must run to be judged
-        kill_ids = set(kills[classes[0]])
-        env[stop_on_kill.ENV] = ",".join(kills[classes[0]])
-    reports, timed_out = _run_shards(cmd, env, inner, tmp, total, at_once, kill_ids, timeout_s, order)
-    for report in reports:
-        print(_tail(os.path.join(os.path.dirname(report), verdict.PYTEST_LOG), 20))
+    deadline = time.monotonic() + timeout_s
+    groups = _class_groups(classes, spec)
+    reports: list[str] = []
+    timed_out = False
+    at_once = 1
+    for group in groups:
+        # The matrix's split of the classes (tools/matrix.bzl SHARD_COUNTS), so that shard i here is the cell's.
+        total = max(shard_count(c, spec.mode, spec.door) for c in group)
+        at_once = max(at_once, int(os.environ.get(AT_ONCE_ENV) or total))
+        order = _shard_order(mutant, group, spec, total)
+        logs = inner if len(groups) == 1 else os.path.join(inner, "-".join(group))
+        cmd = _inner_command([class_files[c] for c in group])
+        print(
+            f"{mutant} on {cell}"
+            + (f" (the {off_door} door's mutant: every class must pass, the mutant never reached)" if off_door else "")
+            + f": {' '.join(cmd)} ({total} shard(s), {min(at_once, total)} at once, in the order {order[:8]}"
+            + ("..." if total > 8 else "")
+            + f"; timeout {deadline - time.monotonic():.0f} s; logs {logs})"
+        )
+        env = _inner_env(mutant, site, logs)
+        kill_ids: set[str] = set()
+        if len(group) == 1 and kills and not off_door:  # classes run together must each run to be judged
+            kill_ids = set(kills[group[0]])
+            env[stop_on_kill.ENV] = ",".join(kills[group[0]])
+        group_tmp = tmp if len(groups) == 1 else os.path.join(tmp, "-".join(group))
+        os.makedirs(group_tmp, exist_ok=True)
+        group_reports, timed_out = _run_shards(
+            cmd, env, logs, group_tmp, total, min(at_once, total), kill_ids, deadline - time.monotonic(), order
+        )
+        reports += group_reports
+        for report in group_reports:
+            print(_tail(os.path.join(os.path.dirname(report), verdict.PYTEST_LOG), 20))
+        if timed_out:
+            break
 
     # Judged and written even when the run broke, so that mutation_table.py shows this target.
     cases = [case for report in reports for case in verdict.parse_junit(report)]

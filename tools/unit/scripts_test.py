@@ -44,6 +44,7 @@ SCRIPT_FILES = [
     "tools/bench/replay.py",
     "tools/bench/run_record.py",
     "tools/launcher/gpu_lease.py",
+    "tools/launcher/memory_claims.py",
     "tools/bench/history.py",
     "tools/report/__init__.py",
     "tools/report/reading.py",

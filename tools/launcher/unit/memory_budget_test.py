@@ -37,7 +37,11 @@ def test_the_declared_sizes_come_from_the_configuration(tmp_path):
     weights += _write_safetensors(tmp_path / "model-2.safetensors", {"c": (3, 5)})
     assert weights == 2 * (64 * 32 + 7 + 15)
     config = ServerConfig(
-        kv_cache_bytes=2 * GIB, memory_phase_margin=0.5, sleep_frees_bytes=3 * GIB, step_overhead_bytes=GIB
+        kv_cache_bytes=2 * GIB,
+        memory_phase_rule=memory_claims.BYTES,
+        memory_phase_margin=0.5,
+        sleep_frees_bytes=3 * GIB,
+        step_overhead_bytes=GIB,
     )
     budget = memory_budget.of_config(config, str(tmp_path))
     assert budget.rule == memory_claims.BYTES and budget.sleep_allowance == 3 * GIB // 2
