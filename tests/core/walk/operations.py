@@ -29,6 +29,13 @@ Effects follow vLLM 0.26.0 (0.24.0 and 0.25.0 alike on these lines):
     /resume (core.py:852-854 resume_scheduler) lifts the pause with no look at the executor: the
     waiting requests run, and with a tag asleep that is a terminal pair (the gauge stays what the last
     /sleep wrote). /is_paused reads the scheduler's pause, which a /sleep sets too.
+  * cancel_queued: a request sent while scheduling is paused whose client goes away while it waits (the
+    walk opens a stream of the long prompt, waits until /load counts it, and closes the connection). The
+    server cancels its handler (serve/utils/api_utils.py with_cancellation; a stream's StreamingResponse
+    listens for the disconnect), which cancels AsyncLLM.generate, which aborts it (async_llm.py generate:
+    except CancelledError/GeneratorExit -> abort -> EngineCore.abort_requests, core.py, ->
+    scheduler.py finish_requests(FINISHED_ABORTED) takes it off the waiting queue): the state is as before
+    it, and the wake or /resume that lifts the pause runs nothing of it.
 Where a release answers otherwise than the API documents and the server is no longer usable after it
 (terminal()), the walk probes the pair as a shard's last step (plan.terminal_probes).
 Through an in-process front door (tools/matrix.bzl FRONT_DOORS) the same model holds; what the door cannot
@@ -65,6 +72,7 @@ PUSH_WAYS = (pushes.TENSOR, pushes.IPC)
 # /pause's clear_cache, as the query spells it.
 CLEAR_CACHE = {"true": True, "false": False}
 GENERATES = ("generate_fresh", "generate_cached", "generate_n4", "generate_stream")
+CANCEL_QUEUED = "cancel_queued"  # a request waiting in the queue, its client gone (the module's docstring)
 # What is in flight when a /sleep lands (a sleep's third parameter, the last field of its token): nothing
 # (0); one stream mid-decode (1); (mode wait) that stream and a second request sent while the sleep drains
 # the first (2); one request answered whole, not streamed; one stream of n=4 seeded choices; two streams at
@@ -121,13 +129,6 @@ NOT_MODELLED = {
         "with the /pause itself mid-decode: test_rl_recipes.py test_openrlhf_partial_rollout and "
         "test_skyrl_fully_async"
     ),
-    "a client cancelling a request that waits in the queue (closing its connection while scheduling is paused)": (
-        "vLLM's server aborts a request whose client went away (the stream's generator closes, a whole request's "
-        "handler is cancelled), which would take it out of the state's queued requests; the walk's client sends "
-        "the waiting requests through requests on a thread pool, and a connection blocked in a read cannot be "
-        "closed from the walk's thread, so the walk has no way to make the call yet (a client that streams each "
-        "waiting request and stops reading is the way: not built); no test makes it"
-    ),
     "vllm.LLM.enqueue / wait_for_completion (a request queued on the llm doors while the engine sleeps)": (
         "the door host serves vllm.LLM through LLM.generate, one call at a time (door_host.CANNOT "
         "concurrent_calls), so a request sent while scheduling is paused would hold the door's only call and "
@@ -167,7 +168,8 @@ class Operation:
     """name and params: sleep (level, mode, in_flight) with in_flight one of IN_FLIGHT, wake
     (tags,) with tags a tuple or None for a full wake, reload (path,) with path "A", "B" or None, push
     (way, checkpoint) with way one of PUSH_WAYS, pause (mode, clear_cache), reset_prefix_cache () or
-    (RESET_RUNNING,) for reset_running_requests=true; the generates and resume take none. str() is the
+    (RESET_RUNNING,) for reset_running_requests=true; the generates, cancel_queued and resume take none.
+    str() is the
     operation's token in a replay script (plan.script)."""
 
     name: str
@@ -297,6 +299,8 @@ class Operation:
                     ids.append("output.finish_length")
                 if "long" in state.queued:
                     ids.append("prefix_cache.hit_iff_cached")
+        elif self.name == CANCEL_QUEUED:
+            ids += [model.held_oracle(state), "requests.cancel_aborts"]
         elif self.name == "reset_prefix_cache":
             ids.append("api.reset_prefix_cache_result")
             if self.resets_running and state.held_kv:  # the frozen request preempted: it waits on
@@ -346,6 +350,7 @@ def pause(mode: str = "abort", clear_cache: bool = True) -> Operation:
 RESET_PREFIX_CACHE = Operation("reset_prefix_cache")
 RESET_PREFIX_CACHE_RUNNING = Operation("reset_prefix_cache", (RESET_RUNNING,))
 RESUME = Operation("resume")
+CANCEL = Operation(CANCEL_QUEUED)
 
 ALL = (
     [Operation(name) for name in GENERATES]
@@ -355,7 +360,7 @@ ALL = (
     + [RESET_PREFIX_CACHE, RESET_PREFIX_CACHE_RUNNING]
     + [push(way, checkpoint) for way in PUSH_WAYS for checkpoint in CHECKPOINTS]
     + [pause(mode, clear) for mode in MODES for clear in CLEAR_CACHE.values()]
-    + [RESUME]
+    + [RESUME, CANCEL]
 )
 BY_TOKEN = {str(op): op for op in ALL}
 if len(BY_TOKEN) != len(ALL):
@@ -430,6 +435,12 @@ def _left_out(op: Operation, s: State) -> LeftOut | None:
         return LeftOut(PINNED, PUSH_ASLEEP)
     if op.name in GENERATES:
         return None
+    if op.name == CANCEL_QUEUED and model.can_run(s):
+        return LeftOut(
+            MEANINGLESS,
+            "scheduling runs, so the request runs at once and never waits in the queue: a client going away "
+            "mid-decode is a request in flight cut short, not a waiting one",
+        )
     if op.name == "sleep":
         level, mode, in_flight = op.params
         if in_flight and not model.can_run(s):
@@ -466,7 +477,7 @@ WAIT_REFUSED = "llm_door_wait_mode_refused"
 def door_cannot_send(op: Operation, door: str) -> str | None:
     """Why `door` has no such call at all, in any state (door_host.CANNOT), or None: no stream, no
     pause_generation / resume_generation."""
-    if op.name == "generate_stream":
+    if op.name in ("generate_stream", CANCEL_QUEUED):  # the walk's cancel closes a stream it opened
         return door_host.cannot(door, "stream")
     if op.name in ("pause", "resume"):
         return door_host.cannot(door, "pause")
@@ -531,6 +542,11 @@ def _sleep(op: Operation, s: State) -> State:
     return dataclasses.replace(_pause_scheduler(s, mode, level >= 1, in_flight), **change)
 
 
+def _cancel(op: Operation, s: State) -> State:
+    """The request sent and aborted while it waited: the queue is as it was (scheduler.py finish_requests)."""
+    return s
+
+
 def _pause(op: Operation, s: State) -> State:
     mode, clear_cache = op.params
     return _pause_scheduler(s, mode, clear_cache)
@@ -583,6 +599,7 @@ _APPLY = {
     "push": _push,
     "pause": _pause,
     "resume": _resume,
+    CANCEL_QUEUED: _cancel,
 }
 
 
@@ -598,12 +615,15 @@ def effect(op: Operation, state: State) -> State:
 
 def emptied_cache_unseen(unseen: bool, op: Operation, before: State, after: State) -> bool:
     """Whether, after op took before to after, the walk has still to look at a prefix cache a step emptied
-    (a sleep of level >= 1, a reset), given whether it had to before: a generate_cached looks at it with
+    (a sleep of level >= 1, a reset), or must see stay empty (a cancelled request of the long prompt, which
+    would have cached it had it run), given whether it had to before: a generate_cached looks at it with
     its own result; a step that empties it again leaves one more to look at. Both walkers (the GPU's
     runner.py, the engine tier's engine_walk.py) look where the plan sends no such request before the
     next reset, which would hide a cache that was never emptied (sleep_while_paused_keeps_prefix_cache)."""
     if before.prefix_cached and not after.prefix_cached:
         return True
+    if op.name == CANCEL_QUEUED and not after.prefix_cached and "long" not in after.queued:
+        return True  # the cancelled long prompt, had it run at the wake, would have cached its blocks
     looked = (op.name == "generate_cached" and model.can_run(before)) or (
         "long" in before.queued and not after.paused
     )  # the waiting long prompt ran with the wake
@@ -698,6 +718,14 @@ REACHES_WORKER = {
         "clear_cache resets the caches (core.py _reset_caches: collective_rpc reset_mm_cache and "
         "reset_encoder_cache on every worker, each runner its own); without it pause_scheduler sets the "
         "scheduler's pause in EngineCore alone, unless a level-0 keep froze a request on the worker",
+    ),
+    CANCEL_QUEUED: Reach(
+        lambda op, s: False,
+        "the API server sees the client go away (serve/utils/api_utils.py with_cancellation; a stream's "
+        "StreamingResponse) and cancels AsyncLLM.generate, which aborts the request (async_llm.py generate and "
+        "abort); EngineCore.abort_requests (core.py) has the scheduler finish it (scheduler.py finish_requests: "
+        "FINISHED_ABORTED, off the waiting queue). A waiting request was never scheduled, so no worker holds a "
+        "block or batch slot of it and none is called",
     ),
     "resume": Reach(
         lambda op, s: _runs_requests(s, op.apply(s)),

@@ -19,6 +19,8 @@ tier finds the classes a door cannot run before a GPU does; the rest is served a
 """
 
 import json
+import select
+import socket
 import threading
 import time
 import urllib.parse
@@ -353,7 +355,9 @@ def _completions(h, fake, query, body):
     stream = None
     try:
         stream = _Stream(h, fake) if body.get("stream") else None
-        scheduled = engine.wait_scheduled(ticket)
+        scheduled = engine.wait_scheduled(ticket, gone=lambda: _client_gone(h))
+        if ticket.aborted and _client_gone(h):
+            return  # nobody to answer: the request ends with its connection
         words, cached = engine.prefill(prompt) if scheduled else (len(prompt.split()), 0)
         choices = engine.plan(prompt, max_tokens, n, seed)
         if scheduled:
@@ -389,6 +393,19 @@ def _completions(h, fake, query, body):
         stream.error(str(e))
     finally:
         engine.finish()
+
+
+def _client_gone(h) -> bool:
+    """The client closed its connection (it sends nothing more while it waits for the answer, so a readable
+    socket with no bytes is its end): what vLLM's server listens for (serve/utils/api_utils.py
+    with_cancellation, a StreamingResponse's listen_for_disconnect)."""
+    sock = h.connection
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:  # reset by the client: gone as well
+        return True
 
 
 def _logprobs(choice) -> dict:

@@ -397,6 +397,31 @@ class GpuSubject:
             f"walk {where}: the request sent while paused, accepted",
         )
 
+    def cancel_queued(self, op, s: State, after: State, where: str) -> None:
+        """A stream of the long prompt sent while scheduling is paused, closed once /load counts it: the
+        server aborts it (operations.CANCEL_QUEUED), so /load falls back to the requests still waiting
+        within abort_s_max, and it never runs (the driver looks at the prefix cache it would have filled)."""
+        client, waiting = self.ctx.client, len(self.open)
+        body = client.completion_body(LONG, GOLDEN_MAX_TOKENS, 0.0, True, None, None, 1, stream=True)
+        timeout_s = thresholds.get("request_completion_s_max")
+        with client.raw("POST", "/v1/completions", json=body, stream=True, timeout=timeout_s) as response:
+            oracle.equal(
+                "api.status", response.status_code, ops.EXPECTED_STATUS, f"walk {where}: the stream to cancel"
+            )
+            expect.accepted(
+                client,
+                [o.future for o in self.open],
+                waiting + 1,
+                f"walk {where}: the stream sent while paused, accepted before its client goes away",
+            )
+        measure.wait_until(
+            lambda: client.load() <= waiting,
+            thresholds.get("abort_s_max"),
+            what=f"walk {where}: /load back to the {waiting} requests still waiting once the stream was closed",
+            oracle_id="requests.cancel_aborts",
+            confirm_live=client.confirm_live,
+        )
+
     # --- sleeps -------------------------------------------------------------------------------------
     def sleep(self, op, s: State, after: State, where: str) -> None:
         level, mode, in_flight = op.params
