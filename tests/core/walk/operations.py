@@ -41,6 +41,11 @@ Where a release answers otherwise than the API documents and the server is no lo
 Through an in-process front door (tools/matrix.bzl FRONT_DOORS) the same model holds; what the door cannot
 send (door_host.CANNOT: vllm.LLM streams nothing and makes one call at a time) takes those operations out
 of its walk, with the door's reason (door_why_not), so its pairs are the model's pairs that door can reach.
+vllm.LLM sends a request that must wait (scheduling paused) with LLM.enqueue (entrypoints/llm.py: it adds
+the request and returns), and the wake that runs it collects it with LLM.wait_for_completion (offline_utils.py
+_run_engine steps the engine until no request is unfinished); an abort ends it, and the multiprocess engine
+core sends its abort output (core.py EngineCoreProc.pause_scheduler), which wait_for_completion returns, while
+the colocated door's in-process engine sends none (known divergence llm_door_abort_end_lost, pinned).
 """
 
 from __future__ import annotations
@@ -129,14 +134,6 @@ NOT_MODELLED = {
         "with the /pause itself mid-decode: test_rl_recipes.py test_openrlhf_partial_rollout and "
         "test_skyrl_fully_async"
     ),
-    "vllm.LLM.enqueue / wait_for_completion (a request queued on the llm doors while the engine sleeps)": (
-        "the door host serves vllm.LLM through LLM.generate, one call at a time (door_host.CANNOT "
-        "concurrent_calls), so a request sent while scheduling is paused would hold the door's only call and "
-        "no wake could follow it: those pairs are the llm doors' meaningless ones. enqueue returns at once and "
-        "wait_for_completion steps the engine until the queue drains, which the door host does not expose as a "
-        "route; tests/engine/test_llm_door.py drives them on the engine tier (a level-0 sleep holds an enqueued "
-        "request, a keep freezes it and it resumes, an abort sleep ends it as pinned)"
-    ),
     "a push while a request decodes (NeMo-RL's in-flight weight update)": (
         "the walk pushes between steps, where no request runs (a request frozen or waiting under a pause does "
         "meet the push: its end after the resume is judged); test_rl_recipes.py "
@@ -219,7 +216,7 @@ class Operation:
         left = _left_out(self, state)
         if left:
             return left
-        refused = door_refuses(self, door)
+        refused = door_refuses(self, door) or door_loses_end(self, state, door)
         if refused:
             return LeftOut(PINNED, refused)
         cannot = door_why_not(self, state, door)
@@ -472,6 +469,17 @@ def door_refuses(op: Operation, door: str) -> str | None:
 
 
 WAIT_REFUSED = "llm_door_wait_mode_refused"
+ABORT_END_LOST = "llm_door_abort_end_lost"
+
+
+def door_loses_end(op: Operation, s: State, door: str) -> str | None:
+    """Why an abort sleep with requests enqueued is pinned on `door`, not walked: the in-process engine ends
+    them and sends no output, so LLM.wait_for_completion (and every later LLM.generate, whose loop runs until
+    no request is unfinished) never returns (checked by its own test)."""
+    pin = thresholds.KNOWN_DIVERGENCES[ABORT_END_LOST]
+    if op.mode == "abort" and s.queued and door in pin.doors:
+        return f"{ABORT_END_LOST}: {pin.reason} (tests/engine/test_llm_door.py checks it)"
+    return None
 
 
 def door_cannot_send(op: Operation, door: str) -> str | None:
@@ -485,14 +493,17 @@ def door_cannot_send(op: Operation, door: str) -> str | None:
 
 
 def door_why_not(op: Operation, s: State, door: str) -> str | None:
-    """Why `door` cannot send op in s (door_host.CANNOT), or None. A request that would wait (scheduling
-    paused) holds a one-call-at-a-time door's only call, so no wake could follow it: the door has no
-    such pair, as it has no request in flight during a sleep and no stream."""
+    """Why `door` cannot send op in s (door_host.CANNOT), or None. A one-call-at-a-time door has no request
+    in flight during a sleep and no stream; a request that would wait (scheduling paused) it sends with
+    vllm.LLM.enqueue, which returns at once, so a wake can follow it (the door host's /enqueue; the wake that
+    runs it collects its output with wait_for_completion)."""
     unsendable = door_cannot_send(op, door)
     if unsendable:
         return unsendable
-    if (op.name == "sleep" and op.params[2]) or (op.name in GENERATES and not model.can_run(s)):
+    if op.name == "sleep" and op.params[2]:
         return door_host.cannot(door, "concurrent_calls")
+    if op.name in GENERATES and not model.can_run(s) and door_host.cannot(door, "concurrent_calls"):
+        return door_host.cannot(door, "enqueue")
     return None
 
 
