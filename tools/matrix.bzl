@@ -114,8 +114,8 @@ SHARD_COUNTS = {
     "state_walk": {
         "http": {"eager": 93, "graph": 94},
         "async_llm": {"graph": 105},
-        "llm": {"graph": 18},
-        "llm_colocate": {"graph": 16},
+        "llm": {"graph": 40},
+        "llm_colocate": {"graph": 38},
     },
 }
 

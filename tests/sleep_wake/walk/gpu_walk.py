@@ -421,9 +421,7 @@ class GpuSubject:
         body = client.completion_body(LONG, GOLDEN_MAX_TOKENS, 0.0, True, None, None, 1, stream=True)
         timeout_s = thresholds.get("request_completion_s_max")
         with client.raw("POST", "/v1/completions", json=body, stream=True, timeout=timeout_s) as response:
-            oracle.equal(
-                "api.status", response.status_code, ops.EXPECTED_STATUS, f"walk {where}: the stream to cancel"
-            )
+            oracle.equal("api.status", response.status_code, ops.EXPECTED_STATUS, f"walk {where}: the stream to cancel")
             expect.accepted(
                 client,
                 [o.future for o in self.open],

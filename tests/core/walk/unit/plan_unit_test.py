@@ -618,3 +618,25 @@ def test_a_client_cancelling_a_waiting_request_leaves_the_state_and_the_queue_as
         assert "requests.cancel_aborts" in ops.CANCEL.oracles(state)
         looks = ops.emptied_cache_unseen(False, ops.CANCEL, state, state)
         assert looks == (state.prefix is None and "long" not in state.queued)
+
+
+def test_the_llm_doors_enqueue_a_request_that_waits_and_the_colocated_door_pins_its_abort():
+    """Issue 60: vllm.LLM sends a request that must wait with enqueue, so its doors walk the generates while
+    paused and the queued situations after them; an abort sleep with requests enqueued is pinned on the
+    colocated door alone (llm_door_abort_end_lost), walked on the multiprocess one."""
+    for door in ("llm", "llm_colocate"):
+        pairs = plan.reachable_pairs(door)
+        assert {op.name for sit, op in pairs if sit.pause is not None and op.name in ops.GENERATES} == {
+            "generate_fresh",
+            "generate_cached",
+            "generate_n4",
+        }
+        assert {sit.queued for sit, _ in pairs} >= {"waiting", "long pair"}
+    queued_abort = {
+        door: [(s, op) for s, op in plan.reachable_pairs(door) if op.mode == "abort" and s.queued != "none"]
+        for door in ("llm", "llm_colocate")
+    }
+    assert queued_abort["llm"] and not queued_abort["llm_colocate"]
+    state = ops.Operation("generate_fresh").apply(ops.sleep(0, "keep").apply(INITIAL))
+    assert ops.sleep(1).left_out(state, "llm_colocate").kind == ops.PINNED
+    assert ops.sleep(1).left_out(state, "llm") is None
