@@ -26,6 +26,7 @@ import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from tests.core import metrics, releases, thresholds
 from tests.sleep_wake.fakes import fake_checkpoint
@@ -425,7 +426,8 @@ def _enqueue(h, fake, query, body):
     if not isinstance(body, dict) or body.get("stream"):
         raise ValueError(f"send one /v1/completions body without stream to /enqueue, got {body!r}")
     _check_sampling(body)
-    rid, ended, answer = str(next(fake._enqueued_ids)), threading.Event(), {}
+    rid, ended = str(next(fake._enqueued_ids)), threading.Event()
+    answer: dict[str, Any] = {}
     ticket = fake.engine.accept()
 
     def run():

@@ -612,7 +612,8 @@ def test_a_client_cancelling_a_waiting_request_leaves_the_state_and_the_queue_as
     assert not [p for p in plan.reachable_pairs("llm") if p[1].name == ops.CANCEL_QUEUED]
     for state in plan.reachable_states():
         if model.can_run(state):
-            assert ops.CANCEL.left_out(state).kind == ops.MEANINGLESS
+            left = ops.CANCEL.left_out(state)
+            assert left is not None and left.kind == ops.MEANINGLESS
             continue
         assert ops.CANCEL.apply(state) == state and not ops.reaches_worker(ops.CANCEL, state)
         assert "requests.cancel_aborts" in ops.CANCEL.oracles(state)
@@ -638,5 +639,6 @@ def test_the_llm_doors_enqueue_a_request_that_waits_and_the_colocated_door_pins_
     }
     assert queued_abort["llm"] and not queued_abort["llm_colocate"]
     state = ops.Operation("generate_fresh").apply(ops.sleep(0, "keep").apply(INITIAL))
-    assert ops.sleep(1).left_out(state, "llm_colocate").kind == ops.PINNED
+    pinned = ops.sleep(1).left_out(state, "llm_colocate")
+    assert pinned is not None and pinned.kind == ops.PINNED and ops.ABORT_END_LOST in pinned.reason
     assert ops.sleep(1).left_out(state, "llm") is None
