@@ -443,18 +443,18 @@ def test_the_deal_counts_a_sleep_with_a_request_in_flight_at_its_own_cost():
 
 
 def test_the_llm_doors_walk_is_the_model_without_what_the_door_cannot_send():
-    """vllm.LLM streams nothing and makes one call at a time (door_host.CANNOT): its walk has no stream, no
-    request in flight during a sleep and none waiting while paused or asleep, and every other pair of the
-    states it reaches; planned, its shards cover exactly those pairs."""
+    """vllm.LLM streams nothing and makes one call at a time (door_host.CANNOT): its walk has no stream and no
+    request in flight during a sleep (none held); a request that waits it enqueues (issue 60); and every other
+    pair of the states it reaches; planned, its shards cover exactly those pairs."""
     door = "llm"
     pairs = plan.reachable_pairs(door)
     assert pairs and pairs < plan.reachable_pairs()
     names = {op.name for _, op in pairs}
     assert "generate_stream" not in names and {"generate_fresh", "sleep", "wake", "reload"} <= names
     assert not any(op.name == "sleep" and op.params[2] for _, op in pairs)
-    assert not any(op.name in ops.GENERATES and (sit.paused or sit.asleep_tags) for sit, op in pairs), "one waits"
+    assert any(op.name in ops.GENERATES and sit.paused for sit, op in pairs), "none waits: LLM.enqueue sends it"
     for state in plan.reachable_states(door):
-        assert not state.queued and not state.held, state.describe()
+        assert not state.held, state.describe()
         for op in ops.ALL:
             reason = ops.door_why_not(op, state, door)
             if reason:
@@ -582,6 +582,11 @@ def test_the_deal_splits_the_pairs_above_the_worker_over_each_runners_cells():
 STEPS_PER_PAIR_MAX = {"cell": 2.15, "tour": 1.85}
 # How far the tour may run past the relaxation's least: measured 1.145 (http), 1.08 (llm_colocate) at SEED.
 TOUR_OVER_FLOOR_MAX = 1.18
+# The colocated llm door's bounds since it enqueues the requests that wait (issue 60): its queued situations
+# are left only by a wake or a keep (an abort with requests enqueued is pinned there, llm_door_abort_end_lost),
+# so its tour comes back through them on longer ways: measured at SEED 3072 steps for its 1592 pairs (1.93),
+# 1.217 times the relaxation's least (2524); the http tour measured 1.807 and 1.147 then.
+COLOCATE_TOUR_MAX = {"tour": 1.95, "over_floor": 1.23}
 
 
 @pytest.mark.parametrize("door, runner, mode", matrix.door_cells())
@@ -597,8 +602,11 @@ def test_the_tour_is_near_the_relaxations_least(door):
     tour = plan.plan_tour(pairs, SEED, door)
     floor = plan.tour_floor(pairs, door)
     assert plan.steps_coverage(plan.trace([tour]))[0] >= pairs
-    assert len(tour) <= STEPS_PER_PAIR_MAX["tour"] * len(pairs), f"{len(tour)} steps for {len(pairs)} pairs"
-    assert len(pairs) <= floor <= len(tour) <= TOUR_OVER_FLOOR_MAX * floor, (len(tour), floor)
+    colocate = door == "llm_colocate"
+    per_pair = COLOCATE_TOUR_MAX["tour"] if colocate else STEPS_PER_PAIR_MAX["tour"]
+    over_floor = COLOCATE_TOUR_MAX["over_floor"] if colocate else TOUR_OVER_FLOOR_MAX
+    assert len(tour) <= per_pair * len(pairs), f"{len(tour)} steps for {len(pairs)} pairs"
+    assert len(pairs) <= floor <= len(tour) <= over_floor * floor, (len(tour), floor)
 
 
 def test_a_client_cancelling_a_waiting_request_leaves_the_state_and_the_queue_as_they_were():
