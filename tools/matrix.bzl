@@ -112,10 +112,10 @@ GOLDEN_CLASSES = {
 # probe (tests/core/walk/unit/plan_unit_test.py checks both).
 SHARD_COUNTS = {
     "state_walk": {
-        "http": {"eager": 92, "graph": 92},
-        "async_llm": {"graph": 101},
-        "llm": {"graph": 18},
-        "llm_colocate": {"graph": 16},
+        "http": {"eager": 93, "graph": 94},
+        "async_llm": {"graph": 105},
+        "llm": {"graph": 40},
+        "llm_colocate": {"graph": 38},
     },
 }
 

@@ -461,6 +461,21 @@ class SleepWakeClient:
         raw = self._json("POST", "/v1/completions", json=body, timeout=timeout_s or self.timeout_s)
         return parse_completion(raw, want_logprobs=logprobs is not None)
 
+    def enqueue(self, prompt, max_tokens=GOLDEN_MAX_TOKENS, temperature=0.0, seed=None, n=1) -> list[str]:
+        """POST /enqueue, the door host's vllm.LLM.enqueue (llm doors only): the ids of the request it added,
+        answered at once; its output comes with wait_for_completion."""
+        body = self.completion_body(prompt, max_tokens, temperature, True, None, seed, n)
+        ids = self._json("POST", "/enqueue", json=body).get("request_ids")
+        if not isinstance(ids, list) or len(ids) != 1:
+            raise ServerResponseError(f"/enqueue: {ids!r} where one request id was expected")
+        return ids
+
+    def wait_for_completion(self, timeout_s=None) -> list[Completion]:
+        """POST /wait_for_completion, the door host's vllm.LLM.wait_for_completion: the output of every
+        request enqueued since the last call, in the order they were added, once all ended."""
+        body = self._json("POST", "/wait_for_completion", timeout=timeout_s or self.timeout_s)
+        return [parse_completion(o) for o in body.get("outputs", [])]
+
     def complete_stream(
         self,
         prompt,

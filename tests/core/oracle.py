@@ -313,6 +313,11 @@ _LIST = [
         "abort or with an error event, never a cut stream",
     ),
     Oracle("requests.abort_aborts", "/sleep?mode=abort aborts requests that could not have finished"),
+    Oracle(
+        "requests.cancel_aborts",
+        "a request waiting in the queue whose client went away leaves it (/load) within the bound and never runs",
+        "abort_s_max",
+    ),
     Oracle("requests.abort_time", "the requests a /sleep?mode=abort ends have ended within the bound", "abort_s_max"),
     Oracle("requests.resumes_after_keep", "a request paused with mode keep resumes and ends by length"),
     Oracle(

@@ -814,6 +814,7 @@ KNOWN_DIVERGENCES = {
             documented={"ended": True, "finish_reason": "abort", "unfinished": 0},
             observed={"ended": False, "finish_reason": None, "unfinished": 1},
             versions=("0.24.0", "0.25.0", "0.26.0"),
+            doors=("llm_colocate",),
             reason=(
                 "EngineCore.pause_scheduler(mode='abort') ends every request in the scheduler "
                 "(finish_requests(None, FINISHED_ABORTED): core.py 0.24.0/0.25.0 line 744, 0.26.0 line 843) "

@@ -253,6 +253,7 @@ NEEDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "stream": ("POST", "/v1/completions", {"json": {"prompt": PROMPT, "max_tokens": TOKENS, "stream": True}}),
     "pause": ("POST", "/pause", {}),
     "in_process_load": ("POST", "/load_weights", {"json": {"checkpoint": "/nonexistent"}}),
+    "enqueue": ("POST", "/enqueue", {"json": {"prompt": PROMPT, "max_tokens": TOKENS}}),
 }
 # Declared capabilities that one request alone cannot need: test_llm_door_refuses_a_second_call_in_flight.
 UNREACHED = {"concurrent_calls"}
@@ -301,6 +302,24 @@ def test_door_serves_what_it_does_not_declare(hosted):
             "(/pause, /is_paused after it), (/resume, /is_paused after it)",
         )
         _complete(client, "a completion after /resume")
+    if "enqueue" not in declared:
+        _enqueued_waits_for_the_scheduling_wake(client)
+
+
+def _enqueued_waits_for_the_scheduling_wake(client) -> None:
+    """vllm.LLM.enqueue at level 0 answers at once, so the scheduling wake can follow it; then
+    wait_for_completion answers the request ended by length (the walk's paused generates on the llm doors)."""
+    client.sleep(0)
+    ids = client.enqueue(PROMPT, max_tokens=TOKENS)
+    woke = client.raw("POST", "/wake_up", params={"tags": "scheduling"}).status_code
+    [done] = client.wait_for_completion()
+    oracle.equal(
+        "requests.completes",
+        (len(ids), woke, done.finish_reasons, [len(t) for t in done.token_ids]),
+        (1, 200, ["length"], [TOKENS]),
+        "a request enqueued at level 0, the scheduling wake, wait_for_completion: "
+        "(ids, the wake's status, finish reasons, tokens per choice)",
+    )
 
 
 def _json(client, path: str):

@@ -63,7 +63,14 @@ CANNOT: dict[str, dict[str, str]] = {
         "pause": "vllm.LLM has no pause_generation / resume_generation / is_paused; LLM.sleep(level=0) is its pause",
         "in_process_load": IN_PROCESS_LOAD,
     },
-    "async_llm": {"in_process_load": IN_PROCESS_LOAD},
+    "async_llm": {
+        "in_process_load": IN_PROCESS_LOAD,
+        "enqueue": (
+            "AsyncLLM has no enqueue / wait_for_completion: a request is its generate() coroutine, which the host "
+            "awaits beside the door's other calls, so a request sent while scheduling is paused waits in "
+            "/v1/completions"
+        ),
+    },
 }
 CANNOT[COLOCATE] = {k: v for k, v in CANNOT["llm"].items() if k != "in_process_load"}
 
@@ -234,6 +241,16 @@ class LlmDoor:
         [output] = await self._call(self.llm.generate, [prompt], params, use_tqdm=False)
         return output
 
+    async def enqueue(self, prompt: dict, params) -> list:
+        # LLM.enqueue adds the request and returns at once (entrypoints/llm.py): the door's call is free again,
+        # so a request can wait while scheduling is paused and a wake still follow it.
+        return await self._call(self.llm.enqueue, [prompt], params, use_tqdm=False)
+
+    async def wait_for_completion(self) -> list:
+        # Steps the engine until every request ended (offline_utils.py _run_engine): the outputs of every
+        # request enqueued since the last call, in the order they were added.
+        return await self._call(self.llm.wait_for_completion, use_tqdm=False)
+
     async def weight_transfer(self, route: str, body: dict) -> Any:
         # LLM's methods take the request as the route's body (a dict with init_info or update_info).
         method = getattr(self.llm, route)
@@ -318,6 +335,12 @@ class AsyncLlmDoor:
 
     async def load_weights(self, checkpoint: str) -> int:
         raise Cannot(self.name, "in_process_load")
+
+    async def enqueue(self, prompt: dict, params) -> list:
+        raise Cannot(self.name, "enqueue")
+
+    async def wait_for_completion(self) -> list:
+        raise Cannot(self.name, "enqueue")
 
     async def generate(self, prompt: dict, params, request_id: str):
         from vllm.sampling_params import RequestOutputKind
@@ -537,6 +560,33 @@ def build_app(door, args: argparse.Namespace):
         if not isinstance(body, dict) or not isinstance(body.get("checkpoint"), str):
             raise BadRequest(f"no 'checkpoint' in the body {body!r}: name the checkpoint directory to load")
         return JSONResponse({"loaded": await door.load_weights(body["checkpoint"])})
+
+    @app.post("/enqueue")
+    async def enqueue(request: Request):
+        """vllm.LLM.enqueue of one /v1/completions body (no stream): the request ids it added."""
+        body = await request.json()
+        if not isinstance(body, dict) or body.get("stream"):
+            raise BadRequest(f"send one /v1/completions body without stream to /enqueue, got {body!r}")
+        return JSONResponse({"request_ids": list(await door.enqueue(prompt_of(body), sampling_params_of(body)))})
+
+    @app.post("/wait_for_completion")
+    async def wait_for_completion():
+        """vllm.LLM.wait_for_completion: each enqueued request's output as a completion's body, in order."""
+        outputs = await door.wait_for_completion()
+        return JSONResponse(
+            {
+                "outputs": [
+                    {
+                        "id": o.request_id,
+                        "object": "text_completion",
+                        "model": model_name,
+                        "choices": [choice_of(c, False) for c in o.outputs],
+                        "usage": usage_of(o, details),
+                    }
+                    for o in outputs
+                ]
+            }
+        )
 
     @app.post("/v1/completions")
     async def completions(request: Request):

@@ -29,11 +29,23 @@ Effects follow vLLM 0.26.0 (0.24.0 and 0.25.0 alike on these lines):
     /resume (core.py:852-854 resume_scheduler) lifts the pause with no look at the executor: the
     waiting requests run, and with a tag asleep that is a terminal pair (the gauge stays what the last
     /sleep wrote). /is_paused reads the scheduler's pause, which a /sleep sets too.
+  * cancel_queued: a request sent while scheduling is paused whose client goes away while it waits (the
+    walk opens a stream of the long prompt, waits until /load counts it, and closes the connection). The
+    server cancels its handler (serve/utils/api_utils.py with_cancellation; a stream's StreamingResponse
+    listens for the disconnect), which cancels AsyncLLM.generate, which aborts it (async_llm.py generate:
+    except CancelledError/GeneratorExit -> abort -> EngineCore.abort_requests, core.py, ->
+    scheduler.py finish_requests(FINISHED_ABORTED) takes it off the waiting queue): the state is as before
+    it, and the wake or /resume that lifts the pause runs nothing of it.
 Where a release answers otherwise than the API documents and the server is no longer usable after it
 (terminal()), the walk probes the pair as a shard's last step (plan.terminal_probes).
 Through an in-process front door (tools/matrix.bzl FRONT_DOORS) the same model holds; what the door cannot
 send (door_host.CANNOT: vllm.LLM streams nothing and makes one call at a time) takes those operations out
 of its walk, with the door's reason (door_why_not), so its pairs are the model's pairs that door can reach.
+vllm.LLM sends a request that must wait (scheduling paused) with LLM.enqueue (entrypoints/llm.py: it adds
+the request and returns), and the wake that runs it collects it with LLM.wait_for_completion (offline_utils.py
+_run_engine steps the engine until no request is unfinished); an abort ends it, and the multiprocess engine
+core sends its abort output (core.py EngineCoreProc.pause_scheduler), which wait_for_completion returns, while
+the colocated door's in-process engine sends none (known divergence llm_door_abort_end_lost, pinned).
 """
 
 from __future__ import annotations
@@ -65,6 +77,7 @@ PUSH_WAYS = (pushes.TENSOR, pushes.IPC)
 # /pause's clear_cache, as the query spells it.
 CLEAR_CACHE = {"true": True, "false": False}
 GENERATES = ("generate_fresh", "generate_cached", "generate_n4", "generate_stream")
+CANCEL_QUEUED = "cancel_queued"  # a request waiting in the queue, its client gone (the module's docstring)
 # What is in flight when a /sleep lands (a sleep's third parameter, the last field of its token): nothing
 # (0); one stream mid-decode (1); (mode wait) that stream and a second request sent while the sleep drains
 # the first (2); one request answered whole, not streamed; one stream of n=4 seeded choices; two streams at
@@ -121,21 +134,6 @@ NOT_MODELLED = {
         "with the /pause itself mid-decode: test_rl_recipes.py test_openrlhf_partial_rollout and "
         "test_skyrl_fully_async"
     ),
-    "a client cancelling a request that waits in the queue (closing its connection while scheduling is paused)": (
-        "vLLM's server aborts a request whose client went away (the stream's generator closes, a whole request's "
-        "handler is cancelled), which would take it out of the state's queued requests; the walk's client sends "
-        "the waiting requests through requests on a thread pool, and a connection blocked in a read cannot be "
-        "closed from the walk's thread, so the walk has no way to make the call yet (a client that streams each "
-        "waiting request and stops reading is the way: not built); no test makes it"
-    ),
-    "vllm.LLM.enqueue / wait_for_completion (a request queued on the llm doors while the engine sleeps)": (
-        "the door host serves vllm.LLM through LLM.generate, one call at a time (door_host.CANNOT "
-        "concurrent_calls), so a request sent while scheduling is paused would hold the door's only call and "
-        "no wake could follow it: those pairs are the llm doors' meaningless ones. enqueue returns at once and "
-        "wait_for_completion steps the engine until the queue drains, which the door host does not expose as a "
-        "route; tests/engine/test_llm_door.py drives them on the engine tier (a level-0 sleep holds an enqueued "
-        "request, a keep freezes it and it resumes, an abort sleep ends it as pinned)"
-    ),
     "a push while a request decodes (NeMo-RL's in-flight weight update)": (
         "the walk pushes between steps, where no request runs (a request frozen or waiting under a pause does "
         "meet the push: its end after the resume is judged); test_rl_recipes.py "
@@ -167,7 +165,8 @@ class Operation:
     """name and params: sleep (level, mode, in_flight) with in_flight one of IN_FLIGHT, wake
     (tags,) with tags a tuple or None for a full wake, reload (path,) with path "A", "B" or None, push
     (way, checkpoint) with way one of PUSH_WAYS, pause (mode, clear_cache), reset_prefix_cache () or
-    (RESET_RUNNING,) for reset_running_requests=true; the generates and resume take none. str() is the
+    (RESET_RUNNING,) for reset_running_requests=true; the generates, cancel_queued and resume take none.
+    str() is the
     operation's token in a replay script (plan.script)."""
 
     name: str
@@ -217,7 +216,7 @@ class Operation:
         left = _left_out(self, state)
         if left:
             return left
-        refused = door_refuses(self, door)
+        refused = door_refuses(self, door) or door_loses_end(self, state, door)
         if refused:
             return LeftOut(PINNED, refused)
         cannot = door_why_not(self, state, door)
@@ -297,6 +296,8 @@ class Operation:
                     ids.append("output.finish_length")
                 if "long" in state.queued:
                     ids.append("prefix_cache.hit_iff_cached")
+        elif self.name == CANCEL_QUEUED:
+            ids += [model.held_oracle(state), "requests.cancel_aborts"]
         elif self.name == "reset_prefix_cache":
             ids.append("api.reset_prefix_cache_result")
             if self.resets_running and state.held_kv:  # the frozen request preempted: it waits on
@@ -346,6 +347,7 @@ def pause(mode: str = "abort", clear_cache: bool = True) -> Operation:
 RESET_PREFIX_CACHE = Operation("reset_prefix_cache")
 RESET_PREFIX_CACHE_RUNNING = Operation("reset_prefix_cache", (RESET_RUNNING,))
 RESUME = Operation("resume")
+CANCEL = Operation(CANCEL_QUEUED)
 
 ALL = (
     [Operation(name) for name in GENERATES]
@@ -355,7 +357,7 @@ ALL = (
     + [RESET_PREFIX_CACHE, RESET_PREFIX_CACHE_RUNNING]
     + [push(way, checkpoint) for way in PUSH_WAYS for checkpoint in CHECKPOINTS]
     + [pause(mode, clear) for mode in MODES for clear in CLEAR_CACHE.values()]
-    + [RESUME]
+    + [RESUME, CANCEL]
 )
 BY_TOKEN = {str(op): op for op in ALL}
 if len(BY_TOKEN) != len(ALL):
@@ -430,6 +432,12 @@ def _left_out(op: Operation, s: State) -> LeftOut | None:
         return LeftOut(PINNED, PUSH_ASLEEP)
     if op.name in GENERATES:
         return None
+    if op.name == CANCEL_QUEUED and model.can_run(s):
+        return LeftOut(
+            MEANINGLESS,
+            "scheduling runs, so the request runs at once and never waits in the queue: a client going away "
+            "mid-decode is a request in flight cut short, not a waiting one",
+        )
     if op.name == "sleep":
         level, mode, in_flight = op.params
         if in_flight and not model.can_run(s):
@@ -461,12 +469,23 @@ def door_refuses(op: Operation, door: str) -> str | None:
 
 
 WAIT_REFUSED = "llm_door_wait_mode_refused"
+ABORT_END_LOST = "llm_door_abort_end_lost"
+
+
+def door_loses_end(op: Operation, s: State, door: str) -> str | None:
+    """Why an abort sleep with requests enqueued is pinned on `door`, not walked: the in-process engine ends
+    them and sends no output, so LLM.wait_for_completion (and every later LLM.generate, whose loop runs until
+    no request is unfinished) never returns (checked by its own test)."""
+    pin = thresholds.KNOWN_DIVERGENCES[ABORT_END_LOST]
+    if op.mode == "abort" and s.queued and door in pin.doors:
+        return f"{ABORT_END_LOST}: {pin.reason} (tests/engine/test_llm_door.py checks it)"
+    return None
 
 
 def door_cannot_send(op: Operation, door: str) -> str | None:
     """Why `door` has no such call at all, in any state (door_host.CANNOT), or None: no stream, no
     pause_generation / resume_generation."""
-    if op.name == "generate_stream":
+    if op.name in ("generate_stream", CANCEL_QUEUED):  # the walk's cancel closes a stream it opened
         return door_host.cannot(door, "stream")
     if op.name in ("pause", "resume"):
         return door_host.cannot(door, "pause")
@@ -474,14 +493,17 @@ def door_cannot_send(op: Operation, door: str) -> str | None:
 
 
 def door_why_not(op: Operation, s: State, door: str) -> str | None:
-    """Why `door` cannot send op in s (door_host.CANNOT), or None. A request that would wait (scheduling
-    paused) holds a one-call-at-a-time door's only call, so no wake could follow it: the door has no
-    such pair, as it has no request in flight during a sleep and no stream."""
+    """Why `door` cannot send op in s (door_host.CANNOT), or None. A one-call-at-a-time door has no request
+    in flight during a sleep and no stream; a request that would wait (scheduling paused) it sends with
+    vllm.LLM.enqueue, which returns at once, so a wake can follow it (the door host's /enqueue; the wake that
+    runs it collects its output with wait_for_completion)."""
     unsendable = door_cannot_send(op, door)
     if unsendable:
         return unsendable
-    if (op.name == "sleep" and op.params[2]) or (op.name in GENERATES and not model.can_run(s)):
+    if op.name == "sleep" and op.params[2]:
         return door_host.cannot(door, "concurrent_calls")
+    if op.name in GENERATES and not model.can_run(s) and door_host.cannot(door, "concurrent_calls"):
+        return door_host.cannot(door, "enqueue")
     return None
 
 
@@ -529,6 +551,11 @@ def _sleep(op: Operation, s: State) -> State:
     if level >= 1 and not s.asleep_tags:
         change.update(level=level, asleep_tags=frozenset(model.TAGS), weights=s.weights if level == 1 else None)
     return dataclasses.replace(_pause_scheduler(s, mode, level >= 1, in_flight), **change)
+
+
+def _cancel(op: Operation, s: State) -> State:
+    """The request sent and aborted while it waited: the queue is as it was (scheduler.py finish_requests)."""
+    return s
 
 
 def _pause(op: Operation, s: State) -> State:
@@ -583,6 +610,7 @@ _APPLY = {
     "push": _push,
     "pause": _pause,
     "resume": _resume,
+    CANCEL_QUEUED: _cancel,
 }
 
 
@@ -598,12 +626,15 @@ def effect(op: Operation, state: State) -> State:
 
 def emptied_cache_unseen(unseen: bool, op: Operation, before: State, after: State) -> bool:
     """Whether, after op took before to after, the walk has still to look at a prefix cache a step emptied
-    (a sleep of level >= 1, a reset), given whether it had to before: a generate_cached looks at it with
+    (a sleep of level >= 1, a reset), or must see stay empty (a cancelled request of the long prompt, which
+    would have cached it had it run), given whether it had to before: a generate_cached looks at it with
     its own result; a step that empties it again leaves one more to look at. Both walkers (the GPU's
     runner.py, the engine tier's engine_walk.py) look where the plan sends no such request before the
     next reset, which would hide a cache that was never emptied (sleep_while_paused_keeps_prefix_cache)."""
     if before.prefix_cached and not after.prefix_cached:
         return True
+    if op.name == CANCEL_QUEUED and not after.prefix_cached and "long" not in after.queued:
+        return True  # the cancelled long prompt, had it run at the wake, would have cached its blocks
     looked = (op.name == "generate_cached" and model.can_run(before)) or (
         "long" in before.queued and not after.paused
     )  # the waiting long prompt ran with the wake
@@ -698,6 +729,14 @@ REACHES_WORKER = {
         "clear_cache resets the caches (core.py _reset_caches: collective_rpc reset_mm_cache and "
         "reset_encoder_cache on every worker, each runner its own); without it pause_scheduler sets the "
         "scheduler's pause in EngineCore alone, unless a level-0 keep froze a request on the worker",
+    ),
+    CANCEL_QUEUED: Reach(
+        lambda op, s: False,
+        "the API server sees the client go away (serve/utils/api_utils.py with_cancellation; a stream's "
+        "StreamingResponse) and cancels AsyncLLM.generate, which aborts the request (async_llm.py generate and "
+        "abort); EngineCore.abort_requests (core.py) has the scheduler finish it (scheduler.py finish_requests: "
+        "FINISHED_ABORTED, off the waiting queue). A waiting request was never scheduled, so no worker holds a "
+        "block or batch slot of it and none is called",
     ),
     "resume": Reach(
         lambda op, s: _runs_requests(s, op.apply(s)),

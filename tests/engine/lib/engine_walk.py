@@ -116,6 +116,7 @@ class EngineSubject:
         self.version = version
         self.checkpoints = checkpoints  # "A"/"B" -> a checkpoint directory (the fake loads neither)
         self.open: list[Open] = []
+        self.cancelled: list[str] = []  # the requests cancel_queued left: none may ever run
         self.checked: collections.Counter = collections.Counter()  # oracle id -> checks made
         # oracle id -> checks the GPU walk makes that this one cannot
         self.skipped: collections.Counter = collections.Counter()
@@ -223,6 +224,33 @@ class EngineSubject:
             self.open.append(Open(ids, "long" if op.name == "generate_cached" else "plain", op.name, max_tokens))
             return
         self._judge_ran(ids, op.name, max_tokens, model.hits_cache(s, "long"), f"walk {where}")
+
+    def cancel_queued(self, op, s: State, after: State, where: str) -> None:
+        """A request of the long prompt sent while paused, then what the front end sends once its client went
+        away (an ABORT: async_llm.py generate -> abort): it leaves the scheduler with no forward pass, and the wake or
+        /resume that lifts the pause runs nothing of it (_run_waiting looks again)."""
+        self._begin(op, s)
+        what = f"walk {where}"
+        rid = self.server.send(list(LONG_PROMPT), GENERATE_TOKENS, kind="cancelled")
+        self.server.settle()
+        self._equal(
+            model.held_oracle(s),
+            (self.server.forwards(rid), self.server.record.end(rid)),
+            (0, None),
+            f"{what}: the request sent while paused, before its client goes away (forward passes, finish reason)",
+        )
+        held = self.server.unfinished()
+        self.server.abort([rid])
+        self.server.settle()
+        # An abort sends no output of the request (scheduler.py finish_requests only frees it), so what
+        # shows it left is the scheduler's count of the requests it holds.
+        self._equal(
+            "requests.cancel_aborts",
+            (self.server.forwards(rid), self.server.unfinished()),
+            (0, held - 1),
+            f"{what}: the request its client left (forward passes, requests the scheduler holds)",
+        )
+        self.cancelled.append(rid)
 
     def _judge_ran(self, ids, op_name: str, max_tokens: int, hits: bool, what: str) -> None:
         for rid in ids:
@@ -432,9 +460,17 @@ class EngineSubject:
     def _run_waiting(self, s: State, after: State, what: str) -> None:
         """The requests that waited, after a step (a wake, a /resume) that may have resumed scheduling:
         still waiting where it did not, else each ended by length."""
-        if not self.open:
+        if not self.open and not self.cancelled:
             return
         self.server.settle()
+        if not after.paused and self.cancelled:
+            cancelled, self.cancelled = self.cancelled, []
+            self._equal(
+                "requests.cancel_aborts",
+                [self.server.forwards(r) for r in cancelled],
+                [0] * len(cancelled),
+                f"{what}: forward passes of the requests whose client went away, after scheduling resumed",
+            )
         if after.paused:
             for o in self.open:
                 self._equal(

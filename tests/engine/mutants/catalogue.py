@@ -223,7 +223,7 @@ MUTANTS = {
         # failure names the ones that killed it.
         Mutant(
             "sleep_while_paused_keeps_prefix_cache",
-            kills={_WALK + f"[shard{k}]": ("prefix_cache.hit_iff_cached",) for k in (0, 1)},
+            kills={_WALK + f"[shard{k}]": ("prefix_cache.hit_iff_cached",) for k in (0, 2)},
             **_plugin("sleep_while_paused_keeps_prefix_cache"),
         ),
         # The walk's newer regions (the plugin's waiting.py and walk.py), the plugin's patches as they are: each
@@ -248,19 +248,19 @@ MUTANTS = {
                 ("drain_admits_late_arrivals", (0, 1, 3), ("requests.held_while_paused", "requests.held_while_asleep")),
                 (
                     "keep_without_preemption",
-                    (3, 8, 12),
+                    (5, 8, 10),
                     ("prefix_cache.hit_iff_cached", "api.reset_prefix_cache_result"),
                 ),
                 ("scheduling_tag_resumes", (0, 1, 2), HELD),
                 ("wake_aborts_queued", (0, 1, 2), ("output.finish_length",)),
-                ("keep_reset_aborts_frozen", (2, 3, 4), ("requests.held_while_asleep",)),
+                ("keep_reset_aborts_frozen", (0, 1, 2), ("requests.held_while_asleep",)),
                 ("preempted_restarts_output", (2, 3, 4), ("output.finish_length", "requests.resumes_after_keep")),
-                ("reset_prefix_cache_preempts_running", (1, 3, 8), ("api.reset_prefix_cache_result",)),
+                ("reset_prefix_cache_preempts_running", (1, 4, 10), ("api.reset_prefix_cache_result",)),
                 ("reload_resets_prefix_cache", (0, 1, 2), ("prefix_cache.hit_iff_cached",)),
-                ("two_tag_wake_maps_first_tag", (0, 1, 5), ("device_bytes.wake_shortfall",)),
+                ("two_tag_wake_maps_first_tag", (1, 4, 6), ("device_bytes.wake_shortfall",)),
                 # Here the fake worker's pool flags show the weights left asleep (the GPU's band cannot: model.py).
-                ("scheduling_tag_kept", (0, 1, 3), ("flags.is_sleeping", "device_bytes.weights_wake_mapped")),
-                ("pause_mode_sticky", (1, 3, 5), ("requests.ends_in_race",)),
+                ("scheduling_tag_kept", (0, 1, 2), ("flags.is_sleeping", "device_bytes.weights_wake_mapped")),
+                ("pause_mode_sticky", (0, 2, 3), ("requests.ends_in_race",)),
                 ("reload_aborts_requests", (0, 1, 2), ("requests.held_while_paused", "requests.held_until_resident")),
             )
         ],

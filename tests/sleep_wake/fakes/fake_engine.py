@@ -45,6 +45,7 @@ Timing: each decode step takes token_delay_s, so a sleep can land mid-decode.
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 
 from tests.core import metrics
 from tests.sleep_wake.fakes import fake_checkpoint
@@ -697,8 +698,10 @@ class FakeEngine:
             self.running > self.preempted and "drain_admits_late_arrivals" in self.defects
         )
 
-    def wait_scheduled(self, ticket: Ticket) -> bool:
-        """Block while the scheduler holds new requests; False if a sleep aborted the request (or it gave up)."""
+    def wait_scheduled(self, ticket: Ticket, gone: Callable[[], bool] = lambda: False) -> bool:
+        """Block while the scheduler holds new requests; False if a sleep aborted the request (or it gave up),
+        or its client went away while it waited (gone()): vLLM's server then aborts it, and the scheduler
+        takes it off the waiting queue (async_llm.py generate -> abort; scheduler.py finish_requests)."""
         deadline = time.monotonic() + MAX_HOLD_S
         with self.cond:
             self.waiting.add(ticket)
@@ -707,6 +710,9 @@ class FakeEngine:
                     not self._admits() and not self.dead and not self.stopping.is_set() and time.monotonic() < deadline
                 ):
                     if self._ended(ticket):
+                        return False
+                    if gone():
+                        ticket.aborted = True
                         return False
                     self.cond.wait(0.05)
                 self._check_alive()

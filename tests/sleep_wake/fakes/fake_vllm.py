@@ -18,11 +18,15 @@ in-process door: what that door cannot do (door_host.CANNOT) answers 501 with th
 tier finds the classes a door cannot run before a GPU does; the rest is served as over HTTP.
 """
 
+import itertools
 import json
+import select
+import socket
 import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from tests.core import metrics, releases, thresholds
 from tests.sleep_wake.fakes import fake_checkpoint
@@ -67,6 +71,10 @@ class FakeVllm:
         self._door_lock = threading.Lock()
         self.port = port
         self.requests: list[dict] = []
+        # The llm doors' enqueued requests (/enqueue) not yet collected by /wait_for_completion, in order:
+        # (request id, the event set once it ended, the completion body it ended with).
+        self.enqueued: list[tuple[str, threading.Event, dict]] = []
+        self._enqueued_ids = itertools.count()
         self.hang_paths: set[str] = set()
         self._httpd: ThreadingHTTPServer | None = None
 
@@ -344,51 +352,122 @@ def _resume(h, fake, query, body):
 
 def _completions(h, fake, query, body):
     engine = fake.engine
-    n, temperature = body.get("n", 1), body.get("temperature")
-    if n > 1 and not temperature:
-        raise ValueError("n must be 1 when using greedy sampling.")
-    prompt, max_tokens = body["prompt"], body.get("max_tokens", 16)
-    seed = body.get("seed") if temperature else None  # greedy output does not depend on the seed
+    _check_sampling(body)
     ticket = engine.accept()
     stream = None
     try:
         stream = _Stream(h, fake) if body.get("stream") else None
-        scheduled = engine.wait_scheduled(ticket)
-        words, cached = engine.prefill(prompt) if scheduled else (len(prompt.split()), 0)
-        choices = engine.plan(prompt, max_tokens, n, seed)
-        if scheduled:
-            try:
-                _decode(engine, choices, ticket, stream)
-            finally:
-                engine.end_decode(ticket)
-        else:
-            for c in choices:
-                c.finish_reason = "abort"
-        usage = fake.usage(words, sum(len(c.token_ids) for c in choices), cached)
+        ran = _run(fake, body, ticket, stream, gone=lambda: _client_gone(h))
+        if ran is None:
+            return  # nobody to answer: the request ends with its connection
+        choices, usage = ran
         if stream:
             return stream.end(usage)
-        out = []
-        for c in choices:
-            out.append(
-                {
-                    "index": c.index,
-                    "text": " ".join(f"w{t}" for t in c.token_ids),
-                    "logprobs": _logprobs(c) if body.get("logprobs") is not None else None,
-                    "finish_reason": c.finish_reason,
-                    "stop_reason": None,
-                    "token_ids": c.token_ids if body.get("return_token_ids") else None,
-                    "prompt_logprobs": None,
-                    "prompt_token_ids": None,
-                    "routed_experts": None,
-                }
-            )
-        h._send(200, fake.completion_body(out, usage))
+        h._send(200, _body(fake, body, choices, usage))
     except EngineDeadError as e:
         if stream is None:
             raise
         stream.error(str(e))
     finally:
         engine.finish()
+
+
+def _run(fake, body, ticket, stream=None, gone=lambda: False):
+    """A request the engine accepted (ticket), scheduled, prefilled and decoded: (its choices, its usage), or
+    None where its client went away while it waited (gone)."""
+    engine = fake.engine
+    n, temperature = body.get("n", 1), body.get("temperature")
+    prompt, max_tokens = body["prompt"], body.get("max_tokens", 16)
+    seed = body.get("seed") if temperature else None  # greedy output does not depend on the seed
+    scheduled = engine.wait_scheduled(ticket, gone=gone)
+    if ticket.aborted and gone():
+        return None
+    words, cached = engine.prefill(prompt) if scheduled else (len(prompt.split()), 0)
+    choices = engine.plan(prompt, max_tokens, n, seed)
+    if scheduled:
+        try:
+            _decode(engine, choices, ticket, stream)
+        finally:
+            engine.end_decode(ticket)
+    else:
+        for c in choices:
+            c.finish_reason = "abort"
+    return choices, fake.usage(words, sum(len(c.token_ids) for c in choices), cached)
+
+
+def _check_sampling(body) -> None:
+    if body.get("n", 1) > 1 and not body.get("temperature"):
+        raise ValueError("n must be 1 when using greedy sampling.")
+
+
+def _body(fake, body, choices, usage) -> dict:
+    out = []
+    for c in choices:
+        out.append(
+            {
+                "index": c.index,
+                "text": " ".join(f"w{t}" for t in c.token_ids),
+                "logprobs": _logprobs(c) if body.get("logprobs") is not None else None,
+                "finish_reason": c.finish_reason,
+                "stop_reason": None,
+                "token_ids": c.token_ids if body.get("return_token_ids") else None,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "routed_experts": None,
+            }
+        )
+    return fake.completion_body(out, usage)
+
+
+def _enqueue(h, fake, query, body):
+    """The door host's POST /enqueue (vllm.LLM.enqueue): the request added and its id answered at once. Its
+    engine core steps it on its own (a thread here) once scheduling runs; its body waits for
+    /wait_for_completion."""
+    if not isinstance(body, dict) or body.get("stream"):
+        raise ValueError(f"send one /v1/completions body without stream to /enqueue, got {body!r}")
+    _check_sampling(body)
+    rid, ended = str(next(fake._enqueued_ids)), threading.Event()
+    answer: dict[str, Any] = {}
+    ticket = fake.engine.accept()
+
+    def run():
+        try:
+            choices, usage = _run(fake, body, ticket)
+            answer.update(_body(fake, {**body, "return_token_ids": True}, choices, usage), id=rid)
+        except Exception as e:  # noqa: BLE001  wait_for_completion raises it, as LLM's loop would
+            answer["error"] = e
+        finally:
+            fake.engine.finish()
+            ended.set()
+
+    fake.enqueued.append((rid, ended, answer))
+    threading.Thread(target=run, name=f"enqueued-{rid}", daemon=True).start()
+    h._send(200, {"request_ids": [rid]})
+
+
+def _wait_for_completion(h, fake, query, body):
+    """The door host's POST /wait_for_completion (vllm.LLM.wait_for_completion): every enqueued request's
+    output once all ended, in the order they were added."""
+    pending, fake.enqueued = fake.enqueued, []
+    for _, ended, _ in pending:
+        ended.wait(MAX_HOLD_S)
+    for _, _, answer in pending:
+        if "error" in answer:
+            raise answer["error"]
+    h._send(200, {"outputs": [answer for _, _, answer in pending]})
+
+
+def _client_gone(h) -> bool:
+    """The client closed its connection (it sends nothing more while it waits for the answer, so a readable
+    socket with no bytes is its end): what vLLM's server listens for (serve/utils/api_utils.py
+    with_cancellation, a StreamingResponse's listen_for_disconnect)."""
+    sock = h.connection
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:  # reset by the client: gone as well
+        return True
 
 
 def _logprobs(choice) -> dict:
@@ -484,11 +563,13 @@ def _door_needs(method: str, path: str, body) -> str | None:
         return "pause"
     if path == "/load_weights":
         return "in_process_load"
+    if path in ("/enqueue", "/wait_for_completion"):
+        return "enqueue"
     return None
 
 
 # The door host's own routes, which vLLM's OpenAI server does not have.
-DOOR_HOST_ONLY = {("POST", "/load_weights")}
+DOOR_HOST_ONLY = {("POST", "/load_weights"), ("POST", "/enqueue"), ("POST", "/wait_for_completion")}
 
 # The routes that call the door's engine object (door_host.py: /health, /metrics, /version and /load do not).
 DOOR_CALLS = {
@@ -502,6 +583,8 @@ DOOR_CALLS = {
     ("POST", "/pause"),
     ("POST", "/resume"),
     ("GET", "/is_paused"),
+    ("POST", "/enqueue"),
+    ("POST", "/wait_for_completion"),
 }
 
 ROUTES = {
@@ -520,5 +603,7 @@ ROUTES = {
     ("POST", "/v1/completions"): _completions,
     ("POST", "/pause"): _pause,
     ("POST", "/resume"): _resume,
+    ("POST", "/enqueue"): _enqueue,
+    ("POST", "/wait_for_completion"): _wait_for_completion,
     ("GET", "/is_paused"): lambda h, f, q, b: h._send(200, {"is_paused": f.engine.is_paused()}),
 }

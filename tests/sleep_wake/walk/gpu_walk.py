@@ -88,6 +88,12 @@ class Context:
     def door_can_pause(self) -> bool:
         return door_host.cannot(self.door, "pause") is None
 
+    @property
+    def door_enqueues(self) -> bool:
+        """A one-call-at-a-time door (vllm.LLM) sends a request that must wait with /enqueue (LLM.enqueue) and
+        collects it with /wait_for_completion (operations.door_why_not)."""
+        return door_host.cannot(self.door, "concurrent_calls") is not None
+
 
 @dataclasses.dataclass
 class Open:
@@ -105,6 +111,7 @@ class Open:
     pool: contextlib.ExitStack | None = None
     tokens: int = STREAM_TOKENS
     n: int = 1  # its choices: a held n=4 request has four
+    enqueued: bool = False  # sent with /enqueue: its future is set by /wait_for_completion (GpuSubject._collect)
 
 
 @dataclasses.dataclass
@@ -381,20 +388,52 @@ class GpuSubject:
             )
 
     def _send_paused(self, op, s: State, after: State, where: str) -> None:
-        """A request sent while scheduling is paused: accepted (/load counts it) and left waiting."""
+        """A request sent while scheduling is paused: accepted (/load counts it) and left waiting. Through a
+        door that enqueues, LLM.enqueue answers at once with its id, and its output comes with the
+        /wait_for_completion of the step that ends it (_collect): its wait is seen in that output, its tokens
+        those of the weights that served once it ran (a request that ran while the weights slept answers
+        garbage)."""
         prompt = (
             LONG
             if op.name == "generate_cached"
             else (SEEDED_PROMPT if op.name == "generate_n4" else self._next_prompt())
         )
-        call = _request(self.ctx.client, op.name, prompt, thresholds.get("request_completion_s_max"))
         kind = "long" if op.name == "generate_cached" else "plain"
+        if self.ctx.door_enqueues:
+            sampling = dict(temperature=SEEDED_TEMPERATURE, seed=SEED, n=SEED_N) if op.name == "generate_n4" else {}
+            self.ctx.client.enqueue(prompt, GOLDEN_MAX_TOKENS, **sampling)
+            self.open.append(Open(concurrent.futures.Future(), kind, op.name, prompt, enqueued=True))
+            return
+        call = _request(self.ctx.client, op.name, prompt, thresholds.get("request_completion_s_max"))
         self.open.append(Open(self._submit(call), kind, op.name, prompt))
         expect.accepted(
             self.ctx.client,
             [o.future for o in self.open],
             len(self.open),
             f"walk {where}: the request sent while paused, accepted",
+        )
+
+    def cancel_queued(self, op, s: State, after: State, where: str) -> None:
+        """A stream of the long prompt sent while scheduling is paused, closed once /load counts it: the
+        server aborts it (operations.CANCEL_QUEUED), so /load falls back to the requests still waiting
+        within abort_s_max, and it never runs (the driver looks at the prefix cache it would have filled)."""
+        client, waiting = self.ctx.client, len(self.open)
+        body = client.completion_body(LONG, GOLDEN_MAX_TOKENS, 0.0, True, None, None, 1, stream=True)
+        timeout_s = thresholds.get("request_completion_s_max")
+        with client.raw("POST", "/v1/completions", json=body, stream=True, timeout=timeout_s) as response:
+            oracle.equal("api.status", response.status_code, ops.EXPECTED_STATUS, f"walk {where}: the stream to cancel")
+            expect.accepted(
+                client,
+                [o.future for o in self.open],
+                waiting + 1,
+                f"walk {where}: the stream sent while paused, accepted before its client goes away",
+            )
+        measure.wait_until(
+            lambda: client.load() <= waiting,
+            thresholds.get("abort_s_max"),
+            what=f"walk {where}: /load back to the {waiting} requests still waiting once the stream was closed",
+            oracle_id="requests.cancel_aborts",
+            confirm_live=client.confirm_live,
         )
 
     # --- sleeps -------------------------------------------------------------------------------------
@@ -684,6 +723,7 @@ class GpuSubject:
         them; a wait lets the frozen one (a level-0 keep's) finish before it answers; the others wait on."""
         mode = op.mode
         if mode == "abort":
+            self._collect(where)
             for o in existing:
                 self._aborted(o, where)
             self.open = [o for o in self.open if o not in existing]
@@ -694,6 +734,25 @@ class GpuSubject:
             for o in held:
                 self._resumed(o, s, where)
             self.open = [o for o in self.open if o not in held]
+
+    def _collect(self, where: str) -> None:
+        """Through a door that enqueues, the step that ends the enqueued requests (a wake that runs them, an
+        abort) collects them with /wait_for_completion, which answers once each ended, in the order they were
+        enqueued: each one's answer becomes its future's result. One missing is a request whose end never
+        reached the caller (requests.completes)."""
+        enqueued = [o for o in self.open if o.enqueued and not o.future.done()]
+        if not enqueued:
+            return
+        outputs = self.ctx.client.wait_for_completion(timeout_s=thresholds.get("request_completion_s_max"))
+        oracle.equal(
+            "requests.completes",
+            len(outputs),
+            len(enqueued),
+            f"walk {where}: outputs /wait_for_completion answered for the requests enqueued "
+            f"({[o.op_name for o in enqueued]})",
+        )
+        for o, output in zip(enqueued, outputs, strict=True):
+            o.future.set_result(output)
 
     def _end_of(self, o: Open, what: str, give_up_s: float | None = None):
         """What a request that waited answered, once it ended, its pool given back; with the seconds it
@@ -796,6 +855,7 @@ class GpuSubject:
         ends."""
         if after.paused or not self.open:
             return
+        self._collect(where)
         waiting, self.open = self.open, []
         longs = [self._resumed(o, after, where, prefix_at_resume=s.prefix) for o in waiting]
         longs = [c for c in longs if c is not None]

@@ -761,7 +761,7 @@ def test_a_doors_cells_are_judged_together_on_the_pairs_above_the_worker(tmp_pat
     assert not w.complete and w.gate.reasons == (
         f"{3 * WALK_SHARDS} of the door's {5 * WALK_SHARDS} pairs walked by its door's cells together",
     )
-    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)}, cell="state_walk_mrv1_graph")
+    _walk_cell(tmp_path, {s: (5, 5, []) for s in range(WALK_SHARDS)}, cell="state_walk_mrv2_eager")
     walks = view.load_run(str(tmp_path), str(tmp_path), []).walk_coverage()
     assert [w.complete for w in walks] == [True, True]
     assert walks[0].gate_text().startswith(f"{5 * WALK_SHARDS}/{5 * WALK_SHARDS} pairs of its door walked")

@@ -35,7 +35,7 @@ class RecordingSubject:
     def generate(self, op, before, after, where):
         self._record("op", str(op))
 
-    sleep = wake = reload = reset_prefix_cache = push = pause = resume = generate
+    sleep = wake = reload = reset_prefix_cache = push = pause = resume = cancel_queued = generate
 
     def check_state(self, state, where):
         self._record("check", state)

@@ -23,13 +23,13 @@ def test_state_space_is_small_and_planned_fast():
     start = time.monotonic()
     states, pairs = plan.reachable_states(), plan.reachable_pairs()
     plan.plan_walks(pairs, SEED, SHARDS)
-    # A shard without its written plan plans its cell at its start: 14 s for the 4568 situation pairs on the
+    # A shard without its written plan plans its cell at its start: 14 s for the 4678 situation pairs on the
     # 2-core development machine beside other builds (the searches over _graph's integers; 175 s when each
     # step of each search computed its situation).
     assert time.monotonic() - start < 30.0
     situations = {sit for sit, _ in pairs}
-    assert (len(states), len(situations), len(pairs)) == (9776, 457, 4568)
-    assert states[0] == INITIAL and len(ops.ALL) == len(ops.BY_TOKEN) == 76
+    assert (len(states), len(situations), len(pairs)) == (9776, 457, 4678)
+    assert states[0] == INITIAL and len(ops.ALL) == len(ops.BY_TOKEN) == 77
 
 
 def test_the_situations_are_as_fine_as_the_model():
@@ -443,18 +443,18 @@ def test_the_deal_counts_a_sleep_with_a_request_in_flight_at_its_own_cost():
 
 
 def test_the_llm_doors_walk_is_the_model_without_what_the_door_cannot_send():
-    """vllm.LLM streams nothing and makes one call at a time (door_host.CANNOT): its walk has no stream, no
-    request in flight during a sleep and none waiting while paused or asleep, and every other pair of the
-    states it reaches; planned, its shards cover exactly those pairs."""
+    """vllm.LLM streams nothing and makes one call at a time (door_host.CANNOT): its walk has no stream and no
+    request in flight during a sleep (none held); a request that waits it enqueues (issue 60); and every other
+    pair of the states it reaches; planned, its shards cover exactly those pairs."""
     door = "llm"
     pairs = plan.reachable_pairs(door)
     assert pairs and pairs < plan.reachable_pairs()
     names = {op.name for _, op in pairs}
     assert "generate_stream" not in names and {"generate_fresh", "sleep", "wake", "reload"} <= names
     assert not any(op.name == "sleep" and op.params[2] for _, op in pairs)
-    assert not any(op.name in ops.GENERATES and (sit.paused or sit.asleep_tags) for sit, op in pairs), "one waits"
+    assert any(op.name in ops.GENERATES and sit.paused for sit, op in pairs), "none waits: LLM.enqueue sends it"
     for state in plan.reachable_states(door):
-        assert not state.queued and not state.held, state.describe()
+        assert not state.held, state.describe()
         for op in ops.ALL:
             reason = ops.door_why_not(op, state, door)
             if reason:
@@ -582,6 +582,11 @@ def test_the_deal_splits_the_pairs_above_the_worker_over_each_runners_cells():
 STEPS_PER_PAIR_MAX = {"cell": 2.15, "tour": 1.85}
 # How far the tour may run past the relaxation's least: measured 1.145 (http), 1.08 (llm_colocate) at SEED.
 TOUR_OVER_FLOOR_MAX = 1.18
+# The colocated llm door's bounds since it enqueues the requests that wait (issue 60): its queued situations
+# are left only by a wake or a keep (an abort with requests enqueued is pinned there, llm_door_abort_end_lost),
+# so its tour comes back through them on longer ways: measured at SEED 3072 steps for its 1592 pairs (1.93),
+# 1.217 times the relaxation's least (2524); the http tour measured 1.807 and 1.147 then.
+COLOCATE_TOUR_MAX = {"tour": 1.95, "over_floor": 1.23}
 
 
 @pytest.mark.parametrize("door, runner, mode", matrix.door_cells())
@@ -597,5 +602,51 @@ def test_the_tour_is_near_the_relaxations_least(door):
     tour = plan.plan_tour(pairs, SEED, door)
     floor = plan.tour_floor(pairs, door)
     assert plan.steps_coverage(plan.trace([tour]))[0] >= pairs
-    assert len(tour) <= STEPS_PER_PAIR_MAX["tour"] * len(pairs), f"{len(tour)} steps for {len(pairs)} pairs"
-    assert len(pairs) <= floor <= len(tour) <= TOUR_OVER_FLOOR_MAX * floor, (len(tour), floor)
+    colocate = door == "llm_colocate"
+    per_pair = COLOCATE_TOUR_MAX["tour"] if colocate else STEPS_PER_PAIR_MAX["tour"]
+    over_floor = COLOCATE_TOUR_MAX["over_floor"] if colocate else TOUR_OVER_FLOOR_MAX
+    assert len(tour) <= per_pair * len(pairs), f"{len(tour)} steps for {len(pairs)} pairs"
+    assert len(pairs) <= floor <= len(tour) <= over_floor * floor, (len(tour), floor)
+
+
+def test_a_client_cancelling_a_waiting_request_leaves_the_state_and_the_queue_as_they_were():
+    """Issue 60: cancel_queued is walked wherever a request waits (scheduling paused) through a door that
+    streams, never where scheduling runs nor on the llm doors; it changes no state, is decided above the
+    worker, is judged by requests.cancel_aborts, and sends the driver to look at an empty prefix cache the
+    cancelled long prompt would have filled."""
+    pairs = plan.reachable_pairs()
+    cancels = [sit for sit, op in pairs if op.name == ops.CANCEL_QUEUED]
+    assert cancels and all(sit.pause is not None for sit in cancels)
+    assert not [p for p in plan.reachable_pairs("llm") if p[1].name == ops.CANCEL_QUEUED]
+    for state in plan.reachable_states():
+        if model.can_run(state):
+            left = ops.CANCEL.left_out(state)
+            assert left is not None and left.kind == ops.MEANINGLESS
+            continue
+        assert ops.CANCEL.apply(state) == state and not ops.reaches_worker(ops.CANCEL, state)
+        assert "requests.cancel_aborts" in ops.CANCEL.oracles(state)
+        looks = ops.emptied_cache_unseen(False, ops.CANCEL, state, state)
+        assert looks == (state.prefix is None and "long" not in state.queued)
+
+
+def test_the_llm_doors_enqueue_a_request_that_waits_and_the_colocated_door_pins_its_abort():
+    """Issue 60: vllm.LLM sends a request that must wait with enqueue, so its doors walk the generates while
+    paused and the queued situations after them; an abort sleep with requests enqueued is pinned on the
+    colocated door alone (llm_door_abort_end_lost), walked on the multiprocess one."""
+    for door in ("llm", "llm_colocate"):
+        pairs = plan.reachable_pairs(door)
+        assert {op.name for sit, op in pairs if sit.pause is not None and op.name in ops.GENERATES} == {
+            "generate_fresh",
+            "generate_cached",
+            "generate_n4",
+        }
+        assert {sit.queued for sit, _ in pairs} >= {"waiting", "long pair"}
+    queued_abort = {
+        door: [(s, op) for s, op in plan.reachable_pairs(door) if op.mode == "abort" and s.queued != "none"]
+        for door in ("llm", "llm_colocate")
+    }
+    assert queued_abort["llm"] and not queued_abort["llm_colocate"]
+    state = ops.Operation("generate_fresh").apply(ops.sleep(0, "keep").apply(INITIAL))
+    pinned = ops.sleep(1).left_out(state, "llm_colocate")
+    assert pinned is not None and pinned.kind == ops.PINNED and ops.ABORT_END_LOST in pinned.reason
+    assert ops.sleep(1).left_out(state, "llm") is None

@@ -335,3 +335,16 @@ def test_a_stream_that_finished_before_the_sleep_was_sent_lost_its_race(fake, cl
         sent = time.perf_counter()
         client.sleep(level=1, mode="abort")
         assert race_outcome(stream.result(timeout=10), sent, 500)[0] == CAUGHT
+
+
+def test_a_waiting_stream_whose_client_goes_away_is_aborted_and_never_runs(client, fake):
+    """vLLM's server aborts a request whose client went away while it waited (operations.CANCEL_QUEUED):
+    /load lets go of it, the scheduler's queue no longer holds it, and the wake runs nothing of it."""
+    client.sleep(level=0, mode="keep")
+    body = client.completion_body(PROMPTS[0], GOLDEN_MAX_TOKENS, 0.0, True, None, None, 1, stream=True)
+    with client.raw("POST", "/v1/completions", json=body, stream=True) as response:
+        assert response.status_code == 200
+        measure.wait_until(lambda: client.load() == 1, 5, what="the stream accepted")
+    measure.wait_until(lambda: client.load() == 0 and not fake.engine.waiting, 5, what="the stream let go")
+    client.wake_up()
+    assert fake.engine.generated_tokens == 0 and fake.engine.running == 0

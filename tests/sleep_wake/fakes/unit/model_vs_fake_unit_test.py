@@ -113,6 +113,14 @@ class ModelAgreesWithTheFake(RuleBasedStateMachine):
     def _resume(self, op):
         self.engine.resume()
 
+    def _cancel_queued(self, op):
+        """A request that waits, its client gone: the engine lets go of it unscheduled (the state unchanged)."""
+        ticket = self.engine.accept()
+        assert not self.engine.wait_scheduled(ticket, gone=lambda: True), (
+            f"after {self.steps}: a request whose client went away was scheduled in ({self.state.describe()})"
+        )
+        self.engine.finish()
+
     def _reset_prefix_cache(self, op):
         assert self.engine.reset_prefix_cache() is model.reset_prefix_cache_result(
             VERSION, "http", model.resets_prefix_cache(self.state)
