@@ -13,6 +13,7 @@ only (shards that hand servers on, and shards that probe and end theirs): four r
 with the walk's pairs.
 """
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -95,17 +96,29 @@ def _on_fake() -> bool:
     return os.environ.get(servers.SERVER_MODULE_ENV, servers.DEFAULT_SERVER_MODULE) != servers.DEFAULT_SERVER_MODULE
 
 
+def _run_all(specs: list[tuple]) -> list[tuple[dict, list[dict]]]:
+    """_run of each spec, in order. On the fake the runs share nothing (each its own servers, outputs and
+    parked fakes), so they run side by side on the cores this test has; on a GPU one after another, since the
+    launcher parks every given-back server for any later start, and one run would take over another's."""
+    if not _on_fake():
+        return [_run(*spec) for spec in specs]
+    workers = max(1, min(len(specs), len(os.sched_getaffinity(0))))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda spec: _run(*spec), specs))
+
+
 def test_reuse_in_either_order_ends_every_test_as_fresh_servers_do():
     files = _files()
-    alone, fresh_records = _run("fresh", files, reuse_on=False)
-    forward, forward_records = _run("reuse", files, reuse_on=True)
-    backward, backward_records = _run("reuse-reversed", list(reversed(files)), reuse_on=True)
-    runs = [("reuse", forward, forward_records), ("reuse-reversed", backward, backward_records)]
+    specs = [("fresh", files, False), ("reuse", files, True), ("reuse-reversed", list(reversed(files)), True)]
     if _on_fake():
         # The fixtures' parked path, as between cells: servers given back with their readings as JSON and
         # taken over at a start (parked_fake.py plays the launcher's parking within the process).
-        parked, parked_records = _run("parked", files, reuse_on=True, server_module=PARKED_FAKE)
-        runs.append(("parked", parked, parked_records))
+        specs.append(("parked", files, True, PARKED_FAKE))
+    (alone, fresh_records), (forward, forward_records), (backward, backward_records), *parked = _run_all(specs)
+    runs = [("reuse", forward, forward_records), ("reuse-reversed", backward, backward_records)]
+    if parked:
+        runs.append(("parked", *parked[0]))
+        parked_records = parked[0][1]
     else:
         parked_records = forward_records  # the launcher's parking itself
     assert alone and all(outcome == "passed" for outcome, _ in alone.values()), (
