@@ -462,7 +462,10 @@ MUTANTS = {
             "end: the stream stays open.",
             # vLLM's stream stays open: a hang (no answer past the completion bound); the fake's ends without the
             # finish reasons.
-            {"abort_parallel_sampling": ("requests.abort_time", "requests.clean_end", "api.answers")},
+            {
+                "abort_parallel_sampling": ("requests.abort_time", "requests.clean_end", "api.answers"),
+                "state_walk": ("requests.abort_time", "requests.abort_aborts", "requests.clean_end", "api.answers"),
+            },
             "scheduling:abort_leaves_choices_running",
             size="every choice's end lost",
             fails_as=(HANG,),
