@@ -55,10 +55,11 @@ def _kv_wake_under_sleeping_weights(state: State, op: Operation) -> bool:
 
 # mutant (the catalogue's name; state_walk among its killers) -> the steps where its patch departs from vLLM.
 REACHES: dict[str, Reach] = {
-    # An abort that ends a request of several choices: an n=4 stream in flight, or a held request (a keep may
-    # have frozen an n=4 stream: the model does not tell the held kinds apart).
+    # An abort that ends a request of several choices: an n=4 stream in flight, a "plain" queued one (an n=4
+    # stream, model.QUEUED_KINDS), or a held request (a keep may have frozen an n=4 stream: the model does not
+    # tell the held kinds apart).
     "abort_leaves_choices_running": lambda s, op: (
-        _pauses(op) and op.mode == "abort" and (_in_flight(op) == model.N4 or s.held is not None)
+        _pauses(op) and op.mode == "abort" and (_in_flight(op) == model.N4 or "plain" in s.queued or s.held is not None)
     ),
     "abort_spares_waiting": lambda s, op: (
         _pauses(op) and op.mode == "abort" and bool(s.queued or (s.held and not s.held_kv))

@@ -109,7 +109,11 @@ def _run_all(specs: list[tuple]) -> list[tuple[dict, list[dict]]]:
 
 def test_reuse_in_either_order_ends_every_test_as_fresh_servers_do():
     files = _files()
-    specs = [("fresh", files, False), ("reuse", files, True), ("reuse-reversed", list(reversed(files)), True)]
+    specs: list[tuple] = [
+        ("fresh", files, False),
+        ("reuse", files, True),
+        ("reuse-reversed", list(reversed(files)), True),
+    ]
     if _on_fake():
         # The fixtures' parked path, as between cells: servers given back with their readings as JSON and
         # taken over at a start (parked_fake.py plays the launcher's parking within the process).
