@@ -162,7 +162,8 @@ if [[ -n "$cpu_filter" ]]; then
     # Its server inherits the client's niceness when this starts it, and so do its tests. Its CPUs are its
     # quarter too: a test that holds several (a `cpu:N` tag) runs with fewer others beside it.
     nice -n 10 bazel --output_base="$cpu_base" test --config=gpu "${suffix[@]}" --jobs="$cpu_jobs" \
-      --local_test_jobs="$cpu_jobs" --local_cpu_resources="$cpu_jobs" --symlink_prefix=/ --build_event_json_file="$PWD/$cpu_bep" "$cpu_filter" "$@" \
+      --local_test_jobs="$cpu_jobs" --local_cpu_resources="$cpu_jobs" --symlink_prefix=/ \
+      --build_event_json_file="$PWD/$cpu_bep" "$cpu_filter" "$@" \
       </dev/null >"$cpu_log" 2>&1 &
     cpu_pid=$!
     trap 'kill "$cpu_pid" 2>/dev/null; ((keep_s)) || kill "$host_pid" 2>/dev/null' EXIT

@@ -102,8 +102,7 @@ def _run_all(specs: list[tuple]) -> list[tuple[dict, list[dict]]]:
     launcher parks every given-back server for any later start, and one run would take over another's."""
     if not _on_fake():
         return [_run(*spec) for spec in specs]
-    workers = max(1, min(len(specs), len(os.sched_getaffinity(0))))
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    with concurrent.futures.ThreadPoolExecutor(min(len(specs), len(os.sched_getaffinity(0)))) as pool:
         return list(pool.map(lambda spec: _run(*spec), specs))
 
 
@@ -118,13 +117,11 @@ def test_reuse_in_either_order_ends_every_test_as_fresh_servers_do():
         # The fixtures' parked path, as between cells: servers given back with their readings as JSON and
         # taken over at a start (parked_fake.py plays the launcher's parking within the process).
         specs.append(("parked", files, True, PARKED_FAKE))
-    (alone, fresh_records), (forward, forward_records), (backward, backward_records), *parked = _run_all(specs)
-    runs = [("reuse", forward, forward_records), ("reuse-reversed", backward, backward_records)]
-    if parked:
-        runs.append(("parked", *parked[0]))
-        parked_records = parked[0][1]
-    else:
-        parked_records = forward_records  # the launcher's parking itself
+    ended: dict[str, tuple[dict, list[dict]]] = dict(zip([spec[0] for spec in specs], _run_all(specs)))
+    alone, fresh_records = ended.pop("fresh")
+    runs = [(name, ends, records) for name, (ends, records) in ended.items()]
+    # On a GPU the launcher's parking itself, which the reuse runs take.
+    parked_records = ended.get("parked", ended["reuse"])[1]
     assert alone and all(outcome == "passed" for outcome, _ in alone.values()), (
         f"with fresh servers some tests did not pass, so equal verdicts would prove little: {alone}"
     )
