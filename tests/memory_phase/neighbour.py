@@ -4,6 +4,10 @@ on purpose) or inside an ALLOCATE phase declaring its size (--rule bytes). It pr
 its first attempt at its phase, made inside the sleep's window, was refused, and whether the sleep's
 phase was held when the allocation began and when it had landed.
 
+It moves once the sleep has begun freeing (device-wide free memory rose while the phase was held), not
+when the phase appears: vLLM's Worker.sleep reads its free-memory baseline before it frees anything, so an
+allocation landing between the phase and that read is in the baseline and cannot trip vLLM's check.
+
     python -m tests.memory_phase.neighbour --lock LOCK --bytes N --rule none|bytes
 """
 
@@ -15,13 +19,29 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from tools.launcher import gpu_lease, memory_claims
 from tools.launcher.errors import LeaseTimeoutError
 
+# cudaMemGetInfo counts whole pages: a rise of one 2 MiB page is the sleep releasing memory, not noise,
+# on a GPU the test holds alone.
+RISE_BYTES = 2 << 20
+
 
 def _sleep_inside(fd: int) -> bool:
     return gpu_lease._held_by_others(fd, gpu_lease._INSIDE[gpu_lease.FREE])
+
+
+def released_while_held(inside: Callable[[], bool], free_bytes: Callable[[], int]) -> bool:
+    """Polls without pause (a sleep frees for 0.1-0.3 s) until device-wide free memory has risen by
+    RISE_BYTES over its value at the call while the sleep's phase is held: True then, False once the phase
+    ended first (the sleep freed nothing the neighbour could see)."""
+    base = free_bytes()
+    while inside():
+        if free_bytes() >= base + RISE_BYTES:
+            return True
+    return False
 
 
 def _allocate_phase(args, timeout_s: float):
@@ -49,6 +69,9 @@ def main(argv=None) -> int:
         if time.monotonic() > deadline:
             print(json.dumps({"error": "no sleep held the FREE phase within %.0f s" % args.timeout_s}), flush=True)
             return 1
+    if not released_while_held(lambda: _sleep_inside(fd), lambda: torch.cuda.mem_get_info()[0]):
+        print(json.dumps({"error": "the sleep's phase ended before device free memory rose"}), flush=True)
+        return 1
     with contextlib.ExitStack() as stack:
         refused = False
         if args.rule != "none":
