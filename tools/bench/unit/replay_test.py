@@ -1,6 +1,7 @@
 """The scheduler replay: its list scheduling, its scaling of memory-phase waits, its floors, and the
-measured one-GPU main-job runs kept in testdata/runs (their records and console logs) replayed
-on their own machine against the elapsed time each record measured."""
+measured one-GPU runs of the main job kept in testdata/runs (their records and console logs; whole, or of
+the cells named to tools/setup.sh, each on the card its name says) replayed on their own machine against
+the elapsed time each record measured."""
 
 import json
 import os
