@@ -5,6 +5,7 @@ server_timings, tools/launcher/timings.py)."""
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -98,7 +99,8 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
     "outcomes": its test cases' {"passed", "failed", "skipped"} counts, the "timings"
     (server_timings) it recorded, with their "cell" and "start_mode", and "test_cpu": its test process's
     CPU seconds (test_process_cpu), None where it recorded none, "walk_steps": the (time, operation
-    token) of each walk_step it recorded, in time order, and "xml": its test.xml's real path.
+    token) of each walk_step it recorded, in time order, "walk_races": its walk_race records (value,
+    asked, choices, outcome, op), and "xml": its test.xml's real path.
     only: the real paths of the test.xml files to keep; attempt_s: real path of a test.xml -> Bazel's
     seconds of its attempt (an invocation's xmls and attempt_s: tools/report/reading.py)."""
     units: list[dict] = []
@@ -139,6 +141,11 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
                 None,
             )
             walk_steps = sorted((e["time"], e.get("op", "")) for e in entries if e.get("key") == "walk_step")
+            walk_races = [
+                {k: e.get(k) for k in ("value", "asked", "choices", "outcome", "op")}
+                for e in entries
+                if e.get("key") == "walk_race"
+            ]
             units.append(
                 {
                     "unit": os.path.relpath(unit_dir, testlogs_dir),
@@ -149,6 +156,7 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
                     "timings": timings,
                     "test_cpu": test_cpu,
                     "walk_steps": walk_steps,
+                    "walk_races": walk_races,
                     "xml": xml,
                 }
             )
@@ -460,6 +468,41 @@ def walk_step_seconds_text(kinds: list[tuple]) -> str:
     return "walk steps, mean seconds by operation: " + ", ".join(f"{k} {mean:.2f} ({n} steps)" for k, n, mean in kinds)
 
 
+def walk_races(units: list[dict]) -> dict | None:
+    """The GPU walk's races of a request in flight against a sleep that does not drain it (mode keep or
+    abort): how many, by outcome, and the tokens the engine had generated per choice when /sleep answered
+    (median, max) against the tokens each asked for: what a shorter request in flight would have to stay
+    above. None where no such race was recorded."""
+    races = [
+        r
+        for u in gpu_units(units)
+        for r in u.get("walk_races") or []
+        if str(r.get("op") or "").split(":")[2:3] != ["wait"] and r.get("choices")
+    ]
+    if not races:
+        return None
+    per_choice = [r["value"] / r["choices"] for r in races]
+    caught = [r["value"] / r["choices"] for r in races if r["outcome"] == "caught"]
+    return {
+        "races": len(races),
+        "outcomes": dict(sorted(collections.Counter(r["outcome"] for r in races).items())),
+        "median": statistics.median(per_choice),
+        "max": max(per_choice),
+        "caught_max": max(caught) if caught else None,
+        "asked": sorted({r["asked"] for r in races}),
+    }
+
+
+def walk_races_text(r: dict) -> str:
+    outcomes = ", ".join(f"{k} {n}" for k, n in r["outcomes"].items())
+    caught = "none caught" if r["caught_max"] is None else f"{r['caught_max']:.0f} in a caught one"
+    return (
+        f"walk races of a request in flight (keep, abort): {r['races']} ({outcomes}); tokens generated per choice"
+        f" when /sleep answered: median {r['median']:.1f}, max {r['max']:.0f} ({caught}) of"
+        f" {'/'.join(map(str, r['asked']))} asked"
+    )
+
+
 # The walk issue's bound on one GPU walk shard inside the default main job: its time, the start of its
 # server included, on Bazel's clock where the build events give it (a shard is one Bazel test unit, and
 # what `bazel test` prints for it is what a user waits for when picking one).
@@ -665,6 +708,9 @@ def main(argv=None) -> int:
     if steps:
         print(walk_step_seconds_text(steps))
         print(walk_shard_split_text(walk_shard_split(units)))
+    races = walk_races(units)
+    if races:
+        print(walk_races_text(races))
     shards = walk_shards(units)
     if shards:
         print(walk_shards_text(shards))

@@ -536,6 +536,18 @@ class GpuSubject:
                 race.judge_outcome(drains=False)
             elif any(f.done() for f in futures):  # a keep holds them, a wait drains them before answering
                 race.judge_outcome(drains=ends == "completed")
+            # How far the requests had got when the sleep answered, against how long they were: the margin
+            # a request in flight's length (STREAM_TOKENS) keeps over a lost race (tools/bench/bazel_runs.py).
+            self.ctx.recorder.record(
+                "",
+                "walk_race",
+                at_answer,
+                "tokens",
+                asked=tokens,
+                choices=race.choices,
+                outcome=race.outcome,
+                op=str(op),
+            )
             return race
         except BaseException:
             stack.__exit__(*sys.exc_info())

@@ -573,3 +573,44 @@ def test_walk_shards_are_judged_on_pytests_clock_when_a_shard_lacks_bazels(tmp_p
 def test_a_run_without_walk_shards_counts_none_rather_than_zero(tmp_path):
     _unit(tmp_path, "flags_mrv1_eager", 95.0, _timing("zygote", start_s=5.0))
     assert bazel_runs.walk_shards(bazel_runs.test_units(str(tmp_path))) is None
+
+
+def _race(tokens, asked, choices, outcome, op):
+    return {"key": "walk_race", "value": tokens, "asked": asked, "choices": choices, "outcome": outcome, "op": op}
+
+
+def test_the_walks_races_say_how_far_a_request_in_flight_got_before_the_sleep_answered(tmp_path, capsys):
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_1_of_2",
+        50.0,
+        _timing("zygote"),
+        _race(6, 128, 1, "caught", "sleep:1:keep:1"),
+        _race(40, 128, 4, "caught", "sleep:0:abort:n4"),  # 10 a choice
+        _race(512, 128, 4, "caught", "sleep:1:wait:n4"),  # a wait drains them: no margin to read
+    )
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_2_of_2",
+        50.0,
+        _timing("zygote"),
+        _race(128, 128, 1, "lost", "sleep:2:abort:1"),
+        _race(8, 256, 1, "caught", "sleep:2:abort:1"),
+    )
+    _unit(tmp_path, "state_walk_fake_mrv1_eager", 9.0, _timing("fake"), _race(1, 128, 1, "caught", "sleep:1:keep:1"))
+    races = bazel_runs.walk_races(bazel_runs.test_units(str(tmp_path)))
+    # per choice 6, 10, 128, 8: the fake tier's and the drained race left out
+    assert races == {
+        "races": 4,
+        "outcomes": {"caught": 3, "lost": 1},
+        "median": 9.0,
+        "max": 128.0,
+        "caught_max": 10.0,
+        "asked": [128, 256],
+    }
+    assert bazel_runs.main([str(tmp_path)]) == 0
+    assert (
+        "walk races of a request in flight (keep, abort): 4 (caught 3, lost 1); tokens generated per choice when"
+        " /sleep answered: median 9.0, max 128 (10 in a caught one) of 128/256 asked"
+    ) in capsys.readouterr().out
+    assert bazel_runs.walk_races(bazel_runs.test_units(str(tmp_path / "none"))) is None
