@@ -45,13 +45,15 @@ class TrainerError(RuntimeError):
 
 
 class TrainerProcess:
-    """The trainer child, started on first use. allocation: a context manager factory (what) -> the memory
-    phase the trainer's GPU allocations take (SleepWakeClient.allocation)."""
+    """The trainer child, started at once: its imports (torch's takes seconds) run beside the test, and
+    only its CUDA context and the checkpoints' tensors wait for the first push, inside the memory phase.
+    allocation: a context manager factory (what) -> the memory phase the trainer's GPU allocations take
+    (SleepWakeClient.allocation)."""
 
     def __init__(self, allocation) -> None:
         self._allocation = allocation
-        self._proc: subprocess.Popen | None = None
         self._held: dict[str, dict] = {}
+        self._proc: subprocess.Popen | None = self._start()
 
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -65,9 +67,9 @@ class TrainerProcess:
 
     def _hold(self, checkpoint: str) -> dict:
         if checkpoint not in self._held:
+            if self._proc is None:
+                raise TrainerError("the trainer was closed: a push after close() has no trainer to come from")
             with self._allocation("trainer"):
-                if self._proc is None:
-                    self._proc = self._start()
                 stdin, stdout = _pipes(self._proc)
                 stdin.write(json.dumps({"hold": checkpoint}) + "\n")
                 stdin.flush()
@@ -129,13 +131,17 @@ def _payloads(checkpoint: str, device, held: list) -> dict:
 
 
 def main() -> None:
-    import torch
+    import torch  # before the first request, which comes inside the test's memory phase
 
-    device = torch.device("cuda", torch.cuda.current_device())
+    import tools.launcher.weight_receiver  # noqa: F401  the same: _payloads' import then costs nothing
+
+    device = None
     held: list = []
     for line in sys.stdin:
         request = json.loads(line)
         try:
+            if device is None:  # the CUDA context: an allocation, so inside the phase the request came in
+                device = torch.device("cuda", torch.cuda.current_device())
             answer = _payloads(request["hold"], device, held)
         except Exception as e:  # noqa: BLE001  reported to the test, which raises TrainerError
             answer = {"error": f"{type(e).__name__}: {e}"}

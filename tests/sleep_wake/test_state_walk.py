@@ -129,8 +129,8 @@ def lend_check(cell, lent, client, recorder) -> str | None:
 
 @pytest.fixture(scope="class")
 def walk_trainer(client):
-    """The RL trainer beside the server (tests/core/trainer.py), for the walk's pushes that cross processes;
-    started on its first push."""
+    """The RL trainer beside the server (tests/core/trainer.py), for the walk's pushes that cross processes:
+    its process starts now, its GPU memory is taken on the first push."""
     trainer = servers.trainer_class()(client.allocation)
     yield trainer
     trainer.close()
