@@ -99,8 +99,8 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
     "outcomes": its test cases' {"passed", "failed", "skipped"} counts, the "timings"
     (server_timings) it recorded, with their "cell" and "start_mode", and "test_cpu": its test process's
     CPU seconds (test_process_cpu), None where it recorded none, "walk_steps": the (time, operation
-    token) of each walk_step it recorded, in time order, "walk_races": its walk_race records (value,
-    asked, choices, outcome, op), and "xml": its test.xml's real path.
+    token) of each walk_step it recorded, in time order, "walk_races": its walk_race records, and "xml":
+    its test.xml's real path.
     only: the real paths of the test.xml files to keep; attempt_s: real path of a test.xml -> Bazel's
     seconds of its attempt (an invocation's xmls and attempt_s: tools/report/reading.py)."""
     units: list[dict] = []
@@ -141,11 +141,7 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
                 None,
             )
             walk_steps = sorted((e["time"], e.get("op", "")) for e in entries if e.get("key") == "walk_step")
-            walk_races = [
-                {k: e.get(k) for k in ("value", "asked", "choices", "outcome", "op")}
-                for e in entries
-                if e.get("key") == "walk_race"
-            ]
+            walk_races = [e for e in entries if e.get("key") == "walk_race"]
             units.append(
                 {
                     "unit": os.path.relpath(unit_dir, testlogs_dir),
@@ -473,12 +469,8 @@ def walk_races(units: list[dict]) -> dict | None:
     abort): how many, by outcome, and the tokens the engine had generated per choice when /sleep answered
     (median, max) against the tokens each asked for: what a shorter request in flight would have to stay
     above. None where no such race was recorded."""
-    races = [
-        r
-        for u in gpu_units(units)
-        for r in u.get("walk_races") or []
-        if str(r.get("op") or "").split(":")[2:3] != ["wait"] and r.get("choices")
-    ]
+    # the op token is sleep:<level>:<mode>:<requests in flight> (gpu_walk.py's walk_race record)
+    races = [r for u in gpu_units(units) for r in u.get("walk_races") or [] if r["op"].split(":")[2] != "wait"]
     if not races:
         return None
     per_choice = [r["value"] / r["choices"] for r in races]
