@@ -7,7 +7,7 @@ what is generated.
 
 load("//platforms:exec_properties.bzl", "exec_properties_for_tags")
 load("//tools:goldens.bzl", "CHECKPOINTS", "golden_label")
-load("//tools:matrix.bzl", "BAZEL_MAX_SHARDS", "DOOR_CELLS", "DOOR_EXCLUDED", "DOOR_FAKE_ONLY", "EXECUTION_MODES", "FRONT_DOORS", "GOLDEN_CLASSES", "RUNNERS")
+load("//tools:matrix.bzl", "BAZEL_MAX_SHARDS", "CLASS_SERVER_SETTINGS", "DOOR_CELLS", "DOOR_EXCLUDED", "DOOR_FAKE_ONLY", "EXECUTION_MODES", "FRONT_DOORS", "GOLDEN_CLASSES", "RUNNERS")
 
 # Tags every GPU cell carries. `gpu` is what the default (CPU) config filters out; the others are
 # the names TF/XLA/JAX runners already select on.
@@ -121,6 +121,10 @@ def gpu_cell_env(runner, mode, door = "http"):
         "SLEEPWAKE_MODEL_B": "$(rootpath %s)" % _MODEL_B_CONFIG,
         "SLEEPWAKE_VLLM_IDENTITY": "$(rootpath %s)" % _GPU_IDENTITY,
     }
+
+def class_server_env(test_class):
+    """The variables of the server settings a class's GPU cells start with (CLASS_SERVER_SETTINGS)."""
+    return {"SLEEPWAKE_" + name.upper(): value for name, value in CLASS_SERVER_SETTINGS.get(test_class, {}).items()}
 
 def cell_goldens(classes, runner, mode, fake_cell = None):
     """The env and data that give a target the goldens of the checkpoints its classes compare with.
@@ -294,7 +298,7 @@ def sleep_wake_matrix(
             srcs = [classes[test_class]],
             deps = deps,
             data = GPU_CELL_DATA + golden_data + plan_data,
-            env = dict(dict(gpu_cell_env(runner, mode, door), **golden_env), **plan_env),
+            env = dict(dict(dict(gpu_cell_env(runner, mode, door), **golden_env), **plan_env), **class_server_env(test_class)),
             tags = GPU_TAGS + [runner, mode, test_class, gpu_class_tag(test_class), door],
             size = "large",
             timeout = timeout,

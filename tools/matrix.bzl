@@ -119,6 +119,13 @@ SHARD_COUNTS = {
     },
 }
 
+# Server settings (tools/launcher/config.py ServerConfig) a class's GPU cells start with beyond the cell's,
+# set as SLEEPWAKE_<NAME> (tools/defs.bzl): weight_sync's native push way needs vLLM's own weight-transfer
+# backend, auto where the runner's release has it (tests/core/cells.py resolves it; none before 0.26.0).
+CLASS_SERVER_SETTINGS = {
+    "weight_sync": {"weight_transfer": "auto"},
+}
+
 # The most shards Bazel (4.2) lets a test have: above it the target fails analysis ("Having more than 50 shards
 # is indicative of poor test organization"). A class split finer (SHARD_COUNTS) gets the fewest Bazel shards
 # that run its shards' classes in equal numbers (tools/defs.bzl, tools/matrix.py bazel_shard_count): each

@@ -26,6 +26,7 @@ EXECUTION_MODES: dict = _SPEC["EXECUTION_MODES"]  # mode -> vLLM flags
 SLEEP_WAKE_CLASSES: dict = _SPEC["SLEEP_WAKE_CLASSES"]  # class short name -> its file in //tests/sleep_wake
 SHARD_COUNTS: dict = _SPEC["SHARD_COUNTS"]  # class short name -> {door: {mode: shards}}
 BAZEL_MAX_SHARDS: int = _SPEC["BAZEL_MAX_SHARDS"]
+CLASS_SERVER_SETTINGS: dict = _SPEC["CLASS_SERVER_SETTINGS"]  # class short name -> {ServerConfig setting: value}
 GOLDEN_CLASSES: dict = _SPEC["GOLDEN_CLASSES"]  # class short name -> the checkpoints ("a", "b") it compares with
 RELEASES: tuple = tuple(_SPEC["RELEASES"])
 SUITE_RELEASE: str = _SPEC["SUITE_RELEASE"]

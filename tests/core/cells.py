@@ -12,8 +12,9 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from tests.core import releases, servers
 from tools.launcher import door_host
-from tools.launcher.config import ServerConfig
+from tools.launcher.config import ServerConfig, resolve_weight_transfer
 from tools.matrix import EXECUTION_MODES, RUNNERS, cell_id
 
 # RUNNERS and EXECUTION_MODES: the matrix's vocabulary, which thresholds.py reads from here.
@@ -23,6 +24,7 @@ __all__ = ["EXECUTION_MODES", "RUNNERS", "CellSpec", "cell_from_env"]
 @dataclasses.dataclass(frozen=True)
 class CellSpec:
     config: ServerConfig  # never changed: each server gets its own copy (server_config)
+    native_off: str = ""  # why the cell's servers have no weight-transfer backend, where they have none
 
     @property
     def runner(self) -> str:
@@ -51,7 +53,12 @@ class CellSpec:
 def cell_from_env(environ: Mapping[str, str] = os.environ) -> CellSpec:
     """The cell of this test process; ConfigError (tools/launcher/errors.py) names a variable that does
     not parse."""
-    return CellSpec(ServerConfig.from_env(environ=environ))
+    config = ServerConfig.from_env(environ=environ)
+    # weight_transfer auto (a class's setting, tools/matrix.bzl CLASS_SERVER_SETTINGS) by the vLLM the
+    # toolchain's identity names: a server of a release without the API would not start with it.
+    installed = releases.from_identity(servers.identity(environ))
+    backend, off = resolve_weight_transfer(config.weight_transfer, installed and releases.public(installed))
+    return CellSpec(dataclasses.replace(config, weight_transfer=backend), native_off=off)
 
 
 def door_cannot(cell: CellSpec, capability: str) -> str | None:

@@ -7,6 +7,7 @@ import ipaddress
 import json
 import os
 import pwd
+import re
 import subprocess
 import sys
 
@@ -29,7 +30,10 @@ VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 # FRONT_DOORS (tools/matrix.bzl): HTTP is vLLM's OpenAI server; the others run in DOOR_HOST_MODULE, behind the same API.
 DOOR_HOST_MODULE = "tools.launcher.door_host"
 WORKER_EXTENSION = "tools.launcher.weight_receiver.WeightReceiver"
-WEIGHT_TRANSFER_BACKENDS = ("none", "ipc")
+WEIGHT_TRANSFER_BACKENDS = ("none", "ipc", "auto")
+# The first release with vLLM's weight-transfer API (--weight-transfer-config, the /start_weight_update,
+# /update_weights and /finish_weight_update routes, vllm/distributed/weight_transfer): what "auto" is resolved by.
+WEIGHT_TRANSFER_SINCE = "0.26.0"
 # The folder that holds `tools`: on every server's PYTHONPATH, so vLLM's workers import WORKER_EXTENSION.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What every vLLM server imports only after VLLM_ENTRYPOINT: the API server's engine client (with the
@@ -181,9 +185,11 @@ class ServerConfig:
     )
     weight_transfer: str = _setting(
         "none",
-        "vLLM's own weight-transfer backend the server starts with (--weight-transfer-config): none, or ipc,"
+        "vLLM's own weight-transfer backend the server starts with (--weight-transfer-config): none; ipc,"
         " CUDA-IPC handles from a trainer on the same GPU (the suite's native push way; vLLM 0.26.0's module"
-        " for it imports ray, which vLLM does not require, so the server's Python must have ray).",
+        " for it imports ray, which vLLM does not require, so the server's Python must have ray); auto, ipc"
+        " where the runner's vLLM release has the API, none where not (a test's cell resolves it from the"
+        " toolchain's identity: tests/core/cells.py; the launcher itself takes none or ipc).",
         choices=WEIGHT_TRANSFER_BACKENDS,
     )
     start_mode: str = _setting(
@@ -498,6 +504,22 @@ def _check_writable_dir(name: str, path: str) -> None:
         )
 
 
+def resolve_weight_transfer(setting: str, release: str | None) -> tuple[str, str]:
+    """The backend a server of vLLM `release` starts with for weight_transfer `setting`, and, where that is
+    none, why the native push way is off: auto is ipc from WEIGHT_TRANSFER_SINCE on."""
+    if setting != "auto":
+        return setting, "" if setting != "none" else "its server starts with weight_transfer none"
+    if release is None:
+        return "none", "the runner's vLLM release is unknown (no toolchain identity), so weight_transfer auto is none"
+    if _release_key(release) < _release_key(WEIGHT_TRANSFER_SINCE):
+        return "none", f"vLLM {release} has no weight-transfer API (new in {WEIGHT_TRANSFER_SINCE})"
+    return "ipc", ""
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", release.split("+", 1)[0])[:3])
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -541,6 +563,11 @@ def build_command(config: ServerConfig, port, python: str = sys.executable) -> l
         "--worker-extension-cls",
         WORKER_EXTENSION,
     ]
+    if config.weight_transfer == "auto":
+        raise ConfigError(
+            "weight_transfer auto depends on the runner's vLLM release, which the launcher does not know: pass"
+            " none or ipc (a test's cell resolves auto itself, tests/core/cells.py)"
+        )
     if config.weight_transfer != "none":
         argv += ["--weight-transfer-config", json.dumps({"backend": config.weight_transfer})]
     # Stats stay on: the sleep-state gauge lives in /metrics.

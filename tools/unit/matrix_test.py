@@ -135,3 +135,16 @@ def test_a_cells_bazel_shards_are_within_bazels_limit_and_run_as_many_shards_eac
                     loads,
                 )
     assert matrix.bazel_shard_count("no_such_class", "eager", matrix.HTTP) == 1
+
+
+def test_every_class_server_setting_is_a_launcher_setting_with_a_valid_value():
+    from tools.launcher import config
+
+    settings = {f.name: f for f in config.settings()}
+    assert matrix.CLASS_SERVER_SETTINGS, "no class sets a server setting: the test below would check nothing"
+    for short, values in matrix.CLASS_SERVER_SETTINGS.items():
+        assert short in matrix.SLEEP_WAKE_CLASSES, short
+        for name, value in values.items():
+            assert name in settings and settings[name].metadata["env"], (short, name)
+            choices = settings[name].metadata["choices"]
+            assert not choices or value in choices, (short, name, value, choices)

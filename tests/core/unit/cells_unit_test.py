@@ -44,3 +44,30 @@ def test_a_door_that_declares_it_cannot_gives_its_reason_and_another_door_none()
     assert cells.door_cannot(http, "stream") is None and cells.door_cannot(async_llm, "stream") is None
     with pytest.raises(ValueError, match="no door declares it"):
         cells.door_cannot(llm, "streaming")  # a misspelt capability must not skip nothing, silently
+
+
+def _identity(tmp_path, release: str) -> str:
+    path = tmp_path / "identity.txt"
+    path.write_text(f"python: 3.12.3 /py\nvllm: {release} record-sha256=00\ntorch: 2.11.0 record-sha256=00\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "release,backend,off",
+    [("0.26.0", "ipc", ""), ("0.26.0+cu130", "ipc", ""), ("0.25.0", "none", "vLLM 0.25.0 has no weight-transfer API")],
+)
+def test_weight_transfer_auto_follows_the_toolchains_release(tmp_path, release, backend, off):
+    env = {"SLEEPWAKE_WEIGHT_TRANSFER": "auto", "SLEEPWAKE_VLLM_IDENTITY": _identity(tmp_path, release)}
+    cell = cells.cell_from_env(env)
+    assert cell.config.weight_transfer == backend
+    assert cell.native_off.startswith(off) and bool(cell.native_off) == bool(off)
+
+
+def test_weight_transfer_auto_without_an_identity_is_none_and_says_why():
+    cell = cells.cell_from_env({"SLEEPWAKE_WEIGHT_TRANSFER": "auto"})
+    assert cell.config.weight_transfer == "none" and "release is unknown" in cell.native_off
+
+
+def test_a_set_weight_transfer_is_kept_whatever_the_release(tmp_path):
+    env = {"SLEEPWAKE_WEIGHT_TRANSFER": "ipc", "SLEEPWAKE_VLLM_IDENTITY": _identity(tmp_path, "0.25.0")}
+    assert cells.cell_from_env(env).config.weight_transfer == "ipc"

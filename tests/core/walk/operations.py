@@ -121,10 +121,12 @@ NOT_MODELLED = {
         "tests/sleep_wake/test_rl_recipes.py::TestRlRecipes::test_verl_worker_level_sleep, on the async_llm door"
     ),
     "push:native (vLLM's weight-transfer API: start_weight_update, update_weights, finish_weight_update)": (
-        "it needs the server started with its IPC backend (SLEEPWAKE_WEIGHT_TRANSFER=ipc), whose module imports "
-        "ray (vllm/distributed/weight_transfer/ipc_engine.py:11), which the suite's venv does not install, and "
-        "the walk cells' servers start without it; tests/sleep_wake/test_weight_sync.py takes the way on a cell "
-        "whose server has it (tests/core/pushes.py NativePush)"
+        "it needs the server started with vLLM's IPC backend (SLEEPWAKE_WEIGHT_TRANSFER=ipc), whose module "
+        "imports ray (vllm/distributed/weight_transfer/ipc_engine.py:11), and the walk cells' servers start "
+        "without it: its moves are push:ipc's (CUDA-IPC handles of a trainer's tensors loaded into the awake "
+        "weights pool), which the walk takes in every state; tests/sleep_wake/test_weight_sync.py takes the "
+        "native way on every weight_sync cell whose release has the API (tools/matrix.bzl CLASS_SERVER_SETTINGS, "
+        "tests/core/pushes.py NativePush)"
     ),
     "push:disk": "it is the walk's reload:A and reload:B (collective_rpc reload_weights with weights_path)",
     "/pause landing while a request decodes (OpenRLHF's and SkyRL's partial rollout)": (

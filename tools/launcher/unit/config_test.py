@@ -256,3 +256,14 @@ def test_env_diff_names_added_changed_and_removed():
         "+D=4",
         "-C",
     ]
+
+
+def test_weight_transfer_auto_is_resolved_before_a_start_never_by_the_launcher(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    cfg = ServerConfig(model=str(tmp_path), weight_transfer="auto")
+    with pytest.raises(ConfigError, match="weight_transfer auto depends on the runner's vLLM release"):
+        config.build_command(cfg, 8001, python="/py")
+    assert config.resolve_weight_transfer("auto", "0.26.0") == ("ipc", "")
+    assert config.resolve_weight_transfer("auto", "0.27.1") == ("ipc", "")
+    assert config.resolve_weight_transfer("auto", "0.24.0")[0] == "none"
+    assert config.resolve_weight_transfer("ipc", "0.24.0") == ("ipc", "")
