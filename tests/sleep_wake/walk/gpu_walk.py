@@ -95,13 +95,21 @@ class Context:
         return door_host.cannot(self.door, "concurrent_calls") is not None
 
 
+def race_tokens(in_flight) -> int:
+    """The tokens each request a sleep races asks for. Long enough to still decode when /sleep answers
+    (thresholds race_tokens, sized from the walk_race records); a race lost anyway runs again with twice
+    as many. A sleep that must see a second request arrive during its drain (in-flight kind 2) keeps the
+    golden's STREAM_TOKENS: its drain, after the engine is seen paused, must outlast that request's trip."""
+    return STREAM_TOKENS if in_flight == 2 else int(thresholds.get("race_tokens"))
+
+
 @dataclasses.dataclass
 class Open:
     """A request the walk sent that has not ended: its future, what the model calls it (QUEUED_KINDS, or
     "held" for a stream a keep froze), the prompt and its own kind of request (an operation's name), and
     for a held request the checkpoint its first tokens came from, the pool its future runs on (the last of
-    a race's held requests gives it back), the tokens it asked for (twice STREAM_TOKENS where its race ran
-    again) and its choices."""
+    a race's held requests gives it back), the tokens it asked for (its race's: race_tokens, twice that
+    where its race ran again) and its choices."""
 
     future: concurrent.futures.Future
     kind: str
@@ -449,7 +457,7 @@ class GpuSubject:
         # The request is judged only where the sleep caught it in flight (background.race_outcome): a race
         # it lost (it finished first), or one the client cannot tell from a sleep that let it run on, runs
         # once more from the state before, with a request twice as long.
-        race = self._race(op, moves, STREAM_TOKENS, where)
+        race = self._race(op, moves, race_tokens(in_flight), where)
         if race.outcome != CAUGHT:
             race = self._run_again(race, op, s, moves, where)
         self._judge_race(race, op, s, after, existing, where)
@@ -459,7 +467,7 @@ class GpuSubject:
         back to `s`, else `first` where it is unsure (its tokens after /sleep was sent are what a sleep
         that let it run on shows too). One lost twice, or lost with no way back, is a Precondition: the
         sleep met no request in flight, so no oracle of one may judge it."""
-        tokens = 2 * STREAM_TOKENS
+        tokens = 2 * first.tokens
         try:
             way = self._way_back(op, s, tokens)
             if isinstance(way, str) and first.outcome == UNSURE:
@@ -537,7 +545,7 @@ class GpuSubject:
             elif any(f.done() for f in futures):  # a keep holds them, a wait drains them before answering
                 race.judge_outcome(drains=ends == "completed")
             # How far the requests had got when the sleep answered, against how long they were: the margin
-            # a request in flight's length (STREAM_TOKENS) keeps over a lost race (tools/bench/bazel_runs.py).
+            # a request in flight's length (race_tokens) keeps over a lost race (tools/bench/bazel_runs.py).
             self.ctx.recorder.record(
                 "",
                 "walk_race",
@@ -826,8 +834,10 @@ class GpuSubject:
                     "output.finish_length", [len(t) for t in value.token_ids], [o.tokens] * o.n, f"{what}: its tokens"
                 )
                 return
-            got, want = value.token_ids[0], self._golden(golden).stream  # a longer request's first STREAM_TOKENS
-            if len(got) != o.tokens or got[: len(want)] != want:
+            # STREAM_TOKENS long: a shorter request is its first tokens, a longer one's first are it
+            got, want = value.token_ids[0], self._golden(golden).stream
+            n = min(o.tokens, len(want))
+            if len(got) != o.tokens or got[:n] != want[:n]:
                 oracle.fail(
                     "prefix_cache.kept_paused_request",
                     f"{what}: its tokens (first difference at {expect.first_difference(got, want)})",

@@ -309,6 +309,9 @@ class _StatesAsked(gpu_walk.GpuSubject):
         self.checked.append(s)
 
 
+RACE = gpu_walk.race_tokens(1)  # the tokens of a race's request, as the walk sizes it
+
+
 def _race_subject(ends: list[str], max_model_len: int = 1024):
     """(subject, client, the states check_state was asked for) of a walk racing a request against a sleep."""
     client = _RaceClient(ends)
@@ -339,7 +342,7 @@ def test_a_request_that_finished_before_the_sleep_was_sent_is_errored_not_killed
     with pytest.raises(oracle.Precondition, match="finished before /sleep was sent, twice") as e:
         _sleep_racing(subject)
     assert not isinstance(e.value, oracle.OracleFailure)
-    assert client.asked == [gpu_walk.STREAM_TOKENS, 2 * gpu_walk.STREAM_TOKENS]
+    assert client.asked == [RACE, 2 * RACE]
     assert client.calls == ["sleep:0:abort", "wake:None", "sleep:0:abort"]  # the way back is a full wake
     met_none = gpu_walk.ops.sleep(0, "abort").apply(gpu_walk.model.INITIAL)
     assert checked == [met_none, gpu_walk.model.INITIAL]
@@ -354,7 +357,7 @@ def test_a_keep_whose_request_finished_first_is_errored_not_a_held_request_that_
 def test_a_race_lost_once_runs_again_longer_and_is_judged_on_the_second():
     subject, client, _ = _race_subject(["first", "abort"])
     _sleep_racing(subject)  # the second request was aborted: the abort judged, and it passed
-    assert client.asked == [gpu_walk.STREAM_TOKENS, 2 * gpu_walk.STREAM_TOKENS]
+    assert client.asked == [RACE, 2 * RACE]
 
 
 def test_tokens_after_the_sleep_was_sent_still_prove_a_sleep_that_let_the_request_run():
@@ -367,10 +370,18 @@ def test_tokens_after_the_sleep_was_sent_still_prove_a_sleep_that_let_the_reques
 
 
 def test_a_lost_race_with_no_room_for_a_longer_request_is_errored_at_once():
-    subject, client, _ = _race_subject(["first"], max_model_len=gpu_walk.STREAM_TOKENS + 20)
-    with pytest.raises(oracle.Precondition, match="cannot run again: a request of 256 tokens"):
+    subject, client, _ = _race_subject(["first"], max_model_len=RACE + 20)
+    with pytest.raises(oracle.Precondition, match=f"cannot run again: a request of {2 * RACE} tokens"):
         _sleep_racing(subject)
-    assert client.asked == [gpu_walk.STREAM_TOKENS]
+    assert client.asked == [RACE]
+
+
+def test_a_race_is_shorter_than_the_golden_and_runs_again_at_most_its_length():
+    """The race's request is sized from its record (thresholds race_tokens), below the golden's stream, so a
+    held request's tokens are the golden's first ones and a race run again is still within the golden; a
+    late arrival's drain keeps the golden's length."""
+    assert 0 < RACE < 2 * RACE <= gpu_walk.STREAM_TOKENS
+    assert gpu_walk.race_tokens(2) == gpu_walk.STREAM_TOKENS
 
 
 LATE_S = 0.3  # how late a "late abort" ends its request: past the abort_s_max these tests set
