@@ -123,6 +123,8 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
                     launches=e.get("launches", 1),
                     # Sleeps vLLM's own check failed (tools/launcher/timings.py); None in older logs.
                     sleep_asserts=e.get("sleep_asserts"),
+                    # The memory phases by what took them (timings.py); absent in older logs.
+                    memory_phase_by=e.get("memory_phase_by") or {},
                     cpu_by_thread=e.get("cpu_by_thread") or {},
                 )
                 for e in entries
@@ -288,6 +290,30 @@ def matrix_measures(units: list[dict], elapsed_s: float | None) -> dict:
 def _sleep_asserts(gpu: list[dict]) -> int | None:
     counted = [t["sleep_asserts"] for t in gpu_timings(gpu) if t.get("sleep_asserts") is not None]
     return sum(counted) if counted else None
+
+
+def memory_phases_by(units: list[dict]) -> list[tuple[str, int, float, float | None]]:
+    """The GPU servers' memory phases by what took them (timings' memory_phase_by: a worker's sleep, wake
+    or reload, a start step, the launcher's own), most waited first: (what, phases, seconds waited, seconds
+    held or None where some were not timed). Which kind waits, and behind which holds, is what a narrower
+    lock rule would be judged from; empty for records before the breakdown."""
+    total: dict = {}
+    for t in gpu_timings(gpu_units(units)):
+        for what, e in (t.get("memory_phase_by") or {}).items():
+            n, waited, held = total.get(what, (0, 0.0, 0.0))
+            total[what] = (
+                n + e["n"],
+                waited + e["waited_s"],
+                None if held is None or e["held_s"] < 0 else held + e["held_s"],
+            )
+    return sorted(((w, *v) for w, v in total.items()), key=lambda r: -r[2])
+
+
+def memory_phases_by_text(rows: list[tuple]) -> str:
+    def one(what, n, waited, held):
+        return f"{what} {n} waited {waited:.0f} s held " + (f"{held:.0f} s" if held is not None else "?")
+
+    return "memory phases by what took them (phases, seconds waited, seconds held): " + "; ".join(one(*r) for r in rows)
 
 
 def floor(
@@ -696,6 +722,9 @@ def main(argv=None) -> int:
         if args.at_once:
             waves = [(reading.read_invocation([bep]).xmls, n) for bep, n in zip(args.bep, args.at_once)]
         print(floor_text(floor(units, args.slots, args.start_alone_s, waves)))
+    phases = memory_phases_by(units)
+    if phases:
+        print(memory_phases_by_text(phases))
     steps = walk_step_seconds(units)
     if steps:
         print(walk_step_seconds_text(steps))

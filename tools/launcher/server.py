@@ -221,11 +221,14 @@ class VllmServer:
             self.lease, kind, self.config.lease_timeout_s, what=what, rule=self.config.memory_phase_rule
         )
         with phase as waited:
-            self.timings.add_memory_phase(waited)
-            # The server's worker brackets its sleeps, wakes and reloads itself (brackets_calls); one
-            # inside this phase must not wait for it.
-            with gpu_lease.covering(self._cover_path, kind) if self._cover_path else contextlib.nullcontext():
-                yield waited
+            begin = time.monotonic()
+            try:
+                # The server's worker brackets its sleeps, wakes and reloads itself (brackets_calls); one
+                # inside this phase must not wait for it.
+                with gpu_lease.covering(self._cover_path, kind) if self._cover_path else contextlib.nullcontext():
+                    yield waited
+            finally:
+                self.timings.add_memory_phase(waited, what or kind, time.monotonic() - begin)
 
     def neighbour_in_start_step(self) -> bool:
         """Whether a server sharing this one's GPU is in a start step now (gpu_lease.start_step_inside):
@@ -523,7 +526,7 @@ class VllmServer:
             )
         waited = 0.0
         for step in steps:
-            self.timings.add_memory_phase(step["waited_s"])
+            self.timings.add_memory_phase(step["waited_s"], "start:" + step["step"], step.get("held_s"))
             waited += step["waited_s"]
         with open(self.log_path, "a") as f:
             f.write(
@@ -734,7 +737,7 @@ class VllmServer:
             return
         for call in phase_plugin.read_calls(read_log(self.log_path)[self._log_offset :]):
             if not call.get("covered"):
-                self.timings.add_memory_phase(call["waited_s"])
+                self.timings.add_memory_phase(call["waited_s"], call["call"], call.get("held_s"))
             self.timings.sleep_asserts += bool(call.get(phase_plugin.VLLM_ASSERT_KEY))
 
     def _release_lease(self) -> None:

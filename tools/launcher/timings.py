@@ -35,12 +35,28 @@ class ServerTimings:
     # (process_tree.thread_cpu): which of vLLM's threads the CPU floor is made of.
     cpu_by_thread: dict = dataclasses.field(default_factory=dict)
 
-    def add_memory_phase(self, waited_s: float) -> None:
+    # The same phases by what took them (a worker's call: sleep, wake, reload; start:<step>; the launcher's
+    # own: start, stop, ...): {"n", "waited_s", "held_s"} each, held where known (-1: not known). Which kind of
+    # phase waits behind which holds is what a narrower lock rule is judged from (tools/bench/bazel_runs.py).
+    memory_phase_by: dict = dataclasses.field(default_factory=dict)
+
+    def add_memory_phase(self, waited_s: float, what: str = "", held_s: float | None = None) -> None:
         self.memory_phase_wait_s += waited_s
         self.memory_phases += 1
+        entry = self.memory_phase_by.setdefault(what or "unnamed", {"n": 0, "waited_s": 0.0, "held_s": 0.0})
+        entry["n"] += 1
+        entry["waited_s"] += waited_s
+        if held_s is None or entry["held_s"] < 0:
+            entry["held_s"] = -1.0
+        else:
+            entry["held_s"] += held_s
 
     def as_record(self) -> dict:
         record = {k: round(v, 3) if isinstance(v, float) else v for k, v in dataclasses.asdict(self).items()}
+        record["memory_phase_by"] = {
+            k: {"n": e["n"], "waited_s": round(e["waited_s"], 3), "held_s": round(e["held_s"], 3)}
+            for k, e in sorted(self.memory_phase_by.items())
+        }
         record["cpu_by_thread"] = {
             k: {"cpu_s": round(g["cpu_s"], 2), "threads": g["threads"]} for k, g in self.cpu_by_thread.items()
         }

@@ -614,3 +614,15 @@ def test_the_walks_races_say_how_far_a_request_in_flight_got_before_the_sleep_an
         " /sleep answered: median 9.0, max 128 (10 in a caught one) of 128/256 asked"
     ) in capsys.readouterr().out
     assert bazel_runs.walk_races(bazel_runs.test_units(str(tmp_path / "none"))) is None
+
+
+def test_memory_phases_by_what_took_them_add_up_over_servers_most_waited_first(tmp_path):
+    by_a = {"sleep": {"n": 3, "waited_s": 1.5, "held_s": 0.3}, "reload": {"n": 2, "waited_s": 0.0, "held_s": 0.8}}
+    by_b = {"sleep": {"n": 1, "waited_s": 0.5, "held_s": 0.1}, "start": {"n": 1, "waited_s": 2.5, "held_s": -1.0}}
+    _unit(tmp_path, "a_mrv1_eager", 10.0, _timing("zygote", memory_phase_by=by_a))
+    _unit(tmp_path, "b_mrv1_eager", 10.0, _timing("zygote", memory_phase_by=by_b))
+    _unit(tmp_path, "c_mrv1_eager", 10.0, _timing("zygote"))  # a record from before the breakdown
+    rows = bazel_runs.memory_phases_by(bazel_runs.test_units(str(tmp_path)))
+    assert rows == [("start", 1, 2.5, None), ("sleep", 4, 2.0, pytest.approx(0.4)), ("reload", 2, 0.0, 0.8)]
+    text = bazel_runs.memory_phases_by_text(rows)
+    assert "start 1 waited 2 s held ?" in text and "sleep 4 waited 2 s held 0 s" in text

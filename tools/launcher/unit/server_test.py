@@ -401,6 +401,8 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
     assert server.timings.start_s > first_start > 0
     # start, the restart's stop and start, the exclusive phase above, stop: five, none waited for
     assert timings["memory_phases"] == 5 and timings["memory_phase_wait_s"] == 0.0
+    by = timings["memory_phase_by"]  # the same five by what took them, each timed
+    assert sum(e["n"] for e in by.values()) == 5 and all(e["held_s"] >= 0 for e in by.values()), by
     assert timings["stop_s"] > 0
     assert timings["launches"] == 2  # the start and the restart's
     assert set(timings) == {
@@ -409,6 +411,7 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
         "start_s",
         "memory_phase_wait_s",
         "memory_phases",
+        "memory_phase_by",
         "sleep_asserts",
         "stop_s",
         "start_cpu_s",
@@ -519,3 +522,17 @@ def test_torch_threads_reach_the_servers_process_through_the_cpu_use_plugin(tmp_
     log_text = open(server.log_path).read()
     assert "plugin sleepwake_cpu_use loaded" in log_text, log_text[-2000:]
     assert 'sleepwake-cpu-use {"torch_threads": 2' in log_text, log_text[-2000:]
+
+
+def test_memory_phases_are_kept_by_what_took_them():
+    from tools.launcher.timings import ServerTimings
+
+    t = ServerTimings()
+    t.add_memory_phase(0.5, "sleep", 0.125)
+    t.add_memory_phase(0.25, "sleep", 0.25)
+    t.add_memory_phase(1.0, "start:load_model")  # held not known
+    assert t.memory_phase_wait_s == 1.75 and t.memory_phases == 3
+    assert t.as_record()["memory_phase_by"] == {
+        "sleep": {"n": 2, "waited_s": 0.75, "held_s": 0.375},
+        "start:load_model": {"n": 1, "waited_s": 1.0, "held_s": -1.0},
+    }
