@@ -132,9 +132,12 @@ if ((gpu_count > 0)); then
   "$gpu_python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' ||
     die "$gpu_python cannot import vllm: install vLLM for it, or set SLEEPWAKE_GPU_PYTHON to a Python that has it"
   # The suite's own packages (pytest, absl-py, ...) come from the lock, hash-checked, as an overlay
-  # first on the runner's path; what vLLM itself needs stays the runner's (tools/deps/runner_overlay.py).
+  # first on the runner's path; what vLLM itself needs stays the runner's, except what the overlay's
+  # packages need and this runner's vLLM came without (tools/deps/runner_overlay.py: --with_missing,
+  # asked of the runner's Python without the overlay).
   overlay_lock=$(mktemp)
-  "$gpu_python" -m tools.deps.runner_overlay "$LOCK" > "$overlay_lock" || die "could not derive the runner overlay from $LOCK"
+  "$gpu_python" -m tools.deps.runner_overlay "$LOCK" --with_missing > "$overlay_lock" ||
+    die "could not derive the runner overlay from $LOCK"
   overlay_sha=$(sha256sum "$overlay_lock" | cut -d' ' -f1)
   if [[ "$(cat "$OVERLAY/.lock-sha256" 2>/dev/null)" != "$overlay_sha" ]]; then
     say "installing the runner overlay $OVERLAY for $gpu_python (${SLEEPWAKE_WHEELHOUSE:+wheels from $SLEEPWAKE_WHEELHOUSE, }sha256 ${overlay_sha:0:16})"
@@ -160,9 +163,16 @@ exec "$gpu_python" "\$@"
 WRAP
   chmod +x "$GPU_PYTHON_WRAPPER"
   # Everything a GPU cell imports, through the wrapper: a runner without one fails here, not in a cell.
-  missing_modules=$("$GPU_PYTHON_WRAPPER" -c 'import importlib.util
+  missing_modules=$("$GPU_PYTHON_WRAPPER" -c 'import importlib, importlib.util
 mods = ["pytest", "absl", "pynvml", "numpy", "requests", "tokenizers", "safetensors", "psutil", "vllm", "torch"]
-print(" ".join(m for m in mods if importlib.util.find_spec(m) is None))') || die "$GPU_PYTHON_WRAPPER does not run"
+missing = [m for m in mods if importlib.util.find_spec(m) is None]
+# Found is not importable: ray (imported by the weight-transfer push of vLLM) needs packages of its own.
+for m in ["ray"]:
+    try:
+        importlib.import_module(m)
+    except ImportError as e:
+        missing.append(f"{m} ({e})")
+print(" ".join(missing))') || die "$GPU_PYTHON_WRAPPER does not run"
   [[ -z "$missing_modules" ]] ||
     die "$gpu_python (with the overlay) cannot import: $missing_modules; vLLM's own dependencies must come with the runner's vLLM"
   line="build:gpu --repo_env=SLEEPWAKE_GPU_PYTHON=$GPU_PYTHON_WRAPPER"

@@ -8,14 +8,24 @@ into a directory that tools/setup.sh puts first on the runner's sys.path. The so
 mypy) and what only they pull in stay out: they run in the CPU suite only, and a runner without an index
 would need their wheels for nothing.
 
+"Any Python that imports vLLM has them" holds for vLLM's hard needs only: a runner whose vLLM was
+installed without some of its optional ones (mcp and mistral-common bring jsonschema) still imports
+vLLM, yet an overlay package needing them does not import (ray, for vLLM's weight-transfer push,
+failed so on a GPU runner). So the overlay packages' own needs that the lock files under vLLM are
+fallbacks: installed into the overlay where the runner's Python lacks them, and always in a wheelhouse.
+
     python3 -m tools.deps.runner_overlay third_party/python/requirements.lock > overlay.lock
+    RUNNER_PYTHON -m tools.deps.runner_overlay LOCK --with_missing   # + the fallbacks that Python lacks
+    python3 -m tools.deps.runner_overlay LOCK --with_fallbacks       # + every fallback (a wheelhouse)
 
 The `# via` annotations of the lock (tools/deps/lock_pins.py reads them) say what pulled each pin in.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
+from collections.abc import Callable
 
 from tools.deps.lock_pins import Pin, parse_lock
 
@@ -56,19 +66,50 @@ def overlay_pins(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> list[Pin]:
     return [pin for name, pin in pins.items() if name in needed and name not in runner]
 
 
-def overlay_requirements(lock_text: str) -> str:
+def fallback_pins(pins: dict[str, Pin], root: str = RUNNER_ROOT) -> list[Pin]:
+    """What the overlay's packages need that the lock files under the runner's vLLM, in lock order."""
+    overlay = {pin.name for pin in overlay_pins(pins, root)}
+    runner = runner_closure(pins, root)
+    return [pin for name, pin in pins.items() if name in _closure(pins, overlay) - overlay and name in runner]
+
+
+def installed_here(name: str) -> bool:
+    """Whether the Python running this has a distribution of that name (pip's normalised or not)."""
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def overlay_requirements(
+    lock_text: str, fallbacks: bool = False, installed: Callable[[str], bool] | None = None
+) -> str:
     """The overlay's hashed requirements (each pin's lines, as the lock has them) from a lock's text:
-    what tools/setup.sh installs on the runner and tools/deps/wheelhouse.py downloads for it."""
-    return "".join("\n".join(pin.lines) + "\n" for pin in overlay_pins(parse_lock(lock_text)))
+    what tools/setup.sh installs on the runner and tools/deps/wheelhouse.py downloads for it. With
+    `fallbacks`, the fallback pins too, those `installed` says are present left out when it is given."""
+    pins = parse_lock(lock_text)
+    chosen = overlay_pins(pins)
+    if fallbacks:
+        chosen += [pin for pin in fallback_pins(pins) if installed is None or not installed(pin.name)]
+    return "".join("\n".join(pin.lines) + "\n" for pin in chosen)
+
+
+USAGE = (
+    "usage: runner_overlay.py LOCK [--with_missing | --with_fallbacks]  (prints the overlay's hashed "
+    "requirements; --with_missing adds the fallbacks this Python lacks, --with_fallbacks all of them)"
+)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: runner_overlay.py LOCK  (prints the overlay's hashed requirements)", file=sys.stderr)
+    options = {"--with_missing": (True, installed_here), "--with_fallbacks": (True, None)}
+    if len(argv) not in (2, 3) or (len(argv) == 3 and argv[2] not in options):
+        print(USAGE, file=sys.stderr)
         return 2
+    fallbacks, installed = options[argv[2]] if len(argv) == 3 else (False, None)
     try:
         with open(argv[1], encoding="utf-8") as f:
-            requirements = overlay_requirements(f.read())
+            requirements = overlay_requirements(f.read(), fallbacks, installed)
     except (OSError, ValueError) as e:
         print(f"runner_overlay: {e}", file=sys.stderr)
         return 2

@@ -2,7 +2,9 @@
 
 Run it where pip reaches an index, copy the folder to the runner, and set SLEEPWAKE_WHEELHOUSE to it
 for tools/setup.sh there. The wheels are those of the overlay's hashed requirements (runner_overlay:
-the lock's packages the runner's vLLM does not bring), built for the runner's Python, not this one's;
+the lock's packages the runner's vLLM does not bring) and of all its fallbacks (what those packages need
+that a runner's vLLM may have come without: which ones a runner lacks is known only there), built for
+the runner's Python, not this one's;
 pip checks their hashes on download here and again when setup.sh installs them there.
 
     python3 -m tools.deps.wheelhouse DEST [--python_version 3.12] [--lock third_party/python/requirements.lock]
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         with open(args.lock, encoding="utf-8") as f:
-            requirements = overlay_requirements(f.read())
+            requirements = overlay_requirements(f.read(), fallbacks=True)
     except (OSError, ValueError) as e:
         print(f"wheelhouse: cannot derive the overlay from {args.lock}: {e}", file=sys.stderr)
         return 2

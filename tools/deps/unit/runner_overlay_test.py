@@ -51,6 +51,43 @@ def test_overlay_leaves_out_the_source_checkers_and_what_only_they_need():
     assert not names & {"mypy", "librt"}, names
 
 
+def test_fallbacks_are_what_overlay_packages_need_that_the_lock_files_under_vllm():
+    # packaging: pytest needs it, and the lock files it under transformers (vLLM's); a runner whose
+    # vLLM came without it would not import pytest. numpy: no overlay package needs it.
+    assert [p.name for p in runner_overlay.fallback_pins(_sample())] == ["packaging"]
+
+
+def test_with_fallbacks_only_those_the_runner_lacks_are_added():
+    text = open(SAMPLE, encoding="utf-8").read()
+    names = lambda req: [line.split("==")[0] for line in req.splitlines() if "==" in line]  # noqa: E731
+    assert names(runner_overlay.overlay_requirements(text)) == ["absl-py", "pluggy", "pytest"]
+    assert names(runner_overlay.overlay_requirements(text, fallbacks=True, installed=lambda n: False)) == [
+        "absl-py",
+        "pluggy",
+        "pytest",
+        "packaging",
+    ]
+    assert names(runner_overlay.overlay_requirements(text, fallbacks=True, installed=lambda n: True)) == [
+        "absl-py",
+        "pluggy",
+        "pytest",
+    ]
+
+
+def test_the_real_lock_falls_back_to_what_ray_needs():
+    # A GPU runner's vLLM without mcp and mistral-common had no jsonschema, and ray did not import.
+    with open(LOCK, encoding="utf-8") as f:
+        pins = runner_overlay.parse_lock(f.read())
+    names = {p.name for p in runner_overlay.fallback_pins(pins)}
+    assert {"jsonschema", "referencing", "rpds-py", "jsonschema-specifications"} <= names, names
+    assert not names & {"vllm", "torch", "numpy", "transformers"}, names
+
+
+def test_installed_here_reads_this_pythons_distributions():
+    assert runner_overlay.installed_here("pytest") and runner_overlay.installed_here("PyTest")
+    assert not runner_overlay.installed_here("no-such-distribution-sleepwake")
+
+
 def test_a_lock_without_the_runner_package_is_refused():
     pins = _sample()
     del pins["vllm"]
@@ -75,6 +112,21 @@ def test_cli_prints_hashed_requirements_and_rejects_bad_usage(tmp_path):
         check=True,
     ).stdout
     assert "pytest==9.2.0 \\\n    --hash=sha256:ffff" in out and "vllm==" not in out
+    with_all = subprocess.run(
+        [sys.executable, "-m", "tools.deps.runner_overlay", SAMPLE, "--with_fallbacks"],
+        capture_output=True,
+        text=True,
+        cwd=WORKSPACE,
+        check=True,
+    ).stdout
+    assert "packaging==26.4" in with_all and "packaging==" not in out
+    wrong = subprocess.run(
+        [sys.executable, "-m", "tools.deps.runner_overlay", SAMPLE, "--everything"],
+        capture_output=True,
+        text=True,
+        cwd=WORKSPACE,
+    )
+    assert wrong.returncode == 2 and "usage:" in wrong.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "tools.deps.runner_overlay", str(tmp_path / "none")],
         capture_output=True,
