@@ -4,6 +4,7 @@ tests read the table the Starlark macros read."""
 
 import ast
 import os
+import re
 
 SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.bzl")
 
@@ -37,6 +38,11 @@ HTTP = FRONT_DOORS[0]  # vLLM's OpenAI server: the door of every cell whose name
 DOOR_CELLS: dict = _SPEC["DOOR_CELLS"]  # in-process door -> its "<runner>_<mode>" cells
 DOOR_EXCLUDED: dict = _SPEC["DOOR_EXCLUDED"]  # in-process door -> {class: why it cannot run there}
 DOOR_FAKE_ONLY: dict = _SPEC["DOOR_FAKE_ONLY"]  # in-process door -> excluded classes the fake tier runs
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """A vLLM version's release as numbers, for ordering releases: "0.26.0+cu129" -> (0, 26, 0)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+", 1)[0])[:3])
 
 
 def shard_count(test_class: str, mode: str, door: str) -> int:

@@ -7,14 +7,19 @@ import ipaddress
 import json
 import os
 import pwd
-import re
 import subprocess
 import sys
 
 from tools.launcher import memory_claims
 from tools.launcher.errors import ConfigError, VllmNotFoundError
 from tools.launcher.phase_plugin import sleepwake_cpu_use as cpu_use_plugin
-from tools.matrix import EXECUTION_MODES, FRONT_DOORS, HTTP, RUNNERS  # mode -> its vLLM flags; runner -> its env value
+from tools.matrix import (  # mode -> its vLLM flags; runner -> its env value
+    EXECUTION_MODES,
+    FRONT_DOORS,
+    HTTP,
+    RUNNERS,
+    release_key,
+)
 
 MP_METHODS = ("fork", "spawn")
 # auto: fork the server from a zygote that imported vLLM once (zygote.py), else start it plainly and
@@ -511,13 +516,9 @@ def resolve_weight_transfer(setting: str, release: str | None) -> tuple[str, str
         return setting, "" if setting != "none" else "its server starts with weight_transfer none"
     if release is None:
         return "none", "the runner's vLLM release is unknown (no toolchain identity), so weight_transfer auto is none"
-    if _release_key(release) < _release_key(WEIGHT_TRANSFER_SINCE):
+    if release_key(release) < release_key(WEIGHT_TRANSFER_SINCE):
         return "none", f"vLLM {release} has no weight-transfer API (new in {WEIGHT_TRANSFER_SINCE})"
     return "ipc", ""
-
-
-def _release_key(release: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", release.split("+", 1)[0])[:3])
 
 
 def is_loopback(host: str) -> bool:

@@ -148,3 +148,9 @@ def test_every_class_server_setting_is_a_launcher_setting_with_a_valid_value():
             assert name in settings and settings[name].metadata["env"], (short, name)
             choices = settings[name].metadata["choices"]
             assert not choices or value in choices, (short, name, value, choices)
+
+
+def test_release_key_orders_releases_numerically_and_ignores_the_local_build():
+    assert matrix.release_key("0.26.0+cu129") == (0, 26, 0)
+    assert matrix.release_key("0.9.2") < matrix.release_key("0.24.0") < matrix.release_key("0.26.0rc1")
+    assert sorted(matrix.RELEASES, key=matrix.release_key) == list(matrix.RELEASES)

@@ -32,14 +32,11 @@ from tests.core import metrics, releases, thresholds
 from tests.sleep_wake.fakes import fake_checkpoint
 from tests.sleep_wake.fakes.fake_engine import MAX_HOLD_S, PAUSE_MODES, EngineDeadError, FakeEngine, GpuMemory
 from tools.launcher import door_host, weight_receiver
+from tools.matrix import release_key
 
 GiB = 1 << 30
 MODEL = "fake"
 _HOST = "127.0.0.1"  # loopback only, as the launcher's default
-
-
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".")[:3])
 
 
 class FakeVllm:
@@ -130,7 +127,7 @@ class FakeVllm:
 
     def usage(self, prompt_tokens: int, completion_tokens: int, cached: int) -> dict:
         details: dict[str, int | None] = {"cached_tokens": cached}
-        if _release(self.version) >= (0, 26, 0):
+        if release_key(self.version) >= (0, 26, 0):
             details["created_cache_tokens"] = None
         details["multimodal_tokens"] = None
         return {
@@ -152,9 +149,9 @@ class FakeVllm:
             "usage": usage,
             "kv_transfer_params": None,
         }
-        if _release(self.version) >= (0, 26, 0):
+        if release_key(self.version) >= (0, 26, 0):
             body["ec_transfer_params"] = None
-        if _release(self.version) >= (0, 25, 0):
+        if release_key(self.version) >= (0, 25, 0):
             body["metrics"] = None
         return body
 
@@ -312,7 +309,7 @@ def _load_weights(h, fake, query, body):
 
 def _reset_prefix_cache(h, fake, query, body):
     success = fake.engine.reset_prefix_cache(_query_bool(query, "reset_running_requests", False))
-    if fake.door == "http" and _release(fake.version) < (0, 26, 0):
+    if fake.door == "http" and release_key(fake.version) < (0, 26, 0):
         return h._send(200)  # the router drops the engine's result (dev/cache/api_router.py before 0.26.0)
     h._send(200, {"success": success})
 
