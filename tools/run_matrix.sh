@@ -116,7 +116,14 @@ names=(walk rest)
 # report finds its results through its build events). The report says where they ran, and whether they
 # stayed off the GPU job's critical path, counted from the build events.
 cpu_filter="--test_tag_filters=-gpu${gpu_tags:+,$gpu_tags}"
-for a in "$@"; do [[ "$a" == --test_tag_filters* ]] && waves=("") names=("") cpu_filter=""; done
+for a in "$@"; do
+  [[ "$a" == --test_tag_filters* ]] || continue
+  waves=("") names=("") cpu_filter=""
+  # A filter choosing the walk's GPU shards alone runs them as the walk wave does, no more at once than the
+  # cores: with a job per slot plus the waiters, 23 shards ran at once on an H100's 16 cores.
+  positive=$(tr ',' '\n' <<<"${a#--test_tag_filters=}" | grep -v '^-' | sort -u | paste -sd, -)
+  [[ "$positive" == gpu_state_walk ]] && names=(walk)
+done
 cpu_jobs=$(($(nproc) / 4)); ((cpu_jobs)) || cpu_jobs=1
 cpu_bep=.bazel-bep-wave-cpu.json cpu_log="$lock_dir/cpu-only.log" cpu_pid=""
 # Bazel runs at most --jobs actions at once (default: the cores), tests included. Test jobs: one per slot;

@@ -589,6 +589,22 @@ def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):
     assert f"--local_test_jobs={16 + max(cores // 4, 1) + 16 // 2}" in argv, argv
 
 
+def test_a_callers_filter_of_the_walk_alone_keeps_the_walk_waves_cap(workspace):
+    slots_per_gpu = len(os.sched_getaffinity(0))  # more slots than cores: the cap is the cores
+    code, output, argv = run_script(
+        workspace,
+        "run_matrix.sh",
+        ["--test_tag_filters=gpu_state_walk,-vllm_overlay"],
+        [WALK],
+        FAKE_NVIDIA_SMI_CSV=TWO_H200,
+        SLEEPWAKE_SLOTS_PER_GPU=str(slots_per_gpu),
+    )
+    assert code == 0, output
+    assert len(invocations(workspace)) == 1 and "wave" not in output
+    cores = len(os.sched_getaffinity(0))
+    assert [a for a in argv if a.startswith("--local_test_jobs=")] == [f"--local_test_jobs={cores}"], argv
+
+
 @pytest.mark.parametrize(
     "env,message",
     [
