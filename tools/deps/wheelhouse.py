@@ -21,6 +21,7 @@ import tempfile
 from tools.deps.runner_overlay import overlay_requirements
 
 DEFAULT_LOCK = "third_party/python/requirements.lock"
+RUNNER_PYTHON = "3.12"  # the GPU image's Python
 # Linux x86-64 runners: pip matches a wheel's manylinux tag exactly, so every tag a runner's glibc
 # accepts is listed, newest first; pure-Python wheels match "any".
 PLATFORMS = (
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("dest", help="the folder the wheels go to (created if missing)")
     parser.add_argument(
-        "--python_version", default="3.12", help="the runner's Python (major.minor) whose wheels to fetch; default 3.12"
+        "--python_version",
+        default=RUNNER_PYTHON,
+        help=f"the runner's Python (major.minor) whose wheels to fetch; default {RUNNER_PYTHON}",
     )
     parser.add_argument("--lock", default=DEFAULT_LOCK, help=f"the hashed lock; default {DEFAULT_LOCK}")
     args = parser.parse_args(argv)

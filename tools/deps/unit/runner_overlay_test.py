@@ -1,10 +1,14 @@
+import importlib.metadata
 import os
 import subprocess
 import sys
 
 import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from tools.deps import runner_overlay
+from tools.deps import runner_overlay, wheelhouse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -81,6 +85,25 @@ def test_the_real_lock_falls_back_to_what_ray_needs():
     names = {p.name for p in runner_overlay.fallback_pins(pins)}
     assert {"jsonschema", "referencing", "rpds-py", "jsonschema-specifications"} <= names, names
     assert not names & {"vllm", "torch", "numpy", "transformers"}, names
+
+
+def test_every_overlay_and_fallback_package_needs_only_overlay_and_fallback_packages():
+    """By the packages' own metadata (installed here from the same lock), not the lock's `via` lines: what
+    each one requires on the runner's Python, markers evaluated there, is in the overlay or its fallbacks,
+    so a runner whose vLLM brought none of it still imports them (ray needing jsonschema did not)."""
+    with open(LOCK, encoding="utf-8") as f:
+        pins = runner_overlay.parse_lock(f.read())
+    packages = runner_overlay.overlay_pins(pins) + runner_overlay.fallback_pins(pins)
+    carried = {canonicalize_name(p.name) for p in packages}
+    env = default_environment() | {"python_version": wheelhouse.RUNNER_PYTHON, "extra": ""}
+    outside = []
+    for name in sorted(carried):
+        for text in importlib.metadata.requires(name) or []:
+            needed = Requirement(text)
+            applies = needed.marker is None or needed.marker.evaluate(env)
+            if applies and canonicalize_name(needed.name) not in carried:
+                outside.append(f"{name} needs {text}")
+    assert not outside, outside
 
 
 def test_installed_here_reads_this_pythons_distributions():
