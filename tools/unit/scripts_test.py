@@ -572,37 +572,29 @@ def test_run_matrix_and_test_sh_exit_partial_when_a_walk_cell_walked_part_of_its
     assert code == 0 and "walk gate: 1 state walk cell(s) ran, each full" in output, output
 
 
-def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace):
+@pytest.mark.parametrize(
+    "tag_filter, targets, jobs",
+    [
+        # No walk wave, so no walk wave's cap: a job per slot, the CPU targets' share, the lent servers' waiters.
+        ("--test_tag_filters=flags", [WALK, FLAGS], lambda cores: 16 + max(cores // 4, 1) + 16 // 2),
+        # The walk's GPU shards alone: the walk wave's cap, the cores (here fewer than the 16 slots).
+        ("--test_tag_filters=gpu_state_walk,-vllm_overlay", [WALK], lambda cores: min(cores, 16)),
+    ],
+)
+def test_run_matrix_runs_a_callers_own_tag_filters_as_one_invocation(workspace, tag_filter, targets, jobs):
     code, output, argv = run_script(
         workspace,
         "run_matrix.sh",
-        ["--test_tag_filters=flags"],
-        [WALK, FLAGS],
+        [tag_filter],
+        targets,
         FAKE_NVIDIA_SMI_CSV=TWO_H200,
         SLEEPWAKE_SLOTS_PER_GPU="8",
     )
     assert code == 0, output
     assert len(invocations(workspace)) == 1 and "wave" not in output
-    assert [a for a in argv if a.startswith("--test_tag_filters")] == ["--test_tag_filters=flags"]
-    # No walk wave, so no walk wave's cap: a job per slot, the CPU targets' share, the lent servers' waiters.
+    assert [a for a in argv if a.startswith("--test_tag_filters")] == [tag_filter]
     cores = len(os.sched_getaffinity(0))
-    assert f"--local_test_jobs={16 + max(cores // 4, 1) + 16 // 2}" in argv, argv
-
-
-def test_a_callers_filter_of_the_walk_alone_keeps_the_walk_waves_cap(workspace):
-    slots_per_gpu = len(os.sched_getaffinity(0))  # more slots than cores: the cap is the cores
-    code, output, argv = run_script(
-        workspace,
-        "run_matrix.sh",
-        ["--test_tag_filters=gpu_state_walk,-vllm_overlay"],
-        [WALK],
-        FAKE_NVIDIA_SMI_CSV=TWO_H200,
-        SLEEPWAKE_SLOTS_PER_GPU=str(slots_per_gpu),
-    )
-    assert code == 0, output
-    assert len(invocations(workspace)) == 1 and "wave" not in output
-    cores = len(os.sched_getaffinity(0))
-    assert [a for a in argv if a.startswith("--local_test_jobs=")] == [f"--local_test_jobs={cores}"], argv
+    assert [a for a in argv if a.startswith("--local_test_jobs=")] == [f"--local_test_jobs={jobs(cores)}"], argv
 
 
 @pytest.mark.parametrize(

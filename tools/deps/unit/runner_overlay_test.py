@@ -126,34 +126,17 @@ def test_the_real_lock_overlay_has_the_test_runner_and_not_vllm_or_torch():
     assert not names & {"ruff", "mypy", "ast-serialize", "librt", "pathspec", "mypy-extensions"}, names
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tools.deps.runner_overlay", *args], capture_output=True, text=True, cwd=WORKSPACE
+    )
+
+
 def test_cli_prints_hashed_requirements_and_rejects_bad_usage(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "tools.deps.runner_overlay", SAMPLE],
-        capture_output=True,
-        text=True,
-        cwd=WORKSPACE,
-        check=True,
-    ).stdout
+    out = _cli(SAMPLE).stdout
     assert "pytest==9.2.0 \\\n    --hash=sha256:ffff" in out and "vllm==" not in out
-    with_all = subprocess.run(
-        [sys.executable, "-m", "tools.deps.runner_overlay", SAMPLE, "--with_fallbacks"],
-        capture_output=True,
-        text=True,
-        cwd=WORKSPACE,
-        check=True,
-    ).stdout
-    assert "packaging==26.4" in with_all and "packaging==" not in out
-    wrong = subprocess.run(
-        [sys.executable, "-m", "tools.deps.runner_overlay", SAMPLE, "--everything"],
-        capture_output=True,
-        text=True,
-        cwd=WORKSPACE,
-    )
+    assert "packaging==26.4" in _cli(SAMPLE, "--with_fallbacks").stdout and "packaging==" not in out
+    wrong = _cli(SAMPLE, "--everything")
     assert wrong.returncode == 2 and "usage:" in wrong.stderr
-    bad = subprocess.run(
-        [sys.executable, "-m", "tools.deps.runner_overlay", str(tmp_path / "none")],
-        capture_output=True,
-        text=True,
-        cwd=WORKSPACE,
-    )
+    bad = _cli(str(tmp_path / "none"))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "runner_overlay:" in bad.stderr
