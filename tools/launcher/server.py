@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import select
 import signal
 import subprocess
@@ -93,6 +94,23 @@ def read_log(path: str) -> str:
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(read_log(path).splitlines()[-lines:])
+
+
+# A Python exception's last line, after vLLM's prefixes: "(EngineCore pid=7) ERROR 12-06 11:32:24
+# [core.py:1330] ModuleNotFoundError: No module named 'jsonschema'".
+_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\)\s+)?(?:(?:ERROR|WARNING|INFO|CRITICAL) [\d-]+ [\d:.]+ \[[^\]]*\]\s+)?")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception)(?:: .*)?$")
+
+
+def first_error(text: str) -> str | None:
+    """The first exception line of a server's log: a start that fails in the engine process ends with the
+    API server's "Engine core initialization failed. See root cause above", which a log's tail shows
+    while the cause scrolled out of it (ray's missing jsonschema did on a GPU runner)."""
+    for line in text.splitlines():
+        line = _PREFIX.sub("", line.strip())
+        if _EXCEPTION.match(line):
+            return line
+    return None
 
 
 # No proxies: an http_proxy in the environment must not route a loopback health check elsewhere.
@@ -640,10 +658,18 @@ class VllmServer:
                 report = self._stop_server(check_release=False)
                 if ports.is_bind_conflict(read_log(self.log_path)):
                     return False
+                cause = first_error(read_log(self.log_path))
                 raise ServerStartError(
                     "the vLLM server exited during start-up (exit code %s) before GET %s/health answered"
-                    " 200. Fix the cause in its log; last %d lines of %s:\n%s"
-                    % (report.get("rc"), self.url, LOG_TAIL_LINES, self.log_path, log_tail(self.log_path))
+                    " 200%s. Fix the cause in its log; last %d lines of %s:\n%s"
+                    % (
+                        report.get("rc"),
+                        self.url,
+                        "; its first error: %s" % cause if cause else "",
+                        LOG_TAIL_LINES,
+                        self.log_path,
+                        log_tail(self.log_path),
+                    )
                 )
             if _healthy(self.url):
                 if not ports.listening_pids(self.pids(), self.port):

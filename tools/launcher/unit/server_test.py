@@ -24,7 +24,7 @@ from tools.launcher.errors import (
 )
 from tools.launcher.fake_nvml import FakeNvml
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
-from tools.launcher.server import VllmServer, check_runner
+from tools.launcher.server import VllmServer, check_runner, first_error
 from tools.launcher.unit import testing
 
 GIB = 1 << 30
@@ -87,6 +87,21 @@ def test_death_at_start_raises_with_the_log_tail_and_leaves_nothing(tmp_path, pi
     assert "exited during start-up (exit code 3)" in message
     assert "fake engine core failed" in message and "fake start-up line 79" in message
     assert "fake start-up line 29\n" not in message  # only the last 50 lines
+    # The engine's cause, above those lines, leads the message.
+    assert "200; its first error: ModuleNotFoundError: No module named 'fake'. Fix" in message
+
+
+def test_first_error_is_the_first_exception_line_without_vllms_prefixes():
+    log = (
+        "(APIServer pid=1) INFO 12-06 11:32:13 [api_utils.py:273] non-default args: {'error': 1}\n"
+        "(EngineCore pid=2) ERROR 12-06 11:32:24 [core.py:1330] Traceback (most recent call last):\n"
+        '(EngineCore pid=2) ERROR 12-06 11:32:24 [core.py:1330]   File "x.py", line 6, in <module>\r\n'
+        "(EngineCore pid=2) ERROR 12-06 11:32:24 [core.py:1330] ModuleNotFoundError: No module named 'jsonschema'\r\n"
+        "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
+    assert first_error(log) == "ModuleNotFoundError: No module named 'jsonschema'"
+    assert first_error("torch.OutOfMemoryError: CUDA out of memory.\n") == "torch.OutOfMemoryError: CUDA out of memory."
+    assert first_error("INFO all fine\nAn Error: in prose is not one\n") is None
 
 
 def test_start_timeout_raises_and_stops_the_server(tmp_path, pid_file):

@@ -159,6 +159,8 @@ def main():
     ):
         print("INFO [gpu_worker.py:378] Using V2 Model Runner", flush=True)
     if args.mode == "die_at_start":
+        # As vLLM's engine process reports its cause, long before the API server's last lines.
+        print("(EngineCore pid=7) ERROR 12-06 11:32:24 [core.py:1330] ModuleNotFoundError: No module named 'fake'")
         for i in range(80):
             print("fake start-up line %d" % i)
         print("RuntimeError: fake engine core failed to start", flush=True)
