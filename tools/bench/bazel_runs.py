@@ -125,6 +125,7 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
                     sleep_asserts=e.get("sleep_asserts"),
                     # The memory phases by what took them (timings.py); absent in older logs.
                     memory_phase_by=e.get("memory_phase_by") or {},
+                    reserved_growth_by=e.get("reserved_growth_by") or {},
                     cpu_by_thread=e.get("cpu_by_thread") or {},
                 )
                 for e in entries
@@ -314,6 +315,23 @@ def memory_phases_by_text(rows: list[tuple]) -> str:
         return f"{what} {n} waited {waited:.0f} s held " + (f"{held:.0f} s" if held is not None else "?")
 
     return "memory phases by what took them (phases, seconds waited, seconds held): " + "; ".join(one(*r) for r in rows)
+
+
+def reserved_growth_by(units: list[dict]) -> list[tuple[str, int, int, int]]:
+    """The GPU servers' worker calls by what they were, summed: (what, calls measured, calls after which
+    torch's caching allocator held more mapped, the most bytes one call added); empty before the figure."""
+    total: dict = {}
+    for t in gpu_timings(gpu_units(units)):
+        for what, e in (t.get("reserved_growth_by") or {}).items():
+            n, grew, most = total.get(what, (0, 0, 0))
+            total[what] = (n + e["n"], grew + e["grew"], max(most, e["max"]))
+    return sorted((w, *v) for w, v in total.items())
+
+
+def reserved_growth_text(rows: list[tuple[str, int, int, int]]) -> str:
+    return "worker calls that left more device memory mapped (by torch's allocator): " + "; ".join(
+        f"{what} {grew} of {n} (most {most / (1 << 20):.0f} MiB)" for what, n, grew, most in rows
+    )
 
 
 def floor(
@@ -725,6 +743,9 @@ def main(argv=None) -> int:
     phases = memory_phases_by(units)
     if phases:
         print(memory_phases_by_text(phases))
+    growth = reserved_growth_by(units)
+    if growth:
+        print(reserved_growth_text(growth))
     steps = walk_step_seconds(units)
     if steps:
         print(walk_step_seconds_text(steps))

@@ -764,6 +764,8 @@ class VllmServer:
         for call in phase_plugin.read_calls(read_log(self.log_path)[self._log_offset :]):
             if not call.get("covered"):
                 self.timings.add_memory_phase(call["waited_s"], call["call"], call.get("held_s"))
+            if call.get("reserved_delta") is not None:
+                self.timings.add_reserved_delta(call["call"], call["reserved_delta"])
             self.timings.sleep_asserts += bool(call.get(phase_plugin.VLLM_ASSERT_KEY))
 
     def _release_lease(self) -> None:

@@ -40,6 +40,17 @@ class ServerTimings:
     # phase waits behind which holds is what a narrower lock rule is judged from (tools/bench/bazel_runs.py).
     memory_phase_by: dict = dataclasses.field(default_factory=dict)
 
+    # A worker's calls by what they were (sleep, wake, reload): {"n" measured, "grew" those after which
+    # torch's caching allocator held more mapped, "max" the most bytes one added}. Whether a reload maps new
+    # device memory after a server's first is what its phase's width would be judged from.
+    reserved_growth_by: dict = dataclasses.field(default_factory=dict)
+
+    def add_reserved_delta(self, what: str, delta: int) -> None:
+        entry = self.reserved_growth_by.setdefault(what, {"n": 0, "grew": 0, "max": 0})
+        entry["n"] += 1
+        entry["grew"] += delta > 0
+        entry["max"] = max(entry["max"], delta)
+
     def add_memory_phase(self, waited_s: float, what: str = "", held_s: float | None = None) -> None:
         self.memory_phase_wait_s += waited_s
         self.memory_phases += 1

@@ -626,3 +626,14 @@ def test_memory_phases_by_what_took_them_add_up_over_servers_most_waited_first(t
     assert rows == [("start", 1, 2.5, None), ("sleep", 4, 2.0, pytest.approx(0.4)), ("reload", 2, 0.0, 0.8)]
     text = bazel_runs.memory_phases_by_text(rows)
     assert "start 1 waited 2 s held ?" in text and "sleep 4 waited 2 s held 0 s" in text
+
+
+def test_reserved_growth_adds_up_over_servers(tmp_path):
+    a = {"reload": {"n": 5, "grew": 1, "max": 3 << 20}, "sleep": {"n": 9, "grew": 0, "max": 0}}
+    b = {"reload": {"n": 4, "grew": 2, "max": 8 << 20}}
+    _unit(tmp_path, "a_mrv1_eager", 10.0, _timing("zygote", reserved_growth_by=a))
+    _unit(tmp_path, "b_mrv1_eager", 10.0, _timing("zygote", reserved_growth_by=b))
+    _unit(tmp_path, "c_mrv1_eager", 10.0, _timing("zygote"))  # a record from before the figure
+    rows = bazel_runs.reserved_growth_by(bazel_runs.test_units(str(tmp_path)))
+    assert rows == [("reload", 9, 3, 8 << 20), ("sleep", 9, 0, 0)]
+    assert "reload 3 of 9 (most 8 MiB); sleep 0 of 9 (most 0 MiB)" in bazel_runs.reserved_growth_text(rows)

@@ -80,6 +80,17 @@ def _process_bytes() -> int | None:
         return None
 
 
+def _reserved_bytes() -> int | None:
+    """The bytes torch's caching allocator holds mapped in this process (its segments, every pool), where
+    torch is imported and has its CUDA context; None elsewhere. A call that leaves it higher mapped new device
+    memory that no sleep of this server frees: what a narrower phase for reloads is judged by."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.cuda.memory_reserved()) if torch is not None and torch.cuda.is_initialized() else None
+    except Exception:  # a torch without CUDA, or one half torn down: no figure
+        return None
+
+
 def _mark(record: dict) -> None:
     print(MARK + json.dumps(record), file=sys.stderr, flush=True)
 
@@ -160,8 +171,9 @@ def _track_pools(self, what: str, args, kwargs, ok: bool) -> None:
 def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | None = None, budget=None) -> None:
     """Makes our wrapper the outermost of each of owner's CALLS: the call runs inside its phase unless the
     server's client covers it (gpu_lease.covered), and logs a MARK record {"call", "waited_s", "held_s",
-    "covered"}, with VLLM_ASSERT_KEY where vLLM's sleep check failed, from which the launcher counts
-    the waits and the asserts (VllmServer.timings)."""
+    "covered", "reserved_delta" (_reserved_bytes after less before; None unknown)}, with VLLM_ASSERT_KEY
+    where vLLM's sleep check failed, from which the launcher counts the waits and the asserts
+    (VllmServer.timings)."""
     from tools.launcher import gpu_lease, memory_budget
 
     budget = budget or memory_budget.Budget("kinds", {}, 0)
@@ -186,6 +198,7 @@ def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | Non
             tripped = None
             with phase as waited:
                 _inside.held = True
+                reserved = _reserved_bytes()
                 begin = time.monotonic()
                 ok = False
                 try:
@@ -198,6 +211,7 @@ def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | Non
                     _inside.held = False
                     _track_pools(self, _what, args, kwargs, ok)
                     held = time.monotonic() - begin
+                    after = _reserved_bytes()
                     record = {
                         "call": _what,
                         "waited_s": round(waited, 4),
@@ -205,6 +219,7 @@ def bracket_calls(owner, lock_path: str, timeout_s: float, cover_path: str | Non
                         "covered": covered,
                         "declared": declared,
                         "pid": os.getpid(),
+                        "reserved_delta": None if reserved is None or after is None else after - reserved,
                     }
                     if tripped is not None:
                         record[VLLM_ASSERT_KEY] = tripped

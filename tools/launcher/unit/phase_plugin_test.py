@@ -197,3 +197,54 @@ def test_a_call_the_client_covers_takes_no_lock(tmp_path):
     assert [c["covered"] for c in plugin.read_calls(run.stderr)] == [True, True, True]
     # Uncovered, the sleep waits for the window and gives up.
     assert uncovered.returncode != 0 and "no free phase within 1 s" in uncovered.stderr, uncovered.stderr
+
+
+class _FakeCuda:
+    """torch.cuda as the plugin reads it: the caching allocator's reserved bytes."""
+
+    def __init__(self):
+        self.reserved = 1 << 30
+
+    def is_initialized(self):
+        return True
+
+    def memory_reserved(self):
+        return self.reserved
+
+
+def test_each_call_records_how_much_more_torchs_allocator_holds_after_it(tmp_path, monkeypatch, capsys):
+    cuda = _FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", type("FakeTorch", (), {"cuda": cuda}))
+
+    class Worker:
+        def sleep(self, level=1):
+            cuda.reserved -= 0  # a sleep unmaps CuMemAllocator's pools, not the caching allocator's segments
+
+        def wake_up(self, tags=None):
+            pass
+
+        def reload_weights(self):
+            cuda.reserved += 64 << 20  # the loader's staging tensors stay in torch's cache
+
+    plugin.bracket_calls(Worker, str(tmp_path / "gpu0.memory.lock"), 1.0)
+    w = Worker()
+    w.sleep()
+    w.wake_up()
+    w.reload_weights()
+    calls = plugin.read_calls(capsys.readouterr().err)
+    assert [(c["call"], c["reserved_delta"]) for c in calls] == [("sleep", 0), ("wake", 0), ("reload", 64 << 20)]
+    monkeypatch.delitem(sys.modules, "torch")  # the API server's process: no torch, no figure
+    w.reload_weights()
+    assert plugin.read_calls(capsys.readouterr().err)[0]["reserved_delta"] is None
+
+
+def test_reserved_growth_is_kept_by_what_the_call_was():
+    from tools.launcher.timings import ServerTimings
+
+    t = ServerTimings()
+    for what, delta in (("reload", 0), ("reload", 2048), ("reload", 0), ("sleep", 0), ("sleep", -4096)):
+        t.add_reserved_delta(what, delta)
+    assert t.as_record()["reserved_growth_by"] == {
+        "reload": {"n": 3, "grew": 1, "max": 2048},
+        "sleep": {"n": 2, "grew": 0, "max": 0},
+    }

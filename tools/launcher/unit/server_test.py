@@ -427,6 +427,7 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
         "memory_phase_wait_s",
         "memory_phases",
         "memory_phase_by",
+        "reserved_growth_by",
         "sleep_asserts",
         "stop_s",
         "start_cpu_s",
