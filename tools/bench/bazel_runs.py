@@ -329,8 +329,9 @@ def reserved_growth_by(units: list[dict]) -> list[tuple[str, int, int, int]]:
 
 
 def reserved_growth_text(rows: list[tuple[str, int, int, int]]) -> str:
-    return "worker calls that left more device memory mapped (by torch's allocator): " + "; ".join(
-        f"{what} {grew} of {n} (most {most / (1 << 20):.0f} MiB)" for what, n, grew, most in rows
+    return (
+        "worker calls after which torch's caching allocator held more (memory outside the pools a sleep frees): "
+        + "; ".join(f"{what} {grew} of {n} (most {most / (1 << 20):.0f} MiB)" for what, n, grew, most in rows)
     )
 
 
