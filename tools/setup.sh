@@ -174,7 +174,7 @@ for m in ["ray"]:
         missing.append(f"{m} ({e})")
 print(" ".join(missing))') || die "$GPU_PYTHON_WRAPPER does not run"
   [[ -z "$missing_modules" ]] ||
-    die "$gpu_python (with the overlay) cannot import: $missing_modules; vLLM's own dependencies must come with the runner's vLLM"
+    die "$gpu_python (with the overlay) cannot import: $missing_modules; vLLM's own dependencies must come with the runner's vLLM, the overlay's from the index or SLEEPWAKE_WHEELHOUSE (python3 -m tools.deps.wheelhouse DIR)"
   line="build:gpu --repo_env=SLEEPWAKE_GPU_PYTHON=$GPU_PYTHON_WRAPPER"
   grep -qxF "$line" user.bazelrc 2>/dev/null || echo "$line" >> user.bazelrc
   say "GPU runner: $gpu_count GPU(s); --config=gpu uses $GPU_PYTHON_WRAPPER -> $gpu_python + $OVERLAY"
