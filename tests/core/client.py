@@ -26,7 +26,8 @@ import urllib3
 
 from tests.core import liveness, metrics, oracle, thresholds
 from tests.core.prompts import GOLDEN_MAX_TOKENS
-from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, RELEASE
+from tools.launcher.phase_plugin.sleepwake_memory_phase import CALLS as SERVER_BRACKETED_CALLS
 
 
 class ServerResponseError(RuntimeError):
@@ -89,8 +90,9 @@ class SleepWakeClient:
         orders this server's memory phases against its GPU neighbours' (tools/launcher/gpu_lease.py;
         what names the call in the GPU's phase trace); None when the server has its GPU to itself.
         phases_in_server: the server's worker takes the phase around its own sleeps, wakes and reloads
-        (VllmServer.brackets_calls), so a call holds none here and a FREE sleep_window is not needed; an
-        exclusive window is still taken here, and covers the worker's calls inside it.
+        (VllmServer.brackets_calls), so such a call holds none here and a FREE sleep_window is not needed;
+        an exclusive window is still taken here, and covers the worker's calls inside it, and so is the
+        phase of memory the worker's bracket does not see (allocation, release, pushes).
         start_step_beside() -> bool: whether a GPU neighbour is in a start step now (the server's
         neighbour_in_start_step); None when the server has no neighbours."""
         self.url = url.rstrip("/")
@@ -134,10 +136,15 @@ class SleepWakeClient:
             finally:
                 self._holding = None
 
-    def _phase(self, kind: str, what: str):
-        if self._holding == EXCLUSIVE or self._holding == kind or (self.phases_in_server and not self._holding):
+    def _phase(self, kind: str, what: str, in_server: bool = True):
+        """The memory phase around a call that moves device memory. in_server: the server's worker brackets
+        the call itself where phases_in_server (its sleeps, wakes and reloads: phase_plugin CALLS); memory
+        nothing inside the server brackets (an RL trainer's tensors, a push into the weights) is phased here."""
+        if self._holding == EXCLUSIVE or self._holding == kind:
             return contextlib.nullcontext()
-        if self._holding:
+        if in_server and self.phases_in_server and not self._holding:
+            return contextlib.nullcontext()
+        if self._holding and kind != RELEASE:  # freeing overlaps a FREE window
             # A wake allocates: inside a FREE window it could land in a neighbour's sleep.
             raise RuntimeError(
                 "a %s call inside a %s sleep_window: use sleep_window(exclusive=True)" % (kind, self._holding)
@@ -299,7 +306,13 @@ class SleepWakeClient:
     def allocation(self, what: str):
         """An ALLOCATE memory phase for GPU memory that a process beside the server takes (an RL trainer's
         tensors): it must not land inside a GPU neighbour's sleep, whose check reads device-wide bytes."""
-        return self._phase(ALLOCATE, what)
+        return self._phase(ALLOCATE, what, in_server=False)
+
+    def release(self, what: str):
+        """A RELEASE memory phase for GPU memory that a process beside the server frees (an RL trainer that
+        exits): freeing breaks no sleep's check, but it must not land inside an exclusive window, which reads
+        device-wide bytes."""
+        return self._phase(RELEASE, what, in_server=False)
 
     def collective_rpc(self, method: str, kwargs: dict | None = None, phase: str | None = ALLOCATE) -> list:
         """POST /collective_rpc {method, kwargs}: the workers' results, one per worker ([] for an empty 200).
@@ -308,7 +321,8 @@ class SleepWakeClient:
         body: dict[str, object] = {"method": method}
         if kwargs:
             body["kwargs"] = kwargs
-        with self._phase(phase, f"rpc {method}") if phase else contextlib.nullcontext():
+        in_server = method in SERVER_BRACKETED_CALLS
+        with self._phase(phase, f"rpc {method}", in_server) if phase else contextlib.nullcontext():
             answer = self._json_or_empty("POST", "/collective_rpc", json=body) or {}
         results = answer.get("results", [])
         if not isinstance(results, list):
@@ -344,13 +358,13 @@ class SleepWakeClient:
     def load_weights_in_process(self, checkpoint: str) -> dict:
         """POST /load_weights {checkpoint}: the door host, which holds the engine in its own process (TRL
         colocate), hands the checkpoint's tensors to the model's load_weights as TRL's trainer does."""
-        with self._phase(ALLOCATE, "load_weights"):
+        with self._phase(ALLOCATE, "load_weights", in_server=False):
             return self._json("POST", "/load_weights", json={"checkpoint": checkpoint})
 
     def weight_transfer(self, route: str, body: dict | None = None) -> dict:
         """POST /<route> of vLLM's native weight-transfer API (init_weight_transfer_engine,
         start_weight_update, update_weights, finish_weight_update)."""
-        with self._phase(ALLOCATE, route):
+        with self._phase(ALLOCATE, route, in_server=False):
             return self._json_or_empty("POST", f"/{route}", json=body or {}) or {}
 
     def wake_everything(self) -> None:

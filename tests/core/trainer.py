@@ -15,6 +15,7 @@ _do_send).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import pickle
@@ -40,18 +41,25 @@ class Trainer(Protocol):
     def close(self) -> None: ...
 
 
+class MemoryPhases(Protocol):
+    """The memory phases a process beside the server takes on its GPU (SleepWakeClient's)."""
+
+    def allocation(self, what: str) -> contextlib.AbstractContextManager: ...
+
+    def release(self, what: str) -> contextlib.AbstractContextManager: ...
+
+
 class TrainerError(RuntimeError):
     """The trainer process failed or answered nonsense: an error of the test's set-up, never an oracle."""
 
 
 class TrainerProcess:
     """The trainer child, started at once: its imports (torch's takes seconds) run beside the test, and
-    only its CUDA context and the checkpoints' tensors wait for the first push, inside the memory phase.
-    allocation: a context manager factory (what) -> the memory phase the trainer's GPU allocations take
-    (SleepWakeClient.allocation)."""
+    only its CUDA context and the checkpoints' tensors wait for the first push, inside an ALLOCATE phase;
+    its exit, which frees them, holds a RELEASE phase (phases: the client's)."""
 
-    def __init__(self, allocation) -> None:
-        self._allocation = allocation
+    def __init__(self, phases: MemoryPhases) -> None:
+        self._phases = phases
         self._held: dict[str, dict] = {}
         self._proc: subprocess.Popen | None = self._start()
 
@@ -69,7 +77,7 @@ class TrainerProcess:
         if checkpoint not in self._held:
             if self._proc is None:
                 raise TrainerError("the trainer was closed: a push after close() has no trainer to come from")
-            with self._allocation("trainer"):
+            with self._phases.allocation("trainer"):
                 stdin, stdout = _pipes(self._proc)
                 stdin.write(json.dumps({"hold": checkpoint}) + "\n")
                 stdin.flush()
@@ -94,12 +102,15 @@ class TrainerProcess:
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
-        try:
-            _pipes(proc)[0].close()  # end of input: the child exits, releasing its tensors
-            proc.wait(timeout=ANSWER_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        # Until it has exited: its tensors and CUDA context go with it, which a neighbour's exclusive
+        # window reading device-wide bytes must not see.
+        with self._phases.release("trainer"):
+            try:
+                _pipes(proc)[0].close()  # end of input: the child exits, releasing its tensors
+                proc.wait(timeout=ANSWER_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _pipes(proc: subprocess.Popen):

@@ -83,7 +83,7 @@ def sizes(server, client, checkpoint_a) -> model.Sizes:
 
 @pytest.fixture(scope="class")
 def trainer(client):
-    trainer = servers.trainer_class()(client.allocation)
+    trainer = servers.trainer_class()(client)
     yield trainer
     trainer.close()
 

@@ -131,7 +131,7 @@ def lend_check(cell, lent, client, recorder) -> str | None:
 def walk_trainer(client):
     """The RL trainer beside the server (tests/core/trainer.py), for the walk's pushes that cross processes:
     its process starts now, its GPU memory is taken on the first push."""
-    trainer = servers.trainer_class()(client.allocation)
+    trainer = servers.trainer_class()(client)
     yield trainer
     trainer.close()
 

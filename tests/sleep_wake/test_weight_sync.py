@@ -89,7 +89,7 @@ def golden_a(client, golden) -> dict:
 @pytest.fixture(scope="class")
 def trainer(client):
     """The RL trainer beside the server, holding the checkpoints' tensors for the pushes that cross processes."""
-    trainer = servers.trainer_class()(client.allocation)
+    trainer = servers.trainer_class()(client)
     yield trainer
     trainer.close()
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import sleepwake_mutants
 
+from tests.core.trainer import MemoryPhases
 from tests.sleep_wake.fakes import fake_checkpoint, fake_defects, fake_engine, fake_host_memory, fake_vllm
 from tools.launcher import gpu_lease, ports, weight_receiver
 from tools.launcher.config import ServerConfig, build_command, build_env, resolve_model, validate
@@ -202,11 +203,11 @@ class FakeTrainer:
     over the checkpoint's path in their place, which the fake's worker extension opens as the real one
     opens handles (fake_vllm.PUSHES), so the fake tier runs every push way's code path but the GPU's."""
 
-    def __init__(self, allocation) -> None:
-        self._allocation = allocation
+    def __init__(self, phases: MemoryPhases) -> None:
+        self._phases = phases
 
     def ipc_handles(self, checkpoint: str) -> str:
-        with self._allocation("trainer"):
+        with self._phases.allocation("trainer"):
             return weight_receiver.encode_handles([(fake_vllm.FAKE_IPC_TENSOR, (checkpoint,))])
 
     def native_update_info(self, checkpoint: str) -> dict:

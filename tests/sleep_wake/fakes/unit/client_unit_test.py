@@ -12,8 +12,9 @@ from tests.core import liveness, measure, metrics, oracle
 from tests.core.background import CAUGHT, LOST, race_outcome
 from tests.core.client import ServerResponseError, SleepWakeClient, parse_completion
 from tests.core.prompts import GOLDEN_MAX_TOKENS, PROMPTS
+from tests.core.pushes import LOAD_TENSORS
 from tests.sleep_wake.fakes.fake_vllm import FakeVllm
-from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE
+from tools.launcher.gpu_lease import ALLOCATE, EXCLUSIVE, FREE, RELEASE
 
 
 @pytest.fixture
@@ -308,6 +309,31 @@ def test_a_server_that_brackets_its_calls_leaves_the_client_only_its_exclusive_w
         client.sleep(level=1)
         client.wake_up()
     assert taken == [EXCLUSIVE]
+
+
+def test_memory_the_servers_bracket_does_not_see_is_phased_by_the_client(fake):
+    """A trainer's tensors, their freeing at its exit and a push into the weights move device memory outside
+    the worker's sleeps, wakes and reloads, all that a server's bracket covers (phase_plugin CALLS): the
+    client phases them even where the server brackets its calls, or a GPU neighbour's sleep or exclusive
+    window meets them unannounced (on a GPU: a trainer's exit read as memory an immediacy sleep freed)."""
+    taken = []
+
+    @contextlib.contextmanager
+    def phase(kind, what):
+        taken.append((kind, what))
+        yield 0.0
+
+    client = SleepWakeClient(fake.url, timeout_s=5, memory_phase=phase, phases_in_server=True)
+    with client.allocation("trainer"):
+        pass
+    with pytest.raises(oracle.OracleFailure, match="not an absolute checkpoint"):  # this fake serves none
+        client.collective_rpc(LOAD_TENSORS, {"checkpoint": fake.engine.checkpoint.path})
+    client.collective_rpc("reload_weights")  # the server brackets these three
+    client.worker_sleep(1)
+    client.worker_wake_up()
+    with client.release("trainer"):
+        pass
+    assert taken == [(ALLOCATE, "trainer"), (ALLOCATE, "rpc " + LOAD_TENSORS), (RELEASE, "trainer")]
 
 
 def test_a_stream_records_when_each_of_its_token_events_came(fake, client):
