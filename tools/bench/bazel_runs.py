@@ -126,6 +126,7 @@ def test_units(testlogs_dir: str, only: set | None = None, attempt_s: dict | Non
                     # The memory phases by what took them (timings.py); absent in older logs.
                     memory_phase_by=e.get("memory_phase_by") or {},
                     reserved_growth_by=e.get("reserved_growth_by") or {},
+                    step_bytes_by=e.get("step_bytes_by") or {},
                     cpu_by_thread=e.get("cpu_by_thread") or {},
                 )
                 for e in entries
@@ -317,15 +318,35 @@ def memory_phases_by_text(rows: list[tuple]) -> str:
     return "memory phases by what took them (phases, seconds waited, seconds held): " + "; ".join(one(*r) for r in rows)
 
 
-def reserved_growth_by(units: list[dict]) -> list[tuple[str, int, int, int]]:
-    """The GPU servers' worker calls by what they were, summed: (what, calls measured, calls after which
-    torch's caching allocator held more mapped, the most bytes one call added); empty before the figure."""
+def growth_by(units: list[dict], field: str) -> list[tuple[str, int, int, int]]:
+    """A growth table of the GPU servers' timings (timings.py: reserved_growth_by, step_bytes_by), summed:
+    (what, measured, those that added bytes, the most bytes one added); empty before the figure."""
     total: dict = {}
     for t in gpu_timings(gpu_units(units)):
-        for what, e in (t.get("reserved_growth_by") or {}).items():
-            n, grew, most = total.get(what, (0, 0, 0))
-            total[what] = (n + e["n"], grew + e["grew"], max(most, e["max"]))
+        for what, e in (t.get(field) or {}).items():
+            n, grew, most = total.get(what, (0, 0, None))
+            total[what] = (n + e["n"], grew + e["grew"], e["max"] if most is None else max(most, e["max"]))
     return sorted((w, *v) for w, v in total.items())
+
+
+def reserved_growth_by(units: list[dict]) -> list[tuple[str, int, int, int]]:
+    """The worker calls by what they were: (what, calls measured, calls after which torch's caching
+    allocator held more mapped, the most bytes one call added)."""
+    return growth_by(units, "reserved_growth_by")
+
+
+def step_bytes_by(units: list[dict]) -> list[tuple[str, int, int, int]]:
+    """The start steps by name: (step, starts measured, those that mapped bytes beyond their pools, the most
+    bytes one mapped beyond them), what a declared bound per step would be taken from."""
+    return growth_by(units, "step_bytes_by")
+
+
+def step_bytes_text(rows: list[tuple[str, int, int, int]]) -> str:
+    return (
+        "start steps' device bytes beyond the pools they fill (each declares step_overhead_bytes under the rule"
+        " bytes), the most over the starts: "
+        + "; ".join(f"{step} {most / (1 << 20):.0f} MiB over {n}" for step, n, _, most in rows)
+    )
 
 
 def reserved_growth_text(rows: list[tuple[str, int, int, int]]) -> str:
@@ -747,6 +768,9 @@ def main(argv=None) -> int:
     growth = reserved_growth_by(units)
     if growth:
         print(reserved_growth_text(growth))
+    step_bytes = step_bytes_by(units)
+    if step_bytes:
+        print(step_bytes_text(step_bytes))
     steps = walk_step_seconds(units)
     if steps:
         print(walk_step_seconds_text(steps))

@@ -59,9 +59,29 @@ def weights_bytes(model_dir: str) -> int:
     return total
 
 
+def pools_of(config, model_dir: str) -> dict[str, int]:
+    """The bytes of the pools a server of config serving model_dir maps (the ones its sleeps unmap)."""
+    return {"weights": weights_bytes(model_dir), "kv_cache": config.kv_cache_bytes}
+
+
+def beyond_pools(steps: list[dict], pools: dict[str, int]) -> dict[str, int]:
+    """Each start step's device bytes beyond the pools it fills: the worker's NVML bytes after it (the
+    memory-phase plugin's records, in order: phase_plugin.read_steps) less those after the step before (none
+    before the first: the CUDA context is init_device's), less its pools. A step without a figure is left out,
+    and so is the one after it."""
+    beyond = {}
+    before: int | None = 0
+    for step in steps:
+        after = step.get("process_bytes")
+        if after is not None and before is not None:
+            beyond[step["step"]] = after - before - sum(pools[p] for p in _STEP_POOLS.get(step["step"], ()))
+        before = after
+    return beyond
+
+
 def of_config(config, model_dir: str) -> Budget:
     """The budget of a server of config (tools/launcher/config.py ServerConfig) serving model_dir."""
-    pools = {"weights": weights_bytes(model_dir), "kv_cache": config.kv_cache_bytes}
+    pools = pools_of(config, model_dir)
     declared = {}
     if config.step_overhead_bytes > 0 and pools["weights"] > 0:
         overhead = config.step_overhead_bytes

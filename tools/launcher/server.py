@@ -546,6 +546,9 @@ class VllmServer:
         for step in steps:
             self.timings.add_memory_phase(step["waited_s"], "start:" + step["step"], step.get("held_s"))
             waited += step["waited_s"]
+        pools = memory_budget.pools_of(self.config, resolve_model(self.config.model))
+        for name, beyond in memory_budget.beyond_pools(steps, pools).items():
+            self.timings.add_step_bytes(name, beyond)
         with open(self.log_path, "a") as f:
             f.write(
                 "# sleepwake launcher: %d MiB held at GET /health, %d MiB after the last bracketed step\n"

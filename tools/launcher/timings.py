@@ -45,11 +45,16 @@ class ServerTimings:
     # device memory after a server's first is what its phase's width would be judged from.
     reserved_growth_by: dict = dataclasses.field(default_factory=dict)
 
+    # The worker's start steps by name, in the same shape: the device bytes a step mapped beyond the pools
+    # it fills (memory_budget.beyond_pools). What a step declares under the rule bytes is its pools plus
+    # step_overhead_bytes, one bound for every step; these are what a bound per step would be taken from.
+    step_bytes_by: dict = dataclasses.field(default_factory=dict)
+
     def add_reserved_delta(self, what: str, delta: int) -> None:
-        entry = self.reserved_growth_by.setdefault(what, {"n": 0, "grew": 0, "max": 0})
-        entry["n"] += 1
-        entry["grew"] += delta > 0
-        entry["max"] = max(entry["max"], delta)
+        _add_growth(self.reserved_growth_by, what, delta)
+
+    def add_step_bytes(self, step: str, beyond_pools: int) -> None:
+        _add_growth(self.step_bytes_by, step, beyond_pools)
 
     def add_memory_phase(self, waited_s: float, what: str = "", held_s: float | None = None) -> None:
         self.memory_phase_wait_s += waited_s
@@ -72,3 +77,11 @@ class ServerTimings:
             k: {"cpu_s": round(g["cpu_s"], 2), "threads": g["threads"]} for k, g in self.cpu_by_thread.items()
         }
         return record
+
+
+def _add_growth(table: dict, what: str, delta: int) -> None:
+    """{"n" measured, "grew" those that added bytes, "max" the most bytes one added} per what."""
+    entry = table.setdefault(what, {"n": 0, "grew": 0, "max": 0})
+    entry["n"] += 1
+    entry["grew"] += delta > 0
+    entry["max"] = max(entry["max"], delta)

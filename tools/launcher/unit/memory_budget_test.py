@@ -97,6 +97,28 @@ def bracketed(tmp_path):
     return worker_class(), seen
 
 
+def test_each_start_step_maps_what_it_grew_by_less_the_pools_it_fills():
+    """From the plugin's records (NVML bytes after each step): the CUDA context is the first step's, a
+    pool is its step's, and a step without a figure leaves itself and the next one unmeasured."""
+    mib = 1 << 20
+    pools = {"weights": 500 * mib, "kv_cache": 2048 * mib}
+    after = [600, 1120, 1220, 3273, 3573]  # MiB after each step, in plugin.STEPS order
+    steps = [{"step": name, "process_bytes": b * mib} for name, b in zip(plugin.STEPS, after)]
+    assert memory_budget.beyond_pools(steps, pools) == {
+        "init_device": 600 * mib,
+        "load_model": 20 * mib,
+        "determine_available_memory": 100 * mib,
+        "initialize_from_config": 5 * mib,
+        "compile_or_warm_up_model": 300 * mib,
+    }
+    steps[1]["process_bytes"] = None
+    assert sorted(memory_budget.beyond_pools(steps, pools)) == [
+        "compile_or_warm_up_model",
+        "init_device",
+        "initialize_from_config",
+    ]
+
+
 def test_a_sleep_declares_its_allowance_only_from_fully_awake(bracketed):
     worker, seen = bracketed
     worker.sleep()

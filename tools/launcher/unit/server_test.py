@@ -324,6 +324,8 @@ def test_a_shared_start_holds_the_allocate_phase_only_in_its_workers_steps(tmp_p
         if scope == "steps":
             assert [s["step"] for s in steps] == list(phase_plugin.STEPS)
             assert "MiB after the last bracketed step" in log_text
+            # what each step mapped beyond its pools, for a declared bound per step (bazel_runs prints it)
+            assert sorted(server.timings.step_bytes_by) == sorted(phase_plugin.STEPS)
             assert got_in, "no neighbour's sleep got in while the server started"
         else:
             assert steps == [] and got_in == []
@@ -428,6 +430,7 @@ def test_timings_add_up_over_restarts_and_take_the_lease_wait(tmp_path, pid_file
         "memory_phases",
         "memory_phase_by",
         "reserved_growth_by",
+        "step_bytes_by",
         "sleep_asserts",
         "stop_s",
         "start_cpu_s",
