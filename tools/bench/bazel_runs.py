@@ -324,8 +324,8 @@ def growth_by(units: list[dict], field: str) -> list[tuple[str, int, int, int]]:
     total: dict = {}
     for t in gpu_timings(gpu_units(units)):
         for what, e in (t.get(field) or {}).items():
-            n, grew, most = total.get(what, (0, 0, None))
-            total[what] = (n + e["n"], grew + e["grew"], e["max"] if most is None else max(most, e["max"]))
+            n, grew, most = total.get(what, (0, 0, 0))
+            total[what] = (n + e["n"], grew + e["grew"], max(most, e["max"]))
     return sorted((w, *v) for w, v in total.items())
 
 

@@ -640,10 +640,10 @@ def test_reserved_growth_adds_up_over_servers(tmp_path):
 
 
 def test_start_steps_beyond_their_pools_take_the_most_over_servers(tmp_path):
-    a = {"init_device": {"n": 1, "grew": 1, "max": 600 << 20}, "load_model": {"n": 1, "grew": 0, "max": -(2 << 20)}}
-    b = {"init_device": {"n": 2, "grew": 2, "max": 650 << 20}, "load_model": {"n": 2, "grew": 0, "max": -(4 << 20)}}
+    a = {"init_device": {"n": 1, "grew": 1, "max": 600 << 20}, "load_model": {"n": 1, "grew": 1, "max": 2 << 20}}
+    b = {"init_device": {"n": 2, "grew": 2, "max": 650 << 20}, "load_model": {"n": 2, "grew": 0, "max": 0}}
     _unit(tmp_path, "a_mrv1_eager", 10.0, _timing("zygote", step_bytes_by=a))
     _unit(tmp_path, "b_mrv1_eager", 10.0, _timing("zygote", step_bytes_by=b))
     rows = bazel_runs.step_bytes_by(bazel_runs.test_units(str(tmp_path)))
-    assert rows == [("init_device", 3, 3, 650 << 20), ("load_model", 3, 0, -(2 << 20))]
-    assert "init_device 650 MiB over 3; load_model -2 MiB over 3" in bazel_runs.step_bytes_text(rows)
+    assert rows == [("init_device", 3, 3, 650 << 20), ("load_model", 3, 1, 2 << 20)]
+    assert "init_device 650 MiB over 3; load_model 2 MiB over 3" in bazel_runs.step_bytes_text(rows)
