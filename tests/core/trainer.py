@@ -23,6 +23,8 @@ import subprocess
 import sys
 from typing import Protocol
 
+from tools.launcher.memory_budget import TRAINER_CONTEXT
+
 # Seconds a trainer may take for a request: a cold torch import and CUDA start, then a checkpoint read.
 ANSWER_S = 180.0
 
@@ -77,20 +79,29 @@ class TrainerProcess:
         if checkpoint not in self._held:
             if self._proc is None:
                 raise TrainerError("the trainer was closed: a push after close() has no trainer to come from")
+            if not self._held:
+                # Apart from the checkpoint: each declares its own size (memory_budget TRAINER_CONTEXT), so a
+                # neighbour's sleep may overlap one of them where it could not overlap both.
+                with self._phases.allocation(TRAINER_CONTEXT):
+                    self._ask({"context": True}, "creating its CUDA context")
             with self._phases.allocation("trainer"):
-                stdin, stdout = _pipes(self._proc)
-                stdin.write(json.dumps({"hold": checkpoint}) + "\n")
-                stdin.flush()
-                line = stdout.readline()
-            if not line:
-                raise TrainerError(
-                    f"the trainer process exited ({self._proc.poll()}) while loading {checkpoint}: see its stderr above"
-                )
-            answer = json.loads(line)
-            if "error" in answer:
-                raise TrainerError(f"the trainer could not hold {checkpoint}: {answer['error']}")
-            self._held[checkpoint] = answer
+                self._held[checkpoint] = self._ask({"hold": checkpoint}, f"loading {checkpoint}")
         return self._held[checkpoint]
+
+    def _ask(self, request: dict, doing: str) -> dict:
+        proc = self._proc
+        if proc is None:
+            raise TrainerError("the trainer was closed: a push after close() has no trainer to come from")
+        stdin, stdout = _pipes(proc)
+        stdin.write(json.dumps(request) + "\n")
+        stdin.flush()
+        line = stdout.readline()
+        if not line:
+            raise TrainerError(f"the trainer process exited ({proc.poll()}) while {doing}: see its stderr above")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise TrainerError(f"the trainer failed {doing}: {answer['error']}")
+        return answer
 
     def ipc_handles(self, checkpoint: str) -> str:
         return self._hold(checkpoint)["ipc"]
@@ -153,7 +164,8 @@ def main() -> None:
         try:
             if device is None:  # the CUDA context: an allocation, so inside the phase the request came in
                 device = torch.device("cuda", torch.cuda.current_device())
-            answer = _payloads(request["hold"], device, held)
+                held.append(torch.empty(1, device=device))  # created now, not at the first checkpoint
+            answer = {} if request.get("context") else _payloads(request["hold"], device, held)
         except Exception as e:  # noqa: BLE001  reported to the test, which raises TrainerError
             answer = {"error": f"{type(e).__name__}: {e}"}
         sys.stdout.write(json.dumps(answer) + "\n")

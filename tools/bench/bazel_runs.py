@@ -337,14 +337,14 @@ def reserved_growth_by(units: list[dict]) -> list[tuple[str, int, int, int]]:
 
 def step_bytes_by(units: list[dict]) -> list[tuple[str, int, int, int]]:
     """The start steps by name: (step, starts measured, those that mapped bytes beyond their pools, the most
-    bytes one mapped beyond them), what a declared bound per step would be taken from."""
+    bytes one mapped beyond them), what the bounds the steps declare beside their pools are taken from."""
     return growth_by(units, "step_bytes_by")
 
 
 def step_bytes_text(rows: list[tuple[str, int, int, int]]) -> str:
     return (
-        "start steps' device bytes beyond the pools they fill (each declares step_overhead_bytes under the rule"
-        " bytes), the most over the starts: "
+        "start steps' device bytes beyond the pools they fill (under the rule bytes each declares"
+        " step_overhead_bytes or load_overhead_bytes beside them), the most over the starts: "
         + "; ".join(f"{step} {most / (1 << 20):.0f} MiB over {n}" for step, n, _, most in rows)
     )
 

@@ -241,6 +241,12 @@ class ServerConfig:
         " the KV cache (CUDA context, profile run, CUDA graphs); 0: not known, so the steps declare no"
         " size and overlap no sleep.",
     )
+    load_overhead_bytes: int = _setting(
+        0,
+        "With memory_phase_rule bytes: the most device bytes a step or call that only fills a pool maps"
+        " beside it (load_model, initialize_from_config, compile_or_warm_up_model, a reload, a push of a"
+        " checkpoint's tensors, an RL trainer's checkpoint); 0: not known, so they declare step_overhead_bytes.",
+    )
     # A neighbour's sleep frees at least the 0.5 GB of weights (a sleep after a weights-only wake),
     # usually the 2 GiB KV cache too; a CUDA context created outside the steps is ~0.5 GB.
     unbracketed_bytes_max: int = _setting(

@@ -1,11 +1,13 @@
 """What a server's memory phases declare under memory_phase_rule bytes (memory_claims.admits): each
-allocation step's, wake's and reload's bytes, and the allowance of a sleep from fully awake.
+allocation step's, wake's and reload's bytes, what a client moves beside the server's own calls (a push of
+tensors, an RL trainer's checkpoints), and the allowance of a sleep from fully awake.
 
 The sizes come from the server's configuration: the checkpoint's tensor bytes (its safetensors
-headers), --kv-cache-memory-bytes, and step_overhead_bytes, the most any step maps outside those two
-pools (the CUDA context, the profile run's activations, CUDA graphs); a sleep's allowance is
-memory_phase_margin x sleep_frees_bytes. The suite sets those three from its data
-(tests/core/memory_budget.py); unset (0), a step is undeclared and a sleep allows nothing: the old rule.
+headers), --kv-cache-memory-bytes, step_overhead_bytes, the most a step maps outside those two pools
+(the CUDA context, the profile run's activations, CUDA graphs), and load_overhead_bytes, the most a step or
+call that only fills a pool maps beside it; a sleep's allowance is memory_phase_margin x sleep_frees_bytes.
+The suite sets those from its data (tests/core/memory_budget.py); unset (0), a step is undeclared and a
+sleep allows nothing: the old rule.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ import json
 import os
 import struct
 
-# vLLM 0.26.0's start steps (phase_plugin/sleepwake_memory_phase.py STEPS) and the pools each maps
-# besides what any step may map outside them (step_overhead_bytes).
+# vLLM 0.26.0's start steps (phase_plugin/sleepwake_memory_phase.py STEPS) and the pools each maps.
 _STEP_POOLS = {
     "init_device": (),
     "load_model": ("weights",),
@@ -25,6 +26,15 @@ _STEP_POOLS = {
     "initialize_from_config": ("kv_cache",),
     "compile_or_warm_up_model": (),
 }
+# The steps that map more than a pool: the CUDA context, the profile run's activations. Every other step
+# and call only fills its pool (or captures CUDA graphs into memory the profile run reserved), so it
+# declares load_overhead_bytes beside it where that is known.
+_CONTEXT_STEPS = ("init_device", "determine_available_memory")
+# What a client holds an ALLOCATE phase for beside the server's bracketed calls (tests/core/client.py,
+# pushes.py, trainer.py), each loading one checkpoint's tensors onto the GPU; the trainer's first phase
+# creates its process's CUDA context.
+PUSHES = ("rpc load_checkpoint_tensors", "load_weights", "trainer")
+TRAINER_CONTEXT = "trainer:context"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,10 +95,15 @@ def of_config(config, model_dir: str) -> Budget:
     declared = {}
     if config.step_overhead_bytes > 0 and pools["weights"] > 0:
         overhead = config.step_overhead_bytes
+        load = config.load_overhead_bytes or overhead
         for step, used in _STEP_POOLS.items():
-            declared["start:" + step] = overhead + sum(pools[p] for p in used)
+            beside = overhead if step in _CONTEXT_STEPS else load
+            declared["start:" + step] = beside + sum(pools[p] for p in used)
         # A wake maps back the pools a sleep unmapped; a reload loads new weights through torch's allocator.
         declared["wake"] = pools["weights"] + pools["kv_cache"]
-        declared["reload"] = pools["weights"] + overhead
+        declared["reload"] = pools["weights"] + load
+        # A push or a trainer's hold loads a checkpoint of the served one's architecture (the same bytes).
+        declared.update({what: pools["weights"] + load for what in PUSHES})
+        declared[TRAINER_CONTEXT] = overhead
     allowance = int(config.memory_phase_margin * config.sleep_frees_bytes)
     return Budget(config.memory_phase_rule, declared, allowance)

@@ -46,6 +46,7 @@ from tools.launcher.config import (
     zygote_modules,
 )
 from tools.launcher.errors import PortConflictError, ServerReleaseError, ServerStartError
+from tools.launcher.memory_claims import BYTES
 from tools.launcher.nvml import MIB, Nvml, NvmlReadings, unattributed_bytes, wait_for_release
 from tools.launcher.phase_plugin import sleepwake_memory_phase as phase_plugin
 from tools.launcher.timings import ServerTimings
@@ -159,6 +160,7 @@ class VllmServer:
         self._prepared = False
         self._log_dir = ""
         self._cover_path: str | None = None  # the cover file of a worker that brackets its own calls
+        self._budget: memory_budget.Budget | None = None  # budget(), read on first use
         # A server another test process parked and this one claimed (parking.py): what the parker said
         # of it (VllmServer.park's suite argument, under "suite"); None for one this process started.
         self.borrowed: dict | None = None
@@ -234,9 +236,18 @@ class VllmServer:
         """Context manager ordering this server's memory phases against its GPU neighbours'
         (gpu_lease.memory_phase, kind gpu_lease.ALLOCATE, FREE, RELEASE or EXCLUSIVE; what: the call, for
         the GPU's phase trace). Yields the seconds it waited, which timings adds up."""
-        # Declaring nothing: the launcher's own phases keep the kinds rule's exclusion under either rule.
+        # An allocation declares what its budget says it maps (a client's push, a trainer's checkpoint); the
+        # launcher's own phases, and what the budget does not know, declare nothing and so keep the kinds
+        # rule's exclusion under either rule.
+        declares = kind == gpu_lease.ALLOCATE and self.lease is not None and self.config.memory_phase_rule == BYTES
+        declared = self.budget().of(what) if declares else None
         phase = gpu_lease.memory_phase(
-            self.lease, kind, self.config.lease_timeout_s, what=what, rule=self.config.memory_phase_rule
+            self.lease,
+            kind,
+            self.config.lease_timeout_s,
+            what=what,
+            declared=declared,
+            rule=self.config.memory_phase_rule,
         )
         with phase as waited:
             begin = time.monotonic()
@@ -247,6 +258,13 @@ class VllmServer:
                     yield waited
             finally:
                 self.timings.add_memory_phase(waited, what or kind, time.monotonic() - begin)
+
+    def budget(self) -> memory_budget.Budget:
+        """What this server's memory phases declare under the rule bytes (memory_budget.of_config), read
+        once: the checkpoint's headers do not change under a running server."""
+        if self._budget is None:
+            self._budget = memory_budget.of_config(self.config, resolve_model(self.config.model))
+        return self._budget
 
     def neighbour_in_start_step(self) -> bool:
         """Whether a server sharing this one's GPU is in a start step now (gpu_lease.start_step_inside):
@@ -299,7 +317,7 @@ class VllmServer:
                         phase_plugin.ENV_LOCK: gpu_lease.memory_lock_path(self.lease),
                         phase_plugin.ENV_TIMEOUT: str(cfg.lease_timeout_s),
                         phase_plugin.ENV_COVER: self._cover_path,
-                        phase_plugin.ENV_BUDGET: memory_budget.of_config(cfg, resolve_model(cfg.model)).to_env(),
+                        phase_plugin.ENV_BUDGET: self.budget().to_env(),
                     }
                 )
         if self._cover_path is not None or cpu_use_env(cfg):  # either plugin has something to do

@@ -46,8 +46,8 @@ class ServerTimings:
     reserved_growth_by: dict = dataclasses.field(default_factory=dict)
 
     # The worker's start steps by name, in the same shape: the device bytes a step mapped beyond the pools
-    # it fills (memory_budget.beyond_pools). What a step declares under the rule bytes is its pools plus
-    # step_overhead_bytes, one bound for every step; these are what a bound per step would be taken from.
+    # it fills (memory_budget.beyond_pools): what the bounds each step declares beside its pools under the
+    # rule bytes (step_overhead_bytes, load_overhead_bytes) are taken from and checked against.
     step_bytes_by: dict = dataclasses.field(default_factory=dict)
 
     def add_reserved_delta(self, what: str, delta: int) -> None:

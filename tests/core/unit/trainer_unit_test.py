@@ -1,6 +1,7 @@
 """The trainer child starts with its object and imports torch then, outside any memory phase; its CUDA
-context and tensors come with the first push, inside an ALLOCATE phase, and go with its exit, inside a
-RELEASE phase. No GPU here: that push is an error of the set-up (TrainerError), never a hang or a pass."""
+context comes with the first push, and each checkpoint's tensors with the first push of it, each inside an
+ALLOCATE phase of its own, and they go with its exit, inside a RELEASE phase. No GPU here: that push is an
+error of the set-up (TrainerError), never a hang or a pass."""
 
 import contextlib
 import time
@@ -22,6 +23,7 @@ class Phases:
     def allocation(self, what: str):
         self.taken.append("allocate " + what)
         yield
+        self.taken.append("allocated")
 
     @contextlib.contextmanager
     def release(self, what: str):
@@ -57,11 +59,11 @@ def test_a_push_takes_the_phase_and_without_a_gpu_is_an_error_of_the_set_up():
     t = trainer.TrainerProcess(phases)
     start = time.monotonic()
     try:
-        with pytest.raises(trainer.TrainerError, match="could not hold"):
+        with pytest.raises(trainer.TrainerError, match="failed creating its CUDA context"):
             t.ipc_handles("/nonexistent/checkpoint")
     finally:
         t.close()
-    assert phases.taken == ["allocate trainer", "release trainer", "released"]
+    assert phases.taken == ["allocate trainer:context", "release trainer", "released"]
     assert time.monotonic() - start < trainer.ANSWER_S
 
 
@@ -70,3 +72,36 @@ def test_a_push_after_close_says_so():
     t.close()
     with pytest.raises(trainer.TrainerError, match="closed"):
         t.native_update_info("/nonexistent/checkpoint")
+
+
+def test_the_context_and_each_checkpoint_load_inside_a_phase_of_their_own(monkeypatch):
+    """Each declares its own size under the rule bytes (memory_budget), so a neighbour's sleep may overlap
+    one where it could not overlap the context and a checkpoint together; a checkpoint held is not loaded
+    again."""
+    phases = Phases()
+    t = trainer.TrainerProcess(phases)
+
+    def ask(request, doing):
+        phases.taken.append("ask " + ("context" if request.get("context") else request["hold"]))
+        return {"ipc": "handles of " + request.get("hold", ""), "native": {}}
+
+    monkeypatch.setattr(t, "_ask", ask)
+    try:
+        assert t.ipc_handles("A") == "handles of A"
+        assert t.ipc_handles("B") == "handles of B"
+        assert t.ipc_handles("A") == "handles of A"
+    finally:
+        t.close()
+    assert phases.taken == [
+        "allocate trainer:context",
+        "ask context",
+        "allocated",
+        "allocate trainer",
+        "ask A",
+        "allocated",
+        "allocate trainer",
+        "ask B",
+        "allocated",
+        "release trainer",
+        "released",
+    ]

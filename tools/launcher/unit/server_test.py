@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from tools.launcher import gpu_lease, ports, process_tree
+from tools.launcher import gpu_lease, memory_claims, ports, process_tree
 from tools.launcher import server as server_lib
 from tools.launcher.errors import (
     LeaseTimeoutError,
@@ -555,3 +555,49 @@ def test_memory_phases_are_kept_by_what_took_them():
         "sleep": {"n": 2, "waited_s": 0.75, "held_s": 0.375},
         "start:load_model": {"n": 1, "waited_s": 1.0, "held_s": -1.0},
     }
+
+
+def _claims_inside(server, kind, what):
+    """The declared bytes of the claims this process holds on the server's GPU inside its phase."""
+    with server.memory_phase(kind, what):
+        fd = os.open(gpu_lease.memory_lock_path(server.lease), os.O_RDWR)
+        try:
+            with memory_claims.mutex(fd):
+                return [c.declared for c in memory_claims.live(fd) if c.pid == os.getpid()]
+        finally:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("rule", [memory_claims.BYTES, memory_claims.KINDS])
+def test_an_allocation_beside_the_servers_own_calls_declares_what_its_budget_says(tmp_path, pid_file, rule):
+    """Under the rule bytes a client's push or a trainer's checkpoint declares its size (memory_budget), so a
+    neighbour's sleep may overlap it; what the budget does not know, and every phase under kinds, declares
+    nothing, which keeps the old exclusion."""
+    server = _server(
+        tmp_path,
+        pid_file,
+        lease=True,
+        slots_per_gpu=2,
+        memory_phase_rule=rule,
+        memory_phase_margin=0.75,
+        sleep_frees_bytes=2 * GIB,
+        step_overhead_bytes=GIB,
+        load_overhead_bytes=64 << 20,
+    )
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [8], "data_offsets": [0, 16]}}).encode()
+    with open(os.path.join(server.config.model, "model.safetensors"), "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header + bytes(16))
+    with server:
+        declared = {
+            what: _claims_inside(server, gpu_lease.ALLOCATE, what)
+            for what in ("trainer", "trainer:context", "rpc load_checkpoint_tensors", "rpc load_ipc_tensors")
+        }
+    if rule == memory_claims.BYTES:
+        assert declared == {
+            "trainer": [16 + (64 << 20)],
+            "trainer:context": [GIB],
+            "rpc load_checkpoint_tensors": [16 + (64 << 20)],
+            "rpc load_ipc_tensors": [None],
+        }
+    else:
+        assert set(map(tuple, declared.values())) == {(None,)}
