@@ -318,41 +318,52 @@ def memory_phases_by_text(rows: list[tuple]) -> str:
     return "memory phases by what took them (phases, seconds waited, seconds held): " + "; ".join(one(*r) for r in rows)
 
 
-def growth_by(units: list[dict], field: str) -> list[tuple[str, int, int, int]]:
+Growth = tuple[str, int, int, int, int]
+
+
+def growth_by(units: list[dict], field: str) -> list[Growth]:
     """A growth table of the GPU servers' timings (timings.py: reserved_growth_by, step_bytes_by), summed:
-    (what, measured, those that added bytes, the most bytes one added); empty before the figure."""
+    (what, measured, those that added bytes, the most bytes one added, those that added more than they
+    declared under the rule bytes); empty before the figure."""
     total: dict = {}
     for t in gpu_timings(gpu_units(units)):
         for what, e in (t.get(field) or {}).items():
-            n, grew, most = total.get(what, (0, 0, 0))
-            total[what] = (n + e["n"], grew + e["grew"], max(most, e["max"]))
+            n, grew, most, over = total.get(what, (0, 0, 0, 0))
+            total[what] = (n + e["n"], grew + e["grew"], max(most, e["max"]), over + e.get("over", 0))
     return sorted((w, *v) for w, v in total.items())
 
 
-def reserved_growth_by(units: list[dict]) -> list[tuple[str, int, int, int]]:
+def reserved_growth_by(units: list[dict]) -> list[Growth]:
     """The worker calls by what they were: (what, calls measured, calls after which torch's caching
-    allocator held more mapped, the most bytes one call added)."""
+    allocator held more mapped, the most bytes one call added, calls that added more than they declared)."""
     return growth_by(units, "reserved_growth_by")
 
 
-def step_bytes_by(units: list[dict]) -> list[tuple[str, int, int, int]]:
+def step_bytes_by(units: list[dict]) -> list[Growth]:
     """The start steps by name: (step, starts measured, those that mapped bytes beyond their pools, the most
-    bytes one mapped beyond them), what the bounds the steps declare beside their pools are taken from."""
+    bytes one mapped beyond them, those that mapped more than they declared beside their pools), what the
+    bounds the steps declare beside their pools are taken from and held to."""
     return growth_by(units, "step_bytes_by")
 
 
-def step_bytes_text(rows: list[tuple[str, int, int, int]]) -> str:
+def _over(over: int) -> str:
+    return f", {over} over what it declared" if over else ""
+
+
+def step_bytes_text(rows: list[Growth]) -> str:
     return (
         "start steps' device bytes beyond the pools they fill (under the rule bytes each declares"
         " step_overhead_bytes or load_overhead_bytes beside them), the most over the starts: "
-        + "; ".join(f"{step} {most / (1 << 20):.0f} MiB over {n}" for step, n, _, most in rows)
+        + "; ".join(f"{step} {most / (1 << 20):.0f} MiB over {n}{_over(over)}" for step, n, _, most, over in rows)
     )
 
 
-def reserved_growth_text(rows: list[tuple[str, int, int, int]]) -> str:
+def reserved_growth_text(rows: list[Growth]) -> str:
     return (
         "worker calls after which torch's caching allocator held more (memory outside the pools a sleep frees): "
-        + "; ".join(f"{what} {grew} of {n} (most {most / (1 << 20):.0f} MiB)" for what, n, grew, most in rows)
+        + "; ".join(
+            f"{what} {grew} of {n} (most {most / (1 << 20):.0f} MiB{_over(over)})" for what, n, grew, most, over in rows
+        )
     )
 
 

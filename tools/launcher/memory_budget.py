@@ -18,6 +18,8 @@ import json
 import os
 import struct
 
+from tools.launcher.memory_claims import BYTES
+
 # vLLM 0.26.0's start steps (phase_plugin/sleepwake_memory_phase.py STEPS) and the pools each maps.
 _STEP_POOLS = {
     "init_device": (),
@@ -87,6 +89,24 @@ def beyond_pools(steps: list[dict], pools: dict[str, int]) -> dict[str, int]:
             beyond[step["step"]] = after - before - sum(pools[p] for p in _STEP_POOLS.get(step["step"], ()))
         before = after
     return beyond
+
+
+def declared_beside_pools(budget: Budget, what: str, pools: dict[str, int]) -> int | None:
+    """What a phase declares beside the pools it fills (a start step's, a reload's weights), to hold its
+    measured bytes beyond them to (beyond_pools, a reload's reserved growth); None where it declares nothing
+    or the rule is not bytes."""
+    declared = budget.of(what)
+    if declared is None or budget.rule != BYTES:
+        return None
+    return declared - sum(pools[p] for p in _fills(what))
+
+
+def _fills(what: str) -> tuple[str, ...]:
+    if what.startswith("start:"):
+        return _STEP_POOLS.get(what.removeprefix("start:"), ())
+    if what == "wake":
+        return ("weights", "kv_cache")
+    return ("weights",) if what == "reload" or what in PUSHES else ()
 
 
 def of_config(config, model_dir: str) -> Budget:

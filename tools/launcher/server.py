@@ -161,6 +161,7 @@ class VllmServer:
         self._log_dir = ""
         self._cover_path: str | None = None  # the cover file of a worker that brackets its own calls
         self._budget: memory_budget.Budget | None = None  # budget(), read on first use
+        self._pools: dict[str, int] | None = None  # pools(), the same
         # A server another test process parked and this one claimed (parking.py): what the parker said
         # of it (VllmServer.park's suite argument, under "suite"); None for one this process started.
         self.borrowed: dict | None = None
@@ -265,6 +266,12 @@ class VllmServer:
         if self._budget is None:
             self._budget = memory_budget.of_config(self.config, resolve_model(self.config.model))
         return self._budget
+
+    def pools(self) -> dict[str, int]:
+        """The bytes of the pools this server's sleeps unmap (memory_budget.pools_of), read once."""
+        if self._pools is None:
+            self._pools = memory_budget.pools_of(self.config, resolve_model(self.config.model))
+        return self._pools
 
     def neighbour_in_start_step(self) -> bool:
         """Whether a server sharing this one's GPU is in a start step now (gpu_lease.start_step_inside):
@@ -564,9 +571,11 @@ class VllmServer:
         for step in steps:
             self.timings.add_memory_phase(step["waited_s"], "start:" + step["step"], step.get("held_s"))
             waited += step["waited_s"]
-        pools = memory_budget.pools_of(self.config, resolve_model(self.config.model))
+        budget, pools = self.budget(), self.pools()
         for name, beyond in memory_budget.beyond_pools(steps, pools).items():
-            self.timings.add_step_bytes(name, beyond)
+            self.timings.add_step_bytes(
+                name, beyond, memory_budget.declared_beside_pools(budget, "start:" + name, pools)
+            )
         with open(self.log_path, "a") as f:
             f.write(
                 "# sleepwake launcher: %d MiB held at GET /health, %d MiB after the last bracketed step\n"
@@ -786,7 +795,8 @@ class VllmServer:
             if not call.get("covered"):
                 self.timings.add_memory_phase(call["waited_s"], call["call"], call.get("held_s"))
             if call.get("reserved_delta") is not None:
-                self.timings.add_reserved_delta(call["call"], call["reserved_delta"])
+                declared = memory_budget.declared_beside_pools(self.budget(), call["call"], self.pools())
+                self.timings.add_reserved_delta(call["call"], call["reserved_delta"], declared)
             self.timings.sleep_asserts += bool(call.get(phase_plugin.VLLM_ASSERT_KEY))
 
     def _release_lease(self) -> None:

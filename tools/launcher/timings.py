@@ -50,11 +50,11 @@ class ServerTimings:
     # rule bytes (step_overhead_bytes, load_overhead_bytes) are taken from and checked against.
     step_bytes_by: dict = dataclasses.field(default_factory=dict)
 
-    def add_reserved_delta(self, what: str, delta: int) -> None:
-        _add_growth(self.reserved_growth_by, what, delta)
+    def add_reserved_delta(self, what: str, delta: int, declared: int | None = None) -> None:
+        _add_growth(self.reserved_growth_by, what, delta, declared)
 
-    def add_step_bytes(self, step: str, beyond_pools: int) -> None:
-        _add_growth(self.step_bytes_by, step, beyond_pools)
+    def add_step_bytes(self, step: str, beyond_pools: int, declared: int | None = None) -> None:
+        _add_growth(self.step_bytes_by, step, beyond_pools, declared)
 
     def add_memory_phase(self, waited_s: float, what: str = "", held_s: float | None = None) -> None:
         self.memory_phase_wait_s += waited_s
@@ -79,9 +79,12 @@ class ServerTimings:
         return record
 
 
-def _add_growth(table: dict, what: str, delta: int) -> None:
-    """{"n" measured, "grew" those that added bytes, "max" the most bytes one added} per what."""
-    entry = table.setdefault(what, {"n": 0, "grew": 0, "max": 0})
+def _add_growth(table: dict, what: str, delta: int, declared: int | None = None) -> None:
+    """{"n" measured, "grew" those that added bytes, "max" the most bytes one added, "over" those that added
+    more than they declared beside their pools under the rule bytes (declared; None: nothing declared)} per
+    what: an allocation larger than it declared could land in a neighbour's sleep unaccounted."""
+    entry = table.setdefault(what, {"n": 0, "grew": 0, "max": 0, "over": 0})
     entry["n"] += 1
     entry["grew"] += delta > 0
     entry["max"] = max(entry["max"], delta)
+    entry["over"] += declared is not None and delta > declared

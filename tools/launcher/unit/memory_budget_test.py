@@ -178,3 +178,28 @@ def test_a_sleep_that_fails_vllms_check_is_marked_and_counted(bracketed, capsys)
     assert [c["call"] for c in calls] == ["sleep", "wake", "sleep"]
     assert [c.get(plugin.VLLM_ASSERT_KEY) for c in calls] == [None, None, plugin.VLLM_SLEEP_ASSERT]
     assert calls[0]["declared"] == 2 * GIB
+
+
+def test_what_a_phase_declares_beside_its_pools_is_held_to_its_bytes_beyond_them():
+    """A step's or reload's measured bytes beyond its pools are compared with what it declared beside them
+    (timings' "over"); a phase that declares nothing, or any phase under kinds, has no such bound."""
+    pools = {"weights": 500, "kv_cache": 2000}
+    budget = memory_budget.Budget(
+        memory_claims.BYTES,
+        {"start:load_model": 564, "start:init_device": 1024, "reload": 564, "wake": 2500, "trainer": 564},
+        1500,
+    )
+    beside = {
+        what: memory_budget.declared_beside_pools(budget, what, pools)
+        for what in ("start:load_model", "start:init_device", "reload", "wake", "trainer", "sleep")
+    }
+    assert beside == {
+        "start:load_model": 64,
+        "start:init_device": 1024,
+        "reload": 64,
+        "wake": 0,
+        "trainer": 64,
+        "sleep": None,
+    }
+    kinds = dataclasses.replace(budget, rule=memory_claims.KINDS)
+    assert memory_budget.declared_beside_pools(kinds, "reload", pools) is None

@@ -244,7 +244,9 @@ def test_reserved_growth_is_kept_by_what_the_call_was():
     t = ServerTimings()
     for what, delta in (("reload", 0), ("reload", 2048), ("reload", 0), ("sleep", 0), ("sleep", -4096)):
         t.add_reserved_delta(what, delta)
+    t.add_reserved_delta("reload", 1024, declared=1024)  # as much as it declared: not over
+    t.add_reserved_delta("reload", 1025, declared=1024)
     assert t.as_record()["reserved_growth_by"] == {
-        "reload": {"n": 3, "grew": 1, "max": 2048},
-        "sleep": {"n": 2, "grew": 0, "max": 0},
+        "reload": {"n": 5, "grew": 3, "max": 2048, "over": 1},
+        "sleep": {"n": 2, "grew": 0, "max": 0, "over": 0},
     }

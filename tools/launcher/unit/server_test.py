@@ -583,6 +583,8 @@ def test_an_allocation_beside_the_servers_own_calls_declares_what_its_budget_say
         sleep_frees_bytes=2 * GIB,
         step_overhead_bytes=GIB,
         load_overhead_bytes=64 << 20,
+        # the worker's NVML figure from its first step on: the CUDA context's step maps 2 GiB, over its 1 GiB
+        extra_env={"STUB_SERVER_WORKER_BYTES": str(2 * GIB)},
     )
     header = json.dumps({"w": {"dtype": "BF16", "shape": [8], "data_offsets": [0, 16]}}).encode()
     with open(os.path.join(server.config.model, "model.safetensors"), "wb") as f:
@@ -592,6 +594,9 @@ def test_an_allocation_beside_the_servers_own_calls_declares_what_its_budget_say
             what: _claims_inside(server, gpu_lease.ALLOCATE, what)
             for what in ("trainer", "trainer:context", "rpc load_checkpoint_tensors", "rpc load_ipc_tensors")
         }
+        over = {step: e["over"] for step, e in server.timings.step_bytes_by.items() if e["over"]}
+    # A step held to what it declared beside its pools, where it declared (the rule bytes).
+    assert over == ({"init_device": 1} if rule == memory_claims.BYTES else {})
     if rule == memory_claims.BYTES:
         assert declared == {
             "trainer": [16 + (64 << 20)],
