@@ -33,9 +33,9 @@ _STEP_POOLS = {
 # declares load_overhead_bytes beside it where that is known.
 _CONTEXT_STEPS = ("init_device", "determine_available_memory")
 # What a client holds an ALLOCATE phase for beside the server's bracketed calls (tests/core/client.py,
-# pushes.py, trainer.py), each loading one checkpoint's tensors onto the GPU; the trainer's first phase
-# creates its process's CUDA context.
-PUSHES = ("rpc load_checkpoint_tensors", "load_weights", "trainer")
+# pushes.py, trainer.py), each loading one checkpoint's tensors onto the GPU (a push; a trainer taking a
+# checkpoint to push); a trainer's first phase creates its process's CUDA context (TRAINER_CONTEXT).
+CHECKPOINT_LOADS = ("rpc load_checkpoint_tensors", "load_weights", "trainer")
 TRAINER_CONTEXT = "trainer:context"
 
 
@@ -106,7 +106,7 @@ def _fills(what: str) -> tuple[str, ...]:
         return _STEP_POOLS.get(what.removeprefix("start:"), ())
     if what == "wake":
         return ("weights", "kv_cache")
-    return ("weights",) if what == "reload" or what in PUSHES else ()
+    return ("weights",) if what == "reload" or what in CHECKPOINT_LOADS else ()
 
 
 def of_config(config, model_dir: str) -> Budget:
@@ -123,7 +123,7 @@ def of_config(config, model_dir: str) -> Budget:
         declared["wake"] = pools["weights"] + pools["kv_cache"]
         declared["reload"] = pools["weights"] + load
         # A push or a trainer's hold loads a checkpoint of the served one's architecture (the same bytes).
-        declared.update({what: pools["weights"] + load for what in PUSHES})
+        declared.update({what: pools["weights"] + load for what in CHECKPOINT_LOADS})
         declared[TRAINER_CONTEXT] = overhead
     allowance = int(config.memory_phase_margin * config.sleep_frees_bytes)
     return Budget(config.memory_phase_rule, declared, allowance)
