@@ -45,37 +45,29 @@ def test_the_declared_sizes_come_from_the_configuration(tmp_path):
     )
     budget = memory_budget.of_config(config, str(tmp_path))
     assert budget.rule == memory_claims.BYTES and budget.sleep_allowance == 3 * GIB // 2
+
+    def declared(weights, kv, context, load):
+        """What each phase declares: its pools, beside them the context's overhead or the load's."""
+        return {
+            "start:init_device": context,
+            "start:load_model": load + weights,
+            "start:determine_available_memory": context,
+            "start:initialize_from_config": load + kv,
+            "start:compile_or_warm_up_model": load,
+            "wake": weights + kv,
+            "reload": weights + load,
+            "rpc load_checkpoint_tensors": weights + load,
+            "load_weights": weights + load,
+            "trainer": weights + load,
+            "trainer:context": context,
+        }
+
     # Load overhead unknown: every step and load declares the step overhead beside its pool.
-    assert budget.declared == {
-        "start:init_device": GIB,
-        "start:load_model": GIB + weights,
-        "start:determine_available_memory": GIB,
-        "start:initialize_from_config": GIB + 2 * GIB,
-        "start:compile_or_warm_up_model": GIB,
-        "wake": weights + 2 * GIB,
-        "reload": weights + GIB,
-        "rpc load_checkpoint_tensors": weights + GIB,
-        "load_weights": weights + GIB,
-        "trainer": weights + GIB,
-        "trainer:context": GIB,
-    }
+    assert budget.declared == declared(weights, 2 * GIB, GIB, GIB)
     assert memory_budget.Budget.from_env(budget.to_env()) == budget
     # Known: only the CUDA context's steps and the trainer's context declare the step overhead.
-    load = 64 << 20
-    narrow = memory_budget.of_config(dataclasses.replace(config, load_overhead_bytes=load), str(tmp_path)).declared
-    assert narrow == {
-        "start:init_device": GIB,
-        "start:load_model": load + weights,
-        "start:determine_available_memory": GIB,
-        "start:initialize_from_config": load + 2 * GIB,
-        "start:compile_or_warm_up_model": load,
-        "wake": weights + 2 * GIB,
-        "reload": weights + load,
-        "rpc load_checkpoint_tensors": weights + load,
-        "load_weights": weights + load,
-        "trainer": weights + load,
-        "trainer:context": GIB,
-    }
+    narrow = memory_budget.of_config(dataclasses.replace(config, load_overhead_bytes=64 << 20), str(tmp_path))
+    assert narrow.declared == declared(weights, 2 * GIB, GIB, 64 << 20)
     # Unknown overhead: nothing declared, so every step keeps the kinds rule.
     assert memory_budget.of_config(dataclasses.replace(config, step_overhead_bytes=0), str(tmp_path)).declared == {}
 
