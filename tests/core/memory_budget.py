@@ -1,7 +1,7 @@
 """The figures a cell's servers declare their memory phases with under the launcher's memory_phase_rule
-bytes (tools/launcher/memory_budget.py): what a sleep frees at least, the most a start step maps besides
-the weights and the KV cache and the most a step or call that only fills a pool maps beside it, each read
-per cell from the thresholds table by the names memory_budget.json gives, and the margin, with the reason
+bytes (tools/launcher/memory_budget.py): what a sleep frees at least and the most a start step maps besides
+the weights and the KV cache, each read per cell from the thresholds table by the names memory_budget.json
+gives, and the margin and the most a step or call that only fills a pool maps beside it, with the reason
 for each, from that file."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def budgeted(cell: CellSpec, path: str = DATA_FILE) -> CellSpec:
             * getattr(config, figures["sleep_frees"]["times"])
         ),
         "step_overhead_bytes": int(thresholds.get(figures["step_overhead"]["threshold"], cell.id)),
-        "load_overhead_bytes": int(thresholds.get(figures["load_overhead"]["threshold"], cell.id)),
+        "load_overhead_bytes": int(figures["load_overhead"]["value"]),
     }
     unset = {name: value for name, value in values.items() if not getattr(config, name)}
     return dataclasses.replace(cell, config=dataclasses.replace(config, **unset))  # type: ignore[arg-type]

@@ -221,16 +221,6 @@ _TABLE = [
         record="level1_residue_bytes_max",
     ),
     Threshold(
-        "load_overhead_bytes_max",
-        256 * MiB,
-        "bytes",
-        MECHANISM,
-        "what a start step after the CUDA context and the profile run, or a reload, maps beside the pool it "
-        "fills (NVML's bytes after the step less those before, less the pool; torch's reserved bytes after a "
-        "reload less before): what such a step or call declares under the memory-phase rule bytes",
-        record="load_overhead_bytes_max",
-    ),
-    Threshold(
         "wake_restore_bytes_max",
         256 * MiB,
         "bytes (woken - awake: growth)",

@@ -21,7 +21,7 @@ def test_the_figures_are_the_cells_bounds(mode):
     assert config.sleep_frees_bytes == int(thresholds.get("sleep_freed_kv_fraction_min", cell.id) * (3 << 30))
     assert config.step_overhead_bytes == int(thresholds.get("level1_residue_bytes_max", cell.id))
     # Narrower than the step overhead, or the steps that only fill a pool would gain nothing by it.
-    assert config.load_overhead_bytes == int(thresholds.get("load_overhead_bytes_max", cell.id))
+    assert config.load_overhead_bytes == data["load_overhead"]["value"]
     assert 0 < config.load_overhead_bytes < config.step_overhead_bytes
     assert all(entry["reason"] for entry in data.values())
 
