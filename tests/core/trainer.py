@@ -83,15 +83,13 @@ class TrainerProcess:
                 # Apart from the checkpoint: each declares its own size (memory_budget TRAINER_CONTEXT), so a
                 # neighbour's sleep may overlap one of them where it could not overlap both.
                 with self._phases.allocation(TRAINER_CONTEXT):
-                    self._ask({"context": True}, "creating its CUDA context")
+                    self._ask(self._proc, {"context": True}, "creating its CUDA context")
             with self._phases.allocation("trainer"):
-                self._held[checkpoint] = self._ask({"hold": checkpoint}, f"loading {checkpoint}")
+                self._held[checkpoint] = self._ask(self._proc, {"hold": checkpoint}, f"loading {checkpoint}")
         return self._held[checkpoint]
 
-    def _ask(self, request: dict, doing: str) -> dict:
-        proc = self._proc
-        if proc is None:
-            raise TrainerError("the trainer was closed: a push after close() has no trainer to come from")
+    @staticmethod
+    def _ask(proc: subprocess.Popen, request: dict, doing: str) -> dict:
         stdin, stdout = _pipes(proc)
         stdin.write(json.dumps(request) + "\n")
         stdin.flush()

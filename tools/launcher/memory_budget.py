@@ -111,19 +111,21 @@ def _fills(what: str) -> tuple[str, ...]:
 
 def of_config(config, model_dir: str) -> Budget:
     """The budget of a server of config (tools/launcher/config.py ServerConfig) serving model_dir."""
-    pools = pools_of(config, model_dir)
+    return of_pools(config, pools_of(config, model_dir))
+
+
+def of_pools(config, pools: dict[str, int]) -> Budget:
+    """The budget of a server of config whose pools (pools_of) are known: what each phase declares is the
+    pools it fills (_fills) and what it maps beside them."""
     declared = {}
     if config.step_overhead_bytes > 0 and pools["weights"] > 0:
         overhead = config.step_overhead_bytes
         load = config.load_overhead_bytes or overhead
-        for step, used in _STEP_POOLS.items():
-            beside = overhead if step in _CONTEXT_STEPS else load
-            declared["start:" + step] = beside + sum(pools[p] for p in used)
-        # A wake maps back the pools a sleep unmapped; a reload loads new weights through torch's allocator.
-        declared["wake"] = pools["weights"] + pools["kv_cache"]
-        declared["reload"] = pools["weights"] + load
-        # A push or a trainer's hold loads a checkpoint of the served one's architecture (the same bytes).
-        declared.update({what: pools["weights"] + load for what in CHECKPOINT_LOADS})
-        declared[TRAINER_CONTEXT] = overhead
+        beside = {"start:" + step: overhead if step in _CONTEXT_STEPS else load for step in _STEP_POOLS}
+        # A wake maps back the pools a sleep unmapped; a reload loads new weights through torch's allocator;
+        # a push or a trainer's hold loads a checkpoint of the served one's architecture (the same bytes).
+        beside.update({"wake": 0, "reload": load, TRAINER_CONTEXT: overhead})
+        beside.update({what: load for what in CHECKPOINT_LOADS})
+        declared = {what: bytes_ + sum(pools[p] for p in _fills(what)) for what, bytes_ in beside.items()}
     allowance = int(config.memory_phase_margin * config.sleep_frees_bytes)
     return Budget(config.memory_phase_rule, declared, allowance)

@@ -261,14 +261,14 @@ class VllmServer:
                 self.timings.add_memory_phase(waited, what or kind, time.monotonic() - begin)
 
     def budget(self) -> memory_budget.Budget:
-        """What this server's memory phases declare under the rule bytes (memory_budget.of_config), read
-        once: the checkpoint's headers do not change under a running server."""
+        """What this server's memory phases declare under the rule bytes (memory_budget.of_pools)."""
         if self._budget is None:
-            self._budget = memory_budget.of_config(self.config, resolve_model(self.config.model))
+            self._budget = memory_budget.of_pools(self.config, self.pools())
         return self._budget
 
     def pools(self) -> dict[str, int]:
-        """The bytes of the pools this server's sleeps unmap (memory_budget.pools_of), read once."""
+        """The bytes of the pools this server's sleeps unmap (memory_budget.pools_of), read once: the
+        checkpoint's headers do not change under a running server."""
         if self._pools is None:
             self._pools = memory_budget.pools_of(self.config, resolve_model(self.config.model))
         return self._pools

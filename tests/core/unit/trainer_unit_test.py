@@ -81,7 +81,7 @@ def test_the_context_and_each_checkpoint_load_inside_a_phase_of_their_own(monkey
     phases = Phases()
     t = trainer.TrainerProcess(phases)
 
-    def ask(request, doing):
+    def ask(proc, request, doing):
         phases.taken.append("ask " + ("context" if request.get("context") else request["hold"]))
         return {"ipc": "handles of " + request.get("hold", ""), "native": {}}
 
