@@ -232,6 +232,7 @@ def test_a_contract_bound_far_from_its_noise_says_why(t):
 def test_the_contract_test_sees_a_bound_without_its_reason():
     far = dataclasses.replace(thresholds.TABLE["abort_s_max"], source="")
     healthy = far.noise_at(None)  # the record's extreme, which each run that measures more moves
+    assert healthy, "abort_s_max has a noise record (tests/core/noise.json) with a healthy extreme above 0"
     with pytest.raises(
         AssertionError, match=re.escape(f"abort_s_max: 10 is {10 / healthy:.2f}x its healthy extreme {healthy:g}")
     ):
