@@ -86,7 +86,7 @@ def beyond_pools(steps: list[dict], pools: dict[str, int]) -> dict[str, int]:
     for step in steps:
         after = step.get("process_bytes")
         if after is not None and before is not None:
-            beyond[step["step"]] = after - before - sum(pools[p] for p in _STEP_POOLS.get(step["step"], ()))
+            beyond[step["step"]] = after - before - sum(pools[p] for p in _fills("start:" + step["step"]))
         before = after
     return beyond
 
@@ -109,14 +109,9 @@ def _fills(what: str) -> tuple[str, ...]:
     return ("weights",) if what == "reload" or what in CHECKPOINT_LOADS else ()
 
 
-def of_config(config, model_dir: str) -> Budget:
-    """The budget of a server of config (tools/launcher/config.py ServerConfig) serving model_dir."""
-    return of_pools(config, pools_of(config, model_dir))
-
-
 def of_pools(config, pools: dict[str, int]) -> Budget:
-    """The budget of a server of config whose pools (pools_of) are known: what each phase declares is the
-    pools it fills (_fills) and what it maps beside them."""
+    """The budget of a server of config (tools/launcher/config.py ServerConfig) whose pools are pools_of's:
+    what each phase declares is the pools it fills (_fills) and what it maps beside them."""
     declared = {}
     if config.step_overhead_bytes > 0 and pools["weights"] > 0:
         overhead = config.step_overhead_bytes

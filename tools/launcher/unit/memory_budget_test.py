@@ -1,5 +1,5 @@
 """What a server's phases declare under the rule bytes: the sizes from its configuration
-(memory_budget.of_config), and the plugin's claims inside the worker (phase_plugin), where a sleep
+(memory_budget.of_pools over pools_of), and the plugin's claims inside the worker (phase_plugin), where a sleep
 declares its allowance only from fully awake and a sleep that vLLM's own check fails is marked."""
 
 import dataclasses
@@ -43,7 +43,11 @@ def test_the_declared_sizes_come_from_the_configuration(tmp_path):
         sleep_frees_bytes=3 * GIB,
         step_overhead_bytes=GIB,
     )
-    budget = memory_budget.of_config(config, str(tmp_path))
+
+    def budget_of(c):
+        return memory_budget.of_pools(c, memory_budget.pools_of(c, str(tmp_path)))
+
+    budget = budget_of(config)
     assert budget.rule == memory_claims.BYTES and budget.sleep_allowance == 3 * GIB // 2
 
     def declared(weights, kv, context, load):
@@ -66,10 +70,10 @@ def test_the_declared_sizes_come_from_the_configuration(tmp_path):
     assert budget.declared == declared(weights, 2 * GIB, GIB, GIB)
     assert memory_budget.Budget.from_env(budget.to_env()) == budget
     # Known: only the CUDA context's steps and the trainer's context declare the step overhead.
-    narrow = memory_budget.of_config(dataclasses.replace(config, load_overhead_bytes=64 << 20), str(tmp_path))
+    narrow = budget_of(dataclasses.replace(config, load_overhead_bytes=64 << 20))
     assert narrow.declared == declared(weights, 2 * GIB, GIB, 64 << 20)
     # Unknown overhead: nothing declared, so every step keeps the kinds rule.
-    assert memory_budget.of_config(dataclasses.replace(config, step_overhead_bytes=0), str(tmp_path)).declared == {}
+    assert budget_of(dataclasses.replace(config, step_overhead_bytes=0)).declared == {}
 
 
 def _worker_class(lock_path, seen):
