@@ -2,9 +2,10 @@
 # Saves into DIR what a finished run left in the workspace and the lock dir, before the next run
 # overwrites it: the record, the report, the cells' test.xml and test.log that this run wrote (a cell it
 # did not run keeps an earlier run's), the build events, the zygote host's and zygotes' logs (each
-# zygote's key environment), the host's CPU and the memory-phase traces, and the GPU walk shards'
-# undeclared outputs (their measurements, each walk step's time among them, and their server logs: what
-# a slow shard spent its time on).
+# zygote's key environment), the host's CPU and the memory-phase traces, every GPU cell's measurements
+# (the readings tests/core/noise_floor.py merges into the noise data), and the GPU walk shards' whole
+# undeclared outputs (each walk step's time among them, and their server logs: what a slow shard spent
+# its time on).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 d=$1
@@ -18,6 +19,10 @@ if testlogs=$(readlink -f bazel-testlogs) && [[ -d $testlogs/tests ]]; then
   done
   (cd "$testlogs" && find -L tests -path "*/state_walk_*/test.outputs" -not -path "*_fake_*" -newer "$d/began") >"$d/outputs.list"
   tar czf "$d/outputs.tgz" -C "$testlogs" -T "$d/outputs.list"
+  rm -rf "$d/measurements" && mkdir "$d/measurements" &&
+    python3 -m tools.detached_runs.keep_measurements "$testlogs" "$d/measurements" --newer "$d/began" &&
+    tar czf "$d/measurements.tgz" -C "$d/measurements" .
+  rm -rf "$d/measurements"
 fi
 cp -f .bazel-bep*.json "$lock_dir"/zygote-*.log "$lock_dir"/host-cpu.txt "$lock_dir"/waves.jsonl \
   "$lock_dir"/gpu*.memory.trace.jsonl "$d/misc/" 2>/dev/null

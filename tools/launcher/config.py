@@ -213,10 +213,12 @@ class ServerConfig:
         " between; start, from launch to GET /health.",
         choices=MEMORY_PHASE_SCOPES,
     )
-    # kinds by default: the one main job run under bytes (tools/bench/runs.jsonl, commit 5a166c9) failed
-    # two immediacy cells whose device-wide readings came out short, which no run under kinds has shown.
+    # bytes by default: with each step and call declaring what it maps, the GPU cells have run green under
+    # it with no vLLM sleep assert (docs/design.md's table says which and where), while kinds holds every
+    # sleep behind every neighbour's allocation. The run record counts the sleeps whose vLLM assert fired
+    # (matrix.sleep_asserts).
     memory_phase_rule: str = _setting(
-        memory_claims.KINDS,
+        memory_claims.BYTES,
         "On a shared GPU, when a sleep may overlap allocations (tools/launcher/memory_claims.py): bytes,"
         " while the allocations' declared bytes stay below the sleep's allowance (memory_phase_margin x"
         " sleep_frees_bytes), as narrow as vLLM's own check that free memory did not shrink across the"

@@ -13,6 +13,15 @@ import pytest
 
 SCRIPTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tools/detached_runs
 SCRIPTS = ("start.sh", "runs.sh", "save.sh", "collect.sh", "running_chain.sh")
+REPO = os.path.dirname(os.path.dirname(SCRIPTS_DIR))
+# The Python that save.sh runs (keep_measurements and what it reads with), at their paths in the repository.
+MODULES = (
+    "tools/__init__.py",
+    "tools/results/__init__.py",
+    "tools/results/testlogs.py",
+    "tools/detached_runs/__init__.py",
+    "tools/detached_runs/keep_measurements.py",
+)
 # A fake main job: `NAME EXIT [WAIT_FOR_FILE]`; EXIT "early" fails before writing anything. It waits for
 # WAIT_FOR_FILE when given, so a test holds a run going for as long as it needs, and leaves what
 # run_matrix.sh leaves.
@@ -25,8 +34,14 @@ echo "{\\"run\\": \\"$name\\"}" > sleepwake-run.json
 echo "{\\"run\\": \\"$name\\", \\"commit\\": \\"${SLEEPWAKE_COMMIT:-}\\"}" >> tools/bench/runs.jsonl
 mkdir -p out/tests/sleep_wake/cell && echo "<testsuites name=\\"$name\\"/>" > out/tests/sleep_wake/cell/test.xml
 echo "log of $name" > out/tests/sleep_wake/cell/test.log
+# A rest cell's outputs as Bazel zips them, its server log beside its measurements.
+mkdir -p out/tests/sleep_wake/cell/test.outputs
+python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1], 'w')
+z.writestr('measurements.jsonl', sys.argv[2]); z.writestr('server.log', 'heavy'); z.close()" \\
+  out/tests/sleep_wake/cell/test.outputs/outputs.zip "{\\"cell\\": \\"$name\\"}"
 for cell in state_walk_mrv1_eager state_walk_fake_mrv1_eager; do
   mkdir -p out/tests/sleep_wake/$cell/shard_1_of_2/test.outputs
+  echo "<testsuites name=\\"$name\\"/>" > out/tests/sleep_wake/$cell/shard_1_of_2/test.xml
   echo "{\\"run\\": \\"$name\\"}" > out/tests/sleep_wake/$cell/shard_1_of_2/test.outputs/measurements.jsonl
 done
 ln -sfn out bazel-testlogs
@@ -40,6 +55,9 @@ def workspace(tmp_path):
     (ws / "tools" / "detached_runs").mkdir(parents=True)
     for name in SCRIPTS:
         shutil.copy2(os.path.join(SCRIPTS_DIR, name), ws / "tools" / "detached_runs" / name)
+    for path in MODULES:
+        (ws / os.path.dirname(path)).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.join(REPO, path), ws / path)
     for name in ("setup.sh", "run_matrix.sh"):
         (ws / "tools" / name).write_text(FAKE)
         (ws / "tools" / name).chmod(0o755)
@@ -119,6 +137,15 @@ def test_runs_one_after_another_each_saved_before_the_next_overwrites_it(workspa
         walk = "tests/sleep_wake/state_walk_mrv1_eager/shard_1_of_2/test.outputs/measurements.jsonl"
         assert _read(outputs, walk).decode().strip() == '{"run": "first"}'
         assert not [n for n in outputs.getnames() if "_fake_" in n], outputs.getnames()
+    # Every GPU cell's measurements come back unzipped, where noise_floor reads them; not its server log,
+    # nor the fake tier's.
+    with tarfile.open(fileobj=_bytes_of(workspace, "first", "measurements.tgz")) as kept:
+        files = sorted(n for n in kept.getnames() if kept.getmember(n).isfile())
+        assert files == [
+            "./tests/sleep_wake/cell/test.outputs/measurements.jsonl",
+            "./tests/sleep_wake/state_walk_mrv1_eager/shard_1_of_2/test.outputs/measurements.jsonl",
+        ], files
+        assert _read(kept, files[0]).decode() == '{"cell": "first"}'
     # Each run's own line of the run history comes back beside it, not the earlier lines.
     assert _member(workspace, "first", "runs.jsonl") == '{"run": "first", "commit": ""}\n'
     assert _member(workspace, "second", "runs.jsonl") == '{"run": "second", "commit": ""}\n'

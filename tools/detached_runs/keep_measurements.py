@@ -1,0 +1,52 @@
+"""Copies every GPU cell's measurements file out of a bazel-testlogs tree, unzipped, to the same path
+under DEST: a detached run brings back the readings of every cell, which tests/core/noise_floor.py merges
+into the noise data, without the server logs that make whole undeclared outputs heavy.
+
+    python3 -m tools.detached_runs.keep_measurements TESTLOGS DEST --newer FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from tools.results import testlogs
+
+
+def kept(testlogs_dir: str, dest: str, newer_than: float) -> list[str]:
+    """Writes DEST/<result dir>/test.outputs/measurements.jsonl for each result dir under testlogs_dir
+    whose test.xml is newer than newer_than (this run's, not an earlier run's left in place) and is not
+    the fake tier's (<class>_fake_<cell>: its numbers are the fake's model, not a GPU's). Returns the
+    relative paths written."""
+    written = []
+    for root, _dirs, files in os.walk(testlogs_dir, followlinks=True):
+        rel = os.path.relpath(root, testlogs_dir)
+        if "test.xml" not in files or "_fake_" in rel:
+            continue
+        if os.path.getmtime(os.path.join(root, "test.xml")) <= newer_than:
+            continue
+        text = testlogs.read_output(root, testlogs.MEASUREMENTS_FILE)
+        if text is None:
+            continue
+        path = os.path.join(rel, "test.outputs", testlogs.MEASUREMENTS_FILE)
+        os.makedirs(os.path.join(dest, os.path.dirname(path)), exist_ok=True)
+        with open(os.path.join(dest, path), "w", encoding="utf-8") as f:
+            f.write(text)
+        written.append(path)
+    return sorted(written)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("testlogs", help="a bazel-testlogs directory (symlinks followed)")
+    parser.add_argument("dest", help="where the measurements files go, at their paths under testlogs")
+    parser.add_argument("--newer", required=True, help="a file: only results written after it are kept")
+    args = parser.parse_args(argv)
+    paths = kept(args.testlogs, args.dest, os.path.getmtime(args.newer))
+    print(f"keep_measurements: {len(paths)} cells' measurements kept in {args.dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
