@@ -36,13 +36,6 @@ class MergeError(ValueError):
     """The run cannot be recorded as asked; the message says what to change."""
 
 
-def _gpu_cell(result_dir: str) -> bool:
-    """A reading of a healthy vLLM on the GPU: not the fake tier's (<class>_fake_<cell>), whose bytes and
-    times are the fake's model, nor a mutant's."""
-    parts = os.path.normpath(result_dir).split(os.sep)
-    return not any("_fake_" in p for p in parts) and "mutants" not in parts
-
-
 def entries(roots) -> list[dict]:
     """Every line of the GPU cells' measurements files under the roots: each result dir (one test.xml)
     read as the report reads it, zipped outputs included."""
@@ -50,7 +43,7 @@ def entries(roots) -> list[dict]:
     for root in roots:
         for xml in sorted(glob.glob(os.path.join(root, "**", "test.xml"), recursive=True)):
             result_dir = os.path.dirname(xml)
-            if _gpu_cell(os.path.abspath(result_dir)):
+            if testlogs.healthy_gpu_result(os.path.abspath(result_dir)):
                 text = testlogs.read_output(result_dir, testlogs.MEASUREMENTS_FILE) or ""
                 out += [json.loads(line) for line in text.splitlines() if line.strip()]
     return out

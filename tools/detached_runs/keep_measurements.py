@@ -16,13 +16,12 @@ from tools.results import testlogs
 
 def kept(testlogs_dir: str, dest: str, newer_than: float) -> list[str]:
     """Writes DEST/<result dir>/test.outputs/measurements.jsonl for each result dir under testlogs_dir
-    whose test.xml is newer than newer_than (this run's, not an earlier run's left in place) and is not
-    the fake tier's (<class>_fake_<cell>: its numbers are the fake's model, not a GPU's). Returns the
-    relative paths written."""
+    whose test.xml is newer than newer_than (this run's, not an earlier run's left in place) and holds a
+    healthy GPU's readings (testlogs.healthy_gpu_result). Returns the relative paths written."""
     written = []
     for root, _dirs, files in os.walk(testlogs_dir, followlinks=True):
         rel = os.path.relpath(root, testlogs_dir)
-        if "test.xml" not in files or "_fake_" in rel:
+        if "test.xml" not in files or not testlogs.healthy_gpu_result(rel):
             continue
         if os.path.getmtime(os.path.join(root, "test.xml")) <= newer_than:
             continue

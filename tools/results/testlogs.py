@@ -18,6 +18,8 @@ import urllib.request
 import xml.etree.ElementTree as ElementTree
 import zipfile
 
+from tools import matrix
+
 WORKSPACE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The same path as `test --build_event_json_file` in .bazelrc (Bazel resolves it in the workspace root).
 BEP_FILE = os.path.join(WORKSPACE, ".bazel-bep.json")
@@ -38,6 +40,13 @@ def read_output(target_dir: str, name: str) -> str | None:
             if name in z.namelist():
                 return z.read(name).decode("utf-8")
     return None
+
+
+def healthy_gpu_result(result_dir: str) -> bool:
+    """Whether a result dir holds readings of a healthy vLLM on the GPU: not the fake tier's
+    (<class>_fake_<cell>, whose bytes and times are the fake's model), nor a mutant's (tests/mutants/)."""
+    parts = os.path.normpath(result_dir).split(os.sep)
+    return not any(matrix.FAKE_INFIX in p for p in parts) and "mutants" not in parts
 
 
 ORACLE_PROPERTY = "oracle"  # the JUnit property of a failing oracle's id (tests/core/oracle.py writes it)

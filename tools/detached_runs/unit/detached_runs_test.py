@@ -14,9 +14,12 @@ import pytest
 SCRIPTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tools/detached_runs
 SCRIPTS = ("start.sh", "runs.sh", "save.sh", "collect.sh", "running_chain.sh")
 REPO = os.path.dirname(os.path.dirname(SCRIPTS_DIR))
-# The Python that save.sh runs (keep_measurements and what it reads with), at their paths in the repository.
+# The Python that save.sh runs (keep_measurements, what it reads with and the spec that names the fake
+# tier), at their paths in the repository.
 MODULES = (
     "tools/__init__.py",
+    "tools/matrix.py",
+    "tools/matrix.bzl",
     "tools/results/__init__.py",
     "tools/results/testlogs.py",
     "tools/detached_runs/__init__.py",
