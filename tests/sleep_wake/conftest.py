@@ -29,6 +29,7 @@ from tests.core import (
     server_reuse,
     servers,
     thresholds,
+    trainer,
 )
 from tests.core.client import SleepWakeClient, client_of
 from tests.core.oracle import pytest_runtest_makereport  # noqa: F401  oracle ids -> JUnit properties
@@ -164,7 +165,8 @@ _LAUNCHER_CPU_S: list[float] = []
 @pytest.fixture(scope="session", autouse=True)
 def test_process_cpu(recorder):
     """Records, at the session's end of a cell that started a server, the CPU seconds of this test
-    process (imports and collection included) and of its reaped children: the tests' own processes
+    process (imports and collection included) and of its children (its reaped ones, and the trainer image
+    with the trainers it forked: tests/core/trainer.py): the tests' own processes
     took a large share of a GPU matrix's host CPU (docs/design.md), and
     tools/bench/bazel_runs says by class where."""
     yield
@@ -175,7 +177,7 @@ def test_process_cpu(recorder):
             "test_process_cpu",
             round(t.user + t.system, 3),
             "s",
-            children_cpu_s=round(t.children_user + t.children_system, 3),
+            children_cpu_s=round(t.children_user + t.children_system + trainer.image_cpu_s(), 3),
             launcher_cpu_s=round(sum(_LAUNCHER_CPU_S), 3),
             servers=len(_LAUNCHER_CPU_S),
         )

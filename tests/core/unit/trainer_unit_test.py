@@ -1,14 +1,16 @@
-"""The trainer child starts with its object and imports torch then, outside any memory phase; its CUDA
-context comes with the first push, and each checkpoint's tensors with the first push of it, each inside an
-ALLOCATE phase of its own, and they go with its exit, inside a RELEASE phase. No GPU here: that push is an
-error of the set-up (TrainerError), never a hang or a pass."""
+"""The trainer starts with its object, forked from the test process's image, which imported torch once,
+outside any memory phase; its CUDA context comes with the first push, and each checkpoint's tensors with
+the first push of it, each inside an ALLOCATE phase of its own, and they go with its exit, inside a
+RELEASE phase. No GPU here: that push is an error of the set-up (TrainerError), never a hang or a pass."""
 
 import contextlib
 import time
 
+import psutil
 import pytest
 
 from tests.core import trainer
+from tools.launcher import process_tree
 
 
 class Phases:
@@ -36,11 +38,27 @@ class Phases:
 def test_the_child_runs_from_the_start_and_takes_no_phase_until_a_push():
     phases = Phases()
     t = trainer.TrainerProcess(phases)
-    proc = t._proc
-    assert proc is not None and proc.poll() is None
+    proc = t.child()
+    assert proc.poll() is None
     assert phases.taken == []
     t.close()
-    assert proc.wait(timeout=trainer.ANSWER_S) == 0
+    assert proc.poll() is not None
+
+
+def test_the_trainers_of_a_test_process_are_forked_from_one_image():
+    """torch is imported once per test process, not once per trainer (docs/design.md: most of a trainer's
+    CPU), and each trainer is a process of its own, whose exit frees what it held."""
+    first, second = trainer.TrainerProcess(Phases()), trainer.TrainerProcess(Phases())
+    try:
+        pids = [first.child().pid, second.child().pid]
+        parents = {psutil.Process(pid).ppid() for pid in pids}
+    finally:
+        first.close()
+        second.close()
+    assert len(set(pids)) == 2
+    assert parents == {trainer.image().pid}
+    assert not any(process_tree.alive(pid) for pid in pids)
+    assert trainer.image_cpu_s() > 0  # the test's cpu record adds it (tests/sleep_wake/conftest.py)
 
 
 def test_its_exit_frees_inside_a_release_phase_which_ends_once_the_child_is_gone():
@@ -48,7 +66,7 @@ def test_its_exit_frees_inside_a_release_phase_which_ends_once_the_child_is_gone
     not see it go (on a GPU, an immediacy window read a trainer's exit as memory its sleep freed)."""
     phases = Phases()
     t = trainer.TrainerProcess(phases)
-    phases.child = t._proc
+    phases.child = t.child()
     t.close()
     t.close()  # once only
     assert phases.taken == ["release trainer", "released"]
