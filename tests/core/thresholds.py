@@ -363,7 +363,7 @@ _TABLE = [
         CONTRACT,
         "a contract: level-1 sleep copies weights back bit-exact and a push loads the same file, so "
         "healthy servers drift by kernel nondeterminism alone (its record); 1e-2 tolerates that only: "
-        "the bound is the promise, not a measurement, hence far past the noise. The mutant "
+        "the bound is the promise, not a measurement, wherever the noise sits below it. The mutant "
         "weights_perturbed drifts 1.5x past it, so a drift of the bound's own size is caught",
         record="logprob_drift_max",
     ),

@@ -259,10 +259,17 @@ def test_every_probed_bound_has_a_sized_mutant():
 
 
 def test_a_contract_bound_far_from_its_noise_is_probed():
-    """The rule reads each contract bound's factor from noise.json: the two contract bounds with a record
-    are probed, those without one are not, and a contract bound brought within NOISE_FACTOR_MAX of its
-    noise would need no mutant of its own."""
-    assert {"logprob_drift_max", "abort_s_max"} <= set(PROBED)
+    """The rule reads each contract bound's factor from noise.json: a contract bound with a record is probed
+    while it sits more than NOISE_FACTOR_MAX times its noise (abort_s_max), and not once its noise came within
+    that of it (logprob_drift_max since an H100 run's drift); those without a record are not. Moving either
+    bound across the line moves it in or out."""
+    assert "abort_s_max" in PROBED
     assert not {"request_completion_s_max", "race_timeout_s", "held_request_window_s"} & set(PROBED)
+    for name in ("abort_s_max", "logprob_drift_max"):
+        t = thresholds.TABLE[name]
+        assert (name in PROBED) == (_factor(t) > thresholds.NOISE_FACTOR_MAX), f"{name}: factor {_factor(t):.2f}"
     near = dict(thresholds.TABLE, abort_s_max=dataclasses.replace(thresholds.TABLE["abort_s_max"], value=0.1))
     assert "abort_s_max" not in _probed(near)
+    drift = thresholds.TABLE["logprob_drift_max"]
+    far = dict(thresholds.TABLE, logprob_drift_max=dataclasses.replace(drift, value=drift.value * 100))
+    assert "logprob_drift_max" in _probed(far)
