@@ -7,9 +7,9 @@ gave stay valid while a server opens them; it holds nothing else. Its GPU memory
 client's ALLOCATE memory phase (a GPU neighbour's sleep must not see it).
 
 Each trainer is forked from one image per test process (`python -m` this module), which imported torch
-once and never starts CUDA, so each trainer makes a CUDA context of its own: importing torch took 5-7
-CPU-s on a GPU host, most of a trainer's CPU, and a walk shard starts a trainer per walk (docs/design.md,
-"Where the time goes").
+once and never starts CUDA, so each trainer makes a CUDA context of its own: importing torch is most of a
+trainer's CPU, and a walk shard starts a trainer per walk (docs/design.md, "Where the time goes", has
+the figures).
 
 Two payloads per checkpoint: `ipc` for the suite's worker extension (tools/launcher/weight_receiver.py
 load_ipc_tensors) and `native` for vLLM's own IPC weight-transfer engine (its update_info, with the
