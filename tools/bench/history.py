@@ -8,10 +8,10 @@ from it (latest_line).
     python3 -m tools.bench.history latest [FILE]
 
 A line's keys (KEYS): the commit and date of the run, vLLM's release, the machine (its GPU's name, how many
-GPUs the run used, the host's cores), whether the machine was fresh or warm, Bazel's elapsed seconds and
-each wave's, the GPU servers started, the GPU cells' share of their time spent waiting on neighbours'
-memory phases, the GPU cells and the test cases that ran (passed or failed, every target of the run), and
-the verdict. A figure the record did not measure is null; a key is never left out.
+GPUs the run used, the host's cores and its CPU's model), whether the machine was fresh or warm, Bazel's
+elapsed seconds and each wave's, the GPU servers started, the GPU cells' share of their time spent waiting
+on neighbours' memory phases, the GPU cells and the test cases that ran (passed or failed, every target of
+the run), and the verdict. A figure the record did not measure is null; a key is never left out.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ KEYS = (
     "cases",
     "status",
 )
-MACHINE_KEYS = ("gpu", "gpus", "cores")
+MACHINE_KEYS = ("gpu", "gpus", "cores", "cpu")
 MACHINE_STATES = ("fresh", "warm")
 STATUSES = ("green", "partial", "red")  # run_record.py: partial, a state walk cell short of its door
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
@@ -86,6 +86,8 @@ def problems(entry) -> list[str]:
         for k in ("gpus", "cores"):
             if not (_count(m[k]) and m[k] > 0):
                 out.append(f"machine.{k} {m[k]!r}: a whole number above 0")
+        if m["cpu"] is not None and not (isinstance(m["cpu"], str) and m["cpu"].strip()):
+            out.append(f"machine.cpu {m['cpu']!r}: the CPU's model, or null where not recorded")
     if e["machine_state"] not in MACHINE_STATES:
         out.append(f"machine_state {e['machine_state']!r}: one of {', '.join(MACHINE_STATES)}")
     if e["status"] not in STATUSES:
@@ -180,7 +182,12 @@ def from_record(
         "commit": commit,
         "date": date,
         "vllm": found_vllm or vllm,
-        "machine": {"gpu": found_gpu or gpu, "gpus": machine["gpus"], "cores": machine["cores"]},
+        "machine": {
+            "gpu": found_gpu or gpu,
+            "gpus": machine["gpus"],
+            "cores": machine["cores"],
+            "cpu": machine.get("cpu"),
+        },
         "machine_state": m["machine_state"],
         "elapsed_s": m["elapsed_s"],
         "waves_s": m["waves_s"],
@@ -221,9 +228,10 @@ def latest_line(entries: list[dict]) -> str:
             e = mine[-1]
             runs.append(f"{state} {e['elapsed_s']:.0f} s ({e['status']})")
     m = last["machine"]
+    cpu = f" ({m['cpu']})" if m["cpu"] else ""
     return (
         f"The latest main job, at {last['commit']}, on {m['gpus']} × {m['gpu']} with "
-        f"{m['cores']} cores, vLLM {last['vllm']}, {last['cells']} GPU cells: {', '.join(runs)}."
+        f"{m['cores']} cores{cpu}, vLLM {last['vllm']}, {last['cells']} GPU cells: {', '.join(runs)}."
     )
 
 

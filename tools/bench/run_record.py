@@ -59,6 +59,17 @@ def cases_of(xmls) -> dict[str, int]:
     return totals
 
 
+def cpu_model(cpuinfo: str) -> str | None:
+    """The host CPU's model from /proc/cpuinfo's first `model name` line; None where it names none. Runs on
+    hosts whose GPUs have one name can differ in CPU, and the main job is bound by the host's CPU (design.md):
+    two runs' times compare only with their CPUs named."""
+    for line in cpuinfo.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() == "model name" and value.strip():
+            return " ".join(value.split())
+    return None
+
+
 def parse_identity(text: str) -> dict[str, str]:
     """identity.txt (third_party/gpu_runtime/gpu_runtime.bzl), one `name: value` a line, as a dict."""
     out = {}
@@ -164,6 +175,7 @@ def record(
     machine_state: str,
     waves_s: list[float],
     identity: dict[str, str] | None = None,
+    cpu: str | None = None,
     cpu_wait_s: float = 0.0,
     cpu_only: placement.Placement | None = None,
     replay: dict | None = None,
@@ -197,7 +209,7 @@ def record(
     return {
         # Only a run whose GPU cells ran fetched @sleepwake_gpu for the vLLM it served: the file a run that
         # stopped before them left may name an earlier run's release.
-        "machine": {"gpus": gpus, "cores": cores, "identity": identity if gpu else None},
+        "machine": {"gpus": gpus, "cores": cores, "cpu": cpu, "identity": identity if gpu else None},
         "matrix": {
             # partial: every test passed, but a state walk cell did not walk its whole door (walk_gate.py).
             "status": "green" if rc == 0 else "partial" if rc == walk_gate.PARTIAL_EXIT else "red",
@@ -285,6 +297,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cpu_bep", help="the build event file of the CPU-only targets' own bazel test")
     parser.add_argument("--slots_per_gpu", type=int, default=0, help="the cells sharing one GPU (for the replay)")
     parser.add_argument("--host_cpu", help="host_cpu.py's output during the run (the whole host's CPU-s)")
+    parser.add_argument(
+        "--cpuinfo", default="/proc/cpuinfo", help="the host's CPU description, for its model (default: %(default)s)"
+    )
     parser.add_argument("--lock_dir", help="the GPU lock dir holding this run's memory-phase traces")
     parser.add_argument(
         "--cpu_wait_s",
@@ -303,6 +318,7 @@ def main(argv=None) -> int:
     units = bazel_runs.test_units(args.testlogs, only, attempt_s) if os.path.isdir(args.testlogs) else []
     identity_path = reading.identity_file(args.testlogs) if os.path.isdir(args.testlogs) else None
     identity = parse_identity(reading.read_text(identity_path)) if identity_path else None
+    cpu = cpu_model(reading.read_text(args.cpuinfo)) if os.path.exists(args.cpuinfo) else None
     result = record(
         units,
         gpus=args.gpus,
@@ -311,6 +327,7 @@ def main(argv=None) -> int:
         machine_state=args.machine_state,
         waves_s=args.wave_s,
         identity=identity,
+        cpu=cpu,
         cpu_wait_s=args.cpu_wait_s,
         cpu_only=placement.read(all_beps) if all_beps else None,
         replay=_replay(args, units),

@@ -199,7 +199,8 @@ def history_points(entries) -> list[HistoryPoint]:
             e["status"],
             e["commit"],
             f"{e['commit']} ({e['date']}), {e['machine_state']} machine, {e['status']}: {e['elapsed_s']:g} s, "
-            f"{e['cells']} cells, {e['machine']['gpus']} x {e['machine']['gpu']}, vLLM {e['vllm']}",
+            f"{e['cells']} cells, {e['machine']['gpus']} x {e['machine']['gpu']}"
+            f"{', ' + e['machine']['cpu'] if e['machine']['cpu'] else ''}, vLLM {e['vllm']}",
         )
         for i, e in enumerate(entries, 1)
     ]

@@ -24,7 +24,12 @@ def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm(
     r = run_record.record(units, gpus=1, cores=16, rc=0, machine_state="fresh", waves_s=[30.0, 12.5])
     m = r["matrix"]
     assert (m["status"], m["elapsed_s"], m["server_starts"], m["machine_state"]) == ("green", 42.5, 2, "fresh")
-    assert m["launch_to_health_s"]["median_s"] == 7.0 and r["machine"] == {"gpus": 1, "cores": 16, "identity": None}
+    assert m["launch_to_health_s"]["median_s"] == 7.0 and r["machine"] == {
+        "gpus": 1,
+        "cores": 16,
+        "cpu": None,
+        "identity": None,
+    }
     assert m["walk_shards"] is None  # no walk shard ran: none counted, not zero
     # A cell that took over a server another cell gave back (tools/launcher/parking.py) started none.
     taken = run_record.record(
@@ -137,6 +142,22 @@ fingerprint: vllm-0.25.0+5f1c
 """
 
 
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R)  Platinum 8480+
+flags\t\t: fpu vme
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R)  Platinum 8480+
+"""
+
+
+def test_the_cpus_model_is_cpuinfos_first_model_name():
+    assert run_record.cpu_model(CPUINFO) == "Intel(R) Xeon(R) Platinum 8480+"
+    assert run_record.cpu_model("processor\t: 0\nmodel name\t:\n") is None  # named empty: not a model
+    assert run_record.cpu_model("") is None
+
+
 def test_the_record_names_what_the_cells_ran_from_the_identity_beside_the_test_logs(tmp_path):
     """bazel-testlogs resolves into <output base>/execroot/<workspace>/bazel-out/<config>/testlogs; the
     identity @sleepwake_gpu wrote is in <output base>/external/sleepwake_gpu (tools/report/reading.py)."""
@@ -153,12 +174,17 @@ def test_the_record_names_what_the_cells_ran_from_the_identity_beside_the_test_l
     timing.update(memory_phase_wait_s=0.0, memory_phases=0, stop_s=0.0)
     (cell / "test.outputs" / "measurements.jsonl").write_text(json.dumps(timing) + "\n")
     out = tmp_path / "run.json"
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(CPUINFO)
     args = [str(logs), "--out", str(out), "--gpus", "1", "--cores", "16", "--rc", "0", "--machine_state", "warm"]
-    assert run_record.main(args) == 0
+    assert run_record.main(args + ["--cpuinfo", str(cpuinfo)]) == 0
     machine = json.loads(out.read_text())["machine"]
+    assert machine["cpu"] == "Intel(R) Xeon(R) Platinum 8480+"
     assert machine["identity"]["vllm"] == "0.25.0 record-sha256=5f1c"
     assert machine["identity"]["gpus"] == "0, NVIDIA H200, 580.159.04, 143771 MiB"
     assert machine["identity"]["transformers"] == "not installed"
+    assert run_record.main(args + ["--cpuinfo", str(tmp_path / "absent")]) == 0
+    assert json.loads(out.read_text())["machine"]["cpu"] is None  # not readable: not recorded, never guessed
     # No GPU cell of this run ran: the file may be an earlier run's release, so the record names none.
     (cell / "test.outputs" / "measurements.jsonl").write_text("")
     assert run_record.main(args) == 0
