@@ -515,6 +515,35 @@ def tests_cpu_text(f: dict | None, top: int = 6) -> str:
     )
 
 
+def walk_cpu_per_step(units: list[dict]) -> dict | None:
+    """The GPU walk's CPU milliseconds per step it recorded: its servers' serving, its test processes' own
+    and their children's (the trainers), over the walk units that recorded their test process's CPU. A
+    plan's steps are the same work on every host, so two runs of one plan differ here by their host's speed
+    (or its neighbours'), where their elapsed times mix that with everything else. None: no such unit, or a
+    server without its CPU time."""
+    walk = [u for u in gpu_walk_shards(units) if u.get("test_cpu") and u.get("walk_steps")]
+    timings = [t for u in walk for t in gpu_only(u["timings"])]
+    if not walk or any(t.get("serve_cpu_s") is None for t in timings):
+        return None
+    steps = sum(len(u["walk_steps"]) for u in walk)
+    per_step = 1000.0 / steps
+    return {
+        "units": len(walk),
+        "steps": steps,
+        "servers_ms": round(sum(t["serve_cpu_s"] for t in timings) * per_step, 1),
+        "tests_ms": round(sum(u["test_cpu"]["cpu_s"] for u in walk) * per_step, 1),
+        "children_ms": round(sum(u["test_cpu"]["children_cpu_s"] for u in walk) * per_step, 1),
+    }
+
+
+def walk_cpu_per_step_text(f: dict) -> str:
+    return (
+        f"the walk's CPU per step (one plan is the same work on any host: compare hosts by this): servers"
+        f" {f['servers_ms']:g} ms serving, test processes {f['tests_ms']:g} ms, their children (the trainers)"
+        f" {f['children_ms']:g} ms, over {f['steps']} steps in {f['units']} units"
+    )
+
+
 def _step_kind(token: str) -> str:
     """A walk operation's token (walk/operations.py Operation.__str__) as the deal prices it: a sleep
     with a request in flight apart from the other sleeps."""
@@ -800,6 +829,9 @@ def main(argv=None) -> int:
         print(servers_cpu_text(servers_cpu(units, args.cores)))
         print(cpu_by_thread_text(cpu_by_thread(units)))
         print(tests_cpu_text(tests_cpu(units)))
+        per_step = walk_cpu_per_step(units)
+        if per_step:
+            print(walk_cpu_per_step_text(per_step))
     return 0
 
 

@@ -223,6 +223,8 @@ def record(
             "cells_by_door": cells_by_door(units),
             "cases": cases,
             "walk_shards": bazel_runs.walk_shards(units),
+            # The host's speed, from work that is the same on every host: what runs on two hosts compare by.
+            "walk_cpu_per_step": bazel_runs.walk_cpu_per_step(units),
             "machine_state": machine_state,
             **bazel_runs.matrix_measures(units, elapsed),
         },
@@ -345,6 +347,8 @@ def main(argv=None) -> int:
     )
     if m["walk_shards"]:
         print("run record: " + bazel_runs.walk_shards_text(m["walk_shards"]))
+    if m["walk_cpu_per_step"]:
+        print("run record: " + bazel_runs.walk_cpu_per_step_text(m["walk_cpu_per_step"]))
     return 0
 
 

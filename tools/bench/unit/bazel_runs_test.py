@@ -419,6 +419,53 @@ def _step(time, op):
     return {"key": "walk_step", "time": time, "op": op}
 
 
+def test_the_walks_cpu_per_step_is_its_servers_and_tests_cpu_over_the_steps_it_recorded(tmp_path, capsys):
+    """Host speed from work a plan fixes: the walk shards' servers' serving CPU and their test processes'
+    own and children's CPU, each over the steps they recorded; the fake tier's walk and other classes
+    are left out."""
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_1_of_2",
+        50.0,
+        _timing("zygote", start_cpu_s=6.0, serve_cpu_s=3.0),
+        _test_cpu(1.0, children_cpu_s=2.0),
+        *[_step(10.0 + i, "wake:-") for i in range(30)],
+    )
+    _unit(
+        tmp_path,
+        "state_walk_mrv1_eager/shard_2_of_2",
+        50.0,
+        _timing("zygote", start_cpu_s=6.0, serve_cpu_s=5.0),
+        _test_cpu(0.6, children_cpu_s=0.0),
+        *[_step(20.0 + i, "reload:B") for i in range(10)],
+    )
+    _unit(tmp_path, "flags_mrv2_graph", 30.0, _timing("zygote", start_cpu_s=8.0, serve_cpu_s=90.0), _test_cpu(9.0))
+    _unit(
+        tmp_path,
+        "state_walk_fake_mrv1_eager",
+        9.0,
+        _timing("fake", start_cpu_s=1.0, serve_cpu_s=70.0),
+        _test_cpu(90.0),
+        _step(1.0, "wake:-"),
+    )
+    units = bazel_runs.test_units(str(tmp_path))
+    assert bazel_runs.walk_cpu_per_step(units) == {
+        "units": 2,
+        "steps": 40,
+        "servers_ms": 200.0,  # 8 CPU-s over 40 steps
+        "tests_ms": 40.0,
+        "children_ms": 50.0,
+    }
+    assert bazel_runs.main([str(tmp_path), "--cores", "4"]) == 0
+    assert "servers 200 ms serving, test processes 40 ms, their children (the trainers) 50 ms, over 40 steps in 2" in (
+        capsys.readouterr().out
+    )
+    # A server without its CPU time (an older launcher's log): no figure rather than a part of one.
+    _unit(tmp_path, "state_walk_mrv2_eager/shard_1_of_1", 9.0, _timing("zygote"), _test_cpu(1.0), _step(1.0, "wake:-"))
+    assert bazel_runs.walk_cpu_per_step(bazel_runs.test_units(str(tmp_path))) is None
+    assert bazel_runs.walk_cpu_per_step(bazel_runs.test_units(str(tmp_path / "none"))) is None
+
+
 def test_the_walks_step_seconds_are_the_time_between_its_records_by_operation(tmp_path, capsys):
     _unit(
         tmp_path,

@@ -9,11 +9,12 @@ import pytest
 
 from tools.bench import history
 
+MACHINE: dict[str, Any] = {"gpu": "NVIDIA H200", "gpus": 1, "cores": 16, "cpu": "AMD EPYC 9654 96-Core Processor"}
 GOOD = {
     "commit": "84c86bc",
     "date": "2026-12-05",
     "vllm": "0.26.0",
-    "machine": {"gpu": "NVIDIA H200", "gpus": 1, "cores": 16, "cpu": "AMD EPYC 9654 96-Core Processor"},
+    "machine": MACHINE,
     "machine_state": "fresh",
     "elapsed_s": 579.6,
     "waves_s": [366.3, 213.3],
@@ -70,8 +71,8 @@ def test_a_line_missing_a_key_is_refused(key):
         ({"date": "2026-13-01"}, "date '2026-13-01': YYYY-MM-DD"),
         ({"vllm": "latest"}, "vllm 'latest': a release"),
         ({"machine": {"gpu": "NVIDIA H200", "gpus": 1}}, "machine {'gpu': 'NVIDIA H200', 'gpus': 1}: an object of"),
-        ({"machine": {**GOOD["machine"], "gpu": "", "gpus": 0}}, "machine.gpu '': the GPU's name; machine.gpus 0"),
-        ({"machine": {**GOOD["machine"], "cpu": " "}}, "machine.cpu ' ': the CPU's model, or null"),
+        ({"machine": {**MACHINE, "gpu": "", "gpus": 0}}, "machine.gpu '': the GPU's name; machine.gpus 0"),
+        ({"machine": {**MACHINE, "cpu": " "}}, "machine.cpu ' ': the CPU's model, or null"),
         ({"machine_state": "cold"}, "machine_state 'cold': one of fresh, warm"),
         ({"status": "passed"}, "status 'passed': one of green, partial, red"),
         ({"elapsed_s": 600.0}, "elapsed_s 600.0 is not the sum of waves_s [366.3, 213.3]"),
@@ -88,7 +89,7 @@ def test_a_wrong_value_is_refused(change, problem):
 
 
 def test_a_figure_not_measured_is_null():
-    not_recorded = {**GOOD["machine"], "cpu": None}
+    not_recorded = {**MACHINE, "cpu": None}
     assert history.problems({**GOOD, "server_starts": None, "wait_share": None, "cases": None}) == []
     assert history.problems({**GOOD, "machine": not_recorded}) == []
 
@@ -178,7 +179,7 @@ def test_the_latest_line_names_the_last_commits_fresh_and_warm_runs():
         "The latest main job, at 84c86bc, on 1 × NVIDIA H200 with 16 cores (AMD EPYC 9654 96-Core Processor), "
         "vLLM 0.26.0, 93 GPU cells: fresh 580 s (green), warm 550 s (green)."
     )
-    unnamed = {**warm, "machine": {**GOOD["machine"], "cpu": None}}
+    unnamed = {**warm, "machine": {**MACHINE, "cpu": None}}
     assert "with 16 cores, vLLM 0.26.0" in history.latest_line([unnamed])
     assert history.latest_line([earlier, warm]).endswith("93 GPU cells: warm 550 s (green).")
     assert history.latest_line([]) == "No main job has been recorded yet."

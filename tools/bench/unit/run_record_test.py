@@ -47,10 +47,17 @@ def test_the_record_counts_starts_from_the_cells_timings_and_says_fresh_or_warm(
 def test_the_record_counts_the_walk_shards_that_ran_against_the_bound():
     shards = [dict(_unit("state_walk_mrv1_eager", 6.0), unit=f"state_walk_mrv1_eager/shard_{i}_of_2") for i in (0, 1)]
     shards[1]["seconds"] = 75.0
-    walk = run_record.record(shards, gpus=1, cores=16, rc=0, machine_state="fresh", waves_s=[80.0])["matrix"][
-        "walk_shards"
-    ]
+    m = run_record.record(shards, gpus=1, cores=16, rc=0, machine_state="fresh", waves_s=[80.0])["matrix"]
+    walk = m["walk_shards"]
     assert (walk["shards"], walk["longest_s"], walk["over_bound"]) == (2, 75.0, 1)
+    assert m["walk_cpu_per_step"] is None  # the shards recorded no steps nor their CPU: not measured, not zero
+    for shard in shards:
+        shard.update(test_cpu={"cpu_s": 1.0, "children_cpu_s": 0.5}, walk_steps=[(1.0, "wake:-")] * 10)
+        shard["timings"][0]["serve_cpu_s"] = 2.0
+    per_step = run_record.record(shards, gpus=1, cores=16, rc=0, machine_state="fresh", waves_s=[80.0])["matrix"][
+        "walk_cpu_per_step"
+    ]
+    assert (per_step["servers_ms"], per_step["tests_ms"], per_step["children_ms"]) == (200.0, 100.0, 50.0)
 
 
 def test_the_record_judges_walk_shards_on_bazels_clock_from_the_build_events(tmp_path):
