@@ -46,6 +46,8 @@ class TimeSpent:
     cores: int
     host_busy_s: float | None
     predicted: list[dict]  # run_record.predicted: the record's replay on more GPUs
+    cpu: str | None = None  # the host's CPU model (run_record.cpu_model), None in older records
+    walk_cpu_per_step: dict | None = None  # bazel_runs.walk_cpu_per_step: the host's speed at fixed work
 
     @property
     def gpu_s(self) -> float:
@@ -81,7 +83,16 @@ def read(record: dict) -> TimeSpent | None:
         waves.append(WaveUse(w["name"], w["seconds"], at_once, parts, sum(u.get("slot_wait_s") or 0.0 for u in gpu)))
     elapsed = record["matrix"].get("elapsed_s") or 0.0
     cores = record["machine"]["cores"]
-    return TimeSpent(waves, cpu_only, elapsed, cores, r.get("host_cpu_s"), record.get("predicted") or [])
+    return TimeSpent(
+        waves,
+        cpu_only,
+        elapsed,
+        cores,
+        r.get("host_cpu_s"),
+        record.get("predicted") or [],
+        record["machine"].get("cpu"),
+        record["matrix"].get("walk_cpu_per_step"),
+    )
 
 
 def _share(part: float, whole: float) -> str:
@@ -104,6 +115,15 @@ def lines(t: TimeSpent) -> list[str]:
         out.append(
             f"time spent, host CPU: {t.host_busy_s:.0f} of {whole:.0f} core-seconds busy"
             f" ({_share(t.host_busy_s, whole)}), idle cores {_share(whole - t.host_busy_s, whole)}"
+            + (f"; {t.cpu}" if t.cpu else "")
+        )
+    if t.walk_cpu_per_step:
+        per_step = t.walk_cpu_per_step
+        # A plan's steps are the same work on every host: this, not the elapsed time, says a host was slower.
+        out.append(
+            f"time spent, the walk's CPU per step: servers {per_step['servers_ms']:g} ms, test processes"
+            f" {per_step['tests_ms']:g} ms, their trainers {per_step['children_ms']:g} ms ({per_step['steps']} steps;"
+            " runs on two hosts compare by this)"
         )
     for p in t.predicted:
         if p["gpus"] == max(q["gpus"] for q in t.predicted):

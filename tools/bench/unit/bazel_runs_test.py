@@ -382,21 +382,20 @@ def _test_cpu(cpu_s, children_cpu_s=0.0, launcher_cpu_s=0.0):
     }
 
 
+def _walk_shard(root, k, serve_cpu_s, *entries):
+    """Shard k of 2 of an HTTP walk cell: a 50 s unit whose server started in 6 CPU-s."""
+    _unit(
+        root,
+        f"state_walk_mrv1_eager/shard_{k}_of_2",
+        50.0,
+        _timing("zygote", start_cpu_s=6.0, serve_cpu_s=serve_cpu_s),
+        *entries,
+    )
+
+
 def test_the_tests_cpu_is_summed_by_class(tmp_path, capsys):
-    _unit(
-        tmp_path,
-        "state_walk_mrv1_eager/shard_1_of_2",
-        50.0,
-        _timing("zygote", start_cpu_s=6.0, serve_cpu_s=10.0),
-        _test_cpu(5.0, launcher_cpu_s=1.0),
-    )
-    _unit(
-        tmp_path,
-        "state_walk_mrv1_eager/shard_2_of_2",
-        50.0,
-        _timing("zygote", start_cpu_s=6.0, serve_cpu_s=10.0),
-        _test_cpu(4.0, children_cpu_s=1.0, launcher_cpu_s=1.5),
-    )
+    _walk_shard(tmp_path, 1, 10.0, _test_cpu(5.0, launcher_cpu_s=1.0))
+    _walk_shard(tmp_path, 2, 10.0, _test_cpu(4.0, children_cpu_s=1.0, launcher_cpu_s=1.5))
     _unit(tmp_path, "flags_mrv2_graph", 30.0, _timing("zygote", start_cpu_s=8.0, serve_cpu_s=2.0), _test_cpu(3.0))
     _unit(tmp_path, "flags_fake_mrv1_eager", 9.0, _timing("fake", start_cpu_s=1.0, serve_cpu_s=1.0), _test_cpu(90.0))
     _unit(tmp_path, "b_mrv1_eager", 5.0, _timing("zygote", start_cpu_s=1.0, serve_cpu_s=1.0))  # an older log
@@ -423,22 +422,8 @@ def test_the_walks_cpu_per_step_is_its_servers_and_tests_cpu_over_the_steps_it_r
     """Host speed from work a plan fixes: the walk shards' servers' serving CPU and their test processes'
     own and children's CPU, each over the steps they recorded; the fake tier's walk and other classes
     are left out."""
-    _unit(
-        tmp_path,
-        "state_walk_mrv1_eager/shard_1_of_2",
-        50.0,
-        _timing("zygote", start_cpu_s=6.0, serve_cpu_s=3.0),
-        _test_cpu(1.0, children_cpu_s=2.0),
-        *[_step(10.0 + i, "wake:-") for i in range(30)],
-    )
-    _unit(
-        tmp_path,
-        "state_walk_mrv1_eager/shard_2_of_2",
-        50.0,
-        _timing("zygote", start_cpu_s=6.0, serve_cpu_s=5.0),
-        _test_cpu(0.6, children_cpu_s=0.0),
-        *[_step(20.0 + i, "reload:B") for i in range(10)],
-    )
+    _walk_shard(tmp_path, 1, 3.0, _test_cpu(1.0, children_cpu_s=2.0), *[_step(10.0 + i, "wake:-") for i in range(30)])
+    _walk_shard(tmp_path, 2, 5.0, _test_cpu(0.6), *[_step(20.0 + i, "reload:B") for i in range(10)])
     _unit(tmp_path, "flags_mrv2_graph", 30.0, _timing("zygote", start_cpu_s=8.0, serve_cpu_s=90.0), _test_cpu(9.0))
     _unit(
         tmp_path,

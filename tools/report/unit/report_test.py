@@ -793,8 +793,11 @@ def test_walk_coverage_is_per_cell_through_each_door(tmp_path):
 
 
 RECORD = {
-    "machine": {"gpus": 1, "cores": 4},
-    "matrix": {"elapsed_s": 150.0},
+    "machine": {"gpus": 1, "cores": 4, "cpu": "AMD EPYC 9654 96-Core Processor"},
+    "matrix": {
+        "elapsed_s": 150.0,
+        "walk_cpu_per_step": {"units": 2, "steps": 40, "servers_ms": 127.1, "tests_ms": 36.1, "children_ms": 29.9},
+    },
     "replay": {
         "fields": ["unit", "wave", "gpu", "seconds", "memory_wait_s", "began_s", "start_s", "stop_s", "slot_wait_s"],
         "units": [
@@ -852,7 +855,13 @@ def test_where_the_runs_time_went_is_drawn_from_its_record(tmp_path, capsys):
         "time spent, wave walk: 100 s x 2 units at once = 200 slot-seconds: own work 44%, server starts 10%,"
         " memory-phase waits 15%, stops 1%, idle slots 30%; its units also waited 0 s for a slot"
     ) in out
-    assert "time spent, host CPU: 300 of 600 core-seconds busy (50%), idle cores 50%" in out
+    assert (
+        "time spent, host CPU: 300 of 600 core-seconds busy (50%), idle cores 50%; AMD EPYC 9654 96-Core Processor"
+    ) in out
+    assert (
+        "time spent, the walk's CPU per step: servers 127.1 ms, test processes 36.1 ms, their trainers 29.9 ms"
+        " (40 steps; runs on two hosts compare by this)"
+    ) in out
     assert (
         "replay (tools/bench/replay.py, the CPU-only targets beside): on 8 GPUs, 128 cores this run would take 61 s;"
         " bound: walk: the GPU unit state_walk_mrv1_eager/shard_1_of_2 (80 s from +0 s); floors: CPU 2 s,"
