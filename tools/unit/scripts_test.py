@@ -293,6 +293,14 @@ def test_run_matrix_writes_a_run_record_fresh_then_warm(workspace):
     assert code == 3 and (second["matrix"]["status"], second["matrix"]["machine_state"]) == ("red", "warm"), output
 
 
+def _this_hosts_cpu() -> str | None:
+    """The CPU model run_matrix.sh's record names here, read apart from run_record: /proc/cpuinfo's first
+    `model name`, its spaces collapsed; None where the host names none."""
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        models = [line.split(":", 1)[1].split() for line in f if line.split(":", 1)[0].strip() == "model name"]
+    return " ".join(models[0]) if models and models[0] else None
+
+
 def test_run_matrix_appends_the_main_jobs_line_to_the_run_history(workspace, tmp_path):
     """After the main job (no targets, no filters) its record becomes a line of the history; a run of
     chosen targets or filters adds none, and a tree that is no git checkout adds none unless
@@ -323,7 +331,7 @@ def test_run_matrix_appends_the_main_jobs_line_to_the_run_history(workspace, tmp
     assert {k: line[k] for k in ("commit", "vllm", "machine", "machine_state", "cells", "cases", "status")} == {
         "commit": "0123abc",
         "vllm": "0.26.0",
-        "machine": {"gpu": "NVIDIA H200", "gpus": 2, "cores": cores},
+        "machine": {"gpu": "NVIDIA H200", "gpus": 2, "cores": cores, "cpu": _this_hosts_cpu()},
         "machine_state": "fresh",
         "cells": 1,
         "cases": 2,
