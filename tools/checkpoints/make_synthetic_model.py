@@ -103,6 +103,13 @@ flags.DEFINE_float(
     "the greedy choice scores ~18 of these and beats the runner-up by >= 8 (see "
     "_lm_head_chunks).",
 )
+flags.DEFINE_float(
+    "norm_spread",
+    0.0,
+    "Half-width of the seeded spread of every RMSNorm weight around 1 (uniform on [1-s, 1+s]); 0 writes "
+    "them all 1.0. A checkpoint pushed over another must differ from it in its 1-D tensors too, or a push "
+    "that leaves them behind serves the pushed checkpoint's output unchanged.",
+)
 
 
 # A few MB; for CPU tests of the generator and of code that only reads the files.
@@ -181,8 +188,13 @@ def _uniform_bf16_chunks(seed: int, stream: str, count: int, std: float) -> Iter
         yield bf16_safetensors.float32_to_bf16_bits(values)
 
 
-def _ones_bf16(count: int) -> Iterator[np.ndarray]:
-    yield np.full(count, 0x3F80, dtype=np.uint16)  # bf16 1.0
+def _norm_bf16_chunks(seed: int, stream: str, count: int, spread: float) -> Iterator[np.ndarray]:
+    """Yields `count` bf16 norm weights: 1.0 each for spread 0, else uniform on [1 - spread, 1 + spread]."""
+    if not spread:
+        yield np.full(count, 0x3F80, dtype=np.uint16)  # bf16 1.0
+        return
+    for bits in _uniform_bf16_chunks(seed, stream, count, spread / math.sqrt(3.0)):
+        yield bf16_safetensors.float32_to_bf16_bits(np.float32(1.0) + bf16_safetensors.bf16_bits_to_float32(bits))
 
 
 def successor_table(seed: int, vocab_size: int) -> np.ndarray:
@@ -217,7 +229,7 @@ def _lm_head_chunks(
     no bf16 noise can flip it. The other logits (and so top-k logprobs) still depend on the whole
     context through attention and the MLPs.
     alpha = logit_std / (EMBEDDING_STD * sqrt(hidden)) gives the other logits std logit_std, since the
-    final RMSNorm leaves the hidden state at unit RMS (norm weights are 1). Rows of special ids stay
+    final RMSNorm leaves the hidden state at unit RMS (norm weights are 1, or near it). Rows of special ids stay
     zero: no token leads to them.
     """
     successor = successor_table(seed, shape.vocab_size)
@@ -272,7 +284,9 @@ def tensor_names_and_shapes(shape: ModelShape) -> list[tuple]:
     return out
 
 
-def _tensors(seed: int, shape: ModelShape, logit_std: float, successor_gain: float) -> list[bf16_safetensors.Tensor]:
+def _tensors(
+    seed: int, shape: ModelShape, logit_std: float, successor_gain: float, norm_spread: float
+) -> list[bf16_safetensors.Tensor]:
     # The embedding is needed twice (its own tensor and lm_head), so it is the one tensor held in
     # memory (as bf16 bits); everything else is generated while it is written.
     embedding_bits = np.concatenate(
@@ -288,7 +302,8 @@ def _tensors(seed: int, shape: ModelShape, logit_std: float, successor_gain: flo
         elif name == "lm_head.weight":
             chunks = _lm_head_chunks(seed, shape, embedding_bits, logit_std, successor_gain)
         elif name.endswith("norm.weight"):
-            chunks = _ones_bf16(count)  # Norm weights 1: the RMSNorms then fix activation scale.
+            # Near 1, so the RMSNorms still fix activation scale (and the successor margin holds).
+            chunks = _norm_bf16_chunks(seed, name, count, norm_spread)
         else:
             # std 1/sqrt(fan_in) keeps every projection's output at ~unit scale, far from bf16 limits.
             chunks = _uniform_bf16_chunks(seed, name, count, 1.0 / math.sqrt(dims[1]))
@@ -303,7 +318,12 @@ def _write_json(path: str, obj: dict) -> None:
 
 
 def write_checkpoint(
-    out_dir: str, shape: ModelShape = ModelShape(), seed: int = 0, logit_std: float = 2.0, successor_gain: float = 0.5
+    out_dir: str,
+    shape: ModelShape = ModelShape(),
+    seed: int = 0,
+    logit_std: float = 2.0,
+    successor_gain: float = 0.5,
+    norm_spread: float = 0.0,
 ) -> int:
     """Writes the six checkpoint files into out_dir; returns the bytes of bf16 weights written."""
     shape.validate()
@@ -313,7 +333,7 @@ def write_checkpoint(
     word_tokenizer.write_tokenizer_files(out_dir, shape.vocab_size, shape.max_position_embeddings)
     return bf16_safetensors.write_bf16_safetensors(
         os.path.join(out_dir, "model.safetensors"),
-        _tensors(seed, shape, logit_std, successor_gain),
+        _tensors(seed, shape, logit_std, successor_gain, norm_spread),
         metadata={"format": "pt"},
     )
 
@@ -331,7 +351,9 @@ def main(argv):
         vocab_size=FLAGS.vocab_size,
         max_position_embeddings=FLAGS.max_position_embeddings,
     )
-    weight_bytes = write_checkpoint(FLAGS.out_dir, shape, FLAGS.seed, FLAGS.logit_std, FLAGS.successor_gain)
+    weight_bytes = write_checkpoint(
+        FLAGS.out_dir, shape, FLAGS.seed, FLAGS.logit_std, FLAGS.successor_gain, FLAGS.norm_spread
+    )
     print(
         f"wrote {FLAGS.out_dir}: {weight_bytes // 2} parameters, {weight_bytes} bytes of bf16 "
         f"weights ({weight_bytes / 2**20:.1f} MiB)"

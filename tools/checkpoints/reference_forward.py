@@ -17,7 +17,8 @@ def reader(path: str) -> Callable[[str], np.ndarray]:
 
 
 def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # Norm weights are all 1.
+    """RMSNorm before its weight (the caller multiplies by it)."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
 def rope(x: np.ndarray, theta: float) -> np.ndarray:
@@ -30,29 +31,30 @@ def rope(x: np.ndarray, theta: float) -> np.ndarray:
 
 def logits(weight: Callable[[str], np.ndarray], shape, ids) -> np.ndarray:
     """Logits per position of the token ids; shape: the checkpoint's ModelShape."""
-    return final_hidden(weight, shape, ids) @ weight("lm_head.weight").T
+    return (final_hidden(weight, shape, ids) * weight("model.norm.weight")) @ weight("lm_head.weight").T
 
 
 def final_hidden(weight: Callable[[str], np.ndarray], shape, ids) -> np.ndarray:
-    """The final RMSNorm's output per position, before its weight (the generator's are all 1): times a
-    norm weight, then lm_head, it gives the logits a changed final norm would (tests/mutants/norm_drift.py)."""
+    """The final RMSNorm's output per position, before its weight: times a norm weight, then lm_head, it
+    gives the logits a changed final norm would (tests/mutants/norm_drift.py)."""
     n, hd, eps = len(ids), shape.head_dim, shape.rms_norm_eps
     group = shape.num_attention_heads // shape.num_key_value_heads
     causal = np.triu(np.full((n, n), -np.inf), 1)
     x = weight("model.embed_tokens.weight")[ids]
     for layer in range(shape.num_hidden_layers):
         p = f"model.layers.{layer}."
-        h = rms_norm(x, eps)
+        h = rms_norm(x, eps) * weight(p + "input_layernorm.weight")
         q = (h @ weight(p + "self_attn.q_proj.weight").T).reshape(n, -1, hd)
         k = (h @ weight(p + "self_attn.k_proj.weight").T).reshape(n, -1, hd)
         v = (h @ weight(p + "self_attn.v_proj.weight").T).reshape(n, -1, hd)
-        q, k = rope(rms_norm(q, eps), shape.rope_theta), rope(rms_norm(k, eps), shape.rope_theta)
+        q = rope(rms_norm(q, eps) * weight(p + "self_attn.q_norm.weight"), shape.rope_theta)
+        k = rope(rms_norm(k, eps) * weight(p + "self_attn.k_norm.weight"), shape.rope_theta)
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
         scores = np.einsum("thd,shd->hts", q, k) / math.sqrt(hd) + causal
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         x = x + np.einsum("hts,shd->thd", probs, v).reshape(n, -1) @ weight(p + "self_attn.o_proj.weight").T
-        h = rms_norm(x, eps)
+        h = rms_norm(x, eps) * weight(p + "post_attention_layernorm.weight")
         gate, up = h @ weight(p + "mlp.gate_proj.weight").T, h @ weight(p + "mlp.up_proj.weight").T
         x = x + (gate / (1 + np.exp(-gate)) * up) @ weight(p + "mlp.down_proj.weight").T
     return rms_norm(x, eps)

@@ -13,7 +13,9 @@ import dataclasses
 import functools
 import glob
 import hashlib
+import json
 import os
+import struct
 
 from tests.core import memory
 
@@ -29,6 +31,9 @@ class Checkpoint:
     path: str  # the directory ("" for the unit tests' checkpoint-less fake)
     digest: str  # what the pool holds once this checkpoint is loaded
     tensor_bytes: tuple  # bytes per tensor, one CuMem allocation each in the weights pool
+    # What the checkpoint's 1-D tensors (its norm weights) are, apart from the rest: a load that leaves them
+    # behind (push_skips_norms) is seen only where two checkpoints' norm weights differ.
+    norms: str = ""
 
     @property
     def total_bytes(self) -> int:
@@ -50,6 +55,29 @@ def _digest(paths: tuple, stamps: tuple) -> str:
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=16)
+def _norms_digest(paths: tuple, stamps: tuple) -> str:
+    """sha256 over the bytes of the files' 1-D tensors, read at their header offsets."""
+    h = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+            for name in sorted(k for k, v in header.items() if k != "__metadata__" and len(v["shape"]) == 1):
+                begin, end = header[name]["data_offsets"]
+                f.seek(8 + size + begin)
+                h.update(name.encode() + f.read(end - begin))
+    return h.hexdigest()[:16]
+
+
+def with_norms_of(weights: str | None, norms: str | None) -> str | None:
+    """The pool's weights once `weights` were loaded over a pool whose 1-D tensors (`norms`) stayed: garbage
+    where those were (None)."""
+    if weights is None or norms is None:
+        return None
+    return f"{weights} with the 1-D tensors {norms}"
+
+
 def load(path: str) -> Checkpoint:
     """The checkpoint in directory `path`; CheckpointError when there is none."""
     if not os.path.isabs(path):
@@ -61,7 +89,9 @@ def load(path: str) -> Checkpoint:
     if not files:
         raise CheckpointError(f"no *.safetensors in {path!r}: not a checkpoint directory")
     stamps = tuple((os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files)
-    return Checkpoint(path, _digest(files, stamps), tuple(memory.checkpoint_tensors(path).values()))
+    return Checkpoint(
+        path, _digest(files, stamps), tuple(memory.checkpoint_tensors(path).values()), _norms_digest(files, stamps)
+    )
 
 
 def _hash(*parts) -> bytes:

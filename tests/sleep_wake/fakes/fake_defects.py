@@ -261,6 +261,10 @@ DEFECTS.update(
             "each weights wake reloads the weights from the model path: after a disk push that is the pushed "
             "checkpoint, after a tensor or IPC push (which moves no path) the one the server started on"
         ),
+        "push_skips_norms": (
+            "every load after start-up, a push or a reload, leaves the pool's 1-D tensors (the norm weights) as "
+            "they were: invisible while the two checkpoints' norm weights are the same bytes"
+        ),
         "level2_skips_buffer_save": (
             "a level-2 sleep drops the model buffers it should save: from its wake on the weights serve "
             "garbage, whatever is pushed or reloaded (a reload puts the old buffers back)"

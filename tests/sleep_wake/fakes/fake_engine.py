@@ -169,6 +169,7 @@ class FakeEngine:
         # The weights pool (fake_checkpoint: a digest, a mix, or None for garbage) and what a reload
         # without a path loads (vLLM's model_config.model).
         self.weights: str | None = checkpoint.digest
+        self.norms: str | None = checkpoint.norms  # the pool's 1-D tensors (None: garbage, newly mapped)
         self.model_path = checkpoint.path
         # (weights, pinned blocks) while a level-1 sleep holds the copy
         self.host_copy: tuple[str | None, list[int]] | None = None
@@ -553,7 +554,7 @@ class FakeEngine:
                 for block in blocks:
                     self.host.free(block)
         else:
-            self.weights = None
+            self.weights = self.norms = None
         if "host_copy_predates_update" in self.defects and self.stale_head is not None:
             self.weights = fake_checkpoint.mixed(self.weights, self.stale_head)
         if "weights_perturbed" in self.defects:
@@ -619,7 +620,7 @@ class FakeEngine:
                         f"served model ({self.checkpoint.path}): it cannot be loaded in place"
                     )
                 self.model_path = weights_path  # gpu_model_runner.py: model_config.model = weights_path
-            self.weights = self._model_path_weights()
+            self.weights = self._loaded(self._model_path_checkpoint())
             if weights_path is not None and "push_loads_wrong_file" in self.defects:
                 # Repeatably wrong: a golden taken from this server after a push would agree with itself.
                 self.weights = fake_checkpoint.mixed(self.weights, "the pushed file's stale twin")
@@ -629,9 +630,19 @@ class FakeEngine:
                 self.paused = self.frozen = False
                 self.cond.notify_all()
 
-    def _model_path_weights(self) -> str | None:
+    def _model_path_checkpoint(self) -> fake_checkpoint.Checkpoint:
         """What a reload without a path loads: the model path's checkpoint (vLLM's model_config.model)."""
-        return fake_checkpoint.load(self.model_path).digest if self.model_path else self.checkpoint.digest
+        return fake_checkpoint.load(self.model_path) if self.model_path else self.checkpoint
+
+    def _model_path_weights(self) -> str | None:
+        return self._model_path_checkpoint().digest
+
+    def _loaded(self, checkpoint: fake_checkpoint.Checkpoint) -> str | None:
+        """What the awake weights pool holds once the checkpoint is loaded into it."""
+        if "push_skips_norms" in self.defects and checkpoint.norms != self.norms:
+            return fake_checkpoint.with_norms_of(checkpoint.digest, self.norms)
+        self.norms = checkpoint.norms
+        return checkpoint.digest
 
     def load_weights(self, checkpoint: str) -> None:
         """A push of tensors into the model's load_weights (the worker extension's load_checkpoint_tensors
@@ -647,7 +658,7 @@ class FakeEngine:
                     f"the checkpoint at {checkpoint} has other tensor shapes than the served model "
                     f"({self.checkpoint.path}): load_weights copies into the existing parameters"
                 )
-            self.weights = pushed.digest
+            self.weights = self._loaded(pushed)
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
         """False while running requests hold blocks (0.26.0's documented success=false), unless

@@ -202,6 +202,39 @@ def test_greedy_choice_is_the_designed_successor_with_a_wide_margin(tiny):
     assert np.all(logits[:, :4].max(-1) < top2[:, 1])  # No special token is ever chosen.
 
 
+@pytest.fixture(scope="module")
+def spread_b(tmp_path_factory):
+    """Checkpoint B's recipe on the tiny shape: seed 1 with seeded norm weights (tools/checkpoints/BUILD.bazel)."""
+    out_dir = str(tmp_path_factory.mktemp("tiny_seed1_spread"))
+    msm.write_checkpoint(out_dir, msm.TINY, seed=1, successor_gain=1.0, norm_spread=0.25)
+    return out_dir
+
+
+def test_norm_spread_writes_seeded_norm_weights_around_one(spread_b, tmp_path):
+    path = _tensor_path(spread_b)
+    names = ("model.norm.weight", "model.layers.1.self_attn.q_norm.weight", "model.layers.0.input_layernorm.weight")
+    for name in names:
+        weight = bf16_safetensors.read_bf16_tensor(path, name)
+        assert weight.min() >= 0.75 and weight.max() <= 1.25, name
+        assert weight.std() > 0.1, f"{name}: a spread of 0.25 has std ~0.14, got {weight.std()}"
+    # Another stream per tensor: two norms of one width hold other values.
+    assert not np.array_equal(
+        bf16_safetensors.read_bf16_tensor(path, "model.layers.0.self_attn.q_norm.weight"),
+        bf16_safetensors.read_bf16_tensor(path, "model.layers.0.self_attn.k_norm.weight"),
+    )
+    again = str(tmp_path / "again")
+    msm.write_checkpoint(again, msm.TINY, seed=1, successor_gain=1.0, norm_spread=0.25)
+    assert filecmp.cmp(path, _tensor_path(again), shallow=False)
+
+
+def test_seeded_norm_weights_keep_the_designed_successor_with_a_wide_margin(spread_b):
+    ids = np.random.default_rng(7).integers(0, msm.TINY.vocab_size, 48)
+    logits = reference_forward.logits(reference_forward.reader(_tensor_path(spread_b)), msm.TINY, ids)
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    assert np.array_equal(logits.argmax(-1), msm.successor_table(1, msm.TINY.vocab_size)[ids])
+    assert (top2[:, 1] - top2[:, 0]).min() > 3.0
+
+
 def test_successor_table_is_one_cycle_over_normal_ids():
     successor = msm.successor_table(0, 100)
     seen, token = set(), 4

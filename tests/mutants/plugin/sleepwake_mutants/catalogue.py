@@ -851,6 +851,21 @@ MUTANTS = {
             "weights:wake_reloads_model_path",
             size="every weights wake reloads the model path",
         ),
+        # While B's norm weights were A's bytes (all 1.0) a push into an intact pool (levels 0 and 1, a pause, an
+        # in-flight update) served B exactly under this mutant; only pools a level-2 sleep had discarded showed it.
+        # B's seeded norm weights (tools/checkpoints/BUILD.bazel) make every push show it.
+        Mutant(
+            "push_skips_norms",
+            "a partial weight sync that leaves the norm gammas at the previous step's (tenstorrent/tt-metal "
+            "#53224's review: Qwen3 q_norm/k_norm skipped by a transfer); TRL #5937 (a delta sync that sends "
+            "only what it deems changed)",
+            "Every load_weights after start-up, a push of any way or a reload, loads the matrices and drops the "
+            "1-D tensors (the RMSNorm weights, Qwen3's q_norm and k_norm among them): the server serves the "
+            "pushed checkpoint's matrices with the old checkpoint's norm weights.",
+            {"weight_sync": ("weights.pushed_checkpoint_golden",)},
+            "weights:push_skips_norms",
+            size="every 1-D tensor of every push and reload",
+        ),
         Mutant(
             "level2_skips_buffer_save",
             "#16564, fixed by #16889 (level-2 wake loses the model buffers)",

@@ -172,6 +172,34 @@ def wake_reloads_model_path():
     wrap(Worker, "wake_up", make)
 
 
+def push_skips_norms():
+    from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
+    from vllm.v1.worker.gpu_worker import Worker
+
+    started = []
+
+    def make_load_model(original):
+        def load_model(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            started.append(True)  # the start-up load is whole; every later one is a push or a reload
+            return result
+
+        return load_model
+
+    def make_load_weights(original):
+        def load_weights(self, weights, *args, **kwargs):
+            if started:
+                # A partial sync: every matrix arrives, no 1-D tensor does (the RMSNorm weights, Qwen3's
+                # q_norm and k_norm among them), so the pool keeps the norm weights it held.
+                weights = ((name, tensor) for name, tensor in weights if tensor.dim() != 1)
+            return original(self, weights, *args, **kwargs)
+
+        return load_weights
+
+    wrap(Worker, "load_model", make_load_model)
+    wrap(Qwen3ForCausalLM, "load_weights", make_load_weights)
+
+
 def level2_skips_buffer_save():
     from vllm.v1.worker.gpu_worker import Worker
 

@@ -96,3 +96,43 @@ def test_push_defects(tmp_path):
     stale.sleep(1, "abort")
     stale.wake_up(None)
     assert stale.weights == fake_checkpoint.mixed(b, a)
+
+
+def _checkpoint_of(path, tensors: dict) -> str:
+    """A directory with one safetensors file: name -> (shape, the byte every element holds)."""
+    path.mkdir()
+    header, offset, data = {}, 0, b""
+    for name, (shape, value) in tensors.items():
+        n = 1
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "U8", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset, data = offset + n, data + bytes([value]) * n
+    raw = json.dumps(header).encode()
+    with open(path / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + data)
+    return str(path)
+
+
+def test_a_push_that_skips_the_norms_shows_only_where_the_norms_differ(tmp_path):
+    def checkpoint(name, head, norm):
+        tensors = {"lm_head.weight": ((30, 100), head), "model.norm.weight": ((64,), norm)}
+        return _checkpoint_of(tmp_path / name, tensors)
+
+    a, same_norms, b = checkpoint("a", 0, 0), checkpoint("b_same_norms", 1, 0), checkpoint("b", 1, 1)
+    blind = _engine(a, ["push_skips_norms"])
+    blind.load_weights(same_norms)
+    assert blind.weights == fake_checkpoint.load(same_norms).digest  # the bytes left behind are the same
+    seen = _engine(a, ["push_skips_norms"])
+    seen.load_weights(b)
+    assert seen.weights not in (None, fake_checkpoint.load(b).digest, fake_checkpoint.load(a).digest)
+    seen.sleep(1, "abort")
+    seen.wake_up(None)
+    assert seen.weights == fake_checkpoint.with_norms_of(fake_checkpoint.load(b).digest, fake_checkpoint.load(a).norms)
+    seen.sleep(2, "abort")  # the pool discarded: the norm weights a reload leaves behind are garbage
+    seen.wake_up(["weights"])
+    seen.reload_weights(a)
+    assert seen.weights is None
+    healthy = _engine(a)
+    healthy.load_weights(b)
+    assert healthy.weights == fake_checkpoint.load(b).digest
