@@ -413,7 +413,7 @@ class Page:
         if m is None:
             return ""
         table, rest = markdown_table(m.table)
-        verdict = '<p class="ok">every check passed</p>' if m.ok else '<p class="bad">the mutation run fails</p>'
+        verdict = f'<p class="{"ok" if m.ok else "bad"}">{escape(m.verdict())}</p>'
         items = "".join(
             f'<li class="sub">{escape(line[2:])}</li>' if line.startswith("- ") else f"<li>{escape(line)}</li>"
             for line in rest

@@ -115,13 +115,5 @@ def summary(run: view.Run, history: RunHistory | None = None) -> str:
     if history is not None:
         lines += _history(history)
     if run.mutation:
-        lines.append(
-            "mutants: "
-            + (
-                "every mutant killed by its oracle, every control passed"
-                if run.mutation.ok
-                else "NOT GREEN (a mutant survived, errored or was not applied, a control failed or a row is missing)"
-            )
-            + " (the page holds the table)"
-        )
+        lines.append("mutants: " + run.mutation.verdict() + " (the page holds the table)")
     return "\n".join(lines) + "\n"

@@ -184,6 +184,20 @@ class WalkCoverage:
 class Mutation:
     table: str  # tools/results/mutation_table.py's markdown
     ok: bool
+    # "N of M" when the run is a selection of the catalogue's targets that judges green on its own rows (each
+    # mutant that ran killed by its oracle, no control failed): the rest have no row, which is no defect of
+    # theirs, and never a green whole table either.
+    partial: str = ""
+
+    def verdict(self) -> str:
+        if self.ok:
+            return "every mutant killed by its oracle, every control passed"
+        if self.partial:
+            return (
+                f"PARTIAL: {self.partial} mutants ran, each killed by its oracle, no control failed; the rest have "
+                "no result (run //tests/mutants:mutants for the whole table)"
+            )
+        return "NOT GREEN (a mutant survived, errored or was not applied, a control failed or a row is missing)"
 
 
 @dataclasses.dataclass
@@ -405,7 +419,12 @@ def _mutation(root: str, workspace: str) -> Mutation | None:
     catalogue = os.path.join(workspace, mutation_table.DEFAULT_CATALOGUE)
     expected = mutation_table.catalogue(catalogue) if os.path.isfile(os.path.join(catalogue, "__init__.py")) else None
     text, ok = mutation_table.table(rows, expected)
-    return Mutation(table=text, ok=ok)
+    partial = ""
+    if not ok and expected:
+        ran = {r["mutant"] for r in rows} - {mutation_table.CONTROL}
+        if ran and mutation_table.table(rows)[1]:  # green on the rows that are there
+            partial = f"{len(ran)} of {len(expected)}"
+    return Mutation(table=text, ok=ok, partial=partial)
 
 
 def _read_cells(matrix: str, invocation, notes: list[str]) -> tuple[dict, dict]:

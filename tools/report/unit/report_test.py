@@ -18,7 +18,7 @@ import pytest
 from tools import matrix
 from tools.matrix import SLEEP_WAKE_CLASSES, shard_count
 from tools.report import cli, render, svg, text, view
-from tools.results import testlogs, walk_gate
+from tools.results import mutation_table, testlogs, walk_gate
 from tools.results.unit.testlogs_testing import write_bep, write_xml
 
 FIXTURE = pathlib.Path(__file__).parent / "testdata" / "testlogs"
@@ -316,7 +316,7 @@ def test_mutation_table_when_mutants_ran(run):
     table = _found(r'<table class="mutants">(.*?)</table>', page)
     assert '<td class="ok">killed</td>' in table and '<td class="bad">survived</td>' in table
     assert '<td class="bad">NOT KILLED</td>' in table and "(control)" in table
-    assert "the mutation run fails" in page
+    assert "NOT GREEN (a mutant survived" in html.unescape(page)
 
 
 def test_no_mutation_table_without_mutants(tmp_path):
@@ -948,3 +948,37 @@ def test_samples_left_out_for_a_host_stall_are_counted(tmp_path, capsys):
     assert "note: 2 timed sample(s) left out, not judged, for a stall of the host: requests.abort_time 2" in (
         capsys.readouterr().out
     )
+
+
+_CATALOGUE = """
+import types
+MUTANTS = {
+    name: types.SimpleNamespace(name=name, issue="#1", bound=(), size="all", kills={"weight_sync": ("o",)})
+    for name in ("first", "second")
+}
+"""
+
+
+def _mutation_of(tmp_path, verdicts: dict):
+    """view._mutation over mutant targets that wrote rows with these verdicts, against a two-mutant catalogue."""
+    package = tmp_path / "ws" / mutation_table.DEFAULT_CATALOGUE
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "catalogue.py").write_text(_CATALOGUE)
+    for mutant, verdict in verdicts.items():
+        target = tmp_path / "logs" / "tests" / "mutants" / f"mutant_{mutant}" / "test.outputs"
+        target.mkdir(parents=True)
+        row = {"mutant": mutant, "passed": verdict == "killed", "classes": {"weight_sync": {"verdict": verdict}}}
+        (target / mutation_table.ROW_FILE).write_text(json.dumps(row))
+    return view._mutation(str(tmp_path / "logs"), str(tmp_path / "ws"))
+
+
+def test_a_selection_of_the_mutants_that_all_die_is_partial_never_green_nor_failed(tmp_path):
+    m = _mutation_of(tmp_path, {"first": "killed"})
+    assert not m.ok and m.partial == "1 of 2" and m.verdict().startswith("PARTIAL: 1 of 2 mutants ran")
+
+
+def test_every_mutant_killed_is_green_and_a_survivor_in_a_selection_is_not_partial(tmp_path):
+    assert _mutation_of(tmp_path / "all", {"first": "killed", "second": "killed"}).verdict().startswith("every mutant")
+    m = _mutation_of(tmp_path / "survivor", {"first": "survived"})
+    assert not m.ok and not m.partial and m.verdict().startswith("NOT GREEN")
