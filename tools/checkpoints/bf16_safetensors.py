@@ -5,6 +5,7 @@ because the checkpoint is larger than we want to hold in memory twice: tensors a
 bf16 bit patterns (uint16) and go straight to disk.
 """
 
+import hashlib
 import json
 import math
 import struct
@@ -99,6 +100,20 @@ def read_header(path: str) -> tuple[dict, int]:
         (length,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(length).decode("utf-8"))
     return header, 8 + length
+
+
+def tensor_digests(path: str) -> dict[str, str]:
+    """Tensor name -> sha256 of its bytes in the .safetensors file, read at the header's offsets: what a
+    load of the file must put in each tensor, told from the file itself, whatever the dtype."""
+    header, data_start = read_header(path)
+    header.pop("__metadata__", None)
+    digests = {}
+    with open(path, "rb") as f:
+        for name, entry in header.items():
+            begin, end = entry["data_offsets"]
+            f.seek(data_start + begin)
+            digests[name] = hashlib.sha256(f.read(end - begin)).hexdigest()
+    return digests
 
 
 def read_bf16_tensor(path: str, name: str) -> np.ndarray:

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import json
 import os
-import struct
 from unittest import mock
 
 import torch
 
+from tools.checkpoints import bf16_safetensors
 from tools.launcher import weight_receiver
 
 FILE = "model.safetensors"  # the synthetic checkpoints' one file (tools/checkpoints/make_synthetic_model.py)
@@ -32,12 +30,7 @@ DEVICE_ARG = 6  # rebuild_cuda_tensor's device index, which the extension sets t
 
 def file_tensors(checkpoint: str) -> dict[str, str]:
     """Tensor name -> sha256 of its bytes in the checkpoint's file."""
-    with open(os.path.join(checkpoint, FILE), "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-        data = f.read()
-    header.pop("__metadata__", None)
-    return {name: hashlib.sha256(data[slice(*entry["data_offsets"])]).hexdigest() for name, entry in header.items()}
+    return bf16_safetensors.tensor_digests(os.path.join(checkpoint, FILE))
 
 
 @functools.cache

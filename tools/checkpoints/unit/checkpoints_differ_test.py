@@ -2,16 +2,13 @@
 tensor, so a push that leaves any tensor behind (the norm weights, say) cannot serve B's output; and B keeps
 the generator's greedy design (the successor table, a wide top-1 margin) with its seeded norm weights."""
 
-import hashlib
-import json
 import os
-import struct
 
 import numpy as np
 import pytest
 
+from tools.checkpoints import bf16_safetensors, reference_forward
 from tools.checkpoints import make_synthetic_model as msm
-from tools.checkpoints import reference_forward
 
 PAIRS = [
     ("tools/checkpoints/synthetic_qwen3", "tools/checkpoints/synthetic_qwen3_b"),
@@ -22,18 +19,10 @@ B_SEED = 1  # tools/checkpoints/BUILD.bazel
 BF16_NOISE_LOGITS = 0.06  # a logit's bf16 rounding at the GPU checkpoint's scale (make_synthetic_model.py)
 
 
-def _tensor_digests(checkpoint: str) -> dict[str, str]:
-    with open(os.path.join(checkpoint, FILE), "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-        data = f.read()
-    header.pop("__metadata__", None)
-    return {name: hashlib.sha256(data[slice(*entry["data_offsets"])]).hexdigest() for name, entry in header.items()}
-
-
 @pytest.mark.parametrize(("a", "b"), PAIRS)
 def test_b_differs_from_a_in_every_tensor(a, b):
-    digests_a, digests_b = _tensor_digests(a), _tensor_digests(b)
+    digests_a = bf16_safetensors.tensor_digests(os.path.join(a, FILE))
+    digests_b = bf16_safetensors.tensor_digests(os.path.join(b, FILE))
     assert digests_a.keys() == digests_b.keys()
     same = sorted(name for name in digests_a if digests_a[name] == digests_b[name])
     assert not same, (
