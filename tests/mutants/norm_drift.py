@@ -28,11 +28,6 @@ from tools.checkpoints import reference_forward
 SEED = 0  # checkpoint A, the one the logprobs class serves
 
 
-def _logprobs(logits: np.ndarray) -> np.ndarray:
-    top = logits.max(-1, keepdims=True)
-    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
-
-
 def greedy(weight, shape, prompt_ids: list[int], tokens: int) -> list[int]:
     """The prompt and its `tokens` greedy tokens. Causal attention makes one forward over a candidate
     continuation give each position the logits greedy decoding would; the first position whose argmax
@@ -66,8 +61,8 @@ def drift(checkpoint: str, scale: float, share: float) -> dict[str, float]:
         ids = greedy(weight, shape, prompt_ids, GOLDEN_MAX_TOKENS)
         hidden = reference_forward.final_hidden(weight, shape, np.array(ids[:-1]))[len(prompt_ids) - 1 :]
         chosen = np.array(ids[len(prompt_ids) :])
-        golden = _logprobs(hidden @ weight("lm_head.weight").T)
-        perturbed = _logprobs((hidden * norm) @ weight("lm_head.weight").T)
+        golden = reference_forward.logprobs(hidden @ weight("lm_head.weight").T)
+        perturbed = reference_forward.logprobs((hidden * norm) @ weight("lm_head.weight").T)
         if not np.array_equal(perturbed.argmax(-1), chosen):
             raise ValueError(f"{prompt!r}: the perturbation changes a greedy token; the oracle would see the tokens")
         at = np.arange(len(chosen))

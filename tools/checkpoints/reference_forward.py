@@ -21,6 +21,12 @@ def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
+def logprobs(logits: np.ndarray) -> np.ndarray:
+    """Log-softmax over the last axis (what vLLM returns as a token's logprob)."""
+    top = logits.max(-1, keepdims=True)
+    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+
+
 def rope(x: np.ndarray, theta: float) -> np.ndarray:
     half = x.shape[-1] // 2
     angles = np.arange(x.shape[0])[:, None] * theta ** (-np.arange(half) / half)[None, :]

@@ -17,11 +17,6 @@ B_SEED = 1  # tools/checkpoints/BUILD.bazel
 FILE = "model.safetensors"
 
 
-def _logprobs(logits: np.ndarray) -> np.ndarray:
-    top = logits.max(-1, keepdims=True)
-    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
-
-
 def test_b_with_the_norm_weights_of_a_moves_logprobs_past_the_bound_and_keeps_the_tokens():
     from tokenizers import Tokenizer
 
@@ -41,8 +36,8 @@ def test_b_with_the_norm_weights_of_a_moves_logprobs_past_the_bound_and_keeps_th
         while len(ids) < n + GOLDEN_MAX_TOKENS:
             ids.append(int(successor[ids[-1]]))
         chosen, at = np.array(ids[n:]), np.arange(GOLDEN_MAX_TOKENS)
-        golden = _logprobs(reference_forward.logits(weight_b, shape, np.array(ids[:-1]))[n - 1 :])
-        served = _logprobs(reference_forward.logits(mutated, shape, np.array(ids[:-1]))[n - 1 :])
+        golden = reference_forward.logprobs(reference_forward.logits(weight_b, shape, np.array(ids[:-1]))[n - 1 :])
+        served = reference_forward.logprobs(reference_forward.logits(mutated, shape, np.array(ids[:-1]))[n - 1 :])
         assert np.array_equal(golden.argmax(-1), chosen), f"{prompt!r}: B's greedy tokens are not its successors"
         assert np.array_equal(served.argmax(-1), chosen), f"{prompt!r}: the mutant changes a token"
         worst = max(worst, float(np.abs(served[at, chosen] - golden[at, chosen]).max()))

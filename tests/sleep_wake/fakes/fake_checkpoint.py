@@ -13,11 +13,10 @@ import dataclasses
 import functools
 import glob
 import hashlib
-import json
 import os
-import struct
 
 from tests.core import memory
+from tools.checkpoints import bf16_safetensors
 
 _CHUNK = 1 << 20
 
@@ -60,12 +59,11 @@ def _norms_digest(paths: tuple, stamps: tuple) -> str:
     """sha256 over the bytes of the files' 1-D tensors, read at their header offsets."""
     h = hashlib.sha256()
     for path in paths:
+        header, data_start = bf16_safetensors.read_header(path)
         with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(size))
             for name in sorted(k for k, v in header.items() if k != "__metadata__" and len(v["shape"]) == 1):
                 begin, end = header[name]["data_offsets"]
-                f.seek(8 + size + begin)
+                f.seek(data_start + begin)
                 h.update(name.encode() + f.read(end - begin))
     return h.hexdigest()[:16]
 

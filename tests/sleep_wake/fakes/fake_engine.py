@@ -566,7 +566,7 @@ class FakeEngine:
             if "staged_wake_loses_weights" in self.defects and self.weights_wakes >= 3:
                 self.weights = None
         if "wake_reloads_model_path" in self.defects:
-            self.weights = self._model_path_weights()
+            self.weights = self._model_path_checkpoint().digest
 
     # --- the workers' own sleep and wake: collective_rpc("sleep" | "wake_up") -----------------------
     def worker_sleep(self, level: int) -> None:
@@ -633,9 +633,6 @@ class FakeEngine:
     def _model_path_checkpoint(self) -> fake_checkpoint.Checkpoint:
         """What a reload without a path loads: the model path's checkpoint (vLLM's model_config.model)."""
         return fake_checkpoint.load(self.model_path) if self.model_path else self.checkpoint
-
-    def _model_path_weights(self) -> str | None:
-        return self._model_path_checkpoint().digest
 
     def _loaded(self, checkpoint: fake_checkpoint.Checkpoint) -> str | None:
         """What the awake weights pool holds once the checkpoint is loaded into it."""
