@@ -24,6 +24,7 @@ MODULES = (
     "tools/results/testlogs.py",
     "tools/detached_runs/__init__.py",
     "tools/detached_runs/keep_measurements.py",
+    "tools/detached_runs/keep_mutant_verdicts.py",
 )
 # A fake main job: `NAME EXIT [WAIT_FOR_FILE]`; EXIT "early" fails before writing anything. It waits for
 # WAIT_FOR_FILE when given, so a test holds a run going for as long as it needs, and leaves what
@@ -47,6 +48,18 @@ for cell in state_walk_mrv1_eager state_walk_fake_mrv1_eager; do
   echo "<testsuites name=\\"$name\\"/>" > out/tests/sleep_wake/$cell/shard_1_of_2/test.xml
   echo "{\\"run\\": \\"$name\\"}" > out/tests/sleep_wake/$cell/shard_1_of_2/test.outputs/measurements.jsonl
 done
+# A mutant target's outputs left unzipped (a host without `zip`), and one's zipped: each its row, an inner
+# shard's report and pytest output beside a server log.
+m=out/tests/mutants/mutant_a/test.outputs
+mkdir -p $m/inner/shard-0 && echo "<testsuites/>" > out/tests/mutants/mutant_a/test.xml
+echo "{\\"row\\": \\"$name\\"}" > $m/mutation_row.json
+echo "<testsuites name=\\"inner $name\\"/>" > $m/inner/shard-0/junit.xml
+echo "oracle fired" > $m/inner/shard-0/pytest.log && echo "heavy" > $m/inner/shard-0/server-0.log
+mkdir -p out/tests/mutants/mutant_b/test.outputs && echo "<testsuites/>" > out/tests/mutants/mutant_b/test.xml
+python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1], 'w')
+z.writestr('off_door_row.json', sys.argv[2]); z.writestr('inner/junit.xml', '<testsuites/>')
+z.writestr('inner/server-0.log', 'heavy'); z.close()" \
+  out/tests/mutants/mutant_b/test.outputs/outputs.zip "{\\"twin\\": \\"$name\\"}"
 ln -sfn out bazel-testlogs
 exit $code
 """
@@ -149,6 +162,19 @@ def test_runs_one_after_another_each_saved_before_the_next_overwrites_it(workspa
             "./tests/sleep_wake/state_walk_mrv1_eager/shard_1_of_2/test.outputs/measurements.jsonl",
         ], files
         assert _read(kept, files[0]).decode() == '{"cell": "first"}'
+    # Each mutant target's verdict comes back unzipped, zipped by Bazel or not: its row, its inner reports and
+    # pytest output; not its servers' logs.
+    with tarfile.open(fileobj=_bytes_of(workspace, "first", "mutants.tgz")) as kept:
+        files = sorted(n for n in kept.getnames() if kept.getmember(n).isfile())
+        assert files == [
+            "./tests/mutants/mutant_a/test.outputs/inner/shard-0/junit.xml",
+            "./tests/mutants/mutant_a/test.outputs/inner/shard-0/pytest.log",
+            "./tests/mutants/mutant_a/test.outputs/mutation_row.json",
+            "./tests/mutants/mutant_b/test.outputs/inner/junit.xml",
+            "./tests/mutants/mutant_b/test.outputs/off_door_row.json",
+        ], files
+        assert _read(kept, files[2]).decode().strip() == '{"row": "first"}'
+        assert _read(kept, files[4]).decode() == '{"twin": "first"}'
     # Each run's own line of the run history comes back beside it, not the earlier lines.
     assert _member(workspace, "first", "runs.jsonl") == '{"run": "first", "commit": ""}\n'
     assert _member(workspace, "second", "runs.jsonl") == '{"run": "second", "commit": ""}\n'

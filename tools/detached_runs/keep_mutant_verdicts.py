@@ -1,0 +1,81 @@
+"""Copies what each mutant target of a run judged out of a bazel-testlogs tree, unzipped, to the same path
+under DEST: its row of the mutation table and, per inner shard, the JUnit report and the inner pytest's
+output (which oracle fired, on what value). The inner servers' logs stay behind: they make a mutant's
+undeclared outputs heavy, and a verdict is read from the reports. Bazel zips the outputs only where the
+host has `zip`; both shapes are read.
+
+    python3 -m tools.detached_runs.keep_mutant_verdicts TESTLOGS DEST --newer FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import zipfile
+
+MUTANTS_DIR = os.path.join("tests", "mutants")
+# tests/mutants/mutant_test.py writes its row (mutation_row.json, a twin's off_door_row.json) at the top, and
+# under inner/ each shard's JUnit report beside the inner pytest's output (tests/core/verdict.py PYTEST_LOG)
+# and the servers' logs, which stay behind.
+INNER = "inner"
+INNER_LOG = "pytest.log"
+
+
+def _wanted(name: str) -> bool:
+    """Whether an undeclared output (its path inside test.outputs) is part of the verdict."""
+    parts = name.split("/")
+    if len(parts) == 1:
+        return parts[0].endswith("_row.json")
+    return parts[0] == INNER and (parts[-1].endswith(".xml") or parts[-1] == INNER_LOG)
+
+
+def _outputs(target_dir: str) -> dict[str, bytes]:
+    """{path inside test.outputs: bytes} of a target's verdict files, as the test left them or zipped."""
+    outputs = os.path.join(target_dir, "test.outputs")
+    found: dict[str, bytes] = {}
+    zipped = os.path.join(outputs, "outputs.zip")
+    if os.path.exists(zipped):
+        with zipfile.ZipFile(zipped) as z:
+            found.update({n: z.read(n) for n in z.namelist() if not n.endswith("/") and _wanted(n)})
+    for root, _dirs, files in os.walk(outputs):
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), outputs).replace(os.sep, "/")
+            if _wanted(rel):
+                with open(os.path.join(root, f), "rb") as fh:
+                    found[rel] = fh.read()
+    return found
+
+
+def kept(testlogs_dir: str, dest: str, newer_than: float) -> list[str]:
+    """Writes DEST/<result dir>/test.outputs/<file> for the verdict files of each mutant target whose
+    test.xml is newer than newer_than (this run's, not an earlier run's left in place). Returns the relative
+    paths written."""
+    written = []
+    top = os.path.join(testlogs_dir, MUTANTS_DIR)
+    for root, _dirs, files in os.walk(top, followlinks=True):
+        if "test.xml" not in files or os.path.getmtime(os.path.join(root, "test.xml")) <= newer_than:
+            continue
+        rel = os.path.relpath(root, testlogs_dir)
+        for name, data in _outputs(root).items():
+            path = os.path.join(rel, "test.outputs", name)
+            os.makedirs(os.path.join(dest, os.path.dirname(path)), exist_ok=True)
+            with open(os.path.join(dest, path), "wb") as f:
+                f.write(data)
+            written.append(path)
+    return sorted(written)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("testlogs", help="a bazel-testlogs directory (symlinks followed)")
+    parser.add_argument("dest", help="where the verdict files go, at their paths under testlogs")
+    parser.add_argument("--newer", required=True, help="a file: only results written after it are kept")
+    args = parser.parse_args(argv)
+    paths = kept(args.testlogs, args.dest, os.path.getmtime(args.newer))
+    print(f"keep_mutant_verdicts: {len(paths)} verdict files of mutant targets kept in {args.dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
