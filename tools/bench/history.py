@@ -6,6 +6,7 @@ from it (latest_line).
     python3 -m tools.bench.history append sleepwake-run.json --commit 84c86bc --date 2026-12-05
     python3 -m tools.bench.history check [FILE]
     python3 -m tools.bench.history latest [FILE]
+    python3 -m tools.bench.history streak [FILE] [--gpu H200] [--vllm 0.26.0]
 
 A line's keys (KEYS): the commit and date of the run, vLLM's release, the machine (its GPU's name, how many
 GPUs the run used, the host's cores and its CPU's model), whether the machine was fresh or warm, Bazel's
@@ -235,6 +236,53 @@ def latest_line(entries: list[dict]) -> str:
     )
 
 
+def machine_chains(entries: list[dict]) -> list[list[dict]]:
+    """The runs each machine made one after another: a fresh run and the warm runs that follow it with the
+    same GPU, cores and vLLM (a warm run is one on a host an earlier main job ran on: run_matrix.sh). A warm
+    run with no such fresh run before it (its machine's first line lost) starts a chain of its own."""
+    chains: list[list[dict]] = []
+    for e in entries:
+        last = chains[-1][-1] if chains else None
+        same = last is not None and all(
+            (e["machine"][k], e["vllm"]) == (last["machine"][k], last["vllm"]) for k in ("gpu", "gpus", "cores")
+        )
+        if e["machine_state"] == "warm" and same:
+            chains[-1].append(e)
+        else:
+            chains.append([e])
+    return chains
+
+
+def green_in_a_row(chain: list[dict]) -> int:
+    """The most runs of one machine's chain green one after another."""
+    best = run = 0
+    for e in chain:
+        run = run + 1 if e["status"] == "green" else 0
+        best = max(best, run)
+    return best
+
+
+def streak_line(entries: list[dict], gpu: str | None = None, vllm: str | None = None) -> str:
+    """How many main jobs ran green in a row on one machine, counted from the history, not claimed: the
+    newest machine's and the most any machine ran, among the runs whose GPU name holds `gpu` and whose
+    vLLM is `vllm` (each when given)."""
+    chosen = [e for e in entries if (gpu is None or gpu in e["machine"]["gpu"]) and (vllm is None or e["vllm"] == vllm)]
+    what = " ".join(x for x in (gpu and f"on {gpu}", vllm and f"with vLLM {vllm}") if x) or "in the history"
+    if not chosen:
+        return f"No main job {what}."
+
+    def named(chain: list[dict]) -> str:
+        runs = ", ".join(f"{e['commit']} {e['machine_state']} {e['elapsed_s']:.0f} s {e['status']}" for e in chain)
+        return f"{green_in_a_row(chain)} on {chain[0]['machine']['gpu']} ({runs})"
+
+    chains = machine_chains(chosen)
+    best = max(chains, key=green_in_a_row)  # the first of the longest
+    return (
+        f"Main jobs green in a row on one machine {what}: the newest machine {named(chains[-1])}; "
+        f"the most, {named(best)}."
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -247,9 +295,17 @@ def main(argv=None) -> int:
     add.add_argument("--vllm", help="vLLM's release, for a record without vLLM's identity")
     add.add_argument("--cells", type=int, help="the GPU cells that ran, for a record that does not count them")
     add.add_argument("--cases", type=int, help="the test cases that ran, for a record that does not count them")
-    for name, help_text in (("check", "validate every line"), ("latest", "print the README's figures line")):
+    commands = (
+        ("check", "validate every line"),
+        ("latest", "print the README's figures line"),
+        ("streak", "print how many main jobs ran green in a row on one machine"),
+    )
+    for name, help_text in commands:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("history", nargs="?", default=HISTORY_FILE, help="the history file (default: %(default)s)")
+        if name == "streak":
+            p.add_argument("--gpu", help="only runs whose GPU's name holds this, e.g. H200")
+            p.add_argument("--vllm", help="only runs of this vLLM release, e.g. 0.26.0")
     args = parser.parse_args(argv)
     try:
         if args.command == "append":
@@ -268,6 +324,8 @@ def main(argv=None) -> int:
             print(f"history: {args.history} += {entry['commit']} {entry['machine_state']} {entry['elapsed_s']} s")
         elif args.command == "check":
             print(f"history: {args.history}: {len(read(args.history))} runs, every line good")
+        elif args.command == "streak":
+            print(streak_line(read(args.history), args.gpu, args.vllm))
         else:
             print(latest_line(read(args.history)))
     except (HistoryError, OSError, json.JSONDecodeError, KeyError) as e:

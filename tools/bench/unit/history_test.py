@@ -195,3 +195,49 @@ def test_the_readmes_figures_come_from_the_history():
     assert said[0] in {history.latest_line(entries[:k]) for k in range(1, len(entries) + 1)}, (
         "README.md's figures are not the history's: replace the line with `python3 -m tools.bench.history latest`"
     )
+
+
+def _run(commit, state, status, gpu="NVIDIA H200", vllm="0.26.0"):
+    return {
+        **GOOD,
+        "commit": commit,
+        "machine_state": state,
+        "status": status,
+        "vllm": vllm,
+        "machine": {**MACHINE, "gpu": gpu},
+    }
+
+
+def test_a_streak_counts_one_machines_green_runs_in_a_row():
+    entries = [
+        _run("a000001", "fresh", "green"),
+        _run("a000001", "warm", "green"),
+        _run("a000001", "warm", "green"),  # three green on one machine
+        _run("b000002", "fresh", "green"),  # a new machine: its count starts again
+        _run("b000002", "warm", "red"),
+        _run("b000002", "warm", "green"),
+        _run("c000003", "fresh", "green", gpu="NVIDIA H100 80GB HBM3"),
+        _run("c000003", "warm", "green", vllm="0.24.0"),  # another release: not the H100's warm run
+    ]
+    chains = history.machine_chains(entries)
+    assert [[e["commit"] for e in c] for c in chains] == [
+        ["a000001"] * 3,
+        ["b000002"] * 3,
+        ["c000003"],
+        ["c000003"],
+    ]
+    assert [history.green_in_a_row(c) for c in chains] == [3, 1, 1, 1]
+    line = history.streak_line(entries, gpu="H200", vllm="0.26.0")
+    assert "the newest machine 1 on NVIDIA H200 (b000002 fresh 580 s green, b000002 warm 580 s red" in line, line
+    assert "the most, 3 on NVIDIA H200 (a000001 fresh" in line, line
+    # Greens on separate machines are never one streak: three fresh green runs count 1.
+    fresh = [_run(f"d00000{i}", "fresh", "green") for i in range(3)]
+    assert "the most, 1 on" in history.streak_line(fresh)
+    assert history.streak_line(entries, gpu="B200") == "No main job on B200."
+
+
+def test_the_streak_command_reads_the_history(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    path.write_text(_text(_run("a000001", "fresh", "green"), _run("a000001", "warm", "green")))
+    assert history.main(["streak", str(path), "--gpu", "H200"]) == 0
+    assert "the newest machine 2 on NVIDIA H200" in capsys.readouterr().out
