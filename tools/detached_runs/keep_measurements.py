@@ -36,16 +36,17 @@ def kept(testlogs_dir: str, dest: str, newer_than: float) -> list[str]:
     return sorted(written)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def command(argv: list[str], doc: str, kept_fn, what: str) -> int:
+    """The command line of a keeper: TESTLOGS DEST --newer FILE, kept_fn(testlogs, dest, newer_than) doing it."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("testlogs", help="a bazel-testlogs directory (symlinks followed)")
-    parser.add_argument("dest", help="where the measurements files go, at their paths under testlogs")
+    parser.add_argument("dest", help=f"where the {what} go, at their paths under testlogs")
     parser.add_argument("--newer", required=True, help="a file: only results written after it are kept")
     args = parser.parse_args(argv)
-    paths = kept(args.testlogs, args.dest, os.path.getmtime(args.newer))
-    print(f"keep_measurements: {len(paths)} cells' measurements kept in {args.dest}")
+    paths = kept_fn(args.testlogs, args.dest, os.path.getmtime(args.newer))
+    print(f"{os.path.basename(sys.argv[0]).removesuffix('.py')}: {len(paths)} {what} kept in {args.dest}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(command(sys.argv[1:], __doc__, kept, "cells' measurements files"))

@@ -9,10 +9,11 @@ host has `zip`; both shapes are read.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import zipfile
+
+from tools.detached_runs.keep_measurements import command
 
 MUTANTS_DIR = os.path.join("tests", "mutants")
 # tests/mutants/mutant_test.py writes its row (mutation_row.json, a twin's off_door_row.json) at the top, and
@@ -66,16 +67,5 @@ def kept(testlogs_dir: str, dest: str, newer_than: float) -> list[str]:
     return sorted(written)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("testlogs", help="a bazel-testlogs directory (symlinks followed)")
-    parser.add_argument("dest", help="where the verdict files go, at their paths under testlogs")
-    parser.add_argument("--newer", required=True, help="a file: only results written after it are kept")
-    args = parser.parse_args(argv)
-    paths = kept(args.testlogs, args.dest, os.path.getmtime(args.newer))
-    print(f"keep_mutant_verdicts: {len(paths)} verdict files of mutant targets kept in {args.dest}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(command(sys.argv[1:], __doc__, kept, "verdict files of mutant targets"))
