@@ -10,29 +10,38 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
 
 from tools.results import testlogs
 
 
+def results_since(testlogs_dir: str, newer_than: float, under: str = "") -> Iterator[tuple[str, str]]:
+    """(result dir, its path under testlogs_dir) of each test result under testlogs_dir/under whose test.xml is
+    newer than newer_than: this run's, not an earlier run's left in place."""
+    for root, _dirs, files in os.walk(os.path.join(testlogs_dir, under), followlinks=True):
+        if "test.xml" in files and os.path.getmtime(os.path.join(root, "test.xml")) > newer_than:
+            yield root, os.path.relpath(root, testlogs_dir)
+
+
+def write(dest: str, path: str, data: bytes) -> str:
+    """Writes data to DEST/path, making its folders; returns path."""
+    os.makedirs(os.path.join(dest, os.path.dirname(path)), exist_ok=True)
+    with open(os.path.join(dest, path), "wb") as f:
+        f.write(data)
+    return path
+
+
 def kept(testlogs_dir: str, dest: str, newer_than: float) -> list[str]:
-    """Writes DEST/<result dir>/test.outputs/measurements.jsonl for each result dir under testlogs_dir
-    whose test.xml is newer than newer_than (this run's, not an earlier run's left in place) and holds a
-    healthy GPU's readings (testlogs.healthy_gpu_result). Returns the relative paths written."""
+    """Writes DEST/<result dir>/test.outputs/measurements.jsonl for each of this run's results
+    (results_since) that holds a healthy GPU's readings (testlogs.healthy_gpu_result). Returns the relative
+    paths written."""
     written = []
-    for root, _dirs, files in os.walk(testlogs_dir, followlinks=True):
-        rel = os.path.relpath(root, testlogs_dir)
-        if "test.xml" not in files or not testlogs.healthy_gpu_result(rel):
-            continue
-        if os.path.getmtime(os.path.join(root, "test.xml")) <= newer_than:
+    for root, rel in results_since(testlogs_dir, newer_than):
+        if not testlogs.healthy_gpu_result(rel):
             continue
         text = testlogs.read_output(root, testlogs.MEASUREMENTS_FILE)
-        if text is None:
-            continue
-        path = os.path.join(rel, "test.outputs", testlogs.MEASUREMENTS_FILE)
-        os.makedirs(os.path.join(dest, os.path.dirname(path)), exist_ok=True)
-        with open(os.path.join(dest, path), "w", encoding="utf-8") as f:
-            f.write(text)
-        written.append(path)
+        if text is not None:
+            written.append(write(dest, os.path.join(rel, "test.outputs", testlogs.MEASUREMENTS_FILE), text.encode()))
     return sorted(written)
 
 

@@ -13,7 +13,7 @@ import os
 import sys
 import zipfile
 
-from tools.detached_runs.keep_measurements import command
+from tools.detached_runs.keep_measurements import command, results_since, write
 
 MUTANTS_DIR = os.path.join("tests", "mutants")
 # tests/mutants/mutant_test.py writes its row (mutation_row.json, a twin's off_door_row.json) at the top, and
@@ -49,22 +49,13 @@ def _outputs(target_dir: str) -> dict[str, bytes]:
 
 
 def kept(testlogs_dir: str, dest: str, newer_than: float) -> list[str]:
-    """Writes DEST/<result dir>/test.outputs/<file> for the verdict files of each mutant target whose
-    test.xml is newer than newer_than (this run's, not an earlier run's left in place). Returns the relative
-    paths written."""
-    written = []
-    top = os.path.join(testlogs_dir, MUTANTS_DIR)
-    for root, _dirs, files in os.walk(top, followlinks=True):
-        if "test.xml" not in files or os.path.getmtime(os.path.join(root, "test.xml")) <= newer_than:
-            continue
-        rel = os.path.relpath(root, testlogs_dir)
-        for name, data in _outputs(root).items():
-            path = os.path.join(rel, "test.outputs", name)
-            os.makedirs(os.path.join(dest, os.path.dirname(path)), exist_ok=True)
-            with open(os.path.join(dest, path), "wb") as f:
-                f.write(data)
-            written.append(path)
-    return sorted(written)
+    """Writes DEST/<result dir>/test.outputs/<file> for the verdict files of each of this run's mutant
+    targets (results_since). Returns the relative paths written."""
+    return sorted(
+        write(dest, os.path.join(rel, "test.outputs", name), data)
+        for root, rel in results_since(testlogs_dir, newer_than, MUTANTS_DIR)
+        for name, data in _outputs(root).items()
+    )
 
 
 if __name__ == "__main__":
