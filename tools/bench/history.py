@@ -240,13 +240,13 @@ def machine_chains(entries: list[dict]) -> list[list[dict]]:
     """The runs each machine made one after another: a fresh run and the warm runs that follow it with the
     same GPU, cores and vLLM (a warm run is one on a host an earlier main job ran on: run_matrix.sh). A warm
     run with no such fresh run before it (its machine's first line lost) starts a chain of its own."""
+
+    def machine(e: dict) -> tuple:
+        return e["vllm"], e["machine"]["gpu"], e["machine"]["gpus"], e["machine"]["cores"]
+
     chains: list[list[dict]] = []
     for e in entries:
-        last = chains[-1][-1] if chains else None
-        same = last is not None and all(
-            (e["machine"][k], e["vllm"]) == (last["machine"][k], last["vllm"]) for k in ("gpu", "gpus", "cores")
-        )
-        if e["machine_state"] == "warm" and same:
+        if e["machine_state"] == "warm" and chains and machine(chains[-1][-1]) == machine(e):
             chains[-1].append(e)
         else:
             chains.append([e])
